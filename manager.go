@@ -1,0 +1,311 @@
+package redisdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+// Manager runs the scheduling of topics in a process of its own: it moves due
+// messages from the waiting sets to the ready streams and due retries back to
+// their consumer groups, and trims acknowledged entries from the streams.
+// Subscribers do the same for their topics unless
+// SubscriberConfig.DisableScheduler is set; any number of Managers and
+// subscribers may schedule the same topic at once, without loss or double
+// delivery, because every move is one atomic Redis script.
+//
+// Due times are compared by Redis's clock only, so a Manager whose host
+// clock is off still fires on time.
+type Manager struct {
+	config  ManagerConfig
+	logger  watermill.LoggerAdapter
+	sched   *scheduler
+	running chan struct{}
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// NewManager returns a Manager; call Run to start it. A nil logger logs nothing.
+func NewManager(config ManagerConfig, logger watermill.LoggerAdapter) (*Manager, error) {
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Manager{
+		config: config,
+		logger: logger,
+		sched: newScheduler(config.Client, keys{prefix: config.KeyPrefix}, logger,
+			config.CheckInterval, config.BatchSize, config.TrimInterval),
+		running: make(chan struct{}),
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// Run schedules until ctx is cancelled or Close is called, then returns nil.
+// It returns an error if the Manager was already started.
+func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.started {
+		m.mu.Unlock()
+		return errors.New("redisdelay: Manager.Run called twice: create a Manager per Run")
+	}
+	m.started = true
+	ctx, m.cancel = context.WithCancel(ctx)
+	m.mu.Unlock()
+	defer close(m.done)
+
+	static := len(m.config.Topics) > 0
+	m.sched.start(ctx, !static)
+	for _, t := range m.config.Topics {
+		m.sched.add(t, nil)
+	}
+	close(m.running)
+	m.logger.Info("redisdelay manager running", watermill.LogFields{"topics": m.config.Topics})
+
+	if !static {
+		m.discoverTopics(ctx)
+	}
+	<-ctx.Done()
+	m.sched.stop()
+	return nil
+}
+
+// discoverTopics schedules every topic in the registry, now and every
+// CheckInterval, until ctx ends. Wake-ups of unknown topics add them sooner.
+func (m *Manager) discoverTopics(ctx context.Context) {
+	t := time.NewTicker(m.config.CheckInterval)
+	defer t.Stop()
+	for {
+		topics, err := m.config.Client.SMembers(ctx, m.sched.keys.topics()).Result()
+		if err != nil && ctx.Err() == nil {
+			m.logger.Error("redisdelay: cannot list topics", err, nil)
+		}
+		for _, topic := range topics {
+			if validateTopic(topic) == nil {
+				m.sched.add(topic, nil)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Running is closed once Run has started scheduling.
+func (m *Manager) Running() chan struct{} {
+	return m.running
+}
+
+// Close stops a running Manager and waits until Run has returned. It does not
+// close the Redis client. Calling it again, or before Run, is a no-op.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	started, cancel := m.started, m.cancel
+	m.mu.Unlock()
+	if !started {
+		return nil
+	}
+	cancel()
+	<-m.done
+	return nil
+}
+
+// scheduler runs one loop per topic that promotes due messages, sleeping
+// until the next due time (by Redis's clock), a wake-up published by a
+// script that created an earlier due time, or the check interval.
+type scheduler struct {
+	client   redis.UniversalClient
+	keys     keys
+	logger   watermill.LoggerAdapter
+	interval time.Duration
+	batch    int
+	trim     time.Duration
+
+	mu       sync.Mutex
+	ctx      context.Context
+	cancel   context.CancelFunc
+	pubsub   *redis.PubSub
+	discover bool // add topics that wake-ups name (a Manager with no topic list)
+	loops    map[string]chan string
+	wg       sync.WaitGroup
+}
+
+func newScheduler(client redis.UniversalClient, k keys, logger watermill.LoggerAdapter, interval time.Duration, batch int, trim time.Duration) *scheduler {
+	return &scheduler{
+		client: client, keys: k, logger: logger,
+		interval: interval, batch: batch, trim: trim,
+		loops: map[string]chan string{},
+	}
+}
+
+// start opens the wake-up subscription: a pattern over every topic when
+// discover is set, otherwise one channel per added topic.
+func (s *scheduler) start(ctx context.Context, discover bool) {
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.discover = discover
+	if discover {
+		s.pubsub = s.client.PSubscribe(s.ctx, s.keys.wakePattern())
+	} else {
+		s.pubsub = s.client.Subscribe(s.ctx)
+	}
+	ch := s.pubsub.Channel()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for msg := range ch {
+			topic, ok := s.keys.topicOfWake(msg.Channel)
+			if !ok {
+				continue
+			}
+			if s.discover && validateTopic(topic) == nil {
+				s.add(topic, nil)
+			}
+			s.mu.Lock()
+			wake := s.loops[topic]
+			s.mu.Unlock()
+			if wake != nil {
+				select {
+				case wake <- msg.Payload:
+				default: // a wake-up is already pending
+				}
+			}
+		}
+	}()
+}
+
+// add starts scheduling a topic, once. With groups nil the loop schedules the
+// retries of every consumer group registered for the topic; otherwise only
+// of the given ones.
+func (s *scheduler) add(topic string, groups []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.loops[topic]; ok || s.ctx.Err() != nil {
+		return
+	}
+	wake := make(chan string, 1)
+	s.loops[topic] = wake
+	if !s.discover {
+		if err := s.pubsub.Subscribe(s.ctx, s.keys.wake(topic)); err != nil {
+			s.logger.Error("redisdelay: cannot subscribe to wake-ups; falling back to the check interval", err,
+				watermill.LogFields{"topic": topic})
+		}
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.loop(topic, groups, wake)
+	}()
+}
+
+func (s *scheduler) stop() {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	_ = s.pubsub.Close()
+	s.wg.Wait()
+}
+
+func (s *scheduler) loop(topic string, fixedGroups []string, wake <-chan string) {
+	ctx := s.ctx
+	fields := watermill.LogFields{"topic": topic}
+	groups, refreshed := fixedGroups, time.Time{}
+	lastTrim := time.Now()
+	failures := 0
+	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
+	// tick behind, so the timer is reused without draining.
+	timer := time.NewTimer(s.interval)
+	defer timer.Stop()
+
+	for ctx.Err() == nil {
+		if fixedGroups == nil && time.Since(refreshed) >= s.interval {
+			g, err := s.client.SMembers(ctx, s.keys.groups(topic)).Result()
+			if err == nil {
+				groups, refreshed = g, time.Now()
+			}
+		}
+
+		wait, err := s.promote(ctx, topic, groups)
+		if err == nil && time.Since(lastTrim) >= s.trim {
+			lastTrim = time.Now()
+			err = s.trimStream(ctx, topic)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			wait = min(time.Duration(failures)*100*time.Millisecond, s.interval)
+			s.logger.Error("redisdelay: scheduling failed; retrying", err,
+				watermill.LogFields{"topic": topic, "retry_in": wait.String()})
+		} else {
+			failures = 0
+		}
+		if wait == 0 {
+			continue
+		}
+
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case kind := <-wake:
+			if kind == "g" {
+				refreshed = time.Time{}
+			}
+			timer.Stop()
+		case <-timer.C:
+		}
+		s.logger.Trace("redisdelay: scheduler woke", fields)
+	}
+}
+
+// promote moves what is due and returns how long to sleep: until the next
+// due message, capped at the check interval; 0 when more is due now.
+func (s *scheduler) promote(ctx context.Context, topic string, groups []string) (time.Duration, error) {
+	k := make([]string, 0, 3+3*len(groups))
+	k = append(k, s.keys.waiting(topic), s.keys.bodies(topic), s.keys.stream(topic))
+	for _, g := range groups {
+		k = append(k, s.keys.retry(topic, g), s.keys.retryBodies(topic, g), s.keys.redelivery(topic, g))
+	}
+	res, err := promoteScript.Run(ctx, s.client, k, s.batch).Int64Slice()
+	if err != nil {
+		return 0, fmt.Errorf("promote due messages of topic %q: %w", topic, err)
+	}
+	moved, wait, missing := res[0], res[1], res[2]
+	if missing > 0 {
+		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
+			watermill.LogFields{"topic": topic, "count": missing})
+	}
+	if moved > 0 {
+		s.logger.Trace("redisdelay: promoted due messages", watermill.LogFields{"topic": topic, "count": moved})
+	}
+	if wait < 0 || time.Duration(wait)*time.Millisecond > s.interval {
+		return s.interval, nil
+	}
+	return time.Duration(wait) * time.Millisecond, nil
+}
+
+func (s *scheduler) trimStream(ctx context.Context, topic string) error {
+	n, err := trimScript.Run(ctx, s.client, []string{s.keys.stream(topic)}).Int64()
+	if err != nil {
+		return fmt.Errorf("trim the ready stream of topic %q: %w", topic, err)
+	}
+	if n > 0 {
+		s.logger.Debug("redisdelay: trimmed acknowledged entries", watermill.LogFields{"topic": topic, "count": n})
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package redisdelay_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+var logger = watermill.NewStdLogger(false, false)
+
+func newPubSub(t *testing.T, group string) (*redisdelay.Publisher, *redisdelay.Subscriber) {
+	client := newClient(t)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
+	require.NoError(t, err)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: group}, logger)
+	require.NoError(t, err)
+	return pub, sub
+}
+
+func groupPubSub(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+	return newPubSub(t, group)
+}
+
+// features is what the adapter honestly claims: consumer groups, persistence,
+// order for a single subscriber (no Nacks), new groups reading old messages,
+// and reconnects. Not exactly-once: delivery is at-least-once.
+func features(newGroupsReadOldMessages bool) tests.Features {
+	return tests.Features{
+		ConsumerGroups:                      true,
+		GuaranteedOrder:                     true,
+		GuaranteedOrderWithSingleSubscriber: true,
+		Persistent:                          true,
+		NewSubscriberReceivesOldMessages:    newGroupsReadOldMessages,
+		RestartServiceCommand:               restartCmd,
+	}
+}
+
+// A fresh consumer group per pub/sub, as Watermill's Redis Streams adapter
+// is tested.
+func TestPubSub_FreshGroup(t *testing.T) {
+	tests.TestPubSub(t, features(true),
+		func(t *testing.T) (message.Publisher, message.Subscriber) {
+			return newPubSub(t, "g-"+watermill.NewShortUUID())
+		},
+		groupPubSub)
+}
+
+// One consumer group for every pub/sub of a test, so subscribers compete and
+// messages a closed subscriber held must reach the others at once.
+func TestPubSub_SharedGroup(t *testing.T) {
+	tests.TestPubSub(t, features(false),
+		func(t *testing.T) (message.Publisher, message.Subscriber) {
+			return newPubSub(t, "shared")
+		},
+		groupPubSub)
+}
+
+// Every message delayed, so the whole suite goes through the waiting set and
+// the scheduler.
+func TestPubSub_Delayed(t *testing.T) {
+	const d = 100 * time.Millisecond
+	delayed := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+		pub, sub := newPubSub(t, group)
+		dp, err := delay.NewPublisher(pub, delay.PublisherConfig{
+			DefaultDelayGenerator: func(delay.DefaultDelayGeneratorParams) (delay.Delay, error) {
+				return delay.For(d), nil
+			},
+		})
+		require.NoError(t, err)
+		return dp, sub
+	}
+	tests.TestPubSub(t, features(true),
+		func(t *testing.T) (message.Publisher, message.Subscriber) {
+			return delayed(t, "g-"+watermill.NewShortUUID())
+		},
+		delayed)
+}

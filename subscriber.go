@@ -1,0 +1,406 @@
+package redisdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// opTimeout bounds the acknowledgements and hand-backs a subscription makes
+// after its context is gone (while closing).
+const opTimeout = 5 * time.Second
+
+// Subscriber consumes messages of a consumer group. Each Subscribe call is an
+// independent consumer in the group: it receives one message at a time and
+// the next only after the previous one is acked or nacked. Safe for
+// concurrent use.
+type Subscriber struct {
+	config SubscriberConfig
+	keys   keys
+	logger watermill.LoggerAdapter
+	now    func() time.Time
+
+	closing   context.Context // cancelled by Close
+	close     context.CancelFunc
+	closeOnce sync.Once
+	subs      sync.WaitGroup
+
+	mu          sync.Mutex
+	closed      bool
+	initialized map[string]bool
+	sched       *scheduler
+}
+
+var (
+	_ message.Subscriber           = (*Subscriber)(nil)
+	_ message.SubscribeInitializer = (*Subscriber)(nil)
+)
+
+// NewSubscriber returns a Subscriber. A nil logger logs nothing.
+func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	s := &Subscriber{
+		config:      config,
+		keys:        keys{prefix: config.KeyPrefix},
+		logger:      logger,
+		now:         time.Now,
+		initialized: map[string]bool{},
+	}
+	s.closing, s.close = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// SubscribeInitialize creates the consumer group for the topic if it does not
+// exist, so messages published from now on are kept for it. A new group
+// starts with the messages still in the topic's ready stream.
+func (s *Subscriber) SubscribeInitialize(topic string) error {
+	if err := validateTopic(topic); err != nil {
+		return err
+	}
+	return s.initialize(context.Background(), topic)
+}
+
+func (s *Subscriber) initialize(ctx context.Context, topic string) error {
+	s.mu.Lock()
+	done := s.initialized[topic]
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	group := s.config.ConsumerGroup
+	err := initScript.Run(ctx, s.config.Client,
+		[]string{s.keys.stream(topic), s.keys.redelivery(topic, group), s.keys.groups(topic)},
+		group, s.keys.wake(topic)).Err()
+	if err == nil {
+		err = s.config.Client.SAdd(ctx, s.keys.topics(), topic).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("redisdelay: create consumer group %q for topic %q: %w", group, topic, err)
+	}
+	s.mu.Lock()
+	s.initialized[topic] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// Subscribe starts a consumer of the topic in the subscriber's consumer
+// group. The channel is closed when ctx is cancelled or the Subscriber is
+// closed; messages it fetched but did not get acked by then are handed back
+// to the group at once.
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if err := validateTopic(topic); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.subs.Add(1)
+	s.mu.Unlock()
+
+	if err := s.initialize(ctx, topic); err != nil {
+		s.subs.Done()
+		return nil, err
+	}
+	if !s.config.DisableScheduler {
+		s.schedule(topic)
+	}
+
+	sub := &subscription{
+		s:        s,
+		topic:    topic,
+		consumer: s.config.Consumer + "-" + uuid.NewString(),
+		out:      make(chan *message.Message),
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.closing, cancel)
+	go func() {
+		defer s.subs.Done()
+		defer close(sub.out)
+		defer stop()
+		defer cancel()
+		sub.run(ctx)
+	}()
+	return sub.out, nil
+}
+
+func (s *Subscriber) schedule(topic string) {
+	s.mu.Lock()
+	if s.sched == nil {
+		s.sched = newScheduler(s.config.Client, s.keys, s.logger, s.config.CheckInterval,
+			256, 10*time.Second)
+		s.sched.start(s.closing, false)
+	}
+	sched := s.sched
+	s.mu.Unlock()
+	sched.add(topic, []string{s.config.ConsumerGroup})
+}
+
+// Close stops every subscription, hands back the messages they hold, and
+// returns once all their channels are closed. It does not close the Redis
+// client. Calling it again is a no-op.
+func (s *Subscriber) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.close()
+		s.subs.Wait()
+		s.mu.Lock()
+		sched := s.sched
+		s.mu.Unlock()
+		if sched != nil {
+			sched.stop()
+		}
+	})
+	return nil
+}
+
+// subscription is one consumer of a consumer group.
+type subscription struct {
+	s        *Subscriber
+	topic    string
+	consumer string
+	out      chan *message.Message
+}
+
+// entry is a message read from one of the two streams a consumer reads:
+// the topic's ready stream and its group's redelivery stream.
+type entry struct {
+	stream string
+	redo   bool
+	msg    redis.XMessage
+}
+
+func (sub *subscription) run(ctx context.Context) {
+	s := sub.s
+	defer sub.release()
+
+	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": s.config.ConsumerGroup, "consumer": sub.consumer}
+	s.logger.Debug("redisdelay: subscribed", fields)
+
+	// A consumer first reads its own pending entries ("0"): after a
+	// connection error Redis may have assigned entries whose reply was lost.
+	history := true
+	cursor := [2]string{"0", "0"}
+	failures := 0
+	for ctx.Err() == nil {
+		entries, err := sub.read(ctx, history, cursor)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			wait := min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)
+			s.logger.Error("redisdelay: read failed; retrying", err, fields.Add(watermill.LogFields{"retry_in": wait.String()}))
+			if strings.Contains(err.Error(), "NOGROUP") {
+				// The group vanished (Redis restarted without persistence, or
+				// someone deleted the keys): create it again.
+				s.mu.Lock()
+				delete(s.initialized, sub.topic)
+				s.mu.Unlock()
+				if err := s.initialize(ctx, sub.topic); err != nil {
+					s.logger.Error("redisdelay: cannot recreate consumer group", err, fields)
+				}
+			}
+			history, cursor = true, [2]string{"0", "0"}
+			sleep(ctx, wait)
+			continue
+		}
+		failures = 0
+		if history && len(entries) == 0 {
+			history = false
+		}
+		for _, e := range entries {
+			if history {
+				i := 0
+				if e.redo {
+					i = 1
+				}
+				cursor[i] = e.msg.ID
+			}
+			if !sub.deliver(ctx, e) {
+				return
+			}
+		}
+	}
+}
+
+func (sub *subscription) read(ctx context.Context, history bool, cursor [2]string) ([]entry, error) {
+	s := sub.s
+	stream, redo := s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, s.config.ConsumerGroup)
+	args := &redis.XReadGroupArgs{
+		Group:    s.config.ConsumerGroup,
+		Consumer: sub.consumer,
+		Count:    int64(s.config.BatchSize),
+		Streams:  []string{redo, stream, ">", ">"},
+		Block:    s.config.BlockTime,
+	}
+	if history {
+		args.Streams = []string{redo, stream, cursor[1], cursor[0]}
+		args.Block = -1
+	}
+	res, err := s.config.Client.XReadGroup(ctx, args).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var entries []entry
+	// Redeliveries come first: they were due earlier.
+	for _, xs := range res {
+		for _, m := range xs.Messages {
+			entries = append(entries, entry{stream: xs.Stream, redo: xs.Stream == redo, msg: m})
+		}
+	}
+	return entries, nil
+}
+
+// deliver hands one entry to the subscriber's channel and settles it when the
+// handler acks or nacks. It returns false when the subscription is closing;
+// the entry then stays pending and release hands it back.
+func (sub *subscription) deliver(ctx context.Context, e entry) bool {
+	s := sub.s
+	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": s.config.ConsumerGroup, "entry_id": e.msg.ID}
+	raw, _ := e.msg.Values["m"].(string)
+	if e.msg.Values == nil {
+		// The entry is pending but its content is gone (deleted by hand):
+		// nothing can be delivered, so stop it blocking the pending list.
+		s.logger.Error("redisdelay: pending entry has no content; acknowledging it", nil, fields)
+		sub.settle(func(ctx context.Context) error { return sub.ack(ctx, e) })
+		return ctx.Err() == nil
+	}
+	msg, err := decodeMessage([]byte(raw))
+	if err != nil {
+		// Left pending, not lost: visible with XPENDING for inspection.
+		s.logger.Error("redisdelay: cannot decode entry; leaving it pending", err, fields)
+		return true
+	}
+	attempt := 1
+	if a, ok := e.msg.Values["a"].(string); ok {
+		if n, err := strconv.Atoi(a); err == nil && n > 0 {
+			attempt = n
+		}
+	}
+	deliveredUntil := markDelivered(msg.Metadata, strconv.Itoa(attempt))
+
+	msgCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msg.SetContext(msgCtx)
+
+	select {
+	case sub.out <- msg:
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case <-msg.Acked():
+		sub.settle(func(ctx context.Context) error { return sub.ack(ctx, e) })
+	case <-msg.Nacked():
+		sub.settle(func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// settle runs an acknowledgement until Redis takes it, so the next message is
+// delivered only after the previous one is settled. If the subscription
+// closes first, the entry stays pending and is handed back: delivered again,
+// never lost.
+func (sub *subscription) settle(op func(context.Context) error) {
+	for failures := 1; ; failures++ {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := op(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		wait := min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)
+		sub.s.logger.Error("redisdelay: cannot settle message; retrying", err,
+			watermill.LogFields{"topic": sub.topic, "retry_in": wait.String()})
+		if sub.s.closing.Err() != nil {
+			return
+		}
+		sleep(sub.s.closing, wait)
+	}
+}
+
+func (sub *subscription) ack(ctx context.Context, e entry) error {
+	s := sub.s
+	if e.redo {
+		return ackScript.Run(ctx, s.config.Client, []string{e.stream}, s.config.ConsumerGroup, e.msg.ID).Err()
+	}
+	return s.config.Client.XAck(ctx, e.stream, s.config.ConsumerGroup, e.msg.ID).Err()
+}
+
+func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message, attempt int, deliveredUntil string) error {
+	s := sub.s
+	d, err := nackDelay(msg.Metadata, deliveredUntil, attempt, s.now(), s.config.RetryDelay)
+	if err != nil {
+		s.logger.Error("redisdelay: nacked message has invalid delay metadata; using RetryDelay", err,
+			watermill.LogFields{"topic": sub.topic, "message_uuid": msg.UUID})
+	}
+	source := "m"
+	if e.redo {
+		source = "r"
+	}
+	group := s.config.ConsumerGroup
+	return nackScript.Run(ctx, s.config.Client,
+		[]string{e.stream, s.keys.retry(sub.topic, group), s.keys.retryBodies(sub.topic, group), s.keys.redelivery(sub.topic, group)},
+		group, e.msg.ID, source, attempt+1, d.Milliseconds(), encodeMessage(msg), s.keys.wake(sub.topic)).Err()
+}
+
+// release hands back to the group everything still pending for this
+// consumer (prefetched, or delivered and not acked) and removes the consumer.
+func (sub *subscription) release() {
+	s := sub.s
+	group := s.config.ConsumerGroup
+	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": group, "consumer": sub.consumer}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	for {
+		res, err := releaseScript.Run(ctx, s.config.Client,
+			[]string{s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, group)},
+			group, sub.consumer, 1000).Int64Slice()
+		if err != nil {
+			s.logger.Error("redisdelay: cannot hand back pending messages; they stay pending for this consumer", err, fields)
+			return
+		}
+		if res[1] > 0 {
+			s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": res[1]}))
+		}
+		if res[0] > 0 {
+			s.logger.Debug("redisdelay: handed back pending messages", fields.Add(watermill.LogFields{"count": res[0]}))
+		}
+		if res[2] == 1 {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
