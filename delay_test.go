@@ -1,0 +1,480 @@
+package redisdelay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+func topic() string { return "t-" + watermill.NewShortUUID() }
+
+func delayed(d delay.Delay, payload string) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
+	delay.Message(msg, d)
+	return msg
+}
+
+func subscribe(t *testing.T, sub message.Subscriber, topic string) <-chan *message.Message {
+	ch, err := sub.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	return ch
+}
+
+func receive(t *testing.T, ch <-chan *message.Message, within time.Duration) *message.Message {
+	t.Helper()
+	select {
+	case msg := <-ch:
+		require.NotNil(t, msg, "channel closed")
+		return msg
+	case <-time.After(within):
+		t.Fatalf("no message within %s", within)
+		return nil
+	}
+}
+
+func nothing(t *testing.T, ch <-chan *message.Message, during time.Duration) {
+	t.Helper()
+	select {
+	case msg := <-ch:
+		t.Fatalf("unexpected message %s (%s)", msg.UUID, msg.Payload)
+	case <-time.After(during):
+	}
+}
+
+func TestDelayFor(t *testing.T) {
+	pub, sub := newPubSub(t, "g")
+	topic := topic()
+	ch := subscribe(t, sub, topic)
+	defer sub.Close()
+
+	start := time.Now()
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(1500*time.Millisecond), "x")))
+	msg := receive(t, ch, 2500*time.Millisecond)
+	took := time.Since(start)
+	msg.Ack()
+	assert.GreaterOrEqual(t, took, 1500*time.Millisecond, "delivered early")
+	t.Logf("delay 1.5s delivered after %s", took)
+}
+
+func TestDelayUntil(t *testing.T) {
+	pub, sub := newPubSub(t, "g")
+	topic := topic()
+	ch := subscribe(t, sub, topic)
+	defer sub.Close()
+
+	due := time.Now().Add(1200 * time.Millisecond)
+	require.NoError(t, pub.Publish(topic, delayed(delay.Until(due), "x")))
+	msg := receive(t, ch, 2500*time.Millisecond)
+	msg.Ack()
+	assert.False(t, time.Now().Before(due), "delivered before its until time")
+
+	// A due time in the past, and no delay at all, are delivered at once.
+	require.NoError(t, pub.Publish(topic, delayed(delay.Until(time.Now().Add(-time.Hour)), "past")))
+	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("now"))))
+	for _, want := range []string{"past", "now"} {
+		msg := receive(t, ch, time.Second)
+		assert.Equal(t, want, string(msg.Payload))
+		msg.Ack()
+	}
+}
+
+// A thousand messages with random delays, published from several goroutines:
+// each arrives, once, never before its due time.
+func TestDelayMixOfThousand(t *testing.T) {
+	pub, sub := newPubSub(t, "g")
+	topic := topic()
+	require.NoError(t, sub.SubscribeInitialize(topic))
+
+	const n = 1000
+	earliest := make(map[string]time.Time, n) // the earliest instant each may arrive
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := 0; w < 10; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			r := rand.New(rand.NewSource(int64(w)))
+			for i := 0; i < n/10; i++ {
+				d := time.Duration(r.Intn(3000)) * time.Millisecond
+				msg := delayed(delay.For(d), fmt.Sprint(i))
+				before := time.Now()
+				assert.NoError(t, pub.Publish(topic, msg))
+				mu.Lock()
+				earliest[msg.UUID] = before.Add(d)
+				mu.Unlock()
+			}
+		}(w)
+	}
+	wg.Wait()
+
+	ch := subscribe(t, sub, topic)
+	defer sub.Close()
+	seen := map[string]int{}
+	var early []string
+	var worst time.Duration
+	deadline := time.After(10 * time.Second)
+	for len(seen) < n {
+		select {
+		case msg := <-ch:
+			now := time.Now()
+			seen[msg.UUID]++
+			if now.Before(earliest[msg.UUID]) {
+				early = append(early, msg.UUID)
+			}
+			worst = max(worst, now.Sub(earliest[msg.UUID]))
+			msg.Ack()
+		case <-deadline:
+			t.Fatalf("received %d of %d", len(seen), n)
+		}
+	}
+	nothing(t, ch, 200*time.Millisecond)
+	dups := 0
+	for _, c := range seen {
+		dups += c - 1
+	}
+	t.Logf("%d messages: %d duplicates, %d early, latest delivery %s after due (includes waiting for the reader)", n, dups, len(early), worst)
+	assert.Zero(t, dups, "duplicates")
+	assert.Empty(t, early, "delivered before due")
+}
+
+// middleware.DelayOnError in a real Router: a failed message comes back only
+// after the delay, with its attempt number.
+func TestDelayOnErrorInRouter(t *testing.T) {
+	pub, sub := newPubSub(t, "g")
+	topic := topic()
+
+	router, err := message.NewRouter(message.RouterConfig{}, logger)
+	require.NoError(t, err)
+	router.AddMiddleware((&middleware.DelayOnError{
+		InitialInterval: 700 * time.Millisecond, MaxInterval: time.Second, Multiplier: 2,
+	}).Middleware)
+
+	type delivery struct {
+		at      time.Time
+		attempt string
+	}
+	deliveries := make(chan delivery, 10)
+	router.AddNoPublisherHandler("h", topic, sub, func(msg *message.Message) error {
+		deliveries <- delivery{time.Now(), msg.Metadata.Get(redisdelay.AttemptKey)}
+		if msg.Metadata.Get(redisdelay.AttemptKey) == "1" {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	})
+	go func() { _ = router.Run(context.Background()) }()
+	defer router.Close()
+	<-router.Running()
+
+	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+	first := <-deliveries
+	var second delivery
+	select {
+	case second = <-deliveries:
+	case <-time.After(3 * time.Second):
+		t.Fatal("not redelivered")
+	}
+	assert.Equal(t, "1", first.attempt)
+	assert.Equal(t, "2", second.attempt)
+	assert.GreaterOrEqual(t, second.at.Sub(first.at), 700*time.Millisecond, "redelivered before the DelayOnError interval")
+	select {
+	case d := <-deliveries:
+		t.Fatalf("unexpected third delivery (attempt %s)", d.attempt)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// Without delay metadata from the handler, a Nack waits RetryDelay.
+func TestNackUsesRetryDelay(t *testing.T) {
+	client := newClient(t)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
+	require.NoError(t, err)
+	var attempts []int
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{
+		Client: client, ConsumerGroup: "g",
+		RetryDelay: func(attempt int) time.Duration {
+			attempts = append(attempts, attempt)
+			return 600 * time.Millisecond
+		},
+	}, logger)
+	require.NoError(t, err)
+	defer sub.Close()
+	topic := topic()
+	ch := subscribe(t, sub, topic)
+
+	// Published with a delay: the delay metadata it carries must not be
+	// mistaken for a delay the handler asked for.
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "x")))
+	msg := receive(t, ch, 2*time.Second)
+	nacked := time.Now()
+	msg.Nack()
+	msg = receive(t, ch, 2*time.Second)
+	msg.Ack()
+	assert.GreaterOrEqual(t, time.Since(nacked), 600*time.Millisecond)
+	assert.Equal(t, []int{1}, attempts)
+	assert.Equal(t, "2", msg.Metadata.Get(redisdelay.AttemptKey))
+}
+
+func TestNackStaysInItsGroup(t *testing.T) {
+	pub, subA := newPubSub(t, "a")
+	_, subB := newPubSub(t, "b")
+	topic := topic()
+	require.NoError(t, subA.SubscribeInitialize(topic))
+	require.NoError(t, subB.SubscribeInitialize(topic))
+	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+
+	a, b := subscribe(t, subA, topic), subscribe(t, subB, topic)
+	defer subA.Close()
+	defer subB.Close()
+	receive(t, b, time.Second).Ack()
+	receive(t, a, time.Second).Nack()
+	again := receive(t, a, time.Second)
+	assert.Equal(t, "2", again.Metadata.Get(redisdelay.AttemptKey))
+	again.Ack()
+	nothing(t, b, 500*time.Millisecond)
+}
+
+func TestCancel(t *testing.T) {
+	pub, sub := newPubSub(t, "g")
+	topic := topic()
+	ch := subscribe(t, sub, topic)
+	defer sub.Close()
+
+	cancelled := delayed(delay.For(500*time.Millisecond), "cancelled")
+	kept := delayed(delay.For(700*time.Millisecond), "kept")
+	require.NoError(t, pub.Publish(topic, cancelled, kept))
+
+	ok, err := pub.Cancel(context.Background(), topic, cancelled.UUID)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = pub.Cancel(context.Background(), topic, cancelled.UUID)
+	require.NoError(t, err)
+	assert.False(t, ok, "second cancel finds nothing")
+
+	msg := receive(t, ch, 2*time.Second)
+	assert.Equal(t, "kept", string(msg.Payload))
+	msg.Ack()
+	nothing(t, ch, 300*time.Millisecond)
+
+	ok, err = pub.Cancel(context.Background(), topic, kept.UUID)
+	require.NoError(t, err)
+	assert.False(t, ok, "a delivered message cannot be cancelled")
+}
+
+// A publisher whose host clock is minutes off, with a dedicated Manager,
+// still fires on time: due times are stored as durations from Redis's clock,
+// and the scheduler compares them with Redis's TIME only (it reads no wall
+// clock of its host, so its skew cannot matter either).
+func TestSkewedClockFiresOnTime(t *testing.T) {
+	skew := -7 * time.Minute
+	client := newClient(t)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
+	require.NoError(t, err)
+	redisdelay.SetClock(pub, func() time.Time { return time.Now().Add(skew) })
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g", DisableScheduler: true}, logger)
+	require.NoError(t, err)
+	defer sub.Close()
+	topic := topic()
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic}}, logger)
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(context.Background()) }()
+	defer mgr.Close()
+	<-mgr.Running()
+
+	ch := subscribe(t, sub, topic)
+	start := time.Now()
+	// Only an until key, written by the skewed host's clock: the publisher
+	// turns it into a duration with that same clock.
+	until := message.NewMessage(watermill.NewUUID(), []byte("until"))
+	until.Metadata.Set(delay.DelayedUntilKey, time.Now().Add(skew).Add(time.Second).Format(time.RFC3339Nano))
+	require.NoError(t, pub.Publish(topic, until))
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(1500*time.Millisecond), "for")))
+	for _, want := range []struct {
+		payload string
+		after   time.Duration
+	}{{"until", time.Second}, {"for", 1500 * time.Millisecond}} {
+		msg := receive(t, ch, 3*time.Second)
+		took := time.Since(start)
+		msg.Ack()
+		assert.Equal(t, want.payload, string(msg.Payload))
+		assert.GreaterOrEqual(t, took, want.after, "early")
+		assert.Less(t, took, want.after+time.Second, "late")
+	}
+}
+
+// Several Managers and embedded schedulers on one topic: every message once.
+func TestManySchedulersNoDoublePromotion(t *testing.T) {
+	client := newClient(t)
+	topic := topic()
+	for i := 0; i < 3; i++ {
+		mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, BatchSize: 7}, logger)
+		require.NoError(t, err)
+		go func() { _ = mgr.Run(context.Background()) }()
+		defer mgr.Close()
+	}
+	pub, sub := newPubSub(t, "g")
+	_, sub2 := newPubSub(t, "g")
+	ch, ch2 := subscribe(t, sub, topic), subscribe(t, sub2, topic)
+	defer sub.Close()
+	defer sub2.Close()
+
+	const n = 500
+	var msgs []*message.Message
+	for i := 0; i < n; i++ {
+		msgs = append(msgs, delayed(delay.For(time.Duration(i%50)*10*time.Millisecond), fmt.Sprint(i)))
+	}
+	require.NoError(t, pub.Publish(topic, msgs...))
+	seen := map[string]int{}
+	for len(seen) < n {
+		var msg *message.Message
+		select {
+		case msg = <-ch:
+		case msg = <-ch2:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("received %d of %d", len(seen), n)
+		}
+		seen[msg.UUID]++
+		msg.Ack()
+	}
+	nothing(t, ch, 300*time.Millisecond)
+	for id, c := range seen {
+		assert.Equal(t, 1, c, "message %s delivered %d times", id, c)
+	}
+}
+
+func TestPublishRejectsBadInput(t *testing.T) {
+	pub, _ := newPubSub(t, "g")
+	client := newClient(t)
+	topic := topic()
+	ok := message.NewMessage(watermill.NewUUID(), []byte("fine"))
+
+	badFor := message.NewMessage(watermill.NewUUID(), nil)
+	badFor.Metadata.Set(delay.DelayedForKey, "soon")
+	badUntil := message.NewMessage(watermill.NewUUID(), nil)
+	badUntil.Metadata.Set(delay.DelayedUntilKey, "tomorrow")
+	dup := message.NewMessage(ok.UUID, nil)
+
+	for name, c := range map[string]struct {
+		topic string
+		msgs  []*message.Message
+		is    error
+		says  string
+	}{
+		"malformed for":       {topic, []*message.Message{ok, badFor}, redisdelay.ErrInvalidDelay, `_watermill_delayed_for="soon"`},
+		"malformed until":     {topic, []*message.Message{ok, badUntil}, redisdelay.ErrInvalidDelay, `_watermill_delayed_until="tomorrow"`},
+		"duplicate in a call": {topic, []*message.Message{ok, dup}, redisdelay.ErrDuplicateMessage, "messages 0 and 1"},
+		"nil message":         {topic, []*message.Message{ok, nil}, nil, "message 1 is nil"},
+		"empty topic":         {"", []*message.Message{ok}, redisdelay.ErrInvalidTopic, "empty"},
+		"brace in topic":      {"a{b}", []*message.Message{ok}, redisdelay.ErrInvalidTopic, `contains "{"`},
+		"newline in topic":    {"a\nb", []*message.Message{ok}, redisdelay.ErrInvalidTopic, "control"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := pub.Publish(c.topic, c.msgs...)
+			require.Error(t, err)
+			if c.is != nil {
+				assert.ErrorIs(t, err, c.is)
+			}
+			assert.Contains(t, err.Error(), c.says)
+		})
+	}
+	// Nothing of the failed calls was stored.
+	n, err := client.Exists(context.Background(), "redisdelay:{"+topic+"}:stream", "redisdelay:{"+topic+"}:waiting").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+func TestRepublishWaitingMessage(t *testing.T) {
+	pub, _ := newPubSub(t, "g")
+	topic := topic()
+	msg := delayed(delay.For(time.Hour), "x")
+	require.NoError(t, pub.Publish(topic, msg))
+	require.NoError(t, pub.Publish(topic, msg), "an identical retry is a no-op")
+
+	changed := msg.Copy()
+	changed.Payload = []byte("y")
+	err := pub.Publish(topic, changed)
+	assert.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
+
+	ok, err := pub.Cancel(context.Background(), topic, msg.UUID)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	require.NoError(t, pub.Publish(topic, changed), "allowed again after cancel")
+}
+
+func TestCloseLeavesClientOpenAndRejectsUse(t *testing.T) {
+	client := newClient(t)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
+	require.NoError(t, err)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, logger)
+	require.NoError(t, err)
+	ch := subscribe(t, sub, topic())
+
+	require.NoError(t, pub.Close())
+	require.NoError(t, pub.Close())
+	require.NoError(t, sub.Close())
+	require.NoError(t, sub.Close())
+	_, open := <-ch
+	assert.False(t, open)
+
+	assert.ErrorIs(t, pub.Publish(topic(), message.NewMessage("x", nil)), redisdelay.ErrClosed)
+	_, err = pub.Cancel(context.Background(), topic(), "x")
+	assert.ErrorIs(t, err, redisdelay.ErrClosed)
+	_, err = sub.Subscribe(context.Background(), topic())
+	assert.ErrorIs(t, err, redisdelay.ErrClosed)
+	assert.NoError(t, client.Ping(context.Background()).Err(), "the client stays open")
+}
+
+func TestManagerLifecycle(t *testing.T) {
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: newClient(t)}, logger)
+	require.NoError(t, err)
+	require.NoError(t, mgr.Close(), "close before run")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- mgr.Run(ctx) }()
+	<-mgr.Running()
+	assert.Error(t, mgr.Run(ctx), "second run")
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, mgr.Close())
+}
+
+func TestConfigValidation(t *testing.T) {
+	client := newClient(t)
+	_, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{}, nil)
+	assert.ErrorContains(t, err, "PublisherConfig.Client is nil")
+	_, err = redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: "a{b"}, nil)
+	assert.ErrorContains(t, err, "PublisherConfig.KeyPrefix")
+
+	for says, c := range map[string]redisdelay.SubscriberConfig{
+		"SubscriberConfig.Client is nil":          {ConsumerGroup: "g"},
+		"SubscriberConfig.ConsumerGroup is empty": {Client: client},
+		"SubscriberConfig.ConsumerGroup \"a b\"":  {Client: client, ConsumerGroup: "a b"},
+		"SubscriberConfig.BatchSize is -1":        {Client: client, ConsumerGroup: "g", BatchSize: -1},
+		"SubscriberConfig.BlockTime is -1s":       {Client: client, ConsumerGroup: "g", BlockTime: -time.Second},
+		"SubscriberConfig.CheckInterval is 1µs":   {Client: client, ConsumerGroup: "g", CheckInterval: time.Microsecond},
+	} {
+		_, err := redisdelay.NewSubscriber(c, nil)
+		assert.ErrorContains(t, err, says)
+	}
+	for says, c := range map[string]redisdelay.ManagerConfig{
+		"ManagerConfig.Client is nil":        {},
+		"ManagerConfig.BatchSize is 5000":    {Client: client, BatchSize: 5000},
+		"ManagerConfig.TrimInterval is -1ns": {Client: client, TrimInterval: -1},
+		"ManagerConfig.Topics":               {Client: client, Topics: []string{""}},
+	} {
+		_, err := redisdelay.NewManager(c, nil)
+		assert.ErrorContains(t, err, says)
+	}
+}
