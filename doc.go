@@ -1,0 +1,33 @@
+// Package redisdelay is a Watermill Pub/Sub on Redis in which any message can
+// be delayed: published now, delivered at its due time.
+//
+// Delays come from Watermill's own metadata, so existing code needs no
+// changes: delay.Message(msg, delay.For(d)), delay.Until(t),
+// delay.NewPublisher and middleware.DelayOnError all work.
+//
+// # Delay rule
+//
+// The _watermill_delayed_for duration wins and is measured from the moment
+// Redis stores the message, by Redis's clock, with millisecond precision
+// (rounded up: never early). Only when it is absent is
+// _watermill_delayed_until (RFC 3339; Watermill writes whole seconds) used,
+// converted to a duration by the publishing host's clock. No delay, or a due
+// time in the past, is delivered at once. A value that does not parse makes
+// Publish fail with ErrInvalidDelay, storing nothing.
+//
+// # Data model
+//
+// Per topic: a waiting sorted set (score = due time) with the message bodies
+// in a hash beside it, and a ready stream read through consumer groups. Per
+// consumer group: a retry sorted set fed by Nack and a redelivery stream. The
+// scheduler (a Manager, or the one each Subscriber runs by default) moves due
+// messages with atomic Lua scripts, sleeping until the next due time. All
+// keys of a topic share the hash tag {topic}, so Redis Cluster works.
+//
+// # Delivery
+//
+// At least once. Each group receives every message; subscribers of a group
+// compete. A Nack redelivers to the same group only, after the delay the
+// handler set (middleware.DelayOnError) or SubscriberConfig.RetryDelay. The
+// attempt number is in the AttemptKey metadata.
+package redisdelay
