@@ -15,6 +15,13 @@ import (
 // DefaultKeyPrefix namespaces every key when a config leaves KeyPrefix empty.
 const DefaultKeyPrefix = "redisdelay"
 
+// Scheduling defaults, shared by Managers and the schedulers Subscribers embed.
+const (
+	defaultCheckInterval = time.Second
+	defaultPromoteBatch  = 256
+	defaultTrimInterval  = 10 * time.Second
+)
+
 var (
 	// ErrInvalidDelay is wrapped by Publish errors for delay metadata that
 	// does not parse.
@@ -113,7 +120,7 @@ func (c *SubscriberConfig) setDefaults() {
 		c.BlockTime = 500 * time.Millisecond
 	}
 	if c.CheckInterval == 0 {
-		c.CheckInterval = time.Second
+		c.CheckInterval = defaultCheckInterval
 	}
 }
 
@@ -173,13 +180,13 @@ type ManagerConfig struct {
 func (c *ManagerConfig) setDefaults() {
 	c.KeyPrefix = defaultPrefix(c.KeyPrefix)
 	if c.CheckInterval == 0 {
-		c.CheckInterval = time.Second
+		c.CheckInterval = defaultCheckInterval
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 256
+		c.BatchSize = defaultPromoteBatch
 	}
 	if c.TrimInterval == 0 {
-		c.TrimInterval = 10 * time.Second
+		c.TrimInterval = defaultTrimInterval
 	}
 }
 

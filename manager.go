@@ -248,7 +248,7 @@ func (s *scheduler) loop(topic string, fixedGroups []string, wake <-chan string)
 				return
 			}
 			failures++
-			wait = min(time.Duration(failures)*100*time.Millisecond, s.interval)
+			wait = backoff(failures, s.interval)
 			s.logger.Error("redisdelay: scheduling failed; retrying", err,
 				watermill.LogFields{"topic": topic, "retry_in": wait.String()})
 		} else {

@@ -32,13 +32,17 @@ func groupPubSub(t *testing.T, group string) (message.Publisher, message.Subscri
 // order for a single subscriber (no Nacks), new groups reading old messages,
 // and reconnects. Not exactly-once: delivery is at-least-once.
 func features(newGroupsReadOldMessages bool) tests.Features {
+	restart := restartCmd
+	if raceEnabled {
+		restart = nil // see race_test.go
+	}
 	return tests.Features{
 		ConsumerGroups:                      true,
 		GuaranteedOrder:                     true,
 		GuaranteedOrderWithSingleSubscriber: true,
 		Persistent:                          true,
 		NewSubscriberReceivesOldMessages:    newGroupsReadOldMessages,
-		RestartServiceCommand:               restartCmd,
+		RestartServiceCommand:               restart,
 	}
 }
 

@@ -144,7 +144,7 @@ func (s *Subscriber) schedule(topic string) {
 	s.mu.Lock()
 	if s.sched == nil {
 		s.sched = newScheduler(s.config.Client, s.keys, s.logger, s.config.CheckInterval,
-			256, 10*time.Second)
+			defaultPromoteBatch, defaultTrimInterval)
 		s.sched.start(s.closing, false)
 	}
 	sched := s.sched
@@ -207,7 +207,7 @@ func (sub *subscription) run(ctx context.Context) {
 				return
 			}
 			failures++
-			wait := min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)
+			wait := backoff(failures, 2*time.Second)
 			s.logger.Error("redisdelay: read failed; retrying", err, fields.Add(watermill.LogFields{"retry_in": wait.String()}))
 			if strings.Contains(err.Error(), "NOGROUP") {
 				// The group vanished (Redis restarted without persistence, or
@@ -333,7 +333,7 @@ func (sub *subscription) settle(op func(context.Context) error) {
 		if err == nil {
 			return
 		}
-		wait := min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)
+		wait := backoff(failures, 2*time.Second)
 		sub.s.logger.Error("redisdelay: cannot settle message; retrying", err,
 			watermill.LogFields{"topic": sub.topic, "retry_in": wait.String()})
 		if sub.s.closing.Err() != nil {
@@ -394,6 +394,12 @@ func (sub *subscription) release() {
 			return
 		}
 	}
+}
+
+// backoff is the pause after the n-th consecutive failure: 100ms more each
+// time, up to limit.
+func backoff(n int, limit time.Duration) time.Duration {
+	return min(time.Duration(n)*100*time.Millisecond, limit)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package redisdelay_test
+
+const raceEnabled = false
