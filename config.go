@@ -22,6 +22,18 @@ const (
 	defaultTrimInterval  = 10 * time.Second
 )
 
+// Message lifecycle defaults.
+const (
+	defaultMaxAttempts         = 16
+	defaultVisibilityTimeout   = 30 * time.Second
+	defaultMaxDeadLetters      = 100_000
+	defaultConsumerIdleTimeout = time.Hour
+	defaultCloseTimeout        = 10 * time.Second
+	defaultPublishTimeout      = 10 * time.Second
+	defaultMaxDelay            = 366 * 24 * time.Hour
+	defaultMaxMessageSize      = 1 << 20
+)
+
 var (
 	// ErrInvalidDelay is wrapped by Publish errors for delay metadata that
 	// does not parse.
@@ -32,8 +44,14 @@ var (
 	// already waiting in the topic with a different body, or appears twice in
 	// one Publish call. Nothing of that call is stored.
 	ErrDuplicateMessage = errors.New("redisdelay: duplicate message UUID")
+	// ErrInvalidMessage is wrapped by Publish errors for a nil message or
+	// one without a UUID, and by Cancel for an empty UUID.
+	ErrInvalidMessage = errors.New("redisdelay: invalid message")
 	// ErrClosed is returned by a Publisher or Subscriber used after Close.
 	ErrClosed = errors.New("redisdelay: closed")
+	// ErrMessageTooLarge is wrapped by Publish errors for a message whose
+	// encoded size exceeds PublisherConfig.MaxMessageSize.
+	ErrMessageTooLarge = errors.New("redisdelay: message too large")
 )
 
 // PublisherConfig configures a Publisher.
@@ -45,15 +63,57 @@ type PublisherConfig struct {
 	// KeyPrefix namespaces every Redis key (default DefaultKeyPrefix).
 	// Publishers, Subscribers and Managers must use the same prefix.
 	KeyPrefix string
+
+	// PublishTimeout bounds one Publish call, including the client's own
+	// retries (default 10s). Publish also stops when the context of its
+	// first message (message.SetContext) is done. A timed-out Publish may
+	// or may not have stored the messages; see Publish.
+	PublishTimeout time.Duration
+
+	// MaxDelay is the furthest ahead a message may be scheduled (default 366
+	// days, at most 100 years). A longer delay is an ErrInvalidDelay: it is
+	// far more often a unit mistake than a plan.
+	MaxDelay time.Duration
+
+	// MaxMessageSize bounds the encoded size of one message: UUID, metadata
+	// and payload (default 1 MiB). Larger messages are an ErrMessageTooLarge.
+	MaxMessageSize int
 }
 
 func (c *PublisherConfig) setDefaults() {
 	c.KeyPrefix = defaultPrefix(c.KeyPrefix)
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = defaultPublishTimeout
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = defaultMaxDelay
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = defaultMaxMessageSize
+	}
 }
+
+// maxDelayLimit keeps due scores (ms × 1024) exact in Redis's doubles.
+const maxDelayLimit = 100 * 365 * 24 * time.Hour
 
 // Validate reports the first setting that cannot work.
 func (c PublisherConfig) Validate() error {
-	return validateCommon("PublisherConfig", c.Client, c.KeyPrefix)
+	if err := validateCommon("PublisherConfig", c.Client, c.KeyPrefix); err != nil {
+		return err
+	}
+	if err := positive("PublisherConfig.PublishTimeout", c.PublishTimeout, time.Millisecond); err != nil {
+		return err
+	}
+	if err := positive("PublisherConfig.MaxDelay", c.MaxDelay, time.Millisecond); err != nil {
+		return err
+	}
+	if c.MaxDelay > maxDelayLimit {
+		return fmt.Errorf("redisdelay: PublisherConfig.MaxDelay is %s: use at most 100 years", c.MaxDelay)
+	}
+	if c.MaxMessageSize < 1 || c.MaxMessageSize > 512<<20 {
+		return fmt.Errorf("redisdelay: PublisherConfig.MaxMessageSize is %d: use 1 to %d bytes (0 means the default, 1 MiB)", c.MaxMessageSize, 512<<20)
+	}
+	return nil
 }
 
 // SubscriberConfig configures a Subscriber.
@@ -87,8 +147,13 @@ type SubscriberConfig struct {
 	BlockTime time.Duration
 
 	// RetryDelay gives the delay before redelivering a nacked message whose
-	// handler set no delay metadata; attempt is the attempt that failed
-	// (1 for the first delivery). Nil redelivers immediately.
+	// handler set no delay metadata, or a message reclaimed from a consumer
+	// that stopped responding; attempt is the attempt that failed (1 for the
+	// first delivery). Nil redelivers immediately. It must depend on attempt
+	// only: NewSubscriber evaluates it for the first 64 attempts and stores
+	// the values in Redis, so a scheduler in another process (a Manager)
+	// applies the same delays when it reclaims; later attempts repeat the
+	// last value there.
 	RetryDelay func(attempt int) time.Duration
 
 	// DisableScheduler turns off the scheduler a Subscriber runs for the
@@ -103,6 +168,40 @@ type SubscriberConfig struct {
 	// time, or earlier when a publish creates an earlier one; this interval is
 	// the safety net for a missed wake-up.
 	CheckInterval time.Duration
+
+	// MaxAttempts is how many times a message is delivered to the group
+	// before it goes to the group's dead letters (default 16; negative: no
+	// limit, retried forever). A Nack and a reclaim after VisibilityTimeout
+	// each end an attempt; a hand-back on Close does not.
+	MaxAttempts int
+
+	// VisibilityTimeout is how long a message may stay unacknowledged with
+	// no sign of life from its consumer before it is handed to another
+	// consumer of the group as a new attempt (after RetryDelay). A live
+	// subscription extends the lease of the messages it holds every third
+	// of this (default 30s), so a slow handler keeps its message; only a
+	// consumer that died or lost Redis for longer than two thirds of it
+	// loses them.
+	VisibilityTimeout time.Duration
+
+	// MaxDeadLetters bounds the group's dead letters per topic (default
+	// 100,000; negative: no bound). When a new dead letter would exceed it
+	// the oldest is evicted; evictions are logged and counted (see
+	// Inspector.Stats), never silent.
+	MaxDeadLetters int
+
+	// ConsumerIdleTimeout is how long a consumer that holds no message may
+	// stay silent before schedulers remove it from the group (default 1h).
+	// Subscriptions get unique consumer names, so crashed processes would
+	// otherwise leave their names behind forever.
+	ConsumerIdleTimeout time.Duration
+
+	// CloseTimeout is how long Close (or the end of a Subscribe context)
+	// waits for a handler to Ack or Nack the message it is handling
+	// (default 10s); the message's context is cancelled first, as a signal
+	// to finish. Fetched messages not yet handed to a handler go back to the
+	// group at once, and so does the handled one when the wait runs out.
+	CloseTimeout time.Duration
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -121,6 +220,21 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 	if c.CheckInterval == 0 {
 		c.CheckInterval = defaultCheckInterval
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = defaultMaxAttempts
+	}
+	if c.VisibilityTimeout == 0 {
+		c.VisibilityTimeout = defaultVisibilityTimeout
+	}
+	if c.MaxDeadLetters == 0 {
+		c.MaxDeadLetters = defaultMaxDeadLetters
+	}
+	if c.ConsumerIdleTimeout == 0 {
+		c.ConsumerIdleTimeout = defaultConsumerIdleTimeout
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = defaultCloseTimeout
 	}
 }
 
@@ -142,10 +256,21 @@ func (c SubscriberConfig) Validate() error {
 	if c.BatchSize < 1 || c.BatchSize > 10000 {
 		return fmt.Errorf("redisdelay: SubscriberConfig.BatchSize is %d: use 1 to 10000 (0 means the default, 32)", c.BatchSize)
 	}
-	if err := positive("SubscriberConfig.BlockTime", c.BlockTime, time.Millisecond); err != nil {
-		return err
+	for _, d := range []struct {
+		name        string
+		value, less time.Duration
+	}{
+		{"BlockTime", c.BlockTime, time.Millisecond},
+		{"CheckInterval", c.CheckInterval, time.Millisecond},
+		{"VisibilityTimeout", c.VisibilityTimeout, 100 * time.Millisecond},
+		{"ConsumerIdleTimeout", c.ConsumerIdleTimeout, time.Second},
+		{"CloseTimeout", c.CloseTimeout, time.Millisecond},
+	} {
+		if err := positive("SubscriberConfig."+d.name, d.value, d.less); err != nil {
+			return err
+		}
 	}
-	return positive("SubscriberConfig.CheckInterval", c.CheckInterval, time.Millisecond)
+	return nil
 }
 
 // ManagerConfig configures a Manager.
@@ -173,8 +298,19 @@ type ManagerConfig struct {
 
 	// TrimInterval is how often the ready stream of each topic is trimmed of
 	// entries every consumer group has acknowledged (default 10s). Entries
-	// some group has not read or not acknowledged are never trimmed.
+	// some group has not read or not acknowledged are never trimmed. It is
+	// also how often consumers idle past their group's ConsumerIdleTimeout
+	// are removed.
 	TrimInterval time.Duration
+
+	// Retention bounds how long ready messages of a topic that no consumer
+	// group reads are kept (default 0: until a group is created and reads
+	// them). Messages published before any subscriber exists are otherwise
+	// kept for the first group; with Retention set, those older than it are
+	// removed (approximately: whole stream nodes, so a little later) and the
+	// removal is logged. It never removes a message from a topic that has a
+	// consumer group: delete an abandoned group with Inspector.DeleteGroup.
+	Retention time.Duration
 }
 
 func (c *ManagerConfig) setDefaults() {
@@ -195,9 +331,9 @@ func (c ManagerConfig) Validate() error {
 	if err := validateCommon("ManagerConfig", c.Client, c.KeyPrefix); err != nil {
 		return err
 	}
-	for _, t := range c.Topics {
-		if err := validateTopic(t); err != nil {
-			return fmt.Errorf("ManagerConfig.Topics: %w", err)
+	for i, t := range c.Topics {
+		if p := nameProblem(fmt.Sprintf("ManagerConfig.Topics[%d]", i), t); p != "" {
+			return fmt.Errorf("%w: %s", ErrInvalidTopic, p)
 		}
 	}
 	if c.BatchSize < 1 || c.BatchSize > 4096 {
@@ -206,7 +342,13 @@ func (c ManagerConfig) Validate() error {
 	if err := positive("ManagerConfig.CheckInterval", c.CheckInterval, time.Millisecond); err != nil {
 		return err
 	}
-	return positive("ManagerConfig.TrimInterval", c.TrimInterval, time.Millisecond)
+	if err := positive("ManagerConfig.TrimInterval", c.TrimInterval, time.Millisecond); err != nil {
+		return err
+	}
+	if c.Retention < 0 || (c.Retention > 0 && c.Retention < time.Second) {
+		return fmt.Errorf("redisdelay: ManagerConfig.Retention is %s: use at least 1s, or 0 to keep messages until a consumer group reads them", c.Retention)
+	}
+	return nil
 }
 
 func defaultPrefix(p string) string {

@@ -9,10 +9,32 @@ import (
 )
 
 // AttemptKey is the metadata key that tells a handler which delivery attempt
-// of the message it is handling: "1" the first time, "2" after one Nack, and
-// so on. Messages handed back unacknowledged when a subscriber closes keep
-// their attempt number.
+// of the message it is handling: "1" the first time, "2" after one Nack or
+// reclaim, and so on. Messages handed back unacknowledged when a subscriber
+// closes keep their attempt number. Publish drops the key, so a received
+// message published again (forwarded, or sent to a poison queue) starts
+// over at attempt 1.
 const AttemptKey = "_redisdelay_attempt"
+
+// ErrorKey is the metadata key whose value, when a handler nacks a message
+// on its last attempt, becomes the dead letter's reason. The RecordError
+// middleware sets it from the handler's error. Like all metadata it travels
+// with retries, so it holds the latest failure.
+const ErrorKey = "_redisdelay_error"
+
+// RecordError is a Router middleware that stores a failing handler's error
+// text in the message's ErrorKey metadata, so retries and dead letters say
+// why the message failed. Add it first, so it wraps the other middleware and
+// sees the error the Router nacks for.
+func RecordError(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		msgs, err := h(msg)
+		if err != nil {
+			msg.Metadata.Set(ErrorKey, err.Error())
+		}
+		return msgs, err
+	}
+}
 
 // untilLayout always has milliseconds, which Watermill's delay.Message (whole
 // seconds) never writes: a delivered message carries its until key in this
@@ -32,21 +54,22 @@ const untilLayout = "2006-01-02T15:04:05.000Z07:00"
 //   - Neither: due now. A zero or negative delay (delay.Until a past time) is
 //     due now as well.
 //
-// A value that does not parse is an error naming the key and the value.
+// A value that does not parse is an error naming the key and the value
+// (Publish wraps it in ErrInvalidDelay).
 func messageDelay(md message.Metadata, now time.Time) (time.Duration, error) {
 	if v := md.Get(delay.DelayedForKey); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return 0, fmt.Errorf("%w: metadata %s=%q is not a Go duration such as \"1.5s\" (set it with delay.Message(msg, delay.For(d)))",
-				ErrInvalidDelay, delay.DelayedForKey, v)
+			return 0, fmt.Errorf("metadata %s=%q is not a Go duration such as \"1.5s\" (set it with delay.Message(msg, delay.For(d)))",
+				delay.DelayedForKey, v)
 		}
 		return roundUpMs(d), nil
 	}
 	if v := md.Get(delay.DelayedUntilKey); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return 0, fmt.Errorf("%w: metadata %s=%q is not an RFC 3339 time such as \"2006-01-02T15:04:05Z\" (set it with delay.Message(msg, delay.Until(t)))",
-				ErrInvalidDelay, delay.DelayedUntilKey, v)
+			return 0, fmt.Errorf("metadata %s=%q is not an RFC 3339 time such as \"2006-01-02T15:04:05Z\" (set it with delay.Message(msg, delay.Until(t)))",
+				delay.DelayedUntilKey, v)
 		}
 		return roundUpMs(t.Sub(now)), nil
 	}

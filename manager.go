@@ -43,10 +43,9 @@ func NewManager(config ManagerConfig, logger watermill.LoggerAdapter) (*Manager,
 		logger = watermill.NopLogger{}
 	}
 	return &Manager{
-		config: config,
-		logger: logger,
-		sched: newScheduler(config.Client, keys{prefix: config.KeyPrefix}, logger,
-			config.CheckInterval, config.BatchSize, config.TrimInterval),
+		config:  config,
+		logger:  logger,
+		sched:   newScheduler(config, logger),
 		running: make(chan struct{}),
 		done:    make(chan struct{}),
 	}, nil
@@ -127,12 +126,13 @@ func (m *Manager) Close() error {
 // until the next due time (by Redis's clock), a wake-up published by a
 // script that created an earlier due time, or the check interval.
 type scheduler struct {
-	client   redis.UniversalClient
-	keys     keys
-	logger   watermill.LoggerAdapter
-	interval time.Duration
-	batch    int
-	trim     time.Duration
+	client    redis.UniversalClient
+	keys      keys
+	logger    watermill.LoggerAdapter
+	interval  time.Duration
+	batch     int
+	trim      time.Duration
+	retention time.Duration
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -143,10 +143,13 @@ type scheduler struct {
 	wg       sync.WaitGroup
 }
 
-func newScheduler(client redis.UniversalClient, k keys, logger watermill.LoggerAdapter, interval time.Duration, batch int, trim time.Duration) *scheduler {
+// newScheduler returns a scheduler configured like a Manager (config has its
+// defaults set).
+func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *scheduler {
 	return &scheduler{
-		client: client, keys: k, logger: logger,
-		interval: interval, batch: batch, trim: trim,
+		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
+		interval: config.CheckInterval, batch: config.BatchSize,
+		trim: config.TrimInterval, retention: config.Retention,
 		loops: map[string]chan string{},
 	}
 }
@@ -223,7 +226,7 @@ func (s *scheduler) loop(topic string, fixedGroups []string, wake <-chan string)
 	ctx := s.ctx
 	fields := watermill.LogFields{"topic": topic}
 	groups, refreshed := fixedGroups, time.Time{}
-	lastTrim := time.Now()
+	lastTrim, lastReclaim := time.Now(), time.Time{}
 	failures := 0
 	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
 	// tick behind, so the timer is reused without draining.
@@ -239,9 +242,14 @@ func (s *scheduler) loop(topic string, fixedGroups []string, wake <-chan string)
 		}
 
 		wait, err := s.promote(ctx, topic, groups)
-		if err == nil && time.Since(lastTrim) >= s.trim {
-			lastTrim = time.Now()
-			err = s.trimStream(ctx, topic)
+		if err == nil && time.Since(lastReclaim) >= s.interval {
+			cleanup := time.Since(lastTrim) >= s.trim
+			lastReclaim = time.Now()
+			err = s.reclaim(ctx, topic, groups, cleanup)
+			if err == nil && cleanup {
+				lastTrim = time.Now()
+				err = s.trimStream(ctx, topic)
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -299,13 +307,52 @@ func (s *scheduler) promote(ctx context.Context, topic string, groups []string) 
 	return time.Duration(wait) * time.Millisecond, nil
 }
 
+// reclaim takes back, for each group, the messages held past the group's
+// visibility timeout by consumers that stopped extending their lease, and
+// with cleanup removes consumers idle past the group's idle timeout.
+func (s *scheduler) reclaim(ctx context.Context, topic string, groups []string, cleanup bool) error {
+	flag := "0"
+	if cleanup {
+		flag = "1"
+	}
+	for _, g := range groups {
+		res, err := reclaimScript.Run(ctx, s.client,
+			[]string{s.keys.stream(topic), s.keys.redelivery(topic, g), s.keys.retry(topic, g), s.keys.retryBodies(topic, g),
+				s.keys.dead(topic, g), s.keys.meta(topic, g)},
+			g, 1000, s.keys.wake(topic), flag).Int64Slice()
+		if err != nil {
+			return fmt.Errorf("reclaim messages of group %q in topic %q: %w", g, topic, err)
+		}
+		requeued, buried, evicted, missing, removed := res[0], res[1], res[2], res[3], res[4]
+		fields := watermill.LogFields{"topic": topic, "consumer_group": g}
+		if requeued+buried > 0 {
+			s.logger.Info("redisdelay: reclaimed messages from consumers that stopped responding",
+				fields.Add(watermill.LogFields{"requeued": requeued, "dead_lettered": buried}))
+		}
+		if evicted > 0 {
+			s.logger.Error("redisdelay: dead letters full (MaxDeadLetters); evicted the oldest", nil, fields.Add(watermill.LogFields{"evicted": evicted}))
+		}
+		if missing > 0 {
+			s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": missing}))
+		}
+		if removed > 0 {
+			s.logger.Debug("redisdelay: removed idle consumers", fields.Add(watermill.LogFields{"count": removed}))
+		}
+	}
+	return nil
+}
+
 func (s *scheduler) trimStream(ctx context.Context, topic string) error {
-	n, err := trimScript.Run(ctx, s.client, []string{s.keys.stream(topic)}).Int64()
+	res, err := trimScript.Run(ctx, s.client, []string{s.keys.stream(topic)}, s.retention.Milliseconds()).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("trim the ready stream of topic %q: %w", topic, err)
 	}
-	if n > 0 {
-		s.logger.Debug("redisdelay: trimmed acknowledged entries", watermill.LogFields{"topic": topic, "count": n})
+	fields := watermill.LogFields{"topic": topic, "count": res[0]}
+	switch {
+	case res[0] > 0 && res[1] == 1:
+		s.logger.Info("redisdelay: removed ready messages older than Retention from a topic no consumer group reads", fields)
+	case res[0] > 0:
+		s.logger.Debug("redisdelay: trimmed acknowledged entries", fields)
 	}
 	return nil
 }

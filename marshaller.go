@@ -25,6 +25,12 @@ func encodeMessage(msg *message.Message) []byte {
 	size := 1 + binary.MaxVarintLen64*2 + len(msg.UUID) + len(msg.Payload)
 	keys := make([]string, 0, len(msg.Metadata))
 	for k, v := range msg.Metadata {
+		if k == AttemptKey {
+			// Set on each delivery from the stored attempt count: a value
+			// carried over from an earlier delivery (a forwarded message)
+			// must not stick.
+			continue
+		}
 		keys = append(keys, k)
 		size += 2*binary.MaxVarintLen64 + len(k) + len(v)
 	}

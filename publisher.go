@@ -46,9 +46,14 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 
 // Publish stores the messages atomically: all of them or, on error, none.
 // Messages without delay metadata (or already due) are ready at once;
-// delayed ones wait in Redis until due. Publishing a message again while an
-// identical copy is still waiting is a no-op, so retrying a failed Publish
-// is safe.
+// delayed ones wait in Redis until due.
+//
+// It gives up after PublisherConfig.PublishTimeout, or when the context of
+// the first message is done, with an error naming the topic. After a
+// timeout or a lost connection the messages may or may not be stored:
+// publishing a delayed message again while an identical copy is still
+// waiting is a no-op, so retrying is safe for those; an immediate message
+// retried may be delivered twice.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	if p.closed.Load() {
 		return ErrClosed
@@ -69,7 +74,11 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	}
 	for i, msg := range messages {
 		if msg == nil {
-			return fmt.Errorf("redisdelay: publish to topic %q: message %d is nil", topic, i)
+			return fmt.Errorf("%w: publish to topic %q: message %d is nil", ErrInvalidMessage, topic, i)
+		}
+		if msg.UUID == "" {
+			return fmt.Errorf("%w: publish to topic %q: message %d has an empty UUID: create messages with message.NewMessage(watermill.NewUUID(), payload)",
+				ErrInvalidMessage, topic, i)
 		}
 		if seen != nil {
 			if j, dup := seen[msg.UUID]; dup {
@@ -79,19 +88,23 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 			seen[msg.UUID] = i
 		}
 		d, err := messageDelay(msg.Metadata, now)
-		if err != nil {
-			return fmt.Errorf("publish message %q to topic %q: %w", msg.UUID, topic, err)
+		if err == nil && d > p.config.MaxDelay {
+			err = fmt.Errorf("due in %s, beyond PublisherConfig.MaxDelay (%s): raise MaxDelay if that is intended", d, p.config.MaxDelay)
 		}
-		args = append(args, msg.UUID, strconv.FormatInt(d.Milliseconds(), 10), encodeMessage(msg))
+		if err != nil {
+			return fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidDelay, msg.UUID, topic, err)
+		}
+		body := encodeMessage(msg)
+		if len(body) > p.config.MaxMessageSize {
+			return fmt.Errorf("%w: message %q to topic %q is %d bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (%d): store large payloads elsewhere and publish a reference",
+				ErrMessageTooLarge, msg.UUID, topic, len(body), p.config.MaxMessageSize)
+		}
+		args = append(args, msg.UUID, strconv.FormatInt(d.Milliseconds(), 10), body)
 	}
 
-	ctx := context.Background()
-	if err := p.register(ctx, topic); err != nil {
-		return err
-	}
-	res, err := publishScript.Run(ctx, p.config.Client,
-		[]string{p.keys.waiting(topic), p.keys.bodies(topic), p.keys.stream(topic), p.keys.seq(topic)},
-		args...).Result()
+	ctx, cancel := context.WithTimeout(messages[0].Context(), p.config.PublishTimeout)
+	defer cancel()
+	res, err := p.store(ctx, topic, args)
 	if err != nil {
 		return fmt.Errorf("redisdelay: publish %d message(s) to topic %q: %w", len(messages), topic, err)
 	}
@@ -102,6 +115,40 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	return nil
 }
 
+// store runs the publish script and returns when it is done or ctx is,
+// whichever comes first: go-redis bounds a stalled socket read by the
+// client's ReadTimeout, not by the context (unless ContextTimeoutEnabled),
+// and Publish must not outlive its deadline. After ctx ends the script may
+// still run; Publish's documentation says so.
+func (p *Publisher) store(ctx context.Context, topic string, args []any) (any, error) {
+	type result struct {
+		res any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		if err := p.register(ctx, topic); err != nil {
+			done <- result{err: err}
+			return
+		}
+		res, err := publishScript.Run(ctx, p.config.Client,
+			[]string{p.keys.waiting(topic), p.keys.bodies(topic), p.keys.stream(topic), p.keys.seq(topic)},
+			args...).Result()
+		done <- result{res, err}
+	}()
+	select {
+	case r := <-done:
+		return r.res, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-done: // finished at the same instant: report what happened
+			return r.res, r.err
+		default:
+		}
+		return nil, fmt.Errorf("gave up (the messages may or may not be stored): %w", ctx.Err())
+	}
+}
+
 // register adds the topic to the registry Managers discover topics from,
 // once per Publisher and topic.
 func (p *Publisher) register(ctx context.Context, topic string) error {
@@ -109,7 +156,7 @@ func (p *Publisher) register(ctx context.Context, topic string) error {
 		return nil
 	}
 	if err := p.config.Client.SAdd(ctx, p.keys.topics(), topic).Err(); err != nil {
-		return fmt.Errorf("redisdelay: register topic %q: %w", topic, err)
+		return fmt.Errorf("register the topic: %w", err)
 	}
 	p.registered.Store(topic, struct{}{})
 	return nil
@@ -125,6 +172,9 @@ func (p *Publisher) Cancel(ctx context.Context, topic, messageUUID string) (bool
 	}
 	if err := validateTopic(topic); err != nil {
 		return false, err
+	}
+	if messageUUID == "" {
+		return false, fmt.Errorf("%w: cancel in topic %q: the message UUID is empty", ErrInvalidMessage, topic)
 	}
 	n, err := cancelScript.Run(ctx, p.config.Client,
 		[]string{p.keys.waiting(topic), p.keys.bodies(topic)}, messageUUID).Int()

@@ -13,23 +13,37 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-func loadScript(name string) *redis.Script {
+// loadScript returns an embedded script, with the helper functions of
+// lib.lua in front when it uses them.
+func loadScript(name string, withLib bool) *redis.Script {
+	src := readScript(name)
+	if withLib {
+		src = readScript("lib") + src
+	}
+	return redis.NewScript(src)
+}
+
+func readScript(name string) string {
 	src, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
 	if err != nil {
 		panic("redisdelay: missing embedded script " + name)
 	}
-	return redis.NewScript(string(src))
+	return string(src)
 }
 
 var (
-	publishScript = loadScript("publish")
-	promoteScript = loadScript("promote")
-	nackScript    = loadScript("nack")
-	ackScript     = loadScript("ack")
-	releaseScript = loadScript("release")
-	cancelScript  = loadScript("cancel")
-	initScript    = loadScript("init")
-	trimScript    = loadScript("trim")
+	publishScript   = loadScript("publish", false)
+	promoteScript   = loadScript("promote", false)
+	nackScript      = loadScript("nack", true)
+	ackScript       = loadScript("ack", false)
+	releaseScript   = loadScript("release", true)
+	reclaimScript   = loadScript("reclaim", true)
+	extendScript    = loadScript("extend", false)
+	requeueScript   = loadScript("requeue", false)
+	cancelScript    = loadScript("cancel", false)
+	initScript      = loadScript("init", false)
+	trimScript      = loadScript("trim", false)
+	dropGroupScript = loadScript("dropgroup", false)
 )
 
 // keys is the key layout, in one place. Every key of a topic carries the
@@ -43,6 +57,8 @@ var (
 //	<prefix>:{<topic>}:g:<group>:retry  zset    retry member -> due score
 //	<prefix>:{<topic>}:g:<group>:rbody  hash    retry member -> encoded message
 //	<prefix>:{<topic>}:g:<group>:redo   stream  redeliveries for the group
+//	<prefix>:{<topic>}:g:<group>:dead   stream  dead letters (fields m, a, r)
+//	<prefix>:{<topic>}:g:<group>:meta   hash    group policy and counters
 //	<prefix>:{<topic>}:wake             pub/sub channel that wakes schedulers
 //	<prefix>:topics                     set     known topics (for Managers)
 type keys struct {
@@ -65,6 +81,8 @@ func (k keys) retryBodies(topic, group string) string {
 	return k.group(topic, group) + ":rbody"
 }
 func (k keys) redelivery(topic, group string) string { return k.group(topic, group) + ":redo" }
+func (k keys) dead(topic, group string) string       { return k.group(topic, group) + ":dead" }
+func (k keys) meta(topic, group string) string       { return k.group(topic, group) + ":meta" }
 
 // wakePattern matches the wake channel of every topic.
 func (k keys) wakePattern() string { return k.prefix + ":{*}:wake" }

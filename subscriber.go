@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,8 @@ type Subscriber struct {
 	closeOnce sync.Once
 	subs      sync.WaitGroup
 
+	policy []any // the group's policy, as init.lua stores it for reclaim
+
 	mu          sync.Mutex
 	closed      bool
 	initialized map[string]bool
@@ -60,9 +63,34 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		logger:      logger,
 		now:         time.Now,
 		initialized: map[string]bool{},
+		policy:      groupPolicy(config),
 	}
 	s.closing, s.close = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// groupPolicy is what schedulers need to reclaim the group's messages on
+// their own (they may run in a Manager that never saw this config): the
+// limits and the retry delays per attempt, with RetryDelay evaluated for
+// the first attempts (the last value repeats).
+func groupPolicy(c SubscriberConfig) []any {
+	var delays []string
+	if c.RetryDelay != nil {
+		n := 64
+		if c.MaxAttempts > 0 {
+			n = min(c.MaxAttempts, n)
+		}
+		for attempt := 1; attempt <= n; attempt++ {
+			delays = append(delays, strconv.FormatInt(roundUpMs(c.RetryDelay(attempt)).Milliseconds(), 10))
+		}
+	}
+	return []any{
+		max(c.MaxAttempts, 0),
+		c.VisibilityTimeout.Milliseconds(),
+		max(c.MaxDeadLetters, 0),
+		c.ConsumerIdleTimeout.Milliseconds(),
+		strings.Join(delays, ","),
+	}
 }
 
 // SubscribeInitialize creates the consumer group for the topic if it does not
@@ -84,8 +112,8 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 	}
 	group := s.config.ConsumerGroup
 	err := initScript.Run(ctx, s.config.Client,
-		[]string{s.keys.stream(topic), s.keys.redelivery(topic, group), s.keys.groups(topic)},
-		group, s.keys.wake(topic)).Err()
+		[]string{s.keys.stream(topic), s.keys.redelivery(topic, group), s.keys.groups(topic), s.keys.meta(topic, group)},
+		append([]any{group, s.keys.wake(topic)}, s.policy...)...).Err()
 	if err == nil {
 		err = s.config.Client.SAdd(ctx, s.keys.topics(), topic).Err()
 	}
@@ -143,8 +171,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 func (s *Subscriber) schedule(topic string) {
 	s.mu.Lock()
 	if s.sched == nil {
-		s.sched = newScheduler(s.config.Client, s.keys, s.logger, s.config.CheckInterval,
-			defaultPromoteBatch, defaultTrimInterval)
+		config := ManagerConfig{Client: s.config.Client, KeyPrefix: s.config.KeyPrefix, CheckInterval: s.config.CheckInterval}
+		config.setDefaults()
+		s.sched = newScheduler(config, s.logger)
 		s.sched.start(s.closing, false)
 	}
 	sched := s.sched
@@ -190,10 +219,16 @@ type entry struct {
 
 func (sub *subscription) run(ctx context.Context) {
 	s := sub.s
-	defer sub.release()
+	defer sub.release("", "")
 
 	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": s.config.ConsumerGroup, "consumer": sub.consumer}
 	s.logger.Debug("redisdelay: subscribed", fields)
+
+	// The lease outlives ctx: a handler finishing during Close keeps its
+	// message until the hand-back.
+	leaseCtx, stopLease := context.WithCancel(context.Background())
+	defer stopLease()
+	go sub.extendLeases(leaseCtx)
 
 	// A consumer first reads its own pending entries ("0"): after a
 	// connection error Redis may have assigned entries whose reply was lost.
@@ -229,15 +264,35 @@ func (sub *subscription) run(ctx context.Context) {
 		}
 		for _, e := range entries {
 			if history {
-				i := 0
-				if e.redo {
-					i = 1
-				}
-				cursor[i] = e.msg.ID
+				cursor[e.streamIndex()-1] = e.msg.ID
 			}
 			if !sub.deliver(ctx, e) {
 				return
 			}
+		}
+	}
+}
+
+// extendLeases renews the lease of every message the subscription holds,
+// three times per VisibilityTimeout, until ctx ends.
+func (sub *subscription) extendLeases(ctx context.Context) {
+	s := sub.s
+	group := s.config.ConsumerGroup
+	t := time.NewTicker(s.config.VisibilityTimeout / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := extendScript.Run(opCtx, s.config.Client,
+			[]string{s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, group)}, group, sub.consumer).Err()
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.logger.Error("redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
+				watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer})
 		}
 	}
 }
@@ -274,30 +329,31 @@ func (sub *subscription) read(ctx context.Context, history bool, cursor [2]strin
 }
 
 // deliver hands one entry to the subscriber's channel and settles it when the
-// handler acks or nacks. It returns false when the subscription is closing;
-// the entry then stays pending and release hands it back.
+// handler acks or nacks. It returns false when the subscription is closing.
 func (sub *subscription) deliver(ctx context.Context, e entry) bool {
 	s := sub.s
 	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": s.config.ConsumerGroup, "entry_id": e.msg.ID}
-	raw, _ := e.msg.Values["m"].(string)
 	if e.msg.Values == nil {
 		// The entry is pending but its content is gone (deleted by hand):
 		// nothing can be delivered, so stop it blocking the pending list.
 		s.logger.Error("redisdelay: pending entry has no content; acknowledging it", nil, fields)
-		sub.settle(func(ctx context.Context) error { return sub.ack(ctx, e) })
+		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e, "") })
 		return ctx.Err() == nil
 	}
+	attempt := e.attempt()
+	raw, _ := e.msg.Values["m"].(string)
 	msg, err := decodeMessage([]byte(raw))
 	if err != nil {
-		// Left pending, not lost: visible with XPENDING for inspection.
-		s.logger.Error("redisdelay: cannot decode entry; leaving it pending", err, fields)
-		return true
-	}
-	attempt := 1
-	if a, ok := e.msg.Values["a"].(string); ok {
-		if n, err := strconv.Atoi(a); err == nil && n > 0 {
-			attempt = n
+		// Poison input (another tool or version wrote it): it can never be
+		// delivered, so it goes to the dead letters, where it can be seen.
+		if _, ok := e.msg.Values["m"]; !ok {
+			err = fmt.Errorf("%w: entry has no field m, only %v (written by another tool?)", errCorrupt, fieldNames(e.msg.Values))
 		}
+		s.logger.Error("redisdelay: cannot decode entry; moving it to the dead letters", err, fields)
+		sub.settle(ctx, func(ctx context.Context) error {
+			return sub.settleNack(ctx, e, attempt, 0, []byte(raw), err.Error())
+		})
+		return ctx.Err() == nil
 	}
 	deliveredUntil := markDelivered(msg.Metadata, strconv.Itoa(attempt))
 
@@ -312,43 +368,76 @@ func (sub *subscription) deliver(ctx context.Context, e entry) bool {
 	}
 	select {
 	case <-msg.Acked():
-		sub.settle(func(ctx context.Context) error { return sub.ack(ctx, e) })
+		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e, msg.UUID) })
+		return true
 	case <-msg.Nacked():
-		sub.settle(func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
+		sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
+		return true
 	case <-ctx.Done():
-		return false
 	}
-	return true
+
+	// Closing: the handler's context is cancelled. Hand back what was
+	// fetched but not delivered at once, give the handler CloseTimeout to
+	// finish, then let run's release hand back the message if it did not.
+	sub.release(strconv.Itoa(e.streamIndex()), e.msg.ID)
+	wait := time.NewTimer(s.config.CloseTimeout)
+	defer wait.Stop()
+	select {
+	case <-msg.Acked():
+		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e, msg.UUID) })
+	case <-msg.Nacked():
+		sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
+	case <-wait.C:
+		s.logger.Info("redisdelay: handler did not finish within CloseTimeout; handing its message back to the group",
+			fields.Add(watermill.LogFields{"message_uuid": msg.UUID}))
+	}
+	return false
 }
 
 // settle runs an acknowledgement until Redis takes it, so the next message is
-// delivered only after the previous one is settled. If the subscription
-// closes first, the entry stays pending and is handed back: delivered again,
-// never lost.
-func (sub *subscription) settle(op func(context.Context) error) {
+// delivered only after the previous one is settled. It tries at least once;
+// if the subscription ends (ctx) or the client is closed first, the entry
+// stays pending and is handed back or reclaimed: delivered again, never lost.
+func (sub *subscription) settle(ctx context.Context, op func(context.Context) error) {
 	for failures := 1; ; failures++ {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		err := op(ctx)
+		opCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := op(opCtx)
 		cancel()
 		if err == nil {
+			return
+		}
+		if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+			sub.s.logger.Error("redisdelay: cannot settle message; it stays pending and is delivered again", err,
+				watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer})
 			return
 		}
 		wait := backoff(failures, 2*time.Second)
 		sub.s.logger.Error("redisdelay: cannot settle message; retrying", err,
 			watermill.LogFields{"topic": sub.topic, "retry_in": wait.String()})
-		if sub.s.closing.Err() != nil {
-			return
-		}
-		sleep(sub.s.closing, wait)
+		sleep(ctx, wait)
 	}
 }
 
-func (sub *subscription) ack(ctx context.Context, e entry) error {
+func (sub *subscription) ack(ctx context.Context, e entry, uuid string) error {
 	s := sub.s
+	var n int64
+	var err error
 	if e.redo {
-		return ackScript.Run(ctx, s.config.Client, []string{e.stream}, s.config.ConsumerGroup, e.msg.ID).Err()
+		n, err = ackScript.Run(ctx, s.config.Client, []string{e.stream}, s.config.ConsumerGroup, e.msg.ID).Int64()
+	} else {
+		n, err = s.config.Client.XAck(ctx, e.stream, s.config.ConsumerGroup, e.msg.ID).Result()
 	}
-	return s.config.Client.XAck(ctx, e.stream, s.config.ConsumerGroup, e.msg.ID).Err()
+	if err == nil && n == 0 {
+		sub.lostLease(uuid, "Ack")
+	}
+	return err
+}
+
+// lostLease logs a settlement that came too late: the message had already
+// been reclaimed (its lease ran out) and will be delivered again.
+func (sub *subscription) lostLease(uuid, what string) {
+	sub.s.logger.Info("redisdelay: "+what+" came after the message was reclaimed (lease not extended within VisibilityTimeout); it will be delivered again",
+		watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer, "message_uuid": uuid})
 }
 
 func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message, attempt int, deliveredUntil string) error {
@@ -358,19 +447,53 @@ func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message
 		s.logger.Error("redisdelay: nacked message has invalid delay metadata; using RetryDelay", err,
 			watermill.LogFields{"topic": sub.topic, "message_uuid": msg.UUID})
 	}
+	reason := ""
+	if max := s.config.MaxAttempts; max > 0 && attempt >= max {
+		reason = msg.Metadata.Get(ErrorKey)
+		if reason == "" {
+			reason = fmt.Sprintf("nacked on attempt %d of %d (set metadata %s, e.g. with the RecordError middleware, to record why)",
+				attempt, max, ErrorKey)
+		}
+	}
+	return sub.settleNack(ctx, e, attempt, d, encodeMessage(msg), reason)
+}
+
+// settleNack requeues a delivered entry for the group, or buries it in the
+// dead letters when reason is set.
+func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, delay time.Duration, body []byte, reason string) error {
+	s := sub.s
+	group := s.config.ConsumerGroup
 	source := "m"
 	if e.redo {
 		source = "r"
 	}
-	group := s.config.ConsumerGroup
-	return nackScript.Run(ctx, s.config.Client,
-		[]string{e.stream, s.keys.retry(sub.topic, group), s.keys.retryBodies(sub.topic, group), s.keys.redelivery(sub.topic, group)},
-		group, e.msg.ID, source, attempt+1, d.Milliseconds(), encodeMessage(msg), s.keys.wake(sub.topic)).Err()
+	res, err := nackScript.Run(ctx, s.config.Client,
+		[]string{e.stream, s.keys.retry(sub.topic, group), s.keys.retryBodies(sub.topic, group), s.keys.redelivery(sub.topic, group),
+			s.keys.dead(sub.topic, group), s.keys.meta(sub.topic, group)},
+		group, e.msg.ID, source, attempt, delay.Milliseconds(), body, s.keys.wake(sub.topic),
+		reason, max(s.config.MaxDeadLetters, 0)).Int64Slice()
+	if err != nil {
+		return err
+	}
+	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": group, "entry_id": e.msg.ID, "attempt": attempt}
+	switch res[0] {
+	case 0:
+		sub.lostLease(e.msg.ID, "Nack")
+	case 2:
+		s.logger.Error("redisdelay: message moved to the dead letters", errors.New(reason), fields)
+	}
+	if res[1] > 0 {
+		s.logger.Error("redisdelay: dead letters full (MaxDeadLetters); evicted the oldest", nil,
+			fields.Add(watermill.LogFields{"evicted": res[1]}))
+	}
+	return nil
 }
 
 // release hands back to the group everything still pending for this
-// consumer (prefetched, or delivered and not acked) and removes the consumer.
-func (sub *subscription) release() {
+// consumer (prefetched, or delivered and not acked) and removes the
+// consumer; or, given an entry to keep (stream index and id), everything
+// but that entry, leaving the consumer in place.
+func (sub *subscription) release(keepStream, keepID string) {
 	s := sub.s
 	group := s.config.ConsumerGroup
 	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": group, "consumer": sub.consumer}
@@ -379,9 +502,9 @@ func (sub *subscription) release() {
 	for {
 		res, err := releaseScript.Run(ctx, s.config.Client,
 			[]string{s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, group)},
-			group, sub.consumer, 1000).Int64Slice()
+			group, sub.consumer, 1000, keepStream, keepID).Int64Slice()
 		if err != nil {
-			s.logger.Error("redisdelay: cannot hand back pending messages; they stay pending for this consumer", err, fields)
+			s.logger.Error("redisdelay: cannot hand back pending messages; they are reclaimed after VisibilityTimeout", err, fields)
 			return
 		}
 		if res[1] > 0 {
@@ -394,6 +517,35 @@ func (sub *subscription) release() {
 			return
 		}
 	}
+}
+
+// streamIndex is 1 for the ready stream and 2 for the redelivery stream, as
+// scripts number them.
+func (e entry) streamIndex() int {
+	if e.redo {
+		return 2
+	}
+	return 1
+}
+
+// attempt is the delivery attempt the entry stands for: field a on
+// redeliveries, 1 otherwise.
+func (e entry) attempt() int {
+	if a, ok := e.msg.Values["a"].(string); ok {
+		if n, err := strconv.Atoi(a); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 1
+}
+
+func fieldNames(values map[string]any) []string {
+	names := make([]string, 0, len(values))
+	for k := range values {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // backoff is the pause after the n-th consecutive failure: 100ms more each

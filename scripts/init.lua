@@ -1,13 +1,18 @@
 --[[
   init: creates a consumer group on the topic's ready stream (reading from
   the start, so a new group sees messages still in the stream) and on the
-  group's redelivery stream, and registers the group for schedulers.
+  group's redelivery stream, registers the group for schedulers, and stores
+  the group's policy for reclaim (the last subscriber to start wins).
 
   KEYS[1] stream   stream the topic's ready stream
   KEYS[2] rstream  stream the group's redelivery stream
   KEYS[3] groups   set    consumer groups of the topic
+  KEYS[4] meta     hash   the group's policy and counters
   ARGV[1] consumer group
   ARGV[2] wake channel (told about the new group)
+  ARGV[3..7] policy: max attempts (0 = no limit), visibility timeout ms,
+          most dead letters (0 = no limit), consumer idle timeout ms,
+          retry delays ms per attempt (comma-separated, last repeats)
 
   Returns 1 when the group is new, 0 when it existed.
 ]]
@@ -18,6 +23,7 @@ for s = 1, 2 do
     return redis.error_reply(ok.err)
   end
 end
+redis.call('HSET', KEYS[4], 'max', ARGV[3], 'vis', ARGV[4], 'deadmax', ARGV[5], 'idle', ARGV[6], 'backoff', ARGV[7])
 if created == 1 then
   redis.call('PUBLISH', ARGV[2], 'g')
 end

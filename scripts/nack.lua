@@ -1,46 +1,42 @@
 --[[
   nack: takes a delivered message away from its consumer group's pending
-  list and queues it for redelivery to that group only: into the group's
-  redelivery stream now, or into its retry set until the delay has passed.
+  list and either queues it for redelivery to that group only (into the
+  group's redelivery stream now, or into its retry set until the delay has
+  passed) or, when it is out of attempts or cannot be decoded, buries it
+  in the group's dead letters.
 
   KEYS[1] source   stream the entry was read from (ready or redelivery stream)
   KEYS[2] retry    zset   the group's retry set
   KEYS[3] rbodies  hash   the group's retry bodies
   KEYS[4] rstream  stream the group's redelivery stream
+  KEYS[5] dead     stream the group's dead letters
+  KEYS[6] meta     hash   the group's policy and counters
   ARGV[1] consumer group
   ARGV[2] entry id in the source stream
   ARGV[3] source tag: "m" for the ready stream, "r" for the redelivery stream
           (redelivery entries are deleted once handled)
-  ARGV[4] attempt number of the next delivery
-  ARGV[5] delay in ms (<= 0: redeliver now)
+  ARGV[4] attempt number that failed
+  ARGV[5] delay in ms before the next attempt (<= 0: now)
   ARGV[6] encoded message (with the metadata the handler left on it)
   ARGV[7] wake channel
+  ARGV[8] "" to requeue, else the reason to bury it in the dead letters
+  ARGV[9] most dead letters kept (<= 0: no limit)
 
-  Returns 1 when queued, 0 when the entry was no longer pending for the group
-  (already acknowledged or handed back): nothing is queued twice.
+  Returns {status, evicted}: status 0 when the entry was no longer pending
+  for the group (already acknowledged, handed back or reclaimed: nothing is
+  queued twice), 1 when requeued, 2 when buried; evicted counts dead
+  letters evicted to make room.
 ]]
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-  return 0
+  return {0, 0}
 end
 if ARGV[3] == 'r' then
   redis.call('XDEL', KEYS[1], ARGV[2])
 end
 
-local delay = tonumber(ARGV[5])
-if delay <= 0 then
-  redis.call('XADD', KEYS[4], '*', 'm', ARGV[6], 'a', ARGV[4])
-  return 1
+local attempt = tonumber(ARGV[4])
+if ARGV[8] ~= '' then
+  return {2, bury(KEYS[5], KEYS[6], tonumber(ARGV[9]), ARGV[6], attempt, ARGV[8])}
 end
-
-local now = redis.call('TIME')
--- rounded up: a due time is never earlier than now + delay
-now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
-local score = (now + delay) * 1024
-local member = ARGV[4] .. ':' .. ARGV[3] .. ARGV[2]
-local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]
-redis.call('HSET', KEYS[3], member, ARGV[6])
-redis.call('ZADD', KEYS[2], score, member)
-if head == nil or score < tonumber(head) then
-  redis.call('PUBLISH', ARGV[7], 'r')
-end
-return 1
+requeue(KEYS[2], KEYS[3], KEYS[4], ARGV[7], ARGV[3] .. ARGV[2], attempt + 1, tonumber(ARGV[5]), ARGV[6])
+return {1, 0}

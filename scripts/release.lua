@@ -1,18 +1,22 @@
 --[[
-  release: hands every message pending for one consumer back to its group
-  (into the group's redelivery stream, attempt count unchanged), then removes
-  the consumer. Used when a subscription closes, so unacknowledged and
-  prefetched messages reach the group's other consumers at once.
+  release: hands the messages pending for one consumer back to its group
+  (into the group's redelivery stream, attempt count unchanged), then
+  removes the consumer. Used when a subscription closes, so unacknowledged
+  and prefetched messages reach the group's other consumers at once.
+  One entry may be kept (the message a handler is still finishing); the
+  consumer is then not removed.
 
   KEYS[1] stream   stream the topic's ready stream
   KEYS[2] rstream  stream the group's redelivery stream
   ARGV[1] consumer group
   ARGV[2] consumer name
   ARGV[3] most entries handed back per call
+  ARGV[4] stream of the entry to keep: "1" ready, "2" redelivery, "" none
+  ARGV[5] id of the entry to keep
 
   Returns {released, missing, done}: missing counts pending entries whose
-  body was already gone; done is 1 when the consumer had nothing left and
-  was removed (call again otherwise).
+  body was already gone; done is 1 when nothing is left to hand back (and,
+  unless an entry was kept, the consumer was removed); call again otherwise.
 ]]
 local group, consumer, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local released, missing = 0, 0
@@ -20,32 +24,32 @@ local released, missing = 0, 0
 for s = 1, 2 do
   local stream = KEYS[s]
   local pending = redis.call('XPENDING', stream, group, '-', '+', limit, consumer)
+  local kept = 0
   for _, p in ipairs(pending) do
     local id = p[1]
-    local entry = redis.call('XRANGE', stream, id, id)[1]
-    local body, attempt = nil, '1'
-    if entry then
-      local f = entry[2]
-      for i = 1, #f, 2 do
-        if f[i] == 'm' then body = f[i + 1] elseif f[i] == 'a' then attempt = f[i + 1] end
+    if ARGV[4] == tostring(s) and ARGV[5] == id then
+      kept = 1
+    else
+      local body, attempt = entry_of(stream, id)
+      if body then
+        redis.call('XADD', KEYS[2], '*', 'm', body, 'a', attempt)
+        released = released + 1
+      else
+        missing = missing + 1
+      end
+      redis.call('XACK', stream, group, id)
+      if s == 2 then
+        redis.call('XDEL', stream, id)
       end
     end
-    if body then
-      redis.call('XADD', KEYS[2], '*', 'm', body, 'a', attempt)
-      released = released + 1
-    else
-      missing = missing + 1
-    end
-    redis.call('XACK', stream, group, id)
-    if s == 2 then
-      redis.call('XDEL', stream, id)
-    end
   end
-  if #pending == limit then
+  if #pending == limit and #pending > kept then
     return {released, missing, 0}
   end
 end
 
-redis.call('XGROUP', 'DELCONSUMER', KEYS[1], group, consumer)
-redis.call('XGROUP', 'DELCONSUMER', KEYS[2], group, consumer)
+if ARGV[4] == '' then
+  redis.call('XGROUP', 'DELCONSUMER', KEYS[1], group, consumer)
+  redis.call('XGROUP', 'DELCONSUMER', KEYS[2], group, consumer)
+end
 return {released, missing, 1}

@@ -1,20 +1,29 @@
 --[[
   trim: removes from the ready stream the entries that every consumer group
   has read and acknowledged, and nothing else: an entry stays while any group
-  has not read it yet or has it pending. With no group, nothing is removed.
-  Trimming is approximate (whole stream nodes), so a few acknowledged entries
-  may stay until a later call.
+  has not read it yet or has it pending. A stream with no group keeps its
+  entries for the first group, unless a retention is given: then entries
+  older than it are removed. Trimming is approximate (whole stream nodes),
+  so a few removable entries may stay until a later call.
 
   KEYS[1] stream  stream the topic's ready stream
+  ARGV[1] retention in ms for a stream without consumer groups (0: keep all)
 
-  Returns the number of entries removed.
+  Returns {removed, by_retention}: the number of entries removed, and 1 when
+  they were removed by the retention (no group), 0 otherwise.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
+  return {0, 0}
 end
 local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
 if #groups == 0 then
-  return 0
+  local retention = tonumber(ARGV[1])
+  if retention <= 0 then
+    return {0, 0}
+  end
+  local t = redis.call('TIME')
+  local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - retention
+  return {redis.call('XTRIM', KEYS[1], 'MINID', '~', string.format('%d-0', cutoff)), 1}
 end
 
 local function parse(id)
@@ -41,4 +50,4 @@ for _, g in ipairs(groups) do
     minMs, minSeq = ms, seq
   end
 end
-return redis.call('XTRIM', KEYS[1], 'MINID', '~', string.format('%d-%d', minMs, minSeq))
+return {redis.call('XTRIM', KEYS[1], 'MINID', '~', string.format('%d-%d', minMs, minSeq)), 0}

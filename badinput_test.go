@@ -1,0 +1,254 @@
+package redisdelay_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// topicState is everything a topic holds in Redis, to show that a rejected
+// call changed nothing.
+func topicState(t *testing.T, topic string) string {
+	t.Helper()
+	ctx := context.Background()
+	client := newClient(t)
+	keys, err := client.Keys(ctx, "redisdelay:{"+topic+"}:*").Result()
+	require.NoError(t, err)
+	var b strings.Builder
+	for _, k := range keys {
+		switch typ := client.Type(ctx, k).Val(); typ {
+		case "zset":
+			fmt.Fprintln(&b, k, client.ZRangeWithScores(ctx, k, 0, -1).Val())
+		case "hash":
+			fmt.Fprintln(&b, k, client.HGetAll(ctx, k).Val())
+		case "stream":
+			fmt.Fprintln(&b, k, client.XRange(ctx, k, "-", "+").Val())
+		default:
+			fmt.Fprintln(&b, k, typ)
+		}
+	}
+	return b.String()
+}
+
+// Every Publish input a user can get wrong: the exact error, and proof that
+// nothing of the call was stored and nothing already there was touched.
+func TestBadPublishInput(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{
+		Client: client, MaxDelay: 24 * time.Hour, MaxMessageSize: 200,
+	}, logger)
+	require.NoError(t, err)
+	topic := topic()
+	// A bystander already waiting, and a valid message in every failing call:
+	// a rejected call stores none of its messages.
+	bystander := delayed(delay.For(time.Hour), "bystander")
+	require.NoError(t, pub.Publish(topic, bystander))
+	before := topicState(t, topic)
+
+	good := message.NewMessage("good", []byte("fine"))
+	withMeta := func(uuid, key, value string) *message.Message {
+		m := message.NewMessage(uuid, nil)
+		m.Metadata.Set(key, value)
+		return m
+	}
+	longTopic := strings.Repeat("t", 257)
+	changed := bystander.Copy()
+	changed.Payload = []byte("changed")
+
+	for _, c := range []struct {
+		name  string
+		topic string
+		msgs  []*message.Message
+		is    error
+		want  string
+	}{
+		{"empty topic", "", []*message.Message{good}, redisdelay.ErrInvalidTopic,
+			`redisdelay: invalid topic: topic is empty`},
+		{"brace in topic", "a{b}", []*message.Message{good}, redisdelay.ErrInvalidTopic,
+			`redisdelay: invalid topic: topic "a{b}" contains "{" at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+		{"space in topic", "a b", []*message.Message{good}, redisdelay.ErrInvalidTopic,
+			`redisdelay: invalid topic: topic "a b" contains " " at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+		{"control character in topic", "a\nb", []*message.Message{good}, redisdelay.ErrInvalidTopic,
+			`redisdelay: invalid topic: topic "a\nb" contains "\n" at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+		{"topic too long", longTopic, []*message.Message{good}, redisdelay.ErrInvalidTopic,
+			`redisdelay: invalid topic: topic is 257 bytes long: use at most 256`},
+		{"topic not UTF-8", "a\xffb", []*message.Message{good}, redisdelay.ErrInvalidTopic,
+			`redisdelay: invalid topic: topic "a\xffb" is not valid UTF-8`},
+		{"nil message", topic, []*message.Message{good, nil}, redisdelay.ErrInvalidMessage,
+			fmt.Sprintf(`redisdelay: invalid message: publish to topic %q: message 1 is nil`, topic)},
+		{"empty UUID", topic, []*message.Message{good, message.NewMessage("", nil)}, redisdelay.ErrInvalidMessage,
+			fmt.Sprintf(`redisdelay: invalid message: publish to topic %q: message 1 has an empty UUID: create messages with message.NewMessage(watermill.NewUUID(), payload)`, topic)},
+		{"duplicate UUID in one call", topic, []*message.Message{good, message.NewMessage("good", nil)}, redisdelay.ErrDuplicateMessage,
+			fmt.Sprintf(`redisdelay: duplicate message UUID: messages 0 and 1 of one Publish call to topic %q share UUID "good": give each message its own UUID`, topic)},
+		{"UUID already waiting with another body", topic, []*message.Message{good, changed}, redisdelay.ErrDuplicateMessage,
+			fmt.Sprintf(`redisdelay: duplicate message UUID: message %q is already waiting in topic %q with a different body: cancel it first or use a new UUID`, bystander.UUID, topic)},
+		{"malformed delayed_for", topic, []*message.Message{good, withMeta("m", delay.DelayedForKey, "soon")}, redisdelay.ErrInvalidDelay,
+			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: metadata _watermill_delayed_for="soon" is not a Go duration such as "1.5s" (set it with delay.Message(msg, delay.For(d)))`, topic)},
+		{"malformed delayed_until", topic, []*message.Message{good, withMeta("m", delay.DelayedUntilKey, "tomorrow")}, redisdelay.ErrInvalidDelay,
+			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: metadata _watermill_delayed_until="tomorrow" is not an RFC 3339 time such as "2006-01-02T15:04:05Z" (set it with delay.Message(msg, delay.Until(t)))`, topic)},
+		{"delay beyond MaxDelay", topic, []*message.Message{good, withMeta("m", delay.DelayedForKey, "25h")}, redisdelay.ErrInvalidDelay,
+			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: due in 25h0m0s, beyond PublisherConfig.MaxDelay (24h0m0s): raise MaxDelay if that is intended`, topic)},
+		{"payload over MaxMessageSize", topic, []*message.Message{good, message.NewMessage("m", make([]byte, 200))}, redisdelay.ErrMessageTooLarge,
+			fmt.Sprintf(`redisdelay: message too large: message "m" to topic %q is 204 bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (200): store large payloads elsewhere and publish a reference`, topic)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := pub.Publish(c.topic, c.msgs...)
+			require.ErrorIs(t, err, c.is)
+			require.EqualError(t, err, c.want)
+			require.Equal(t, before, topicState(t, topic), "a rejected Publish changed the topic")
+		})
+	}
+
+	ctx := context.Background()
+	t.Run("cancel with an empty UUID", func(t *testing.T) {
+		_, err := pub.Cancel(ctx, topic, "")
+		require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
+		require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: cancel in topic %q: the message UUID is empty`, topic))
+	})
+	t.Run("cancel in an invalid topic", func(t *testing.T) {
+		_, err := pub.Cancel(ctx, "", bystander.UUID)
+		require.EqualError(t, err, `redisdelay: invalid topic: topic is empty`)
+	})
+	require.Equal(t, before, topicState(t, topic))
+
+	// The Publisher still works after all that, and the bystander is intact.
+	_, sub := newPubSub(t, "g")
+	defer sub.Close()
+	ch := subscribe(t, sub, topic)
+	require.NoError(t, pub.Publish(topic, good))
+	got := receive(t, ch, 2*time.Second)
+	assert.Equal(t, "fine", string(got.Payload))
+	got.Ack()
+	cancelled, err := pub.Cancel(ctx, topic, bystander.UUID)
+	require.NoError(t, err)
+	assert.True(t, cancelled, "the bystander was still waiting")
+}
+
+// Inputs that look wrong but have a defined, documented meaning.
+func TestAcceptedOddPublishInput(t *testing.T) {
+	t.Parallel()
+	pub, sub := newPubSub(t, "g")
+	defer sub.Close()
+	topic := topic()
+	ch := subscribe(t, sub, topic)
+
+	require.NoError(t, pub.Publish(topic), "no messages: a no-op")
+
+	// delay.Until a past time writes a negative duration: due now.
+	past := message.NewMessage(watermill.NewUUID(), []byte("past"))
+	delay.Message(past, delay.Until(time.Now().Add(-time.Hour)))
+	require.True(t, strings.HasPrefix(past.Metadata.Get(delay.DelayedForKey), "-"))
+	require.NoError(t, pub.Publish(topic, past))
+	got := receive(t, ch, time.Second)
+	assert.Equal(t, "past", string(got.Payload))
+	got.Ack()
+
+	// The attempt key is the subscriber's to set: a forwarded message
+	// (published again as received, e.g. to a poison queue) starts over at 1.
+	forwarded := message.NewMessage(watermill.NewUUID(), []byte("forwarded"))
+	forwarded.Metadata.Set(redisdelay.AttemptKey, "7")
+	require.NoError(t, pub.Publish(topic, forwarded))
+	got = receive(t, ch, time.Second)
+	assert.Equal(t, "1", got.Metadata.Get(redisdelay.AttemptKey))
+	got.Ack()
+}
+
+func TestBadSubscribeInput(t *testing.T) {
+	t.Parallel()
+	_, sub := newPubSub(t, "g")
+	defer sub.Close()
+	_, err := sub.Subscribe(context.Background(), "a b")
+	require.EqualError(t, err, `redisdelay: invalid topic: topic "a b" contains " " at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`)
+	require.ErrorIs(t, sub.SubscribeInitialize(""), redisdelay.ErrInvalidTopic)
+}
+
+// Every config a user can get wrong, with the exact error.
+func TestBadConfig(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	group := func(c redisdelay.SubscriberConfig) redisdelay.SubscriberConfig {
+		c.Client, c.ConsumerGroup = client, "g"
+		return c
+	}
+	newSub := func(c redisdelay.SubscriberConfig) func() error {
+		return func() error { _, err := redisdelay.NewSubscriber(c, nil); return err }
+	}
+	newPub := func(c redisdelay.PublisherConfig) func() error {
+		return func() error { _, err := redisdelay.NewPublisher(c, nil); return err }
+	}
+	newMgr := func(c redisdelay.ManagerConfig) func() error {
+		return func() error { _, err := redisdelay.NewManager(c, nil); return err }
+	}
+	for _, c := range []struct {
+		name string
+		new  func() error
+		want string
+	}{
+		{"publisher without client", newPub(redisdelay.PublisherConfig{}),
+			`redisdelay: PublisherConfig.Client is nil: pass a redis.UniversalClient, e.g. redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})`},
+		{"brace in key prefix", newPub(redisdelay.PublisherConfig{Client: client, KeyPrefix: "a{b"}),
+			`redisdelay: PublisherConfig.KeyPrefix "a{b" contains "{" at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+		{"negative publish timeout", newPub(redisdelay.PublisherConfig{Client: client, PublishTimeout: -time.Second}),
+			`redisdelay: PublisherConfig.PublishTimeout is -1s: use at least 1ms (0 means the default)`},
+		{"negative max delay", newPub(redisdelay.PublisherConfig{Client: client, MaxDelay: -time.Hour}),
+			`redisdelay: PublisherConfig.MaxDelay is -1h0m0s: use at least 1ms (0 means the default)`},
+		{"max delay beyond 100 years", newPub(redisdelay.PublisherConfig{Client: client, MaxDelay: 101 * 365 * 24 * time.Hour}),
+			`redisdelay: PublisherConfig.MaxDelay is 884760h0m0s: use at most 100 years`},
+		{"negative max message size", newPub(redisdelay.PublisherConfig{Client: client, MaxMessageSize: -1}),
+			`redisdelay: PublisherConfig.MaxMessageSize is -1: use 1 to 536870912 bytes (0 means the default, 1 MiB)`},
+
+		{"subscriber without client", newSub(redisdelay.SubscriberConfig{ConsumerGroup: "g"}),
+			`redisdelay: SubscriberConfig.Client is nil: pass a redis.UniversalClient, e.g. redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})`},
+		{"no consumer group", newSub(redisdelay.SubscriberConfig{Client: client}),
+			`redisdelay: SubscriberConfig.ConsumerGroup is empty: name the group this service consumes in (subscribers of one group share its messages; each group receives all of them)`},
+		{"space in consumer group", newSub(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "a b"}),
+			`redisdelay: SubscriberConfig.ConsumerGroup "a b" contains " " at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+		{"brace in consumer name", newSub(group(redisdelay.SubscriberConfig{Consumer: "c}"})),
+			`redisdelay: SubscriberConfig.Consumer "c}" contains "}" at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+		{"negative batch size", newSub(group(redisdelay.SubscriberConfig{BatchSize: -1})),
+			`redisdelay: SubscriberConfig.BatchSize is -1: use 1 to 10000 (0 means the default, 32)`},
+		{"batch size too large", newSub(group(redisdelay.SubscriberConfig{BatchSize: 10001})),
+			`redisdelay: SubscriberConfig.BatchSize is 10001: use 1 to 10000 (0 means the default, 32)`},
+		{"negative block time", newSub(group(redisdelay.SubscriberConfig{BlockTime: -time.Second})),
+			`redisdelay: SubscriberConfig.BlockTime is -1s: use at least 1ms (0 means the default)`},
+		{"check interval below 1ms", newSub(group(redisdelay.SubscriberConfig{CheckInterval: time.Microsecond})),
+			`redisdelay: SubscriberConfig.CheckInterval is 1µs: use at least 1ms (0 means the default)`},
+		{"visibility timeout below 100ms", newSub(group(redisdelay.SubscriberConfig{VisibilityTimeout: 10 * time.Millisecond})),
+			`redisdelay: SubscriberConfig.VisibilityTimeout is 10ms: use at least 100ms (0 means the default)`},
+		{"negative consumer idle timeout", newSub(group(redisdelay.SubscriberConfig{ConsumerIdleTimeout: -time.Minute})),
+			`redisdelay: SubscriberConfig.ConsumerIdleTimeout is -1m0s: use at least 1s (0 means the default)`},
+		{"negative close timeout", newSub(group(redisdelay.SubscriberConfig{CloseTimeout: -time.Second})),
+			`redisdelay: SubscriberConfig.CloseTimeout is -1s: use at least 1ms (0 means the default)`},
+
+		{"manager without client", newMgr(redisdelay.ManagerConfig{}),
+			`redisdelay: ManagerConfig.Client is nil: pass a redis.UniversalClient, e.g. redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})`},
+		{"invalid topic in manager", newMgr(redisdelay.ManagerConfig{Client: client, Topics: []string{"ok", ""}}),
+			`redisdelay: invalid topic: ManagerConfig.Topics[1] is empty`},
+		{"manager batch too large", newMgr(redisdelay.ManagerConfig{Client: client, BatchSize: 5000}),
+			`redisdelay: ManagerConfig.BatchSize is 5000: use 1 to 4096 (0 means the default, 256)`},
+		{"negative check interval", newMgr(redisdelay.ManagerConfig{Client: client, CheckInterval: -time.Second}),
+			`redisdelay: ManagerConfig.CheckInterval is -1s: use at least 1ms (0 means the default)`},
+		{"negative trim interval", newMgr(redisdelay.ManagerConfig{Client: client, TrimInterval: -1}),
+			`redisdelay: ManagerConfig.TrimInterval is -1ns: use at least 1ms (0 means the default)`},
+		{"retention below 1s", newMgr(redisdelay.ManagerConfig{Client: client, Retention: 500 * time.Millisecond}),
+			`redisdelay: ManagerConfig.Retention is 500ms: use at least 1s, or 0 to keep messages until a consumer group reads them`},
+
+		{"inspector without client", func() error { _, err := redisdelay.NewInspector(redisdelay.InspectorConfig{}); return err },
+			`redisdelay: InspectorConfig.Client is nil: pass a redis.UniversalClient, e.g. redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			require.EqualError(t, c.new(), c.want)
+		})
+	}
+}

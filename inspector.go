@@ -1,0 +1,359 @@
+package redisdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// InspectorConfig configures an Inspector.
+type InspectorConfig struct {
+	// Client is the Redis connection. Required. Never closed by the Inspector.
+	Client redis.UniversalClient
+
+	// KeyPrefix namespaces every Redis key (default DefaultKeyPrefix).
+	KeyPrefix string
+}
+
+func (c *InspectorConfig) setDefaults() {
+	c.KeyPrefix = defaultPrefix(c.KeyPrefix)
+}
+
+// Validate reports the first setting that cannot work.
+func (c InspectorConfig) Validate() error {
+	return validateCommon("InspectorConfig", c.Client, c.KeyPrefix)
+}
+
+// Inspector shows what a topic holds, and lets an operator act on dead
+// letters: list, requeue and delete them. Safe for concurrent use; it keeps
+// no state, so there is nothing to close.
+type Inspector struct {
+	client redis.UniversalClient
+	keys   keys
+}
+
+// NewInspector returns an Inspector.
+func NewInspector(config InspectorConfig) (*Inspector, error) {
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	return &Inspector{client: config.Client, keys: keys{prefix: config.KeyPrefix}}, nil
+}
+
+// TopicStats counts the messages of a topic where they are.
+type TopicStats struct {
+	Topic string
+	// Waiting counts delayed messages not yet due.
+	Waiting int64
+	// Stream counts entries in the ready stream, read or not: it shrinks
+	// when every group has acknowledged an entry and a scheduler trims it.
+	Stream int64
+	Groups []GroupStats
+}
+
+// GroupStats counts a consumer group's messages of one topic.
+type GroupStats struct {
+	Group string
+	// Ready counts messages due and not yet fetched by a consumer of the
+	// group: new ones in the ready stream plus redeliveries. -1 when Redis
+	// cannot tell (entries were deleted from the middle of the stream by hand).
+	Ready int64
+	// Pending counts messages fetched by a consumer and not yet acked.
+	Pending int64
+	// Retry counts nacked or reclaimed messages waiting for their retry delay.
+	Retry int64
+	// Dead counts the dead letters held now.
+	Dead int64
+	// DeadTotal counts messages ever moved to the dead letters, and
+	// DeadEvicted those evicted to respect MaxDeadLetters.
+	DeadTotal, DeadEvicted int64
+	// Consumers counts the group's consumers known to Redis, including
+	// crashed ones not cleaned up yet (see ConsumerIdleTimeout).
+	Consumers int64
+}
+
+// Topics lists the topics publishers and subscribers with this key prefix
+// have used.
+func (i *Inspector) Topics(ctx context.Context) ([]string, error) {
+	topics, err := i.client.SMembers(ctx, i.keys.topics()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisdelay: list topics: %w", err)
+	}
+	return topics, nil
+}
+
+// Stats counts a topic's messages. The counts are read without stopping
+// traffic, so they are a near, not exact, snapshot of a busy topic.
+func (i *Inspector) Stats(ctx context.Context, topic string) (TopicStats, error) {
+	st := TopicStats{Topic: topic}
+	if err := validateTopic(topic); err != nil {
+		return st, err
+	}
+	fail := func(err error) (TopicStats, error) {
+		return st, fmt.Errorf("redisdelay: stats of topic %q: %w", topic, err)
+	}
+	groups, err := i.client.SMembers(ctx, i.keys.groups(topic)).Result()
+	if err != nil {
+		return fail(err)
+	}
+	pipe := i.client.Pipeline()
+	waiting := pipe.ZCard(ctx, i.keys.waiting(topic))
+	length := pipe.XLen(ctx, i.keys.stream(topic))
+	infos := pipe.XInfoGroups(ctx, i.keys.stream(topic))
+	type groupCmds struct {
+		redo  *redis.XInfoGroupsCmd
+		redoN *redis.IntCmd
+		retry *redis.IntCmd
+		dead  *redis.IntCmd
+		meta  *redis.SliceCmd
+	}
+	cmds := make([]groupCmds, len(groups))
+	for n, g := range groups {
+		cmds[n] = groupCmds{
+			redo:  pipe.XInfoGroups(ctx, i.keys.redelivery(topic, g)),
+			redoN: pipe.XLen(ctx, i.keys.redelivery(topic, g)),
+			retry: pipe.ZCard(ctx, i.keys.retry(topic, g)),
+			dead:  pipe.XLen(ctx, i.keys.dead(topic, g)),
+			meta:  pipe.HMGet(ctx, i.keys.meta(topic, g), "dead_total", "dead_evicted"),
+		}
+	}
+	// A stream not created yet answers XINFO with an error: counted as empty.
+	if _, err := pipe.Exec(ctx); err != nil && !isNoSuchKey(err) {
+		return fail(err)
+	}
+	st.Waiting, st.Stream = waiting.Val(), length.Val()
+	byName := map[string]redis.XInfoGroup{}
+	for _, g := range infos.Val() {
+		byName[g.Name] = g
+	}
+	for n, g := range groups {
+		c := cmds[n]
+		gs := GroupStats{Group: g, Retry: c.retry.Val(), Dead: c.dead.Val()}
+		info, ok := byName[g]
+		gs.Ready, gs.Pending, gs.Consumers = info.Lag, info.Pending, info.Consumers
+		if !ok {
+			gs.Ready = st.Stream // the group is registered but not created on the stream yet
+		}
+		for _, r := range c.redo.Val() {
+			if r.Name == g && gs.Ready >= 0 {
+				// Handled redelivery entries are deleted, so what is left is
+				// either pending or not fetched yet.
+				gs.Ready += c.redoN.Val() - r.Pending
+				gs.Pending += r.Pending
+			}
+		}
+		m := c.meta.Val()
+		gs.DeadTotal, gs.DeadEvicted = toInt64(m[0]), toInt64(m[1])
+		st.Groups = append(st.Groups, gs)
+	}
+	return st, nil
+}
+
+func isNoSuchKey(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such key")
+}
+
+func toInt64(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// WaitingMessage is a delayed message and when it is due.
+type WaitingMessage struct {
+	Message *message.Message
+	Due     time.Time
+}
+
+// Waiting lists a topic's delayed messages in due order, skipping the first
+// offset and returning at most limit (1 to 10,000). Messages may become due
+// between calls, so paging through a busy topic can skip some.
+func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int) ([]WaitingMessage, error) {
+	if err := validateTopic(topic); err != nil {
+		return nil, err
+	}
+	if err := validatePage(offset, limit); err != nil {
+		return nil, err
+	}
+	members, err := i.client.ZRangeWithScores(ctx, i.keys.waiting(topic), int64(offset), int64(offset+limit-1)).Result()
+	if err != nil || len(members) == 0 {
+		return nil, wrapErr(err, "list waiting messages of topic %q", topic)
+	}
+	ids := make([]string, len(members))
+	for n, m := range members {
+		ids[n], _ = m.Member.(string)
+	}
+	bodies, err := i.client.HMGet(ctx, i.keys.bodies(topic), ids...).Result()
+	if err != nil {
+		return nil, wrapErr(err, "list waiting messages of topic %q", topic)
+	}
+	out := make([]WaitingMessage, 0, len(members))
+	for n, m := range members {
+		body, ok := bodies[n].(string)
+		if !ok {
+			continue // became due (or cancelled) between the two reads
+		}
+		msg, err := decodeMessage([]byte(body))
+		if err != nil {
+			return nil, fmt.Errorf("redisdelay: waiting message %q of topic %q: %w", ids[n], topic, err)
+		}
+		out = append(out, WaitingMessage{Message: msg, Due: time.UnixMilli(int64(m.Score) / 1024)})
+	}
+	return out, nil
+}
+
+// DeadLetter is a message a consumer group gave up on.
+type DeadLetter struct {
+	// ID identifies the dead letter within its group and topic; the time
+	// part is when it died.
+	ID string
+	// Message is the message as last delivered, with its metadata (ErrorKey
+	// holds the handler's error when the RecordError middleware was used).
+	// Nil when it could not be decoded; Body then holds the stored bytes.
+	Message *message.Message
+	Body    []byte
+	// Attempts is how many deliveries it had.
+	Attempts int
+	// Reason says why it died: the handler's error, a consumer that stopped
+	// responding, or why it could not be decoded.
+	Reason string
+	// Time is when it died.
+	Time time.Time
+}
+
+// DeadLetters lists a group's dead letters, oldest first: at most limit
+// (1 to 10,000) after the dead letter with ID after ("" for the first page).
+// Pass the last ID of a page to get the next.
+func (i *Inspector) DeadLetters(ctx context.Context, topic, group, after string, limit int) ([]DeadLetter, error) {
+	if err := i.validateGroup(topic, group); err != nil {
+		return nil, err
+	}
+	if err := validatePage(0, limit); err != nil {
+		return nil, err
+	}
+	start := "-"
+	if after != "" {
+		start = "(" + after
+	}
+	entries, err := i.client.XRangeN(ctx, i.keys.dead(topic, group), start, "+", int64(limit)).Result()
+	if err != nil {
+		return nil, wrapErr(err, "list dead letters of group %q in topic %q", group, topic)
+	}
+	out := make([]DeadLetter, 0, len(entries))
+	for _, e := range entries {
+		body, _ := e.Values["m"].(string)
+		reason, _ := e.Values["r"].(string)
+		d := DeadLetter{ID: e.ID, Attempts: int(toInt64(e.Values["a"])), Reason: reason}
+		if ms, _, ok := strings.Cut(e.ID, "-"); ok {
+			n, _ := strconv.ParseInt(ms, 10, 64)
+			d.Time = time.UnixMilli(n)
+		}
+		if msg, err := decodeMessage([]byte(body)); err == nil {
+			d.Message = msg
+		} else {
+			d.Body = []byte(body)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// RequeueDeadLetter sends one dead letter back to its group as a new first
+// attempt. It reports whether the dead letter existed.
+func (i *Inspector) RequeueDeadLetter(ctx context.Context, topic, group, id string) (bool, error) {
+	if err := i.validateGroup(topic, group); err != nil {
+		return false, err
+	}
+	n, err := requeueScript.Run(ctx, i.client, []string{i.keys.dead(topic, group), i.keys.redelivery(topic, group)}, 1, id).Int()
+	return n == 1, wrapErr(err, "requeue dead letter %q of group %q in topic %q", id, group, topic)
+}
+
+// RequeueDeadLetters sends every dead letter of the group back to it as a
+// new first attempt, in batches, and returns how many it sent.
+func (i *Inspector) RequeueDeadLetters(ctx context.Context, topic, group string) (int, error) {
+	if err := i.validateGroup(topic, group); err != nil {
+		return 0, err
+	}
+	total := 0
+	for {
+		n, err := requeueScript.Run(ctx, i.client, []string{i.keys.dead(topic, group), i.keys.redelivery(topic, group)}, 1000).Int()
+		total += n
+		if err != nil || n == 0 {
+			return total, wrapErr(err, "requeue dead letters of group %q in topic %q", group, topic)
+		}
+	}
+}
+
+// DeleteDeadLetter deletes one dead letter for good. It reports whether it
+// existed.
+func (i *Inspector) DeleteDeadLetter(ctx context.Context, topic, group, id string) (bool, error) {
+	if err := i.validateGroup(topic, group); err != nil {
+		return false, err
+	}
+	n, err := i.client.XDel(ctx, i.keys.dead(topic, group), id).Result()
+	return n == 1, wrapErr(err, "delete dead letter %q of group %q in topic %q", id, group, topic)
+}
+
+// PurgeDeadLetters deletes all dead letters of the group for good and
+// returns how many there were.
+func (i *Inspector) PurgeDeadLetters(ctx context.Context, topic, group string) (int64, error) {
+	if err := i.validateGroup(topic, group); err != nil {
+		return 0, err
+	}
+	key := i.keys.dead(topic, group)
+	pipe := i.client.TxPipeline()
+	n := pipe.XLen(ctx, key)
+	pipe.Del(ctx, key)
+	_, err := pipe.Exec(ctx)
+	return n.Val(), wrapErr(err, "purge dead letters of group %q in topic %q", group, topic)
+}
+
+// DeleteGroup removes a consumer group from a topic with everything it
+// holds: its position in the ready stream, pending messages, retries and
+// dead letters. Use it for a group no service consumes in any more, which
+// would otherwise keep every later message in the ready stream (trimming
+// never drops what a group has not read). A subscriber of the group
+// started later creates it afresh. It reports whether the group existed.
+func (i *Inspector) DeleteGroup(ctx context.Context, topic, group string) (bool, error) {
+	if err := i.validateGroup(topic, group); err != nil {
+		return false, err
+	}
+	n, err := dropGroupScript.Run(ctx, i.client, []string{
+		i.keys.stream(topic), i.keys.groups(topic),
+		i.keys.redelivery(topic, group), i.keys.retry(topic, group), i.keys.retryBodies(topic, group),
+		i.keys.dead(topic, group), i.keys.meta(topic, group),
+	}, group).Int()
+	return n == 1, wrapErr(err, "delete group %q of topic %q", group, topic)
+}
+
+func (i *Inspector) validateGroup(topic, group string) error {
+	if err := validateTopic(topic); err != nil {
+		return err
+	}
+	return validateName("consumer group", group)
+}
+
+func validatePage(offset, limit int) error {
+	if offset < 0 {
+		return fmt.Errorf("redisdelay: offset is %d: use 0 or more", offset)
+	}
+	if limit < 1 || limit > 10000 {
+		return fmt.Errorf("redisdelay: limit is %d: use 1 to 10000", limit)
+	}
+	return nil
+}
+
+// wrapErr adds what was being done to a Redis error; nil stays nil.
+func wrapErr(err error, format string, args ...any) error {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return fmt.Errorf("redisdelay: "+format+": %w", append(args, err)...)
+}

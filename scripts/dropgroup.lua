@@ -1,0 +1,20 @@
+--[[
+  dropgroup: deletes a consumer group from a topic with everything it holds
+  (unread and pending positions, retries, redeliveries, dead letters), so
+  an abandoned group stops keeping entries in the ready stream.
+
+  KEYS[1] stream   stream the topic's ready stream
+  KEYS[2] groups   set    consumer groups of the topic
+  KEYS[3..] the group's own keys: redelivery stream, retry set, retry
+          bodies, dead letters, meta
+
+  ARGV[1] consumer group
+
+  Returns 1 when the group existed, 0 otherwise.
+]]
+local existed = redis.call('SREM', KEYS[2], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  existed = math.max(existed, redis.call('XGROUP', 'DESTROY', KEYS[1], ARGV[1]))
+end
+redis.call('DEL', unpack(KEYS, 3))
+return existed

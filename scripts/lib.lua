@@ -1,0 +1,61 @@
+--[[
+  lib: helpers prepended to the scripts that requeue messages and bury dead
+  letters (nack, reclaim). Not a script of its own.
+]]
+
+-- Redis's clock in ms, rounded up: a due time is never earlier than now + delay.
+local function now_ceil_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
+end
+
+-- Queues a message for redelivery to one consumer group: straight into the
+-- group's redelivery stream when delay <= 0, else into its retry set,
+-- waking schedulers when it becomes the earliest retry. member_suffix
+-- ("m" or "r" + entry id) makes the retry member unique.
+local function requeue(retry, rbodies, rstream, wake, member_suffix, attempt, delay, body)
+  if delay <= 0 then
+    redis.call('XADD', rstream, '*', 'm', body, 'a', attempt)
+    return
+  end
+  local score = (now_ceil_ms() + delay) * 1024
+  local member = attempt .. ':' .. member_suffix
+  local head = redis.call('ZRANGE', retry, 0, 0, 'WITHSCORES')[2]
+  redis.call('HSET', rbodies, member, body)
+  redis.call('ZADD', retry, score, member)
+  if head == nil or score < tonumber(head) then
+    redis.call('PUBLISH', wake, 'r')
+  end
+end
+
+-- Adds a dead letter (fields m = message, a = attempts, r = reason; the
+-- entry id is the time it died) and evicts the oldest beyond limit
+-- (<= 0: no limit). Evictions are counted in the group's meta hash and
+-- returned, so callers can log them.
+local function bury(dead, meta, limit, body, attempts, reason)
+  redis.call('XADD', dead, '*', 'm', body, 'a', attempts, 'r', reason)
+  redis.call('HINCRBY', meta, 'dead_total', 1)
+  if limit > 0 then
+    local n = redis.call('XTRIM', dead, 'MAXLEN', limit)
+    if n > 0 then
+      redis.call('HINCRBY', meta, 'dead_evicted', n)
+    end
+    return n
+  end
+  return 0
+end
+
+-- The body and attempt number of a stream entry (nil body when the entry
+-- is gone or has no field m).
+local function entry_of(stream, id)
+  local e = redis.call('XRANGE', stream, id, id)[1]
+  local body, attempt = nil, 1
+  if e then
+    local f = e[2]
+    for i = 1, #f, 2 do
+      if f[i] == 'm' then body = f[i + 1] elseif f[i] == 'a' then attempt = tonumber(f[i + 1]) or 1 end
+    end
+  end
+  return body, attempt
+end
+

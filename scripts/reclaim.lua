@@ -1,0 +1,83 @@
+--[[
+  reclaim: takes from a consumer group the messages its consumers have held
+  longer than the group's visibility timeout without extending the lease
+  (the consumer died or lost Redis), and requeues each as a new attempt
+  after the group's retry delay, or buries it in the dead letters when it
+  is out of attempts. With cleanup set it also removes consumers that hold
+  nothing and have been idle longer than the group's consumer idle timeout.
+  The policy comes from the group's meta hash, written by its subscribers.
+
+  KEYS[1] stream   stream the topic's ready stream
+  KEYS[2] rstream  stream the group's redelivery stream
+  KEYS[3] retry    zset   the group's retry set
+  KEYS[4] rbodies  hash   the group's retry bodies
+  KEYS[5] dead     stream the group's dead letters
+  KEYS[6] meta     hash   policy: max (attempts, 0 = no limit), vis (ms),
+                          deadmax (0 = no limit), idle (ms), backoff
+                          (comma-separated ms per attempt, last repeats)
+  ARGV[1] consumer group
+  ARGV[2] most entries reclaimed per stream per call
+  ARGV[3] wake channel
+  ARGV[4] "1" to clean up idle consumers
+
+  Returns {requeued, buried, evicted, missing, removed}: missing counts
+  pending entries whose content was gone (acknowledged away), removed the
+  consumers deleted.
+]]
+local group, limit = ARGV[1], tonumber(ARGV[2])
+local p = redis.call('HMGET', KEYS[6], 'max', 'vis', 'deadmax', 'idle', 'backoff')
+local maxAttempts = tonumber(p[1]) or 16
+local vis = tonumber(p[2]) or 30000
+local deadMax = tonumber(p[3]) or 100000
+local idleMax = tonumber(p[4]) or 3600000
+local backoff = {}
+for d in string.gmatch(p[5] or '', '%d+') do
+  backoff[#backoff + 1] = tonumber(d)
+end
+
+local requeued, buried, evicted, missing, removed = 0, 0, 0, 0, 0
+for s = 1, 2 do
+  local stream, tag = KEYS[s], (s == 1) and 'm' or 'r'
+  -- a stream without the group (not created yet) has nothing to reclaim
+  local ok, pending = pcall(redis.call, 'XPENDING', stream, group, 'IDLE', vis, '-', '+', limit)
+  if not ok then pending = {} end
+  for _, e in ipairs(pending) do
+    local id, consumer = e[1], e[2]
+    local body, attempt = entry_of(stream, id)
+    redis.call('XACK', stream, group, id)
+    if s == 2 then
+      redis.call('XDEL', stream, id)
+    end
+    if not body then
+      missing = missing + 1
+    elseif maxAttempts > 0 and attempt >= maxAttempts then
+      evicted = evicted + bury(KEYS[5], KEYS[6], deadMax, body, attempt,
+        string.format('not acknowledged within %d ms by consumer %s on attempt %d of %d', vis, consumer, attempt, maxAttempts))
+      buried = buried + 1
+    else
+      local delay = backoff[math.min(attempt, #backoff)] or 0
+      requeue(KEYS[3], KEYS[4], KEYS[2], ARGV[3], tag .. id, attempt + 1, delay, body)
+      requeued = requeued + 1
+    end
+  end
+end
+
+if ARGV[4] == '1' then
+  for s = 1, 2 do
+    local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[s], group)
+    if not ok then consumers = {} end
+    for _, c in ipairs(consumers) do
+      local name, pend, idle
+      for i = 1, #c, 2 do
+        if c[i] == 'name' then name = c[i + 1]
+        elseif c[i] == 'pending' then pend = c[i + 1]
+        elseif c[i] == 'idle' then idle = c[i + 1] end
+      end
+      if pend == 0 and idle > idleMax then
+        redis.call('XGROUP', 'DELCONSUMER', KEYS[s], group, name)
+        removed = removed + 1
+      end
+    end
+  end
+end
+return {requeued, buried, evicted, missing, removed}

@@ -1,0 +1,29 @@
+--[[
+  requeue: moves dead letters back to their consumer group, into its
+  redelivery stream, as attempt 1.
+
+  KEYS[1] dead     stream the group's dead letters
+  KEYS[2] rstream  stream the group's redelivery stream
+  ARGV[1] most dead letters moved when no id is given
+  ARGV[2..] dead-letter ids to move; none: the oldest, up to ARGV[1]
+
+  Returns the number moved (ids that are not dead letters are skipped).
+]]
+local entries = {}
+if #ARGV > 1 then
+  for i = 2, #ARGV do
+    local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]
+    if e then entries[#entries + 1] = e end
+  end
+else
+  entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', tonumber(ARGV[1]))
+end
+for _, e in ipairs(entries) do
+  local body = ''
+  for i = 1, #e[2], 2 do
+    if e[2][i] == 'm' then body = e[2][i + 1] end
+  end
+  redis.call('XADD', KEYS[2], '*', 'm', body, 'a', 1)
+  redis.call('XDEL', KEYS[1], e[1])
+end
+return #entries
