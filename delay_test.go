@@ -410,4 +410,3 @@ func TestManagerLifecycle(t *testing.T) {
 	require.NoError(t, <-done)
 	require.NoError(t, mgr.Close())
 }
-
