@@ -30,4 +30,10 @@
 // compete. A Nack redelivers to the same group only, after the delay the
 // handler set (middleware.DelayOnError) or SubscriberConfig.RetryDelay. The
 // attempt number is in the AttemptKey metadata.
+//
+// A message whose consumer died is reclaimed after
+// SubscriberConfig.VisibilityTimeout as the next attempt; live subscriptions
+// renew the lease of what they hold, so long handlers keep their message.
+// After MaxAttempts, or when it cannot be decoded, a message goes to its
+// group's dead letters, where an Inspector lists, requeues and deletes it.
 package redisdelay
