@@ -138,7 +138,9 @@ type SubscriberConfig struct {
 
 	// BatchSize is how many messages a subscription fetches from Redis in one
 	// read (default 32). Fetched messages are delivered one at a time; those
-	// not delivered when the subscription closes go back to the group at once.
+	// not delivered when the subscription closes, or still waiting behind a
+	// handler that has run longer than a third of VisibilityTimeout, go back
+	// to the group at once (attempt unchanged) for other consumers to take.
 	BatchSize int
 
 	// BlockTime bounds one blocking read (default 500ms). Close waits at most

@@ -43,10 +43,19 @@ func groupPubSub(t *testing.T, group string) (message.Publisher, message.Subscri
 // features is what the adapter honestly claims: consumer groups, persistence,
 // order for a single subscriber (no Nacks), new groups reading old messages,
 // and reconnects. Not exactly-once: delivery is at-least-once.
-func features(newGroupsReadOldMessages bool) tests.Features {
-	restart := restartCmd
-	if raceEnabled {
-		restart = nil // see race_test.go
+//
+// TestReconnect (Redis restarted twice mid-test) runs in the Delayed
+// configuration only. Watermill's harness records a published message in
+// another goroutine after Publish returns and compares when the last message
+// arrives (pubsub/tests/test_pubsub.go:1084-1120), so an immediate message
+// delivered before that append fails the test with "received: 10000, sent:
+// 9999, missing: []". A 100ms delay rules that out; reconnects with
+// immediate messages are covered by the lifecycle outage tests and the chaos
+// suite. Under -race it does not run at all (see race_test.go).
+func features(newGroupsReadOldMessages, reconnect bool) tests.Features {
+	var restart []string
+	if reconnect && !raceEnabled {
+		restart = restartCmd
 	}
 	return tests.Features{
 		ConsumerGroups:                      true,
@@ -61,7 +70,7 @@ func features(newGroupsReadOldMessages bool) tests.Features {
 // A fresh consumer group per pub/sub, as Watermill's Redis Streams adapter
 // is tested.
 func TestPubSub_FreshGroup(t *testing.T) {
-	tests.TestPubSub(t, features(true),
+	tests.TestPubSub(t, features(true, false),
 		func(t *testing.T) (message.Publisher, message.Subscriber) {
 			return suitePubSub(t, "g-"+watermill.NewShortUUID())
 		},
@@ -71,7 +80,7 @@ func TestPubSub_FreshGroup(t *testing.T) {
 // One consumer group for every pub/sub of a test, so subscribers compete and
 // messages a closed subscriber held must reach the others at once.
 func TestPubSub_SharedGroup(t *testing.T) {
-	tests.TestPubSub(t, features(false),
+	tests.TestPubSub(t, features(false, false),
 		func(t *testing.T) (message.Publisher, message.Subscriber) {
 			return suitePubSub(t, "shared")
 		},
@@ -92,7 +101,7 @@ func TestPubSub_Delayed(t *testing.T) {
 		require.NoError(t, err)
 		return dp, sub
 	}
-	tests.TestPubSub(t, features(true),
+	tests.TestPubSub(t, features(true, true),
 		func(t *testing.T) (message.Publisher, message.Subscriber) {
 			return delayed(t, "g-"+watermill.NewShortUUID())
 		},

@@ -207,6 +207,15 @@ type subscription struct {
 	topic    string
 	consumer string
 	out      chan *message.Message
+
+	// What the subscription holds, for lease renewal and for handing back
+	// what waits behind a slow handler. mu serialises handing out the next
+	// message with that hand-back.
+	mu       sync.Mutex
+	batch    []entry   // fetched, not settled; batch[0] is handled or next
+	handling bool      // a handler has batch[0]
+	since    time.Time // when it got it
+	recheck  bool      // Redis holds entries for this consumer it did not receive
 }
 
 // entry is a message read from one of the two streams a consumer reads:
@@ -219,7 +228,7 @@ type entry struct {
 
 func (sub *subscription) run(ctx context.Context) {
 	s := sub.s
-	defer sub.release("", "")
+	defer func() { _ = sub.release("", "") }()
 
 	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": s.config.ConsumerGroup, "consumer": sub.consumer}
 	s.logger.Debug("redisdelay: subscribed", fields)
@@ -262,23 +271,101 @@ func (sub *subscription) run(ctx context.Context) {
 		if history && len(entries) == 0 {
 			history = false
 		}
-		for _, e := range entries {
+		sub.mu.Lock()
+		sub.batch = entries
+		sub.mu.Unlock()
+		for {
+			e, ok := sub.next()
+			if !ok {
+				break
+			}
 			if history {
 				cursor[e.streamIndex()-1] = e.msg.ID
 			}
-			if !sub.deliver(ctx, e) {
+			ok = sub.deliver(ctx, e)
+			sub.settled()
+			if !ok {
 				return
 			}
 		}
+		if sub.takeRecheck() {
+			// A read whose reply was lost (go-redis retried it on a new
+			// connection) left entries pending for this consumer.
+			history, cursor = true, [2]string{"0", "0"}
+		}
 	}
+}
+
+// next hands out the first message of the batch, if any is left.
+func (sub *subscription) next() (entry, bool) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if len(sub.batch) == 0 {
+		return entry{}, false
+	}
+	sub.handling, sub.since = true, time.Now()
+	return sub.batch[0], true
+}
+
+// settled records that the handled message was acked or nacked.
+func (sub *subscription) settled() {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	sub.handling = false
+	if len(sub.batch) > 0 {
+		sub.batch = sub.batch[1:]
+	}
+}
+
+func (sub *subscription) takeRecheck() bool {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	r := sub.recheck
+	sub.recheck = false
+	return r
+}
+
+// renewLeases extends the lease of what the subscription holds. First, if a
+// handler has run longer than a third of VisibilityTimeout, the messages
+// fetched behind it go back to the group (attempt unchanged) for other
+// consumers to take while it runs on.
+func (sub *subscription) renewLeases(ctx context.Context) error {
+	s := sub.s
+	sub.mu.Lock()
+	if sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= s.config.VisibilityTimeout/3 {
+		if sub.release(strconv.Itoa(sub.batch[0].streamIndex()), sub.batch[0].msg.ID) == nil {
+			sub.batch = sub.batch[:1]
+		}
+	}
+	var ready, redo []any
+	for _, e := range sub.batch {
+		if e.redo {
+			redo = append(redo, e.msg.ID)
+		} else {
+			ready = append(ready, e.msg.ID)
+		}
+	}
+	sub.mu.Unlock()
+
+	group := s.config.ConsumerGroup
+	args := append([]any{group, sub.consumer, len(ready)}, append(ready, redo...)...)
+	pending, err := extendScript.Run(ctx, s.config.Client,
+		[]string{s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, group)}, args...).Int()
+	if err != nil {
+		return err
+	}
+	if pending > len(ready)+len(redo) {
+		sub.mu.Lock()
+		sub.recheck = true
+		sub.mu.Unlock()
+	}
+	return nil
 }
 
 // extendLeases renews the lease of every message the subscription holds,
 // three times per VisibilityTimeout, until ctx ends.
 func (sub *subscription) extendLeases(ctx context.Context) {
-	s := sub.s
-	group := s.config.ConsumerGroup
-	t := time.NewTicker(s.config.VisibilityTimeout / 3)
+	t := time.NewTicker(sub.s.config.VisibilityTimeout / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -287,11 +374,10 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 		case <-t.C:
 		}
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := extendScript.Run(opCtx, s.config.Client,
-			[]string{s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, group)}, group, sub.consumer).Err()
+		err := sub.renewLeases(opCtx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			s.logger.Error("redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
+			sub.s.logger.Error("redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
 				watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer})
 		}
 	}
@@ -379,7 +465,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) bool {
 	// Closing: the handler's context is cancelled. Hand back what was
 	// fetched but not delivered at once, give the handler CloseTimeout to
 	// finish, then let run's release hand back the message if it did not.
-	sub.release(strconv.Itoa(e.streamIndex()), e.msg.ID)
+	_ = sub.release(strconv.Itoa(e.streamIndex()), e.msg.ID)
 	wait := time.NewTimer(s.config.CloseTimeout)
 	defer wait.Stop()
 	select {
@@ -492,8 +578,8 @@ func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, d
 // release hands back to the group everything still pending for this
 // consumer (prefetched, or delivered and not acked) and removes the
 // consumer; or, given an entry to keep (stream index and id), everything
-// but that entry, leaving the consumer in place.
-func (sub *subscription) release(keepStream, keepID string) {
+// but that entry, leaving the consumer in place. Errors are logged.
+func (sub *subscription) release(keepStream, keepID string) error {
 	s := sub.s
 	group := s.config.ConsumerGroup
 	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": group, "consumer": sub.consumer}
@@ -505,7 +591,7 @@ func (sub *subscription) release(keepStream, keepID string) {
 			group, sub.consumer, 1000, keepStream, keepID).Int64Slice()
 		if err != nil {
 			s.logger.Error("redisdelay: cannot hand back pending messages; they are reclaimed after VisibilityTimeout", err, fields)
-			return
+			return err
 		}
 		if res[1] > 0 {
 			s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": res[1]}))
@@ -514,7 +600,7 @@ func (sub *subscription) release(keepStream, keepID string) {
 			s.logger.Debug("redisdelay: handed back pending messages", fields.Add(watermill.LogFields{"count": res[0]}))
 		}
 		if res[2] == 1 {
-			return
+			return nil
 		}
 	}
 }

@@ -1,0 +1,583 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+type driver struct {
+	c     config
+	start time.Time
+
+	redis  *redisServer
+	proxy  *proxy
+	direct *redis.Client // verification reads: straight to Redis
+	via    *redis.Client // the publisher: through the proxy
+	insp   *redisdelay.Inspector
+	l      *ledger
+
+	sup       *supervisor
+	consumers []*slot
+	managers  []*slot
+
+	published      atomic.Int64
+	publishRetries atomic.Int64
+	consumerKills  atomic.Int64
+	consumerStops  atomic.Int64
+	managerKills   atomic.Int64
+	proxyCuts      atomic.Int64
+	redisRestarts  atomic.Int64
+	streamMax      atomic.Int64
+	publishing     atomic.Bool
+
+	mu       sync.Mutex
+	failures []string // why the run fails
+}
+
+func (d *driver) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	d.mu.Lock()
+	d.failures = append(d.failures, msg)
+	d.mu.Unlock()
+	d.logf("FAIL: %s", msg)
+}
+
+func (d *driver) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "chaos: %5.1fs "+format+"\n", append([]any{time.Since(d.start).Seconds()}, args...)...)
+}
+
+func (d *driver) key(suffix string) string { return keyPrefix + ":{" + topic + "}:" + suffix }
+
+func runDriver(c config) int {
+	d := &driver{c: c, start: time.Now()}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := d.run(ctx); err != nil {
+		d.fail("%v", err)
+	}
+	if len(d.failures) > 0 {
+		fmt.Fprintf(os.Stderr, "chaos: FAILED (%d problem(s)):\n", len(d.failures))
+		for _, f := range d.failures {
+			fmt.Fprintln(os.Stderr, "  -", strings.ReplaceAll(f, "\n", "\n    "))
+		}
+		return 1
+	}
+	return 0
+}
+
+func (d *driver) run(ctx context.Context) error {
+	c := d.c
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "redisdelay-chaos-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if c.keep {
+			d.logf("kept %s", dir)
+		} else {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+
+	// Deferred in this order, cleanup runs: children, proxy, Redis, dir.
+	if d.redis, err = startRedis(c.redisServer, dir); err != nil {
+		return err
+	}
+	defer d.redis.kill()
+	if d.proxy, err = startProxy(d.redis.addr()); err != nil {
+		return err
+	}
+	defer d.proxy.close()
+	d.direct = redis.NewClient(&redis.Options{Addr: d.redis.addr(), PoolSize: 8})
+	defer d.direct.Close()
+	d.via = redis.NewClient(&redis.Options{Addr: d.proxy.addr(), PoolSize: c.publishers + 4})
+	defer d.via.Close()
+	if d.insp, err = redisdelay.NewInspector(redisdelay.InspectorConfig{Client: d.direct, KeyPrefix: keyPrefix}); err != nil {
+		return err
+	}
+	d.l = newLedger(c.n, fmt.Sprintf("%08x-%04x-4%03x-8%03x", rand.Uint32(), rand.Uint32N(1<<16), rand.Uint32N(1<<12), rand.Uint32N(1<<12)))
+
+	d.sup = &supervisor{exe: exe, dir: dir, onLog: d.l.addLog, args: []string{
+		"-addr", d.proxy.addr(),
+		"-subs", strconv.Itoa(c.subs),
+		"-fail", strconv.FormatFloat(c.fail, 'g', -1, 64),
+		"-hang", strconv.FormatFloat(c.hang, 'g', -1, 64),
+		"-max-attempts", strconv.Itoa(c.maxAttempts),
+		"-visibility", c.visibility.String(),
+		"-retry-delay", c.retryDelay.String(),
+		"-batch", strconv.Itoa(c.batch),
+	}}
+	for i := 0; i < 2; i++ {
+		d.managers = append(d.managers, d.sup.slot("manager", "m"+strconv.Itoa(i)))
+	}
+	for i := 0; i < c.consumers; i++ {
+		d.consumers = append(d.consumers, d.sup.slot("consumer", "c"+strconv.Itoa(i)))
+	}
+	all := append(append([]*slot(nil), d.managers...), d.consumers...)
+	defer d.sup.closeAll(all)
+	for _, sl := range all {
+		if err := sl.start(); err != nil {
+			return err
+		}
+	}
+	d.logf("redis-server on %s (AOF, appendfsync always), proxy on %s, %d managers, %d consumers × %d subscriptions, dir %s",
+		d.redis.addr(), d.proxy.addr(), len(d.managers), c.consumers, c.subs, dir)
+	if err := d.waitForGroup(ctx); err != nil {
+		return err
+	}
+
+	// Background work, stopped before the final checks.
+	bg, stopBg := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopBg(); wg.Wait() }()
+	goBg := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(bg) }()
+	}
+	pollStop := make(chan struct{})
+	pollDone := make(chan struct{})
+	go func() { defer close(pollDone); d.pollLoop(pollStop) }()
+	defer func() {
+		select {
+		case <-pollStop:
+		default:
+			close(pollStop)
+		}
+		<-pollDone
+	}()
+	goBg(d.sampleLoop)
+	goBg(d.progressLoop)
+	monkey, stopMonkey := context.WithCancel(bg)
+	monkeyDone := make(chan struct{})
+	go func() { defer close(monkeyDone); d.killConsumers(monkey) }()
+	faultsDone := make(chan struct{})
+	go func() { defer close(faultsDone); d.faults(bg) }()
+	defer func() { stopBg(); stopMonkey(); <-monkeyDone; <-faultsDone }()
+
+	// Publish, then drain.
+	d.publishing.Store(true)
+	err = d.publish(ctx)
+	d.publishing.Store(false)
+	if err != nil {
+		return err
+	}
+	d.logf("published %d messages (%d publish retries); draining", c.n, d.publishRetries.Load())
+	deadline := time.Now().Add(c.drain)
+	settled := false
+	for !settled {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		sleep(ctx, 500*time.Millisecond)
+		select {
+		case <-faultsDone:
+		default:
+			continue // every fault must have happened
+		}
+		if d.l.accounted.Load() < int64(c.n) {
+			continue
+		}
+		settled, _ = d.quiescent(ctx)
+	}
+	if !settled {
+		accounted := d.l.accounted.Load()
+		_, why := d.quiescent(ctx)
+		if accounted < int64(c.n) {
+			d.fail("drain deadline (%s) passed with %d of %d messages neither acked nor dead-lettered", c.drain, int64(c.n)-accounted, c.n)
+		} else {
+			d.fail("drain deadline (%s) passed: every message is accounted for, but Redis still holds messages (%s): stuck", c.drain, why)
+		}
+		// Diagnose now, before stopping the consumers hands back what they hold.
+		d.diagnose(ctx)
+	} else {
+		d.logf("every message acked or dead-lettered and nothing left in Redis")
+	}
+	stopMonkey()
+	<-monkeyDone
+
+	// The managers trim every second: give them a moment to trim what was
+	// acknowledged last, then stop every child gracefully.
+	bound := int64(c.n/100 + 1000)
+	for t := time.Now(); time.Since(t) < 10*time.Second; {
+		if n, err := d.direct.XLen(ctx, d.key("stream")).Result(); err == nil && n <= 200 {
+			break
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+	d.stopChildren(all)
+	close(pollStop)
+	<-pollDone
+	if err := d.l.poll(ctx, d.insp, c.maxAttempts); err != nil {
+		d.fail("final read of the event logs and dead letters: %v", err)
+	}
+	streamEnd, err := d.direct.XLen(ctx, d.key("stream")).Result()
+	if err != nil {
+		return fmt.Errorf("final XLEN: %w", err)
+	}
+	storeMax(&d.streamMax, streamEnd)
+
+	r := d.l.results(c.maxAttempts)
+	for _, p := range d.l.problems {
+		d.fail("%s", p)
+	}
+	for _, u := range d.sup.unexpectedExits() {
+		d.fail("%s", u)
+	}
+	d.scanChildOutput(dir)
+	if r.lost > 0 {
+		d.fail("%d message(s) lost (neither acked nor dead-lettered), e.g. %s", r.lost, d.uuids(r.lostIdx, 20))
+	}
+	if r.early > 0 {
+		var ex []string
+		for _, i := range r.earlyIdx {
+			ex = append(ex, fmt.Sprintf("%s (%s early, delay %s)", d.l.uuid(i),
+				time.Duration(d.l.pubStart[i]+int64(d.l.delayUs[i])*1000-d.l.first[i]), time.Duration(d.l.delayUs[i])*time.Microsecond))
+		}
+		d.fail("%d message(s) delivered before their due time: %s", r.early, strings.Join(ex, ", "))
+	}
+	if r.overAttempts > 0 {
+		d.fail("%d message(s) delivered more than MaxAttempts (%d) times", r.overAttempts, c.maxAttempts)
+	}
+	if streamEnd > bound {
+		d.fail("ready stream not bounded: %d entries left at the end, more than n/100+1000 = %d", streamEnd, bound)
+	}
+	if d.consumerKills.Load() == 0 || d.managerKills.Load() == 0 || d.proxyCuts.Load() == 0 || d.redisRestarts.Load() == 0 {
+		d.fail("not every fault happened (consumer kills %d, manager kills %d, proxy cuts %d, Redis restarts %d)",
+			d.consumerKills.Load(), d.managerKills.Load(), d.proxyCuts.Load(), d.redisRestarts.Load())
+	}
+	d.logf("deliveries=%d hung_handlers=%d graceful_consumer_stops=%d dead_letters=%d %v",
+		d.l.deliveries.Load(), d.l.hangs.Load(), d.consumerStops.Load(), d.l.deadEntries, d.l.deadReasons)
+	fmt.Printf("chaos: messages=%d lost=%d early=%d duplicates=%d dead=%d max_lateness=%.2fs stream_len_end=%d stream_len_max=%d consumer_kills=%d manager_kills=%d proxy_cuts=%d redis_restarts=%d publish_retries=%d elapsed=%s\n",
+		c.n, r.lost, r.early, r.duplicates, r.dead, time.Duration(r.maxLateNs).Seconds(), streamEnd, d.streamMax.Load(),
+		d.consumerKills.Load(), d.managerKills.Load(), d.proxyCuts.Load(), d.redisRestarts.Load(), d.publishRetries.Load(),
+		time.Since(d.start).Round(time.Second))
+	return nil
+}
+
+func (d *driver) uuids(idx []int, most int) string {
+	var s []string
+	for _, i := range idx[:min(len(idx), most)] {
+		s = append(s, d.l.uuid(i))
+	}
+	return strings.Join(s, " ")
+}
+
+// waitForGroup waits until a consumer created the consumer group, so the
+// first messages are not published before anyone listens (they would not
+// be lost either way: a new group reads the stream from its start).
+func (d *driver) waitForGroup(ctx context.Context) error {
+	for t := time.Now(); time.Since(t) < 30*time.Second; sleep(ctx, 100*time.Millisecond) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		groups, err := d.direct.XInfoGroups(ctx, d.key("stream")).Result()
+		if err == nil && len(groups) > 0 {
+			return nil
+		}
+	}
+	return errors.New("no consumer created the consumer group within 30s (see the consumers' stderr with -keep)")
+}
+
+// publish publishes the n messages from c.publishers goroutines, at most
+// c.rate per second, retrying each until Redis takes it.
+func (d *driver) publish(ctx context.Context) error {
+	c := d.c
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{
+		Client: d.via, KeyPrefix: keyPrefix, PublishTimeout: 3 * time.Second,
+	}, nil)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	var next atomic.Int64
+	t0 := time.Now()
+	interval := float64(time.Second) / c.rate
+	maxUs := uint32(c.maxDelay / time.Microsecond)
+	errs := make(chan error, c.publishers)
+	var wg sync.WaitGroup
+	for w := 0; w < c.publishers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= c.n || ctx.Err() != nil {
+					return
+				}
+				sleep(ctx, time.Until(t0.Add(time.Duration(float64(i)*interval))))
+				msg := message.NewMessage(d.l.uuid(i), []byte(strconv.Itoa(i)))
+				var us uint32
+				if rand.Float64() >= c.zeroDelay {
+					us = 1 + rand.Uint32N(maxUs) // (0, max-delay], with sub-ms parts
+				}
+				delay.Message(msg, delay.For(time.Duration(us)*time.Microsecond))
+				d.l.delayUs[i] = us
+				d.l.pubStart[i] = time.Now().UnixNano()
+				for {
+					err := pub.Publish(topic, msg)
+					if err == nil {
+						break
+					}
+					if errors.Is(err, redisdelay.ErrDuplicateMessage) || errors.Is(err, redisdelay.ErrInvalidDelay) ||
+						errors.Is(err, redisdelay.ErrMessageTooLarge) || errors.Is(err, redisdelay.ErrInvalidTopic) {
+						errs <- fmt.Errorf("publish %s: %w (not a transient error)", msg.UUID, err)
+						return
+					}
+					if ctx.Err() != nil {
+						return
+					}
+					// Safe to repeat: a delayed message still waiting is not
+					// stored twice; an immediate one may be delivered twice
+					// (counted as a duplicate).
+					d.publishRetries.Add(1)
+					sleep(ctx, 100*time.Millisecond)
+				}
+				d.published.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// pollLoop reads the event logs and dead letters four times a second until
+// stop is closed.
+func (d *driver) pollLoop(stop <-chan struct{}) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	lastErr := time.Time{}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := d.l.poll(ctx, d.insp, d.c.maxAttempts)
+		cancel()
+		if err != nil && time.Since(lastErr) > 5*time.Second { // expected while Redis restarts
+			lastErr = time.Now()
+			d.logf("poll: %v", err)
+		}
+	}
+}
+
+// sampleLoop records the longest ready stream, once a second.
+func (d *driver) sampleLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		if n, err := d.direct.XLen(ctx, d.key("stream")).Result(); err == nil {
+			storeMax(&d.streamMax, n)
+		}
+		sleep(ctx, time.Second)
+	}
+}
+
+func (d *driver) progressLoop(ctx context.Context) {
+	for {
+		sleep(ctx, 5*time.Second)
+		if ctx.Err() != nil {
+			return
+		}
+		phase := "drain"
+		if d.publishing.Load() {
+			phase = "publish"
+		}
+		where := "stats unavailable"
+		if st, err := d.insp.Stats(ctx, topic); err == nil {
+			where = fmt.Sprintf("waiting=%d stream=%d", st.Waiting, st.Stream)
+			for _, g := range st.Groups {
+				where += fmt.Sprintf(" ready=%d pending=%d retry=%d dead=%d consumers=%d", g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers)
+			}
+		}
+		d.logf("%s published=%d/%d acked=%d dead=%d accounted=%d deliveries=%d | %s | hangs=%d | kills: consumers=%d (+%d SIGTERM) managers=%d proxy_cuts=%d redis=%d publish_retries=%d",
+			phase, d.published.Load(), d.c.n, d.l.ackedN.Load(), d.l.deadN.Load(), d.l.accounted.Load(), d.l.deliveries.Load(),
+			where, d.l.hangs.Load(), d.consumerKills.Load(), d.consumerStops.Load(), d.managerKills.Load(), d.proxyCuts.Load(), d.redisRestarts.Load(), d.publishRetries.Load())
+	}
+}
+
+// killConsumers SIGKILLs a random consumer every kill-min to kill-max (or,
+// for a fraction -graceful of them, stops it with SIGTERM, so it hands its
+// messages back) and restarts it a moment later, until ctx ends. It keeps
+// going while draining: only a process's end frees the message of a hung
+// handler.
+func (d *driver) killConsumers(ctx context.Context) {
+	for {
+		sleep(ctx, d.c.killMin+rand.N(d.c.killMax-d.c.killMin+1))
+		if ctx.Err() != nil {
+			return
+		}
+		sl := d.consumers[rand.IntN(len(d.consumers))]
+		if rand.Float64() < d.c.graceful {
+			if !sl.stop(15 * time.Second) {
+				d.fail("consumer %s did not stop within 15s of SIGTERM", sl.name)
+			}
+			d.consumerStops.Add(1)
+		} else {
+			sl.kill()
+			d.consumerKills.Add(1)
+		}
+		time.Sleep(100*time.Millisecond + rand.N(900*time.Millisecond))
+		if err := sl.start(); err != nil {
+			d.fail("restart consumer %s: %v", sl.name, err)
+		}
+	}
+}
+
+// faults runs the one-off faults, one after the other, as publishing
+// progresses: a manager SIGKILL at 30%, a proxy cut at 50%, a Redis SIGKILL
+// and restart at 75%.
+func (d *driver) faults(ctx context.Context) {
+	at := func(fraction float64) bool {
+		for ctx.Err() == nil && float64(d.published.Load()) < fraction*float64(d.c.n) {
+			sleep(ctx, 50*time.Millisecond)
+		}
+		return ctx.Err() == nil
+	}
+	if !at(0.3) {
+		return
+	}
+	m := d.managers[0]
+	d.logf("SIGKILL manager %s", m.name)
+	m.kill()
+	d.managerKills.Add(1)
+	sleep(ctx, time.Second)
+	if err := m.start(); err != nil {
+		d.fail("restart manager: %v", err)
+	}
+
+	if !at(0.5) {
+		return
+	}
+	cut := 2*time.Second + rand.N(time.Second)
+	d.logf("cutting every proxied connection for %s", cut.Round(time.Millisecond))
+	d.proxy.cut()
+	d.proxyCuts.Add(1)
+	time.Sleep(cut)
+	d.proxy.restore()
+
+	if !at(0.75) {
+		return
+	}
+	d.logf("SIGKILL redis-server")
+	d.redis.kill()
+	d.redisRestarts.Add(1)
+	time.Sleep(500 * time.Millisecond)
+	t := time.Now()
+	if err := d.redis.start(); err != nil {
+		d.fail("restart Redis: %v", err)
+		return
+	}
+	d.logf("redis-server restarted from its AOF in %s", time.Since(t).Round(time.Millisecond))
+}
+
+// quiescent reports whether Redis holds nothing for the group any more:
+// nothing waiting, nothing in retry, every ready entry read and acked, no
+// redelivery left; otherwise what it still holds.
+func (d *driver) quiescent(ctx context.Context) (bool, string) {
+	pipe := d.direct.Pipeline()
+	waiting := pipe.ZCard(ctx, d.key("waiting"))
+	retry := pipe.ZCard(ctx, d.key("g:"+group+":retry"))
+	redo := pipe.XLen(ctx, d.key("g:"+group+":redo"))
+	pending := pipe.XPending(ctx, d.key("stream"), group)
+	info := pipe.XInfoStream(ctx, d.key("stream"))
+	groups := pipe.XInfoGroups(ctx, d.key("stream"))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, err.Error()
+	}
+	last := ""
+	for _, g := range groups.Val() {
+		if g.Name == group {
+			last = g.LastDeliveredID
+		}
+	}
+	unread := last != info.Val().LastGeneratedID
+	why := fmt.Sprintf("waiting=%d retry=%d redelivery=%d pending=%d unread_in_stream=%v", waiting.Val(), retry.Val(), redo.Val(), pending.Val().Count, unread)
+	return waiting.Val() == 0 && retry.Val() == 0 && redo.Val() == 0 && pending.Val().Count == 0 && !unread, why
+}
+
+// scanChildOutput fails the run for a data race report (a -race build),
+// panic or fatal error in any child's stderr: those would otherwise vanish
+// with a SIGKILLed child and the temporary directory.
+func (d *driver) scanChildOutput(dir string) {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.stderr"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, bad := range []string{"WARNING: DATA RACE", "panic:", "fatal error:"} {
+			if i := bytes.Index(b, []byte(bad)); i >= 0 {
+				d.fail("%s: %q at byte %d:\n%s", filepath.Base(f), bad, i, b[i:min(len(b), i+3000)])
+				break
+			}
+		}
+	}
+}
+
+// stopChildren stops every child gracefully (SIGTERM), in parallel.
+func (d *driver) stopChildren(all []*slot) {
+	var wg sync.WaitGroup
+	for _, sl := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !sl.stop(15 * time.Second) {
+				d.logf("%s did not stop within 15s of SIGTERM; killed", sl.name)
+			}
+		}()
+	}
+	wg.Wait()
+	d.sup.mu.Lock()
+	d.sup.closed = true
+	d.sup.mu.Unlock()
+}
+
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,142 @@
+// Command chaos is the chaos suite of watermill-redisdelay: it publishes
+// delayed messages to consumers and managers running in processes of their
+// own, kills those processes, cuts their connections and restarts Redis, and
+// then checks that no message was lost or delivered early and that the ready
+// stream stays bounded.
+//
+//	go run ./chaos                 # CI size: 20,000 messages
+//	go run ./chaos -n 1000000      # as large as you like
+//
+// The same binary plays every part: the driver (default) re-executes itself
+// with -role consumer or -role manager for its children. See README.md.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"time"
+)
+
+// Names shared by the driver and its children.
+const (
+	keyPrefix = "chaos"
+	topic     = "chaos.orders"
+	group     = "chaos-workers"
+)
+
+type config struct {
+	// driver
+	n           int
+	rate        float64
+	publishers  int
+	consumers   int
+	maxDelay    time.Duration
+	zeroDelay   float64
+	killMin     time.Duration
+	killMax     time.Duration
+	graceful    float64
+	drain       time.Duration
+	redisServer string
+	keep        bool
+
+	// shared with the consumers
+	subs        int
+	fail        float64
+	hang        float64
+	maxAttempts int
+	visibility  time.Duration
+	retryDelay  time.Duration
+	batch       int
+
+	// children only
+	role string
+	addr string
+	log  string
+	name string
+}
+
+func main() {
+	var c config
+	flag.IntVar(&c.n, "n", 20000, "messages to publish")
+	flag.Float64Var(&c.rate, "rate", 0, "most messages published per second (0: n/25s, so publishing takes about 25s; at least 100/s)")
+	flag.IntVar(&c.publishers, "publishers", 8, "concurrent publishing goroutines in the driver")
+	flag.IntVar(&c.consumers, "consumers", 3, "consumer processes")
+	flag.DurationVar(&c.maxDelay, "max-delay", 5*time.Second, "longest message delay (delays are uniform in (0, max-delay], at most 1h)")
+	flag.Float64Var(&c.zeroDelay, "zero-delay", 0.1, "fraction of messages published with delay 0 (ready at once)")
+	flag.DurationVar(&c.killMin, "kill-min", 2*time.Second, "shortest pause between two consumer kills")
+	flag.DurationVar(&c.killMax, "kill-max", 5*time.Second, "longest pause between two consumer kills")
+	flag.Float64Var(&c.graceful, "graceful", 0.2, "fraction of consumer stops done with SIGTERM (graceful: hands messages back) instead of SIGKILL")
+	flag.DurationVar(&c.drain, "drain", 3*time.Minute, "how long to wait after publishing for every message to be acked or dead-lettered")
+	flag.StringVar(&c.redisServer, "redis-server", "", "redis-server binary (default: redis-server from PATH)")
+	flag.BoolVar(&c.keep, "keep", false, "keep the temporary directory (Redis data, consumer logs, children's stderr) for inspection")
+
+	flag.IntVar(&c.subs, "subs", 4, "subscriptions (Router handlers) per consumer process")
+	flag.Float64Var(&c.fail, "fail", 0.10, "probability that a handler fails (Nack, retried)")
+	flag.Float64Var(&c.hang, "hang", 0.0005, "probability that a handler hangs forever (freed only when its process dies)")
+	flag.IntVar(&c.maxAttempts, "max-attempts", 3, "SubscriberConfig.MaxAttempts (then dead letter)")
+	flag.DurationVar(&c.visibility, "visibility", 2*time.Second, "SubscriberConfig.VisibilityTimeout")
+	flag.DurationVar(&c.retryDelay, "retry-delay", 100*time.Millisecond, "RetryDelay per failed attempt (attempt × this, at most 3×)")
+	flag.IntVar(&c.batch, "batch", 8, "SubscriberConfig.BatchSize")
+
+	flag.StringVar(&c.role, "role", "driver", "internal: driver, consumer or manager")
+	flag.StringVar(&c.addr, "addr", "", "internal: Redis address of a child (the driver's proxy)")
+	flag.StringVar(&c.log, "log", "", "internal: event log of a consumer")
+	flag.StringVar(&c.name, "name", "", "internal: name of a child")
+	flag.Parse()
+
+	if err := c.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(2)
+	}
+	switch c.role {
+	case "driver":
+		os.Exit(runDriver(c))
+	case "consumer":
+		os.Exit(runConsumer(c))
+	case "manager":
+		os.Exit(runManager(c))
+	}
+}
+
+func (c *config) validate() error {
+	switch c.role {
+	case "driver":
+	case "consumer", "manager":
+		// Children only ever talk to the driver's proxy on loopback.
+		host, _, err := net.SplitHostPort(c.addr)
+		if err != nil || host != "127.0.0.1" {
+			return fmt.Errorf("-addr %q: children only connect to 127.0.0.1", c.addr)
+		}
+	default:
+		return fmt.Errorf("-role %q: use driver, consumer or manager", c.role)
+	}
+	if c.n < 1 {
+		return fmt.Errorf("-n %d: publish at least one message", c.n)
+	}
+	if c.rate == 0 {
+		c.rate = max(float64(c.n)/25, 100)
+	}
+	if c.rate < 0 || c.publishers < 1 || c.consumers < 1 || c.subs < 1 || c.batch < 1 {
+		return fmt.Errorf("-rate, -publishers, -consumers, -subs and -batch must be positive")
+	}
+	if c.maxDelay <= 0 || c.maxDelay > time.Hour {
+		return fmt.Errorf("-max-delay %s: use more than 0 and at most 1h", c.maxDelay)
+	}
+	if c.killMin <= 0 || c.killMax < c.killMin {
+		return fmt.Errorf("-kill-min %s, -kill-max %s: need 0 < kill-min <= kill-max", c.killMin, c.killMax)
+	}
+	if c.maxAttempts < 1 || c.maxAttempts > 200 {
+		return fmt.Errorf("-max-attempts %d: use 1 to 200", c.maxAttempts)
+	}
+	return nil
+}
+
+// retryDelayFunc is the consumers' SubscriberConfig.RetryDelay.
+func (c *config) retryDelayFunc() func(int) time.Duration {
+	step := c.retryDelay
+	return func(attempt int) time.Duration {
+		return min(time.Duration(attempt)*step, 3*step)
+	}
+}
