@@ -138,9 +138,10 @@ type SubscriberConfig struct {
 
 	// BatchSize is how many messages a subscription fetches from Redis in one
 	// read (default 32). Fetched messages are delivered one at a time; those
-	// not delivered when the subscription closes, or still waiting behind a
-	// handler that has run longer than a third of VisibilityTimeout, go back
-	// to the group at once (attempt unchanged) for other consumers to take.
+	// not delivered when the subscription closes go back to the group at
+	// once, and those waiting behind a handler that runs long go back at the
+	// next lease renewal (after a third to two thirds of VisibilityTimeout),
+	// attempt unchanged, for other consumers to take.
 	BatchSize int
 
 	// BlockTime bounds one blocking read (default 500ms). Close waits at most
@@ -152,7 +153,8 @@ type SubscriberConfig struct {
 	// handler set no delay metadata, or a message reclaimed from a consumer
 	// that stopped responding; attempt is the attempt that failed (1 for the
 	// first delivery). Nil redelivers immediately. It must depend on attempt
-	// only: NewSubscriber evaluates it for the first 64 attempts and stores
+	// only: NewSubscriber evaluates it for the first attempts (up to
+	// MaxAttempts, at most 64) and stores
 	// the values in Redis, so a scheduler in another process (a Manager)
 	// applies the same delays when it reclaims; later attempts repeat the
 	// last value there.
@@ -160,9 +162,11 @@ type SubscriberConfig struct {
 
 	// DisableScheduler turns off the scheduler a Subscriber runs for the
 	// topics it subscribes (moving due messages to the ready stream and due
-	// retries of its group back to it). Turn it off when a dedicated Manager
-	// runs; with it on, any number of subscribers and Managers may schedule
-	// the same topic safely.
+	// retries of its group back to it, reclaiming from dead consumers,
+	// trimming, removing idle consumers). Turn it off only when a Manager
+	// runs: with neither, nothing delayed becomes due and nothing is
+	// reclaimed. With it on, any number of subscribers and Managers may
+	// schedule the same topic safely.
 	DisableScheduler bool
 
 	// CheckInterval bounds how long the embedded scheduler sleeps when
@@ -171,10 +175,21 @@ type SubscriberConfig struct {
 	// the safety net for a missed wake-up.
 	CheckInterval time.Duration
 
-	// MaxAttempts is how many times a message is delivered to the group
-	// before it goes to the group's dead letters (default 16; negative: no
-	// limit, retried forever). A Nack and a reclaim after VisibilityTimeout
-	// each end an attempt; a hand-back on Close does not.
+	// MaxAttempts is how many attempts a message gets in the group before it
+	// goes to the group's dead letters (default 16; negative: no limit,
+	// retried forever). A Nack and a reclaim after VisibilityTimeout each end
+	// an attempt; a hand-back on Close does not. A reclaim cannot tell which
+	// of a dead consumer's messages a handler had, so it ends an attempt for
+	// every message the consumer held, including up to BatchSize-1 fetched
+	// and not yet delivered (with MaxAttempts 1 those go to the dead letters
+	// undelivered: use BatchSize 1 then).
+	//
+	// MaxAttempts, VisibilityTimeout, MaxDeadLetters, ConsumerIdleTimeout
+	// and RetryDelay are stored in Redis as the group's policy, which
+	// reclaims (by any scheduler) follow: the subscriber of the group that
+	// started last sets it, so give every subscriber of a group the same
+	// values. Lease renewal follows the stored VisibilityTimeout when it is
+	// shorter than the subscriber's own.
 	MaxAttempts int
 
 	// VisibilityTimeout is how long a message may stay unacknowledged with

@@ -142,11 +142,14 @@ func (i *Inspector) Stats(ctx context.Context, topic string) (TopicStats, error)
 			gs.Ready = st.Stream // the group is registered but not created on the stream yet
 		}
 		for _, r := range c.redo.Val() {
-			if r.Name == g && gs.Ready >= 0 {
+			if r.Name != g {
+				continue
+			}
+			gs.Pending += r.Pending
+			if gs.Ready >= 0 {
 				// Handled redelivery entries are deleted, so what is left is
 				// either pending or not fetched yet.
 				gs.Ready += c.redoN.Val() - r.Pending
-				gs.Pending += r.Pending
 			}
 		}
 		m := c.meta.Val()
@@ -319,8 +322,9 @@ func (i *Inspector) PurgeDeadLetters(ctx context.Context, topic, group string) (
 // holds: its position in the ready stream, pending messages, retries and
 // dead letters. Use it for a group no service consumes in any more, which
 // would otherwise keep every later message in the ready stream (trimming
-// never drops what a group has not read). A subscriber of the group
-// started later creates it afresh. It reports whether the group existed.
+// never drops what a group has not read). Stop the group's subscribers
+// first: a running one recreates the group and reads again everything
+// still in the ready stream. It reports whether the group existed.
 func (i *Inspector) DeleteGroup(ctx context.Context, topic, group string) (bool, error) {
 	if err := i.validateGroup(topic, group); err != nil {
 		return false, err

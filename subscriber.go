@@ -114,11 +114,11 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 	err := initScript.Run(ctx, s.config.Client,
 		[]string{s.keys.stream(topic), s.keys.redelivery(topic, group), s.keys.groups(topic), s.keys.meta(topic, group)},
 		append([]any{group, s.keys.wake(topic)}, s.policy...)...).Err()
-	if err == nil {
-		err = s.config.Client.SAdd(ctx, s.keys.topics(), topic).Err()
-	}
 	if err != nil {
 		return fmt.Errorf("redisdelay: create consumer group %q for topic %q: %w", group, topic, err)
+	}
+	if err := s.config.Client.SAdd(ctx, s.keys.topics(), topic).Err(); err != nil {
+		return fmt.Errorf("redisdelay: register topic %q: %w", topic, err)
 	}
 	s.mu.Lock()
 	s.initialized[topic] = true
@@ -228,20 +228,29 @@ type entry struct {
 
 func (sub *subscription) run(ctx context.Context) {
 	s := sub.s
-	defer func() { _ = sub.release("", "") }()
-
 	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": s.config.ConsumerGroup, "consumer": sub.consumer}
 	s.logger.Debug("redisdelay: subscribed", fields)
 
 	// The lease outlives ctx: a handler finishing during Close keeps its
-	// message until the hand-back.
+	// message until the final hand-back, which waits for the renewals to
+	// stop so none runs after it.
 	leaseCtx, stopLease := context.WithCancel(context.Background())
-	defer stopLease()
-	go sub.extendLeases(leaseCtx)
+	leaseDone := make(chan struct{})
+	go func() {
+		defer close(leaseDone)
+		sub.extendLeases(leaseCtx)
+	}()
+	defer func() {
+		stopLease()
+		<-leaseDone
+		_ = sub.release("", "")
+	}()
 
-	// A consumer first reads its own pending entries ("0"): after a
-	// connection error Redis may have assigned entries whose reply was lost.
-	history := true
+	// After a connection error, or when lease renewal finds entries pending
+	// for this consumer that it never received (a read whose reply was lost
+	// and which go-redis retried), the consumer reads its own pending
+	// entries ("history", from ID "0") before new ones.
+	history := false
 	cursor := [2]string{"0", "0"}
 	failures := 0
 	for ctx.Err() == nil {
@@ -253,7 +262,7 @@ func (sub *subscription) run(ctx context.Context) {
 			failures++
 			wait := backoff(failures, 2*time.Second)
 			s.logger.Error("redisdelay: read failed; retrying", err, fields.Add(watermill.LogFields{"retry_in": wait.String()}))
-			if strings.Contains(err.Error(), "NOGROUP") {
+			if strings.HasPrefix(err.Error(), "NOGROUP") {
 				// The group vanished (Redis restarted without persistence, or
 				// someone deleted the keys): create it again.
 				s.mu.Lock()
@@ -325,17 +334,20 @@ func (sub *subscription) takeRecheck() bool {
 	return r
 }
 
-// renewLeases extends the lease of what the subscription holds. First, if a
-// handler has run longer than a third of VisibilityTimeout, the messages
-// fetched behind it go back to the group (attempt unchanged) for other
-// consumers to take while it runs on.
-func (sub *subscription) renewLeases(ctx context.Context) error {
+// renewLeases extends the lease of what the subscription holds and returns
+// the group's stored visibility timeout. First, if a handler has run longer
+// than slow, the messages fetched behind it go back to the group (attempt
+// unchanged) for other consumers to take while it runs on.
+func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (time.Duration, error) {
 	s := sub.s
 	sub.mu.Lock()
-	if sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= s.config.VisibilityTimeout/3 {
-		if sub.release(strconv.Itoa(sub.batch[0].streamIndex()), sub.batch[0].msg.ID) == nil {
-			sub.batch = sub.batch[:1]
+	if sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow {
+		if sub.release(strconv.Itoa(sub.batch[0].streamIndex()), sub.batch[0].msg.ID) != nil {
+			// Some may have gone back before the error: whatever is still
+			// pending for this consumer is read again after this message.
+			sub.recheck = true
 		}
+		sub.batch = sub.batch[:1]
 	}
 	var ready, redo []any
 	for _, e := range sub.batch {
@@ -349,23 +361,27 @@ func (sub *subscription) renewLeases(ctx context.Context) error {
 
 	group := s.config.ConsumerGroup
 	args := append([]any{group, sub.consumer, len(ready)}, append(ready, redo...)...)
-	pending, err := extendScript.Run(ctx, s.config.Client,
-		[]string{s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, group)}, args...).Int()
+	res, err := extendScript.Run(ctx, s.config.Client,
+		[]string{s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, group), s.keys.meta(sub.topic, group)}, args...).Int64Slice()
 	if err != nil {
-		return err
+		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
-	if pending > len(ready)+len(redo) {
+	if res[0] > 0 {
 		sub.mu.Lock()
 		sub.recheck = true
 		sub.mu.Unlock()
 	}
-	return nil
+	return time.Duration(res[1]) * time.Millisecond, nil
 }
 
-// extendLeases renews the lease of every message the subscription holds,
-// three times per VisibilityTimeout, until ctx ends.
+// extendLeases renews the lease of every message the subscription holds
+// three times per VisibilityTimeout, until ctx ends. Reclaim uses the
+// group's stored timeout, written by the subscriber of the group that
+// started last; when that is shorter (a rollout changing it), renewals
+// follow it, so live consumers keep their messages either way.
 func (sub *subscription) extendLeases(ctx context.Context) {
-	t := time.NewTicker(sub.s.config.VisibilityTimeout / 3)
+	every := sub.s.config.VisibilityTimeout / 3
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -374,11 +390,17 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 		case <-t.C:
 		}
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := sub.renewLeases(opCtx)
+		stored, err := sub.renewLeases(opCtx, every)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			sub.s.logger.Error("redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
 				watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer})
+		}
+		if stored > 0 {
+			if want := min(sub.s.config.VisibilityTimeout, stored) / 3; want != every {
+				every = want
+				t.Reset(every)
+			}
 		}
 	}
 }
@@ -423,7 +445,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) bool {
 		// The entry is pending but its content is gone (deleted by hand):
 		// nothing can be delivered, so stop it blocking the pending list.
 		s.logger.Error("redisdelay: pending entry has no content; acknowledging it", nil, fields)
-		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e, "") })
+		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e) })
 		return ctx.Err() == nil
 	}
 	attempt := e.attempt()
@@ -454,7 +476,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) bool {
 	}
 	select {
 	case <-msg.Acked():
-		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e, msg.UUID) })
+		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e) })
 		return true
 	case <-msg.Nacked():
 		sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
@@ -466,11 +488,14 @@ func (sub *subscription) deliver(ctx context.Context, e entry) bool {
 	// fetched but not delivered at once, give the handler CloseTimeout to
 	// finish, then let run's release hand back the message if it did not.
 	_ = sub.release(strconv.Itoa(e.streamIndex()), e.msg.ID)
+	sub.mu.Lock()
+	sub.batch = sub.batch[:1] // the rest was handed back (or, on error, is reclaimed)
+	sub.mu.Unlock()
 	wait := time.NewTimer(s.config.CloseTimeout)
 	defer wait.Stop()
 	select {
 	case <-msg.Acked():
-		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e, msg.UUID) })
+		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e) })
 	case <-msg.Nacked():
 		sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
 	case <-wait.C:
@@ -504,7 +529,7 @@ func (sub *subscription) settle(ctx context.Context, op func(context.Context) er
 	}
 }
 
-func (sub *subscription) ack(ctx context.Context, e entry, uuid string) error {
+func (sub *subscription) ack(ctx context.Context, e entry) error {
 	s := sub.s
 	var n int64
 	var err error
@@ -513,17 +538,22 @@ func (sub *subscription) ack(ctx context.Context, e entry, uuid string) error {
 	} else {
 		n, err = s.config.Client.XAck(ctx, e.stream, s.config.ConsumerGroup, e.msg.ID).Result()
 	}
-	if err == nil && n == 0 {
-		sub.lostLease(uuid, "Ack")
+	if err != nil {
+		return fmt.Errorf("ack entry %s: %w", e.msg.ID, err)
 	}
-	return err
+	if n == 0 {
+		sub.notPending(e, "Ack")
+	}
+	return nil
 }
 
-// lostLease logs a settlement that came too late: the message had already
-// been reclaimed (its lease ran out) and will be delivered again.
-func (sub *subscription) lostLease(uuid, what string) {
-	sub.s.logger.Info("redisdelay: "+what+" came after the message was reclaimed (lease not extended within VisibilityTimeout); it will be delivered again",
-		watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer, "message_uuid": uuid})
+// notPending logs a settlement of an entry that was no longer pending for
+// the group: reclaimed after its lease ran out, handed back, or settled by a
+// retry whose first reply was lost. In the first two cases it is delivered
+// again.
+func (sub *subscription) notPending(e entry, what string) {
+	sub.s.logger.Info("redisdelay: "+what+" of a message no longer pending (reclaimed or handed back; it may be delivered again)",
+		watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer, "entry_id": e.msg.ID})
 }
 
 func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message, attempt int, deliveredUntil string) error {
@@ -559,12 +589,12 @@ func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, d
 		group, e.msg.ID, source, attempt, delay.Milliseconds(), body, s.keys.wake(sub.topic),
 		reason, max(s.config.MaxDeadLetters, 0)).Int64Slice()
 	if err != nil {
-		return err
+		return fmt.Errorf("nack entry %s: %w", e.msg.ID, err)
 	}
 	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": group, "entry_id": e.msg.ID, "attempt": attempt}
 	switch res[0] {
 	case 0:
-		sub.lostLease(e.msg.ID, "Nack")
+		sub.notPending(e, "Nack")
 	case 2:
 		s.logger.Error("redisdelay: message moved to the dead letters", errors.New(reason), fields)
 	}
@@ -590,7 +620,7 @@ func (sub *subscription) release(keepStream, keepID string) error {
 			[]string{s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, group)},
 			group, sub.consumer, 1000, keepStream, keepID).Int64Slice()
 		if err != nil {
-			s.logger.Error("redisdelay: cannot hand back pending messages; they are reclaimed after VisibilityTimeout", err, fields)
+			s.logger.Error("redisdelay: cannot hand back pending messages; they stay with this consumer until read again or reclaimed", err, fields)
 			return err
 		}
 		if res[1] > 0 {

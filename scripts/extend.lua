@@ -3,24 +3,29 @@
   and not yet settled), so reclaim leaves a live consumer's messages alone
   however long its handler takes. XCLAIM ... JUSTID resets an entry's idle
   time without counting a delivery; an id no longer pending is skipped.
-  Entries pending for the consumer that it does not know it holds (a read
-  whose reply was lost) are not renewed: the count returned tells the
-  subscription to read its own pending entries again.
+  Entries pending for the consumer that it does not hold (a read whose
+  reply was lost) are not renewed but reported, so the subscription reads
+  its own pending entries again.
 
   KEYS[1] stream   stream the topic's ready stream
   KEYS[2] rstream  stream the group's redelivery stream
+  KEYS[3] meta     hash   the group's policy (vis: the visibility timeout
+                          reclaim uses, in ms)
   ARGV[1] consumer group
   ARGV[2] consumer name
   ARGV[3] how many of the ids that follow are in the ready stream
   ARGV[4..] ids held: first those in the ready stream, then those in the
           redelivery stream
 
-  Returns the number of entries pending for the consumer, up to one more
-  than it holds.
+  Returns {unheld, vis}: unheld > 0 when entries pending for the consumer
+  are not among the ids held; vis is the group's stored visibility timeout
+  in ms (0 when none is stored), so a subscription renews often enough
+  even when another subscriber of the group set a shorter one.
 ]]
 local group, consumer, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local held = #ARGV - 3
-local pending = 0
+local held = {}
+for i = 4, #ARGV do held[ARGV[i]] = true end
+local unheld = 0
 for s = 1, 2 do
   local first, last = 4, 3 + n
   if s == 2 then first, last = 4 + n, #ARGV end
@@ -30,8 +35,13 @@ for s = 1, 2 do
     ids[#ids + 1] = 'JUSTID'
     redis.call('XCLAIM', KEYS[s], group, consumer, 0, unpack(ids))
   end
-  -- a stream without the group (not created yet) has nothing pending
-  local ok, p = pcall(redis.call, 'XPENDING', KEYS[s], group, '-', '+', held + 1, consumer)
-  if ok then pending = pending + #p end
+  -- The first (held + 1) pending entries include an unheld one whenever
+  -- there is one. A stream without the group has nothing pending.
+  local ok, p = pcall(redis.call, 'XPENDING', KEYS[s], group, '-', '+', last - first + 2, consumer)
+  if ok then
+    for _, e in ipairs(p) do
+      if not held[e[1]] then unheld = unheld + 1 end
+    end
+  end
 end
-return pending
+return {unheld, tonumber(redis.call('HGET', KEYS[3], 'vis')) or 0}

@@ -1,6 +1,7 @@
 --[[
-  lib: helpers prepended to the scripts that requeue messages and bury dead
-  letters (nack, reclaim). Not a script of its own.
+  lib: helpers prepended to the scripts that requeue messages, bury dead
+  letters or read entries back (nack, reclaim, release). Not a script of
+  its own.
 ]]
 
 -- Redis's clock in ms, rounded up: a due time is never earlier than now + delay.

@@ -8,7 +8,7 @@
   KEYS[2] bodies   hash   message UUID -> encoded message
   KEYS[3] stream   stream the topic's ready stream
   then for each consumer group, three keys:
-  KEYS[3g+1] retry    zset   "attempt:source:entry id" -> due score
+  KEYS[3g+1] retry    zset   "<attempt>:<m|r><entry id>" -> due score
   KEYS[3g+2] rbodies  hash   same member -> encoded message
   KEYS[3g+3] rstream  stream the group's redelivery stream, fields m, a (attempt)
   ARGV[1]  most messages moved from one set per call

@@ -10,7 +10,7 @@
   KEYS[2] rstream  stream the group's redelivery stream
   ARGV[1] consumer group
   ARGV[2] consumer name
-  ARGV[3] most entries handed back per call
+  ARGV[3] most entries handed back per stream per call
   ARGV[4] stream of the entry to keep: "1" ready, "2" redelivery, "" none
   ARGV[5] id of the entry to keep
 
