@@ -1,0 +1,150 @@
+package main
+
+// Micro-benchmarks of the adapter's hot paths through its public API, for
+// catching regressions: go test -bench . -benchtime 20000x
+// They run against a redis-server started on a free loopback port, or the
+// one at REDISDELAY_TEST_ADDR (loopback only; it is flushed).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+var testAddr string
+
+func TestMain(m *testing.M) {
+	var (
+		server *redisServer
+		err    error
+	)
+	if addr := os.Getenv("REDISDELAY_TEST_ADDR"); addr != "" {
+		server, err = externalRedis(addr)
+	} else {
+		server, err = startRedis()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench tests:", err)
+		os.Exit(1)
+	}
+	testAddr = server.addr
+	code := m.Run()
+	server.stop()
+	os.Exit(code)
+}
+
+// freshClient flushes the server and returns a client closed with the
+// benchmark.
+func freshClient(b *testing.B) *redis.Client {
+	c := newClient(testAddr, poolSize)
+	b.Cleanup(func() { _ = c.Close() })
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+func newPublisher(b *testing.B, c *redis.Client) *redisdelay.Publisher {
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: c}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pub
+}
+
+func benchMessage(delayFor time.Duration) *message.Message {
+	msg := message.NewMessage(watermill.NewULID(), make([]byte, 16))
+	if delayFor > 0 {
+		delay.Message(msg, delay.For(delayFor))
+	}
+	return msg
+}
+
+// BenchmarkPublish publishes 16 B messages from 64 goroutines; ns/op is per
+// message.
+func BenchmarkPublish(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		batch int
+		delay time.Duration
+	}{
+		{"immediate", 1, 0},
+		{"delayed", 1, time.Hour},
+		{"immediate-batch100", batchSize, 0},
+		{"delayed-batch100", batchSize, time.Hour},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			pub := newPublisher(b, freshClient(b))
+			b.ReportAllocs()
+			b.SetParallelism(max(1, publishers/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				msgs := make([]*message.Message, 0, c.batch)
+				for more := pb.Next(); more; {
+					msgs = append(msgs, benchMessage(c.delay))
+					more = pb.Next()
+					if len(msgs) == c.batch || !more {
+						if err := pub.Publish("hot", msgs...); err != nil {
+							b.Error(err)
+							return
+						}
+						msgs = msgs[:0]
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkSubscribeAck receives and acks b.N ready messages from one
+// subscription, without a Router; ns/op is per message.
+func BenchmarkSubscribeAck(b *testing.B) {
+	c := freshClient(b)
+	pub := newPublisher(b, c)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: c, ConsumerGroup: consumerGroup}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.SubscribeInitialize("hot"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := publishWatermill(pub, []string{"hot"}, b.N, batchSize, make([]byte, 16), 0); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	b.ResetTimer()
+	ch, err := sub.Subscribe(ctx, "hot")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		(<-ch).Ack()
+	}
+}
+
+// BenchmarkPromote moves b.N due messages to the ready stream with a
+// Manager; ns/op is per message.
+func BenchmarkPromote(b *testing.B) {
+	c := freshClient(b)
+	pub := newPublisher(b, c)
+	if _, err := publishWatermill(pub, []string{"hot"}, b.N, batchSize, make([]byte, 16), time.Millisecond); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	b.ResetTimer()
+	if _, err := promote(context.Background(), watermill.NopLogger{}, c, "hot", 0); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -1,0 +1,338 @@
+// Command bench measures this adapter side by side with
+// watermill-redisstream, Watermill's in-memory GoChannel and asynq on one
+// local redis-server, and writes a markdown table, PNG charts and raw JSON.
+//
+//	go run . [-quick] [-redis 127.0.0.1:PORT] [-out results] [-only 1,4]
+//
+// See README.md for what each scenario measures.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+// options are the sizes of a run (flags; -quick shrinks the ones not set).
+type options struct {
+	Messages     int           `json:"messages"`
+	Payloads     []int         `json:"payloads"`
+	Subscribers  int           `json:"subscribers"`
+	EndToEnd     int           `json:"end_to_end"`
+	Steady       time.Duration `json:"steady"`
+	Rates        []int         `json:"rates"`
+	Burst        int           `json:"burst"`
+	Schedule     int           `json:"schedule"`
+	Memory       int           `json:"memory"`
+	Backlog      int           `json:"backlog"`
+	BacklogSmall int           `json:"backlog_small"`
+	Scaling      int           `json:"scaling"`
+	Idle         time.Duration `json:"idle"`
+	IdleTopics   int           `json:"idle_topics"`
+}
+
+// scenario is a part of the bench; throughput covers two numbers because
+// the subscribe figures consume the backlog the publish figures leave.
+type scenario struct {
+	numbers []int
+	title   string
+	run     func(*bench)
+}
+
+var scenarios = []scenario{
+	{[]int{1, 2}, "publish and subscribe throughput", (*bench).throughput},
+	{[]int{3}, "end-to-end delayed throughput", (*bench).endToEnd},
+	{[]int{4}, "lateness", (*bench).lateness},
+	{[]int{5}, "scheduling rate", (*bench).scheduling},
+	{[]int{6}, "memory per waiting message", (*bench).memory},
+	{[]int{7}, "scaling with the backlog", (*bench).scaling},
+	{[]int{8}, "idle cost", (*bench).idle},
+}
+
+// bench is the state shared by the scenarios.
+type bench struct {
+	ctx    context.Context
+	opts   options
+	addr   string
+	admin  *redis.Client // INFO, FLUSHALL, CONFIG RESETSTAT
+	logger watermill.LoggerAdapter
+	rep    *Report
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		quick   = flag.Bool("quick", false, "small sizes of everything, for a smoke test (about 2 minutes)")
+		addr    = flag.String("redis", "", "use this loopback redis-server (it is FLUSHALLed) instead of starting one")
+		out     = flag.String("out", "results", "directory for results.md, results.json and the charts")
+		only    = flag.String("only", "", "comma-separated scenario numbers to run (default: all)")
+		opts    options
+		rates   = flag.String("rates", "1000,10000", "steady rates of the lateness scenario, messages/s")
+		sizes   = flag.String("payloads", "16,256", "payload sizes of the throughput scenarios, bytes")
+		quickOf = map[string]string{}
+	)
+	intFlag := func(p *int, name string, def, quickDef int, usage string) {
+		flag.IntVar(p, name, def, usage)
+		quickOf[name] = strconv.Itoa(quickDef)
+	}
+	durFlag := func(p *time.Duration, name string, def, quickDef time.Duration, usage string) {
+		flag.DurationVar(p, name, def, usage)
+		quickOf[name] = quickDef.String()
+	}
+	intFlag(&opts.Messages, "n", 200_000, 10_000, "messages per publish and subscribe run (scenarios 1, 2)")
+	intFlag(&opts.Subscribers, "subs", 4, 4, "subscribers in one consumer group for the 'several' figures and the delivery scenarios")
+	intFlag(&opts.EndToEnd, "e2e", 100_000, 20_000, "messages of the end-to-end delayed run (scenario 3)")
+	durFlag(&opts.Steady, "steady", 10*time.Second, time.Second, "duration of each steady-rate lateness run (scenario 4)")
+	intFlag(&opts.Burst, "burst", 100_000, 10_000, "messages due at the same instant (scenario 4)")
+	intFlag(&opts.Schedule, "schedule", 500_000, 50_000, "due messages promoted (scenario 5)")
+	intFlag(&opts.Memory, "memory", 1_000_000, 50_000, "waiting messages stored per system (scenario 6)")
+	intFlag(&opts.Backlog, "backlog", 5_000_000, 100_000, "large waiting backlog (scenario 7)")
+	intFlag(&opts.BacklogSmall, "backlog-small", 10_000, 10_000, "small waiting backlog (scenario 7)")
+	intFlag(&opts.Scaling, "scaling", 200_000, 20_000, "messages published and promoted at each backlog (scenario 7)")
+	durFlag(&opts.Idle, "idle", time.Minute, 5*time.Second, "idle measurement per system (scenario 8)")
+	intFlag(&opts.IdleTopics, "idle-topics", 100, 100, "idle topics, one subscriber each (scenario 8)")
+	flag.Parse()
+	if *quick {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range quickOf {
+			if !set[name] {
+				if err := flag.Set(name, v); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	var err error
+	if opts.Rates, err = parseInts(*rates); err != nil {
+		return fmt.Errorf("-rates: %w", err)
+	}
+	if opts.Payloads, err = parseInts(*sizes); err != nil {
+		return fmt.Errorf("-payloads: %w", err)
+	}
+	selected, err := parseInts(*only)
+	if err != nil {
+		return fmt.Errorf("-only: %w", err)
+	}
+
+	var server *redisServer
+	if *addr != "" {
+		server, err = externalRedis(*addr)
+	} else {
+		server, err = startRedis()
+	}
+	if err != nil {
+		return err
+	}
+	defer server.stop()
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-signals
+		server.stop()
+		os.Exit(130)
+	}()
+
+	ctx := context.Background()
+	// FLUSHALL of a multi-million-message backlog blocks Redis for seconds.
+	admin := redis.NewClient(&redis.Options{Addr: server.addr, ReadTimeout: 2 * time.Minute})
+	defer admin.Close()
+	b := &bench{
+		ctx:    ctx,
+		opts:   opts,
+		addr:   server.addr,
+		admin:  admin,
+		logger: errorLogger{watermill.NewSlogLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))},
+		rep: &Report{Meta: Meta{
+			Command:  strings.Join(append([]string{"go run ."}, os.Args[1:]...), " "),
+			Started:  time.Now(),
+			Machine:  machine(),
+			Go:       runtime.Version(),
+			Redis:    server.version(ctx),
+			Versions: moduleVersions(),
+			Sizes:    opts,
+		}},
+	}
+	progress("redis-server %s at %s", b.rep.Meta.Redis, server.addr)
+	for _, s := range scenarios {
+		if len(selected) > 0 && !slices.ContainsFunc(s.numbers, func(n int) bool { return slices.Contains(selected, n) }) {
+			continue
+		}
+		progress("== %v %s", s.numbers, s.title)
+		start := time.Now()
+		s.run(b)
+		progress("   %s took %.0fs", s.title, time.Since(start).Seconds())
+	}
+	_ = flush(ctx, admin)
+	b.rep.Meta.Seconds = time.Since(b.rep.Meta.Started).Seconds()
+
+	md := b.rep.markdown()
+	fmt.Print(md)
+	if err := b.rep.write(*out, md); err != nil {
+		return err
+	}
+	progress("wrote %s/results.md, results.json, throughput.png, lateness.png", *out)
+	return nil
+}
+
+// measure runs fn, which returns the duration of its measured part, and
+// records the run with the Redis CPU and commands it cost. It returns
+// messages per second of that part, or nil (the error recorded) on failure.
+func (b *bench) measure(name string, messages int, fn func() (time.Duration, error)) *float64 {
+	if b.failed(name, b.admin.ConfigResetStat(b.ctx).Err()) {
+		return nil
+	}
+	cpu0, err := cpuSeconds(b.ctx, b.admin)
+	if b.failed(name, err) {
+		return nil
+	}
+	start := time.Now()
+	d, err := fn()
+	wall := time.Since(start)
+	if b.failed(name, err) {
+		return nil
+	}
+	cpu1, err := cpuSeconds(b.ctx, b.admin)
+	if b.failed(name, err) {
+		return nil
+	}
+	stats, err := commandStats(b.ctx, b.admin)
+	if b.failed(name, err) {
+		return nil
+	}
+	run := &Run{
+		Name:     name,
+		Messages: messages,
+		Seconds:  d.Seconds(),
+		Rate:     float64(messages) / d.Seconds(),
+		RedisCPU: (cpu1 - cpu0) / wall.Seconds() * 100,
+	}
+	for _, s := range stats {
+		if len(run.Commands) == 5 {
+			break
+		}
+		if s.Command == "info" || s.Command == "config|resetstat" {
+			continue
+		}
+		s.PerMsg = float64(s.Calls) / float64(messages)
+		s.UsecMsg = float64(s.Usec) / float64(messages)
+		run.Commands = append(run.Commands, s)
+	}
+	b.rep.Runs = append(b.rep.Runs, run)
+	progress("%-60s %10s msg/s (%s in %.2fs, Redis CPU %.0f%%)", name, formatNumber(run.Rate), count(messages), run.Seconds, run.RedisCPU)
+	return &run.Rate
+}
+
+// errorLogger logs errors only (the Router and the Pub/Subs log every start
+// and stop), leaving out the context cancellations some report while closing.
+type errorLogger struct{ watermill.LoggerAdapter }
+
+func (l errorLogger) Error(msg string, err error, fields watermill.LogFields) {
+	if !errors.Is(err, context.Canceled) {
+		l.LoggerAdapter.Error(msg, err, fields)
+	}
+}
+
+func (l errorLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return errorLogger{l.LoggerAdapter.With(fields)}
+}
+
+// failed records err, if any, against what and reports whether there was one.
+func (b *bench) failed(what string, err error) bool {
+	if err == nil {
+		return false
+	}
+	b.rep.errorf("%s: %v", what, err)
+	return true
+}
+
+// flush empties Redis before a measurement.
+func (b *bench) flush() error {
+	return flush(b.ctx, b.admin)
+}
+
+// progress prints a line to stderr; stdout gets only the results.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "  "+format+"\n", args...)
+}
+
+// count prints 10000 as 10k and 5000000 as 5M.
+func count(n int) string {
+	switch {
+	case n >= 1_000_000 && n%100_000 == 0:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', -1, 64) + "M"
+	case n >= 1000 && n%100 == 0:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', -1, 64) + "k"
+	}
+	return strconv.Itoa(n)
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// machine describes the CPU the bench ran on.
+func machine() string {
+	model := runtime.GOARCH
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d logical CPUs, %s", model, runtime.NumCPU(), runtime.GOOS)
+}
+
+// moduleVersions returns the versions of the compared libraries this binary
+// was built with.
+func moduleVersions() map[string]string {
+	v := map[string]string{}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	for _, d := range info.Deps {
+		switch d.Path {
+		case "github.com/ThreeDotsLabs/watermill", "github.com/ThreeDotsLabs/watermill-redisstream",
+			"github.com/hibiken/asynq", "github.com/redis/go-redis/v9":
+			v[d.Path] = d.Version
+		}
+	}
+	return v
+}
