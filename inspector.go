@@ -274,7 +274,7 @@ func (i *Inspector) RequeueDeadLetter(ctx context.Context, topic, group, id stri
 	if err := i.validateGroup(topic, group); err != nil {
 		return false, err
 	}
-	n, err := requeueScript.Run(ctx, i.client, []string{i.keys.dead(topic, group), i.keys.redelivery(topic, group)}, 1, id).Int()
+	n, err := i.requeue(ctx, topic, group, id)
 	return n == 1, wrapErr(err, "requeue dead letter %q of group %q in topic %q", id, group, topic)
 }
 
@@ -286,12 +286,22 @@ func (i *Inspector) RequeueDeadLetters(ctx context.Context, topic, group string)
 	}
 	total := 0
 	for {
-		n, err := requeueScript.Run(ctx, i.client, []string{i.keys.dead(topic, group), i.keys.redelivery(topic, group)}, 1000).Int()
+		n, err := i.requeue(ctx, topic, group)
 		total += n
 		if err != nil || n == 0 {
 			return total, wrapErr(err, "requeue dead letters of group %q in topic %q", group, topic)
 		}
 	}
+}
+
+// requeue moves the given dead letters, or with no ids the oldest 1,000,
+// back to the group and returns how many it moved.
+func (i *Inspector) requeue(ctx context.Context, topic, group string, ids ...string) (int, error) {
+	args := []any{1000}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return requeueScript.Run(ctx, i.client, []string{i.keys.dead(topic, group), i.keys.redelivery(topic, group)}, args...).Int()
 }
 
 // DeleteDeadLetter deletes one dead letter for good. It reports whether it

@@ -474,35 +474,35 @@ func (sub *subscription) deliver(ctx context.Context, e entry) bool {
 	case <-ctx.Done():
 		return false
 	}
-	select {
-	case <-msg.Acked():
-		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e) })
-		return true
-	case <-msg.Nacked():
-		sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
-		return true
-	case <-ctx.Done():
+	// Until ctx ends, wait for the handler. Then (closing) its context is
+	// cancelled: hand back what was fetched but not delivered at once, give
+	// the handler CloseTimeout to finish, and let run's release hand back
+	// the message if it does not.
+	closing := ctx.Done()
+	var timeout <-chan time.Time
+	for {
+		select {
+		case <-msg.Acked():
+			sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e) })
+			return timeout == nil
+		case <-msg.Nacked():
+			sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
+			return timeout == nil
+		case <-closing:
+			closing = nil
+			_ = sub.release(strconv.Itoa(e.streamIndex()), e.msg.ID)
+			sub.mu.Lock()
+			sub.batch = sub.batch[:1] // the rest was handed back (or, on error, is reclaimed)
+			sub.mu.Unlock()
+			wait := time.NewTimer(s.config.CloseTimeout)
+			defer wait.Stop()
+			timeout = wait.C
+		case <-timeout:
+			s.logger.Info("redisdelay: handler did not finish within CloseTimeout; handing its message back to the group",
+				fields.Add(watermill.LogFields{"message_uuid": msg.UUID}))
+			return false
+		}
 	}
-
-	// Closing: the handler's context is cancelled. Hand back what was
-	// fetched but not delivered at once, give the handler CloseTimeout to
-	// finish, then let run's release hand back the message if it did not.
-	_ = sub.release(strconv.Itoa(e.streamIndex()), e.msg.ID)
-	sub.mu.Lock()
-	sub.batch = sub.batch[:1] // the rest was handed back (or, on error, is reclaimed)
-	sub.mu.Unlock()
-	wait := time.NewTimer(s.config.CloseTimeout)
-	defer wait.Stop()
-	select {
-	case <-msg.Acked():
-		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e) })
-	case <-msg.Nacked():
-		sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
-	case <-wait.C:
-		s.logger.Info("redisdelay: handler did not finish within CloseTimeout; handing its message back to the group",
-			fields.Add(watermill.LogFields{"message_uuid": msg.UUID}))
-	}
-	return false
 }
 
 // settle runs an acknowledgement until Redis takes it, so the next message is
