@@ -1,0 +1,111 @@
+package redisdelay
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCodecRoundTrip(t *testing.T) {
+	berlin := time.FixedZone("CET", 3600)
+	india := time.FixedZone("IST", 5*3600+1800)
+	cases := map[string]message.Metadata{
+		"no metadata":                         {},
+		"delay.For in UTC":                    delayMetadata(delay.For(90 * time.Minute)),
+		"delay.Until in a +01:00 zone":        delayMetadata(delay.Until(time.Date(2030, 1, 2, 3, 4, 5, 0, berlin))),
+		"delay.Until in a +05:30 zone":        delayMetadata(delay.Until(time.Date(2030, 1, 2, 3, 4, 5, 0, india))),
+		"negative duration (a past Until)":    {delay.DelayedForKey: "-3h2m1.5s", delay.DelayedUntilKey: "1999-12-31T23:59:59Z"},
+		"non-canonical duration kept as text": {delay.DelayedForKey: "90s"},
+		"fractional until kept as text":       {delay.DelayedUntilKey: "2030-01-02T03:04:05.123Z"},
+		"-00:00 until kept as text":           {delay.DelayedUntilKey: "2030-01-02T03:04:05-00:00"},
+		"millisecond until (after delivery)":  {delay.DelayedUntilKey: "2030-01-02T03:04:05.000+01:00"},
+		"garbage delay values kept as text":   {delay.DelayedForKey: "soon", delay.DelayedUntilKey: "tomorrow"},
+		"empty key and value":                 {"": ""},
+		"ordinary keys":                       {"a": "1", "correlation_id": "x", ErrorKey: "boom"},
+	}
+	for name, md := range cases {
+		t.Run(name, func(t *testing.T) {
+			msg := message.NewMessage("01JDZ3V6Q6R8Z0Y1X2W3V4T5S6", []byte("payload"))
+			msg.Metadata = md
+			got, err := decodeMessage(encodeMessage(msg))
+			require.NoError(t, err)
+			require.Equal(t, msg.UUID, got.UUID)
+			require.Equal(t, msg.Payload, got.Payload)
+			require.Equal(t, map[string]string(md), map[string]string(got.Metadata))
+		})
+	}
+}
+
+func delayMetadata(d delay.Delay) message.Metadata {
+	msg := message.NewMessage("x", nil)
+	delay.Message(msg, d)
+	return msg.Metadata
+}
+
+// Watermill's delay keys are the bulk of a delayed message's metadata: they
+// must shrink to a few bytes, which is what keeps a waiting message small.
+func TestCodecDelayKeysAreCompact(t *testing.T) {
+	msg := message.NewMessage("01JDZ3V6Q6R8Z0Y1X2W3V4T5S6", make([]byte, 100))
+	delay.Message(msg, delay.For(time.Hour))
+	require.LessOrEqual(t, len(encodeMessage(msg)), 1+1+26+1+100+16)
+}
+
+func TestCodecDecodesVersion1(t *testing.T) {
+	// As the previous release stored it: every key as text.
+	b := []byte{codecVersionV1}
+	b = appendString(b, "id-1")
+	b = binary.AppendUvarint(b, 2)
+	b = appendString(appendString(b, delay.DelayedForKey), "1h0m0s")
+	b = appendString(appendString(b, "k"), "v")
+	b = append(b, "body"...)
+	msg, err := decodeMessage(b)
+	require.NoError(t, err)
+	require.Equal(t, "id-1", msg.UUID)
+	require.Equal(t, "body", string(msg.Payload))
+	require.Equal(t, map[string]string{delay.DelayedForKey: "1h0m0s", "k": "v"}, map[string]string(msg.Metadata))
+}
+
+func TestCodecRejectsCorruptInput(t *testing.T) {
+	valid := encodeMessage(func() *message.Message {
+		m := message.NewMessage("id", []byte("p"))
+		delay.Message(m, delay.For(time.Second))
+		return m
+	}())
+	unknownCode := append(appendString([]byte{codecVersion}, "id"), 1, 2*7+1)
+	for name, b := range map[string][]byte{
+		"empty":                  nil,
+		"unknown version":        {9, 1, 'x'},
+		"UUID longer than input": {codecVersion, 50, 'x'},
+		"too many entries":       append(appendString([]byte{codecVersion}, "id"), 100),
+		"unknown well-known key": unknownCode,
+		// Found by FuzzCodec: the count was trusted to size a map.
+		"huge entry count": {codecVersion, 1, 'x', 0xb5, 0xe2, 0xdb, 0x1f, 0x52},
+		"truncated delay value":  valid[:len(valid)-3],
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := decodeMessage(b)
+			require.ErrorIs(t, err, errCorrupt)
+		})
+	}
+}
+
+// FuzzCodec: whatever the metadata, decoding restores it exactly; whatever
+// the bytes, decoding fails cleanly or succeeds, never panics.
+func FuzzCodec(f *testing.F) {
+	f.Add("1h0m0s", "2030-01-02T03:04:05+01:00", "k", "v", []byte("payload"))
+	f.Add("-1ns", "2030-01-02T03:04:05Z", "", "", []byte{})
+	f.Add("1.5s", "2030-01-02T03:04:05.5-07:00", "\x00", "\xff", []byte{2, 0, 0})
+	f.Fuzz(func(t *testing.T, forV, untilV, k, v string, payload []byte) {
+		msg := message.NewMessage("id", payload)
+		msg.Metadata = message.Metadata{delay.DelayedForKey: forV, delay.DelayedUntilKey: untilV, k: v}
+		got, err := decodeMessage(encodeMessage(msg))
+		require.NoError(t, err)
+		require.Equal(t, map[string]string(msg.Metadata), map[string]string(got.Metadata))
+		require.Equal(t, string(msg.Payload), string(got.Payload))
+		_, _ = decodeMessage(payload)
+	})
+}
