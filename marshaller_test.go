@@ -83,8 +83,8 @@ func TestCodecRejectsCorruptInput(t *testing.T) {
 		"too many entries":       append(appendString([]byte{codecVersion}, "id"), 100),
 		"unknown well-known key": unknownCode,
 		// Found by FuzzCodec: the count was trusted to size a map.
-		"huge entry count": {codecVersion, 1, 'x', 0xb5, 0xe2, 0xdb, 0x1f, 0x52},
-		"truncated delay value":  valid[:len(valid)-3],
+		"huge entry count":      {codecVersion, 1, 'x', 0xb5, 0xe2, 0xdb, 0x1f, 0x52},
+		"truncated delay value": valid[:len(valid)-3],
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := decodeMessage(b)
