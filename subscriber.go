@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -492,7 +493,11 @@ func (sub *subscription) read(ctx context.Context, history bool, cursor [2]strin
 	if err != nil {
 		return nil, err
 	}
-	var entries []entry
+	n := 0
+	for _, xs := range res {
+		n += len(xs.Messages)
+	}
+	entries := make([]entry, 0, n)
 	// Redeliveries come first: they were due earlier.
 	for _, xs := range res {
 		for _, m := range xs.Messages {
@@ -519,7 +524,9 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 	}
 	attempt := e.attempt()
 	raw, _ := e.msg.Values["m"].(string)
-	msg, err := decodeMessage([]byte(raw))
+	// decodeMessage only reads its input and copies what it keeps, so the
+	// string's bytes serve without a copy.
+	msg, err := decodeMessage(unsafe.Slice(unsafe.StringData(raw), len(raw)))
 	if err != nil {
 		// Poison input (another tool or version wrote it): it can never be
 		// delivered, so it goes to the dead letters, where it can be seen.
