@@ -18,14 +18,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// opTimeout bounds the acknowledgements and hand-backs a subscription makes
-// after its context is gone (while closing).
+// opTimeout bounds one Redis operation of a subscription that must not
+// hang (lease renewal, a flush of queued acknowledgements, a hand-back), and
+// the flush and the hand-back a subscription makes after its context is
+// gone (while closing).
 const opTimeout = 5 * time.Second
 
 // Subscriber consumes messages of a consumer group. Each Subscribe call is an
 // independent consumer in the group: it receives one message at a time and
-// the next only after the previous one is acked or nacked. Safe for
-// concurrent use.
+// the next only after the previous one is acked or nacked (acks reach Redis
+// asynchronously, in batches: see acker.go). Safe for concurrent use.
 type Subscriber struct {
 	config SubscriberConfig
 	keys   keys
