@@ -31,6 +31,13 @@
 // handler set (middleware.DelayOnError) or SubscriberConfig.RetryDelay. The
 // attempt number is in the AttemptKey metadata.
 //
+// A subscription hands out the next message as soon as the previous one is
+// acked: acknowledgements are written to Redis in the background, many per
+// round trip, normally within a round trip of the Ack (retried while Redis
+// is unreachable; Close writes them before returning). A process that dies
+// in between leaves those messages pending: they are delivered again, never
+// lost. Nack is written before the next message is handed out.
+//
 // A message whose consumer died is reclaimed after
 // SubscriberConfig.VisibilityTimeout as the next attempt; live subscriptions
 // renew the lease of what they hold, so long handlers keep their message.

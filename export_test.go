@@ -1,10 +1,36 @@
 package redisdelay
 
-import "time"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
 // SetClock replaces a Publisher's host clock, so tests can run it on a host
 // whose clock is off. (Managers and subscribers read no wall clock: due
 // times are compared by Redis's clock only.)
 func SetClock(p *Publisher, now func() time.Time) {
 	p.now = now
+}
+
+// HoldAcks makes the acker goroutines of sub's subscriptions wait before
+// each flush until the returned function is called, so acknowledgements
+// stay queued (flushes before hand-backs, history reads and the final
+// release still run). Call it before Subscribe.
+func HoldAcks(sub *Subscriber) (release func()) {
+	gate := make(chan struct{})
+	sub.ackGate = func(ctx context.Context) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { close(gate) }) }
+}
+
+// UnheldReports is how many lease renewals of sub's subscriptions found
+// entries pending for the consumer that it did not hold.
+func UnheldReports(sub *Subscriber) int64 {
+	return sub.unheld.Load()
 }

@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -16,14 +18,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// opTimeout bounds the acknowledgements and hand-backs a subscription makes
-// after its context is gone (while closing).
+// opTimeout bounds one Redis operation of a subscription that must not
+// hang (lease renewal, a flush of queued acknowledgements, a hand-back), and
+// the flush and the hand-back a subscription makes after its context is
+// gone (while closing).
 const opTimeout = 5 * time.Second
 
 // Subscriber consumes messages of a consumer group. Each Subscribe call is an
 // independent consumer in the group: it receives one message at a time and
-// the next only after the previous one is acked or nacked. Safe for
-// concurrent use.
+// the next only after the previous one is acked or nacked (acks reach Redis
+// asynchronously, in batches: see acker.go). Safe for concurrent use.
 type Subscriber struct {
 	config SubscriberConfig
 	keys   keys
@@ -41,6 +45,12 @@ type Subscriber struct {
 	closed      bool
 	initialized map[string]bool
 	sched       *scheduler
+
+	// Test hooks (export_test.go): ackGate runs before each flush of the
+	// acker goroutine; unheld counts lease renewals that found entries
+	// pending for a subscription that it does not hold.
+	ackGate func(context.Context)
+	unheld  atomic.Int64
 }
 
 var (
@@ -155,6 +165,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		topic:    topic,
 		consumer: s.config.Consumer + "-" + uuid.NewString(),
 		out:      make(chan *message.Message),
+		ackWake:  make(chan struct{}, 1),
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.closing, cancel)
@@ -216,6 +227,12 @@ type subscription struct {
 	handling bool      // a handler has batch[0]
 	since    time.Time // when it got it
 	recheck  bool      // Redis holds entries for this consumer it did not receive
+	// Acked entries not yet acknowledged in Redis (see acker.go): ids in
+	// the ready and in the redelivery stream. Still held.
+	ackReady, ackRedo []string
+
+	ackWake chan struct{} // wakes the acker; capacity 1
+	flushMu sync.Mutex    // one flush of the ack queue at a time
 }
 
 // entry is a message read from one of the two streams a consumer reads:
@@ -240,7 +257,24 @@ func (sub *subscription) run(ctx context.Context) {
 		defer close(leaseDone)
 		sub.extendLeases(leaseCtx)
 	}()
+	ackCtx, stopAcks := context.WithCancel(context.Background())
+	ackDone := make(chan struct{})
+	go func() {
+		defer close(ackDone)
+		sub.ackLoop(ackCtx)
+	}()
 	defer func() {
+		// The acks go to Redis before the hand-back, which would otherwise
+		// return acked messages to the group.
+		stopAcks()
+		<-ackDone
+		flushCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := sub.drainAcks(flushCtx)
+		cancel()
+		if err != nil {
+			s.logger.Error("redisdelay: cannot write acknowledgements to Redis before closing; those messages stay pending and are delivered again", err,
+				fields.Add(watermill.LogFields{"count": sub.queuedAcks()}))
+		}
 		stopLease()
 		<-leaseDone
 		_ = sub.release("", "")
@@ -254,6 +288,16 @@ func (sub *subscription) run(ctx context.Context) {
 	cursor := [2]string{"0", "0"}
 	failures := 0
 	for ctx.Err() == nil {
+		if history {
+			// What is pending for this consumer includes acked entries
+			// until their acknowledgement is in Redis.
+			if err := sub.drainAcks(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, fields)
+			}
+		}
 		entries, err := sub.read(ctx, history, cursor)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -291,8 +335,8 @@ func (sub *subscription) run(ctx context.Context) {
 			if history {
 				cursor[e.streamIndex()-1] = e.msg.ID
 			}
-			ok = sub.deliver(ctx, e)
-			sub.settled()
+			ok, acked := sub.deliver(ctx, e)
+			sub.settled(e, acked)
 			if !ok {
 				return
 			}
@@ -316,13 +360,18 @@ func (sub *subscription) next() (entry, bool) {
 	return sub.batch[0], true
 }
 
-// settled records that the handled message was acked or nacked.
-func (sub *subscription) settled() {
+// settled records that the handled message was acked or nacked (or
+// handed back); an acked one moves to the ack queue, still held.
+func (sub *subscription) settled(e entry, acked bool) {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	sub.handling = false
 	if len(sub.batch) > 0 {
+		sub.batch[0] = entry{}
 		sub.batch = sub.batch[1:]
+	}
+	if acked {
+		sub.queueAck(e)
 	}
 }
 
@@ -341,7 +390,18 @@ func (sub *subscription) takeRecheck() bool {
 func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (time.Duration, error) {
 	s := sub.s
 	sub.mu.Lock()
-	if sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow {
+	slowNow := sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow
+	queued := len(sub.ackReady)+len(sub.ackRedo) > 0
+	sub.mu.Unlock()
+	if slowNow && queued {
+		// The hand-back returns everything pending but the handled entry:
+		// acked ones must be acknowledged in Redis first. If that fails,
+		// the hand-back waits for the next renewal.
+		_, _ = sub.flushAcks(ctx)
+	}
+	sub.mu.Lock()
+	// Acks queued meanwhile mean the handler moved on (since changed).
+	if sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow && len(sub.ackReady)+len(sub.ackRedo) == 0 {
 		if sub.release(strconv.Itoa(sub.batch[0].streamIndex()), sub.batch[0].msg.ID) != nil {
 			// Some may have gone back before the error: whatever is still
 			// pending for this consumer is read again after this message.
@@ -349,6 +409,8 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 		}
 		sub.batch = sub.batch[:1]
 	}
+	// Held: the batch, and acked entries whose acknowledgement is not in
+	// Redis yet.
 	var ready, redo []any
 	for _, e := range sub.batch {
 		if e.redo {
@@ -356,6 +418,12 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 		} else {
 			ready = append(ready, e.msg.ID)
 		}
+	}
+	for _, id := range sub.ackReady {
+		ready = append(ready, id)
+	}
+	for _, id := range sub.ackRedo {
+		redo = append(redo, id)
 	}
 	sub.mu.Unlock()
 
@@ -367,6 +435,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
 	if res[0] > 0 {
+		s.unheld.Add(1)
 		sub.mu.Lock()
 		sub.recheck = true
 		sub.mu.Unlock()
@@ -426,7 +495,11 @@ func (sub *subscription) read(ctx context.Context, history bool, cursor [2]strin
 	if err != nil {
 		return nil, err
 	}
-	var entries []entry
+	n := 0
+	for _, xs := range res {
+		n += len(xs.Messages)
+	}
+	entries := make([]entry, 0, n)
 	// Redeliveries come first: they were due earlier.
 	for _, xs := range res {
 		for _, m := range xs.Messages {
@@ -437,31 +510,36 @@ func (sub *subscription) read(ctx context.Context, history bool, cursor [2]strin
 }
 
 // deliver hands one entry to the subscriber's channel and settles it when the
-// handler acks or nacks. It returns false when the subscription is closing.
-func (sub *subscription) deliver(ctx context.Context, e entry) bool {
+// handler acks or nacks. It returns false when the subscription is closing,
+// and acked when the entry is to be acknowledged (queued by the caller). A
+// nack is settled here, synchronously.
+func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) {
 	s := sub.s
-	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": s.config.ConsumerGroup, "entry_id": e.msg.ID}
+	fields := func() watermill.LogFields {
+		return watermill.LogFields{"topic": sub.topic, "consumer_group": s.config.ConsumerGroup, "entry_id": e.msg.ID}
+	}
 	if e.msg.Values == nil {
 		// The entry is pending but its content is gone (deleted by hand):
 		// nothing can be delivered, so stop it blocking the pending list.
-		s.logger.Error("redisdelay: pending entry has no content; acknowledging it", nil, fields)
-		sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e) })
-		return ctx.Err() == nil
+		s.logger.Error("redisdelay: pending entry has no content; acknowledging it", nil, fields())
+		return ctx.Err() == nil, true
 	}
 	attempt := e.attempt()
 	raw, _ := e.msg.Values["m"].(string)
-	msg, err := decodeMessage([]byte(raw))
+	// decodeMessage only reads its input and copies what it keeps, so the
+	// string's bytes serve without a copy.
+	msg, err := decodeMessage(unsafe.Slice(unsafe.StringData(raw), len(raw)))
 	if err != nil {
 		// Poison input (another tool or version wrote it): it can never be
 		// delivered, so it goes to the dead letters, where it can be seen.
 		if _, ok := e.msg.Values["m"]; !ok {
 			err = fmt.Errorf("%w: entry has no field m, only %v (written by another tool?)", errCorrupt, fieldNames(e.msg.Values))
 		}
-		s.logger.Error("redisdelay: cannot decode entry; moving it to the dead letters", err, fields)
+		s.logger.Error("redisdelay: cannot decode entry; moving it to the dead letters", err, fields())
 		sub.settle(ctx, func(ctx context.Context) error {
 			return sub.settleNack(ctx, e, attempt, 0, []byte(raw), err.Error())
 		})
-		return ctx.Err() == nil
+		return ctx.Err() == nil, false
 	}
 	deliveredUntil := markDelivered(msg.Metadata, strconv.Itoa(attempt))
 
@@ -472,7 +550,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) bool {
 	select {
 	case sub.out <- msg:
 	case <-ctx.Done():
-		return false
+		return false, false
 	}
 	// Until ctx ends, wait for the handler. Then (closing) its context is
 	// cancelled: hand back what was fetched but not delivered at once, give
@@ -483,30 +561,37 @@ func (sub *subscription) deliver(ctx context.Context, e entry) bool {
 	for {
 		select {
 		case <-msg.Acked():
-			sub.settle(ctx, func(ctx context.Context) error { return sub.ack(ctx, e) })
-			return timeout == nil
+			return timeout == nil, true
 		case <-msg.Nacked():
 			sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
-			return timeout == nil
+			return timeout == nil, false
 		case <-closing:
 			closing = nil
-			_ = sub.release(strconv.Itoa(e.streamIndex()), e.msg.ID)
-			sub.mu.Lock()
-			sub.batch = sub.batch[:1] // the rest was handed back (or, on error, is reclaimed)
-			sub.mu.Unlock()
+			// The hand-back returns everything pending but this entry, so
+			// the queued acks go to Redis first; if they cannot, the final
+			// release hands back after another try.
+			flushCtx, cancelFlush := context.WithTimeout(context.Background(), opTimeout)
+			if sub.drainAcks(flushCtx) == nil {
+				_ = sub.release(strconv.Itoa(e.streamIndex()), e.msg.ID)
+				sub.mu.Lock()
+				sub.batch = sub.batch[:1] // the rest was handed back (or, on error, is reclaimed)
+				sub.mu.Unlock()
+			}
+			cancelFlush()
 			wait := time.NewTimer(s.config.CloseTimeout)
 			defer wait.Stop()
 			timeout = wait.C
 		case <-timeout:
 			s.logger.Info("redisdelay: handler did not finish within CloseTimeout; handing its message back to the group",
-				fields.Add(watermill.LogFields{"message_uuid": msg.UUID}))
-			return false
+				fields().Add(watermill.LogFields{"message_uuid": msg.UUID}))
+			return false, false
 		}
 	}
 }
 
-// settle runs an acknowledgement until Redis takes it, so the next message is
-// delivered only after the previous one is settled. It tries at least once;
+// settle runs a nack (or dead-lettering) until Redis takes it, so the next
+// message is delivered only after the previous one is settled (acks are
+// queued instead: see acker.go). It tries at least once;
 // if the subscription ends (ctx) or the client is closed first, the entry
 // stays pending and is handed back or reclaimed: delivered again, never lost.
 func (sub *subscription) settle(ctx context.Context, op func(context.Context) error) {
@@ -527,24 +612,6 @@ func (sub *subscription) settle(ctx context.Context, op func(context.Context) er
 			watermill.LogFields{"topic": sub.topic, "retry_in": wait.String()})
 		sleep(ctx, wait)
 	}
-}
-
-func (sub *subscription) ack(ctx context.Context, e entry) error {
-	s := sub.s
-	var n int64
-	var err error
-	if e.redo {
-		n, err = ackScript.Run(ctx, s.config.Client, []string{e.stream}, s.config.ConsumerGroup, e.msg.ID).Int64()
-	} else {
-		n, err = s.config.Client.XAck(ctx, e.stream, s.config.ConsumerGroup, e.msg.ID).Result()
-	}
-	if err != nil {
-		return fmt.Errorf("ack entry %s: %w", e.msg.ID, err)
-	}
-	if n == 0 {
-		sub.notPending(e, "Ack")
-	}
-	return nil
 }
 
 // notPending logs a settlement of an entry that was no longer pending for

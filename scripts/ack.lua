@@ -1,15 +1,20 @@
 --[[
-  ack: acknowledges a message read from a group's redelivery stream and
-  deletes the entry, which no other group reads.
+  ack: acknowledges messages read from a group's redelivery stream and
+  deletes their entries, which no other group reads. An entry no longer
+  pending (handed back or reclaimed, and so already deleted or owned by a
+  newer entry) is left alone.
 
   KEYS[1] rstream  stream the group's redelivery stream
   ARGV[1] consumer group
-  ARGV[2] entry id
+  ARGV[2..] entry ids
 
-  Returns 1 when acknowledged, 0 when the entry was not pending.
+  Returns how many of the entries were pending and are now acknowledged.
 ]]
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-  return 0
+local acked = 0
+for i = 2, #ARGV do
+  if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then
+    redis.call('XDEL', KEYS[1], ARGV[i])
+    acked = acked + 1
+  end
 end
-redis.call('XDEL', KEYS[1], ARGV[2])
-return 1
+return acked

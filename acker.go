@@ -1,0 +1,192 @@
+package redisdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+// Acknowledgements are asynchronous: an Ack moves the entry from the
+// subscription's batch to its ack queue (under sub.mu, so the entry is held
+// throughout) and the next message is handed out at once. The acker
+// goroutine writes the queue to Redis in one pipelined round trip per flush
+// (XACK with every ready-stream id, ack.lua with every redelivery-stream
+// id); acks made while a flush is in flight go into the next one.
+//
+// Queued entries are still pending in Redis, so until their flush succeeds
+// they count as held: lease renewal keeps them, and the queue is flushed
+// before anything that hands back or re-reads what is pending for the
+// consumer (a history read, a hand-back behind a slow handler, the final
+// release). If the subscription ends before a flush succeeds, the entries
+// stay pending and are handed back or reclaimed: delivered again, never
+// lost.
+
+// queueAck adds an acknowledged entry to the ack queue. sub.mu is held.
+func (sub *subscription) queueAck(e entry) {
+	if e.redo {
+		sub.ackRedo = append(sub.ackRedo, e.msg.ID)
+	} else {
+		sub.ackReady = append(sub.ackReady, e.msg.ID)
+	}
+	select {
+	case sub.ackWake <- struct{}{}:
+	default:
+	}
+}
+
+// queuedAcks is how many acknowledgements wait for a flush.
+func (sub *subscription) queuedAcks() int {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return len(sub.ackReady) + len(sub.ackRedo)
+}
+
+// ackLoop flushes the ack queue whenever acks are queued, retrying a failed
+// flush with backoff, until ctx ends.
+func (sub *subscription) ackLoop(ctx context.Context) {
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sub.ackWake:
+		}
+		if gate := sub.s.ackGate; gate != nil {
+			gate(ctx)
+		}
+		for {
+			opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+			_, err := sub.flushAcks(opCtx)
+			cancel()
+			if err == nil {
+				failures = 0
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			wait := backoff(failures, 2*time.Second)
+			sub.s.logger.Error("redisdelay: cannot write acknowledgements to Redis; retrying", err,
+				watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer, "retry_in": wait.String()})
+			sleep(ctx, wait)
+		}
+	}
+}
+
+// flushAcks writes the acknowledgements queued so far to Redis in one
+// pipelined round trip and takes them off the queue once Redis has them;
+// on error they stay queued. It returns how many are still queued (acked
+// meanwhile). One flush runs at a time.
+func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
+	sub.flushMu.Lock()
+	defer sub.flushMu.Unlock()
+	sub.mu.Lock()
+	// Appends during the flush write beyond these lengths, so the snapshot
+	// stays valid without a copy.
+	ready, redo := sub.ackReady[:len(sub.ackReady):len(sub.ackReady)], sub.ackRedo[:len(sub.ackRedo):len(sub.ackRedo)]
+	sub.mu.Unlock()
+	if len(ready)+len(redo) == 0 {
+		return 0, nil
+	}
+
+	s := sub.s
+	group := s.config.ConsumerGroup
+	redoKey := []string{s.keys.redelivery(sub.topic, group)}
+	pipe := s.config.Client.Pipeline()
+	var readyCmd *redis.IntCmd
+	var redoCmd *redis.Cmd
+	if len(ready) > 0 {
+		readyCmd = pipe.XAck(ctx, s.keys.stream(sub.topic), group, ready...)
+	}
+	var redoArgs []any
+	if len(redo) > 0 {
+		redoArgs = make([]any, 0, len(redo)+1)
+		redoArgs = append(redoArgs, group)
+		for _, id := range redo {
+			redoArgs = append(redoArgs, id)
+		}
+		redoCmd = ackScript.EvalSha(ctx, pipe, redoKey, redoArgs...)
+	}
+	_, _ = pipe.Exec(ctx)
+
+	// Each command counts on its own: what Redis took leaves the queue,
+	// the rest is tried again.
+	acked, doneReady, doneRedo := 0, 0, 0
+	var errs []error
+	if readyCmd != nil {
+		if n, err := readyCmd.Result(); err != nil {
+			errs = append(errs, fmt.Errorf("acknowledge %d message(s): %w", len(ready), err))
+		} else {
+			acked, doneReady = acked+int(n), len(ready)
+		}
+	}
+	if redoCmd != nil {
+		n, err := redoCmd.Int64()
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			// Not cached yet (first use, or Redis restarted): load it.
+			n, err = ackScript.Run(ctx, s.config.Client, redoKey, redoArgs...).Int64()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("acknowledge %d redelivered message(s): %w", len(redo), err))
+		} else {
+			acked, doneRedo = acked+int(n), len(redo)
+		}
+	}
+	left := sub.dequeueAcks(doneReady, doneRedo)
+	if missed := doneReady + doneRedo - acked; missed > 0 {
+		sub.s.logger.Info("redisdelay: Ack of message(s) no longer pending (reclaimed or handed back; they may be delivered again)",
+			watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer, "count": missed})
+	}
+	return left, errors.Join(errs...)
+}
+
+// dequeueAcks takes the first ready and redo ids off the ack queue and
+// returns how many are left.
+func (sub *subscription) dequeueAcks(ready, redo int) int {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	sub.ackReady = shift(sub.ackReady, ready)
+	sub.ackRedo = shift(sub.ackRedo, redo)
+	return len(sub.ackReady) + len(sub.ackRedo)
+}
+
+// shift drops the first n ids, reusing the array.
+func shift(ids []string, n int) []string {
+	if n == 0 {
+		return ids
+	}
+	k := copy(ids, ids[n:])
+	clear(ids[k:])
+	return ids[:k]
+}
+
+// drainAcks flushes until the ack queue is empty, retrying with backoff
+// while Redis fails, until ctx ends or the client is closed. It returns
+// nil once every queued acknowledgement is in Redis.
+func (sub *subscription) drainAcks(ctx context.Context) error {
+	for failures := 0; ; {
+		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+		left, err := sub.flushAcks(opCtx)
+		cancel()
+		if err == nil {
+			if left == 0 {
+				return nil
+			}
+			continue
+		}
+		if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+			return err
+		}
+		failures++
+		wait := backoff(failures, 2*time.Second)
+		sub.s.logger.Error("redisdelay: cannot write acknowledgements to Redis; retrying", err,
+			watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer, "retry_in": wait.String()})
+		sleep(ctx, wait)
+	}
+}
