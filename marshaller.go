@@ -111,6 +111,9 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// decodeMessage decodes an encoded message. It never modifies b nor keeps a
+// reference to it (everything it returns is copied), so callers may pass the
+// bytes of an immutable string without copying them.
 func decodeMessage(b []byte) (*message.Message, error) {
 	if len(b) == 0 || (b[0] != codecVersion && b[0] != codecVersionV1) {
 		return nil, fmt.Errorf("%w: unknown format (first byte %v)", errCorrupt, b[:min(len(b), 1)])
