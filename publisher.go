@@ -2,6 +2,7 @@ package redisdelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -126,10 +127,6 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	var r pubResult
 	select {
 	case r = <-c.done:
-		if r.err != nil && ctx.Err() != nil {
-			// the run failed as the deadline passed: most likely by it
-			r.err = fmt.Errorf("gave up (the messages may or may not be stored): %w", ctx.Err())
-		}
 	case <-ctx.Done():
 		select {
 		case r = <-c.done: // finished at the same instant: report what happened
@@ -138,11 +135,19 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 			sent := c.taken
 			c.abandoned = !sent
 			b.mu.Unlock()
-			if sent {
-				r.err = fmt.Errorf("gave up (the messages may or may not be stored): %w", ctx.Err())
-			} else {
-				r.err = fmt.Errorf("gave up before sending the messages (none is stored): %w", ctx.Err())
+			if !sent {
+				return fmt.Errorf("redisdelay: publish %d message(s) to topic %q: gave up before sending the messages (none is stored): %w",
+					len(messages), topic, ctx.Err())
 			}
+			r.err = ctx.Err()
+		}
+	}
+	if r.err != nil && ctx.Err() != nil {
+		// the run failed by (or as) the context ended
+		if errors.Is(r.err, ctx.Err()) {
+			r.err = fmt.Errorf("gave up (the messages may or may not be stored): %w", ctx.Err())
+		} else {
+			r.err = fmt.Errorf("gave up (the messages may or may not be stored): %w (last error: %w)", ctx.Err(), r.err)
 		}
 	}
 	if r.err != nil {
