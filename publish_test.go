@@ -246,32 +246,46 @@ func TestPublishConcurrentStoresEverythingOnce(t *testing.T) {
 	}
 }
 
-// Messages of one call due at the same instant keep their order, and so
-// do calls coalesced into one round trip.
+// twoInFlight holds the gate and starts two Publish calls of an immediate
+// message each, returning once both round trips are held: a Publisher
+// keeps at most two in flight per topic, so later calls queue.
+func twoInFlight(t *testing.T, proxy *gateProxy, pub *redisdelay.Publisher, topic string) (<-chan error, <-chan error) {
+	t.Helper()
+	proxy.hold()
+	publish := func() error { return pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("in flight"))) }
+	return inFlight(t, proxy, publish), inFlight(t, proxy, publish)
+}
+
+// Messages due at the same instant keep their publish order, within a call
+// and across calls queued into one round trip.
 func TestPublishKeepsOrderWithinEqualDueTimes(t *testing.T) {
 	t.Parallel()
 	topic := topic()
 	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
-	due := delay.Until(time.Now().Add(time.Hour))
 	var want []string
 	var msgs []*message.Message
 	// More than one chunk of the script's variadic calls; fewer than 1024
-	// (the sequence that orders equal due times wraps at 1024).
-	for i := 0; i < 1000; i++ {
-		msg := delayed(due, fmt.Sprint(i))
+	// (the sequence that orders equal due times wraps at 1024); within
+	// the bounds of one run.
+	for i := 0; i < 510; i++ {
+		msg := delayed(delay.For(time.Hour), fmt.Sprint(i)) // the same delay: due in the same ms
 		msgs = append(msgs, msg)
 		want = append(want, msg.UUID)
 	}
-	proxy.hold()
-	first := inFlight(t, proxy, func() error { return pub.Publish(topic, msgs[:550]...) })
+	a, b := twoInFlight(t, proxy, pub, topic)
+	first := make(chan error, 1)
+	go func() { first <- pub.Publish(topic, msgs[:400]...) }()
+	time.Sleep(50 * time.Millisecond)
 	second := make(chan error, 1)
-	go func() { second <- pub.Publish(topic, msgs[550:]...) }()
+	go func() { second <- pub.Publish(topic, msgs[400:]...) }()
 	time.Sleep(100 * time.Millisecond)
 	proxy.open()
+	require.NoError(t, <-a)
+	require.NoError(t, <-b)
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
 	assert.Equal(t, want, content(t, topic).waiting)
-	assert.EqualValues(t, 2, counter.n.Load(), "script runs")
+	assert.EqualValues(t, 3, counter.n.Load(), "script runs: two in flight, then both queued calls in one")
 }
 
 // Calls that queue behind a round trip in flight go together in the next
@@ -285,10 +299,7 @@ func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 	require.NoError(t, pub.Publish(topic, waiting))
 	counter.n.Store(0)
 
-	proxy.hold()
-	first := inFlight(t, proxy, func() error {
-		return pub.Publish(topic, delayed(delay.For(time.Hour), "first"))
-	})
+	first, second := twoInFlight(t, proxy, pub, topic)
 
 	clash := waiting.Copy()
 	clash.Payload = []byte("changed")
@@ -316,6 +327,7 @@ func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // let them all queue
 	proxy.open()
 	require.NoError(t, <-first)
+	require.NoError(t, <-second)
 	for _, c := range calls {
 		err := <-c.err
 		if c.name == "clash" {
@@ -325,12 +337,12 @@ func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 			require.NoError(t, err, c.name)
 		}
 	}
-	assert.EqualValues(t, 2, counter.n.Load(), "script runs: the first call, then all queued calls in one")
+	assert.EqualValues(t, 3, counter.n.Load(), "script runs: two in flight, then all queued calls in one")
 
 	got := content(t, topic)
-	assert.Len(t, got.waiting, 1+1+1+8, "waiting: the original, first's, the one beside identical, the others'")
+	assert.Len(t, got.waiting, 1+1+8, "waiting: the original, the one beside identical, the others'")
 	assert.NotContains(t, got.waiting, bystander.UUID, "a message of the failed call was stored")
-	assert.EqualValues(t, 8+1, got.ready, "ready: the others' and the warm-up message")
+	assert.EqualValues(t, 1+2+8, got.ready, "ready: the warm-up message, the two in flight, the others'")
 	body, err := newClient(t).HGet(context.Background(), "redisdelay:{"+topic+"}:bodies", waiting.UUID).Result()
 	require.NoError(t, err)
 	assert.Contains(t, body, "original")
@@ -344,9 +356,7 @@ func TestPublishTimeoutWhileOthersSucceed(t *testing.T) {
 	topic := topic()
 	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
 
-	proxy.hold()
-	inflight := delayed(delay.For(time.Hour), "in flight")
-	first := inFlight(t, proxy, func() error { return pub.Publish(topic, inflight) })
+	first, second := twoInFlight(t, proxy, pub, topic)
 
 	impatient := delayed(delay.For(time.Hour), "impatient")
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -368,10 +378,11 @@ func TestPublishTimeoutWhileOthersSucceed(t *testing.T) {
 	}
 	proxy.open()
 	require.NoError(t, <-first)
+	require.NoError(t, <-second)
 	require.NoError(t, <-patientErr)
 	got := content(t, topic)
-	assert.ElementsMatch(t, []string{inflight.UUID, patient.UUID}, got.waiting)
-	assert.EqualValues(t, 2, counter.n.Load(), "script runs")
+	assert.Equal(t, []string{patient.UUID}, got.waiting)
+	assert.EqualValues(t, 3, counter.n.Load(), "script runs")
 
 	// A call that gives up while its round trip is in flight says its
 	// messages may or may not be stored; the publisher goes on.
@@ -394,10 +405,7 @@ func TestPublishCloseFlushesQueuedCalls(t *testing.T) {
 	t.Parallel()
 	topic := topic()
 	pub, proxy, _ := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
-	proxy.hold()
-	first := inFlight(t, proxy, func() error {
-		return pub.Publish(topic, delayed(delay.For(time.Hour), "first"))
-	})
+	first, second := twoInFlight(t, proxy, pub, topic)
 	errs := make(chan error, 5)
 	for i := 0; i < 5; i++ {
 		go func() { errs <- pub.Publish(topic, delayed(delay.For(time.Hour), "queued")) }()
@@ -415,8 +423,9 @@ func TestPublishCloseFlushesQueuedCalls(t *testing.T) {
 	proxy.open()
 	require.NoError(t, <-closed)
 	require.NoError(t, <-first)
+	require.NoError(t, <-second)
 	for i := 0; i < 5; i++ {
 		require.NoError(t, <-errs)
 	}
-	assert.Len(t, content(t, topic).waiting, 6)
+	assert.Len(t, content(t, topic).waiting, 5)
 }

@@ -53,9 +53,9 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // delayed ones wait in Redis until due.
 //
 // Concurrent calls to one topic share Redis round trips: a call made while
-// another one's messages are on their way to Redis waits for that trip to
-// end and goes in the next one, together with the other calls that arrived
-// meanwhile (up to a bounded size). Each call stays atomic on its own and
+// two round trips for the topic are in flight waits for one of them to end
+// and goes in the next one, together with the other calls that arrived
+// meanwhile (up to 512 messages or 512 KiB per trip). Each call stays atomic on its own and
 // gets its own result: one call's ErrDuplicateMessage does not fail
 // another's. A lone caller is sent at once.
 //
@@ -160,12 +160,18 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	return nil
 }
 
-// Bounds of one publish script run: Redis runs one script at a time, so a
-// long one stalls every client. A single Publish call larger than this is
-// still sent whole (it is atomic), alone.
+// Coalescing. Per topic at most maxFlushes script runs are in flight; a
+// call made while they all are waits in the topic's queue, and each run
+// that ends takes the queued calls, in order, into the next one. So a lone
+// caller is sent at once, and under load the runs grow by themselves.
+// Redis runs one script at a time, so a long one stalls every client: a
+// run takes at most maxBatchMessages messages and maxBatchBytes bytes,
+// except that a single call larger than that is still sent whole (it is
+// atomic), alone.
 const (
-	maxBatchMessages = 1024
-	maxBatchBytes    = 1 << 20
+	maxFlushes       = 2
+	maxBatchMessages = 512
+	maxBatchBytes    = 512 << 10
 )
 
 // pubCall is one Publish call on its way to Redis.
@@ -188,16 +194,16 @@ type pubResult struct {
 	err error
 }
 
-// batcher queues the calls to one topic made while a script run for the
-// topic is in flight; at most one run per topic is in flight.
+// batcher queues the calls to one topic made while maxFlushes script runs
+// for the topic are in flight.
 type batcher struct {
 	mu       sync.Mutex
-	flushing bool
+	flushing int // runs in flight
 	queue    []*pubCall
 }
 
-// enqueue hands the call to the topic's batcher: sent at once when no run
-// is in flight, queued for the next one otherwise.
+// enqueue hands the call to the topic's batcher: sent at once when fewer
+// than maxFlushes runs are in flight and none is queued, queued otherwise.
 func (p *Publisher) enqueue(topic string, c *pubCall) (*batcher, error) {
 	p.closeMu.RLock()
 	if p.closed.Load() {
@@ -213,12 +219,12 @@ func (p *Publisher) enqueue(topic string, c *pubCall) (*batcher, error) {
 	}
 	b := v.(*batcher)
 	b.mu.Lock()
-	if b.flushing {
+	if b.flushing >= maxFlushes || len(b.queue) > 0 {
 		b.queue = append(b.queue, c)
 		b.mu.Unlock()
 		return b, nil
 	}
-	b.flushing = true
+	b.flushing++
 	c.taken = true
 	b.mu.Unlock()
 	go p.flush(topic, b, []*pubCall{c})
@@ -235,7 +241,7 @@ func (p *Publisher) flush(topic string, b *batcher, batch []*pubCall) {
 		batch, skipped = b.next()
 		p.pending.Add(-skipped)
 		if len(batch) == 0 {
-			b.flushing = false
+			b.flushing--
 			b.mu.Unlock()
 			return
 		}
