@@ -429,3 +429,33 @@ func TestPublishCloseFlushesQueuedCalls(t *testing.T) {
 	}
 	assert.Len(t, content(t, topic).waiting, 5)
 }
+
+// A run carries at most 512 messages: a larger queued call goes alone,
+// whole, and the calls queued after it go in the next run.
+func TestPublishBoundsCoalescedRuns(t *testing.T) {
+	t.Parallel()
+	topic := topic()
+	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
+	a, b := twoInFlight(t, proxy, pub, topic)
+	var errs []chan error
+	total := 0
+	for _, n := range []int{600, 10, 1} {
+		msgs := make([]*message.Message, n)
+		for i := range msgs {
+			msgs[i] = delayed(delay.For(time.Hour), "x")
+		}
+		total += n
+		errc := make(chan error, 1)
+		go func() { errc <- pub.Publish(topic, msgs...) }()
+		errs = append(errs, errc)
+		time.Sleep(30 * time.Millisecond) // queued in this order
+	}
+	proxy.open()
+	require.NoError(t, <-a)
+	require.NoError(t, <-b)
+	for _, errc := range errs {
+		require.NoError(t, <-errc)
+	}
+	assert.Len(t, content(t, topic).waiting, total)
+	assert.EqualValues(t, 4, counter.n.Load(), "script runs: two in flight, the large call alone, the other two together")
+}
