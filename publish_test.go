@@ -314,6 +314,12 @@ func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 		{name: "clash", msgs: []*message.Message{bystander, clash}},
 		{name: "identical", msgs: []*message.Message{identical, delayed(delay.For(time.Minute), "with identical")}},
 	}
+	// two queued calls with the same new UUID and different bodies: the
+	// first in the queue wins, as if they had run one after another
+	fresh := delayed(delay.For(time.Hour), "fresh A")
+	freshB := fresh.Copy()
+	freshB.Payload = []byte("fresh B")
+	calls = append(calls, &call{name: "fresh", msgs: []*message.Message{fresh}}, &call{name: "fresh", msgs: []*message.Message{freshB}})
 	for i := 0; i < 8; i++ {
 		calls = append(calls, &call{name: fmt.Sprint("other ", i), msgs: []*message.Message{
 			delayed(delay.For(time.Duration(i+1)*time.Minute), "other"),
@@ -328,8 +334,16 @@ func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 	proxy.open()
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
+	freshFailed := 0
 	for _, c := range calls {
 		err := <-c.err
+		if c.name == "fresh" {
+			if err != nil {
+				require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
+				freshFailed++
+			}
+			continue
+		}
 		if c.name == "clash" {
 			require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
 			require.EqualError(t, err, fmt.Sprintf(`redisdelay: duplicate message UUID: message %q is already waiting in topic %q with a different body: cancel it first or use a new UUID`, waiting.UUID, topic))
@@ -337,10 +351,11 @@ func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 			require.NoError(t, err, c.name)
 		}
 	}
+	assert.Equal(t, 1, freshFailed, "one of two calls with the same new UUID and different bodies fails")
 	assert.EqualValues(t, 3, counter.n.Load(), "script runs: two in flight, then all queued calls in one")
 
 	got := content(t, topic)
-	assert.Len(t, got.waiting, 1+1+8, "waiting: the original, the one beside identical, the others'")
+	assert.Len(t, got.waiting, 1+1+1+8, "waiting: the original, the one beside identical, fresh, the others'")
 	assert.NotContains(t, got.waiting, bystander.UUID, "a message of the failed call was stored")
 	assert.EqualValues(t, 1+2+8, got.ready, "ready: the warm-up message, the two in flight, the others'")
 	body, err := newClient(t).HGet(context.Background(), "redisdelay:{"+topic+"}:bodies", waiting.UUID).Result()
