@@ -2,8 +2,8 @@ package redisdelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +22,11 @@ type Publisher struct {
 	now    func() time.Time // the host clock; tests skew it
 
 	registered sync.Map // topics already added to the topic registry
-	closed     atomic.Bool
+	batchers   sync.Map // topic -> *batcher
+
+	closeMu sync.RWMutex   // orders Close after the calls it must wait for
+	closed  atomic.Bool    // set under closeMu
+	pending sync.WaitGroup // calls handed to a batcher and not yet settled
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -48,12 +52,19 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // Messages without delay metadata (or already due) are ready at once;
 // delayed ones wait in Redis until due.
 //
+// Concurrent calls to one topic share Redis round trips: a call made while
+// two round trips for the topic are in flight waits for one of them to end
+// and goes in the next one, together with the other calls that arrived
+// meanwhile (up to 512 messages or 512 KiB per trip). Each call stays atomic on its own and
+// gets its own result: one call's ErrDuplicateMessage does not fail
+// another's. A lone caller is sent at once.
+//
 // It gives up after PublisherConfig.PublishTimeout, or when the context of
 // the first message is done, with an error naming the topic. After a
-// timeout or a lost connection the messages may or may not be stored:
-// publishing a delayed message again while an identical copy is still
-// waiting is a no-op, so retrying is safe for those; an immediate message
-// retried may be delivered twice.
+// timeout or a lost connection the messages may or may not be stored
+// (the error says when they were never sent): publishing a delayed message
+// again while an identical copy is still waiting is a no-op, so retrying is
+// safe for those; an immediate message retried may be delivered twice.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	if p.closed.Load() {
 		return ErrClosed
@@ -66,8 +77,11 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	}
 
 	now := p.now()
-	args := make([]any, 0, 1+3*len(messages))
-	args = append(args, p.keys.wake(topic))
+	c := &pubCall{
+		args: make([]any, 0, 3*len(messages)),
+		n:    len(messages),
+		done: make(chan pubResult, 1),
+	}
 	var seen map[string]int
 	if len(messages) > 1 {
 		seen = make(map[string]int, len(messages))
@@ -99,54 +113,213 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 			return fmt.Errorf("%w: message %q to topic %q is %d bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (%d): store large payloads elsewhere and publish a reference",
 				ErrMessageTooLarge, msg.UUID, topic, len(body), p.config.MaxMessageSize)
 		}
-		args = append(args, msg.UUID, strconv.FormatInt(d.Milliseconds(), 10), body)
+		c.size += len(msg.UUID) + len(body)
+		c.args = append(c.args, msg.UUID, d.Milliseconds(), body)
 	}
 
 	ctx, cancel := context.WithTimeout(messages[0].Context(), p.config.PublishTimeout)
 	defer cancel()
-	res, err := p.store(ctx, topic, args)
+	c.ctx = ctx
+	b, err := p.enqueue(topic, c)
 	if err != nil {
-		return fmt.Errorf("redisdelay: publish %d message(s) to topic %q: %w", len(messages), topic, err)
+		return err
 	}
-	if uuid, ok := res.(string); ok {
+	var r pubResult
+	select {
+	case r = <-c.done:
+	case <-ctx.Done():
+		select {
+		case r = <-c.done: // finished at the same instant: report what happened
+		default:
+			b.mu.Lock()
+			sent := c.taken
+			c.abandoned = !sent
+			b.mu.Unlock()
+			if !sent {
+				return fmt.Errorf("redisdelay: publish %d message(s) to topic %q: gave up before sending the messages (none is stored): %w",
+					len(messages), topic, ctx.Err())
+			}
+			r.err = ctx.Err()
+		}
+	}
+	if r.err != nil && ctx.Err() != nil {
+		// the run failed by (or as) the context ended
+		if errors.Is(r.err, ctx.Err()) {
+			r.err = fmt.Errorf("gave up (the messages may or may not be stored): %w", ctx.Err())
+		} else {
+			r.err = fmt.Errorf("gave up (the messages may or may not be stored): %w (last error: %w)", ctx.Err(), r.err)
+		}
+	}
+	if r.err != nil {
+		return fmt.Errorf("redisdelay: publish %d message(s) to topic %q: %w", len(messages), topic, r.err)
+	}
+	if r.dup != "" {
 		return fmt.Errorf("%w: message %q is already waiting in topic %q with a different body: cancel it first or use a new UUID",
-			ErrDuplicateMessage, uuid, topic)
+			ErrDuplicateMessage, r.dup, topic)
 	}
 	return nil
 }
 
-// store runs the publish script and returns when it is done or ctx is,
-// whichever comes first: go-redis bounds a stalled socket read by the
-// client's ReadTimeout, not by the context (unless ContextTimeoutEnabled),
-// and Publish must not outlive its deadline. After ctx ends the script may
-// still run; Publish's documentation says so.
-func (p *Publisher) store(ctx context.Context, topic string, args []any) (any, error) {
-	type result struct {
-		res any
-		err error
+// Coalescing. Per topic at most maxFlushes script runs are in flight; a
+// call made while they all are waits in the topic's queue, and each run
+// that ends takes the queued calls, in order, into the next one. So a lone
+// caller is sent at once, and under load the runs grow by themselves.
+// Redis runs one script at a time, so a long one stalls every client: a
+// run takes at most maxBatchMessages messages and maxBatchBytes bytes,
+// except that a single call larger than that is still sent whole (it is
+// atomic), alone.
+const (
+	maxFlushes       = 2
+	maxBatchMessages = 512
+	maxBatchBytes    = 512 << 10
+)
+
+// pubCall is one Publish call on its way to Redis.
+type pubCall struct {
+	args []any // UUID, delay in ms, encoded body for each message
+	n    int   // messages
+	size int   // bytes of UUIDs and bodies
+	ctx  context.Context
+	done chan pubResult // buffered: the flusher never blocks on it
+
+	// guarded by the batcher's mu
+	taken     bool // sent, or about to be
+	abandoned bool // its caller gave up before it was sent: skip it
+}
+
+// pubResult is the outcome of one call: an error, or the UUID of a message
+// already waiting with a different body, or neither.
+type pubResult struct {
+	dup string
+	err error
+}
+
+// batcher queues the calls to one topic made while maxFlushes script runs
+// for the topic are in flight.
+type batcher struct {
+	mu       sync.Mutex
+	flushing int // runs in flight
+	queue    []*pubCall
+}
+
+// enqueue hands the call to the topic's batcher: sent at once when fewer
+// than maxFlushes runs are in flight and none is queued, queued otherwise.
+func (p *Publisher) enqueue(topic string, c *pubCall) (*batcher, error) {
+	p.closeMu.RLock()
+	if p.closed.Load() {
+		p.closeMu.RUnlock()
+		return nil, ErrClosed
 	}
-	done := make(chan result, 1)
-	go func() {
-		if err := p.register(ctx, topic); err != nil {
-			done <- result{err: err}
+	p.pending.Add(1)
+	p.closeMu.RUnlock()
+
+	v, ok := p.batchers.Load(topic)
+	if !ok {
+		v, _ = p.batchers.LoadOrStore(topic, &batcher{})
+	}
+	b := v.(*batcher)
+	b.mu.Lock()
+	if b.flushing >= maxFlushes || len(b.queue) > 0 {
+		b.queue = append(b.queue, c)
+		b.mu.Unlock()
+		return b, nil
+	}
+	b.flushing++
+	c.taken = true
+	b.mu.Unlock()
+	go p.flush(topic, b, []*pubCall{c})
+	return b, nil
+}
+
+// flush runs the script for batch, then for the calls queued meanwhile,
+// until none is left.
+func (p *Publisher) flush(topic string, b *batcher, batch []*pubCall) {
+	for {
+		p.store(topic, batch)
+		b.mu.Lock()
+		var skipped int
+		batch, skipped = b.next()
+		p.pending.Add(-skipped)
+		if len(batch) == 0 {
+			b.flushing--
+			b.mu.Unlock()
 			return
 		}
-		res, err := publishScript.Run(ctx, p.config.Client,
-			[]string{p.keys.waiting(topic), p.keys.bodies(topic), p.keys.stream(topic), p.keys.seq(topic)},
-			args...).Result()
-		done <- result{res, err}
-	}()
-	select {
-	case r := <-done:
-		return r.res, r.err
-	case <-ctx.Done():
-		select {
-		case r := <-done: // finished at the same instant: report what happened
-			return r.res, r.err
-		default:
-		}
-		return nil, fmt.Errorf("gave up (the messages may or may not be stored): %w", ctx.Err())
+		b.mu.Unlock()
 	}
+}
+
+// next takes the calls of the next run from the queue, in order, within
+// the batch bounds (the first call always goes), skipping the calls whose
+// callers have given up (it reports how many). Called with b.mu held.
+func (b *batcher) next() (batch []*pubCall, skipped int) {
+	msgs, size, i := 0, 0, 0
+	for ; i < len(b.queue); i++ {
+		c := b.queue[i]
+		if c.abandoned || c.ctx.Err() != nil {
+			// its caller returns (or has returned) its timeout error
+			c.abandoned = true
+			skipped++
+			continue
+		}
+		if len(batch) > 0 && (msgs+c.n > maxBatchMessages || size+c.size > maxBatchBytes) {
+			break
+		}
+		c.taken = true
+		batch = append(batch, c)
+		msgs += c.n
+		size += c.size
+	}
+	rest := copy(b.queue, b.queue[i:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return batch, skipped
+}
+
+// store runs the publish script for the calls of batch and hands each its
+// result. The run is bounded by the latest deadline among the calls; each
+// caller stops waiting at its own (go-redis bounds a stalled socket read
+// by the deadline, and Publish must not outlive it). After a caller gives
+// up the script may still run; Publish's documentation says so.
+func (p *Publisher) store(topic string, batch []*pubCall) {
+	var (
+		deadline time.Time
+		msgs     int
+	)
+	for _, c := range batch {
+		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
+			deadline = d
+		}
+		msgs += c.n
+	}
+	args := make([]any, 0, 2+len(batch)+3*msgs)
+	args = append(args, p.keys.wake(topic), len(batch))
+	for _, c := range batch {
+		args = append(args, c.n)
+	}
+	for _, c := range batch {
+		args = append(args, c.args...)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var res []any
+	err := p.register(ctx, topic)
+	if err == nil {
+		res, err = publishScript.Run(ctx, p.config.Client,
+			[]string{p.keys.waiting(topic), p.keys.bodies(topic), p.keys.stream(topic), p.keys.seq(topic)},
+			args...).Slice()
+	}
+	if err == nil && len(res) != len(batch) {
+		err = fmt.Errorf("the publish script returned %d results for %d calls", len(res), len(batch))
+	}
+	for i, c := range batch {
+		r := pubResult{err: err}
+		if err == nil {
+			r.dup, _ = res[i].(string)
+		}
+		c.done <- r
+	}
+	p.pending.Add(-len(batch))
 }
 
 // register adds the topic to the registry Managers discover topics from,
@@ -184,9 +357,15 @@ func (p *Publisher) Cancel(ctx context.Context, topic, messageUUID string) (bool
 	return n == 1, nil
 }
 
-// Close makes further calls fail with ErrClosed. It does not close the
-// Redis client. Calling it again is a no-op.
+// Close makes further calls fail with ErrClosed, then waits until the
+// Publish calls already under way, including those queued behind another
+// call's round trip, have been sent and answered (each within its
+// PublishTimeout): it loses none of them. It does not close the Redis
+// client. Calling it again is a no-op.
 func (p *Publisher) Close() error {
+	p.closeMu.Lock()
 	p.closed.Store(true)
+	p.closeMu.Unlock()
+	p.pending.Wait()
 	return nil
 }

@@ -1,5 +1,6 @@
 --[[
-  publish: stores the messages of one Publish call, atomically.
+  publish: stores the messages of one or more Publish calls to a topic.
+  Each call is atomic on its own: all of its messages are stored, or none.
   Due messages are appended to the ready stream; delayed ones go into the
   waiting set, their encoded bodies into the hash beside it.
 
@@ -8,44 +9,108 @@
   KEYS[3] stream   stream ready messages, field m = encoded message
   KEYS[4] seq      string counter that keeps equal due times in publish order
   ARGV[1]          wake channel, published to when the earliest due time moves earlier
-  ARGV[2+3i]       message UUID
-  ARGV[3+3i]       delay in ms from now (Redis server time); <= 0 means ready now
-  ARGV[4+3i]       encoded message
+  ARGV[2]          number of calls, c
+  ARGV[2+k]        number of messages of call k (k = 1..c)
+  then three arguments per message, the calls' messages in call order:
+  ARGV[j]          message UUID
+  ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
+  ARGV[j+2]        encoded message
 
-  Returns 0, or the UUID of a message already waiting in the topic with a
-  different body (then nothing is written). Re-publishing a byte-identical
-  waiting message is a no-op, so a retried Publish does not duplicate it.
+  Returns one status per call, in call order: 0 when its messages are
+  stored, or the UUID of one of its messages already waiting in the topic
+  with a different body (then none of that call's messages is written).
+  Calls are checked in order, each seeing the calls accepted before it, as
+  if they had run one after another. Re-publishing a byte-identical waiting
+  message is a no-op, so a retried Publish does not duplicate it.
 ]]
-local now = redis.call('TIME')
--- rounded up: a due time is never earlier than now + delay
-now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
+local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limited)
+local calls = tonumber(ARGV[2])
+local first = 3 + calls
 
-for i = 2, #ARGV, 3 do
-  if tonumber(ARGV[i + 1]) > 0 then
-    local old = redis.call('HGET', KEYS[2], ARGV[i])
-    if old and old ~= ARGV[i + 2] then
-      return ARGV[i]
+-- delays, and the UUIDs of the delayed messages
+local delay, uuids = {}, {}
+for j = first, #ARGV, 3 do
+  local d = tonumber(ARGV[j + 1])
+  delay[j] = d
+  if d > 0 then
+    uuids[#uuids + 1] = ARGV[j]
+  end
+end
+
+-- UUID -> body already waiting (or accepted below); false when none
+local known = {}
+local now
+if #uuids > 0 then
+  now = redis.call('TIME')
+  -- rounded up: a due time is never earlier than now + delay
+  now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
+  for c = 1, #uuids, CHUNK do
+    local last = math.min(c + CHUNK - 1, #uuids)
+    local bodies = redis.call('HMGET', KEYS[2], unpack(uuids, c, last))
+    for k = 1, #bodies do
+      known[uuids[c + k - 1]] = bodies[k]
     end
   end
 end
 
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
-local earliest = nil
-for i = 2, #ARGV, 3 do
-  local delay = tonumber(ARGV[i + 1])
-  if delay <= 0 then
-    redis.call('XADD', KEYS[3], '*', 'm', ARGV[i + 2])
-  elseif redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 2]) == 1 then
-    local seq = redis.call('INCR', KEYS[4]) % 1024
-    local score = (now + delay) * 1024 + seq
-    redis.call('ZADD', KEYS[1], score, ARGV[i])
-    if earliest == nil or score < earliest then
-      earliest = score
+-- check each call; collect the writes of those that pass
+local status, ready, waiting = {}, {}, {}
+local j = first
+for k = 1, calls do
+  local stop = j + 3 * tonumber(ARGV[2 + k])
+  local bad = nil
+  for m = j, stop - 1, 3 do
+    if delay[m] > 0 then
+      local old = known[ARGV[m]]
+      if old and old ~= ARGV[m + 2] then
+        bad = ARGV[m]
+        break
+      end
     end
   end
+  if bad then
+    status[k] = bad
+  else
+    status[k] = 0
+    for m = j, stop - 1, 3 do
+      if delay[m] <= 0 then
+        ready[#ready + 1] = m
+      elseif not known[ARGV[m]] then
+        known[ARGV[m]] = ARGV[m + 2]
+        waiting[#waiting + 1] = m
+      end
+    end
+  end
+  j = stop
 end
 
-if earliest and (head == nil or earliest < tonumber(head)) then
-  redis.call('PUBLISH', ARGV[1], 'd')
+for _, m in ipairs(ready) do
+  redis.call('XADD', KEYS[3], '*', 'm', ARGV[m + 2])
 end
-return 0
+
+if #waiting > 0 then
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
+  local seq = redis.call('INCRBY', KEYS[4], #waiting) - #waiting
+  local earliest = nil
+  for c = 1, #waiting, CHUNK do
+    local h, z = {}, {}
+    for k = c, math.min(c + CHUNK - 1, #waiting) do
+      local m = waiting[k]
+      seq = seq + 1
+      local score = (now + delay[m]) * 1024 + seq % 1024
+      h[#h + 1] = ARGV[m]
+      h[#h + 1] = ARGV[m + 2]
+      z[#z + 1] = score
+      z[#z + 1] = ARGV[m]
+      if earliest == nil or score < earliest then
+        earliest = score
+      end
+    end
+    redis.call('HSET', KEYS[2], unpack(h))
+    redis.call('ZADD', KEYS[1], unpack(z))
+  end
+  if head == nil or earliest < tonumber(head) then
+    redis.call('PUBLISH', ARGV[1], 'd')
+  end
+end
+return status

@@ -1,0 +1,476 @@
+package redisdelay_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// gateProxy is a TCP proxy to the test server that can hold what clients
+// send (nothing is lost: it goes on when the gate opens), so a test can keep
+// one Publish call's script in flight while others queue behind it.
+type gateProxy struct {
+	addr string
+	mu   sync.Mutex
+	gate chan struct{} // closed while open
+	held atomic.Int64  // reads waiting at the closed gate
+}
+
+func newGateProxy(t *testing.T) *gateProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &gateProxy{addr: ln.Addr().String(), gate: make(chan struct{})}
+	close(p.gate)
+	var conns sync.Map
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.open()
+		conns.Range(func(k, _ any) bool { _ = k.(net.Conn).Close(); return true })
+	})
+	go func() {
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", redisAddr)
+			if err != nil {
+				_ = down.Close()
+				continue
+			}
+			conns.Store(down, nil)
+			conns.Store(up, nil)
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := down.Read(buf)
+					if n > 0 {
+						p.mu.Lock()
+						g := p.gate
+						p.mu.Unlock()
+						p.held.Add(1)
+						<-g
+						p.held.Add(-1)
+						if _, werr := up.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						_ = up.Close()
+						return
+					}
+				}
+			}()
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := up.Read(buf)
+					if n > 0 {
+						if _, werr := down.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						_ = down.Close()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+// hold keeps what clients send from here on until open.
+func (p *gateProxy) hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.gate:
+		p.gate = make(chan struct{})
+	default:
+	}
+}
+
+func (p *gateProxy) open() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.gate:
+	default:
+		close(p.gate)
+	}
+}
+
+// scriptCounter counts the scripts a client runs.
+type scriptCounter struct{ n atomic.Int64 }
+
+func (*scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			s.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// gatedPublisher returns a Publisher whose connections go through a gate
+// proxy, the proxy, and a count of the scripts it has run. The topic is
+// registered and the script loaded already, so each Publish round trip
+// runs exactly one script.
+func gatedPublisher(t *testing.T, topic string, config redisdelay.PublisherConfig) (*redisdelay.Publisher, *gateProxy, *scriptCounter) {
+	proxy := newGateProxy(t)
+	client := redis.NewClient(&redis.Options{Addr: proxy.addr, PoolSize: 16})
+	t.Cleanup(func() { _ = client.Close() })
+	config.Client = client
+	pub, err := redisdelay.NewPublisher(config, logger)
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), nil)))
+	counter := &scriptCounter{}
+	client.AddHook(counter)
+	return pub, proxy, counter
+}
+
+// inFlight starts publish in a goroutine and returns once its round trip is
+// held at the gate (the gate must be held).
+func inFlight(t *testing.T, proxy *gateProxy, publish func() error) <-chan error {
+	t.Helper()
+	before := proxy.held.Load()
+	errc := make(chan error, 1)
+	go func() { errc <- publish() }()
+	require.Eventually(t, func() bool { return proxy.held.Load() > before }, 5*time.Second, time.Millisecond,
+		"the first Publish never reached Redis")
+	return errc
+}
+
+type topicContent struct {
+	waiting []string // UUIDs in due order
+	bodies  int
+	ready   int64
+}
+
+func content(t *testing.T, topic string) topicContent {
+	t.Helper()
+	ctx := context.Background()
+	client := newClient(t)
+	prefix := "redisdelay:{" + topic + "}:"
+	waiting, err := client.ZRange(ctx, prefix+"waiting", 0, -1).Result()
+	require.NoError(t, err)
+	bodies, err := client.HLen(ctx, prefix+"bodies").Result()
+	require.NoError(t, err)
+	ready, err := client.XLen(ctx, prefix+"stream").Result()
+	require.NoError(t, err)
+	return topicContent{waiting: waiting, bodies: int(bodies), ready: ready}
+}
+
+// Many goroutines publishing at once, one message or several per call,
+// delayed and immediate: everything is stored exactly once.
+func TestPublishConcurrentStoresEverythingOnce(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
+	require.NoError(t, err)
+	topic := topic()
+	const goroutines, calls = 64, 40
+	var (
+		wg                   sync.WaitGroup
+		mu                   sync.Mutex
+		delayedIDs           = map[string]bool{}
+		readyCount, dupCount int
+	)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < calls; i++ {
+				var msgs []*message.Message
+				for k := 0; k < 1+i%3; k++ {
+					msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf("%d/%d/%d", g, i, k)))
+					if (i+k)%2 == 0 {
+						delay.Message(msg, delay.For(time.Hour))
+					}
+					msgs = append(msgs, msg)
+				}
+				if !assert.NoError(t, pub.Publish(topic, msgs...)) {
+					return
+				}
+				// an identical retry of a waiting message is a no-op
+				if i%5 == 0 && msgs[0].Metadata.Get(delay.DelayedForKey) != "" {
+					if !assert.NoError(t, pub.Publish(topic, msgs[0])) {
+						return
+					}
+					mu.Lock()
+					dupCount++
+					mu.Unlock()
+				}
+				mu.Lock()
+				for _, m := range msgs {
+					if m.Metadata.Get(delay.DelayedForKey) != "" {
+						delayedIDs[m.UUID] = true
+					} else {
+						readyCount++
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, pub.Close())
+
+	c := content(t, topic)
+	require.Positive(t, dupCount)
+	assert.Len(t, c.waiting, len(delayedIDs), "waiting messages")
+	assert.Equal(t, len(delayedIDs), c.bodies, "bodies")
+	assert.Equal(t, int64(readyCount), c.ready, "ready messages")
+	for _, id := range c.waiting {
+		assert.True(t, delayedIDs[id], "unexpected waiting message %s", id)
+	}
+}
+
+// twoInFlight holds the gate and starts two Publish calls of an immediate
+// message each, returning once both round trips are held: a Publisher
+// keeps at most two in flight per topic, so later calls queue.
+func twoInFlight(t *testing.T, proxy *gateProxy, pub *redisdelay.Publisher, topic string) (<-chan error, <-chan error) {
+	t.Helper()
+	proxy.hold()
+	publish := func() error { return pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("in flight"))) }
+	return inFlight(t, proxy, publish), inFlight(t, proxy, publish)
+}
+
+// Messages due at the same instant keep their publish order, within a call
+// and across calls queued into one round trip.
+func TestPublishKeepsOrderWithinEqualDueTimes(t *testing.T) {
+	t.Parallel()
+	topic := topic()
+	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
+	var want []string
+	var msgs []*message.Message
+	// More than one chunk of the script's variadic calls; fewer than 1024
+	// (the sequence that orders equal due times wraps at 1024); within
+	// the bounds of one run.
+	for i := 0; i < 510; i++ {
+		msg := delayed(delay.For(time.Hour), fmt.Sprint(i)) // the same delay: due in the same ms
+		msgs = append(msgs, msg)
+		want = append(want, msg.UUID)
+	}
+	a, b := twoInFlight(t, proxy, pub, topic)
+	first := make(chan error, 1)
+	go func() { first <- pub.Publish(topic, msgs[:400]...) }()
+	time.Sleep(50 * time.Millisecond)
+	second := make(chan error, 1)
+	go func() { second <- pub.Publish(topic, msgs[400:]...) }()
+	time.Sleep(100 * time.Millisecond)
+	proxy.open()
+	require.NoError(t, <-a)
+	require.NoError(t, <-b)
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	assert.Equal(t, want, content(t, topic).waiting)
+	assert.EqualValues(t, 3, counter.n.Load(), "script runs: two in flight, then both queued calls in one")
+}
+
+// Calls that queue behind a round trip in flight go together in the next
+// one; a call whose UUID clashes with another's waiting message fails
+// alone, storing none of its messages, and the others succeed.
+func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
+	t.Parallel()
+	topic := topic()
+	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
+	waiting := delayed(delay.For(time.Hour), "original")
+	require.NoError(t, pub.Publish(topic, waiting))
+	counter.n.Store(0)
+
+	first, second := twoInFlight(t, proxy, pub, topic)
+
+	clash := waiting.Copy()
+	clash.Payload = []byte("changed")
+	bystander := delayed(delay.For(time.Hour), "bystander of the clash")
+	identical := waiting.Copy() // an identical re-publish is a no-op, not a clash
+	type call struct {
+		name string
+		msgs []*message.Message
+		err  chan error
+	}
+	calls := []*call{
+		{name: "clash", msgs: []*message.Message{bystander, clash}},
+		{name: "identical", msgs: []*message.Message{identical, delayed(delay.For(time.Minute), "with identical")}},
+	}
+	// two queued calls with the same new UUID and different bodies: the
+	// first in the queue wins, as if they had run one after another
+	fresh := delayed(delay.For(time.Hour), "fresh A")
+	freshB := fresh.Copy()
+	freshB.Payload = []byte("fresh B")
+	calls = append(calls, &call{name: "fresh", msgs: []*message.Message{fresh}}, &call{name: "fresh", msgs: []*message.Message{freshB}})
+	for i := 0; i < 8; i++ {
+		calls = append(calls, &call{name: fmt.Sprint("other ", i), msgs: []*message.Message{
+			delayed(delay.For(time.Duration(i+1)*time.Minute), "other"),
+			message.NewMessage(watermill.NewUUID(), []byte("ready")),
+		}})
+	}
+	for _, c := range calls {
+		c.err = make(chan error, 1)
+		go func() { c.err <- pub.Publish(topic, c.msgs...) }()
+	}
+	time.Sleep(200 * time.Millisecond) // let them all queue
+	proxy.open()
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	freshFailed := 0
+	for _, c := range calls {
+		err := <-c.err
+		if c.name == "fresh" {
+			if err != nil {
+				require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
+				freshFailed++
+			}
+			continue
+		}
+		if c.name == "clash" {
+			require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
+			require.EqualError(t, err, fmt.Sprintf(`redisdelay: duplicate message UUID: message %q is already waiting in topic %q with a different body: cancel it first or use a new UUID`, waiting.UUID, topic))
+		} else {
+			require.NoError(t, err, c.name)
+		}
+	}
+	assert.Equal(t, 1, freshFailed, "one of two calls with the same new UUID and different bodies fails")
+	assert.EqualValues(t, 3, counter.n.Load(), "script runs: two in flight, then all queued calls in one")
+
+	got := content(t, topic)
+	assert.Len(t, got.waiting, 1+1+1+8, "waiting: the original, the one beside identical, fresh, the others'")
+	assert.NotContains(t, got.waiting, bystander.UUID, "a message of the failed call was stored")
+	assert.EqualValues(t, 1+2+8, got.ready, "ready: the warm-up message, the two in flight, the others'")
+	body, err := newClient(t).HGet(context.Background(), "redisdelay:{"+topic+"}:bodies", waiting.UUID).Result()
+	require.NoError(t, err)
+	assert.Contains(t, body, "original")
+	assert.NotContains(t, body, "changed")
+}
+
+// A call that gives up while queued returns its timeout error, is never
+// sent, and the calls around it succeed.
+func TestPublishTimeoutWhileOthersSucceed(t *testing.T) {
+	t.Parallel()
+	topic := topic()
+	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
+
+	first, second := twoInFlight(t, proxy, pub, topic)
+
+	impatient := delayed(delay.For(time.Hour), "impatient")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	impatient.SetContext(ctx)
+	patient := delayed(delay.For(time.Hour), "patient")
+	impatientErr, patientErr := make(chan error, 1), make(chan error, 1)
+	go func() { impatientErr <- pub.Publish(topic, impatient) }()
+	go func() { patientErr <- pub.Publish(topic, patient) }()
+
+	start := time.Now()
+	select {
+	case err := <-impatientErr:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.EqualError(t, err, fmt.Sprintf(`redisdelay: publish 1 message(s) to topic %q: gave up before sending the messages (none is stored): context deadline exceeded`, topic))
+		require.Less(t, time.Since(start), 2*time.Second)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a Publish whose context ended did not return")
+	}
+	proxy.open()
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	require.NoError(t, <-patientErr)
+	got := content(t, topic)
+	assert.Equal(t, []string{patient.UUID}, got.waiting)
+	assert.EqualValues(t, 3, counter.n.Load(), "script runs")
+
+	// A call that gives up while its round trip is in flight says its
+	// messages may or may not be stored; the publisher goes on.
+	proxy.hold()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	late := delayed(delay.For(time.Hour), "late")
+	late.SetContext(ctx2)
+	errc := inFlight(t, proxy, func() error { return pub.Publish(topic, late) })
+	err := <-errc
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.True(t, strings.Contains(err.Error(), "may or may not be stored"), err.Error())
+	proxy.open()
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(time.Hour), "after")))
+}
+
+// Close loses no queued call: it waits until they are sent and answered;
+// calls after Close fail with ErrClosed.
+func TestPublishCloseFlushesQueuedCalls(t *testing.T) {
+	t.Parallel()
+	topic := topic()
+	pub, proxy, _ := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
+	first, second := twoInFlight(t, proxy, pub, topic)
+	errs := make(chan error, 5)
+	for i := 0; i < 5; i++ {
+		go func() { errs <- pub.Publish(topic, delayed(delay.For(time.Hour), "queued")) }()
+	}
+	time.Sleep(100 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- pub.Close() }()
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, redisdelay.ErrClosed, pub.Publish(topic, message.NewMessage("late", nil)))
+	select {
+	case <-closed:
+		t.Fatal("Close returned with calls in flight")
+	case <-time.After(100 * time.Millisecond):
+	}
+	proxy.open()
+	require.NoError(t, <-closed)
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	for i := 0; i < 5; i++ {
+		require.NoError(t, <-errs)
+	}
+	assert.Len(t, content(t, topic).waiting, 5)
+}
+
+// A run carries at most 512 messages: a larger queued call goes alone,
+// whole, and the calls queued after it go in the next run.
+func TestPublishBoundsCoalescedRuns(t *testing.T) {
+	t.Parallel()
+	topic := topic()
+	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
+	a, b := twoInFlight(t, proxy, pub, topic)
+	var errs []chan error
+	total := 0
+	for _, n := range []int{600, 10, 1} {
+		msgs := make([]*message.Message, n)
+		for i := range msgs {
+			msgs[i] = delayed(delay.For(time.Hour), "x")
+		}
+		total += n
+		errc := make(chan error, 1)
+		go func() { errc <- pub.Publish(topic, msgs...) }()
+		errs = append(errs, errc)
+		time.Sleep(30 * time.Millisecond) // queued in this order
+	}
+	proxy.open()
+	require.NoError(t, <-a)
+	require.NoError(t, <-b)
+	for _, errc := range errs {
+		require.NoError(t, <-errc)
+	}
+	assert.Len(t, content(t, topic).waiting, total)
+	assert.EqualValues(t, 4, counter.n.Load(), "script runs: two in flight, the large call alone, the other two together")
+}
