@@ -190,29 +190,57 @@ func (s *scheduler) start(ctx context.Context, discover bool) {
 	} else {
 		s.pubsub = s.client.Subscribe(s.ctx)
 	}
-	ch := s.pubsub.Channel()
+	// Subscription confirmations come again after every reconnect: wake-ups
+	// published while the connection was down are lost, so every loop of
+	// the (re)subscribed channels ticks once then.
+	ch := s.pubsub.ChannelWithSubscriptions()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		for msg := range ch {
-			topic, ok := s.keys.topicOfWake(msg.Channel)
-			if !ok {
-				continue
-			}
-			if s.discover && validateTopic(topic) == nil {
-				s.add(topic)
-			}
-			s.mu.Lock()
-			wake := s.loops[topic]
-			s.mu.Unlock()
-			if wake != nil {
-				select {
-				case wake <- msg.Payload:
-				default: // a wake-up is already pending
+		for m := range ch {
+			switch m := m.(type) {
+			case *redis.Message:
+				topic, ok := s.keys.topicOfWake(m.Channel)
+				if !ok {
+					continue
+				}
+				if s.discover && validateTopic(topic) == nil {
+					s.add(topic)
+				}
+				s.wake(topic, m.Payload)
+			case *redis.Subscription:
+				if m.Kind != "subscribe" && m.Kind != "psubscribe" {
+					continue
+				}
+				if topic, ok := s.keys.topicOfWake(m.Channel); ok && m.Kind == "subscribe" {
+					s.wake(topic, wakeResubscribed)
+					continue
+				}
+				s.mu.Lock()
+				topics := make([]string, 0, len(s.loops))
+				for t := range s.loops {
+					topics = append(topics, t)
+				}
+				s.mu.Unlock()
+				for _, t := range topics {
+					s.wake(t, wakeResubscribed)
 				}
 			}
 		}
 	}()
+}
+
+// wake passes a wake-up to the loop of a topic, if it runs.
+func (s *scheduler) wake(topic, kind string) {
+	s.mu.Lock()
+	wake := s.loops[topic]
+	s.mu.Unlock()
+	if wake != nil {
+		select {
+		case wake <- kind:
+		default: // a wake-up is already pending
+		}
+	}
 }
 
 // add starts scheduling a topic, once: the waiting set and the retries of
@@ -251,6 +279,9 @@ func (s *scheduler) stop() {
 const (
 	wakeGroup   = "g" // a consumer group was created
 	wakeRelease = "l" // the lease was released: a standby should take over
+	// (Re)subscribed to the wake channel: wake-ups may have been lost while
+	// the connection was down. Sent by the scheduler to itself.
+	wakeResubscribed = "s"
 )
 
 func (s *scheduler) loop(topic string, wake <-chan string) {

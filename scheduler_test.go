@@ -175,3 +175,33 @@ func TestScheduler_HolderSchedulesOtherGroupsRetries(t *testing.T) {
 	assert.GreaterOrEqual(t, took, 280*time.Millisecond)
 	assert.Less(t, took, time.Second)
 }
+
+// A wake-up published while the scheduler's connection is down is lost;
+// the scheduler ticks once it has subscribed again, so a message due
+// meanwhile does not wait for the check interval.
+func TestScheduler_ResubscribeCatchesLostWakeUps(t *testing.T) {
+	t.Parallel()
+	proxy := newLcProxy(t)
+	direct := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, direct)
+	sub := lcSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
+		ConsumerGroup: "g", CheckInterval: time.Minute, CloseTimeout: time.Second,
+	})
+	ch := subscribe(t, sub, topic)
+	schedLease(t, direct, topic, 2*time.Second)
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(time.Hour), "later")))
+	time.Sleep(200 * time.Millisecond) // the scheduler sleeps for the check interval
+
+	proxy.cut(0)
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "due"))) // its wake-up is lost
+	time.Sleep(300 * time.Millisecond)
+	proxy.restore(t)
+	restored := time.Now()
+	m := receive(t, ch, 10*time.Second)
+	took := time.Since(restored)
+	m.Ack()
+	assert.Equal(t, "due", string(m.Payload))
+	assert.Less(t, took, 5*time.Second, "delivered %s after Redis came back (check interval 1m)", took)
+	t.Logf("delivered %s after Redis came back", took)
+}
