@@ -154,6 +154,10 @@ type scheduler struct {
 	wg       sync.WaitGroup
 }
 
+// pubsubHealthCheck is how often an idle wake-up subscription pings Redis
+// (go-redis's default, 3s, costs 0.33 calls/s per scheduler).
+const pubsubHealthCheck = 30 * time.Second
+
 // groupsRefresh is how often a scheduler lists a topic's consumer groups
 // again even though their number did not change (a group deleted and
 // another created in between).
@@ -193,7 +197,9 @@ func (s *scheduler) start(ctx context.Context, discover bool) {
 	// Subscription confirmations come again after every reconnect: wake-ups
 	// published while the connection was down are lost, so every loop of
 	// the (re)subscribed channels ticks once then.
-	ch := s.pubsub.ChannelWithSubscriptions()
+	// The health check pings an idle subscription; a connection found dead
+	// late only delays what the check interval bounds anyway.
+	ch := s.pubsub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(pubsubHealthCheck))
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -350,9 +356,6 @@ func (s *scheduler) loop(topic string, wake <-chan string) {
 				}
 				nextReclaim[g] = time.Now().Add(reclaimEvery(vis, s.interval))
 			}
-			for _, g := range groups {
-				t.wait = min(t.wait, max(time.Until(nextReclaim[g]), time.Millisecond))
-			}
 			if cleanup {
 				lastTrim = time.Now()
 				return s.trimStream(ctx, topic)
@@ -395,8 +398,10 @@ func (s *scheduler) loop(topic string, wake <-chan string) {
 }
 
 // reclaimEvery is how often a group is checked for messages of dead
-// consumers: a tenth of its visibility timeout, so a message is reclaimed at
-// most 10% (or one check interval) after the timeout ran out.
+// consumers: a tenth of its visibility timeout, at least the check
+// interval. The check runs on the first tick after that (ticks come at
+// least every check interval), so a message is reclaimed at most a tenth
+// of the timeout plus a check interval after the timeout ran out.
 func reclaimEvery(vis, interval time.Duration) time.Duration {
 	return max(vis/10, interval)
 }
