@@ -16,9 +16,12 @@ import (
 // messages from the waiting sets to the ready streams and due retries back to
 // their consumer groups, and trims acknowledged entries from the streams.
 // Subscribers do the same for their topics unless
-// SubscriberConfig.DisableScheduler is set; any number of Managers and
-// subscribers may schedule the same topic at once, without loss or double
-// delivery, because every move is one atomic Redis script.
+// SubscriberConfig.DisableScheduler is set. Any number of Managers and
+// subscribers may schedule the same topic: one at a time does the work,
+// holding the topic's lease in Redis, and another takes over when it stops
+// (see SubscriberConfig.DisableScheduler). Should two work at once (after a
+// pause longer than the lease), nothing is lost or delivered twice: every
+// move is one atomic Redis script.
 //
 // Due times are compared by Redis's clock only, so a Manager whose host
 // clock is off still fires on time.
