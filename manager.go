@@ -440,10 +440,10 @@ func (s *scheduler) promote(ctx context.Context, topic string, groups []string) 
 		s.logger.Trace("redisdelay: promoted due messages", watermill.LogFields{"topic": topic, "count": moved})
 	}
 	if !t.held {
-		wait++ // just after the lease expires
+		wait += 1000 // just after the lease expires
 	}
-	if wait >= 0 && time.Duration(wait)*time.Millisecond < s.interval {
-		t.wait = time.Duration(wait) * time.Millisecond
+	if wait >= 0 && time.Duration(wait)*time.Microsecond < s.interval {
+		t.wait = time.Duration(wait) * time.Microsecond
 	}
 	return t, nil
 }

@@ -23,9 +23,9 @@
 
   Returns {moved, wait, missing, groups, held}:
     moved    messages moved
-    wait     held: ms until the earliest message still waiting is due;
+    wait     held: µs until the earliest message still waiting is due;
              0 when a set had more due than the limit; -1 when all sets are empty.
-             Not held: ms until the lease expires.
+             Not held: µs until the lease expires.
     missing  members that had no body (dropped from the set; reported by the caller)
     groups   number of consumer groups registered for the topic (a caller
              whose list differs reads the set again)
@@ -36,14 +36,15 @@ local ngroups = redis.call('SCARD', KEYS[2])
 if owner ~= '' then
   local holder = redis.call('GET', KEYS[1])
   if holder and holder ~= owner then
-    return {0, redis.call('PTTL', KEYS[1]), 0, ngroups, 0}
+    return {0, redis.call('PTTL', KEYS[1]) * 1000, 0, ngroups, 0}
   end
   redis.call('SET', KEYS[1], owner, 'PX', ARGV[3])
 end
 
 local limit = tonumber(ARGV[1])
-local now = redis.call('TIME')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local t = redis.call('TIME')
+local nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(nowUs / 1000)
 local maxScore = now * 1024 + 1023
 local moved, missing, wait = 0, 0, -1
 
@@ -59,7 +60,7 @@ local function move(set, bodies, stream, retry)
   end
   head = tonumber(head)
   if head > maxScore then
-    earlier(math.floor(head / 1024) - now)
+    earlier(math.floor(head / 1024) * 1000 - nowUs)
     return
   end
   local ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, limit)
@@ -84,7 +85,7 @@ local function move(set, bodies, stream, retry)
   end
   head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
   if head then
-    local w = math.floor(tonumber(head) / 1024) - now
+    local w = math.floor(tonumber(head) / 1024) * 1000 - nowUs
     if w < 0 then w = 0 end
     earlier(w)
   end
