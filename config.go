@@ -17,7 +17,7 @@ const DefaultKeyPrefix = "redisdelay"
 
 // Scheduling defaults, shared by Managers and the schedulers Subscribers embed.
 const (
-	defaultCheckInterval = time.Second
+	defaultCheckInterval = 2 * time.Second
 	defaultPromoteBatch  = 256
 	defaultTrimInterval  = 10 * time.Second
 )
@@ -175,7 +175,7 @@ type SubscriberConfig struct {
 	DisableScheduler bool
 
 	// CheckInterval bounds how long the embedded scheduler sleeps when
-	// nothing is due (default 1s). It normally wakes exactly at the next due
+	// nothing is due (default 2s). It normally wakes exactly at the next due
 	// time, or earlier when a publish or retry creates an earlier one (a
 	// wake-up published in Redis), and checks again whenever its wake-up
 	// subscription reconnects; this interval is the safety net for a
@@ -316,7 +316,7 @@ type ManagerConfig struct {
 	Topics []string
 
 	// CheckInterval bounds how long a topic's scheduler sleeps when nothing is
-	// due (default 1s); see SubscriberConfig.CheckInterval, also for the
+	// due (default 2s); see SubscriberConfig.CheckInterval, also for the
 	// lease that lets one scheduler (a Manager's or a Subscriber's) work on
 	// a topic at a time. New topics are also discovered at this pace at the
 	// latest, and consumer groups when their number changes (within a
