@@ -317,6 +317,7 @@ func (s *scheduler) loop(topic string, wake <-chan string) {
 
 	for ctx.Err() == nil {
 		var t tick
+		started := time.Now()
 		err := func() error {
 			if relist || time.Since(listed) >= groupsRefresh {
 				g, err := s.client.SMembers(ctx, s.keys.groups(topic)).Result()
@@ -348,16 +349,17 @@ func (s *scheduler) loop(topic string, wake <-chan string) {
 				s.logger.Debug("redisdelay: scheduling the topic", fields)
 			}
 			cleanup := time.Since(lastTrim) >= s.trim
-			now := time.Now()
 			for _, g := range groups {
-				if !cleanup && now.Before(nextReclaim[g]) {
+				if !cleanup && started.Before(nextReclaim[g]) {
 					continue
 				}
 				vis, err := s.reclaim(ctx, topic, g, cleanup)
 				if err != nil {
 					return err
 				}
-				nextReclaim[g] = time.Now().Add(reclaimEvery(vis, s.interval))
+				// From the tick's start: the next tick starts later than one
+				// interval after it, so a pace of one interval is kept.
+				nextReclaim[g] = started.Add(reclaimEvery(vis, s.interval))
 			}
 			if cleanup {
 				lastTrim = time.Now()
@@ -439,8 +441,8 @@ func (s *scheduler) promote(ctx context.Context, topic string, groups []string) 
 	if moved > 0 {
 		s.logger.Trace("redisdelay: promoted due messages", watermill.LogFields{"topic": topic, "count": moved})
 	}
-	if !t.held {
-		wait += 1000 // just after the lease expires
+	if !t.held && wait >= 0 {
+		wait += 1000 // just after the lease expires (-1: it has no expiry)
 	}
 	if wait >= 0 && time.Duration(wait)*time.Microsecond < s.interval {
 		t.wait = time.Duration(wait) * time.Microsecond
