@@ -17,7 +17,7 @@ const DefaultKeyPrefix = "redisdelay"
 
 // Scheduling defaults, shared by Managers and the schedulers Subscribers embed.
 const (
-	defaultCheckInterval = time.Second
+	defaultCheckInterval = 2 * time.Second
 	defaultPromoteBatch  = 256
 	defaultTrimInterval  = 10 * time.Second
 )
@@ -166,13 +166,23 @@ type SubscriberConfig struct {
 	// trimming, removing idle consumers). Turn it off only when a Manager
 	// runs: with neither, nothing delayed becomes due and nothing is
 	// reclaimed. With it on, any number of subscribers and Managers may
-	// schedule the same topic safely.
+	// schedule the same topic safely: one of them at a time does the work
+	// for the topic (for every consumer group of it) while holding a lease
+	// in Redis; the others stand by at the cost of one Redis call per
+	// CheckInterval and take over when the holder closes (at once) or
+	// stops renewing the lease (it died or lost Redis: within 1.5 ×
+	// CheckInterval, plus 100ms at most).
 	DisableScheduler bool
 
 	// CheckInterval bounds how long the embedded scheduler sleeps when
-	// nothing is due (default 1s). It normally wakes exactly at the next due
-	// time, or earlier when a publish creates an earlier one; this interval is
-	// the safety net for a missed wake-up.
+	// nothing is due (default 2s). It normally wakes exactly at the next due
+	// time, or earlier when a publish or retry creates an earlier one (a
+	// wake-up published in Redis), and checks again whenever its wake-up
+	// subscription reconnects; this interval is the safety net for a
+	// wake-up missed otherwise, and the pace at which the scheduler holding
+	// a topic's lease renews it (the lease lasts 1.5 × CheckInterval, at
+	// least CheckInterval + 100ms). Each scheduled topic costs Redis one
+	// script call per CheckInterval when idle.
 	CheckInterval time.Duration
 
 	// MaxAttempts is how many attempts a message gets in the group before it
@@ -198,7 +208,9 @@ type SubscriberConfig struct {
 	// subscription extends the lease of the messages it holds every third
 	// of this (default 30s), so a slow handler keeps its message; only a
 	// consumer that died or lost Redis for longer than two thirds of it
-	// loses them.
+	// loses them. Schedulers look for such messages every tenth of it (at
+	// least every CheckInterval), so they are reclaimed at most a tenth of
+	// it plus one CheckInterval after it ran out.
 	VisibilityTimeout time.Duration
 
 	// MaxDeadLetters bounds the group's dead letters per topic (default
@@ -304,8 +316,11 @@ type ManagerConfig struct {
 	Topics []string
 
 	// CheckInterval bounds how long a topic's scheduler sleeps when nothing is
-	// due (default 1s); see SubscriberConfig.CheckInterval. New topics and
-	// consumer groups are also discovered at this pace at the latest.
+	// due (default 2s); see SubscriberConfig.CheckInterval, also for the
+	// lease that lets one scheduler (a Manager's or a Subscriber's) work on
+	// a topic at a time. New topics are also discovered at this pace at the
+	// latest, and consumer groups when their number changes (within a
+	// check interval) or at the latest within a minute.
 	CheckInterval time.Duration
 
 	// BatchSize is the most messages moved from one set in one atomic step

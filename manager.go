@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -15,9 +16,12 @@ import (
 // messages from the waiting sets to the ready streams and due retries back to
 // their consumer groups, and trims acknowledged entries from the streams.
 // Subscribers do the same for their topics unless
-// SubscriberConfig.DisableScheduler is set; any number of Managers and
-// subscribers may schedule the same topic at once, without loss or double
-// delivery, because every move is one atomic Redis script.
+// SubscriberConfig.DisableScheduler is set. Any number of Managers and
+// subscribers may schedule the same topic: one at a time does the work,
+// holding the topic's lease in Redis, and another takes over when it stops
+// (see SubscriberConfig.DisableScheduler). Should two work at once (after a
+// pause longer than the lease), nothing is lost or delivered twice: every
+// move is one atomic Redis script.
 //
 // Due times are compared by Redis's clock only, so a Manager whose host
 // clock is off still fires on time.
@@ -67,7 +71,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	static := len(m.config.Topics) > 0
 	m.sched.start(ctx, !static)
 	for _, t := range m.config.Topics {
-		m.sched.add(t, nil)
+		m.sched.add(t)
 	}
 	close(m.running)
 	m.logger.Info("redisdelay manager running", watermill.LogFields{"topics": m.config.Topics})
@@ -92,7 +96,7 @@ func (m *Manager) discoverTopics(ctx context.Context) {
 		}
 		for _, topic := range topics {
 			if validateTopic(topic) == nil {
-				m.sched.add(topic, nil)
+				m.sched.add(topic)
 			}
 		}
 		select {
@@ -125,11 +129,21 @@ func (m *Manager) Close() error {
 // scheduler runs one loop per topic that promotes due messages, sleeping
 // until the next due time (by Redis's clock), a wake-up published by a
 // script that created an earlier due time, or the check interval.
+//
+// Only one scheduler per topic works at a time: the one holding the topic's
+// lease (a key in the topic's hash slot, taken and extended by each tick of
+// the holder, released on stop). The others stand by, calling Redis once per
+// check interval at most, and take over when the lease expires (a holder
+// that died: within about 1.5 check intervals) or is released (at once).
+// The lease only saves work: every move is atomic, so schedulers that both
+// believe they hold it (after a pause longer than the lease) stay correct.
 type scheduler struct {
 	client    redis.UniversalClient
 	keys      keys
 	logger    watermill.LoggerAdapter
 	interval  time.Duration
+	lease     time.Duration
+	owner     string
 	batch     int
 	trim      time.Duration
 	retention time.Duration
@@ -143,16 +157,35 @@ type scheduler struct {
 	wg       sync.WaitGroup
 }
 
+// pubsubHealthCheck is how often an idle wake-up subscription pings Redis
+// (go-redis's default, 3s, costs 0.33 calls/s per scheduler).
+const pubsubHealthCheck = 30 * time.Second
+
+// groupsRefresh is how often a scheduler lists a topic's consumer groups
+// again even though their number did not change (a group deleted and
+// another created in between).
+const groupsRefresh = time.Minute
+
 // newScheduler returns a scheduler configured like a Manager (config has its
 // defaults set).
 func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *scheduler {
 	return &scheduler{
 		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
-		interval: config.CheckInterval, batch: config.BatchSize,
-		trim: config.TrimInterval, retention: config.Retention,
+		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: uuid.NewString(),
+		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention,
 		loops: map[string]chan string{},
 	}
 }
+
+// leaseTime is how long a topic's scheduling lease lasts after each tick of
+// its holder, which ticks at least every check interval: half an interval
+// (at least 100ms) of slack.
+func leaseTime(interval time.Duration) time.Duration {
+	return interval + max(interval/2, 100*time.Millisecond)
+}
+
+// lease is the key holding the owner of a topic's scheduling.
+func (k keys) lease(topic string) string { return k.tag(topic) + ":lease" }
 
 // start opens the wake-up subscription: a pattern over every topic when
 // discover is set, otherwise one channel per added topic.
@@ -164,35 +197,64 @@ func (s *scheduler) start(ctx context.Context, discover bool) {
 	} else {
 		s.pubsub = s.client.Subscribe(s.ctx)
 	}
-	ch := s.pubsub.Channel()
+	// Subscription confirmations come again after every reconnect: wake-ups
+	// published while the connection was down are lost, so every loop of
+	// the (re)subscribed channels ticks once then.
+	// The health check pings an idle subscription; a connection found dead
+	// late only delays what the check interval bounds anyway.
+	ch := s.pubsub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(pubsubHealthCheck))
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		for msg := range ch {
-			topic, ok := s.keys.topicOfWake(msg.Channel)
-			if !ok {
-				continue
-			}
-			if s.discover && validateTopic(topic) == nil {
-				s.add(topic, nil)
-			}
-			s.mu.Lock()
-			wake := s.loops[topic]
-			s.mu.Unlock()
-			if wake != nil {
-				select {
-				case wake <- msg.Payload:
-				default: // a wake-up is already pending
+		for m := range ch {
+			switch m := m.(type) {
+			case *redis.Message:
+				topic, ok := s.keys.topicOfWake(m.Channel)
+				if !ok {
+					continue
+				}
+				if s.discover && validateTopic(topic) == nil {
+					s.add(topic)
+				}
+				s.wake(topic, m.Payload)
+			case *redis.Subscription:
+				if m.Kind != "subscribe" && m.Kind != "psubscribe" {
+					continue
+				}
+				if topic, ok := s.keys.topicOfWake(m.Channel); ok && m.Kind == "subscribe" {
+					s.wake(topic, wakeResubscribed)
+					continue
+				}
+				s.mu.Lock()
+				topics := make([]string, 0, len(s.loops))
+				for t := range s.loops {
+					topics = append(topics, t)
+				}
+				s.mu.Unlock()
+				for _, t := range topics {
+					s.wake(t, wakeResubscribed)
 				}
 			}
 		}
 	}()
 }
 
-// add starts scheduling a topic, once. With groups nil the loop schedules the
-// retries of every consumer group registered for the topic; otherwise only
-// of the given ones.
-func (s *scheduler) add(topic string, groups []string) {
+// wake passes a wake-up to the loop of a topic, if it runs.
+func (s *scheduler) wake(topic, kind string) {
+	s.mu.Lock()
+	wake := s.loops[topic]
+	s.mu.Unlock()
+	if wake != nil {
+		select {
+		case wake <- kind:
+		default: // a wake-up is already pending
+		}
+	}
+}
+
+// add starts scheduling a topic, once: the waiting set and the retries of
+// every consumer group registered for the topic.
+func (s *scheduler) add(topic string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.loops[topic]; ok || s.ctx.Err() != nil {
@@ -209,7 +271,7 @@ func (s *scheduler) add(topic string, groups []string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.loop(topic, groups, wake)
+		s.loop(topic, wake)
 	}()
 }
 
@@ -222,35 +284,90 @@ func (s *scheduler) stop() {
 	s.wg.Wait()
 }
 
-func (s *scheduler) loop(topic string, fixedGroups []string, wake <-chan string) {
+// Wake-up kinds (the payload on a topic's wake channel).
+const (
+	wakeGroup   = "g" // a consumer group was created
+	wakeRelease = "l" // the lease was released: a standby should take over
+	// (Re)subscribed to the wake channel: wake-ups may have been lost while
+	// the connection was down. Sent by the scheduler to itself.
+	wakeResubscribed = "s"
+)
+
+func (s *scheduler) loop(topic string, wake <-chan string) {
 	ctx := s.ctx
 	fields := watermill.LogFields{"topic": topic}
-	groups, refreshed := fixedGroups, time.Time{}
-	lastTrim, lastReclaim := time.Now(), time.Time{}
-	failures := 0
+	var (
+		groups      []string
+		listed      time.Time // when groups was read
+		relist      = true    // read groups before the next tick
+		held        bool      // this scheduler holds the topic's lease
+		lastTrim    = time.Now()
+		nextReclaim = map[string]time.Time{}
+		failures    int
+	)
+	defer func() {
+		if held {
+			s.release(topic)
+		}
+	}()
 	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
 	// tick behind, so the timer is reused without draining.
 	timer := time.NewTimer(s.interval)
 	defer timer.Stop()
 
 	for ctx.Err() == nil {
-		if fixedGroups == nil && time.Since(refreshed) >= s.interval {
-			g, err := s.client.SMembers(ctx, s.keys.groups(topic)).Result()
-			if err == nil {
-				groups, refreshed = g, time.Now()
+		var t tick
+		started := time.Now()
+		err := func() error {
+			if relist || time.Since(listed) >= groupsRefresh {
+				g, err := s.client.SMembers(ctx, s.keys.groups(topic)).Result()
+				if err != nil {
+					return fmt.Errorf("list the consumer groups of topic %q: %w", topic, err)
+				}
+				groups, listed, relist = g, time.Now(), false
 			}
-		}
-
-		wait, err := s.promote(ctx, topic, groups)
-		if err == nil && time.Since(lastReclaim) >= s.interval {
+			var err error
+			if t, err = s.promote(ctx, topic, groups); err != nil {
+				return err
+			}
+			if t.groups != len(groups) {
+				relist = true
+				if t.held {
+					t.wait = 0 // schedule the new group's retries now
+				}
+			}
+			if !t.held {
+				if held {
+					s.logger.Debug("redisdelay: another scheduler took over the topic", fields)
+				}
+				held = false
+				return nil
+			}
+			if !held {
+				held = true
+				clear(nextReclaim) // reclaim at once what a previous holder left
+				s.logger.Debug("redisdelay: scheduling the topic", fields)
+			}
 			cleanup := time.Since(lastTrim) >= s.trim
-			lastReclaim = time.Now()
-			err = s.reclaim(ctx, topic, groups, cleanup)
-			if err == nil && cleanup {
-				lastTrim = time.Now()
-				err = s.trimStream(ctx, topic)
+			for _, g := range groups {
+				if !cleanup && started.Before(nextReclaim[g]) {
+					continue
+				}
+				vis, err := s.reclaim(ctx, topic, g, cleanup)
+				if err != nil {
+					return err
+				}
+				// From the tick's start: the next tick starts later than one
+				// interval after it, so a pace of one interval is kept.
+				nextReclaim[g] = started.Add(reclaimEvery(vis, s.interval))
 			}
-		}
+			if cleanup {
+				lastTrim = time.Now()
+				return s.trimStream(ctx, topic)
+			}
+			return nil
+		}()
+		wait := t.wait
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -267,12 +384,16 @@ func (s *scheduler) loop(topic string, fixedGroups []string, wake <-chan string)
 		}
 
 		timer.Reset(wait)
+	sleep:
 		select {
 		case <-ctx.Done():
 			return
 		case kind := <-wake:
-			if kind == "g" {
-				refreshed = time.Time{}
+			if kind == wakeGroup {
+				relist = true
+			}
+			if !held && kind != wakeRelease {
+				goto sleep // a standby has nothing to do until the lease ends
 			}
 			timer.Stop()
 		case <-timer.C:
@@ -281,19 +402,38 @@ func (s *scheduler) loop(topic string, fixedGroups []string, wake <-chan string)
 	}
 }
 
-// promote moves what is due and returns how long to sleep: until the next
-// due message, capped at the check interval; 0 when more is due now.
-func (s *scheduler) promote(ctx context.Context, topic string, groups []string) (time.Duration, error) {
-	k := make([]string, 0, 3+3*len(groups))
-	k = append(k, s.keys.waiting(topic), s.keys.bodies(topic), s.keys.stream(topic))
+// reclaimEvery is how often a group is checked for messages of dead
+// consumers: a tenth of its visibility timeout, at least the check
+// interval. The check runs on the first tick after that (ticks come at
+// least every check interval), so a message is reclaimed at most a tenth
+// of the timeout plus a check interval after the timeout ran out.
+func reclaimEvery(vis, interval time.Duration) time.Duration {
+	return max(vis/10, interval)
+}
+
+// tick is what one promote call found.
+type tick struct {
+	wait   time.Duration // until the next tick
+	held   bool          // the caller holds the topic's lease
+	groups int           // consumer groups registered for the topic
+}
+
+// promote takes or extends the topic's lease and, when held, moves what is
+// due and returns how long to sleep: until the next due message, capped at
+// the check interval; 0 when more is due now. A standby sleeps until the
+// lease expires, at most the check interval.
+func (s *scheduler) promote(ctx context.Context, topic string, groups []string) (tick, error) {
+	k := make([]string, 0, 5+3*len(groups))
+	k = append(k, s.keys.lease(topic), s.keys.groups(topic), s.keys.waiting(topic), s.keys.bodies(topic), s.keys.stream(topic))
 	for _, g := range groups {
 		k = append(k, s.keys.retry(topic, g), s.keys.retryBodies(topic, g), s.keys.redelivery(topic, g))
 	}
-	res, err := promoteScript.Run(ctx, s.client, k, s.batch).Int64Slice()
+	res, err := promoteScript.Run(ctx, s.client, k, s.batch, s.owner, s.lease.Milliseconds()).Int64Slice()
 	if err != nil {
-		return 0, fmt.Errorf("promote due messages of topic %q: %w", topic, err)
+		return tick{}, fmt.Errorf("promote due messages of topic %q: %w", topic, err)
 	}
 	moved, wait, missing := res[0], res[1], res[2]
+	t := tick{held: res[4] == 1, groups: int(res[3]), wait: s.interval}
 	if missing > 0 {
 		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
 			watermill.LogFields{"topic": topic, "count": missing})
@@ -301,45 +441,59 @@ func (s *scheduler) promote(ctx context.Context, topic string, groups []string) 
 	if moved > 0 {
 		s.logger.Trace("redisdelay: promoted due messages", watermill.LogFields{"topic": topic, "count": moved})
 	}
-	if wait < 0 || time.Duration(wait)*time.Millisecond > s.interval {
-		return s.interval, nil
+	if !t.held && wait >= 0 {
+		wait += 1000 // just after the lease expires (-1: it has no expiry)
 	}
-	return time.Duration(wait) * time.Millisecond, nil
+	if wait >= 0 && time.Duration(wait)*time.Microsecond < s.interval {
+		t.wait = time.Duration(wait) * time.Microsecond
+	}
+	return t, nil
 }
 
-// reclaim takes back, for each group, the messages held past the group's
-// visibility timeout by consumers that stopped extending their lease, and
-// with cleanup removes consumers idle past the group's idle timeout.
-func (s *scheduler) reclaim(ctx context.Context, topic string, groups []string, cleanup bool) error {
+// release gives up the topic's lease if this scheduler holds it and wakes
+// the standbys, so one takes over at once.
+func (s *scheduler) release(topic string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
+	defer cancel()
+	err := unleaseScript.Run(ctx, s.client, []string{s.keys.lease(topic)}, s.owner, s.keys.wake(topic), wakeRelease).Err()
+	if err != nil {
+		s.logger.Error("redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err,
+			watermill.LogFields{"topic": topic})
+	}
+}
+
+// reclaim takes back the group's messages held past its visibility timeout
+// by consumers that stopped extending their lease, and with cleanup removes
+// consumers idle past the group's idle timeout. It returns the group's
+// visibility timeout.
+func (s *scheduler) reclaim(ctx context.Context, topic, g string, cleanup bool) (time.Duration, error) {
 	flag := "0"
 	if cleanup {
 		flag = "1"
 	}
-	for _, g := range groups {
-		res, err := reclaimScript.Run(ctx, s.client,
-			[]string{s.keys.stream(topic), s.keys.redelivery(topic, g), s.keys.retry(topic, g), s.keys.retryBodies(topic, g),
-				s.keys.dead(topic, g), s.keys.meta(topic, g)},
-			g, 1000, s.keys.wake(topic), flag).Int64Slice()
-		if err != nil {
-			return fmt.Errorf("reclaim messages of group %q in topic %q: %w", g, topic, err)
-		}
-		requeued, buried, evicted, missing, removed := res[0], res[1], res[2], res[3], res[4]
-		fields := watermill.LogFields{"topic": topic, "consumer_group": g}
-		if requeued+buried > 0 {
-			s.logger.Info("redisdelay: reclaimed messages from consumers that stopped responding",
-				fields.Add(watermill.LogFields{"requeued": requeued, "dead_lettered": buried}))
-		}
-		if evicted > 0 {
-			s.logger.Error("redisdelay: dead letters full (MaxDeadLetters); evicted the oldest", nil, fields.Add(watermill.LogFields{"evicted": evicted}))
-		}
-		if missing > 0 {
-			s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": missing}))
-		}
-		if removed > 0 {
-			s.logger.Debug("redisdelay: removed idle consumers", fields.Add(watermill.LogFields{"count": removed}))
-		}
+	res, err := reclaimScript.Run(ctx, s.client,
+		[]string{s.keys.stream(topic), s.keys.redelivery(topic, g), s.keys.retry(topic, g), s.keys.retryBodies(topic, g),
+			s.keys.dead(topic, g), s.keys.meta(topic, g)},
+		g, 1000, s.keys.wake(topic), flag).Int64Slice()
+	if err != nil {
+		return 0, fmt.Errorf("reclaim messages of group %q in topic %q: %w", g, topic, err)
 	}
-	return nil
+	requeued, buried, evicted, missing, removed := res[0], res[1], res[2], res[3], res[4]
+	fields := watermill.LogFields{"topic": topic, "consumer_group": g}
+	if requeued+buried > 0 {
+		s.logger.Info("redisdelay: reclaimed messages from consumers that stopped responding",
+			fields.Add(watermill.LogFields{"requeued": requeued, "dead_lettered": buried}))
+	}
+	if evicted > 0 {
+		s.logger.Error("redisdelay: dead letters full (MaxDeadLetters); evicted the oldest", nil, fields.Add(watermill.LogFields{"evicted": evicted}))
+	}
+	if missing > 0 {
+		s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": missing}))
+	}
+	if removed > 0 {
+		s.logger.Debug("redisdelay: removed idle consumers", fields.Add(watermill.LogFields{"count": removed}))
+	}
+	return time.Duration(res[5]) * time.Millisecond, nil
 }
 
 func (s *scheduler) trimStream(ctx context.Context, topic string) error {

@@ -34,6 +34,7 @@ func readScript(name string) string {
 var (
 	publishScript   = loadScript("publish", false)
 	promoteScript   = loadScript("promote", false)
+	unleaseScript   = loadScript("unlease", false)
 	nackScript      = loadScript("nack", true)
 	ackScript       = loadScript("ack", false)
 	releaseScript   = loadScript("release", true)

@@ -189,7 +189,7 @@ func (s *Subscriber) schedule(topic string) {
 	}
 	sched := s.sched
 	s.mu.Unlock()
-	sched.add(topic, []string{s.config.ConsumerGroup})
+	sched.add(topic)
 }
 
 // Close stops every subscription, hands back the messages they hold, and

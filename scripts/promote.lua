@@ -1,27 +1,50 @@
 --[[
-  promote: moves due messages to where consumers read them, atomically:
-  the topic's waiting set into the ready stream, and each listed consumer
-  group's retry set into that group's redelivery stream. Several schedulers
-  may call it at once: a message is moved exactly once.
+  promote: one scheduler tick of a topic. It first takes or extends the
+  topic's scheduling lease: only the scheduler holding it promotes, the
+  others stand by until it expires or is released. The holder then moves due
+  messages to where consumers read them, atomically: the topic's waiting set
+  into the ready stream, and each listed consumer group's retry set into
+  that group's redelivery stream. The lease only saves work: a message is
+  moved exactly once even when several schedulers call this at once (an
+  owner "" ignores the lease, for tools and tests).
 
-  KEYS[1] waiting  zset   message UUID -> due score
-  KEYS[2] bodies   hash   message UUID -> encoded message
-  KEYS[3] stream   stream the topic's ready stream
+  KEYS[1] lease    string owner of the topic's scheduling (expires)
+  KEYS[2] groups   set    consumer groups of the topic (only counted)
+  KEYS[3] waiting  zset   message UUID -> due score
+  KEYS[4] bodies   hash   message UUID -> encoded message
+  KEYS[5] stream   stream the topic's ready stream
   then for each consumer group, three keys:
-  KEYS[3g+1] retry    zset   "<attempt>:<m|r><entry id>" -> due score
-  KEYS[3g+2] rbodies  hash   same member -> encoded message
-  KEYS[3g+3] rstream  stream the group's redelivery stream, fields m, a (attempt)
+  KEYS[3g+3] retry    zset   "<attempt>:<m|r><entry id>" -> due score
+  KEYS[3g+4] rbodies  hash   same member -> encoded message
+  KEYS[3g+5] rstream  stream the group's redelivery stream, fields m, a (attempt)
   ARGV[1]  most messages moved from one set per call
+  ARGV[2]  owner: a unique id of the calling scheduler
+  ARGV[3]  lease time in ms
 
-  Returns {moved, wait, missing}:
+  Returns {moved, wait, missing, groups, held}:
     moved    messages moved
-    wait     ms until the earliest message still waiting is due;
-             0 when a set had more due than the limit; -1 when all sets are empty
+    wait     held: µs until the earliest message still waiting is due;
+             0 when a set had more due than the limit; -1 when all sets are empty.
+             Not held: µs until the lease expires.
     missing  members that had no body (dropped from the set; reported by the caller)
+    groups   number of consumer groups registered for the topic (a caller
+             whose list differs reads the set again)
+    held     1 when the caller holds the lease (and promoted), 0 otherwise
 ]]
+local owner = ARGV[2]
+local ngroups = redis.call('SCARD', KEYS[2])
+if owner ~= '' then
+  local holder = redis.call('GET', KEYS[1])
+  if holder and holder ~= owner then
+    return {0, redis.call('PTTL', KEYS[1]) * 1000, 0, ngroups, 0}
+  end
+  redis.call('SET', KEYS[1], owner, 'PX', ARGV[3])
+end
+
 local limit = tonumber(ARGV[1])
-local now = redis.call('TIME')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local t = redis.call('TIME')
+local nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(nowUs / 1000)
 local maxScore = now * 1024 + 1023
 local moved, missing, wait = 0, 0, -1
 
@@ -30,6 +53,16 @@ local function earlier(w)
 end
 
 local function move(set, bodies, stream, retry)
+  -- the head alone tells an idle set (the common case) apart cheaply
+  local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
+  if not head then
+    return
+  end
+  head = tonumber(head)
+  if head > maxScore then
+    earlier(math.floor(head / 1024) * 1000 - nowUs)
+    return
+  end
   local ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, limit)
   for _, id in ipairs(ids) do
     local body = redis.call('HGET', bodies, id)
@@ -44,24 +77,22 @@ local function move(set, bodies, stream, retry)
       missing = missing + 1
     end
   end
-  if #ids > 0 then
-    redis.call('HDEL', bodies, unpack(ids))
-    redis.call('ZREMRANGEBYRANK', set, 0, #ids - 1)
-  end
+  redis.call('HDEL', bodies, unpack(ids))
+  redis.call('ZREMRANGEBYRANK', set, 0, #ids - 1)
   if #ids == limit then
     earlier(0)
     return
   end
-  local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
+  head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
   if head then
-    local w = math.floor(tonumber(head) / 1024) - now
+    local w = math.floor(tonumber(head) / 1024) * 1000 - nowUs
     if w < 0 then w = 0 end
     earlier(w)
   end
 end
 
-move(KEYS[1], KEYS[2], KEYS[3], false)
-for g = 4, #KEYS, 3 do
+move(KEYS[3], KEYS[4], KEYS[5], false)
+for g = 6, #KEYS, 3 do
   move(KEYS[g], KEYS[g + 1], KEYS[g + 2], true)
 end
-return {moved, wait, missing}
+return {moved, wait, missing, ngroups, 1}

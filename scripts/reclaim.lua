@@ -20,9 +20,10 @@
   ARGV[3] wake channel
   ARGV[4] "1" to clean up idle consumers
 
-  Returns {requeued, buried, evicted, missing, removed}: missing counts
+  Returns {requeued, buried, evicted, missing, removed, vis}: missing counts
   pending entries whose content was gone (acknowledged away), removed the
-  consumers deleted.
+  consumers deleted, vis is the group's visibility timeout in ms (schedulers
+  pace their reclaims by it).
 ]]
 local group, limit = ARGV[1], tonumber(ARGV[2])
 local p = redis.call('HMGET', KEYS[6], 'max', 'vis', 'deadmax', 'idle', 'backoff')
@@ -80,4 +81,4 @@ if ARGV[4] == '1' then
     end
   end
 end
-return {requeued, buried, evicted, missing, removed}
+return {requeued, buried, evicted, missing, removed, vis}

@@ -1,0 +1,207 @@
+package redisdelay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+// schedLease waits until the topic's scheduling lease is held and returns
+// its owner.
+func schedLease(t *testing.T, client redis.UniversalClient, topic string, within time.Duration) string {
+	t.Helper()
+	var owner string
+	require.Eventually(t, func() bool {
+		owner, _ = client.Get(context.Background(), lcKey(topic, "lease")).Result()
+		return owner != ""
+	}, within, 5*time.Millisecond, "nobody holds the scheduling lease")
+	return owner
+}
+
+// Several subscribers of a topic: one scheduler holds the lease and keeps
+// it; the others stand by, and everything is delivered once, on time.
+func TestScheduler_OneLeaseHolderPerTopic(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 200 * time.Millisecond}
+	first := lcSubscriber(t, client, config)
+	chs := []<-chan *message.Message{subscribe(t, first, topic)}
+	owner := schedLease(t, client, topic, 2*time.Second)
+	for range 3 {
+		chs = append(chs, subscribe(t, lcSubscriber(t, client, config), topic))
+	}
+
+	const n = 20
+	sent := time.Now()
+	for i := range n {
+		require.NoError(t, pub.Publish(topic, delayed(delay.For(time.Duration(200+10*i)*time.Millisecond), "x")))
+	}
+	got := map[string]int{}
+	deadline := time.After(3 * time.Second)
+	for len(got) < n {
+		select {
+		case m := <-chs[0]:
+			got[m.UUID]++
+			m.Ack()
+		case m := <-chs[1]:
+			got[m.UUID]++
+			m.Ack()
+		case m := <-chs[2]:
+			got[m.UUID]++
+			m.Ack()
+		case m := <-chs[3]:
+			got[m.UUID]++
+			m.Ack()
+		case <-deadline:
+			t.Fatalf("%d of %d delivered", len(got), n)
+		}
+	}
+	took := time.Since(sent)
+	assert.Less(t, took, time.Second, "the last message was due after 390ms")
+	for id, c := range got {
+		assert.Equal(t, 1, c, "message %s delivered %d times", id, c)
+	}
+	// Over many check intervals the lease stayed with its first holder.
+	for range 10 {
+		time.Sleep(50 * time.Millisecond)
+		now, err := client.Get(context.Background(), lcKey(topic, "lease")).Result()
+		require.NoError(t, err)
+		assert.Equal(t, owner, now, "the lease changed hands while its holder lived")
+	}
+}
+
+// Closing the holder releases the lease: a standby takes over at once, so
+// delayed messages stay on time.
+func TestScheduler_CloseHandsLeaseOverAtOnce(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 2 * time.Second}
+	holder := lcSubscriber(t, client, config)
+	subscribe(t, holder, topic)
+	owner := schedLease(t, client, topic, 2*time.Second)
+	standby := lcSubscriber(t, client, config)
+	ch := subscribe(t, standby, topic)
+	time.Sleep(100 * time.Millisecond) // the standby has ticked once
+	require.NoError(t, holder.Close())
+
+	closed := time.Now()
+	require.Eventually(t, func() bool {
+		o, _ := client.Get(context.Background(), lcKey(topic, "lease")).Result()
+		return o != "" && o != owner
+	}, 500*time.Millisecond, 5*time.Millisecond, "the standby did not take over the released lease")
+	t.Logf("taken over %s after Close", time.Since(closed))
+
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(300*time.Millisecond), "after")))
+	start := time.Now()
+	m := receive(t, ch, 2*time.Second)
+	took := time.Since(start)
+	m.Ack()
+	assert.Less(t, took, 500*time.Millisecond, "delivered %s after publish, due after 300ms", took)
+}
+
+// A holder that loses Redis (dead or partitioned) keeps nobody waiting
+// longer than its lease: the standby takes over when it expires.
+func TestScheduler_StandbyTakesOverFromDeadHolder(t *testing.T) {
+	t.Parallel()
+	proxy := newLcProxy(t)
+	direct := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, direct)
+	interval := 400 * time.Millisecond
+	// The holder: a Manager reaching Redis through the proxy.
+	lcManager(t, proxy.client(t), redisdelay.ManagerConfig{Topics: []string{topic}, CheckInterval: interval})
+	owner := schedLease(t, direct, topic, 2*time.Second)
+	sub := lcSubscriber(t, direct, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: interval})
+	ch := subscribe(t, sub, topic)
+
+	// While the holder lives, it promotes and keeps the lease.
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "before")))
+	receive(t, ch, 2*time.Second).Ack()
+	o, err := direct.Get(context.Background(), lcKey(topic, "lease")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, owner, o, "the standby took the lease from a live holder")
+
+	proxy.cut(0)
+	cut := time.Now()
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "after")))
+	m := receive(t, ch, 3*time.Second)
+	took := time.Since(cut)
+	m.Ack()
+	assert.Equal(t, "after", string(m.Payload))
+	// The lease lasts 1.5 check intervals after the holder's last tick.
+	assert.Less(t, took, 2*interval+200*time.Millisecond, "taken over %s after the holder died", took)
+	t.Logf("delivered %s after the holder died", took)
+	o, err = direct.Get(context.Background(), lcKey(topic, "lease")).Result()
+	require.NoError(t, err)
+	assert.NotEqual(t, owner, o)
+}
+
+// The lease holder schedules every consumer group of the topic, including
+// groups whose subscribers run no scheduler.
+func TestScheduler_HolderSchedulesOtherGroupsRetries(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	a := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "a", CheckInterval: 100 * time.Millisecond})
+	b := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+		ConsumerGroup: "b", DisableScheduler: true,
+		RetryDelay: func(int) time.Duration { return 300 * time.Millisecond },
+	})
+	chA := subscribe(t, a, topic)
+	chB := subscribe(t, b, topic)
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "x")))
+	receive(t, chA, 2*time.Second).Ack()
+	first := receive(t, chB, 2*time.Second)
+	nacked := time.Now()
+	first.Nack()
+	again := receive(t, chB, 2*time.Second)
+	took := time.Since(nacked)
+	again.Ack()
+	assert.Equal(t, first.UUID, again.UUID)
+	assert.Equal(t, "2", again.Metadata.Get(redisdelay.AttemptKey))
+	assert.GreaterOrEqual(t, took, 280*time.Millisecond)
+	assert.Less(t, took, time.Second)
+}
+
+// A wake-up published while the scheduler's connection is down is lost;
+// the scheduler ticks once it has subscribed again, so a message due
+// meanwhile does not wait for the check interval.
+func TestScheduler_ResubscribeCatchesLostWakeUps(t *testing.T) {
+	t.Parallel()
+	proxy := newLcProxy(t)
+	direct := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, direct)
+	sub := lcSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
+		ConsumerGroup: "g", CheckInterval: time.Minute, CloseTimeout: time.Second,
+	})
+	ch := subscribe(t, sub, topic)
+	schedLease(t, direct, topic, 2*time.Second)
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(time.Hour), "later")))
+	time.Sleep(200 * time.Millisecond) // the scheduler sleeps for the check interval
+
+	proxy.cut(0)
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "due"))) // its wake-up is lost
+	time.Sleep(300 * time.Millisecond)
+	proxy.restore(t)
+	restored := time.Now()
+	m := receive(t, ch, 10*time.Second)
+	took := time.Since(restored)
+	m.Ack()
+	assert.Equal(t, "due", string(m.Payload))
+	assert.Less(t, took, 5*time.Second, "delivered %s after Redis came back (check interval 1m)", took)
+	t.Logf("delivered %s after Redis came back", took)
+}
