@@ -184,9 +184,6 @@ func leaseTime(interval time.Duration) time.Duration {
 	return interval + max(interval/2, 100*time.Millisecond)
 }
 
-// lease is the key holding the owner of a topic's scheduling.
-func (k keys) lease(topic string) string { return k.tag(topic) + ":lease" }
-
 // start opens the wake-up subscription: a pattern over every topic when
 // discover is set, otherwise one channel per added topic.
 func (s *scheduler) start(ctx context.Context, discover bool) {

@@ -60,6 +60,7 @@ var (
 //	<prefix>:{<topic>}:g:<group>:redo   stream  redeliveries for the group
 //	<prefix>:{<topic>}:g:<group>:dead   stream  dead letters (fields m, a, r)
 //	<prefix>:{<topic>}:g:<group>:meta   hash    group policy and counters
+//	<prefix>:{<topic>}:lease            string  owner of the topic's scheduling (expires)
 //	<prefix>:{<topic>}:wake             pub/sub channel that wakes schedulers
 //	<prefix>:topics                     set     known topics (for Managers)
 type keys struct {
@@ -74,6 +75,7 @@ func (k keys) seq(topic string) string     { return k.tag(topic) + ":seq" }
 func (k keys) stream(topic string) string  { return k.tag(topic) + ":stream" }
 func (k keys) groups(topic string) string  { return k.tag(topic) + ":groups" }
 func (k keys) wake(topic string) string    { return k.tag(topic) + ":wake" }
+func (k keys) lease(topic string) string   { return k.tag(topic) + ":lease" }
 func (k keys) topics() string              { return k.prefix + ":topics" }
 
 func (k keys) group(topic, group string) string { return k.tag(topic) + ":g:" + group }
