@@ -144,7 +144,7 @@ type SubscriberConfig struct {
 	// attempt unchanged, for other consumers to take.
 	BatchSize int
 
-	// BlockTime bounds one blocking read (default 500ms). Close waits at most
+	// BlockTime bounds one blocking read (default 1s). Close waits at most
 	// about this long for a read in flight; an idle subscription costs Redis
 	// one read per BlockTime.
 	BlockTime time.Duration
@@ -208,8 +208,8 @@ type SubscriberConfig struct {
 	// subscription extends the lease of the messages it holds every third
 	// of this (default 30s), so a slow handler keeps its message; only a
 	// consumer that died or lost Redis for longer than two thirds of it
-	// loses them. Schedulers look for such messages every tenth of it (at
-	// least every CheckInterval), so they are reclaimed at most a tenth of
+	// loses them. Schedulers look for such messages every quarter of it (at
+	// least every CheckInterval), so they are reclaimed at most a quarter of
 	// it plus one CheckInterval after it ran out.
 	VisibilityTimeout time.Duration
 
@@ -245,7 +245,7 @@ func (c *SubscriberConfig) setDefaults() {
 		c.BatchSize = 32
 	}
 	if c.BlockTime == 0 {
-		c.BlockTime = 500 * time.Millisecond
+		c.BlockTime = time.Second
 	}
 	if c.CheckInterval == 0 {
 		c.CheckInterval = defaultCheckInterval

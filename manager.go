@@ -400,12 +400,12 @@ func (s *scheduler) loop(topic string, wake <-chan string) {
 }
 
 // reclaimEvery is how often a group is checked for messages of dead
-// consumers: a tenth of its visibility timeout, at least the check
+// consumers: a quarter of its visibility timeout, at least the check
 // interval. The check runs on the first tick after that (ticks come at
-// least every check interval), so a message is reclaimed at most a tenth
+// least every check interval), so a message is reclaimed at most a quarter
 // of the timeout plus a check interval after the timeout ran out.
 func reclaimEvery(vis, interval time.Duration) time.Duration {
-	return max(vis/10, interval)
+	return max(vis/4, interval)
 }
 
 // tick is what one promote call found.
