@@ -21,8 +21,10 @@
 // in a hash beside it, and a ready stream read through consumer groups. Per
 // consumer group: a retry sorted set fed by Nack and a redelivery stream. The
 // scheduler (a Manager, or the one each Subscriber runs by default) moves due
-// messages with atomic Lua scripts, sleeping until the next due time. All
-// keys of a topic share the hash tag {topic}, so Redis Cluster works.
+// messages with atomic Lua scripts, sleeping until the next due time; one
+// scheduler per topic works at a time, holding a lease in Redis, and another
+// takes over when it stops. All keys of a topic share the hash tag {topic},
+// so Redis Cluster works.
 //
 // # Delivery
 //
