@@ -49,7 +49,6 @@ func (sub *subscription) queuedAcks() int {
 // ackLoop flushes the ack queue whenever acks are queued, retrying a failed
 // flush with backoff, until ctx ends.
 func (sub *subscription) ackLoop(ctx context.Context) {
-	failures := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -59,23 +58,9 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 		if gate := sub.s.ackGate; gate != nil {
 			gate(ctx)
 		}
-		for {
-			opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-			_, err := sub.flushAcks(opCtx)
-			cancel()
-			if err == nil {
-				failures = 0
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			wait := backoff(failures, 2*time.Second)
-			sub.s.logger.Error("redisdelay: cannot write acknowledgements to Redis; retrying", err,
-				watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer, "retry_in": wait.String()})
-			sleep(ctx, wait)
-		}
+		// Errors are logged; what is not written stays queued for the next
+		// wake-up, or for the flush before a hand-back or re-read.
+		_ = sub.drainAcks(ctx)
 	}
 }
 
@@ -140,7 +125,7 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 	}
 	left := sub.dequeueAcks(doneReady, doneRedo)
 	if missed := doneReady + doneRedo - acked; missed > 0 {
-		sub.s.logger.Info("redisdelay: Ack of message(s) no longer pending (reclaimed or handed back; they may be delivered again)",
+		sub.s.logger.Info("redisdelay: Ack of message(s) no longer pending (reclaimed or handed back, so they may be delivered again; or acknowledged by an earlier write whose reply was lost)",
 			watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer, "count": missed})
 	}
 	return left, errors.Join(errs...)

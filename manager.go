@@ -236,17 +236,45 @@ func (s *scheduler) start(ctx context.Context, discover bool) {
 	}()
 }
 
-// wake passes a wake-up to the loop of a topic, if it runs.
+// wake passes a wake-up to the loop of a topic, if it runs. A loop has one
+// pending wake-up at most; one that matters more replaces a pending one that
+// matters less, so a standby never misses that the lease was released.
 func (s *scheduler) wake(topic, kind string) {
 	s.mu.Lock()
 	wake := s.loops[topic]
 	s.mu.Unlock()
-	if wake != nil {
-		select {
-		case wake <- kind:
-		default: // a wake-up is already pending
-		}
+	if wake == nil {
+		return
 	}
+	select {
+	case wake <- kind:
+		return
+	default:
+	}
+	select {
+	case pending := <-wake:
+		if wakeRank(pending) > wakeRank(kind) {
+			kind = pending
+		}
+	default:
+	}
+	select {
+	case wake <- kind:
+	default: // another wake-up got in meanwhile: the loop wakes either way
+	}
+}
+
+// wakeRank orders wake-ups by what a loop would lose by missing one.
+func wakeRank(kind string) int {
+	switch kind {
+	case wakeRelease:
+		return 3
+	case wakeGroup:
+		return 2
+	case wakeResubscribed:
+		return 1
+	}
+	return 0
 }
 
 // add starts scheduling a topic, once: the waiting set and the retries of
@@ -302,11 +330,10 @@ func (s *scheduler) loop(topic string, wake <-chan string) {
 		nextReclaim = map[string]time.Time{}
 		failures    int
 	)
-	defer func() {
-		if held {
-			s.release(topic)
-		}
-	}()
+	// Released even when this scheduler does not know it holds the lease:
+	// a tick whose reply was lost (cancelled by Close) may have taken it.
+	// The script releases only the caller's own lease.
+	defer s.release(topic)
 	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
 	// tick behind, so the timer is reused without draining.
 	timer := time.NewTimer(s.interval)

@@ -119,6 +119,11 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 
 	ctx, cancel := context.WithTimeout(messages[0].Context(), p.config.PublishTimeout)
 	defer cancel()
+	if err := ctx.Err(); err != nil {
+		// The script run is shared with other calls, so this call's context
+		// cannot stop it once sent: a call that is already over is not sent.
+		return notSent(len(messages), topic, err)
+	}
 	c.ctx = ctx
 	b, err := p.enqueue(topic, c)
 	if err != nil {
@@ -136,8 +141,7 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 			c.abandoned = !sent
 			b.mu.Unlock()
 			if !sent {
-				return fmt.Errorf("redisdelay: publish %d message(s) to topic %q: gave up before sending the messages (none is stored): %w",
-					len(messages), topic, ctx.Err())
+				return notSent(len(messages), topic, ctx.Err())
 			}
 			r.err = ctx.Err()
 		}
@@ -158,6 +162,11 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 			ErrDuplicateMessage, r.dup, topic)
 	}
 	return nil
+}
+
+// notSent is the error of a call that gave up before its messages were sent.
+func notSent(n int, topic string, err error) error {
+	return fmt.Errorf("redisdelay: publish %d message(s) to topic %q: gave up before sending the messages (none is stored): %w", n, topic, err)
 }
 
 // Coalescing. Per topic at most maxFlushes script runs are in flight; a

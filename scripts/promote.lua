@@ -5,8 +5,7 @@
   messages to where consumers read them, atomically: the topic's waiting set
   into the ready stream, and each listed consumer group's retry set into
   that group's redelivery stream. The lease only saves work: a message is
-  moved exactly once even when several schedulers call this at once (an
-  owner "" ignores the lease, for tools and tests).
+  moved exactly once even when several schedulers call this at once.
 
   KEYS[1] lease    string owner of the topic's scheduling (expires)
   KEYS[2] groups   set    consumer groups of the topic (only counted)
@@ -33,13 +32,11 @@
 ]]
 local owner = ARGV[2]
 local ngroups = redis.call('SCARD', KEYS[2])
-if owner ~= '' then
-  local holder = redis.call('GET', KEYS[1])
-  if holder and holder ~= owner then
-    return {0, redis.call('PTTL', KEYS[1]) * 1000, 0, ngroups, 0}
-  end
-  redis.call('SET', KEYS[1], owner, 'PX', ARGV[3])
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= owner then
+  return {0, redis.call('PTTL', KEYS[1]) * 1000, 0, ngroups, 0}
 end
+redis.call('SET', KEYS[1], owner, 'PX', ARGV[3])
 
 local limit = tonumber(ARGV[1])
 local t = redis.call('TIME')
