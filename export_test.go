@@ -34,3 +34,21 @@ func HoldAcks(sub *Subscriber) (release func()) {
 func UnheldReports(sub *Subscriber) int64 {
 	return sub.unheld.Load()
 }
+
+// QueuedCalls is how many Publish calls to topic wait in p's queue for a
+// script run in flight to end.
+func QueuedCalls(p *Publisher, topic string) int {
+	v, ok := p.batchers.Load(topic)
+	if !ok {
+		return 0
+	}
+	b := v.(*batcher)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// Closing reports whether Close has been called on p.
+func Closing(p *Publisher) bool {
+	return p.closed.Load()
+}

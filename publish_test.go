@@ -161,6 +161,13 @@ func inFlight(t *testing.T, proxy *gateProxy, publish func() error) <-chan error
 	return errc
 }
 
+// awaitQueued waits until n Publish calls to topic wait in pub's queue.
+func awaitQueued(t *testing.T, pub *redisdelay.Publisher, topic string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return redisdelay.QueuedCalls(pub, topic) == n }, 5*time.Second, time.Millisecond,
+		"%d Publish call(s) should be queued", n)
+}
+
 type topicContent struct {
 	waiting []string // UUIDs in due order
 	bodies  int
@@ -275,10 +282,10 @@ func TestPublishKeepsOrderWithinEqualDueTimes(t *testing.T) {
 	a, b := twoInFlight(t, proxy, pub, topic)
 	first := make(chan error, 1)
 	go func() { first <- pub.Publish(topic, msgs[:400]...) }()
-	time.Sleep(50 * time.Millisecond)
+	awaitQueued(t, pub, topic, 1)
 	second := make(chan error, 1)
 	go func() { second <- pub.Publish(topic, msgs[400:]...) }()
-	time.Sleep(100 * time.Millisecond)
+	awaitQueued(t, pub, topic, 2)
 	proxy.open()
 	require.NoError(t, <-a)
 	require.NoError(t, <-b)
@@ -330,7 +337,7 @@ func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 		c.err = make(chan error, 1)
 		go func() { c.err <- pub.Publish(topic, c.msgs...) }()
 	}
-	time.Sleep(200 * time.Millisecond) // let them all queue
+	awaitQueued(t, pub, topic, len(calls))
 	proxy.open()
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
@@ -425,10 +432,10 @@ func TestPublishCloseFlushesQueuedCalls(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		go func() { errs <- pub.Publish(topic, delayed(delay.For(time.Hour), "queued")) }()
 	}
-	time.Sleep(100 * time.Millisecond)
+	awaitQueued(t, pub, topic, 5)
 	closed := make(chan error, 1)
 	go func() { closed <- pub.Close() }()
-	time.Sleep(50 * time.Millisecond)
+	require.Eventually(t, func() bool { return redisdelay.Closing(pub) }, 5*time.Second, time.Millisecond)
 	require.Equal(t, redisdelay.ErrClosed, pub.Publish(topic, message.NewMessage("late", nil)))
 	select {
 	case <-closed:
@@ -463,7 +470,7 @@ func TestPublishBoundsCoalescedRuns(t *testing.T) {
 		errc := make(chan error, 1)
 		go func() { errc <- pub.Publish(topic, msgs...) }()
 		errs = append(errs, errc)
-		time.Sleep(30 * time.Millisecond) // queued in this order
+		awaitQueued(t, pub, topic, len(errs)) // queued in this order
 	}
 	proxy.open()
 	require.NoError(t, <-a)
