@@ -82,12 +82,12 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 
 	s := sub.s
 	group := s.config.ConsumerGroup
-	redoKey := []string{s.keys.redelivery(sub.topic, group)}
+	redoKey := []string{sub.shard.redelivery(group)}
 	pipe := s.config.Client.Pipeline()
 	var readyCmd *redis.IntCmd
 	var redoCmd *redis.Cmd
 	if len(ready) > 0 {
-		readyCmd = pipe.XAck(ctx, s.keys.stream(sub.topic), group, ready...)
+		readyCmd = pipe.XAck(ctx, sub.shard.stream(), group, ready...)
 	}
 	var redoArgs []any
 	if len(redo) > 0 {
@@ -126,7 +126,7 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 	left := sub.dequeueAcks(doneReady, doneRedo)
 	if missed := doneReady + doneRedo - acked; missed > 0 {
 		sub.s.logger.Info("redisdelay: Ack of message(s) no longer pending (reclaimed or handed back, so they may be delivered again; or acknowledged by an earlier write whose reply was lost)",
-			watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer, "count": missed})
+			sub.fields().Add(watermill.LogFields{"count": missed}))
 	}
 	return left, errors.Join(errs...)
 }
@@ -171,7 +171,7 @@ func (sub *subscription) drainAcks(ctx context.Context) error {
 		failures++
 		wait := backoff(failures, 2*time.Second)
 		sub.s.logger.Error("redisdelay: cannot write acknowledgements to Redis; retrying", err,
-			watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer, "retry_in": wait.String()})
+			sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
 		sleep(ctx, wait)
 	}
 }

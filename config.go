@@ -78,6 +78,19 @@ type PublisherConfig struct {
 	// MaxMessageSize bounds the encoded size of one message: UUID, metadata
 	// and payload (default 1 MiB). Larger messages are an ErrMessageTooLarge.
 	MaxMessageSize int
+
+	// Partitions splits every topic into this many partitions (default 1,
+	// at most 256); TopicPartitions sets it per topic, overriding it. Each
+	// partition has keys of its own under its own Redis Cluster hash tag,
+	// so a topic's messages and scheduling spread over the cluster's nodes
+	// and over Managers. A message goes to the partition of its
+	// PartitionKey metadata, else to that of its Publish call (see
+	// PartitionKey). The count is stored in Redis by the first Publisher
+	// or Subscriber to use the topic; one configured otherwise fails with
+	// ErrPartitionMismatch, so give Publishers and Subscribers the same
+	// values. Managers read the stored count.
+	Partitions      int
+	TopicPartitions map[string]int
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -113,7 +126,7 @@ func (c PublisherConfig) Validate() error {
 	if c.MaxMessageSize < 1 || c.MaxMessageSize > 512<<20 {
 		return fmt.Errorf("redisdelay: PublisherConfig.MaxMessageSize is %d: use 1 to %d bytes (0 means the default, 1 MiB)", c.MaxMessageSize, 512<<20)
 	}
-	return nil
+	return validatePartitions("PublisherConfig", c.Partitions, c.TopicPartitions)
 }
 
 // SubscriberConfig configures a Subscriber.
@@ -225,6 +238,13 @@ type SubscriberConfig struct {
 	// otherwise leave their names behind forever.
 	ConsumerIdleTimeout time.Duration
 
+	// Partitions and TopicPartitions give the partition count of topics,
+	// as PublisherConfig's do, and must match theirs. A subscription reads
+	// every partition of its topic: one blocking read (a pooled connection)
+	// per partition.
+	Partitions      int
+	TopicPartitions map[string]int
+
 	// CloseTimeout is how long Close (or the end of a Subscribe context)
 	// waits for a handler to Ack or Nack the message it is handling
 	// (default 10s); the message's context is cancelled first, as a signal
@@ -299,7 +319,7 @@ func (c SubscriberConfig) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return validatePartitions("SubscriberConfig", c.Partitions, c.TopicPartitions)
 }
 
 // ManagerConfig configures a Manager.

@@ -35,10 +35,10 @@ func UnheldReports(sub *Subscriber) int64 {
 	return sub.unheld.Load()
 }
 
-// QueuedCalls is how many Publish calls to topic wait in p's queue for a
-// script run in flight to end.
+// QueuedCalls is how many Publish calls to partition 0 of topic wait in p's
+// queue for a script run in flight to end.
 func QueuedCalls(p *Publisher, topic string) int {
-	v, ok := p.batchers.Load(topic)
+	v, ok := p.batchers.Load(p.keys.shard(topic, 0))
 	if !ok {
 		return 0
 	}

@@ -1,9 +1,11 @@
 package redisdelay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,12 +49,15 @@ func NewInspector(config InspectorConfig) (*Inspector, error) {
 	return &Inspector{client: config.Client, keys: keys{prefix: config.KeyPrefix}}, nil
 }
 
-// TopicStats counts the messages of a topic where they are.
+// TopicStats counts the messages of a topic where they are, summed over
+// its partitions.
 type TopicStats struct {
 	Topic string
+	// Partitions is the topic's partition count, as stored in Redis.
+	Partitions int
 	// Waiting counts delayed messages not yet due.
 	Waiting int64
-	// Stream counts entries in the ready stream, read or not: it shrinks
+	// Stream counts entries in the ready streams, read or not: it shrinks
 	// when every group has acknowledged an entry and a scheduler trims it.
 	Stream int64
 	Groups []GroupStats
@@ -75,7 +80,8 @@ type GroupStats struct {
 	// DeadEvicted those evicted to respect MaxDeadLetters.
 	DeadTotal, DeadEvicted int64
 	// Consumers counts the group's consumers known to Redis, including
-	// crashed ones not cleaned up yet (see ConsumerIdleTimeout).
+	// crashed ones not cleaned up yet (see ConsumerIdleTimeout); in a topic
+	// of several partitions, the most any partition has.
 	Consumers int64
 }
 
@@ -89,6 +95,20 @@ func (i *Inspector) Topics(ctx context.Context) ([]string, error) {
 	return topics, nil
 }
 
+// shards returns the keys of each partition of a topic, by the count
+// stored in Redis.
+func (i *Inspector) shards(ctx context.Context, topic string) ([]shard, error) {
+	parts, err := storedPartitions(ctx, i.client, i.keys, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]shard, parts[0])
+	for n := range out {
+		out[n] = i.keys.shard(topic, n)
+	}
+	return out, nil
+}
+
 // Stats counts a topic's messages. The counts are read without stopping
 // traffic, so they are a near, not exact, snapshot of a busy topic.
 func (i *Inspector) Stats(ctx context.Context, topic string) (TopicStats, error) {
@@ -99,14 +119,54 @@ func (i *Inspector) Stats(ctx context.Context, topic string) (TopicStats, error)
 	fail := func(err error) (TopicStats, error) {
 		return st, fmt.Errorf("redisdelay: stats of topic %q: %w", topic, err)
 	}
-	groups, err := i.client.SMembers(ctx, i.keys.groups(topic)).Result()
+	shards, err := i.shards(ctx, topic)
 	if err != nil {
 		return fail(err)
 	}
+	st.Partitions = len(shards)
+	index := map[string]int{} // group -> position in st.Groups
+	for _, sh := range shards {
+		part, err := i.partitionStats(ctx, sh)
+		if err != nil {
+			return fail(err)
+		}
+		st.Waiting += part.Waiting
+		st.Stream += part.Stream
+		for _, g := range part.Groups {
+			n, ok := index[g.Group]
+			if !ok {
+				index[g.Group] = len(st.Groups)
+				st.Groups = append(st.Groups, g)
+				continue
+			}
+			sum := &st.Groups[n]
+			if sum.Ready >= 0 && g.Ready >= 0 {
+				sum.Ready += g.Ready
+			} else {
+				sum.Ready = -1
+			}
+			sum.Pending += g.Pending
+			sum.Retry += g.Retry
+			sum.Dead += g.Dead
+			sum.DeadTotal += g.DeadTotal
+			sum.DeadEvicted += g.DeadEvicted
+			sum.Consumers = max(sum.Consumers, g.Consumers)
+		}
+	}
+	return st, nil
+}
+
+// partitionStats counts the messages of one partition.
+func (i *Inspector) partitionStats(ctx context.Context, sh shard) (TopicStats, error) {
+	var st TopicStats
+	groups, err := i.client.SMembers(ctx, sh.groups()).Result()
+	if err != nil {
+		return st, err
+	}
 	pipe := i.client.Pipeline()
-	waiting := pipe.ZCard(ctx, i.keys.waiting(topic))
-	length := pipe.XLen(ctx, i.keys.stream(topic))
-	infos := pipe.XInfoGroups(ctx, i.keys.stream(topic))
+	waiting := pipe.ZCard(ctx, sh.waiting())
+	length := pipe.XLen(ctx, sh.stream())
+	infos := pipe.XInfoGroups(ctx, sh.stream())
 	type groupCmds struct {
 		redo  *redis.XInfoGroupsCmd
 		redoN *redis.IntCmd
@@ -117,16 +177,16 @@ func (i *Inspector) Stats(ctx context.Context, topic string) (TopicStats, error)
 	cmds := make([]groupCmds, len(groups))
 	for n, g := range groups {
 		cmds[n] = groupCmds{
-			redo:  pipe.XInfoGroups(ctx, i.keys.redelivery(topic, g)),
-			redoN: pipe.XLen(ctx, i.keys.redelivery(topic, g)),
-			retry: pipe.ZCard(ctx, i.keys.retry(topic, g)),
-			dead:  pipe.XLen(ctx, i.keys.dead(topic, g)),
-			meta:  pipe.HMGet(ctx, i.keys.meta(topic, g), "dead_total", "dead_evicted"),
+			redo:  pipe.XInfoGroups(ctx, sh.redelivery(g)),
+			redoN: pipe.XLen(ctx, sh.redelivery(g)),
+			retry: pipe.ZCard(ctx, sh.retry(g)),
+			dead:  pipe.XLen(ctx, sh.dead(g)),
+			meta:  pipe.HMGet(ctx, sh.meta(g), "dead_total", "dead_evicted"),
 		}
 	}
 	// A stream not created yet answers XINFO with an error: counted as empty.
 	if _, err := pipe.Exec(ctx); err != nil && !isNoSuchKey(err) {
-		return fail(err)
+		return st, err
 	}
 	st.Waiting, st.Stream = waiting.Val(), length.Val()
 	byName := map[string]redis.XInfoGroup{}
@@ -177,7 +237,8 @@ type WaitingMessage struct {
 
 // Waiting lists a topic's delayed messages in due order, skipping the first
 // offset and returning at most limit (1 to 10,000). Messages may become due
-// between calls, so paging through a busy topic can skip some.
+// between calls, so paging through a busy topic can skip some. In a topic
+// of several partitions, each partition is read up to offset + limit.
 func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int) ([]WaitingMessage, error) {
 	if err := validateTopic(topic); err != nil {
 		return nil, err
@@ -185,37 +246,75 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 	if err := validatePage(offset, limit); err != nil {
 		return nil, err
 	}
-	members, err := i.client.ZRangeWithScores(ctx, i.keys.waiting(topic), int64(offset), int64(offset+limit-1)).Result()
-	if err != nil || len(members) == 0 {
-		return nil, wrapErr(err, "list waiting messages of topic %q", topic)
-	}
-	ids := make([]string, len(members))
-	for n, m := range members {
-		ids[n], _ = m.Member.(string)
-	}
-	bodies, err := i.client.HMGet(ctx, i.keys.bodies(topic), ids...).Result()
+	shards, err := i.shards(ctx, topic)
 	if err != nil {
 		return nil, wrapErr(err, "list waiting messages of topic %q", topic)
 	}
-	out := make([]WaitingMessage, 0, len(members))
-	for n, m := range members {
-		body, ok := bodies[n].(string)
-		if !ok {
-			continue // became due (or cancelled) between the two reads
-		}
-		msg, err := decodeMessage([]byte(body))
-		if err != nil {
-			return nil, fmt.Errorf("redisdelay: waiting message %q of topic %q: %w", ids[n], topic, err)
-		}
-		out = append(out, WaitingMessage{Message: msg, Due: time.UnixMilli(int64(m.Score) / 1024)})
+	type member struct {
+		id    string
+		score float64
+		sh    shard
 	}
+	var members []member
+	for _, sh := range shards {
+		start := int64(offset)
+		if len(shards) > 1 {
+			start = 0 // the page's place in the merged order is known only after the merge
+		}
+		zs, err := i.client.ZRangeWithScores(ctx, sh.waiting(), start, int64(offset+limit-1)).Result()
+		if err != nil {
+			return nil, wrapErr(err, "list waiting messages of topic %q", topic)
+		}
+		for _, z := range zs {
+			id, _ := z.Member.(string)
+			members = append(members, member{id, z.Score, sh})
+		}
+	}
+	if len(shards) > 1 {
+		slices.SortStableFunc(members, func(a, b member) int { return cmp.Compare(a.score, b.score) })
+		members = members[min(offset, len(members)):min(offset+limit, len(members))]
+	}
+	out := make([]WaitingMessage, 0, len(members))
+	for _, sh := range shards {
+		var ids []string
+		for _, m := range members {
+			if m.sh == sh {
+				ids = append(ids, m.id)
+			}
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		bodies, err := i.client.HMGet(ctx, sh.bodies(), ids...).Result()
+		if err != nil {
+			return nil, wrapErr(err, "list waiting messages of topic %q", topic)
+		}
+		n := 0
+		for _, m := range members {
+			if m.sh != sh {
+				continue
+			}
+			body, ok := bodies[n].(string)
+			n++
+			if !ok {
+				continue // became due (or cancelled) between the two reads
+			}
+			msg, err := decodeMessage([]byte(body))
+			if err != nil {
+				return nil, fmt.Errorf("redisdelay: waiting message %q of topic %q: %w", m.id, topic, err)
+			}
+			out = append(out, WaitingMessage{Message: msg, Due: time.UnixMilli(int64(m.score) / 1024)})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b WaitingMessage) int { return a.Due.Compare(b.Due) })
 	return out, nil
 }
 
 // DeadLetter is a message a consumer group gave up on.
 type DeadLetter struct {
 	// ID identifies the dead letter within its group and topic; the time
-	// part is when it died.
+	// part is when it died. In partition n > 0 of a topic it reads
+	// "<n>/<time part>".
 	ID string
 	// Message is the message as last delivered, with its metadata (ErrorKey
 	// holds the handler's error when the RecordError middleware was used).
@@ -231,6 +330,43 @@ type DeadLetter struct {
 	Time time.Time
 }
 
+// deadID is a dead letter's ID split: its partition and its stream entry ID.
+type deadID struct {
+	part int
+	id   string
+}
+
+func (d deadID) String() string {
+	if d.part == 0 {
+		return d.id
+	}
+	return strconv.Itoa(d.part) + "/" + d.id
+}
+
+// parseDeadID reads a DeadLetter.ID (or a cursor) of a topic of parts
+// partitions.
+func parseDeadID(s string, parts int) (deadID, error) {
+	d := deadID{id: s}
+	if p, id, ok := strings.Cut(s, "/"); ok {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n >= parts {
+			return d, fmt.Errorf("redisdelay: dead letter ID %q names partition %q, but the topic has %d: pass an ID from DeadLetters", s, p, parts)
+		}
+		d.part, d.id = n, id
+	}
+	return d, nil
+}
+
+// compareStreamIDs orders two stream entry IDs (ms-seq).
+func compareStreamIDs(a, b string) int {
+	am, as, _ := strings.Cut(a, "-")
+	bm, bs, _ := strings.Cut(b, "-")
+	if c := cmp.Compare(toInt64(am), toInt64(bm)); c != 0 {
+		return c
+	}
+	return cmp.Compare(toInt64(as), toInt64(bs))
+}
+
 // DeadLetters lists a group's dead letters, oldest first: at most limit
 // (1 to 10,000) after the dead letter with ID after ("" for the first page).
 // Pass the last ID of a page to get the next.
@@ -241,19 +377,51 @@ func (i *Inspector) DeadLetters(ctx context.Context, topic, group, after string,
 	if err := validatePage(0, limit); err != nil {
 		return nil, err
 	}
-	start := "-"
-	if after != "" {
-		start = "(" + after
-	}
-	entries, err := i.client.XRangeN(ctx, i.keys.dead(topic, group), start, "+", int64(limit)).Result()
+	shards, err := i.shards(ctx, topic)
 	if err != nil {
 		return nil, wrapErr(err, "list dead letters of group %q in topic %q", group, topic)
 	}
-	out := make([]DeadLetter, 0, len(entries))
-	for _, e := range entries {
+	var cursor deadID
+	if after != "" {
+		if cursor, err = parseDeadID(after, len(shards)); err != nil {
+			return nil, err
+		}
+	}
+	type found struct {
+		id deadID
+		e  redis.XMessage
+	}
+	var all []found
+	for part, sh := range shards {
+		// Entries are ordered by (entry ID, partition) across partitions.
+		start := "-"
+		if after != "" {
+			start = "(" + cursor.id
+			if part > cursor.part {
+				start = cursor.id
+			}
+		}
+		entries, err := i.client.XRangeN(ctx, sh.dead(group), start, "+", int64(limit)).Result()
+		if err != nil {
+			return nil, wrapErr(err, "list dead letters of group %q in topic %q", group, topic)
+		}
+		for _, e := range entries {
+			all = append(all, found{deadID{part, e.ID}, e})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b found) int {
+		if c := compareStreamIDs(a.id.id, b.id.id); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id.part, b.id.part)
+	})
+	all = all[:min(limit, len(all))]
+	out := make([]DeadLetter, 0, len(all))
+	for _, f := range all {
+		e := f.e
 		body, _ := e.Values["m"].(string)
 		reason, _ := e.Values["r"].(string)
-		d := DeadLetter{ID: e.ID, Attempts: int(toInt64(e.Values["a"])), Reason: reason}
+		d := DeadLetter{ID: f.id.String(), Attempts: int(toInt64(e.Values["a"])), Reason: reason}
 		if ms, _, ok := strings.Cut(e.ID, "-"); ok {
 			n, _ := strconv.ParseInt(ms, 10, 64)
 			d.Time = time.UnixMilli(n)
@@ -271,11 +439,28 @@ func (i *Inspector) DeadLetters(ctx context.Context, topic, group, after string,
 // RequeueDeadLetter sends one dead letter back to its group as a new first
 // attempt. It reports whether the dead letter existed.
 func (i *Inspector) RequeueDeadLetter(ctx context.Context, topic, group, id string) (bool, error) {
-	if err := i.validateGroup(topic, group); err != nil {
+	sh, d, err := i.deadLetter(ctx, topic, group, id)
+	if err != nil {
 		return false, err
 	}
-	n, err := i.requeue(ctx, topic, group, id)
+	n, err := i.requeue(ctx, sh, group, d.id)
 	return n == 1, wrapErr(err, "requeue dead letter %q of group %q in topic %q", id, group, topic)
+}
+
+// deadLetter resolves a dead letter ID to its partition's keys.
+func (i *Inspector) deadLetter(ctx context.Context, topic, group, id string) (shard, deadID, error) {
+	if err := i.validateGroup(topic, group); err != nil {
+		return "", deadID{}, err
+	}
+	shards, err := i.shards(ctx, topic)
+	if err != nil {
+		return "", deadID{}, wrapErr(err, "find dead letter %q of group %q in topic %q", id, group, topic)
+	}
+	d, err := parseDeadID(id, len(shards))
+	if err != nil {
+		return "", deadID{}, err
+	}
+	return shards[d.part], d, nil
 }
 
 // RequeueDeadLetters sends every dead letter of the group back to it as a
@@ -284,33 +469,44 @@ func (i *Inspector) RequeueDeadLetters(ctx context.Context, topic, group string)
 	if err := i.validateGroup(topic, group); err != nil {
 		return 0, err
 	}
+	shards, err := i.shards(ctx, topic)
+	if err != nil {
+		return 0, wrapErr(err, "requeue dead letters of group %q in topic %q", group, topic)
+	}
 	total := 0
-	for {
-		n, err := i.requeue(ctx, topic, group)
-		total += n
-		if err != nil || n == 0 {
-			return total, wrapErr(err, "requeue dead letters of group %q in topic %q", group, topic)
+	for _, sh := range shards {
+		for {
+			n, err := i.requeue(ctx, sh, group)
+			total += n
+			if err != nil {
+				return total, wrapErr(err, "requeue dead letters of group %q in topic %q", group, topic)
+			}
+			if n == 0 {
+				break
+			}
 		}
 	}
+	return total, nil
 }
 
 // requeue moves the given dead letters, or with no ids the oldest 1,000,
 // back to the group and returns how many it moved.
-func (i *Inspector) requeue(ctx context.Context, topic, group string, ids ...string) (int, error) {
+func (i *Inspector) requeue(ctx context.Context, sh shard, group string, ids ...string) (int, error) {
 	args := []any{1000}
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return requeueScript.Run(ctx, i.client, []string{i.keys.dead(topic, group), i.keys.redelivery(topic, group)}, args...).Int()
+	return requeueScript.Run(ctx, i.client, []string{sh.dead(group), sh.redelivery(group)}, args...).Int()
 }
 
 // DeleteDeadLetter deletes one dead letter for good. It reports whether it
 // existed.
 func (i *Inspector) DeleteDeadLetter(ctx context.Context, topic, group, id string) (bool, error) {
-	if err := i.validateGroup(topic, group); err != nil {
+	sh, d, err := i.deadLetter(ctx, topic, group, id)
+	if err != nil {
 		return false, err
 	}
-	n, err := i.client.XDel(ctx, i.keys.dead(topic, group), id).Result()
+	n, err := i.client.XDel(ctx, sh.dead(group), d.id).Result()
 	return n == 1, wrapErr(err, "delete dead letter %q of group %q in topic %q", id, group, topic)
 }
 
@@ -320,12 +516,22 @@ func (i *Inspector) PurgeDeadLetters(ctx context.Context, topic, group string) (
 	if err := i.validateGroup(topic, group); err != nil {
 		return 0, err
 	}
-	key := i.keys.dead(topic, group)
-	pipe := i.client.TxPipeline()
-	n := pipe.XLen(ctx, key)
-	pipe.Del(ctx, key)
-	_, err := pipe.Exec(ctx)
-	return n.Val(), wrapErr(err, "purge dead letters of group %q in topic %q", group, topic)
+	shards, err := i.shards(ctx, topic)
+	if err != nil {
+		return 0, wrapErr(err, "purge dead letters of group %q in topic %q", group, topic)
+	}
+	var total int64
+	for _, sh := range shards {
+		key := sh.dead(group)
+		pipe := i.client.TxPipeline()
+		n := pipe.XLen(ctx, key)
+		pipe.Del(ctx, key)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return total, wrapErr(err, "purge dead letters of group %q in topic %q", group, topic)
+		}
+		total += n.Val()
+	}
+	return total, nil
 }
 
 // DeleteGroup removes a consumer group from a topic with everything it
@@ -339,14 +545,23 @@ func (i *Inspector) DeleteGroup(ctx context.Context, topic, group string) (bool,
 	if err := i.validateGroup(topic, group); err != nil {
 		return false, err
 	}
-	n, err := dropGroupScript.Run(ctx, i.client, []string{
-		i.keys.stream(topic), i.keys.groups(topic),
-		i.keys.redelivery(topic, group), i.keys.retry(topic, group), i.keys.retryBodies(topic, group),
-		i.keys.dead(topic, group), i.keys.meta(topic, group),
-	}, group).Int()
-	return n == 1, wrapErr(err, "delete group %q of topic %q", group, topic)
+	shards, err := i.shards(ctx, topic)
+	if err != nil {
+		return false, wrapErr(err, "delete group %q of topic %q", group, topic)
+	}
+	existed := false
+	for _, sh := range shards {
+		n, err := dropGroupScript.Run(ctx, i.client, []string{
+			sh.stream(), sh.groups(),
+			sh.redelivery(group), sh.retry(group), sh.retryBodies(group), sh.dead(group), sh.meta(group),
+		}, group).Int()
+		if err != nil {
+			return existed, wrapErr(err, "delete group %q of topic %q", group, topic)
+		}
+		existed = existed || n == 1
+	}
+	return existed, nil
 }
-
 func (i *Inspector) validateGroup(topic, group string) error {
 	if err := validateTopic(topic); err != nil {
 		return err

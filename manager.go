@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,34 +71,25 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	static := len(m.config.Topics) > 0
 	m.sched.start(ctx, !static)
-	for _, t := range m.config.Topics {
-		m.sched.add(t)
-	}
 	close(m.running)
 	m.logger.Info("redisdelay manager running", watermill.LogFields{"topics": m.config.Topics})
 
-	if !static {
-		m.discoverTopics(ctx)
-	}
-	<-ctx.Done()
+	m.discoverTopics(ctx, static)
 	m.sched.stop()
 	return nil
 }
 
-// discoverTopics schedules every topic in the registry, now and every
-// CheckInterval, until ctx ends. Wake-ups of unknown topics add them sooner.
-func (m *Manager) discoverTopics(ctx context.Context) {
+// discoverTopics schedules every partition of the configured topics, or
+// without a list of every topic in the registry, now and every
+// CheckInterval, until ctx ends: partitions are read from Redis, so a
+// topic that gets its partition count later is scheduled whole. Wake-ups of
+// unknown topics add them sooner.
+func (m *Manager) discoverTopics(ctx context.Context, static bool) {
 	t := time.NewTicker(m.config.CheckInterval)
 	defer t.Stop()
 	for {
-		topics, err := m.config.Client.SMembers(ctx, m.sched.keys.topics()).Result()
-		if err != nil && ctx.Err() == nil {
+		if err := m.discover(ctx, static); err != nil && ctx.Err() == nil {
 			m.logger.Error("redisdelay: cannot list topics", err, nil)
-		}
-		for _, topic := range topics {
-			if validateTopic(topic) == nil {
-				m.sched.add(topic)
-			}
 		}
 		select {
 		case <-ctx.Done():
@@ -105,6 +97,25 @@ func (m *Manager) discoverTopics(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+func (m *Manager) discover(ctx context.Context, static bool) error {
+	topics := m.config.Topics
+	if !static {
+		var err error
+		if topics, err = m.config.Client.SMembers(ctx, m.sched.keys.topics()).Result(); err != nil {
+			return err
+		}
+		topics = slices.DeleteFunc(topics, func(t string) bool { return validateTopic(t) != nil })
+	}
+	parts, err := storedPartitions(ctx, m.config.Client, m.sched.keys, topics...)
+	if err != nil {
+		return err
+	}
+	for i, topic := range topics {
+		m.sched.add(topic, parts[i])
+	}
+	return nil
 }
 
 // Running is closed once Run has started scheduling.
@@ -152,8 +163,8 @@ type scheduler struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	pubsub   *redis.PubSub
-	discover bool // add topics that wake-ups name (a Manager with no topic list)
-	loops    map[string]chan string
+	discover bool                  // add partitions that wake-ups name (a Manager with no topic list)
+	loops    map[shard]chan string // a loop per scheduled partition: its wake-ups
 	wg       sync.WaitGroup
 }
 
@@ -173,7 +184,7 @@ func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *schedul
 		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: uuid.NewString(),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention,
-		loops: map[string]chan string{},
+		loops: map[shard]chan string{},
 	}
 }
 
@@ -206,42 +217,42 @@ func (s *scheduler) start(ctx context.Context, discover bool) {
 		for m := range ch {
 			switch m := m.(type) {
 			case *redis.Message:
-				topic, ok := s.keys.topicOfWake(m.Channel)
+				topic, part, ok := s.keys.partitionOfWake(m.Channel)
 				if !ok {
 					continue
 				}
-				if s.discover && validateTopic(topic) == nil {
-					s.add(topic)
+				if s.discover && validateTopic(topic) == nil && part < maxPartitions {
+					s.addPartition(topic, part)
 				}
-				s.wake(topic, m.Payload)
+				s.wake(s.keys.shard(topic, part), m.Payload)
 			case *redis.Subscription:
 				if m.Kind != "subscribe" && m.Kind != "psubscribe" {
 					continue
 				}
-				if topic, ok := s.keys.topicOfWake(m.Channel); ok && m.Kind == "subscribe" {
-					s.wake(topic, wakeResubscribed)
+				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok && m.Kind == "subscribe" {
+					s.wake(s.keys.shard(topic, part), wakeResubscribed)
 					continue
 				}
 				s.mu.Lock()
-				topics := make([]string, 0, len(s.loops))
-				for t := range s.loops {
-					topics = append(topics, t)
+				shards := make([]shard, 0, len(s.loops))
+				for sh := range s.loops {
+					shards = append(shards, sh)
 				}
 				s.mu.Unlock()
-				for _, t := range topics {
-					s.wake(t, wakeResubscribed)
+				for _, sh := range shards {
+					s.wake(sh, wakeResubscribed)
 				}
 			}
 		}
 	}()
 }
 
-// wake passes a wake-up to the loop of a topic, if it runs. A loop has one
+// wake passes a wake-up to the loop of a partition, if it runs. A loop has one
 // pending wake-up at most; one that matters more replaces a pending one that
 // matters less, so a standby never misses that the lease was released.
-func (s *scheduler) wake(topic, kind string) {
+func (s *scheduler) wake(sh shard, kind string) {
 	s.mu.Lock()
-	wake := s.loops[topic]
+	wake := s.loops[sh]
 	s.mu.Unlock()
 	if wake == nil {
 		return
@@ -277,27 +288,44 @@ func wakeRank(kind string) int {
 	return 0
 }
 
-// add starts scheduling a topic, once: the waiting set and the retries of
-// every consumer group registered for the topic.
-func (s *scheduler) add(topic string) {
+// add starts scheduling the first parts partitions of a topic, each once.
+func (s *scheduler) add(topic string, parts int) {
+	for part := range parts {
+		s.addPartition(topic, part)
+	}
+}
+
+// addPartition starts scheduling a partition of a topic, once: its waiting
+// set and the retries of every consumer group registered for it.
+func (s *scheduler) addPartition(topic string, part int) {
+	sh := s.keys.shard(topic, part)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.loops[topic]; ok || s.ctx.Err() != nil {
+	if _, ok := s.loops[sh]; ok || s.ctx.Err() != nil {
 		return
 	}
 	wake := make(chan string, 1)
-	s.loops[topic] = wake
+	s.loops[sh] = wake
 	if !s.discover {
-		if err := s.pubsub.Subscribe(s.ctx, s.keys.wake(topic)); err != nil {
+		if err := s.pubsub.Subscribe(s.ctx, sh.wake()); err != nil {
 			s.logger.Error("redisdelay: cannot subscribe to wake-ups; falling back to the check interval", err,
-				watermill.LogFields{"topic": topic})
+				partitionFields(topic, part))
 		}
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.loop(topic, wake)
+		s.loop(topic, part, wake)
 	}()
+}
+
+// partitionFields identify a partition in logs.
+func partitionFields(topic string, part int) watermill.LogFields {
+	f := watermill.LogFields{"topic": topic}
+	if part > 0 {
+		f["partition"] = part
+	}
+	return f
 }
 
 func (s *scheduler) stop() {
@@ -318,9 +346,10 @@ const (
 	wakeResubscribed = "s"
 )
 
-func (s *scheduler) loop(topic string, wake <-chan string) {
+func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 	ctx := s.ctx
-	fields := watermill.LogFields{"topic": topic}
+	sh := s.keys.shard(topic, part)
+	fields := partitionFields(topic, part)
 	var (
 		groups      []string
 		listed      time.Time // when groups was read
@@ -333,7 +362,7 @@ func (s *scheduler) loop(topic string, wake <-chan string) {
 	// Released even when this scheduler does not know it holds the lease:
 	// a tick whose reply was lost (cancelled by Close) may have taken it.
 	// The script releases only the caller's own lease.
-	defer s.release(topic)
+	defer s.release(sh, fields)
 	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
 	// tick behind, so the timer is reused without draining.
 	timer := time.NewTimer(s.interval)
@@ -344,14 +373,14 @@ func (s *scheduler) loop(topic string, wake <-chan string) {
 		started := time.Now()
 		err := func() error {
 			if relist || time.Since(listed) >= groupsRefresh {
-				g, err := s.client.SMembers(ctx, s.keys.groups(topic)).Result()
+				g, err := s.client.SMembers(ctx, sh.groups()).Result()
 				if err != nil {
-					return fmt.Errorf("list the consumer groups of topic %q: %w", topic, err)
+					return fmt.Errorf("list the consumer groups: %w", err)
 				}
 				groups, listed, relist = g, time.Now(), false
 			}
 			var err error
-			if t, err = s.promote(ctx, topic, groups); err != nil {
+			if t, err = s.promote(ctx, sh, fields, groups); err != nil {
 				return err
 			}
 			if t.groups != len(groups) {
@@ -377,7 +406,7 @@ func (s *scheduler) loop(topic string, wake <-chan string) {
 				if !cleanup && started.Before(nextReclaim[g]) {
 					continue
 				}
-				vis, err := s.reclaim(ctx, topic, g, cleanup)
+				vis, err := s.reclaim(ctx, sh, fields, g, cleanup)
 				if err != nil {
 					return err
 				}
@@ -387,7 +416,7 @@ func (s *scheduler) loop(topic string, wake <-chan string) {
 			}
 			if cleanup {
 				lastTrim = time.Now()
-				return s.trimStream(ctx, topic)
+				return s.trimStream(ctx, sh, fields)
 			}
 			return nil
 		}()
@@ -399,7 +428,7 @@ func (s *scheduler) loop(topic string, wake <-chan string) {
 			failures++
 			wait = backoff(failures, s.interval)
 			s.logger.Error("redisdelay: scheduling failed; retrying", err,
-				watermill.LogFields{"topic": topic, "retry_in": wait.String()})
+				fields.Add(watermill.LogFields{"retry_in": wait.String()}))
 		} else {
 			failures = 0
 		}
@@ -446,24 +475,24 @@ type tick struct {
 // due and returns how long to sleep: until the next due message, capped at
 // the check interval; 0 when more is due now. A standby sleeps until the
 // lease expires, at most the check interval.
-func (s *scheduler) promote(ctx context.Context, topic string, groups []string) (tick, error) {
+func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogFields, groups []string) (tick, error) {
 	k := make([]string, 0, 5+3*len(groups))
-	k = append(k, s.keys.lease(topic), s.keys.groups(topic), s.keys.waiting(topic), s.keys.bodies(topic), s.keys.stream(topic))
+	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream())
 	for _, g := range groups {
-		k = append(k, s.keys.retry(topic, g), s.keys.retryBodies(topic, g), s.keys.redelivery(topic, g))
+		k = append(k, sh.retry(g), sh.retryBodies(g), sh.redelivery(g))
 	}
 	res, err := promoteScript.Run(ctx, s.client, k, s.batch, s.owner, s.lease.Milliseconds()).Int64Slice()
 	if err != nil {
-		return tick{}, fmt.Errorf("promote due messages of topic %q: %w", topic, err)
+		return tick{}, fmt.Errorf("promote due messages: %w", err)
 	}
 	moved, wait, missing := res[0], res[1], res[2]
 	t := tick{held: res[4] == 1, groups: int(res[3]), wait: s.interval}
 	if missing > 0 {
 		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
-			watermill.LogFields{"topic": topic, "count": missing})
+			fields.Add(watermill.LogFields{"count": missing}))
 	}
 	if moved > 0 {
-		s.logger.Trace("redisdelay: promoted due messages", watermill.LogFields{"topic": topic, "count": moved})
+		s.logger.Trace("redisdelay: promoted due messages", fields.Add(watermill.LogFields{"count": moved}))
 	}
 	if !t.held && wait >= 0 {
 		wait += 1000 // just after the lease expires (-1: it has no expiry)
@@ -476,13 +505,12 @@ func (s *scheduler) promote(ctx context.Context, topic string, groups []string) 
 
 // release gives up the topic's lease if this scheduler holds it and wakes
 // the standbys, so one takes over at once.
-func (s *scheduler) release(topic string) {
+func (s *scheduler) release(sh shard, fields watermill.LogFields) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
 	defer cancel()
-	err := unleaseScript.Run(ctx, s.client, []string{s.keys.lease(topic)}, s.owner, s.keys.wake(topic), wakeRelease).Err()
+	err := unleaseScript.Run(ctx, s.client, []string{sh.lease()}, s.owner, sh.wake(), wakeRelease).Err()
 	if err != nil {
-		s.logger.Error("redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err,
-			watermill.LogFields{"topic": topic})
+		s.logger.Error("redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
 	}
 }
 
@@ -490,20 +518,19 @@ func (s *scheduler) release(topic string) {
 // by consumers that stopped extending their lease, and with cleanup removes
 // consumers idle past the group's idle timeout. It returns the group's
 // visibility timeout.
-func (s *scheduler) reclaim(ctx context.Context, topic, g string, cleanup bool) (time.Duration, error) {
+func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
 	flag := "0"
 	if cleanup {
 		flag = "1"
 	}
 	res, err := reclaimScript.Run(ctx, s.client,
-		[]string{s.keys.stream(topic), s.keys.redelivery(topic, g), s.keys.retry(topic, g), s.keys.retryBodies(topic, g),
-			s.keys.dead(topic, g), s.keys.meta(topic, g)},
-		g, 1000, s.keys.wake(topic), flag).Int64Slice()
+		[]string{sh.stream(), sh.redelivery(g), sh.retry(g), sh.retryBodies(g), sh.dead(g), sh.meta(g)},
+		g, 1000, sh.wake(), flag).Int64Slice()
 	if err != nil {
-		return 0, fmt.Errorf("reclaim messages of group %q in topic %q: %w", g, topic, err)
+		return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
 	}
 	requeued, buried, evicted, missing, removed := res[0], res[1], res[2], res[3], res[4]
-	fields := watermill.LogFields{"topic": topic, "consumer_group": g}
+	fields = fields.Add(watermill.LogFields{"consumer_group": g})
 	if requeued+buried > 0 {
 		s.logger.Info("redisdelay: reclaimed messages from consumers that stopped responding",
 			fields.Add(watermill.LogFields{"requeued": requeued, "dead_lettered": buried}))
@@ -520,12 +547,12 @@ func (s *scheduler) reclaim(ctx context.Context, topic, g string, cleanup bool) 
 	return time.Duration(res[5]) * time.Millisecond, nil
 }
 
-func (s *scheduler) trimStream(ctx context.Context, topic string) error {
-	res, err := trimScript.Run(ctx, s.client, []string{s.keys.stream(topic)}, s.retention.Milliseconds()).Int64Slice()
+func (s *scheduler) trimStream(ctx context.Context, sh shard, fields watermill.LogFields) error {
+	res, err := trimScript.Run(ctx, s.client, []string{sh.stream()}, s.retention.Milliseconds()).Int64Slice()
 	if err != nil {
-		return fmt.Errorf("trim the ready stream of topic %q: %w", topic, err)
+		return fmt.Errorf("trim the ready stream: %w", err)
 	}
-	fields := watermill.LogFields{"topic": topic, "count": res[0]}
+	fields = fields.Add(watermill.LogFields{"count": res[0]})
 	switch {
 	case res[0] > 0 && res[1] == 1:
 		s.logger.Info("redisdelay: removed ready messages older than Retention from a topic no consumer group reads", fields)

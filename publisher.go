@@ -77,11 +77,9 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	}
 
 	now := p.now()
-	c := &pubCall{
-		args: make([]any, 0, 3*len(messages)),
-		n:    len(messages),
-		done: make(chan pubResult, 1),
-	}
+	parts := partitionCount(p.config.Partitions, p.config.TopicPartitions, topic)
+	calls := make([]*pubCall, parts) // by partition; nil when none of its messages is here
+	nCalls := 0
 	var seen map[string]int
 	if len(messages) > 1 {
 		seen = make(map[string]int, len(messages))
@@ -113,22 +111,64 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 			return fmt.Errorf("%w: message %q to topic %q is %d bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (%d): store large payloads elsewhere and publish a reference",
 				ErrMessageTooLarge, msg.UUID, topic, len(body), p.config.MaxMessageSize)
 		}
+		part := messagePartition(msg, messages[0].UUID, parts)
+		c := calls[part]
+		if c == nil {
+			c = &pubCall{topic: topic, part: part, parts: parts, shard: p.keys.shard(topic, part), done: make(chan pubResult, 1)}
+			calls[part] = c
+			nCalls++
+		}
+		c.n++
 		c.size += len(msg.UUID) + len(body)
 		c.args = append(c.args, msg.UUID, d.Milliseconds(), body)
 	}
 
 	ctx, cancel := context.WithTimeout(messages[0].Context(), p.config.PublishTimeout)
 	defer cancel()
-	if err := ctx.Err(); err != nil {
-		// The script run is shared with other calls, so this call's context
-		// cannot stop it once sent: a call that is already over is not sent.
-		return notSent(len(messages), topic, err)
+	var (
+		errs   []error
+		stored []int
+	)
+	for _, c := range calls {
+		if c == nil {
+			continue
+		}
+		c.ctx = ctx
+		if err := ctx.Err(); err != nil {
+			// The script run is shared with other calls, so this call's
+			// context cannot stop it once sent: a call that is already over
+			// is not sent.
+			c.err = notSent(c.n, c.where(), err)
+			continue
+		}
+		if c.b, c.err = p.enqueue(c); c.err != nil && nCalls == 1 {
+			return c.err
+		}
 	}
-	c.ctx = ctx
-	b, err := p.enqueue(topic, c)
-	if err != nil {
-		return err
+	for part, c := range calls {
+		if c == nil {
+			continue
+		}
+		if c.err == nil {
+			c.err = p.await(ctx, c)
+		}
+		if c.err != nil {
+			errs = append(errs, c.err)
+		} else {
+			stored = append(stored, part)
+		}
 	}
+	if len(errs) == 1 && len(stored) == 0 {
+		return errs[0]
+	}
+	if len(errs) > 0 && len(stored) > 0 {
+		errs = append(errs, fmt.Errorf("the messages to partitions %v of topic %q are stored: a Publish call whose messages go to several partitions (PartitionKey) is atomic per partition only", stored, topic))
+	}
+	return errors.Join(errs...)
+}
+
+// await waits for the result of a call handed to a batcher.
+func (p *Publisher) await(ctx context.Context, c *pubCall) error {
 	var r pubResult
 	select {
 	case r = <-c.done:
@@ -136,12 +176,12 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 		select {
 		case r = <-c.done: // finished at the same instant: report what happened
 		default:
-			b.mu.Lock()
+			c.b.mu.Lock()
 			sent := c.taken
 			c.abandoned = !sent
-			b.mu.Unlock()
+			c.b.mu.Unlock()
 			if !sent {
-				return notSent(len(messages), topic, ctx.Err())
+				return notSent(c.n, c.where(), ctx.Err())
 			}
 			r.err = ctx.Err()
 		}
@@ -155,21 +195,21 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 		}
 	}
 	if r.err != nil {
-		return fmt.Errorf("redisdelay: publish %d message(s) to topic %q: %w", len(messages), topic, r.err)
+		return fmt.Errorf("redisdelay: publish %d message(s) to %s: %w", c.n, c.where(), r.err)
 	}
 	if r.dup != "" {
-		return fmt.Errorf("%w: message %q is already waiting in topic %q with a different body: cancel it first or use a new UUID",
-			ErrDuplicateMessage, r.dup, topic)
+		return fmt.Errorf("%w: message %q is already waiting in %s with a different body: cancel it first or use a new UUID",
+			ErrDuplicateMessage, r.dup, c.where())
 	}
 	return nil
 }
 
 // notSent is the error of a call that gave up before its messages were sent.
-func notSent(n int, topic string, err error) error {
-	return fmt.Errorf("redisdelay: publish %d message(s) to topic %q: gave up before sending the messages (none is stored): %w", n, topic, err)
+func notSent(n int, where string, err error) error {
+	return fmt.Errorf("redisdelay: publish %d message(s) to %s: gave up before sending the messages (none is stored): %w", n, where, err)
 }
 
-// Coalescing. Per topic at most maxFlushes script runs are in flight; a
+// Coalescing. Per partition at most maxFlushes script runs are in flight; a
 // call made while they all are waits in the topic's queue, and each run
 // that ends takes the queued calls, in order, into the next one. So a lone
 // caller is sent at once, and under load the runs grow by themselves.
@@ -185,15 +225,29 @@ const (
 
 // pubCall is one Publish call on its way to Redis.
 type pubCall struct {
-	args []any // UUID, delay in ms, encoded body for each message
-	n    int   // messages
-	size int   // bytes of UUIDs and bodies
-	ctx  context.Context
-	done chan pubResult // buffered: the flusher never blocks on it
+	topic       string
+	part, parts int   // the partition, of the topic's partition count
+	shard       shard // the partition's keys
+	args        []any // UUID, delay in ms, encoded body for each message
+	n           int   // messages
+	size        int   // bytes of UUIDs and bodies
+	ctx         context.Context
+	done        chan pubResult // buffered: the flusher never blocks on it
+	b           *batcher       // the partition's batcher, once enqueued
+	err         error          // set when the call failed before it was sent
 
 	// guarded by the batcher's mu
 	taken     bool // sent, or about to be
 	abandoned bool // its caller gave up before it was sent: skip it
+}
+
+// where names the call's destination in errors: the topic, and the
+// partition when the topic has several.
+func (c *pubCall) where() string {
+	if c.parts <= 1 {
+		return fmt.Sprintf("topic %q", c.topic)
+	}
+	return fmt.Sprintf("partition %d of topic %q", c.part, c.topic)
 }
 
 // pubResult is the outcome of one call: an error, or the UUID of a message
@@ -203,17 +257,18 @@ type pubResult struct {
 	err error
 }
 
-// batcher queues the calls to one topic made while maxFlushes script runs
-// for the topic are in flight.
+// batcher queues the calls to one partition made while maxFlushes script
+// runs for the partition are in flight.
 type batcher struct {
 	mu       sync.Mutex
 	flushing int // runs in flight
 	queue    []*pubCall
 }
 
-// enqueue hands the call to the topic's batcher: sent at once when fewer
-// than maxFlushes runs are in flight and none is queued, queued otherwise.
-func (p *Publisher) enqueue(topic string, c *pubCall) (*batcher, error) {
+// enqueue hands the call to its partition's batcher: sent at once when
+// fewer than maxFlushes runs are in flight and none is queued, queued
+// otherwise.
+func (p *Publisher) enqueue(c *pubCall) (*batcher, error) {
 	p.closeMu.RLock()
 	if p.closed.Load() {
 		p.closeMu.RUnlock()
@@ -222,9 +277,9 @@ func (p *Publisher) enqueue(topic string, c *pubCall) (*batcher, error) {
 	p.pending.Add(1)
 	p.closeMu.RUnlock()
 
-	v, ok := p.batchers.Load(topic)
+	v, ok := p.batchers.Load(c.shard)
 	if !ok {
-		v, _ = p.batchers.LoadOrStore(topic, &batcher{})
+		v, _ = p.batchers.LoadOrStore(c.shard, &batcher{})
 	}
 	b := v.(*batcher)
 	b.mu.Lock()
@@ -236,15 +291,15 @@ func (p *Publisher) enqueue(topic string, c *pubCall) (*batcher, error) {
 	b.flushing++
 	c.taken = true
 	b.mu.Unlock()
-	go p.flush(topic, b, []*pubCall{c})
+	go p.flush(b, []*pubCall{c})
 	return b, nil
 }
 
 // flush runs the script for batch, then for the calls queued meanwhile,
 // until none is left.
-func (p *Publisher) flush(topic string, b *batcher, batch []*pubCall) {
+func (p *Publisher) flush(b *batcher, batch []*pubCall) {
 	for {
-		p.store(topic, batch)
+		p.store(batch)
 		b.mu.Lock()
 		var skipped int
 		batch, skipped = b.next()
@@ -285,12 +340,14 @@ func (b *batcher) next() (batch []*pubCall, skipped int) {
 	return batch, skipped
 }
 
-// store runs the publish script for the calls of batch and hands each its
+// store runs the publish script for the calls of batch (all to one
+// partition) and hands each its
 // result. The run is bounded by the latest deadline among the calls; each
 // caller stops waiting at its own (go-redis bounds a stalled socket read
 // by the deadline, and Publish must not outlive it). After a caller gives
 // up the script may still run; Publish's documentation says so.
-func (p *Publisher) store(topic string, batch []*pubCall) {
+func (p *Publisher) store(batch []*pubCall) {
+	first := batch[0]
 	var (
 		deadline time.Time
 		msgs     int
@@ -302,7 +359,7 @@ func (p *Publisher) store(topic string, batch []*pubCall) {
 		msgs += c.n
 	}
 	args := make([]any, 0, 2+len(batch)+3*msgs)
-	args = append(args, p.keys.wake(topic), len(batch))
+	args = append(args, first.shard.wake(), len(batch))
 	for _, c := range batch {
 		args = append(args, c.n)
 	}
@@ -312,11 +369,10 @@ func (p *Publisher) store(topic string, batch []*pubCall) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	var res []any
-	err := p.register(ctx, topic)
+	err := p.register(ctx, first.topic, first.parts)
 	if err == nil {
-		res, err = publishScript.Run(ctx, p.config.Client,
-			[]string{p.keys.waiting(topic), p.keys.bodies(topic), p.keys.stream(topic), p.keys.seq(topic)},
-			args...).Slice()
+		sh := first.shard
+		res, err = publishScript.Run(ctx, p.config.Client, []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq()}, args...).Slice()
 	}
 	if err == nil && len(res) != len(batch) {
 		err = fmt.Errorf("the publish script returned %d results for %d calls", len(res), len(batch))
@@ -332,13 +388,13 @@ func (p *Publisher) store(topic string, batch []*pubCall) {
 }
 
 // register adds the topic to the registry Managers discover topics from,
-// once per Publisher and topic.
-func (p *Publisher) register(ctx context.Context, topic string) error {
+// with its partition count, once per Publisher and topic.
+func (p *Publisher) register(ctx context.Context, topic string, parts int) error {
 	if _, ok := p.registered.Load(topic); ok {
 		return nil
 	}
-	if err := p.config.Client.SAdd(ctx, p.keys.topics(), topic).Err(); err != nil {
-		return fmt.Errorf("register the topic: %w", err)
+	if err := registerTopic(ctx, p.config.Client, p.keys, topic, parts, "PublisherConfig"); err != nil {
+		return err
 	}
 	p.registered.Store(topic, struct{}{})
 	return nil
@@ -347,7 +403,8 @@ func (p *Publisher) register(ctx context.Context, topic string) error {
 // Cancel removes a message that is still waiting for its due time, so it is
 // never delivered. It reports whether the message was waiting; false means
 // it is unknown, already cancelled, or already due and on its way to
-// subscribers (it can no longer be recalled then).
+// subscribers (it can no longer be recalled then). In a topic of several
+// partitions it looks in each.
 func (p *Publisher) Cancel(ctx context.Context, topic, messageUUID string) (bool, error) {
 	if p.closed.Load() {
 		return false, ErrClosed
@@ -358,12 +415,21 @@ func (p *Publisher) Cancel(ctx context.Context, topic, messageUUID string) (bool
 	if messageUUID == "" {
 		return false, fmt.Errorf("%w: cancel in topic %q: the message UUID is empty", ErrInvalidMessage, topic)
 	}
-	n, err := cancelScript.Run(ctx, p.config.Client,
-		[]string{p.keys.waiting(topic), p.keys.bodies(topic)}, messageUUID).Int()
-	if err != nil {
-		return false, fmt.Errorf("redisdelay: cancel message %q in topic %q: %w", messageUUID, topic, err)
+	parts := partitionCount(p.config.Partitions, p.config.TopicPartitions, topic)
+	// The partition of the UUID first: where a message without a
+	// PartitionKey, published alone or first in its call, is.
+	home := partitionOf(messageUUID, parts)
+	for i := range parts {
+		sh := p.keys.shard(topic, (home+i)%parts)
+		n, err := cancelScript.Run(ctx, p.config.Client, []string{sh.waiting(), sh.bodies()}, messageUUID).Int()
+		if err != nil {
+			return false, fmt.Errorf("redisdelay: cancel message %q in topic %q: %w", messageUUID, topic, err)
+		}
+		if n == 1 {
+			return true, nil
+		}
 	}
-	return n == 1, nil
+	return false, nil
 }
 
 // Close makes further calls fail with ErrClosed, then waits until the

@@ -2,6 +2,7 @@ package redisdelay
 
 import (
 	"embed"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -47,54 +48,90 @@ var (
 	dropGroupScript = loadScript("dropgroup", false)
 )
 
-// keys is the key layout, in one place. Every key of a topic carries the
-// hash tag {topic}, so each script touches a single Redis Cluster slot.
+// keys is the key layout, in one place. A topic is split into one or more
+// partitions (see PublisherConfig.Partitions); every key of a partition
+// starts with the partition's shard (below) and carries its hash tag, so
+// each script touches a single Redis Cluster slot, and partitions of one
+// topic spread over the cluster's nodes.
 //
-//	<prefix>:{<topic>}:waiting          zset    UUID -> due score
-//	<prefix>:{<topic>}:bodies           hash    UUID -> encoded message
-//	<prefix>:{<topic>}:seq              string  FIFO tie-break counter
-//	<prefix>:{<topic>}:stream           stream  ready messages
-//	<prefix>:{<topic>}:groups           set     consumer groups
-//	<prefix>:{<topic>}:g:<group>:retry  zset    retry member -> due score
-//	<prefix>:{<topic>}:g:<group>:rbody  hash    retry member -> encoded message
-//	<prefix>:{<topic>}:g:<group>:redo   stream  redeliveries for the group
-//	<prefix>:{<topic>}:g:<group>:dead   stream  dead letters (fields m, a, r)
-//	<prefix>:{<topic>}:g:<group>:meta   hash    group policy and counters
-//	<prefix>:{<topic>}:lease            string  owner of the topic's scheduling (expires)
-//	<prefix>:{<topic>}:wake             pub/sub channel that wakes schedulers
-//	<prefix>:topics                     set     known topics (for Managers)
+//	<shard>:waiting          zset    UUID -> due score
+//	<shard>:bodies           hash    UUID -> encoded message
+//	<shard>:seq              string  FIFO tie-break counter
+//	<shard>:stream           stream  ready messages
+//	<shard>:groups           set     consumer groups
+//	<shard>:g:<group>:retry  zset    retry member -> due score
+//	<shard>:g:<group>:rbody  hash    retry member -> encoded message
+//	<shard>:g:<group>:redo   stream  redeliveries for the group
+//	<shard>:g:<group>:dead   stream  dead letters (fields m, a, r)
+//	<shard>:g:<group>:meta   hash    group policy and counters
+//	<shard>:lease            string  owner of the partition's scheduling (expires)
+//	<shard>:wake             pub/sub channel that wakes schedulers
+//	<prefix>:topics          set     known topics (for Managers)
+//	<prefix>:partitions      hash    topic -> partition count (absent: 1)
+//
+// The shard of partition 0 is <prefix>:{<topic>}, the layout of a topic
+// before partitions existed, so such a topic reads as one partition; that
+// of partition n > 0 is <prefix>:{<topic>~<n>}:p<n>. Topic names cannot
+// contain braces, and the suffix after the tag repeats n, so no two
+// (topic, partition) pairs share a key, even for a topic named "a~1".
 type keys struct {
 	prefix string
 }
 
-func (k keys) tag(topic string) string { return k.prefix + ":{" + topic + "}" }
+func (k keys) topics() string     { return k.prefix + ":topics" }
+func (k keys) partitions() string { return k.prefix + ":partitions" }
 
-func (k keys) waiting(topic string) string { return k.tag(topic) + ":waiting" }
-func (k keys) bodies(topic string) string  { return k.tag(topic) + ":bodies" }
-func (k keys) seq(topic string) string     { return k.tag(topic) + ":seq" }
-func (k keys) stream(topic string) string  { return k.tag(topic) + ":stream" }
-func (k keys) groups(topic string) string  { return k.tag(topic) + ":groups" }
-func (k keys) wake(topic string) string    { return k.tag(topic) + ":wake" }
-func (k keys) lease(topic string) string   { return k.tag(topic) + ":lease" }
-func (k keys) topics() string              { return k.prefix + ":topics" }
-
-func (k keys) group(topic, group string) string { return k.tag(topic) + ":g:" + group }
-func (k keys) retry(topic, group string) string { return k.group(topic, group) + ":retry" }
-func (k keys) retryBodies(topic, group string) string {
-	return k.group(topic, group) + ":rbody"
+// shard is the key base of one partition of a topic.
+func (k keys) shard(topic string, partition int) shard {
+	if partition == 0 {
+		return shard(k.prefix + ":{" + topic + "}")
+	}
+	n := strconv.Itoa(partition)
+	return shard(k.prefix + ":{" + topic + "~" + n + "}:p" + n)
 }
-func (k keys) redelivery(topic, group string) string { return k.group(topic, group) + ":redo" }
-func (k keys) dead(topic, group string) string       { return k.group(topic, group) + ":dead" }
-func (k keys) meta(topic, group string) string       { return k.group(topic, group) + ":meta" }
 
-// wakePattern matches the wake channel of every topic.
+// wakePattern matches the wake channel of every partition of every topic.
 func (k keys) wakePattern() string { return k.prefix + ":{*}:wake" }
 
-// topicOfWake returns the topic of a wake channel name.
-func (k keys) topicOfWake(channel string) (string, bool) {
+// partitionOfWake returns the topic and partition of a wake channel name.
+func (k keys) partitionOfWake(channel string) (topic string, partition int, ok bool) {
 	rest, ok := strings.CutPrefix(channel, k.prefix+":{")
 	if !ok {
-		return "", false
+		return "", 0, false
 	}
-	return strings.CutSuffix(rest, "}:wake")
+	tag, tail, ok := strings.Cut(rest, "}")
+	if !ok {
+		return "", 0, false
+	}
+	if tail == ":wake" {
+		return tag, 0, true
+	}
+	n, ok := strings.CutSuffix(tail, ":wake")
+	if n, ok = strings.CutPrefix(n, ":p"); !ok {
+		return "", 0, false
+	}
+	topic, ok = strings.CutSuffix(tag, "~"+n)
+	p, err := strconv.Atoi(n)
+	if !ok || err != nil || p < 1 || strconv.Itoa(p) != n {
+		return "", 0, false
+	}
+	return topic, p, true
 }
+
+// shard is the key base of one partition of a topic: see keys.
+type shard string
+
+func (s shard) waiting() string { return string(s) + ":waiting" }
+func (s shard) bodies() string  { return string(s) + ":bodies" }
+func (s shard) seq() string     { return string(s) + ":seq" }
+func (s shard) stream() string  { return string(s) + ":stream" }
+func (s shard) groups() string  { return string(s) + ":groups" }
+func (s shard) wake() string    { return string(s) + ":wake" }
+func (s shard) lease() string   { return string(s) + ":lease" }
+
+func (s shard) group(group string) string       { return string(s) + ":g:" + group }
+func (s shard) retry(group string) string       { return s.group(group) + ":retry" }
+func (s shard) retryBodies(group string) string { return s.group(group) + ":rbody" }
+func (s shard) redelivery(group string) string  { return s.group(group) + ":redo" }
+func (s shard) dead(group string) string        { return s.group(group) + ":dead" }
+func (s shard) meta(group string) string        { return s.group(group) + ":meta" }

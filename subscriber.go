@@ -113,6 +113,9 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	return s.initialize(context.Background(), topic)
 }
 
+// initialize registers the topic with its partition count (failing on a
+// mismatch) and creates the consumer group on every partition, once per
+// topic, or again after forget.
 func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 	s.mu.Lock()
 	done := s.initialized[topic]
@@ -120,15 +123,19 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 	if done {
 		return nil
 	}
-	group := s.config.ConsumerGroup
-	err := initScript.Run(ctx, s.config.Client,
-		[]string{s.keys.stream(topic), s.keys.redelivery(topic, group), s.keys.groups(topic), s.keys.meta(topic, group)},
-		append([]any{group, s.keys.wake(topic)}, s.policy...)...).Err()
-	if err != nil {
-		return fmt.Errorf("redisdelay: create consumer group %q for topic %q: %w", group, topic, err)
+	parts := s.partitions(topic)
+	if err := registerTopic(ctx, s.config.Client, s.keys, topic, parts, "SubscriberConfig"); err != nil {
+		return err
 	}
-	if err := s.config.Client.SAdd(ctx, s.keys.topics(), topic).Err(); err != nil {
-		return fmt.Errorf("redisdelay: register topic %q: %w", topic, err)
+	group := s.config.ConsumerGroup
+	for part := range parts {
+		sh := s.keys.shard(topic, part)
+		err := initScript.Run(ctx, s.config.Client,
+			[]string{sh.stream(), sh.redelivery(group), sh.groups(), sh.meta(group)},
+			append([]any{group, sh.wake()}, s.policy...)...).Err()
+		if err != nil {
+			return fmt.Errorf("redisdelay: create consumer group %q for partition %d of topic %q: %w", group, part, topic, err)
+		}
 	}
 	s.mu.Lock()
 	s.initialized[topic] = true
@@ -136,8 +143,14 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 	return nil
 }
 
+// partitions is the configured partition count of a topic.
+func (s *Subscriber) partitions(topic string) int {
+	return partitionCount(s.config.Partitions, s.config.TopicPartitions, topic)
+}
+
 // Subscribe starts a consumer of the topic in the subscriber's consumer
-// group. The channel is closed when ctx is cancelled or the Subscriber is
+// group, one per partition of the topic, all delivering to the returned
+// channel. The channel is closed when ctx is cancelled or the Subscriber is
 // closed; messages it fetched but did not get acked by then are handed back
 // to the group at once.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -156,30 +169,43 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		s.subs.Done()
 		return nil, err
 	}
+	parts := s.partitions(topic)
 	if !s.config.DisableScheduler {
-		s.schedule(topic)
+		s.schedule(topic, parts)
 	}
 
-	sub := &subscription{
-		s:        s,
-		topic:    topic,
-		consumer: s.config.Consumer + "-" + uuid.NewString(),
-		out:      make(chan *message.Message),
-		ackWake:  make(chan struct{}, 1),
-	}
+	out := make(chan *message.Message)
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.closing, cancel)
+	var wg sync.WaitGroup
+	consumer := s.config.Consumer + "-" + uuid.NewString()
+	for part := range parts {
+		sub := &subscription{
+			s:        s,
+			topic:    topic,
+			part:     part,
+			shard:    s.keys.shard(topic, part),
+			consumer: consumer,
+			out:      out,
+			ackWake:  make(chan struct{}, 1),
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sub.run(ctx)
+		}()
+	}
 	go func() {
 		defer s.subs.Done()
-		defer close(sub.out)
-		defer stop()
-		defer cancel()
-		sub.run(ctx)
+		wg.Wait()
+		stop()
+		cancel()
+		close(out)
 	}()
-	return sub.out, nil
+	return out, nil
 }
 
-func (s *Subscriber) schedule(topic string) {
+func (s *Subscriber) schedule(topic string, parts int) {
 	s.mu.Lock()
 	if s.sched == nil {
 		config := ManagerConfig{Client: s.config.Client, KeyPrefix: s.config.KeyPrefix, CheckInterval: s.config.CheckInterval}
@@ -189,7 +215,7 @@ func (s *Subscriber) schedule(topic string) {
 	}
 	sched := s.sched
 	s.mu.Unlock()
-	sched.add(topic)
+	sched.add(topic, parts)
 }
 
 // Close stops every subscription, hands back the messages they hold, and
@@ -216,8 +242,10 @@ func (s *Subscriber) Close() error {
 type subscription struct {
 	s        *Subscriber
 	topic    string
+	part     int   // partition of the topic
+	shard    shard // its keys
 	consumer string
-	out      chan *message.Message
+	out      chan *message.Message // shared by the topic's partitions
 
 	// What the subscription holds, for lease renewal and for handing back
 	// what waits behind a slow handler. mu serialises handing out the next
@@ -245,7 +273,7 @@ type entry struct {
 
 func (sub *subscription) run(ctx context.Context) {
 	s := sub.s
-	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": s.config.ConsumerGroup, "consumer": sub.consumer}
+	fields := sub.fields()
 	s.logger.Debug("redisdelay: subscribed", fields)
 
 	// The lease outlives ctx: a handler finishing during Close keeps its
@@ -349,6 +377,15 @@ func (sub *subscription) run(ctx context.Context) {
 	}
 }
 
+// fields identify the subscription in logs.
+func (sub *subscription) fields() watermill.LogFields {
+	f := watermill.LogFields{"topic": sub.topic, "consumer_group": sub.s.config.ConsumerGroup, "consumer": sub.consumer}
+	if sub.part > 0 {
+		f["partition"] = sub.part
+	}
+	return f
+}
+
 // next hands out the first message of the batch, if any is left.
 func (sub *subscription) next() (entry, bool) {
 	sub.mu.Lock()
@@ -430,7 +467,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	group := s.config.ConsumerGroup
 	args := append([]any{group, sub.consumer, len(ready)}, append(ready, redo...)...)
 	res, err := extendScript.Run(ctx, s.config.Client,
-		[]string{s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, group), s.keys.meta(sub.topic, group)}, args...).Int64Slice()
+		[]string{sub.shard.stream(), sub.shard.redelivery(group), sub.shard.meta(group)}, args...).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
@@ -463,7 +500,7 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			sub.s.logger.Error("redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
-				watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer})
+				sub.fields())
 		}
 		if stored > 0 {
 			if want := min(sub.s.config.VisibilityTimeout, stored) / 3; want != every {
@@ -476,7 +513,7 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 
 func (sub *subscription) read(ctx context.Context, history bool, cursor [2]string) ([]entry, error) {
 	s := sub.s
-	stream, redo := s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, s.config.ConsumerGroup)
+	stream, redo := sub.shard.stream(), sub.shard.redelivery(s.config.ConsumerGroup)
 	args := &redis.XReadGroupArgs{
 		Group:    s.config.ConsumerGroup,
 		Consumer: sub.consumer,
@@ -516,7 +553,7 @@ func (sub *subscription) read(ctx context.Context, history bool, cursor [2]strin
 func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) {
 	s := sub.s
 	fields := func() watermill.LogFields {
-		return watermill.LogFields{"topic": sub.topic, "consumer_group": s.config.ConsumerGroup, "entry_id": e.msg.ID}
+		return sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID})
 	}
 	if e.msg.Values == nil {
 		// The entry is pending but its content is gone (deleted by hand):
@@ -604,12 +641,12 @@ func (sub *subscription) settle(ctx context.Context, op func(context.Context) er
 		}
 		if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
 			sub.s.logger.Error("redisdelay: cannot settle message; it stays pending and is delivered again", err,
-				watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer})
+				sub.fields())
 			return
 		}
 		wait := backoff(failures, 2*time.Second)
 		sub.s.logger.Error("redisdelay: cannot settle message; retrying", err,
-			watermill.LogFields{"topic": sub.topic, "retry_in": wait.String()})
+			sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
 		sleep(ctx, wait)
 	}
 }
@@ -620,7 +657,7 @@ func (sub *subscription) settle(ctx context.Context, op func(context.Context) er
 // again.
 func (sub *subscription) notPending(e entry, what string) {
 	sub.s.logger.Info("redisdelay: "+what+" of a message no longer pending (reclaimed or handed back; it may be delivered again)",
-		watermill.LogFields{"topic": sub.topic, "consumer": sub.consumer, "entry_id": e.msg.ID})
+		sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID}))
 }
 
 func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message, attempt int, deliveredUntil string) error {
@@ -628,7 +665,7 @@ func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message
 	d, err := nackDelay(msg.Metadata, deliveredUntil, attempt, s.now(), s.config.RetryDelay)
 	if err != nil {
 		s.logger.Error("redisdelay: nacked message has invalid delay metadata; using RetryDelay", err,
-			watermill.LogFields{"topic": sub.topic, "message_uuid": msg.UUID})
+			sub.fields().Add(watermill.LogFields{"message_uuid": msg.UUID}))
 	}
 	reason := ""
 	if max := s.config.MaxAttempts; max > 0 && attempt >= max {
@@ -651,14 +688,14 @@ func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, d
 		source = "r"
 	}
 	res, err := nackScript.Run(ctx, s.config.Client,
-		[]string{e.stream, s.keys.retry(sub.topic, group), s.keys.retryBodies(sub.topic, group), s.keys.redelivery(sub.topic, group),
-			s.keys.dead(sub.topic, group), s.keys.meta(sub.topic, group)},
-		group, e.msg.ID, source, attempt, delay.Milliseconds(), body, s.keys.wake(sub.topic),
+		[]string{e.stream, sub.shard.retry(group), sub.shard.retryBodies(group), sub.shard.redelivery(group),
+			sub.shard.dead(group), sub.shard.meta(group)},
+		group, e.msg.ID, source, attempt, delay.Milliseconds(), body, sub.shard.wake(),
 		reason, max(s.config.MaxDeadLetters, 0)).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("nack entry %s: %w", e.msg.ID, err)
 	}
-	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": group, "entry_id": e.msg.ID, "attempt": attempt}
+	fields := sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "attempt": attempt})
 	switch res[0] {
 	case 0:
 		sub.notPending(e, "Nack")
@@ -679,12 +716,12 @@ func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, d
 func (sub *subscription) release(keepStream, keepID string) error {
 	s := sub.s
 	group := s.config.ConsumerGroup
-	fields := watermill.LogFields{"topic": sub.topic, "consumer_group": group, "consumer": sub.consumer}
+	fields := sub.fields()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	for {
 		res, err := releaseScript.Run(ctx, s.config.Client,
-			[]string{s.keys.stream(sub.topic), s.keys.redelivery(sub.topic, group)},
+			[]string{sub.shard.stream(), sub.shard.redelivery(group)},
 			group, sub.consumer, 1000, keepStream, keepID).Int64Slice()
 		if err != nil {
 			s.logger.Error("redisdelay: cannot hand back pending messages; they stay with this consumer until read again or reclaimed", err, fields)

@@ -18,7 +18,7 @@ func TestWakeKeepsTheWakeUpThatMattersMost(t *testing.T) {
 		{wakeResubscribed, "d", wakeResubscribed},
 		{"d", "r", "r"}, // equal: either does
 	} {
-		s := &scheduler{loops: map[string]chan string{"t": make(chan string, 1)}}
+		s := &scheduler{loops: map[shard]chan string{"t": make(chan string, 1)}}
 		s.wake("t", c.first)
 		s.wake("t", c.second)
 		s.wake("other", c.second) // no loop: ignored

@@ -1,0 +1,119 @@
+package redisdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// PartitionKey is the metadata key that places a message in a partition of
+// its topic: messages with the same value go to the same partition (FNV-1a
+// hash of the value, modulo the partition count), so an ordered
+// subscription (SubscriberConfig.Ordered) handles them one at a time, in
+// due order. Without it a message goes to the partition of its call: that
+// of the first message's UUID, so a Publish call (the usual single message,
+// or a batch) stays in one partition and atomic, and a retried call lands
+// where the first try did. It has no effect on a topic of one partition.
+const PartitionKey = "_redisdelay_partition_key"
+
+// maxPartitions bounds a topic's partition count: each is a set of keys,
+// one blocking read per subscription and one scheduler loop.
+const maxPartitions = 256
+
+// ErrPartitionMismatch is wrapped by Publish and Subscribe errors when the
+// configured partition count of a topic differs from the one stored in
+// Redis by the first Publisher or Subscriber that used the topic. Nothing
+// is published or subscribed then.
+var ErrPartitionMismatch = errors.New("redisdelay: partition count mismatch")
+
+// partitionCount is the configured partition count of a topic.
+func partitionCount(def int, perTopic map[string]int, topic string) int {
+	if n, ok := perTopic[topic]; ok && n > 0 {
+		return n
+	}
+	return max(def, 1)
+}
+
+// validatePartitions checks the partition settings of a config.
+func validatePartitions(config string, def int, perTopic map[string]int) error {
+	if def < 0 || def > maxPartitions {
+		return fmt.Errorf("redisdelay: %s.Partitions is %d: use 1 to %d (0 means 1)", config, def, maxPartitions)
+	}
+	for topic, n := range perTopic {
+		if p := nameProblem(config+".TopicPartitions key", topic); p != "" {
+			return fmt.Errorf("%w: %s", ErrInvalidTopic, p)
+		}
+		if n < 1 || n > maxPartitions {
+			return fmt.Errorf("redisdelay: %s.TopicPartitions[%q] is %d: use 1 to %d", config, topic, n, maxPartitions)
+		}
+	}
+	return nil
+}
+
+// partitionOf returns the partition (0 to n-1) a partition key or UUID
+// hashes to.
+func partitionOf(key string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
+}
+
+// messagePartition is the partition of a message published in a call whose
+// first message has the UUID first.
+func messagePartition(msg *message.Message, first string, n int) int {
+	if k := msg.Metadata.Get(PartitionKey); k != "" {
+		return partitionOf(k, n)
+	}
+	return partitionOf(first, n)
+}
+
+// registerTopic adds the topic to the registry Managers discover topics
+// from and stores its partition count if none is stored yet. It fails with
+// ErrPartitionMismatch when another count is stored; config names the
+// setting for the message.
+func registerTopic(ctx context.Context, client redis.UniversalClient, k keys, topic string, want int, config string) error {
+	pipe := client.Pipeline()
+	pipe.SAdd(ctx, k.topics(), topic)
+	pipe.HSetNX(ctx, k.partitions(), topic, want)
+	stored := pipe.HGet(ctx, k.partitions(), topic)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("redisdelay: register topic %q: %w", topic, err)
+	}
+	if n, _ := strconv.Atoi(stored.Val()); n != want {
+		return fmt.Errorf("%w: topic %q has %s partitions in Redis (stored by the first Publisher or Subscriber that used it) but %s gives it %d: "+
+			"give every Publisher and Subscriber of the topic the same count; to change the count of a topic in use, publish to a new topic and let the old one drain",
+			ErrPartitionMismatch, topic, stored.Val(), config, want)
+	}
+	return nil
+}
+
+// storedPartitions reads the partition count of each topic from Redis: 1
+// for a topic without a stored count (used before partitions existed, or
+// not used yet).
+func storedPartitions(ctx context.Context, client redis.UniversalClient, k keys, topics ...string) ([]int, error) {
+	out := make([]int, len(topics))
+	if len(topics) == 0 {
+		return out, nil
+	}
+	vals, err := client.HMGet(ctx, k.partitions(), topics...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read the partition counts of %d topic(s): %w", len(topics), err)
+	}
+	for i, v := range vals {
+		s, _ := v.(string)
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			n = 1
+		}
+		out[i] = min(n, maxPartitions)
+	}
+	return out, nil
+}
