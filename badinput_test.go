@@ -3,6 +3,7 @@ package redisdelay_test
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ func topicState(t *testing.T, topic string) string {
 	client := newClient(t)
 	keys, err := client.Keys(ctx, "redisdelay:{"+topic+"}:*").Result()
 	require.NoError(t, err)
+	sort.Strings(keys) // KEYS answers in no particular order
 	var b strings.Builder
 	for _, k := range keys {
 		switch typ := client.Type(ctx, k).Val(); typ {

@@ -52,3 +52,9 @@ func QueuedCalls(p *Publisher, topic string) int {
 func Closing(p *Publisher) bool {
 	return p.closed.Load()
 }
+
+// DecodeMessage decodes a stored message body.
+var DecodeMessage = decodeMessage
+
+// PartitionOf is the partition a PartitionKey value hashes to.
+var PartitionOf = partitionOf

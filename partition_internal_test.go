@@ -1,0 +1,50 @@
+package redisdelay
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Every partition's keys carry a hash tag of their own, partition 0 keeps
+// the layout of an unpartitioned topic, and a wake channel names its
+// partition unambiguously, even for topics whose names look like partitions.
+func TestShardKeysAndWakeChannels(t *testing.T) {
+	k := keys{prefix: "rd"}
+	require.Equal(t, "rd:{orders}:waiting", k.shard("orders", 0).waiting())
+	require.Equal(t, "rd:{orders~3}:p3:waiting", k.shard("orders", 3).waiting())
+	require.Equal(t, "rd:{orders~3}:p3:g:billing:retry", k.shard("orders", 3).retry("billing"))
+	require.NotEqual(t, k.shard("orders~3", 0).waiting(), k.shard("orders", 3).waiting())
+
+	for _, c := range []struct {
+		topic string
+		part  int
+	}{{"orders", 0}, {"orders", 1}, {"orders", 17}, {"a~1", 0}, {"a~1", 1}, {"x:p1", 2}, {"t}", 0}} {
+		if c.topic == "t}" {
+			continue // not a valid topic name
+		}
+		topic, part, ok := k.partitionOfWake(k.shard(c.topic, c.part).wake())
+		require.True(t, ok, "%+v", c)
+		require.Equal(t, c.topic, topic)
+		require.Equal(t, c.part, part)
+	}
+	for _, bad := range []string{"rd:orders:wake", "other:{orders}:wake", "rd:{orders~3}:p4:wake", "rd:{orders~03}:p03:wake",
+		"rd:{orders}:p1:wake", "rd:{orders~0}:p0:wake", "rd:{orders}:waiting"} {
+		_, _, ok := k.partitionOfWake(bad)
+		require.False(t, ok, bad)
+	}
+}
+
+// The partition of a key is stable (other languages can compute it: FNV-1a
+// 32 of the key, modulo the count) and spreads keys evenly.
+func TestPartitionOfIsStableAndEven(t *testing.T) {
+	require.Equal(t, 0, partitionOf("anything", 1))
+	require.Equal(t, int(0x811c9dc5%8), partitionOf("", 8)) // FNV-1a offset basis
+	counts := make([]int, 8)
+	for i := range 8000 {
+		counts[partitionOf("key-"+string(rune('a'+i%26))+string(rune(i)), 8)]++
+	}
+	for p, n := range counts {
+		require.InDelta(t, 1000, n, 200, "partition %d", p)
+	}
+}
