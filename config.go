@@ -238,6 +238,22 @@ type SubscriberConfig struct {
 	// otherwise leave their names behind forever.
 	ConsumerIdleTimeout time.Duration
 
+	// Ordered makes subscriptions handle the messages of each partition of
+	// a topic one at a time, in the order they became due, so messages
+	// with the same PartitionKey are never handled concurrently or out of
+	// order, with no locks in the handler. Each partition is owned by one
+	// subscription of the group at a time (a lease in Redis, taken over
+	// from a subscription that closed at once, from one that died within
+	// two thirds of VisibilityTimeout); the partitions are shared evenly
+	// among the group's ordered subscriptions, so run as many as there are
+	// partitions at most. A nacked message is retried by its subscription,
+	// after its retry delay, before any later message of its partition; at
+	// MaxAttempts it goes to the dead letters and the partition moves on
+	// (with a negative MaxAttempts a message that always fails blocks its
+	// partition). See "Ordering" in the README for what is not guaranteed.
+	// Give every subscriber of a group the same value.
+	Ordered bool
+
 	// Partitions and TopicPartitions give the partition count of topics,
 	// as PublisherConfig's do, and must match theirs. A subscription reads
 	// every partition of its topic: one blocking read (a pooled connection)

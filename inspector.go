@@ -554,6 +554,7 @@ func (i *Inspector) DeleteGroup(ctx context.Context, topic, group string) (bool,
 		n, err := dropGroupScript.Run(ctx, i.client, []string{
 			sh.stream(), sh.groups(),
 			sh.redelivery(group), sh.retry(group), sh.retryBodies(group), sh.dead(group), sh.meta(group),
+			sh.owner(group), sh.members(group), sh.ownedCounts(group),
 		}, group).Int()
 		if err != nil {
 			return existed, wrapErr(err, "delete group %q of topic %q", group, topic)

@@ -46,6 +46,8 @@ var (
 	initScript      = loadScript("init", false)
 	trimScript      = loadScript("trim", false)
 	dropGroupScript = loadScript("dropgroup", false)
+	ownScript       = loadScript("own", false)
+	membersScript   = loadScript("members", false)
 )
 
 // keys is the key layout, in one place. A topic is split into one or more
@@ -64,6 +66,9 @@ var (
 //	<shard>:g:<group>:redo   stream  redeliveries for the group
 //	<shard>:g:<group>:dead   stream  dead letters (fields m, a, r)
 //	<shard>:g:<group>:meta   hash    group policy and counters
+//	<shard>:g:<group>:owner  string  consumer owning the partition (ordered; expires)
+//	<shard>:g:<group>:members zset   ordered subscriptions of the group -> expiry (partition 0 only)
+//	<shard>:g:<group>:owned  hash    ordered subscription -> partitions it owns (partition 0 only)
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
 //	<prefix>:topics          set     known topics (for Managers)
@@ -135,3 +140,6 @@ func (s shard) retryBodies(group string) string { return s.group(group) + ":rbod
 func (s shard) redelivery(group string) string  { return s.group(group) + ":redo" }
 func (s shard) dead(group string) string        { return s.group(group) + ":dead" }
 func (s shard) meta(group string) string        { return s.group(group) + ":meta" }
+func (s shard) owner(group string) string       { return s.group(group) + ":owner" }
+func (s shard) members(group string) string     { return s.group(group) + ":members" }
+func (s shard) ownedCounts(group string) string { return s.group(group) + ":owned" }

@@ -179,6 +179,16 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	stop := context.AfterFunc(s.closing, cancel)
 	var wg sync.WaitGroup
 	consumer := s.config.Consumer + "-" + uuid.NewString()
+	var order *ordering
+	if s.config.Ordered {
+		order = &ordering{parts: parts}
+		heartbeat := s.join(ctx, order, topic, consumer)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			heartbeat()
+		}()
+	}
 	for part := range parts {
 		sub := &subscription{
 			s:        s,
@@ -188,6 +198,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			consumer: consumer,
 			out:      out,
 			ackWake:  make(chan struct{}, 1),
+			order:    order,
 		}
 		wg.Add(1)
 		go func() {
@@ -261,6 +272,12 @@ type subscription struct {
 
 	ackWake chan struct{} // wakes the acker; capacity 1
 	flushMu sync.Mutex    // one flush of the ack queue at a time
+
+	// Ordered subscriptions only (see ordered.go): shared with the
+	// topic's other partitions; whether this one owns its partition; set
+	// by lease renewal when the ownership ran out.
+	order      *ordering
+	owns, lost atomic.Bool
 }
 
 // entry is a message read from one of the two streams a consumer reads:
@@ -305,7 +322,11 @@ func (sub *subscription) run(ctx context.Context) {
 		}
 		stopLease()
 		<-leaseDone
-		_ = sub.release("", "")
+		if sub.owns.Load() {
+			sub.disown()
+		} else {
+			_ = sub.release("", "")
+		}
 	}()
 
 	// After a connection error, or when lease renewal finds entries pending
@@ -316,6 +337,19 @@ func (sub *subscription) run(ctx context.Context) {
 	cursor := [2]string{"0", "0"}
 	failures := 0
 	for ctx.Err() == nil {
+		if sub.order != nil {
+			owns, taken, err := sub.own(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.logger.Error("redisdelay: cannot take the ownership of a partition; retrying", err, fields)
+			}
+			if !owns {
+				sleep(ctx, s.config.BlockTime)
+				continue
+			}
+			if taken {
+				history, cursor = true, [2]string{"0", "0"}
+			}
+		}
 		if history {
 			// What is pending for this consumer includes acked entries
 			// until their acknowledgement is in Redis.
@@ -386,10 +420,16 @@ func (sub *subscription) fields() watermill.LogFields {
 	return f
 }
 
-// next hands out the first message of the batch, if any is left.
+// next hands out the first message of the batch, if any is left (none
+// once an ordered subscription lost its partition: the new owner took the
+// rest over).
 func (sub *subscription) next() (entry, bool) {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
+	if sub.lost.Load() {
+		clear(sub.batch)
+		sub.batch = nil
+	}
 	if len(sub.batch) == 0 {
 		return entry{}, false
 	}
@@ -427,7 +467,9 @@ func (sub *subscription) takeRecheck() bool {
 func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (time.Duration, error) {
 	s := sub.s
 	sub.mu.Lock()
-	slowNow := sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow
+	// An ordered subscription keeps what waits behind a slow handler:
+	// nobody else may handle its partition's messages meanwhile.
+	slowNow := sub.order == nil && sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow
 	queued := len(sub.ackReady)+len(sub.ackRedo) > 0
 	sub.mu.Unlock()
 	if slowNow && queued {
@@ -438,7 +480,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	}
 	sub.mu.Lock()
 	// Acks queued meanwhile mean the handler moved on (since changed).
-	if sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow && len(sub.ackReady)+len(sub.ackRedo) == 0 {
+	if slowNow && sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow && len(sub.ackReady)+len(sub.ackRedo) == 0 {
 		if sub.release(strconv.Itoa(sub.batch[0].streamIndex()), sub.batch[0].msg.ID) != nil {
 			// Some may have gone back before the error: whatever is still
 			// pending for this consumer is read again after this message.
@@ -470,6 +512,13 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 		[]string{sub.shard.stream(), sub.shard.redelivery(group), sub.shard.meta(group)}, args...).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
+	}
+	if sub.owns.Load() {
+		if n, err := sub.ownOp(ctx, "renew"); err != nil {
+			return 0, fmt.Errorf("renew the ownership of the partition: %w", err)
+		} else if n == 0 {
+			sub.lost.Store(true)
+		}
 	}
 	if res[0] > 0 {
 		s.unheld.Add(1)
@@ -565,7 +614,8 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 	raw, _ := e.msg.Values["m"].(string)
 	// decodeMessage only reads its input and copies what it keeps, so the
 	// string's bytes serve without a copy.
-	msg, err := decodeMessage(unsafe.Slice(unsafe.StringData(raw), len(raw)))
+	body := unsafe.Slice(unsafe.StringData(raw), len(raw))
+	msg, err := decodeMessage(body)
 	if err != nil {
 		// Poison input (another tool or version wrote it): it can never be
 		// delivered, so it goes to the dead letters, where it can be seen.
@@ -578,7 +628,35 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 		})
 		return ctx.Err() == nil, false
 	}
-	deliveredUntil := markDelivered(msg.Metadata, strconv.Itoa(attempt))
+	for {
+		ok, acked, nacked, deliveredUntil := sub.handle(ctx, e, msg, attempt)
+		if nacked == nil {
+			return ok, acked
+		}
+		// An ordered subscription retries a nacked message here, before any
+		// later message of the partition: the entry stays pending, its lease
+		// renewed, while the retry delay runs.
+		d, err := nackDelay(nacked.Metadata, deliveredUntil, attempt, s.now(), s.config.RetryDelay)
+		if err != nil {
+			s.logger.Error("redisdelay: nacked message has invalid delay metadata; using RetryDelay", err,
+				fields().Add(watermill.LogFields{"message_uuid": nacked.UUID}))
+		}
+		sleep(ctx, d)
+		if ctx.Err() != nil {
+			return false, false // handed back on close: delivered again, attempt unchanged
+		}
+		msg = nacked.Copy()
+		attempt++
+	}
+}
+
+// handle delivers one attempt of a message and waits until it is settled.
+// A nacked message that an ordered subscription retries in place is
+// returned, with its delivery mark (see markDelivered), instead of being
+// settled.
+func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Message, attempt int) (ok, acked bool, retry *message.Message, deliveredUntil string) {
+	s := sub.s
+	deliveredUntil = markDelivered(msg.Metadata, strconv.Itoa(attempt))
 
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -587,7 +665,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 	select {
 	case sub.out <- msg:
 	case <-ctx.Done():
-		return false, false
+		return false, false, nil, ""
 	}
 	// Until ctx ends, wait for the handler. Then (closing) its context is
 	// cancelled: hand back what was fetched but not delivered at once, give
@@ -598,10 +676,13 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 	for {
 		select {
 		case <-msg.Acked():
-			return timeout == nil, true
+			return timeout == nil, true, nil, ""
 		case <-msg.Nacked():
+			if timeout == nil && sub.retriesInPlace(attempt) {
+				return true, false, msg, deliveredUntil
+			}
 			sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
-			return timeout == nil, false
+			return timeout == nil, false, nil, ""
 		case <-closing:
 			closing = nil
 			// The hand-back returns everything pending but this entry, so
@@ -620,8 +701,8 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 			timeout = wait.C
 		case <-timeout:
 			s.logger.Info("redisdelay: handler did not finish within CloseTimeout; handing its message back to the group",
-				fields().Add(watermill.LogFields{"message_uuid": msg.UUID}))
-			return false, false
+				sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "message_uuid": msg.UUID}))
+			return false, false, nil, ""
 		}
 	}
 }

@@ -1,0 +1,164 @@
+package redisdelay
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Ordered subscriptions (SubscriberConfig.Ordered). One consumer of a group
+// at a time owns a partition of a topic and is the only one reading it,
+// so the partition's messages, and with them all messages of one
+// PartitionKey, are handled one at a time in the order they became due. A
+// nacked message is retried in place, before the partition's later
+// messages. Ownership is a lease in Redis (own.lua), renewed with the
+// message leases; an owner that dies loses it when it expires, and the
+// next owner first takes over what the old one held. Ordered
+// subscriptions of a group share the partitions evenly: each keeps a
+// heartbeat in the group's member list (members.lua) and owns at most
+// partitions / members (rounded up), giving surplus partitions up when
+// members join.
+
+// ordering is shared by the partition subscriptions of one ordered
+// Subscribe call.
+type ordering struct {
+	parts  int
+	owned  atomic.Int32 // partitions owned
+	live   atomic.Int32 // ordered subscriptions of the group alive, as last read
+	fewest atomic.Int32 // the fewest partitions one of them owns, as last read
+}
+
+// share is how many partitions one ordered subscription may own.
+func (o *ordering) share() int32 {
+	n := max(o.live.Load(), 1)
+	return (int32(o.parts) + n - 1) / n
+}
+
+// surplus reports whether a subscription owning owned partitions should
+// give one up: it owns more than its share, or two more than another.
+func (o *ordering) surplus(owned int32) bool {
+	return owned > o.share() || owned >= o.fewest.Load()+2
+}
+
+// mayTake reports whether a subscription owning owned partitions may take
+// a free one: below its share, and owning fewest of all (so free
+// partitions go to the members owning fewest first).
+func (o *ordering) mayTake(owned int32) bool {
+	return owned < o.share() && owned <= o.fewest.Load()
+}
+
+// ownLease is how long a partition's ownership lasts without renewal. The
+// owner renews it with its message leases, every third of the visibility
+// timeout; a dead owner's partition is taken over after at most this, so
+// before its messages' visibility timeout ends (which would hand them to
+// the retry set and out of order).
+func (s *Subscriber) ownLease() time.Duration {
+	return 2 * s.config.VisibilityTimeout / 3
+}
+
+// join adds an ordered subscription to its group's member list, so it and
+// the others know their share of the partitions before any is taken, and
+// returns the heartbeat that keeps it there until ctx ends, then removes
+// it. member is the consumer name of the Subscribe call.
+func (s *Subscriber) join(ctx context.Context, o *ordering, topic, member string) (heartbeat func()) {
+	sh := s.keys.shard(topic, 0)
+	k := []string{sh.members(s.config.ConsumerGroup), sh.ownedCounts(s.config.ConsumerGroup)}
+	beat := func(ctx context.Context, ttl time.Duration) {
+		ctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		res, err := membersScript.Run(ctx, s.config.Client, k, member, ttl.Milliseconds(), o.owned.Load()).Int64Slice()
+		if err != nil {
+			if ttl > 0 && ctx.Err() == nil {
+				s.logger.Error("redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
+			}
+			return
+		}
+		o.live.Store(int32(res[0]))
+		o.fewest.Store(int32(res[1]))
+	}
+	beat(ctx, s.ownLease())
+	return func() {
+		t := time.NewTicker(heartbeatEvery(s.ownLease()))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				beat(context.Background(), 0)
+				return
+			case <-t.C:
+			}
+			beat(ctx, s.ownLease())
+		}
+	}
+}
+
+// heartbeatEvery is how often an ordered subscription renews its
+// membership: often enough that members learn of one that joined within a
+// second or so, and three times per lease at least.
+func heartbeatEvery(lease time.Duration) time.Duration {
+	return min(lease/3, time.Second)
+}
+
+// own is called by an ordered subscription before each read. It reports
+// whether the subscription owns its partition now, taking it when it is
+// free and the subscription's share allows, and giving it up when the
+// subscription owns more than its share; taken is true when it was just
+// taken (the subscription then reads what it holds first).
+func (sub *subscription) own(ctx context.Context) (owns, taken bool, err error) {
+	o, s := sub.order, sub.s
+	if sub.lost.Swap(false) && sub.owns.Load() {
+		sub.owns.Store(false)
+		o.owned.Add(-1)
+		s.logger.Info("redisdelay: lost the ownership of a partition (its lease ran out); another consumer took it over", sub.fields())
+	}
+	if sub.owns.Load() {
+		if cur := o.owned.Load(); o.surplus(cur) && o.owned.CompareAndSwap(cur, cur-1) {
+			sub.disown()
+			s.logger.Debug("redisdelay: gave up a partition for a new member of the group", sub.fields())
+			return false, false, nil
+		}
+		return true, false, nil
+	}
+	if !o.mayTake(o.owned.Load()) {
+		return false, false, nil
+	}
+	n, err := sub.ownOp(ctx, "take")
+	if err != nil || n == 0 {
+		return false, false, err
+	}
+	sub.owns.Store(true)
+	o.owned.Add(1)
+	s.logger.Debug("redisdelay: took over a partition", sub.fields())
+	return true, true, nil
+}
+
+// disown hands back what the subscription holds and drops its ownership,
+// so the next owner starts with it.
+func (sub *subscription) disown() {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := sub.drainAcks(ctx); err != nil {
+		sub.s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
+	}
+	_ = sub.release("", "")
+	if _, err := sub.ownOp(ctx, "drop"); err != nil {
+		sub.s.logger.Error("redisdelay: cannot give up the ownership of a partition; another consumer takes it over when it expires", err, sub.fields())
+	}
+	sub.owns.Store(false)
+}
+
+// ownOp runs own.lua for the subscription's partition.
+func (sub *subscription) ownOp(ctx context.Context, op string) (int64, error) {
+	s, group := sub.s, sub.s.config.ConsumerGroup
+	return ownScript.Run(ctx, s.config.Client,
+		[]string{sub.shard.owner(group), sub.shard.stream(), sub.shard.redelivery(group)},
+		group, sub.consumer, s.ownLease().Milliseconds(), op).Int64()
+}
+
+// retriesInPlace reports whether a nacked message is retried by the
+// subscription itself: in ordered subscriptions, unless it was the last
+// attempt.
+func (sub *subscription) retriesInPlace(attempt int) bool {
+	max := sub.s.config.MaxAttempts
+	return sub.order != nil && (max <= 0 || attempt < max)
+}

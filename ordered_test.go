@@ -1,0 +1,229 @@
+package redisdelay_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+func keyed(key string, seq int) *message.Message {
+	msg := lcMessage(strconv.Itoa(seq))
+	msg.Metadata.Set(redisdelay.PartitionKey, key)
+	return msg
+}
+
+// Three ordered subscribers share four partitions: every key's messages
+// are handled one at a time, in publish order, each exactly once, and the
+// work is shared.
+func TestOrderedKeysHandledSeriallyInOrder(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	const parts, keys, perKey = 4, 12, 25
+	pub := ptPublisher(t, client, parts)
+
+	var (
+		mu         sync.Mutex
+		inFlight   = map[string]bool{}
+		last       = map[string]int{}
+		byConsumer = map[int]int{}
+		total      int
+		done       = make(chan struct{})
+	)
+	for c := range 3 {
+		sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true, BatchSize: 4,
+			BlockTime: 100 * time.Millisecond})
+		ch := subscribe(t, sub, tp)
+		go func() {
+			for msg := range ch {
+				key := msg.Metadata.Get(redisdelay.PartitionKey)
+				seq, _ := strconv.Atoi(string(msg.Payload))
+				mu.Lock()
+				if inFlight[key] {
+					t.Errorf("key %s handled concurrently", key)
+				}
+				inFlight[key] = true
+				if prev, ok := last[key]; ok && seq != prev+1 {
+					t.Errorf("key %s: message %d after %d", key, seq, prev)
+				}
+				mu.Unlock()
+				time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+				mu.Lock()
+				inFlight[key] = false
+				last[key] = seq
+				byConsumer[c]++
+				total++
+				if total == keys*perKey {
+					close(done)
+				}
+				mu.Unlock()
+				msg.Ack()
+			}
+		}()
+	}
+	// Publishing once the subscriptions share the partitions.
+	require.Eventually(t, func() bool {
+		owners := map[string]int{}
+		for p := range parts {
+			if o, err := client.Get(context.Background(), ptKey(tp, p, "g:g:owner")).Result(); err == nil {
+				owners[o]++
+			}
+		}
+		return len(owners) == 3
+	}, 10*time.Second, 20*time.Millisecond)
+	for seq := range perKey {
+		for k := range keys {
+			require.NoError(t, pub.Publish(tp, keyed("key-"+strconv.Itoa(k), seq)))
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("handled %d of %d messages", total, keys*perKey)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k := range keys {
+		require.Equal(t, perKey-1, last["key-"+strconv.Itoa(k)])
+	}
+	busy := 0
+	for _, n := range byConsumer {
+		if n > 0 {
+			busy++
+		}
+	}
+	require.GreaterOrEqual(t, busy, 2, "partitions are shared: %v", byConsumer)
+}
+
+// A nacked message is retried in place, after its retry delay, before the
+// next message of its partition; at MaxAttempts it goes to the dead
+// letters and the partition moves on.
+func TestOrderedNackRetriesInPlace(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	pub := ptPublisher(t, client, 1)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 3,
+		RetryDelay: func(int) time.Duration { return 50 * time.Millisecond }})
+	ch := subscribe(t, sub, tp)
+	for seq := range 3 {
+		require.NoError(t, pub.Publish(tp, keyed("k", seq)))
+	}
+	var got []string
+	var lastAt time.Time
+	for len(got) < 6 {
+		msg := receive(t, ch, 5*time.Second)
+		if !lastAt.IsZero() && string(msg.Payload) == "0" {
+			assert.GreaterOrEqual(t, time.Since(lastAt), 50*time.Millisecond, "retry delay")
+		}
+		lastAt = time.Now()
+		got = append(got, string(msg.Payload)+"/"+msg.Metadata.Get(redisdelay.AttemptKey))
+		switch string(msg.Payload) {
+		case "0": // fails every time: dead-lettered after 3 attempts
+			msg.Nack()
+		case "1": // fails once
+			if msg.Metadata.Get(redisdelay.AttemptKey) == "1" {
+				msg.Nack()
+			} else {
+				msg.Ack()
+			}
+		default:
+			msg.Ack()
+		}
+	}
+	require.Equal(t, []string{"0/1", "0/2", "0/3", "1/1", "1/2", "2/1"}, got)
+	dead := lcAwaitDead(t, lcInspector(t, client), tp, "g", 1, 5*time.Second)
+	require.Equal(t, "0", string(dead[0].Message.Payload))
+	require.Equal(t, 3, dead[0].Attempts)
+	nothing(t, ch, 200*time.Millisecond)
+}
+
+// A second ordered subscriber takes half the partitions from the first,
+// and all of them when the first closes; messages keep their order.
+func TestOrderedPartitionsRebalance(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	const parts = 4
+	owners := func() map[string]int {
+		n := map[string]int{}
+		for p := range parts {
+			o, err := client.Get(context.Background(), ptKey(tp, p, "g:g:owner")).Result()
+			if err == nil {
+				n[o]++
+			}
+		}
+		return n
+	}
+	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true, BlockTime: 50 * time.Millisecond,
+		VisibilityTimeout: 3 * time.Second}
+	a := lcSubscriber(t, client, config)
+	subscribe(t, a, tp)
+	require.Eventually(t, func() bool { return len(owners()) == 1 && owners()[firstKey(owners())] == parts }, 5*time.Second, 20*time.Millisecond)
+
+	b := lcSubscriber(t, client, config)
+	chB := subscribe(t, b, tp)
+	require.Eventually(t, func() bool {
+		o := owners()
+		return len(o) == 2 && o[firstKey(o)] == 2
+	}, 10*time.Second, 20*time.Millisecond, "two and two: %v", owners())
+
+	require.NoError(t, a.Close())
+	require.Eventually(t, func() bool { o := owners(); return len(o) == 1 && o[firstKey(o)] == parts }, 10*time.Second, 20*time.Millisecond)
+	pub := ptPublisher(t, client, parts)
+	for seq := range 20 {
+		require.NoError(t, pub.Publish(tp, keyed("k", seq)))
+	}
+	for seq := range 20 {
+		msg := receive(t, chB, 5*time.Second)
+		require.Equal(t, strconv.Itoa(seq), string(msg.Payload))
+		msg.Ack()
+	}
+}
+
+func firstKey(m map[string]int) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
+// When an owner dies, the next owner takes its partition over once the
+// ownership expires, and first delivers what the dead one held, in order.
+func TestOrderedTakeoverFromDeadOwner(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	pub := ptPublisher(t, client, 1)
+	init := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
+	require.NoError(t, init.SubscribeInitialize(tp))
+	for seq := range 6 {
+		require.NoError(t, pub.Publish(tp, keyed("k", seq)))
+	}
+	// A consumer that fetched the first four and died, owning the partition.
+	ctx := context.Background()
+	_, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{lcKey(tp, "stream"), ">"}, Count: 4}).Result()
+	require.NoError(t, err)
+	require.NoError(t, client.Set(ctx, lcKey(tp, "g:g:owner"), "dead", 500*time.Millisecond).Err())
+
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
+	ch := subscribe(t, sub, tp)
+	start := time.Now()
+	for seq := range 6 {
+		msg := receive(t, ch, 5*time.Second)
+		require.Equal(t, strconv.Itoa(seq), string(msg.Payload))
+		if seq == 0 {
+			require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "taken over only after the dead owner's lease")
+		}
+		msg.Ack()
+	}
+	nothing(t, ch, 200*time.Millisecond)
+}

@@ -1,0 +1,39 @@
+--[[
+  members: the heartbeat of an ordered subscription in its consumer
+  group's member list for a topic. Ordered subscriptions read it to share
+  the topic's partitions evenly: none owns more than partitions / members
+  (rounded up), and one owning two more than the member owning fewest
+  gives a partition up. Members that stopped beating expire.
+
+  KEYS[1] members  zset   member name -> expiry, ms (Redis clock)
+  KEYS[2] owned    hash   member name -> partitions it owns
+  ARGV[1] member name
+  ARGV[2] time to live in ms; 0 removes the member
+  ARGV[3] partitions the member owns
+
+  Returns {live, fewest}: the number of live members, and the fewest
+  partitions a live member owns.
+]]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if tonumber(ARGV[2]) > 0 then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+else
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+if #expired > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  redis.call('HDEL', KEYS[2], unpack(expired))
+end
+local live = redis.call('ZRANGE', KEYS[1], 0, -1)
+local fewest = -1
+if #live > 0 then
+  for _, n in ipairs(redis.call('HMGET', KEYS[2], unpack(live))) do
+    n = tonumber(n) or 0
+    if fewest < 0 or n < fewest then fewest = n end
+  end
+end
+return {#live, math.max(fewest, 0)}
