@@ -165,6 +165,7 @@ type scheduler struct {
 	pubsub   *redis.PubSub
 	discover bool                  // add partitions that wake-ups name (a Manager with no topic list)
 	loops    map[shard]chan string // a loop per scheduled partition: its wake-ups
+	balances map[string]*balance   // topics of several partitions: their leases held
 	wg       sync.WaitGroup
 }
 
@@ -184,7 +185,7 @@ func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *schedul
 		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: uuid.NewString(),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention,
-		loops: map[shard]chan string{},
+		loops: map[shard]chan string{}, balances: map[string]*balance{},
 	}
 }
 
@@ -289,7 +290,20 @@ func wakeRank(kind string) int {
 }
 
 // add starts scheduling the first parts partitions of a topic, each once.
+// Schedulers share the partitions of a topic evenly (see balance): each
+// takes a free lease only while it holds no more than the others.
 func (s *scheduler) add(topic string, parts int) {
+	if parts > 1 {
+		s.mu.Lock()
+		if b := s.balances[topic]; b == nil || b.parts < parts {
+			b = &balance{parts: parts}
+			if old := s.balances[topic]; old != nil {
+				b.owned.Store(old.owned.Load())
+			}
+			s.balances[topic] = b
+		}
+		s.mu.Unlock()
+	}
 	for part := range parts {
 		s.addPartition(topic, part)
 	}
@@ -363,6 +377,19 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 	// a tick whose reply was lost (cancelled by Close) may have taken it.
 	// The script releases only the caller's own lease.
 	defer s.release(sh, fields)
+	var lastBeat time.Time // partition 0: the scheduler's last heartbeat in the topic's list
+	defer func() {
+		if b := s.balanceOf(topic); b != nil {
+			if held {
+				b.owned.Add(-1)
+			}
+			if part == 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
+				_ = b.beat(ctx, s.client, []string{sh.schedulers(), sh.leaseCounts()}, s.owner, 0)
+				cancel()
+			}
+		}
+	}()
 	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
 	// tick behind, so the timer is reused without draining.
 	timer := time.NewTimer(s.interval)
@@ -379,8 +406,24 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 				}
 				groups, listed, relist = g, time.Now(), false
 			}
+			take := true
+			if b := s.balanceOf(topic); b != nil {
+				if part == 0 && time.Since(lastBeat) >= s.interval/2 {
+					if err := b.beat(ctx, s.client, []string{sh.schedulers(), sh.leaseCounts()}, s.owner, 3*s.interval); err != nil {
+						return fmt.Errorf("renew the scheduler's membership: %w", err)
+					}
+					lastBeat = time.Now()
+				}
+				if cur := b.owned.Load(); held && b.surplus(cur) && b.owned.CompareAndSwap(cur, cur-1) {
+					// the released wake-up makes a standby take over at once
+					s.release(sh, fields)
+					held = false
+					s.logger.Debug("redisdelay: gave the partition up to another scheduler", fields)
+				}
+				take = held || b.mayTake(b.owned.Load())
+			}
 			var err error
-			if t, err = s.promote(ctx, sh, fields, groups); err != nil {
+			if t, err = s.promote(ctx, sh, fields, groups, take); err != nil {
 				return err
 			}
 			if t.groups != len(groups) {
@@ -392,12 +435,14 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 			if !t.held {
 				if held {
 					s.logger.Debug("redisdelay: another scheduler took over the topic", fields)
+					s.counted(topic, -1)
 				}
 				held = false
 				return nil
 			}
 			if !held {
 				held = true
+				s.counted(topic, 1)
 				clear(nextReclaim) // reclaim at once what a previous holder left
 				s.logger.Debug("redisdelay: scheduling the topic", fields)
 			}
@@ -455,6 +500,21 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 	}
 }
 
+// balanceOf returns the balance of a topic of several partitions, or nil.
+func (s *scheduler) balanceOf(topic string) *balance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.balances[topic]
+}
+
+// counted records that the scheduler took (1) or lost (-1) a lease of the
+// topic.
+func (s *scheduler) counted(topic string, n int32) {
+	if b := s.balanceOf(topic); b != nil {
+		b.owned.Add(n)
+	}
+}
+
 // reclaimEvery is how often a group is checked for messages of dead
 // consumers: a quarter of its visibility timeout, at least the check
 // interval. The check runs on the first tick after that (ticks come at
@@ -475,13 +535,17 @@ type tick struct {
 // due and returns how long to sleep: until the next due message, capped at
 // the check interval; 0 when more is due now. A standby sleeps until the
 // lease expires, at most the check interval.
-func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogFields, groups []string) (tick, error) {
+func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogFields, groups []string, take bool) (tick, error) {
+	mayTake := "1"
+	if !take {
+		mayTake = "0"
+	}
 	k := make([]string, 0, 5+3*len(groups))
 	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream())
 	for _, g := range groups {
 		k = append(k, sh.retry(g), sh.retryBodies(g), sh.redelivery(g))
 	}
-	res, err := promoteScript.Run(ctx, s.client, k, s.batch, s.owner, s.lease.Milliseconds()).Int64Slice()
+	res, err := promoteScript.Run(ctx, s.client, k, s.batch, s.owner, s.lease.Milliseconds(), mayTake).Int64Slice()
 	if err != nil {
 		return tick{}, fmt.Errorf("promote due messages: %w", err)
 	}

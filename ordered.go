@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Ordered subscriptions (SubscriberConfig.Ordered). One consumer of a group
@@ -19,31 +21,35 @@ import (
 // partitions / members (rounded up), giving surplus partitions up when
 // members join.
 
-// ordering is shared by the partition subscriptions of one ordered
-// Subscribe call.
-type ordering struct {
+// balance shares the partitions of a topic evenly among its members: the
+// ordered subscriptions of a consumer group, or the schedulers of the
+// topic. One is shared by the partition subscriptions of one ordered
+// Subscribe call, or by the partition loops of one scheduler; owned counts
+// the partitions (or scheduling leases) they hold, and live and fewest come
+// from the member list (members.lua).
+type balance struct {
 	parts  int
 	owned  atomic.Int32 // partitions owned
 	live   atomic.Int32 // ordered subscriptions of the group alive, as last read
 	fewest atomic.Int32 // the fewest partitions one of them owns, as last read
 }
 
-// share is how many partitions one ordered subscription may own.
-func (o *ordering) share() int32 {
+// share is how many partitions one member may own.
+func (o *balance) share() int32 {
 	n := max(o.live.Load(), 1)
 	return (int32(o.parts) + n - 1) / n
 }
 
-// surplus reports whether a subscription owning owned partitions should
+// surplus reports whether a member owning owned partitions should
 // give one up: it owns more than its share, or two more than another.
-func (o *ordering) surplus(owned int32) bool {
+func (o *balance) surplus(owned int32) bool {
 	return owned > o.share() || owned >= o.fewest.Load()+2
 }
 
-// mayTake reports whether a subscription owning owned partitions may take
+// mayTake reports whether a member owning owned partitions may take
 // a free one: below its share, and owning fewest of all (so free
 // partitions go to the members owning fewest first).
-func (o *ordering) mayTake(owned int32) bool {
+func (o *balance) mayTake(owned int32) bool {
 	return owned < o.share() && owned <= o.fewest.Load()
 }
 
@@ -60,21 +66,15 @@ func (s *Subscriber) ownLease() time.Duration {
 // the others know their share of the partitions before any is taken, and
 // returns the heartbeat that keeps it there until ctx ends, then removes
 // it. member is the consumer name of the Subscribe call.
-func (s *Subscriber) join(ctx context.Context, o *ordering, topic, member string) (heartbeat func()) {
+func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string) (heartbeat func()) {
 	sh := s.keys.shard(topic, 0)
 	k := []string{sh.members(s.config.ConsumerGroup), sh.ownedCounts(s.config.ConsumerGroup)}
 	beat := func(ctx context.Context, ttl time.Duration) {
 		ctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
-		res, err := membersScript.Run(ctx, s.config.Client, k, member, ttl.Milliseconds(), o.owned.Load()).Int64Slice()
-		if err != nil {
-			if ttl > 0 && ctx.Err() == nil {
-				s.logger.Error("redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
-			}
-			return
+		if err := o.beat(ctx, s.config.Client, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil {
+			s.logger.Error("redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
 		}
-		o.live.Store(int32(res[0]))
-		o.fewest.Store(int32(res[1]))
 	}
 	beat(ctx, s.ownLease())
 	return func() {
@@ -90,6 +90,18 @@ func (s *Subscriber) join(ctx context.Context, o *ordering, topic, member string
 			beat(ctx, s.ownLease())
 		}
 	}
+}
+
+// beat renews a member's heartbeat in a member list (members.lua) for ttl,
+// or with ttl 0 removes it, and reads the list's state into o.
+func (o *balance) beat(ctx context.Context, client redis.UniversalClient, k []string, member string, ttl time.Duration) error {
+	res, err := membersScript.Run(ctx, client, k, member, ttl.Milliseconds(), o.owned.Load()).Int64Slice()
+	if err != nil {
+		return err
+	}
+	o.live.Store(int32(res[0]))
+	o.fewest.Store(int32(res[1]))
+	return nil
 }
 
 // heartbeatEvery is how often an ordered subscription renews its

@@ -364,3 +364,43 @@ func TestPubSub_Partitioned(t *testing.T) {
 		return newPS(t, "g-"+watermill.NewShortUUID())
 	}, newPS)
 }
+
+// Schedulers share a topic's partitions evenly, and take over those of
+// one that stops.
+func TestManagersSharePartitions(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	const parts = 6
+	require.NoError(t, ptPublisher(t, client, parts).Publish(tp, lcMessage("x")))
+	holders := func() map[string]int {
+		n := map[string]int{}
+		for p := range parts {
+			if o, err := client.Get(context.Background(), ptKey(tp, p, "lease")).Result(); err == nil {
+				n[o]++
+			}
+		}
+		return n
+	}
+	spread := func(want ...int) func() bool {
+		return func() bool {
+			h := holders()
+			if len(h) != len(want) {
+				return false
+			}
+			for _, n := range h {
+				if n != want[0] {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	config := redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond}
+	first := lcManager(t, client, config)
+	require.Eventually(t, spread(parts), 5*time.Second, 20*time.Millisecond, "one Manager holds all: %v", holders())
+	lcManager(t, client, config)
+	lcManager(t, client, config)
+	require.Eventually(t, spread(2, 2, 2), 10*time.Second, 20*time.Millisecond, "three share: %v", holders())
+	require.NoError(t, first.Close())
+	require.Eventually(t, spread(3, 3), 10*time.Second, 20*time.Millisecond, "two share: %v", holders())
+}

@@ -71,6 +71,8 @@ var (
 //	<shard>:g:<group>:owned  hash    ordered subscription -> partitions it owns (partition 0 only)
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
+//	<shard>:schedulers       zset    schedulers of the topic -> expiry (partition 0 only)
+//	<shard>:sleases          hash    scheduler -> leases it holds in the topic (partition 0 only)
 //	<prefix>:topics          set     known topics (for Managers)
 //	<prefix>:partitions      hash    topic -> partition count (absent: 1)
 //
@@ -133,6 +135,9 @@ func (s shard) stream() string  { return string(s) + ":stream" }
 func (s shard) groups() string  { return string(s) + ":groups" }
 func (s shard) wake() string    { return string(s) + ":wake" }
 func (s shard) lease() string   { return string(s) + ":lease" }
+
+func (s shard) schedulers() string  { return string(s) + ":schedulers" }
+func (s shard) leaseCounts() string { return string(s) + ":sleases" }
 
 func (s shard) group(group string) string       { return string(s) + ":g:" + group }
 func (s shard) retry(group string) string       { return s.group(group) + ":retry" }

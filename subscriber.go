@@ -179,9 +179,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	stop := context.AfterFunc(s.closing, cancel)
 	var wg sync.WaitGroup
 	consumer := s.config.Consumer + "-" + uuid.NewString()
-	var order *ordering
+	var order *balance
 	if s.config.Ordered {
-		order = &ordering{parts: parts}
+		order = &balance{parts: parts}
 		heartbeat := s.join(ctx, order, topic, consumer)
 		wg.Add(1)
 		go func() {
@@ -276,7 +276,7 @@ type subscription struct {
 	// Ordered subscriptions only (see ordered.go): shared with the
 	// topic's other partitions; whether this one owns its partition; set
 	// by lease renewal when the ownership ran out.
-	order      *ordering
+	order      *balance
 	owns, lost atomic.Bool
 }
 

@@ -19,12 +19,15 @@
   ARGV[1]  most messages moved from one set per call
   ARGV[2]  owner: a unique id of the calling scheduler
   ARGV[3]  lease time in ms
+  ARGV[4]  "0" when the caller must not take a free lease (it holds its
+           share of the topic's partitions already), "1" otherwise
 
   Returns {moved, wait, missing, groups, held}:
     moved    messages moved
     wait     held: µs until the earliest message still waiting is due;
              0 when a set had more due than the limit; -1 when all sets are empty.
-             Not held: µs until the lease expires.
+             Not held: µs until the lease expires; -1 when it is free (and the
+             caller was not to take it).
     missing  members that had no body (dropped from the set; reported by the caller)
     groups   number of consumer groups registered for the topic (a caller
              whose list differs reads the set again)
@@ -35,6 +38,9 @@ local ngroups = redis.call('SCARD', KEYS[2])
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= owner then
   return {0, redis.call('PTTL', KEYS[1]) * 1000, 0, ngroups, 0}
+end
+if not holder and ARGV[4] == '0' then
+  return {0, -1, 0, ngroups, 0}
 end
 redis.call('SET', KEYS[1], owner, 'PX', ARGV[3])
 
