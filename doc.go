@@ -26,6 +26,16 @@
 // takes over when it stops. All keys of a topic share the hash tag {topic},
 // so Redis Cluster works.
 //
+// # Partitions and ordering
+//
+// A topic can be split into partitions (PublisherConfig.Partitions), each
+// with keys of its own under its own hash tag, so a hot topic spreads over
+// a cluster's nodes and its scheduling over Managers. The PartitionKey
+// metadata places related messages in one partition. With
+// SubscriberConfig.Ordered, one consumer of a group at a time owns each
+// partition, so messages with the same PartitionKey are handled one at a
+// time, in due order, and a Nack is retried before later messages.
+//
 // # Delivery
 //
 // At least once. Each group receives every message; subscribers of a group
