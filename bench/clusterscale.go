@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -184,14 +185,14 @@ func (b *bench) clusterPublishConsume(c *redisCluster, s clusterSetup) (pubRate,
 	}
 	n := b.opts.ClusterN
 	payload := randomPayload(16)
-	pubRate = b.measureCluster(c, fmt.Sprintf("cluster publish immediate 16 B · %s", s), n, func() (time.Duration, error) {
+	pubRate = b.measureCluster(c, fmt.Sprintf("cluster publish immediate 16 B · %s", s), n, func(func()) (time.Duration, error) {
 		return publishWatermill(pub, []string{hotTopic}, n, 1, payload, 0)
 	})
 	if pubRate == nil {
 		return nil, nil
 	}
-	subRate = b.measureCluster(c, fmt.Sprintf("cluster subscribe %d× 16 B · %s", clusterSubscribers, s), n, func() (time.Duration, error) {
-		return consume(b, subs, []string{hotTopic}, n)
+	subRate = b.measureCluster(c, fmt.Sprintf("cluster subscribe %d× 16 B · %s", clusterSubscribers, s), n, func(mark func()) (time.Duration, error) {
+		return clusterConsume(b, subs, hotTopic, n, mark)
 	})
 	return pubRate, subRate
 }
@@ -211,7 +212,7 @@ func (b *bench) clusterPublishDelayed(c *redisCluster, s clusterSetup) *float64 
 	defer pub.Close()
 	n := b.opts.ClusterN
 	payload := randomPayload(16)
-	return b.measureCluster(c, fmt.Sprintf("cluster publish delayed 16 B · %s", s), n, func() (time.Duration, error) {
+	return b.measureCluster(c, fmt.Sprintf("cluster publish delayed 16 B · %s", s), n, func(func()) (time.Duration, error) {
 		return publishWatermill(pub, []string{hotTopic}, n, 1, payload, farFuture)
 	})
 }
@@ -240,8 +241,8 @@ func (b *bench) clusterPromote(c *redisCluster, s clusterSetup, managers int) *f
 	time.Sleep(10 * time.Millisecond) // all due
 	name := fmt.Sprintf("cluster promote %s due, %d Manager(s) · %s", count(n), managers, s)
 	var moved int64
-	rate := b.measureCluster(c, name, n, func() (time.Duration, error) {
-		d, m, err := promoteCluster(b, client, s.partitions, managers, int64(n))
+	rate := b.measureCluster(c, name, n, func(mark func()) (time.Duration, error) {
+		d, m, err := promoteCluster(b, client, s.partitions, managers, int64(n), mark)
 		moved = m
 		return d, err
 	})
@@ -257,9 +258,9 @@ func (b *bench) clusterPromote(c *redisCluster, s clusterSetup, managers int) *f
 
 // promoteCluster starts managers Managers for the hot topic and polls the
 // waiting sets of its partitions every 2 ms. It returns the time from the
-// first poll that saw messages moved to the poll that saw none left, and
-// how many were moved in between.
-func promoteCluster(b *bench, client *redis.ClusterClient, partitions, managers int, total int64) (time.Duration, int64, error) {
+// first poll that saw messages moved to the poll that saw none left (when
+// it calls mark), and how many were moved in between.
+func promoteCluster(b *bench, client *redis.ClusterClient, partitions, managers int, total int64, mark func()) (time.Duration, int64, error) {
 	var stops []func() error
 	defer func() {
 		for _, stop := range stops {
@@ -310,6 +311,7 @@ func promoteCluster(b *bench, client *redis.ClusterClient, partitions, managers 
 			progress("   first promotion seen %.0f ms after starting the Manager(s), %d left", now.Sub(started).Seconds()*1000, waiting)
 		}
 		if waiting == 0 {
+			mark()
 			return now.Sub(first), firstLeft, nil
 		}
 		if waiting != last {
@@ -321,52 +323,104 @@ func promoteCluster(b *bench, client *redis.ClusterClient, partitions, managers 
 	}
 }
 
+// cpuSnapshot is the CPU used so far by each node, the bench process, the
+// other processes and the machine.
+type cpuSnapshot struct {
+	at          time.Time
+	nodes       []float64
+	self        float64
+	others      map[int]float64
+	busy, total float64
+	err         error
+}
+
+func (c *redisCluster) snapshot(b *bench, exclude map[int]bool) cpuSnapshot {
+	s := cpuSnapshot{others: processTicks(exclude), self: selfCPU()}
+	s.busy, s.total = machineCPU()
+	s.nodes, s.err = c.cpuSeconds(b.ctx)
+	s.at = time.Now()
+	return s
+}
+
+// clusterConsume is consume (scenario 2's Router with an ack-only handler
+// per subscriber) on one topic, calling mark as soon as n messages were
+// handled, before the Router closes.
+func clusterConsume(b *bench, subs []message.Subscriber, topic string, n int, mark func()) (time.Duration, error) {
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, b.logger)
+	if err != nil {
+		return 0, err
+	}
+	var handled atomic.Int64
+	done := make(chan struct{})
+	for i, sub := range subs {
+		router.AddConsumerHandler(fmt.Sprintf("ack-%d", i), topic, sub, func(*message.Message) error {
+			if handled.Add(1) == int64(n) {
+				close(done)
+			}
+			return nil
+		})
+	}
+	start := time.Now()
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(b.ctx) }()
+	err = waitFor(done, handled.Load, n)
+	elapsed := time.Since(start)
+	mark()
+	return elapsed, errors.Join(err, router.Close(), <-runErr)
+}
+
 // measureCluster is measure for a cluster: it records the run with the
 // CPU of every node, of the bench process (the Go client, the library and
-// the harness) and of the whole machine over fn's measured part, and
-// returns msg/s of that part (nil on failure).
-func (b *bench) measureCluster(c *redisCluster, name string, messages int, fn func() (time.Duration, error)) *float64 {
+// the harness), of the other processes and of the whole machine, and
+// returns msg/s of fn's measured part (nil on failure). The CPU figures
+// cover the time from fn's start until it calls mark (when its measured
+// part is over, before closing what it started), or until it returns.
+func (b *bench) measureCluster(c *redisCluster, name string, messages int, fn func(mark func()) (time.Duration, error)) *float64 {
 	for _, a := range c.admins {
 		if b.failed(name, a.ConfigResetStat(b.ctx).Err()) {
 			return nil
 		}
 	}
-	nodes0, err := c.cpuSeconds(b.ctx)
+	exclude := map[int]bool{}
+	for _, cmd := range c.cmds {
+		exclude[cmd.Process.Pid] = true
+	}
+	s0 := c.snapshot(b, exclude)
+	if b.failed(name, s0.err) {
+		return nil
+	}
+	var s1 cpuSnapshot
+	marked := false
+	d, err := fn(func() { s1, marked = c.snapshot(b, exclude), true })
 	if b.failed(name, err) {
 		return nil
 	}
-	self0 := selfCPU()
-	busy0, all0 := machineCPU()
-	d, err := fn()
-	if b.failed(name, err) {
-		return nil
+	if !marked {
+		s1 = c.snapshot(b, exclude)
 	}
-	// CPU over the measured part: a Router's Close after the last message
-	// and a Manager's start before the first adds CPU time (little) but
-	// not wall time.
-	wall := d.Seconds()
-	self1 := selfCPU()
-	busy1, all1 := machineCPU()
-	nodes1, err := c.cpuSeconds(b.ctx)
-	if b.failed(name, err) {
+	if b.failed(name, s1.err) {
 		return nil
 	}
 	stats, err := c.commandStats(b.ctx)
 	if b.failed(name, err) {
 		return nil
 	}
+	wall := s1.at.Sub(s0.at).Seconds()
 	var redisTotal float64
-	peers := []Peer{peer("bench process (Go)", ptr((self1-self0)/wall*100))}
+	self := (s1.self - s0.self) / wall * 100
+	peers := []Peer{peer("bench process (Go)", ptr(self))}
 	var perNode []string
-	for i := range nodes0 {
-		pct := (nodes1[i] - nodes0[i]) / wall * 100
+	for i := range s0.nodes {
+		pct := (s1.nodes[i] - s0.nodes[i]) / wall * 100
 		redisTotal += pct
 		peers = append(peers, peer("Redis node "+strconv.Itoa(i+1), ptr(pct)))
 		perNode = append(perNode, fmt.Sprintf("%.0f%%", pct))
 	}
-	peers = append(peers, peer("Redis total", ptr(redisTotal)), peer("bench + Redis", ptr(*peers[0].Value+redisTotal)))
-	if all1 > all0 {
-		peers = append(peers, peer("machine busy (/proc/stat, tick-sampled)", ptr((busy1-busy0)/(all1-all0)*200)))
+	others := otherCPUSeconds(s0.others, s1.others) / wall * 100
+	peers = append(peers, peer("Redis total", ptr(redisTotal)), peer("bench + Redis", ptr(self+redisTotal)),
+		peer("other processes", ptr(others)))
+	if s1.total > s0.total {
+		peers = append(peers, peer("machine busy (/proc/stat, tick-sampled)", ptr((s1.busy-s0.busy)/(s1.total-s0.total)*200)))
 	}
 	run := &Run{
 		Name:     name,
@@ -388,8 +442,8 @@ func (b *bench) measureCluster(c *redisCluster, name string, messages int, fn fu
 	}
 	b.rep.Runs = append(b.rep.Runs, run)
 	b.rep.Rows = append(b.rep.Rows, Row{Section: "9b", Figure: name, Unit: "% of a core", Peers: peers, NoRatio: true})
-	progress("%-60s %10s msg/s (%s in %.2fs, Redis CPU %s, bench %.0f%%)", name, formatNumber(run.Rate), count(messages), run.Seconds,
-		strings.Join(perNode, " + "), *peers[0].Value)
+	progress("%-60s %10s msg/s (%s in %.2fs, Redis CPU %s, bench %.0f%%, others %.0f%%)", name, formatNumber(run.Rate), count(messages), run.Seconds,
+		strings.Join(perNode, " + "), self, others)
 	return &run.Rate
 }
 
@@ -425,4 +479,50 @@ func machineCPU() (busy, total float64) {
 		}
 	}
 	return busy, total
+}
+
+// processTicks returns the CPU time (utime + stime, in clock ticks of
+// 1/100 s) of every process but the bench and the given ones
+// (/proc/PID/stat), to tell how much of the machine other processes took.
+func processTicks(exclude map[int]bool) map[int]float64 {
+	out := map[int]float64{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self || exclude[pid] {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name (field 2) may hold spaces: fields after ")".
+		i := strings.LastIndexByte(string(data), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseFloat(f[11], 64) // field 14, utime
+		s, _ := strconv.ParseFloat(f[12], 64) // field 15, stime
+		out[pid] = u + s
+	}
+	return out
+}
+
+// otherCPUSeconds is the CPU time other processes used between two
+// processTicks snapshots (processes that started in between count whole;
+// those that ended in between are missed).
+func otherCPUSeconds(before, after map[int]float64) float64 {
+	var ticks float64
+	for pid, t := range after {
+		ticks += t - before[pid]
+	}
+	return ticks / 100
 }
