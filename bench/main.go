@@ -44,6 +44,11 @@ type options struct {
 	Scaling      int           `json:"scaling"`
 	Idle         time.Duration `json:"idle"`
 	IdleTopics   int           `json:"idle_topics"`
+	// Scenario 9 (Redis Cluster): messages per publish/subscribe run,
+	// messages promoted, Managers of the extra promotion run.
+	ClusterN        int `json:"cluster_n"`
+	ClusterSchedule int `json:"cluster_schedule"`
+	ClusterManagers int `json:"cluster_managers"`
 }
 
 // scenario is a part of the bench; throughput covers two numbers because
@@ -62,6 +67,7 @@ var scenarios = []scenario{
 	{[]int{6}, "memory per waiting message", (*bench).memory},
 	{[]int{7}, "scaling with the backlog", (*bench).scaling},
 	{[]int{8}, "idle cost", (*bench).idle},
+	{[]int{9}, "scaling on Redis Cluster", (*bench).clusterScaling},
 }
 
 // bench is the state shared by the scenarios.
@@ -112,6 +118,9 @@ func run() error {
 	intFlag(&opts.Scaling, "scaling", 200_000, 20_000, "messages published and promoted at each backlog (scenario 7)")
 	durFlag(&opts.Idle, "idle", time.Minute, 5*time.Second, "idle measurement per system (scenario 8)")
 	intFlag(&opts.IdleTopics, "idle-topics", 100, 100, "idle topics, one subscriber each (scenario 8)")
+	intFlag(&opts.ClusterN, "cluster-n", 300_000, 5_000, "messages per publish and subscribe run on each cluster setup (scenario 9)")
+	intFlag(&opts.ClusterSchedule, "cluster-schedule", 1_000_000, 10_000, "due messages promoted on each cluster setup (scenario 9)")
+	intFlag(&opts.ClusterManagers, "cluster-managers", 3, 3, "Managers of the extra promotion run on 3 masters, 8 partitions (scenario 9; 1 skips it)")
 	flag.Parse()
 	if *quick {
 		set := map[string]bool{}
@@ -146,11 +155,13 @@ func run() error {
 		return err
 	}
 	defer server.stop()
+	defer stopClusters()
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-signals
 		server.stop()
+		stopClusters()
 		os.Exit(130)
 	}()
 
