@@ -63,18 +63,27 @@ func failoverDeployment(t *testing.T, kind string) deployment {
 	return d
 }
 
-// master returns the port of the master that holds key.
+// master returns the port of the master that holds key, as every sentinel
+// or the cluster nodes other than except see it.
 func (d deployment) master(ctx context.Context, key string, except string) (string, error) {
 	if d.kind == "sentinel" {
+		// Every sentinel must agree: a client that asks one still naming
+		// the old master would write to it once it is restarted, and
+		// those writes are lost when the sentinels make it a replica.
+		master := ""
 		for _, a := range sentinelAddrs {
 			s := redis.NewSentinelClient(&redis.Options{Addr: a, Dialer: loopbackDialer})
 			addr, err := s.GetMasterAddrByName(ctx, sentinelMaster).Result()
 			_ = s.Close()
-			if err == nil {
-				return addr[1], nil
+			if err != nil {
+				return "", err
 			}
+			if master != "" && addr[1] != master {
+				return "", fmt.Errorf("sentinels disagree: %s and %s", master, addr[1])
+			}
+			master = addr[1]
 		}
-		return "", fmt.Errorf("no sentinel answered")
+		return master, nil
 	}
 	slot := redisSlot(key)
 	var lastErr error
