@@ -32,6 +32,7 @@ const (
 	defaultPublishTimeout      = 10 * time.Second
 	defaultMaxDelay            = 366 * 24 * time.Hour
 	defaultMaxMessageSize      = 1 << 20
+	defaultReplicaTimeout      = time.Second
 )
 
 var (
@@ -52,6 +53,13 @@ var (
 	// ErrMessageTooLarge is wrapped by Publish errors for a message whose
 	// encoded size exceeds PublisherConfig.MaxMessageSize.
 	ErrMessageTooLarge = errors.New("redisdelay: message too large")
+	// ErrNotReplicated is wrapped by Publish errors when
+	// PublisherConfig.MinReplicas is set and fewer replicas acknowledged the
+	// write within PublisherConfig.ReplicaTimeout. The messages ARE stored
+	// on the master (and delivered unless a failover loses them): retrying
+	// is a no-op for a delayed message still waiting, while an immediate
+	// message retried may be delivered twice.
+	ErrNotReplicated = errors.New("redisdelay: not replicated")
 )
 
 // PublisherConfig configures a Publisher.
@@ -91,6 +99,24 @@ type PublisherConfig struct {
 	// values. Managers read the stored count.
 	Partitions      int
 	TopicPartitions map[string]int
+
+	// MinReplicas makes Publish wait until this many replicas of the master
+	// that stores the messages have acknowledged the write (Redis WAIT),
+	// so that a failover after Publish returned nil cannot lose them
+	// (default 0: do not wait; Redis replicates asynchronously, and a
+	// master that dies right after a write may take the last writes with
+	// it). If fewer acknowledge within ReplicaTimeout, Publish returns an
+	// ErrNotReplicated: the messages are stored on the master then. It
+	// needs a *redis.Client (plain or Sentinel) or a *redis.ClusterClient,
+	// and holds one pooled connection per script run for up to
+	// ReplicaTimeout longer. A master with fewer replicas than this fails
+	// every Publish with ErrNotReplicated (after a failover, until the old
+	// master rejoins as a replica, when it had only one).
+	MinReplicas int
+
+	// ReplicaTimeout bounds the wait for MinReplicas (default 1s). Keep it
+	// well under PublishTimeout.
+	ReplicaTimeout time.Duration
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -103,6 +129,9 @@ func (c *PublisherConfig) setDefaults() {
 	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = defaultMaxMessageSize
+	}
+	if c.ReplicaTimeout == 0 {
+		c.ReplicaTimeout = defaultReplicaTimeout
 	}
 }
 
@@ -126,7 +155,30 @@ func (c PublisherConfig) Validate() error {
 	if c.MaxMessageSize < 1 || c.MaxMessageSize > 512<<20 {
 		return fmt.Errorf("redisdelay: PublisherConfig.MaxMessageSize is %d: use 1 to %d bytes (0 means the default, 1 MiB)", c.MaxMessageSize, 512<<20)
 	}
-	return validatePartitions("PublisherConfig", c.Partitions, c.TopicPartitions)
+	if err := validatePartitions("PublisherConfig", c.Partitions, c.TopicPartitions); err != nil {
+		return err
+	}
+	return c.validateReplicas()
+}
+
+func (c PublisherConfig) validateReplicas() error {
+	if c.MinReplicas < 0 {
+		return fmt.Errorf("redisdelay: PublisherConfig.MinReplicas is %d: use 0 (do not wait for replicas) or more", c.MinReplicas)
+	}
+	if err := positive("PublisherConfig.ReplicaTimeout", c.ReplicaTimeout, time.Millisecond); err != nil {
+		return err
+	}
+	if c.MinReplicas > 0 && c.ReplicaTimeout >= c.PublishTimeout {
+		return fmt.Errorf("redisdelay: PublisherConfig.ReplicaTimeout (%s) is not under PublishTimeout (%s): Publish would give up before the replicas could confirm", c.ReplicaTimeout, c.PublishTimeout)
+	}
+	if c.MinReplicas > 0 {
+		switch c.Client.(type) { // WAIT needs the connection; see Publisher.runPublish
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return fmt.Errorf("redisdelay: PublisherConfig.MinReplicas needs a *redis.Client (plain or Sentinel) or a *redis.ClusterClient: WAIT must run on the connection that stored the messages, which a %T does not expose", c.Client)
+		}
+	}
+	return nil
 }
 
 // SubscriberConfig configures a Subscriber.

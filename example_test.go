@@ -8,7 +8,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay"
 )
@@ -16,7 +15,7 @@ import (
 // Publish a message due in 300ms and receive it then. The scheduler runs
 // inside the Subscriber, so a Publisher and a Subscriber are all it takes.
 func Example() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	client := exampleClient() // e.g. redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, nil)

@@ -996,6 +996,7 @@ type lcProxy struct {
 type lcPipe struct{ down, up net.Conn }
 
 func newLcProxy(t *testing.T) *lcProxy {
+	needSingle(t, "it cuts and stalls connections through a TCP proxy in front of the test server")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &lcProxy{target: redisAddr, addr: ln.Addr().String(), ln: ln,

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,10 +18,22 @@ import (
 // The tests run against a real redis-server: the one at REDISDELAY_TEST_ADDR
 // (loopback only), or one TestMain starts on a free loopback port with AOF
 // on, so a restart (TestReconnect) loses nothing.
+//
+// With REDISDELAY_TEST_CLUSTER (comma-separated seed addresses, see
+// .ci/cluster.sh) they run against a Redis Cluster through a
+// redis.ClusterClient instead; with REDISDELAY_TEST_SENTINEL (sentinel
+// addresses, see .ci/sentinel.sh; master name REDISDELAY_TEST_SENTINEL_MASTER,
+// default "redisdelay") against a Sentinel-managed master through a failover
+// client. Tests that need a single server (TCP proxies, restarts, FLUSHALL)
+// skip themselves then (needSingle).
 var (
 	redisAddr   string
 	restartCmd  []string // restarts the test server; nil for an external one
 	stopCommand func()
+
+	clusterSeeds   []string // REDISDELAY_TEST_CLUSTER
+	sentinelAddrs  []string // REDISDELAY_TEST_SENTINEL
+	sentinelMaster string   // REDISDELAY_TEST_SENTINEL_MASTER
 )
 
 func TestMain(m *testing.M) {
@@ -35,14 +48,66 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func setupRedis() error {
-	if addr := os.Getenv("REDISDELAY_TEST_ADDR"); addr != "" {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			return fmt.Errorf("REDISDELAY_TEST_ADDR=%q: %w", addr, err)
+// checkLoopback refuses an address that is not on the loopback interface.
+func checkLoopback(env, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s: %q: %w", env, addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("%s: %q: tests only target loopback addresses (127.0.0.1, ::1)", env, addr)
+	}
+	return nil
+}
+
+// loopbackDialer dials like go-redis does, but only loopback addresses: a
+// cluster or a sentinel reports node addresses the tests did not choose.
+func loopbackDialer(ctx context.Context, network, addr string) (net.Conn, error) {
+	if err := checkLoopback("node address", addr); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+func addrList(env string) ([]string, error) {
+	v := os.Getenv(env)
+	if v == "" {
+		return nil, nil
+	}
+	var addrs []string
+	for _, a := range strings.Split(v, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
 		}
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return fmt.Errorf("REDISDELAY_TEST_ADDR=%q: tests only target loopback addresses (127.0.0.1, ::1)", addr)
+		if err := checkLoopback(env, a); err != nil {
+			return nil, err
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
+}
+
+func setupRedis() error {
+	var err error
+	if clusterSeeds, err = addrList("REDISDELAY_TEST_CLUSTER"); err != nil {
+		return err
+	}
+	if sentinelAddrs, err = addrList("REDISDELAY_TEST_SENTINEL"); err != nil {
+		return err
+	}
+	if clusterSeeds != nil && sentinelAddrs != nil {
+		return fmt.Errorf("set REDISDELAY_TEST_CLUSTER or REDISDELAY_TEST_SENTINEL, not both")
+	}
+	if sentinelMaster = os.Getenv("REDISDELAY_TEST_SENTINEL_MASTER"); sentinelMaster == "" {
+		sentinelMaster = "redisdelay"
+	}
+	if clusterSeeds != nil || sentinelAddrs != nil {
+		return ping()
+	}
+	if addr := os.Getenv("REDISDELAY_TEST_ADDR"); addr != "" {
+		if err := checkLoopback("REDISDELAY_TEST_ADDR", addr); err != nil {
+			return err
 		}
 		redisAddr = addr
 		return ping()
@@ -94,15 +159,65 @@ exit 1`, p, server, conf)
 }
 
 func ping() error {
-	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	c := openClient(0, 0)
 	defer c.Close()
-	return c.Ping(context.Background()).Err()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.Ping(ctx).Err()
+		})
+	}
+	return c.Ping(ctx).Err()
 }
 
-// newClient returns a client of the test server, closed when the test ends.
-// The pool is large because each subscription blocks one connection.
-func newClient(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 64, MaxRetries: -1})
+// clusterMode and sentinelMode say which kind of deployment the tests use.
+func clusterMode() bool  { return clusterSeeds != nil }
+func sentinelMode() bool { return sentinelAddrs != nil }
+
+// openClient returns a client of the test deployment: a *redis.Client, a
+// *redis.ClusterClient or a Sentinel-backed *redis.Client. The caller
+// closes it. Zero poolSize and maxRetries mean go-redis's defaults.
+func openClient(poolSize, maxRetries int) redis.UniversalClient {
+	switch {
+	case clusterMode():
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterSeeds, Dialer: loopbackDialer,
+			PoolSize: poolSize, MaxRetries: maxRetries})
+	case sentinelMode():
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: sentinelAddrs,
+			Dialer: loopbackDialer, PoolSize: poolSize, MaxRetries: maxRetries})
+	default:
+		return redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: poolSize, MaxRetries: maxRetries})
+	}
+}
+
+// newClient returns a client of the test deployment, closed when the test
+// ends. The pool is large because each subscription blocks one connection.
+func newClient(t testing.TB) redis.UniversalClient {
+	c := openClient(64, -1)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// needSingle skips the test on a Cluster or Sentinel deployment: it needs
+// the single test server (a TCP proxy in front of it, a restart, FLUSHALL,
+// or a *redis.Client of one node).
+func needSingle(t testing.TB, why string) {
+	t.Helper()
+	switch {
+	case clusterMode():
+		t.Skip("needs a single Redis server (running on the Redis Cluster of REDISDELAY_TEST_CLUSTER): " + why)
+	case sentinelMode():
+		t.Skip("needs a single Redis server (running on the Sentinel deployment of REDISDELAY_TEST_SENTINEL): " + why)
+	}
+}
+
+// singleClient is newClient for a test that needs the single test server.
+func singleClient(t testing.TB, why string) *redis.Client {
+	t.Helper()
+	needSingle(t, why)
+	return newClient(t).(*redis.Client)
+}
+
+// exampleClient is the client of the examples, which have no *testing.T.
+func exampleClient() redis.UniversalClient { return openClient(0, 0) }

@@ -31,6 +31,7 @@ type gateProxy struct {
 }
 
 func newGateProxy(t *testing.T) *gateProxy {
+	needSingle(t, "it holds replies in a TCP proxy in front of the test server")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &gateProxy{addr: ln.Addr().String(), gate: make(chan struct{})}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 )
 
 // Publisher publishes Watermill messages, each delivered when its delay
@@ -372,7 +374,7 @@ func (p *Publisher) store(batch []*pubCall) {
 	err := p.register(ctx, first.topic, first.parts)
 	if err == nil {
 		sh := first.shard
-		res, err = publishScript.Run(ctx, p.config.Client, []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq()}, args...).Slice()
+		res, err = p.runPublish(ctx, []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq()}, args)
 	}
 	if err == nil && len(res) != len(batch) {
 		err = fmt.Errorf("the publish script returned %d results for %d calls", len(res), len(batch))
@@ -443,4 +445,64 @@ func (p *Publisher) Close() error {
 	p.closeMu.Unlock()
 	p.pending.Wait()
 	return nil
+}
+
+// runPublish runs the publish script. With PublisherConfig.MinReplicas set
+// it then runs WAIT on the same connection (WAIT counts the replicas that
+// acknowledged the writes of its own connection, and cannot run inside a
+// script): a *redis.Client (plain or Sentinel) lends one pooled
+// connection, a *redis.ClusterClient the connection of the master that
+// owns the topic's slot (Validate refuses other clients). That master
+// comes from the cluster client's view of the slots, which only follows
+// the redirections of its own commands: a redirection, a cluster that is
+// down or a master that refuses connections here (a failover) reloads the
+// view and retries until ctx ends; none of them ran the script. The
+// connection goes back to the pool afterwards (go-redis drops it instead
+// when it failed, or ctx ended with a reply pending).
+func (p *Publisher) runPublish(ctx context.Context, keys []string, args []any) ([]any, error) {
+	if p.config.MinReplicas == 0 {
+		return publishScript.Run(ctx, p.config.Client, keys, args...).Slice()
+	}
+	for {
+		client, ok := p.config.Client.(*redis.Client)
+		cluster, isCluster := p.config.Client.(*redis.ClusterClient)
+		if isCluster {
+			var err error
+			if client, err = cluster.MasterForKey(ctx, keys[0]); err != nil {
+				return nil, err
+			}
+		} else if !ok {
+			return nil, fmt.Errorf("PublisherConfig.MinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", p.config.Client)
+		}
+		conn := client.Conn()
+		res, err := publishScript.Run(ctx, conn, keys, args...).Slice()
+		var acked int64
+		if err == nil {
+			acked, err = conn.Wait(ctx, p.config.MinReplicas, p.config.ReplicaTimeout).Result()
+			if err != nil {
+				err = fmt.Errorf("%w: the messages are stored on the master; WAIT for replicas failed: %w", ErrNotReplicated, err)
+			}
+		}
+		_ = conn.Close()
+		if err == nil && acked < int64(p.config.MinReplicas) {
+			err = fmt.Errorf("%w: the messages are stored on the master, but only %d of the %d replicas required (PublisherConfig.MinReplicas) confirmed them within %s, so a failover now could lose them; retrying is a no-op for a delayed message still waiting, while an immediate message retried may be delivered twice",
+				ErrNotReplicated, acked, p.config.MinReplicas, p.config.ReplicaTimeout)
+		}
+		if err == nil || !isCluster || errors.Is(err, ErrNotReplicated) {
+			return res, err
+		}
+		cluster.ReloadState(ctx)
+		var op *net.OpError
+		_, moved := redis.IsMovedError(err)
+		_, ask := redis.IsAskError(err)
+		if !moved && !ask && !redis.IsClusterDownError(err) && !redis.IsTryAgainError(err) &&
+			!(errors.As(err, &op) && op.Op == "dial") {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
