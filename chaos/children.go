@@ -83,7 +83,7 @@ func runConsumer(c config) int {
 		}
 	}
 
-	client := redis.NewClient(&redis.Options{Addr: c.addr, PoolSize: 2*c.subs + 4})
+	client := redis.NewClient(&redis.Options{Addr: c.addr, PoolSize: 2*c.subs*c.partitions + 4})
 	defer client.Close()
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{
 		Client:              client,
@@ -91,6 +91,8 @@ func runConsumer(c config) int {
 		ConsumerGroup:       group,
 		Consumer:            c.name,
 		BatchSize:           c.batch,
+		Partitions:          c.partitions,
+		Ordered:             c.ordered,
 		DisableScheduler:    true,
 		VisibilityTimeout:   c.visibility,
 		RetryDelay:          c.retryDelayFunc(),

@@ -6,11 +6,21 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// streams are the ready and redelivery streams of every partition.
+func (d *driver) streams() []string {
+	var out []string
+	for part := range d.c.partitions {
+		out = append(out, d.key(part, "stream"), d.key(part, "g:"+group+":redo"))
+	}
+	return out
+}
 
 // diagnose prints, for the messages not accounted for, where Redis holds
 // them (waiting, ready stream, pending for which consumer, redelivery
@@ -26,7 +36,7 @@ func (d *driver) diagnose(ctx context.Context) {
 	} else {
 		out("stats: %v", err)
 	}
-	for _, s := range []string{d.key("stream"), d.key("g:" + group + ":redo")} {
+	for _, s := range d.streams() {
 		if cs, err := d.direct.XInfoConsumers(ctx, s, group).Result(); err == nil {
 			var parts []string
 			for _, c := range cs {
@@ -58,11 +68,13 @@ func (d *driver) diagnose(ctx context.Context) {
 		}
 	}
 
-	// waiting set and bodies
-	if ws, err := d.direct.ZRangeWithScores(ctx, d.key("waiting"), 0, 100000).Result(); err == nil {
-		for _, z := range ws {
-			id, _ := z.Member.(string)
-			note(id, fmt.Sprintf("waiting(due %s)", dueOf(z.Score)))
+	// waiting sets and bodies
+	for part := range d.c.partitions {
+		if ws, err := d.direct.ZRangeWithScores(ctx, d.key(part, "waiting"), 0, 100000).Result(); err == nil {
+			for _, z := range ws {
+				id, _ := z.Member.(string)
+				note(id, fmt.Sprintf("waiting(due %s, partition %d)", dueOf(z.Score), part))
+			}
 		}
 	}
 	// bodies without a waiting entry (a delayed message dropped half-way)
@@ -70,18 +82,21 @@ func (d *driver) diagnose(ctx context.Context) {
 		pipe := d.direct.Pipeline()
 		exists := map[string]*redis.BoolCmd{}
 		for uuid := range want {
-			exists[uuid] = pipe.HExists(ctx, d.key("bodies"), uuid)
+			for part := range d.c.partitions {
+				exists[uuid+" "+strconv.Itoa(part)] = pipe.HExists(ctx, d.key(part, "bodies"), uuid)
+			}
 		}
 		_, _ = pipe.Exec(ctx)
-		for uuid, e := range exists {
+		for k, e := range exists {
 			if e.Val() {
-				note(uuid, "bodies (a stored body, in the bodies hash)")
+				uuid, part, _ := strings.Cut(k, " ")
+				note(uuid, "bodies (a stored body, in the bodies hash of partition "+part+")")
 			}
 		}
 	}
 	// pending entries of both streams
 	pend := map[string]string{}
-	for _, s := range []string{d.key("stream"), d.key("g:" + group + ":redo")} {
+	for _, s := range d.streams() {
 		start := "-"
 		for {
 			ps, err := d.direct.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s, Group: group, Start: start, End: "+", Count: 1000}).Result()
@@ -95,7 +110,7 @@ func (d *driver) diagnose(ctx context.Context) {
 		}
 	}
 	// the streams' entries (bounded scan)
-	for _, s := range []string{d.key("stream"), d.key("g:" + group + ":redo")} {
+	for _, s := range d.streams() {
 		start, scanned := "-", 0
 		for scanned < 2_000_000 {
 			es, err := d.direct.XRangeN(ctx, s, start, "+", 1000).Result()
@@ -119,12 +134,14 @@ func (d *driver) diagnose(ctx context.Context) {
 			start = "(" + es[len(es)-1].ID
 		}
 	}
-	// retry set and its bodies
-	if rs, err := d.direct.ZRangeWithScores(ctx, d.key("g:"+group+":retry"), 0, 100000).Result(); err == nil {
-		for _, z := range rs {
-			member, _ := z.Member.(string)
-			body, _ := d.direct.HGet(ctx, d.key("g:"+group+":rbody"), member).Result()
-			note(uuidOf(body), fmt.Sprintf("retry %s (due %s)", member, dueOf(z.Score)))
+	// retry sets and their bodies
+	for part := range d.c.partitions {
+		if rs, err := d.direct.ZRangeWithScores(ctx, d.key(part, "g:"+group+":retry"), 0, 100000).Result(); err == nil {
+			for _, z := range rs {
+				member, _ := z.Member.(string)
+				body, _ := d.direct.HGet(ctx, d.key(part, "g:"+group+":rbody"), member).Result()
+				note(uuidOf(body), fmt.Sprintf("retry %s (due %s, partition %d)", member, dueOf(z.Score), part))
+			}
 		}
 	}
 

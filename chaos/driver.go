@@ -64,7 +64,28 @@ func (d *driver) logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "chaos: %5.1fs "+format+"\n", append([]any{time.Since(d.start).Seconds()}, args...)...)
 }
 
-func (d *driver) key(suffix string) string { return keyPrefix + ":{" + topic + "}:" + suffix }
+// key is a key of partition part of the topic (see scripts.go).
+func (d *driver) key(part int, suffix string) string {
+	if part == 0 {
+		return keyPrefix + ":{" + topic + "}:" + suffix
+	}
+	n := strconv.Itoa(part)
+	return keyPrefix + ":{" + topic + "~" + n + "}:p" + n + ":" + suffix
+}
+
+// streamLen is the length of the topic's ready streams, summed over its
+// partitions.
+func (d *driver) streamLen(ctx context.Context) (int64, error) {
+	var total int64
+	for part := range d.c.partitions {
+		n, err := d.direct.XLen(ctx, d.key(part, "stream")).Result()
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
 
 func runDriver(c config) int {
 	d := &driver{c: c, start: time.Now()}
@@ -128,6 +149,8 @@ func (d *driver) run(ctx context.Context) error {
 		"-visibility", c.visibility.String(),
 		"-retry-delay", c.retryDelay.String(),
 		"-batch", strconv.Itoa(c.batch),
+		"-partitions", strconv.Itoa(c.partitions),
+		"-ordered=" + strconv.FormatBool(c.ordered),
 	}}
 	for i := 0; i < 2; i++ {
 		d.managers = append(d.managers, d.sup.slot("manager", "m"+strconv.Itoa(i)))
@@ -224,7 +247,7 @@ func (d *driver) run(ctx context.Context) error {
 	// acknowledged last, then stop every child gracefully.
 	bound := int64(c.n/100 + 1000)
 	for t := time.Now(); time.Since(t) < 10*time.Second; {
-		if n, err := d.direct.XLen(ctx, d.key("stream")).Result(); err == nil && n <= 200 {
+		if n, err := d.streamLen(ctx); err == nil && n <= 200 {
 			break
 		}
 		sleep(ctx, 250*time.Millisecond)
@@ -235,7 +258,7 @@ func (d *driver) run(ctx context.Context) error {
 	if err := d.l.poll(ctx, d.insp, c.maxAttempts); err != nil {
 		d.fail("final read of the event logs and dead letters: %v", err)
 	}
-	streamEnd, err := d.direct.XLen(ctx, d.key("stream")).Result()
+	streamEnd, err := d.streamLen(ctx)
 	if err != nil {
 		return fmt.Errorf("final XLEN: %w", err)
 	}
@@ -295,7 +318,7 @@ func (d *driver) waitForGroup(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		groups, err := d.direct.XInfoGroups(ctx, d.key("stream")).Result()
+		groups, err := d.direct.XInfoGroups(ctx, d.key(d.c.partitions-1, "stream")).Result() // the last one a consumer creates
 		if err == nil && len(groups) > 0 {
 			return nil
 		}
@@ -308,7 +331,7 @@ func (d *driver) waitForGroup(ctx context.Context) error {
 func (d *driver) publish(ctx context.Context) error {
 	c := d.c
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{
-		Client: d.via, KeyPrefix: keyPrefix, PublishTimeout: 3 * time.Second,
+		Client: d.via, KeyPrefix: keyPrefix, PublishTimeout: 3 * time.Second, Partitions: c.partitions,
 	}, nil)
 	if err != nil {
 		return err
@@ -394,7 +417,7 @@ func (d *driver) pollLoop(stop <-chan struct{}) {
 // sampleLoop records the longest ready stream, once a second.
 func (d *driver) sampleLoop(ctx context.Context) {
 	for ctx.Err() == nil {
-		if n, err := d.direct.XLen(ctx, d.key("stream")).Result(); err == nil {
+		if n, err := d.streamLen(ctx); err == nil {
 			storeMax(&d.streamMax, n)
 		}
 		sleep(ctx, time.Second)
@@ -501,27 +524,32 @@ func (d *driver) faults(ctx context.Context) {
 
 // quiescent reports whether Redis holds nothing for the group any more:
 // nothing waiting, nothing in retry, every ready entry read and acked, no
-// redelivery left; otherwise what it still holds.
+// redelivery left, in any partition; otherwise what it still holds.
 func (d *driver) quiescent(ctx context.Context) (bool, string) {
-	pipe := d.direct.Pipeline()
-	waiting := pipe.ZCard(ctx, d.key("waiting"))
-	retry := pipe.ZCard(ctx, d.key("g:"+group+":retry"))
-	redo := pipe.XLen(ctx, d.key("g:"+group+":redo"))
-	pending := pipe.XPending(ctx, d.key("stream"), group)
-	info := pipe.XInfoStream(ctx, d.key("stream"))
-	groups := pipe.XInfoGroups(ctx, d.key("stream"))
-	if _, err := pipe.Exec(ctx); err != nil {
-		return false, err.Error()
-	}
-	last := ""
-	for _, g := range groups.Val() {
-		if g.Name == group {
-			last = g.LastDeliveredID
+	var waiting, retry, redo, pending int64
+	unread := false
+	for part := range d.c.partitions {
+		pipe := d.direct.Pipeline()
+		w := pipe.ZCard(ctx, d.key(part, "waiting"))
+		r := pipe.ZCard(ctx, d.key(part, "g:"+group+":retry"))
+		rd := pipe.XLen(ctx, d.key(part, "g:"+group+":redo"))
+		p := pipe.XPending(ctx, d.key(part, "stream"), group)
+		info := pipe.XInfoStream(ctx, d.key(part, "stream"))
+		groups := pipe.XInfoGroups(ctx, d.key(part, "stream"))
+		if _, err := pipe.Exec(ctx); err != nil {
+			return false, fmt.Sprintf("partition %d: %v", part, err)
 		}
+		last := ""
+		for _, g := range groups.Val() {
+			if g.Name == group {
+				last = g.LastDeliveredID
+			}
+		}
+		waiting, retry, redo, pending = waiting+w.Val(), retry+r.Val(), redo+rd.Val(), pending+p.Val().Count
+		unread = unread || last != info.Val().LastGeneratedID
 	}
-	unread := last != info.Val().LastGeneratedID
-	why := fmt.Sprintf("waiting=%d retry=%d redelivery=%d pending=%d unread_in_stream=%v", waiting.Val(), retry.Val(), redo.Val(), pending.Val().Count, unread)
-	return waiting.Val() == 0 && retry.Val() == 0 && redo.Val() == 0 && pending.Val().Count == 0 && !unread, why
+	why := fmt.Sprintf("waiting=%d retry=%d redelivery=%d pending=%d unread_in_stream=%v", waiting, retry, redo, pending, unread)
+	return waiting == 0 && retry == 0 && redo == 0 && pending == 0 && !unread, why
 }
 
 // scanChildOutput fails the run for a data race report (a -race build),

@@ -49,6 +49,8 @@ type config struct {
 	visibility  time.Duration
 	retryDelay  time.Duration
 	batch       int
+	partitions  int
+	ordered     bool
 
 	// children only
 	role string
@@ -79,6 +81,8 @@ func main() {
 	flag.DurationVar(&c.visibility, "visibility", 2*time.Second, "SubscriberConfig.VisibilityTimeout")
 	flag.DurationVar(&c.retryDelay, "retry-delay", 100*time.Millisecond, "RetryDelay per failed attempt (attempt × this, at most 3×)")
 	flag.IntVar(&c.batch, "batch", 8, "SubscriberConfig.BatchSize")
+	flag.IntVar(&c.partitions, "partitions", 1, "partitions of the topic (Publisher and Subscriber Partitions)")
+	flag.BoolVar(&c.ordered, "ordered", false, "SubscriberConfig.Ordered: one consumer per partition at a time, nacks retried in place")
 
 	flag.StringVar(&c.role, "role", "driver", "internal: driver, consumer or manager")
 	flag.StringVar(&c.addr, "addr", "", "internal: Redis address of a child (the driver's proxy)")
@@ -126,6 +130,9 @@ func (c *config) validate() error {
 	}
 	if c.killMin <= 0 || c.killMax < c.killMin {
 		return fmt.Errorf("-kill-min %s, -kill-max %s: need 0 < kill-min <= kill-max", c.killMin, c.killMax)
+	}
+	if c.partitions < 1 || c.partitions > 256 {
+		return fmt.Errorf("-partitions %d: use 1 to 256", c.partitions)
 	}
 	if c.maxAttempts < 1 || c.maxAttempts > 200 {
 		return fmt.Errorf("-max-attempts %d: use 1 to 200", c.maxAttempts)
