@@ -340,7 +340,7 @@ func cmdRequeue(e *env, pos []string) error {
 		out.Requeued = n
 		if err != nil {
 			if n > 0 {
-				fmt.Fprintf(e.stderr, "redisdelay: %d dead letters requeued before the error\n", n)
+				fmt.Fprintf(e.stderr, "redisdelay: %s requeued before the error\n", deadLetters(n))
 			}
 			return err
 		}
@@ -349,7 +349,7 @@ func cmdRequeue(e *env, pos []string) error {
 			ok, err := e.insp.RequeueDeadLetter(e.ctx, topic, group, id)
 			if err != nil {
 				if out.Requeued > 0 {
-					fmt.Fprintf(e.stderr, "redisdelay: %d dead letters requeued before the error\n", out.Requeued)
+					fmt.Fprintf(e.stderr, "redisdelay: %s requeued before the error\n", deadLetters(out.Requeued))
 				}
 				return err
 			}
@@ -363,7 +363,7 @@ func cmdRequeue(e *env, pos []string) error {
 	if e.opts.json {
 		return writeJSON(e.stdout, out)
 	}
-	fmt.Fprintf(e.stdout, "requeued %d dead letters to group %q of topic %q\n", out.Requeued, group, topic)
+	fmt.Fprintf(e.stdout, "requeued %s to group %q of topic %q\n", deadLetters(out.Requeued), group, topic)
 	if len(out.Missing) > 0 {
 		fmt.Fprintf(e.stdout, "not found (already requeued or deleted?): %s\n", strings.Join(out.Missing, " "))
 	}
@@ -378,8 +378,8 @@ func cmdPurge(e *env, pos []string) error {
 	}
 	if !e.flags.yes {
 		g := groupStats(st, group)
-		return usagef(lookup("purge"), "purge: would delete %d dead letters of group %q in topic %q for good (see \"redisdelay dead %s %s\"); nothing deleted: add --yes to delete them",
-			g.Dead, group, topic, topic, group)
+		return usagef(lookup("purge"), "purge: would delete %s of group %q in topic %q for good (see \"redisdelay dead %s %s\"); nothing deleted: add --yes to delete them",
+			deadLetters(g.Dead), group, topic, topic, group)
 	}
 	n, err := e.insp.PurgeDeadLetters(e.ctx, topic, group)
 	if err != nil {
@@ -388,7 +388,7 @@ func cmdPurge(e *env, pos []string) error {
 	if e.opts.json {
 		return writeJSON(e.stdout, purgeJSON{Topic: topic, Group: group, Purged: n})
 	}
-	fmt.Fprintf(e.stdout, "purged %d dead letters of group %q in topic %q\n", n, group, topic)
+	fmt.Fprintf(e.stdout, "purged %s of group %q in topic %q\n", deadLetters(n), group, topic)
 	return nil
 }
 
@@ -410,4 +410,12 @@ func cmdDeleteDead(e *env, pos []string) error {
 		fmt.Fprintf(e.stdout, "not deleted: no dead letter %s in group %q of topic %q\n", id, group, topic)
 	}
 	return nil
+}
+
+// deadLetters counts dead letters in words: "1 dead letter", "2 dead letters".
+func deadLetters[N int | int64](n N) string {
+	if n == 1 {
+		return "1 dead letter"
+	}
+	return fmt.Sprintf("%d dead letters", n)
 }

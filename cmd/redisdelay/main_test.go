@@ -415,7 +415,7 @@ func TestRequeue(t *testing.T) {
 	ids := s.deadIDs(t)
 	require.Len(t, ids, 2)
 
-	assert.Equal(t, fmt.Sprintf("requeued 1 dead letters to group %q of topic %q\nnot found (already requeued or deleted?): 99-0\n", group, topic),
+	assert.Equal(t, fmt.Sprintf("requeued 1 dead letter to group %q of topic %q\nnot found (already requeued or deleted?): 99-0\n", group, topic),
 		s.ok(t, "requeue", topic, group, ids[0], "99-0"))
 	g := s.stats(t, topic).Groups[0]
 	assert.EqualValues(t, 1, g.Dead)
