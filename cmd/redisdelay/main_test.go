@@ -592,3 +592,53 @@ func TestBinary(t *testing.T) {
 		t.Fatal("the binary did not connect")
 	}
 }
+
+// TestCluster runs the commands with --cluster against the Redis Cluster of
+// REDISDELAY_TEST_CLUSTER (comma-separated loopback seeds, see
+// .ci/cluster.sh), with a topic's partitions on different nodes.
+func TestCluster(t *testing.T) {
+	seeds := os.Getenv("REDISDELAY_TEST_CLUSTER")
+	if seeds == "" {
+		t.Skip("set REDISDELAY_TEST_CLUSTER (see .ci/cluster.sh)")
+	}
+	for _, a := range strings.Split(seeds, ",") {
+		host, _, err := net.SplitHostPort(strings.TrimSpace(a))
+		require.NoError(t, err)
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			t.Fatalf("REDISDELAY_TEST_CLUSTER %q: tests only target loopback addresses", seeds)
+		}
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(seeds, ",")})
+	defer client.Close()
+	prefix := "cli-cluster-" + watermill.NewShortUUID()
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix, TopicPartitions: map[string]int{partTopic: 8}}, nil)
+	require.NoError(t, err)
+	defer pub.Close()
+	var ids []string
+	for i := range 8 {
+		msg := message.NewMessage(watermill.NewUUID(), []byte("remind"))
+		delay.Message(msg, delay.For(time.Duration(i+1)*time.Minute))
+		require.NoError(t, pub.Publish(partTopic, msg))
+		ids = append(ids, msg.UUID)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		r := runCLI(t, append([]string{"--cluster", seeds, "--prefix", prefix}, args...)...)
+		require.Equal(t, 0, r.code, r.stderr)
+		return r.stdout
+	}
+	assert.Equal(t, partTopic+"\n", cli("topics"))
+	st := decode[[]statsJSON](t, cli("stats", "--json"))
+	require.Len(t, st, 1)
+	assert.Equal(t, 8, st[0].Partitions)
+	assert.EqualValues(t, 8, st[0].Waiting)
+	waiting := decode[[]waitingJSON](t, cli("waiting", partTopic, "--json"))
+	require.Len(t, waiting, 8)
+	for i, w := range waiting {
+		assert.Equal(t, ids[i], w.UUID)
+	}
+	for _, id := range ids {
+		assert.True(t, decode[cancelJSON](t, cli("cancel", partTopic, id, "--json")).Cancelled, id)
+	}
+	assert.EqualValues(t, 0, decode[[]statsJSON](t, cli("stats", partTopic, "--json"))[0].Waiting)
+}
