@@ -163,7 +163,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	client := opts.client()
 	defer client.Close()
 	if err := ping(ctx, client); err != nil {
-		fmt.Fprintf(stderr, "redisdelay: cannot reach %s: %v\n", opts.target(), err)
+		fmt.Fprintf(stderr, "redisdelay: cannot reach %s: %v%s\n", opts.target(), err, timedOut(ctx, opts))
 		return exitError
 	}
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: opts.prefix})
@@ -177,10 +177,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &ue) {
 			return usageFail(stderr, err)
 		}
-		msg := err.Error()
-		if ctx.Err() != nil && !strings.Contains(msg, "timeout") && !strings.Contains(msg, "deadline") {
-			msg += fmt.Sprintf(" (gave up after --timeout %s)", opts.timeout)
-		}
+		msg := err.Error() + timedOut(ctx, opts)
 		if !strings.HasPrefix(msg, "redisdelay") {
 			msg = "redisdelay: " + msg
 		}
@@ -188,6 +185,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// timedOut says when the command ran out of time.
+func timedOut(ctx context.Context, opts *options) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Sprintf(" (gave up after --timeout %s)", opts.timeout)
+	}
+	return ""
 }
 
 // usageFail prints a usage error with the relevant usage text.
@@ -229,16 +234,17 @@ func (o *options) seeds() []string {
 }
 
 // client connects as the options say; the password comes from
-// $REDIS_PASSWORD.
+// $REDIS_PASSWORD. Reads honour the context, so --timeout bounds a server
+// that accepts connections but never answers.
 func (o *options) client() redis.UniversalClient {
 	password := os.Getenv("REDIS_PASSWORD")
 	dial := min(o.timeout, 5*time.Second)
 	if o.cluster != "" {
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: o.seeds(), Password: password, DialTimeout: dial, MaxRetries: 1,
+			Addrs: o.seeds(), Password: password, DialTimeout: dial, MaxRetries: 1, ContextTimeoutEnabled: true,
 		})
 	}
-	return redis.NewClient(&redis.Options{Addr: o.addr, Password: password, DialTimeout: dial, MaxRetries: 1})
+	return redis.NewClient(&redis.Options{Addr: o.addr, Password: password, DialTimeout: dial, MaxRetries: 1, ContextTimeoutEnabled: true})
 }
 
 func ping(ctx context.Context, c redis.UniversalClient) error {

@@ -514,6 +514,25 @@ func TestUnreachable(t *testing.T) {
 	assert.Contains(t, r.stderr, "redisdelay: cannot reach Redis at "+addr+": ")
 	assert.Less(t, time.Since(start), 3*time.Second)
 
+	// A server that never answers: --timeout bounds the wait.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	start = time.Now()
+	r = runCLI(t, "--addr", l.Addr().String(), "--timeout", "500ms", "topics")
+	assert.Equal(t, 1, r.code)
+	assert.Equal(t, "redisdelay: cannot reach Redis at "+l.Addr().String()+": context deadline exceeded (gave up after --timeout 500ms)\n", r.stderr)
+	assert.Less(t, time.Since(start), 3*time.Second)
+
 	r = runCLI(t, "--cluster", addr, "--timeout", "2s", "topics")
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "redisdelay: cannot reach Redis Cluster (seeds "+addr+"): ")
