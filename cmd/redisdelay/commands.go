@@ -1,0 +1,421 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	args    string // argument synopsis
+	summary string // one line
+	help    string // the command's usage text
+	// minArgs and maxArgs bound the positional arguments (maxArgs -1: any).
+	minArgs, maxArgs int
+	flags            func(fs *flag.FlagSet, f *cmdFlags) // the command's own flags
+	check            func(pos []string, f *cmdFlags) error
+	run              func(e *env, pos []string) error
+}
+
+// cmdFlags holds the commands' own flags, fresh for each run.
+type cmdFlags struct {
+	offset, limit int
+	after         string
+	all, yes      bool
+}
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+var commands []*command
+
+func init() {
+	commands = []*command{
+		{
+			name: "topics", summary: "list the topics",
+			help:    "Lists the topics Publishers and Subscribers with the key prefix have used.",
+			maxArgs: 0, run: cmdTopics,
+		},
+		{
+			name: "stats", args: "[topic...]", summary: "count a topic's messages, per consumer group",
+			help: "Counts the messages of the topics (all topics when none is given): partitions, waiting (delayed,\n" +
+				"not due yet), stream (entries in the ready stream), and per consumer group: ready (due, not fetched),\n" +
+				"pending (fetched, not acked), retry (waiting for a retry delay), dead (dead letters now), dead total\n" +
+				"and evicted (ever moved to the dead letters; evicted to respect MaxDeadLetters), consumers.\n" +
+				"Ready is \"?\" (-1 in JSON) when Redis cannot tell.",
+			maxArgs: -1, run: cmdStats,
+		},
+		{
+			name: "waiting", args: "<topic> [--offset N] [--limit N]", summary: "list a topic's delayed messages, in due order",
+			help:    "Lists delayed messages not due yet, in due order: UUID, due time, payload size, metadata.",
+			minArgs: 1, maxArgs: 1,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.IntVar(&f.offset, "offset", 0, "skip the first `N` messages")
+				fs.IntVar(&f.limit, "limit", 100, "list at most `N` messages (1 to 10000)")
+			},
+			run: cmdWaiting,
+		},
+		{
+			name: "dead", args: "<topic> <group> [--after ID] [--limit N]", summary: "list a group's dead letters, oldest first",
+			help:    "Lists the dead letters of a consumer group, oldest first: ID, time, attempts, UUID, reason.\nPass the last ID of a page to --after for the next page.",
+			minArgs: 2, maxArgs: 2,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.StringVar(&f.after, "after", "", "list the dead letters after the one with this `ID`")
+				fs.IntVar(&f.limit, "limit", 100, "list at most `N` dead letters (1 to 10000)")
+			},
+			run: cmdDead,
+		},
+		{
+			name: "cancel", args: "<topic> <uuid>", summary: "recall a delayed message that is still waiting",
+			help: "Removes a delayed message that is still waiting, by its UUID, so it is never delivered.\n" +
+				"Reports whether it was waiting (exit status 0 either way; \"cancelled\": false in JSON):\n" +
+				"it is not when the UUID is unknown, already cancelled, or already due.",
+			minArgs: 2, maxArgs: 2,
+			// HOOK (cancel by business key): when Publisher.CancelKey(ctx,
+			// topic, key) (bool, error) (or Inspector.CancelKey) exists, add
+			// a --key flag here (fs.StringVar(&f.key, "key", "", ...), with a
+			// `key string` field in cmdFlags), let check accept either
+			// <topic> <uuid> or <topic> --key K (minArgs 1), and call it in
+			// cmdCancel where marked.
+			run: cmdCancel,
+		},
+		{
+			name: "requeue", args: "<topic> <group> (<id>... | --all)", summary: "send dead letters back to their group",
+			help:    "Sends the given dead letters, or with --all every dead letter of the group, back to the group\nas a new first attempt.",
+			minArgs: 2, maxArgs: -1,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.BoolVar(&f.all, "all", false, "requeue every dead letter of the group")
+			},
+			check: func(pos []string, f *cmdFlags) error {
+				switch {
+				case f.all && len(pos) > 2:
+					return errors.New("give dead letter IDs or --all, not both")
+				case !f.all && len(pos) == 2:
+					return errors.New("give the IDs of the dead letters to requeue, or --all")
+				}
+				return nil
+			},
+			run: cmdRequeue,
+		},
+		{
+			name: "purge", args: "<topic> <group> --yes", summary: "delete all dead letters of a group",
+			help: "Deletes every dead letter of the group for good. Without --yes it says what it would delete,\n" +
+				"deletes nothing and exits with status 2.",
+			minArgs: 2, maxArgs: 2,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.BoolVar(&f.yes, "yes", false, "really delete")
+			},
+			run: cmdPurge,
+		},
+		{
+			name: "delete-dead", args: "<topic> <group> <id>", summary: "delete one dead letter",
+			help:    "Deletes one dead letter for good. Reports whether it existed (exit status 0 either way).",
+			minArgs: 3, maxArgs: 3, run: cmdDeleteDead,
+		},
+	}
+}
+
+func cmdTopics(e *env, _ []string) error {
+	topics, err := e.insp.Topics(e.ctx)
+	if err != nil {
+		return err
+	}
+	slices.Sort(topics)
+	if e.opts.json {
+		return writeJSON(e.stdout, nonNil(topics))
+	}
+	if len(topics) == 0 {
+		fmt.Fprintf(e.stdout, "no topics under prefix %q\n", e.opts.prefix)
+		return nil
+	}
+	for _, t := range topics {
+		fmt.Fprintln(e.stdout, t)
+	}
+	return nil
+}
+
+// knownTopics fails when a topic is not registered under the prefix: a
+// typo would otherwise show empty counts, or requeue and purge nothing.
+func (e *env) knownTopics(topics ...string) error {
+	all, err := e.insp.Topics(e.ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range topics {
+		if !slices.Contains(all, t) {
+			return fmt.Errorf("redisdelay: topic %q is not known under prefix %q (no Publisher or Subscriber has used it); see \"redisdelay topics\"", t, e.opts.prefix)
+		}
+	}
+	return nil
+}
+
+// knownGroup fails when the topic or the group is unknown, and returns the
+// topic's stats.
+func (e *env) knownGroup(topic, group string) (redisdelay.TopicStats, error) {
+	if err := e.knownTopics(topic); err != nil {
+		return redisdelay.TopicStats{}, err
+	}
+	st, err := e.insp.Stats(e.ctx, topic)
+	if err != nil {
+		return st, err
+	}
+	var names []string
+	for _, g := range st.Groups {
+		if g.Group == group {
+			return st, nil
+		}
+		names = append(names, g.Group)
+	}
+	known := "it has none"
+	if len(names) > 0 {
+		slices.Sort(names)
+		known = "its groups: " + strings.Join(names, ", ")
+	}
+	return st, fmt.Errorf("redisdelay: topic %q has no consumer group %q (%s)", topic, group, known)
+}
+
+func groupStats(st redisdelay.TopicStats, group string) redisdelay.GroupStats {
+	for _, g := range st.Groups {
+		if g.Group == group {
+			return g
+		}
+	}
+	return redisdelay.GroupStats{Group: group}
+}
+
+func cmdStats(e *env, topics []string) error {
+	if len(topics) == 0 {
+		var err error
+		if topics, err = e.insp.Topics(e.ctx); err != nil {
+			return err
+		}
+		slices.Sort(topics)
+	} else if err := e.knownTopics(topics...); err != nil {
+		return err
+	}
+	all := make([]redisdelay.TopicStats, 0, len(topics))
+	for _, t := range topics {
+		st, err := e.insp.Stats(e.ctx, t)
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(st.Groups, func(a, b redisdelay.GroupStats) int { return strings.Compare(a.Group, b.Group) })
+		all = append(all, st)
+	}
+	if e.opts.json {
+		out := make([]statsJSON, 0, len(all))
+		for _, st := range all {
+			out = append(out, toStatsJSON(st))
+		}
+		return writeJSON(e.stdout, out)
+	}
+	if len(all) == 0 {
+		fmt.Fprintf(e.stdout, "no topics under prefix %q\n", e.opts.prefix)
+		return nil
+	}
+	writeStatsTable(e.stdout, all)
+	return nil
+}
+
+func cmdWaiting(e *env, pos []string) error {
+	topic, f := pos[0], e.flags
+	if err := e.knownTopics(topic); err != nil {
+		return err
+	}
+	msgs, err := e.insp.Waiting(e.ctx, topic, f.offset, f.limit)
+	if err != nil {
+		return err
+	}
+	now := e.now()
+	if e.opts.json {
+		out := make([]waitingJSON, 0, len(msgs))
+		for _, m := range msgs {
+			out = append(out, toWaitingJSON(m, now))
+		}
+		return writeJSON(e.stdout, out)
+	}
+	if len(msgs) == 0 {
+		fmt.Fprintf(e.stdout, "no waiting messages in topic %q", topic)
+		if f.offset > 0 {
+			fmt.Fprintf(e.stdout, " after offset %d", f.offset)
+		}
+		fmt.Fprintln(e.stdout)
+		return nil
+	}
+	writeWaitingTable(e.stdout, msgs, now)
+	if len(msgs) == f.limit {
+		fmt.Fprintf(e.stderr, "(first %d shown; next page: --offset %d)\n", f.limit, f.offset+f.limit)
+	}
+	return nil
+}
+
+func cmdDead(e *env, pos []string) error {
+	topic, group, f := pos[0], pos[1], e.flags
+	if _, err := e.knownGroup(topic, group); err != nil {
+		return err
+	}
+	dead, err := e.insp.DeadLetters(e.ctx, topic, group, f.after, f.limit)
+	if err != nil {
+		return err
+	}
+	if e.opts.json {
+		out := make([]deadJSON, 0, len(dead))
+		for _, d := range dead {
+			out = append(out, toDeadJSON(d))
+		}
+		return writeJSON(e.stdout, out)
+	}
+	if len(dead) == 0 {
+		fmt.Fprintf(e.stdout, "no dead letters in group %q of topic %q", group, topic)
+		if f.after != "" {
+			fmt.Fprintf(e.stdout, " after %s", f.after)
+		}
+		fmt.Fprintln(e.stdout)
+		return nil
+	}
+	writeDeadTable(e.stdout, dead)
+	if len(dead) == f.limit {
+		fmt.Fprintf(e.stderr, "(first %d shown; next page: --after %s)\n", f.limit, dead[len(dead)-1].ID)
+	}
+	return nil
+}
+
+func cmdCancel(e *env, pos []string) error {
+	topic, id := pos[0], pos[1]
+	if err := e.knownTopics(topic); err != nil {
+		return err
+	}
+	// Publisher.Cancel looks in the partitions the publisher is configured
+	// with: give it the count stored in Redis.
+	st, err := e.insp.Stats(e.ctx, topic)
+	if err != nil {
+		return err
+	}
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{
+		Client: e.client, KeyPrefix: e.opts.prefix,
+		TopicPartitions: map[string]int{topic: st.Partitions},
+	}, nil)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	// HOOK (cancel by business key): with --key set, call
+	// pub.CancelKey(e.ctx, topic, key) (or e.insp.CancelKey) here instead,
+	// and report {"topic", "key", "cancelled"}.
+	ok, err := pub.Cancel(e.ctx, topic, id)
+	if err != nil {
+		return err
+	}
+	if e.opts.json {
+		return writeJSON(e.stdout, cancelJSON{Topic: topic, UUID: id, Cancelled: ok})
+	}
+	if ok {
+		fmt.Fprintf(e.stdout, "cancelled message %s in topic %q\n", id, topic)
+	} else {
+		fmt.Fprintf(e.stdout, "not cancelled: no message %s is waiting in topic %q (unknown, already cancelled, or already due)\n", id, topic)
+	}
+	return nil
+}
+
+func cmdRequeue(e *env, pos []string) error {
+	topic, group, ids := pos[0], pos[1], pos[2:]
+	if _, err := e.knownGroup(topic, group); err != nil {
+		return err
+	}
+	out := requeueJSON{Topic: topic, Group: group, Missing: []string{}}
+	if e.flags.all {
+		n, err := e.insp.RequeueDeadLetters(e.ctx, topic, group)
+		out.Requeued = n
+		if err != nil {
+			if n > 0 {
+				fmt.Fprintf(e.stderr, "redisdelay: %s requeued before the error\n", deadLetters(n))
+			}
+			return err
+		}
+	} else {
+		for _, id := range ids {
+			ok, err := e.insp.RequeueDeadLetter(e.ctx, topic, group, id)
+			if err != nil {
+				if out.Requeued > 0 {
+					fmt.Fprintf(e.stderr, "redisdelay: %s requeued before the error\n", deadLetters(out.Requeued))
+				}
+				return err
+			}
+			if ok {
+				out.Requeued++
+			} else {
+				out.Missing = append(out.Missing, id)
+			}
+		}
+	}
+	if e.opts.json {
+		return writeJSON(e.stdout, out)
+	}
+	fmt.Fprintf(e.stdout, "requeued %s to group %q of topic %q\n", deadLetters(out.Requeued), group, topic)
+	if len(out.Missing) > 0 {
+		fmt.Fprintf(e.stdout, "not found (already requeued or deleted?): %s\n", strings.Join(out.Missing, " "))
+	}
+	return nil
+}
+
+func cmdPurge(e *env, pos []string) error {
+	topic, group := pos[0], pos[1]
+	st, err := e.knownGroup(topic, group)
+	if err != nil {
+		return err
+	}
+	if !e.flags.yes {
+		g := groupStats(st, group)
+		return usagef(lookup("purge"), "purge: would delete %s of group %q in topic %q for good (see \"redisdelay dead %s %s\"); nothing deleted: add --yes to delete them",
+			deadLetters(g.Dead), group, topic, topic, group)
+	}
+	n, err := e.insp.PurgeDeadLetters(e.ctx, topic, group)
+	if err != nil {
+		return err
+	}
+	if e.opts.json {
+		return writeJSON(e.stdout, purgeJSON{Topic: topic, Group: group, Purged: n})
+	}
+	fmt.Fprintf(e.stdout, "purged %s of group %q in topic %q\n", deadLetters(n), group, topic)
+	return nil
+}
+
+func cmdDeleteDead(e *env, pos []string) error {
+	topic, group, id := pos[0], pos[1], pos[2]
+	if _, err := e.knownGroup(topic, group); err != nil {
+		return err
+	}
+	ok, err := e.insp.DeleteDeadLetter(e.ctx, topic, group, id)
+	if err != nil {
+		return err
+	}
+	if e.opts.json {
+		return writeJSON(e.stdout, deleteJSON{Topic: topic, Group: group, ID: id, Deleted: ok})
+	}
+	if ok {
+		fmt.Fprintf(e.stdout, "deleted dead letter %s of group %q in topic %q\n", id, group, topic)
+	} else {
+		fmt.Fprintf(e.stdout, "not deleted: no dead letter %s in group %q of topic %q\n", id, group, topic)
+	}
+	return nil
+}
+
+// deadLetters counts dead letters in words: "1 dead letter", "2 dead letters".
+func deadLetters[N int | int64](n N) string {
+	if n == 1 {
+		return "1 dead letter"
+	}
+	return fmt.Sprintf("%d dead letters", n)
+}

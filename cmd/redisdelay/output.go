@@ -1,0 +1,244 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+// The JSON output, one document per command: an array for the listings,
+// an object for the actions. Times are RFC 3339 in UTC.
+
+type statsJSON struct {
+	Topic      string      `json:"topic"`
+	Partitions int         `json:"partitions"`
+	Waiting    int64       `json:"waiting"`
+	Stream     int64       `json:"stream"`
+	Groups     []groupJSON `json:"groups"`
+}
+
+type groupJSON struct {
+	Group string `json:"group"`
+	// Ready is -1 when Redis cannot tell.
+	Ready       int64 `json:"ready"`
+	Pending     int64 `json:"pending"`
+	Retry       int64 `json:"retry"`
+	Dead        int64 `json:"dead"`
+	DeadTotal   int64 `json:"dead_total"`
+	DeadEvicted int64 `json:"dead_evicted"`
+	Consumers   int64 `json:"consumers"`
+}
+
+type waitingJSON struct {
+	UUID string    `json:"uuid"`
+	Due  time.Time `json:"due"`
+	// DueInMs is how long until it is due, negative when it is being moved
+	// to the ready stream.
+	DueInMs      int64             `json:"due_in_ms"`
+	PayloadBytes int               `json:"payload_bytes"`
+	Metadata     map[string]string `json:"metadata"`
+}
+
+type deadJSON struct {
+	ID       string    `json:"id"`
+	Time     time.Time `json:"time"`
+	Attempts int       `json:"attempts"`
+	Reason   string    `json:"reason"`
+	// UUID, PayloadBytes and Metadata are empty for an entry that could not
+	// be decoded; UndecodableBytes is its size then.
+	UUID             string            `json:"uuid"`
+	PayloadBytes     int               `json:"payload_bytes"`
+	Metadata         map[string]string `json:"metadata"`
+	UndecodableBytes int               `json:"undecodable_bytes,omitempty"`
+}
+
+type cancelJSON struct {
+	Topic     string `json:"topic"`
+	UUID      string `json:"uuid"`
+	Cancelled bool   `json:"cancelled"`
+}
+
+type requeueJSON struct {
+	Topic    string   `json:"topic"`
+	Group    string   `json:"group"`
+	Requeued int      `json:"requeued"`
+	Missing  []string `json:"missing"` // IDs given that were not found
+}
+
+type purgeJSON struct {
+	Topic  string `json:"topic"`
+	Group  string `json:"group"`
+	Purged int64  `json:"purged"`
+}
+
+type deleteJSON struct {
+	Topic   string `json:"topic"`
+	Group   string `json:"group"`
+	ID      string `json:"id"`
+	Deleted bool   `json:"deleted"`
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func nonNilMap(m message.Metadata) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func toStatsJSON(st redisdelay.TopicStats) statsJSON {
+	out := statsJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Groups: []groupJSON{}}
+	for _, g := range st.Groups {
+		out.Groups = append(out.Groups, groupJSON{
+			Group: g.Group, Ready: g.Ready, Pending: g.Pending, Retry: g.Retry, Dead: g.Dead,
+			DeadTotal: g.DeadTotal, DeadEvicted: g.DeadEvicted, Consumers: g.Consumers,
+		})
+	}
+	return out
+}
+
+func toWaitingJSON(m redisdelay.WaitingMessage, now time.Time) waitingJSON {
+	return waitingJSON{
+		UUID: m.Message.UUID, Due: m.Due.UTC(), DueInMs: m.Due.Sub(now).Milliseconds(),
+		PayloadBytes: len(m.Message.Payload), Metadata: nonNilMap(m.Message.Metadata),
+	}
+}
+
+func toDeadJSON(d redisdelay.DeadLetter) deadJSON {
+	out := deadJSON{ID: d.ID, Time: d.Time.UTC(), Attempts: d.Attempts, Reason: d.Reason, Metadata: map[string]string{}}
+	if d.Message != nil {
+		out.UUID, out.PayloadBytes, out.Metadata = d.Message.UUID, len(d.Message.Payload), nonNilMap(d.Message.Metadata)
+	} else {
+		out.UndecodableBytes = len(d.Body)
+	}
+	return out
+}
+
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+func writeStatsTable(w io.Writer, all []redisdelay.TopicStats) {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tWAITING\tSTREAM\tGROUPS")
+	for _, st := range all {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", st.Topic, st.Partitions, st.Waiting, st.Stream, len(st.Groups))
+	}
+	_ = tw.Flush()
+	groups := 0
+	for _, st := range all {
+		groups += len(st.Groups)
+	}
+	if groups == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = newTable(w)
+	fmt.Fprintln(tw, "TOPIC\tGROUP\tREADY\tPENDING\tRETRY\tDEAD\tDEAD TOTAL\tEVICTED\tCONSUMERS")
+	for _, st := range all {
+		for _, g := range st.Groups {
+			ready := strconv.FormatInt(g.Ready, 10)
+			if g.Ready < 0 {
+				ready = "?"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", st.Topic, g.Group, ready, g.Pending, g.Retry, g.Dead, g.DeadTotal, g.DeadEvicted, g.Consumers)
+		}
+	}
+	_ = tw.Flush()
+}
+
+func writeWaitingTable(w io.Writer, msgs []redisdelay.WaitingMessage, now time.Time) {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "UUID\tDUE\tIN\tSIZE\tMETADATA")
+	for _, m := range msgs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", m.Message.UUID, m.Due.UTC().Format(time.RFC3339), dueIn(m.Due, now),
+			len(m.Message.Payload), metadataSummary(m.Message.Metadata))
+	}
+	_ = tw.Flush()
+}
+
+func writeDeadTable(w io.Writer, dead []redisdelay.DeadLetter) {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ID\tTIME\tATTEMPTS\tUUID\tREASON")
+	for _, d := range dead {
+		uuid := "-"
+		if d.Message != nil {
+			uuid = d.Message.UUID
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.ID, d.Time.UTC().Format(time.RFC3339), d.Attempts, uuid, truncate(oneLine(d.Reason), 100))
+	}
+	_ = tw.Flush()
+}
+
+// dueIn says how long until due, rounded to the second: "in 5m3s", or
+// "due now" once due (the scheduler is moving it to the ready stream).
+func dueIn(due, now time.Time) string {
+	d := due.Sub(now)
+	if d <= 0 {
+		return "due now"
+	}
+	if d < time.Second {
+		return "in <1s"
+	}
+	return "in " + d.Round(time.Second).String()
+}
+
+// hiddenMetadata are keys the table leaves out: the due time is shown on
+// its own, the attempt is an internal counter.
+func hiddenMetadata(k string) bool {
+	return strings.HasPrefix(k, "_watermill_delayed") || k == redisdelay.AttemptKey
+}
+
+// metadataSummary shows the metadata as sorted k=v pairs, shortened;
+// --json has all of it.
+func metadataSummary(md message.Metadata) string {
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		if !hiddenMetadata(k) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return "-"
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + truncate(oneLine(md[k]), 24)
+	}
+	return truncate(strings.Join(parts, " "), 60)
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
