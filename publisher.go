@@ -108,6 +108,10 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 		if err != nil {
 			return fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidDelay, msg.UUID, topic, err)
 		}
+		prio, err := messagePriority(msg.Metadata)
+		if err != nil {
+			return fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
+		}
 		body := encodeMessage(msg)
 		if len(body) > p.config.MaxMessageSize {
 			return fmt.Errorf("%w: message %q to topic %q is %d bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (%d): store large payloads elsewhere and publish a reference",
@@ -122,7 +126,7 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 		}
 		c.n++
 		c.size += len(msg.UUID) + len(body)
-		c.args = append(c.args, msg.UUID, d.Milliseconds(), body)
+		c.args = append(c.args, msg.UUID, d.Milliseconds(), body, prio)
 	}
 
 	ctx, cancel := context.WithTimeout(messages[0].Context(), p.config.PublishTimeout)
@@ -230,7 +234,7 @@ type pubCall struct {
 	topic       string
 	part, parts int   // the partition, of the topic's partition count
 	shard       shard // the partition's keys
-	args        []any // UUID, delay in ms, encoded body for each message
+	args        []any // UUID, delay in ms, encoded body, priority flag for each message
 	n           int   // messages
 	size        int   // bytes of UUIDs and bodies
 	ctx         context.Context
@@ -360,7 +364,7 @@ func (p *Publisher) store(batch []*pubCall) {
 		}
 		msgs += c.n
 	}
-	args := make([]any, 0, 2+len(batch)+3*msgs)
+	args := make([]any, 0, 2+len(batch)+4*msgs)
 	args = append(args, first.shard.wake(), len(batch))
 	for _, c := range batch {
 		args = append(args, c.n)
@@ -374,7 +378,7 @@ func (p *Publisher) store(batch []*pubCall) {
 	err := p.register(ctx, first.topic, first.parts)
 	if err == nil {
 		sh := first.shard
-		res, err = p.runPublish(ctx, []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq()}, args)
+		res, err = p.runPublish(ctx, []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.prio()}, args)
 	}
 	if err == nil && len(res) != len(batch) {
 		err = fmt.Errorf("the publish script returned %d results for %d calls", len(res), len(batch))
@@ -423,7 +427,7 @@ func (p *Publisher) Cancel(ctx context.Context, topic, messageUUID string) (bool
 	home := partitionOf(messageUUID, parts)
 	for i := range parts {
 		sh := p.keys.shard(topic, (home+i)%parts)
-		n, err := cancelScript.Run(ctx, p.config.Client, []string{sh.waiting(), sh.bodies()}, messageUUID).Int()
+		n, err := cancelScript.Run(ctx, p.config.Client, []string{sh.waiting(), sh.bodies(), sh.prio()}, messageUUID).Int()
 		if err != nil {
 			return false, fmt.Errorf("redisdelay: cancel message %q in topic %q: %w", messageUUID, topic, err)
 		}

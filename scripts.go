@@ -59,6 +59,7 @@ var (
 //	<shard>:waiting          zset    UUID -> due score
 //	<shard>:bodies           hash    UUID -> encoded message
 //	<shard>:seq              string  FIFO tie-break counter
+//	<shard>:prio             hash    UUID -> 1 for waiting high-priority messages
 //	<shard>:stream           stream  ready messages
 //	<shard>:groups           set     consumer groups
 //	<shard>:g:<group>:retry  zset    retry member -> due score
@@ -131,6 +132,7 @@ type shard string
 func (s shard) waiting() string { return string(s) + ":waiting" }
 func (s shard) bodies() string  { return string(s) + ":bodies" }
 func (s shard) seq() string     { return string(s) + ":seq" }
+func (s shard) prio() string    { return string(s) + ":prio" }
 func (s shard) stream() string  { return string(s) + ":stream" }
 func (s shard) groups() string  { return string(s) + ":groups" }
 func (s shard) wake() string    { return string(s) + ":wake" }

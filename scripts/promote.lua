@@ -4,7 +4,10 @@
   others stand by until it expires or is released. The holder then moves due
   messages to where consumers read them, atomically: the topic's waiting set
   into the ready stream, and each listed consumer group's retry set into
-  that group's redelivery stream. The lease only saves work: a message is
+  that group's redelivery stream. A due high-priority message goes to the
+  redelivery stream of every listed group instead (as attempt 1), which
+  subscribers read before the ready stream; with no group listed, to the
+  ready stream. The lease only saves work: a message is
   moved exactly once even when several schedulers call this at once.
 
   KEYS[1] lease    string owner of the topic's scheduling (expires)
@@ -12,10 +15,11 @@
   KEYS[3] waiting  zset   message UUID -> due score
   KEYS[4] bodies   hash   message UUID -> encoded message
   KEYS[5] stream   stream the topic's ready stream
+  KEYS[6] prio     hash   UUIDs of the waiting high-priority messages -> 1
   then for each consumer group, three keys:
-  KEYS[3g+3] retry    zset   "<attempt>:<m|r><entry id>" -> due score
-  KEYS[3g+4] rbodies  hash   same member -> encoded message
-  KEYS[3g+5] rstream  stream the group's redelivery stream, fields m, a (attempt)
+  KEYS[3g+4] retry    zset   "<attempt>:<m|r><entry id>" -> due score
+  KEYS[3g+5] rbodies  hash   same member -> encoded message
+  KEYS[3g+6] rstream  stream the group's redelivery stream, fields m, a (attempt)
   ARGV[1]  most messages moved from one set per call
   ARGV[2]  owner: a unique id of the calling scheduler
   ARGV[3]  lease time in ms
@@ -55,6 +59,13 @@ local function earlier(w)
   if wait < 0 or w < wait then wait = w end
 end
 
+-- the redelivery streams of the listed groups, for high-priority messages
+local rstreams = {}
+for g = 9, #KEYS, 3 do
+  rstreams[#rstreams + 1] = KEYS[g]
+end
+local prio = redis.call('EXISTS', KEYS[6]) == 1
+
 local function move(set, bodies, stream, retry)
   -- the head alone tells an idle set (the common case) apart cheaply
   local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
@@ -67,11 +78,23 @@ local function move(set, bodies, stream, retry)
     return
   end
   local ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, limit)
-  for _, id in ipairs(ids) do
+  local high = {}
+  if prio and not retry then
+    local flags = redis.call('HMGET', KEYS[6], unpack(ids))
+    for k = 1, #ids do
+      high[k] = flags[k] == '1'
+    end
+    redis.call('HDEL', KEYS[6], unpack(ids))
+  end
+  for k, id in ipairs(ids) do
     local body = redis.call('HGET', bodies, id)
     if body then
       if retry then
         redis.call('XADD', stream, '*', 'm', body, 'a', string.match(id, '^(%d+):'))
+      elseif high[k] and #rstreams > 0 then
+        for _, rs in ipairs(rstreams) do
+          redis.call('XADD', rs, '*', 'm', body, 'a', 1)
+        end
       else
         redis.call('XADD', stream, '*', 'm', body)
       end
@@ -95,7 +118,7 @@ local function move(set, bodies, stream, retry)
 end
 
 move(KEYS[3], KEYS[4], KEYS[5], false)
-for g = 6, #KEYS, 3 do
+for g = 7, #KEYS, 3 do
   move(KEYS[g], KEYS[g + 1], KEYS[g + 2], true)
 end
 return {moved, wait, missing, ngroups, 1}

@@ -11,10 +11,15 @@
   ARGV[1]          wake channel, published to when the earliest due time moves earlier
   ARGV[2]          number of calls, c
   ARGV[2+k]        number of messages of call k (k = 1..c)
-  then three arguments per message, the calls' messages in call order:
+  KEYS[5] prio     hash   message UUID -> 1, for waiting high-priority messages
+  then four arguments per message, the calls' messages in call order:
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
   ARGV[j+2]        encoded message
+  ARGV[j+3]        "1" for a high-priority message, "0" otherwise. A high-priority
+                   message always goes into the waiting set (due now when not
+                   delayed), so the scheduler hands it to each consumer group's
+                   redelivery stream, which subscribers read first.
 
   Returns one status per call, in call order: 0 when its messages are
   stored, or the UUID of one of its messages already waiting in the topic
@@ -27,12 +32,16 @@ local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limite
 local calls = tonumber(ARGV[2])
 local first = 3 + calls
 
--- delays, and the UUIDs of the delayed messages
-local delay, uuids = {}, {}
-for j = first, #ARGV, 3 do
+-- delays, which messages wait (delayed or high-priority), and their UUIDs
+local delay, waits, uuids = {}, {}, {}
+for j = first, #ARGV, 4 do
   local d = tonumber(ARGV[j + 1])
+  if ARGV[j + 3] == '1' and d < 0 then
+    d = 0
+  end
   delay[j] = d
-  if d > 0 then
+  waits[j] = d > 0 or ARGV[j + 3] == '1'
+  if waits[j] then
     uuids[#uuids + 1] = ARGV[j]
   end
 end
@@ -57,10 +66,10 @@ end
 local status, ready, waiting = {}, {}, {}
 local j = first
 for k = 1, calls do
-  local stop = j + 3 * tonumber(ARGV[2 + k])
+  local stop = j + 4 * tonumber(ARGV[2 + k])
   local bad = nil
-  for m = j, stop - 1, 3 do
-    if delay[m] > 0 then
+  for m = j, stop - 1, 4 do
+    if waits[m] then
       local old = known[ARGV[m]]
       if old and old ~= ARGV[m + 2] then
         bad = ARGV[m]
@@ -72,8 +81,8 @@ for k = 1, calls do
     status[k] = bad
   else
     status[k] = 0
-    for m = j, stop - 1, 3 do
-      if delay[m] <= 0 then
+    for m = j, stop - 1, 4 do
+      if not waits[m] then
         ready[#ready + 1] = m
       elseif not known[ARGV[m]] then
         known[ARGV[m]] = ARGV[m + 2]
@@ -93,7 +102,7 @@ if #waiting > 0 then
   local seq = redis.call('INCRBY', KEYS[4], #waiting) - #waiting
   local earliest = nil
   for c = 1, #waiting, CHUNK do
-    local h, z = {}, {}
+    local h, z, pr = {}, {}, {}
     for k = c, math.min(c + CHUNK - 1, #waiting) do
       local m = waiting[k]
       seq = seq + 1
@@ -102,12 +111,19 @@ if #waiting > 0 then
       h[#h + 1] = ARGV[m + 2]
       z[#z + 1] = score
       z[#z + 1] = ARGV[m]
+      if ARGV[m + 3] == '1' then
+        pr[#pr + 1] = ARGV[m]
+        pr[#pr + 1] = 1
+      end
       if earliest == nil or score < earliest then
         earliest = score
       end
     end
     redis.call('HSET', KEYS[2], unpack(h))
     redis.call('ZADD', KEYS[1], unpack(z))
+    if #pr > 0 then
+      redis.call('HSET', KEYS[5], unpack(pr))
+    end
   end
   if head == nil or earliest < tonumber(head) then
     redis.call('PUBLISH', ARGV[1], 'd')

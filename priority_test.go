@@ -1,0 +1,136 @@
+package redisdelay_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+func high(msg *message.Message) *message.Message {
+	msg.Metadata.Set(redisdelay.PriorityKey, redisdelay.PriorityHigh)
+	return msg
+}
+
+// A high-priority message overtakes a backlog of normal ones: it is
+// handed out after the fetch in progress at most.
+func TestPriorityOvertakesBacklog(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	const batch, backlog = 8, 200
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, CheckInterval: 100 * time.Millisecond})
+	require.NoError(t, sub.SubscribeInitialize(tp))
+	for i := range backlog {
+		require.NoError(t, pub.Publish(tp, lcMessage(strconv.Itoa(i))))
+	}
+	ch := subscribe(t, sub, tp)
+	urgent := high(lcMessage("urgent"))
+	require.NoError(t, pub.Publish(tp, urgent))
+	time.Sleep(300 * time.Millisecond) // the scheduler moves it to the group's redelivery stream
+	for pos := 1; pos <= backlog+1; pos++ {
+		msg := receive(t, ch, 5*time.Second)
+		msg.Ack()
+		if msg.UUID == urgent.UUID {
+			require.LessOrEqual(t, pos, 2*batch, "delivered after the fetch in progress at most")
+			require.Equal(t, "1", msg.Metadata.Get(redisdelay.AttemptKey))
+			return
+		}
+	}
+	t.Fatal("the high-priority message never came")
+}
+
+// While both kinds queue, normal messages keep getting delivered: every
+// fetch takes up to BatchSize of each.
+func TestPriorityDoesNotStarveNormal(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	const batch, n = 8, 60
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, CheckInterval: 100 * time.Millisecond})
+	require.NoError(t, sub.SubscribeInitialize(tp))
+	for i := range n {
+		require.NoError(t, pub.Publish(tp, lcMessage("n"+strconv.Itoa(i)), high(lcMessage("h"+strconv.Itoa(i)))))
+	}
+	// the scheduler holding the lease (the subscriber's) moves the
+	// high-priority ones before consumption starts
+	ch := subscribe(t, sub, tp)
+	var order []byte
+	for range 2 * n {
+		msg := receive(t, ch, 5*time.Second)
+		order = append(order, msg.Payload[0])
+		msg.Ack()
+	}
+	normalEarly := 0
+	for _, c := range order[:4*batch] {
+		if c == 'n' {
+			normalEarly++
+		}
+	}
+	require.GreaterOrEqual(t, normalEarly, batch, "normal messages among the first %d deliveries: %s", 4*batch, order)
+	nothing(t, ch, 200*time.Millisecond)
+}
+
+// A delayed high-priority message is due when its delay says, reaches
+// every consumer group once, and one published before any group exists
+// waits in the ready stream for the first.
+func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+
+	early := high(lcMessage("before any group"))
+	require.NoError(t, pub.Publish(tp, early))
+	time.Sleep(50 * time.Millisecond)
+
+	subA := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "a", CheckInterval: 100 * time.Millisecond})
+	subB := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "b", DisableScheduler: true})
+	chA, chB := subscribe(t, subA, tp), subscribe(t, subB, tp)
+	m := receive(t, chA, 5*time.Second)
+	require.Equal(t, early.UUID, m.UUID)
+	m.Ack()
+	m = receive(t, chB, 5*time.Second)
+	require.Equal(t, early.UUID, m.UUID)
+	m.Ack()
+
+	msg := high(delayed(delay.For(400*time.Millisecond), "later"))
+	start := time.Now()
+	require.NoError(t, pub.Publish(tp, msg))
+	for _, ch := range []<-chan *message.Message{chA, chB} {
+		got := receive(t, ch, 5*time.Second)
+		require.Equal(t, msg.UUID, got.UUID)
+		require.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond, "never early")
+		got.Ack()
+	}
+	nothing(t, chA, 200*time.Millisecond)
+	nothing(t, chB, 10*time.Millisecond)
+	exists, err := client.Exists(context.Background(), lcKey(tp, "prio")).Result()
+	require.NoError(t, err)
+	require.Zero(t, exists, "the priority marks are removed when the messages move")
+}
+
+func TestPriorityCancelAndBadValue(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	msg := high(delayed(delay.For(time.Hour), "x"))
+	require.NoError(t, pub.Publish(tp, msg))
+	ok, err := pub.Cancel(context.Background(), tp, msg.UUID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	exists, err := client.Exists(context.Background(), lcKey(tp, "prio")).Result()
+	require.NoError(t, err)
+	require.Zero(t, exists, "a cancelled message leaves no priority mark behind")
+
+	bad := lcMessage("y")
+	bad.Metadata.Set(redisdelay.PriorityKey, "urgent")
+	err = pub.Publish(tp, bad)
+	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
+	require.ErrorContains(t, err, `metadata _redisdelay_priority is "urgent": use "high", or leave it empty (or "normal") for normal priority`)
+}
