@@ -66,7 +66,7 @@ func NewCollector(config CollectorConfig) (*Collector, error) {
 		insp: config.Inspector, topics: config.Topics, timeout: config.Timeout,
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "redisdelay_scrape_errors_total",
 			Help: "Topics (or topic lists) the Collector could not read from Redis during a scrape; they were left out of it."}),
-		waiting:   desc("waiting_messages", "Delayed messages not yet due.", []string{"topic"}),
+		waiting:   desc("waiting_messages", "Delayed messages waiting for their due time, including due ones no scheduler has moved yet.", []string{"topic"}),
 		overdue:   desc("oldest_due_age_seconds", "How long the earliest waiting message is overdue (Redis clock); 0 when none is due. Grows when no scheduler runs or it falls behind.", []string{"topic"}),
 		ready:     desc("ready_messages", "Messages due and not yet fetched by a consumer of the group (new ones and redeliveries).", tg),
 		pending:   desc("pending_messages", "Messages fetched by a consumer of the group and not yet acknowledged.", tg),
