@@ -207,6 +207,9 @@ func (sm *subMetrics) acksWritten(ready, redo int) {
 	if sm == nil || ready+redo == 0 {
 		return
 	}
+	// The time queues follow the id queues entry for entry; min guards
+	// against a mismatch ever panicking.
+	ready, redo = min(ready, len(sm.readyAt)), min(redo, len(sm.redoAt))
 	now := time.Now()
 	for _, at := range sm.readyAt[:ready] {
 		sm.ack.Observe(now.Sub(at).Seconds())
