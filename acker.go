@@ -28,6 +28,7 @@ import (
 
 // queueAck adds an acknowledged entry to the ack queue. sub.mu is held.
 func (sub *subscription) queueAck(e entry) {
+	sub.m.ackQueued(e.redo)
 	if e.redo {
 		sub.ackRedo = append(sub.ackRedo, e.msg.ID)
 	} else {
@@ -136,6 +137,7 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 func (sub *subscription) dequeueAcks(ready, redo int) int {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
+	sub.m.acksWritten(ready, redo)
 	sub.ackReady = shift(sub.ackReady, ready)
 	sub.ackRedo = shift(sub.ackRedo, redo)
 	return len(sub.ackReady) + len(sub.ackRedo)

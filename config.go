@@ -117,6 +117,9 @@ type PublisherConfig struct {
 	// ReplicaTimeout bounds the wait for MinReplicas (default 1s). Keep it
 	// well under PublishTimeout.
 	ReplicaTimeout time.Duration
+
+	// Metrics records Prometheus metrics (see NewMetrics); nil records none.
+	Metrics *Metrics
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -319,6 +322,10 @@ type SubscriberConfig struct {
 	// to finish. Fetched messages not yet handed to a handler go back to the
 	// group at once, and so does the handled one when the wait runs out.
 	CloseTimeout time.Duration
+
+	// Metrics records Prometheus metrics (see NewMetrics); nil records none.
+	// The embedded scheduler records into it too.
+	Metrics *Metrics
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -431,6 +438,9 @@ type ManagerConfig struct {
 	// removal is logged. It never removes a message from a topic that has a
 	// consumer group: delete an abandoned group with Inspector.DeleteGroup.
 	Retention time.Duration
+
+	// Metrics records Prometheus metrics (see NewMetrics); nil records none.
+	Metrics *Metrics
 }
 
 func (c *ManagerConfig) setDefaults() {

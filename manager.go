@@ -158,6 +158,7 @@ type scheduler struct {
 	batch     int
 	trim      time.Duration
 	retention time.Duration
+	metrics   *Metrics
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -184,7 +185,7 @@ func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *schedul
 	return &scheduler{
 		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: uuid.NewString(),
-		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention,
+		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: config.Metrics,
 		loops: map[shard]chan string{}, balances: map[string]*balance{},
 	}
 }
@@ -377,6 +378,7 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 	// a tick whose reply was lost (cancelled by Close) may have taken it.
 	// The script releases only the caller's own lease.
 	defer s.release(sh, fields)
+	defer s.metrics.forget(sh)
 	var lastBeat time.Time // partition 0: the scheduler's last heartbeat in the topic's list
 	defer func() {
 		if b := s.balanceOf(topic); b != nil {
@@ -550,6 +552,7 @@ func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogF
 		return tick{}, fmt.Errorf("promote due messages: %w", err)
 	}
 	moved, wait, missing := res[0], res[1], res[2]
+	s.metrics.promotedTick(sh, fields["topic"].(string), moved, wait, res[4] == 1)
 	t := tick{held: res[4] == 1, groups: int(res[3]), wait: s.interval}
 	if missing > 0 {
 		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
@@ -594,6 +597,7 @@ func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogF
 		return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
 	}
 	requeued, buried, evicted, missing, removed := res[0], res[1], res[2], res[3], res[4]
+	s.metrics.reclaimedTick(fields["topic"].(string), g, requeued, buried)
 	fields = fields.Add(watermill.LogFields{"consumer_group": g})
 	if requeued+buried > 0 {
 		s.logger.Info("redisdelay: reclaimed messages from consumers that stopped responding",

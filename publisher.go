@@ -67,7 +67,10 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // (the error says when they were never sent): publishing a delayed message
 // again while an identical copy is still waiting is a no-op, so retrying is
 // safe for those; an immediate message retried may be delivered twice.
-func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
+func (p *Publisher) Publish(topic string, messages ...*message.Message) (err error) {
+	if m := p.config.Metrics; m != nil {
+		defer m.observePublish(topic, messages, time.Now(), p.now(), &err)
+	}
 	if p.closed.Load() {
 		return ErrClosed
 	}

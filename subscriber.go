@@ -199,6 +199,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			out:      out,
 			ackWake:  make(chan struct{}, 1),
 			order:    order,
+			m:        s.config.Metrics.subscription(topic, s.config.ConsumerGroup),
 		}
 		wg.Add(1)
 		go func() {
@@ -219,7 +220,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 func (s *Subscriber) schedule(topic string, parts int) {
 	s.mu.Lock()
 	if s.sched == nil {
-		config := ManagerConfig{Client: s.config.Client, KeyPrefix: s.config.KeyPrefix, CheckInterval: s.config.CheckInterval}
+		config := ManagerConfig{Client: s.config.Client, KeyPrefix: s.config.KeyPrefix, CheckInterval: s.config.CheckInterval, Metrics: s.config.Metrics}
 		config.setDefaults()
 		s.sched = newScheduler(config, s.logger)
 		s.sched.start(s.closing, false)
@@ -278,6 +279,8 @@ type subscription struct {
 	// by lease renewal when the ownership ran out.
 	order      *balance
 	owns, lost atomic.Bool
+
+	m *subMetrics // nil without SubscriberConfig.Metrics
 }
 
 // entry is a message read from one of the two streams a consumer reads:
@@ -664,6 +667,7 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 
 	select {
 	case sub.out <- msg:
+		sub.m.delivered(attempt, e.msg.ID)
 	case <-ctx.Done():
 		return false, false, nil, ""
 	}
@@ -776,6 +780,7 @@ func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, d
 	if err != nil {
 		return fmt.Errorf("nack entry %s: %w", e.msg.ID, err)
 	}
+	sub.m.nacked(res[0])
 	fields := sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "attempt": attempt})
 	switch res[0] {
 	case 0:

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+// The hot paths of hotpath_test.go with Prometheus metrics on, to compare.
+
+func newMetrics(b *testing.B) *redisdelay.Metrics {
+	m, err := redisdelay.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+// BenchmarkPublishMetrics is BenchmarkPublish (single messages) with
+// PublisherConfig.Metrics.
+func BenchmarkPublishMetrics(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		delay time.Duration
+	}{{"immediate", 0}, {"delayed", time.Hour}} {
+		b.Run(c.name, func(b *testing.B) {
+			pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: freshClient(b), Metrics: newMetrics(b)}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.SetParallelism(max(1, publishers/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := pub.Publish("hot", []*message.Message{benchMessage(c.delay)}...); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkSubscribeAckMetrics is BenchmarkSubscribeAck with
+// SubscriberConfig.Metrics.
+func BenchmarkSubscribeAckMetrics(b *testing.B) {
+	c := freshClient(b)
+	pub := newPublisher(b, c)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: c, ConsumerGroup: consumerGroup, Metrics: newMetrics(b)}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.SubscribeInitialize("hot"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := publishWatermill(pub, []string{"hot"}, b.N, batchSize, make([]byte, 16), 0); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	b.ResetTimer()
+	ch, err := sub.Subscribe(ctx, "hot")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		(<-ch).Ack()
+	}
+}
