@@ -540,8 +540,8 @@ func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogF
 	if !take {
 		mayTake = "0"
 	}
-	k := make([]string, 0, 5+3*len(groups))
-	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream())
+	k := make([]string, 0, 7+3*len(groups))
+	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf())
 	for _, g := range groups {
 		k = append(k, sh.retry(g), sh.retryBodies(g), sh.redelivery(g))
 	}

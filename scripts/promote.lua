@@ -3,7 +3,7 @@
   topic's scheduling lease: only the scheduler holding it promotes, the
   others stand by until it expires or is released. The holder then moves due
   messages to where consumers read them, atomically: the topic's waiting set
-  into the ready stream, and each listed consumer group's retry set into
+  into the ready stream (releasing their business keys), and each listed consumer group's retry set into
   that group's redelivery stream. The lease only saves work: a message is
   moved exactly once even when several schedulers call this at once.
 
@@ -12,10 +12,12 @@
   KEYS[3] waiting  zset   message UUID -> due score
   KEYS[4] bodies   hash   message UUID -> encoded message
   KEYS[5] stream   stream the topic's ready stream
-  then for each consumer group, three keys:
-  KEYS[3g+3] retry    zset   "<attempt>:<m|r><entry id>" -> due score
-  KEYS[3g+4] rbodies  hash   same member -> encoded message
-  KEYS[3g+5] rstream  stream the group's redelivery stream, fields m, a (attempt)
+  KEYS[6] bkeys    hash   business key -> UUID of the waiting message holding it
+  KEYS[7] bkeyof   hash   UUID of a waiting message -> its business key
+  then for each consumer group g = 1, 2, ..., three keys:
+  KEYS[3g+5] retry    zset   "<attempt>:<m|r><entry id>" -> due score
+  KEYS[3g+6] rbodies  hash   same member -> encoded message
+  KEYS[3g+7] rstream  stream the group's redelivery stream, fields m, a (attempt)
   ARGV[1]  most messages moved from one set per call
   ARGV[2]  owner: a unique id of the calling scheduler
   ARGV[3]  lease time in ms
@@ -82,6 +84,21 @@ local function move(set, bodies, stream, retry)
   end
   redis.call('HDEL', bodies, unpack(ids))
   redis.call('ZREMRANGEBYRANK', set, 0, #ids - 1)
+  -- messages leaving the waiting set release their business keys; the
+  -- reverse hash exists only while a waiting message holds one
+  if not retry and redis.call('EXISTS', KEYS[7]) == 1 then
+    local held = redis.call('HMGET', KEYS[7], unpack(ids))
+    local freed = {}
+    for k, key in ipairs(held) do
+      if key and redis.call('HGET', KEYS[6], key) == ids[k] then
+        freed[#freed + 1] = key
+      end
+    end
+    redis.call('HDEL', KEYS[7], unpack(ids))
+    if #freed > 0 then
+      redis.call('HDEL', KEYS[6], unpack(freed))
+    end
+  end
   if #ids == limit then
     earlier(0)
     return
@@ -95,7 +112,7 @@ local function move(set, bodies, stream, retry)
 end
 
 move(KEYS[3], KEYS[4], KEYS[5], false)
-for g = 6, #KEYS, 3 do
+for g = 8, #KEYS, 3 do
   move(KEYS[g], KEYS[g + 1], KEYS[g + 2], true)
 end
 return {moved, wait, missing, ngroups, 1}
