@@ -414,3 +414,12 @@ func TestCoalescedBusinessKeysAndBounds(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, body, "b")
 }
+
+// CancelKey on a closed Publisher fails with ErrClosed.
+func TestBusinessKeyCancelAfterClose(t *testing.T) {
+	t.Parallel()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{})
+	require.NoError(t, pub.Close())
+	_, err := pub.CancelKey(context.Background(), topic(), "k")
+	require.ErrorIs(t, err, redisdelay.ErrClosed)
+}
