@@ -115,7 +115,16 @@ func topicPolicy(def BusinessKeyPolicy, perTopic map[string]BusinessKeyPolicy, t
 type bound struct {
 	perPart int    // ceil(limit / partitions); 0: none
 	limit   int    // the configured value
-	field   string // the setting, for errors
+	name    string // the setting: MaxWaiting or MaxReady
+	topic   string // the topic, when the per-topic setting applies
+}
+
+// field names the setting in errors.
+func (b bound) field() string {
+	if b.topic != "" {
+		return fmt.Sprintf("PublisherConfig.Topic%s[%q]", b.name, b.topic)
+	}
+	return "PublisherConfig." + b.name
 }
 
 // validateLimit checks one capacity limit of a PublisherConfig.
@@ -138,9 +147,9 @@ func validateLimit(name string, def int, perTopic map[string]int) error {
 // partitions: the per-topic value when there is one (0 included), else
 // the default.
 func topicBound(name string, def int, perTopic map[string]int, topic string, parts int) bound {
-	b := bound{limit: def, field: "PublisherConfig." + name}
+	b := bound{limit: def, name: name}
 	if n, ok := perTopic[topic]; ok {
-		b = bound{limit: n, field: fmt.Sprintf("PublisherConfig.Topic%s[%q]", name, topic)}
+		b = bound{limit: n, name: name, topic: topic}
 	}
 	b.perPart = (b.limit + parts - 1) / parts
 	return b
@@ -152,7 +161,7 @@ func fullError(c *pubCall, which string, count, added int64) error {
 	if which == "ready" {
 		b, what = c.maxReady, "ready stream entries (due, not yet trimmed)"
 	}
-	limit := fmt.Sprintf("%s is %d", b.field, b.limit)
+	limit := fmt.Sprintf("%s is %d", b.field(), b.limit)
 	if c.parts > 1 {
 		limit = fmt.Sprintf("%d per partition: %s over %d partitions", b.perPart, limit, c.parts)
 	}
