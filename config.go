@@ -120,6 +120,30 @@ type PublisherConfig struct {
 
 	// Metrics records Prometheus metrics (see NewMetrics); nil records none.
 	Metrics *Metrics
+
+	// BusinessKeyPolicy is what Publish does with a message whose
+	// BusinessKey metadata is held by another waiting message of the topic:
+	// RejectDuplicateKey (the default), KeepFirst or ReplaceWaiting.
+	// TopicBusinessKeyPolicy sets it per topic; the BusinessKeyPolicyKey
+	// metadata of a message overrides both.
+	BusinessKeyPolicy      BusinessKeyPolicy
+	TopicBusinessKeyPolicy map[string]BusinessKeyPolicy
+
+	// MaxWaiting bounds the delayed messages of a topic not yet due, and
+	// MaxReady the entries of its ready stream (read or not: acknowledged
+	// entries count until a scheduler trims them, every
+	// ManagerConfig.TrimInterval), so that a stalled consumer or scheduler
+	// fills an error instead of Redis's memory (default 0: no bound). A
+	// Publish call that would exceed one fails with ErrQueueFull and
+	// stores nothing. Each partition of a topic of P partitions holds at
+	// most ceil(bound / P). TopicMaxWaiting and TopicMaxReady set them per
+	// topic (0 there: no bound for that topic). Only Publish checks them:
+	// scheduling moves due messages into the ready stream regardless, so
+	// it can hold up to MaxReady plus what was waiting.
+	MaxWaiting      int
+	TopicMaxWaiting map[string]int
+	MaxReady        int
+	TopicMaxReady   map[string]int
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -159,6 +183,15 @@ func (c PublisherConfig) Validate() error {
 		return fmt.Errorf("redisdelay: PublisherConfig.MaxMessageSize is %d: use 1 to %d bytes (0 means the default, 1 MiB)", c.MaxMessageSize, 512<<20)
 	}
 	if err := validatePartitions("PublisherConfig", c.Partitions, c.TopicPartitions); err != nil {
+		return err
+	}
+	if err := validatePolicies(c.BusinessKeyPolicy, c.TopicBusinessKeyPolicy); err != nil {
+		return err
+	}
+	if err := validateLimit("MaxWaiting", c.MaxWaiting, c.TopicMaxWaiting); err != nil {
+		return err
+	}
+	if err := validateLimit("MaxReady", c.MaxReady, c.TopicMaxReady); err != nil {
 		return err
 	}
 	return c.validateReplicas()

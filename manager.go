@@ -542,8 +542,8 @@ func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogF
 	if !take {
 		mayTake = "0"
 	}
-	k := make([]string, 0, 6+3*len(groups))
-	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.prio())
+	k := make([]string, 0, 8+3*len(groups))
+	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf(), sh.prio())
 	for _, g := range groups {
 		k = append(k, sh.retry(g), sh.retryBodies(g), sh.redelivery(g))
 	}

@@ -15,7 +15,8 @@ import (
 // its topic: messages with the same value go to the same partition (FNV-1a
 // hash of the value, modulo the partition count), so an ordered
 // subscription (SubscriberConfig.Ordered) handles them one at a time, in
-// due order. Without it a message goes to the partition of its call: that
+// due order. Without it a message with a BusinessKey goes to the partition
+// of its business key, and any other to the partition of its call: that
 // of the first message's UUID, so a Publish call (the usual single message,
 // or a batch) stays in one partition and atomic, and a retried call lands
 // where the first try did. It has no effect on a topic of one partition.
@@ -67,9 +68,13 @@ func partitionOf(key string, n int) int {
 }
 
 // messagePartition is the partition of a message published in a call whose
-// first message has the UUID first.
+// first message has the UUID first: that of its PartitionKey, else of its
+// BusinessKey, else of first.
 func messagePartition(msg *message.Message, first string, n int) int {
 	if k := msg.Metadata.Get(PartitionKey); k != "" {
+		return partitionOf(k, n)
+	}
+	if k := msg.Metadata.Get(BusinessKey); k != "" {
 		return partitionOf(k, n)
 	}
 	return partitionOf(first, n)

@@ -85,10 +85,13 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) (err err
 	parts := partitionCount(p.config.Partitions, p.config.TopicPartitions, topic)
 	calls := make([]*pubCall, parts) // by partition; nil when none of its messages is here
 	nCalls := 0
-	var seen map[string]int
+	var seen, seenKeys map[string]int
 	if len(messages) > 1 {
 		seen = make(map[string]int, len(messages))
 	}
+	policy := topicPolicy(p.config.BusinessKeyPolicy, p.config.TopicBusinessKeyPolicy, topic)
+	maxWaiting := topicBound("MaxWaiting", p.config.MaxWaiting, p.config.TopicMaxWaiting, topic, parts)
+	maxReady := topicBound("MaxReady", p.config.MaxReady, p.config.TopicMaxReady, topic, parts)
 	for i, msg := range messages {
 		if msg == nil {
 			return fmt.Errorf("%w: publish to topic %q: message %d is nil", ErrInvalidMessage, topic, i)
@@ -115,6 +118,20 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) (err err
 		if err != nil {
 			return fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 		}
+		key, keyArg, err := businessKeyArg(msg, policy)
+		if err != nil {
+			return fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
+		}
+		if key != "" && seen != nil {
+			if seenKeys == nil {
+				seenKeys = make(map[string]int)
+			}
+			if j, dup := seenKeys[key]; dup {
+				return fmt.Errorf("%w: messages %d and %d of one Publish call to topic %q share business key %q: publish them in separate calls",
+					ErrDuplicateBusinessKey, j, i, topic, key)
+			}
+			seenKeys[key] = i
+		}
 		body := encodeMessage(msg)
 		if len(body) > p.config.MaxMessageSize {
 			return fmt.Errorf("%w: message %q to topic %q is %d bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (%d): store large payloads elsewhere and publish a reference",
@@ -123,13 +140,14 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) (err err
 		part := messagePartition(msg, messages[0].UUID, parts)
 		c := calls[part]
 		if c == nil {
-			c = &pubCall{topic: topic, part: part, parts: parts, shard: p.keys.shard(topic, part), done: make(chan pubResult, 1)}
+			c = &pubCall{topic: topic, part: part, parts: parts, shard: p.keys.shard(topic, part), done: make(chan pubResult, 1),
+				maxWaiting: maxWaiting, maxReady: maxReady}
 			calls[part] = c
 			nCalls++
 		}
 		c.n++
-		c.size += len(msg.UUID) + len(body)
-		c.args = append(c.args, msg.UUID, d.Milliseconds(), body, prio)
+		c.size += len(msg.UUID) + len(body) + len(keyArg)
+		c.args = append(c.args, msg.UUID, d.Milliseconds(), body, keyArg, prio)
 	}
 
 	ctx, cancel := context.WithTimeout(messages[0].Context(), p.config.PublishTimeout)
@@ -210,7 +228,34 @@ func (p *Publisher) await(ctx context.Context, c *pubCall) error {
 		return fmt.Errorf("%w: message %q is already waiting in %s with a different body: cancel it first or use a new UUID",
 			ErrDuplicateMessage, r.dup, c.where())
 	}
-	return nil
+	return r.refused
+}
+
+// refusal is the error of a call the publish script refused with a table
+// status ({'key', key, UUID} or {'full', which, count, added}).
+func (c *pubCall) refusal(status []any) error {
+	str := func(i int) string {
+		if i < len(status) {
+			s, _ := status[i].(string)
+			return s
+		}
+		return ""
+	}
+	num := func(i int) int64 {
+		if i < len(status) {
+			n, _ := status[i].(int64)
+			return n
+		}
+		return 0
+	}
+	switch str(0) {
+	case "key":
+		return fmt.Errorf("%w: key %q is held by message %q waiting in %s: cancel it first (CancelKey), or publish with the %q or %q BusinessKeyPolicy",
+			ErrDuplicateBusinessKey, str(1), str(2), c.where(), KeepFirst, ReplaceWaiting)
+	case "full":
+		return fullError(c, str(1), num(2), num(3))
+	}
+	return fmt.Errorf("redisdelay: publish %d message(s) to %s: unexpected status %v from the publish script", c.n, c.where(), status)
 }
 
 // notSent is the error of a call that gave up before its messages were sent.
@@ -237,9 +282,11 @@ type pubCall struct {
 	topic       string
 	part, parts int   // the partition, of the topic's partition count
 	shard       shard // the partition's keys
-	args        []any // UUID, delay in ms, encoded body, priority flag for each message
-	n           int   // messages
-	size        int   // bytes of UUIDs and bodies
+	args        []any // UUID, delay in ms, encoded body, business key argument, priority flag for each message
+	maxWaiting  bound // the topic's capacity limits
+	maxReady    bound
+	n           int // messages
+	size        int // bytes of UUIDs and bodies
 	ctx         context.Context
 	done        chan pubResult // buffered: the flusher never blocks on it
 	b           *batcher       // the partition's batcher, once enqueued
@@ -262,8 +309,9 @@ func (c *pubCall) where() string {
 // pubResult is the outcome of one call: an error, or the UUID of a message
 // already waiting with a different body, or neither.
 type pubResult struct {
-	dup string
-	err error
+	dup     string
+	refused error // a business key or capacity refusal
+	err     error
 }
 
 // batcher queues the calls to one partition made while maxFlushes script
@@ -367,8 +415,8 @@ func (p *Publisher) store(batch []*pubCall) {
 		}
 		msgs += c.n
 	}
-	args := make([]any, 0, 2+len(batch)+4*msgs)
-	args = append(args, first.shard.wake(), len(batch))
+	args := make([]any, 0, 4+len(batch)+5*msgs)
+	args = append(args, first.shard.wake(), first.maxWaiting.perPart, first.maxReady.perPart, len(batch))
 	for _, c := range batch {
 		args = append(args, c.n)
 	}
@@ -381,7 +429,7 @@ func (p *Publisher) store(batch []*pubCall) {
 	err := p.register(ctx, first.topic, first.parts)
 	if err == nil {
 		sh := first.shard
-		res, err = p.runPublish(ctx, []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.prio()}, args)
+		res, err = p.runPublish(ctx, []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio()}, args)
 	}
 	if err == nil && len(res) != len(batch) {
 		err = fmt.Errorf("the publish script returned %d results for %d calls", len(res), len(batch))
@@ -390,6 +438,9 @@ func (p *Publisher) store(batch []*pubCall) {
 		r := pubResult{err: err}
 		if err == nil {
 			r.dup, _ = res[i].(string)
+			if status, ok := res[i].([]any); ok {
+				r.refused = c.refusal(status)
+			}
 		}
 		c.done <- r
 	}
@@ -430,7 +481,7 @@ func (p *Publisher) Cancel(ctx context.Context, topic, messageUUID string) (bool
 	home := partitionOf(messageUUID, parts)
 	for i := range parts {
 		sh := p.keys.shard(topic, (home+i)%parts)
-		n, err := cancelScript.Run(ctx, p.config.Client, []string{sh.waiting(), sh.bodies(), sh.prio()}, messageUUID).Int()
+		n, err := cancelScript.Run(ctx, p.config.Client, []string{sh.waiting(), sh.bodies(), sh.bkeys(), sh.bkeyOf(), sh.prio()}, messageUUID).Int()
 		if err != nil {
 			return false, fmt.Errorf("redisdelay: cancel message %q in topic %q: %w", messageUUID, topic, err)
 		}

@@ -43,6 +43,7 @@ var (
 	extendScript    = loadScript("extend", false)
 	requeueScript   = loadScript("requeue", false)
 	cancelScript    = loadScript("cancel", false)
+	cancelKeyScript = loadScript("cancelkey", false)
 	initScript      = loadScript("init", false)
 	trimScript      = loadScript("trim", false)
 	dropGroupScript = loadScript("dropgroup", false)
@@ -61,6 +62,8 @@ var (
 //	<shard>:seq              string  FIFO tie-break counter
 //	<shard>:prio             hash    UUID -> 1 for waiting high-priority messages
 //	<shard>:stream           stream  ready messages
+//	<shard>:bkeys            hash    business key -> UUID of the waiting message holding it
+//	<shard>:bkeyof           hash    UUID of a waiting message -> its business key (absent: none holds one)
 //	<shard>:groups           set     consumer groups
 //	<shard>:g:<group>:retry  zset    retry member -> due score
 //	<shard>:g:<group>:rbody  hash    retry member -> encoded message
@@ -137,6 +140,8 @@ func (s shard) stream() string  { return string(s) + ":stream" }
 func (s shard) groups() string  { return string(s) + ":groups" }
 func (s shard) wake() string    { return string(s) + ":wake" }
 func (s shard) lease() string   { return string(s) + ":lease" }
+func (s shard) bkeys() string   { return string(s) + ":bkeys" }
+func (s shard) bkeyOf() string  { return string(s) + ":bkeyof" }
 
 func (s shard) schedulers() string  { return string(s) + ":schedulers" }
 func (s shard) leaseCounts() string { return string(s) + ":sleases" }

@@ -3,8 +3,9 @@
   topic's scheduling lease: only the scheduler holding it promotes, the
   others stand by until it expires or is released. The holder then moves due
   messages to where consumers read them, atomically: the topic's waiting set
-  into the ready stream, and each listed consumer group's retry set into
-  that group's redelivery stream. A due high-priority message goes to the
+  into the ready stream (releasing their business keys), and each listed
+  consumer group's retry set into that group's redelivery stream. A due
+  high-priority message goes to the
   redelivery stream of every listed group instead (as attempt 1), which
   subscribers read before the ready stream; with no group listed, to the
   ready stream. The lease only saves work: a message is
@@ -15,11 +16,13 @@
   KEYS[3] waiting  zset   message UUID -> due score
   KEYS[4] bodies   hash   message UUID -> encoded message
   KEYS[5] stream   stream the topic's ready stream
-  KEYS[6] prio     hash   UUIDs of the waiting high-priority messages -> 1
-  then for each consumer group, three keys:
-  KEYS[3g+4] retry    zset   "<attempt>:<m|r><entry id>" -> due score
-  KEYS[3g+5] rbodies  hash   same member -> encoded message
-  KEYS[3g+6] rstream  stream the group's redelivery stream, fields m, a (attempt)
+  KEYS[6] bkeys    hash   business key -> UUID of the waiting message holding it
+  KEYS[7] bkeyof   hash   UUID of a waiting message -> its business key
+  KEYS[8] prio     hash   UUIDs of the waiting high-priority messages -> 1
+  then for each consumer group g = 1, 2, ..., three keys:
+  KEYS[3g+6] retry    zset   "<attempt>:<m|r><entry id>" -> due score
+  KEYS[3g+7] rbodies  hash   same member -> encoded message
+  KEYS[3g+8] rstream  stream the group's redelivery stream, fields m, a (attempt)
   ARGV[1]  most messages moved from one set per call
   ARGV[2]  owner: a unique id of the calling scheduler
   ARGV[3]  lease time in ms
@@ -61,10 +64,10 @@ end
 
 -- the redelivery streams of the listed groups, for high-priority messages
 local rstreams = {}
-for g = 9, #KEYS, 3 do
+for g = 11, #KEYS, 3 do
   rstreams[#rstreams + 1] = KEYS[g]
 end
-local prio = redis.call('EXISTS', KEYS[6]) == 1
+local prio = redis.call('EXISTS', KEYS[8]) == 1
 
 local function move(set, bodies, stream, retry)
   -- the head alone tells an idle set (the common case) apart cheaply
@@ -80,11 +83,11 @@ local function move(set, bodies, stream, retry)
   local ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, limit)
   local high = {}
   if prio and not retry then
-    local flags = redis.call('HMGET', KEYS[6], unpack(ids))
+    local flags = redis.call('HMGET', KEYS[8], unpack(ids))
     for k = 1, #ids do
       high[k] = flags[k] == '1'
     end
-    redis.call('HDEL', KEYS[6], unpack(ids))
+    redis.call('HDEL', KEYS[8], unpack(ids))
   end
   for k, id in ipairs(ids) do
     local body = redis.call('HGET', bodies, id)
@@ -104,6 +107,21 @@ local function move(set, bodies, stream, retry)
     end
   end
   redis.call('HDEL', bodies, unpack(ids))
+  -- messages leaving the waiting set release their business keys; the
+  -- reverse hash exists only while a waiting message holds one
+  if not retry and redis.call('EXISTS', KEYS[7]) == 1 then
+    local held = redis.call('HMGET', KEYS[7], unpack(ids))
+    local freed = {}
+    for k, key in ipairs(held) do
+      if key and redis.call('HGET', KEYS[6], key) == ids[k] then
+        freed[#freed + 1] = key
+      end
+    end
+    redis.call('HDEL', KEYS[7], unpack(ids))
+    if #freed > 0 then
+      redis.call('HDEL', KEYS[6], unpack(freed))
+    end
+  end
   redis.call('ZREMRANGEBYRANK', set, 0, #ids - 1)
   if #ids == limit then
     earlier(0)
@@ -118,7 +136,7 @@ local function move(set, bodies, stream, retry)
 end
 
 move(KEYS[3], KEYS[4], KEYS[5], false)
-for g = 7, #KEYS, 3 do
+for g = 9, #KEYS, 3 do
   move(KEYS[g], KEYS[g + 1], KEYS[g + 2], true)
 end
 return {moved, wait, missing, ngroups, 1}

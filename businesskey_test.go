@@ -1,0 +1,425 @@
+package redisdelay_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// bkMsg is a message with a business key, delayed by d (0: immediate) and,
+// when policy is set, with that per-message policy.
+func bkMsg(key string, d time.Duration, payload string, policy redisdelay.BusinessKeyPolicy) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
+	msg.Metadata.Set(redisdelay.BusinessKey, key)
+	if policy != "" {
+		msg.Metadata.Set(redisdelay.BusinessKeyPolicyKey, string(policy))
+	}
+	if d > 0 {
+		delay.Message(msg, delay.For(d))
+	}
+	return msg
+}
+
+func bkPublisher(t *testing.T, config redisdelay.PublisherConfig) *redisdelay.Publisher {
+	t.Helper()
+	config.Client = newClient(t)
+	pub, err := redisdelay.NewPublisher(config, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	return pub
+}
+
+// bkState checks that the business key hashes of partition part agree
+// with each other and with the waiting set, and returns key -> UUID.
+func bkState(t *testing.T, topic string, part int) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	client := newClient(t)
+	keys, err := client.HGetAll(ctx, ptKey(topic, part, "bkeys")).Result()
+	require.NoError(t, err)
+	of, err := client.HGetAll(ctx, ptKey(topic, part, "bkeyof")).Result()
+	require.NoError(t, err)
+	require.Len(t, of, len(keys), "bkeys %v and bkeyof %v differ", keys, of)
+	for k, id := range keys {
+		require.Equal(t, k, of[id], "bkeyof of %s", id)
+		_, err := client.ZScore(ctx, ptKey(topic, part, "waiting"), id).Result()
+		require.NoError(t, err, "the holder %s of key %s is not waiting", id, k)
+	}
+	return keys
+}
+
+func dueOf(t *testing.T, topic, uuid string) float64 {
+	t.Helper()
+	s, err := newClient(t).ZScore(context.Background(), lcKey(topic, "waiting"), uuid).Result()
+	require.NoError(t, err)
+	return s
+}
+
+// Reject (the default): a second waiting message with the key fails with
+// the holder named, storing nothing of its call; an identical re-publish is
+// a no-op; an immediate message with a held key is rejected too.
+func TestBusinessKeyReject(t *testing.T) {
+	t.Parallel()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{})
+	tp := topic()
+	first := bkMsg("order-1", time.Hour, "first", "")
+	require.NoError(t, pub.Publish(tp, first))
+	require.NoError(t, pub.Publish(tp, first.Copy()), "an identical re-publish is a no-op")
+	before := topicState(t, tp)
+	want := fmt.Sprintf(`redisdelay: duplicate business key: key "order-1" is held by message %q waiting in topic %q: cancel it first (CancelKey), or publish with the "keep-first" or "replace" BusinessKeyPolicy`, first.UUID, tp)
+
+	for name, msgs := range map[string][]*message.Message{
+		"delayed":          {bkMsg("order-1", 2*time.Hour, "second", "")},
+		"immediate":        {bkMsg("order-1", 0, "now", "")},
+		"with a bystander": {delayed(delay.For(time.Minute), "bystander"), bkMsg("order-1", time.Minute, "second", redisdelay.RejectDuplicateKey)},
+	} {
+		err := pub.Publish(tp, msgs...)
+		require.ErrorIs(t, err, redisdelay.ErrDuplicateBusinessKey, name)
+		require.EqualError(t, err, want, name)
+		require.Equal(t, before, topicState(t, tp), "%s: a rejected call changed the topic", name)
+	}
+	require.Equal(t, map[string]string{"order-1": first.UUID}, bkState(t, tp, 0))
+
+	// another key, and no key, are unaffected
+	require.NoError(t, pub.Publish(tp, bkMsg("order-2", time.Hour, "other", ""), delayed(delay.For(time.Hour), "no key")))
+	require.Len(t, bkState(t, tp, 0), 2)
+}
+
+// Keep first: the waiting message keeps its body and due time, the new one
+// is dropped and Publish returns nil; per topic by config, overridden per
+// message.
+func TestBusinessKeyKeepFirst(t *testing.T) {
+	t.Parallel()
+	tp := topic()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{tp: redisdelay.KeepFirst}})
+	first := bkMsg("order-1", time.Hour, "first", "")
+	require.NoError(t, pub.Publish(tp, first))
+	due := dueOf(t, tp, first.UUID)
+	before := topicState(t, tp)
+
+	require.NoError(t, pub.Publish(tp, bkMsg("order-1", time.Minute, "second", "")))
+	require.NoError(t, pub.Publish(tp, bkMsg("order-1", 0, "immediate", "")), "an immediate message with a held key is dropped too")
+	require.Equal(t, before, topicState(t, tp))
+	require.Equal(t, due, dueOf(t, tp, first.UUID))
+
+	// a per-message policy overrides the topic's
+	err := pub.Publish(tp, bkMsg("order-1", time.Minute, "strict", redisdelay.RejectDuplicateKey))
+	require.ErrorIs(t, err, redisdelay.ErrDuplicateBusinessKey)
+	// other topics keep the default
+	other := topic()
+	require.NoError(t, pub.Publish(other, bkMsg("order-1", time.Hour, "a", "")))
+	require.ErrorIs(t, pub.Publish(other, bkMsg("order-1", time.Hour, "b", "")), redisdelay.ErrDuplicateBusinessKey)
+}
+
+// Replace: the waiting message is removed and the new one stored with its
+// own body and due time; an immediate one removes it and is sent at once.
+func TestBusinessKeyReplace(t *testing.T) {
+	t.Parallel()
+	tp := topic()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.KeepFirst})
+	first := bkMsg("order-1", time.Hour, "first", "")
+	require.NoError(t, pub.Publish(tp, first))
+
+	second := bkMsg("order-1", time.Minute, "second", redisdelay.ReplaceWaiting)
+	require.NoError(t, pub.Publish(tp, second))
+	got := content(t, tp)
+	require.Equal(t, []string{second.UUID}, got.waiting)
+	require.Equal(t, 1, got.bodies)
+	require.Less(t, dueOf(t, tp, second.UUID), float64(time.Now().Add(2*time.Minute).UnixMilli()*1024), "rescheduled to its own due time")
+	require.Equal(t, map[string]string{"order-1": second.UUID}, bkState(t, tp, 0))
+
+	now := bkMsg("order-1", 0, "now", redisdelay.ReplaceWaiting)
+	require.NoError(t, pub.Publish(tp, now))
+	got = content(t, tp)
+	require.Empty(t, got.waiting)
+	require.Equal(t, 0, got.bodies)
+	require.EqualValues(t, 1, got.ready)
+	require.Empty(t, bkState(t, tp, 0), "an immediate message holds no key")
+	// the key is free: a new waiting message takes it under any policy
+	require.NoError(t, pub.Publish(tp, bkMsg("order-1", time.Hour, "again", redisdelay.RejectDuplicateKey)))
+}
+
+// CancelKey (Publisher and Inspector) recalls the waiting message holding a
+// key and frees the key; Cancel by UUID frees it too; after the message
+// became due the key is free and CancelKey reports false.
+func TestBusinessKeyCancelAndRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{})
+	insp := lcInspector(t, client)
+
+	a := bkMsg("order-1", time.Hour, "a", "")
+	require.NoError(t, pub.Publish(tp, a))
+	ok, err := pub.CancelKey(ctx, tp, "order-1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = pub.CancelKey(ctx, tp, "order-1")
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Empty(t, content(t, tp).waiting)
+	require.Zero(t, content(t, tp).bodies)
+	require.Empty(t, bkState(t, tp, 0))
+
+	b := bkMsg("order-1", time.Hour, "b", "")
+	require.NoError(t, pub.Publish(tp, b))
+	ok, err = insp.CancelKey(ctx, tp, "order-1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Empty(t, bkState(t, tp, 0))
+
+	c := bkMsg("order-1", time.Hour, "c", "")
+	require.NoError(t, pub.Publish(tp, c))
+	ok, err = pub.Cancel(ctx, tp, c.UUID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Empty(t, bkState(t, tp, 0), "Cancel by UUID frees the key")
+
+	// due: moved to the ready stream by a scheduler, the key is free
+	d := bkMsg("order-1", 50*time.Millisecond, "d", "")
+	require.NoError(t, pub.Publish(tp, d, bkMsg("order-2", time.Hour, "stays", "")))
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
+	require.Eventually(t, func() bool { return content(t, tp).ready == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"order-2"}, keysOf(bkState(t, tp, 0)), "promotion frees the key of the message it moves only")
+	ok, err = pub.CancelKey(ctx, tp, "order-1")
+	require.NoError(t, err)
+	require.False(t, ok, "a message already due cannot be recalled")
+	require.NoError(t, pub.Publish(tp, bkMsg("order-1", time.Hour, "e", "")))
+
+	_, err = pub.CancelKey(ctx, tp, "")
+	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: cancel in topic %q: the business key is empty`, tp))
+	_, err = insp.CancelKey(ctx, "a b", "k")
+	require.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
+	_, err = pub.CancelKey(ctx, "", "k")
+	require.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
+}
+
+func keysOf(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// In a partitioned topic a message with a business key and no PartitionKey
+// goes to the partition of its key, where the uniqueness check runs;
+// CancelKey finds it there, and in another partition when a PartitionKey
+// placed it.
+func TestBusinessKeyPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const parts = 4
+	tp := topic()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{Partitions: parts})
+	var first []*message.Message
+	for i := range 12 {
+		key := fmt.Sprint("order-", i)
+		msg := bkMsg(key, time.Hour, "x", "")
+		require.NoError(t, pub.Publish(tp, msg))
+		first = append(first, msg)
+		err := pub.Publish(tp, bkMsg(key, time.Hour, "y", ""))
+		require.ErrorIs(t, err, redisdelay.ErrDuplicateBusinessKey, key)
+		require.ErrorContains(t, err, fmt.Sprintf("waiting in partition %d of topic %q", redisdelay.PartitionOf(key, parts), tp))
+	}
+	for i, msg := range first {
+		key := fmt.Sprint("order-", i)
+		part := redisdelay.PartitionOf(key, parts)
+		require.Equal(t, msg.UUID, bkState(t, tp, part)[key], key)
+	}
+	withPK := bkMsg("pk-order", time.Hour, "z", "")
+	pk := "customer-0"
+	for i := 1; redisdelay.PartitionOf(pk, parts) == redisdelay.PartitionOf("pk-order", parts); i++ {
+		pk = fmt.Sprint("customer-", i)
+	}
+	withPK.Metadata.Set(redisdelay.PartitionKey, pk)
+	pkPart := redisdelay.PartitionOf(pk, parts)
+	require.NoError(t, pub.Publish(tp, withPK))
+	require.Equal(t, withPK.UUID, bkState(t, tp, pkPart)["pk-order"])
+
+	for i := range first {
+		ok, err := pub.CancelKey(ctx, tp, fmt.Sprint("order-", i))
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	ok, err := lcInspector(t, newClient(t)).CancelKey(ctx, tp, "pk-order")
+	require.NoError(t, err)
+	require.True(t, ok, "found outside the partition of the key")
+	for p := range parts {
+		require.Empty(t, bkState(t, tp, p))
+	}
+	require.EqualValues(t, 0, lcStats(t, lcInspector(t, newClient(t)), tp).Waiting)
+}
+
+// Bad business key input: two messages of one call with the same key, an
+// unknown per-message policy, and config errors.
+func TestBusinessKeyBadInput(t *testing.T) {
+	t.Parallel()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{})
+	tp := topic()
+	a, b := bkMsg("k", time.Hour, "a", ""), bkMsg("k", 0, "b", "")
+	err := pub.Publish(tp, a, b)
+	require.ErrorIs(t, err, redisdelay.ErrDuplicateBusinessKey)
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: duplicate business key: messages 0 and 1 of one Publish call to topic %q share business key "k": publish them in separate calls`, tp))
+
+	bad := bkMsg("k", time.Hour, "a", "overwrite")
+	err = pub.Publish(tp, bad)
+	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: message %q to topic %q: metadata _redisdelay_business_key_policy="overwrite" is not a business key policy: use "reject", "keep-first" or "replace"`, bad.UUID, tp))
+	require.Equal(t, "", topicState(t, tp))
+
+	// a policy without a key is ignored
+	noKey := delayed(delay.For(time.Hour), "x")
+	noKey.Metadata.Set(redisdelay.BusinessKeyPolicyKey, "whatever")
+	require.NoError(t, pub.Publish(tp, noKey))
+
+	client := newClient(t)
+	for _, c := range []struct {
+		config redisdelay.PublisherConfig
+		want   string
+	}{
+		{redisdelay.PublisherConfig{BusinessKeyPolicy: "first"}, `redisdelay: PublisherConfig.BusinessKeyPolicy is "first": use "reject" (the default), "keep-first" or "replace"`},
+		{redisdelay.PublisherConfig{TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{"t": "x"}}, `redisdelay: PublisherConfig.TopicBusinessKeyPolicy["t"] is "x": use "reject", "keep-first" or "replace"`},
+		{redisdelay.PublisherConfig{TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{"a}": redisdelay.KeepFirst}}, `redisdelay: invalid topic: PublisherConfig.TopicBusinessKeyPolicy key "a}" contains "}" at byte 1`},
+		{redisdelay.PublisherConfig{MaxWaiting: -1}, `redisdelay: PublisherConfig.MaxWaiting is -1: use 0 (no bound) or more`},
+		{redisdelay.PublisherConfig{MaxReady: -5}, `redisdelay: PublisherConfig.MaxReady is -5: use 0 (no bound) or more`},
+		{redisdelay.PublisherConfig{TopicMaxWaiting: map[string]int{"t": -1}}, `redisdelay: PublisherConfig.TopicMaxWaiting["t"] is -1: use 0 (no bound) or more`},
+		{redisdelay.PublisherConfig{TopicMaxReady: map[string]int{"t": -2}}, `redisdelay: PublisherConfig.TopicMaxReady["t"] is -2: use 0 (no bound) or more`},
+		{redisdelay.PublisherConfig{TopicMaxReady: map[string]int{"": 2}}, `redisdelay: invalid topic: PublisherConfig.TopicMaxReady key is empty`},
+	} {
+		c.config.Client = client
+		_, err := redisdelay.NewPublisher(c.config, logger)
+		require.ErrorContains(t, err, c.want)
+	}
+}
+
+// The waiting and ready bounds: a call beyond one fails with ErrQueueFull,
+// naming the bound and the count, storing nothing; per-topic overrides; in
+// a partitioned topic each partition holds ceil(bound / partitions).
+func TestQueueFull(t *testing.T) {
+	t.Parallel()
+	tp, free, small := topic(), topic(), topic()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{MaxWaiting: 2, MaxReady: 3,
+		TopicMaxWaiting: map[string]int{free: 0}, TopicMaxReady: map[string]int{small: 1}})
+
+	require.NoError(t, pub.Publish(tp, delayed(delay.For(time.Hour), "1")))
+	before := topicState(t, tp)
+	err := pub.Publish(tp, delayed(delay.For(time.Hour), "2"), delayed(delay.For(time.Hour), "3"))
+	require.ErrorIs(t, err, redisdelay.ErrQueueFull)
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: queue full: topic %q holds 1 waiting messages (delayed, not yet due) and the call adds 2, over its bound (PublisherConfig.MaxWaiting is 2): nothing of the call is stored`, tp))
+	require.Equal(t, before, topicState(t, tp))
+	require.NoError(t, pub.Publish(tp, delayed(delay.For(time.Hour), "2")), "one more fits")
+
+	// immediate messages count against the ready bound only
+	require.NoError(t, pub.Publish(tp, lcMessage("r1"), lcMessage("r2"), lcMessage("r3")))
+	before = topicState(t, tp)
+	err = pub.Publish(tp, lcMessage("r4"))
+	require.ErrorIs(t, err, redisdelay.ErrQueueFull)
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: queue full: topic %q holds 3 ready stream entries (due, not yet trimmed) and the call adds 1, over its bound (PublisherConfig.MaxReady is 3): nothing of the call is stored`, tp))
+	err = pub.Publish(tp, delayed(delay.For(time.Hour), "3"))
+	require.ErrorContains(t, err, "holds 2 waiting messages")
+	require.Equal(t, before, topicState(t, tp))
+
+	// a replace at the bound swaps, an identical re-publish is a no-op
+	k := bkMsg("k", time.Hour, "k", redisdelay.ReplaceWaiting)
+	ok, err := pub.Cancel(context.Background(), tp, content(t, tp).waiting[0])
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, pub.Publish(tp, k))
+	require.NoError(t, pub.Publish(tp, k.Copy()))
+	require.NoError(t, pub.Publish(tp, bkMsg("k", 2*time.Hour, "k2", redisdelay.ReplaceWaiting)))
+	require.Len(t, content(t, tp).waiting, 2)
+
+	// per-topic overrides
+	for i := range 5 {
+		require.NoError(t, pub.Publish(free, delayed(delay.For(time.Hour), fmt.Sprint(i))), "TopicMaxWaiting 0: no bound")
+	}
+	require.NoError(t, pub.Publish(small, lcMessage("s1")))
+	err = pub.Publish(small, lcMessage("s2"))
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: queue full: topic %q holds 1 ready stream entries (due, not yet trimmed) and the call adds 1, over its bound (PublisherConfig.TopicMaxReady[%q] is 1): nothing of the call is stored`, small, small))
+
+	// partitions: 5 over 2 partitions is 3 per partition
+	parted := bkPublisher(t, redisdelay.PublisherConfig{Partitions: 2, MaxWaiting: 5})
+	pt := topic()
+	var keyOn1 string
+	for i := 0; keyOn1 == ""; i++ {
+		if redisdelay.PartitionOf(fmt.Sprint("p", i), 2) == 1 {
+			keyOn1 = fmt.Sprint("p", i)
+		}
+	}
+	for i := range 3 {
+		msg := delayed(delay.For(time.Hour), fmt.Sprint(i))
+		msg.Metadata.Set(redisdelay.PartitionKey, keyOn1)
+		require.NoError(t, parted.Publish(pt, msg))
+	}
+	msg := delayed(delay.For(time.Hour), "4")
+	msg.Metadata.Set(redisdelay.PartitionKey, keyOn1)
+	err = parted.Publish(pt, msg)
+	require.ErrorIs(t, err, redisdelay.ErrQueueFull)
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: queue full: partition 1 of topic %q holds 3 waiting messages (delayed, not yet due) and the call adds 1, over its bound (3 per partition: PublisherConfig.MaxWaiting is 5 over 2 partitions): nothing of the call is stored`, pt))
+}
+
+// Coalesced calls in one script run keep their own results: each is
+// checked against the bound and the business keys as left by the calls
+// before it, as if they had run one after another.
+func TestCoalescedBusinessKeysAndBounds(t *testing.T) {
+	t.Parallel()
+	tp := topic()
+	pub, proxy, counter := gatedPublisher(t, tp, redisdelay.PublisherConfig{MaxWaiting: 3})
+	counter.n.Store(0)
+	first, second := twoInFlight(t, proxy, pub, tp)
+
+	a := bkMsg("k", time.Hour, "a", "")
+	b := bkMsg("k", 2*time.Hour, "b", redisdelay.ReplaceWaiting) // replaces a, in the same run
+	c := bkMsg("k", time.Hour, "c", "")                          // rejected: b holds k
+	d := bkMsg("k", time.Hour, "d", redisdelay.KeepFirst)        // dropped
+	big := []*message.Message{delayed(delay.For(time.Hour), "1"), delayed(delay.For(time.Hour), "2"), delayed(delay.For(time.Hour), "3"), delayed(delay.For(time.Hour), "4")}
+	small := []*message.Message{delayed(delay.For(time.Hour), "5"), delayed(delay.For(time.Hour), "6")}
+	last := []*message.Message{delayed(delay.For(time.Hour), "7")}
+	calls := [][]*message.Message{{a}, {b}, {c}, {d}, big, small, last}
+	errs := make([]chan error, len(calls))
+	for i, msgs := range calls {
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- pub.Publish(tp, msgs...) }()
+		awaitQueued(t, pub, tp, i+1) // queued in this order
+	}
+	proxy.open()
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	require.NoError(t, <-errs[0])
+	require.NoError(t, <-errs[1])
+	require.EqualError(t, <-errs[2], fmt.Sprintf(`redisdelay: duplicate business key: key "k" is held by message %q waiting in topic %q: cancel it first (CancelKey), or publish with the "keep-first" or "replace" BusinessKeyPolicy`, b.UUID, tp))
+	require.NoError(t, <-errs[3])
+	require.EqualError(t, <-errs[4], fmt.Sprintf(`redisdelay: queue full: topic %q holds 1 waiting messages (delayed, not yet due) and the call adds 4, over its bound (PublisherConfig.MaxWaiting is 3): nothing of the call is stored`, tp))
+	require.NoError(t, <-errs[5], "a smaller call after a full one still fits")
+	require.ErrorContains(t, <-errs[6], "holds 3 waiting messages")
+	assert.EqualValues(t, 3, counter.n.Load(), "script runs: two in flight, then all queued calls in one")
+
+	got := content(t, tp)
+	require.ElementsMatch(t, []string{b.UUID, small[0].UUID, small[1].UUID}, got.waiting)
+	require.Equal(t, 3, got.bodies)
+	require.Equal(t, map[string]string{"k": b.UUID}, bkState(t, tp, 0))
+	body, err := newClient(t).HGet(context.Background(), lcKey(tp, "bodies"), b.UUID).Result()
+	require.NoError(t, err)
+	require.Contains(t, body, "b")
+}
+
+// CancelKey on a closed Publisher fails with ErrClosed.
+func TestBusinessKeyCancelAfterClose(t *testing.T) {
+	t.Parallel()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{})
+	require.NoError(t, pub.Close())
+	_, err := pub.CancelKey(context.Background(), topic(), "k")
+	require.ErrorIs(t, err, redisdelay.ErrClosed)
+}
