@@ -28,6 +28,7 @@ type cmdFlags struct {
 	offset, limit int
 	after         string
 	all, yes      bool
+	key           string
 }
 
 func lookup(name string) *command {
@@ -78,17 +79,23 @@ func init() {
 			run: cmdDead,
 		},
 		{
-			name: "cancel", args: "<topic> <uuid>", summary: "recall a delayed message that is still waiting",
-			help: "Removes a delayed message that is still waiting, by its UUID, so it is never delivered.\n" +
-				"Reports whether it was waiting (exit status 0 either way; \"cancelled\": false in JSON):\n" +
-				"it is not when the UUID is unknown, already cancelled, or already due.",
-			minArgs: 2, maxArgs: 2,
-			// HOOK (cancel by business key): when Publisher.CancelKey(ctx,
-			// topic, key) (bool, error) (or Inspector.CancelKey) exists, add
-			// a --key flag here (fs.StringVar(&f.key, "key", "", ...), with a
-			// `key string` field in cmdFlags), let check accept either
-			// <topic> <uuid> or <topic> --key K (minArgs 1), and call it in
-			// cmdCancel where marked.
+			name: "cancel", args: "<topic> (<uuid> | --key K)", summary: "recall a delayed message that is still waiting",
+			help: "Removes a delayed message that is still waiting, by its UUID or by its business key\n" +
+				"(--key), so it is never delivered. Reports whether it was waiting (exit status 0 either\n" +
+				"way; \"cancelled\": false in JSON): it is not when unknown, already cancelled, or already due.",
+			minArgs: 1, maxArgs: 2,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.StringVar(&f.key, "key", "", "cancel the waiting message holding business key `K`")
+			},
+			check: func(pos []string, f *cmdFlags) error {
+				switch {
+				case f.key != "" && len(pos) > 1:
+					return errors.New("give a UUID or --key, not both")
+				case f.key == "" && len(pos) < 2:
+					return errors.New("give the UUID of the message to cancel, or --key K")
+				}
+				return nil
+			},
 			run: cmdCancel,
 		},
 		{
@@ -293,10 +300,26 @@ func cmdDead(e *env, pos []string) error {
 }
 
 func cmdCancel(e *env, pos []string) error {
-	topic, id := pos[0], pos[1]
+	topic := pos[0]
 	if err := e.knownTopics(topic); err != nil {
 		return err
 	}
+	if key := e.flags.key; key != "" {
+		ok, err := e.insp.CancelKey(e.ctx, topic, key)
+		if err != nil {
+			return err
+		}
+		if e.opts.json {
+			return writeJSON(e.stdout, cancelJSON{Topic: topic, Key: key, Cancelled: ok})
+		}
+		if ok {
+			fmt.Fprintf(e.stdout, "cancelled the message holding business key %q in topic %q\n", key, topic)
+		} else {
+			fmt.Fprintf(e.stdout, "not cancelled: no waiting message holds business key %q in topic %q (unknown, already cancelled, or already due)\n", key, topic)
+		}
+		return nil
+	}
+	id := pos[1]
 	// Publisher.Cancel looks in the partitions the publisher is configured
 	// with: give it the count stored in Redis.
 	st, err := e.insp.Stats(e.ctx, topic)
@@ -311,9 +334,6 @@ func cmdCancel(e *env, pos []string) error {
 		return err
 	}
 	defer pub.Close()
-	// HOOK (cancel by business key): with --key set, call
-	// pub.CancelKey(e.ctx, topic, key) (or e.insp.CancelKey) here instead,
-	// and report {"topic", "key", "cancelled"}.
 	ok, err := pub.Cancel(e.ctx, topic, id)
 	if err != nil {
 		return err

@@ -394,6 +394,28 @@ func TestDead(t *testing.T) {
 	assert.Equal(t, `redisdelay: topic "orders.close-unpaid" has no consumer group "biling" (its groups: billing)`+"\n", r3.stderr)
 }
 
+// Cancel by business key, in a topic of 4 partitions.
+func TestCancelByKey(t *testing.T) {
+	s := setupSample(t)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{
+		Client: s.client, KeyPrefix: s.prefix, TopicPartitions: map[string]int{"orders.keyed": 4},
+	}, nil)
+	require.NoError(t, err)
+	defer pub.Close()
+	for i := range 3 {
+		msg := message.NewMessage(watermill.NewUUID(), []byte("close"))
+		msg.Metadata.Set(redisdelay.BusinessKey, "order-"+strconv.Itoa(i))
+		delay.Message(msg, delay.For(time.Hour))
+		require.NoError(t, pub.Publish("orders.keyed", msg))
+	}
+	assert.Equal(t, "cancelled the message holding business key \"order-1\" in topic \"orders.keyed\"\n", s.ok(t, "cancel", "orders.keyed", "--key", "order-1"))
+	assert.Equal(t, "not cancelled: no waiting message holds business key \"order-1\" in topic \"orders.keyed\" (unknown, already cancelled, or already due)\n",
+		s.ok(t, "cancel", "orders.keyed", "--key", "order-1"))
+	assert.Equal(t, cancelJSON{Topic: "orders.keyed", Key: "order-2", Cancelled: true},
+		decode[cancelJSON](t, s.ok(t, "--json", "cancel", "orders.keyed", "--key", "order-2")))
+	assert.EqualValues(t, 1, s.stats(t, "orders.keyed").Waiting)
+}
+
 func TestCancel(t *testing.T) {
 	s := setupSample(t)
 	assert.Equal(t, fmt.Sprintf("cancelled message %s in topic %q\n", s.delayed[0], topic), s.ok(t, "cancel", topic, s.delayed[0]))
@@ -481,8 +503,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"waiting"}, "waiting: wrong number of arguments (0)"},
 		{[]string{"waiting", topic, "--limit", "many"}, `invalid value "many" for flag -limit`},
 		{[]string{"dead", topic}, "dead: wrong number of arguments (1)"},
-		{[]string{"cancel", topic}, "cancel: wrong number of arguments (1)"},
-		{[]string{"cancel", topic, "id", "--key", "k"}, "flag provided but not defined: -key"},
+		{[]string{"cancel", topic}, "give the UUID of the message to cancel, or --key K"},
+		{[]string{"cancel", topic, "id", "--key", "k"}, "give a UUID or --key, not both"},
 		{[]string{"delete-dead", topic, group}, "delete-dead: wrong number of arguments (2)"},
 		{[]string{"--cluster", "127.0.0.1:7000", "--addr", "127.0.0.1:7001", "topics"}, "--cluster and --addr exclude each other"},
 		{[]string{"--timeout", "0s", "topics"}, "--timeout is 0s"},

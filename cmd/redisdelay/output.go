@@ -64,7 +64,8 @@ type deadJSON struct {
 
 type cancelJSON struct {
 	Topic     string `json:"topic"`
-	UUID      string `json:"uuid"`
+	UUID      string `json:"uuid,omitempty"`
+	Key       string `json:"key,omitempty"`
 	Cancelled bool   `json:"cancelled"`
 }
 
