@@ -107,10 +107,14 @@ func BenchmarkPublish(b *testing.B) {
 
 // BenchmarkSubscribeAck receives and acks b.N ready messages from one
 // subscription, without a Router; ns/op is per message.
-func BenchmarkSubscribeAck(b *testing.B) {
+func BenchmarkSubscribeAck(b *testing.B) { benchSubscribeAck(b, nil) }
+
+// benchSubscribeAck receives and acks b.N messages, with metrics when m is
+// not nil.
+func benchSubscribeAck(b *testing.B, m *redisdelay.Metrics) {
 	c := freshClient(b)
 	pub := newPublisher(b, c)
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: c, ConsumerGroup: consumerGroup}, nil)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: c, ConsumerGroup: consumerGroup, Metrics: m}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

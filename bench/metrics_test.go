@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"runtime"
 	"testing"
 	"time"
@@ -50,29 +49,4 @@ func BenchmarkPublishMetrics(b *testing.B) {
 
 // BenchmarkSubscribeAckMetrics is BenchmarkSubscribeAck with
 // SubscriberConfig.Metrics.
-func BenchmarkSubscribeAckMetrics(b *testing.B) {
-	c := freshClient(b)
-	pub := newPublisher(b, c)
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: c, ConsumerGroup: consumerGroup, Metrics: newMetrics(b)}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Close()
-	if err := sub.SubscribeInitialize("hot"); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := publishWatermill(pub, []string{"hot"}, b.N, batchSize, make([]byte, 16), 0); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	b.ReportAllocs()
-	b.ResetTimer()
-	ch, err := sub.Subscribe(ctx, "hot")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for range b.N {
-		(<-ch).Ack()
-	}
-}
+func BenchmarkSubscribeAckMetrics(b *testing.B) { benchSubscribeAck(b, newMetrics(b)) }
