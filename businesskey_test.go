@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -422,4 +423,17 @@ func TestBusinessKeyCancelAfterClose(t *testing.T) {
 	require.NoError(t, pub.Close())
 	_, err := pub.CancelKey(context.Background(), topic(), "k")
 	require.ErrorIs(t, err, redisdelay.ErrClosed)
+}
+
+// Redis unreachable: both recalls say what they were doing and why.
+func TestBusinessKeyCancelRedisDown(t *testing.T) {
+	t.Parallel()
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = dead.Close() })
+	insp := lcInspector(t, dead)
+	_, err := insp.CancelKey(context.Background(), "orders", "k")
+	require.ErrorContains(t, err, `redisdelay: cancel business key "k" in topic "orders": read the partition counts of 1 topic(s): dial tcp 127.0.0.1:1`)
+	pub := lcPublisher(t, dead)
+	_, err = pub.CancelKey(context.Background(), "orders", "k")
+	require.ErrorContains(t, err, `redisdelay: cancel business key "k" in topic "orders": dial tcp 127.0.0.1:1`)
 }
