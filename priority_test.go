@@ -85,9 +85,14 @@ func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
 	tp := topic()
 	pub := lcPublisher(t, client)
 
+	// Moved while no group exists (a Manager schedules the topic), it goes
+	// to the ready stream, where every group created later finds it.
+	mgr := lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
 	early := high(lcMessage("before any group"))
 	require.NoError(t, pub.Publish(tp, early))
-	time.Sleep(50 * time.Millisecond)
+	require.Eventually(t, func() bool { return client.XLen(context.Background(), lcKey(tp, "stream")).Val() == 1 },
+		5*time.Second, 10*time.Millisecond)
+	require.NoError(t, mgr.Close())
 
 	subA := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "a", CheckInterval: 100 * time.Millisecond})
 	subB := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "b", DisableScheduler: true})
