@@ -55,4 +55,13 @@
 // renew the lease of what they hold, so long handlers keep their message.
 // After MaxAttempts, or when it cannot be decoded, a message goes to its
 // group's dead letters, where an Inspector lists, requeues and deletes it.
+//
+// # Operating it
+//
+// A BusinessKey metadata value is unique among a topic's waiting messages
+// (reject, keep the first, or replace a duplicate; recall with CancelKey);
+// MaxWaiting and MaxReady bound a topic (ErrQueueFull); PriorityKey makes a
+// message overtake a backlog; NewMetrics and NewCollector export
+// Prometheus metrics, Inspector.Health reports stuck groups and a
+// scheduler behind; cmd/redisdelay does the Inspector's work from a shell.
 package redisdelay
