@@ -180,38 +180,60 @@ func (p *Publisher) CancelKey(ctx context.Context, topic, businessKey string) (b
 		return false, ErrClosed
 	}
 	parts := partitionCount(p.config.Partitions, p.config.TopicPartitions, topic)
-	return cancelKey(ctx, p.config.Client, p.keys, topic, parts, businessKey)
+	return recall(ctx, p.config.Client, p.keys, topic, parts, "key", businessKey)
+}
+
+// Cancel is Publisher.Cancel, for the partition count stored in Redis.
+func (i *Inspector) Cancel(ctx context.Context, topic, messageUUID string) (bool, error) {
+	return i.recall(ctx, topic, "uuid", messageUUID)
 }
 
 // CancelKey is Publisher.CancelKey, for the partition count stored in Redis.
 func (i *Inspector) CancelKey(ctx context.Context, topic, businessKey string) (bool, error) {
+	return i.recall(ctx, topic, "key", businessKey)
+}
+
+func (i *Inspector) recall(ctx context.Context, topic, by, value string) (bool, error) {
 	if err := validateTopic(topic); err != nil {
 		return false, err
 	}
 	parts, err := storedPartitions(ctx, i.client, i.keys, topic)
 	if err != nil {
-		return false, fmt.Errorf("redisdelay: cancel business key %q in topic %q: %w", businessKey, topic, err)
+		return false, fmt.Errorf("redisdelay: cancel %s in topic %q: %w", recallWhat(by, value), topic, err)
 	}
-	return cancelKey(ctx, i.client, i.keys, topic, parts[0], businessKey)
+	return recall(ctx, i.client, i.keys, topic, parts[0], by, value)
 }
 
-func cancelKey(ctx context.Context, client redis.UniversalClient, k keys, topic string, parts int, businessKey string) (bool, error) {
+// recall removes a waiting message of topic found by its UUID (by "uuid")
+// or business key (by "key"), looking first in the partition the value
+// hashes to (where a message is unless a PartitionKey placed it), then in
+// the others.
+func recall(ctx context.Context, client redis.UniversalClient, k keys, topic string, parts int, by, value string) (bool, error) {
 	if err := validateTopic(topic); err != nil {
 		return false, err
 	}
-	if businessKey == "" {
-		return false, fmt.Errorf("%w: cancel in topic %q: the business key is empty", ErrInvalidMessage, topic)
+	if value == "" {
+		what := map[string]string{"uuid": "message UUID", "key": "business key"}[by]
+		return false, fmt.Errorf("%w: cancel in topic %q: the %s is empty", ErrInvalidMessage, topic, what)
 	}
-	home := partitionOf(businessKey, parts)
+	home := partitionOf(value, parts)
 	for i := range parts {
 		sh := k.shard(topic, (home+i)%parts)
-		err := cancelKeyScript.Run(ctx, client, []string{sh.waiting(), sh.bodies(), sh.bkeys(), sh.bkeyOf(), sh.prio()}, businessKey).Err()
-		if err == nil {
-			return true, nil
+		n, err := cancelScript.Run(ctx, client, []string{sh.waiting(), sh.bodies(), sh.bkeys(), sh.bkeyOf(), sh.prio()}, by, value).Int()
+		if err != nil {
+			return false, fmt.Errorf("redisdelay: cancel %s in topic %q: %w", recallWhat(by, value), topic, err)
 		}
-		if !errors.Is(err, redis.Nil) {
-			return false, fmt.Errorf("redisdelay: cancel business key %q in topic %q: %w", businessKey, topic, err)
+		if n == 1 {
+			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// recallWhat names what a cancel looks for, in errors.
+func recallWhat(by, value string) string {
+	if by == "key" {
+		return fmt.Sprintf("business key %q", value)
+	}
+	return fmt.Sprintf("message %q", value)
 }

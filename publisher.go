@@ -469,27 +469,8 @@ func (p *Publisher) Cancel(ctx context.Context, topic, messageUUID string) (bool
 	if p.closed.Load() {
 		return false, ErrClosed
 	}
-	if err := validateTopic(topic); err != nil {
-		return false, err
-	}
-	if messageUUID == "" {
-		return false, fmt.Errorf("%w: cancel in topic %q: the message UUID is empty", ErrInvalidMessage, topic)
-	}
 	parts := partitionCount(p.config.Partitions, p.config.TopicPartitions, topic)
-	// The partition of the UUID first: where a message without a
-	// PartitionKey, published alone or first in its call, is.
-	home := partitionOf(messageUUID, parts)
-	for i := range parts {
-		sh := p.keys.shard(topic, (home+i)%parts)
-		n, err := cancelScript.Run(ctx, p.config.Client, []string{sh.waiting(), sh.bodies(), sh.bkeys(), sh.bkeyOf(), sh.prio()}, messageUUID).Int()
-		if err != nil {
-			return false, fmt.Errorf("redisdelay: cancel message %q in topic %q: %w", messageUUID, topic, err)
-		}
-		if n == 1 {
-			return true, nil
-		}
-	}
-	return false, nil
+	return recall(ctx, p.config.Client, p.keys, topic, parts, "uuid", messageUUID)
 }
 
 // Close makes further calls fail with ErrClosed, then waits until the

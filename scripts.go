@@ -43,7 +43,6 @@ var (
 	extendScript    = loadScript("extend", false)
 	requeueScript   = loadScript("requeue", false)
 	cancelScript    = loadScript("cancel", false)
-	cancelKeyScript = loadScript("cancelkey", false)
 	initScript      = loadScript("init", false)
 	trimScript      = loadScript("trim", false)
 	dropGroupScript = loadScript("dropgroup", false)

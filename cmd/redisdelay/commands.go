@@ -304,47 +304,28 @@ func cmdCancel(e *env, pos []string) error {
 	if err := e.knownTopics(topic); err != nil {
 		return err
 	}
-	if key := e.flags.key; key != "" {
-		ok, err := e.insp.CancelKey(e.ctx, topic, key)
-		if err != nil {
-			return err
-		}
-		if e.opts.json {
-			return writeJSON(e.stdout, cancelJSON{Topic: topic, Key: key, Cancelled: ok})
-		}
-		if ok {
-			fmt.Fprintf(e.stdout, "cancelled the message holding business key %q in topic %q\n", key, topic)
-		} else {
-			fmt.Fprintf(e.stdout, "not cancelled: no waiting message holds business key %q in topic %q (unknown, already cancelled, or already due)\n", key, topic)
-		}
-		return nil
-	}
-	id := pos[1]
-	// Publisher.Cancel looks in the partitions the publisher is configured
-	// with: give it the count stored in Redis.
-	st, err := e.insp.Stats(e.ctx, topic)
-	if err != nil {
-		return err
-	}
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{
-		Client: e.client, KeyPrefix: e.opts.prefix,
-		TopicPartitions: map[string]int{topic: st.Partitions},
-	}, nil)
-	if err != nil {
-		return err
-	}
-	defer pub.Close()
-	ok, err := pub.Cancel(e.ctx, topic, id)
-	if err != nil {
-		return err
-	}
-	if e.opts.json {
-		return writeJSON(e.stdout, cancelJSON{Topic: topic, UUID: id, Cancelled: ok})
-	}
-	if ok {
-		fmt.Fprintf(e.stdout, "cancelled message %s in topic %q\n", id, topic)
+	// The Inspector looks in every partition, by the count stored in Redis.
+	out := cancelJSON{Topic: topic, Key: e.flags.key}
+	var err error
+	if out.Key != "" {
+		out.Cancelled, err = e.insp.CancelKey(e.ctx, topic, out.Key)
 	} else {
-		fmt.Fprintf(e.stdout, "not cancelled: no message %s is waiting in topic %q (unknown, already cancelled, or already due)\n", id, topic)
+		out.UUID = pos[1]
+		out.Cancelled, err = e.insp.Cancel(e.ctx, topic, out.UUID)
+	}
+	switch {
+	case err != nil:
+		return err
+	case e.opts.json:
+		return writeJSON(e.stdout, out)
+	case out.Key != "" && out.Cancelled:
+		fmt.Fprintf(e.stdout, "cancelled the message holding business key %q in topic %q\n", out.Key, topic)
+	case out.Key != "":
+		fmt.Fprintf(e.stdout, "not cancelled: no waiting message holds business key %q in topic %q (unknown, already cancelled, or already due)\n", out.Key, topic)
+	case out.Cancelled:
+		fmt.Fprintf(e.stdout, "cancelled message %s in topic %q\n", out.UUID, topic)
+	default:
+		fmt.Fprintf(e.stdout, "not cancelled: no message %s is waiting in topic %q (unknown, already cancelled, or already due)\n", out.UUID, topic)
 	}
 	return nil
 }

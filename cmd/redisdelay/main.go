@@ -93,7 +93,6 @@ func usagef(cmd *command, format string, args ...any) error {
 type env struct {
 	ctx    context.Context
 	opts   *options
-	client redis.UniversalClient
 	insp   *redisdelay.Inspector
 	stdout io.Writer
 	stderr io.Writer
@@ -171,7 +170,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitError
 	}
-	e := &env{ctx: ctx, opts: opts, client: client, insp: insp, stdout: stdout, stderr: stderr, now: time.Now, flags: cf}
+	e := &env{ctx: ctx, opts: opts, insp: insp, stdout: stdout, stderr: stderr, now: time.Now, flags: cf}
 	if err := cmd.run(e, pos); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
