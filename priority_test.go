@@ -8,10 +8,18 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
 )
+
+// awaitRedo waits until group g's redelivery stream holds n entries.
+func awaitRedo(t *testing.T, client redis.UniversalClient, tp string, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return client.XLen(context.Background(), lcKey(tp, "g:g:redo")).Val() == n },
+		5*time.Second, 10*time.Millisecond, "%d high-priority messages moved", n)
+}
 
 func high(msg *message.Message) *message.Message {
 	msg.Metadata.Set(redisdelay.PriorityKey, redisdelay.PriorityHigh)
@@ -33,7 +41,7 @@ func TestPriorityOvertakesBacklog(t *testing.T) {
 	ch := subscribe(t, sub, tp)
 	urgent := high(lcMessage("urgent"))
 	require.NoError(t, pub.Publish(tp, urgent))
-	time.Sleep(300 * time.Millisecond) // the scheduler moves it to the group's redelivery stream
+	awaitRedo(t, client, tp, 1) // the scheduler moved it to the group's redelivery stream
 	for pos := 1; pos <= backlog+1; pos++ {
 		msg := receive(t, ch, 5*time.Second)
 		msg.Ack()
@@ -53,13 +61,14 @@ func TestPriorityDoesNotStarveNormal(t *testing.T) {
 	tp := topic()
 	pub := lcPublisher(t, client)
 	const batch, n = 8, 60
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, CheckInterval: 100 * time.Millisecond})
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, DisableScheduler: true})
 	require.NoError(t, sub.SubscribeInitialize(tp))
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
 	for i := range n {
 		require.NoError(t, pub.Publish(tp, lcMessage("n"+strconv.Itoa(i)), high(lcMessage("h"+strconv.Itoa(i)))))
 	}
-	// the scheduler holding the lease (the subscriber's) moves the
-	// high-priority ones before consumption starts
+	// Both kinds queue before consumption starts.
+	awaitRedo(t, client, tp, n)
 	ch := subscribe(t, sub, tp)
 	var order []byte
 	for range 2 * n {

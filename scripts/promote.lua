@@ -67,7 +67,6 @@ local rstreams = {}
 for g = 11, #KEYS, 3 do
   rstreams[#rstreams + 1] = KEYS[g]
 end
-local prio = redis.call('EXISTS', KEYS[8]) == 1
 
 local function move(set, bodies, stream, retry)
   -- the head alone tells an idle set (the common case) apart cheaply
@@ -82,7 +81,8 @@ local function move(set, bodies, stream, retry)
   end
   local ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, limit)
   local high = {}
-  if prio and not retry then
+  -- only when something is due: an idle tick stays at the head check
+  if not retry and redis.call('EXISTS', KEYS[8]) == 1 then
     local flags = redis.call('HMGET', KEYS[8], unpack(ids))
     for k = 1, #ids do
       high[k] = flags[k] == '1'
