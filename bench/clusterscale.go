@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -147,21 +146,35 @@ func waitingKeyOf(topic string, partition int) string {
 	return redisdelay.DefaultKeyPrefix + ":{" + topic + "~" + n + "}:p" + n + ":waiting"
 }
 
+// clusterPublisher empties the cluster and returns a client of it and a
+// Publisher for the setup's partitions (nil after a failure, reported), and
+// what closes both.
+func (b *bench) clusterPublisher(c *redisCluster, s clusterSetup) (*redis.ClusterClient, *redisdelay.Publisher, func()) {
+	if b.failed("flush cluster", c.flush(b.ctx)) {
+		return nil, nil, nil
+	}
+	client := c.client()
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: s.partitions}, b.logger)
+	if b.failed("publisher", err) {
+		_ = client.Close()
+		return nil, nil, nil
+	}
+	return client, pub, func() {
+		_ = pub.Close()
+		_ = client.Close()
+	}
+}
+
 // clusterPublishConsume creates 4 subscribers of one group (embedded
 // schedulers on, as in scenario 2) and their group, measures publishing N
 // immediate messages one per call from 64 goroutines, then consuming them
 // through a Router with an ack-only handler.
 func (b *bench) clusterPublishConsume(c *redisCluster, s clusterSetup) (pubRate, subRate *float64) {
-	if b.failed("flush cluster", c.flush(b.ctx)) {
+	client, pub, done := b.clusterPublisher(c, s)
+	if pub == nil {
 		return nil, nil
 	}
-	client := c.client()
-	defer client.Close()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: s.partitions}, b.logger)
-	if b.failed("publisher", err) {
-		return nil, nil
-	}
-	defer pub.Close()
+	defer done()
 	var subs []message.Subscriber
 	defer func() {
 		for _, sub := range subs {
@@ -192,7 +205,7 @@ func (b *bench) clusterPublishConsume(c *redisCluster, s clusterSetup) (pubRate,
 		return nil, nil
 	}
 	subRate = b.measureCluster(c, fmt.Sprintf("cluster subscribe %d× 16 B · %s", clusterSubscribers, s), n, func(mark func()) (time.Duration, error) {
-		return clusterConsume(b, subs, hotTopic, n, mark)
+		return consume(b, subs, []string{hotTopic}, n, mark)
 	})
 	return pubRate, subRate
 }
@@ -200,16 +213,11 @@ func (b *bench) clusterPublishConsume(c *redisCluster, s clusterSetup) (pubRate,
 // clusterPublishDelayed measures publishing N messages delayed by an hour,
 // one per call from 64 goroutines.
 func (b *bench) clusterPublishDelayed(c *redisCluster, s clusterSetup) *float64 {
-	if b.failed("flush cluster", c.flush(b.ctx)) {
+	_, pub, done := b.clusterPublisher(c, s)
+	if pub == nil {
 		return nil
 	}
-	client := c.client()
-	defer client.Close()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: s.partitions}, b.logger)
-	if b.failed("publisher", err) {
-		return nil
-	}
-	defer pub.Close()
+	defer done()
 	n := b.opts.ClusterN
 	payload := randomPayload(16)
 	return b.measureCluster(c, fmt.Sprintf("cluster publish delayed 16 B · %s", s), n, func(func()) (time.Duration, error) {
@@ -224,16 +232,11 @@ func (b *bench) clusterPublishDelayed(c *redisCluster, s clusterSetup) *float64 
 // the messages moved between the first poll that sees some moved and the
 // poll that sees none waiting, over that time.
 func (b *bench) clusterPromote(c *redisCluster, s clusterSetup, managers int) *float64 {
-	if b.failed("flush cluster", c.flush(b.ctx)) {
+	client, pub, done := b.clusterPublisher(c, s)
+	if pub == nil {
 		return nil
 	}
-	client := c.client()
-	defer client.Close()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: s.partitions}, b.logger)
-	if b.failed("publisher", err) {
-		return nil
-	}
-	defer pub.Close()
+	defer done()
 	n := b.opts.ClusterSchedule
 	if _, err := publishWatermill(pub, []string{hotTopic}, n, batchSize, randomPayload(16), time.Millisecond); b.failed("publish due messages", err) {
 		return nil
@@ -340,33 +343,6 @@ func (c *redisCluster) snapshot(b *bench, exclude map[int]bool) cpuSnapshot {
 	s.nodes, s.err = c.cpuSeconds(b.ctx)
 	s.at = time.Now()
 	return s
-}
-
-// clusterConsume is consume (scenario 2's Router with an ack-only handler
-// per subscriber) on one topic, calling mark as soon as n messages were
-// handled, before the Router closes.
-func clusterConsume(b *bench, subs []message.Subscriber, topic string, n int, mark func()) (time.Duration, error) {
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, b.logger)
-	if err != nil {
-		return 0, err
-	}
-	var handled atomic.Int64
-	done := make(chan struct{})
-	for i, sub := range subs {
-		router.AddConsumerHandler(fmt.Sprintf("ack-%d", i), topic, sub, func(*message.Message) error {
-			if handled.Add(1) == int64(n) {
-				close(done)
-			}
-			return nil
-		})
-	}
-	start := time.Now()
-	runErr := make(chan error, 1)
-	go func() { runErr <- router.Run(b.ctx) }()
-	err = waitFor(done, handled.Load, n)
-	elapsed := time.Since(start)
-	mark()
-	return elapsed, errors.Join(err, router.Close(), <-runErr)
 }
 
 // measureCluster is measure for a cluster: it records the run with the

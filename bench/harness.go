@@ -52,8 +52,9 @@ func runPublishers(n, count int, publish func(first, count int) error) (time.Dur
 
 // consume runs a Router with one ack-only handler per subscriber (subscriber
 // i reads topics[i%len(topics)]) and returns the time from starting the
-// Router until n messages were handled.
-func consume(b *bench, subs []message.Subscriber, topics []string, n int) (time.Duration, error) {
+// Router until n messages were handled. mark, if not nil, is called then,
+// before the Router closes.
+func consume(b *bench, subs []message.Subscriber, topics []string, n int, mark func()) (time.Duration, error) {
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, b.logger)
 	if err != nil {
 		return 0, err
@@ -73,6 +74,9 @@ func consume(b *bench, subs []message.Subscriber, topics []string, n int) (time.
 	go func() { runErr <- router.Run(b.ctx) }()
 	err = waitFor(done, handled.Load, n)
 	elapsed := time.Since(start)
+	if mark != nil {
+		mark()
+	}
 	err = errors.Join(err, router.Close(), <-runErr)
 	return elapsed, err
 }

@@ -88,7 +88,7 @@ func (b *bench) publishAndConsume(sys watermillSystem, payload []byte, subscribe
 		return nil, nil
 	}
 	subRate = b.measure(fmt.Sprintf("subscribe %d× %d B · %s", subscribers, size, sys.name), n, func() (time.Duration, error) {
-		return consume(b, ps.subs, topics, n)
+		return consume(b, ps.subs, topics, n, nil)
 	})
 	return pubRate, subRate
 }
