@@ -297,7 +297,7 @@ func (s *scheduler) add(topic string, parts int) {
 	if parts > 1 {
 		s.mu.Lock()
 		if b := s.balances[topic]; b == nil || b.parts < parts {
-			b = &balance{parts: parts}
+			b = newBalance(parts)
 			if old := s.balances[topic]; old != nil {
 				b.owned.Store(old.owned.Load())
 			}
@@ -370,6 +370,7 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 		listed      time.Time // when groups was read
 		relist      = true    // read groups before the next tick
 		held        bool      // this scheduler holds the topic's lease
+		declined    bool      // the last tick declined the free lease (see balance.mayTake)
 		lastTrim    = time.Now()
 		nextReclaim = map[string]time.Time{}
 		failures    int
@@ -422,12 +423,13 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 					held = false
 					s.logger.Debug("redisdelay: gave the partition up to another scheduler", fields)
 				}
-				take = held || b.mayTake(b.owned.Load())
+				take = held || b.mayTake(b.owned.Load(), declined)
 			}
 			var err error
 			if t, err = s.promote(ctx, sh, fields, groups, take); err != nil {
 				return err
 			}
+			declined = t.declined
 			if t.groups != len(groups) {
 				relist = true
 				if t.held {
@@ -528,9 +530,10 @@ func reclaimEvery(vis, interval time.Duration) time.Duration {
 
 // tick is what one promote call found.
 type tick struct {
-	wait   time.Duration // until the next tick
-	held   bool          // the caller holds the topic's lease
-	groups int           // consumer groups registered for the topic
+	wait     time.Duration // until the next tick
+	held     bool          // the caller holds the topic's lease
+	declined bool          // the lease was free and the caller was not to take it
+	groups   int           // consumer groups registered for the topic
 }
 
 // promote takes or extends the topic's lease and, when held, moves what is
@@ -553,7 +556,7 @@ func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogF
 	}
 	moved, wait, missing := res[0], res[1], res[2]
 	s.metrics.promotedTick(sh, fields["topic"].(string), moved, wait, res[4] == 1)
-	t := tick{held: res[4] == 1, groups: int(res[3]), wait: s.interval}
+	t := tick{held: res[4] == 1, declined: res[4] == 0 && wait == -1, groups: int(res[3]), wait: s.interval}
 	if missing > 0 {
 		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
 			fields.Add(watermill.LogFields{"count": missing}))

@@ -30,8 +30,14 @@ import (
 type balance struct {
 	parts  int
 	owned  atomic.Int32 // partitions owned
-	live   atomic.Int32 // ordered subscriptions of the group alive, as last read
-	fewest atomic.Int32 // the fewest partitions one of them owns, as last read
+	live   atomic.Int32 // members alive, as last read
+	fewest atomic.Int32 // the fewest partitions another member owns, as last read; -1: no other
+}
+
+func newBalance(parts int) *balance {
+	b := &balance{parts: parts}
+	b.fewest.Store(-1)
+	return b
 }
 
 // share is how many partitions one member may own.
@@ -43,14 +49,18 @@ func (o *balance) share() int32 {
 // surplus reports whether a member owning owned partitions should
 // give one up: it owns more than its share, or two more than another.
 func (o *balance) surplus(owned int32) bool {
-	return owned > o.share() || owned >= o.fewest.Load()+2
+	f := o.fewest.Load()
+	return owned > o.share() || (f >= 0 && owned >= f+2)
 }
 
-// mayTake reports whether a member owning owned partitions may take
-// a free one: below its share, and owning fewest of all (so free
-// partitions go to the members owning fewest first).
-func (o *balance) mayTake(owned int32) bool {
-	return owned < o.share() && owned <= o.fewest.Load()
+// mayTake reports whether a member owning owned partitions may take a
+// free one: below its share, and owning no more than the others, so free
+// partitions go to the members owning fewest first. A partition left free
+// for a round (overdue: the member declined it last time) goes to any
+// member below its share, so stale counts never leave one unowned.
+func (o *balance) mayTake(owned int32, overdue bool) bool {
+	f := o.fewest.Load()
+	return owned < o.share() && (overdue || f < 0 || owned <= f)
 }
 
 // ownLease is how long a partition's ownership lasts without renewal. The
@@ -131,9 +141,11 @@ func (sub *subscription) own(ctx context.Context) (owns, taken bool, err error) 
 		}
 		return true, false, nil
 	}
-	if !o.mayTake(o.owned.Load()) {
+	if !o.mayTake(o.owned.Load(), sub.declined) {
+		sub.declined = true
 		return false, false, nil
 	}
+	sub.declined = false
 	n, err := sub.ownOp(ctx, "take")
 	if err != nil || n == 0 {
 		return false, false, err

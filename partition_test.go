@@ -396,3 +396,24 @@ func TestManagersSharePartitions(t *testing.T) {
 	require.NoError(t, first.Close())
 	require.Eventually(t, spread(3, 3), 10*time.Second, 20*time.Millisecond, "two share: %v", holders())
 }
+
+// A lone scheduler holds every partition of a topic at once: sharing waits
+// for no heartbeat when there is nobody to share with. (It took one
+// partition per heartbeat, so a Manager scheduled the eighth partition
+// only after about eight check intervals.)
+func TestLoneSchedulerTakesEveryPartition(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	const parts = 8
+	require.NoError(t, ptPublisher(t, client, parts).Publish(tp, lcMessage("x")))
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 10 * time.Second})
+	require.Eventually(t, func() bool {
+		held := 0
+		for p := range parts {
+			if client.Exists(context.Background(), ptKey(tp, p, "lease")).Val() == 1 {
+				held++
+			}
+		}
+		return held == parts
+	}, 2*time.Second, 20*time.Millisecond, "every partition's lease is held within 2s, a fraction of the 10s check interval")
+}

@@ -181,7 +181,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	consumer := s.config.Consumer + "-" + uuid.NewString()
 	var order *balance
 	if s.config.Ordered {
-		order = &balance{parts: parts}
+		order = newBalance(parts)
 		heartbeat := s.join(ctx, order, topic, consumer)
 		wg.Add(1)
 		go func() {
@@ -279,6 +279,7 @@ type subscription struct {
 	// by lease renewal when the ownership ran out.
 	order      *balance
 	owns, lost atomic.Bool
+	declined   bool // own skipped a take last time (run goroutine only)
 
 	m *subMetrics // nil without SubscriberConfig.Metrics
 }

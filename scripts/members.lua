@@ -1,9 +1,10 @@
 --[[
-  members: the heartbeat of an ordered subscription in its consumer
-  group's member list for a topic. Ordered subscriptions read it to share
-  the topic's partitions evenly: none owns more than partitions / members
-  (rounded up), and one owning two more than the member owning fewest
-  gives a partition up. Members that stopped beating expire.
+  members: the heartbeat of a member in a member list: the ordered
+  subscriptions of a consumer group for a topic, or the schedulers of a
+  topic. Members read it to share the topic's partitions evenly: none owns
+  more than partitions / members (rounded up), and one owning two more
+  than another member gives a partition up. Members that stopped beating
+  expire.
 
   KEYS[1] members  zset   member name -> expiry, ms (Redis clock)
   KEYS[2] owned    hash   member name -> partitions it owns
@@ -12,7 +13,7 @@
   ARGV[3] partitions the member owns
 
   Returns {live, fewest}: the number of live members, and the fewest
-  partitions a live member owns.
+  partitions another live member owns (-1 when there is no other).
 ]]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -31,9 +32,10 @@ end
 local live = redis.call('ZRANGE', KEYS[1], 0, -1)
 local fewest = -1
 if #live > 0 then
-  for _, n in ipairs(redis.call('HMGET', KEYS[2], unpack(live))) do
-    n = tonumber(n) or 0
-    if fewest < 0 or n < fewest then fewest = n end
+  local counts = redis.call('HMGET', KEYS[2], unpack(live))
+  for k, name in ipairs(live) do
+    local n = tonumber(counts[k]) or 0
+    if name ~= ARGV[1] and (fewest < 0 or n < fewest) then fewest = n end
   end
 end
-return {#live, math.max(fewest, 0)}
+return {#live, fewest}
