@@ -570,6 +570,12 @@ func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogF
 	if wait >= 0 && time.Duration(wait)*time.Microsecond < s.interval {
 		t.wait = time.Duration(wait) * time.Microsecond
 	}
+	if t.declined {
+		// Left to a scheduler holding fewer leases, which a release wakes
+		// at once; if none took it by then, the next tick takes it (see
+		// balance.mayTake), a short grace rather than a check interval later.
+		t.wait = max(s.interval/10, time.Millisecond)
+	}
 	return t, nil
 }
 
