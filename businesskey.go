@@ -70,7 +70,10 @@ func policyLetter(p BusinessKeyPolicy) (string, bool) {
 // "" without a key, else the policy's letter and the key.
 func businessKeyArg(msg *message.Message, topicPolicy BusinessKeyPolicy) (key, arg string, err error) {
 	key = msg.Metadata.Get(BusinessKey)
-	if key == "" {
+	if key == "" || msg.Metadata.Get(AttemptKey) != "" {
+		// A received message published again (forwarded, requeued,
+		// poisoned) is a copy: holding the key would refuse the next
+		// message with it, which is the one that matters.
 		return "", "", nil
 	}
 	policy := topicPolicy
