@@ -15,7 +15,10 @@ import (
 // reclaim, and so on. Messages handed back unacknowledged when a subscriber
 // closes keep their attempt number. Publish drops the key, so a received
 // message published again (forwarded, or sent to a poison queue) starts
-// over at attempt 1.
+// over at attempt 1. A message that carries the key is such a copy:
+// Publish keeps its BusinessKey metadata but does not let it hold the key,
+// so it cannot refuse the next message with that key. Delete the key from
+// the metadata to publish the message as a new one that holds its key.
 const AttemptKey = "_redisdelay_attempt"
 
 // ErrorKey is the metadata key whose value, when a handler nacks a message

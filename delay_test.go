@@ -319,7 +319,7 @@ func TestCancel(t *testing.T) {
 	assert.False(t, ok, "a delivered message cannot be cancelled")
 }
 
-// A publisher whose host clock is minutes off, with a dedicated Manager,
+// A publisher whose host clock is minutes behind, with a dedicated Manager,
 // still fires on time: due times are stored as durations from Redis's clock,
 // and the scheduler compares them with Redis's TIME only (it reads no wall
 // clock of its host, so its skew cannot matter either).
