@@ -101,6 +101,14 @@ func TestBadPublishInput(t *testing.T) {
 			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: metadata _watermill_delayed_until="tomorrow" is not an RFC 3339 time such as "2006-01-02T15:04:05Z" (set it with delay.Message(msg, delay.Until(t)))`, topic)},
 		{"delay beyond MaxDelay", topic, []*message.Message{good, withMeta("m", delay.DelayedForKey, "25h")}, redisdelay.ErrInvalidDelay,
 			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: due in 25h0m0s, beyond PublisherConfig.MaxDelay (24h0m0s): raise MaxDelay if that is intended`, topic)},
+		{"delay.Until(year 9999)", topic, []*message.Message{good, delayed9999("m")}, redisdelay.ErrInvalidDelay,
+			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: due in more than 292 years, beyond the limit of 100 years (PublisherConfig.MaxDelay is 24h0m0s): use a nearer delay.Until or a shorter delay.For`, topic)},
+		{"until year 9999 alone", topic, []*message.Message{good, withMeta("m", delay.DelayedUntilKey, "9999-12-31T00:00:00Z")}, redisdelay.ErrInvalidDelay,
+			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: due in more than 292 years, beyond the limit of 100 years (PublisherConfig.MaxDelay is 24h0m0s): use a nearer delay.Until or a shorter delay.For`, topic)},
+		{"largest duration alone", topic, []*message.Message{good, withMeta("m", delay.DelayedForKey, "2562047h47m16.854775807s")}, redisdelay.ErrInvalidDelay,
+			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: due in more than 292 years, beyond the limit of 100 years (PublisherConfig.MaxDelay is 24h0m0s): use a nearer delay.Until or a shorter delay.For`, topic)},
+		{"delay of 101 years", topic, []*message.Message{good, withMeta("m", delay.DelayedForKey, "884760h0m0s")}, redisdelay.ErrInvalidDelay,
+			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: due in 884760h0m0s, beyond the limit of 100 years (PublisherConfig.MaxDelay is 24h0m0s): use a nearer delay.Until or a shorter delay.For`, topic)},
 		{"payload over MaxMessageSize", topic, []*message.Message{good, message.NewMessage("m", make([]byte, 200))}, redisdelay.ErrMessageTooLarge,
 			fmt.Sprintf(`redisdelay: message too large: message "m" to topic %q is 204 bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (200): store large payloads elsewhere and publish a reference`, topic)},
 	} {
@@ -253,4 +261,12 @@ func TestBadConfig(t *testing.T) {
 			require.EqualError(t, c.new(), c.want)
 		})
 	}
+}
+
+// delayed9999 is a message delayed with Watermill's own delay.Until of a
+// far-off date: its duration saturates at about 292 years.
+func delayed9999(uuid string) *message.Message {
+	m := message.NewMessage(uuid, nil)
+	delay.Message(m, delay.Until(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)))
+	return m
 }

@@ -17,7 +17,8 @@ import (
 // to the ready stream) or is cancelled; immediate messages never hold one.
 // Without a PartitionKey a message goes to the partition of its business
 // key, so the check is within one partition; a business key used with a
-// PartitionKey must always come with the same PartitionKey.
+// PartitionKey must always come with the same PartitionKey. A received
+// message published again (it carries AttemptKey) does not hold its key.
 const BusinessKey = "_redisdelay_business_key"
 
 // BusinessKeyPolicyKey is the metadata key that sets the BusinessKeyPolicy
@@ -70,7 +71,10 @@ func policyLetter(p BusinessKeyPolicy) (string, bool) {
 // "" without a key, else the policy's letter and the key.
 func businessKeyArg(msg *message.Message, topicPolicy BusinessKeyPolicy) (key, arg string, err error) {
 	key = msg.Metadata.Get(BusinessKey)
-	if key == "" {
+	if key == "" || msg.Metadata.Get(AttemptKey) != "" {
+		// A received message published again (forwarded, requeued,
+		// poisoned) is a copy: holding the key would refuse the next
+		// message with it, which is the one that matters.
 		return "", "", nil
 	}
 	policy := topicPolicy

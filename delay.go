@@ -1,7 +1,9 @@
 package redisdelay
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
@@ -13,7 +15,10 @@ import (
 // reclaim, and so on. Messages handed back unacknowledged when a subscriber
 // closes keep their attempt number. Publish drops the key, so a received
 // message published again (forwarded, or sent to a poison queue) starts
-// over at attempt 1.
+// over at attempt 1. A message that carries the key is such a copy:
+// Publish keeps its BusinessKey metadata but does not let it hold the key,
+// so it cannot refuse the next message with that key. Delete the key from
+// the metadata to publish the message as a new one that holds its key.
 const AttemptKey = "_redisdelay_attempt"
 
 // ErrorKey is the metadata key whose value, when a handler nacks a message
@@ -38,32 +43,43 @@ func RecordError(h message.HandlerFunc) message.HandlerFunc {
 
 // untilLayout always has milliseconds, which Watermill's delay.Message (whole
 // seconds) never writes: a delivered message carries its until key in this
-// layout, so a Nack can tell whether the handler set a new delay.
+// layout, so a Nack can tell whether the handler set a new delay, and a
+// Publish of the message again reads it as an exact instant already reached.
 const untilLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// maxDuration is what time.Time.Sub returns for instants too far apart.
+const maxDuration = time.Duration(math.MaxInt64)
 
 // messageDelay returns how long after now the message is due, from
 // Watermill's delay metadata, rounded up to whole milliseconds so a message
-// is never early:
+// is never early. Watermill's delay.Message writes both keys: the duration
+// (_watermill_delayed_for, exact) and the instant it ends
+// (_watermill_delayed_until, truncated to whole seconds). The message is due
+// at whichever comes first of:
 //
-//   - _watermill_delayed_for (a Go duration, written by delay.For, delay.Until,
-//     delay.NewPublisher and middleware.DelayOnError) wins. It is measured from
-//     the moment Redis stores the message, by Redis's clock, so a host whose
-//     clock is off does not move the due time.
-//   - Otherwise _watermill_delayed_until (RFC 3339, fractions allowed) is
-//     turned into a duration from now by this host's clock.
-//   - Neither: due now. A zero or negative delay (delay.Until a past time) is
-//     due now as well.
+//   - the duration, measured from the moment Redis stores the message, by
+//     Redis's clock;
+//   - the until instant, by this host's clock: exactly, when it has a
+//     fraction of a second (markDelivered writes one) or comes without a
+//     duration; otherwise at the end of its second, as the intended instant
+//     lies somewhere within it.
 //
-// A value that does not parse is an error naming the key and the value
+// So a fresh message is due after its duration, to the millisecond, while a
+// message published again later (forwarded from an outbox, fanned in,
+// requeued, poisoned) is due by its until instant and does not wait its
+// duration a second time. No metadata, or a due time in the past, is due
+// now. A delay too large for a time.Duration comes back as maxDuration. A
+// value that does not parse is an error naming the key and the value
 // (Publish wraps it in ErrInvalidDelay).
 func messageDelay(md message.Metadata, now time.Time) (time.Duration, error) {
+	d, hasFor := time.Duration(0), false
 	if v := md.Get(delay.DelayedForKey); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
 			return 0, fmt.Errorf("metadata %s=%q is not a Go duration such as \"1.5s\" (set it with delay.Message(msg, delay.For(d)))",
 				delay.DelayedForKey, v)
 		}
-		return roundUpMs(d), nil
+		hasFor = true
 	}
 	if v := md.Get(delay.DelayedUntilKey); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
@@ -71,45 +87,94 @@ func messageDelay(md message.Metadata, now time.Time) (time.Duration, error) {
 			return 0, fmt.Errorf("metadata %s=%q is not an RFC 3339 time such as \"2006-01-02T15:04:05Z\" (set it with delay.Message(msg, delay.Until(t)))",
 				delay.DelayedUntilKey, v)
 		}
-		return roundUpMs(t.Sub(now)), nil
+		if hasFor && !hasFraction(v) {
+			t = t.Add(time.Second)
+		}
+		if u := t.Sub(now); !hasFor || u < d {
+			d = u
+		}
 	}
-	return 0, nil
+	return roundUpMs(d), nil
 }
 
+// hasFraction reports whether an RFC 3339 time has a fraction of a second
+// (after the seconds, at byte 19 of a four-digit year).
+func hasFraction(v string) bool {
+	return len(v) > 19 && (v[19] == '.' || v[19] == ',')
+}
+
+// roundUpMs rounds d up to whole milliseconds, saturating instead of
+// overflowing: a delay of about 292 years or more stays maxDuration (beyond
+// any limit), never wraps round to negative (due now).
 func roundUpMs(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
+	if d > maxDuration-time.Millisecond {
+		return maxDuration
+	}
 	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
+// describeDelay is a delay for error messages.
+func describeDelay(d time.Duration) string {
+	if d == maxDuration {
+		return "more than 292 years"
+	}
+	return d.String()
+}
+
 // markDelivered prepares the metadata of a message about to be handed to a
-// handler: the attempt number, and the until key rewritten to the same
-// instant in millisecond layout. It returns that until value so nackDelay can
-// see whether a handler or middleware wrote a new delay.
-func markDelivered(md message.Metadata, attempt string) string {
+// handler: the attempt number, and the until key set to the instant the
+// message became due, in millisecond layout: the until instant it had
+// (never after now, the delivery), or now when it had a duration only. A
+// received message published again is then due at once unless a handler
+// sets a new delay. It returns that until value so nackDelay can see
+// whether a handler or middleware wrote a new delay.
+func markDelivered(md message.Metadata, attempt string, now time.Time) string {
 	md.Set(AttemptKey, attempt)
 	until := md.Get(delay.DelayedUntilKey)
-	if until == "" {
+	switch {
+	case until != "":
+		t, err := time.Parse(time.RFC3339Nano, until)
+		if err != nil {
+			return until // left as it is: Publish refuses it with ErrInvalidDelay
+		}
+		if t.After(now) {
+			t = now
+		}
+		until = t.UTC().Format(untilLayout)
+	case md.Get(delay.DelayedForKey) != "":
+		until = now.UTC().Format(untilLayout)
+	default:
 		return ""
 	}
-	if t, err := time.Parse(time.RFC3339Nano, until); err == nil {
-		until = t.UTC().Format(untilLayout)
-		md.Set(delay.DelayedUntilKey, until)
-	}
+	md.Set(delay.DelayedUntilKey, until)
 	return until
 }
+
+// errDelayTooFar marks a Nack whose delay metadata asks for more than
+// maxDelayLimit: such a message goes to the dead letters, with the error as
+// the reason, rather than waiting for centuries (or, once the delay
+// overflowed, coming back at once).
+var errDelayTooFar = errors.New("redisdelay: nack delay too far")
 
 // nackDelay picks the redelivery delay of a nacked message: the delay its
 // metadata asks for when the handler (e.g. middleware.DelayOnError) set one
 // after delivery, otherwise the configured backoff for the failed attempt.
 // When the new delay metadata does not parse, the backoff is used and the
 // parse error returned for logging: the message is requeued either way.
+// When it asks for more than maxDelayLimit, the error wraps errDelayTooFar
+// and the message is to be dead-lettered.
 func nackDelay(md message.Metadata, deliveredUntil string, attempt int, now time.Time, backoff func(int) time.Duration) (time.Duration, error) {
 	var err error
 	if until := md.Get(delay.DelayedUntilKey); until != "" && until != deliveredUntil {
 		var d time.Duration
 		if d, err = messageDelay(md, now); err == nil {
+			if d > maxDelayLimit {
+				return 0, fmt.Errorf("%w: the handler asked for a redelivery delay of %s (metadata %s=%q, %s=%q), beyond the limit of 100 years: set a shorter delay (e.g. DelayOnError's MaxInterval), then requeue the dead letter",
+					errDelayTooFar, describeDelay(d), delay.DelayedUntilKey, until, delay.DelayedForKey, md.Get(delay.DelayedForKey))
+			}
 			return d, nil
 		}
 	}

@@ -229,6 +229,50 @@ func TestNackUsesRetryDelay(t *testing.T) {
 	assert.Equal(t, "2", msg.Metadata.Get(redisdelay.AttemptKey))
 }
 
+// A handler that nacks with Watermill's delay.Until(year 9999) (a delay
+// that overflows a time.Duration) or anything beyond 100 years: the message
+// goes to the dead letters with a reason saying so, in plain and ordered
+// subscriptions, rather than coming back at once.
+func TestNackWithFarDelayIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		ordered bool
+		delay   delay.Delay
+		reason  string
+	}{
+		{"year 9999", false, delay.Until(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)), "a redelivery delay of more than 292 years"},
+		{"year 9999, ordered", true, delay.Until(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)), "a redelivery delay of more than 292 years"},
+		{"101 years", false, delay.For(101 * 365 * 24 * time.Hour), "a redelivery delay of 8847"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pub, sub := newPubSub(t, "g", func(sc *redisdelay.SubscriberConfig) {
+				sc.Ordered = c.ordered
+				sc.MaxAttempts = 5
+			})
+			defer sub.Close()
+			topic := topic()
+			ch := subscribe(t, sub, topic)
+			require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+			msg := receive(t, ch, 2*time.Second)
+			delay.Message(msg, c.delay)
+			msg.Nack()
+			nothing(t, ch, 500*time.Millisecond)
+
+			insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: newClient(t)})
+			require.NoError(t, err)
+			dead, err := insp.DeadLetters(context.Background(), topic, "g", "", 10)
+			require.NoError(t, err)
+			require.Len(t, dead, 1)
+			assert.Equal(t, 1, dead[0].Attempts)
+			assert.Contains(t, dead[0].Reason, "redisdelay: nack delay too far: the handler asked for "+c.reason)
+			assert.Contains(t, dead[0].Reason, "beyond the limit of 100 years: set a shorter delay (e.g. DelayOnError's MaxInterval), then requeue the dead letter")
+			t.Logf("reason: %s", dead[0].Reason)
+		})
+	}
+}
+
 func TestNackStaysInItsGroup(t *testing.T) {
 	pub, subA := newPubSub(t, "a")
 	_, subB := newPubSub(t, "b")
@@ -275,7 +319,7 @@ func TestCancel(t *testing.T) {
 	assert.False(t, ok, "a delivered message cannot be cancelled")
 }
 
-// A publisher whose host clock is minutes off, with a dedicated Manager,
+// A publisher whose host clock is minutes behind, with a dedicated Manager,
 // still fires on time: due times are stored as durations from Redis's clock,
 // and the scheduler compares them with Redis's TIME only (it reads no wall
 // clock of its host, so its skew cannot matter either).

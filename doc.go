@@ -7,13 +7,23 @@
 //
 // # Delay rule
 //
-// The _watermill_delayed_for duration wins and is measured from the moment
-// Redis stores the message, by Redis's clock, with millisecond precision
-// (rounded up: never early). Only when it is absent is
-// _watermill_delayed_until (RFC 3339; Watermill writes whole seconds) used,
-// converted to a duration by the publishing host's clock. No delay, or a due
-// time in the past, is delivered at once. A value that does not parse makes
-// Publish fail with ErrInvalidDelay, storing nothing.
+// Watermill's delay.Message writes a duration (_watermill_delayed_for) and
+// the instant it ends, truncated to whole seconds (_watermill_delayed_until).
+// A message is due at the earlier of: the duration after the moment Redis
+// stores it, by Redis's clock, in milliseconds rounded up; and the end of
+// its until second, by the publishing host's clock (the until instant
+// itself when it has a fraction of a second, or comes without a duration).
+// So a fresh message waits its duration to the millisecond, and one
+// published late (an outbox forwarder behind) is due by its until second:
+// never early, at most a second late. No delay, or a due time in the past,
+// is delivered at once. A value that does not parse, or a delay beyond
+// PublisherConfig.MaxDelay or 100 years, makes Publish fail with
+// ErrInvalidDelay, storing nothing.
+//
+// A delivered message carries the instant it became due in its until key,
+// with milliseconds, so a received message published again (forwarded,
+// fanned in, requeued, poisoned) is due at once unless the handler set a
+// new delay; and it does not hold its BusinessKey (see AttemptKey).
 //
 // # Data model
 //
@@ -53,8 +63,8 @@
 // A message whose consumer died is reclaimed after
 // SubscriberConfig.VisibilityTimeout as the next attempt; live subscriptions
 // renew the lease of what they hold, so long handlers keep their message.
-// After MaxAttempts, or when it cannot be decoded, a message goes to its
-// group's dead letters, where an Inspector lists, requeues and deletes it.
+// After MaxAttempts, when it cannot be decoded, or when a Nack asks for a
+// delay beyond 100 years, a message goes to its group's dead letters, where an Inspector lists, requeues and deletes it.
 //
 // # Operating it
 //

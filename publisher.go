@@ -108,7 +108,12 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) (err err
 			seen[msg.UUID] = i
 		}
 		d, err := messageDelay(msg.Metadata, now)
-		if err == nil && d > p.config.MaxDelay {
+		switch {
+		case err != nil:
+		case d > maxDelayLimit:
+			err = fmt.Errorf("due in %s, beyond the limit of 100 years (PublisherConfig.MaxDelay is %s): use a nearer delay.Until or a shorter delay.For",
+				describeDelay(d), p.config.MaxDelay)
+		case d > p.config.MaxDelay:
 			err = fmt.Errorf("due in %s, beyond PublisherConfig.MaxDelay (%s): raise MaxDelay if that is intended", d, p.config.MaxDelay)
 		}
 		if err != nil {

@@ -641,6 +641,10 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 		// later message of the partition: the entry stays pending, its lease
 		// renewed, while the retry delay runs.
 		d, err := nackDelay(nacked.Metadata, deliveredUntil, attempt, s.now(), s.config.RetryDelay)
+		if errors.Is(err, errDelayTooFar) {
+			sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, nacked, attempt, deliveredUntil) })
+			return ctx.Err() == nil, false
+		}
 		if err != nil {
 			s.logger.Error("redisdelay: nacked message has invalid delay metadata; using RetryDelay", err,
 				fields().Add(watermill.LogFields{"message_uuid": nacked.UUID}))
@@ -660,7 +664,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 // settled.
 func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Message, attempt int) (ok, acked bool, retry *message.Message, deliveredUntil string) {
 	s := sub.s
-	deliveredUntil = markDelivered(msg.Metadata, strconv.Itoa(attempt))
+	deliveredUntil = markDelivered(msg.Metadata, strconv.Itoa(attempt), s.now())
 
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -749,12 +753,15 @@ func (sub *subscription) notPending(e entry, what string) {
 func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message, attempt int, deliveredUntil string) error {
 	s := sub.s
 	d, err := nackDelay(msg.Metadata, deliveredUntil, attempt, s.now(), s.config.RetryDelay)
-	if err != nil {
+	reason := ""
+	switch {
+	case errors.Is(err, errDelayTooFar):
+		reason = err.Error()
+	case err != nil:
 		s.logger.Error("redisdelay: nacked message has invalid delay metadata; using RetryDelay", err,
 			sub.fields().Add(watermill.LogFields{"message_uuid": msg.UUID}))
 	}
-	reason := ""
-	if max := s.config.MaxAttempts; max > 0 && attempt >= max {
+	if max := s.config.MaxAttempts; reason == "" && max > 0 && attempt >= max {
 		reason = msg.Metadata.Get(ErrorKey)
 		if reason == "" {
 			reason = fmt.Sprintf("nacked on attempt %d of %d (set metadata %s, e.g. with the RecordError middleware, to record why)",

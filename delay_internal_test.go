@@ -1,0 +1,99 @@
+package redisdelay
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The delay rule on its own, at a fixed instant: which of the two keys
+// decides, to the millisecond.
+func TestMessageDelayRule(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 300_000_000, time.UTC) // 03:04:05.300
+	whole := func(d time.Duration) string { return now.Add(d).Truncate(time.Second).Format(time.RFC3339) }
+	for _, c := range []struct {
+		name       string
+		forV, unto string
+		want       time.Duration
+	}{
+		{"fresh delay.For: the duration, to the millisecond", "1.5s", whole(1500 * time.Millisecond), 1500 * time.Millisecond},
+		{"fresh delay.For ending late in a second", "650ms", whole(650 * time.Millisecond), 650 * time.Millisecond},
+		{"duration only", "2s", "", 2 * time.Second},
+		{"whole-second until only: exactly then", "", whole(3 * time.Second), 2700 * time.Millisecond},
+		{"fractional until only", "", now.Add(1234 * time.Millisecond).Format(time.RFC3339Nano), 1234 * time.Millisecond},
+		// Published 2s after it was created (a forwarder behind): its until
+		// second ends before its duration would, from now.
+		{"late: the end of the until second", "3s", whole(time.Second), 1700 * time.Millisecond},
+		{"late past the until second: now", "1s", whole(-time.Second), 0},
+		// Delivered, then published again: markDelivered's exact instant,
+		// already reached, wins over a duration of 30 minutes.
+		{"delivered: due now", "30m0s", now.Add(-time.Minute).Format(untilLayout), 0},
+		{"delivered this very millisecond", "30m0s", now.Format(untilLayout), 0},
+		{"past delay.Until", "-3s", whole(-3 * time.Second), 0},
+		{"year 9999 saturates", "2562047h47m16.854775807s", "9999-12-31T00:00:00Z", maxDuration},
+		{"year 9999 until only saturates", "", "9999-12-31T00:00:00Z", maxDuration},
+		{"largest duration only saturates", "2562047h47m16.854775807s", "", maxDuration},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			md := message.Metadata{}
+			if c.forV != "" {
+				md.Set(delay.DelayedForKey, c.forV)
+			}
+			if c.unto != "" {
+				md.Set(delay.DelayedUntilKey, c.unto)
+			}
+			d, err := messageDelay(md, now)
+			require.NoError(t, err)
+			assert.Equal(t, c.want, d)
+		})
+	}
+}
+
+func TestRoundUpMsSaturates(t *testing.T) {
+	assert.Equal(t, time.Millisecond, roundUpMs(time.Nanosecond))
+	assert.Equal(t, time.Duration(0), roundUpMs(-time.Hour))
+	assert.Equal(t, maxDuration, roundUpMs(maxDuration))
+	assert.Equal(t, maxDuration, roundUpMs(maxDuration-time.Microsecond))
+	assert.Equal(t, (maxDuration - time.Millisecond).Truncate(time.Millisecond), roundUpMs((maxDuration - time.Millisecond).Truncate(time.Millisecond)))
+}
+
+// A delivered message's until key is the instant it became due, never after
+// the delivery: a handler publishing it again sends it due at once.
+func TestMarkDelivered(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 300_000_000, time.UTC)
+	for _, c := range []struct {
+		name       string
+		forV, unto string
+		want       string
+	}{
+		{"delay.Message's until, in millisecond layout", "1s", "2030-01-02T03:04:05Z", "2030-01-02T03:04:05.000Z"},
+		{"other zones become UTC", "1s", "2030-01-02T04:04:05+01:00", "2030-01-02T03:04:05.000Z"},
+		{"an until ahead of the delivery (a clock behind Redis's) is the delivery", "1s", "2030-01-02T03:04:06Z", "2030-01-02T03:04:05.300Z"},
+		{"a duration only: the delivery", "1s", "", "2030-01-02T03:04:05.300Z"},
+		{"no delay: nothing", "", "", ""},
+		{"unparsable: left as it is", "", "soon", "soon"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			md := message.Metadata{}
+			if c.forV != "" {
+				md.Set(delay.DelayedForKey, c.forV)
+			}
+			if c.unto != "" {
+				md.Set(delay.DelayedUntilKey, c.unto)
+			}
+			got := markDelivered(md, "2", now)
+			assert.Equal(t, c.want, got)
+			assert.Equal(t, c.want, md.Get(delay.DelayedUntilKey))
+			assert.Equal(t, "2", md.Get(AttemptKey))
+			if c.want != "" && c.want != "soon" {
+				d, err := messageDelay(md, now)
+				require.NoError(t, err)
+				assert.Zero(t, d, "published again, it would wait")
+			}
+		})
+	}
+}

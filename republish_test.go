@@ -1,0 +1,331 @@
+package redisdelay_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/components/fanin"
+	"github.com/ThreeDotsLabs/watermill/components/forwarder"
+	"github.com/ThreeDotsLabs/watermill/components/requeuer"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// Watermill's components publish received messages again, with the delay
+// metadata they arrived with. These tests run the real components on the
+// adapter and check each gap against the delay Watermill intends: never
+// early, and not a second delay on top.
+
+// runRouter runs r until the test ends.
+func runRouter(t *testing.T, r *message.Router) {
+	t.Helper()
+	go func() { _ = r.Run(context.Background()) }()
+	t.Cleanup(func() { _ = r.Close() })
+	<-r.Running()
+}
+
+func newRouter(t *testing.T) *message.Router {
+	t.Helper()
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, logger)
+	require.NoError(t, err)
+	return r
+}
+
+// checkGap asserts a gap is not shorter than intended, nor longer than
+// intended by more than half of it plus slack (a second delay applied on top
+// doubles it).
+func checkGap(t *testing.T, what string, gap, intended, slack time.Duration) {
+	t.Helper()
+	t.Logf("%s: gap %s, intended %s (%.3fx)", what, gap.Round(time.Millisecond), intended, float64(gap)/float64(intended))
+	assert.GreaterOrEqual(t, gap, intended, "%s: early", what)
+	assert.Less(t, gap, intended+intended/2+slack, "%s: late", what)
+}
+
+// The port of Watermill's _examples/real-world-examples/delayed-requeue:
+// PoisonQueue and DelayOnError on the handler send a failed message to a
+// requeue topic, delayed by DelayOnError; the requeuer publishes it back.
+// Each retry comes after the DelayOnError interval, which doubles.
+func TestRepublishRequeuerWithDelayOnError(t *testing.T) {
+	t.Parallel()
+	pub, sub := newPubSub(t, "g")
+	t.Cleanup(func() { _ = sub.Close() })
+	topic, requeueTopic := topic(), topic()
+
+	poison, err := middleware.PoisonQueue(pub, requeueTopic)
+	require.NoError(t, err)
+	router := newRouter(t)
+	router.AddMiddleware(poison, (&middleware.DelayOnError{
+		InitialInterval: 400 * time.Millisecond, MaxInterval: 10 * time.Second, Multiplier: 2,
+	}).Middleware)
+	const fails = 3
+	deliveries := make(chan time.Time, 10)
+	router.AddNoPublisherHandler("h", topic, sub, func(msg *message.Message) error {
+		deliveries <- time.Now()
+		if n, _ := strconv.Atoi(msg.Metadata.Get(requeuer.RetriesKey)); n < fails {
+			return errors.New("fails")
+		}
+		return nil
+	})
+	runRouter(t, router)
+
+	rqRouter := newRouter(t)
+	_, err = requeuer.NewRequeuer(requeuer.Config{
+		Subscriber: sub, SubscribeTopic: requeueTopic, Publisher: pub, Router: rqRouter,
+		GeneratePublishTopic: func(p requeuer.GeneratePublishTopicParams) (string, error) {
+			return p.Message.Metadata.Get(middleware.PoisonedTopicKey), nil
+		},
+	}, logger)
+	require.NoError(t, err)
+	runRouter(t, rqRouter)
+
+	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+	prev := receiveTime(t, deliveries, 2*time.Second)
+	for i, intended := range []time.Duration{400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond} {
+		at := receiveTime(t, deliveries, 2*intended+2*time.Second)
+		checkGap(t, "retry "+strconv.Itoa(i+1), at.Sub(prev), intended, 100*time.Millisecond)
+		prev = at
+	}
+}
+
+func receiveTime(t *testing.T, ch <-chan time.Time, within time.Duration) time.Time {
+	t.Helper()
+	select {
+	case at := <-ch:
+		return at
+	case <-time.After(within):
+		t.Fatalf("nothing within %s", within)
+		return time.Time{}
+	}
+}
+
+// components/fanin republishes what it receives: a message delayed 1s is
+// delivered on the target topic 1s after it was published, not 2s.
+func TestRepublishFanIn(t *testing.T) {
+	t.Parallel()
+	pub, sub := newPubSub(t, "g")
+	t.Cleanup(func() { _ = sub.Close() })
+	src, dst := topic(), topic()
+	f, err := fanin.NewFanIn(sub, pub, fanin.Config{SourceTopics: []string{src}, TargetTopic: dst, CloseTimeout: time.Second}, logger)
+	require.NoError(t, err)
+	go func() { _ = f.Run(context.Background()) }()
+	t.Cleanup(func() { _ = f.Close() })
+	<-f.Running()
+	ch := subscribe(t, sub, dst)
+
+	start := time.Now()
+	require.NoError(t, pub.Publish(src, delayed(delay.For(time.Second), "x")))
+	msg := receive(t, ch, 3*time.Second)
+	msg.Ack()
+	checkGap(t, "fanned in", time.Since(start), time.Second, 100*time.Millisecond)
+}
+
+// laggingPublisher is an outbox that hands messages on lag after they were
+// published, like a forwarder running behind.
+type laggingPublisher struct {
+	message.Publisher
+	lag time.Duration
+	wg  sync.WaitGroup
+}
+
+func (p *laggingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		time.Sleep(p.lag)
+		_ = p.Publisher.Publish(topic, msgs...)
+	}()
+	return nil
+}
+
+// components/forwarder 2s behind: a delay.For message already due when it
+// is forwarded is delivered at once; a delay.Until message still ahead is
+// delivered at its instant, or at most by the end of its until second (the
+// metadata does not say where in that second the instant was), never
+// before.
+func TestRepublishForwarderWithLag(t *testing.T) {
+	t.Parallel()
+	const lag = 2 * time.Second
+	pub, sub := newPubSub(t, "g")
+	t.Cleanup(func() { _ = sub.Close() })
+	outbox := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, logger)
+	fwdTopic, dst := topic(), topic()
+	fwd, err := forwarder.NewForwarder(outbox, pub, logger, forwarder.Config{ForwarderTopic: fwdTopic, CloseTimeout: time.Second})
+	require.NoError(t, err)
+	go func() { _ = fwd.Run(context.Background()) }()
+	t.Cleanup(func() { _ = fwd.Close() })
+	<-fwd.Running()
+	lagging := &laggingPublisher{Publisher: outbox, lag: lag}
+	t.Cleanup(lagging.wg.Wait)
+	out := forwarder.NewPublisher(lagging, forwarder.PublisherConfig{ForwarderTopic: fwdTopic})
+	ch := subscribe(t, sub, dst)
+
+	start := time.Now()
+	dueFor := start.Add(time.Second)
+	forMsg := delayed(delay.For(time.Second), "for")
+	dueUntil := start.Add(3500 * time.Millisecond)
+	untilMsg := delayed(delay.Until(dueUntil), "until")
+	require.NoError(t, out.Publish(dst, forMsg))
+	require.NoError(t, out.Publish(dst, untilMsg))
+
+	for range 2 {
+		msg := receive(t, ch, 5*time.Second)
+		at := time.Now()
+		msg.Ack()
+		switch string(msg.Payload) {
+		case "for":
+			t.Logf("delay.For(1s) forwarded %s late: delivered %s after publish", lag, at.Sub(start).Round(time.Millisecond))
+			assert.False(t, at.Before(dueFor), "delay.For delivered early")
+			assert.Less(t, at.Sub(start), lag+300*time.Millisecond, "delay.For: already due when forwarded, yet delayed again")
+		case "until":
+			endOfSecond := dueUntil.Truncate(time.Second).Add(time.Second)
+			t.Logf("delay.Until(+3.5s) forwarded %s late: delivered %s after its instant (end of its second: %s)",
+				lag, at.Sub(dueUntil).Round(time.Millisecond), endOfSecond.Sub(dueUntil).Round(time.Millisecond))
+			assert.False(t, at.Before(dueUntil), "delay.Until delivered early")
+			assert.Less(t, at.Sub(endOfSecond), 300*time.Millisecond, "delay.Until delivered past the end of its until second")
+		}
+	}
+}
+
+// PoisonQueue publishes a failed message as it was received: its copy is
+// due at once, though the message had been delayed.
+func TestRepublishPoisonQueueCopyIsDueAtOnce(t *testing.T) {
+	t.Parallel()
+	pub, sub := newPubSub(t, "g")
+	t.Cleanup(func() { _ = sub.Close() })
+	topic, poisonTopic := topic(), topic()
+	poison, err := middleware.PoisonQueue(pub, poisonTopic)
+	require.NoError(t, err)
+	router := newRouter(t)
+	failed := make(chan time.Time, 1)
+	router.AddMiddleware(signalAfter(failed), poison)
+	router.AddNoPublisherHandler("h", topic, sub, func(*message.Message) error { return errors.New("poison") })
+	runRouter(t, router)
+	ch := subscribe(t, sub, poisonTopic)
+
+	require.NoError(t, pub.Publish(topic, delayed(delay.For(1500*time.Millisecond), "x")))
+	at := receiveTime(t, failed, 3*time.Second)
+	msg := receive(t, ch, 3*time.Second)
+	msg.Ack()
+	gap := time.Since(at)
+	t.Logf("poisoned copy of a message delayed 1.5s arrived %s after the failure (intended: at once)", gap.Round(time.Millisecond))
+	assert.Less(t, gap, 300*time.Millisecond, "the poisoned copy was delayed again")
+	assert.Equal(t, "poison", msg.Metadata.Get(middleware.ReasonForPoisonedKey))
+}
+
+// signalAfter is an outermost middleware reporting when a handler call,
+// with the middleware inside it, has failed.
+func signalAfter(failed chan<- time.Time) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			msgs, err := h(msg)
+			select {
+			case failed <- time.Now():
+			default:
+			}
+			return msgs, err
+		}
+	}
+}
+
+// A received message published again does not hold its business key: two
+// failed messages with one key are both requeued (each copy waiting for
+// DelayOnError's interval), where the second used to be refused with
+// ErrDuplicateBusinessKey, nacked, and (MaxAttempts 1) dead-lettered. The
+// copies keep the key in their metadata.
+func TestRepublishPoisonedCopiesDoNotHoldBusinessKey(t *testing.T) {
+	t.Parallel()
+	pub, sub := newPubSub(t, "g", func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 1 })
+	t.Cleanup(func() { _ = sub.Close() })
+	topic, requeueTopic := topic(), topic()
+	const interval = time.Second
+	poison, err := middleware.PoisonQueue(pub, requeueTopic)
+	require.NoError(t, err)
+	router := newRouter(t)
+	failed := make(chan time.Time, 4)
+	router.AddMiddleware(signalAfter(failed), poison, (&middleware.DelayOnError{
+		InitialInterval: interval, MaxInterval: interval, Multiplier: 1,
+	}).Middleware)
+	handled := make(chan time.Time, 4) // before DelayOnError reads the clock: gaps from here are never short
+	router.AddNoPublisherHandler("h", topic, sub, func(*message.Message) error {
+		handled <- time.Now()
+		return errors.New("fails")
+	})
+	runRouter(t, router)
+	ch := subscribe(t, sub, requeueTopic)
+
+	withKey := func(payload string) *message.Message {
+		m := message.NewMessage(watermill.NewUUID(), []byte(payload))
+		m.Metadata.Set(redisdelay.BusinessKey, "order-1")
+		return m
+	}
+	require.NoError(t, pub.Publish(topic, withKey("first")))
+	firstFailed := receiveTime(t, handled, 2*time.Second)
+	receiveTime(t, failed, 2*time.Second) // its copy is published: now the second
+	require.NoError(t, pub.Publish(topic, withKey("second")))
+	secondFailed := receiveTime(t, handled, 2*time.Second)
+
+	got := map[string]time.Time{}
+	for range 2 {
+		var msg *message.Message
+		select {
+		case msg = <-ch:
+		case <-time.After(3 * time.Second):
+			insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: newClient(t)})
+			require.NoError(t, err)
+			dead, err := insp.DeadLetters(context.Background(), topic, "g", "", 10)
+			require.NoError(t, err)
+			for _, d := range dead {
+				t.Logf("dead letter %q: %s", d.Message.Payload, d.Reason)
+			}
+			t.Fatalf("copies received: %v; %d dead letters", got, len(dead))
+		}
+		got[string(msg.Payload)] = time.Now()
+		assert.Equal(t, "order-1", msg.Metadata.Get(redisdelay.BusinessKey), "the copy keeps the key in its metadata")
+		msg.Ack()
+	}
+	require.Contains(t, got, "first")
+	require.Contains(t, got, "second", "the second message with the key was not requeued")
+	checkGap(t, "first copy", got["first"].Sub(firstFailed), interval, 100*time.Millisecond)
+	checkGap(t, "second copy", got["second"].Sub(secondFailed), interval, 100*time.Millisecond)
+}
+
+// middleware.DelayOnError on Nack: the retry intervals grow 1x, 2x, 4x, 8x,
+// each measured from the failure.
+func TestRepublishDelayOnErrorGrowsOnNack(t *testing.T) {
+	t.Parallel()
+	pub, sub := newPubSub(t, "g")
+	t.Cleanup(func() { _ = sub.Close() })
+	topic := topic()
+	router := newRouter(t)
+	router.AddMiddleware((&middleware.DelayOnError{
+		InitialInterval: 200 * time.Millisecond, MaxInterval: 10 * time.Second, Multiplier: 2,
+	}).Middleware)
+	deliveries := make(chan time.Time, 10)
+	router.AddNoPublisherHandler("h", topic, sub, func(msg *message.Message) error {
+		deliveries <- time.Now()
+		if msg.Metadata.Get(redisdelay.AttemptKey) != "5" {
+			return errors.New("fails")
+		}
+		return nil
+	})
+	runRouter(t, router)
+
+	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+	prev := receiveTime(t, deliveries, 2*time.Second)
+	for i, intended := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond} {
+		at := receiveTime(t, deliveries, 2*intended+2*time.Second)
+		checkGap(t, "retry "+strconv.Itoa(i+1), at.Sub(prev), intended, 100*time.Millisecond)
+		prev = at
+	}
+}
