@@ -545,8 +545,8 @@ func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogF
 	if !take {
 		mayTake = "0"
 	}
-	k := make([]string, 0, 8+3*len(groups))
-	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf(), sh.prio())
+	k := make([]string, 0, 9+3*len(groups))
+	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.fanout())
 	for _, g := range groups {
 		k = append(k, sh.retry(g), sh.retryBodies(g), sh.redelivery(g))
 	}
@@ -594,18 +594,31 @@ func (s *scheduler) release(sh shard, fields watermill.LogFields) {
 // by consumers that stopped extending their lease, and with cleanup removes
 // consumers idle past the group's idle timeout. It returns the group's
 // visibility timeout.
+// reclaimBatch is how many pending entries one reclaim.lua call looks at:
+// a few ms of Redis time at most.
+const reclaimBatch = 1000
+
 func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
 	flag := "0"
 	if cleanup {
 		flag = "1"
 	}
-	res, err := reclaimScript.Run(ctx, s.client,
-		[]string{sh.stream(), sh.redelivery(g), sh.retry(g), sh.retryBodies(g), sh.dead(g), sh.meta(g)},
-		g, 1000, sh.wake(), flag).Int64Slice()
-	if err != nil {
-		return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
+	// A sweep of a long pending list takes several calls (see reclaim.lua).
+	var requeued, buried, evicted, missing, removed, vis int64
+	for stream, last := any(1), any("-"); stream != int64(0); {
+		res, err := reclaimScript.Run(ctx, s.client,
+			[]string{sh.stream(), sh.redelivery(g), sh.retry(g), sh.retryBodies(g), sh.dead(g), sh.meta(g)},
+			g, reclaimBatch, sh.wake(), flag, stream, last).Slice()
+		if err != nil {
+			return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
+		}
+		n := make([]int64, 6)
+		for i := range n {
+			n[i], _ = res[i].(int64)
+		}
+		requeued, buried, evicted, missing, removed, vis = requeued+n[0], buried+n[1], evicted+n[2], missing+n[3], removed+n[4], n[5]
+		stream, last = res[6], res[7]
 	}
-	requeued, buried, evicted, missing, removed := res[0], res[1], res[2], res[3], res[4]
 	s.metrics.reclaimedTick(fields["topic"].(string), g, requeued, buried)
 	fields = fields.Add(watermill.LogFields{"consumer_group": g})
 	if requeued+buried > 0 {
@@ -621,7 +634,7 @@ func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogF
 	if removed > 0 {
 		s.logger.Debug("redisdelay: removed idle consumers", fields.Add(watermill.LogFields{"count": removed}))
 	}
-	return time.Duration(res[5]) * time.Millisecond, nil
+	return time.Duration(vis) * time.Millisecond, nil
 }
 
 func (s *scheduler) trimStream(ctx context.Context, sh shard, fields watermill.LogFields) error {

@@ -171,12 +171,25 @@ func (sub *subscription) disown() {
 	sub.owns.Store(false)
 }
 
-// ownOp runs own.lua for the subscription's partition.
+// claimBatch is how many pending entries one own.lua call claims when a
+// partition is taken over: a few ms of Redis time.
+const claimBatch = 1000
+
+// ownOp runs own.lua for the subscription's partition. A take claims the
+// previous owner's pending entries over as many calls as it needs.
 func (sub *subscription) ownOp(ctx context.Context, op string) (int64, error) {
 	s, group := sub.s, sub.s.config.ConsumerGroup
-	return ownScript.Run(ctx, s.config.Client,
-		[]string{sub.shard.owner(group), sub.shard.stream(), sub.shard.redelivery(group)},
-		group, sub.consumer, s.ownLease().Milliseconds(), op).Int64()
+	k := []string{sub.shard.owner(group), sub.shard.stream(), sub.shard.redelivery(group)}
+	lease := s.ownLease().Milliseconds()
+	res, err := ownScript.Run(ctx, s.config.Client, k, group, sub.consumer, lease, op, 0, "", claimBatch).Slice()
+	for err == nil && op == "take" && len(res) == 3 && res[0] != int64(0) && res[1] != int64(0) {
+		res, err = ownScript.Run(ctx, s.config.Client, k, group, sub.consumer, lease, "claim", res[1], res[2], claimBatch).Slice()
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res[0].(int64) // own.lua always returns three values
+	return n, nil
 }
 
 // retriesInPlace reports whether a nacked message is retried by the
