@@ -36,6 +36,7 @@ type Manager struct {
 	started bool
 	cancel  context.CancelFunc
 	done    chan struct{}
+	gone    error // the client was closed under Run
 }
 
 // NewManager returns a Manager; call Run to start it. A nil logger logs nothing.
@@ -47,17 +48,33 @@ func NewManager(config ManagerConfig, logger watermill.LoggerAdapter) (*Manager,
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Manager{
+	m := &Manager{
 		config:  config,
 		logger:  logger,
 		sched:   newScheduler(config, logger),
 		running: make(chan struct{}),
 		done:    make(chan struct{}),
-	}, nil
+	}
+	m.sched.gone = m.clientGone
+	return m, nil
+}
+
+// clientGone stops Run when the Redis client was closed under it: nothing
+// would work again. Run returns the error, logged once.
+func (m *Manager) clientGone(string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gone != nil {
+		return
+	}
+	m.gone = errors.New("redisdelay: the Redis client was closed while the Manager ran; close the Manager before its client")
+	m.logger.Error("redisdelay: stopped", m.gone, nil)
+	m.cancel()
 }
 
 // Run schedules until ctx is cancelled or Close is called, then returns nil.
-// It returns an error if the Manager was already started.
+// It returns an error if the Manager was already started, or when its
+// Redis client was closed under it.
 func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Lock()
 	if m.started {
@@ -76,7 +93,9 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	m.discoverTopics(ctx, static)
 	m.sched.stop()
-	return nil
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gone
 }
 
 // discoverTopics schedules every partition of the configured topics, or
@@ -89,7 +108,11 @@ func (m *Manager) discoverTopics(ctx context.Context, static bool) {
 	defer t.Stop()
 	for {
 		if err := m.discover(ctx, static); err != nil && ctx.Err() == nil {
-			m.logger.Error("redisdelay: cannot list topics", err, nil)
+			if isClientClosed(err) {
+				m.clientGone("")
+				return
+			}
+			m.sched.limiter.errorf(m.logger, "redisdelay: cannot list topics", err, nil)
 		}
 		select {
 		case <-ctx.Done():
@@ -159,6 +182,8 @@ type scheduler struct {
 	trim      time.Duration
 	retention time.Duration
 	metrics   *Metrics
+	limiter   *logLimiter        // repeated errors of all partitions
+	gone      func(topic string) // called when the client was closed under the scheduler
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -186,7 +211,7 @@ func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *schedul
 		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: uuid.NewString(),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: config.Metrics,
-		loops: map[shard]chan string{}, balances: map[string]*balance{},
+		loops: map[shard]chan string{}, balances: map[string]*balance{}, limiter: newLogLimiter(),
 	}
 }
 
@@ -474,9 +499,13 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 			if ctx.Err() != nil {
 				return
 			}
+			if isClientClosed(err) && s.gone != nil {
+				s.gone(topic)
+				return
+			}
 			failures++
 			wait = backoff(failures, s.interval)
-			s.logger.Error("redisdelay: scheduling failed; retrying", err,
+			s.limiter.errorf(s.logger, "redisdelay: scheduling failed; retrying", err,
 				fields.Add(watermill.LogFields{"retry_in": wait.String()}))
 		} else {
 			failures = 0
@@ -585,8 +614,8 @@ func (s *scheduler) release(sh shard, fields watermill.LogFields) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
 	defer cancel()
 	err := unleaseScript.Run(ctx, s.client, []string{sh.lease()}, s.owner, sh.wake(), wakeRelease).Err()
-	if err != nil {
-		s.logger.Error("redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
+	if err != nil && !isClientClosed(err) {
+		s.limiter.errorf(s.logger, "redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
 	}
 }
 

@@ -82,8 +82,8 @@ func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string)
 	beat := func(ctx context.Context, ttl time.Duration) {
 		ctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
-		if err := o.beat(ctx, s.config.Client, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil {
-			s.logger.Error("redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
+		if err := o.beat(ctx, s.config.Client, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil && !isClientClosed(err) {
+			s.limiter.errorf(s.logger, "redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
 		}
 	}
 	beat(ctx, s.ownLease())
@@ -161,11 +161,11 @@ func (sub *subscription) own(ctx context.Context) (owns, taken bool, err error) 
 func (sub *subscription) disown() {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := sub.drainAcks(ctx); err != nil {
+	if err := sub.drainAcks(ctx); err != nil && !isClientClosed(err) {
 		sub.s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
 	}
 	_ = sub.release("", "")
-	if _, err := sub.ownOp(ctx, "drop"); err != nil {
+	if _, err := sub.ownOp(ctx, "drop"); err != nil && !isClientClosed(err) {
 		sub.s.logger.Error("redisdelay: cannot give up the ownership of a partition; another consumer takes it over when it expires", err, sub.fields())
 	}
 	sub.owns.Store(false)
