@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -149,4 +151,47 @@ return 0`)
 	require.Equal(t, "0", string(msg.Payload), "the oldest pending entry comes first")
 	worst, _ := longest()
 	require.Less(t, worst, scriptTimeBound, "an own.lua call blocked Redis too long")
+}
+
+// With more groups than a promote call may add entries (BatchSize), each
+// high-priority message is fanned out over several calls, one message
+// after the other: every group gets every message once, in order, and
+// normal messages behind them still reach the ready stream.
+func TestScriptBound_FanOutOverSeveralCallsKeepsOrder(t *testing.T) {
+	client := newClient(t)
+	ctx := context.Background()
+	tp := topic()
+	const groups, msgs = 10, 6
+	for g := range groups {
+		require.NoError(t, client.SAdd(ctx, lcKey(tp, "groups"), "g"+strconv.Itoa(g)).Err())
+	}
+	pub := lcPublisher(t, client)
+	var want []string
+	for i := range msgs {
+		msg := high(lcMessage(strconv.Itoa(i)))
+		want = append(want, msg.UUID)
+		require.NoError(t, pub.Publish(tp, msg))
+	}
+	require.NoError(t, pub.Publish(tp, delayedNow(lcMessage("normal"))))
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 3, CheckInterval: 100 * time.Millisecond})
+	for g := range groups {
+		key := lcKey(tp, "g:g"+strconv.Itoa(g)+":redo")
+		require.Eventually(t, func() bool { return client.XLen(ctx, key).Val() >= msgs }, 5*time.Second, 10*time.Millisecond)
+		entries, err := client.XRange(ctx, key, "-", "+").Result()
+		require.NoError(t, err)
+		require.Len(t, entries, msgs, "group g%d", g)
+		for i, e := range entries {
+			msg, err := redisdelay.DecodeMessage([]byte(e.Values["m"].(string)))
+			require.NoError(t, err)
+			require.Equal(t, want[i], msg.UUID, "group g%d, message %d", g, i)
+		}
+	}
+	require.Eventually(t, func() bool { return client.XLen(ctx, lcKey(tp, "stream")).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Zero(t, client.Exists(ctx, lcKey(tp, "fanout")).Val())
+}
+
+// delayedNow makes a message go through the waiting set, due at once.
+func delayedNow(msg *message.Message) *message.Message {
+	delay.Message(msg, delay.For(time.Millisecond))
+	return msg
 }
