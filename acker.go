@@ -172,7 +172,7 @@ func (sub *subscription) drainAcks(ctx context.Context) error {
 		}
 		failures++
 		wait := backoff(failures, 2*time.Second)
-		sub.s.logger.Error("redisdelay: cannot write acknowledgements to Redis; retrying", err,
+		sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot write acknowledgements to Redis; retrying", err,
 			sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
 		sleep(ctx, wait)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,13 +87,36 @@ type GroupStats struct {
 }
 
 // Topics lists the topics publishers and subscribers with this key prefix
-// have used.
+// have used. Registry entries that are not valid topic names (written by
+// something other than this library) are left out: see InvalidTopics.
 func (i *Inspector) Topics(ctx context.Context) ([]string, error) {
-	topics, err := i.client.SMembers(ctx, i.keys.topics()).Result()
+	topics, _, err := i.registry(ctx)
+	return topics, err
+}
+
+// InvalidTopics lists the entries of the topic registry (the set
+// <KeyPrefix>:topics) that are not valid topic names, which Topics, Health
+// and the Collector skip. Nothing of this library writes them: remove
+// them with SREM.
+func (i *Inspector) InvalidTopics(ctx context.Context) ([]string, error) {
+	_, invalid, err := i.registry(ctx)
+	return invalid, err
+}
+
+func (i *Inspector) registry(ctx context.Context) (valid, invalid []string, err error) {
+	all, err := i.client.SMembers(ctx, i.keys.topics()).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redisdelay: list topics: %w", err)
+		return nil, nil, fmt.Errorf("redisdelay: list topics: %w", err)
 	}
-	return topics, nil
+	valid = all[:0]
+	for _, t := range all {
+		if validateTopic(t) != nil {
+			invalid = append(invalid, t)
+		} else {
+			valid = append(valid, t)
+		}
+	}
+	return valid, invalid, nil
 }
 
 // shards returns the keys of each partition of a topic, by the count
@@ -233,6 +257,9 @@ func toInt64(v any) int64 {
 type WaitingMessage struct {
 	Message *message.Message
 	Due     time.Time
+	// Corrupt says why the stored message could not be decoded; Message
+	// then has its UUID only. Empty when it was decoded.
+	Corrupt string
 }
 
 // Waiting lists a topic's delayed messages in due order, skipping the first
@@ -256,12 +283,16 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 		sh    shard
 	}
 	var members []member
+	end := offset + limit // past the page
+	if end < offset {
+		end = math.MaxInt // overflowed: no set holds that many
+	}
 	for _, sh := range shards {
 		start := int64(offset)
 		if len(shards) > 1 {
 			start = 0 // the page's place in the merged order is known only after the merge
 		}
-		zs, err := i.client.ZRangeWithScores(ctx, sh.waiting(), start, int64(offset+limit-1)).Result()
+		zs, err := i.client.ZRangeWithScores(ctx, sh.waiting(), start, int64(end-1)).Result()
 		if err != nil {
 			return nil, wrapErr(err, "list waiting messages of topic %q", topic)
 		}
@@ -272,7 +303,7 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 	}
 	if len(shards) > 1 {
 		slices.SortStableFunc(members, func(a, b member) int { return cmp.Compare(a.score, b.score) })
-		members = members[min(offset, len(members)):min(offset+limit, len(members))]
+		members = members[min(offset, len(members)):min(end, len(members))]
 	}
 	out := make([]WaitingMessage, 0, len(members))
 	for _, sh := range shards {
@@ -299,11 +330,11 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 			if !ok {
 				continue // became due (or cancelled) between the two reads
 			}
-			msg, err := decodeMessage([]byte(body))
-			if err != nil {
-				return nil, fmt.Errorf("redisdelay: waiting message %q of topic %q: %w", m.id, topic, err)
+			w := WaitingMessage{Due: time.UnixMilli(int64(m.score) / 1024)}
+			if w.Message, err = decodeMessage([]byte(body)); err != nil {
+				w.Message, w.Corrupt = message.NewMessage(m.id, nil), err.Error()
 			}
-			out = append(out, WaitingMessage{Message: msg, Due: time.UnixMilli(int64(m.score) / 1024)})
+			out = append(out, w)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b WaitingMessage) int { return a.Due.Compare(b.Due) })
@@ -354,7 +385,18 @@ func parseDeadID(s string, parts int) (deadID, error) {
 		}
 		d.part, d.id = n, id
 	}
+	if !validStreamID(d.id) {
+		return d, fmt.Errorf("redisdelay: dead letter ID %q is malformed: pass an ID from DeadLetters (\"<ms>-<seq>\", or \"<partition>/<ms>-<seq>\")", s)
+	}
 	return d, nil
+}
+
+// validStreamID reports whether s is a full stream entry ID, ms-seq.
+func validStreamID(s string) bool {
+	ms, seq, ok := strings.Cut(s, "-")
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return ok && err1 == nil && err2 == nil
 }
 
 // compareStreamIDs orders two stream entry IDs (ms-seq).
@@ -525,7 +567,7 @@ func (i *Inspector) PurgeDeadLetters(ctx context.Context, topic, group string) (
 		key := sh.dead(group)
 		pipe := i.client.TxPipeline()
 		n := pipe.XLen(ctx, key)
-		pipe.Del(ctx, key)
+		pipe.Unlink(ctx, key) // frees a long stream off Redis's main thread
 		if _, err := pipe.Exec(ctx); err != nil {
 			return total, wrapErr(err, "purge dead letters of group %q in topic %q", group, topic)
 		}

@@ -36,6 +36,7 @@ type Manager struct {
 	started bool
 	cancel  context.CancelFunc
 	done    chan struct{}
+	gone    error // the client was closed under Run
 }
 
 // NewManager returns a Manager; call Run to start it. A nil logger logs nothing.
@@ -47,17 +48,33 @@ func NewManager(config ManagerConfig, logger watermill.LoggerAdapter) (*Manager,
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Manager{
+	m := &Manager{
 		config:  config,
 		logger:  logger,
 		sched:   newScheduler(config, logger),
 		running: make(chan struct{}),
 		done:    make(chan struct{}),
-	}, nil
+	}
+	m.sched.gone = m.clientGone
+	return m, nil
+}
+
+// clientGone stops Run when the Redis client was closed under it: nothing
+// would work again. Run returns the error, logged once.
+func (m *Manager) clientGone(string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gone != nil {
+		return
+	}
+	m.gone = errors.New("redisdelay: the Redis client was closed while the Manager ran; close the Manager before its client")
+	m.logger.Error("redisdelay: stopped", m.gone, nil)
+	m.cancel()
 }
 
 // Run schedules until ctx is cancelled or Close is called, then returns nil.
-// It returns an error if the Manager was already started.
+// It returns an error if the Manager was already started, or when its
+// Redis client was closed under it.
 func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Lock()
 	if m.started {
@@ -76,7 +93,9 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	m.discoverTopics(ctx, static)
 	m.sched.stop()
-	return nil
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gone
 }
 
 // discoverTopics schedules every partition of the configured topics, or
@@ -89,7 +108,11 @@ func (m *Manager) discoverTopics(ctx context.Context, static bool) {
 	defer t.Stop()
 	for {
 		if err := m.discover(ctx, static); err != nil && ctx.Err() == nil {
-			m.logger.Error("redisdelay: cannot list topics", err, nil)
+			if isClientClosed(err) {
+				m.clientGone("")
+				return
+			}
+			m.sched.limiter.errorf(m.logger, "redisdelay: cannot list topics", err, nil)
 		}
 		select {
 		case <-ctx.Done():
@@ -159,6 +182,8 @@ type scheduler struct {
 	trim      time.Duration
 	retention time.Duration
 	metrics   *Metrics
+	limiter   *logLimiter        // repeated errors of all partitions
+	gone      func(topic string) // called when the client was closed under the scheduler
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -186,7 +211,7 @@ func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *schedul
 		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: uuid.NewString(),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: config.Metrics,
-		loops: map[shard]chan string{}, balances: map[string]*balance{},
+		loops: map[shard]chan string{}, balances: map[string]*balance{}, limiter: newLogLimiter(),
 	}
 }
 
@@ -474,9 +499,13 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 			if ctx.Err() != nil {
 				return
 			}
+			if isClientClosed(err) && s.gone != nil {
+				s.gone(topic)
+				return
+			}
 			failures++
 			wait = backoff(failures, s.interval)
-			s.logger.Error("redisdelay: scheduling failed; retrying", err,
+			s.limiter.errorf(s.logger, "redisdelay: scheduling failed; retrying", err,
 				fields.Add(watermill.LogFields{"retry_in": wait.String()}))
 		} else {
 			failures = 0
@@ -545,8 +574,8 @@ func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogF
 	if !take {
 		mayTake = "0"
 	}
-	k := make([]string, 0, 8+3*len(groups))
-	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf(), sh.prio())
+	k := make([]string, 0, 9+3*len(groups))
+	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.fanout())
 	for _, g := range groups {
 		k = append(k, sh.retry(g), sh.retryBodies(g), sh.redelivery(g))
 	}
@@ -585,8 +614,8 @@ func (s *scheduler) release(sh shard, fields watermill.LogFields) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
 	defer cancel()
 	err := unleaseScript.Run(ctx, s.client, []string{sh.lease()}, s.owner, sh.wake(), wakeRelease).Err()
-	if err != nil {
-		s.logger.Error("redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
+	if err != nil && !isClientClosed(err) {
+		s.limiter.errorf(s.logger, "redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
 	}
 }
 
@@ -594,18 +623,31 @@ func (s *scheduler) release(sh shard, fields watermill.LogFields) {
 // by consumers that stopped extending their lease, and with cleanup removes
 // consumers idle past the group's idle timeout. It returns the group's
 // visibility timeout.
+// reclaimBatch is how many pending entries one reclaim.lua call looks at:
+// a few ms of Redis time at most.
+const reclaimBatch = 1000
+
 func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
 	flag := "0"
 	if cleanup {
 		flag = "1"
 	}
-	res, err := reclaimScript.Run(ctx, s.client,
-		[]string{sh.stream(), sh.redelivery(g), sh.retry(g), sh.retryBodies(g), sh.dead(g), sh.meta(g)},
-		g, 1000, sh.wake(), flag).Int64Slice()
-	if err != nil {
-		return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
+	// A sweep of a long pending list takes several calls (see reclaim.lua).
+	var requeued, buried, evicted, missing, removed, vis int64
+	for stream, last := any(1), any("-"); stream != int64(0); {
+		res, err := reclaimScript.Run(ctx, s.client,
+			[]string{sh.stream(), sh.redelivery(g), sh.retry(g), sh.retryBodies(g), sh.dead(g), sh.meta(g)},
+			g, reclaimBatch, sh.wake(), flag, stream, last).Slice()
+		if err != nil {
+			return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
+		}
+		n := make([]int64, 6)
+		for i := range n {
+			n[i], _ = res[i].(int64)
+		}
+		requeued, buried, evicted, missing, removed, vis = requeued+n[0], buried+n[1], evicted+n[2], missing+n[3], removed+n[4], n[5]
+		stream, last = res[6], res[7]
 	}
-	requeued, buried, evicted, missing, removed := res[0], res[1], res[2], res[3], res[4]
 	s.metrics.reclaimedTick(fields["topic"].(string), g, requeued, buried)
 	fields = fields.Add(watermill.LogFields{"consumer_group": g})
 	if requeued+buried > 0 {
@@ -621,7 +663,7 @@ func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogF
 	if removed > 0 {
 		s.logger.Debug("redisdelay: removed idle consumers", fields.Add(watermill.LogFields{"count": removed}))
 	}
-	return time.Duration(res[5]) * time.Millisecond, nil
+	return time.Duration(vis) * time.Millisecond, nil
 }
 
 func (s *scheduler) trimStream(ctx context.Context, sh shard, fields watermill.LogFields) error {

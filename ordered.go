@@ -82,8 +82,8 @@ func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string)
 	beat := func(ctx context.Context, ttl time.Duration) {
 		ctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
-		if err := o.beat(ctx, s.config.Client, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil {
-			s.logger.Error("redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
+		if err := o.beat(ctx, s.config.Client, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil && !isClientClosed(err) {
+			s.limiter.errorf(s.logger, "redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
 		}
 	}
 	beat(ctx, s.ownLease())
@@ -161,22 +161,35 @@ func (sub *subscription) own(ctx context.Context) (owns, taken bool, err error) 
 func (sub *subscription) disown() {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := sub.drainAcks(ctx); err != nil {
+	if err := sub.drainAcks(ctx); err != nil && !isClientClosed(err) {
 		sub.s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
 	}
 	_ = sub.release("", "")
-	if _, err := sub.ownOp(ctx, "drop"); err != nil {
+	if _, err := sub.ownOp(ctx, "drop"); err != nil && !isClientClosed(err) {
 		sub.s.logger.Error("redisdelay: cannot give up the ownership of a partition; another consumer takes it over when it expires", err, sub.fields())
 	}
 	sub.owns.Store(false)
 }
 
-// ownOp runs own.lua for the subscription's partition.
+// claimBatch is how many pending entries one own.lua call claims when a
+// partition is taken over: a few ms of Redis time.
+const claimBatch = 1000
+
+// ownOp runs own.lua for the subscription's partition. A take claims the
+// previous owner's pending entries over as many calls as it needs.
 func (sub *subscription) ownOp(ctx context.Context, op string) (int64, error) {
 	s, group := sub.s, sub.s.config.ConsumerGroup
-	return ownScript.Run(ctx, s.config.Client,
-		[]string{sub.shard.owner(group), sub.shard.stream(), sub.shard.redelivery(group)},
-		group, sub.consumer, s.ownLease().Milliseconds(), op).Int64()
+	k := []string{sub.shard.owner(group), sub.shard.stream(), sub.shard.redelivery(group)}
+	lease := s.ownLease().Milliseconds()
+	res, err := ownScript.Run(ctx, s.config.Client, k, group, sub.consumer, lease, op, 0, "", claimBatch).Slice()
+	for err == nil && op == "take" && len(res) == 3 && res[0] != int64(0) && res[1] != int64(0) {
+		res, err = ownScript.Run(ctx, s.config.Client, k, group, sub.consumer, lease, "claim", res[1], res[2], claimBatch).Slice()
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res[0].(int64) // own.lua always returns three values
+	return n, nil
 }
 
 // retriesInPlace reports whether a nacked message is retried by the

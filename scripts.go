@@ -60,6 +60,7 @@ var (
 //	<shard>:bodies           hash    UUID -> encoded message
 //	<shard>:seq              string  FIFO tie-break counter
 //	<shard>:prio             hash    UUID -> 1 for waiting high-priority messages
+//	<shard>:fanout           hash    the due high-priority message being copied to the groups (see promote.lua)
 //	<shard>:stream           stream  ready messages
 //	<shard>:bkeys            hash    business key -> UUID of the waiting message holding it
 //	<shard>:bkeyof           hash    UUID of a waiting message -> its business key (absent: none holds one)
@@ -135,6 +136,7 @@ func (s shard) waiting() string { return string(s) + ":waiting" }
 func (s shard) bodies() string  { return string(s) + ":bodies" }
 func (s shard) seq() string     { return string(s) + ":seq" }
 func (s shard) prio() string    { return string(s) + ":prio" }
+func (s shard) fanout() string  { return string(s) + ":fanout" }
 func (s shard) stream() string  { return string(s) + ":stream" }
 func (s shard) groups() string  { return string(s) + ":groups" }
 func (s shard) wake() string    { return string(s) + ":wake" }

@@ -46,6 +46,9 @@ type Subscriber struct {
 	initialized map[string]bool
 	sched       *scheduler
 
+	limiter  *logLimiter // repeated errors of all subscriptions
+	goneOnce sync.Once   // the client was closed: logged once
+
 	// Test hooks (export_test.go): ackGate runs before each flush of the
 	// acker goroutine; unheld counts lease renewals that found entries
 	// pending for a subscription that it does not hold.
@@ -74,6 +77,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		now:         time.Now,
 		initialized: map[string]bool{},
 		policy:      groupPolicy(config),
+		limiter:     newLogLimiter(),
 	}
 	s.closing, s.close = context.WithCancel(context.Background())
 	return s, nil
@@ -223,11 +227,22 @@ func (s *Subscriber) schedule(topic string, parts int) {
 		config := ManagerConfig{Client: s.config.Client, KeyPrefix: s.config.KeyPrefix, CheckInterval: s.config.CheckInterval, Metrics: s.config.Metrics}
 		config.setDefaults()
 		s.sched = newScheduler(config, s.logger)
+		s.sched.gone = s.clientGone
 		s.sched.start(s.closing, false)
 	}
 	sched := s.sched
 	s.mu.Unlock()
 	sched.add(topic, parts)
+}
+
+// clientGone stops every subscription and the scheduler when the Redis
+// client was closed under them (nothing would work again), logging it once.
+func (s *Subscriber) clientGone(topic string) {
+	s.goneOnce.Do(func() {
+		s.logger.Error(fmt.Sprintf("redisdelay: the Redis client was closed while subscribed to topic %q; "+
+			"close the Subscriber before its client. Subscriptions stopped", topic), redis.ErrClosed, nil)
+	})
+	s.close()
 }
 
 // Close stops every subscription, hands back the messages they hold, and
@@ -320,7 +335,7 @@ func (sub *subscription) run(ctx context.Context) {
 		flushCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		err := sub.drainAcks(flushCtx)
 		cancel()
-		if err != nil {
+		if err != nil && !isClientClosed(err) {
 			s.logger.Error("redisdelay: cannot write acknowledgements to Redis before closing; those messages stay pending and are delivered again", err,
 				fields.Add(watermill.LogFields{"count": sub.queuedAcks()}))
 		}
@@ -344,7 +359,11 @@ func (sub *subscription) run(ctx context.Context) {
 		if sub.order != nil {
 			owns, taken, err := sub.own(ctx)
 			if err != nil && ctx.Err() == nil {
-				s.logger.Error("redisdelay: cannot take the ownership of a partition; retrying", err, fields)
+				if isClientClosed(err) {
+					s.clientGone(sub.topic)
+					return
+				}
+				s.limiter.errorf(s.logger, "redisdelay: cannot take the ownership of a partition; retrying", err, fields)
 			}
 			if !owns {
 				sleep(ctx, s.config.BlockTime)
@@ -361,7 +380,11 @@ func (sub *subscription) run(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, fields)
+				if isClientClosed(err) {
+					s.clientGone(sub.topic)
+					return
+				}
+				s.limiter.errorf(s.logger, "redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, fields)
 			}
 		}
 		entries, err := sub.read(ctx, history, cursor)
@@ -369,9 +392,13 @@ func (sub *subscription) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			if isClientClosed(err) {
+				s.clientGone(sub.topic)
+				return
+			}
 			failures++
 			wait := backoff(failures, 2*time.Second)
-			s.logger.Error("redisdelay: read failed; retrying", err, fields.Add(watermill.LogFields{"retry_in": wait.String()}))
+			s.limiter.errorf(s.logger, "redisdelay: read failed; retrying", err, fields.Add(watermill.LogFields{"retry_in": wait.String()}))
 			if strings.HasPrefix(err.Error(), "NOGROUP") {
 				// The group vanished (Redis restarted without persistence, or
 				// someone deleted the keys): create it again.
@@ -379,7 +406,7 @@ func (sub *subscription) run(ctx context.Context) {
 				delete(s.initialized, sub.topic)
 				s.mu.Unlock()
 				if err := s.initialize(ctx, sub.topic); err != nil {
-					s.logger.Error("redisdelay: cannot recreate consumer group", err, fields)
+					s.limiter.errorf(s.logger, "redisdelay: cannot recreate consumer group", err, fields)
 				}
 			}
 			history, cursor = true, [2]string{"0", "0"}
@@ -551,8 +578,8 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 		stored, err := sub.renewLeases(opCtx, every)
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			sub.s.logger.Error("redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
+		if err != nil && ctx.Err() == nil && !isClientClosed(err) {
+			sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
 				sub.fields())
 		}
 		if stored > 0 {
@@ -730,12 +757,12 @@ func (sub *subscription) settle(ctx context.Context, op func(context.Context) er
 			return
 		}
 		if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
-			sub.s.logger.Error("redisdelay: cannot settle message; it stays pending and is delivered again", err,
+			sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot settle message; it stays pending and is delivered again", err,
 				sub.fields())
 			return
 		}
 		wait := backoff(failures, 2*time.Second)
-		sub.s.logger.Error("redisdelay: cannot settle message; retrying", err,
+		sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot settle message; retrying", err,
 			sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
 		sleep(ctx, wait)
 	}
@@ -818,7 +845,9 @@ func (sub *subscription) release(keepStream, keepID string) error {
 			[]string{sub.shard.stream(), sub.shard.redelivery(group)},
 			group, sub.consumer, 1000, keepStream, keepID).Int64Slice()
 		if err != nil {
-			s.logger.Error("redisdelay: cannot hand back pending messages; they stay with this consumer until read again or reclaimed", err, fields)
+			if !isClientClosed(err) {
+				s.logger.Error("redisdelay: cannot hand back pending messages; they stay with this consumer until read again or reclaimed", err, fields)
+			}
 			return err
 		}
 		if res[1] > 0 {

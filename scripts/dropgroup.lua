@@ -16,5 +16,6 @@ local existed = redis.call('SREM', KEYS[2], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 1 then
   existed = math.max(existed, redis.call('XGROUP', 'DESTROY', KEYS[1], ARGV[1]))
 end
-redis.call('DEL', unpack(KEYS, 3))
+-- UNLINK frees large keys (dead letters) off the main thread
+redis.call('UNLINK', unpack(KEYS, 3))
 return existed

@@ -8,7 +8,10 @@
   high-priority message goes to the
   redelivery stream of every listed group instead (as attempt 1), which
   subscribers read before the ready stream; with no group listed, to the
-  ready stream. The lease only saves work: a message is
+  ready stream. A call adds a bounded number of stream entries, so a
+  message fanned out to more groups than that goes over several calls
+  (KEYS[9]), each finishing the one in progress before others move. The
+  lease only saves work: a message is
   moved exactly once even when several schedulers call this at once.
 
   KEYS[1] lease    string owner of the topic's scheduling (expires)
@@ -19,11 +22,16 @@
   KEYS[6] bkeys    hash   business key -> UUID of the waiting message holding it
   KEYS[7] bkeyof   hash   UUID of a waiting message -> its business key
   KEYS[8] prio     hash   UUIDs of the waiting high-priority messages -> 1
+  KEYS[9] fanout   hash   the high-priority message being fanned out over
+                          several calls: m = encoded message, id = UUID,
+                          and each redelivery stream given a copy -> 1
   then for each consumer group g = 1, 2, ..., three keys:
-  KEYS[3g+6] retry    zset   "<attempt>:<m|r><entry id>" -> due score
-  KEYS[3g+7] rbodies  hash   same member -> encoded message
-  KEYS[3g+8] rstream  stream the group's redelivery stream, fields m, a (attempt)
-  ARGV[1]  most messages moved from one set per call
+  KEYS[3g+7] retry    zset   "<attempt>:<m|r><entry id>" -> due score
+  KEYS[3g+8] rbodies  hash   same member -> encoded message
+  KEYS[3g+9] rstream  stream the group's redelivery stream, fields m, a (attempt)
+  ARGV[1]  most stream entries added per call from the waiting set (a
+           high-priority message adds one per group), and as many from the
+           retry sets of all groups together
   ARGV[2]  owner: a unique id of the calling scheduler
   ARGV[3]  lease time in ms
   ARGV[4]  "0" when the caller must not take a free lease (it holds its
@@ -32,7 +40,7 @@
   Returns {moved, wait, missing, groups, held}:
     moved    messages moved
     wait     held: µs until the earliest message still waiting is due;
-             0 when a set had more due than the limit; -1 when all sets are empty.
+             0 when more is due than the call moved; -1 when all sets are empty.
              Not held: µs until the lease expires; -1 when it is free (and the
              caller was not to take it).
     missing  members that had no body (dropped from the set; reported by the caller)
@@ -62,12 +70,55 @@ local function earlier(w)
   if wait < 0 or w < wait then wait = w end
 end
 
+-- The stream entries a call may add: limit for the waiting set (a
+-- high-priority message costs one per group), limit for the retry sets of
+-- all groups together. A call's work is bounded so, whatever the backlog
+-- or the number of groups; the caller calls again at once when told
+-- (wait 0).
+local budget, rbudget = limit, limit
+
 -- the redelivery streams of the listed groups, for high-priority messages
 local rstreams = {}
-for g = 11, #KEYS, 3 do
+for g = 12, #KEYS, 3 do
   rstreams[#rstreams + 1] = KEYS[g]
 end
 
+-- Goes on with the fan-out of the high-priority message in KEYS[9] (if
+-- any): a copy to each listed group that has none yet, as far as the
+-- budget allows. Each copy and its mark in KEYS[9] are written together,
+-- so a scheduler that dies between calls leaves nothing lost or doubled:
+-- the next call, by any scheduler, goes on from the marks. Returns true
+-- when no fan-out is left.
+local function fanout()
+  local fan = KEYS[9]
+  local body = redis.call('HGET', fan, 'm')
+  if not body then
+    return true
+  end
+  if #rstreams == 0 then
+    -- every group is gone: where a high-priority message with no group goes,
+    -- unless some group has its copy already
+    if redis.call('HLEN', fan) <= 2 then
+      redis.call('XADD', KEYS[5], '*', 'm', body)
+    end
+    redis.call('DEL', fan)
+    return true
+  end
+  for _, rs in ipairs(rstreams) do
+    if redis.call('HEXISTS', fan, rs) == 0 then
+      if budget == 0 then
+        return false
+      end
+      redis.call('XADD', rs, '*', 'm', body, 'a', 1)
+      redis.call('HSET', fan, rs, 1)
+      budget = budget - 1
+    end
+  end
+  redis.call('DEL', fan)
+  return true
+end
+
+-- Moves the due messages of a set, oldest first, while the budget lasts.
 local function move(set, bodies, stream, retry)
   -- the head alone tells an idle set (the common case) apart cheaply
   local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
@@ -79,7 +130,12 @@ local function move(set, bodies, stream, retry)
     earlier(math.floor(head / 1024) * 1000 - nowUs)
     return
   end
-  local ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, limit)
+  local left = retry and rbudget or budget
+  if left == 0 then
+    earlier(0)
+    return
+  end
+  local ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, left)
   local high = {}
   -- only when something is due: an idle tick stays at the head check
   if not retry and redis.call('EXISTS', KEYS[8]) == 1 then
@@ -87,43 +143,67 @@ local function move(set, bodies, stream, retry)
     for k = 1, #ids do
       high[k] = flags[k] == '1'
     end
-    redis.call('HDEL', KEYS[8], unpack(ids))
   end
+  -- n: how many of ids (the first) leave the set in this call
+  local n = 0
   for k, id in ipairs(ids) do
+    if left == 0 then
+      break
+    end
+    n = k
     local body = redis.call('HGET', bodies, id)
     if body then
       if retry then
         redis.call('XADD', stream, '*', 'm', body, 'a', string.match(id, '^(%d+):'))
+        left = left - 1
       elseif high[k] and #rstreams > 0 then
-        for _, rs in ipairs(rstreams) do
-          redis.call('XADD', rs, '*', 'm', body, 'a', 1)
+        if #rstreams <= left then
+          for _, rs in ipairs(rstreams) do
+            redis.call('XADD', rs, '*', 'm', body, 'a', 1)
+          end
+          left = left - #rstreams
+        else
+          -- too many groups for this call: fanned out over the next ones
+          redis.call('HSET', KEYS[9], 'm', body, 'id', id)
+          budget = left
+          fanout()
+          left = 0
         end
       else
         redis.call('XADD', stream, '*', 'm', body)
+        left = left - 1
       end
       moved = moved + 1
     else
       missing = missing + 1
     end
   end
-  redis.call('HDEL', bodies, unpack(ids))
+  if retry then rbudget = left else budget = left end
+  local done = ids
+  if n < #ids then
+    done = {unpack(ids, 1, n)}
+  end
+  redis.call('HDEL', bodies, unpack(done))
+  if not retry and next(high) then
+    redis.call('HDEL', KEYS[8], unpack(done))
+  end
   -- messages leaving the waiting set release their business keys; the
   -- reverse hash exists only while a waiting message holds one
   if not retry and redis.call('EXISTS', KEYS[7]) == 1 then
-    local held = redis.call('HMGET', KEYS[7], unpack(ids))
+    local held = redis.call('HMGET', KEYS[7], unpack(done))
     local freed = {}
     for k, key in ipairs(held) do
-      if key and redis.call('HGET', KEYS[6], key) == ids[k] then
+      if key and redis.call('HGET', KEYS[6], key) == done[k] then
         freed[#freed + 1] = key
       end
     end
-    redis.call('HDEL', KEYS[7], unpack(ids))
+    redis.call('HDEL', KEYS[7], unpack(done))
     if #freed > 0 then
       redis.call('HDEL', KEYS[6], unpack(freed))
     end
   end
-  redis.call('ZREMRANGEBYRANK', set, 0, #ids - 1)
-  if #ids == limit then
+  redis.call('ZREMRANGEBYRANK', set, 0, n - 1)
+  if n < #ids or left == 0 then
     earlier(0)
     return
   end
@@ -135,8 +215,17 @@ local function move(set, bodies, stream, retry)
   end
 end
 
-move(KEYS[3], KEYS[4], KEYS[5], false)
-for g = 9, #KEYS, 3 do
+if fanout() then
+  move(KEYS[3], KEYS[4], KEYS[5], false)
+else
+  earlier(0)
+end
+-- groups in turn, from one that changes with time, so none waits behind
+-- the others' backlogs for long
+local ng = (#KEYS - 9) / 3
+local first = nowUs % math.max(ng, 1)
+for i = 0, ng - 1 do
+  local g = 10 + 3 * ((first + i) % ng)
   move(KEYS[g], KEYS[g + 1], KEYS[g + 2], true)
 end
 return {moved, wait, missing, ngroups, 1}

@@ -16,14 +16,22 @@
                           deadmax (0 = no limit), idle (ms), backoff
                           (comma-separated ms per attempt, last repeats)
   ARGV[1] consumer group
-  ARGV[2] most entries reclaimed per stream per call
+  ARGV[2] most pending entries looked at per call
   ARGV[3] wake channel
   ARGV[4] "1" to clean up idle consumers
+  ARGV[5] the stream to go on with: 1 or 2, as in KEYS (1: a new sweep)
+  ARGV[6] the last entry looked at in it: "-" for none
 
-  Returns {requeued, buried, evicted, missing, removed, vis}: missing counts
-  pending entries whose content was gone (acknowledged away), removed the
-  consumers deleted, vis is the group's visibility timeout in ms (schedulers
-  pace their reclaims by it).
+  A call looks at ARGV[2] pending entries at most (XPENDING IDLE would scan
+  every entry of a long pending list that is not idle), so a sweep of a
+  long list takes several calls: the caller calls again with the returned
+  position until it is done.
+
+  Returns {requeued, buried, evicted, missing, removed, vis, stream, last}:
+  missing counts pending entries whose content was gone (acknowledged
+  away), removed the consumers deleted, vis is the group's visibility
+  timeout in ms (schedulers pace their reclaims by it); stream and last
+  tell where to go on (ARGV[5], ARGV[6]), stream 0 when the sweep is done.
 ]]
 local group, limit = ARGV[1], tonumber(ARGV[2])
 local p = redis.call('HMGET', KEYS[6], 'max', 'vis', 'deadmax', 'idle', 'backoff')
@@ -37,33 +45,50 @@ for d in string.gmatch(p[5] or '', '%d+') do
 end
 
 local requeued, buried, evicted, missing, removed = 0, 0, 0, 0, 0
-for s = 1, 2 do
+local s, last = tonumber(ARGV[5]), ARGV[6]
+while s <= 2 do
   local stream, tag = KEYS[s], (s == 1) and 'm' or 'r'
+  local start = '-'
+  if last ~= '-' then start = '(' .. last end
   -- a stream without the group (not created yet) has nothing to reclaim
-  local ok, pending = pcall(redis.call, 'XPENDING', stream, group, 'IDLE', vis, '-', '+', limit)
+  local ok, pending = pcall(redis.call, 'XPENDING', stream, group, start, '+', limit)
   if not ok then pending = {} end
   for _, e in ipairs(pending) do
-    local id, consumer = e[1], e[2]
-    local body, attempt = entry_of(stream, id)
-    redis.call('XACK', stream, group, id)
-    if s == 2 then
-      redis.call('XDEL', stream, id)
-    end
-    if not body then
-      missing = missing + 1
-    elseif maxAttempts > 0 and attempt >= maxAttempts then
-      evicted = evicted + bury(KEYS[5], KEYS[6], deadMax, body, attempt,
-        string.format('not acknowledged within %d ms by consumer %s on attempt %d of %d', vis, consumer, attempt, maxAttempts))
-      buried = buried + 1
-    else
-      local delay = backoff[math.min(attempt, #backoff)] or 0
-      requeue(KEYS[3], KEYS[4], KEYS[2], ARGV[3], tag .. id, attempt + 1, delay, body)
-      requeued = requeued + 1
+    local id, consumer, idle = e[1], e[2], e[3]
+    last = id
+    if idle >= vis then
+      local body, attempt = entry_of(stream, id)
+      redis.call('XACK', stream, group, id)
+      if s == 2 then
+        redis.call('XDEL', stream, id)
+      end
+      if not body then
+        missing = missing + 1
+      elseif maxAttempts > 0 and attempt >= maxAttempts then
+        evicted = evicted + bury(KEYS[5], KEYS[6], deadMax, body, attempt,
+          string.format('not acknowledged within %d ms by consumer %s on attempt %d of %d', vis, consumer, attempt, maxAttempts))
+        buried = buried + 1
+      else
+        local delay = backoff[math.min(attempt, #backoff)] or 0
+        requeue(KEYS[3], KEYS[4], KEYS[2], ARGV[3], tag .. id, attempt + 1, delay, body)
+        requeued = requeued + 1
+      end
     end
   end
+  if #pending == limit then
+    break
+  end
+  s, last = s + 1, '-'
+  limit = limit - #pending
+  if limit <= 0 then
+    break
+  end
+end
+if s > 2 then
+  s = 0
 end
 
-if ARGV[4] == '1' then
+if ARGV[4] == '1' and s == 0 then
   for s = 1, 2 do
     local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[s], group)
     if not ok then consumers = {} end
@@ -81,4 +106,4 @@ if ARGV[4] == '1' then
     end
   end
 end
-return {requeued, buried, evicted, missing, removed, vis}
+return {requeued, buried, evicted, missing, removed, vis, s, last}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
@@ -66,7 +67,8 @@ func init() {
 				fs.IntVar(&f.offset, "offset", 0, "skip the first `N` messages")
 				fs.IntVar(&f.limit, "limit", 100, "list at most `N` messages (1 to 10000)")
 			},
-			run: cmdWaiting,
+			check: func(_ []string, f *cmdFlags) error { return checkPage(f.offset, f.limit) },
+			run:   cmdWaiting,
 		},
 		{
 			name: "dead", args: "<topic> <group> [--after ID] [--limit N]", summary: "list a group's dead letters, oldest first",
@@ -75,6 +77,14 @@ func init() {
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
 				fs.StringVar(&f.after, "after", "", "list the dead letters after the one with this `ID`")
 				fs.IntVar(&f.limit, "limit", 100, "list at most `N` dead letters (1 to 10000)")
+			},
+			check: func(_ []string, f *cmdFlags) error {
+				if f.after != "" {
+					if err := checkDeadID(f.after); err != nil {
+						return err
+					}
+				}
+				return checkPage(0, f.limit)
 			},
 			run: cmdDead,
 		},
@@ -112,6 +122,11 @@ func init() {
 				case !f.all && len(pos) == 2:
 					return errors.New("give the IDs of the dead letters to requeue, or --all")
 				}
+				for _, id := range pos[2:] {
+					if err := checkDeadID(id); err != nil {
+						return err
+					}
+				}
 				return nil
 			},
 			run: cmdRequeue,
@@ -129,14 +144,68 @@ func init() {
 		{
 			name: "delete-dead", args: "<topic> <group> <id>", summary: "delete one dead letter",
 			help:    "Deletes one dead letter for good. Reports whether it existed (exit status 0 either way).",
-			minArgs: 3, maxArgs: 3, run: cmdDeleteDead,
+			minArgs: 3, maxArgs: 3,
+			check: func(pos []string, _ *cmdFlags) error { return checkDeadID(pos[2]) },
+			run:   cmdDeleteDead,
 		},
 	}
+}
+
+// checkPage checks --offset and --limit before Redis is asked.
+func checkPage(offset, limit int) error {
+	if offset < 0 {
+		return fmt.Errorf("--offset is %d: use 0 or more", offset)
+	}
+	if limit < 1 || limit > 10000 {
+		return fmt.Errorf("--limit is %d: use 1 to 10000", limit)
+	}
+	return nil
+}
+
+// checkDeadID checks the form of a dead letter ID ("<ms>-<seq>", or
+// "<partition>/<ms>-<seq>"), so a mistyped one is a usage error rather
+// than an error from Redis or a silent no-op.
+func checkDeadID(id string) error {
+	rest := id
+	if p, after, ok := strings.Cut(id, "/"); ok {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 {
+			return fmt.Errorf("dead letter ID %q is malformed: its partition %q is not a number from 1 (see the IDs \"redisdelay dead\" lists)", id, p)
+		}
+		rest = after
+	}
+	ms, seq, ok := strings.Cut(rest, "-")
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return fmt.Errorf("dead letter ID %q is malformed: use \"<ms>-<seq>\" or \"<partition>/<ms>-<seq>\" as \"redisdelay dead\" lists them", id)
+	}
+	return nil
+}
+
+// warnInvalidTopics reports registry entries that are not topic names,
+// which the listing skips.
+func (e *env) warnInvalidTopics() error {
+	bad, err := e.insp.InvalidTopics(e.ctx)
+	if err != nil || len(bad) == 0 {
+		return err
+	}
+	quoted := make([]string, len(bad))
+	for i, b := range bad {
+		quoted[i] = strconv.Quote(b)
+	}
+	slices.Sort(quoted)
+	fmt.Fprintf(e.stderr, "redisdelay: skipped %d entr%s of the topic registry %s that %s not a valid topic name: %s (remove with SREM)\n",
+		len(bad), map[bool]string{true: "y", false: "ies"}[len(bad) == 1], strconv.Quote(e.opts.prefix+":topics"),
+		map[bool]string{true: "is", false: "are"}[len(bad) == 1], strings.Join(quoted, ", "))
+	return nil
 }
 
 func cmdTopics(e *env, _ []string) error {
 	topics, err := e.insp.Topics(e.ctx)
 	if err != nil {
+		return err
+	}
+	if err := e.warnInvalidTopics(); err != nil {
 		return err
 	}
 	slices.Sort(topics)
@@ -148,7 +217,7 @@ func cmdTopics(e *env, _ []string) error {
 		return nil
 	}
 	for _, t := range topics {
-		fmt.Fprintln(e.stdout, t)
+		fmt.Fprintln(e.stdout, printable(t))
 	}
 	return nil
 }
@@ -206,6 +275,9 @@ func cmdStats(e *env, topics []string) error {
 	if len(topics) == 0 {
 		var err error
 		if topics, err = e.insp.Topics(e.ctx); err != nil {
+			return err
+		}
+		if err := e.warnInvalidTopics(); err != nil {
 			return err
 		}
 		slices.Sort(topics)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -47,6 +48,9 @@ type waitingJSON struct {
 	DueInMs      int64             `json:"due_in_ms"`
 	PayloadBytes int               `json:"payload_bytes"`
 	Metadata     map[string]string `json:"metadata"`
+	// Corrupt says why the stored message could not be decoded (empty when
+	// it could); PayloadBytes and Metadata are empty then.
+	Corrupt string `json:"corrupt,omitempty"`
 }
 
 type deadJSON struct {
@@ -123,7 +127,7 @@ func toStatsJSON(st redisdelay.TopicStats) statsJSON {
 func toWaitingJSON(m redisdelay.WaitingMessage, now time.Time) waitingJSON {
 	return waitingJSON{
 		UUID: m.Message.UUID, Due: m.Due.UTC(), DueInMs: m.Due.Sub(now).Milliseconds(),
-		PayloadBytes: len(m.Message.Payload), Metadata: nonNilMap(m.Message.Metadata),
+		PayloadBytes: len(m.Message.Payload), Metadata: nonNilMap(m.Message.Metadata), Corrupt: m.Corrupt,
 	}
 }
 
@@ -145,7 +149,7 @@ func writeStatsTable(w io.Writer, all []redisdelay.TopicStats) {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tWAITING\tSTREAM\tGROUPS")
 	for _, st := range all {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", st.Topic, st.Partitions, st.Waiting, st.Stream, len(st.Groups))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", printable(st.Topic), st.Partitions, st.Waiting, st.Stream, len(st.Groups))
 	}
 	_ = tw.Flush()
 	groups := 0
@@ -164,7 +168,7 @@ func writeStatsTable(w io.Writer, all []redisdelay.TopicStats) {
 			if g.Ready < 0 {
 				ready = "?"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", st.Topic, g.Group, ready, g.Pending, g.Retry, g.Dead, g.DeadTotal, g.DeadEvicted, g.Consumers)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", printable(st.Topic), printable(g.Group), ready, g.Pending, g.Retry, g.Dead, g.DeadTotal, g.DeadEvicted, g.Consumers)
 		}
 	}
 	_ = tw.Flush()
@@ -174,8 +178,11 @@ func writeWaitingTable(w io.Writer, msgs []redisdelay.WaitingMessage, now time.T
 	tw := newTable(w)
 	fmt.Fprintln(tw, "UUID\tDUE\tIN\tSIZE\tMETADATA")
 	for _, m := range msgs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", m.Message.UUID, m.Due.UTC().Format(time.RFC3339), dueIn(m.Due, now),
-			len(m.Message.Payload), metadataSummary(m.Message.Metadata))
+		size, md := strconv.Itoa(len(m.Message.Payload)), metadataSummary(m.Message.Metadata)
+		if m.Corrupt != "" {
+			size, md = "-", "CORRUPT: "+printable(m.Corrupt)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", printable(m.Message.UUID), m.Due.UTC().Format(time.RFC3339), dueIn(m.Due, now), size, md)
 	}
 	_ = tw.Flush()
 }
@@ -186,9 +193,9 @@ func writeDeadTable(w io.Writer, dead []redisdelay.DeadLetter) {
 	for _, d := range dead {
 		uuid := "-"
 		if d.Message != nil {
-			uuid = d.Message.UUID
+			uuid = printable(d.Message.UUID)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.ID, d.Time.UTC().Format(time.RFC3339), d.Attempts, uuid, truncate(oneLine(d.Reason), 100))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.ID, d.Time.UTC().Format(time.RFC3339), d.Attempts, uuid, truncate(printable(oneLine(d.Reason)), 100))
 	}
 	_ = tw.Flush()
 }
@@ -227,9 +234,42 @@ func metadataSummary(md message.Metadata) string {
 	slices.Sort(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = k + "=" + truncate(oneLine(md[k]), 24)
+		parts[i] = printable(k) + "=" + truncate(printable(oneLine(md[k])), 24)
 	}
 	return truncate(strings.Join(parts, " "), 60)
+}
+
+// printable escapes what a terminal would act on (control characters,
+// escape sequences, bidirectional overrides, invalid UTF-8) as in Go
+// literals (\x1b, \a, \u202e): texts from Redis come from whoever
+// published or registered them.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i, w := 0, 0; i < len(s); i += w {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		w = n
+		if r == utf8.RuneError && n == 1 {
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+			continue
+		}
+		if unicode.IsPrint(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRuneToASCII(r)
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }
 
 func oneLine(s string) string {

@@ -1,0 +1,83 @@
+package redisdelay_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// A page far past the end of a partitioned topic is empty: offset + limit
+// overflowed and panicked.
+func TestInspector_WaitingOffsetNearMaxInt(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	pub := ptPublisher(t, client, 3)
+	for range 3 {
+		require.NoError(t, pub.Publish(tp, delayed(delay.For(time.Hour), "x")))
+	}
+	insp := lcInspector(t, client)
+	for _, offset := range []int{math.MaxInt, math.MaxInt - 5, math.MaxInt / 2} {
+		page, err := insp.Waiting(context.Background(), tp, offset, 10)
+		require.NoError(t, err)
+		assert.Empty(t, page)
+	}
+	page, err := insp.Waiting(context.Background(), tp, 1, 10_000)
+	require.NoError(t, err)
+	assert.Len(t, page, 2)
+}
+
+// A waiting body that cannot be decoded is listed as corrupt instead of
+// failing the page.
+func TestInspector_WaitingCorruptBody(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	var ids []string
+	for i := range 3 {
+		msg := delayed(delay.For(time.Duration(i+1)*time.Hour), "x")
+		ids = append(ids, msg.UUID)
+		require.NoError(t, pub.Publish(tp, msg))
+	}
+	require.NoError(t, client.HSet(context.Background(), lcKey(tp, "bodies"), ids[1], "garbage").Err())
+	page, err := lcInspector(t, client).Waiting(context.Background(), tp, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, page, 3)
+	for i, w := range page {
+		assert.Equal(t, ids[i], w.Message.UUID)
+	}
+	assert.Empty(t, page[0].Corrupt)
+	assert.Contains(t, page[1].Corrupt, "corrupt")
+	assert.Empty(t, page[1].Message.Payload)
+	assert.WithinDuration(t, time.Now().Add(2*time.Hour), page[1].Due, time.Minute)
+}
+
+// Registry entries that are not valid topic names are left out of Topics
+// (and so of Health and the Collector) and listed by InvalidTopics.
+func TestInspector_InvalidRegistryEntries(t *testing.T) {
+	needSingle(t, "reads the whole registry of the default prefix")
+	client := newClient(t)
+	tp := topic()
+	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("x")))
+	reg := redisdelay.DefaultKeyPrefix + ":topics"
+	require.NoError(t, client.SAdd(context.Background(), reg, "bad{name}", "").Err())
+	t.Cleanup(func() { client.SRem(context.Background(), reg, "bad{name}", "") })
+
+	insp := lcInspector(t, client)
+	topics, err := insp.Topics(context.Background())
+	require.NoError(t, err)
+	assert.Contains(t, topics, tp)
+	assert.NotContains(t, topics, "bad{name}")
+	assert.NotContains(t, topics, "")
+	bad, err := insp.InvalidTopics(context.Background())
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"bad{name}", ""}, bad)
+	_, err = insp.Health(context.Background(), redisdelay.HealthConfig{})
+	require.NoError(t, err)
+}

@@ -1,0 +1,197 @@
+package redisdelay_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// scriptTimeBound is what the script-bound tests assert: generous, as the
+// test machine is shared; the target is 10 ms, and the tests log the
+// figure.
+const scriptTimeBound = 50 * time.Millisecond
+
+// recordScripts makes the test server log every command in its slow log
+// and returns a function that reports the longest script call (EVAL,
+// EVALSHA) since, and how many there were.
+func recordScripts(t *testing.T, client *redis.Client) (longest func() (time.Duration, int)) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, client.ConfigSet(ctx, "slowlog-max-len", "1000000").Err())
+	require.NoError(t, client.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err())
+	t.Cleanup(func() {
+		_ = client.ConfigSet(ctx, "slowlog-log-slower-than", "10000").Err()
+		_ = client.ConfigSet(ctx, "slowlog-max-len", "128").Err()
+		_ = client.SlowLogReset(ctx).Err()
+	})
+	require.NoError(t, client.SlowLogReset(ctx).Err())
+	return func() (time.Duration, int) {
+		logs, err := client.SlowLogGet(ctx, -1).Result()
+		require.NoError(t, err)
+		var worst time.Duration
+		var n int
+		var what string
+		for _, l := range logs {
+			if len(l.Args) == 0 || !strings.HasPrefix(strings.ToLower(l.Args[0]), "eval") {
+				continue
+			}
+			n++
+			if l.Duration > worst {
+				worst = l.Duration
+				what = strings.Join(strings.Fields(strings.Join(l.Args[:min(len(l.Args), 2)], " ")), " ")
+				what = what[:min(len(what), 60)]
+			}
+		}
+		t.Logf("longest of %d script calls: %s (%s)", n, worst, what)
+		return worst, n
+	}
+}
+
+// A high-priority message due in a topic of 1,000 consumer groups goes to
+// each group's redelivery stream: a whole batch of them is 256,000
+// stream entries, which one promote call used to write at once (about
+// 1 s, blocking Redis). Each call now writes a bounded number, and every
+// message still reaches every group exactly once.
+func TestScriptBound_PriorityFanOutToManyGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a topic of 1,000 consumer groups")
+	}
+	client := singleClient(t, "reads the server's slow log")
+	ctx := context.Background()
+	tp := topic()
+	const groups, msgs = 1000, 256
+	pipe := client.Pipeline()
+	for g := range groups {
+		pipe.SAdd(ctx, lcKey(tp, "groups"), "g"+strconv.Itoa(g))
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	pub := lcPublisher(t, client)
+	for i := range msgs {
+		require.NoError(t, pub.Publish(tp, high(lcMessage(strconv.Itoa(i)))))
+	}
+	longest := recordScripts(t, client)
+
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
+	counts := func() (total int64, wrong []string) {
+		pipe := client.Pipeline()
+		lens := make([]*redis.IntCmd, groups)
+		for g := range groups {
+			lens[g] = pipe.XLen(ctx, lcKey(tp, "g:g"+strconv.Itoa(g)+":redo"))
+		}
+		_, _ = pipe.Exec(ctx)
+		for g, l := range lens {
+			total += l.Val()
+			if l.Val() != msgs {
+				wrong = append(wrong, fmt.Sprintf("g%d: %d", g, l.Val()))
+			}
+		}
+		return total, wrong
+	}
+	require.Eventually(t, func() bool { n, _ := counts(); return n >= groups*msgs }, 40*time.Second, 100*time.Millisecond,
+		"every message reaches every group")
+	time.Sleep(200 * time.Millisecond) // nothing more arrives
+	_, wrong := counts()
+	require.Empty(t, wrong, "each group has each message once")
+	require.Zero(t, client.ZCard(ctx, lcKey(tp, "waiting")).Val())
+	require.Zero(t, client.Exists(ctx, lcKey(tp, "fanout"), lcKey(tp, "prio"), lcKey(tp, "bodies")).Val())
+	worst, _ := longest()
+	require.Less(t, worst, scriptTimeBound, "a promote call blocked Redis too long")
+}
+
+// An ordered subscription taking a partition over claims every entry
+// still pending for the previous owner: 300,000 of them used to be claimed
+// in one own.lua call (over 1 s). Claims now go a bounded number per call.
+func TestScriptBound_OrderedTakeoverOfLongPendingList(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a pending list of 300,000 entries")
+	}
+	client := singleClient(t, "reads the server's slow log")
+	ctx := context.Background()
+	tp := topic()
+	const pending = 300_000
+	init := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
+	require.NoError(t, init.SubscribeInitialize(tp))
+	pub := lcPublisher(t, client)
+	require.NoError(t, pub.Publish(tp, lcMessage("0")))
+	stream := lcKey(tp, "stream")
+	// A dead owner that read the entries and still holds them.
+	build := redis.NewScript(`
+local e = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
+for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '*', unpack(e[2])) end
+redis.call('XREADGROUP', 'GROUP', 'g', 'dead', 'COUNT', ARGV[1] + 1, 'STREAMS', KEYS[1], '>')
+return 0`)
+	for added := 0; added < pending; added += 10_000 {
+		require.NoError(t, build.Run(ctx, client, []string{stream}, 10_000).Err())
+	}
+	require.NoError(t, client.Set(ctx, lcKey(tp, "g:g:owner"), "dead", 100*time.Millisecond).Err())
+	deadPending := func() int64 {
+		p, err := client.XPending(ctx, stream, "g").Result()
+		require.NoError(t, err)
+		return p.Consumers["dead"]
+	}
+	require.EqualValues(t, pending+1, deadPending())
+	longest := recordScripts(t, client)
+
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
+	ch := subscribe(t, sub, tp)
+	require.Eventually(t, func() bool { return deadPending() == 0 }, 30*time.Second, 50*time.Millisecond,
+		"the new owner claims every entry the dead one held")
+	msg := receive(t, ch, 10*time.Second)
+	require.Equal(t, "0", string(msg.Payload), "the oldest pending entry comes first")
+	worst, _ := longest()
+	require.Less(t, worst, scriptTimeBound, "an own.lua call blocked Redis too long")
+}
+
+// With more groups than a promote call may add entries (BatchSize), each
+// high-priority message is fanned out over several calls, one message
+// after the other: every group gets every message once, in order, and
+// normal messages behind them still reach the ready stream.
+func TestScriptBound_FanOutOverSeveralCallsKeepsOrder(t *testing.T) {
+	client := newClient(t)
+	ctx := context.Background()
+	tp := topic()
+	const groups, msgs = 10, 6
+	for g := range groups {
+		require.NoError(t, client.SAdd(ctx, lcKey(tp, "groups"), "g"+strconv.Itoa(g)).Err())
+	}
+	pub := lcPublisher(t, client)
+	var want []string
+	for i := range msgs {
+		msg := high(lcMessage(strconv.Itoa(i)))
+		want = append(want, msg.UUID)
+		require.NoError(t, pub.Publish(tp, msg))
+	}
+	require.NoError(t, pub.Publish(tp, delayedNow(lcMessage("normal"))))
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 3, CheckInterval: 100 * time.Millisecond})
+	for g := range groups {
+		key := lcKey(tp, "g:g"+strconv.Itoa(g)+":redo")
+		require.Eventually(t, func() bool { return client.XLen(ctx, key).Val() >= msgs }, 5*time.Second, 10*time.Millisecond)
+		entries, err := client.XRange(ctx, key, "-", "+").Result()
+		require.NoError(t, err)
+		require.Len(t, entries, msgs, "group g%d", g)
+		for i, e := range entries {
+			msg, err := redisdelay.DecodeMessage([]byte(e.Values["m"].(string)))
+			require.NoError(t, err)
+			require.Equal(t, want[i], msg.UUID, "group g%d, message %d", g, i)
+		}
+	}
+	require.Eventually(t, func() bool { return client.XLen(ctx, lcKey(tp, "stream")).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Zero(t, client.Exists(ctx, lcKey(tp, "fanout")).Val())
+}
+
+// delayedNow makes a message go through the waiting set, due at once.
+func delayedNow(msg *message.Message) *message.Message {
+	delay.Message(msg, delay.For(time.Millisecond))
+	return msg
+}
