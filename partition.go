@@ -86,8 +86,8 @@ func messagePartition(msg *message.Message, first string, n int) int {
 // setting for the message.
 func registerTopic(ctx context.Context, client redis.UniversalClient, k keys, topic string, want int, config string) error {
 	pipe := client.Pipeline()
-	pipe.SAdd(ctx, k.topics(), topic)
-	pipe.HSetNX(ctx, k.partitions(), topic, want)
+	added := pipe.SAdd(ctx, k.topics(), topic)
+	counted := pipe.HSetNX(ctx, k.partitions(), topic, want)
 	stored := pipe.HGet(ctx, k.partitions(), topic)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("redisdelay: register topic %q: %w", topic, err)
@@ -96,6 +96,13 @@ func registerTopic(ctx context.Context, client redis.UniversalClient, k keys, to
 		return fmt.Errorf("%w: topic %q has %s partitions in Redis (stored by the first Publisher or Subscriber that used it) but %s gives it %d: "+
 			"give every Publisher and Subscriber of the topic the same count; to change the count of a topic in use, publish to a new topic and let the old one drain",
 			ErrPartitionMismatch, topic, stored.Val(), config, want)
+	}
+	if added.Val() == 1 || counted.Val() {
+		// Discovering Managers schedule it now rather than at their next
+		// refresh of the registry.
+		if err := client.Publish(ctx, k.registered(), topic).Err(); err != nil {
+			return fmt.Errorf("redisdelay: register topic %q: tell the Managers: %w", topic, err)
+		}
 	}
 	return nil
 }

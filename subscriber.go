@@ -45,6 +45,7 @@ type Subscriber struct {
 	closed      bool
 	initialized map[string]bool
 	sched       *scheduler
+	scheduled   map[string]int // topic -> subscriptions that need its scheduling
 
 	// Test hooks (export_test.go): ackGate runs before each flush of the
 	// acker goroutine; unheld counts lease renewals that found entries
@@ -73,6 +74,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		logger:      logger,
 		now:         time.Now,
 		initialized: map[string]bool{},
+		scheduled:   map[string]int{},
 		policy:      groupPolicy(config),
 	}
 	s.closing, s.close = context.WithCancel(context.Background())
@@ -210,6 +212,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	go func() {
 		defer s.subs.Done()
 		wg.Wait()
+		if !s.config.DisableScheduler {
+			s.unschedule(topic)
+		}
 		stop()
 		cancel()
 		close(out)
@@ -217,17 +222,32 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return out, nil
 }
 
+// schedule starts scheduling the topic for a subscription, unless another
+// subscription already needs it; unschedule ends that.
 func (s *Subscriber) schedule(topic string, parts int) {
+	// Under mu, so an unschedule cannot remove what this adds.
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.sched == nil {
 		config := ManagerConfig{Client: s.config.Client, KeyPrefix: s.config.KeyPrefix, CheckInterval: s.config.CheckInterval, Metrics: s.config.Metrics}
 		config.setDefaults()
 		s.sched = newScheduler(config, s.logger)
 		s.sched.start(s.closing, false)
 	}
-	sched := s.sched
-	s.mu.Unlock()
-	sched.add(topic, parts)
+	s.scheduled[topic]++
+	s.sched.add(topic, parts)
+}
+
+// unschedule ends the scheduling of the topic when the last subscription
+// that needed it ended.
+func (s *Subscriber) unschedule(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.scheduled[topic]--; s.scheduled[topic] > 0 {
+		return
+	}
+	delete(s.scheduled, topic)
+	s.sched.remove(topic)
 }
 
 // Close stops every subscription, hands back the messages they hold, and
