@@ -631,7 +631,7 @@ func (s *scheduler) idle(ctx context.Context, sh shard, groups []string) (bool, 
 	for _, g := range groups {
 		k = append(k, sh.retry(g), sh.redelivery(g))
 	}
-	n, err := idleScript.Run(ctx, s.client, k).Int()
+	n, err := idleScript.Run(ctx, s.client, k, s.retention.Milliseconds()).Int()
 	return n == 1, err
 }
 

@@ -192,7 +192,7 @@ func TestManagerSchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
 // wkACLUser creates a Redis user with the given ACL rules (after "on
 // >pass") and returns a client logged in as it; the user is deleted when
 // the test ends.
-func wkACLUser(t *testing.T, rules ...string) *redis.Client {
+func wkACLUser(t *testing.T, rules ...string) (*redis.Client, string) {
 	t.Helper()
 	admin := singleClient(t, "ACL SETUSER")
 	ctx := context.Background()
@@ -206,11 +206,27 @@ func wkACLUser(t *testing.T, rules ...string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: redisAddr, Username: name, Password: "pass", PoolSize: 64})
 	t.Cleanup(func() { _ = c.Close() })
 	require.NoError(t, c.Ping(ctx).Err())
-	return c
+	return c, name
+}
+
+// wkACLDenials returns what Redis's ACL log holds about user: the commands,
+// keys and channels it refused.
+func wkACLDenials(t *testing.T, user string) []string {
+	t.Helper()
+	entries, err := singleClient(t, "ACL LOG").Do(context.Background(), "ACL", "LOG").Slice()
+	require.NoError(t, err)
+	var out []string
+	for _, e := range entries {
+		s := fmt.Sprint(e)
+		if strings.Contains(s, user) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // wkMinimalACL is the ACL of README's Operations section.
-const wkMinimalACL = "~<prefix>:* &<prefix>:* +@all -@dangerous"
+const wkMinimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous"
 
 // Found in review (issue 13, 5): under a user whose channels are
 // &<prefix>:*, PSUBSCRIBE <prefix>:{*}:wake is denied (Redis matches
@@ -219,7 +235,7 @@ const wkMinimalACL = "~<prefix>:* &<prefix>:* +@all -@dangerous"
 // error.
 func TestManagerUnderMinimalACLUser(t *testing.T) {
 	prefix, tp := wkPrefix(), topic()
-	restricted := wkACLUser(t, strings.Fields(strings.ReplaceAll(wkMinimalACL, "<prefix>", prefix))...)
+	restricted, user := wkACLUser(t, strings.Fields(strings.ReplaceAll(wkMinimalACL, "<prefix>", prefix))...)
 	const parts = 2
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, KeyPrefix: prefix, Partitions: parts}, logger)
 	require.NoError(t, err)
@@ -235,12 +251,17 @@ func TestManagerUnderMinimalACLUser(t *testing.T) {
 	for p, l := range late {
 		assert.Less(t, l, time.Second, "partition %d", p)
 	}
+	// A retry and a reclaim: the Manager's other scripts.
+	require.NoError(t, pub.Publish(tp, lcMessage("retried")))
+	receive(t, ch, 2*time.Second).Nack()
+	receive(t, ch, 2*time.Second).Ack()
 	assert.Empty(t, log.logged())
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: restricted, KeyPrefix: prefix})
 	require.NoError(t, err)
 	rep, err := insp.Health(context.Background(), redisdelay.HealthConfig{})
 	require.NoError(t, err)
 	assert.True(t, rep.Healthy, "%+v", rep)
+	assert.Empty(t, wkACLDenials(t, user))
 }
 
 // Found in review (issue 13, 5): a Manager whose user may not subscribe to
@@ -248,7 +269,7 @@ func TestManagerUnderMinimalACLUser(t *testing.T) {
 func TestManagerDeniedWakeUpsSaysSo(t *testing.T) {
 	client := newClient(t)
 	prefix := wkPrefix()
-	restricted := wkACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
+	restricted, _ := wkACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
 	log := &recLogger{}
 	wkManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 200 * time.Millisecond}, log)
 
@@ -369,4 +390,21 @@ func TestSubscriptionSchedulerLoopsEndWithIt(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return redisdelay.SchedulerLoops(sub) == 0 }, time.Second, 10*time.Millisecond,
 		"loops left: %d", redisdelay.SchedulerLoops(sub))
+}
+
+// A loop does not retire while a stream no group reads holds entries the
+// Retention will remove: it stays to remove them.
+func TestLoopStaysForRetention(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	for i := range 3 {
+		require.NoError(t, pub.Publish(tp, lcMessage(strconv.Itoa(i))))
+	}
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond,
+		TrimInterval: 100 * time.Millisecond, Retention: time.Second})
+	require.Eventually(t, func() bool {
+		n, _ := client.XLen(context.Background(), lcKey(tp, "stream")).Result()
+		return n == 0
+	}, 5*time.Second, 20*time.Millisecond, "the retention removed the entries")
 }

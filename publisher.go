@@ -459,26 +459,30 @@ func (p *Publisher) register(ctx context.Context, topic string, parts int) (bool
 	if _, ok := p.registered.Load(topic); ok {
 		return false, nil
 	}
-	if err := registerTopic(ctx, p.config.Client, p.keys, topic, parts, "PublisherConfig"); err != nil {
+	if _, err := registerTopic(ctx, p.config.Client, p.keys, topic, parts, "PublisherConfig"); err != nil {
 		return false, err
 	}
 	p.registered.Store(topic, struct{}{})
 	return true, nil
 }
 
-// reregister registers a topic again that the publish script found new to
-// Redis although this Publisher registered it: Redis lost its data
-// (restarted without persistence, or failed over to an empty replica), the
-// registry with it, and Managers would not know the topic. The messages are
-// stored: a failure is logged, and the next publish registers first.
+// reregister registers a topic again when the publish script ran for the
+// first time on one of its partitions although this Publisher registered
+// the topic: the partition's first publish ever, or Redis lost its data
+// (restarted without persistence, or failed over to an empty replica) and
+// the registry with it, so Managers would not know the topic. The messages
+// are stored: a failure is logged, and the next publish registers first.
 func (p *Publisher) reregister(ctx context.Context, topic string, parts int) {
-	if err := registerTopic(ctx, p.config.Client, p.keys, topic, parts, "PublisherConfig"); err != nil {
+	added, err := registerTopic(ctx, p.config.Client, p.keys, topic, parts, "PublisherConfig")
+	if err != nil {
 		p.registered.Delete(topic)
 		p.logger.Error("redisdelay: cannot register the topic again after Redis lost it; retrying on the next publish", err,
 			watermill.LogFields{"topic": topic})
 		return
 	}
-	p.logger.Info("redisdelay: registered the topic again: Redis had lost it", watermill.LogFields{"topic": topic})
+	if added {
+		p.logger.Info("redisdelay: registered the topic again: Redis had lost it", watermill.LogFields{"topic": topic})
+	}
 }
 
 // Cancel removes a message that is still waiting for its due time, so it is

@@ -126,7 +126,7 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 		return nil
 	}
 	parts := s.partitions(topic)
-	if err := registerTopic(ctx, s.config.Client, s.keys, topic, parts, "SubscriberConfig"); err != nil {
+	if _, err := registerTopic(ctx, s.config.Client, s.keys, topic, parts, "SubscriberConfig"); err != nil {
 		return err
 	}
 	group := s.config.ConsumerGroup

@@ -3,7 +3,8 @@
   if so marks it dormant, so the scheduler's loop may stop: no message
   waits, no consumer group has an entry pending (to reclaim should its
   consumer die) or one it has not read yet (it would be pending once read),
-  and no listed group has a retry or redelivery queued. What changes that
+  and no listed group has a retry or redelivery queued; nor, in a stream no
+  group reads, an entry the retention will remove. What changes that
   wakes the schedulers: a publish (it clears the mark and publishes a
   wake-up), a new group, a requeue of dead letters.
 
@@ -13,6 +14,7 @@
   then for each consumer group g = 1, 2, ..., two keys:
   KEYS[2g+2] retry    zset   the group's retry set
   KEYS[2g+3] rstream  stream the group's redelivery stream
+  ARGV[1] retention in ms for a stream without consumer groups (0: keep all)
 
   Returns 1 when idle (and marked dormant), 0 otherwise.
 ]]
@@ -32,7 +34,17 @@ end
 
 if redis.call('EXISTS', KEYS[2]) == 1 then
   local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-  for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[2])) do
+  local groups = redis.call('XINFO', 'GROUPS', KEYS[2])
+  local retention = tonumber(ARGV[1])
+  if #groups == 0 and retention > 0 and last then
+    -- the newest entry expires last (trimming is approximate: an older
+    -- one left behind does not keep the loop)
+    local t = redis.call('TIME')
+    if parse(last[1]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - retention then
+      return 0
+    end
+  end
+  for _, g in ipairs(groups) do
     local delivered, pending
     for i = 1, #g, 2 do
       if g[i] == 'last-delivered-id' then delivered = g[i + 1]
