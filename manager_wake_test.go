@@ -408,3 +408,30 @@ func TestLoopStaysForRetention(t *testing.T) {
 		return n == 0
 	}, 5*time.Second, 20*time.Millisecond, "the retention removed the entries")
 }
+
+// A publish that finds its partition new to Redis registers the topic
+// again. When that fails the messages are stored all the same, the
+// failure is logged, and the next publish registers first.
+func TestPublisherLogsAFailedReregistration(t *testing.T) {
+	prefix, tp := wkPrefix(), topic()
+	restricted, user := wkACLUser(t, strings.Fields(strings.ReplaceAll(wkMinimalACL, "<prefix>", prefix))...)
+	log := &recLogger{}
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, KeyPrefix: prefix}, log)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	require.NoError(t, pub.Publish(tp, lcMessage("a")))
+
+	admin := singleClient(t, "FLUSHALL")
+	ctx := context.Background()
+	require.NoError(t, admin.FlushAll(ctx).Err()) // Redis lost its data
+	// The user may write the topic's keys, not the registry any more.
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "resetkeys", "~"+prefix+":{*").Err())
+	require.NoError(t, pub.Publish(tp, lcMessage("b")), "stored all the same")
+	require.Len(t, log.logged(), 1)
+	assert.Contains(t, log.logged()[0], "cannot register the topic again")
+	assert.Contains(t, log.logged()[0], "NOPERM")
+	require.ErrorContains(t, pub.Publish(tp, lcMessage("c")), "register topic")
+	n, err := admin.XLen(ctx, wkKey(prefix, tp, 0, "stream")).Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n)
+}
