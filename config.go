@@ -283,7 +283,8 @@ type SubscriberConfig struct {
 	// wake-up missed otherwise, and the pace at which the scheduler holding
 	// a topic's lease renews it (the lease lasts 1.5 × CheckInterval, at
 	// least CheckInterval + 100ms). Each scheduled topic costs Redis one
-	// script call per CheckInterval when idle.
+	// script call per CheckInterval when idle, until its scheduler finds
+	// nothing to schedule for a TrimInterval and stops until a wake-up.
 	CheckInterval time.Duration
 
 	// MaxAttempts is how many attempts a message gets in the group before it
@@ -446,8 +447,8 @@ type ManagerConfig struct {
 	// CheckInterval bounds how long a topic's scheduler sleeps when nothing is
 	// due (default 2s); see SubscriberConfig.CheckInterval, also for the
 	// lease that lets one scheduler (a Manager's or a Subscriber's) work on
-	// a topic at a time. New topics are also discovered at this pace at the
-	// latest, and consumer groups when their number changes (within a
+	// a topic at a time. New topics are discovered when registered, and
+	// at this pace at the latest; consumer groups when their number changes (within a
 	// check interval) or at the latest within a minute.
 	CheckInterval time.Duration
 

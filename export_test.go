@@ -58,3 +58,17 @@ var DecodeMessage = decodeMessage
 
 // PartitionOf is the partition a PartitionKey value hashes to.
 var PartitionOf = partitionOf
+
+// SchedulerLoops is how many partitions the scheduler embedded in sub
+// schedules (their loops run or wait for a wake-up).
+func SchedulerLoops(sub *Subscriber) int {
+	sub.mu.Lock()
+	sched := sub.sched
+	sub.mu.Unlock()
+	if sched == nil {
+		return 0
+	}
+	sched.mu.Lock()
+	defer sched.mu.Unlock()
+	return len(sched.known)
+}

@@ -69,6 +69,7 @@ const (
 	ProblemStuckPending     = "stuck_pending"      // messages pending past StuckAfter
 	ProblemNoActiveConsumer = "no_active_consumer" // ready messages, no consumer active within ConsumerIdle
 	ProblemSchedulerBehind  = "scheduler_behind"   // waiting messages overdue past MaxOverdue
+	ProblemWakeUpsDenied    = "wake_ups_denied"    // a scheduler's Redis user may not subscribe to wake-ups (ACL)
 )
 
 // HealthProblem is one problem Health found.
@@ -100,6 +101,11 @@ func (i *Inspector) Health(ctx context.Context, config HealthConfig) (HealthRepo
 		return HealthReport{}, fmt.Errorf("redisdelay: HealthConfig durations must not be negative (0 means the default): %+v", config)
 	}
 	rep := HealthReport{Healthy: true, Problems: []HealthProblem{}}
+	if p, err := i.wakeUpsDenied(ctx); err != nil {
+		return rep, err
+	} else if p != nil {
+		rep.Problems = append(rep.Problems, *p)
+	}
 	topics := config.Topics
 	if len(topics) == 0 {
 		var err error
@@ -121,6 +127,20 @@ func (i *Inspector) Health(ctx context.Context, config HealthConfig) (HealthRepo
 	}
 	rep.Healthy = len(rep.Problems) == 0
 	return rep, nil
+}
+
+// wakeUpsDenied reports a scheduler (of a Manager or Subscriber) whose
+// Redis user may not subscribe to the wake channels: the note it keeps in
+// Redis while that lasts (see scheduler.watchACL). Not a topic's problem.
+func (i *Inspector) wakeUpsDenied(ctx context.Context) (*HealthProblem, error) {
+	detail, err := i.client.Get(ctx, i.keys.wakeDenied()).Result()
+	if err == redis.Nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redisdelay: health: read the wake-up subscription status: %w", err)
+	}
+	return &HealthProblem{Kind: ProblemWakeUpsDenied, Detail: detail}, nil
 }
 
 func (i *Inspector) topicHealth(ctx context.Context, topic string, config HealthConfig) ([]HealthProblem, error) {

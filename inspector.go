@@ -538,7 +538,13 @@ func (i *Inspector) requeue(ctx context.Context, sh shard, group string, ids ...
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return requeueScript.Run(ctx, i.client, []string{sh.dead(group), sh.redelivery(group)}, args...).Int()
+	n, err := requeueScript.Run(ctx, i.client, []string{sh.dead(group), sh.redelivery(group)}, args...).Int()
+	if err == nil && n > 0 {
+		// Schedulers reclaim the requeued messages should their consumer
+		// die: a loop that retired (the partition was idle) starts again.
+		err = i.client.Publish(ctx, sh.wake(), "r").Err()
+	}
+	return n, err
 }
 
 // DeleteDeadLetter deletes one dead letter for good. It reports whether it

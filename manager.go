@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -101,8 +102,9 @@ func (m *Manager) Run(ctx context.Context) error {
 // discoverTopics schedules every partition of the configured topics, or
 // without a list of every topic in the registry, now and every
 // CheckInterval, until ctx ends: partitions are read from Redis, so a
-// topic that gets its partition count later is scheduled whole. Wake-ups of
-// unknown topics add them sooner.
+// topic that gets its partition count later is scheduled whole. Without a
+// list, a topic's registration (published on the registry's channel) adds
+// it sooner; wake-ups of topics the registry does not hold add nothing.
 func (m *Manager) discoverTopics(ctx context.Context, static bool) {
 	t := time.NewTicker(m.config.CheckInterval)
 	defer t.Stop()
@@ -118,9 +120,22 @@ func (m *Manager) discoverTopics(ctx context.Context, static bool) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-m.sched.refresh:
+			// Registrations come in bursts (a publisher starting): a short
+			// pause lets one refresh serve them, and bounds what a flood
+			// of spoofed registrations can cost.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(min(m.config.CheckInterval, registeredPause)):
+			}
 		}
 	}
 }
+
+// registeredPause is how long a Manager waits after a topic was registered
+// before it reads the registry.
+const registeredPause = 20 * time.Millisecond
 
 func (m *Manager) discover(ctx context.Context, static bool) error {
 	topics := m.config.Topics
@@ -171,6 +186,13 @@ func (m *Manager) Close() error {
 // that died: within about 1.5 check intervals) or is released (at once).
 // The lease only saves work: every move is atomic, so schedulers that both
 // believe they hold it (after a pause longer than the lease) stay correct.
+//
+// The scheduler subscribes to the wake channel of each partition it
+// schedules, by name: no pattern, so an ACL granting the channels
+// &<prefix>:* suffices, and wake-ups of unknown topics reach it not. A loop
+// whose partition holds nothing to schedule for a TrimInterval retires (see
+// idle.lua); the next wake-up of the partition starts it again, so idle
+// topics cost nothing but their subscription.
 type scheduler struct {
 	client    redis.UniversalClient
 	keys      keys
@@ -189,10 +211,19 @@ type scheduler struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	pubsub   *redis.PubSub
-	discover bool                  // add partitions that wake-ups name (a Manager with no topic list)
-	loops    map[shard]chan string // a loop per scheduled partition: its wake-ups
-	balances map[string]*balance   // topics of several partitions: their leases held
+	discover bool                         // listen to topic registrations (a Manager with no topic list)
+	known    map[shard]partition          // scheduled partitions: their wake channels are subscribed
+	loops    map[shard]chan string        // a loop per partition with work: its wake-ups
+	stops    map[shard]context.CancelFunc // ends a loop
+	balances map[string]*balance          // topics of several partitions: their leases held
+	refresh  chan struct{}                // a topic was registered (discover only)
 	wg       sync.WaitGroup
+}
+
+// partition names one partition of a topic.
+type partition struct {
+	topic string
+	part  int
 }
 
 // pubsubHealthCheck is how often an idle wake-up subscription pings Redis
@@ -211,7 +242,8 @@ func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *schedul
 		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: uuid.NewString(),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: config.Metrics,
-		loops: map[shard]chan string{}, balances: map[string]*balance{}, limiter: newLogLimiter(),
+		known: map[shard]partition{}, loops: map[shard]chan string{}, stops: map[shard]context.CancelFunc{},
+		balances: map[string]*balance{}, refresh: make(chan struct{}, 1), limiter: newLogLimiter(),
 	}
 }
 
@@ -222,68 +254,98 @@ func leaseTime(interval time.Duration) time.Duration {
 	return interval + max(interval/2, 100*time.Millisecond)
 }
 
-// start opens the wake-up subscription: a pattern over every topic when
-// discover is set, otherwise one channel per added topic.
+// start opens the wake-up subscription, empty until partitions are added;
+// with discover it listens to topic registrations too.
 func (s *scheduler) start(ctx context.Context, discover bool) {
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.discover = discover
+	var channels []string
 	if discover {
-		s.pubsub = s.client.PSubscribe(s.ctx, s.keys.wakePattern())
-	} else {
-		s.pubsub = s.client.Subscribe(s.ctx)
+		channels = append(channels, s.keys.registered())
 	}
+	s.pubsub = s.client.Subscribe(s.ctx, channels...)
 	// Subscription confirmations come again after every reconnect: wake-ups
 	// published while the connection was down are lost, so every loop of
-	// the (re)subscribed channels ticks once then.
+	// the (re)subscribed channels ticks once then, retired ones included.
 	// The health check pings an idle subscription; a connection found dead
 	// late only delays what the check interval bounds anyway.
 	ch := s.pubsub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(pubsubHealthCheck))
-	s.wg.Add(1)
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		s.watchACL()
+	}()
 	go func() {
 		defer s.wg.Done()
 		for m := range ch {
 			switch m := m.(type) {
 			case *redis.Message:
-				topic, part, ok := s.keys.partitionOfWake(m.Channel)
-				if !ok {
+				if m.Channel == s.keys.registered() {
+					s.registered()
 					continue
 				}
-				if s.discover && validateTopic(topic) == nil && part < maxPartitions {
-					s.addPartition(topic, part)
+				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
+					s.wakeOrStart(s.keys.shard(topic, part), m.Payload)
 				}
-				s.wake(s.keys.shard(topic, part), m.Payload)
 			case *redis.Subscription:
-				if m.Kind != "subscribe" && m.Kind != "psubscribe" {
+				if m.Kind != "subscribe" {
 					continue
 				}
-				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok && m.Kind == "subscribe" {
-					s.wake(s.keys.shard(topic, part), wakeResubscribed)
+				if m.Channel == s.keys.registered() {
+					s.registered() // registrations may have been lost
 					continue
 				}
-				s.mu.Lock()
-				shards := make([]shard, 0, len(s.loops))
-				for sh := range s.loops {
-					shards = append(shards, sh)
-				}
-				s.mu.Unlock()
-				for _, sh := range shards {
-					s.wake(sh, wakeResubscribed)
+				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
+					s.wakeOrStart(s.keys.shard(topic, part), wakeResubscribed)
 				}
 			}
 		}
 	}()
 }
 
+// registered tells a discovering Manager that a topic was registered.
+func (s *scheduler) registered() {
+	if !s.discover {
+		return
+	}
+	select {
+	case s.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// wakeOrStart passes a wake-up to the loop of a partition, or starts the
+// loop of a scheduled partition whose loop retired. A released lease
+// starts nothing: it concerns standbys, and a retired loop stands by for
+// nothing.
+func (s *scheduler) wakeOrStart(sh shard, kind string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if wake := s.loops[sh]; wake != nil {
+		passWake(wake, kind)
+		return
+	}
+	if p, ok := s.known[sh]; ok && kind != wakeRelease && s.ctx.Err() == nil {
+		s.startLoop(sh, p)
+	}
+}
+
 // wake passes a wake-up to the loop of a partition, if it runs. A loop has one
 // pending wake-up at most; one that matters more replaces a pending one that
 // matters less, so a standby never misses that the lease was released.
 func (s *scheduler) wake(sh shard, kind string) {
+	// Under mu: a loop retires under mu when no wake-up is pending, so
+	// none is passed to a loop that has just retired.
 	s.mu.Lock()
-	wake := s.loops[sh]
-	s.mu.Unlock()
-	if wake == nil {
-		return
+	defer s.mu.Unlock()
+	if wake := s.loops[sh]; wake != nil {
+		passWake(wake, kind)
 	}
+}
+
+// passWake passes a wake-up to a loop's channel (see wake). Called with
+// s.mu held.
+func passWake(wake chan string, kind string) {
 	select {
 	case wake <- kind:
 		return
@@ -336,27 +398,72 @@ func (s *scheduler) add(topic string, parts int) {
 }
 
 // addPartition starts scheduling a partition of a topic, once: its waiting
-// set and the retries of every consumer group registered for it.
+// set and the retries of every consumer group registered for it. Once
+// added, its loop runs while the partition has work (see retire).
 func (s *scheduler) addPartition(topic string, part int) {
 	sh := s.keys.shard(topic, part)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.loops[sh]; ok || s.ctx.Err() != nil {
+	if _, ok := s.known[sh]; ok || s.ctx.Err() != nil {
 		return
 	}
+	p := partition{topic: topic, part: part}
+	s.known[sh] = p
+	if err := s.pubsub.Subscribe(s.ctx, sh.wake()); err != nil {
+		s.logger.Error("redisdelay: cannot subscribe to wake-ups; falling back to the check interval", err,
+			partitionFields(topic, part))
+	}
+	s.startLoop(sh, p)
+}
+
+// remove stops scheduling every partition of a topic: their loops end and
+// their wake channels are unsubscribed.
+func (s *scheduler) remove(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var channels []string
+	for sh, p := range s.known {
+		if p.topic != topic {
+			continue
+		}
+		delete(s.known, sh)
+		channels = append(channels, sh.wake())
+		if stop := s.stops[sh]; stop != nil {
+			stop()
+		}
+		delete(s.loops, sh)
+		delete(s.stops, sh)
+	}
+	if len(channels) > 0 && s.ctx.Err() == nil {
+		_ = s.pubsub.Unsubscribe(s.ctx, channels...) // fails only when closing
+	}
+}
+
+// startLoop starts the loop of a partition. Called with s.mu held.
+func (s *scheduler) startLoop(sh shard, p partition) {
+	ctx, stop := context.WithCancel(s.ctx)
 	wake := make(chan string, 1)
 	s.loops[sh] = wake
-	if !s.discover {
-		if err := s.pubsub.Subscribe(s.ctx, sh.wake()); err != nil {
-			s.logger.Error("redisdelay: cannot subscribe to wake-ups; falling back to the check interval", err,
-				partitionFields(topic, part))
-		}
-	}
+	s.stops[sh] = stop
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.loop(topic, part, wake)
+		defer stop()
+		s.loop(ctx, p.topic, p.part, wake)
 	}()
+}
+
+// retire ends the loop of a partition found idle, unless a wake-up came in
+// meanwhile. It reports whether the loop is to return.
+func (s *scheduler) retire(sh shard, wake chan string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loops[sh] != wake || len(wake) > 0 {
+		return false
+	}
+	delete(s.loops, sh)
+	delete(s.stops, sh)
+	return true
 }
 
 // partitionFields identify a partition in logs.
@@ -386,8 +493,7 @@ const (
 	wakeResubscribed = "s"
 )
 
-func (s *scheduler) loop(topic string, part int, wake <-chan string) {
-	ctx := s.ctx
+func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan string) {
 	sh := s.keys.shard(topic, part)
 	fields := partitionFields(topic, part)
 	var (
@@ -397,6 +503,7 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 		held        bool      // this scheduler holds the topic's lease
 		declined    bool      // the last tick declined the free lease (see balance.mayTake)
 		lastTrim    = time.Now()
+		lastIdle    = time.Now() // when the partition was last checked for work (see retire)
 		nextReclaim = map[string]time.Time{}
 		failures    int
 	)
@@ -513,6 +620,18 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 		if wait == 0 {
 			continue
 		}
+		if err == nil && time.Since(lastIdle) >= s.trim {
+			// After the tick's trim (same pace): what reclaim and trim left.
+			lastIdle = time.Now()
+			idle, err := s.idle(ctx, sh, groups)
+			if err != nil && ctx.Err() == nil {
+				s.logger.Error("redisdelay: cannot check whether the partition is idle", err, fields)
+			}
+			if idle && s.retire(sh, wake) {
+				s.logger.Debug("redisdelay: nothing to schedule; the partition's loop retires until a wake-up", fields)
+				return
+			}
+		}
 
 		timer.Reset(wait)
 	sleep:
@@ -531,6 +650,18 @@ func (s *scheduler) loop(topic string, part int, wake <-chan string) {
 		}
 		s.logger.Trace("redisdelay: scheduler woke", fields)
 	}
+}
+
+// idle runs idle.lua: whether the partition holds nothing to schedule, and
+// if so marks it dormant, so the next publish wakes the schedulers.
+func (s *scheduler) idle(ctx context.Context, sh shard, groups []string) (bool, error) {
+	k := make([]string, 0, 3+2*len(groups))
+	k = append(k, sh.waiting(), sh.stream(), sh.dormant())
+	for _, g := range groups {
+		k = append(k, sh.retry(g), sh.redelivery(g))
+	}
+	n, err := idleScript.Run(ctx, s.client, k, s.retention.Milliseconds()).Int()
+	return n == 1, err
 }
 
 // balanceOf returns the balance of a topic of several partitions, or nil.
@@ -679,4 +810,70 @@ func (s *scheduler) trimStream(ctx context.Context, sh shard, fields watermill.L
 		s.logger.Debug("redisdelay: trimmed acknowledged entries", fields)
 	}
 	return nil
+}
+
+// watchACL checks that Redis lets the scheduler's user subscribe to the
+// wake channels (a SUBSCRIBE refused by an ACL is otherwise silent: the
+// subscription just never delivers). When refused it logs an error naming
+// the ACL needed, and keeps a note Inspector.Health reports, refreshed
+// while the refusal lasts; once allowed it subscribes again to what was
+// refused.
+func (s *scheduler) watchACL() {
+	denied := false
+	for {
+		err := s.probeSubscribe()
+		if err == nil {
+			if denied {
+				s.logger.Info("redisdelay: Redis now allows the subscription to wake-ups", nil)
+				s.mu.Lock()
+				channels := make([]string, 0, len(s.known)+1)
+				if s.discover {
+					channels = append(channels, s.keys.registered())
+				}
+				for sh := range s.known {
+					channels = append(channels, sh.wake())
+				}
+				if len(channels) > 0 {
+					_ = s.pubsub.Subscribe(s.ctx, channels...)
+				}
+				s.mu.Unlock()
+			}
+			return
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		if isNoPerm(err) {
+			detail := fmt.Sprintf("Redis refuses the scheduler %s the subscription to wake-up channels (%v): due messages are moved up to a CheckInterval (%s) late, and topics are found at the registry refresh only; grant its Redis user the channels of the key prefix: ACL SETUSER <user> &%s:*",
+				s.owner, err, s.interval, s.keys.prefix)
+			if !denied {
+				s.logger.Error("redisdelay: "+detail, err, nil)
+				denied = true
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+			_ = s.client.Set(ctx, s.keys.wakeDenied(), detail, max(3*s.interval, 3*time.Second)).Err()
+			cancel()
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(s.interval):
+		}
+	}
+}
+
+// probeSubscribe subscribes to a channel of the key prefix on a connection
+// of its own and returns Redis's answer.
+func (s *scheduler) probeSubscribe() error {
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	ps := s.client.Subscribe(ctx, s.keys.registered())
+	defer ps.Close()
+	_, err := ps.Receive(ctx)
+	return err
+}
+
+// isNoPerm reports an error of Redis's ACL.
+func isNoPerm(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
 }

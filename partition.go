@@ -83,21 +83,30 @@ func messagePartition(msg *message.Message, first string, n int) int {
 // registerTopic adds the topic to the registry Managers discover topics
 // from and stores its partition count if none is stored yet. It fails with
 // ErrPartitionMismatch when another count is stored; config names the
-// setting for the message.
-func registerTopic(ctx context.Context, client redis.UniversalClient, k keys, topic string, want int, config string) error {
+// setting for the message. It reports whether the registry lacked the
+// topic or its count.
+func registerTopic(ctx context.Context, client redis.UniversalClient, k keys, topic string, want int, config string) (bool, error) {
 	pipe := client.Pipeline()
-	pipe.SAdd(ctx, k.topics(), topic)
-	pipe.HSetNX(ctx, k.partitions(), topic, want)
+	added := pipe.SAdd(ctx, k.topics(), topic)
+	counted := pipe.HSetNX(ctx, k.partitions(), topic, want)
 	stored := pipe.HGet(ctx, k.partitions(), topic)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("redisdelay: register topic %q: %w", topic, err)
+		return false, fmt.Errorf("redisdelay: register topic %q: %w", topic, err)
 	}
 	if n, _ := strconv.Atoi(stored.Val()); n != want {
-		return fmt.Errorf("%w: topic %q has %s partitions in Redis (stored by the first Publisher or Subscriber that used it) but %s gives it %d: "+
+		return false, fmt.Errorf("%w: topic %q has %s partitions in Redis (stored by the first Publisher or Subscriber that used it) but %s gives it %d: "+
 			"give every Publisher and Subscriber of the topic the same count; to change the count of a topic in use, publish to a new topic and let the old one drain",
 			ErrPartitionMismatch, topic, stored.Val(), config, want)
 	}
-	return nil
+	if added.Val() == 0 && !counted.Val() {
+		return false, nil
+	}
+	// Discovering Managers schedule it now rather than at their next
+	// refresh of the registry.
+	if err := client.Publish(ctx, k.registered(), topic).Err(); err != nil {
+		return true, fmt.Errorf("redisdelay: register topic %q: tell the Managers: %w", topic, err)
+	}
+	return true, nil
 }
 
 // storedPartitions reads the partition count of each topic from Redis: 1

@@ -431,13 +431,18 @@ func (p *Publisher) store(batch []*pubCall) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	var res []any
-	err := p.register(ctx, first.topic, first.parts)
+	registered, err := p.register(ctx, first.topic, first.parts)
 	if err == nil {
 		sh := first.shard
-		res, err = p.runPublish(ctx, []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio()}, args)
+		res, err = p.runPublish(ctx, []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.reg(), sh.dormant()}, args)
 	}
-	if err == nil && len(res) != len(batch) {
+	if err == nil && len(res) != len(batch)+1 {
 		err = fmt.Errorf("the publish script returned %d results for %d calls", len(res), len(batch))
+	}
+	if err == nil {
+		if lost, _ := res[len(batch)].(int64); lost == 1 && !registered {
+			p.reregister(ctx, first.topic, first.parts)
+		}
 	}
 	for i, c := range batch {
 		r := pubResult{err: err}
@@ -453,16 +458,36 @@ func (p *Publisher) store(batch []*pubCall) {
 }
 
 // register adds the topic to the registry Managers discover topics from,
-// with its partition count, once per Publisher and topic.
-func (p *Publisher) register(ctx context.Context, topic string, parts int) error {
+// with its partition count, once per Publisher and topic. It reports
+// whether it did now.
+func (p *Publisher) register(ctx context.Context, topic string, parts int) (bool, error) {
 	if _, ok := p.registered.Load(topic); ok {
-		return nil
+		return false, nil
 	}
-	if err := registerTopic(ctx, p.config.Client, p.keys, topic, parts, "PublisherConfig"); err != nil {
-		return err
+	if _, err := registerTopic(ctx, p.config.Client, p.keys, topic, parts, "PublisherConfig"); err != nil {
+		return false, err
 	}
 	p.registered.Store(topic, struct{}{})
-	return nil
+	return true, nil
+}
+
+// reregister registers a topic again when the publish script ran for the
+// first time on one of its partitions although this Publisher registered
+// the topic: the partition's first publish ever, or Redis lost its data
+// (restarted without persistence, or failed over to an empty replica) and
+// the registry with it, so Managers would not know the topic. The messages
+// are stored: a failure is logged, and the next publish registers first.
+func (p *Publisher) reregister(ctx context.Context, topic string, parts int) {
+	added, err := registerTopic(ctx, p.config.Client, p.keys, topic, parts, "PublisherConfig")
+	if err != nil {
+		p.registered.Delete(topic)
+		p.logger.Error("redisdelay: cannot register the topic again after Redis lost it; retrying on the next publish", err,
+			watermill.LogFields{"topic": topic})
+		return
+	}
+	if added {
+		p.logger.Info("redisdelay: registered the topic again: Redis had lost it", watermill.LogFields{"topic": topic})
+	}
 }
 
 // Cancel removes a message that is still waiting for its due time, so it is

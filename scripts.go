@@ -48,6 +48,7 @@ var (
 	dropGroupScript = loadScript("dropgroup", false)
 	ownScript       = loadScript("own", false)
 	membersScript   = loadScript("members", false)
+	idleScript      = loadScript("idle", false)
 )
 
 // keys is the key layout, in one place. A topic is split into one or more
@@ -75,10 +76,14 @@ var (
 //	<shard>:g:<group>:owned  hash    ordered subscription -> partitions it owns (partition 0 only)
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
+//	<shard>:reg              string  "1" once a publish ran; gone after Redis lost its data (the publisher registers the topic again)
+//	<shard>:dormant          string  "1" while no scheduler loop runs: nothing to schedule (publish wakes the schedulers)
 //	<shard>:schedulers       zset    schedulers of the topic -> expiry (partition 0 only)
 //	<shard>:sleases          hash    scheduler -> leases it holds in the topic (partition 0 only)
 //	<prefix>:topics          set     known topics (for Managers)
 //	<prefix>:partitions      hash    topic -> partition count (absent: 1)
+//	<prefix>:registered      pub/sub channel that tells Managers about a newly registered topic
+//	<prefix>:wakedenied      string  why a scheduler may not subscribe to wake channels (expires; read by Health)
 //
 // The shard of partition 0 is <prefix>:{<topic>}, the layout of a topic
 // before partitions existed, so such a topic reads as one partition; that
@@ -101,8 +106,8 @@ func (k keys) shard(topic string, partition int) shard {
 	return shard(k.prefix + ":{" + topic + "~" + n + "}:p" + n)
 }
 
-// wakePattern matches the wake channel of every partition of every topic.
-func (k keys) wakePattern() string { return k.prefix + ":{*}:wake" }
+func (k keys) registered() string { return k.prefix + ":registered" }
+func (k keys) wakeDenied() string { return k.prefix + ":wakedenied" }
 
 // partitionOfWake returns the topic and partition of a wake channel name.
 func (k keys) partitionOfWake(channel string) (topic string, partition int, ok bool) {
@@ -143,6 +148,8 @@ func (s shard) wake() string    { return string(s) + ":wake" }
 func (s shard) lease() string   { return string(s) + ":lease" }
 func (s shard) bkeys() string   { return string(s) + ":bkeys" }
 func (s shard) bkeyOf() string  { return string(s) + ":bkeyof" }
+func (s shard) reg() string     { return string(s) + ":reg" }
+func (s shard) dormant() string { return string(s) + ":dormant" }
 
 func (s shard) schedulers() string  { return string(s) + ":schedulers" }
 func (s shard) leaseCounts() string { return string(s) + ":sleases" }

@@ -45,6 +45,7 @@ type Subscriber struct {
 	closed      bool
 	initialized map[string]bool
 	sched       *scheduler
+	scheduled   map[string]int // topic -> subscriptions that need its scheduling
 
 	limiter  *logLimiter // repeated errors of all subscriptions
 	goneOnce sync.Once   // the client was closed: logged once
@@ -76,6 +77,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		logger:      logger,
 		now:         time.Now,
 		initialized: map[string]bool{},
+		scheduled:   map[string]int{},
 		policy:      groupPolicy(config),
 		limiter:     newLogLimiter(),
 	}
@@ -128,7 +130,7 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 		return nil
 	}
 	parts := s.partitions(topic)
-	if err := registerTopic(ctx, s.config.Client, s.keys, topic, parts, "SubscriberConfig"); err != nil {
+	if _, err := registerTopic(ctx, s.config.Client, s.keys, topic, parts, "SubscriberConfig"); err != nil {
 		return err
 	}
 	group := s.config.ConsumerGroup
@@ -214,6 +216,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	go func() {
 		defer s.subs.Done()
 		wg.Wait()
+		if !s.config.DisableScheduler {
+			s.unschedule(topic)
+		}
 		stop()
 		cancel()
 		close(out)
@@ -221,8 +226,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return out, nil
 }
 
+// schedule starts scheduling the topic for a subscription, unless another
+// subscription already needs it; unschedule ends that.
 func (s *Subscriber) schedule(topic string, parts int) {
+	// Under mu, so an unschedule cannot remove what this adds.
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.sched == nil {
 		config := ManagerConfig{Client: s.config.Client, KeyPrefix: s.config.KeyPrefix, CheckInterval: s.config.CheckInterval, Metrics: s.config.Metrics}
 		config.setDefaults()
@@ -230,9 +239,20 @@ func (s *Subscriber) schedule(topic string, parts int) {
 		s.sched.gone = s.clientGone
 		s.sched.start(s.closing, false)
 	}
-	sched := s.sched
-	s.mu.Unlock()
-	sched.add(topic, parts)
+	s.scheduled[topic]++
+	s.sched.add(topic, parts)
+}
+
+// unschedule ends the scheduling of the topic when the last subscription
+// that needed it ended.
+func (s *Subscriber) unschedule(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.scheduled[topic]--; s.scheduled[topic] > 0 {
+		return
+	}
+	delete(s.scheduled, topic)
+	s.sched.remove(topic)
 }
 
 // clientGone stops every subscription and the scheduler when the Redis

@@ -14,7 +14,10 @@
   KEYS[5] bkeys    hash   business key -> UUID of the waiting message holding it
   KEYS[6] bkeyof   hash   UUID of a waiting message -> its business key
   KEYS[7] prio     hash   UUID of a waiting high-priority message -> 1
-  ARGV[1]          wake channel, published to when the earliest due time moves earlier
+  KEYS[8] reg      string set by the first publish: gone, Redis lost the topic registry too
+  KEYS[9] dormant  string set while no scheduler loop runs for the partition (idle.lua)
+  ARGV[1]          wake channel, published to when the earliest due time moves
+                   earlier, or a message is stored in a dormant partition
   ARGV[2]          most waiting messages (ZCARD waiting) a call may leave; 0: no bound
   ARGV[3]          most ready entries (XLEN stream) a call may leave; 0: no bound
   ARGV[4]          number of calls, c
@@ -27,7 +30,8 @@
                    the key: r (reject), k (keep first), x (replace)
   ARGV[j+4]        "1" for a high-priority message, "0" otherwise
 
-  Returns one status per call, in call order:
+  Returns one status per call, in call order, then 1 when KEYS[8] was
+  missing (the caller registers the topic again), else 0. A status:
     0                          its messages are stored (or dropped: keep first)
     UUID                       one of its messages is already waiting with a
                                different body
@@ -36,7 +40,7 @@
     {'full', 'waiting'|'ready', count, added}
                                the call would take the partition's waiting
                                set or ready stream, holding count, over its bound
-  Only a 0 call writes anything. Calls are checked in order, each seeing the
+  Only a 0 call stores messages. Calls are checked in order, each seeing the
   calls accepted before it, as if they had run one after another.
   Re-publishing a byte-identical waiting message is a no-op, so a retried
   Publish does not duplicate it.
@@ -211,6 +215,7 @@ for _, m in ipairs(ready) do
   redis.call('XADD', KEYS[3], '*', 'm', ARGV[m + 2])
 end
 
+local wake = false
 local stored = {}
 for _, m in ipairs(waiting) do
   if m then
@@ -253,7 +258,19 @@ if #stored > 0 then
     end
   end
   if head == nil or earliest < tonumber(head) then
-    redis.call('PUBLISH', ARGV[1], 'd')
+    wake = true
   end
 end
+if (#ready > 0 or #stored > 0) and redis.call('DEL', KEYS[9]) == 1 then
+  wake = true
+end
+if wake then
+  redis.call('PUBLISH', ARGV[1], 'd')
+end
+local new = 0
+if redis.call('EXISTS', KEYS[8]) == 0 then
+  redis.call('SET', KEYS[8], '1')
+  new = 1
+end
+status[calls + 1] = new
 return status

@@ -1,0 +1,437 @@
+package redisdelay_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// Wake-ups of discovering Managers. Each test uses a key prefix of its own,
+// so a Manager without a topic list sees only the test's topics.
+
+func wkPrefix() string { return "wk-" + watermill.NewShortUUID() }
+
+// wkKey is a key of partition part of topic under prefix (see scripts.go).
+func wkKey(prefix, topic string, part int, suffix string) string {
+	if part == 0 {
+		return prefix + ":{" + topic + "}:" + suffix
+	}
+	n := strconv.Itoa(part)
+	return prefix + ":{" + topic + "~" + n + "}:p" + n + ":" + suffix
+}
+
+// wkPartitionKeys returns a PartitionKey value for each of parts partitions.
+func wkPartitionKeys(parts int) []string {
+	keys := make([]string, parts)
+	for i, found := 0, 0; found < parts; i++ {
+		k := "k" + strconv.Itoa(i)
+		if p := redisdelay.PartitionOf(k, parts); keys[p] == "" {
+			keys[p] = k
+			found++
+		}
+	}
+	return keys
+}
+
+// wkManager runs a Manager with config (Client is set here) and logger,
+// closed when the test ends.
+func wkManager(t *testing.T, client redis.UniversalClient, config redisdelay.ManagerConfig, log watermill.LoggerAdapter) *redisdelay.Manager {
+	t.Helper()
+	config.Client = client
+	mgr, err := redisdelay.NewManager(config, log)
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(context.Background()) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	<-mgr.Running()
+	return mgr
+}
+
+// recLogger records the errors logged through it, and logs nothing else.
+type recLogger struct {
+	mu     sync.Mutex
+	errors []string
+}
+
+func (l *recLogger) Error(msg string, err error, fields watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errors = append(l.errors, fmt.Sprintf("%s: %v %v", msg, err, fields))
+}
+func (l *recLogger) Info(string, watermill.LogFields)  {}
+func (l *recLogger) Debug(string, watermill.LogFields) {}
+func (l *recLogger) Trace(string, watermill.LogFields) {}
+func (l *recLogger) With(watermill.LogFields) watermill.LoggerAdapter {
+	return l
+}
+
+func (l *recLogger) logged() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.errors...)
+}
+
+// wkLateness publishes one message due in 300ms to each partition of tp
+// and returns how late each partition's message was received on ch.
+func wkLateness(t *testing.T, pub *redisdelay.Publisher, tp string, parts int, ch <-chan *message.Message) []time.Duration {
+	t.Helper()
+	const d = 300 * time.Millisecond
+	due := map[string]time.Time{}
+	part := map[string]int{}
+	for p, k := range wkPartitionKeys(parts) {
+		msg := delayed(delay.For(d), strconv.Itoa(p))
+		msg.Metadata.Set(redisdelay.PartitionKey, k)
+		due[msg.UUID] = time.Now().Add(d)
+		part[msg.UUID] = p
+		require.NoError(t, pub.Publish(tp, msg))
+	}
+	late := make([]time.Duration, parts)
+	deadline := time.After(10 * time.Second)
+	for range parts {
+		select {
+		case msg := <-ch:
+			require.NotNil(t, msg, "channel closed")
+			late[part[msg.UUID]] = time.Since(due[msg.UUID])
+			msg.Ack()
+		case <-deadline:
+			t.Fatalf("not every partition delivered within 10s: lateness so far %v", late)
+		}
+	}
+	return late
+}
+
+// Found in review (issue 13, 4): a discovering Manager subscribed to the
+// pattern <prefix>:{*}:wake, which the wake channel of a partition >= 1
+// (<prefix>:{t~1}:p1:wake) does not match: those partitions waited for the
+// check interval. With a 5s check interval only a wake-up explains a
+// message delivered within 500ms of its due time.
+func TestDiscoveringManagerWakesEveryPartition(t *testing.T) {
+	client := newClient(t)
+	prefix, tp := wkPrefix(), topic()
+	const parts = 4
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix, Partitions: parts}, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
+	ch := subscribe(t, sub, tp)
+	log := &recLogger{}
+	wkManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, log)
+	time.Sleep(300 * time.Millisecond) // the first ticks are over: the loops sleep
+
+	late := wkLateness(t, pub, tp, parts, ch)
+	t.Logf("lateness by partition: %v", late)
+	for p, l := range late {
+		assert.Less(t, l, 500*time.Millisecond, "partition %d", p)
+	}
+	assert.Empty(t, log.logged())
+}
+
+// Found in review (issue 13, 4): after Redis lost its data, a Publisher
+// that had registered a topic never registered it again, so a new Manager
+// never learnt about it (and the pattern subscription found partition 0
+// only): the due messages of partitions 1-3 stayed waiting.
+func TestManagerSchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
+	client := singleClient(t, "FLUSHALL")
+	prefix, tp := wkPrefix(), topic()
+	const parts = 4
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix, Partitions: parts}, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	ctx := context.Background()
+	publishAll := func() {
+		for p, k := range wkPartitionKeys(parts) {
+			msg := delayed(delay.For(100*time.Millisecond), strconv.Itoa(p))
+			msg.Metadata.Set(redisdelay.PartitionKey, k)
+			require.NoError(t, pub.Publish(tp, msg))
+		}
+	}
+	ready := func(want int64) func() bool {
+		return func() bool {
+			for p := range parts {
+				if n, _ := client.XLen(ctx, wkKey(prefix, tp, p, "stream")).Result(); n != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	first, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, KeyPrefix: prefix, CheckInterval: 200 * time.Millisecond}, logger)
+	require.NoError(t, err)
+	go func() { _ = first.Run(ctx) }()
+	<-first.Running()
+	publishAll()
+	require.Eventually(t, ready(1), 5*time.Second, 10*time.Millisecond, "the first Manager promoted every partition")
+	require.NoError(t, first.Close())
+
+	require.NoError(t, client.FlushAll(ctx).Err()) // Redis lost its data
+	wkManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, logger)
+	time.Sleep(100 * time.Millisecond)
+	publishAll()
+	ok := assert.Eventually(t, ready(1), 2*time.Second, 10*time.Millisecond, "the new Manager promoted every partition")
+	if !ok {
+		for p := range parts {
+			w, _ := client.ZCard(ctx, wkKey(prefix, tp, p, "waiting")).Result()
+			t.Logf("partition %d: %d waiting", p, w)
+		}
+	}
+}
+
+// wkACLUser creates a Redis user with the given ACL rules (after "on
+// >pass") and returns a client logged in as it; the user is deleted when
+// the test ends.
+func wkACLUser(t *testing.T, rules ...string) (*redis.Client, string) {
+	t.Helper()
+	admin := singleClient(t, "ACL SETUSER")
+	ctx := context.Background()
+	name := "wk-" + watermill.NewShortUUID()
+	args := []any{"ACL", "SETUSER", name, "reset", "on", ">pass"}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	require.NoError(t, admin.Do(ctx, args...).Err())
+	t.Cleanup(func() { _ = admin.Do(context.Background(), "ACL", "DELUSER", name).Err() })
+	c := redis.NewClient(&redis.Options{Addr: redisAddr, Username: name, Password: "pass", PoolSize: 64})
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.Ping(ctx).Err())
+	return c, name
+}
+
+// wkACLDenials returns what Redis's ACL log holds about user: the commands,
+// keys and channels it refused.
+func wkACLDenials(t *testing.T, user string) []string {
+	t.Helper()
+	entries, err := singleClient(t, "ACL LOG").Do(context.Background(), "ACL", "LOG").Slice()
+	require.NoError(t, err)
+	var out []string
+	for _, e := range entries {
+		s := fmt.Sprint(e)
+		if strings.Contains(s, user) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// wkMinimalACL is the ACL of README's Operations section.
+const wkMinimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous"
+
+// Found in review (issue 13, 5): under a user whose channels are
+// &<prefix>:*, PSUBSCRIBE <prefix>:{*}:wake is denied (Redis matches
+// patterns literally), and the Manager lost every wake-up without a word.
+// Under the minimal ACL the README documents it is woken, and logs no
+// error.
+func TestManagerUnderMinimalACLUser(t *testing.T) {
+	prefix, tp := wkPrefix(), topic()
+	restricted, user := wkACLUser(t, strings.Fields(strings.ReplaceAll(wkMinimalACL, "<prefix>", prefix))...)
+	const parts = 2
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, KeyPrefix: prefix, Partitions: parts}, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	sub := lcSubscriber(t, restricted, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
+	ch := subscribe(t, sub, tp)
+	log := &recLogger{}
+	wkManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, log)
+	time.Sleep(300 * time.Millisecond)
+
+	late := wkLateness(t, pub, tp, parts, ch)
+	t.Logf("lateness by partition: %v", late)
+	for p, l := range late {
+		assert.Less(t, l, time.Second, "partition %d", p)
+	}
+	// A retry and a reclaim: the Manager's other scripts.
+	require.NoError(t, pub.Publish(tp, lcMessage("retried")))
+	receive(t, ch, 2*time.Second).Nack()
+	receive(t, ch, 2*time.Second).Ack()
+	assert.Empty(t, log.logged())
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: restricted, KeyPrefix: prefix})
+	require.NoError(t, err)
+	rep, err := insp.Health(context.Background(), redisdelay.HealthConfig{})
+	require.NoError(t, err)
+	assert.True(t, rep.Healthy, "%+v", rep)
+	assert.Empty(t, wkACLDenials(t, user))
+}
+
+// Found in review (issue 13, 5): a Manager whose user may not subscribe to
+// the wake channels must say so, loudly, and Health must report it.
+func TestManagerDeniedWakeUpsSaysSo(t *testing.T) {
+	client := newClient(t)
+	prefix := wkPrefix()
+	restricted, _ := wkACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
+	log := &recLogger{}
+	wkManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 200 * time.Millisecond}, log)
+
+	require.Eventually(t, func() bool {
+		for _, e := range log.logged() {
+			if strings.Contains(e, "NOPERM") && strings.Contains(e, "&"+prefix+":*") {
+				return true
+			}
+		}
+		return false
+	}, 3*time.Second, 10*time.Millisecond, "an error naming the ACL needed; logged: %q", log.logged())
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
+	require.NoError(t, err)
+	rep, err := insp.Health(context.Background(), redisdelay.HealthConfig{})
+	require.NoError(t, err)
+	require.False(t, rep.Healthy)
+	require.Len(t, rep.Problems, 1)
+	assert.Equal(t, redisdelay.ProblemWakeUpsDenied, rep.Problems[0].Kind)
+	assert.Contains(t, rep.Problems[0].Detail, "&"+prefix+":*")
+}
+
+// Found in review (issue 13, 6): a discovering Manager started a loop for
+// every topic named on any wake channel, for good: 5,000 spoofed wake-ups
+// made 5,000 goroutines. Wake-ups of unregistered topics start nothing.
+func TestSpoofedWakeUpsStartNoLoops(t *testing.T) {
+	client := newClient(t)
+	prefix := wkPrefix()
+	wkManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: time.Second}, logger)
+	time.Sleep(100 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	ctx := context.Background()
+	pipe := client.Pipeline()
+	const n = 2000
+	for i := range n {
+		pipe.Publish(ctx, prefix+":{spoof-"+strconv.Itoa(i)+"}:wake", "d")
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	time.Sleep(500 * time.Millisecond)
+	after := runtime.NumGoroutine()
+	t.Logf("goroutines: %d before %d spoofed wake-ups, %d after", before, n, after)
+	assert.Less(t, after-before, 50)
+}
+
+// wkCommandsPerSecond is how many commands Redis processed per second over d.
+func wkCommandsPerSecond(t *testing.T, client *redis.Client, d time.Duration) float64 {
+	t.Helper()
+	count := func() int64 {
+		info, err := client.Info(context.Background(), "stats").Result()
+		require.NoError(t, err)
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				require.NoError(t, err)
+				return n
+			}
+		}
+		t.Fatal("no total_commands_processed in INFO stats")
+		return 0
+	}
+	start := count()
+	time.Sleep(d)
+	return float64(count()-start-1) / d.Seconds()
+}
+
+// Found in review (issue 13, 6): a Manager never stopped the loop of a
+// topic, so its idle cost grew with every topic ever registered. Loops
+// retire when their partition holds nothing, and a wake-up starts them
+// again.
+func TestIdleLoopsRetire(t *testing.T) {
+	client := singleClient(t, "counts the commands of the whole server")
+	prefix := wkPrefix()
+	const topics = 200
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+	var names []string
+	for range topics {
+		tp := topic()
+		require.NoError(t, sub.SubscribeInitialize(tp))
+		names = append(names, tp)
+	}
+	wkManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 300 * time.Millisecond, TrimInterval: 300 * time.Millisecond}, logger)
+	time.Sleep(1500 * time.Millisecond)
+	rate := wkCommandsPerSecond(t, client, time.Second)
+	t.Logf("Redis commands/s with %d registered, empty topics: %.0f", topics, rate)
+	assert.Less(t, rate, 100.0, "idle cost independent of the number of topics")
+
+	// A retired loop starts again on the next wake-up.
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	ch := subscribe(t, sub, names[7])
+	require.NoError(t, pub.Publish(names[7], delayed(delay.For(100*time.Millisecond), "x")))
+	receive(t, ch, time.Second).Ack()
+}
+
+// Found in review (issue 13, 6): a subscription's scheduler loops ran on
+// until Subscriber.Close. They end with the last subscription of their
+// topic.
+func TestSubscriptionSchedulerLoopsEndWithIt(t *testing.T) {
+	client := newClient(t)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: 3})
+	tp := topic()
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	ch1, err := sub.Subscribe(ctx1, tp)
+	require.NoError(t, err)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	ch2, err := sub.Subscribe(ctx2, tp)
+	require.NoError(t, err)
+	require.Equal(t, 3, redisdelay.SchedulerLoops(sub))
+
+	cancel1()
+	for range ch1 {
+	}
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, 3, redisdelay.SchedulerLoops(sub), "the other subscription needs them")
+	cancel2()
+	for range ch2 {
+	}
+	require.Eventually(t, func() bool { return redisdelay.SchedulerLoops(sub) == 0 }, time.Second, 10*time.Millisecond,
+		"loops left: %d", redisdelay.SchedulerLoops(sub))
+}
+
+// A loop does not retire while a stream no group reads holds entries the
+// Retention will remove: it stays to remove them.
+func TestLoopStaysForRetention(t *testing.T) {
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	for i := range 3 {
+		require.NoError(t, pub.Publish(tp, lcMessage(strconv.Itoa(i))))
+	}
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond,
+		TrimInterval: 100 * time.Millisecond, Retention: time.Second})
+	require.Eventually(t, func() bool {
+		n, _ := client.XLen(context.Background(), lcKey(tp, "stream")).Result()
+		return n == 0
+	}, 5*time.Second, 20*time.Millisecond, "the retention removed the entries")
+}
+
+// A publish that finds its partition new to Redis registers the topic
+// again. When that fails the messages are stored all the same, the
+// failure is logged, and the next publish registers first.
+func TestPublisherLogsAFailedReregistration(t *testing.T) {
+	prefix, tp := wkPrefix(), topic()
+	restricted, user := wkACLUser(t, strings.Fields(strings.ReplaceAll(wkMinimalACL, "<prefix>", prefix))...)
+	log := &recLogger{}
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, KeyPrefix: prefix}, log)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	require.NoError(t, pub.Publish(tp, lcMessage("a")))
+
+	admin := singleClient(t, "FLUSHALL")
+	ctx := context.Background()
+	require.NoError(t, admin.FlushAll(ctx).Err()) // Redis lost its data
+	// The user may write the topic's keys, not the registry any more.
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "resetkeys", "~"+prefix+":{*").Err())
+	require.NoError(t, pub.Publish(tp, lcMessage("b")), "stored all the same")
+	require.Len(t, log.logged(), 1)
+	assert.Contains(t, log.logged()[0], "cannot register the topic again")
+	assert.Contains(t, log.logged()[0], "NOPERM")
+	require.ErrorContains(t, pub.Publish(tp, lcMessage("c")), "register topic")
+	n, err := admin.XLen(ctx, wkKey(prefix, tp, 0, "stream")).Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n)
+}

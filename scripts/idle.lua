@@ -1,0 +1,66 @@
+--[[
+  idle: tells whether a partition holds nothing a scheduler must act on, and
+  if so marks it dormant, so the scheduler's loop may stop: no message
+  waits, no consumer group has an entry pending (to reclaim should its
+  consumer die) or one it has not read yet (it would be pending once read),
+  and no listed group has a retry or redelivery queued; nor, in a stream no
+  group reads, an entry the retention will remove. What changes that
+  wakes the schedulers: a publish (it clears the mark and publishes a
+  wake-up), a new group, a requeue of dead letters.
+
+  KEYS[1] waiting  zset   message UUID -> due score
+  KEYS[2] stream   stream the topic's ready stream
+  KEYS[3] dormant  string set here when idle
+  then for each consumer group g = 1, 2, ..., two keys:
+  KEYS[2g+2] retry    zset   the group's retry set
+  KEYS[2g+3] rstream  stream the group's redelivery stream
+  ARGV[1] retention in ms for a stream without consumer groups (0: keep all)
+
+  Returns 1 when idle (and marked dormant), 0 otherwise.
+]]
+if redis.call('ZCARD', KEYS[1]) > 0 then
+  return 0
+end
+for k = 4, #KEYS, 2 do
+  if redis.call('ZCARD', KEYS[k]) > 0 or redis.call('XLEN', KEYS[k + 1]) > 0 then
+    return 0
+  end
+end
+
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+  local groups = redis.call('XINFO', 'GROUPS', KEYS[2])
+  local retention = tonumber(ARGV[1])
+  if #groups == 0 and retention > 0 and last then
+    -- the newest entry expires last (trimming is approximate: an older
+    -- one left behind does not keep the loop)
+    local t = redis.call('TIME')
+    if parse(last[1]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - retention then
+      return 0
+    end
+  end
+  for _, g in ipairs(groups) do
+    local delivered, pending
+    for i = 1, #g, 2 do
+      if g[i] == 'last-delivered-id' then delivered = g[i + 1]
+      elseif g[i] == 'pending' then pending = g[i + 1] end
+    end
+    if pending > 0 then
+      return 0
+    end
+    if last then
+      local lm, ls = parse(last[1])
+      local dm, ds = parse(delivered)
+      if dm < lm or (dm == lm and ds < ls) then
+        return 0
+      end
+    end
+  end
+end
+redis.call('SET', KEYS[3], '1')
+return 1
