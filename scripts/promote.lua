@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   promote: one scheduler tick of a topic. It first takes or extends the
   topic's scheduling lease: only the scheduler holding it promotes, the

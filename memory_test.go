@@ -1,0 +1,173 @@
+package redisdelay_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+// ownRedis starts a redis-server of the test's own, without persistence,
+// for tests that change server settings (maxmemory, its policy) the
+// shared test server's other tests must not see. Stopped when the test ends.
+func ownRedis(t *testing.T, args ...string) *redis.Client {
+	t.Helper()
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("needs redis-server on the PATH to start a server of its own")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	dir := t.TempDir()
+	cmd := exec.Command(server, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}, args...)...)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			if log, err := os.ReadFile(filepath.Join(dir, "redis.log")); err == nil {
+				t.Logf("redis.log:\n%s", log)
+			}
+		}
+	})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), PoolSize: 32})
+	t.Cleanup(func() { _ = client.Close() })
+	require.Eventually(t, func() bool { return client.Ping(context.Background()).Err() == nil },
+		5*time.Second, 20*time.Millisecond, "the test's redis-server did not start")
+	return client
+}
+
+// memoryInfo reads a numeric field of INFO memory.
+func memoryInfo(t *testing.T, client *redis.Client, field string) int64 {
+	t.Helper()
+	info, err := client.Info(context.Background(), "memory").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("INFO memory has no field %s", field)
+	return 0
+}
+
+// At maxmemory with noeviction, Publish fails cleanly, while the scheduler
+// keeps promoting due messages and trimming acknowledged ones: they free
+// memory, so everything published is delivered and Publish works again.
+func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
+	client := ownRedis(t, "--maxmemory-policy", "noeviction")
+	ctx := context.Background()
+	topic := topic()
+
+	mgrConfig := redisdelay.ManagerConfig{Client: client, Topics: []string{topic},
+		CheckInterval: 100 * time.Millisecond, TrimInterval: 100 * time.Millisecond}
+	mgr, err := redisdelay.NewManager(mgrConfig, logger)
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(ctx) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	<-mgr.Running()
+
+	// Subscribers schedule nothing themselves: the Manager has to drain.
+	subConfig := redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g", DisableScheduler: true}
+	first, err := redisdelay.NewSubscriber(subConfig, logger)
+	require.NoError(t, err)
+	require.NoError(t, first.SubscribeInitialize(topic))
+	require.NoError(t, first.Close())
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
+	require.NoError(t, err)
+
+	// Fill a small maxmemory with messages all due at the same time, later.
+	used := memoryInfo(t, client, "used_memory")
+	require.NoError(t, client.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+4<<20, 10)).Err())
+	due := time.Now().Add(3 * time.Second)
+	payload := strings.Repeat("x", 1000)
+	var sent []string
+	var full error
+	for len(sent) < 100_000 && full == nil {
+		batch := make([]*message.Message, 50)
+		for i := range batch {
+			batch[i] = message.NewMessage(watermill.NewUUID(), []byte(payload))
+			delay.Message(batch[i], delay.Until(due))
+		}
+		if full = pub.Publish(topic, batch...); full == nil {
+			for _, m := range batch {
+				sent = append(sent, m.UUID)
+			}
+		}
+	}
+	require.Error(t, full, "maxmemory was never reached")
+	require.ErrorContains(t, full, "OOM", "Publish must fail cleanly with Redis's out-of-memory error")
+	require.True(t, time.Now().Before(due), "filling took too long: the messages were due before memory was full")
+	// The refused call's own arguments took the last bytes: without them
+	// memory may be just below the limit again. Below what is used, it
+	// stays full until something is freed.
+	limit := memoryInfo(t, client, "used_memory") - 256<<10
+	require.NoError(t, client.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err())
+	t.Logf("memory full after %d messages (maxmemory %d bytes)", len(sent), limit)
+	require.ErrorContains(t, client.SAdd(ctx, "probe", "x").Err(), "OOM", "memory is not full")
+	// A subscriber (re)starting at full memory joins its group.
+	sub, err := redisdelay.NewSubscriber(subConfig, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	ch, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err, "a subscriber could not start at full memory")
+	var (
+		mu  sync.Mutex
+		got = map[string]bool{}
+	)
+	go func() {
+		for m := range ch {
+			mu.Lock()
+			got[m.UUID] = true
+			mu.Unlock()
+			m.Ack()
+		}
+	}()
+	deadline := time.Now().Add(time.Until(due) + 15*time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == len(sent) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages delivered 15s after they were due: the scheduler stopped at full memory", n, len(sent))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mu.Lock()
+	for _, id := range sent {
+		assert.True(t, got[id], "message %s not delivered", id)
+	}
+	mu.Unlock()
+
+	// Acknowledged entries are trimmed, so memory frees up and Publish works.
+	require.Eventually(t, func() bool {
+		return pub.Publish(topic, delayed(delay.For(time.Hour), "after")) == nil
+	}, 10*time.Second, 100*time.Millisecond, "Publish still fails: acknowledged messages were not trimmed")
+	require.Eventually(t, func() bool {
+		n, err := client.XLen(ctx, lcKey(topic, "stream")).Result()
+		return err == nil && n < int64(len(sent)/2)
+	}, 5*time.Second, 50*time.Millisecond, "the acknowledged entries of the ready stream were not trimmed")
+}
