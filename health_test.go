@@ -1,0 +1,128 @@
+package redisdelay_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+// idleTopics registers topics idle-0 to idle-(n-1), each with a consumer
+// group and nothing in it, as subscribers that came and went leave them.
+func idleTopics(t *testing.T, client redis.UniversalClient, from, n int) {
+	t.Helper()
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g", DisableScheduler: true}, nil)
+	require.NoError(t, err)
+	defer sub.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := from + w; i < n; i += 8 {
+				if err := sub.SubscribeInitialize("idle-" + strconv.Itoa(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// commandsProcessed reads the server's total_commands_processed.
+func commandsProcessed(t *testing.T, client *redis.Client) int64 {
+	t.Helper()
+	info, err := client.Info(context.Background(), "stats").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("INFO stats has no total_commands_processed")
+	return 0
+}
+
+// healthGet requests the handler and returns the status, the decoded body
+// and how long the request took.
+func healthGet(t *testing.T, url string) (int, map[string]any, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	res, err := http.Get(url)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	took := time.Since(start)
+	var body map[string]any
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	return res.StatusCode, body, took
+}
+
+// The health handler of a Manager scheduling many healthy idle topics
+// answers 200 at once, and a request costs Redis a bounded number of
+// commands, however many topics there are. Inspector.Health, the full
+// check, reads them in pipelines.
+func TestHealth_HandlerIsCheapWithManyIdleTopics(t *testing.T) {
+	client := ownRedis(t)
+	ctx := context.Background()
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
+	require.NoError(t, err)
+	// Every request finds the report old and starts a check: the worst case.
+	srv := httptest.NewServer(redisdelay.HealthHandler(insp, redisdelay.HealthConfig{CheckEvery: time.Nanosecond}, 0))
+	defer srv.Close()
+
+	created := 0
+	for _, n := range []int{2_000, 10_000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			start := time.Now()
+			idleTopics(t, client, created, n)
+			created = n
+			t.Logf("%d idle topics created in %s", n, time.Since(start).Round(time.Millisecond))
+
+			before := commandsProcessed(t, client)
+			start = time.Now()
+			rep, err := insp.Health(ctx, redisdelay.HealthConfig{})
+			took := time.Since(start)
+			require.NoError(t, err)
+			assert.True(t, rep.Healthy, "%+v", rep.Problems)
+			assert.Equal(t, n, rep.Topics)
+			t.Logf("Inspector.Health at %d topics: %s, %d Redis commands", n, took.Round(time.Millisecond), commandsProcessed(t, client)-before-1)
+
+			var most int64
+			var slowest time.Duration
+			for i := range n/1000 + 2 {
+				before := commandsProcessed(t, client)
+				status, body, took := healthGet(t, srv.URL)
+				time.Sleep(100 * time.Millisecond) // the check the request started ends
+				cmds := commandsProcessed(t, client) - before - 1 // the INFO itself
+				most, slowest = max(most, cmds), max(slowest, took)
+				assert.Equal(t, http.StatusOK, status, "healthy idle topics answered %v", body)
+				if i == n/1000+1 {
+					assert.Equal(t, float64(n), body["topics"], "a pass over the topics took more than a check per thousand")
+				}
+			}
+			t.Logf("handler at %d topics: slowest request %s, at most %d Redis commands per request", n, slowest.Round(time.Microsecond), most)
+			assert.Less(t, slowest, time.Second)
+			assert.Less(t, most, int64(10_000), "commands per request must not grow with the topics")
+		})
+	}
+}
