@@ -112,7 +112,7 @@ func TestHealth_HandlerIsCheapWithManyIdleTopics(t *testing.T) {
 			for i := range n/1000 + 2 {
 				before := commandsProcessed(t, client)
 				status, body, took := healthGet(t, srv.URL)
-				time.Sleep(100 * time.Millisecond) // the check the request started ends
+				time.Sleep(100 * time.Millisecond)                // the check the request started ends
 				cmds := commandsProcessed(t, client) - before - 1 // the INFO itself
 				most, slowest = max(most, cmds), max(slowest, took)
 				assert.Equal(t, http.StatusOK, status, "healthy idle topics answered %v", body)
