@@ -28,7 +28,8 @@ func (r evictionRisk) detail() string {
 	if r.messages {
 		return fmt.Sprintf("%s has maxmemory-policy %s: at maxmemory it evicts any key, so waiting messages, message bodies, "+
 			"ready and redelivery streams and consumer groups are lost without an error; set maxmemory-policy noeviction "+
-			"(Publish then fails with OOM at maxmemory while scheduling drains) or a volatile-* policy", where, r.policy)
+			"(Publish then fails with OOM at maxmemory while scheduling keeps draining); a volatile-* policy also keeps messages, "+
+			"as it evicts only keys that expire", where, r.policy)
 	}
 	return fmt.Sprintf("%s has maxmemory-policy %s: at maxmemory it evicts keys that expire, and of this library's keys only "+
 		"the scheduling leases and the partition ownerships of ordered subscriptions expire: a lease evicted early lets another "+

@@ -2,7 +2,10 @@ package redisdelay_test
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,4 +173,125 @@ func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
 		n, err := client.XLen(ctx, lcKey(topic, "stream")).Result()
 		return err == nil && n < int64(len(sent)/2)
 	}, 5*time.Second, 50*time.Millisecond, "the acknowledged entries of the ready stream were not trimmed")
+}
+
+// evictionLogs starts a Manager (and stops it) on client and returns what
+// it logged at level ERROR about the maxmemory policy.
+func evictionLogs(t *testing.T, client redis.UniversalClient) []string {
+	t.Helper()
+	capture := watermill.NewCaptureLogger()
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{"t"}}, capture)
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(context.Background()) }()
+	<-mgr.Running()
+	var logs []string
+	require.Eventually(t, func() bool {
+		logs = logs[:0]
+		for _, m := range capture.Captured()[watermill.ErrorLogLevel] {
+			if strings.Contains(m.Msg, "maxmemory") {
+				logs = append(logs, m.Msg)
+			}
+		}
+		return len(logs) > 0
+	}, time.Second, 10*time.Millisecond)
+	require.NoError(t, mgr.Close())
+	return logs
+}
+
+// A maxmemory policy that evicts the library's keys is logged when a
+// scheduler starts, and one that evicts messages is a Health problem.
+func TestMemory_EvictionPolicyIsWarnedAndReported(t *testing.T) {
+	client := ownRedis(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	ctx := context.Background()
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
+	require.NoError(t, err)
+
+	logs := evictionLogs(t, client)
+	require.Len(t, logs, 1)
+	assert.Contains(t, logs[0], "maxmemory-policy allkeys-lru")
+	assert.Contains(t, logs[0], "messages")
+	assert.Contains(t, logs[0], "set maxmemory-policy noeviction")
+	rep, err := insp.Health(ctx, redisdelay.HealthConfig{})
+	require.NoError(t, err)
+	assert.False(t, rep.Healthy)
+	require.Len(t, rep.Problems, 1)
+	assert.Equal(t, redisdelay.ProblemEvictionPolicy, rep.Problems[0].Kind)
+	assert.Empty(t, rep.Problems[0].Topic)
+	assert.Equal(t, logs[0], "redisdelay: WARNING: "+rep.Problems[0].Detail)
+	t.Log(rep.Problems[0].Detail)
+
+	srv := httptest.NewServer(redisdelay.HealthHandler(insp, redisdelay.HealthConfig{}, 0))
+	defer srv.Close()
+	status, body, _ := healthGet(t, srv.URL)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, fmt.Sprint(body["problems"]), redisdelay.ProblemEvictionPolicy)
+
+	// volatile-*: only the keys that expire (leases, ordered ownerships);
+	// logged, not a Health problem.
+	require.NoError(t, client.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err())
+	logs = evictionLogs(t, client)
+	require.Len(t, logs, 1)
+	assert.Contains(t, logs[0], "maxmemory-policy volatile-lru")
+	assert.Contains(t, logs[0], "ordered")
+	t.Log(logs[0])
+	rep, err = insp.Health(ctx, redisdelay.HealthConfig{})
+	require.NoError(t, err)
+	assert.True(t, rep.Healthy, "%+v", rep.Problems)
+
+	// Without maxmemory nothing is evicted, whatever the policy.
+	require.NoError(t, client.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	require.NoError(t, client.ConfigSet(ctx, "maxmemory", "0").Err())
+	rep, err = insp.Health(ctx, redisdelay.HealthConfig{})
+	require.NoError(t, err)
+	assert.True(t, rep.Healthy, "%+v", rep.Problems)
+}
+
+// How many messages allkeys-lru loses at a small maxmemory: a figure for
+// README, not a check (REDISDELAY_TEST_MEASURE=1 runs it).
+func TestMemory_MeasureAllkeysLRULoss(t *testing.T) {
+	if os.Getenv("REDISDELAY_TEST_MEASURE") == "" {
+		t.Skip("a measurement: set REDISDELAY_TEST_MEASURE=1 to run it")
+	}
+	client := ownRedis(t, "--maxmemory", "8mb", "--maxmemory-policy", "allkeys-lru")
+	topic := topic()
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic},
+		CheckInterval: 100 * time.Millisecond}, nil)
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(context.Background()) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g", DisableScheduler: true}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	ch := subscribe(t, sub, topic)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, nil)
+	require.NoError(t, err)
+
+	const n = 20_000
+	due := time.Now().Add(5 * time.Second)
+	payload := strings.Repeat("x", 1000)
+	var failed int
+	for i := 0; i < n; i += 100 {
+		batch := make([]*message.Message, 100)
+		for k := range batch {
+			batch[k] = message.NewMessage(watermill.NewUUID(), []byte(payload))
+			delay.Message(batch[k], delay.Until(due))
+		}
+		if pub.Publish(topic, batch...) != nil {
+			failed += len(batch)
+		}
+	}
+	got := 0
+	idle := time.NewTimer(time.Until(due) + 5*time.Second)
+	for done := false; !done; {
+		select {
+		case m := <-ch:
+			m.Ack()
+			got++
+			idle.Reset(3 * time.Second)
+		case <-idle.C:
+			done = true
+		}
+	}
+	t.Logf("allkeys-lru, maxmemory 8 MB: %d messages of 1 KB published without an error (%d refused), %d delivered: %.0f%% lost silently",
+		n-failed, failed, got, 100*float64(n-failed-got)/float64(n-failed))
 }
