@@ -516,9 +516,7 @@ func (h *healthHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	first = h.checked.IsZero() && err == nil
 	h.mu.Unlock()
 	if first {
-		ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
-		err = h.insp.client.Ping(ctx).Err()
-		cancel()
+		err = h.ping(r.Context())
 		body.Note = "the first check is still running; Redis answers"
 	}
 	if err != nil {
@@ -531,6 +529,24 @@ func (h *healthHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(body)
+}
+
+// ping asks Redis for a PING within the handler's timeout. A client
+// without ContextTimeoutEnabled waits for its ReadTimeout despite the
+// context, so the request does not wait for the reply past the timeout.
+func (h *healthHandler) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	pong := make(chan error, 1)
+	go func() {
+		defer cancel()
+		pong <- h.insp.client.Ping(ctx).Err()
+	}()
+	select {
+	case err := <-pong:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("redisdelay: Redis did not answer a PING within %s, and the first health check is still running", h.timeout)
+	}
 }
 
 // report is the last problems found (h.mu held).

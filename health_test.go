@@ -126,3 +126,83 @@ func TestHealth_HandlerIsCheapWithManyIdleTopics(t *testing.T) {
 		})
 	}
 }
+
+// The handler's errors: a bad config, and Redis stalled during the first
+// check and the PING after it.
+func TestHealth_HandlerErrors(t *testing.T) {
+	client := newClient(t)
+	insp := lcInspector(t, client)
+	srv := httptest.NewServer(redisdelay.HealthHandler(insp, redisdelay.HealthConfig{CheckEvery: -time.Second}, 0))
+	defer srv.Close()
+	status, body, _ := healthGet(t, srv.URL)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, body["error"], "HealthConfig durations must not be negative")
+
+	p := newLcProxy(t)
+	stalled := lcInspector(t, p.client(t))
+	topic := topic()
+	p.stall()
+	srv2 := httptest.NewServer(redisdelay.HealthHandler(stalled, redisdelay.HealthConfig{Topics: []string{topic}}, 300*time.Millisecond))
+	defer srv2.Close()
+	status, body, took := healthGet(t, srv2.URL)
+	assert.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
+	assert.Equal(t, false, body["healthy"])
+	assert.NotEmpty(t, body["error"])
+	assert.Less(t, took, 2*time.Second)
+	t.Logf("stalled Redis: %d in %s: %v", status, took.Round(time.Millisecond), body["error"])
+
+	// Once Redis answers, a request starts a new check at once.
+	p.restore(t)
+	require.Eventually(t, func() bool {
+		status, _, _ := healthGet(t, srv2.URL)
+		return status == http.StatusOK
+	}, 5*time.Second, 50*time.Millisecond)
+}
+
+// A server whose ACL denies INFO: the eviction policy cannot be told, and
+// is not a problem.
+func TestHealth_InfoDeniedSkipsTheEvictionCheck(t *testing.T) {
+	admin := ownRedis(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	ctx := context.Background()
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-info").Err())
+	client := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: "app", Password: "pw"})
+	t.Cleanup(func() { _ = client.Close() })
+	require.ErrorContains(t, client.Info(ctx, "memory").Err(), "NOPERM")
+	insp := lcInspector(t, client)
+	rep, err := insp.Health(ctx, redisdelay.HealthConfig{})
+	require.NoError(t, err)
+	assert.True(t, rep.Healthy, "%+v", rep.Problems)
+}
+
+// In a topic of several partitions each problem names the partition
+// where it shows first.
+func TestHealth_PartitionedTopic(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	ctx := context.Background()
+	topic := topic()
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: 3}, logger)
+	require.NoError(t, err)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true, Partitions: 3})
+	require.NoError(t, sub.SubscribeInitialize(topic))
+	for i := range 30 {
+		require.NoError(t, pub.Publish(topic, lcMessage(strconv.Itoa(i))))
+	}
+	stream := redisdelay.DefaultKeyPrefix + ":{" + topic + "~2}:p2:stream"
+	res, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "crashed", Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	time.Sleep(300 * time.Millisecond)
+
+	insp := lcInspector(t, client)
+	rep := mtHealth(t, insp, redisdelay.HealthConfig{Topics: []string{topic}, StuckAfter: 200 * time.Millisecond, ConsumerIdle: 200 * time.Millisecond})
+	require.Len(t, rep.Problems, 2, "%+v", rep.Problems)
+	assert.Equal(t, redisdelay.ProblemStuckPending, rep.Problems[0].Kind)
+	assert.Contains(t, rep.Problems[0].Detail, "entry "+res[0].Messages[0].ID+" has been pending for ")
+	assert.Contains(t, rep.Problems[0].Detail, " in partition 2 (limit 200ms)")
+	assert.Equal(t, redisdelay.ProblemNoActiveConsumer, rep.Problems[1].Kind)
+	assert.Contains(t, rep.Problems[1].Detail, "ready in partition 0 and the group has no consumer")
+	for _, p := range rep.Problems {
+		t.Log(p.Detail)
+	}
+}
