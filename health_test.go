@@ -63,6 +63,26 @@ func commandsProcessed(t *testing.T, client *redis.Client) int64 {
 	return 0
 }
 
+// settled waits until the server runs no command but these INFOs (the
+// check a request started has ended) and returns total_commands_processed
+// without them.
+func settled(t *testing.T, client *redis.Client) int64 {
+	t.Helper()
+	infos := int64(1)
+	last := commandsProcessed(t, client)
+	for range 200 {
+		time.Sleep(20 * time.Millisecond)
+		now := commandsProcessed(t, client)
+		infos++
+		if now-last == 1 {
+			return now - infos
+		}
+		last = now
+	}
+	t.Fatal("the server kept running commands")
+	return 0
+}
+
 // healthGet requests the handler and returns the status, the decoded body
 // and how long the request took.
 func healthGet(t *testing.T, url string) (int, map[string]any, time.Duration) {
@@ -109,16 +129,17 @@ func TestHealth_HandlerIsCheapWithManyIdleTopics(t *testing.T) {
 
 			var most int64
 			var slowest time.Duration
-			for i := range n/1000 + 2 {
+			for i := 0; ; i++ {
 				before := commandsProcessed(t, client)
 				status, body, took := healthGet(t, srv.URL)
-				time.Sleep(100 * time.Millisecond)                // the check the request started ends
-				cmds := commandsProcessed(t, client) - before - 1 // the INFO itself
+				cmds := settled(t, client) - before
 				most, slowest = max(most, cmds), max(slowest, took)
 				assert.Equal(t, http.StatusOK, status, "healthy idle topics answered %v", body)
-				if i == n/1000+1 {
-					assert.Equal(t, float64(n), body["topics"], "a pass over the topics took more than a check per thousand")
+				if body["topics"] == float64(n) {
+					break
 				}
+				// a request finding a check still running starts none
+				require.Less(t, i, 3*(n/1000+2), "the checks never covered every topic")
 			}
 			t.Logf("handler at %d topics: slowest request %s, at most %d Redis commands per request", n, slowest.Round(time.Microsecond), most)
 			assert.Less(t, slowest, time.Second)

@@ -175,21 +175,38 @@ func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond, "the acknowledged entries of the ready stream were not trimmed")
 }
 
+// errorLog keeps the messages logged at level ERROR.
+type errorLog struct {
+	watermill.NopLogger
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *errorLog) Error(msg string, _ error, _ watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, msg)
+}
+
+func (l *errorLog) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+
 // evictionLogs starts a Manager (and stops it) on client and returns what
 // it logged at level ERROR about the maxmemory policy.
 func evictionLogs(t *testing.T, client redis.UniversalClient) []string {
 	t.Helper()
-	capture := watermill.NewCaptureLogger()
+	capture := &errorLog{}
 	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{"t"}}, capture)
 	require.NoError(t, err)
 	go func() { _ = mgr.Run(context.Background()) }()
 	<-mgr.Running()
 	var logs []string
 	require.Eventually(t, func() bool {
+		capture.mu.Lock()
+		defer capture.mu.Unlock()
 		logs = logs[:0]
-		for _, m := range capture.Captured()[watermill.ErrorLogLevel] {
-			if strings.Contains(m.Msg, "maxmemory") {
-				logs = append(logs, m.Msg)
+		for _, m := range capture.msgs {
+			if strings.Contains(m, "maxmemory") {
+				logs = append(logs, m)
 			}
 		}
 		return len(logs) > 0
