@@ -128,10 +128,13 @@ func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
 	require.NoError(t, client.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err())
 	t.Logf("memory full after %d messages (maxmemory %d bytes)", len(sent), limit)
 	require.ErrorContains(t, client.SAdd(ctx, "probe", "x").Err(), "OOM", "memory is not full")
-	// A subscriber (re)starting at full memory joins its group.
+	// A subscriber (re)starting at full memory joins its group; a topic
+	// new to Redis cannot be registered.
 	sub, err := redisdelay.NewSubscriber(subConfig, logger)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
+	_, err = sub.Subscribe(ctx, "new-topic")
+	require.ErrorContains(t, err, `redisdelay: register topic "new-topic": OOM command not allowed`)
 	ch, err := sub.Subscribe(ctx, topic)
 	require.NoError(t, err, "a subscriber could not start at full memory")
 	var (

@@ -11,6 +11,8 @@
   subscribers read before the ready stream; with no group listed, to the
   ready stream. The lease only saves work: a message is
   moved exactly once even when several schedulers call this at once.
+  Flagged allow-oom: it runs at maxmemory, since moving due messages on is
+  what lets them be acknowledged and trimmed, freeing memory.
 
   KEYS[1] lease    string owner of the topic's scheduling (expires)
   KEYS[2] groups   set    consumer groups of the topic (only counted)
