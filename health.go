@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,7 +44,7 @@ func (i *Inspector) Overdue(ctx context.Context, topic string) (time.Duration, e
 	return overdue, nil
 }
 
-// HealthConfig configures Inspector.Health.
+// HealthConfig configures Inspector.Health and HealthHandler.
 type HealthConfig struct {
 	// Topics to check. Empty: every topic in the registry.
 	Topics []string
@@ -62,6 +65,30 @@ type HealthConfig struct {
 	// MaxOverdue: a topic whose earliest waiting message is overdue by more
 	// than this has no working scheduler (default 1 minute).
 	MaxOverdue time.Duration
+
+	// ShowConsumers names consumers in the problems' details (the consumer
+	// a stuck message is pending for). Off by default: a health endpoint is
+	// often reachable by more people than the names are meant for.
+	ShowConsumers bool
+
+	// CheckEvery is for HealthHandler only: how old its report may get
+	// before a request starts the next check, in the background (default
+	// 10s). Requests answer from the last report at once.
+	CheckEvery time.Duration
+}
+
+// withDefaults returns the config with its defaults set, or an error.
+func (c HealthConfig) withDefaults() (HealthConfig, error) {
+	if c.StuckAfter < 0 || c.ConsumerIdle < 0 || c.MaxOverdue < 0 || c.CheckEvery < 0 {
+		return c, fmt.Errorf("redisdelay: HealthConfig durations must not be negative (0 means the default): %+v", c)
+	}
+	if c.MaxOverdue == 0 {
+		c.MaxOverdue = time.Minute
+	}
+	if c.CheckEvery == 0 {
+		c.CheckEvery = 10 * time.Second
+	}
+	return c, nil
 }
 
 // Problem kinds of a HealthProblem.
@@ -70,11 +97,15 @@ const (
 	ProblemNoActiveConsumer = "no_active_consumer" // ready messages, no consumer active within ConsumerIdle
 	ProblemSchedulerBehind  = "scheduler_behind"   // waiting messages overdue past MaxOverdue
 	ProblemWakeUpsDenied    = "wake_ups_denied"    // a scheduler's Redis user may not subscribe to wake-ups (ACL)
+	// The Redis server's maxmemory policy (allkeys-*) evicts message data
+	// at maxmemory: messages are lost without an error.
+	ProblemEvictionPolicy = "eviction_policy"
 )
 
 // HealthProblem is one problem Health found.
 type HealthProblem struct {
-	Topic string `json:"topic"`
+	// Topic is empty for a problem of the Redis server (ProblemEvictionPolicy).
+	Topic string `json:"topic,omitempty"`
 	Group string `json:"consumer_group,omitempty"`
 	// Kind is one of the Problem* constants.
 	Kind string `json:"kind"`
@@ -89,50 +120,35 @@ type HealthReport struct {
 	Problems []HealthProblem `json:"problems"`
 }
 
-// Health checks the topics for consumer groups whose pending messages are
-// stuck, whose consumers stopped while messages are ready, and for topics
-// whose due messages no scheduler moves. An error means Redis could not be
-// read (the report holds what was checked before).
-func (i *Inspector) Health(ctx context.Context, config HealthConfig) (HealthReport, error) {
-	if config.MaxOverdue == 0 {
-		config.MaxOverdue = time.Minute
+// serverChecks find the problems that do not belong to a topic, once per
+// report. An error means Redis could not be read.
+var serverChecks = []func(ctx context.Context, i *Inspector, config HealthConfig) ([]HealthProblem, error){
+	evictionProblems,
+	wakeUpsDenied,
+}
+
+// evictionProblems reports a server whose maxmemory policy evicts message
+// data. The volatile-* policies evict only the keys that expire (leases
+// and ordered ownerships): the scheduler logs them at start, and README
+// says what they do, but they lose no message.
+func evictionProblems(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthProblem, error) {
+	risks, err := readEvictionRisks(ctx, i.client)
+	if err != nil {
+		return nil, fmt.Errorf("redisdelay: health: %w", err)
 	}
-	if config.StuckAfter < 0 || config.ConsumerIdle < 0 || config.MaxOverdue < 0 {
-		return HealthReport{}, fmt.Errorf("redisdelay: HealthConfig durations must not be negative (0 means the default): %+v", config)
-	}
-	rep := HealthReport{Healthy: true, Problems: []HealthProblem{}}
-	if p, err := i.wakeUpsDenied(ctx); err != nil {
-		return rep, err
-	} else if p != nil {
-		rep.Problems = append(rep.Problems, *p)
-	}
-	topics := config.Topics
-	if len(topics) == 0 {
-		var err error
-		if topics, err = i.Topics(ctx); err != nil {
-			return rep, err
+	var problems []HealthProblem
+	for _, r := range risks {
+		if r.messages {
+			problems = append(problems, HealthProblem{Kind: ProblemEvictionPolicy, Detail: r.detail()})
 		}
-		slices.Sort(topics)
 	}
-	for _, topic := range topics {
-		if err := validateTopic(topic); err != nil {
-			return rep, err
-		}
-		problems, err := i.topicHealth(ctx, topic, config)
-		if err != nil {
-			return rep, fmt.Errorf("redisdelay: health of topic %q: %w", topic, err)
-		}
-		rep.Topics++
-		rep.Problems = append(rep.Problems, problems...)
-	}
-	rep.Healthy = len(rep.Problems) == 0
-	return rep, nil
+	return problems, nil
 }
 
 // wakeUpsDenied reports a scheduler (of a Manager or Subscriber) whose
 // Redis user may not subscribe to the wake channels: the note it keeps in
-// Redis while that lasts (see scheduler.watchACL). Not a topic's problem.
-func (i *Inspector) wakeUpsDenied(ctx context.Context) (*HealthProblem, error) {
+// Redis while that lasts (see scheduler.watchACL).
+func wakeUpsDenied(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthProblem, error) {
 	detail, err := i.client.Get(ctx, i.keys.wakeDenied()).Result()
 	if err == redis.Nil {
 		return nil, nil
@@ -140,166 +156,465 @@ func (i *Inspector) wakeUpsDenied(ctx context.Context) (*HealthProblem, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisdelay: health: read the wake-up subscription status: %w", err)
 	}
-	return &HealthProblem{Kind: ProblemWakeUpsDenied, Detail: detail}, nil
+	return []HealthProblem{{Kind: ProblemWakeUpsDenied, Detail: detail}}, nil
 }
 
-func (i *Inspector) topicHealth(ctx context.Context, topic string, config HealthConfig) ([]HealthProblem, error) {
+func (i *Inspector) serverProblems(ctx context.Context, config HealthConfig) ([]HealthProblem, error) {
 	var problems []HealthProblem
-	overdue, err := i.Overdue(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	if overdue > config.MaxOverdue {
-		problems = append(problems, HealthProblem{Topic: topic, Kind: ProblemSchedulerBehind,
-			Detail: fmt.Sprintf("the earliest waiting message is %s overdue (more than %s): no scheduler runs for the topic (run a Manager, or subscribers without DisableScheduler) or it cannot keep up",
-				overdue.Round(time.Millisecond), config.MaxOverdue)})
-	}
-	shards, err := i.shards(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	stuck := map[string]string{}   // group -> detail of the first stuck entry found
-	stopped := map[string]string{} // group -> detail of the first partition found
-	var groups []string
-	for part, sh := range shards {
-		st, err := i.partitionStats(ctx, sh)
+	for _, check := range serverChecks {
+		p, err := check(ctx, i, config)
 		if err != nil {
-			return nil, err
+			return problems, err
 		}
-		for _, g := range st.Groups {
-			if !slices.Contains(groups, g.Group) {
-				groups = append(groups, g.Group)
-			}
-			vis, err := i.visibility(ctx, sh, g.Group)
-			if err != nil {
-				return nil, err
-			}
-			where := ""
-			if len(shards) > 1 {
-				where = fmt.Sprintf(" in partition %d", part)
-			}
-			if _, ok := stuck[g.Group]; !ok && g.Pending > 0 {
-				limit := config.StuckAfter
-				if limit == 0 {
-					limit = 2 * vis
-				}
-				if d, err := i.stuckEntry(ctx, sh, g.Group, limit); err != nil {
-					return nil, err
-				} else if d != "" {
-					stuck[g.Group] = d + where + fmt.Sprintf(" (limit %s): its consumer stopped and no scheduler reclaims it (run a Manager, or subscribers without DisableScheduler)", limit)
-				}
-			}
-			if _, ok := stopped[g.Group]; !ok && g.Ready != 0 {
-				limit := config.ConsumerIdle
-				if limit == 0 {
-					limit = 2 * vis
-				}
-				if d, err := i.idleConsumers(ctx, sh, g.Group, limit); err != nil {
-					return nil, err
-				} else if d != "" {
-					stopped[g.Group] = fmt.Sprintf("%d message(s) ready%s and %s (limit %s): the group's subscribers stopped; if the group is abandoned, delete it with Inspector.DeleteGroup",
-						g.Ready, where, d, limit)
-				}
-			}
-		}
-	}
-	for _, g := range groups {
-		if d, ok := stuck[g]; ok {
-			problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemStuckPending, Detail: d})
-		}
-		if d, ok := stopped[g]; ok {
-			problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemNoActiveConsumer, Detail: d})
-		}
+		problems = append(problems, p...)
 	}
 	return problems, nil
 }
 
-// visibility is the group's stored VisibilityTimeout (the default when
-// none is stored).
-func (i *Inspector) visibility(ctx context.Context, sh shard, group string) (time.Duration, error) {
-	v, err := i.client.HGet(ctx, sh.meta(group), "vis").Result()
-	if err == redis.Nil {
-		return defaultVisibilityTimeout, nil
-	}
+// healthBatch is the most topics one round of pipelines reads: it bounds
+// the pipelines' size in Health, and the work of each check of
+// HealthHandler, which checks the next healthBatch topics each time.
+const healthBatch = 1000
+
+// Health checks the topics for consumer groups whose pending messages are
+// stuck, whose consumers stopped while messages are ready, and for topics
+// whose due messages no scheduler moves; and the Redis server for a
+// maxmemory policy that evicts messages. It reads a thousand topics in a
+// few pipelined round trips, about seven commands per partition. An error
+// means Redis could not be read (the report holds what was checked before).
+func (i *Inspector) Health(ctx context.Context, config HealthConfig) (HealthReport, error) {
+	rep := HealthReport{Healthy: true, Problems: []HealthProblem{}}
+	config, err := config.withDefaults()
 	if err != nil {
-		return 0, err
+		return HealthReport{}, err
 	}
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || ms <= 0 {
-		return defaultVisibilityTimeout, nil
+	topics, err := i.healthTopics(ctx, config)
+	if err != nil {
+		return rep, err
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	for start := 0; start < len(topics); start += healthBatch {
+		batch := topics[start:min(start+healthBatch, len(topics))]
+		problems, err := i.checkTopics(ctx, batch, config)
+		if err != nil {
+			rep.Healthy = len(rep.Problems) == 0
+			return rep, err
+		}
+		rep.Topics += len(batch)
+		rep.Problems = append(rep.Problems, problems...)
+	}
+	problems, err := i.serverProblems(ctx, config)
+	rep.Problems = append(rep.Problems, problems...)
+	rep.Healthy = len(rep.Problems) == 0
+	return rep, err
 }
 
-// stuckEntry describes an entry of the group pending longer than limit in
-// either stream, or returns "".
-func (i *Inspector) stuckEntry(ctx context.Context, sh shard, group string, limit time.Duration) (string, error) {
-	for _, stream := range []string{sh.stream(), sh.redelivery(group)} {
-		res, err := i.client.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: stream, Group: group, Idle: limit, Start: "-", End: "+", Count: 1,
-		}).Result()
-		if err != nil && !isNoSuchKey(err) && !isNoGroup(err) {
-			return "", err
+// healthTopics returns the topics to check, sorted: the configured ones
+// (validated), or those of the registry.
+func (i *Inspector) healthTopics(ctx context.Context, config HealthConfig) ([]string, error) {
+	if len(config.Topics) > 0 {
+		for _, t := range config.Topics {
+			if err := validateTopic(t); err != nil {
+				return nil, err
+			}
 		}
-		if len(res) > 0 {
+		return slices.Sorted(slices.Values(config.Topics)), nil
+	}
+	topics, err := i.Topics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	topics = slices.DeleteFunc(topics, func(t string) bool { return validateTopic(t) != nil })
+	slices.Sort(topics)
+	return topics, nil
+}
+
+// execRead runs a pipeline of reads; a key or group that does not exist
+// (a stream not created yet) reads as empty.
+func execRead(ctx context.Context, pipe redis.Pipeliner) error {
+	cmds, _ := pipe.Exec(ctx)
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && err != redis.Nil && !isNoSuchKey(err) && !isNoGroup(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTopics finds the problems of topics in a fixed number of pipelined
+// round trips: what every partition needs (about seven commands with one
+// group), then what only a group with pending or ready messages needs.
+func (i *Inspector) checkTopics(ctx context.Context, topics []string, config HealthConfig) ([]HealthProblem, error) {
+	fail := func(err error) ([]HealthProblem, error) {
+		return nil, fmt.Errorf("redisdelay: health of %d topic(s) from %q: %w", len(topics), topics[0], err)
+	}
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	counts, err := storedPartitions(ctx, i.client, i.keys, topics...)
+	if err != nil {
+		return fail(err)
+	}
+	type partition struct {
+		topic, n int
+		sh       shard
+		head     *redis.ZSliceCmd
+		groups   *redis.StringSliceCmd
+		infos    *redis.XInfoGroupsCmd
+		length   *redis.IntCmd
+	}
+	var parts []partition
+	pipe := i.client.Pipeline()
+	clock := pipe.Time(ctx)
+	for t, topic := range topics {
+		for n := range counts[t] {
+			sh := i.keys.shard(topic, n)
+			parts = append(parts, partition{topic: t, n: n, sh: sh,
+				head:   pipe.ZRangeWithScores(ctx, sh.waiting(), 0, 0),
+				groups: pipe.SMembers(ctx, sh.groups()),
+				infos:  pipe.XInfoGroups(ctx, sh.stream()),
+				length: pipe.XLen(ctx, sh.stream()),
+			})
+		}
+	}
+	if err := execRead(ctx, pipe); err != nil {
+		return fail(err)
+	}
+	now := clock.Val()
+
+	// Each group of each partition: its redelivery stream and policy.
+	type group struct {
+		part    int
+		name    string
+		vis     *redis.StringCmd
+		redo    *redis.XInfoGroupsCmd
+		redoLen *redis.IntCmd
+		// from the above:
+		pending, ready int64
+		stuck          *redis.XPendingExtCmd // ready stream, then redelivery stream
+		stuckRedo      *redis.XPendingExtCmd
+		stuckLimit     time.Duration
+		consumers      *redis.XInfoConsumersCmd
+		idleLimit      time.Duration
+	}
+	var groups []group
+	pipe = i.client.Pipeline()
+	for p, part := range parts {
+		for _, g := range part.groups.Val() {
+			groups = append(groups, group{part: p, name: g,
+				vis:     pipe.HGet(ctx, part.sh.meta(g), "vis"),
+				redo:    pipe.XInfoGroups(ctx, part.sh.redelivery(g)),
+				redoLen: pipe.XLen(ctx, part.sh.redelivery(g)),
+			})
+		}
+	}
+	if err := execRead(ctx, pipe); err != nil {
+		return fail(err)
+	}
+
+	// Only groups with messages pending or ready need more.
+	pipe = i.client.Pipeline()
+	queued := false
+	for k := range groups {
+		g := &groups[k]
+		part := parts[g.part]
+		info, created := redis.XInfoGroup{}, false
+		for _, in := range part.infos.Val() {
+			if in.Name == g.name {
+				info, created = in, true
+			}
+		}
+		g.pending, g.ready = info.Pending, info.Lag
+		if !created {
+			g.ready = part.length.Val() // registered, not created on the stream yet
+		}
+		for _, r := range g.redo.Val() {
+			if r.Name != g.name {
+				continue
+			}
+			g.pending += r.Pending
+			if g.ready >= 0 {
+				// Handled redelivery entries are deleted, so what is left is
+				// either pending or not fetched yet.
+				g.ready += g.redoLen.Val() - r.Pending
+			}
+		}
+		vis := defaultVisibilityTimeout
+		if ms, err := strconv.ParseInt(g.vis.Val(), 10, 64); err == nil && ms > 0 {
+			vis = time.Duration(ms) * time.Millisecond
+		}
+		g.stuckLimit, g.idleLimit = config.StuckAfter, config.ConsumerIdle
+		if g.stuckLimit == 0 {
+			g.stuckLimit = 2 * vis
+		}
+		if g.idleLimit == 0 {
+			g.idleLimit = 2 * vis
+		}
+		if g.pending > 0 {
+			args := func(stream string) *redis.XPendingExtArgs {
+				return &redis.XPendingExtArgs{Stream: stream, Group: g.name, Idle: g.stuckLimit, Start: "-", End: "+", Count: 1}
+			}
+			g.stuck = pipe.XPendingExt(ctx, args(part.sh.stream()))
+			g.stuckRedo = pipe.XPendingExt(ctx, args(part.sh.redelivery(g.name)))
+			queued = true
+		}
+		if g.ready != 0 {
+			g.consumers = pipe.XInfoConsumers(ctx, part.sh.stream(), g.name)
+			queued = true
+		}
+	}
+	if queued {
+		if err := execRead(ctx, pipe); err != nil {
+			return fail(err)
+		}
+	}
+
+	// The problems, topic by topic: overdue first, then each group's, by
+	// the first partition where each shows.
+	var problems []HealthProblem
+	for k := 0; k < len(parts); {
+		t := parts[k].topic
+		end := k
+		for end < len(parts) && parts[end].topic == t {
+			end++
+		}
+		topic := topics[t]
+		var overdue time.Duration
+		for _, part := range parts[k:end] {
+			if zs := part.head.Val(); len(zs) > 0 {
+				overdue = max(overdue, now.Sub(time.UnixMilli(int64(zs[0].Score)/1024)))
+			}
+		}
+		if overdue > config.MaxOverdue {
+			problems = append(problems, HealthProblem{Topic: topic, Kind: ProblemSchedulerBehind,
+				Detail: fmt.Sprintf("the earliest waiting message is %s overdue (more than %s): no scheduler runs for the topic (run a Manager, or subscribers without DisableScheduler) or it cannot keep up",
+					overdue.Round(time.Millisecond), config.MaxOverdue)})
+		}
+		var names []string
+		stuck := map[string]string{}   // group -> detail of the first stuck entry found
+		stopped := map[string]string{} // group -> detail of the first partition found
+		for _, g := range groups {
+			if g.part < k || g.part >= end {
+				continue
+			}
+			if !slices.Contains(names, g.name) {
+				names = append(names, g.name)
+			}
+			where := ""
+			if end-k > 1 {
+				where = fmt.Sprintf(" in partition %d", parts[g.part].n)
+			}
+			if _, ok := stuck[g.name]; !ok && g.stuck != nil {
+				if d := stuckDetail(g.stuck, g.stuckRedo, config.ShowConsumers); d != "" {
+					stuck[g.name] = d + where + fmt.Sprintf(" (limit %s): its consumer stopped and no scheduler reclaims it (run a Manager, or subscribers without DisableScheduler)", g.stuckLimit)
+				}
+			}
+			if _, ok := stopped[g.name]; !ok && g.consumers != nil {
+				if d := idleDetail(g.consumers.Val(), g.idleLimit); d != "" {
+					stopped[g.name] = fmt.Sprintf("%d message(s) ready%s and %s (limit %s): the group's subscribers stopped; if the group is abandoned, delete it with Inspector.DeleteGroup",
+						g.ready, where, d, g.idleLimit)
+				}
+			}
+		}
+		for _, g := range names {
+			if d, ok := stuck[g]; ok {
+				problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemStuckPending, Detail: d})
+			}
+			if d, ok := stopped[g]; ok {
+				problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemNoActiveConsumer, Detail: d})
+			}
+		}
+		k = end
+	}
+	return problems, nil
+}
+
+// stuckDetail describes the first entry pending past the limit in either
+// stream, or returns "".
+func stuckDetail(stream, redo *redis.XPendingExtCmd, showConsumer bool) string {
+	for _, c := range []*redis.XPendingExtCmd{stream, redo} {
+		if res := c.Val(); len(res) > 0 {
 			p := res[0]
-			return fmt.Sprintf("entry %s has been pending for consumer %q for %s without a lease renewal", p.ID, p.Consumer, p.Idle.Round(time.Millisecond)), nil
+			whose := ""
+			if showConsumer {
+				whose = fmt.Sprintf(" for consumer %q", p.Consumer)
+			}
+			return fmt.Sprintf("entry %s has been pending%s for %s without a lease renewal", p.ID, whose, p.Idle.Round(time.Millisecond))
 		}
 	}
-	return "", nil
+	return ""
 }
 
-// idleConsumers describes the group's consumers of the partition when none
-// read within limit, or returns "".
-func (i *Inspector) idleConsumers(ctx context.Context, sh shard, group string, limit time.Duration) (string, error) {
-	cs, err := i.client.XInfoConsumers(ctx, sh.stream(), group).Result()
-	if err != nil && !isNoSuchKey(err) && !isNoGroup(err) {
-		return "", err
-	}
+// idleDetail describes a partition's consumers of a group when none read
+// within limit, or returns "".
+func idleDetail(cs []redis.XInfoConsumer, limit time.Duration) string {
 	if len(cs) == 0 {
-		return "the group has no consumer", nil
+		return "the group has no consumer"
 	}
 	least := cs[0].Idle
 	for _, c := range cs[1:] {
 		least = min(least, c.Idle)
 	}
 	if least <= limit {
-		return "", nil
+		return ""
 	}
-	return fmt.Sprintf("none of its %d consumer(s) read for %s", len(cs), least.Round(time.Millisecond)), nil
+	return fmt.Sprintf("none of its %d consumer(s) read for %s", len(cs), least.Round(time.Millisecond))
 }
 
 func isNoGroup(err error) bool {
-	return err != nil && len(err.Error()) >= 7 && err.Error()[:7] == "NOGROUP"
+	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
 
-// HealthHandler returns an http.Handler that runs insp.Health with config
-// on each request and answers 200 with the report as JSON when healthy,
-// 503 otherwise; when Redis cannot be read (within timeout, default 5s)
-// also 503, with {"healthy": false, "error": "..."}. Use it as a
-// Kubernetes liveness or readiness probe of a Manager, or as an alerting
-// endpoint.
+// HealthHandler returns an http.Handler that answers with the last health
+// report of insp as JSON: 200 when healthy, 503 when a problem was found
+// or Redis could not be read (then with "error"). Requests answer at once
+// from the last report and cost Redis nothing; a request finding the
+// report older than config.CheckEvery starts the next check in the
+// background, which reads the next thousand topics (round robin) and the
+// server, within timeout (default 5s), so its cost does not grow with the
+// topics: with more, a problem shows within one check per thousand topics.
+// The first request waits for the first check, up to timeout; if that is
+// still running then, it answers 200 when Redis answers a PING. Use it as
+// a Kubernetes liveness or readiness probe of a Manager, or as an
+// alerting endpoint.
 func HealthHandler(insp *Inspector, config HealthConfig, timeout time.Duration) http.Handler {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	return &healthHandler{insp: insp, config: config, timeout: timeout, byTopic: map[string][]HealthProblem{}}
+}
+
+type healthHandler struct {
+	insp    *Inspector
+	config  HealthConfig
+	timeout time.Duration
+
+	mu      sync.Mutex
+	byTopic map[string][]HealthProblem // problems of each topic checked, at its last check
+	server  []HealthProblem
+	next    int           // where the next check starts in the sorted topics
+	checked time.Time     // when the last check succeeded; zero: none did yet
+	err     error         // of the last check, nil when it succeeded
+	running chan struct{} // closed when the running check ends; nil: none runs
+}
+
+func (h *healthHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	config, err := h.config.withDefaults()
+	if err == nil && h.running == nil && (h.err != nil || time.Since(h.checked) >= config.CheckEvery) {
+		h.running = make(chan struct{})
+		go h.check(config, h.running)
+	}
+	first, running := h.checked.IsZero() && h.err == nil, h.running
+	h.mu.Unlock()
+	if first && running != nil {
+		select {
+		case <-running:
+		case <-time.After(h.timeout):
+		case <-r.Context().Done():
+			return
+		}
+	}
+
+	h.mu.Lock()
+	body := struct {
+		HealthReport
+		CheckedAt *time.Time `json:"checked_at,omitempty"`
+		Error     string     `json:"error,omitempty"`
+		Note      string     `json:"note,omitempty"`
+	}{HealthReport: h.report()}
+	if !h.checked.IsZero() {
+		at := h.checked
+		body.CheckedAt = &at
+	}
+	if err == nil {
+		err = h.err
+	}
+	first = h.checked.IsZero() && err == nil
+	h.mu.Unlock()
+	if first {
+		err = h.ping(r.Context())
+		body.Note = "the first check is still running; Redis answers"
+	}
+	if err != nil {
+		body.Healthy, body.Error, body.Note = false, err.Error(), ""
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if !body.Healthy {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(body)
+}
+
+// ping asks Redis for a PING within the handler's timeout. A client
+// without ContextTimeoutEnabled waits for its ReadTimeout despite the
+// context, so the request does not wait for the reply past the timeout.
+func (h *healthHandler) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	pong := make(chan error, 1)
+	go func() {
 		defer cancel()
-		rep, err := insp.Health(ctx, config)
-		var body any = rep
-		if err != nil {
-			body = struct {
-				HealthReport
-				Error string `json:"error"`
-			}{HealthReport{Topics: rep.Topics, Problems: rep.Problems}, err.Error()}
+		pong <- h.insp.client.Ping(ctx).Err()
+	}()
+	select {
+	case err := <-pong:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("redisdelay: Redis did not answer a PING within %s, and the first health check is still running", h.timeout)
+	}
+}
+
+// report is the last problems found (h.mu held).
+func (h *healthHandler) report() HealthReport {
+	rep := HealthReport{Topics: len(h.byTopic), Problems: []HealthProblem{}}
+	for _, t := range slices.Sorted(maps.Keys(h.byTopic)) {
+		rep.Problems = append(rep.Problems, h.byTopic[t]...)
+	}
+	rep.Problems = append(rep.Problems, h.server...)
+	rep.Healthy = len(rep.Problems) == 0
+	return rep
+}
+
+// check reads the next healthBatch topics and the server, then closes done.
+func (h *healthHandler) check(config HealthConfig, done chan struct{}) {
+	defer close(done)
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	defer cancel()
+	h.mu.Lock()
+	start := h.next
+	h.mu.Unlock()
+	topics, err := h.insp.healthTopics(ctx, config)
+	var batch []string
+	var problems, server []HealthProblem
+	if err == nil {
+		if start >= len(topics) {
+			start = 0
 		}
-		w.Header().Set("Content-Type", "application/json")
-		if err != nil || !rep.Healthy {
-			w.WriteHeader(http.StatusServiceUnavailable)
+		batch = topics[start:min(start+healthBatch, len(topics))]
+		problems, err = h.insp.checkTopics(ctx, batch, config)
+	}
+	if err == nil {
+		server, err = h.insp.serverProblems(ctx, config)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.running = nil
+	if h.err = err; err != nil {
+		return
+	}
+	h.checked, h.next, h.server = time.Now(), start+len(batch), server
+	if len(h.byTopic) > 0 {
+		current := make(map[string]bool, len(topics))
+		for _, t := range topics {
+			current[t] = true
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(body)
-	})
+		maps.DeleteFunc(h.byTopic, func(t string, _ []HealthProblem) bool { return !current[t] })
+	}
+	for _, t := range batch {
+		h.byTopic[t] = nil
+	}
+	for _, p := range problems {
+		h.byTopic[p.Topic] = append(h.byTopic[p.Topic], p)
+	}
 }

@@ -270,6 +270,7 @@ func (s *scheduler) start(ctx context.Context, discover bool) {
 	// The health check pings an idle subscription; a connection found dead
 	// late only delays what the check interval bounds anyway.
 	ch := s.pubsub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(pubsubHealthCheck))
+	s.warnEviction()
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()

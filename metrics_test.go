@@ -360,8 +360,10 @@ func TestHealth_StuckPendingMessage(t *testing.T) {
 	assert.Equal(t, topic, p.Topic)
 	assert.Equal(t, "g", p.Group)
 	assert.Contains(t, p.Detail, e.ID)
-	assert.Contains(t, p.Detail, `"crashed"`)
+	assert.NotContains(t, p.Detail, "crashed", "consumer names are shown only with ShowConsumers")
 	t.Log(p.Detail)
+	config.ShowConsumers = true
+	assert.Contains(t, mtHealth(t, insp, config).Problems[0].Detail, `for consumer "crashed"`)
 
 	// The default limit is twice the group's stored VisibilityTimeout (30s).
 	assert.True(t, mtHealth(t, insp, redisdelay.HealthConfig{Topics: []string{topic}}).Healthy)

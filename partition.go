@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -87,11 +88,17 @@ func messagePartition(msg *message.Message, first string, n int) int {
 // topic or its count.
 func registerTopic(ctx context.Context, client redis.UniversalClient, k keys, topic string, want int, config string) (bool, error) {
 	pipe := client.Pipeline()
+	known := pipe.SIsMember(ctx, k.topics(), topic)
 	added := pipe.SAdd(ctx, k.topics(), topic)
 	counted := pipe.HSetNX(ctx, k.partitions(), topic, want)
 	stored := pipe.HGet(ctx, k.partitions(), topic)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return false, fmt.Errorf("redisdelay: register topic %q: %w", topic, err)
+		// At maxmemory (noeviction) Redis refuses the writes even when they
+		// would change nothing: a subscriber restarting then must still
+		// join a topic already registered, to drain it.
+		if !isOOM(err) || !known.Val() || stored.Err() != nil {
+			return false, fmt.Errorf("redisdelay: register topic %q: %w", topic, err)
+		}
 	}
 	if n, _ := strconv.Atoi(stored.Val()); n != want {
 		return false, fmt.Errorf("%w: topic %q has %s partitions in Redis (stored by the first Publisher or Subscriber that used it) but %s gives it %d: "+
@@ -130,4 +137,10 @@ func storedPartitions(ctx context.Context, client redis.UniversalClient, k keys,
 		out[i] = min(n, maxPartitions)
 	}
 	return out, nil
+}
+
+// isOOM reports Redis's refusal of a write at maxmemory (policy noeviction,
+// or nothing left to evict).
+func isOOM(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "OOM ")
 }

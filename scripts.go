@@ -11,15 +11,30 @@ import (
 // The Lua scripts are the specification of the data model: each opens with
 // the keys and arguments it takes and what it returns.
 //
+// Scripts that only move, settle or delete messages already stored, or
+// renew small bookkeeping keys (promote, reclaim, trim, ack, nack, extend,
+// release, init, own, members, unlease), start with "#!lua flags=allow-oom":
+// at maxmemory with the noeviction policy Redis refuses a script without
+// it at its first write that may grow memory (promote's lease SET), so
+// scheduling would stop, and with it promotion and trimming, which are what
+// frees memory. publish (new messages) keeps Redis's default and fails
+// cleanly with OOM. Script flags need Redis 7.0 or later.
+//
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
 // loadScript returns an embedded script, with the helper functions of
-// lib.lua in front when it uses them.
+// lib.lua in front when it uses them (after its shebang line, which Redis
+// reads only as the first line).
 func loadScript(name string, withLib bool) *redis.Script {
 	src := readScript(name)
 	if withLib {
-		src = readScript("lib") + src
+		shebang := ""
+		if strings.HasPrefix(src, "#!") {
+			line, rest, _ := strings.Cut(src, "\n")
+			shebang, src = line+"\n", rest
+		}
+		src = shebang + readScript("lib") + src
 	}
 	return redis.NewScript(src)
 }

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   ack: acknowledges messages read from a group's redelivery stream and
   deletes their entries, which no other group reads. An entry no longer

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   extend: renews the lease of the messages a subscription holds (fetched
   and not yet settled), so reclaim leaves a live consumer's messages alone

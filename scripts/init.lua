@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   init: creates a consumer group on the topic's ready stream (reading from
   the start, so a new group sees messages still in the stream) and on the

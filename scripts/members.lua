@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   members: the heartbeat of a member in a member list: the ordered
   subscriptions of a consumer group for a topic, or the schedulers of a

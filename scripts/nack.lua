@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   nack: takes a delivered message away from its consumer group's pending
   list and either queues it for redelivery to that group only (into the

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   own: takes, renews or drops a consumer's exclusive ownership of one
   partition of a topic for a consumer group (ordered subscriptions: one

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   promote: one scheduler tick of a topic. It first takes or extends the
   topic's scheduling lease: only the scheduler holding it promotes, the
@@ -13,6 +14,8 @@
   (KEYS[9]), each finishing the one in progress before others move. The
   lease only saves work: a message is
   moved exactly once even when several schedulers call this at once.
+  Flagged allow-oom: it runs at maxmemory, since moving due messages on is
+  what lets them be acknowledged and trimmed, freeing memory.
 
   KEYS[1] lease    string owner of the topic's scheduling (expires)
   KEYS[2] groups   set    consumer groups of the topic (only counted)

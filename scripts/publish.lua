@@ -50,6 +50,10 @@
   (or, for an immediate message, by a waiting one of the same UUID) is
   rejected (r), dropped (k), or takes its place (x: the holder is removed).
   Immediate messages never hold a key.
+
+  No allow-oom flag, unlike the scripts that drain (see scripts.go): at
+  maxmemory with noeviction, Redis refuses the call at its first write, so
+  nothing of it is stored and Publish returns the OOM error.
 ]]
 local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limited)
 local maxWaiting = tonumber(ARGV[2])

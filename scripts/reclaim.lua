@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   reclaim: takes from a consumer group the messages its consumers have held
   longer than the group's visibility timeout without extending the lease

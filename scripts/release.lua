@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   release: hands the messages pending for one consumer back to its group
   (into the group's redelivery stream, attempt count unchanged), then

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   trim: removes from the ready stream the entries that every consumer group
   has read and acknowledged, and nothing else: an entry stays while any group

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   unlease: releases a topic's scheduling lease if the caller holds it, and
   wakes the standby schedulers so one of them takes over at once.

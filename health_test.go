@@ -1,0 +1,229 @@
+package redisdelay_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+// idleTopics registers topics idle-0 to idle-(n-1), each with a consumer
+// group and nothing in it, as subscribers that came and went leave them.
+func idleTopics(t *testing.T, client redis.UniversalClient, from, n int) {
+	t.Helper()
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g", DisableScheduler: true}, nil)
+	require.NoError(t, err)
+	defer sub.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := from + w; i < n; i += 8 {
+				if err := sub.SubscribeInitialize("idle-" + strconv.Itoa(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// commandsProcessed reads the server's total_commands_processed.
+func commandsProcessed(t *testing.T, client *redis.Client) int64 {
+	t.Helper()
+	info, err := client.Info(context.Background(), "stats").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("INFO stats has no total_commands_processed")
+	return 0
+}
+
+// settled waits until the server runs no command but these INFOs (the
+// check a request started has ended) and returns total_commands_processed
+// without them.
+func settled(t *testing.T, client *redis.Client) int64 {
+	t.Helper()
+	infos := int64(1)
+	last := commandsProcessed(t, client)
+	for range 200 {
+		time.Sleep(20 * time.Millisecond)
+		now := commandsProcessed(t, client)
+		infos++
+		if now-last == 1 {
+			return now - infos
+		}
+		last = now
+	}
+	t.Fatal("the server kept running commands")
+	return 0
+}
+
+// healthGet requests the handler and returns the status, the decoded body
+// and how long the request took.
+func healthGet(t *testing.T, url string) (int, map[string]any, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	res, err := http.Get(url)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	took := time.Since(start)
+	var body map[string]any
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	return res.StatusCode, body, took
+}
+
+// The health handler of a Manager scheduling many healthy idle topics
+// answers 200 at once, and a request costs Redis a bounded number of
+// commands, however many topics there are. Inspector.Health, the full
+// check, reads them in pipelines.
+func TestHealth_HandlerIsCheapWithManyIdleTopics(t *testing.T) {
+	client := ownRedis(t)
+	ctx := context.Background()
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
+	require.NoError(t, err)
+	// Every request finds the report old and starts a check: the worst case.
+	srv := httptest.NewServer(redisdelay.HealthHandler(insp, redisdelay.HealthConfig{CheckEvery: time.Nanosecond}, 0))
+	defer srv.Close()
+
+	created := 0
+	for _, n := range []int{2_000, 10_000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			start := time.Now()
+			idleTopics(t, client, created, n)
+			created = n
+			t.Logf("%d idle topics created in %s", n, time.Since(start).Round(time.Millisecond))
+
+			before := commandsProcessed(t, client)
+			start = time.Now()
+			rep, err := insp.Health(ctx, redisdelay.HealthConfig{})
+			took := time.Since(start)
+			require.NoError(t, err)
+			assert.True(t, rep.Healthy, "%+v", rep.Problems)
+			assert.Equal(t, n, rep.Topics)
+			t.Logf("Inspector.Health at %d topics: %s, %d Redis commands", n, took.Round(time.Millisecond), commandsProcessed(t, client)-before-1)
+
+			var most int64
+			var slowest time.Duration
+			for i := 0; ; i++ {
+				before := commandsProcessed(t, client)
+				status, body, took := healthGet(t, srv.URL)
+				cmds := settled(t, client) - before
+				most, slowest = max(most, cmds), max(slowest, took)
+				assert.Equal(t, http.StatusOK, status, "healthy idle topics answered %v", body)
+				if body["topics"] == float64(n) {
+					break
+				}
+				// a request finding a check still running starts none
+				require.Less(t, i, 3*(n/1000+2), "the checks never covered every topic")
+			}
+			t.Logf("handler at %d topics: slowest request %s, at most %d Redis commands per request", n, slowest.Round(time.Microsecond), most)
+			assert.Less(t, slowest, time.Second)
+			assert.Less(t, most, int64(10_000), "commands per request must not grow with the topics")
+		})
+	}
+}
+
+// The handler's errors: a bad config, and Redis stalled during the first
+// check and the PING after it.
+func TestHealth_HandlerErrors(t *testing.T) {
+	client := newClient(t)
+	insp := lcInspector(t, client)
+	srv := httptest.NewServer(redisdelay.HealthHandler(insp, redisdelay.HealthConfig{CheckEvery: -time.Second}, 0))
+	defer srv.Close()
+	status, body, _ := healthGet(t, srv.URL)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	assert.Contains(t, body["error"], "HealthConfig durations must not be negative")
+
+	p := newLcProxy(t)
+	stalled := lcInspector(t, p.client(t))
+	topic := topic()
+	p.stall()
+	srv2 := httptest.NewServer(redisdelay.HealthHandler(stalled, redisdelay.HealthConfig{Topics: []string{topic}}, 300*time.Millisecond))
+	defer srv2.Close()
+	status, body, took := healthGet(t, srv2.URL)
+	assert.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
+	assert.Equal(t, false, body["healthy"])
+	assert.NotEmpty(t, body["error"])
+	assert.Less(t, took, 2*time.Second)
+	t.Logf("stalled Redis: %d in %s: %v", status, took.Round(time.Millisecond), body["error"])
+
+	// Once Redis answers, a request starts a new check at once.
+	p.restore(t)
+	require.Eventually(t, func() bool {
+		status, _, _ := healthGet(t, srv2.URL)
+		return status == http.StatusOK
+	}, 5*time.Second, 50*time.Millisecond)
+}
+
+// A server whose ACL denies INFO: the eviction policy cannot be told, and
+// is not a problem.
+func TestHealth_InfoDeniedSkipsTheEvictionCheck(t *testing.T) {
+	admin := ownRedis(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	ctx := context.Background()
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-info").Err())
+	client := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: "app", Password: "pw"})
+	t.Cleanup(func() { _ = client.Close() })
+	require.ErrorContains(t, client.Info(ctx, "memory").Err(), "NOPERM")
+	insp := lcInspector(t, client)
+	rep, err := insp.Health(ctx, redisdelay.HealthConfig{})
+	require.NoError(t, err)
+	assert.True(t, rep.Healthy, "%+v", rep.Problems)
+}
+
+// In a topic of several partitions each problem names the partition
+// where it shows first.
+func TestHealth_PartitionedTopic(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	ctx := context.Background()
+	topic := topic()
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: 3}, logger)
+	require.NoError(t, err)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true, Partitions: 3})
+	require.NoError(t, sub.SubscribeInitialize(topic))
+	for i := range 30 {
+		require.NoError(t, pub.Publish(topic, lcMessage(strconv.Itoa(i))))
+	}
+	stream := redisdelay.DefaultKeyPrefix + ":{" + topic + "~2}:p2:stream"
+	res, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "crashed", Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	time.Sleep(300 * time.Millisecond)
+
+	insp := lcInspector(t, client)
+	rep := mtHealth(t, insp, redisdelay.HealthConfig{Topics: []string{topic}, StuckAfter: 200 * time.Millisecond, ConsumerIdle: 200 * time.Millisecond})
+	require.Len(t, rep.Problems, 2, "%+v", rep.Problems)
+	assert.Equal(t, redisdelay.ProblemStuckPending, rep.Problems[0].Kind)
+	assert.Contains(t, rep.Problems[0].Detail, "entry "+res[0].Messages[0].ID+" has been pending for ")
+	assert.Contains(t, rep.Problems[0].Detail, " in partition 2 (limit 200ms)")
+	assert.Equal(t, redisdelay.ProblemNoActiveConsumer, rep.Problems[1].Kind)
+	assert.Contains(t, rep.Problems[1].Detail, "ready in partition 0 and the group has no consumer")
+	for _, p := range rep.Problems {
+		t.Log(p.Detail)
+	}
+}

@@ -1,0 +1,110 @@
+package redisdelay
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+// evictionRisk is what a server's maxmemory policy can evict of the
+// library's keys.
+type evictionRisk struct {
+	addr     string // the server's address, for logs; "" for a single server
+	policy   string
+	messages bool // allkeys-*: any key, message data included
+}
+
+// detail says what the policy can do and what to set instead.
+func (r evictionRisk) detail() string {
+	where := "the Redis server"
+	if r.addr != "" {
+		where += " at " + r.addr
+	}
+	if r.messages {
+		return fmt.Sprintf("%s has maxmemory-policy %s: at maxmemory it evicts any key, so waiting messages, message bodies, "+
+			"ready and redelivery streams and consumer groups are lost without an error; set maxmemory-policy noeviction "+
+			"(Publish then fails with OOM at maxmemory while scheduling keeps draining); a volatile-* policy also keeps messages, "+
+			"as it evicts only keys that expire", where, r.policy)
+	}
+	return fmt.Sprintf("%s has maxmemory-policy %s: at maxmemory it evicts keys that expire, and of this library's keys only "+
+		"the scheduling leases and the partition ownerships of ordered subscriptions expire: a lease evicted early lets another "+
+		"scheduler take over (harmless), an ownership evicted early lets another ordered subscriber take the partition while "+
+		"its owner still handles messages (order and at-most-one-owner broken for a moment); set maxmemory-policy noeviction "+
+		"if you use ordered subscriptions", where, r.policy)
+}
+
+// readEvictionRisks reads the maxmemory policy of the server (of every
+// master of a Cluster) from INFO memory, as CONFIG GET is often denied by
+// ACLs, and returns the servers whose policy can evict the library's keys.
+// A server without maxmemory evicts nothing. A server that denies INFO is
+// skipped: the risk cannot be told.
+func readEvictionRisks(ctx context.Context, client redis.UniversalClient) ([]evictionRisk, error) {
+	var (
+		mu    sync.Mutex
+		risks []evictionRisk
+	)
+	check := func(ctx context.Context, c redis.Cmdable, addr string) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			if isNoPerm(err) {
+				return nil
+			}
+			return err
+		}
+		var maxmemory, policy string
+		for _, line := range strings.Split(info, "\n") {
+			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, "maxmemory:"); ok {
+				maxmemory = v
+			} else if v, ok := strings.CutPrefix(line, "maxmemory_policy:"); ok {
+				policy = v
+			}
+		}
+		if maxmemory == "0" || maxmemory == "" || policy == "noeviction" || policy == "" {
+			return nil
+		}
+		mu.Lock()
+		risks = append(risks, evictionRisk{addr: addr, policy: policy, messages: strings.HasPrefix(policy, "allkeys-")})
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return check(ctx, node, node.Options().Addr)
+		})
+	default: // a Ring sends INFO to one of its shards
+		err = check(ctx, c, "")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the maxmemory policy (INFO memory): %w", err)
+	}
+	return risks, nil
+}
+
+// warnEviction logs, once and without delaying the start, when a server's
+// maxmemory policy can evict the library's keys.
+func (s *scheduler) warnEviction() {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		defer cancel()
+		risks, err := readEvictionRisks(ctx, s.client)
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.logger.Info("redisdelay: cannot check the Redis maxmemory policy", watermill.LogFields{"error": err.Error()})
+			}
+			return
+		}
+		for _, r := range risks {
+			s.logger.Error("redisdelay: WARNING: "+r.detail(), nil, watermill.LogFields{"maxmemory_policy": r.policy})
+		}
+	}()
+}
