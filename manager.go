@@ -656,8 +656,8 @@ func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan 
 // idle runs idle.lua: whether the partition holds nothing to schedule, and
 // if so marks it dormant, so the next publish wakes the schedulers.
 func (s *scheduler) idle(ctx context.Context, sh shard, groups []string) (bool, error) {
-	k := make([]string, 0, 3+2*len(groups))
-	k = append(k, sh.waiting(), sh.stream(), sh.dormant())
+	k := make([]string, 0, 4+2*len(groups))
+	k = append(k, sh.waiting(), sh.stream(), sh.dormant(), sh.fanout())
 	for _, g := range groups {
 		k = append(k, sh.retry(g), sh.redelivery(g))
 	}

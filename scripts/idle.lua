@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   idle: tells whether a partition holds nothing a scheduler must act on, and
   if so marks it dormant, so the scheduler's loop may stop: no message
@@ -11,17 +12,18 @@
   KEYS[1] waiting  zset   message UUID -> due score
   KEYS[2] stream   stream the topic's ready stream
   KEYS[3] dormant  string set here when idle
+  KEYS[4] fanout   hash   a high-priority message part-way through its fan-out
   then for each consumer group g = 1, 2, ..., two keys:
-  KEYS[2g+2] retry    zset   the group's retry set
-  KEYS[2g+3] rstream  stream the group's redelivery stream
+  KEYS[2g+3] retry    zset   the group's retry set
+  KEYS[2g+4] rstream  stream the group's redelivery stream
   ARGV[1] retention in ms for a stream without consumer groups (0: keep all)
 
   Returns 1 when idle (and marked dormant), 0 otherwise.
 ]]
-if redis.call('ZCARD', KEYS[1]) > 0 then
+if redis.call('ZCARD', KEYS[1]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then
   return 0
 end
-for k = 4, #KEYS, 2 do
+for k = 5, #KEYS, 2 do
   if redis.call('ZCARD', KEYS[k]) > 0 or redis.call('XLEN', KEYS[k + 1]) > 0 then
     return 0
   end
