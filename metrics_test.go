@@ -100,7 +100,7 @@ func mtScrape(t *testing.T, reg prometheus.Gatherer) string {
 	return string(b)
 }
 
-func TestMetrics_NewMetricsTwiceOnARegistryFails(t *testing.T) {
+func TestMetrics_NewTwiceOnARegistryFails(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	_, err := prommetrics.New(reg)
