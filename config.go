@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/names"
 )
 
 // DefaultKeyPrefix namespaces every key when a config leaves KeyPrefix empty.
@@ -118,8 +117,9 @@ type PublisherConfig struct {
 	// well under PublishTimeout.
 	ReplicaTimeout time.Duration
 
-	// Metrics records Prometheus metrics (see NewMetrics); nil records none.
-	Metrics *Metrics
+	// Metrics records metrics (prommetrics.New for Prometheus); nil
+	// records none.
+	Metrics Metrics
 
 	// BusinessKeyPolicy is what Publish does with a message whose
 	// BusinessKey metadata is held by another waiting message of the topic:
@@ -357,9 +357,9 @@ type SubscriberConfig struct {
 	// group at once, and so does the handled one when the wait runs out.
 	CloseTimeout time.Duration
 
-	// Metrics records Prometheus metrics (see NewMetrics); nil records none.
-	// The embedded scheduler records into it too.
-	Metrics *Metrics
+	// Metrics records metrics (prommetrics.New for Prometheus); nil
+	// records none. The embedded scheduler records into it too.
+	Metrics Metrics
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -473,8 +473,9 @@ type ManagerConfig struct {
 	// consumer group: delete an abandoned group with Inspector.DeleteGroup.
 	Retention time.Duration
 
-	// Metrics records Prometheus metrics (see NewMetrics); nil records none.
-	Metrics *Metrics
+	// Metrics records metrics (prommetrics.New for Prometheus); nil
+	// records none.
+	Metrics Metrics
 }
 
 func (c *ManagerConfig) setDefaults() {
@@ -530,26 +531,8 @@ func validateCommon(config string, client redis.UniversalClient, prefix string) 
 }
 
 // nameProblem says what would break the key layout in a name (empty when
-// nothing): braces would move the Redis Cluster hash tag; spaces, control
-// characters and invalid UTF-8 make keys unreadable in tools; a bound keeps
-// keys reasonable.
-func nameProblem(what, s string) string {
-	if s == "" {
-		return what + " is empty"
-	}
-	if len(s) > 256 {
-		return fmt.Sprintf("%s is %d bytes long: use at most 256", what, len(s))
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Sprintf("%s %q is not valid UTF-8", what, s)
-	}
-	if i := strings.IndexFunc(s, func(r rune) bool {
-		return r == '{' || r == '}' || unicode.IsSpace(r) || unicode.IsControl(r)
-	}); i >= 0 {
-		return fmt.Sprintf("%s %q contains %q at byte %d: braces, spaces and control characters are not allowed (they would break the Redis key layout)", what, s, s[i:i+1], i)
-	}
-	return ""
-}
+// nothing); see names.Problem, shared with the prommetrics Collector.
+func nameProblem(what, s string) string { return names.Problem(what, s) }
 
 func validateName(what, s string) error {
 	if p := nameProblem(what, s); p != "" {

@@ -71,7 +71,8 @@
 // A BusinessKey metadata value is unique among a topic's waiting messages
 // (reject, keep the first, or replace a duplicate; recall with CancelKey);
 // MaxWaiting and MaxReady bound a topic (ErrQueueFull); PriorityKey makes a
-// message overtake a backlog; NewMetrics and NewCollector export
-// Prometheus metrics, Inspector.Health reports stuck groups and a
-// scheduler behind; cmd/redisdelay does the Inspector's work from a shell.
+// message overtake a backlog; the prommetrics subpackage exports
+// Prometheus metrics (the core links none); Inspector.Health reports stuck
+// groups and a scheduler behind; cmd/redisdelay does the Inspector's work
+// from a shell.
 package redisdelay

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -203,7 +202,7 @@ type scheduler struct {
 	batch     int
 	trim      time.Duration
 	retention time.Duration
-	metrics   *Metrics
+	metrics   *schedMetrics
 	limiter   *logLimiter        // repeated errors of all partitions
 	gone      func(topic string) // called when the client was closed under the scheduler
 
@@ -240,8 +239,8 @@ const groupsRefresh = time.Minute
 func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *scheduler {
 	return &scheduler{
 		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
-		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: uuid.NewString(),
-		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: config.Metrics,
+		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: watermill.NewUUID(),
+		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
 		known: map[shard]partition{}, loops: map[shard]chan string{}, stops: map[shard]context.CancelFunc{},
 		balances: map[string]*balance{}, refresh: make(chan struct{}, 1), limiter: newLogLimiter(),
 	}

@@ -23,13 +23,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/prommetrics"
 )
 
 // mtMetrics returns Metrics registered in a new registry.
-func mtMetrics(t *testing.T) (*redisdelay.Metrics, *prometheus.Registry) {
+func mtMetrics(t *testing.T) (*prommetrics.Metrics, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := redisdelay.NewMetrics(reg)
+	m, err := prommetrics.New(reg)
 	require.NoError(t, err)
 	return m, reg
 }
@@ -99,16 +100,16 @@ func mtScrape(t *testing.T, reg prometheus.Gatherer) string {
 	return string(b)
 }
 
-func TestMetrics_NewMetricsTwiceOnARegistryFails(t *testing.T) {
+func TestMetrics_NewTwiceOnARegistryFails(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	_, err := redisdelay.NewMetrics(reg)
+	_, err := prommetrics.New(reg)
 	require.NoError(t, err)
-	_, err = redisdelay.NewMetrics(reg)
+	_, err = prommetrics.New(reg)
 	var already prometheus.AlreadyRegisteredError
 	assert.True(t, errors.As(err, &already), "want AlreadyRegisteredError, got %v", err)
 
-	m, err := redisdelay.NewMetrics(nil) // registered by the caller
+	m, err := prommetrics.New(nil) // registered by the caller
 	require.NoError(t, err)
 	require.NoError(t, prometheus.NewRegistry().Register(m))
 }
@@ -228,7 +229,7 @@ func TestCollector_GaugesAfterAScrape(t *testing.T) {
 	require.NoError(t, pub.Publish(topic, soon))
 	time.Sleep(400 * time.Millisecond) // no scheduler: soon stays waiting, overdue
 
-	c, err := redisdelay.NewCollector(redisdelay.CollectorConfig{Inspector: lcInspector(t, client), Topics: []string{topic}})
+	c, err := prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: lcInspector(t, client), Topics: []string{topic}})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(c))
@@ -246,7 +247,7 @@ func TestCollector_GaugesAfterAScrape(t *testing.T) {
 	t.Logf("scrape:\n%s", mtScrape(t, reg))
 
 	// Without a topic list it exports every topic of the registry.
-	all, err := redisdelay.NewCollector(redisdelay.CollectorConfig{Inspector: lcInspector(t, client)})
+	all, err := prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: lcInspector(t, client)})
 	require.NoError(t, err)
 	assert.Equal(t, 2.0, testutil.ToFloat64(mtOnly(t, all, "redisdelay_waiting_messages", tl)))
 }
@@ -272,7 +273,7 @@ func TestCollector_ScrapeErrorsAreCounted(t *testing.T) {
 	t.Cleanup(func() { _ = dead.Close() })
 	insp := lcInspector(t, dead)
 	for _, topics := range [][]string{{"a", "b"}, nil} {
-		c, err := redisdelay.NewCollector(redisdelay.CollectorConfig{Inspector: insp, Topics: topics, Timeout: time.Second})
+		c, err := prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: insp, Topics: topics, Timeout: time.Second})
 		require.NoError(t, err)
 		reg := prometheus.NewPedanticRegistry()
 		require.NoError(t, reg.Register(c))
@@ -285,11 +286,11 @@ func TestCollector_ScrapeErrorsAreCounted(t *testing.T) {
 		assert.Equal(t, float64(max(len(topics), 1)), mtValue(t, gathered, "redisdelay_scrape_errors_total", nil))
 	}
 
-	_, err := redisdelay.NewCollector(redisdelay.CollectorConfig{})
+	_, err := prommetrics.NewCollector(prommetrics.CollectorConfig{})
 	assert.ErrorContains(t, err, "CollectorConfig.Inspector is nil")
-	_, err = redisdelay.NewCollector(redisdelay.CollectorConfig{Inspector: insp, Topics: []string{"a b"}})
+	_, err = prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: insp, Topics: []string{"a b"}})
 	assert.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
-	_, err = redisdelay.NewCollector(redisdelay.CollectorConfig{Inspector: insp, Timeout: -time.Second})
+	_, err = prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: insp, Timeout: -time.Second})
 	assert.ErrorContains(t, err, "CollectorConfig.Timeout")
 }
 

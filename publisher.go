@@ -69,7 +69,7 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // safe for those; an immediate message retried may be delivered twice.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) (err error) {
 	if m := p.config.Metrics; m != nil {
-		defer m.observePublish(topic, messages, time.Now(), p.now(), &err)
+		defer observePublish(m, topic, messages, time.Now(), p.now(), &err)
 	}
 	if p.closed.Load() {
 		return ErrClosed

@@ -14,7 +14,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -184,7 +183,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.closing, cancel)
 	var wg sync.WaitGroup
-	consumer := s.config.Consumer + "-" + uuid.NewString()
+	consumer := s.config.Consumer + "-" + watermill.NewUUID()
 	var order *balance
 	if s.config.Ordered {
 		order = newBalance(parts)
@@ -205,7 +204,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			out:      out,
 			ackWake:  make(chan struct{}, 1),
 			order:    order,
-			m:        s.config.Metrics.subscription(topic, s.config.ConsumerGroup),
+			m:        newSubMetrics(s.config.Metrics, topic, s.config.ConsumerGroup),
 		}
 		wg.Add(1)
 		go func() {

@@ -111,7 +111,7 @@ func BenchmarkSubscribeAck(b *testing.B) { benchSubscribeAck(b, nil) }
 
 // benchSubscribeAck receives and acks b.N messages, with metrics when m is
 // not nil.
-func benchSubscribeAck(b *testing.B, m *redisdelay.Metrics) {
+func benchSubscribeAck(b *testing.B, m redisdelay.Metrics) {
 	c := freshClient(b)
 	pub := newPublisher(b, c)
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: c, ConsumerGroup: consumerGroup, Metrics: m}, nil)

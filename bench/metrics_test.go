@@ -9,12 +9,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/prommetrics"
 )
 
 // The hot paths of hotpath_test.go with Prometheus metrics on, to compare.
 
-func newMetrics(b *testing.B) *redisdelay.Metrics {
-	m, err := redisdelay.NewMetrics(prometheus.NewRegistry())
+func newMetrics(b *testing.B) *prommetrics.Metrics {
+	m, err := prommetrics.New(prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package redisdelay_test
+package prommetrics_test
 
 import (
 	"fmt"
@@ -7,21 +7,23 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/prommetrics"
 )
 
 // Serve /metrics and /healthz: this process's metrics (pass the same
 // Metrics to every Publisher, Subscriber and Manager), the queue sizes in
 // Redis, and a health check usable as a Kubernetes probe.
-func ExampleNewMetrics() {
+func ExampleNew() {
 	client := exampleClient() // e.g. redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
 
 	reg := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
-	metrics, err := redisdelay.NewMetrics(reg)
+	metrics, err := prommetrics.New(reg)
 	if err != nil {
 		panic(err)
 	}
@@ -31,12 +33,15 @@ func ExampleNewMetrics() {
 	}
 	defer pub.Close()
 	// ... and SubscriberConfig.Metrics, ManagerConfig.Metrics likewise.
+	if err := pub.Publish("prommetrics-example", message.NewMessage("1", []byte("hello"))); err != nil {
+		panic(err)
+	}
 
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
 	if err != nil {
 		panic(err)
 	}
-	queues, err := redisdelay.NewCollector(redisdelay.CollectorConfig{Inspector: insp}) // every topic
+	queues, err := prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: insp}) // every topic
 	if err != nil {
 		panic(err)
 	}
@@ -54,6 +59,14 @@ func ExampleNewMetrics() {
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
-	fmt.Println(res.StatusCode, strings.Contains(string(body), "# TYPE redisdelay_scrape_errors_total counter"))
-	// Output: 200 true
+	fmt.Println(res.StatusCode)
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "redisdelay_published_messages_total") || line == "# TYPE redisdelay_waiting_messages gauge" {
+			fmt.Println(line)
+		}
+	}
+	// Output:
+	// 200
+	// redisdelay_published_messages_total{delay="immediate",topic="prommetrics-example"} 1
+	// # TYPE redisdelay_waiting_messages gauge
 }

@@ -1,4 +1,4 @@
-package redisdelay
+package prommetrics
 
 import (
 	"context"
@@ -7,12 +7,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/names"
 )
 
 // CollectorConfig configures a Collector.
 type CollectorConfig struct {
 	// Inspector reads the queues. Required.
-	Inspector *Inspector
+	Inspector *redisdelay.Inspector
 
 	// Topics to export. Empty: every topic in the registry of the
 	// Inspector's key prefix, listed again at each scrape.
@@ -33,7 +36,7 @@ type CollectorConfig struct {
 // Errors never fail a scrape: the topics that could not be read are left
 // out and counted in redisdelay_scrape_errors_total.
 type Collector struct {
-	insp    *Inspector
+	insp    *redisdelay.Inspector
 	topics  []string
 	timeout time.Duration
 	errors  prometheus.Counter
@@ -45,18 +48,18 @@ type Collector struct {
 // prometheus.MustRegister(collector).
 func NewCollector(config CollectorConfig) (*Collector, error) {
 	if config.Inspector == nil {
-		return nil, errors.New("redisdelay: CollectorConfig.Inspector is nil: pass one from NewInspector")
+		return nil, errors.New("prommetrics: CollectorConfig.Inspector is nil: pass one from redisdelay.NewInspector")
 	}
 	for i, t := range config.Topics {
-		if p := nameProblem(fmt.Sprintf("CollectorConfig.Topics[%d]", i), t); p != "" {
-			return nil, fmt.Errorf("%w: %s", ErrInvalidTopic, p)
+		if p := names.Problem(fmt.Sprintf("CollectorConfig.Topics[%d]", i), t); p != "" {
+			return nil, fmt.Errorf("%w: %s", redisdelay.ErrInvalidTopic, p)
 		}
 	}
 	if config.Timeout == 0 {
 		config.Timeout = 5 * time.Second
 	}
-	if err := positive("CollectorConfig.Timeout", config.Timeout, time.Millisecond); err != nil {
-		return nil, err
+	if config.Timeout < time.Millisecond {
+		return nil, fmt.Errorf("prommetrics: CollectorConfig.Timeout is %s: use at least 1ms (0 means the default)", config.Timeout)
 	}
 	tg := []string{"topic", "consumer_group"}
 	desc := func(name, help string, labels []string) *prometheus.Desc {
@@ -97,7 +100,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, topic := range topics {
-		if validateTopic(topic) != nil {
+		if names.Problem("topic", topic) != "" {
 			continue
 		}
 		st, err := c.insp.Stats(ctx, topic)
