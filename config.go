@@ -339,7 +339,7 @@ type SubscriberConfig struct {
 	// after its retry delay, before any later message of its partition; at
 	// MaxAttempts it goes to the dead letters and the partition moves on
 	// (with a negative MaxAttempts a message that always fails blocks its
-	// partition). See "Ordering" in the README for what is not guaranteed.
+	// partition). See "Ordering" in docs/scaling.md for what is not guaranteed.
 	// Give every subscriber of a group the same value.
 	Ordered bool
 

@@ -6,7 +6,6 @@ replace github.com/redisdelay/watermill-redisdelay => ../
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
-	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/redis/go-redis/v9 v9.17.2
 	github.com/redisdelay/watermill-redisdelay v0.0.0-00010101000000-000000000000
 )
@@ -27,7 +26,6 @@ require (
 	github.com/prometheus/procfs v0.17.0 // indirect
 	github.com/sony/gobreaker v1.0.0 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
-	github.com/yuin/gopher-lua v1.1.1 // indirect
 	golang.org/x/sys v0.35.0 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
 )

@@ -1,7 +1,7 @@
 // Command orders schedules "close the order if still unpaid" for every new
 // order, and cancels that message when the order is paid in time.
 //
-//	go run ./orders              # embedded in-memory Redis
+//	go run ./orders              # starts a redis-server of its own
 //	go run ./orders 127.0.0.1:6379
 package main
 

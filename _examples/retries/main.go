@@ -2,7 +2,7 @@
 // messages come back after a growing delay (middleware.DelayOnError), and a
 // message that keeps failing goes to a poison topic.
 //
-//	go run ./retries              # embedded in-memory Redis
+//	go run ./retries              # starts a redis-server of its own
 //	go run ./retries 127.0.0.1:6379
 package main
 

@@ -1,14 +1,23 @@
 // Package redisconn gives the examples a Redis client: the server at the
-// address in the first argument or REDIS_ADDR, or else an embedded in-memory
-// Redis (miniredis), so the examples run with no Redis installed.
+// address in the first argument or REDIS_ADDR, or else a redis-server the
+// example starts on a free loopback port, without persistence, and stops
+// when it ends. An embedded in-memory Redis (miniredis) cannot serve: it
+// does not run scripts with flags (#!lua flags=allow-oom), which the
+// library's scripts carry since they drain at maxmemory.
 package redisconn
 
 import (
+	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"log"
+	"net"
 	"os"
+	"os/exec"
+	"strconv"
+	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,11 +33,50 @@ func Client() (redis.UniversalClient, func()) {
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		return c, func() { _ = c.Close() }
 	}
-	mr, err := miniredis.Run()
+	srv, addr, err := startServer()
 	if err != nil {
-		log.Fatal(err)
+		log.Fatalf("no Redis address given (argument or REDIS_ADDR), and %v", err)
 	}
-	log.Printf("no Redis address given (argument or REDIS_ADDR): using an embedded in-memory Redis at %s", mr.Addr())
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	return c, func() { _ = c.Close(); mr.Close() }
+	log.Printf("no Redis address given (argument or REDIS_ADDR): started redis-server at %s (no persistence; stopped at the end)", addr)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	return c, func() {
+		_ = c.Close()
+		_ = srv.Process.Kill()
+		_ = srv.Wait()
+	}
+}
+
+// startServer starts redis-server on a free 127.0.0.1 port and waits until
+// it answers.
+func startServer() (*exec.Cmd, string, error) {
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, "", errors.New("redis-server is not on the PATH: install Redis 7.0 or later (Debian: apt-get install redis-server), or pass the address of a running one")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", fmt.Errorf("cannot find a free loopback port: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", os.TempDir())
+	stopWithParent(cmd) // a log.Fatal in the example skips the release
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("cannot start %s: %w", path, err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return cmd, addr, nil
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return nil, "", fmt.Errorf("the redis-server started at %s did not answer within 5 s: %w", addr, err)
+		}
+	}
 }
