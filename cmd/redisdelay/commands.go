@@ -93,7 +93,7 @@ func init() {
 				}
 				return checkPage(f.offset, f.limit)
 			},
-			run:   cmdWaiting,
+			run: cmdWaiting,
 		},
 		{
 			name: "dead", args: "<topic> <group> [--after ID] [--limit N] [--payload]", summary: "list a group's dead letters, oldest first",
