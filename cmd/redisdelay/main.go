@@ -5,8 +5,15 @@
 //
 //	redisdelay [flags] <command> [arguments]
 //
-// Run "redisdelay -h" for the commands and flags. Exit status: 0 done,
-// 1 operational error (Redis unreachable, unknown topic, ...), 2 usage error.
+// It connects to one server (--addr, --db), a Redis Cluster (--cluster) or
+// a master found through Sentinels (--sentinel, --master), as an ACL user
+// (--user; the password from $REDISDELAY_PASSWORD), over TLS if asked
+// (--tls, --tls-ca, --tls-cert, --tls-key). "show" and --payload print
+// payloads, escaped or as a hex dump.
+//
+// Run "redisdelay -h" for the commands and flags, "redisdelay --version"
+// for the build. Exit status: 0 done, 1 operational error (Redis
+// unreachable, unknown topic, ...), 2 usage error.
 package main
 
 import (
@@ -221,7 +228,11 @@ func runWith(ctx context.Context, opts *options, args []string, stdout, stderr i
 	client := opts.client()
 	defer client.Close()
 	if err := ping(ctx, client); err != nil {
-		fmt.Fprintf(stderr, "redisdelay: cannot reach %s: %v%s\n", opts.target(), err, timedOut(ctx, opts))
+		hint := ""
+		if opts.sentinel != "" && ctx.Err() == nil {
+			hint = " (is --master the name the Sentinels monitor?)"
+		}
+		fmt.Fprintf(stderr, "redisdelay: cannot reach %s: %v%s%s\n", opts.target(), err, hint, timedOut(ctx, opts))
 		return exitError
 	}
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: opts.prefix})
