@@ -9,23 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// BusinessKey is the metadata key that gives a delayed message a business
-// key (an order number, say): among the messages of a topic still waiting
-// for their due time, no two hold the same key. What Publish does with a
-// message whose key another waiting message holds is the
-// BusinessKeyPolicy. A message releases its key when it becomes due (moves
-// to the ready stream) or is cancelled; immediate messages never hold one.
-// Without a PartitionKey a message goes to the partition of its business
-// key, so the check is within one partition; a business key used with a
-// PartitionKey must always come with the same PartitionKey. A received
-// message published again (it carries AttemptKey) does not hold its key.
-const BusinessKey = "_redisdelay_business_key"
-
-// BusinessKeyPolicyKey is the metadata key that sets the BusinessKeyPolicy
-// of one message ("reject", "keep-first" or "replace"), overriding
-// PublisherConfig.BusinessKeyPolicy and TopicBusinessKeyPolicy.
-const BusinessKeyPolicyKey = "_redisdelay_business_key_policy"
-
 // BusinessKeyPolicy is what Publish does with a message whose BusinessKey
 // is held by another waiting message of its topic (the holder).
 type BusinessKeyPolicy string
@@ -203,7 +186,7 @@ func (i *Inspector) recall(ctx context.Context, topic, by, value string) (bool, 
 	}
 	parts, err := storedPartitions(ctx, i.client, i.keys, topic)
 	if err != nil {
-		return false, fmt.Errorf("redisdelay: cancel %s in topic %q: %w", recallWhat(by, value), topic, err)
+		return false, wrap(err, "cancel %s in topic %q", recallWhat(by, value), topic)
 	}
 	return recall(ctx, i.client, i.keys, topic, parts[0], by, value)
 }
@@ -225,7 +208,7 @@ func recall(ctx context.Context, client redis.UniversalClient, k keys, topic str
 		sh := k.shard(topic, (home+i)%parts)
 		n, err := cancelScript.Run(ctx, client, []string{sh.waiting(), sh.bodies(), sh.bkeys(), sh.bkeyOf(), sh.prio()}, by, value).Int()
 		if err != nil {
-			return false, fmt.Errorf("redisdelay: cancel %s in topic %q: %w", recallWhat(by, value), topic, err)
+			return false, wrap(err, "cancel %s in topic %q", recallWhat(by, value), topic)
 		}
 		if n == 1 {
 			return true, nil

@@ -3,6 +3,7 @@ package redisdelay
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -60,6 +61,34 @@ var (
 	// message retried may be delivered twice.
 	ErrNotReplicated = errors.New("redisdelay: not replicated")
 )
+
+// Retry backoff defaults; see DefaultRetryDelay.
+const (
+	retryDelayBase   = time.Second
+	retryDelayCap    = 10 * time.Minute
+	retryDelayJitter = 0.2
+)
+
+// DefaultRetryDelay is the SubscriberConfig.RetryDelay used when none is
+// set: 1s before the second attempt, doubling with each attempt up to 10
+// minutes, each value varied at random by up to ±20%.
+//
+// A handler that fails because something it needs is down then retries
+// within a second of a blip, yet does not burn the default 16 attempts in
+// seconds: they span about 67 minutes (1s+2s+...+512s, then 600s five
+// times) before the message goes to the dead letters, so an outage of up to
+// an hour is ridden out. The cap bounds how late a message comes back after
+// the outage ends. The jitter spreads messages that failed together, so
+// they do not all come back in the same instant and fail again together.
+func DefaultRetryDelay(attempt int) time.Duration {
+	d := retryDelayCap
+	if attempt >= 1 && attempt <= 20 { // 2^19 s is far past the cap
+		d = min(retryDelayBase<<(attempt-1), retryDelayCap)
+	} else if attempt < 1 {
+		d = retryDelayBase
+	}
+	return time.Duration(float64(d) * (1 + retryDelayJitter*(2*rand.Float64()-1)))
+}
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
@@ -253,12 +282,21 @@ type SubscriberConfig struct {
 	// RetryDelay gives the delay before redelivering a nacked message whose
 	// handler set no delay metadata, or a message reclaimed from a consumer
 	// that stopped responding; attempt is the attempt that failed (1 for the
-	// first delivery). Nil redelivers immediately. It must depend on attempt
-	// only: NewSubscriber evaluates it for the first attempts (up to
-	// MaxAttempts, at most 64) and stores
-	// the values in Redis, so a scheduler in another process (a Manager)
-	// applies the same delays when it reclaims; later attempts repeat the
-	// last value there.
+	// first delivery). Default (nil): DefaultRetryDelay, an exponential
+	// backoff from 1s to 10 minutes with jitter. For immediate redelivery,
+	// set func(int) time.Duration { return 0 }.
+	//
+	// A delay the handler sets on the message it nacks (Watermill's
+	// middleware.DelayOnError does, from its own InitialInterval and
+	// MaxInterval) takes precedence over RetryDelay; it applies to Nacks
+	// only, not to reclaims. An Ordered subscription holds its partition
+	// while a nacked message waits for its retry.
+	//
+	// Apart from random jitter, it must depend on attempt only:
+	// NewSubscriber evaluates it for the first attempts (up to
+	// MaxAttempts, at most 64) and stores the values in Redis, so a
+	// scheduler in another process (a Manager) applies the same delays
+	// when it reclaims; later attempts repeat the last value there.
 	RetryDelay func(attempt int) time.Duration
 
 	// DisableScheduler turns off the scheduler a Subscriber runs for the
@@ -355,6 +393,13 @@ type SubscriberConfig struct {
 	// (default 10s); the message's context is cancelled first, as a signal
 	// to finish. Fetched messages not yet handed to a handler go back to the
 	// group at once, and so does the handled one when the wait runs out.
+	// In a Watermill Router, handlers always Ack or Nack, so this only
+	// bounds a handler still running at shutdown: set it to how long your
+	// handlers need to finish once their context is cancelled, and keep it
+	// under RouterConfig.CloseTimeout (default 30s) so that Router.Close
+	// does not time out first. Code that may stop reading with a message
+	// neither acked nor nacked (as Watermill's test suite does) waits the
+	// whole CloseTimeout on each Close: set it short there.
 	CloseTimeout time.Duration
 
 	// Metrics records metrics (prommetrics.New for Prometheus); nil
@@ -393,6 +438,9 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = defaultCloseTimeout
+	}
+	if c.RetryDelay == nil {
+		c.RetryDelay = DefaultRetryDelay
 	}
 }
 

@@ -10,23 +10,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// AttemptKey is the metadata key that tells a handler which delivery attempt
-// of the message it is handling: "1" the first time, "2" after one Nack or
-// reclaim, and so on. Messages handed back unacknowledged when a subscriber
-// closes keep their attempt number. Publish drops the key, so a received
-// message published again (forwarded, or sent to a poison queue) starts
-// over at attempt 1. A message that carries the key is such a copy:
-// Publish keeps its BusinessKey metadata but does not let it hold the key,
-// so it cannot refuse the next message with that key. Delete the key from
-// the metadata to publish the message as a new one that holds its key.
-const AttemptKey = "_redisdelay_attempt"
-
-// ErrorKey is the metadata key whose value, when a handler nacks a message
-// on its last attempt, becomes the dead letter's reason. The RecordError
-// middleware sets it from the handler's error. Like all metadata it travels
-// with retries, so it holds the latest failure.
-const ErrorKey = "_redisdelay_error"
-
 // RecordError is a Router middleware that stores a failing handler's error
 // text in the message's ErrorKey metadata, so retries and dead letters say
 // why the message failed. Add it first, so it wraps the other middleware and

@@ -50,8 +50,9 @@
 //
 // At least once. Each group receives every message; subscribers of a group
 // compete. A Nack redelivers to the same group only, after the delay the
-// handler set (middleware.DelayOnError) or SubscriberConfig.RetryDelay. The
-// attempt number is in the AttemptKey metadata.
+// handler set (middleware.DelayOnError) or SubscriberConfig.RetryDelay
+// (by default DefaultRetryDelay: 1s doubling to 10 minutes, with jitter).
+// The attempt number is in the AttemptKey metadata.
 //
 // A subscription hands out the next message as soon as the previous one is
 // acked: acknowledgements are written to Redis in the background, many per

@@ -34,7 +34,7 @@ func (i *Inspector) Overdue(ctx context.Context, topic string) (time.Duration, e
 		head := pipe.ZRangeWithScores(ctx, sh.waiting(), 0, 0)
 		now := pipe.Time(ctx)
 		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, fmt.Errorf("redisdelay: overdue messages of topic %q: %w", topic, err)
+			return 0, wrap(err, "overdue messages of topic %q", topic)
 		}
 		if zs := head.Val(); len(zs) > 0 {
 			due := time.UnixMilli(int64(zs[0].Score) / 1024)
@@ -134,7 +134,7 @@ var serverChecks = []func(ctx context.Context, i *Inspector, config HealthConfig
 func evictionProblems(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthProblem, error) {
 	risks, err := readEvictionRisks(ctx, i.client)
 	if err != nil {
-		return nil, fmt.Errorf("redisdelay: health: %w", err)
+		return nil, wrap(err, "health")
 	}
 	var problems []HealthProblem
 	for _, r := range risks {
@@ -154,7 +154,7 @@ func wakeUpsDenied(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthP
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redisdelay: health: read the wake-up subscription status: %w", err)
+		return nil, wrap(err, "health: read the wake-up subscription status")
 	}
 	return []HealthProblem{{Kind: ProblemWakeUpsDenied, Detail: detail}}, nil
 }
@@ -245,7 +245,7 @@ func execRead(ctx context.Context, pipe redis.Pipeliner) error {
 // group), then what only a group with pending or ready messages needs.
 func (i *Inspector) checkTopics(ctx context.Context, topics []string, config HealthConfig) ([]HealthProblem, error) {
 	fail := func(err error) ([]HealthProblem, error) {
-		return nil, fmt.Errorf("redisdelay: health of %d topic(s) from %q: %w", len(topics), topics[0], err)
+		return nil, wrap(err, "health of %d topic(s) from %q", len(topics), topics[0])
 	}
 	if len(topics) == 0 {
 		return nil, nil

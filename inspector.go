@@ -106,7 +106,7 @@ func (i *Inspector) InvalidTopics(ctx context.Context) ([]string, error) {
 func (i *Inspector) registry(ctx context.Context) (valid, invalid []string, err error) {
 	all, err := i.client.SMembers(ctx, i.keys.topics()).Result()
 	if err != nil {
-		return nil, nil, fmt.Errorf("redisdelay: list topics: %w", err)
+		return nil, nil, wrap(err, "list topics")
 	}
 	valid = all[:0]
 	for _, t := range all {
@@ -141,7 +141,7 @@ func (i *Inspector) Stats(ctx context.Context, topic string) (TopicStats, error)
 		return st, err
 	}
 	fail := func(err error) (TopicStats, error) {
-		return st, fmt.Errorf("redisdelay: stats of topic %q: %w", topic, err)
+		return st, wrap(err, "stats of topic %q", topic)
 	}
 	shards, err := i.shards(ctx, topic)
 	if err != nil {
@@ -633,5 +633,5 @@ func wrapErr(err error, format string, args ...any) error {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return nil
 	}
-	return fmt.Errorf("redisdelay: "+format+": %w", append(args, err)...)
+	return wrap(err, format, args...)
 }

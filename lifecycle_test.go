@@ -214,7 +214,7 @@ func TestLifecycle_NegativeMaxAttemptsRetriesForever(t *testing.T) {
 	client := newClient(t)
 	topic := topic()
 	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: -1})
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: -1, RetryDelay: noRetry})
 	insp := lcInspector(t, client)
 	ch := subscribe(t, sub, topic)
 

@@ -156,7 +156,7 @@ func (m *Manager) discover(ctx context.Context, static bool) error {
 }
 
 // Running is closed once Run has started scheduling.
-func (m *Manager) Running() chan struct{} {
+func (m *Manager) Running() <-chan struct{} {
 	return m.running
 }
 

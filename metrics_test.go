@@ -125,6 +125,7 @@ func TestMetrics_PublishDeliverAckNackCounters(t *testing.T) {
 	require.NoError(t, err)
 	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", MaxAttempts: 2, CheckInterval: 100 * time.Millisecond, Metrics: m,
+		RetryDelay: func(int) time.Duration { return 0 }, // the retry of i2 comes back at once
 	})
 	require.NoError(t, sub.SubscribeInitialize(topic))
 	tg := map[string]string{"topic": topic, "consumer_group": "g"}

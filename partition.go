@@ -12,17 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// PartitionKey is the metadata key that places a message in a partition of
-// its topic: messages with the same value go to the same partition (FNV-1a
-// hash of the value, modulo the partition count), so an ordered
-// subscription (SubscriberConfig.Ordered) handles them one at a time, in
-// due order. Without it a message with a BusinessKey goes to the partition
-// of its business key, and any other to the partition of its call: that
-// of the first message's UUID, so a Publish call (the usual single message,
-// or a batch) stays in one partition and atomic, and a retried call lands
-// where the first try did. It has no effect on a topic of one partition.
-const PartitionKey = "_redisdelay_partition_key"
-
 // maxPartitions bounds a topic's partition count: each is a set of keys,
 // one blocking read per subscription and one scheduler loop.
 const maxPartitions = 256
@@ -97,7 +86,7 @@ func registerTopic(ctx context.Context, client redis.UniversalClient, k keys, to
 		// would change nothing: a subscriber restarting then must still
 		// join a topic already registered, to drain it.
 		if !isOOM(err) || !known.Val() || stored.Err() != nil {
-			return false, fmt.Errorf("redisdelay: register topic %q: %w", topic, err)
+			return false, wrap(err, "register topic %q", topic)
 		}
 	}
 	if n, _ := strconv.Atoi(stored.Val()); n != want {
@@ -111,7 +100,7 @@ func registerTopic(ctx context.Context, client redis.UniversalClient, k keys, to
 	// Discovering Managers schedule it now rather than at their next
 	// refresh of the registry.
 	if err := client.Publish(ctx, k.registered(), topic).Err(); err != nil {
-		return true, fmt.Errorf("redisdelay: register topic %q: tell the Managers: %w", topic, err)
+		return true, wrap(err, "register topic %q: tell the Managers", topic)
 	}
 	return true, nil
 }

@@ -227,7 +227,7 @@ func (p *Publisher) await(ctx context.Context, c *pubCall) error {
 		}
 	}
 	if r.err != nil {
-		return fmt.Errorf("redisdelay: publish %d message(s) to %s: %w", c.n, c.where(), r.err)
+		return wrap(r.err, "publish %d message(s) to %s", c.n, c.where())
 	}
 	if r.dup != "" {
 		return fmt.Errorf("%w: message %q is already waiting in %s with a different body: cancel it first or use a new UUID",
@@ -265,7 +265,7 @@ func (c *pubCall) refusal(status []any) error {
 
 // notSent is the error of a call that gave up before its messages were sent.
 func notSent(n int, where string, err error) error {
-	return fmt.Errorf("redisdelay: publish %d message(s) to %s: gave up before sending the messages (none is stored): %w", n, where, err)
+	return wrap(err, "publish %d message(s) to %s: gave up before sending the messages (none is stored)", n, where)
 }
 
 // Coalescing. Per partition at most maxFlushes script runs are in flight; a

@@ -32,8 +32,11 @@ func newPubSub(t *testing.T, group string, configure ...func(*redisdelay.Subscri
 // reading with a message delivered and never acked, then Close (fifty
 // subscribers one after another in TestConcurrentSubscribe): a short
 // CloseTimeout keeps them from waiting for handlers that do not exist.
+// TestContinueAfterErrors nacks each message six times and waits at most
+// 15s for the next one, so nacked messages must come back at once: the
+// default backoff would wait 16s before the sixth attempt.
 func suitePubSub(t *testing.T, group string) (*redisdelay.Publisher, *redisdelay.Subscriber) {
-	return newPubSub(t, group, func(c *redisdelay.SubscriberConfig) { c.CloseTimeout = 100 * time.Millisecond })
+	return newPubSub(t, group, noRetryDelay, func(c *redisdelay.SubscriberConfig) { c.CloseTimeout = 100 * time.Millisecond })
 }
 
 func groupPubSub(t *testing.T, group string) (message.Publisher, message.Subscriber) {

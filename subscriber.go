@@ -26,7 +26,8 @@ const opTimeout = 5 * time.Second
 // Subscriber consumes messages of a consumer group. Each Subscribe call is an
 // independent consumer in the group: it receives one message at a time and
 // the next only after the previous one is acked or nacked (acks reach Redis
-// asynchronously, in batches: see acker.go). Safe for concurrent use.
+// asynchronously, in batches: see "Delivery" in the package documentation).
+// Safe for concurrent use.
 type Subscriber struct {
 	config SubscriberConfig
 	keys   keys
@@ -139,7 +140,7 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 			[]string{sh.stream(), sh.redelivery(group), sh.groups(), sh.meta(group)},
 			append([]any{group, sh.wake()}, s.policy...)...).Err()
 		if err != nil {
-			return fmt.Errorf("redisdelay: create consumer group %q for partition %d of topic %q: %w", group, part, topic, err)
+			return wrap(err, "create consumer group %q for partition %d of topic %q", group, part, topic)
 		}
 	}
 	s.mu.Lock()

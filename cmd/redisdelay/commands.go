@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
@@ -30,6 +31,23 @@ type cmdFlags struct {
 	after         string
 	all, yes      bool
 	key           string
+	payload       bool
+	maxPayload    int
+}
+
+// payloadFlags are the flags of the commands that can print payloads.
+func payloadFlags(fs *flag.FlagSet, f *cmdFlags, toggle bool) {
+	if toggle {
+		fs.BoolVar(&f.payload, "payload", false, "show each message in full: all metadata and the payload")
+	}
+	fs.IntVar(&f.maxPayload, "max-payload", defaultMaxPayload, "print at most `N` bytes of a payload (0: all)")
+}
+
+func checkMaxPayload(f *cmdFlags) error {
+	if f.maxPayload < 0 {
+		return fmt.Errorf("--max-payload is %d: use 0 (no limit) or more", f.maxPayload)
+	}
+	return nil
 }
 
 func lookup(name string) *command {
@@ -60,25 +78,37 @@ func init() {
 			maxArgs: -1, run: cmdStats,
 		},
 		{
-			name: "waiting", args: "<topic> [--offset N] [--limit N]", summary: "list a topic's delayed messages, in due order",
-			help:    "Lists delayed messages not due yet, in due order: UUID, due time, payload size, metadata.",
+			name: "waiting", args: "<topic> [--offset N] [--limit N] [--payload]", summary: "list a topic's delayed messages, in due order",
+			help: "Lists delayed messages not due yet, in due order: UUID, due time, payload size, metadata.\n" +
+				"With --payload, each message in full (see \"redisdelay help show\" for how payloads are printed).",
 			minArgs: 1, maxArgs: 1,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
 				fs.IntVar(&f.offset, "offset", 0, "skip the first `N` messages")
 				fs.IntVar(&f.limit, "limit", 100, "list at most `N` messages (1 to 10000)")
+				payloadFlags(fs, f, true)
 			},
-			check: func(_ []string, f *cmdFlags) error { return checkPage(f.offset, f.limit) },
-			run:   cmdWaiting,
+			check: func(_ []string, f *cmdFlags) error {
+				if err := checkMaxPayload(f); err != nil {
+					return err
+				}
+				return checkPage(f.offset, f.limit)
+			},
+			run: cmdWaiting,
 		},
 		{
-			name: "dead", args: "<topic> <group> [--after ID] [--limit N]", summary: "list a group's dead letters, oldest first",
-			help:    "Lists the dead letters of a consumer group, oldest first: ID, time, attempts, UUID, reason.\nPass the last ID of a page to --after for the next page.",
+			name: "dead", args: "<topic> <group> [--after ID] [--limit N] [--payload]", summary: "list a group's dead letters, oldest first",
+			help: "Lists the dead letters of a consumer group, oldest first: ID, time, attempts, UUID, reason.\nPass the last ID of a page to --after for the next page.\n" +
+				"With --payload, each dead letter in full (see \"redisdelay help show\" for how payloads are printed).",
 			minArgs: 2, maxArgs: 2,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
 				fs.StringVar(&f.after, "after", "", "list the dead letters after the one with this `ID`")
 				fs.IntVar(&f.limit, "limit", 100, "list at most `N` dead letters (1 to 10000)")
+				payloadFlags(fs, f, true)
 			},
 			check: func(_ []string, f *cmdFlags) error {
+				if err := checkMaxPayload(f); err != nil {
+					return err
+				}
 				if f.after != "" {
 					if err := checkDeadID(f.after); err != nil {
 						return err
@@ -87,6 +117,19 @@ func init() {
 				return checkPage(0, f.limit)
 			},
 			run: cmdDead,
+		},
+		{
+			name: "show", args: "<topic> <uuid> [--max-payload N]", summary: "show a waiting message or dead letter in full, payload included",
+			help: "Shows the message with this UUID wherever it still is: waiting for its due time, or in the\n" +
+				"dead letters of any consumer group (delivered and acknowledged messages are not kept). It prints\n" +
+				"all metadata and the payload: text with control characters and other characters a terminal would\n" +
+				"act on escaped (\\x1b, \\u202e), anything that is not UTF-8 text as a hex dump, at most\n" +
+				"--max-payload bytes. With --json the payload is a string, or payload_base64 when not UTF-8.\n" +
+				"Exit status 1 when no such message is found.",
+			minArgs: 2, maxArgs: 2,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) { payloadFlags(fs, f, false) },
+			check: func(_ []string, f *cmdFlags) error { return checkMaxPayload(f) },
+			run:   cmdShow,
 		},
 		{
 			name: "cancel", args: "<topic> (<uuid> | --key K)", summary: "recall a delayed message that is still waiting",
@@ -321,7 +364,7 @@ func cmdWaiting(e *env, pos []string) error {
 	if e.opts.json {
 		out := make([]waitingJSON, 0, len(msgs))
 		for _, m := range msgs {
-			out = append(out, toWaitingJSON(m, now))
+			out = append(out, e.waitingJSON(m, now))
 		}
 		return writeJSON(e.stdout, out)
 	}
@@ -333,7 +376,11 @@ func cmdWaiting(e *env, pos []string) error {
 		fmt.Fprintln(e.stdout)
 		return nil
 	}
-	writeWaitingTable(e.stdout, msgs, now)
+	if f.payload {
+		writeWaitingRecords(e.stdout, msgs, now, f.maxPayload)
+	} else {
+		writeWaitingTable(e.stdout, msgs, now)
+	}
 	if len(msgs) == f.limit {
 		fmt.Fprintf(e.stderr, "(first %d shown; next page: --offset %d)\n", f.limit, f.offset+f.limit)
 	}
@@ -352,7 +399,7 @@ func cmdDead(e *env, pos []string) error {
 	if e.opts.json {
 		out := make([]deadJSON, 0, len(dead))
 		for _, d := range dead {
-			out = append(out, toDeadJSON(d))
+			out = append(out, e.deadJSON(d))
 		}
 		return writeJSON(e.stdout, out)
 	}
@@ -364,7 +411,11 @@ func cmdDead(e *env, pos []string) error {
 		fmt.Fprintln(e.stdout)
 		return nil
 	}
-	writeDeadTable(e.stdout, dead)
+	if f.payload {
+		writeDeadRecords(e.stdout, group, dead, f.maxPayload)
+	} else {
+		writeDeadTable(e.stdout, dead)
+	}
 	if len(dead) == f.limit {
 		fmt.Fprintf(e.stderr, "(first %d shown; next page: --after %s)\n", f.limit, dead[len(dead)-1].ID)
 	}
@@ -492,3 +543,111 @@ func deadLetters[N int | int64](n N) string {
 	}
 	return fmt.Sprintf("%d dead letters", n)
 }
+
+// waitingJSON and deadJSON add the payload when it was asked for.
+func (e *env) waitingJSON(m redisdelay.WaitingMessage, now time.Time) waitingJSON {
+	out := toWaitingJSON(m, now)
+	if e.flags.payload && m.Corrupt == "" {
+		out.payloadJSON = toPayloadJSON(m.Message.Payload, e.flags.maxPayload)
+	}
+	return out
+}
+
+func (e *env) deadJSON(d redisdelay.DeadLetter) deadJSON {
+	out := toDeadJSON(d)
+	if e.flags.payload && d.Message != nil {
+		out.payloadJSON = toPayloadJSON(d.Message.Payload, e.flags.maxPayload)
+	}
+	return out
+}
+
+// showJSON is show's output: where the message was found.
+type showJSON struct {
+	Topic   string        `json:"topic"`
+	UUID    string        `json:"uuid"`
+	Waiting []waitingJSON `json:"waiting"`
+	Dead    []groupDead   `json:"dead"`
+}
+
+type groupDead struct {
+	Group string `json:"group"`
+	deadJSON
+}
+
+// cmdShow looks for the UUID among the topic's waiting messages and every
+// group's dead letters, a page at a time: the Inspector has no index by
+// UUID, and an operator's look-up can afford the scan.
+func cmdShow(e *env, pos []string) error {
+	topic, uuid := pos[0], pos[1]
+	if err := e.knownTopics(topic); err != nil {
+		return err
+	}
+	e.flags.payload = true
+	now := e.now()
+	var waiting []redisdelay.WaitingMessage
+	for offset := 0; ; offset += showPage {
+		page, err := e.insp.Waiting(e.ctx, topic, offset, showPage)
+		if err != nil {
+			return err
+		}
+		for _, m := range page {
+			if m.Message.UUID == uuid {
+				waiting = append(waiting, m)
+			}
+		}
+		if len(page) < showPage {
+			break
+		}
+	}
+	st, err := e.insp.Stats(e.ctx, topic)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(st.Groups, func(a, b redisdelay.GroupStats) int { return strings.Compare(a.Group, b.Group) })
+	type found struct {
+		group string
+		dead  redisdelay.DeadLetter
+	}
+	var dead []found
+	for _, g := range st.Groups {
+		for after := ""; ; {
+			page, err := e.insp.DeadLetters(e.ctx, topic, g.Group, after, showPage)
+			if err != nil {
+				return err
+			}
+			for _, d := range page {
+				if d.Message != nil && d.Message.UUID == uuid {
+					dead = append(dead, found{g.Group, d})
+				}
+			}
+			if len(page) < showPage {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+	}
+	if len(waiting) == 0 && len(dead) == 0 {
+		return fmt.Errorf("redisdelay: no waiting message and no dead letter has UUID %q in topic %q (delivered and acknowledged messages are not kept; see \"redisdelay stats %s\")", uuid, topic, topic)
+	}
+	if e.opts.json {
+		out := showJSON{Topic: topic, UUID: uuid, Waiting: []waitingJSON{}, Dead: []groupDead{}}
+		for _, m := range waiting {
+			out.Waiting = append(out.Waiting, e.waitingJSON(m, now))
+		}
+		for _, d := range dead {
+			out.Dead = append(out.Dead, groupDead{d.group, e.deadJSON(d.dead)})
+		}
+		return writeJSON(e.stdout, out)
+	}
+	writeWaitingRecords(e.stdout, waiting, now, e.flags.maxPayload)
+	for i, d := range dead {
+		if i > 0 || len(waiting) > 0 {
+			fmt.Fprintln(e.stdout)
+		}
+		writeDeadRecords(e.stdout, d.group, []redisdelay.DeadLetter{d.dead}, e.flags.maxPayload)
+	}
+	return nil
+}
+
+// showPage is the page size of show's scan.
+const showPage = 1000

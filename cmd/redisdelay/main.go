@@ -5,18 +5,28 @@
 //
 //	redisdelay [flags] <command> [arguments]
 //
-// Run "redisdelay -h" for the commands and flags. Exit status: 0 done,
-// 1 operational error (Redis unreachable, unknown topic, ...), 2 usage error.
+// It connects to one server (--addr, --db), a Redis Cluster (--cluster) or
+// a master found through Sentinels (--sentinel, --master), as an ACL user
+// (--user; the password from $REDISDELAY_PASSWORD), over TLS if asked
+// (--tls, --tls-ca, --tls-cert, --tls-key). "show" and --payload print
+// payloads, escaped or as a hex dump.
+//
+// Run "redisdelay -h" for the commands and flags, "redisdelay --version"
+// for the build. Exit status: 0 done, 1 operational error (Redis
+// unreachable, unknown topic, ...), 2 usage error.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -52,11 +62,32 @@ const defaultAddr = "127.0.0.1:6379"
 // options are the global flags; every command accepts them too, before or
 // after its own arguments.
 type options struct {
-	addr    string
-	cluster string
-	prefix  string
-	json    bool
-	timeout time.Duration
+	addr     string
+	cluster  string
+	sentinel string
+	master   string
+	db       int
+	user     string
+	password string
+	prefix   string
+	json     bool
+	timeout  time.Duration
+	version  bool
+
+	tls         bool
+	tlsCA       string
+	tlsCert     string
+	tlsKey      string
+	tlsInsecure bool
+
+	// getenv reads the environment (os.Getenv; tests replace it).
+	getenv func(string) string
+	// tlsConfig is built by check from the --tls flags; nil without TLS.
+	tlsConfig *tls.Config
+}
+
+func newOptions() *options {
+	return &options{addr: defaultAddr, prefix: redisdelay.DefaultKeyPrefix, timeout: 10 * time.Second, getenv: os.Getenv}
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -64,6 +95,17 @@ func (o *options) register(fs *flag.FlagSet) {
 	// a command's flag set keeps what the global flags set.
 	fs.StringVar(&o.addr, "addr", o.addr, "Redis `address` (host:port)")
 	fs.StringVar(&o.cluster, "cluster", o.cluster, "comma-separated seed `addresses` of a Redis Cluster (instead of --addr)")
+	fs.StringVar(&o.sentinel, "sentinel", o.sentinel, "comma-separated `addresses` of Redis Sentinels (instead of --addr; with --master)")
+	fs.StringVar(&o.master, "master", o.master, "`name` of the master the Sentinels monitor")
+	fs.IntVar(&o.db, "db", o.db, "logical database `number` (not with --cluster)")
+	fs.StringVar(&o.user, "user", o.user, "ACL user `name` (default: the default user)")
+	fs.StringVar(&o.password, "password", o.password, "`password`; prefer $REDISDELAY_PASSWORD, which other users cannot see in the process list")
+	fs.BoolVar(&o.tls, "tls", o.tls, "connect with TLS (implied by the other --tls flags)")
+	fs.StringVar(&o.tlsCA, "tls-ca", o.tlsCA, "PEM `file` of the CA certificates to verify the server with (default: the system's)")
+	fs.StringVar(&o.tlsCert, "tls-cert", o.tlsCert, "PEM `file` of the client certificate, for servers that verify clients (with --tls-key)")
+	fs.StringVar(&o.tlsKey, "tls-key", o.tlsKey, "PEM `file` of the client certificate's private key")
+	fs.BoolVar(&o.tlsInsecure, "tls-insecure", o.tlsInsecure, "do not verify the server's certificate (INSECURE: for tests only)")
+	fs.BoolVar(&o.version, "version", o.version, "print the version and exit")
 	fs.StringVar(&o.prefix, "prefix", o.prefix, "key `prefix` of the Publishers and Subscribers")
 	fs.BoolVar(&o.json, "json", o.json, "machine-readable JSON output")
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, "bound on the whole command, including connecting")
@@ -71,8 +113,11 @@ func (o *options) register(fs *flag.FlagSet) {
 
 // target names the Redis deployment in messages.
 func (o *options) target() string {
-	if o.cluster != "" {
+	switch {
+	case o.cluster != "":
 		return "Redis Cluster (seeds " + o.cluster + ")"
+	case o.sentinel != "":
+		return fmt.Sprintf("Redis master %q (Sentinels %s)", o.master, o.sentinel)
 	}
 	return "Redis at " + o.addr
 }
@@ -101,9 +146,12 @@ type env struct {
 }
 
 // run runs the command line args (without the program name) and returns
-// the exit status. The password comes from $REDIS_PASSWORD.
+// the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	opts := &options{addr: defaultAddr, prefix: redisdelay.DefaultKeyPrefix, timeout: 10 * time.Second}
+	return runWith(ctx, newOptions(), args, stdout, stderr)
+}
+
+func runWith(ctx context.Context, opts *options, args []string, stdout, stderr io.Writer) int {
 	top := flag.NewFlagSet("redisdelay", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
 	opts.register(top)
@@ -115,13 +163,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageFail(stderr, usagef(nil, "%v", err))
 	}
 	rest := top.Args()
+	if opts.version {
+		if len(rest) > 0 {
+			return usageFail(stderr, usagef(nil, "--version takes no command (got %q)", rest[0]))
+		}
+		fmt.Fprintln(stdout, version())
+		return exitOK
+	}
 	if len(rest) == 0 {
 		return usageFail(stderr, usagef(nil, "no command given"))
 	}
 	if rest[0] == "help" {
 		var cmd *command
+		if len(rest) > 2 {
+			return usageFail(stderr, usagef(nil, "help takes one command at most (got %d arguments)", len(rest)-1))
+		}
 		if len(rest) > 1 {
-			cmd = lookup(rest[1])
+			if cmd = lookup(rest[1]); cmd == nil {
+				return usageFail(stderr, usagef(nil, "help: unknown command %q", rest[1]))
+			}
 		}
 		printUsage(stdout, cmd)
 		return exitOK
@@ -148,8 +208,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(pos) < cmd.minArgs || (cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs) {
 		return usageFail(stderr, usagef(cmd, "%s: wrong number of arguments (%d)", cmd.name, len(pos)))
 	}
+	if opts.version {
+		return usageFail(stderr, usagef(cmd, "--version takes no command (got %q)", cmd.name))
+	}
 	if err := opts.check(); err != nil {
 		return usageFail(stderr, usagef(cmd, "%v", err))
+	}
+	if opts.tlsInsecure {
+		fmt.Fprintln(stderr, "redisdelay: warning: --tls-insecure: the server's certificate is not verified, so anyone on the network path can impersonate the server and read the password and the messages")
 	}
 	if cmd.check != nil {
 		if err := cmd.check(pos, cf); err != nil {
@@ -162,7 +228,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	client := opts.client()
 	defer client.Close()
 	if err := ping(ctx, client); err != nil {
-		fmt.Fprintf(stderr, "redisdelay: cannot reach %s: %v%s\n", opts.target(), err, timedOut(ctx, opts))
+		hint := ""
+		if opts.sentinel != "" && ctx.Err() == nil {
+			hint = " (is --master the name the Sentinels monitor?)"
+		}
+		fmt.Fprintf(stderr, "redisdelay: cannot reach %s: %v%s%s\n", opts.target(), err, hint, timedOut(ctx, opts))
 		return exitError
 	}
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: opts.prefix})
@@ -210,9 +280,23 @@ func (o *options) check() error {
 	if o.cluster != "" && o.addr != defaultAddr {
 		return errors.New("--cluster and --addr exclude each other: give the cluster's seed addresses to --cluster only")
 	}
-	if o.cluster != "" && len(o.seeds()) == 0 {
+	if o.cluster != "" && len(splitAddrs(o.cluster)) == 0 {
 		return errors.New("--cluster has no address")
 	}
+	if err := o.checkSentinel(); err != nil {
+		return err
+	}
+	if o.db < 0 {
+		return fmt.Errorf("--db is %d: use 0 or more", o.db)
+	}
+	if o.db != 0 && o.cluster != "" {
+		return fmt.Errorf("--db %d with --cluster: a Redis Cluster has database 0 only", o.db)
+	}
+	tc, err := o.buildTLS()
+	if err != nil {
+		return err
+	}
+	o.tlsConfig = tc
 	if o.timeout <= 0 {
 		return fmt.Errorf("--timeout is %s: give a positive duration, e.g. 10s", o.timeout)
 	}
@@ -222,9 +306,74 @@ func (o *options) check() error {
 	return nil
 }
 
-func (o *options) seeds() []string {
+func (o *options) checkSentinel() error {
+	switch {
+	case o.sentinel == "" && o.master != "":
+		return errors.New("--master without --sentinel: give the Sentinels' addresses to --sentinel too")
+	case o.sentinel == "":
+		return nil
+	case o.cluster != "":
+		return errors.New("--sentinel and --cluster exclude each other")
+	case o.addr != defaultAddr:
+		return errors.New("--sentinel and --addr exclude each other: the Sentinels tell where the master is")
+	case len(splitAddrs(o.sentinel)) == 0:
+		return errors.New("--sentinel has no address")
+	case o.master == "":
+		return errors.New("--sentinel needs --master, the name of the master the Sentinels monitor (as in \"sentinel monitor <name> ...\")")
+	}
+	return nil
+}
+
+// buildTLS makes the TLS configuration the --tls flags ask for (nil for
+// none), reading the files now so that a wrong path is a usage error
+// rather than a failure to connect.
+func (o *options) buildTLS() (*tls.Config, error) {
+	if !o.tls && o.tlsCA == "" && o.tlsCert == "" && o.tlsKey == "" && !o.tlsInsecure {
+		return nil, nil
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together: give the client certificate and its private key")
+	}
+	if o.tlsInsecure && o.tlsCA != "" {
+		return nil, errors.New("--tls-insecure and --tls-ca exclude each other: --tls-insecure verifies nothing, so the CA would be ignored")
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.tlsInsecure} //nolint:gosec // asked for, with a warning
+	if o.tlsCA != "" {
+		pem, err := os.ReadFile(o.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s holds no PEM certificate", o.tlsCA)
+		}
+		tc.RootCAs = pool
+	}
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// secret returns the password: --password, else $REDISDELAY_PASSWORD, else
+// $REDIS_PASSWORD (read by earlier versions).
+func (o *options) secret() string {
+	if o.password != "" {
+		return o.password
+	}
+	if p := o.getenv("REDISDELAY_PASSWORD"); p != "" {
+		return p
+	}
+	return o.getenv("REDIS_PASSWORD")
+}
+
+func splitAddrs(list string) []string {
 	var out []string
-	for _, a := range strings.Split(o.cluster, ",") {
+	for _, a := range strings.Split(list, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			out = append(out, a)
 		}
@@ -232,18 +381,59 @@ func (o *options) seeds() []string {
 	return out
 }
 
-// client connects as the options say; the password comes from
-// $REDIS_PASSWORD. Reads honour the context, so --timeout bounds a server
-// that accepts connections but never answers.
+// client connects as the options say (check has run). Reads honour the
+// context, so --timeout bounds a server that accepts connections but never
+// answers.
 func (o *options) client() redis.UniversalClient {
-	password := os.Getenv("REDIS_PASSWORD")
+	password := o.secret()
 	dial := min(o.timeout, 5*time.Second)
-	if o.cluster != "" {
+	switch {
+	case o.cluster != "":
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: o.seeds(), Password: password, DialTimeout: dial, MaxRetries: 1, ContextTimeoutEnabled: true,
+			Addrs: splitAddrs(o.cluster), Username: o.user, Password: password, TLSConfig: o.tlsConfig,
+			DialTimeout: dial, MaxRetries: 1, ContextTimeoutEnabled: true,
+		})
+	case o.sentinel != "":
+		// The Sentinels are reached with the same TLS settings; their own
+		// password, if any, comes from $REDISDELAY_SENTINEL_PASSWORD.
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: o.master, SentinelAddrs: splitAddrs(o.sentinel), SentinelPassword: o.getenv("REDISDELAY_SENTINEL_PASSWORD"),
+			Username: o.user, Password: password, DB: o.db, TLSConfig: o.tlsConfig,
+			DialTimeout: dial, MaxRetries: 1, ContextTimeoutEnabled: true,
 		})
 	}
-	return redis.NewClient(&redis.Options{Addr: o.addr, Password: password, DialTimeout: dial, MaxRetries: 1, ContextTimeoutEnabled: true})
+	return redis.NewClient(&redis.Options{
+		Addr: o.addr, Username: o.user, Password: password, DB: o.db, TLSConfig: o.tlsConfig,
+		DialTimeout: dial, MaxRetries: 1, ContextTimeoutEnabled: true,
+	})
+}
+
+// version describes the build: the module version (a tag when installed
+// with go install ...@version, "(devel)" from a checkout), the VCS
+// revision when built from one, and the Go version.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "redisdelay (no build information)"
+	}
+	v := "redisdelay " + info.Main.Version
+	var rev, when, dirty string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			when = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = ", modified"
+			}
+		}
+	}
+	if rev != "" {
+		v += fmt.Sprintf(" (%.12s %s%s)", rev, when, dirty)
+	}
+	return v + " " + info.GoVersion
 }
 
 func ping(ctx context.Context, c redis.UniversalClient) error {
@@ -299,11 +489,12 @@ global flags (before or after the command):
 `)
 	fs := flag.NewFlagSet("redisdelay", flag.ContinueOnError)
 	fs.SetOutput(w)
-	(&options{addr: defaultAddr, prefix: redisdelay.DefaultKeyPrefix, timeout: 10 * time.Second}).register(fs)
+	newOptions().register(fs)
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
 environment:
-  REDIS_PASSWORD  password of the Redis server or cluster
+  REDISDELAY_PASSWORD           password of the Redis server, cluster or master (unless --password; REDIS_PASSWORD is read too)
+  REDISDELAY_SENTINEL_PASSWORD  password of the Sentinels, with --sentinel
 
 exit status: 0 done, 1 operational error (Redis unreachable, unknown topic, ...), 2 usage error.
 Run "redisdelay help <command>" for a command's flags.

@@ -51,6 +51,8 @@ type waitingJSON struct {
 	// Corrupt says why the stored message could not be decoded (empty when
 	// it could); PayloadBytes and Metadata are empty then.
 	Corrupt string `json:"corrupt,omitempty"`
+	// With --payload; omitted otherwise.
+	payloadJSON
 }
 
 type deadJSON struct {
@@ -64,6 +66,8 @@ type deadJSON struct {
 	PayloadBytes     int               `json:"payload_bytes"`
 	Metadata         map[string]string `json:"metadata"`
 	UndecodableBytes int               `json:"undecodable_bytes,omitempty"`
+	// With --payload; omitted otherwise.
+	payloadJSON
 }
 
 type cancelJSON struct {

@@ -1,0 +1,108 @@
+package redisdelay
+
+import "github.com/ThreeDotsLabs/watermill/message"
+
+// The metadata keys this package reads and writes, and typed setters for
+// those a publisher sets, so callers need not spell raw keys. Watermill's
+// delay.Message sets the delay.
+
+// BusinessKey is the metadata key that gives a delayed message a business
+// key (an order number, say): among the messages of a topic still waiting
+// for their due time, no two hold the same key. What Publish does with a
+// message whose key another waiting message holds is the
+// BusinessKeyPolicy. A message releases its key when it becomes due (moves
+// to the ready stream) or is cancelled; immediate messages never hold one.
+// Without a PartitionKey a message goes to the partition of its business
+// key, so the check is within one partition; a business key used with a
+// PartitionKey must always come with the same PartitionKey. A received
+// message published again (it carries AttemptKey) does not hold its key.
+const BusinessKey = "_redisdelay_business_key"
+
+// BusinessKeyPolicyKey is the metadata key that sets the BusinessKeyPolicy
+// of one message ("reject", "keep-first" or "replace"), overriding
+// PublisherConfig.BusinessKeyPolicy and TopicBusinessKeyPolicy.
+const BusinessKeyPolicyKey = "_redisdelay_business_key_policy"
+
+// PartitionKey is the metadata key that places a message in a partition of
+// its topic: messages with the same value go to the same partition (FNV-1a
+// hash of the value, modulo the partition count), so an ordered
+// subscription (SubscriberConfig.Ordered) handles them one at a time, in
+// due order. Without it a message with a BusinessKey goes to the partition
+// of its business key, and any other to the partition of its call: that
+// of the first message's UUID, so a Publish call (the usual single message,
+// or a batch) stays in one partition and atomic, and a retried call lands
+// where the first try did. It has no effect on a topic of one partition.
+const PartitionKey = "_redisdelay_partition_key"
+
+// PriorityKey is the metadata key that makes a message high-priority:
+// value PriorityHigh ("high"); "" or "normal" is the default. When due, a
+// high-priority message is handed to each consumer group's redelivery
+// stream, which subscriptions read before the ready stream, so it overtakes
+// normal messages waiting there.
+//
+// The policy: every fetch of a subscription takes up to BatchSize
+// messages from the redelivery stream (retries and high-priority messages)
+// and up to BatchSize from the ready stream, and hands them out in that
+// order. High-priority messages therefore wait at most for the fetch in
+// progress, and normal messages get at least half of the deliveries while
+// both kinds queue: they are never starved. A high-priority message goes
+// to the consumer groups that exist when it is due (the ready stream keeps
+// messages for groups created later; with no group at all, it goes there),
+// and even an immediate one passes through the scheduler (normally one
+// wake-up, about a millisecond). In ordered subscriptions it overtakes the
+// normal messages of its partition.
+const PriorityKey = "_redisdelay_priority"
+
+// PriorityHigh is the PriorityKey value of a high-priority message.
+const PriorityHigh = "high"
+
+// AttemptKey is the metadata key that tells a handler which delivery attempt
+// of the message it is handling: "1" the first time, "2" after one Nack or
+// reclaim, and so on. Messages handed back unacknowledged when a subscriber
+// closes keep their attempt number. Publish drops the key, so a received
+// message published again (forwarded, or sent to a poison queue) starts
+// over at attempt 1. A message that carries the key is such a copy:
+// Publish keeps its BusinessKey metadata but does not let it hold the key,
+// so it cannot refuse the next message with that key. Delete the key from
+// the metadata to publish the message as a new one that holds its key.
+const AttemptKey = "_redisdelay_attempt"
+
+// ErrorKey is the metadata key whose value, when a handler nacks a message
+// on its last attempt, becomes the dead letter's reason. The RecordError
+// middleware sets it from the handler's error. Like all metadata it travels
+// with retries, so it holds the latest failure.
+const ErrorKey = "_redisdelay_error"
+
+// SetBusinessKey gives a message the business key key (see BusinessKey);
+// an empty key removes it.
+func SetBusinessKey(msg *message.Message, key string) {
+	setOrDelete(msg, BusinessKey, key)
+}
+
+// SetBusinessKeyPolicy sets what Publish does when the message's business
+// key is held by another waiting message (see BusinessKeyPolicyKey),
+// overriding the Publisher's policy; an empty policy removes the override.
+// Publish rejects a policy other than RejectDuplicateKey, KeepFirst and
+// ReplaceWaiting.
+func SetBusinessKeyPolicy(msg *message.Message, policy BusinessKeyPolicy) {
+	setOrDelete(msg, BusinessKeyPolicyKey, string(policy))
+}
+
+// SetPartitionKey places a message in the partition of key (see
+// PartitionKey); an empty key removes it.
+func SetPartitionKey(msg *message.Message, key string) {
+	setOrDelete(msg, PartitionKey, key)
+}
+
+// SetHighPriority makes a message high-priority (see PriorityKey).
+func SetHighPriority(msg *message.Message) {
+	msg.Metadata.Set(PriorityKey, PriorityHigh)
+}
+
+func setOrDelete(msg *message.Message, key, value string) {
+	if value == "" {
+		delete(msg.Metadata, key)
+		return
+	}
+	msg.Metadata.Set(key, value)
+}
