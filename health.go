@@ -129,8 +129,8 @@ var serverChecks = []func(ctx context.Context, i *Inspector, config HealthConfig
 
 // evictionProblems reports a server whose maxmemory policy evicts message
 // data. The volatile-* policies evict only the keys that expire (leases
-// and ordered ownerships): the scheduler logs them at start, and README
-// says what they do, but they lose no message.
+// and ordered ownerships): the scheduler logs them at start, and
+// docs/guarantees.md says what they do, but they lose no message.
 func evictionProblems(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthProblem, error) {
 	risks, err := readEvictionRisks(ctx, i.client)
 	if err != nil {

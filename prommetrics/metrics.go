@@ -6,8 +6,8 @@
 //
 // Every metric is named redisdelay_*, in base units (seconds), labelled
 // with topic and, where a consumer group applies, consumer_group; the
-// partitions of a topic are summed. See "Metrics and health" in the
-// redisdelay README for the list.
+// partitions of a topic are summed. The list is in the
+// repository's docs/metrics.md.
 package prommetrics
 
 import (
