@@ -19,41 +19,6 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
-func topic() string { return "t-" + watermill.NewShortUUID() }
-
-func delayed(d delay.Delay, payload string) *message.Message {
-	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
-	delay.Message(msg, d)
-	return msg
-}
-
-func subscribe(t *testing.T, sub message.Subscriber, topic string) <-chan *message.Message {
-	ch, err := sub.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
-	return ch
-}
-
-func receive(t *testing.T, ch <-chan *message.Message, within time.Duration) *message.Message {
-	t.Helper()
-	select {
-	case msg := <-ch:
-		require.NotNil(t, msg, "channel closed")
-		return msg
-	case <-time.After(within):
-		t.Fatalf("no message within %s", within)
-		return nil
-	}
-}
-
-func nothing(t *testing.T, ch <-chan *message.Message, during time.Duration) {
-	t.Helper()
-	select {
-	case msg := <-ch:
-		t.Fatalf("unexpected message %s (%s)", msg.UUID, msg.Payload)
-	case <-time.After(during):
-	}
-}
-
 func TestDelayFor(t *testing.T) {
 	pub, sub := newPubSub(t, "g")
 	topic := topic()

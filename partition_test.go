@@ -19,23 +19,6 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
-// ptKey is a key of partition part of topic (see scripts.go), for raw checks.
-func ptKey(topic string, part int, suffix string) string {
-	if part == 0 {
-		return lcKey(topic, suffix)
-	}
-	n := strconv.Itoa(part)
-	return redisdelay.DefaultKeyPrefix + ":{" + topic + "~" + n + "}:p" + n + ":" + suffix
-}
-
-func ptPublisher(t *testing.T, client redis.UniversalClient, parts int) *redisdelay.Publisher {
-	t.Helper()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: parts}, logger)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
-	return pub
-}
-
 // ptCollect receives n messages, acking each, and returns them by UUID;
 // it fails on a duplicate.
 func ptCollect(t *testing.T, ch <-chan *message.Message, n int, within time.Duration) map[string]*message.Message {

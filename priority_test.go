@@ -21,11 +21,6 @@ func awaitRedo(t *testing.T, client redis.UniversalClient, tp string, n int64) {
 		5*time.Second, 10*time.Millisecond, "%d high-priority messages moved", n)
 }
 
-func high(msg *message.Message) *message.Message {
-	msg.Metadata.Set(redisdelay.PriorityKey, redisdelay.PriorityHigh)
-	return msg
-}
-
 // A high-priority message overtakes a backlog of normal ones: it is
 // handed out after the fetch in progress at most.
 func TestPriorityOvertakesBacklog(t *testing.T) {

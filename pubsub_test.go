@@ -13,21 +13,6 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
-var logger = watermill.NewStdLogger(false, false)
-
-func newPubSub(t *testing.T, group string, configure ...func(*redisdelay.SubscriberConfig)) (*redisdelay.Publisher, *redisdelay.Subscriber) {
-	client := newClient(t)
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
-	require.NoError(t, err)
-	config := redisdelay.SubscriberConfig{Client: client, ConsumerGroup: group}
-	for _, c := range configure {
-		c(&config)
-	}
-	sub, err := redisdelay.NewSubscriber(config, logger)
-	require.NoError(t, err)
-	return pub, sub
-}
-
 // suitePubSub is the universal suite's constructor. Its tests often stop
 // reading with a message delivered and never acked, then Close (fifty
 // subscribers one after another in TestConcurrentSubscribe): a short
@@ -38,33 +23,6 @@ func suitePubSub(t *testing.T, group string) (*redisdelay.Publisher, *redisdelay
 
 func groupPubSub(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 	return suitePubSub(t, group)
-}
-
-// features is what the adapter honestly claims: consumer groups, persistence,
-// order for a single subscriber (no Nacks), new groups reading old messages,
-// and reconnects. Not exactly-once: delivery is at-least-once.
-//
-// TestReconnect (Redis restarted twice mid-test) runs in the Delayed
-// configuration only. Watermill's harness records a published message in
-// another goroutine after Publish returns and compares when the last message
-// arrives (pubsub/tests/test_pubsub.go:1084-1120), so an immediate message
-// delivered before that append fails the test with "received: 10000, sent:
-// 9999, missing: []". A 100ms delay rules that out; reconnects with
-// immediate messages are covered by the lifecycle outage tests and the chaos
-// suite. Under -race it does not run at all (see race_test.go).
-func features(newGroupsReadOldMessages, reconnect bool) tests.Features {
-	var restart []string
-	if reconnect && !raceEnabled {
-		restart = restartCmd
-	}
-	return tests.Features{
-		ConsumerGroups:                      true,
-		GuaranteedOrder:                     true,
-		GuaranteedOrderWithSingleSubscriber: true,
-		Persistent:                          true,
-		NewSubscriberReceivesOldMessages:    newGroupsReadOldMessages,
-		RestartServiceCommand:               restart,
-	}
 }
 
 // A fresh consumer group per pub/sub, as Watermill's Redis Streams adapter
