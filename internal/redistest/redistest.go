@@ -235,10 +235,10 @@ func ForTest(t TB, o Options) *Server {
 func CheckLoopback(what, addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("%s: %q: %w", what, addr, err)
+		return fmt.Errorf("%s %q: %w", what, addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("%s: %q: tests only target loopback addresses (127.0.0.1, ::1, localhost)", what, addr)
+		return fmt.Errorf("%s %q: only loopback addresses (127.0.0.1, ::1, localhost) are accepted", what, addr)
 	}
 	return nil
 }
