@@ -20,6 +20,7 @@ import (
 )
 
 func TestDelayFor(t *testing.T) {
+	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
 	ch := subscribe(t, sub, topic)
@@ -35,6 +36,7 @@ func TestDelayFor(t *testing.T) {
 }
 
 func TestDelayUntil(t *testing.T) {
+	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
 	ch := subscribe(t, sub, topic)
@@ -59,6 +61,10 @@ func TestDelayUntil(t *testing.T) {
 // A thousand messages with random delays, published from several goroutines:
 // each arrives, once, never before its due time.
 func TestDelayMixOfThousand(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("1,000 mixed delays; TestDelayFor and TestDelayUntil cover both kinds of delay")
+	}
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
 	require.NoError(t, sub.SubscribeInitialize(topic))
@@ -118,6 +124,7 @@ func TestDelayMixOfThousand(t *testing.T) {
 // middleware.DelayOnError in a real Router: a failed message comes back only
 // after the delay, with its attempt number.
 func TestDelayOnErrorInRouter(t *testing.T) {
+	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
 
@@ -163,6 +170,7 @@ func TestDelayOnErrorInRouter(t *testing.T) {
 
 // Without delay metadata from the handler, a Nack waits RetryDelay.
 func TestNackUsesRetryDelay(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
 	require.NoError(t, err)
@@ -239,6 +247,7 @@ func TestNackWithFarDelayIsDeadLettered(t *testing.T) {
 }
 
 func TestNackStaysInItsGroup(t *testing.T) {
+	t.Parallel()
 	pub, subA := newPubSub(t, "a")
 	_, subB := newPubSub(t, "b")
 	topic := topic()
@@ -258,6 +267,7 @@ func TestNackStaysInItsGroup(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
 	ch := subscribe(t, sub, topic)
@@ -289,6 +299,7 @@ func TestCancel(t *testing.T) {
 // and the scheduler compares them with Redis's TIME only (it reads no wall
 // clock of its host, so its skew cannot matter either).
 func TestSkewedClockFiresOnTime(t *testing.T) {
+	t.Parallel()
 	skew := -7 * time.Minute
 	client := newClient(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
@@ -327,6 +338,7 @@ func TestSkewedClockFiresOnTime(t *testing.T) {
 
 // Several Managers and embedded schedulers on one topic: every message once.
 func TestManySchedulersNoDoublePromotion(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	topic := topic()
 	for i := 0; i < 3; i++ {

@@ -2,6 +2,7 @@ package redisdelay_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -36,6 +37,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	shortParallel()
 	if err := setupRedis(); err != nil {
 		fmt.Fprintln(os.Stderr, "redisdelay tests:", err)
 		os.Exit(1)
@@ -173,3 +176,18 @@ func singleClient(t testing.TB, why string) *redis.Client {
 
 // exampleClient is the client of the examples, which have no *testing.T.
 func exampleClient() redis.UniversalClient { return openClient(0, 0) }
+
+// shortParallel lets -short run 8 parallel tests at a time instead of
+// GOMAXPROCS (2 on the CI machine), unless -parallel is given: the tests
+// mostly wait on timers and delays (a run uses a few seconds of CPU), so
+// this is what brings -short under a minute. The full run keeps the default.
+func shortParallel() {
+	if !testing.Short() {
+		return
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "8")
+	}
+}

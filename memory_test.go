@@ -42,6 +42,7 @@ func memoryInfo(t *testing.T, client *redis.Client, field string) int64 {
 // keeps promoting due messages and trimming acknowledged ones: they free
 // memory, so everything published is delivered and Publish works again.
 func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
+	t.Parallel()
 	client := ownRedis(t, "--maxmemory-policy", "noeviction")
 	ctx := context.Background()
 	topic := topic()

@@ -52,6 +52,7 @@ func TestPriorityOvertakesBacklog(t *testing.T) {
 // While both kinds queue, normal messages keep getting delivered: every
 // fetch takes up to BatchSize of each.
 func TestPriorityDoesNotStarveNormal(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	pub := lcPublisher(t, client)
@@ -85,6 +86,7 @@ func TestPriorityDoesNotStarveNormal(t *testing.T) {
 // every consumer group once, and one published before any group exists
 // waits in the ready stream for the first.
 func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	pub := lcPublisher(t, client)

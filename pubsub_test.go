@@ -38,6 +38,9 @@ func TestPubSub_FreshGroup(t *testing.T) {
 // One consumer group for every pub/sub of a test, so subscribers compete and
 // messages a closed subscriber held must reach the others at once.
 func TestPubSub_SharedGroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short runs the universal suite once (TestPubSub_FreshGroup); competing consumers of one group are covered by TestLifecycle_MessagesFetchedBehindSlowHandlerGoToOtherConsumers and the Close tests")
+	}
 	tests.TestPubSub(t, features(false, false),
 		func(t *testing.T) (message.Publisher, message.Subscriber) {
 			return suitePubSub(t, "shared")
@@ -48,6 +51,9 @@ func TestPubSub_SharedGroup(t *testing.T) {
 // Every message delayed, so the whole suite goes through the waiting set and
 // the scheduler.
 func TestPubSub_Delayed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short runs the universal suite once (TestPubSub_FreshGroup); delays are covered by TestDelay*, reconnects by TestLifecycle_SubscriberAndSchedulerResumeAfterRedisOutage")
+	}
 	const d = 100 * time.Millisecond
 	delayed := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 		pub, sub := suitePubSub(t, group)

@@ -8,6 +8,7 @@ package redistest
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -100,6 +101,8 @@ func (s *Server) LogFile() string { return filepath.Join(s.Dir, "redis.log") }
 // port, directory and configuration, so it loads its AOF.
 func (s *Server) Start() error {
 	cmd := exec.Command(s.bin, append([]string{s.conf}, s.args...)...)
+	var out bytes.Buffer // configuration errors go to stderr, not redis.log
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if s.killWP {
 		setDeathSignal(cmd)
 	}
@@ -117,7 +120,8 @@ func (s *Server) Start() error {
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("redis-server exited at start (see %s): %v", s.LogFile(), err)
+			log, _ := os.ReadFile(s.LogFile())
+			return fmt.Errorf("redis-server exited at start: %v\n%s%s", err, tail(out.Bytes()), tail(log))
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -125,6 +129,14 @@ func (s *Server) Start() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// tail is the end of a log, for an error message.
+func tail(b []byte) []byte {
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return b
 }
 
 // Kill SIGKILLs the server and waits until it is gone.

@@ -7,6 +7,25 @@ import (
 	"testing"
 )
 
+// What the chaos suite relies on: with AOF "always", a SIGKILLed server
+// started again has every acknowledged write.
+func TestKillAndStartKeepAcknowledgedWrites(t *testing.T) {
+	s := ForTest(t, Options{AppendFsync: "always", KillWithParent: true})
+	if _, err := do(s.Addr, 0, "SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	if err := Ping(s.Addr, 0); err == nil {
+		t.Fatal("the server still answers after Kill")
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := do(s.Addr, 0, "GET", "k"); err != nil || v != "$1" {
+		t.Fatalf("after Kill and Start GET k = %q, %v; want the value kept", v, err)
+	}
+}
+
 // The launcher's own round trip: start without persistence, restart with
 // AOF keeping nothing lost, stop removing the temporary directory.
 func TestStartRestartStop(t *testing.T) {
@@ -52,5 +71,20 @@ func TestCheckLoopback(t *testing.T) {
 		if err := CheckLoopback("X", a); err == nil || !strings.Contains(err.Error(), "X") {
 			t.Errorf("%s: want an error naming X, got %v", a, err)
 		}
+	}
+}
+
+// A server that cannot start says why: a binary that is not there, or a
+// redis-server that exits at once (its redis.log has the reason).
+func TestStartErrors(t *testing.T) {
+	if _, err := Start(Options{Bin: "/nonexistent/redis-server"}); err == nil || !strings.Contains(err.Error(), "/nonexistent/redis-server") {
+		t.Errorf("missing binary: got %v, want an error naming it", err)
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("needs redis-server")
+	}
+	_, err := Start(Options{Args: []string{"--no-such-option", "1"}})
+	if err == nil || !strings.Contains(err.Error(), "exited at start") || !strings.Contains(err.Error(), "no-such-option") {
+		t.Errorf("bad option: got %v, want an error saying redis-server exited, with its complaint", err)
 	}
 }
