@@ -526,9 +526,6 @@ func TestUnreachable(t *testing.T) {
 // TestBinary builds the command and runs it, to prove main's wiring (exit
 // statuses, streams, $REDIS_PASSWORD).
 func TestBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	s := setupSample(t)
 	bin := filepath.Join(t.TempDir(), "redisdelay")
 	build := exec.Command("go", "build", "-o", bin, ".")
