@@ -3,7 +3,6 @@ package redisdelay_test
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -16,31 +15,6 @@ import (
 
 	"github.com/redisdelay/watermill-redisdelay"
 )
-
-// topicState is everything a topic holds in Redis, to show that a rejected
-// call changed nothing.
-func topicState(t *testing.T, topic string) string {
-	t.Helper()
-	ctx := context.Background()
-	client := newClient(t)
-	keys, err := client.Keys(ctx, "redisdelay:{"+topic+"}:*").Result()
-	require.NoError(t, err)
-	sort.Strings(keys) // KEYS answers in no particular order
-	var b strings.Builder
-	for _, k := range keys {
-		switch typ := client.Type(ctx, k).Val(); typ {
-		case "zset":
-			fmt.Fprintln(&b, k, client.ZRangeWithScores(ctx, k, 0, -1).Val())
-		case "hash":
-			fmt.Fprintln(&b, k, client.HGetAll(ctx, k).Val())
-		case "stream":
-			fmt.Fprintln(&b, k, client.XRange(ctx, k, "-", "+").Val())
-		default:
-			fmt.Fprintln(&b, k, typ)
-		}
-	}
-	return b.String()
-}
 
 // Every Publish input a user can get wrong: the exact error, and proof that
 // nothing of the call was stored and nothing already there was touched.

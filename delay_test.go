@@ -19,42 +19,8 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
-func topic() string { return "t-" + watermill.NewShortUUID() }
-
-func delayed(d delay.Delay, payload string) *message.Message {
-	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
-	delay.Message(msg, d)
-	return msg
-}
-
-func subscribe(t *testing.T, sub message.Subscriber, topic string) <-chan *message.Message {
-	ch, err := sub.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
-	return ch
-}
-
-func receive(t *testing.T, ch <-chan *message.Message, within time.Duration) *message.Message {
-	t.Helper()
-	select {
-	case msg := <-ch:
-		require.NotNil(t, msg, "channel closed")
-		return msg
-	case <-time.After(within):
-		t.Fatalf("no message within %s", within)
-		return nil
-	}
-}
-
-func nothing(t *testing.T, ch <-chan *message.Message, during time.Duration) {
-	t.Helper()
-	select {
-	case msg := <-ch:
-		t.Fatalf("unexpected message %s (%s)", msg.UUID, msg.Payload)
-	case <-time.After(during):
-	}
-}
-
 func TestDelayFor(t *testing.T) {
+	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
 	ch := subscribe(t, sub, topic)
@@ -70,6 +36,7 @@ func TestDelayFor(t *testing.T) {
 }
 
 func TestDelayUntil(t *testing.T) {
+	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
 	ch := subscribe(t, sub, topic)
@@ -94,6 +61,10 @@ func TestDelayUntil(t *testing.T) {
 // A thousand messages with random delays, published from several goroutines:
 // each arrives, once, never before its due time.
 func TestDelayMixOfThousand(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("1,000 mixed delays; TestDelayFor and TestDelayUntil cover both kinds of delay")
+	}
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
 	require.NoError(t, sub.SubscribeInitialize(topic))
@@ -153,6 +124,7 @@ func TestDelayMixOfThousand(t *testing.T) {
 // middleware.DelayOnError in a real Router: a failed message comes back only
 // after the delay, with its attempt number.
 func TestDelayOnErrorInRouter(t *testing.T) {
+	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
 
@@ -198,6 +170,7 @@ func TestDelayOnErrorInRouter(t *testing.T) {
 
 // Without delay metadata from the handler, a Nack waits RetryDelay.
 func TestNackUsesRetryDelay(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
 	require.NoError(t, err)
@@ -274,6 +247,7 @@ func TestNackWithFarDelayIsDeadLettered(t *testing.T) {
 }
 
 func TestNackStaysInItsGroup(t *testing.T) {
+	t.Parallel()
 	pub, subA := newPubSub(t, "a")
 	_, subB := newPubSub(t, "b")
 	topic := topic()
@@ -293,6 +267,7 @@ func TestNackStaysInItsGroup(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
 	ch := subscribe(t, sub, topic)
@@ -324,6 +299,7 @@ func TestCancel(t *testing.T) {
 // and the scheduler compares them with Redis's TIME only (it reads no wall
 // clock of its host, so its skew cannot matter either).
 func TestSkewedClockFiresOnTime(t *testing.T) {
+	t.Parallel()
 	skew := -7 * time.Minute
 	client := newClient(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
@@ -362,6 +338,7 @@ func TestSkewedClockFiresOnTime(t *testing.T) {
 
 // Several Managers and embedded schedulers on one topic: every message once.
 func TestManySchedulersNoDoublePromotion(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	topic := topic()
 	for i := 0; i < 3; i++ {

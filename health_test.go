@@ -2,7 +2,6 @@ package redisdelay_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -81,20 +80,6 @@ func settled(t *testing.T, client *redis.Client) int64 {
 	}
 	t.Fatal("the server kept running commands")
 	return 0
-}
-
-// healthGet requests the handler and returns the status, the decoded body
-// and how long the request took.
-func healthGet(t *testing.T, url string) (int, map[string]any, time.Duration) {
-	t.Helper()
-	start := time.Now()
-	res, err := http.Get(url)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	took := time.Since(start)
-	var body map[string]any
-	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
-	return res.StatusCode, body, took
 }
 
 // The health handler of a Manager scheduling many healthy idle topics

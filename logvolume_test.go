@@ -52,9 +52,7 @@ func (l *countingLogger) count() int {
 // a bounded number of lines, not some per topic per second: repeats of an
 // error are counted and logged again every so often.
 func TestLogVolumeWhileRedisDown(t *testing.T) {
-	if testing.Short() {
-		t.Skip("watches the logs for 6 s")
-	}
+	t.Parallel()
 	proxy := newLcProxy(t)
 	client := proxy.client(t)
 	log := &countingLogger{}

@@ -2,17 +2,17 @@ package redisdelay_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // The tests run against a real redis-server: the one at REDISDELAY_TEST_ADDR
@@ -37,6 +37,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	shortParallel()
 	if err := setupRedis(); err != nil {
 		fmt.Fprintln(os.Stderr, "redisdelay tests:", err)
 		os.Exit(1)
@@ -48,22 +50,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// checkLoopback refuses an address that is not on the loopback interface.
-func checkLoopback(env, addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%s: %q: %w", env, addr, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("%s: %q: tests only target loopback addresses (127.0.0.1, ::1)", env, addr)
-	}
-	return nil
-}
-
 // loopbackDialer dials like go-redis does, but only loopback addresses: a
 // cluster or a sentinel reports node addresses the tests did not choose.
 func loopbackDialer(ctx context.Context, network, addr string) (net.Conn, error) {
-	if err := checkLoopback("node address", addr); err != nil {
+	if err := redistest.CheckLoopback("node address", addr); err != nil {
 		return nil, err
 	}
 	var d net.Dialer
@@ -80,7 +70,7 @@ func addrList(env string) ([]string, error) {
 		if a = strings.TrimSpace(a); a == "" {
 			continue
 		}
-		if err := checkLoopback(env, a); err != nil {
+		if err := redistest.CheckLoopback(env, a); err != nil {
 			return nil, err
 		}
 		addrs = append(addrs, a)
@@ -106,55 +96,20 @@ func setupRedis() error {
 		return ping()
 	}
 	if addr := os.Getenv("REDISDELAY_TEST_ADDR"); addr != "" {
-		if err := checkLoopback("REDISDELAY_TEST_ADDR", addr); err != nil {
+		if err := redistest.CheckLoopback("REDISDELAY_TEST_ADDR", addr); err != nil {
 			return err
 		}
 		redisAddr = addr
 		return ping()
 	}
-	server, err := exec.LookPath("redis-server")
+	// AOF on, so a restart (TestReconnect) loses nothing.
+	server, err := redistest.Start(redistest.Options{AppendFsync: "everysec"})
 	if err != nil {
-		return fmt.Errorf("redis-server not found (install Debian's redis-server package, or set REDISDELAY_TEST_ADDR): %w", err)
+		return fmt.Errorf("%w (or set REDISDELAY_TEST_ADDR)", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir, err := os.MkdirTemp("", "redisdelay-test-")
-	if err != nil {
-		return err
-	}
-	conf := filepath.Join(dir, "redis.conf")
-	err = os.WriteFile(conf, []byte(fmt.Sprintf(
-		"port %d\nbind 127.0.0.1\ndir %s\ndaemonize yes\npidfile %s\nlogfile %s\nappendonly yes\nappendfsync everysec\nsave \"\"\nmaxclients 10000\n",
-		port, dir, filepath.Join(dir, "redis.pid"), filepath.Join(dir, "redis.log"))), 0o600)
-	if err != nil {
-		return err
-	}
-	redisAddr = "127.0.0.1:" + strconv.Itoa(port)
-	p := strconv.Itoa(port)
-	// SHUTDOWN flushes the AOF; the loop waits until the port is free and the
-	// new server answers.
-	restart := fmt.Sprintf(`redis-cli -p %[1]s shutdown >/dev/null 2>&1
-for i in $(seq 1 200); do redis-cli -p %[1]s ping >/dev/null 2>&1 || break; sleep 0.05; done
-for i in $(seq 1 50); do %[2]s %[3]s && redis-cli -p %[1]s ping 2>/dev/null | grep -q PONG && exit 0; sleep 0.1; done
-exit 1`, p, server, conf)
-	restartCmd = []string{"bash", "-c", restart}
-	if out, err := exec.Command(server, conf).CombinedOutput(); err != nil {
-		return fmt.Errorf("start redis-server: %v: %s", err, out)
-	}
-	stopCommand = func() {
-		_ = exec.Command("redis-cli", "-p", p, "shutdown", "nosave").Run()
-		_ = os.RemoveAll(dir)
-	}
-	for i := 0; i < 100; i++ {
-		if ping() == nil {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	redisAddr = server.Addr
+	restartCmd = server.RestartCommand()
+	stopCommand = server.Stop
 	return ping()
 }
 
@@ -221,3 +176,18 @@ func singleClient(t testing.TB, why string) *redis.Client {
 
 // exampleClient is the client of the examples, which have no *testing.T.
 func exampleClient() redis.UniversalClient { return openClient(0, 0) }
+
+// shortParallel lets -short run 8 parallel tests at a time instead of
+// GOMAXPROCS (2 on the CI machine), unless -parallel is given: the tests
+// mostly wait on timers and delays (a run uses a few seconds of CPU), so
+// this is what brings -short under a minute. The full run keeps the default.
+func shortParallel() {
+	if !testing.Short() {
+		return
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "8")
+	}
+}

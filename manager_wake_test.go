@@ -23,8 +23,6 @@ import (
 // Wake-ups of discovering Managers. Each test uses a key prefix of its own,
 // so a Manager without a topic list sees only the test's topics.
 
-func wkPrefix() string { return "wk-" + watermill.NewShortUUID() }
-
 // wkKey is a key of partition part of topic under prefix (see scripts.go).
 func wkKey(prefix, topic string, part int, suffix string) string {
 	if part == 0 {
@@ -45,19 +43,6 @@ func wkPartitionKeys(parts int) []string {
 		}
 	}
 	return keys
-}
-
-// wkManager runs a Manager with config (Client is set here) and logger,
-// closed when the test ends.
-func wkManager(t *testing.T, client redis.UniversalClient, config redisdelay.ManagerConfig, log watermill.LoggerAdapter) *redisdelay.Manager {
-	t.Helper()
-	config.Client = client
-	mgr, err := redisdelay.NewManager(config, log)
-	require.NoError(t, err)
-	go func() { _ = mgr.Run(context.Background()) }()
-	t.Cleanup(func() { _ = mgr.Close() })
-	<-mgr.Running()
-	return mgr
 }
 
 // recLogger records the errors logged through it, and logs nothing else.
@@ -312,27 +297,6 @@ func TestSpoofedWakeUpsStartNoLoops(t *testing.T) {
 	after := runtime.NumGoroutine()
 	t.Logf("goroutines: %d before %d spoofed wake-ups, %d after", before, n, after)
 	assert.Less(t, after-before, 50)
-}
-
-// wkCommandsPerSecond is how many commands Redis processed per second over d.
-func wkCommandsPerSecond(t *testing.T, client *redis.Client, d time.Duration) float64 {
-	t.Helper()
-	count := func() int64 {
-		info, err := client.Info(context.Background(), "stats").Result()
-		require.NoError(t, err)
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				require.NoError(t, err)
-				return n
-			}
-		}
-		t.Fatal("no total_commands_processed in INFO stats")
-		return 0
-	}
-	start := count()
-	time.Sleep(d)
-	return float64(count()-start-1) / d.Seconds()
 }
 
 // Found in review (issue 13, 6): a Manager never stopped the loop of a

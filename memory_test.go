@@ -3,12 +3,9 @@ package redisdelay_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,39 +21,6 @@ import (
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
-
-// ownRedis starts a redis-server of the test's own, without persistence,
-// for tests that change server settings (maxmemory, its policy) the
-// shared test server's other tests must not see. Stopped when the test ends.
-func ownRedis(t *testing.T, args ...string) *redis.Client {
-	t.Helper()
-	server, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("needs redis-server on the PATH to start a server of its own")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	dir := t.TempDir()
-	cmd := exec.Command(server, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}, args...)...)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			if log, err := os.ReadFile(filepath.Join(dir, "redis.log")); err == nil {
-				t.Logf("redis.log:\n%s", log)
-			}
-		}
-	})
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), PoolSize: 32})
-	t.Cleanup(func() { _ = client.Close() })
-	require.Eventually(t, func() bool { return client.Ping(context.Background()).Err() == nil },
-		5*time.Second, 20*time.Millisecond, "the test's redis-server did not start")
-	return client
-}
 
 // memoryInfo reads a numeric field of INFO memory.
 func memoryInfo(t *testing.T, client *redis.Client, field string) int64 {
@@ -78,6 +42,7 @@ func memoryInfo(t *testing.T, client *redis.Client, field string) int64 {
 // keeps promoting due messages and trimming acknowledged ones: they free
 // memory, so everything published is delivered and Publish works again.
 func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
+	t.Parallel()
 	client := ownRedis(t, "--maxmemory-policy", "noeviction")
 	ctx := context.Background()
 	topic := topic()

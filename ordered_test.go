@@ -26,6 +26,7 @@ func keyed(key string, seq int) *message.Message {
 // are handled one at a time, in publish order, each exactly once, and the
 // work is shared.
 func TestOrderedKeysHandledSeriallyInOrder(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	const parts, keys, perKey = 4, 12, 25
@@ -110,6 +111,7 @@ func TestOrderedKeysHandledSeriallyInOrder(t *testing.T) {
 // next message of its partition; at MaxAttempts it goes to the dead
 // letters and the partition moves on.
 func TestOrderedNackRetriesInPlace(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	pub := ptPublisher(t, client, 1)
@@ -151,6 +153,7 @@ func TestOrderedNackRetriesInPlace(t *testing.T) {
 // A second ordered subscriber takes half the partitions from the first,
 // and all of them when the first closes; messages keep their order.
 func TestOrderedPartitionsRebalance(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	const parts = 4
@@ -200,6 +203,7 @@ func firstKey(m map[string]int) string {
 // When an owner dies, the next owner takes its partition over once the
 // ownership expires, and first delivers what the dead one held, in order.
 func TestOrderedTakeoverFromDeadOwner(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	pub := ptPublisher(t, client, 1)

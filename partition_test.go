@@ -19,23 +19,6 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
-// ptKey is a key of partition part of topic (see scripts.go), for raw checks.
-func ptKey(topic string, part int, suffix string) string {
-	if part == 0 {
-		return lcKey(topic, suffix)
-	}
-	n := strconv.Itoa(part)
-	return redisdelay.DefaultKeyPrefix + ":{" + topic + "~" + n + "}:p" + n + ":" + suffix
-}
-
-func ptPublisher(t *testing.T, client redis.UniversalClient, parts int) *redisdelay.Publisher {
-	t.Helper()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: parts}, logger)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
-	return pub
-}
-
 // ptCollect receives n messages, acking each, and returns them by UUID;
 // it fails on a duplicate.
 func ptCollect(t *testing.T, ch <-chan *message.Message, n int, within time.Duration) map[string]*message.Message {
@@ -61,6 +44,7 @@ func ptCollect(t *testing.T, ch <-chan *message.Message, n int, within time.Dura
 // of their call's first message), and a subscription reads all of them:
 // every message once, immediate and delayed.
 func TestPartitionsSpreadAndAreAllConsumed(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	const parts, n = 4, 400
@@ -192,6 +176,7 @@ func TestPartitionConfigValidation(t *testing.T) {
 // every partition: delayed messages of all partitions are delivered with
 // the subscribers' schedulers off. Several Managers share the partitions.
 func TestManagerSchedulesEveryPartition(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	const parts, n = 5, 100
@@ -239,6 +224,7 @@ func TestPartitionsCancelAndWaiting(t *testing.T) {
 // first, with IDs that name their partition, and can be paged, requeued
 // and deleted by those IDs.
 func TestPartitionsDeadLetters(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	const parts, n = 3, 9
@@ -339,7 +325,7 @@ func TestPartitionsCallSpanningPartitionsFailsPerPartition(t *testing.T) {
 // fresh-group configuration: order holds per partition only.
 func TestPubSub_Partitioned(t *testing.T) {
 	if testing.Short() {
-		t.Skip("long")
+		t.Skip("-short runs the universal suite once (TestPubSub_FreshGroup); partitions are covered by TestPartition*")
 	}
 	f := features(true, false)
 	f.GuaranteedOrder, f.GuaranteedOrderWithSingleSubscriber = false, false
@@ -360,6 +346,7 @@ func TestPubSub_Partitioned(t *testing.T) {
 // Schedulers share a topic's partitions evenly, and take over those of
 // one that stops.
 func TestManagersSharePartitions(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	const parts = 6

@@ -21,11 +21,6 @@ func awaitRedo(t *testing.T, client redis.UniversalClient, tp string, n int64) {
 		5*time.Second, 10*time.Millisecond, "%d high-priority messages moved", n)
 }
 
-func high(msg *message.Message) *message.Message {
-	msg.Metadata.Set(redisdelay.PriorityKey, redisdelay.PriorityHigh)
-	return msg
-}
-
 // A high-priority message overtakes a backlog of normal ones: it is
 // handed out after the fetch in progress at most.
 func TestPriorityOvertakesBacklog(t *testing.T) {
@@ -57,6 +52,7 @@ func TestPriorityOvertakesBacklog(t *testing.T) {
 // While both kinds queue, normal messages keep getting delivered: every
 // fetch takes up to BatchSize of each.
 func TestPriorityDoesNotStarveNormal(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	pub := lcPublisher(t, client)
@@ -90,6 +86,7 @@ func TestPriorityDoesNotStarveNormal(t *testing.T) {
 // every consumer group once, and one published before any group exists
 // waits in the ready stream for the first.
 func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
+	t.Parallel()
 	client := newClient(t)
 	tp := topic()
 	pub := lcPublisher(t, client)

@@ -6,29 +6,17 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
 )
-
-// gateProxy is a TCP proxy to the test server that can hold what clients
-// send (nothing is lost: it goes on when the gate opens), so a test can keep
-// one Publish call's script in flight while others queue behind it.
-type gateProxy struct {
-	addr string
-	mu   sync.Mutex
-	gate chan struct{} // closed while open
-	held atomic.Int64  // reads waiting at the closed gate
-}
 
 func newGateProxy(t *testing.T) *gateProxy {
 	needSingle(t, "it holds replies in a TCP proxy in front of the test server")
@@ -96,99 +84,6 @@ func newGateProxy(t *testing.T) *gateProxy {
 	return p
 }
 
-// hold keeps what clients send from here on until open.
-func (p *gateProxy) hold() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.gate:
-		p.gate = make(chan struct{})
-	default:
-	}
-}
-
-func (p *gateProxy) open() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.gate:
-	default:
-		close(p.gate)
-	}
-}
-
-// scriptCounter counts the scripts a client runs.
-type scriptCounter struct{ n atomic.Int64 }
-
-func (*scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (*scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
-			s.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-// gatedPublisher returns a Publisher whose connections go through a gate
-// proxy, the proxy, and a count of the scripts it has run. The topic is
-// registered and the script loaded already, so each Publish round trip
-// runs exactly one script.
-func gatedPublisher(t *testing.T, topic string, config redisdelay.PublisherConfig) (*redisdelay.Publisher, *gateProxy, *scriptCounter) {
-	proxy := newGateProxy(t)
-	client := redis.NewClient(&redis.Options{Addr: proxy.addr, PoolSize: 16})
-	t.Cleanup(func() { _ = client.Close() })
-	config.Client = client
-	pub, err := redisdelay.NewPublisher(config, logger)
-	require.NoError(t, err)
-	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), nil)))
-	counter := &scriptCounter{}
-	client.AddHook(counter)
-	return pub, proxy, counter
-}
-
-// inFlight starts publish in a goroutine and returns once its round trip is
-// held at the gate (the gate must be held).
-func inFlight(t *testing.T, proxy *gateProxy, publish func() error) <-chan error {
-	t.Helper()
-	before := proxy.held.Load()
-	errc := make(chan error, 1)
-	go func() { errc <- publish() }()
-	require.Eventually(t, func() bool { return proxy.held.Load() > before }, 5*time.Second, time.Millisecond,
-		"the first Publish never reached Redis")
-	return errc
-}
-
-// awaitQueued waits until n Publish calls to topic wait in pub's queue.
-func awaitQueued(t *testing.T, pub *redisdelay.Publisher, topic string, n int) {
-	t.Helper()
-	require.Eventually(t, func() bool { return redisdelay.QueuedCalls(pub, topic) == n }, 5*time.Second, time.Millisecond,
-		"%d Publish call(s) should be queued", n)
-}
-
-type topicContent struct {
-	waiting []string // UUIDs in due order
-	bodies  int
-	ready   int64
-}
-
-func content(t *testing.T, topic string) topicContent {
-	t.Helper()
-	ctx := context.Background()
-	client := newClient(t)
-	prefix := "redisdelay:{" + topic + "}:"
-	waiting, err := client.ZRange(ctx, prefix+"waiting", 0, -1).Result()
-	require.NoError(t, err)
-	bodies, err := client.HLen(ctx, prefix+"bodies").Result()
-	require.NoError(t, err)
-	ready, err := client.XLen(ctx, prefix+"stream").Result()
-	require.NoError(t, err)
-	return topicContent{waiting: waiting, bodies: int(bodies), ready: ready}
-}
-
 // Many goroutines publishing at once, one message or several per call,
 // delayed and immediate: everything is stored exactly once.
 func TestPublishConcurrentStoresEverythingOnce(t *testing.T) {
@@ -252,16 +147,6 @@ func TestPublishConcurrentStoresEverythingOnce(t *testing.T) {
 	for _, id := range c.waiting {
 		assert.True(t, delayedIDs[id], "unexpected waiting message %s", id)
 	}
-}
-
-// twoInFlight holds the gate and starts two Publish calls of an immediate
-// message each, returning once both round trips are held: a Publisher
-// keeps at most two in flight per topic, so later calls queue.
-func twoInFlight(t *testing.T, proxy *gateProxy, pub *redisdelay.Publisher, topic string) (<-chan error, <-chan error) {
-	t.Helper()
-	proxy.hold()
-	publish := func() error { return pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("in flight"))) }
-	return inFlight(t, proxy, publish), inFlight(t, proxy, publish)
 }
 
 // Messages due at the same instant keep their publish order, within a call

@@ -4,67 +4,38 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // redisServer is the redis-server the bench runs against: one it started
 // (stop kills it) or one given with -redis (stop leaves it running).
 type redisServer struct {
 	addr string
-	cmd  *exec.Cmd // nil for a server the bench did not start
-	dir  string
+	own  *redistest.Server // nil for a server the bench did not start
 }
 
 // startRedis starts redis-server on a free loopback port with persistence
-// off, and waits until it answers.
+// off (internal/redistest), and waits until it answers.
 func startRedis() (*redisServer, error) {
-	bin, err := exec.LookPath("redis-server")
+	s, err := redistest.Start(redistest.Options{Args: []string{"--loglevel", "warning"}})
 	if err != nil {
-		return nil, fmt.Errorf("redis-server not found (Debian: apt-get install redis-server), or pass -redis 127.0.0.1:PORT: %w", err)
+		return nil, fmt.Errorf("%w, or pass -redis 127.0.0.1:PORT", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir, err := os.MkdirTemp("", "redisdelay-bench-")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no",
-		"--dir", dir, "--maxclients", "10000", "--loglevel", "warning")
-	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	s := &redisServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, dir: dir}
-	if err := waitForRedis(s.addr, 5*time.Second); err != nil {
-		s.stop()
-		return nil, err
-	}
-	return s, nil
+	return &redisServer{addr: s.Addr, own: s}, nil
 }
 
 // externalRedis checks that addr is a loopback address (the bench flushes
 // the server between scenarios) and that it answers.
 func externalRedis(addr string) (*redisServer, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("-redis %q: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("-redis %q: only loopback addresses (127.0.0.1, ::1, localhost) are accepted: the bench runs FLUSHALL", addr)
+	if err := redistest.CheckLoopback("-redis", addr); err != nil {
+		return nil, fmt.Errorf("%w: the bench runs FLUSHALL", err)
 	}
 	if err := waitForRedis(addr, time.Second); err != nil {
 		return nil, err
@@ -88,17 +59,13 @@ func waitForRedis(addr string, limit time.Duration) error {
 	}
 }
 
-// stop kills a server the bench started and removes its directory.
+// stop stops a server the bench started and removes its directory.
 func (s *redisServer) stop() {
-	if s.cmd == nil {
-		return
+	if s.own != nil {
+		s.own.Stop()
 	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	_ = os.RemoveAll(s.dir)
 }
 
-// version returns the server's redis_version.
 func (s *redisServer) version(ctx context.Context) string {
 	c := redis.NewClient(&redis.Options{Addr: s.addr})
 	defer c.Close()

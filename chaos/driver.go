@@ -21,13 +21,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 type driver struct {
 	c     config
 	start time.Time
 
-	redis  *redisServer
+	redis  *redistest.Server
 	proxy  *proxy
 	direct *redis.Client // verification reads: straight to Redis
 	via    *redis.Client // the publisher: through the proxy
@@ -126,12 +127,12 @@ func (d *driver) run(ctx context.Context) error {
 	if d.redis, err = startRedis(c.redisServer, dir); err != nil {
 		return err
 	}
-	defer d.redis.kill()
-	if d.proxy, err = startProxy(d.redis.addr()); err != nil {
+	defer d.redis.Kill()
+	if d.proxy, err = startProxy(d.redis.Addr); err != nil {
 		return err
 	}
 	defer d.proxy.close()
-	d.direct = redis.NewClient(&redis.Options{Addr: d.redis.addr(), PoolSize: 8})
+	d.direct = redis.NewClient(&redis.Options{Addr: d.redis.Addr, PoolSize: 8})
 	defer d.direct.Close()
 	d.via = redis.NewClient(&redis.Options{Addr: d.proxy.addr(), PoolSize: c.publishers + 4})
 	defer d.via.Close()
@@ -166,7 +167,7 @@ func (d *driver) run(ctx context.Context) error {
 		}
 	}
 	d.logf("redis-server on %s (AOF, appendfsync always), proxy on %s, %d managers, %d consumers × %d subscriptions, dir %s",
-		d.redis.addr(), d.proxy.addr(), len(d.managers), c.consumers, c.subs, dir)
+		d.redis.Addr, d.proxy.addr(), len(d.managers), c.consumers, c.subs, dir)
 	if err := d.waitForGroup(ctx); err != nil {
 		return err
 	}
@@ -511,11 +512,11 @@ func (d *driver) faults(ctx context.Context) {
 		return
 	}
 	d.logf("SIGKILL redis-server")
-	d.redis.kill()
+	d.redis.Kill()
 	d.redisRestarts.Add(1)
 	time.Sleep(500 * time.Millisecond)
 	t := time.Now()
-	if err := d.redis.start(); err != nil {
+	if err := d.redis.Start(); err != nil {
 		d.fail("restart Redis: %v", err)
 		return
 	}

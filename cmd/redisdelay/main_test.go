@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // The tests run the commands end to end against a real redis-server: the
@@ -44,56 +45,18 @@ func TestMain(m *testing.M) {
 
 func setupRedis() (stop func(), err error) {
 	if addr := os.Getenv("REDISDELAY_TEST_ADDR"); addr != "" {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, fmt.Errorf("REDISDELAY_TEST_ADDR %q: %w", addr, err)
-		}
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return nil, fmt.Errorf("REDISDELAY_TEST_ADDR %q: tests only target loopback addresses", addr)
+		if err := redistest.CheckLoopback("REDISDELAY_TEST_ADDR", addr); err != nil {
+			return nil, err
 		}
 		redisAddr = addr
 		return func() {}, waitPing()
 	}
-	server, err := exec.LookPath("redis-server")
+	server, err := redistest.Start(redistest.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("redis-server not found (install Debian's redis-server package, or set REDISDELAY_TEST_ADDR): %w", err)
+		return nil, fmt.Errorf("%w (or set REDISDELAY_TEST_ADDR)", err)
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "redisdelay-cli-test-")
-	if err != nil {
-		return nil, err
-	}
-	conf := filepath.Join(dir, "redis.conf")
-	err = os.WriteFile(conf, []byte(fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\ndaemonize yes\npidfile %s\nlogfile %s\nsave \"\"\n",
-		port, dir, filepath.Join(dir, "redis.pid"), filepath.Join(dir, "redis.log"))), 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if out, err := exec.Command(server, conf).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %v: %s", err, out)
-	}
-	redisAddr = "127.0.0.1:" + strconv.Itoa(port)
-	stop = func() {
-		_ = exec.Command("redis-cli", "-p", strconv.Itoa(port), "shutdown", "nosave").Run()
-		_ = os.RemoveAll(dir)
-	}
-	if err := waitPing(); err != nil {
-		stop()
-		return nil, err
-	}
-	return stop, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	redisAddr = server.Addr
+	return server.Stop, nil
 }
 
 func waitPing() error {
@@ -526,7 +489,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestUnreachable(t *testing.T) {
-	port, err := freePort() // closed again: nothing listens there
+	port, err := redistest.FreePort() // closed again: nothing listens there
 	require.NoError(t, err)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	start := time.Now()
@@ -563,9 +526,6 @@ func TestUnreachable(t *testing.T) {
 // TestBinary builds the command and runs it, to prove main's wiring (exit
 // statuses, streams, $REDIS_PASSWORD).
 func TestBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	s := setupSample(t)
 	bin := filepath.Join(t.TempDir(), "redisdelay")
 	build := exec.Command("go", "build", "-o", bin, ".")
@@ -599,7 +559,7 @@ func TestBinary(t *testing.T) {
 	assert.Equal(t, 2, r.code)
 	assert.Contains(t, r.stderr, "no command given")
 
-	port, err := freePort()
+	port, err := redistest.FreePort()
 	require.NoError(t, err)
 	r = exe(nil, "--addr", "127.0.0.1:"+strconv.Itoa(port), "topics")
 	assert.Equal(t, 1, r.code)
@@ -643,11 +603,7 @@ func TestCluster(t *testing.T) {
 		t.Skip("set REDISDELAY_TEST_CLUSTER (see .ci/cluster.sh)")
 	}
 	for _, a := range strings.Split(seeds, ",") {
-		host, _, err := net.SplitHostPort(strings.TrimSpace(a))
-		require.NoError(t, err)
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			t.Fatalf("REDISDELAY_TEST_CLUSTER %q: tests only target loopback addresses", seeds)
-		}
+		require.NoError(t, redistest.CheckLoopback("REDISDELAY_TEST_CLUSTER", strings.TrimSpace(a)))
 	}
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(seeds, ",")})
 	defer client.Close()

@@ -1,12 +1,11 @@
-package main
+package redistest
 
 import (
 	"os/exec"
 	"syscall"
 )
 
-// setDeathSignal has Linux SIGKILL the child if the driver dies, so no
-// redis-server outlives an interrupted run.
+// setDeathSignal has Linux SIGKILL the child when its parent dies.
 func setDeathSignal(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

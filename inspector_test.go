@@ -1,0 +1,283 @@
+package redisdelay_test
+
+// The Inspector: dead-letter operations, argument checks, stats and the
+// waiting list, against the real test server. Every test uses a fresh topic
+// and runs in parallel.
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
+	insp := lcInspector(t, client)
+	ch := subscribe(t, sub, topic)
+
+	var msgs []*message.Message
+	for i := 0; i < 5; i++ {
+		msgs = append(msgs, lcMessage(strconv.Itoa(i)))
+	}
+	require.NoError(t, pub.Publish(topic, msgs...))
+	for i := range msgs {
+		got := receive(t, ch, 2*time.Second)
+		require.Equal(t, msgs[i].UUID, got.UUID, "delivery order")
+		got.Nack()
+	}
+	all := lcAwaitDead(t, insp, topic, "g", 5, 2*time.Second)
+	for i, d := range all {
+		assert.Equal(t, msgs[i].UUID, d.Message.UUID, "dead letters oldest first")
+	}
+
+	// Paging: after the last ID of a page comes the next page.
+	page, err := insp.DeadLetters(ctx, topic, "g", "", 2)
+	require.NoError(t, err)
+	require.Len(t, page, 2)
+	assert.Equal(t, []string{all[0].ID, all[1].ID}, []string{page[0].ID, page[1].ID})
+	page, err = insp.DeadLetters(ctx, topic, "g", page[1].ID, 2)
+	require.NoError(t, err)
+	require.Len(t, page, 2)
+	assert.Equal(t, []string{all[2].ID, all[3].ID}, []string{page[0].ID, page[1].ID})
+	page, err = insp.DeadLetters(ctx, topic, "g", page[1].ID, 2)
+	require.NoError(t, err)
+	require.Len(t, page, 1)
+	assert.Equal(t, all[4].ID, page[0].ID)
+	page, err = insp.DeadLetters(ctx, topic, "g", all[4].ID, 2)
+	require.NoError(t, err)
+	assert.Empty(t, page)
+
+	// Requeue one: delivered again as attempt 1, gone from the dead letters.
+	ok, err := insp.RequeueDeadLetter(ctx, topic, "g", all[0].ID)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	got := receive(t, ch, 2*time.Second)
+	assert.Equal(t, msgs[0].UUID, got.UUID)
+	assert.Equal(t, "1", got.Metadata.Get(redisdelay.AttemptKey))
+	assert.Equal(t, "0", string(got.Payload))
+	got.Ack()
+	ok, err = insp.RequeueDeadLetter(ctx, topic, "g", all[0].ID)
+	require.NoError(t, err)
+	assert.False(t, ok, "already requeued")
+	ok, err = insp.RequeueDeadLetter(ctx, topic, "g", "1-1")
+	require.NoError(t, err)
+	assert.False(t, ok, "unknown id")
+
+	// Delete one.
+	ok, err = insp.DeleteDeadLetter(ctx, topic, "g", all[1].ID)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = insp.DeleteDeadLetter(ctx, topic, "g", all[1].ID)
+	require.NoError(t, err)
+	assert.False(t, ok, "already deleted")
+	rest := lcAwaitDead(t, insp, topic, "g", 3, time.Second)
+	assert.Equal(t, []string{all[2].ID, all[3].ID, all[4].ID}, []string{rest[0].ID, rest[1].ID, rest[2].ID})
+
+	// Requeue all: each delivered once more as attempt 1; nacked, they die again.
+	n, err := insp.RequeueDeadLetters(ctx, topic, "g")
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+	var again []string
+	for i := 0; i < 3; i++ {
+		got := receive(t, ch, 2*time.Second)
+		assert.Equal(t, "1", got.Metadata.Get(redisdelay.AttemptKey))
+		again = append(again, got.UUID)
+		got.Nack()
+	}
+	assert.ElementsMatch(t, []string{msgs[2].UUID, msgs[3].UUID, msgs[4].UUID}, again)
+	lcAwaitDead(t, insp, topic, "g", 3, 2*time.Second)
+	n, err = insp.RequeueDeadLetters(ctx, topic, "g")
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	for i := 0; i < 3; i++ {
+		receive(t, ch, 2*time.Second).Nack()
+	}
+	lcAwaitDead(t, insp, topic, "g", 3, 2*time.Second)
+
+	// Purge.
+	purged, err := insp.PurgeDeadLetters(ctx, topic, "g")
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, purged)
+	purged, err = insp.PurgeDeadLetters(ctx, topic, "g")
+	require.NoError(t, err)
+	assert.Zero(t, purged)
+	g := lcGroupStats(t, insp, topic, "g")
+	assert.Zero(t, g.Dead)
+	assert.EqualValues(t, 11, g.DeadTotal, "5 + 3 + 3 burials")
+	nothing(t, ch, 200*time.Millisecond)
+
+	// Delete the group (its subscriber gone first).
+	require.NoError(t, sub.Close())
+	ok, err = insp.DeleteGroup(ctx, topic, "g")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	st := lcStats(t, insp, topic)
+	assert.Empty(t, st.Groups)
+	groups, err := client.XInfoGroups(ctx, lcKey(topic, "stream")).Result()
+	require.NoError(t, err)
+	assert.Empty(t, groups, "group destroyed on the ready stream")
+	left, err := client.Exists(ctx, lcKey(topic, "g:g:dead"), lcKey(topic, "g:g:meta"), lcKey(topic, "g:g:redo")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, left, "the group's keys are deleted")
+	ok, err = insp.DeleteGroup(ctx, topic, "g")
+	require.NoError(t, err)
+	assert.False(t, ok, "already deleted")
+	topics, err := insp.Topics(ctx)
+	require.NoError(t, err)
+	assert.Contains(t, topics, topic, "the topic itself stays")
+}
+
+func TestLifecycle_InspectorRejectsBadArguments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	insp := lcInspector(t, newClient(t))
+	topic := topic()
+	errOf := func(_ any, err error) error { return err }
+	for name, c := range map[string]struct {
+		err   error
+		is    error
+		says  []string
+		noSay string
+	}{
+		"DeadLetters topic with space":  {err: errOf(insp.DeadLetters(ctx, "a b", "g", "", 10)), is: redisdelay.ErrInvalidTopic, says: []string{`topic "a b"`, `contains " "`}},
+		"DeadLetters empty group":       {err: errOf(insp.DeadLetters(ctx, topic, "", "", 10)), says: []string{"consumer group is empty"}},
+		"DeadLetters group with brace":  {err: errOf(insp.DeadLetters(ctx, topic, "g{1}", "", 10)), says: []string{`consumer group "g{1}"`, `contains "{"`}},
+		"DeadLetters limit 0":           {err: errOf(insp.DeadLetters(ctx, topic, "g", "", 0)), says: []string{"limit is 0", "use 1 to 10000"}},
+		"DeadLetters limit 10001":       {err: errOf(insp.DeadLetters(ctx, topic, "g", "", 10001)), says: []string{"limit is 10001", "use 1 to 10000"}},
+		"Waiting negative offset":       {err: errOf(insp.Waiting(ctx, topic, -1, 10)), says: []string{"offset is -1", "use 0 or more"}},
+		"Waiting limit 0":               {err: errOf(insp.Waiting(ctx, topic, 0, 0)), says: []string{"limit is 0"}},
+		"Waiting limit 10001":           {err: errOf(insp.Waiting(ctx, topic, 0, 10001)), says: []string{"limit is 10001"}},
+		"Waiting empty topic":           {err: errOf(insp.Waiting(ctx, "", 0, 10)), is: redisdelay.ErrInvalidTopic, says: []string{"topic is empty"}},
+		"Stats control character":       {err: errOf(insp.Stats(ctx, "a\nb")), is: redisdelay.ErrInvalidTopic, says: []string{"control characters"}},
+		"RequeueDeadLetter bad group":   {err: errOf(insp.RequeueDeadLetter(ctx, topic, "a b", "1-1")), says: []string{`consumer group "a b"`}},
+		"RequeueDeadLetters bad topic":  {err: errOf(insp.RequeueDeadLetters(ctx, "{x}", "g")), is: redisdelay.ErrInvalidTopic, says: []string{`contains "{"`}},
+		"DeleteDeadLetter bad group":    {err: errOf(insp.DeleteDeadLetter(ctx, topic, "}", "1-1")), says: []string{`consumer group "}"`}},
+		"PurgeDeadLetters bad topic":    {err: errOf(insp.PurgeDeadLetters(ctx, "", "g")), is: redisdelay.ErrInvalidTopic, says: []string{"topic is empty"}},
+		"DeleteGroup empty group":       {err: errOf(insp.DeleteGroup(ctx, topic, "")), says: []string{"consumer group is empty"}},
+		"DeleteGroup topic with tab":    {err: errOf(insp.DeleteGroup(ctx, "a\tb", "g")), is: redisdelay.ErrInvalidTopic},
+		"NewInspector without a client": {err: errOf(redisdelay.NewInspector(redisdelay.InspectorConfig{})), says: []string{"InspectorConfig.Client is nil"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.Error(t, c.err)
+			if c.is != nil {
+				assert.ErrorIs(t, c.err, c.is)
+			}
+			for _, s := range c.says {
+				assert.ErrorContains(t, c.err, s)
+			}
+		})
+	}
+}
+
+// Stats counts each state a message can be in, and Waiting lists delayed
+// messages in due order with their due times.
+func TestLifecycle_StatsAndWaitingShowWhereMessagesAre(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	insp := lcInspector(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 2, BatchSize: 1})
+	idle := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "h"})
+	require.NoError(t, sub.SubscribeInitialize(topic))
+	require.NoError(t, idle.SubscribeInitialize(topic)) // a group that reads nothing
+	ch := subscribe(t, sub, topic)
+
+	// Waiting: published out of due order.
+	type published struct {
+		uuid          string
+		before, after time.Time
+		delay         time.Duration
+	}
+	var waiting []published
+	for _, h := range []int{3, 1, 2} {
+		d := time.Duration(h) * time.Hour
+		m := delayed(delay.For(d), "in "+strconv.Itoa(h)+"h")
+		before := time.Now()
+		require.NoError(t, pub.Publish(topic, m))
+		waiting = append(waiting, published{m.UUID, before, time.Now(), d})
+	}
+	sort.Slice(waiting, func(i, j int) bool { return waiting[i].delay < waiting[j].delay })
+
+	// Dead: nacked on both attempts.
+	require.NoError(t, pub.Publish(topic, lcMessage("dead")))
+	for i := 0; i < 2; i++ {
+		m := receive(t, ch, 2*time.Second)
+		require.Equal(t, "dead", string(m.Payload))
+		m.Nack()
+	}
+	lcAwaitDead(t, insp, topic, "g", 1, 2*time.Second)
+	// Retry: the handler asks for a redelivery in an hour.
+	require.NoError(t, pub.Publish(topic, lcMessage("retry")))
+	m := receive(t, ch, 2*time.Second)
+	require.Equal(t, "retry", string(m.Payload))
+	delay.Message(m, delay.For(time.Hour))
+	m.Nack()
+	require.Eventually(t, func() bool { return lcGroupStats(t, insp, topic, "g").Retry == 1 }, 2*time.Second, 20*time.Millisecond)
+	// Pending: held by the handler; ready: not fetched (BatchSize 1).
+	require.NoError(t, pub.Publish(topic, lcMessage("held"), lcMessage("ready 1"), lcMessage("ready 2")))
+	held := receive(t, ch, 2*time.Second)
+	require.Equal(t, "held", string(held.Payload))
+
+	st := lcStats(t, insp, topic)
+	assert.Equal(t, topic, st.Topic)
+	assert.EqualValues(t, 3, st.Waiting)
+	assert.EqualValues(t, 5, st.Stream, "dead, retry, held, ready 1, ready 2")
+	byGroup := map[string]redisdelay.GroupStats{}
+	for _, g := range st.Groups {
+		byGroup[g.Group] = g
+	}
+	require.Len(t, byGroup, 2)
+	assert.Equal(t, redisdelay.GroupStats{Group: "g", Ready: 2, Pending: 1, Retry: 1, Dead: 1, DeadTotal: 1, Consumers: 1}, byGroup["g"])
+	assert.Equal(t, redisdelay.GroupStats{Group: "h", Ready: 5}, byGroup["h"])
+
+	// Waiting, in due order, with due times and paging.
+	list, err := insp.Waiting(ctx, topic, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, list, 3)
+	for i, w := range list {
+		p := waiting[i]
+		assert.Equal(t, p.uuid, w.Message.UUID, "due order")
+		assert.Equal(t, "in "+strconv.Itoa(int(p.delay/time.Hour))+"h", string(w.Message.Payload))
+		lo, hi := p.before.Add(p.delay).Add(-5*time.Millisecond), p.after.Add(p.delay).Add(5*time.Millisecond)
+		assert.True(t, !w.Due.Before(lo) && !w.Due.After(hi), "due %s not in [%s, %s]", w.Due, lo, hi)
+	}
+	list, err = insp.Waiting(ctx, topic, 1, 1)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, waiting[1].uuid, list[0].Message.UUID)
+	list, err = insp.Waiting(ctx, topic, 3, 10)
+	require.NoError(t, err)
+	assert.Empty(t, list)
+
+	topics, err := insp.Topics(ctx)
+	require.NoError(t, err)
+	assert.Contains(t, topics, topic)
+
+	// Acked, the held message leaves the pending count.
+	held.Ack()
+	for i := 1; i <= 2; i++ {
+		m := receive(t, ch, 2*time.Second)
+		assert.Equal(t, "ready "+strconv.Itoa(i), string(m.Payload))
+		m.Ack()
+	}
+	require.Eventually(t, func() bool {
+		g := lcGroupStats(t, insp, topic, "g")
+		return g.Ready == 0 && g.Pending == 0
+	}, 2*time.Second, 20*time.Millisecond)
+}

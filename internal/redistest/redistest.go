@@ -1,0 +1,309 @@
+// Package redistest starts redis-server processes for the library's tests,
+// the CLI tests, the chaos suite and the bench: each on a free 127.0.0.1
+// port, in a directory of its own, so no test ever touches a server it did
+// not choose. It also holds the loopback check for servers given by
+// address (REDISDELAY_TEST_ADDR, the bench's -redis): the tests run
+// FLUSHALL, SHUTDOWN and CONFIG SET, which must never reach a real server.
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options configure a server. The zero value is a server without
+// persistence in a temporary directory, redis-server from PATH.
+type Options struct {
+	// Bin is the redis-server binary; empty means redis-server from PATH.
+	Bin string
+	// AppendFsync turns the append-only file on with this fsync policy
+	// ("always" or "everysec"), so a restart or a SIGKILL loses nothing
+	// (see chaos/redis.go for why the chaos suite needs "always"). Empty
+	// means no persistence at all: no AOF, no RDB snapshots.
+	AppendFsync string
+	// Dir holds the configuration, the data and redis.log. Empty means a
+	// new temporary directory, removed by Stop.
+	Dir string
+	// Args are extra redis-server options, e.g. "--maxmemory", "8mb".
+	Args []string
+	// KillWithParent has the server SIGKILLed when the process that started
+	// it dies (Linux only), so an interrupted run leaves no server behind.
+	KillWithParent bool
+}
+
+// Server is a redis-server this package started.
+type Server struct {
+	Addr string // 127.0.0.1:port
+	Port int
+	Dir  string
+
+	bin    string
+	conf   string
+	args   []string
+	ownDir bool
+	killWP bool
+	cmd    *exec.Cmd
+	done   chan struct{}
+}
+
+// Start writes a configuration for a free loopback port and starts
+// redis-server on it as a child process, then waits until it answers PING
+// with its data loaded.
+func Start(o Options) (*Server, error) {
+	bin := o.Bin
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			return nil, fmt.Errorf("redis-server not found in PATH (Debian: apt-get install redis-server): %w", err)
+		}
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: o.Dir, bin: bin, args: o.Args, killWP: o.KillWithParent}
+	if s.Dir == "" {
+		if s.Dir, err = os.MkdirTemp("", "redistest-"); err != nil {
+			return nil, err
+		}
+		s.ownDir = true
+	}
+	persistence := "appendonly no\n"
+	if o.AppendFsync != "" {
+		persistence = "appendonly yes\nappendfsync " + o.AppendFsync + "\n"
+	}
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode yes\ndir %s\nlogfile %s\ndaemonize no\n%ssave \"\"\nmaxclients 10000\n",
+		port, s.Dir, s.LogFile(), persistence)
+	s.conf = filepath.Join(s.Dir, "redis.conf")
+	if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+		s.removeDir()
+		return nil, err
+	}
+	if err := s.Start(); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// LogFile is the path of the server's redis.log.
+func (s *Server) LogFile() string { return filepath.Join(s.Dir, "redis.log") }
+
+// Start starts the server again after Kill or Restart's shutdown: same
+// port, directory and configuration, so it loads its AOF.
+func (s *Server) Start() error {
+	cmd := exec.Command(s.bin, append([]string{s.conf}, s.args...)...)
+	var out bytes.Buffer // configuration errors go to stderr, not redis.log
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if s.killWP {
+		setDeathSignal(cmd)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.bin, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.cmd, s.done = cmd, done
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := Ping(s.Addr, time.Second) // LOADING is an error too: wait for the AOF
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			log, _ := os.ReadFile(s.LogFile())
+			return fmt.Errorf("redis-server exited at start: %v\n%s%s", err, tail(out.Bytes()), tail(log))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server does not answer on %s (see %s): %w", s.Addr, s.LogFile(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// tail is the end of a log, for an error message.
+func tail(b []byte) []byte {
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return b
+}
+
+// Kill SIGKILLs the server and waits until it is gone.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
+// Restart shuts the server down (SHUTDOWN writes the AOF out) and starts it
+// again on the same port and data.
+func (s *Server) Restart() error {
+	_ = command(s.Addr, "SHUTDOWN")
+	if s.cmd != nil {
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			s.Kill()
+		}
+		s.cmd = nil
+	}
+	return s.Start()
+}
+
+// RestartCommand is a shell command that restarts the server from outside
+// the test process, as Watermill's universal suite wants it
+// (tests.Features.RestartServiceCommand). The restarted server runs
+// daemonized, no longer a child of this process; Stop still stops it.
+func (s *Server) RestartCommand() []string {
+	p := strconv.Itoa(s.Port)
+	start := shellQuote(s.bin) + " " + shellQuote(s.conf)
+	for _, a := range s.args {
+		start += " " + shellQuote(a)
+	}
+	// SHUTDOWN flushes the AOF; the loop waits until the port is free and the
+	// new server answers.
+	script := fmt.Sprintf(`redis-cli -p %[1]s shutdown >/dev/null 2>&1
+for i in $(seq 1 200); do redis-cli -p %[1]s ping >/dev/null 2>&1 || break; sleep 0.05; done
+for i in $(seq 1 50); do %[2]s --daemonize yes --pidfile %[3]s && redis-cli -p %[1]s ping 2>/dev/null | grep -q PONG && exit 0; sleep 0.1; done
+exit 1`, p, start, shellQuote(filepath.Join(s.Dir, "redis.pid")))
+	return []string{"bash", "-c", script}
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Stop shuts the server down without saving (whether it is still the child
+// this package started or was restarted by RestartCommand) and removes a
+// temporary directory Start made.
+func (s *Server) Stop() {
+	_ = command(s.Addr, "SHUTDOWN", "NOSAVE")
+	if s.cmd != nil {
+		select {
+		case <-s.done:
+		case <-time.After(5 * time.Second):
+		}
+		s.Kill()
+	}
+	s.removeDir()
+}
+
+func (s *Server) removeDir() {
+	if s.ownDir {
+		_ = os.RemoveAll(s.Dir)
+	}
+}
+
+// TB is the part of testing.TB that ForTest uses (so this package does not
+// import testing into the chaos and bench binaries).
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Failed() bool
+	Logf(format string, args ...any)
+	Skip(args ...any)
+	Fatal(args ...any)
+}
+
+// ForTest starts a server for one test, stopped when the test ends; if the
+// test failed, its redis.log goes to the test log. The test is skipped
+// when redis-server is not installed.
+func ForTest(t TB, o Options) *Server {
+	t.Helper()
+	if o.Bin == "" {
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			t.Skip("needs redis-server on the PATH to start a server of its own")
+		}
+	}
+	s, err := Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if log, err := os.ReadFile(s.LogFile()); err == nil {
+				t.Logf("redis.log:\n%s", log)
+			}
+		}
+		s.Stop()
+	})
+	return s
+}
+
+// CheckLoopback refuses an address that is not on the loopback interface;
+// what names where the address came from (an environment variable, a flag).
+func CheckLoopback(what, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", what, addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("%s %q: only loopback addresses (127.0.0.1, ::1, localhost) are accepted", what, addr)
+	}
+	return nil
+}
+
+// FreePort returns a TCP port free on 127.0.0.1 at the time of the call.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Ping sends PING to the server at addr and reports an error unless it
+// answers PONG (a server still loading its AOF answers -LOADING).
+func Ping(addr string, timeout time.Duration) error {
+	reply, err := do(addr, timeout, "PING")
+	if err != nil {
+		return err
+	}
+	if reply != "+PONG" {
+		return fmt.Errorf("redis at %s answers PING with %q", addr, reply)
+	}
+	return nil
+}
+
+// command sends a command whose reply does not matter: SHUTDOWN closes the
+// connection instead of answering.
+func command(addr string, args ...string) error {
+	_, err := do(addr, 5*time.Second, args...)
+	return err
+}
+
+// do sends one command in RESP and returns the first line of the reply.
+func do(addr string, timeout time.Duration, args ...string) (string, error) {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	return strings.TrimRight(line, "\r\n"), err
+}

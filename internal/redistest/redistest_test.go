@@ -1,0 +1,90 @@
+package redistest
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// What the chaos suite relies on: with AOF "always", a SIGKILLed server
+// started again has every acknowledged write.
+func TestKillAndStartKeepAcknowledgedWrites(t *testing.T) {
+	s := ForTest(t, Options{AppendFsync: "always", KillWithParent: true})
+	if _, err := do(s.Addr, 0, "SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	if err := Ping(s.Addr, 0); err == nil {
+		t.Fatal("the server still answers after Kill")
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := do(s.Addr, 0, "GET", "k"); err != nil || v != "$1" {
+		t.Fatalf("after Kill and Start GET k = %q, %v; want the value kept", v, err)
+	}
+}
+
+// The launcher's own round trip: start without persistence, restart with
+// AOF keeping nothing lost, stop removing the temporary directory.
+func TestStartRestartStop(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("needs redis-server")
+	}
+	s, err := Start(Options{AppendFsync: "everysec", Args: []string{"--loglevel", "warning"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := do(s.Addr, 0, "SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := do(s.Addr, 0, "GET", "k"); err != nil || v != "$1" {
+		t.Fatalf("after Restart GET k = %q, %v; want the value kept", v, err)
+	}
+	out, err := exec.Command(s.RestartCommand()[0], s.RestartCommand()[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("RestartCommand: %v: %s", err, out)
+	}
+	if err := Ping(s.Addr, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	if err := Ping(s.Addr, 0); err == nil {
+		t.Fatal("the server still answers after Stop")
+	}
+	if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
+		t.Fatalf("Stop left %s: %v", s.Dir, err)
+	}
+}
+
+func TestCheckLoopback(t *testing.T) {
+	for _, a := range []string{"127.0.0.1:6379", "[::1]:6379", "localhost:6379"} {
+		if err := CheckLoopback("X", a); err != nil {
+			t.Errorf("%s: %v", a, err)
+		}
+	}
+	for _, a := range []string{"10.0.0.1:6379", "redis.example.com:6379", "6379"} {
+		if err := CheckLoopback("X", a); err == nil || !strings.Contains(err.Error(), "X") {
+			t.Errorf("%s: want an error naming X, got %v", a, err)
+		}
+	}
+}
+
+// A server that cannot start says why: a binary that is not there, or a
+// redis-server that exits at once (its redis.log has the reason).
+func TestStartErrors(t *testing.T) {
+	if _, err := Start(Options{Bin: "/nonexistent/redis-server"}); err == nil || !strings.Contains(err.Error(), "/nonexistent/redis-server") {
+		t.Errorf("missing binary: got %v, want an error naming it", err)
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("needs redis-server")
+	}
+	_, err := Start(Options{Args: []string{"--no-such-option", "1"}})
+	if err == nil || !strings.Contains(err.Error(), "exited at start") || !strings.Contains(err.Error(), "no-such-option") {
+		t.Errorf("bad option: got %v, want an error saying redis-server exited, with its complaint", err)
+	}
+}

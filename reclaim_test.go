@@ -1,0 +1,182 @@
+package redisdelay_test
+
+// Reclaim of crashed consumers' messages, lease extension and idle-consumer
+// cleanup, against the real test server. Every test uses a fresh topic and
+// runs in parallel.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+func TestLifecycle_CrashedConsumersMessageReclaimedAfterVisibilityTimeout(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+		ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
+	})
+	require.NoError(t, sub.SubscribeInitialize(topic))
+	msg := lcMessage("x")
+	require.NoError(t, pub.Publish(topic, msg))
+	lcCrashedRead(t, client, topic, "g", "crashed-1")
+	readAt := time.Now()
+
+	ch := subscribe(t, sub, topic)
+	got := receive(t, ch, 3*time.Second)
+	took := time.Since(readAt)
+	assert.Equal(t, msg.UUID, got.UUID)
+	assert.Equal(t, "x", string(got.Payload))
+	assert.Equal(t, "2", got.Metadata.Get(redisdelay.AttemptKey))
+	assert.GreaterOrEqual(t, took, 550*time.Millisecond, "reclaimed before the visibility timeout")
+	t.Logf("reclaimed %s after the crashed read", took)
+	got.Ack()
+	nothing(t, ch, 300*time.Millisecond)
+
+	held, err := client.XPendingExt(context.Background(), &redis.XPendingExtArgs{
+		Stream: lcKey(topic, "stream"), Group: "g", Start: "-", End: "+", Count: 10, Consumer: "crashed-1",
+	}).Result()
+	require.NoError(t, err)
+	assert.Empty(t, held, "the crashed consumer holds nothing any more")
+}
+
+func TestLifecycle_CrashedConsumersLastAttemptGoesToDeadLetters(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	insp := lcInspector(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+		ConsumerGroup: "g", MaxAttempts: 1, VisibilityTimeout: 600 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
+	})
+	require.NoError(t, sub.SubscribeInitialize(topic))
+	msg := lcMessage("x")
+	require.NoError(t, pub.Publish(topic, msg))
+	lcCrashedRead(t, client, topic, "g", "crashed-1")
+	ch := subscribe(t, sub, topic) // runs the scheduler that reclaims
+
+	dead := lcAwaitDead(t, insp, topic, "g", 1, 3*time.Second)
+	nothing(t, ch, 300*time.Millisecond)
+	d := dead[0]
+	assert.Equal(t, msg.UUID, d.Message.UUID)
+	assert.Equal(t, 1, d.Attempts)
+	assert.Contains(t, d.Reason, "not acknowledged within 600 ms")
+	assert.Contains(t, d.Reason, "crashed-1")
+	assert.Contains(t, d.Reason, "attempt 1 of 1")
+	assert.Zero(t, lcPending(t, client, topic, "g"))
+}
+
+// A live subscription's slow handler keeps its message past several
+// visibility timeouts: the lease is extended, nobody else gets it, and its
+// Ack settles it for good.
+func TestLifecycle_SlowHandlerKeepsItsMessageByLeaseExtension(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	insp := lcInspector(t, client)
+	config := redisdelay.SubscriberConfig{
+		ConsumerGroup: "g", VisibilityTimeout: 500 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
+	}
+	slow := lcSubscriber(t, client, config)
+	other := lcSubscriber(t, client, config)
+	chSlow := subscribe(t, slow, topic)
+
+	msg := lcMessage("slow")
+	require.NoError(t, pub.Publish(topic, msg))
+	got := receive(t, chSlow, 2*time.Second)
+	chOther := subscribe(t, other, topic)
+	nothing(t, chOther, 2*time.Second) // 4× VisibilityTimeout
+	assert.NoError(t, got.Context().Err(), "the handler's context stays alive")
+	got.Ack()
+
+	nothing(t, chOther, time.Second)
+	nothing(t, chSlow, 10*time.Millisecond)
+	g := lcGroupStats(t, insp, topic, "g")
+	assert.Zero(t, g.Pending+g.Ready+g.Retry+g.Dead, "settled once: %+v", g)
+}
+
+// Messages fetched behind a handler that runs long go back to the group
+// (attempt unchanged) instead of waiting for it; the slow one stays put.
+func TestLifecycle_MessagesFetchedBehindSlowHandlerGoToOtherConsumers(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	config := redisdelay.SubscriberConfig{
+		ConsumerGroup: "g", BatchSize: 10, VisibilityTimeout: 600 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
+	}
+	slow := lcSubscriber(t, client, config)
+	other := lcSubscriber(t, client, config)
+	require.NoError(t, slow.SubscribeInitialize(topic))
+	msgs := []*message.Message{lcMessage("slow"), lcMessage("b"), lcMessage("c"), lcMessage("d")}
+	require.NoError(t, pub.Publish(topic, msgs...))
+	chSlow := subscribe(t, slow, topic) // fetches all four in one read
+	first := receive(t, chSlow, 2*time.Second)
+	require.Equal(t, "slow", string(first.Payload))
+
+	chOther := subscribe(t, other, topic)
+	start := time.Now()
+	for _, want := range []string{"b", "c", "d"} {
+		got := receive(t, chOther, 2*time.Second) // within 2/3 VisibilityTimeout + a read
+		assert.Equal(t, want, string(got.Payload))
+		assert.Equal(t, "1", got.Metadata.Get(redisdelay.AttemptKey), "a hand-back is not an attempt")
+		got.Ack()
+	}
+	t.Logf("messages behind the slow handler delivered elsewhere after %s", time.Since(start))
+	nothing(t, chOther, 900*time.Millisecond) // the slow handler's message stays leased
+	first.Ack()
+	nothing(t, chSlow, 300*time.Millisecond)
+	g := lcGroupStats(t, lcInspector(t, client), topic, "g")
+	assert.Zero(t, g.Pending+g.Ready+g.Retry+g.Dead, "each settled once: %+v", g)
+}
+
+// A scheduler removes consumers that hold nothing and stayed silent past
+// ConsumerIdleTimeout, and keeps those holding a message.
+func TestLifecycle_IdleConsumersWithoutMessagesAreRemoved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	topic := topic()
+	stream := lcKey(topic, "stream")
+	pub := lcPublisher(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+		ConsumerGroup: "g", ConsumerIdleTimeout: time.Second, VisibilityTimeout: time.Minute, DisableScheduler: true,
+	})
+	require.NoError(t, sub.SubscribeInitialize(topic))
+	require.NoError(t, pub.Publish(topic, lcMessage("held")))
+	lcCrashedRead(t, client, topic, "g", "holder")
+	require.NoError(t, client.XGroupCreateConsumer(ctx, stream, "g", "idler").Err())
+	created := time.Now()
+
+	consumers := func() map[string]int64 {
+		cs, err := client.XInfoConsumers(ctx, stream, "g").Result()
+		require.NoError(t, err)
+		out := map[string]int64{}
+		for _, c := range cs {
+			out[c.Name] = c.Pending
+		}
+		return out
+	}
+	require.Equal(t, map[string]int64{"holder": 1, "idler": 0}, consumers())
+
+	lcManager(t, client, redisdelay.ManagerConfig{
+		Topics: []string{topic}, CheckInterval: 100 * time.Millisecond, TrimInterval: 200 * time.Millisecond,
+	})
+	require.Eventually(t, func() bool {
+		_, ok := consumers()["idler"]
+		return !ok
+	}, 4*time.Second, 20*time.Millisecond, "idle consumer not removed")
+	assert.GreaterOrEqual(t, time.Since(created), 950*time.Millisecond, "removed before ConsumerIdleTimeout")
+	time.Sleep(500 * time.Millisecond) // a few more cleanup rounds
+	assert.Equal(t, map[string]int64{"holder": 1}, consumers(), "a consumer holding a message stays")
+}
