@@ -27,7 +27,7 @@ func TestLifecycle_FailingHandlerDeadLettersAfterMaxAttemptsWithItsError(t *test
 	client := newClient(t)
 	topic := topic()
 	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3})
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3, RetryDelay: noRetry})
 	insp := lcInspector(t, client)
 
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, logger)
@@ -78,7 +78,7 @@ func TestLifecycle_NackedByHandDeadLetterReasonMentionsErrorKey(t *testing.T) {
 	client := newClient(t)
 	topic := topic()
 	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3})
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3, RetryDelay: noRetry})
 	insp := lcInspector(t, client)
 	ch := subscribe(t, sub, topic)
 

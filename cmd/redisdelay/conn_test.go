@@ -25,6 +25,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // Every mistake in the connection flags is a usage error (exit 2), found
@@ -219,7 +221,7 @@ func startServer(t *testing.T, extra, mode string) string {
 	if err != nil {
 		t.Skip("redis-server not found")
 	}
-	port, err := freePort()
+	port, err := redistest.FreePort()
 	require.NoError(t, err)
 	dir := t.TempDir()
 	listen := fmt.Sprintf("port %d\n", port)
