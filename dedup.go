@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -91,8 +90,6 @@ type ExpiringKeyRepository struct {
 	window time.Duration
 	logger watermill.LoggerAdapter
 }
-
-var _ middleware.ExpiringKeyRepository = (*ExpiringKeyRepository)(nil)
 
 // NewExpiringKeyRepository returns a repository for Watermill's
 // middleware.Deduplicator. A nil logger logs nothing.
