@@ -13,7 +13,7 @@
 //		Authorize: requireOperator, // the service's own authentication
 //	}))
 //
-// or run it with the CLI: redisdelay ui --listen 127.0.0.1:8080.
+// or run it with the CLI: redisdelay ui --addr-listen 127.0.0.1:8080.
 //
 // Mutating actions are POST requests carrying a token from a cookie of the
 // page (double-submit), refused when the Origin or Referer header names
