@@ -196,7 +196,7 @@ func newBrowser(t *testing.T, path string) *browser {
 		chromedp.ExecPath(path),
 		chromedp.NoSandbox, // CI containers run as root
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 860),
+		chromedp.WindowSize(1280, 1000),
 	)
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(alloc)
