@@ -31,6 +31,7 @@ import (
 
 type env struct {
 	t      *testing.T
+	redis  *redistest.Server
 	client *redis.Client
 	insp   *redisdelay.Inspector
 	pub    *redisdelay.Publisher
@@ -41,7 +42,7 @@ type env struct {
 func newEnv(t *testing.T, opts dashboard.Options) *env {
 	t.Helper()
 	s := redistest.ForTest(t, redistest.Options{KillWithParent: true})
-	client := redis.NewClient(&redis.Options{Addr: s.Addr})
+	client := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1}) // TestErrors stops Redis: fail at once
 	t.Cleanup(func() { _ = client.Close() })
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
 	require.NoError(t, err)
@@ -58,7 +59,7 @@ func newEnv(t *testing.T, opts dashboard.Options) *env {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)
-	return &env{t: t, client: client, insp: insp, pub: pub, srv: srv, http: &http.Client{Jar: jar}}
+	return &env{t: t, redis: s, client: client, insp: insp, pub: pub, srv: srv, http: &http.Client{Jar: jar}}
 }
 
 func (e *env) get(path string) (int, string) {
@@ -406,4 +407,29 @@ func TestAuthorizeAndBasePath(t *testing.T) {
 	}
 	require.NotNil(t, cookie)
 	assert.Equal(t, "/ops/delay", cookie.Path)
+}
+
+func TestErrors(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	msg := later(time.Hour, "x")
+	e.publish("orders", msg)
+	_, page := e.get("/message?t=orders&q=" + msg.UUID)
+	tok := csrf(t, page)
+
+	big := url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {strings.Repeat("x", 2<<20)}}
+	status, body := e.post("/cancel", big)
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "cannot read the form")
+
+	e.redis.Stop()
+	status, body = e.get("/")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, "connection refused")
+	status, body = e.get("/api/topics")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, `"error":`)
+	status, _ = e.get("/topic?t=orders")
+	assert.Equal(t, http.StatusBadGateway, status)
+	status, _ = e.post("/cancel", url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {"u"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusBadGateway, status)
 }
