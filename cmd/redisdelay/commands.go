@@ -23,6 +23,9 @@ type command struct {
 	flags            func(fs *flag.FlagSet, f *cmdFlags) // the command's own flags
 	check            func(pos []string, f *cmdFlags) error
 	run              func(e *env, pos []string) error
+	// serve marks a command that runs until interrupted: --timeout bounds
+	// connecting only.
+	serve bool
 }
 
 // cmdFlags holds the commands' own flags, fresh for each run.
@@ -33,6 +36,8 @@ type cmdFlags struct {
 	key           string
 	payload       bool
 	maxPayload    int
+	listen        string
+	readOnly      bool
 }
 
 // payloadFlags are the flags of the commands that can print payloads.
@@ -190,6 +195,20 @@ func init() {
 			minArgs: 3, maxArgs: 3,
 			check: func(pos []string, _ *cmdFlags) error { return checkDeadID(pos[2]) },
 			run:   cmdDeleteDead,
+		},
+		{
+			name: "ui", args: "[--addr-listen HOST:PORT] [--read-only]", summary: "serve the web dashboard",
+			help: "Serves the operator dashboard (see docs/dashboard.md) until interrupted: topics and groups\n" +
+				"refreshing live, when waiting messages fall due, waiting messages searched by UUID or business\n" +
+				"key and cancelled, dead letters requeued or deleted after a confirmation. It has no login of its\n" +
+				"own: keep it on loopback (the default) or put it behind an authenticating proxy; --read-only\n" +
+				"hides and refuses every action.",
+			maxArgs: 0, serve: true,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.StringVar(&f.listen, "addr-listen", "127.0.0.1:8080", "serve on this `host:port` (port 0: any free port)")
+				fs.BoolVar(&f.readOnly, "read-only", false, "show only: no cancel, requeue or delete")
+			},
+			run: cmdUI,
 		},
 	}
 }

@@ -1,7 +1,7 @@
 // Command redisdelay shows what the topics of watermill-redisdelay hold and
 // lets an operator act on them: list topics, count messages, list delayed
 // messages and dead letters, cancel a delayed message, requeue, delete or
-// purge dead letters.
+// purge dead letters, or serve all that as a web dashboard ("ui").
 //
 //	redisdelay [flags] <command> [arguments]
 //
@@ -223,6 +223,7 @@ func runWith(ctx context.Context, opts *options, args []string, stdout, stderr i
 		}
 	}
 
+	serveCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
 	defer cancel()
 	client := opts.client()
@@ -241,6 +242,9 @@ func runWith(ctx context.Context, opts *options, args []string, stdout, stderr i
 		return exitError
 	}
 	e := &env{ctx: ctx, opts: opts, insp: insp, stdout: stdout, stderr: stderr, now: time.Now, flags: cf}
+	if cmd.serve {
+		e.ctx = serveCtx // --timeout bounded connecting only
+	}
 	if err := cmd.run(e, pos); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {

@@ -1,0 +1,465 @@
+package browsertest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/chromedp/chromedp"
+	"github.com/redis/go-redis/v9"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/dashboard"
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
+)
+
+// bigTopic holds 100,000 waiting messages, the load test.
+const (
+	bigTopic = "reminders.send"
+	bigCount = 100_000
+	topic    = "orders.close-unpaid"
+	group    = "billing"
+)
+
+// screenshotsEnv set to 1 rewrites docs/img/dashboard-*.png; without it
+// (CI) the tracked files are left alone.
+const screenshotsEnv = "REDISDELAY_SCREENSHOTS"
+
+// chromium finds the browser: $REDISDELAY_CHROMIUM, or chromium on the
+// PATH. Missing, the test skips, except in CI (CI=true), where it fails.
+func chromium(t *testing.T) string {
+	if p := os.Getenv("REDISDELAY_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "needs Chromium: apt-get install -y chromium (Debian), or set REDISDELAY_CHROMIUM to the browser's path"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg + " (CI=true: the browser test must run in CI)")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+type fixture struct {
+	client  *redis.Client
+	insp    *redisdelay.Inspector
+	pub     *redisdelay.Publisher
+	orders  []*message.Message // waiting in topic, due in 1..8 h
+	evil    *message.Message   // waiting in topic, with markup in payload and metadata
+	binary  *message.Message   // waiting in topic, not text
+	big     []string           // UUIDs of bigTopic, in publishing order
+	deadIDs int
+}
+
+func seed(t *testing.T, client *redis.Client) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	f := &fixture{client: client}
+	var err error
+	if f.insp, err = redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client}); err != nil {
+		t.Fatal(err)
+	}
+	if f.pub, err = redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, watermill.NopLogger{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.pub.Close() })
+
+	// Dead letters: immediate messages nacked by a group allowed one attempt.
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: group, MaxAttempts: 1}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subCtx, cancel := context.WithCancel(ctx)
+	ch, err := sub.Subscribe(subCtx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := []string{"card declined", "customer not found: id 8812", "timeout calling payments API after 10s", "card declined", "invalid currency \"XYZ\"", "card declined"}
+	for i, r := range reasons {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"order":%d,"amount":"%d.90","currency":"EUR"}`, 5100+i, 20+i*7)))
+		msg.Metadata.Set("order_id", strconv.Itoa(5100+i))
+		msg.Metadata.Set("reason", r)
+		f.publish(t, topic, msg)
+	}
+	for range reasons {
+		select {
+		case m := <-ch:
+			m.Metadata.Set(redisdelay.ErrorKey, m.Metadata.Get("reason"))
+			m.Nack()
+		case <-time.After(10 * time.Second):
+			t.Fatal("no delivery within 10 s")
+		}
+	}
+	f.deadIDs = len(reasons)
+	deadline := time.Now().Add(10 * time.Second)
+	for f.dead(t) != int64(len(reasons)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dead letters after 10 s, want %d", f.dead(t), len(reasons))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	_ = sub.Close()
+
+	for i := 1; i <= 8; i++ {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"order":%d,"action":"close if unpaid"}`, 1000+i)))
+		msg.Metadata.Set(redisdelay.BusinessKey, "order-"+strconv.Itoa(1000+i))
+		msg.Metadata.Set("tenant", "acme")
+		delay.Message(msg, delay.For(time.Duration(i)*time.Hour+time.Duration(i)*7*time.Minute))
+		f.orders = append(f.orders, msg)
+	}
+	f.evil = message.NewMessage(watermill.NewUUID(), []byte(`<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">`))
+	f.evil.Metadata.Set("note", `"><script>window.__pwned = 3</script>`)
+	delay.Message(f.evil, delay.For(9*time.Hour))
+	f.binary = message.NewMessage(watermill.NewUUID(), []byte("\x00\x01\x02\xfe\xffPNG\r\n\x1a\n binary"))
+	delay.Message(f.binary, delay.For(10*time.Hour))
+	f.publish(t, topic, append(slices.Clone(f.orders), f.evil, f.binary)...)
+
+	// The load test: 100,000 waiting messages due over the next 40 days,
+	// more of them soon, each with a business key.
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(1, 2))
+	batch := make([]*message.Message, 0, 1000)
+	for i := range bigCount {
+		x := rng.Float64()
+		msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"user":%d,"template":"renewal-reminder"}`, i)))
+		msg.Metadata.Set(redisdelay.BusinessKey, "reminder-"+strconv.Itoa(i))
+		delay.Message(msg, delay.For(30*time.Second+time.Duration(x*x*x*float64(40*24*time.Hour))))
+		f.big = append(f.big, msg.UUID)
+		batch = append(batch, msg)
+		if len(batch) == cap(batch) {
+			f.publish(t, bigTopic, batch...)
+			batch = batch[:0]
+		}
+	}
+	t.Logf("seeded %d waiting messages in %s", bigCount, time.Since(start).Round(time.Millisecond))
+	return f
+}
+
+func (f *fixture) publish(t *testing.T, topic string, msgs ...*message.Message) {
+	t.Helper()
+	if err := f.pub.Publish(topic, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) dead(t *testing.T) int64 {
+	t.Helper()
+	st, err := f.insp.Stats(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range st.Groups {
+		if g.Group == group {
+			return g.Dead
+		}
+	}
+	return 0
+}
+
+func (f *fixture) waiting(t *testing.T, uuid string) bool {
+	t.Helper()
+	_, ok, err := f.insp.FindWaiting(context.Background(), topic, uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// browser is one Chromium tab.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func newBrowser(t *testing.T, path string) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // CI containers run as root
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 1000),
+	)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(alloc)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
+	return &browser{t: t, ctx: ctx}
+}
+
+func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
+func eval[T any](b *browser, js string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+// open loads a page and waits for an element of it; it returns how long
+// that took.
+func (b *browser) open(u, sel string) time.Duration {
+	b.t.Helper()
+	start := time.Now()
+	b.do(chromedp.Navigate(u), chromedp.WaitVisible(chromedp.CSS(sel)))
+	return time.Since(start)
+}
+
+// screenshot writes docs/img/dashboard-<name>.png when $REDISDELAY_SCREENSHOTS is 1.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	if os.Getenv(screenshotsEnv) != "1" {
+		return
+	}
+	png, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if len(png) > 300<<10 {
+		b.t.Errorf("screenshot %s is %d KB: keep it under 300 KB", name, len(png)>>10)
+	}
+	path := filepath.Join("..", "..", "docs", "img", "dashboard-"+name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("wrote %s (%d KB)", path, len(png)>>10)
+}
+
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+func TestDashboardInChromium(t *testing.T) {
+	path := chromium(t)
+	srv := redistest.ForTest(t, redistest.Options{KillWithParent: true})
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	f := seed(t, client)
+
+	rw := httptest.NewServer(dashboard.New(f.insp, dashboard.Options{}))
+	t.Cleanup(rw.Close)
+	ro := httptest.NewServer(dashboard.New(f.insp, dashboard.Options{ReadOnly: true}))
+	t.Cleanup(ro.Close)
+	b := newBrowser(t, path)
+	topicURL := func(base, tp string) string { return base + "/topic?t=" + url.QueryEscape(tp) }
+	msgURL := func(base, tp, by, q string) string {
+		return base + "/message?" + url.Values{"t": {tp}, "by": {by}, "q": {q}}.Encode()
+	}
+
+	t.Run("topics page refreshes live", func(t *testing.T) {
+		b.t = t
+		b.open(rw.URL+"/", "#topics")
+		page := b.text("#topics")
+		for _, want := range []string{topic, bigTopic, group, strconv.Itoa(bigCount)} {
+			if !strings.Contains(page, want) {
+				t.Errorf("topics page lacks %q:\n%s", want, page)
+			}
+		}
+		b.screenshot("topics")
+		cell := `document.querySelector('#topics a[href*="t=orders"]').closest("tr").cells[2].textContent`
+		before := eval[string](b, cell)
+		more := message.NewMessage(watermill.NewUUID(), []byte(`{"order":1999}`))
+		delay.Message(more, delay.For(20*time.Hour))
+		f.publish(t, topic, more)
+		deadline := time.Now().Add(10 * time.Second)
+		for eval[string](b, cell) == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting count still %s 10 s after a publish: the page does not refresh", before)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Logf("waiting count went from %s to %s without a reload", before, eval[string](b, cell))
+	})
+
+	t.Run("100k waiting: load and search", func(t *testing.T) {
+		b.t = t
+		var loads, searches, keySearches []time.Duration
+		for i := range 5 {
+			loads = append(loads, b.open(topicURL(rw.URL, bigTopic), "#waiting-list"))
+			if i == 0 {
+				hist := b.text("#histogram")
+				if !strings.Contains(hist, "1–7 days") {
+					t.Errorf("histogram lacks its buckets:\n%s", hist)
+				}
+				if n := eval[int](b, `document.querySelectorAll("#waiting-list tbody tr").length`); n != 50 {
+					t.Errorf("first page has %d rows, want 50 (paged server-side)", n)
+				}
+				b.screenshot("waiting")
+			}
+			// Search by UUID through the form, for a message deep in the set.
+			want := f.big[bigCount/3+i*997]
+			start := time.Now()
+			b.do(chromedp.SetValue(chromedp.CSS("#search-q"), want), chromedp.Submit(chromedp.CSS("#search-q")), chromedp.WaitVisible(chromedp.CSS("#uuid")))
+			searches = append(searches, time.Since(start))
+			if got := b.text("#uuid"); got != want {
+				t.Fatalf("search by UUID found %q, want %q", got, want)
+			}
+			// And by business key.
+			b.open(topicURL(rw.URL, bigTopic), "#search-q")
+			key := "reminder-" + strconv.Itoa(bigCount-1-i*1231)
+			start = time.Now()
+			b.do(chromedp.SetValue(chromedp.CSS("#search-by"), "key"), chromedp.SetValue(chromedp.CSS("#search-q"), key),
+				chromedp.Submit(chromedp.CSS("#search-q")), chromedp.WaitVisible(chromedp.CSS("#uuid")))
+			keySearches = append(keySearches, time.Since(start))
+			if page := b.text("#summary"); !strings.Contains(page, key) {
+				t.Fatalf("search by key %s shows:\n%s", key, page)
+			}
+		}
+		heap := eval[float64](b, `performance.memory ? performance.memory.usedJSHeapSize : -1`)
+		t.Logf("FIGURE topic page of %d waiting messages: load (navigate to visible list) median %s of %v", bigCount, median(loads), loads)
+		t.Logf("FIGURE search by UUID among %d: median %s of %v", bigCount, median(searches), searches)
+		t.Logf("FIGURE search by business key among %d: median %s of %v", bigCount, median(keySearches), keySearches)
+		t.Logf("FIGURE JS heap of the page after the searches: %.1f MB", heap/1e6)
+
+		// The same requests without the browser: the server's share.
+		var server []time.Duration
+		for range 5 {
+			start := time.Now()
+			resp, err := http.Get(topicURL(rw.URL, bigTopic))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			server = append(server, time.Since(start))
+		}
+		t.Logf("FIGURE server time of the topic page (stats, histogram, first 50): median %s of %v", median(server), server)
+	})
+
+	t.Run("message view escapes markup and shows binary as hex", func(t *testing.T) {
+		b.t = t
+		b.open(msgURL(rw.URL, topic, "uuid", f.evil.UUID), "#payload")
+		if got := b.text("#payload"); !strings.Contains(got, "<script>window.__pwned = 1</script>") {
+			t.Errorf("payload not shown as text: %q", got)
+		}
+		if pwned := eval[string](b, `String(window.__pwned)`); pwned != "undefined" {
+			t.Fatalf("payload markup executed: window.__pwned = %s", pwned)
+		}
+		if n := eval[int](b, `document.querySelectorAll("img").length + document.querySelectorAll("script").length`); n != 1 {
+			t.Errorf("the page has %d img/script elements, want only the dashboard's script", n)
+		}
+		b.open(msgURL(rw.URL, topic, "uuid", f.binary.UUID), "#payload")
+		if got := b.text("#payload"); !strings.Contains(got, "00 01 02 fe ff 50 4e 47") {
+			t.Errorf("binary payload not a hex dump: %q", got)
+		}
+		b.open(msgURL(rw.URL, topic, "key", "order-1003"), "#payload")
+		b.screenshot("message")
+	})
+
+	t.Run("cancel with confirmation", func(t *testing.T) {
+		b.t = t
+		target := f.orders[0]
+		b.open(msgURL(rw.URL, topic, "uuid", target.UUID), "#cancel")
+		b.do(chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitVisible(chromedp.CSS("#prompt")))
+		if !f.waiting(t, target.UUID) {
+			t.Fatal("cancelled before the confirmation")
+		}
+		b.do(chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#result")))
+		if got := b.text("#result"); !strings.Contains(got, "cancelled") {
+			t.Errorf("result: %q", got)
+		}
+		if f.waiting(t, target.UUID) {
+			t.Fatal("still waiting after the confirmed cancel")
+		}
+		// Going back from the confirmation changes nothing.
+		other := f.orders[1]
+		b.open(msgURL(rw.URL, topic, "uuid", other.UUID), "#cancel")
+		b.do(chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitVisible(chromedp.CSS("#abort")),
+			chromedp.Click(chromedp.CSS("#abort")), chromedp.WaitVisible(chromedp.CSS("#uuid")))
+		if !f.waiting(t, other.UUID) {
+			t.Fatal("cancelled although the operator said no")
+		}
+	})
+
+	t.Run("dead letters: requeue and delete with confirmation", func(t *testing.T) {
+		b.t = t
+		deadURL := rw.URL + "/dead?" + url.Values{"t": {topic}, "g": {group}}.Encode()
+		b.open(deadURL, "#dead-list")
+		if got := b.text("#dead-list"); !strings.Contains(got, "customer not found") || !strings.Contains(got, "card declined") {
+			t.Errorf("dead letters lack their reasons:\n%s", got)
+		}
+		b.do(chromedp.Click(chromedp.CSS("#dead-list details summary")))
+		b.screenshot("dead")
+		eval[bool](b, `(() => { const p = document.querySelectorAll("input.pick"); p[0].click(); p[1].click(); return true })()`)
+		b.do(chromedp.Click(chromedp.CSS("#requeue-selected")), chromedp.WaitVisible(chromedp.CSS("#prompt")))
+		if got := b.text("#prompt"); !strings.Contains(got, "Requeue 2 dead letter(s)") {
+			t.Errorf("prompt: %q", got)
+		}
+		if n := f.dead(t); n != int64(f.deadIDs) {
+			t.Fatalf("%d dead letters before the confirmation, want %d", n, f.deadIDs)
+		}
+		b.do(chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#result")))
+		if got := b.text("#result"); !strings.Contains(got, "Requeued 2") {
+			t.Errorf("result: %q", got)
+		}
+		if n := f.dead(t); n != int64(f.deadIDs-2) {
+			t.Fatalf("%d dead letters after requeueing 2 of %d", n, f.deadIDs)
+		}
+		// Bulk: select all on the page, delete.
+		b.do(chromedp.Click(chromedp.CSS("#back")), chromedp.WaitVisible(chromedp.CSS("#select-all")),
+			chromedp.Click(chromedp.CSS("#select-all")), chromedp.Click(chromedp.CSS("#delete-selected")),
+			chromedp.WaitVisible(chromedp.CSS("#prompt")))
+		if got := b.text("#prompt"); !strings.Contains(got, fmt.Sprintf("Delete for good %d dead letter(s)", f.deadIDs-2)) {
+			t.Errorf("prompt: %q", got)
+		}
+		b.do(chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#result")))
+		if n := f.dead(t); n != 0 {
+			t.Fatalf("%d dead letters after deleting all", n)
+		}
+	})
+
+	t.Run("read-only mode hides and refuses actions", func(t *testing.T) {
+		b.t = t
+		target := f.orders[2]
+		b.open(msgURL(ro.URL, topic, "uuid", target.UUID), "#read-only")
+		if n := eval[int](b, `document.querySelectorAll("#cancel, form[method=post]").length`); n != 0 {
+			t.Errorf("read-only message page has %d action forms", n)
+		}
+		status := eval[int](b, `fetch("/cancel", {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"},
+			body: "t=`+url.QueryEscape(topic)+`&uuid=`+target.UUID+`&confirm=yes"}).then(r => r.status)`)
+		if status != http.StatusForbidden {
+			t.Errorf("POST /cancel in read-only mode: status %d, want 403", status)
+		}
+		if !f.waiting(t, target.UUID) {
+			t.Fatal("read-only mode cancelled a message")
+		}
+		b.open(ro.URL+"/dead?"+url.Values{"t": {topic}, "g": {group}}.Encode(), "#dead-list")
+		if n := eval[int](b, `document.querySelectorAll("input.pick, #requeue-all, #purge").length`); n != 0 {
+			t.Errorf("read-only dead letters page has %d action controls", n)
+		}
+	})
+}

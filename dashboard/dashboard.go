@@ -1,0 +1,711 @@
+// Package dashboard is a web page for operators of watermill-redisdelay:
+// topics and consumer groups with their depths, refreshing live; when the
+// waiting messages fall due; waiting messages paged, searched by UUID or
+// business key, shown and cancelled; dead letters shown, requeued and
+// deleted, one or in bulk, after a confirmation.
+//
+// It is an http.Handler built on the public Inspector API only, with
+// everything embedded (no CDN: it works offline). Mount it in a service:
+//
+//	insp, _ := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: rdb})
+//	mux.Handle("/delay/", dashboard.New(insp, dashboard.Options{
+//		BasePath:  "/delay",
+//		Authorize: requireOperator, // the service's own authentication
+//	}))
+//
+// or run it with the CLI: redisdelay ui --addr-listen 127.0.0.1:8080.
+//
+// Mutating actions are POST requests carrying a token from a cookie of the
+// page (double-submit), refused when the Origin or Referer header names
+// another host; ReadOnly refuses them all and hides their buttons.
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+// Options configure the dashboard. The zero value serves everything at the
+// root path, actions allowed, to anyone who can reach it: bind it to
+// loopback or set Authorize.
+type Options struct {
+	// ReadOnly hides the actions (cancel, requeue, delete) and refuses
+	// their requests with 403.
+	ReadOnly bool
+
+	// Authorize is called first on every request; an error answers 403
+	// with the error's text. Use it to plug in the host service's
+	// authentication (session cookie, header set by a proxy...), and to
+	// refuse actions to some users: mutating requests are POSTs.
+	Authorize func(*http.Request) error
+
+	// BasePath is the path the handler is mounted at, e.g. "/delay" for
+	// mux.Handle("/delay/", ...): the handler strips it from requests and
+	// puts it in front of its links. Empty means the root.
+	BasePath string
+
+	// Timeout bounds the Redis work of one request (default 15 s).
+	Timeout time.Duration
+}
+
+// Page sizes.
+const (
+	waitingPage = 50
+	deadPage    = 50
+	maxPayload  = 64 << 10 // bytes of a payload shown on a page
+	previewLen  = 80       // characters of a payload in a list
+)
+
+const csrfCookie = "redisdelay_csrf"
+
+//go:embed templates/*.html static/*
+var files embed.FS
+
+type handler struct {
+	insp  *redisdelay.Inspector
+	opts  Options
+	base  string
+	pages map[string]*template.Template
+	mux   *http.ServeMux
+}
+
+// New returns the dashboard on insp.
+func New(insp *redisdelay.Inspector, opts Options) http.Handler {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 15 * time.Second
+	}
+	h := &handler{insp: insp, opts: opts, base: strings.TrimRight(opts.BasePath, "/")}
+	if h.base != "" && !strings.HasPrefix(h.base, "/") {
+		h.base = "/" + h.base
+	}
+	funcs := template.FuncMap{
+		"link":    h.link,
+		"since":   since,
+		"percent": percent,
+		"add":     func(a, b int) int { return a + b },
+	}
+	h.pages = map[string]*template.Template{}
+	for _, name := range []string{"topics", "topic", "message", "dead", "confirm", "result", "error"} {
+		h.pages[name] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+name+".html"))
+	}
+	static, _ := fs.Sub(files, "static")
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /{$}", h.topics)
+	mux.HandleFunc("GET /api/topics", h.apiTopics)
+	mux.HandleFunc("GET /topic", h.topic)
+	mux.HandleFunc("GET /api/topic", h.apiTopic)
+	mux.HandleFunc("GET /message", h.message)
+	mux.HandleFunc("GET /dead", h.dead)
+	mux.HandleFunc("POST /cancel", h.action(h.cancel))
+	mux.HandleFunc("POST /dead/action", h.action(h.deadAction))
+	// Reschedule (issue 16) goes here as "POST /reschedule", with a form
+	// on the message page, once the Inspector can move a waiting message.
+	h.mux = mux
+	return h
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Authorize != nil {
+		if err := h.opts.Authorize(r); err != nil {
+			http.Error(w, "forbidden: "+err.Error(), http.StatusForbidden)
+			return
+		}
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Referrer-Policy", "same-origin")
+	// Nothing but the embedded script and style runs: a payload that slips
+	// through escaping still cannot execute.
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+	path := r.URL.Path
+	if h.base != "" {
+		rest, ok := strings.CutPrefix(path, h.base)
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		if rest == "" {
+			http.Redirect(w, r, h.base+"/", http.StatusFound)
+			return
+		}
+		r2 := r.Clone(r.Context())
+		r2.URL.Path, r2.URL.RawPath = rest, ""
+		r = r2
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// link is the path of a dashboard page with its query (pairs of name and
+// value), under BasePath.
+func (h *handler) link(path string, pairs ...any) string {
+	q := url.Values{}
+	for n := 0; n+1 < len(pairs); n += 2 {
+		q.Set(fmt.Sprint(pairs[n]), fmt.Sprint(pairs[n+1]))
+	}
+	if len(q) == 0 {
+		return h.base + path
+	}
+	return h.base + path + "?" + q.Encode()
+}
+
+// page is what every template gets.
+type page struct {
+	Base     string
+	Title    string
+	ReadOnly bool
+	CSRF     string
+	Topic    string
+	Data     any
+}
+
+func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title, topic string, data any) {
+	p := page{Base: h.base, Title: title, ReadOnly: h.opts.ReadOnly, CSRF: h.csrfToken(w, r), Topic: topic, Data: data}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = h.pages[name].Execute(w, p)
+}
+
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	h.render(w, r, status, "error", http.StatusText(status), "", err.Error())
+}
+
+// csrfToken returns the browser's token, setting the cookie on first use.
+func (h *handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie(csrfCookie); err == nil && len(c.Value) == 32 {
+		return c.Value
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	tok := hex.EncodeToString(b)
+	path := h.base
+	if path == "" {
+		path = "/"
+	}
+	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: tok, Path: path, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	return tok
+}
+
+// errForbidden marks errors answered with 403.
+var errForbidden = errors.New("forbidden")
+
+// checkAction refuses a mutating request: read-only mode, a request from
+// another site, or a missing or wrong token.
+func (h *handler) checkAction(r *http.Request) error {
+	if h.opts.ReadOnly {
+		return fmt.Errorf("%w: the dashboard is read-only (Options.ReadOnly, or redisdelay ui --read-only)", errForbidden)
+	}
+	for _, header := range []string{"Origin", "Referer"} {
+		v := r.Header.Get(header)
+		if v == "" || v == "null" && header == "Origin" {
+			continue
+		}
+		u, err := url.Parse(v)
+		if err != nil || u.Host != r.Host {
+			return fmt.Errorf("%w: the request comes from %q, not from this dashboard (%s header): reload the dashboard and try again", errForbidden, v, header)
+		}
+		break
+	}
+	c, err := r.Cookie(csrfCookie)
+	form := r.PostFormValue("csrf")
+	if err != nil || form == "" || subtle.ConstantTimeCompare([]byte(c.Value), []byte(form)) != 1 {
+		return fmt.Errorf("%w: the form's token is missing or stale (cookies disabled, or a form from another site): reload the page and try again", errForbidden)
+	}
+	return nil
+}
+
+// action wraps the handler of a mutating request.
+func (h *handler) action(next func(w http.ResponseWriter, r *http.Request, ctx context.Context)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		if err := r.ParseForm(); err != nil {
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("cannot read the form: %v", err))
+			return
+		}
+		if err := h.checkAction(r); err != nil {
+			h.fail(w, r, http.StatusForbidden, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
+		defer cancel()
+		next(w, r, ctx)
+	}
+}
+
+func (h *handler) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), h.opts.Timeout)
+}
+
+// knownTopic fails unless the topic is registered: a typo in a link would
+// otherwise show an empty topic.
+func (h *handler) knownTopic(ctx context.Context, topic string) (int, error) {
+	if topic == "" {
+		return http.StatusBadRequest, errors.New("no topic given: pick one on the topics page")
+	}
+	all, err := h.insp.Topics(ctx)
+	if err != nil {
+		return http.StatusBadGateway, err
+	}
+	if !slices.Contains(all, topic) {
+		return http.StatusNotFound, fmt.Errorf("topic %q is not known (no Publisher or Subscriber with this key prefix has used it)", topic)
+	}
+	return 0, nil
+}
+
+// Topics.
+
+type groupJSON struct {
+	Group     string `json:"group"`
+	Ready     int64  `json:"ready"`
+	Pending   int64  `json:"pending"`
+	Retry     int64  `json:"retry"`
+	Dead      int64  `json:"dead"`
+	Consumers int64  `json:"consumers"`
+}
+
+type topicJSON struct {
+	Topic      string      `json:"topic"`
+	Partitions int         `json:"partitions"`
+	Waiting    int64       `json:"waiting"`
+	Stream     int64       `json:"stream"`
+	Groups     []groupJSON `json:"groups"`
+}
+
+func toTopicJSON(st redisdelay.TopicStats) topicJSON {
+	out := topicJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Groups: []groupJSON{}}
+	for _, g := range st.Groups {
+		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers})
+	}
+	slices.SortFunc(out.Groups, func(a, b groupJSON) int { return strings.Compare(a.Group, b.Group) })
+	return out
+}
+
+func (h *handler) allStats(ctx context.Context) ([]topicJSON, error) {
+	topics, err := h.insp.Topics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(topics)
+	out := make([]topicJSON, 0, len(topics))
+	for _, t := range topics {
+		st, err := h.insp.Stats(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, toTopicJSON(st))
+	}
+	return out, nil
+}
+
+func (h *handler) topics(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	all, err := h.allStats(ctx)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "topics", "Topics", "", all)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (h *handler) apiTopics(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	all, err := h.allStats(ctx)
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"topics": all})
+}
+
+// One topic: groups, due histogram, waiting messages.
+
+// bucket is a bar of the due histogram.
+type bucket struct {
+	Label string `json:"label"`
+	Count int64  `json:"count"`
+}
+
+// histogramSpans are the edges of the due histogram after now.
+var histogramSpans = []struct {
+	d     time.Duration
+	label string
+}{
+	{time.Minute, "< 1 min"}, {5 * time.Minute, "1–5 min"}, {15 * time.Minute, "5–15 min"},
+	{time.Hour, "15–60 min"}, {6 * time.Hour, "1–6 h"}, {24 * time.Hour, "6–24 h"},
+	{7 * 24 * time.Hour, "1–7 days"}, {30 * 24 * time.Hour, "7–30 days"},
+}
+
+func (h *handler) histogram(ctx context.Context, topic string, now time.Time) ([]bucket, error) {
+	edges := []time.Time{now}
+	for _, s := range histogramSpans {
+		edges = append(edges, now.Add(s.d))
+	}
+	counts, err := h.insp.DueHistogram(ctx, topic, edges)
+	if err != nil {
+		return nil, err
+	}
+	out := []bucket{{"overdue", counts[0]}}
+	for n, s := range histogramSpans {
+		out = append(out, bucket{s.label, counts[n+1]})
+	}
+	return append(out, bucket{"> 30 days", counts[len(counts)-1]}), nil
+}
+
+type waitingRow struct {
+	UUID, Key, Preview, Corrupt string
+	Due                         time.Time
+	Size                        int
+}
+
+type topicData struct {
+	Stats     topicJSON
+	Histogram []bucket
+	Max       int64
+	Waiting   []waitingRow
+	Offset    int
+	Prev      int
+	Next      int // 0: no next page
+	Now       time.Time
+}
+
+func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	topic := r.URL.Query().Get("t")
+	if status, err := h.knownTopic(ctx, topic); err != nil {
+		h.fail(w, r, status, err)
+		return
+	}
+	offset, _ := strconv.Atoi(r.URL.Query().Get("offset"))
+	offset = max(offset, 0)
+	st, err := h.insp.Stats(ctx, topic)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	now := time.Now()
+	d := topicData{Stats: toTopicJSON(st), Offset: offset, Prev: max(offset-waitingPage, 0), Now: now}
+	if d.Histogram, err = h.histogram(ctx, topic, now); err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	for _, b := range d.Histogram {
+		d.Max = max(d.Max, b.Count)
+	}
+	msgs, err := h.insp.Waiting(ctx, topic, offset, waitingPage)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	for _, m := range msgs {
+		d.Waiting = append(d.Waiting, waitingRow{
+			UUID: m.Message.UUID, Key: m.Message.Metadata.Get(redisdelay.BusinessKey), Corrupt: m.Corrupt,
+			Preview: preview(m.Message.Payload), Due: m.Due, Size: len(m.Message.Payload),
+		})
+	}
+	if len(msgs) == waitingPage {
+		d.Next = offset + waitingPage
+	}
+	h.render(w, r, http.StatusOK, "topic", "Topic "+topic, topic, d)
+}
+
+func (h *handler) apiTopic(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	topic := r.URL.Query().Get("t")
+	if status, err := h.knownTopic(ctx, topic); err != nil {
+		writeJSON(w, status, map[string]string{"error": err.Error()})
+		return
+	}
+	st, err := h.insp.Stats(ctx, topic)
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
+	hist, err := h.histogram(ctx, topic, time.Now())
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"stats": toTopicJSON(st), "histogram": hist})
+}
+
+// A waiting message.
+
+type messageData struct {
+	Topic    string
+	Found    bool
+	By, Q    string
+	Message  waitingRow
+	Metadata [][2]string
+	Payload  payloadView
+}
+
+func (h *handler) message(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	q := r.URL.Query()
+	topic, by, value := q.Get("t"), q.Get("by"), strings.TrimSpace(q.Get("q"))
+	if status, err := h.knownTopic(ctx, topic); err != nil {
+		h.fail(w, r, status, err)
+		return
+	}
+	if value == "" {
+		h.fail(w, r, http.StatusBadRequest, errors.New("nothing to search for: give a message UUID or a business key"))
+		return
+	}
+	var (
+		m   redisdelay.WaitingMessage
+		ok  bool
+		err error
+	)
+	switch by {
+	case "", "uuid":
+		by = "uuid"
+		m, ok, err = h.insp.FindWaiting(ctx, topic, value)
+	case "key":
+		m, ok, err = h.insp.FindWaitingKey(ctx, topic, value)
+	default:
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("search by %q: use uuid or key", by))
+		return
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	d := messageData{Topic: topic, Found: ok, By: by, Q: value}
+	if ok {
+		d.Message = waitingRow{UUID: m.Message.UUID, Key: m.Message.Metadata.Get(redisdelay.BusinessKey), Corrupt: m.Corrupt, Due: m.Due, Size: len(m.Message.Payload)}
+		d.Metadata = sortedMetadata(m.Message.Metadata)
+		d.Payload = viewPayload(m.Message.Payload)
+	}
+	status := http.StatusOK
+	if !ok {
+		status = http.StatusNotFound
+	}
+	h.render(w, r, status, "message", "Message", topic, d)
+}
+
+// confirmData is the confirmation step of an action: the same form again,
+// with confirm=yes.
+type confirmData struct {
+	Action string // the form's path
+	Fields [][2]string
+	Items  []string
+	More   int
+	Prompt string
+	Back   string
+	Danger bool
+}
+
+type resultData struct {
+	Text string
+	Back string
+}
+
+func (h *handler) confirm(w http.ResponseWriter, r *http.Request, topic string, d confirmData) {
+	d.Fields = append(d.Fields, [2]string{"confirm", "yes"})
+	if len(d.Items) > 100 {
+		d.More, d.Items = len(d.Items)-100, d.Items[:100]
+	}
+	h.render(w, r, http.StatusOK, "confirm", "Confirm", topic, d)
+}
+
+func (h *handler) cancel(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+	topic, uuid := r.PostFormValue("t"), r.PostFormValue("uuid")
+	if status, err := h.knownTopic(ctx, topic); err != nil {
+		h.fail(w, r, status, err)
+		return
+	}
+	if uuid == "" {
+		h.fail(w, r, http.StatusBadRequest, errors.New("no message UUID given to cancel"))
+		return
+	}
+	back := h.link("/topic", "t", topic)
+	if r.PostFormValue("confirm") != "yes" {
+		h.confirm(w, r, topic, confirmData{
+			Action: h.link("/cancel"), Fields: [][2]string{{"t", topic}, {"uuid", uuid}},
+			Items: []string{uuid}, Danger: true, Back: h.link("/message", "t", topic, "q", uuid),
+			Prompt: fmt.Sprintf("Cancel this waiting message of topic %q? It will never be delivered.", topic),
+		})
+		return
+	}
+	ok, err := h.insp.Cancel(ctx, topic, uuid)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	text := fmt.Sprintf("Message %s cancelled.", uuid)
+	if !ok {
+		text = fmt.Sprintf("Message %s was not waiting any more (already due, or cancelled): nothing changed.", uuid)
+	}
+	h.render(w, r, http.StatusOK, "result", "Cancel", topic, resultData{text, back})
+}
+
+// Dead letters.
+
+type deadRow struct {
+	ID, UUID, Reason string
+	Attempts         int
+	Time             time.Time
+	Metadata         [][2]string
+	Payload          payloadView
+}
+
+type deadData struct {
+	Topic  string
+	Groups []groupJSON
+	Group  string
+	Count  int64
+	Rows   []deadRow
+	After  string
+	Next   string
+}
+
+func (h *handler) dead(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	q := r.URL.Query()
+	topic, group, after := q.Get("t"), q.Get("g"), q.Get("after")
+	if status, err := h.knownTopic(ctx, topic); err != nil {
+		h.fail(w, r, status, err)
+		return
+	}
+	st, err := h.insp.Stats(ctx, topic)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	d := deadData{Topic: topic, Groups: toTopicJSON(st).Groups, Group: group, After: after}
+	if group == "" && len(d.Groups) > 0 {
+		d.Group = d.Groups[0].Group
+	}
+	known := false
+	for _, g := range d.Groups {
+		if g.Group == d.Group {
+			known, d.Count = true, g.Dead
+		}
+	}
+	if d.Group != "" && !known {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("topic %q has no consumer group %q", topic, d.Group))
+		return
+	}
+	if known {
+		letters, err := h.insp.DeadLetters(ctx, topic, d.Group, after, deadPage)
+		if err != nil {
+			h.fail(w, r, http.StatusBadRequest, err)
+			return
+		}
+		for _, l := range letters {
+			row := deadRow{ID: l.ID, Reason: l.Reason, Attempts: l.Attempts, Time: l.Time}
+			if l.Message != nil {
+				row.UUID, row.Metadata, row.Payload = l.Message.UUID, sortedMetadata(l.Message.Metadata), viewPayload(l.Message.Payload)
+			} else {
+				row.Payload = viewPayload(l.Body)
+			}
+			d.Rows = append(d.Rows, row)
+		}
+		if len(letters) == deadPage {
+			d.Next = letters[len(letters)-1].ID
+		}
+	}
+	h.render(w, r, http.StatusOK, "dead", "Dead letters of "+topic, topic, d)
+}
+
+func (h *handler) deadAction(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+	topic, group, action := r.PostFormValue("t"), r.PostFormValue("g"), r.PostFormValue("action")
+	ids := r.PostForm["id"]
+	if status, err := h.knownTopic(ctx, topic); err != nil {
+		h.fail(w, r, status, err)
+		return
+	}
+	back := h.link("/dead", "t", topic, "g", group)
+	var prompt string
+	switch action {
+	case "requeue", "delete":
+		if len(ids) == 0 {
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("no dead letter selected to %s: tick some first", action))
+			return
+		}
+		prompt = fmt.Sprintf("%s %d dead letter(s) of group %q in topic %q?", map[string]string{"requeue": "Requeue", "delete": "Delete for good"}[action], len(ids), group, topic)
+	case "requeue-all":
+		prompt = fmt.Sprintf("Requeue EVERY dead letter of group %q in topic %q?", group, topic)
+	case "purge":
+		prompt = fmt.Sprintf("Delete EVERY dead letter of group %q in topic %q for good?", group, topic)
+	default:
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown action %q: use requeue, delete, requeue-all or purge", action))
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		fields := [][2]string{{"t", topic}, {"g", group}, {"action", action}}
+		for _, id := range ids {
+			fields = append(fields, [2]string{"id", id})
+		}
+		h.confirm(w, r, topic, confirmData{Action: h.link("/dead/action"), Fields: fields, Items: ids, Prompt: prompt, Back: back,
+			Danger: action == "delete" || action == "purge"})
+		return
+	}
+	var (
+		done int
+		err  error
+	)
+	switch action {
+	case "requeue", "delete":
+		for _, id := range ids {
+			var ok bool
+			if action == "requeue" {
+				ok, err = h.insp.RequeueDeadLetter(ctx, topic, group, id)
+			} else {
+				ok, err = h.insp.DeleteDeadLetter(ctx, topic, group, id)
+			}
+			if err != nil {
+				break
+			}
+			if ok {
+				done++
+			}
+		}
+	case "requeue-all":
+		done, err = h.insp.RequeueDeadLetters(ctx, topic, group)
+	case "purge":
+		var n int64
+		n, err = h.insp.PurgeDeadLetters(ctx, topic, group)
+		done = int(n)
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("after %d done: %w", done, err))
+		return
+	}
+	verb := map[string]string{"requeue": "Requeued", "requeue-all": "Requeued", "delete": "Deleted", "purge": "Deleted"}[action]
+	text := fmt.Sprintf("%s %d dead letter(s) of group %q.", verb, done, group)
+	if (action == "requeue" || action == "delete") && done < len(ids) {
+		text += fmt.Sprintf(" %d were gone already.", len(ids)-done)
+	}
+	h.render(w, r, http.StatusOK, "result", "Dead letters", topic, resultData{text, back})
+}

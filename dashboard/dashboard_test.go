@@ -1,0 +1,435 @@
+package dashboard_test
+
+// The handler against a real redis-server of its own (internal/redistest),
+// through net/http/httptest; the browser test is in browsertest/.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/dashboard"
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
+)
+
+type env struct {
+	t      *testing.T
+	redis  *redistest.Server
+	client *redis.Client
+	insp   *redisdelay.Inspector
+	pub    *redisdelay.Publisher
+	srv    *httptest.Server
+	http   *http.Client
+}
+
+func newEnv(t *testing.T, opts dashboard.Options) *env {
+	t.Helper()
+	s := redistest.ForTest(t, redistest.Options{KillWithParent: true})
+	client := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1}) // TestErrors stops Redis: fail at once
+	t.Cleanup(func() { _ = client.Close() })
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
+	require.NoError(t, err)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, watermill.NopLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	mux := http.NewServeMux()
+	h := dashboard.New(insp, opts)
+	if opts.BasePath != "" {
+		mux.Handle(opts.BasePath+"/", h)
+	} else {
+		mux.Handle("/", h)
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	jar, _ := cookiejar.New(nil)
+	return &env{t: t, redis: s, client: client, insp: insp, pub: pub, srv: srv, http: &http.Client{Jar: jar}}
+}
+
+func (e *env) get(path string) (int, string) {
+	e.t.Helper()
+	resp, err := e.http.Get(e.srv.URL + path)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (e *env) post(path string, form url.Values, header ...string) (int, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for n := 0; n+1 < len(header); n += 2 {
+		req.Header.Set(header[n], header[n+1])
+	}
+	resp, err := e.http.Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// csrf reads the form token from a page.
+func csrf(t *testing.T, page string) string {
+	t.Helper()
+	m := csrfRE.FindStringSubmatch(page)
+	require.NotNil(t, m, "no csrf field in the page")
+	return m[1]
+}
+
+func (e *env) publish(topic string, msgs ...*message.Message) {
+	e.t.Helper()
+	require.NoError(e.t, e.pub.Publish(topic, msgs...))
+}
+
+func later(d time.Duration, payload string) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
+	delay.Message(msg, delay.For(d))
+	return msg
+}
+
+// deadLetters makes n dead letters in group g of topic: each message is
+// nacked once by a subscriber allowed one attempt.
+func (e *env) deadLetters(topic, group string, n int) []string {
+	e.t.Helper()
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: e.client, ConsumerGroup: group, MaxAttempts: 1}, watermill.NopLogger{})
+	require.NoError(e.t, err)
+	defer sub.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := sub.Subscribe(ctx, topic)
+	require.NoError(e.t, err)
+	var uuids []string
+	for i := range n {
+		msg := message.NewMessage(watermill.NewUUID(), []byte("dead "+string(rune('a'+i))))
+		e.publish(topic, msg)
+		uuids = append(uuids, msg.UUID)
+	}
+	for range n {
+		select {
+		case m := <-ch:
+			m.Nack()
+		case <-time.After(5 * time.Second):
+			e.t.Fatal("no delivery within 5 s")
+		}
+	}
+	require.Eventually(e.t, func() bool {
+		st, err := e.insp.Stats(context.Background(), topic)
+		return err == nil && len(st.Groups) == 1 && st.Groups[0].Dead == int64(n)
+	}, 5*time.Second, 20*time.Millisecond)
+	return uuids
+}
+
+func TestTopicsPageAndAPI(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	e.publish("orders", later(time.Hour, "a"), later(2*time.Hour, "b"))
+	e.deadLetters("orders", "billing", 1)
+
+	status, body := e.get("/")
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, `href="/topic?t=orders"`)
+	assert.Contains(t, body, "billing")
+	assert.Contains(t, body, `/static/app.js`)
+
+	status, body = e.get("/api/topics")
+	require.Equal(t, http.StatusOK, status, body)
+	var got struct {
+		Topics []struct {
+			Topic   string
+			Waiting int64
+			Groups  []struct {
+				Group string
+				Dead  int64
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &got))
+	require.Len(t, got.Topics, 1)
+	assert.Equal(t, "orders", got.Topics[0].Topic)
+	assert.EqualValues(t, 2, got.Topics[0].Waiting)
+	require.Len(t, got.Topics[0].Groups, 1)
+	assert.EqualValues(t, 1, got.Topics[0].Groups[0].Dead)
+
+	status, body = e.get("/static/app.css")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Contains(t, body, ".w100")
+	status, _ = e.get("/nope")
+	assert.Equal(t, http.StatusNotFound, status)
+}
+
+func TestTopicPageHistogramAndPaging(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	var msgs []*message.Message
+	for i := range 60 {
+		msgs = append(msgs, later(time.Duration(i+1)*time.Hour, "m"))
+	}
+	msgs[0].Metadata.Set(redisdelay.BusinessKey, "order-42")
+	e.publish("orders", msgs...)
+
+	status, body := e.get("/topic?t=orders")
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, msgs[0].UUID, "first page, due order")
+	assert.NotContains(t, body, msgs[59].UUID)
+	assert.Contains(t, body, "order-42")
+	assert.Contains(t, body, "messages 1–50 of 60")
+	assert.Contains(t, body, `id="next" href="/topic?offset=50&amp;t=orders"`)
+	status, body = e.get("/topic?t=orders&offset=50")
+	require.Equal(t, http.StatusOK, status)
+	assert.Contains(t, body, msgs[59].UUID)
+	assert.Contains(t, body, "messages 51–60 of 60")
+
+	status, body = e.get("/api/topic?t=orders")
+	require.Equal(t, http.StatusOK, status, body)
+	var got struct {
+		Histogram []struct {
+			Label string
+			Count int64
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &got))
+	counts := map[string]int64{}
+	for _, b := range got.Histogram {
+		counts[b.Label] = b.Count
+	}
+	// Due 1..60 hours after publishing, so a hair earlier after now: 1 h
+	// lands in 15–60 min, 6 h in 1–6 h, 24 h in 6–24 h.
+	assert.EqualValues(t, 1, counts["15–60 min"])
+	assert.EqualValues(t, 5, counts["1–6 h"])
+	assert.EqualValues(t, 18, counts["6–24 h"])
+	assert.EqualValues(t, 36, counts["1–7 days"])
+	assert.Len(t, got.Histogram, 10)
+
+	status, body = e.get("/topic?t=nope")
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Contains(t, body, "topic &#34;nope&#34; is not known")
+	status, _ = e.get("/topic")
+	assert.Equal(t, http.StatusBadRequest, status)
+	status, _ = e.get("/api/topic?t=nope")
+	assert.Equal(t, http.StatusNotFound, status)
+}
+
+func TestMessageSearchEscapesPayload(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	evil := later(time.Hour, `<script>alert("x")</script>`)
+	evil.Metadata.Set(redisdelay.BusinessKey, `k<b>1</b>`)
+	evil.Metadata.Set("note", `"><img src=x onerror=alert(1)>`)
+	bin := later(time.Hour, "\x00\x01\xffbinary")
+	e.publish("orders", evil, bin)
+
+	status, body := e.get("/message?t=orders&q=" + evil.UUID)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.NotContains(t, body, "<script>alert")
+	assert.Contains(t, body, "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;")
+	assert.NotContains(t, body, "<img src=x")
+	assert.NotContains(t, body, "<b>1</b>")
+
+	status, body = e.get("/message?t=orders&by=key&q=" + url.QueryEscape(`k<b>1</b>`))
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, evil.UUID)
+
+	status, body = e.get("/message?t=orders&q=" + bin.UUID)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "hex dump")
+	assert.Contains(t, body, "00 01 ff 62 69 6e 61 72  79")
+
+	status, body = e.get("/message?t=orders&q=no-such")
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Contains(t, body, "No message is waiting")
+	status, body = e.get("/message?t=orders&q=")
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "nothing to search for")
+	status, body = e.get("/message?t=orders&by=color&q=x")
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "use uuid or key")
+}
+
+func TestCancelConfirmAndToken(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	msg := later(time.Hour, "x")
+	e.publish("orders", msg)
+	_, page := e.get("/message?t=orders&q=" + msg.UUID)
+	tok := csrf(t, page)
+	assert.Contains(t, page, `id="cancel"`)
+
+	form := url.Values{"t": {"orders"}, "uuid": {msg.UUID}}
+	status, body := e.post("/cancel", form)
+	assert.Equal(t, http.StatusForbidden, status, "no token")
+	assert.Contains(t, body, "token is missing or stale")
+	form.Set("csrf", "0123456789abcdef0123456789abcdef")
+	status, _ = e.post("/cancel", form)
+	assert.Equal(t, http.StatusForbidden, status, "wrong token")
+	form.Set("csrf", tok)
+	status, body = e.post("/cancel", form, "Origin", "https://evil.example")
+	assert.Equal(t, http.StatusForbidden, status, "another site")
+	assert.Contains(t, body, "not from this dashboard")
+
+	status, body = e.post("/cancel", form, "Origin", e.srv.URL)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "Please confirm")
+	assert.Contains(t, body, `name="confirm" value="yes"`)
+	_, ok, err := e.insp.FindWaiting(context.Background(), "orders", msg.UUID)
+	require.NoError(t, err)
+	assert.True(t, ok, "still waiting before the confirmation")
+
+	form.Set("confirm", "yes")
+	status, body = e.post("/cancel", form, "Origin", e.srv.URL)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "cancelled")
+	_, ok, err = e.insp.FindWaiting(context.Background(), "orders", msg.UUID)
+	require.NoError(t, err)
+	assert.False(t, ok, "cancelled")
+	_, body = e.post("/cancel", form)
+	assert.Contains(t, body, "was not waiting any more")
+
+	form.Set("uuid", "")
+	status, body = e.post("/cancel", form)
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "no message UUID given")
+}
+
+func TestDeadLettersRequeueDelete(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	e.deadLetters("orders", "billing", 4)
+	status, page := e.get("/dead?t=orders&g=billing")
+	require.Equal(t, http.StatusOK, status, page)
+	ids := regexp.MustCompile(`name="id" value="([^"]+)"`).FindAllStringSubmatch(page, -1)
+	require.Len(t, ids, 4)
+	assert.Contains(t, page, "dead a")
+	tok := csrf(t, page)
+
+	dead := func() int64 {
+		st, err := e.insp.Stats(context.Background(), "orders")
+		require.NoError(t, err)
+		return st.Groups[0].Dead
+	}
+	form := url.Values{"csrf": {tok}, "t": {"orders"}, "g": {"billing"}, "action": {"requeue"}, "id": {ids[0][1], ids[1][1]}}
+	status, body := e.post("/dead/action", form)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "Requeue 2 dead letter(s)")
+	assert.EqualValues(t, 4, dead(), "nothing before the confirmation")
+	form.Set("confirm", "yes")
+	_, body = e.post("/dead/action", form)
+	assert.Contains(t, body, "Requeued 2 dead letter(s)")
+	assert.EqualValues(t, 2, dead())
+
+	form = url.Values{"csrf": {tok}, "t": {"orders"}, "g": {"billing"}, "action": {"delete"}, "id": {ids[2][1]}, "confirm": {"yes"}}
+	_, body = e.post("/dead/action", form)
+	assert.Contains(t, body, "Deleted 1 dead letter(s)")
+	assert.EqualValues(t, 1, dead())
+	form.Set("action", "purge")
+	form.Del("id")
+	_, body = e.post("/dead/action", form)
+	assert.Contains(t, body, "Deleted 1 dead letter(s)")
+	assert.EqualValues(t, 0, dead())
+
+	form.Set("action", "delete")
+	status, body = e.post("/dead/action", form)
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "no dead letter selected")
+	form.Set("action", "explode")
+	status, body = e.post("/dead/action", form)
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "unknown action")
+	status, _ = e.get("/dead?t=orders&g=nope")
+	assert.Equal(t, http.StatusNotFound, status)
+}
+
+func TestReadOnly(t *testing.T) {
+	e := newEnv(t, dashboard.Options{ReadOnly: true})
+	msg := later(time.Hour, "x")
+	e.publish("orders", msg)
+	e.deadLetters("orders", "billing", 1)
+	_, page := e.get("/message?t=orders&q=" + msg.UUID)
+	assert.Contains(t, page, `id="read-only"`)
+	assert.NotContains(t, page, `id="cancel"`)
+	_, page = e.get("/dead?t=orders&g=billing")
+	assert.NotContains(t, page, `requeue-selected`)
+	assert.NotContains(t, page, `name="id"`)
+
+	status, body := e.post("/cancel", url.Values{"t": {"orders"}, "uuid": {msg.UUID}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, body, "read-only")
+	status, _ = e.post("/dead/action", url.Values{"t": {"orders"}, "g": {"billing"}, "action": {"purge"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusForbidden, status)
+	_, ok, err := e.insp.FindWaiting(context.Background(), "orders", msg.UUID)
+	require.NoError(t, err)
+	assert.True(t, ok)
+}
+
+func TestAuthorizeAndBasePath(t *testing.T) {
+	calls := 0
+	e := newEnv(t, dashboard.Options{BasePath: "/ops/delay", Authorize: func(r *http.Request) error {
+		calls++
+		if r.Header.Get("X-Operator") == "" {
+			return errors.New("operators only: log in first")
+		}
+		return nil
+	}})
+	e.publish("orders", later(time.Hour, "x"))
+	status, body := e.get("/ops/delay/")
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, body, "operators only")
+	status, _ = e.post("/ops/delay/cancel", url.Values{})
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Equal(t, 2, calls)
+
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/ops/delay/", nil)
+	req.Header.Set("X-Operator", "ann")
+	resp, err := e.http.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, string(b), `href="/ops/delay/topic?t=orders"`)
+	assert.Contains(t, string(b), `src="/ops/delay/static/app.js"`)
+	assert.Contains(t, string(b), `data-poll="/ops/delay/api/topics"`)
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		cookie = c
+	}
+	require.NotNil(t, cookie)
+	assert.Equal(t, "/ops/delay", cookie.Path)
+}
+
+func TestErrors(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	msg := later(time.Hour, "x")
+	e.publish("orders", msg)
+	_, page := e.get("/message?t=orders&q=" + msg.UUID)
+	tok := csrf(t, page)
+
+	big := url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {strings.Repeat("x", 2<<20)}}
+	status, body := e.post("/cancel", big)
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "cannot read the form")
+
+	e.redis.Stop()
+	status, body = e.get("/")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, "connection refused")
+	status, body = e.get("/api/topics")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, `"error":`)
+	status, _ = e.get("/topic?t=orders")
+	assert.Equal(t, http.StatusBadGateway, status)
+	status, _ = e.post("/cancel", url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {"u"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusBadGateway, status)
+}

@@ -1,0 +1,122 @@
+// The dashboard's only script: refreshes the counts every few seconds from
+// the JSON endpoints, building the rows with textContent (never HTML), and
+// ticks "select all" on the dead letters page.
+(function () {
+  "use strict";
+  var base = document.body.getAttribute("data-base") || "";
+  var every = 3000;
+
+  function el(tag, text, cls) {
+    var e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+  function link(href, text) {
+    var a = el("a", text);
+    a.href = href;
+    return a;
+  }
+  function q(params) {
+    return Object.keys(params).map(function (k) {
+      return encodeURIComponent(k) + "=" + encodeURIComponent(params[k]);
+    }).join("&");
+  }
+  function ready(n) { return n < 0 ? "?" : n; }
+  function num(text) { return el("td", text, "n"); }
+
+  function poll(url, apply) {
+    var live = document.getElementById("live");
+    function tick() {
+      fetch(url, { credentials: "same-origin", cache: "no-store" })
+        .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
+        .then(function (data) { apply(data); if (live) live.classList.remove("stale"); })
+        .catch(function () { if (live) live.classList.add("stale"); })
+        .then(function () { setTimeout(tick, every); });
+    }
+    setTimeout(tick, every);
+  }
+
+  function deadLink(topic, group, n) {
+    var td = el("td", null, "n");
+    td.appendChild(link(base + "/dead?" + q({ t: topic, g: group }), n));
+    return td;
+  }
+
+  var topics = document.getElementById("topics");
+  if (topics) {
+    poll(topics.getAttribute("data-poll"), function (data) {
+      var body = el("tbody");
+      data.topics.forEach(function (t) {
+        var groups = t.groups.length ? t.groups : [null];
+        groups.forEach(function (g, i) {
+          var tr = el("tr");
+          if (i === 0) {
+            var name = el("td");
+            name.appendChild(link(base + "/topic?" + q({ t: t.topic }), t.topic));
+            var cells = [name, num(t.partitions), num(t.waiting)];
+            cells.forEach(function (c) { c.rowSpan = groups.length; tr.appendChild(c); });
+          }
+          if (g === null) {
+            var none = el("td", "no consumer group yet", "none");
+            none.colSpan = 6;
+            tr.appendChild(none);
+          } else {
+            tr.appendChild(el("td", g.group));
+            tr.appendChild(num(ready(g.ready)));
+            tr.appendChild(num(g.pending));
+            tr.appendChild(num(g.retry));
+            tr.appendChild(deadLink(t.topic, g.group, g.dead));
+            tr.appendChild(num(g.consumers));
+          }
+          body.appendChild(tr);
+        });
+      });
+      if (!data.topics.length) {
+        var tr = el("tr"), td = el("td", "No topics under this key prefix yet.", "none");
+        td.colSpan = 9;
+        tr.appendChild(td);
+        body.appendChild(tr);
+      }
+      topics.replaceChild(body, topics.tBodies[0]);
+    });
+  }
+
+  var topic = document.getElementById("topic-poll");
+  if (topic) {
+    poll(topic.getAttribute("data-poll"), function (data) {
+      var st = data.stats;
+      document.getElementById("partitions").textContent = st.partitions;
+      document.getElementById("waiting").textContent = st.waiting;
+      document.getElementById("stream").textContent = st.stream;
+      var groups = document.getElementById("groups");
+      var body = el("tbody");
+      st.groups.forEach(function (g) {
+        var tr = el("tr");
+        tr.appendChild(el("td", g.group));
+        tr.appendChild(num(ready(g.ready)));
+        tr.appendChild(num(g.pending));
+        tr.appendChild(num(g.retry));
+        tr.appendChild(deadLink(st.topic, g.group, g.dead));
+        tr.appendChild(num(g.consumers));
+        body.appendChild(tr);
+      });
+      if (st.groups.length) groups.replaceChild(body, groups.tBodies[0]);
+      var max = 0;
+      data.histogram.forEach(function (b) { max = Math.max(max, b.count); });
+      var bars = document.querySelectorAll("#histogram .bar");
+      data.histogram.forEach(function (b, i) {
+        if (!bars[i]) return;
+        bars[i].querySelector(".fill").className = "fill w" + (max ? Math.floor(b.count * 100 / max) : 0);
+        bars[i].querySelector(".count").textContent = b.count;
+      });
+    });
+  }
+
+  var all = document.getElementById("select-all");
+  if (all) {
+    all.addEventListener("change", function () {
+      document.querySelectorAll("input.pick").forEach(function (c) { c.checked = all.checked; });
+    });
+  }
+})();
