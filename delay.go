@@ -108,9 +108,11 @@ func describeDelay(d time.Duration) string {
 }
 
 // markDelivered prepares the metadata of a message about to be handed to a
-// handler: the attempt number, and the until key set to the instant the
-// message became due, in millisecond layout: the until instant it had
-// (never after now, the delivery), or now when it had a duration only. A
+// handler: the attempt number, and the until key set, in millisecond
+// layout, to an instant already reached and not before the message was due:
+// its until instant as messageDelay reads it (the end of a whole second
+// that came with a duration, as the due instant lies within that second),
+// but never after now, the delivery; or now when it had a duration only. A
 // received message published again is then due at once unless a handler
 // sets a new delay. It returns that until value so nackDelay can see
 // whether a handler or middleware wrote a new delay.
@@ -122,6 +124,9 @@ func markDelivered(md message.Metadata, attempt string, now time.Time) string {
 		t, err := time.Parse(time.RFC3339Nano, until)
 		if err != nil {
 			return until // left as it is: Publish refuses it with ErrInvalidDelay
+		}
+		if md.Get(delay.DelayedForKey) != "" && !hasFraction(until) {
+			t = t.Add(time.Second)
 		}
 		if t.After(now) {
 			t = now

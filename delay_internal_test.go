@@ -70,8 +70,11 @@ func TestMarkDelivered(t *testing.T) {
 		forV, unto string
 		want       string
 	}{
-		{"delay.Message's until, in millisecond layout", "1s", "2030-01-02T03:04:05Z", "2030-01-02T03:04:05.000Z"},
-		{"other zones become UTC", "1s", "2030-01-02T04:04:05+01:00", "2030-01-02T03:04:05.000Z"},
+		{"delay.Message's until: the end of its second, in millisecond layout", "1s", "2030-01-02T03:04:03Z", "2030-01-02T03:04:04.000Z"},
+		{"other zones become UTC", "1s", "2030-01-02T04:04:03+01:00", "2030-01-02T03:04:04.000Z"},
+		{"the end of its second not reached yet: the delivery", "1s", "2030-01-02T03:04:05Z", "2030-01-02T03:04:05.300Z"},
+		{"an until without a duration is exact", "", "2030-01-02T03:04:05Z", "2030-01-02T03:04:05.000Z"},
+		{"an until with a fraction is exact", "1s", "2030-01-02T03:04:05.100Z", "2030-01-02T03:04:05.100Z"},
 		{"an until ahead of the delivery (a clock behind Redis's) is the delivery", "1s", "2030-01-02T03:04:06Z", "2030-01-02T03:04:05.300Z"},
 		{"a duration only: the delivery", "1s", "", "2030-01-02T03:04:05.300Z"},
 		{"no delay: nothing", "", "", ""},

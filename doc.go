@@ -20,8 +20,8 @@
 // PublisherConfig.MaxDelay or 100 years, makes Publish fail with
 // ErrInvalidDelay, storing nothing.
 //
-// A delivered message carries the instant it became due in its until key,
-// with milliseconds, so a received message published again (forwarded,
+// A delivered message carries in its until key, with milliseconds, an
+// instant already reached and not before it was due, so a received message published again (forwarded,
 // fanned in, requeued, poisoned) is due at once unless the handler set a
 // new delay; and it does not hold its BusinessKey (see AttemptKey).
 //

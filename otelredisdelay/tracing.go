@@ -260,8 +260,8 @@ func (t Tracing) StartConsumerSpan(msg *message.Message) (context.Context, trace
 
 // deliveredDue is when a delivered message was due: ScheduledAtKey when it
 // agrees with the delay metadata, else that metadata, which the Subscriber
-// sets to the due instant it delivered, to the second for Watermill's
-// delay.Message. They disagree when the message was published again, with
+// sets to an instant reached when it delivered, at most a second after the
+// due instant for Watermill's delay.Message. They disagree when the message was published again, with
 // a new delay, by a publisher without the decorator (or a handler nacked
 // it with a delay): ScheduledAtKey is from an earlier publish then.
 func deliveredDue(md message.Metadata) (time.Time, bool) {
@@ -274,9 +274,9 @@ func deliveredDue(md message.Metadata) (time.Time, bool) {
 	}
 	if v := md.Get(ScheduledAtKey); v != "" {
 		if s, err := time.Parse(time.RFC3339Nano, v); err == nil {
-			// The until key is at most a second before it (truncated) and
-			// never after it (delivered early it would be now, not later).
-			if !hasUntil || (!s.Before(until) && s.Sub(until) <= time.Second) {
+			// The Subscriber sets the until key to within a second after
+			// it (the end of delay.Message's whole second, or the delivery).
+			if d := until.Sub(s); !hasUntil || (d > -time.Second && d <= time.Second) {
 				return s, true
 			}
 		}
