@@ -575,3 +575,17 @@ func (p *Publisher) runPublish(ctx context.Context, keys []string, args []any) (
 		}
 	}
 }
+
+// CancelKey removes the waiting message holding businessKey in topic, so it
+// is never delivered, and frees the key. It reports whether a message was
+// waiting with that key; false means none holds it (never published,
+// cancelled, or already due and on its way to subscribers). In a topic of
+// several partitions it looks in the partition of the key first, then in
+// the others (for a message published with a PartitionKey).
+func (p *Publisher) CancelKey(ctx context.Context, topic, businessKey string) (bool, error) {
+	if p.closed.Load() {
+		return false, ErrClosed
+	}
+	parts := partitionCount(p.config.Partitions, p.config.TopicPartitions, topic)
+	return recall(ctx, p.config.Client, p.keys, topic, parts, "key", businessKey)
+}

@@ -910,18 +910,3 @@ func fieldNames(values map[string]any) []string {
 	sort.Strings(names)
 	return names
 }
-
-// backoff is the pause after the n-th consecutive failure: 100ms more each
-// time, up to limit.
-func backoff(n int, limit time.Duration) time.Duration {
-	return min(time.Duration(n)*100*time.Millisecond, limit)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}

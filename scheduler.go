@@ -1,0 +1,710 @@
+package redisdelay
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+// scheduler runs one loop per topic that promotes due messages, sleeping
+// until the next due time (by Redis's clock), a wake-up published by a
+// script that created an earlier due time, or the check interval.
+//
+// Only one scheduler per topic works at a time: the one holding the topic's
+// lease (a key in the topic's hash slot, taken and extended by each tick of
+// the holder, released on stop). The others stand by, calling Redis once per
+// check interval at most, and take over when the lease expires (a holder
+// that died: within about 1.5 check intervals) or is released (at once).
+// The lease only saves work: every move is atomic, so schedulers that both
+// believe they hold it (after a pause longer than the lease) stay correct.
+//
+// The scheduler subscribes to the wake channel of each partition it
+// schedules, by name: no pattern, so an ACL granting the channels
+// &<prefix>:* suffices, and wake-ups of unknown topics reach it not. A loop
+// whose partition holds nothing to schedule for a TrimInterval retires (see
+// idle.lua); the next wake-up of the partition starts it again, so idle
+// topics cost nothing but their subscription.
+type scheduler struct {
+	client    redis.UniversalClient
+	keys      keys
+	logger    watermill.LoggerAdapter
+	interval  time.Duration
+	lease     time.Duration
+	owner     string
+	batch     int
+	trim      time.Duration
+	retention time.Duration
+	metrics   *schedMetrics
+	limiter   *logLimiter        // repeated errors of all partitions
+	gone      func(topic string) // called when the client was closed under the scheduler
+
+	mu       sync.Mutex
+	ctx      context.Context
+	cancel   context.CancelFunc
+	pubsub   *redis.PubSub
+	discover bool                         // listen to topic registrations (a Manager with no topic list)
+	known    map[shard]partition          // scheduled partitions: their wake channels are subscribed
+	loops    map[shard]chan string        // a loop per partition with work: its wake-ups
+	stops    map[shard]context.CancelFunc // ends a loop
+	balances map[string]*balance          // topics of several partitions: their leases held
+	refresh  chan struct{}                // a topic was registered (discover only)
+	wg       sync.WaitGroup
+}
+
+// partition names one partition of a topic.
+type partition struct {
+	topic string
+	part  int
+}
+
+// pubsubHealthCheck is how often an idle wake-up subscription pings Redis
+// (go-redis's default, 3s, costs 0.33 calls/s per scheduler).
+const pubsubHealthCheck = 30 * time.Second
+
+// groupsRefresh is how often a scheduler lists a topic's consumer groups
+// again even though their number did not change (a group deleted and
+// another created in between).
+const groupsRefresh = time.Minute
+
+// newScheduler returns a scheduler configured like a Manager (config has its
+// defaults set).
+func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *scheduler {
+	return &scheduler{
+		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
+		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: watermill.NewUUID(),
+		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
+		known: map[shard]partition{}, loops: map[shard]chan string{}, stops: map[shard]context.CancelFunc{},
+		balances: map[string]*balance{}, refresh: make(chan struct{}, 1), limiter: newLogLimiter(),
+	}
+}
+
+// leaseTime is how long a topic's scheduling lease lasts after each tick of
+// its holder, which ticks at least every check interval: half an interval
+// (at least 100ms) of slack.
+func leaseTime(interval time.Duration) time.Duration {
+	return interval + max(interval/2, 100*time.Millisecond)
+}
+
+// start opens the wake-up subscription, empty until partitions are added;
+// with discover it listens to topic registrations too.
+func (s *scheduler) start(ctx context.Context, discover bool) {
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.discover = discover
+	var channels []string
+	if discover {
+		channels = append(channels, s.keys.registered())
+	}
+	s.pubsub = s.client.Subscribe(s.ctx, channels...)
+	// Subscription confirmations come again after every reconnect: wake-ups
+	// published while the connection was down are lost, so every loop of
+	// the (re)subscribed channels ticks once then, retired ones included.
+	// The health check pings an idle subscription; a connection found dead
+	// late only delays what the check interval bounds anyway.
+	ch := s.pubsub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(pubsubHealthCheck))
+	s.warnEviction()
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		s.watchACL()
+	}()
+	go func() {
+		defer s.wg.Done()
+		for m := range ch {
+			switch m := m.(type) {
+			case *redis.Message:
+				if m.Channel == s.keys.registered() {
+					s.registered()
+					continue
+				}
+				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
+					s.wakeOrStart(s.keys.shard(topic, part), m.Payload)
+				}
+			case *redis.Subscription:
+				if m.Kind != "subscribe" {
+					continue
+				}
+				if m.Channel == s.keys.registered() {
+					s.registered() // registrations may have been lost
+					continue
+				}
+				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
+					s.wakeOrStart(s.keys.shard(topic, part), wakeResubscribed)
+				}
+			}
+		}
+	}()
+}
+
+// registered tells a discovering Manager that a topic was registered.
+func (s *scheduler) registered() {
+	if !s.discover {
+		return
+	}
+	select {
+	case s.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// wakeOrStart passes a wake-up to the loop of a partition, or starts the
+// loop of a scheduled partition whose loop retired. A released lease
+// starts nothing: it concerns standbys, and a retired loop stands by for
+// nothing.
+func (s *scheduler) wakeOrStart(sh shard, kind string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if wake := s.loops[sh]; wake != nil {
+		passWake(wake, kind)
+		return
+	}
+	if p, ok := s.known[sh]; ok && kind != wakeRelease && s.ctx.Err() == nil {
+		s.startLoop(sh, p)
+	}
+}
+
+// wake passes a wake-up to the loop of a partition, if it runs. A loop has one
+// pending wake-up at most; one that matters more replaces a pending one that
+// matters less, so a standby never misses that the lease was released.
+func (s *scheduler) wake(sh shard, kind string) {
+	// Under mu: a loop retires under mu when no wake-up is pending, so
+	// none is passed to a loop that has just retired.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if wake := s.loops[sh]; wake != nil {
+		passWake(wake, kind)
+	}
+}
+
+// passWake passes a wake-up to a loop's channel (see wake). Called with
+// s.mu held.
+func passWake(wake chan string, kind string) {
+	select {
+	case wake <- kind:
+		return
+	default:
+	}
+	select {
+	case pending := <-wake:
+		if wakeRank(pending) > wakeRank(kind) {
+			kind = pending
+		}
+	default:
+	}
+	select {
+	case wake <- kind:
+	default: // another wake-up got in meanwhile: the loop wakes either way
+	}
+}
+
+// wakeRank orders wake-ups by what a loop would lose by missing one.
+func wakeRank(kind string) int {
+	switch kind {
+	case wakeRelease:
+		return 3
+	case wakeGroup:
+		return 2
+	case wakeResubscribed:
+		return 1
+	}
+	return 0
+}
+
+// add starts scheduling the first parts partitions of a topic, each once.
+// Schedulers share the partitions of a topic evenly (see balance): each
+// takes a free lease only while it holds no more than the others.
+func (s *scheduler) add(topic string, parts int) {
+	if parts > 1 {
+		s.mu.Lock()
+		if b := s.balances[topic]; b == nil || b.parts < parts {
+			b = newBalance(parts)
+			if old := s.balances[topic]; old != nil {
+				b.owned.Store(old.owned.Load())
+			}
+			s.balances[topic] = b
+		}
+		s.mu.Unlock()
+	}
+	for part := range parts {
+		s.addPartition(topic, part)
+	}
+}
+
+// addPartition starts scheduling a partition of a topic, once: its waiting
+// set and the retries of every consumer group registered for it. Once
+// added, its loop runs while the partition has work (see retire).
+func (s *scheduler) addPartition(topic string, part int) {
+	sh := s.keys.shard(topic, part)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.known[sh]; ok || s.ctx.Err() != nil {
+		return
+	}
+	p := partition{topic: topic, part: part}
+	s.known[sh] = p
+	if err := s.pubsub.Subscribe(s.ctx, sh.wake()); err != nil {
+		s.logger.Error("redisdelay: cannot subscribe to wake-ups; falling back to the check interval", err,
+			partitionFields(topic, part))
+	}
+	s.startLoop(sh, p)
+}
+
+// remove stops scheduling every partition of a topic: their loops end and
+// their wake channels are unsubscribed.
+func (s *scheduler) remove(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var channels []string
+	for sh, p := range s.known {
+		if p.topic != topic {
+			continue
+		}
+		delete(s.known, sh)
+		channels = append(channels, sh.wake())
+		if stop := s.stops[sh]; stop != nil {
+			stop()
+		}
+		delete(s.loops, sh)
+		delete(s.stops, sh)
+	}
+	if len(channels) > 0 && s.ctx.Err() == nil {
+		_ = s.pubsub.Unsubscribe(s.ctx, channels...) // fails only when closing
+	}
+}
+
+// startLoop starts the loop of a partition. Called with s.mu held.
+func (s *scheduler) startLoop(sh shard, p partition) {
+	ctx, stop := context.WithCancel(s.ctx)
+	wake := make(chan string, 1)
+	s.loops[sh] = wake
+	s.stops[sh] = stop
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer stop()
+		s.loop(ctx, p.topic, p.part, wake)
+	}()
+}
+
+// retire ends the loop of a partition found idle, unless a wake-up came in
+// meanwhile. It reports whether the loop is to return.
+func (s *scheduler) retire(sh shard, wake chan string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loops[sh] != wake || len(wake) > 0 {
+		return false
+	}
+	delete(s.loops, sh)
+	delete(s.stops, sh)
+	return true
+}
+
+// partitionFields identify a partition in logs.
+func partitionFields(topic string, part int) watermill.LogFields {
+	f := watermill.LogFields{"topic": topic}
+	if part > 0 {
+		f["partition"] = part
+	}
+	return f
+}
+
+func (s *scheduler) stop() {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	_ = s.pubsub.Close()
+	s.wg.Wait()
+}
+
+// Wake-up kinds (the payload on a topic's wake channel).
+const (
+	wakeGroup   = "g" // a consumer group was created
+	wakeRelease = "l" // the lease was released: a standby should take over
+	// (Re)subscribed to the wake channel: wake-ups may have been lost while
+	// the connection was down. Sent by the scheduler to itself.
+	wakeResubscribed = "s"
+)
+
+func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan string) {
+	sh := s.keys.shard(topic, part)
+	fields := partitionFields(topic, part)
+	var (
+		groups      []string
+		listed      time.Time // when groups was read
+		relist      = true    // read groups before the next tick
+		held        bool      // this scheduler holds the topic's lease
+		declined    bool      // the last tick declined the free lease (see balance.mayTake)
+		lastTrim    = time.Now()
+		lastIdle    = time.Now() // when the partition was last checked for work (see retire)
+		nextReclaim = map[string]time.Time{}
+		failures    int
+	)
+	// Released even when this scheduler does not know it holds the lease:
+	// a tick whose reply was lost (cancelled by Close) may have taken it.
+	// The script releases only the caller's own lease.
+	defer s.release(sh, fields)
+	defer s.metrics.forget(sh)
+	var lastBeat time.Time // partition 0: the scheduler's last heartbeat in the topic's list
+	defer func() {
+		if b := s.balanceOf(topic); b != nil {
+			if held {
+				b.owned.Add(-1)
+			}
+			if part == 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
+				_ = b.beat(ctx, s.client, []string{sh.schedulers(), sh.leaseCounts()}, s.owner, 0)
+				cancel()
+			}
+		}
+	}()
+	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
+	// tick behind, so the timer is reused without draining.
+	timer := time.NewTimer(s.interval)
+	defer timer.Stop()
+
+	for ctx.Err() == nil {
+		var t tick
+		started := time.Now()
+		err := func() error {
+			if relist || time.Since(listed) >= groupsRefresh {
+				g, err := s.client.SMembers(ctx, sh.groups()).Result()
+				if err != nil {
+					return fmt.Errorf("list the consumer groups: %w", err)
+				}
+				groups, listed, relist = g, time.Now(), false
+			}
+			take := true
+			if b := s.balanceOf(topic); b != nil {
+				if part == 0 && time.Since(lastBeat) >= s.interval/2 {
+					if err := b.beat(ctx, s.client, []string{sh.schedulers(), sh.leaseCounts()}, s.owner, 3*s.interval); err != nil {
+						return fmt.Errorf("renew the scheduler's membership: %w", err)
+					}
+					lastBeat = time.Now()
+				}
+				if cur := b.owned.Load(); held && b.surplus(cur) && b.owned.CompareAndSwap(cur, cur-1) {
+					// the released wake-up makes a standby take over at once
+					s.release(sh, fields)
+					held = false
+					s.logger.Debug("redisdelay: gave the partition up to another scheduler", fields)
+				}
+				take = held || b.mayTake(b.owned.Load(), declined)
+			}
+			var err error
+			if t, err = s.promote(ctx, sh, fields, groups, take); err != nil {
+				return err
+			}
+			declined = t.declined
+			if t.groups != len(groups) {
+				relist = true
+				if t.held {
+					t.wait = 0 // schedule the new group's retries now
+				}
+			}
+			if !t.held {
+				if held {
+					s.logger.Debug("redisdelay: another scheduler took over the topic", fields)
+					s.counted(topic, -1)
+				}
+				held = false
+				return nil
+			}
+			if !held {
+				held = true
+				s.counted(topic, 1)
+				clear(nextReclaim) // reclaim at once what a previous holder left
+				s.logger.Debug("redisdelay: scheduling the topic", fields)
+			}
+			cleanup := time.Since(lastTrim) >= s.trim
+			for _, g := range groups {
+				if !cleanup && started.Before(nextReclaim[g]) {
+					continue
+				}
+				vis, err := s.reclaim(ctx, sh, fields, g, cleanup)
+				if err != nil {
+					return err
+				}
+				// From the tick's start: the next tick starts later than one
+				// interval after it, so a pace of one interval is kept.
+				nextReclaim[g] = started.Add(reclaimEvery(vis, s.interval))
+			}
+			if cleanup {
+				lastTrim = time.Now()
+				return s.trimStream(ctx, sh, fields)
+			}
+			return nil
+		}()
+		wait := t.wait
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if isClientClosed(err) && s.gone != nil {
+				s.gone(topic)
+				return
+			}
+			failures++
+			wait = backoff(failures, s.interval)
+			s.limiter.errorf(s.logger, "redisdelay: scheduling failed; retrying", err,
+				fields.Add(watermill.LogFields{"retry_in": wait.String()}))
+		} else {
+			failures = 0
+		}
+		if wait == 0 {
+			continue
+		}
+		if err == nil && time.Since(lastIdle) >= s.trim {
+			// After the tick's trim (same pace): what reclaim and trim left.
+			lastIdle = time.Now()
+			idle, err := s.idle(ctx, sh, groups)
+			if err != nil && ctx.Err() == nil {
+				s.logger.Error("redisdelay: cannot check whether the partition is idle", err, fields)
+			}
+			if idle && s.retire(sh, wake) {
+				s.logger.Debug("redisdelay: nothing to schedule; the partition's loop retires until a wake-up", fields)
+				return
+			}
+		}
+
+		timer.Reset(wait)
+	sleep:
+		select {
+		case <-ctx.Done():
+			return
+		case kind := <-wake:
+			if kind == wakeGroup {
+				relist = true
+			}
+			if !held && kind != wakeRelease {
+				goto sleep // a standby has nothing to do until the lease ends
+			}
+			timer.Stop()
+		case <-timer.C:
+		}
+		s.logger.Trace("redisdelay: scheduler woke", fields)
+	}
+}
+
+// idle runs idle.lua: whether the partition holds nothing to schedule, and
+// if so marks it dormant, so the next publish wakes the schedulers.
+func (s *scheduler) idle(ctx context.Context, sh shard, groups []string) (bool, error) {
+	k := make([]string, 0, 4+2*len(groups))
+	k = append(k, sh.waiting(), sh.stream(), sh.dormant(), sh.fanout())
+	for _, g := range groups {
+		k = append(k, sh.retry(g), sh.redelivery(g))
+	}
+	n, err := idleScript.Run(ctx, s.client, k, s.retention.Milliseconds()).Int()
+	return n == 1, err
+}
+
+// balanceOf returns the balance of a topic of several partitions, or nil.
+func (s *scheduler) balanceOf(topic string) *balance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.balances[topic]
+}
+
+// counted records that the scheduler took (1) or lost (-1) a lease of the
+// topic.
+func (s *scheduler) counted(topic string, n int32) {
+	if b := s.balanceOf(topic); b != nil {
+		b.owned.Add(n)
+	}
+}
+
+// reclaimEvery is how often a group is checked for messages of dead
+// consumers: a quarter of its visibility timeout, at least the check
+// interval. The check runs on the first tick after that (ticks come at
+// least every check interval), so a message is reclaimed at most a quarter
+// of the timeout plus a check interval after the timeout ran out.
+func reclaimEvery(vis, interval time.Duration) time.Duration {
+	return max(vis/4, interval)
+}
+
+// tick is what one promote call found.
+type tick struct {
+	wait     time.Duration // until the next tick
+	held     bool          // the caller holds the topic's lease
+	declined bool          // the lease was free and the caller was not to take it
+	groups   int           // consumer groups registered for the topic
+}
+
+// promote takes or extends the topic's lease and, when held, moves what is
+// due and returns how long to sleep: until the next due message, capped at
+// the check interval; 0 when more is due now. A standby sleeps until the
+// lease expires, at most the check interval.
+func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogFields, groups []string, take bool) (tick, error) {
+	mayTake := "1"
+	if !take {
+		mayTake = "0"
+	}
+	k := make([]string, 0, 9+3*len(groups))
+	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.fanout())
+	for _, g := range groups {
+		k = append(k, sh.retry(g), sh.retryBodies(g), sh.redelivery(g))
+	}
+	res, err := promoteScript.Run(ctx, s.client, k, s.batch, s.owner, s.lease.Milliseconds(), mayTake).Int64Slice()
+	if err != nil {
+		return tick{}, fmt.Errorf("promote due messages: %w", err)
+	}
+	moved, wait, missing := res[0], res[1], res[2]
+	s.metrics.promotedTick(sh, fields["topic"].(string), moved, wait, res[4] == 1)
+	t := tick{held: res[4] == 1, declined: res[4] == 0 && wait == -1, groups: int(res[3]), wait: s.interval}
+	if missing > 0 {
+		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
+			fields.Add(watermill.LogFields{"count": missing}))
+	}
+	if moved > 0 {
+		s.logger.Trace("redisdelay: promoted due messages", fields.Add(watermill.LogFields{"count": moved}))
+	}
+	if !t.held && wait >= 0 {
+		wait += 1000 // just after the lease expires (-1: it has no expiry)
+	}
+	if wait >= 0 && time.Duration(wait)*time.Microsecond < s.interval {
+		t.wait = time.Duration(wait) * time.Microsecond
+	}
+	if t.declined {
+		// Left to a scheduler holding fewer leases, which a release wakes
+		// at once; if none took it by then, the next tick takes it (see
+		// balance.mayTake), a short grace rather than a check interval later.
+		t.wait = max(s.interval/10, time.Millisecond)
+	}
+	return t, nil
+}
+
+// release gives up the topic's lease if this scheduler holds it and wakes
+// the standbys, so one takes over at once.
+func (s *scheduler) release(sh shard, fields watermill.LogFields) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
+	defer cancel()
+	err := unleaseScript.Run(ctx, s.client, []string{sh.lease()}, s.owner, sh.wake(), wakeRelease).Err()
+	if err != nil && !isClientClosed(err) {
+		s.limiter.errorf(s.logger, "redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
+	}
+}
+
+// reclaim takes back the group's messages held past its visibility timeout
+// by consumers that stopped extending their lease, and with cleanup removes
+// consumers idle past the group's idle timeout. It returns the group's
+// visibility timeout.
+// reclaimBatch is how many pending entries one reclaim.lua call looks at:
+// a few ms of Redis time at most.
+const reclaimBatch = 1000
+
+func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
+	flag := "0"
+	if cleanup {
+		flag = "1"
+	}
+	// A sweep of a long pending list takes several calls (see reclaim.lua).
+	var requeued, buried, evicted, missing, removed, vis int64
+	for stream, last := any(1), any("-"); stream != int64(0); {
+		res, err := reclaimScript.Run(ctx, s.client,
+			[]string{sh.stream(), sh.redelivery(g), sh.retry(g), sh.retryBodies(g), sh.dead(g), sh.meta(g)},
+			g, reclaimBatch, sh.wake(), flag, stream, last).Slice()
+		if err != nil {
+			return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
+		}
+		n := make([]int64, 6)
+		for i := range n {
+			n[i], _ = res[i].(int64)
+		}
+		requeued, buried, evicted, missing, removed, vis = requeued+n[0], buried+n[1], evicted+n[2], missing+n[3], removed+n[4], n[5]
+		stream, last = res[6], res[7]
+	}
+	s.metrics.reclaimedTick(fields["topic"].(string), g, requeued, buried)
+	fields = fields.Add(watermill.LogFields{"consumer_group": g})
+	if requeued+buried > 0 {
+		s.logger.Info("redisdelay: reclaimed messages from consumers that stopped responding",
+			fields.Add(watermill.LogFields{"requeued": requeued, "dead_lettered": buried}))
+	}
+	if evicted > 0 {
+		s.logger.Error("redisdelay: dead letters full (MaxDeadLetters); evicted the oldest", nil, fields.Add(watermill.LogFields{"evicted": evicted}))
+	}
+	if missing > 0 {
+		s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": missing}))
+	}
+	if removed > 0 {
+		s.logger.Debug("redisdelay: removed idle consumers", fields.Add(watermill.LogFields{"count": removed}))
+	}
+	return time.Duration(vis) * time.Millisecond, nil
+}
+
+func (s *scheduler) trimStream(ctx context.Context, sh shard, fields watermill.LogFields) error {
+	res, err := trimScript.Run(ctx, s.client, []string{sh.stream()}, s.retention.Milliseconds()).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("trim the ready stream: %w", err)
+	}
+	fields = fields.Add(watermill.LogFields{"count": res[0]})
+	switch {
+	case res[0] > 0 && res[1] == 1:
+		s.logger.Info("redisdelay: removed ready messages older than Retention from a topic no consumer group reads", fields)
+	case res[0] > 0:
+		s.logger.Debug("redisdelay: trimmed acknowledged entries", fields)
+	}
+	return nil
+}
+
+// watchACL checks that Redis lets the scheduler's user subscribe to the
+// wake channels (a SUBSCRIBE refused by an ACL is otherwise silent: the
+// subscription just never delivers). When refused it logs an error naming
+// the ACL needed, and keeps a note Inspector.Health reports, refreshed
+// while the refusal lasts; once allowed it subscribes again to what was
+// refused.
+func (s *scheduler) watchACL() {
+	denied := false
+	for {
+		err := s.probeSubscribe()
+		if err == nil {
+			if denied {
+				s.logger.Info("redisdelay: Redis now allows the subscription to wake-ups", nil)
+				s.mu.Lock()
+				channels := make([]string, 0, len(s.known)+1)
+				if s.discover {
+					channels = append(channels, s.keys.registered())
+				}
+				for sh := range s.known {
+					channels = append(channels, sh.wake())
+				}
+				if len(channels) > 0 {
+					_ = s.pubsub.Subscribe(s.ctx, channels...)
+				}
+				s.mu.Unlock()
+			}
+			return
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		if isNoPerm(err) {
+			detail := fmt.Sprintf("Redis refuses the scheduler %s the subscription to wake-up channels (%v): due messages are moved up to a CheckInterval (%s) late, and topics are found at the registry refresh only; grant its Redis user the channels of the key prefix: ACL SETUSER <user> &%s:*",
+				s.owner, err, s.interval, s.keys.prefix)
+			if !denied {
+				s.logger.Error("redisdelay: "+detail, err, nil)
+				denied = true
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+			_ = s.client.Set(ctx, s.keys.wakeDenied(), detail, max(3*s.interval, 3*time.Second)).Err()
+			cancel()
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(s.interval):
+		}
+	}
+}
+
+// probeSubscribe subscribes to a channel of the key prefix on a connection
+// of its own and returns Redis's answer.
+func (s *scheduler) probeSubscribe() error {
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	ps := s.client.Subscribe(ctx, s.keys.registered())
+	defer ps.Close()
+	_, err := ps.Receive(ctx)
+	return err
+}
