@@ -22,11 +22,11 @@ func recall(ctx context.Context, client redis.UniversalClient, k keys, topic str
 	home := partitionOf(value, parts)
 	for i := range parts {
 		sh := k.shard(topic, (home+i)%parts)
-		n, err := cancelScript.Run(ctx, client, []string{sh.waiting(), sh.bodies(), sh.bkeys(), sh.bkeyOf(), sh.prio()}, by, value).Int()
+		removed, err := callCancel(ctx, client, sh, by, value)
 		if err != nil {
 			return false, wrap(err, "cancel %s in topic %q", recallWhat(by, value), topic)
 		}
-		if n == 1 {
+		if removed {
 			return true, nil
 		}
 	}

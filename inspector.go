@@ -529,11 +529,7 @@ func (i *Inspector) RequeueDeadLetters(ctx context.Context, topic, group string)
 // requeue moves the given dead letters, or with no ids the oldest 1,000,
 // back to the group and returns how many it moved.
 func (i *Inspector) requeue(ctx context.Context, sh shard, group string, ids ...string) (int, error) {
-	args := []any{1000}
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	n, err := requeueScript.Run(ctx, i.client, []string{sh.dead(group), sh.redelivery(group)}, args...).Int()
+	n, err := callRequeue(ctx, i.client, sh, group, 1000, ids)
 	if err == nil && n > 0 {
 		// Schedulers reclaim the requeued messages should their consumer
 		// die: a loop that retired (the partition was idle) starts again.
@@ -594,15 +590,11 @@ func (i *Inspector) DeleteGroup(ctx context.Context, topic, group string) (bool,
 	}
 	existed := false
 	for _, sh := range shards {
-		n, err := dropGroupScript.Run(ctx, i.client, []string{
-			sh.stream(), sh.groups(),
-			sh.redelivery(group), sh.retry(group), sh.retryBodies(group), sh.dead(group), sh.meta(group),
-			sh.owner(group), sh.members(group), sh.ownedCounts(group),
-		}, group).Int()
+		dropped, err := callDropGroup(ctx, i.client, sh, group)
 		if err != nil {
 			return existed, wrapErr(err, "delete group %q of topic %q", group, topic)
 		}
-		existed = existed || n == 1
+		existed = existed || dropped
 	}
 	return existed, nil
 }

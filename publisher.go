@@ -410,46 +410,28 @@ func (b *batcher) next() (batch []*pubCall, skipped int) {
 // up the script may still run; Publish's documentation says so.
 func (p *Publisher) store(batch []*pubCall) {
 	first := batch[0]
-	var (
-		deadline time.Time
-		msgs     int
-	)
+	var deadline time.Time
 	for _, c := range batch {
 		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
 			deadline = d
 		}
-		msgs += c.n
-	}
-	args := make([]any, 0, 4+len(batch)+5*msgs)
-	args = append(args, first.shard.wake(), first.maxWaiting.perPart, first.maxReady.perPart, len(batch))
-	for _, c := range batch {
-		args = append(args, c.n)
-	}
-	for _, c := range batch {
-		args = append(args, c.args...)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	var res []any
+	var reply publishReply
 	registered, err := p.register(ctx, first.topic, first.parts)
 	if err == nil {
-		sh := first.shard
-		res, err = p.runPublish(ctx, []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.reg(), sh.dormant()}, args)
+		reply, err = p.runPublish(ctx, batch)
 	}
-	if err == nil && len(res) != len(batch)+1 {
-		err = fmt.Errorf("the publish script returned %d results for %d calls", len(res), len(batch))
-	}
-	if err == nil {
-		if lost, _ := res[len(batch)].(int64); lost == 1 && !registered {
-			p.reregister(ctx, first.topic, first.parts)
-		}
+	if err == nil && reply.lost && !registered {
+		p.reregister(ctx, first.topic, first.parts)
 	}
 	for i, c := range batch {
 		r := pubResult{err: err}
 		if err == nil {
-			r.dup, _ = res[i].(string)
-			if status, ok := res[i].([]any); ok {
-				r.refused = c.refusal(status)
+			var refusal []any
+			if r.dup, refusal = reply.status(i); refusal != nil {
+				r.refused = c.refusal(refusal)
 			}
 		}
 		c.done <- r
@@ -516,7 +498,7 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-// runPublish runs the publish script. With PublisherConfig.MinReplicas set
+// runPublish runs the publish script for batch. With PublisherConfig.MinReplicas set
 // it then runs WAIT on the same connection (WAIT counts the replicas that
 // acknowledged the writes of its own connection, and cannot run inside a
 // script): a *redis.Client (plain or Sentinel) lends one pooled
@@ -528,23 +510,23 @@ func (p *Publisher) Close() error {
 // view and retries until ctx ends; none of them ran the script. The
 // connection goes back to the pool afterwards (go-redis drops it instead
 // when it failed, or ctx ended with a reply pending).
-func (p *Publisher) runPublish(ctx context.Context, keys []string, args []any) ([]any, error) {
+func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (publishReply, error) {
 	if p.config.MinReplicas == 0 {
-		return publishScript.Run(ctx, p.config.Client, keys, args...).Slice()
+		return callPublish(ctx, p.config.Client, batch)
 	}
 	for {
 		client, ok := p.config.Client.(*redis.Client)
 		cluster, isCluster := p.config.Client.(*redis.ClusterClient)
 		if isCluster {
 			var err error
-			if client, err = cluster.MasterForKey(ctx, keys[0]); err != nil {
-				return nil, err
+			if client, err = cluster.MasterForKey(ctx, batch[0].shard.waiting()); err != nil {
+				return publishReply{}, err
 			}
 		} else if !ok {
-			return nil, fmt.Errorf("PublisherConfig.MinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", p.config.Client)
+			return publishReply{}, fmt.Errorf("PublisherConfig.MinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", p.config.Client)
 		}
 		conn := client.Conn()
-		res, err := publishScript.Run(ctx, conn, keys, args...).Slice()
+		res, err := callPublish(ctx, conn, batch)
 		var acked int64
 		if err == nil {
 			acked, err = conn.Wait(ctx, p.config.MinReplicas, p.config.ReplicaTimeout).Result()
@@ -566,11 +548,11 @@ func (p *Publisher) runPublish(ctx context.Context, keys []string, args []any) (
 		_, ask := redis.IsAskError(err)
 		if !moved && !ask && !redis.IsClusterDownError(err) && !redis.IsTryAgainError(err) &&
 			!(errors.As(err, &op) && op.Op == "dial") {
-			return nil, err
+			return publishReply{}, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+			return publishReply{}, fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -356,7 +356,7 @@ func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan 
 			}
 			if part == 0 {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
-				_ = b.beat(ctx, s.client, []string{sh.schedulers(), sh.leaseCounts()}, s.owner, 0)
+				_ = b.beat(ctx, s.client, topicSchedulers(sh), s.owner, 0)
 				cancel()
 			}
 		}
@@ -380,7 +380,7 @@ func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan 
 			take := true
 			if b := s.balanceOf(topic); b != nil {
 				if part == 0 && time.Since(lastBeat) >= s.interval/2 {
-					if err := b.beat(ctx, s.client, []string{sh.schedulers(), sh.leaseCounts()}, s.owner, 3*s.interval); err != nil {
+					if err := b.beat(ctx, s.client, topicSchedulers(sh), s.owner, 3*s.interval); err != nil {
 						return fmt.Errorf("renew the scheduler's membership: %w", err)
 					}
 					lastBeat = time.Now()
@@ -491,13 +491,7 @@ func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan 
 // idle runs idle.lua: whether the partition holds nothing to schedule, and
 // if so marks it dormant, so the next publish wakes the schedulers.
 func (s *scheduler) idle(ctx context.Context, sh shard, groups []string) (bool, error) {
-	k := make([]string, 0, 4+2*len(groups))
-	k = append(k, sh.waiting(), sh.stream(), sh.dormant(), sh.fanout())
-	for _, g := range groups {
-		k = append(k, sh.retry(g), sh.redelivery(g))
-	}
-	n, err := idleScript.Run(ctx, s.client, k, s.retention.Milliseconds()).Int()
-	return n == 1, err
+	return callIdle(ctx, s.client, sh, groups, s.retention)
 }
 
 // balanceOf returns the balance of a topic of several partitions, or nil.
@@ -537,22 +531,13 @@ type tick struct {
 // the check interval; 0 when more is due now. A standby sleeps until the
 // lease expires, at most the check interval.
 func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogFields, groups []string, take bool) (tick, error) {
-	mayTake := "1"
-	if !take {
-		mayTake = "0"
-	}
-	k := make([]string, 0, 9+3*len(groups))
-	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.fanout())
-	for _, g := range groups {
-		k = append(k, sh.retry(g), sh.retryBodies(g), sh.redelivery(g))
-	}
-	res, err := promoteScript.Run(ctx, s.client, k, s.batch, s.owner, s.lease.Milliseconds(), mayTake).Int64Slice()
+	r, err := callPromote(ctx, s.client, sh, groups, s.batch, s.owner, s.lease, take)
 	if err != nil {
 		return tick{}, fmt.Errorf("promote due messages: %w", err)
 	}
-	moved, wait, missing := res[0], res[1], res[2]
-	s.metrics.promotedTick(sh, fields["topic"].(string), moved, wait, res[4] == 1)
-	t := tick{held: res[4] == 1, declined: res[4] == 0 && wait == -1, groups: int(res[3]), wait: s.interval}
+	moved, wait, missing := r.moved, r.wait, r.missing
+	s.metrics.promotedTick(sh, fields["topic"].(string), moved, wait, r.held)
+	t := tick{held: r.held, declined: !r.held && wait == -1, groups: r.groups, wait: s.interval}
 	if missing > 0 {
 		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
 			fields.Add(watermill.LogFields{"count": missing}))
@@ -580,7 +565,7 @@ func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogF
 func (s *scheduler) release(sh shard, fields watermill.LogFields) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
 	defer cancel()
-	err := unleaseScript.Run(ctx, s.client, []string{sh.lease()}, s.owner, sh.wake(), wakeRelease).Err()
+	_, err := callUnlease(ctx, s.client, sh, s.owner, wakeRelease)
 	if err != nil && !isClientClosed(err) {
 		s.limiter.errorf(s.logger, "redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
 	}
@@ -595,25 +580,16 @@ func (s *scheduler) release(sh shard, fields watermill.LogFields) {
 const reclaimBatch = 1000
 
 func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
-	flag := "0"
-	if cleanup {
-		flag = "1"
-	}
 	// A sweep of a long pending list takes several calls (see reclaim.lua).
-	var requeued, buried, evicted, missing, removed, vis int64
-	for stream, last := any(1), any("-"); stream != int64(0); {
-		res, err := reclaimScript.Run(ctx, s.client,
-			[]string{sh.stream(), sh.redelivery(g), sh.retry(g), sh.retryBodies(g), sh.dead(g), sh.meta(g)},
-			g, reclaimBatch, sh.wake(), flag, stream, last).Slice()
+	var requeued, buried, evicted, missing, removed int64
+	var vis time.Duration
+	for pos := reclaimStart; pos.stream != 0; {
+		r, err := callReclaim(ctx, s.client, sh, g, reclaimBatch, cleanup, pos)
 		if err != nil {
 			return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
 		}
-		n := make([]int64, 6)
-		for i := range n {
-			n[i], _ = res[i].(int64)
-		}
-		requeued, buried, evicted, missing, removed, vis = requeued+n[0], buried+n[1], evicted+n[2], missing+n[3], removed+n[4], n[5]
-		stream, last = res[6], res[7]
+		requeued, buried, evicted, missing, removed, vis = requeued+r.requeued, buried+r.buried, evicted+r.evicted, missing+r.missing, removed+r.removed, r.vis
+		pos = r.next
 	}
 	s.metrics.reclaimedTick(fields["topic"].(string), g, requeued, buried)
 	fields = fields.Add(watermill.LogFields{"consumer_group": g})
@@ -630,19 +606,19 @@ func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogF
 	if removed > 0 {
 		s.logger.Debug("redisdelay: removed idle consumers", fields.Add(watermill.LogFields{"count": removed}))
 	}
-	return time.Duration(vis) * time.Millisecond, nil
+	return vis, nil
 }
 
 func (s *scheduler) trimStream(ctx context.Context, sh shard, fields watermill.LogFields) error {
-	res, err := trimScript.Run(ctx, s.client, []string{sh.stream()}, s.retention.Milliseconds()).Int64Slice()
+	r, err := callTrim(ctx, s.client, sh, s.retention)
 	if err != nil {
 		return fmt.Errorf("trim the ready stream: %w", err)
 	}
-	fields = fields.Add(watermill.LogFields{"count": res[0]})
+	fields = fields.Add(watermill.LogFields{"count": r.removed})
 	switch {
-	case res[0] > 0 && res[1] == 1:
+	case r.removed > 0 && r.byRetention:
 		s.logger.Info("redisdelay: removed ready messages older than Retention from a topic no consumer group reads", fields)
-	case res[0] > 0:
+	case r.removed > 0:
 		s.logger.Debug("redisdelay: trimmed acknowledged entries", fields)
 	}
 	return nil

@@ -136,10 +136,7 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 	group := s.config.ConsumerGroup
 	for part := range parts {
 		sh := s.keys.shard(topic, part)
-		err := initScript.Run(ctx, s.config.Client,
-			[]string{sh.stream(), sh.redelivery(group), sh.groups(), sh.meta(group)},
-			append([]any{group, sh.wake()}, s.policy...)...).Err()
-		if err != nil {
+		if _, err := callInit(ctx, s.config.Client, sh, group, s.policy); err != nil {
 			return wrap(err, "create consumer group %q for partition %d of topic %q", group, part, topic)
 		}
 	}
@@ -558,9 +555,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	sub.mu.Unlock()
 
 	group := s.config.ConsumerGroup
-	args := append([]any{group, sub.consumer, len(ready)}, append(ready, redo...)...)
-	res, err := extendScript.Run(ctx, s.config.Client,
-		[]string{sub.shard.stream(), sub.shard.redelivery(group), sub.shard.meta(group)}, args...).Int64Slice()
+	r, err := callExtend(ctx, s.config.Client, sub.shard, group, sub.consumer, ready, redo)
 	if err != nil {
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
@@ -571,13 +566,13 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 			sub.lost.Store(true)
 		}
 	}
-	if res[0] > 0 {
+	if r.unheld > 0 {
 		s.unheld.Add(1)
 		sub.mu.Lock()
 		sub.recheck = true
 		sub.mu.Unlock()
 	}
-	return time.Duration(res[1]) * time.Millisecond, nil
+	return r.vis, nil
 }
 
 // extendLeases renews the lease of every message the subscription holds
@@ -822,30 +817,24 @@ func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message
 // dead letters when reason is set.
 func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, delay time.Duration, body []byte, reason string) error {
 	s := sub.s
-	group := s.config.ConsumerGroup
-	source := "m"
-	if e.redo {
-		source = "r"
-	}
-	res, err := nackScript.Run(ctx, s.config.Client,
-		[]string{e.stream, sub.shard.retry(group), sub.shard.retryBodies(group), sub.shard.redelivery(group),
-			sub.shard.dead(group), sub.shard.meta(group)},
-		group, e.msg.ID, source, attempt, delay.Milliseconds(), body, sub.shard.wake(),
-		reason, max(s.config.MaxDeadLetters, 0)).Int64Slice()
+	r, err := callNack(ctx, s.config.Client, sub.shard, nackArgs{
+		group: s.config.ConsumerGroup, stream: e.stream, id: e.msg.ID, redo: e.redo,
+		attempt: attempt, delay: delay, body: body, reason: reason, maxDead: s.config.MaxDeadLetters,
+	})
 	if err != nil {
 		return fmt.Errorf("nack entry %s: %w", e.msg.ID, err)
 	}
-	sub.m.nacked(res[0])
+	sub.m.nacked(r.status)
 	fields := sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "attempt": attempt})
-	switch res[0] {
+	switch r.status {
 	case 0:
 		sub.notPending(e, "Nack")
 	case 2:
 		s.logger.Error("redisdelay: message moved to the dead letters", errors.New(reason), fields)
 	}
-	if res[1] > 0 {
+	if r.evicted > 0 {
 		s.logger.Error("redisdelay: dead letters full (MaxDeadLetters); evicted the oldest", nil,
-			fields.Add(watermill.LogFields{"evicted": res[1]}))
+			fields.Add(watermill.LogFields{"evicted": r.evicted}))
 	}
 	return nil
 }
@@ -861,22 +850,20 @@ func (sub *subscription) release(keepStream, keepID string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	for {
-		res, err := releaseScript.Run(ctx, s.config.Client,
-			[]string{sub.shard.stream(), sub.shard.redelivery(group)},
-			group, sub.consumer, 1000, keepStream, keepID).Int64Slice()
+		r, err := callRelease(ctx, s.config.Client, sub.shard, group, sub.consumer, 1000, keepStream, keepID)
 		if err != nil {
 			if !isClientClosed(err) {
 				s.logger.Error("redisdelay: cannot hand back pending messages; they stay with this consumer until read again or reclaimed", err, fields)
 			}
 			return err
 		}
-		if res[1] > 0 {
-			s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": res[1]}))
+		if r.missing > 0 {
+			s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": r.missing}))
 		}
-		if res[0] > 0 {
-			s.logger.Debug("redisdelay: handed back pending messages", fields.Add(watermill.LogFields{"count": res[0]}))
+		if r.released > 0 {
+			s.logger.Debug("redisdelay: handed back pending messages", fields.Add(watermill.LogFields{"count": r.released}))
 		}
-		if res[2] == 1 {
+		if r.done {
 			return nil
 		}
 	}
