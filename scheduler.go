@@ -329,162 +329,253 @@ const (
 	wakeResubscribed = "s"
 )
 
+// loop schedules one partition until ctx ends, the client is closed
+// under it, or it retires (see retire).
 func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan string) {
-	sh := s.keys.shard(topic, part)
-	fields := partitionFields(topic, part)
-	var (
-		groups      []string
-		listed      time.Time // when groups was read
-		relist      = true    // read groups before the next tick
-		held        bool      // this scheduler holds the topic's lease
-		declined    bool      // the last tick declined the free lease (see balance.mayTake)
-		lastTrim    = time.Now()
-		lastIdle    = time.Now() // when the partition was last checked for work (see retire)
-		nextReclaim = map[string]time.Time{}
-		failures    int
-	)
-	// Released even when this scheduler does not know it holds the lease:
-	// a tick whose reply was lost (cancelled by Close) may have taken it.
-	// The script releases only the caller's own lease.
-	defer s.release(sh, fields)
-	defer s.metrics.forget(sh)
-	var lastBeat time.Time // partition 0: the scheduler's last heartbeat in the topic's list
-	defer func() {
-		if b := s.balanceOf(topic); b != nil {
-			if held {
-				b.owned.Add(-1)
-			}
-			if part == 0 {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
-				_ = b.beat(ctx, s.client, topicSchedulers(sh), s.owner, 0)
-				cancel()
-			}
-		}
-	}()
+	l := &partLoop{
+		s: s, topic: topic, part: part, sh: s.keys.shard(topic, part), fields: partitionFields(topic, part), wake: wake,
+		relist: true, lastTrim: time.Now(), lastIdle: time.Now(), nextReclaim: map[string]time.Time{},
+	}
+	defer l.end()
 	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
 	// tick behind, so the timer is reused without draining.
 	timer := time.NewTimer(s.interval)
 	defer timer.Stop()
 
 	for ctx.Err() == nil {
-		var t tick
-		started := time.Now()
-		err := func() error {
-			if relist || time.Since(listed) >= groupsRefresh {
-				g, err := s.client.SMembers(ctx, sh.groups()).Result()
-				if err != nil {
-					return fmt.Errorf("list the consumer groups: %w", err)
-				}
-				groups, listed, relist = g, time.Now(), false
-			}
-			take := true
-			if b := s.balanceOf(topic); b != nil {
-				if part == 0 && time.Since(lastBeat) >= s.interval/2 {
-					if err := b.beat(ctx, s.client, topicSchedulers(sh), s.owner, 3*s.interval); err != nil {
-						return fmt.Errorf("renew the scheduler's membership: %w", err)
-					}
-					lastBeat = time.Now()
-				}
-				if cur := b.owned.Load(); held && b.surplus(cur) && b.owned.CompareAndSwap(cur, cur-1) {
-					// the released wake-up makes a standby take over at once
-					s.release(sh, fields)
-					held = false
-					s.logger.Debug("redisdelay: gave the partition up to another scheduler", fields)
-				}
-				take = held || b.mayTake(b.owned.Load(), declined)
-			}
-			var err error
-			if t, err = s.promote(ctx, sh, fields, groups, take); err != nil {
-				return err
-			}
-			declined = t.declined
-			if t.groups != len(groups) {
-				relist = true
-				if t.held {
-					t.wait = 0 // schedule the new group's retries now
-				}
-			}
-			if !t.held {
-				if held {
-					s.logger.Debug("redisdelay: another scheduler took over the topic", fields)
-					s.counted(topic, -1)
-				}
-				held = false
-				return nil
-			}
-			if !held {
-				held = true
-				s.counted(topic, 1)
-				clear(nextReclaim) // reclaim at once what a previous holder left
-				s.logger.Debug("redisdelay: scheduling the topic", fields)
-			}
-			cleanup := time.Since(lastTrim) >= s.trim
-			for _, g := range groups {
-				if !cleanup && started.Before(nextReclaim[g]) {
-					continue
-				}
-				vis, err := s.reclaim(ctx, sh, fields, g, cleanup)
-				if err != nil {
-					return err
-				}
-				// From the tick's start: the next tick starts later than one
-				// interval after it, so a pace of one interval is kept.
-				nextReclaim[g] = started.Add(reclaimEvery(vis, s.interval))
-			}
-			if cleanup {
-				lastTrim = time.Now()
-				return s.trimStream(ctx, sh, fields)
-			}
-			return nil
-		}()
+		t, err := l.tick(ctx)
 		wait := t.wait
 		if err != nil {
-			if ctx.Err() != nil {
+			var stop bool
+			if wait, stop = l.failed(ctx, err); stop {
 				return
 			}
-			if isClientClosed(err) && s.gone != nil {
-				s.gone(topic)
-				return
-			}
-			failures++
-			wait = backoff(failures, s.interval)
-			s.limiter.errorf(s.logger, "redisdelay: scheduling failed; retrying", err,
-				fields.Add(watermill.LogFields{"retry_in": wait.String()}))
 		} else {
-			failures = 0
+			l.failures = 0
 		}
 		if wait == 0 {
 			continue
 		}
-		if err == nil && time.Since(lastIdle) >= s.trim {
-			// After the tick's trim (same pace): what reclaim and trim left.
-			lastIdle = time.Now()
-			idle, err := s.idle(ctx, sh, groups)
-			if err != nil && ctx.Err() == nil {
-				s.logger.Error("redisdelay: cannot check whether the partition is idle", err, fields)
-			}
-			if idle && s.retire(sh, wake) {
-				s.logger.Debug("redisdelay: nothing to schedule; the partition's loop retires until a wake-up", fields)
-				return
-			}
+		if err == nil && l.retireIfIdle(ctx) {
+			return
 		}
+		if !l.sleep(ctx, timer, wait) {
+			return
+		}
+		s.logger.Trace("redisdelay: scheduler woke", l.fields)
+	}
+}
 
-		timer.Reset(wait)
-	sleep:
+// partLoop is the state of a scheduler's loop over one partition.
+type partLoop struct {
+	s      *scheduler
+	topic  string
+	part   int
+	sh     shard
+	fields watermill.LogFields
+	wake   chan string
+
+	groups      []string
+	listed      time.Time // when groups was read
+	relist      bool      // read groups before the next tick
+	held        bool      // this scheduler holds the topic's lease
+	declined    bool      // the last tick declined the free lease (see balance.mayTake)
+	lastTrim    time.Time
+	lastIdle    time.Time // when the partition was last checked for work (see retire)
+	lastBeat    time.Time // partition 0: the scheduler's last heartbeat in the topic's list
+	nextReclaim map[string]time.Time
+	failures    int
+}
+
+// end runs when the loop ends. The lease is released even when this
+// scheduler does not know it holds it: a tick whose reply was lost
+// (cancelled by Close) may have taken it. The script releases only the
+// caller's own lease.
+func (l *partLoop) end() {
+	s := l.s
+	if b := s.balanceOf(l.topic); b != nil {
+		if l.held {
+			b.owned.Add(-1)
+		}
+		if l.part == 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
+			_ = b.beat(ctx, s.client, topicSchedulers(l.sh), s.owner, 0)
+			cancel()
+		}
+	}
+	s.metrics.forget(l.sh)
+	s.release(l.sh, l.fields)
+}
+
+// tick promotes what is due when this scheduler holds (or takes) the
+// lease, then reclaims and trims when their time has come.
+func (l *partLoop) tick(ctx context.Context) (tick, error) {
+	started := time.Now()
+	if err := l.listGroups(ctx); err != nil {
+		return tick{}, err
+	}
+	take, err := l.balance(ctx)
+	if err != nil {
+		return tick{}, err
+	}
+	t, err := l.s.promote(ctx, l.sh, l.fields, l.groups, take)
+	if err != nil {
+		return t, err
+	}
+	l.declined = t.declined
+	if t.groups != len(l.groups) {
+		l.relist = true
+		if t.held {
+			t.wait = 0 // schedule the new group's retries now
+		}
+	}
+	if !l.holds(t.held) {
+		return t, nil
+	}
+	return t, l.reclaimAndTrim(ctx, started)
+}
+
+// listGroups reads the topic's consumer groups when they may have changed,
+// and once per groupsRefresh.
+func (l *partLoop) listGroups(ctx context.Context) error {
+	if !l.relist && time.Since(l.listed) < groupsRefresh {
+		return nil
+	}
+	g, err := l.s.client.SMembers(ctx, l.sh.groups()).Result()
+	if err != nil {
+		return fmt.Errorf("list the consumer groups: %w", err)
+	}
+	l.groups, l.listed, l.relist = g, time.Now(), false
+	return nil
+}
+
+// balance shares the leases of a topic of several partitions among its
+// schedulers: it renews this scheduler's heartbeat (partition 0), gives
+// the lease up when the scheduler holds more than its share, and reports
+// whether the tick may take a free lease.
+func (l *partLoop) balance(ctx context.Context) (take bool, err error) {
+	s := l.s
+	b := s.balanceOf(l.topic)
+	if b == nil {
+		return true, nil
+	}
+	if l.part == 0 && time.Since(l.lastBeat) >= s.interval/2 {
+		if err := b.beat(ctx, s.client, topicSchedulers(l.sh), s.owner, 3*s.interval); err != nil {
+			return false, fmt.Errorf("renew the scheduler's membership: %w", err)
+		}
+		l.lastBeat = time.Now()
+	}
+	if cur := b.owned.Load(); l.held && b.surplus(cur) && b.owned.CompareAndSwap(cur, cur-1) {
+		// the released wake-up makes a standby take over at once
+		s.release(l.sh, l.fields)
+		l.held = false
+		s.logger.Debug("redisdelay: gave the partition up to another scheduler", l.fields)
+	}
+	return l.held || b.mayTake(b.owned.Load(), l.declined), nil
+}
+
+// holds records whether this scheduler holds the lease after a tick, and
+// returns it.
+func (l *partLoop) holds(held bool) bool {
+	s := l.s
+	switch {
+	case !held && l.held:
+		s.logger.Debug("redisdelay: another scheduler took over the topic", l.fields)
+		s.counted(l.topic, -1)
+	case held && !l.held:
+		s.counted(l.topic, 1)
+		clear(l.nextReclaim) // reclaim at once what a previous holder left
+		s.logger.Debug("redisdelay: scheduling the topic", l.fields)
+	}
+	l.held = held
+	return held
+}
+
+// reclaimAndTrim reclaims the messages of dead consumers of each group
+// whose time has come (a quarter of its visibility timeout), and once per
+// TrimInterval of every group, removing idle consumers, then trims the
+// ready stream.
+func (l *partLoop) reclaimAndTrim(ctx context.Context, started time.Time) error {
+	s := l.s
+	cleanup := time.Since(l.lastTrim) >= s.trim
+	for _, g := range l.groups {
+		if !cleanup && started.Before(l.nextReclaim[g]) {
+			continue
+		}
+		vis, err := s.reclaim(ctx, l.sh, l.fields, g, cleanup)
+		if err != nil {
+			return err
+		}
+		// From the tick's start: the next tick starts later than one
+		// interval after it, so a pace of one interval is kept.
+		l.nextReclaim[g] = started.Add(reclaimEvery(vis, s.interval))
+	}
+	if !cleanup {
+		return nil
+	}
+	l.lastTrim = time.Now()
+	return s.trimStream(ctx, l.sh, l.fields)
+}
+
+// failed handles a failed tick: it returns the pause before the next, or
+// stop when the loop must end (ctx ended, or the client was closed).
+func (l *partLoop) failed(ctx context.Context, err error) (wait time.Duration, stop bool) {
+	s := l.s
+	if ctx.Err() != nil {
+		return 0, true
+	}
+	if isClientClosed(err) && s.gone != nil {
+		s.gone(l.topic)
+		return 0, true
+	}
+	l.failures++
+	wait = backoff(l.failures, s.interval)
+	s.limiter.errorf(s.logger, "redisdelay: scheduling failed; retrying", err,
+		l.fields.Add(watermill.LogFields{"retry_in": wait.String()}))
+	return wait, false
+}
+
+// retireIfIdle checks once per TrimInterval, after the tick's trim (same
+// pace), whether what reclaim and trim left is nothing to schedule; it
+// reports whether the loop retired then.
+func (l *partLoop) retireIfIdle(ctx context.Context) bool {
+	s := l.s
+	if time.Since(l.lastIdle) < s.trim {
+		return false
+	}
+	l.lastIdle = time.Now()
+	idle, err := s.idle(ctx, l.sh, l.groups)
+	if err != nil && ctx.Err() == nil {
+		s.logger.Error("redisdelay: cannot check whether the partition is idle", err, l.fields)
+	}
+	if idle && s.retire(l.sh, l.wake) {
+		s.logger.Debug("redisdelay: nothing to schedule; the partition's loop retires until a wake-up", l.fields)
+		return true
+	}
+	return false
+}
+
+// sleep waits wait, or less when a wake-up calls for a tick. A standby has
+// nothing to do until the lease ends, so only a release wakes it. It
+// returns false when ctx ended.
+func (l *partLoop) sleep(ctx context.Context, timer *time.Timer, wait time.Duration) bool {
+	timer.Reset(wait)
+	for {
 		select {
 		case <-ctx.Done():
-			return
-		case kind := <-wake:
+			return false
+		case kind := <-l.wake:
 			if kind == wakeGroup {
-				relist = true
+				l.relist = true
 			}
-			if !held && kind != wakeRelease {
-				goto sleep // a standby has nothing to do until the lease ends
+			if !l.held && kind != wakeRelease {
+				continue
 			}
 			timer.Stop()
+			return true
 		case <-timer.C:
+			return true
 		}
-		s.logger.Trace("redisdelay: scheduler woke", fields)
 	}
 }
 
