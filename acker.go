@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -83,21 +82,14 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 
 	s := sub.s
 	group := s.config.ConsumerGroup
-	redoKey := []string{sub.shard.redelivery(group)}
 	pipe := s.config.Client.Pipeline()
 	var readyCmd *redis.IntCmd
-	var redoCmd *redis.Cmd
+	var redoAck pendingAck
 	if len(ready) > 0 {
 		readyCmd = pipe.XAck(ctx, sub.shard.stream(), group, ready...)
 	}
-	var redoArgs []any
 	if len(redo) > 0 {
-		redoArgs = make([]any, 0, len(redo)+1)
-		redoArgs = append(redoArgs, group)
-		for _, id := range redo {
-			redoArgs = append(redoArgs, id)
-		}
-		redoCmd = ackScript.EvalSha(ctx, pipe, redoKey, redoArgs...)
+		redoAck = pipeAck(ctx, pipe, sub.shard, group, redo)
 	}
 	_, _ = pipe.Exec(ctx)
 
@@ -112,12 +104,8 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 			acked, doneReady = acked+int(n), len(ready)
 		}
 	}
-	if redoCmd != nil {
-		n, err := redoCmd.Int64()
-		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			// Not cached yet (first use, or Redis restarted): load it.
-			n, err = ackScript.Run(ctx, s.config.Client, redoKey, redoArgs...).Int64()
-		}
+	if redoAck.cmd != nil {
+		n, err := redoAck.result(ctx, s.config.Client)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("acknowledge %d redelivered message(s): %w", len(redo), err))
 		} else {

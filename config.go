@@ -35,33 +35,6 @@ const (
 	defaultReplicaTimeout      = time.Second
 )
 
-var (
-	// ErrInvalidDelay is wrapped by Publish errors for delay metadata that
-	// does not parse.
-	ErrInvalidDelay = errors.New("redisdelay: invalid delay metadata")
-	// ErrInvalidTopic is wrapped by errors for topic names that cannot be used.
-	ErrInvalidTopic = errors.New("redisdelay: invalid topic")
-	// ErrDuplicateMessage is wrapped by Publish errors when a message UUID is
-	// already waiting in the topic with a different body, or appears twice in
-	// one Publish call. Nothing of that call is stored.
-	ErrDuplicateMessage = errors.New("redisdelay: duplicate message UUID")
-	// ErrInvalidMessage is wrapped by Publish errors for a nil message or
-	// one without a UUID, and by Cancel for an empty UUID.
-	ErrInvalidMessage = errors.New("redisdelay: invalid message")
-	// ErrClosed is returned by a Publisher or Subscriber used after Close.
-	ErrClosed = errors.New("redisdelay: closed")
-	// ErrMessageTooLarge is wrapped by Publish errors for a message whose
-	// encoded size exceeds PublisherConfig.MaxMessageSize.
-	ErrMessageTooLarge = errors.New("redisdelay: message too large")
-	// ErrNotReplicated is wrapped by Publish errors when
-	// PublisherConfig.MinReplicas is set and fewer replicas acknowledged the
-	// write within PublisherConfig.ReplicaTimeout. The messages ARE stored
-	// on the master (and delivered unless a failover loses them): retrying
-	// is a no-op for a delayed message still waiting, while an immediate
-	// message retried may be delivered twice.
-	ErrNotReplicated = errors.New("redisdelay: not replicated")
-)
-
 // Retry backoff defaults; see DefaultRetryDelay.
 const (
 	retryDelayBase   = time.Second

@@ -8,41 +8,11 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// Overdue reports how long the earliest waiting message of a topic (over
-// its partitions) is overdue, by Redis's clock: 0 when none is due. A
-// scheduler moves due messages within milliseconds, so a value that grows
-// means that no scheduler runs for the topic (no Manager, and subscribers
-// with DisableScheduler) or that it cannot keep up.
-func (i *Inspector) Overdue(ctx context.Context, topic string) (time.Duration, error) {
-	if err := validateTopic(topic); err != nil {
-		return 0, err
-	}
-	shards, err := i.shards(ctx, topic)
-	if err != nil {
-		return 0, wrapErr(err, "overdue messages of topic %q", topic)
-	}
-	var overdue time.Duration
-	for _, sh := range shards {
-		pipe := i.client.Pipeline()
-		head := pipe.ZRangeWithScores(ctx, sh.waiting(), 0, 0)
-		now := pipe.Time(ctx)
-		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, wrap(err, "overdue messages of topic %q", topic)
-		}
-		if zs := head.Val(); len(zs) > 0 {
-			due := time.UnixMilli(int64(zs[0].Score) / 1024)
-			overdue = max(overdue, now.Val().Sub(due))
-		}
-	}
-	return overdue, nil
-}
 
 // HealthConfig configures Inspector.Health and HealthHandler.
 type HealthConfig struct {
@@ -458,10 +428,6 @@ func idleDetail(cs []redis.XInfoConsumer, limit time.Duration) string {
 		return ""
 	}
 	return fmt.Sprintf("none of its %d consumer(s) read for %s", len(cs), least.Round(time.Millisecond))
-}
-
-func isNoGroup(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
 
 // HealthHandler returns an http.Handler that answers with the last health

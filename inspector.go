@@ -3,7 +3,6 @@ package redisdelay
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -241,10 +240,6 @@ func (i *Inspector) partitionStats(ctx context.Context, sh shard) (TopicStats, e
 		st.Groups = append(st.Groups, gs)
 	}
 	return st, nil
-}
-
-func isNoSuchKey(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "no such key")
 }
 
 func toInt64(v any) int64 {
@@ -534,11 +529,7 @@ func (i *Inspector) RequeueDeadLetters(ctx context.Context, topic, group string)
 // requeue moves the given dead letters, or with no ids the oldest 1,000,
 // back to the group and returns how many it moved.
 func (i *Inspector) requeue(ctx context.Context, sh shard, group string, ids ...string) (int, error) {
-	args := []any{1000}
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	n, err := requeueScript.Run(ctx, i.client, []string{sh.dead(group), sh.redelivery(group)}, args...).Int()
+	n, err := callRequeue(ctx, i.client, sh, group, 1000, ids)
 	if err == nil && n > 0 {
 		// Schedulers reclaim the requeued messages should their consumer
 		// die: a loop that retired (the partition was idle) starts again.
@@ -599,15 +590,11 @@ func (i *Inspector) DeleteGroup(ctx context.Context, topic, group string) (bool,
 	}
 	existed := false
 	for _, sh := range shards {
-		n, err := dropGroupScript.Run(ctx, i.client, []string{
-			sh.stream(), sh.groups(),
-			sh.redelivery(group), sh.retry(group), sh.retryBodies(group), sh.dead(group), sh.meta(group),
-			sh.owner(group), sh.members(group), sh.ownedCounts(group),
-		}, group).Int()
+		dropped, err := callDropGroup(ctx, i.client, sh, group)
 		if err != nil {
 			return existed, wrapErr(err, "delete group %q of topic %q", group, topic)
 		}
-		existed = existed || n == 1
+		existed = existed || dropped
 	}
 	return existed, nil
 }
@@ -628,10 +615,52 @@ func validatePage(offset, limit int) error {
 	return nil
 }
 
-// wrapErr adds what was being done to a Redis error; nil stays nil.
-func wrapErr(err error, format string, args ...any) error {
-	if err == nil || errors.Is(err, redis.Nil) {
-		return nil
+// Cancel is Publisher.Cancel, for the partition count stored in Redis.
+func (i *Inspector) Cancel(ctx context.Context, topic, messageUUID string) (bool, error) {
+	return i.recall(ctx, topic, "uuid", messageUUID)
+}
+
+// CancelKey is Publisher.CancelKey, for the partition count stored in Redis.
+func (i *Inspector) CancelKey(ctx context.Context, topic, businessKey string) (bool, error) {
+	return i.recall(ctx, topic, "key", businessKey)
+}
+
+func (i *Inspector) recall(ctx context.Context, topic, by, value string) (bool, error) {
+	if err := validateTopic(topic); err != nil {
+		return false, err
 	}
-	return wrap(err, format, args...)
+	parts, err := storedPartitions(ctx, i.client, i.keys, topic)
+	if err != nil {
+		return false, wrap(err, "cancel %s in topic %q", recallWhat(by, value), topic)
+	}
+	return recall(ctx, i.client, i.keys, topic, parts[0], by, value)
+}
+
+// Overdue reports how long the earliest waiting message of a topic (over
+// its partitions) is overdue, by Redis's clock: 0 when none is due. A
+// scheduler moves due messages within milliseconds, so a value that grows
+// means that no scheduler runs for the topic (no Manager, and subscribers
+// with DisableScheduler) or that it cannot keep up.
+func (i *Inspector) Overdue(ctx context.Context, topic string) (time.Duration, error) {
+	if err := validateTopic(topic); err != nil {
+		return 0, err
+	}
+	shards, err := i.shards(ctx, topic)
+	if err != nil {
+		return 0, wrapErr(err, "overdue messages of topic %q", topic)
+	}
+	var overdue time.Duration
+	for _, sh := range shards {
+		pipe := i.client.Pipeline()
+		head := pipe.ZRangeWithScores(ctx, sh.waiting(), 0, 0)
+		now := pipe.Time(ctx)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, wrap(err, "overdue messages of topic %q", topic)
+		}
+		if zs := head.Val(); len(zs) > 0 {
+			due := time.UnixMilli(int64(zs[0].Score) / 1024)
+			overdue = max(overdue, now.Val().Sub(due))
+		}
+	}
+	return overdue, nil
 }

@@ -78,7 +78,7 @@ func (s *Subscriber) ownLease() time.Duration {
 // it. member is the consumer name of the Subscribe call.
 func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string) (heartbeat func()) {
 	sh := s.keys.shard(topic, 0)
-	k := []string{sh.members(s.config.ConsumerGroup), sh.ownedCounts(s.config.ConsumerGroup)}
+	k := groupMembers(sh, s.config.ConsumerGroup)
 	beat := func(ctx context.Context, ttl time.Duration) {
 		ctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
@@ -104,13 +104,13 @@ func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string)
 
 // beat renews a member's heartbeat in a member list (members.lua) for ttl,
 // or with ttl 0 removes it, and reads the list's state into o.
-func (o *balance) beat(ctx context.Context, client redis.UniversalClient, k []string, member string, ttl time.Duration) error {
-	res, err := membersScript.Run(ctx, client, k, member, ttl.Milliseconds(), o.owned.Load()).Int64Slice()
+func (o *balance) beat(ctx context.Context, client redis.UniversalClient, l memberList, member string, ttl time.Duration) error {
+	r, err := callMembers(ctx, client, l, member, ttl, o.owned.Load())
 	if err != nil {
 		return err
 	}
-	o.live.Store(int32(res[0]))
-	o.fewest.Store(int32(res[1]))
+	o.live.Store(int32(r.live))
+	o.fewest.Store(int32(r.fewest))
 	return nil
 }
 
@@ -179,17 +179,15 @@ const claimBatch = 1000
 // previous owner's pending entries over as many calls as it needs.
 func (sub *subscription) ownOp(ctx context.Context, op string) (int64, error) {
 	s, group := sub.s, sub.s.config.ConsumerGroup
-	k := []string{sub.shard.owner(group), sub.shard.stream(), sub.shard.redelivery(group)}
-	lease := s.ownLease().Milliseconds()
-	res, err := ownScript.Run(ctx, s.config.Client, k, group, sub.consumer, lease, op, 0, "", claimBatch).Slice()
-	for err == nil && op == "take" && len(res) == 3 && res[0] != int64(0) && res[1] != int64(0) {
-		res, err = ownScript.Run(ctx, s.config.Client, k, group, sub.consumer, lease, "claim", res[1], res[2], claimBatch).Slice()
+	lease := s.ownLease()
+	r, err := callOwn(ctx, s.config.Client, sub.shard, group, sub.consumer, lease, op, ownPos{}, claimBatch)
+	for err == nil && op == "take" && r.status != 0 && r.next.stream != 0 {
+		r, err = callOwn(ctx, s.config.Client, sub.shard, group, sub.consumer, lease, "claim", r.next, claimBatch)
 	}
 	if err != nil {
 		return 0, err
 	}
-	n, _ := res[0].(int64) // own.lua always returns three values
-	return n, nil
+	return r.status, nil
 }
 
 // retriesInPlace reports whether a nacked message is retried by the

@@ -2,11 +2,9 @@ package redisdelay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
-	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -15,12 +13,6 @@ import (
 // maxPartitions bounds a topic's partition count: each is a set of keys,
 // one blocking read per subscription and one scheduler loop.
 const maxPartitions = 256
-
-// ErrPartitionMismatch is wrapped by Publish and Subscribe errors when the
-// configured partition count of a topic differs from the one stored in
-// Redis by the first Publisher or Subscriber that used the topic. Nothing
-// is published or subscribed then.
-var ErrPartitionMismatch = errors.New("redisdelay: partition count mismatch")
 
 // partitionCount is the configured partition count of a topic.
 func partitionCount(def int, perTopic map[string]int, topic string) int {
@@ -126,10 +118,4 @@ func storedPartitions(ctx context.Context, client redis.UniversalClient, k keys,
 		out[i] = min(n, maxPartitions)
 	}
 	return out, nil
-}
-
-// isOOM reports Redis's refusal of a write at maxmemory (policy noeviction,
-// or nothing left to evict).
-func isOOM(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "OOM ")
 }

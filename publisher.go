@@ -81,66 +81,51 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) (err err
 		return nil
 	}
 
+	// by partition; nil when none of its messages is here. Made here: a
+	// slice returned by prepare would be on the heap.
+	calls := make([]*pubCall, partitionCount(p.config.Partitions, p.config.TopicPartitions, topic))
+	nCalls, err := p.prepare(topic, messages, calls)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(messages[0].Context(), p.config.PublishTimeout)
+	defer cancel()
+	if err := p.send(ctx, calls, nCalls); err != nil {
+		return err
+	}
+	return p.collect(ctx, topic, calls)
+}
+
+// prepare checks and encodes the messages of a Publish call and sorts them
+// into calls, one per partition of the topic (left nil for a partition none
+// of them goes to); it returns how many it set. Any refused message
+// refuses the whole Publish call, before anything is sent.
+func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*pubCall) (nCalls int, err error) {
 	now := p.now()
-	parts := partitionCount(p.config.Partitions, p.config.TopicPartitions, topic)
-	calls := make([]*pubCall, parts) // by partition; nil when none of its messages is here
-	nCalls := 0
-	var seen, seenKeys map[string]int
+	parts := len(calls)
+	var dupes callDupes
 	if len(messages) > 1 {
-		seen = make(map[string]int, len(messages))
+		dupes.uuids = make(map[string]int, len(messages))
 	}
 	policy := topicPolicy(p.config.BusinessKeyPolicy, p.config.TopicBusinessKeyPolicy, topic)
 	maxWaiting := topicBound("MaxWaiting", p.config.MaxWaiting, p.config.TopicMaxWaiting, topic, parts)
 	maxReady := topicBound("MaxReady", p.config.MaxReady, p.config.TopicMaxReady, topic, parts)
 	for i, msg := range messages {
-		if msg == nil {
-			return fmt.Errorf("%w: publish to topic %q: message %d is nil", ErrInvalidMessage, topic, i)
+		if err := checkIdentity(topic, i, msg); err != nil {
+			return 0, err
 		}
-		if msg.UUID == "" {
-			return fmt.Errorf("%w: publish to topic %q: message %d has an empty UUID: create messages with message.NewMessage(watermill.NewUUID(), payload)",
-				ErrInvalidMessage, topic, i)
+		if err := dupes.uuid(topic, i, msg.UUID); err != nil {
+			return 0, err
 		}
-		if seen != nil {
-			if j, dup := seen[msg.UUID]; dup {
-				return fmt.Errorf("%w: messages %d and %d of one Publish call to topic %q share UUID %q: give each message its own UUID",
-					ErrDuplicateMessage, j, i, topic, msg.UUID)
-			}
-			seen[msg.UUID] = i
-		}
-		d, err := messageDelay(msg.Metadata, now)
-		switch {
-		case err != nil:
-		case d > maxDelayLimit:
-			err = fmt.Errorf("due in %s, beyond the limit of 100 years (PublisherConfig.MaxDelay is %s): use a nearer delay.Until or a shorter delay.For",
-				describeDelay(d), p.config.MaxDelay)
-		case d > p.config.MaxDelay:
-			err = fmt.Errorf("due in %s, beyond PublisherConfig.MaxDelay (%s): raise MaxDelay if that is intended", d, p.config.MaxDelay)
-		}
+		m, err := p.checkMetadata(topic, msg, now, policy)
 		if err != nil {
-			return fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidDelay, msg.UUID, topic, err)
+			return 0, err
 		}
-		prio, err := messagePriority(msg.Metadata)
-		if err != nil {
-			return fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
+		if err := dupes.key(topic, i, m.key); err != nil {
+			return 0, err
 		}
-		key, keyArg, err := businessKeyArg(msg, policy)
-		if err != nil {
-			return fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
-		}
-		if key != "" && seen != nil {
-			if seenKeys == nil {
-				seenKeys = make(map[string]int)
-			}
-			if j, dup := seenKeys[key]; dup {
-				return fmt.Errorf("%w: messages %d and %d of one Publish call to topic %q share business key %q: publish them in separate calls",
-					ErrDuplicateBusinessKey, j, i, topic, key)
-			}
-			seenKeys[key] = i
-		}
-		body := encodeMessage(msg)
-		if len(body) > p.config.MaxMessageSize {
-			return fmt.Errorf("%w: message %q to topic %q is %d bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (%d): store large payloads elsewhere and publish a reference",
-				ErrMessageTooLarge, msg.UUID, topic, len(body), p.config.MaxMessageSize)
+		if m.body, err = p.encode(topic, msg); err != nil {
+			return 0, err
 		}
 		part := messagePartition(msg, messages[0].UUID, parts)
 		c := calls[part]
@@ -151,16 +136,115 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) (err err
 			nCalls++
 		}
 		c.n++
-		c.size += len(msg.UUID) + len(body) + len(keyArg)
-		c.args = append(c.args, msg.UUID, d.Milliseconds(), body, keyArg, prio)
+		c.size += len(msg.UUID) + len(m.body) + len(m.keyArg)
+		c.args = append(c.args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio)
 	}
+	return nCalls, nil
+}
 
-	ctx, cancel := context.WithTimeout(messages[0].Context(), p.config.PublishTimeout)
-	defer cancel()
+// checkIdentity refuses message i of a Publish call when it is nil or has
+// no UUID.
+func checkIdentity(topic string, i int, msg *message.Message) error {
+	if msg == nil {
+		return fmt.Errorf("%w: publish to topic %q: message %d is nil", ErrInvalidMessage, topic, i)
+	}
+	if msg.UUID == "" {
+		return fmt.Errorf("%w: publish to topic %q: message %d has an empty UUID: create messages with message.NewMessage(watermill.NewUUID(), payload)",
+			ErrInvalidMessage, topic, i)
+	}
+	return nil
+}
+
+// callDupes finds two messages of one Publish call sharing a UUID or a
+// business key. Its maps are nil for a call of one message.
+type callDupes struct {
+	uuids map[string]int // UUID -> index of the message
+	keys  map[string]int // business key -> index of the message
+}
+
+func (d *callDupes) uuid(topic string, i int, uuid string) error {
+	if d.uuids == nil {
+		return nil
+	}
+	if j, dup := d.uuids[uuid]; dup {
+		return fmt.Errorf("%w: messages %d and %d of one Publish call to topic %q share UUID %q: give each message its own UUID",
+			ErrDuplicateMessage, j, i, topic, uuid)
+	}
+	d.uuids[uuid] = i
+	return nil
+}
+
+func (d *callDupes) key(topic string, i int, key string) error {
+	if key == "" || d.uuids == nil {
+		return nil
+	}
+	if d.keys == nil {
+		d.keys = make(map[string]int)
+	}
+	if j, dup := d.keys[key]; dup {
+		return fmt.Errorf("%w: messages %d and %d of one Publish call to topic %q share business key %q: publish them in separate calls",
+			ErrDuplicateBusinessKey, j, i, topic, key)
+	}
+	d.keys[key] = i
+	return nil
+}
+
+// pubMessage is a message as publish.lua takes it.
+type pubMessage struct {
+	delay  time.Duration // from now; <= 0: ready now
+	prio   string        // "1" for a high-priority message
+	key    string        // business key, "" for none
+	keyArg string        // the key with its policy's letter (see businessKeyArg)
+	body   []byte        // encoded message
+}
+
+// checkMetadata reads a message's delay, priority and business key.
+func (p *Publisher) checkMetadata(topic string, msg *message.Message, now time.Time, policy BusinessKeyPolicy) (pubMessage, error) {
 	var (
-		errs   []error
-		stored []int
+		m   pubMessage
+		err error
 	)
+	if m.delay, err = p.delayOf(msg, now); err != nil {
+		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidDelay, msg.UUID, topic, err)
+	}
+	if m.prio, err = messagePriority(msg.Metadata); err != nil {
+		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
+	}
+	if m.key, m.keyArg, err = businessKeyArg(msg, policy); err != nil {
+		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
+	}
+	return m, nil
+}
+
+// encode encodes a message within PublisherConfig.MaxMessageSize.
+func (p *Publisher) encode(topic string, msg *message.Message) ([]byte, error) {
+	body := encodeMessage(msg)
+	if len(body) > p.config.MaxMessageSize {
+		return nil, fmt.Errorf("%w: message %q to topic %q is %d bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (%d): store large payloads elsewhere and publish a reference",
+			ErrMessageTooLarge, msg.UUID, topic, len(body), p.config.MaxMessageSize)
+	}
+	return body, nil
+}
+
+// delayOf is a message's delay from now, within PublisherConfig.MaxDelay.
+func (p *Publisher) delayOf(msg *message.Message, now time.Time) (time.Duration, error) {
+	d, err := messageDelay(msg.Metadata, now)
+	switch {
+	case err != nil:
+		return 0, err
+	case d > maxDelayLimit:
+		return 0, fmt.Errorf("due in %s, beyond the limit of 100 years (PublisherConfig.MaxDelay is %s): use a nearer delay.Until or a shorter delay.For",
+			describeDelay(d), p.config.MaxDelay)
+	case d > p.config.MaxDelay:
+		return 0, fmt.Errorf("due in %s, beyond PublisherConfig.MaxDelay (%s): raise MaxDelay if that is intended", d, p.config.MaxDelay)
+	}
+	return d, nil
+}
+
+// send hands each call to its partition's batcher. A call whose context is
+// already over is not sent. With a single call its error is Publish's, at
+// once; otherwise errors are kept on the calls for collect.
+func (p *Publisher) send(ctx context.Context, calls []*pubCall, nCalls int) error {
 	for _, c := range calls {
 		if c == nil {
 			continue
@@ -177,6 +261,16 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) (err err
 			return c.err
 		}
 	}
+	return nil
+}
+
+// collect waits for the calls sent and returns their errors, saying which
+// partitions' messages are stored when only some failed.
+func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall) error {
+	var (
+		errs   []error
+		stored []int
+	)
 	for part, c := range calls {
 		if c == nil {
 			continue
@@ -410,46 +504,28 @@ func (b *batcher) next() (batch []*pubCall, skipped int) {
 // up the script may still run; Publish's documentation says so.
 func (p *Publisher) store(batch []*pubCall) {
 	first := batch[0]
-	var (
-		deadline time.Time
-		msgs     int
-	)
+	var deadline time.Time
 	for _, c := range batch {
 		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
 			deadline = d
 		}
-		msgs += c.n
-	}
-	args := make([]any, 0, 4+len(batch)+5*msgs)
-	args = append(args, first.shard.wake(), first.maxWaiting.perPart, first.maxReady.perPart, len(batch))
-	for _, c := range batch {
-		args = append(args, c.n)
-	}
-	for _, c := range batch {
-		args = append(args, c.args...)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	var res []any
+	var reply publishReply
 	registered, err := p.register(ctx, first.topic, first.parts)
 	if err == nil {
-		sh := first.shard
-		res, err = p.runPublish(ctx, []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.reg(), sh.dormant()}, args)
+		reply, err = p.runPublish(ctx, batch)
 	}
-	if err == nil && len(res) != len(batch)+1 {
-		err = fmt.Errorf("the publish script returned %d results for %d calls", len(res), len(batch))
-	}
-	if err == nil {
-		if lost, _ := res[len(batch)].(int64); lost == 1 && !registered {
-			p.reregister(ctx, first.topic, first.parts)
-		}
+	if err == nil && reply.lost && !registered {
+		p.reregister(ctx, first.topic, first.parts)
 	}
 	for i, c := range batch {
 		r := pubResult{err: err}
 		if err == nil {
-			r.dup, _ = res[i].(string)
-			if status, ok := res[i].([]any); ok {
-				r.refused = c.refusal(status)
+			var refusal []any
+			if r.dup, refusal = reply.status(i); refusal != nil {
+				r.refused = c.refusal(refusal)
 			}
 		}
 		c.done <- r
@@ -516,7 +592,7 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-// runPublish runs the publish script. With PublisherConfig.MinReplicas set
+// runPublish runs the publish script for batch. With PublisherConfig.MinReplicas set
 // it then runs WAIT on the same connection (WAIT counts the replicas that
 // acknowledged the writes of its own connection, and cannot run inside a
 // script): a *redis.Client (plain or Sentinel) lends one pooled
@@ -528,23 +604,23 @@ func (p *Publisher) Close() error {
 // view and retries until ctx ends; none of them ran the script. The
 // connection goes back to the pool afterwards (go-redis drops it instead
 // when it failed, or ctx ended with a reply pending).
-func (p *Publisher) runPublish(ctx context.Context, keys []string, args []any) ([]any, error) {
+func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (publishReply, error) {
 	if p.config.MinReplicas == 0 {
-		return publishScript.Run(ctx, p.config.Client, keys, args...).Slice()
+		return callPublish(ctx, p.config.Client, batch)
 	}
 	for {
 		client, ok := p.config.Client.(*redis.Client)
 		cluster, isCluster := p.config.Client.(*redis.ClusterClient)
 		if isCluster {
 			var err error
-			if client, err = cluster.MasterForKey(ctx, keys[0]); err != nil {
-				return nil, err
+			if client, err = cluster.MasterForKey(ctx, batch[0].shard.waiting()); err != nil {
+				return publishReply{}, err
 			}
 		} else if !ok {
-			return nil, fmt.Errorf("PublisherConfig.MinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", p.config.Client)
+			return publishReply{}, fmt.Errorf("PublisherConfig.MinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", p.config.Client)
 		}
 		conn := client.Conn()
-		res, err := publishScript.Run(ctx, conn, keys, args...).Slice()
+		res, err := callPublish(ctx, conn, batch)
 		var acked int64
 		if err == nil {
 			acked, err = conn.Wait(ctx, p.config.MinReplicas, p.config.ReplicaTimeout).Result()
@@ -566,12 +642,26 @@ func (p *Publisher) runPublish(ctx context.Context, keys []string, args []any) (
 		_, ask := redis.IsAskError(err)
 		if !moved && !ask && !redis.IsClusterDownError(err) && !redis.IsTryAgainError(err) &&
 			!(errors.As(err, &op) && op.Op == "dial") {
-			return nil, err
+			return publishReply{}, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+			return publishReply{}, fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// CancelKey removes the waiting message holding businessKey in topic, so it
+// is never delivered, and frees the key. It reports whether a message was
+// waiting with that key; false means none holds it (never published,
+// cancelled, or already due and on its way to subscribers). In a topic of
+// several partitions it looks in the partition of the key first, then in
+// the others (for a message published with a PartitionKey).
+func (p *Publisher) CancelKey(ctx context.Context, topic, businessKey string) (bool, error) {
+	if p.closed.Load() {
+		return false, ErrClosed
+	}
+	parts := partitionCount(p.config.Partitions, p.config.TopicPartitions, topic)
+	return recall(ctx, p.config.Client, p.keys, topic, parts, "key", businessKey)
 }

@@ -23,21 +23,29 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-// loadScript returns an embedded script, with the helper functions of
-// lib.lua in front when it uses them (after its shebang line, which Redis
-// reads only as the first line).
-func loadScript(name string, withLib bool) *redis.Script {
+// loadScript returns an embedded script.
+func loadScript(name string) *redis.Script { return redis.NewScript(scriptSource(name)) }
+
+// scriptSource is the source of an embedded script as Redis runs it. A
+// script that uses the helpers of lib.lua says so on its first line after
+// the shebang (which Redis reads only as the first line): "-- include: lib"
+// puts lib.lua there.
+func scriptSource(name string) string {
 	src := readScript(name)
-	if withLib {
-		shebang := ""
-		if strings.HasPrefix(src, "#!") {
-			line, rest, _ := strings.Cut(src, "\n")
-			shebang, src = line+"\n", rest
-		}
-		src = shebang + readScript("lib") + src
+	shebang := ""
+	if strings.HasPrefix(src, "#!") {
+		line, rest, _ := strings.Cut(src, "\n")
+		shebang, src = line+"\n", rest
 	}
-	return redis.NewScript(src)
+	first, _, _ := strings.Cut(src, "\n")
+	if lib, ok := strings.CutPrefix(first, includeLine); ok {
+		src = readScript(strings.TrimSpace(lib)) + src
+	}
+	return shebang + src
 }
+
+// includeLine starts the line by which a script includes another (lib).
+const includeLine = "-- include: "
 
 func readScript(name string) string {
 	src, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
@@ -48,22 +56,22 @@ func readScript(name string) string {
 }
 
 var (
-	publishScript   = loadScript("publish", false)
-	promoteScript   = loadScript("promote", false)
-	unleaseScript   = loadScript("unlease", false)
-	nackScript      = loadScript("nack", true)
-	ackScript       = loadScript("ack", false)
-	releaseScript   = loadScript("release", true)
-	reclaimScript   = loadScript("reclaim", true)
-	extendScript    = loadScript("extend", false)
-	requeueScript   = loadScript("requeue", false)
-	cancelScript    = loadScript("cancel", false)
-	initScript      = loadScript("init", false)
-	trimScript      = loadScript("trim", false)
-	dropGroupScript = loadScript("dropgroup", false)
-	ownScript       = loadScript("own", false)
-	membersScript   = loadScript("members", false)
-	idleScript      = loadScript("idle", false)
+	publishScript   = loadScript("publish")
+	promoteScript   = loadScript("promote")
+	unleaseScript   = loadScript("unlease")
+	nackScript      = loadScript("nack")
+	ackScript       = loadScript("ack")
+	releaseScript   = loadScript("release")
+	reclaimScript   = loadScript("reclaim")
+	extendScript    = loadScript("extend")
+	requeueScript   = loadScript("requeue")
+	cancelScript    = loadScript("cancel")
+	initScript      = loadScript("init")
+	trimScript      = loadScript("trim")
+	dropGroupScript = loadScript("dropgroup")
+	ownScript       = loadScript("own")
+	membersScript   = loadScript("members")
+	idleScript      = loadScript("idle")
 )
 
 // keys is the key layout, in one place. A topic is split into one or more

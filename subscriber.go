@@ -136,10 +136,7 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 	group := s.config.ConsumerGroup
 	for part := range parts {
 		sh := s.keys.shard(topic, part)
-		err := initScript.Run(ctx, s.config.Client,
-			[]string{sh.stream(), sh.redelivery(group), sh.groups(), sh.meta(group)},
-			append([]any{group, sh.wake()}, s.policy...)...).Err()
-		if err != nil {
+		if _, err := callInit(ctx, s.config.Client, sh, group, s.policy); err != nil {
 			return wrap(err, "create consumer group %q for partition %d of topic %q", group, part, topic)
 		}
 	}
@@ -327,137 +324,206 @@ type entry struct {
 	msg    redis.XMessage
 }
 
+// run reads and delivers the subscription's messages until ctx ends or
+// the client is closed, then hands back what it holds.
 func (sub *subscription) run(ctx context.Context) {
-	s := sub.s
-	fields := sub.fields()
-	s.logger.Debug("redisdelay: subscribed", fields)
+	sub.s.logger.Debug("redisdelay: subscribed", sub.fields())
+	defer sub.startBackground().stop()
 
-	// The lease outlives ctx: a handler finishing during Close keeps its
-	// message until the final hand-back, which waits for the renewals to
-	// stop so none runs after it.
-	leaseCtx, stopLease := context.WithCancel(context.Background())
-	leaseDone := make(chan struct{})
-	go func() {
-		defer close(leaseDone)
-		sub.extendLeases(leaseCtx)
-	}()
-	ackCtx, stopAcks := context.WithCancel(context.Background())
-	ackDone := make(chan struct{})
-	go func() {
-		defer close(ackDone)
-		sub.ackLoop(ackCtx)
-	}()
-	defer func() {
-		// The acks go to Redis before the hand-back, which would otherwise
-		// return acked messages to the group.
-		stopAcks()
-		<-ackDone
-		flushCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		err := sub.drainAcks(flushCtx)
-		cancel()
-		if err != nil && !isClientClosed(err) {
-			s.logger.Error("redisdelay: cannot write acknowledgements to Redis before closing; those messages stay pending and are delivered again", err,
-				fields.Add(watermill.LogFields{"count": sub.queuedAcks()}))
-		}
-		stopLease()
-		<-leaseDone
-		if sub.owns.Load() {
-			sub.disown()
-		} else {
-			_ = sub.release("", "")
-		}
-	}()
-
-	// After a connection error, or when lease renewal finds entries pending
-	// for this consumer that it never received (a read whose reply was lost
-	// and which go-redis retried), the consumer reads its own pending
-	// entries ("history", from ID "0") before new ones.
-	history := false
-	cursor := [2]string{"0", "0"}
-	failures := 0
+	pos := readPos{cursor: fromStart}
 	for ctx.Err() == nil {
 		if sub.order != nil {
-			owns, taken, err := sub.own(ctx)
-			if err != nil && ctx.Err() == nil {
-				if isClientClosed(err) {
-					s.clientGone(sub.topic)
-					return
-				}
-				s.limiter.errorf(s.logger, "redisdelay: cannot take the ownership of a partition; retrying", err, fields)
+			owns, stop := sub.takeOwnership(ctx, &pos)
+			if stop {
+				return
 			}
 			if !owns {
-				sleep(ctx, s.config.BlockTime)
+				sleep(ctx, sub.s.config.BlockTime)
 				continue
 			}
-			if taken {
-				history, cursor = true, [2]string{"0", "0"}
-			}
 		}
-		if history {
-			// What is pending for this consumer includes acked entries
-			// until their acknowledgement is in Redis.
-			if err := sub.drainAcks(ctx); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				if isClientClosed(err) {
-					s.clientGone(sub.topic)
-					return
-				}
-				s.limiter.errorf(s.logger, "redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, fields)
-			}
+		if pos.history && sub.flushBeforeHistory(ctx) {
+			return
 		}
-		entries, err := sub.read(ctx, history, cursor)
+		entries, err := sub.read(ctx, pos.history, pos.cursor)
 		if err != nil {
-			if ctx.Err() != nil {
+			if sub.readFailed(ctx, err, &pos) {
 				return
 			}
-			if isClientClosed(err) {
-				s.clientGone(sub.topic)
-				return
-			}
-			failures++
-			wait := backoff(failures, 2*time.Second)
-			s.limiter.errorf(s.logger, "redisdelay: read failed; retrying", err, fields.Add(watermill.LogFields{"retry_in": wait.String()}))
-			if strings.HasPrefix(err.Error(), "NOGROUP") {
-				// The group vanished (Redis restarted without persistence, or
-				// someone deleted the keys): create it again.
-				s.mu.Lock()
-				delete(s.initialized, sub.topic)
-				s.mu.Unlock()
-				if err := s.initialize(ctx, sub.topic); err != nil {
-					s.limiter.errorf(s.logger, "redisdelay: cannot recreate consumer group", err, fields)
-				}
-			}
-			history, cursor = true, [2]string{"0", "0"}
-			sleep(ctx, wait)
 			continue
 		}
-		failures = 0
-		if history && len(entries) == 0 {
-			history = false
+		pos.failures = 0
+		if pos.history && len(entries) == 0 {
+			pos.history = false
 		}
-		sub.mu.Lock()
-		sub.batch = entries
-		sub.mu.Unlock()
-		for {
-			e, ok := sub.next()
-			if !ok {
-				break
-			}
-			if history {
-				cursor[e.streamIndex()-1] = e.msg.ID
-			}
-			ok, acked := sub.deliver(ctx, e)
-			sub.settled(e, acked)
-			if !ok {
-				return
-			}
+		if !sub.deliverAll(ctx, entries, &pos) {
+			return
 		}
 		if sub.takeRecheck() {
 			// A read whose reply was lost (go-redis retried it on a new
 			// connection) left entries pending for this consumer.
-			history, cursor = true, [2]string{"0", "0"}
+			pos.rewind()
+		}
+	}
+}
+
+// readPos is where a subscription reads next. After a connection error, or
+// when lease renewal finds entries pending for this consumer that it never
+// received (a read whose reply was lost and which go-redis retried), the
+// consumer reads its own pending entries ("history", from cursor: an id
+// per stream) before new ones.
+type readPos struct {
+	history  bool
+	cursor   [2]string
+	failures int // consecutive failed reads
+}
+
+// fromStart is the cursor of a history read from the first pending entry.
+var fromStart = [2]string{"0", "0"}
+
+func (r *readPos) rewind() { r.history, r.cursor = true, fromStart }
+
+// ended reports whether the subscription must stop after err: its ctx
+// ended, or the client was closed under it (the Subscriber is told).
+func (sub *subscription) ended(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	if isClientClosed(err) {
+		sub.s.clientGone(sub.topic)
+		return true
+	}
+	return false
+}
+
+// background is the lease renewal and the acker of a subscription, which
+// run beside its reads.
+type background struct {
+	sub                 *subscription
+	stopLease, stopAcks context.CancelFunc
+	leaseDone, ackDone  chan struct{}
+}
+
+// startBackground starts the lease renewal and the acker. The lease
+// outlives the subscription's ctx: a handler finishing during Close keeps
+// its message until the final hand-back, which waits for the renewals to
+// stop so none runs after it.
+func (sub *subscription) startBackground() *background {
+	b := &background{sub: sub, leaseDone: make(chan struct{}), ackDone: make(chan struct{})}
+	var leaseCtx, ackCtx context.Context
+	leaseCtx, b.stopLease = context.WithCancel(context.Background())
+	go func() {
+		defer close(b.leaseDone)
+		sub.extendLeases(leaseCtx)
+	}()
+	ackCtx, b.stopAcks = context.WithCancel(context.Background())
+	go func() {
+		defer close(b.ackDone)
+		sub.ackLoop(ackCtx)
+	}()
+	return b
+}
+
+// stop ends the acker and the lease renewal, then hands back what the
+// subscription holds. The acks go to Redis before the hand-back, which
+// would otherwise return acked messages to the group.
+func (b *background) stop() {
+	sub, s := b.sub, b.sub.s
+	b.stopAcks()
+	<-b.ackDone
+	flushCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	err := sub.drainAcks(flushCtx)
+	cancel()
+	if err != nil && !isClientClosed(err) {
+		s.logger.Error("redisdelay: cannot write acknowledgements to Redis before closing; those messages stay pending and are delivered again", err,
+			sub.fields().Add(watermill.LogFields{"count": sub.queuedAcks()}))
+	}
+	b.stopLease()
+	<-b.leaseDone
+	if sub.owns.Load() {
+		sub.disown()
+	} else {
+		_ = sub.release("", "")
+	}
+}
+
+// takeOwnership makes an ordered subscription own its partition before it
+// reads (see own); a partition just taken over is read from its pending
+// entries first.
+func (sub *subscription) takeOwnership(ctx context.Context, pos *readPos) (owns, stop bool) {
+	owns, taken, err := sub.own(ctx)
+	if err != nil {
+		if sub.ended(ctx, err) {
+			return false, true
+		}
+		sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot take the ownership of a partition; retrying", err, sub.fields())
+	}
+	if owns && taken {
+		pos.rewind()
+	}
+	return owns, false
+}
+
+// flushBeforeHistory writes the queued acks before a history read: what is
+// pending for this consumer includes acked entries until their
+// acknowledgement is in Redis. It reports whether the subscription must
+// stop.
+func (sub *subscription) flushBeforeHistory(ctx context.Context) (stop bool) {
+	err := sub.drainAcks(ctx)
+	if err == nil {
+		return false
+	}
+	if sub.ended(ctx, err) {
+		return true
+	}
+	sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
+	return false
+}
+
+// readFailed handles a failed read: it recreates a vanished consumer
+// group, and pauses before the next read, which reads the history. It
+// reports whether the subscription must stop.
+func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos) (stop bool) {
+	s := sub.s
+	if sub.ended(ctx, err) {
+		return true
+	}
+	pos.failures++
+	wait := backoff(pos.failures, 2*time.Second)
+	s.limiter.errorf(s.logger, "redisdelay: read failed; retrying", err, sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
+	if strings.HasPrefix(err.Error(), "NOGROUP") {
+		// The group vanished (Redis restarted without persistence, or
+		// someone deleted the keys): create it again.
+		s.mu.Lock()
+		delete(s.initialized, sub.topic)
+		s.mu.Unlock()
+		if err := s.initialize(ctx, sub.topic); err != nil {
+			s.limiter.errorf(s.logger, "redisdelay: cannot recreate consumer group", err, sub.fields())
+		}
+	}
+	pos.rewind()
+	sleep(ctx, wait)
+	return false
+}
+
+// deliverAll delivers the entries of a read one by one, moving the history
+// cursor past each. It returns false when the subscription must stop.
+func (sub *subscription) deliverAll(ctx context.Context, entries []entry, pos *readPos) bool {
+	sub.mu.Lock()
+	sub.batch = entries
+	sub.mu.Unlock()
+	for {
+		e, ok := sub.next()
+		if !ok {
+			return true
+		}
+		if pos.history {
+			pos.cursor[e.streamIndex()-1] = e.msg.ID
+		}
+		ok, acked := sub.deliver(ctx, e)
+		sub.settled(e, acked)
+		if !ok {
+			return false
 		}
 	}
 }
@@ -558,9 +624,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	sub.mu.Unlock()
 
 	group := s.config.ConsumerGroup
-	args := append([]any{group, sub.consumer, len(ready)}, append(ready, redo...)...)
-	res, err := extendScript.Run(ctx, s.config.Client,
-		[]string{sub.shard.stream(), sub.shard.redelivery(group), sub.shard.meta(group)}, args...).Int64Slice()
+	r, err := callExtend(ctx, s.config.Client, sub.shard, group, sub.consumer, ready, redo)
 	if err != nil {
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
@@ -571,13 +635,13 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 			sub.lost.Store(true)
 		}
 	}
-	if res[0] > 0 {
+	if r.unheld > 0 {
 		s.unheld.Add(1)
 		sub.mu.Lock()
 		sub.recheck = true
 		sub.mu.Unlock()
 	}
-	return time.Duration(res[1]) * time.Millisecond, nil
+	return r.vis, nil
 }
 
 // extendLeases renews the lease of every message the subscription holds
@@ -822,30 +886,24 @@ func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message
 // dead letters when reason is set.
 func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, delay time.Duration, body []byte, reason string) error {
 	s := sub.s
-	group := s.config.ConsumerGroup
-	source := "m"
-	if e.redo {
-		source = "r"
-	}
-	res, err := nackScript.Run(ctx, s.config.Client,
-		[]string{e.stream, sub.shard.retry(group), sub.shard.retryBodies(group), sub.shard.redelivery(group),
-			sub.shard.dead(group), sub.shard.meta(group)},
-		group, e.msg.ID, source, attempt, delay.Milliseconds(), body, sub.shard.wake(),
-		reason, max(s.config.MaxDeadLetters, 0)).Int64Slice()
+	r, err := callNack(ctx, s.config.Client, sub.shard, nackArgs{
+		group: s.config.ConsumerGroup, stream: e.stream, id: e.msg.ID, redo: e.redo,
+		attempt: attempt, delay: delay, body: body, reason: reason, maxDead: s.config.MaxDeadLetters,
+	})
 	if err != nil {
 		return fmt.Errorf("nack entry %s: %w", e.msg.ID, err)
 	}
-	sub.m.nacked(res[0])
+	sub.m.nacked(r.status)
 	fields := sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "attempt": attempt})
-	switch res[0] {
+	switch r.status {
 	case 0:
 		sub.notPending(e, "Nack")
 	case 2:
 		s.logger.Error("redisdelay: message moved to the dead letters", errors.New(reason), fields)
 	}
-	if res[1] > 0 {
+	if r.evicted > 0 {
 		s.logger.Error("redisdelay: dead letters full (MaxDeadLetters); evicted the oldest", nil,
-			fields.Add(watermill.LogFields{"evicted": res[1]}))
+			fields.Add(watermill.LogFields{"evicted": r.evicted}))
 	}
 	return nil
 }
@@ -861,22 +919,20 @@ func (sub *subscription) release(keepStream, keepID string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	for {
-		res, err := releaseScript.Run(ctx, s.config.Client,
-			[]string{sub.shard.stream(), sub.shard.redelivery(group)},
-			group, sub.consumer, 1000, keepStream, keepID).Int64Slice()
+		r, err := callRelease(ctx, s.config.Client, sub.shard, group, sub.consumer, 1000, keepStream, keepID)
 		if err != nil {
 			if !isClientClosed(err) {
 				s.logger.Error("redisdelay: cannot hand back pending messages; they stay with this consumer until read again or reclaimed", err, fields)
 			}
 			return err
 		}
-		if res[1] > 0 {
-			s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": res[1]}))
+		if r.missing > 0 {
+			s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": r.missing}))
 		}
-		if res[0] > 0 {
-			s.logger.Debug("redisdelay: handed back pending messages", fields.Add(watermill.LogFields{"count": res[0]}))
+		if r.released > 0 {
+			s.logger.Debug("redisdelay: handed back pending messages", fields.Add(watermill.LogFields{"count": r.released}))
 		}
-		if res[2] == 1 {
+		if r.done {
 			return nil
 		}
 	}
@@ -909,19 +965,4 @@ func fieldNames(values map[string]any) []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// backoff is the pause after the n-th consecutive failure: 100ms more each
-// time, up to limit.
-func backoff(n int, limit time.Duration) time.Duration {
-	return min(time.Duration(n)*100*time.Millisecond, limit)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

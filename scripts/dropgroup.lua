@@ -6,7 +6,8 @@
   KEYS[1] stream   stream the topic's ready stream
   KEYS[2] groups   set    consumer groups of the topic
   KEYS[3..] the group's own keys: redelivery stream, retry set, retry
-          bodies, dead letters, meta
+          bodies, dead letters, meta, owner, members, owned (the last three
+          for ordered subscriptions)
 
   ARGV[1] consumer group
 

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: lib
 --[[
   idle: tells whether a partition holds nothing a scheduler must act on, and
   if so marks it dormant, so the scheduler's loop may stop: no message
@@ -29,11 +30,6 @@ for k = 5, #KEYS, 2 do
   end
 end
 
-local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-
 if redis.call('EXISTS', KEYS[2]) == 1 then
   local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
   local groups = redis.call('XINFO', 'GROUPS', KEYS[2])
@@ -41,23 +37,18 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   if #groups == 0 and retention > 0 and last then
     -- the newest entry expires last (trimming is approximate: an older
     -- one left behind does not keep the loop)
-    local t = redis.call('TIME')
-    if parse(last[1]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - retention then
+    if parse_id(last[1]) > now_ms() - retention then
       return 0
     end
   end
   for _, g in ipairs(groups) do
-    local delivered, pending
-    for i = 1, #g, 2 do
-      if g[i] == 'last-delivered-id' then delivered = g[i + 1]
-      elseif g[i] == 'pending' then pending = g[i + 1] end
-    end
-    if pending > 0 then
+    g = fields(g)
+    if g.pending > 0 then
       return 0
     end
     if last then
-      local lm, ls = parse(last[1])
-      local dm, ds = parse(delivered)
+      local lm, ls = parse_id(last[1])
+      local dm, ds = parse_id(g['last-delivered-id'])
       if dm < lm or (dm == lm and ds < ls) then
         return 0
       end

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: lib
 --[[
   reclaim: takes from a consumer group the messages its consumers have held
   longer than the group's visibility timeout without extending the lease
@@ -94,14 +95,9 @@ if ARGV[4] == '1' and s == 0 then
     local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[s], group)
     if not ok then consumers = {} end
     for _, c in ipairs(consumers) do
-      local name, pend, idle
-      for i = 1, #c, 2 do
-        if c[i] == 'name' then name = c[i + 1]
-        elseif c[i] == 'pending' then pend = c[i + 1]
-        elseif c[i] == 'idle' then idle = c[i + 1] end
-      end
-      if pend == 0 and idle > idleMax then
-        redis.call('XGROUP', 'DELCONSUMER', KEYS[s], group, name)
+      c = fields(c)
+      if c.pending == 0 and c.idle > idleMax then
+        redis.call('XGROUP', 'DELCONSUMER', KEYS[s], group, c.name)
         removed = removed + 1
       end
     end

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: lib
 --[[
   trim: removes from the ready stream the entries that every consumer group
   has read and acknowledged, and nothing else: an entry stays while any group
@@ -22,29 +23,18 @@ if #groups == 0 then
   if retention <= 0 then
     return {0, 0}
   end
-  local t = redis.call('TIME')
-  local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - retention
+  local cutoff = now_ms() - retention
   return {redis.call('XTRIM', KEYS[1], 'MINID', '~', string.format('%d-0', cutoff)), 1}
-end
-
-local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
 end
 
 local minMs, minSeq = nil, nil
 for _, g in ipairs(groups) do
-  local name, last, pending
-  for i = 1, #g, 2 do
-    if g[i] == 'name' then name = g[i + 1]
-    elseif g[i] == 'last-delivered-id' then last = g[i + 1]
-    elseif g[i] == 'pending' then pending = g[i + 1] end
-  end
+  g = fields(g)
   local ms, seq
-  if pending > 0 then
-    ms, seq = parse(redis.call('XPENDING', KEYS[1], name)[2])
+  if g.pending > 0 then
+    ms, seq = parse_id(redis.call('XPENDING', KEYS[1], g.name)[2])
   else
-    ms, seq = parse(last)
+    ms, seq = parse_id(g['last-delivered-id'])
     seq = seq + 1
   end
   if minMs == nil or ms < minMs or (ms == minMs and seq < minSeq) then

@@ -1,0 +1,22 @@
+package redisdelay
+
+import (
+	"context"
+	"time"
+)
+
+// backoff is the pause after the n-th consecutive failure: 100ms more each
+// time, up to limit.
+func backoff(n int, limit time.Duration) time.Duration {
+	return min(time.Duration(n)*100*time.Millisecond, limit)
+}
+
+// sleep waits d, or less when ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

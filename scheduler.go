@@ -1,0 +1,777 @@
+package redisdelay
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+// scheduler runs one loop per topic that promotes due messages, sleeping
+// until the next due time (by Redis's clock), a wake-up published by a
+// script that created an earlier due time, or the check interval.
+//
+// Only one scheduler per topic works at a time: the one holding the topic's
+// lease (a key in the topic's hash slot, taken and extended by each tick of
+// the holder, released on stop). The others stand by, calling Redis once per
+// check interval at most, and take over when the lease expires (a holder
+// that died: within about 1.5 check intervals) or is released (at once).
+// The lease only saves work: every move is atomic, so schedulers that both
+// believe they hold it (after a pause longer than the lease) stay correct.
+//
+// The scheduler subscribes to the wake channel of each partition it
+// schedules, by name: no pattern, so an ACL granting the channels
+// &<prefix>:* suffices, and wake-ups of unknown topics reach it not. A loop
+// whose partition holds nothing to schedule for a TrimInterval retires (see
+// idle.lua); the next wake-up of the partition starts it again, so idle
+// topics cost nothing but their subscription.
+type scheduler struct {
+	client    redis.UniversalClient
+	keys      keys
+	logger    watermill.LoggerAdapter
+	interval  time.Duration
+	lease     time.Duration
+	owner     string
+	batch     int
+	trim      time.Duration
+	retention time.Duration
+	metrics   *schedMetrics
+	limiter   *logLimiter        // repeated errors of all partitions
+	gone      func(topic string) // called when the client was closed under the scheduler
+
+	mu       sync.Mutex
+	ctx      context.Context
+	cancel   context.CancelFunc
+	pubsub   *redis.PubSub
+	discover bool                         // listen to topic registrations (a Manager with no topic list)
+	known    map[shard]partition          // scheduled partitions: their wake channels are subscribed
+	loops    map[shard]chan string        // a loop per partition with work: its wake-ups
+	stops    map[shard]context.CancelFunc // ends a loop
+	balances map[string]*balance          // topics of several partitions: their leases held
+	refresh  chan struct{}                // a topic was registered (discover only)
+	wg       sync.WaitGroup
+}
+
+// partition names one partition of a topic.
+type partition struct {
+	topic string
+	part  int
+}
+
+// pubsubHealthCheck is how often an idle wake-up subscription pings Redis
+// (go-redis's default, 3s, costs 0.33 calls/s per scheduler).
+const pubsubHealthCheck = 30 * time.Second
+
+// groupsRefresh is how often a scheduler lists a topic's consumer groups
+// again even though their number did not change (a group deleted and
+// another created in between).
+const groupsRefresh = time.Minute
+
+// newScheduler returns a scheduler configured like a Manager (config has its
+// defaults set).
+func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *scheduler {
+	return &scheduler{
+		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
+		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: watermill.NewUUID(),
+		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
+		known: map[shard]partition{}, loops: map[shard]chan string{}, stops: map[shard]context.CancelFunc{},
+		balances: map[string]*balance{}, refresh: make(chan struct{}, 1), limiter: newLogLimiter(),
+	}
+}
+
+// leaseTime is how long a topic's scheduling lease lasts after each tick of
+// its holder, which ticks at least every check interval: half an interval
+// (at least 100ms) of slack.
+func leaseTime(interval time.Duration) time.Duration {
+	return interval + max(interval/2, 100*time.Millisecond)
+}
+
+// start opens the wake-up subscription, empty until partitions are added;
+// with discover it listens to topic registrations too.
+func (s *scheduler) start(ctx context.Context, discover bool) {
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.discover = discover
+	var channels []string
+	if discover {
+		channels = append(channels, s.keys.registered())
+	}
+	s.pubsub = s.client.Subscribe(s.ctx, channels...)
+	// Subscription confirmations come again after every reconnect: wake-ups
+	// published while the connection was down are lost, so every loop of
+	// the (re)subscribed channels ticks once then, retired ones included.
+	// The health check pings an idle subscription; a connection found dead
+	// late only delays what the check interval bounds anyway.
+	ch := s.pubsub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(pubsubHealthCheck))
+	s.warnEviction()
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		s.watchACL()
+	}()
+	go func() {
+		defer s.wg.Done()
+		for m := range ch {
+			switch m := m.(type) {
+			case *redis.Message:
+				if m.Channel == s.keys.registered() {
+					s.registered()
+					continue
+				}
+				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
+					s.wakeOrStart(s.keys.shard(topic, part), m.Payload)
+				}
+			case *redis.Subscription:
+				if m.Kind != "subscribe" {
+					continue
+				}
+				if m.Channel == s.keys.registered() {
+					s.registered() // registrations may have been lost
+					continue
+				}
+				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
+					s.wakeOrStart(s.keys.shard(topic, part), wakeResubscribed)
+				}
+			}
+		}
+	}()
+}
+
+// registered tells a discovering Manager that a topic was registered.
+func (s *scheduler) registered() {
+	if !s.discover {
+		return
+	}
+	select {
+	case s.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// wakeOrStart passes a wake-up to the loop of a partition, or starts the
+// loop of a scheduled partition whose loop retired. A released lease
+// starts nothing: it concerns standbys, and a retired loop stands by for
+// nothing.
+func (s *scheduler) wakeOrStart(sh shard, kind string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if wake := s.loops[sh]; wake != nil {
+		passWake(wake, kind)
+		return
+	}
+	if p, ok := s.known[sh]; ok && kind != wakeRelease && s.ctx.Err() == nil {
+		s.startLoop(sh, p)
+	}
+}
+
+// wake passes a wake-up to the loop of a partition, if it runs. A loop has one
+// pending wake-up at most; one that matters more replaces a pending one that
+// matters less, so a standby never misses that the lease was released.
+func (s *scheduler) wake(sh shard, kind string) {
+	// Under mu: a loop retires under mu when no wake-up is pending, so
+	// none is passed to a loop that has just retired.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if wake := s.loops[sh]; wake != nil {
+		passWake(wake, kind)
+	}
+}
+
+// passWake passes a wake-up to a loop's channel (see wake). Called with
+// s.mu held.
+func passWake(wake chan string, kind string) {
+	select {
+	case wake <- kind:
+		return
+	default:
+	}
+	select {
+	case pending := <-wake:
+		if wakeRank(pending) > wakeRank(kind) {
+			kind = pending
+		}
+	default:
+	}
+	select {
+	case wake <- kind:
+	default: // another wake-up got in meanwhile: the loop wakes either way
+	}
+}
+
+// wakeRank orders wake-ups by what a loop would lose by missing one.
+func wakeRank(kind string) int {
+	switch kind {
+	case wakeRelease:
+		return 3
+	case wakeGroup:
+		return 2
+	case wakeResubscribed:
+		return 1
+	}
+	return 0
+}
+
+// add starts scheduling the first parts partitions of a topic, each once.
+// Schedulers share the partitions of a topic evenly (see balance): each
+// takes a free lease only while it holds no more than the others.
+func (s *scheduler) add(topic string, parts int) {
+	if parts > 1 {
+		s.mu.Lock()
+		if b := s.balances[topic]; b == nil || b.parts < parts {
+			b = newBalance(parts)
+			if old := s.balances[topic]; old != nil {
+				b.owned.Store(old.owned.Load())
+			}
+			s.balances[topic] = b
+		}
+		s.mu.Unlock()
+	}
+	for part := range parts {
+		s.addPartition(topic, part)
+	}
+}
+
+// addPartition starts scheduling a partition of a topic, once: its waiting
+// set and the retries of every consumer group registered for it. Once
+// added, its loop runs while the partition has work (see retire).
+func (s *scheduler) addPartition(topic string, part int) {
+	sh := s.keys.shard(topic, part)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.known[sh]; ok || s.ctx.Err() != nil {
+		return
+	}
+	p := partition{topic: topic, part: part}
+	s.known[sh] = p
+	if err := s.pubsub.Subscribe(s.ctx, sh.wake()); err != nil {
+		s.logger.Error("redisdelay: cannot subscribe to wake-ups; falling back to the check interval", err,
+			partitionFields(topic, part))
+	}
+	s.startLoop(sh, p)
+}
+
+// remove stops scheduling every partition of a topic: their loops end and
+// their wake channels are unsubscribed.
+func (s *scheduler) remove(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var channels []string
+	for sh, p := range s.known {
+		if p.topic != topic {
+			continue
+		}
+		delete(s.known, sh)
+		channels = append(channels, sh.wake())
+		if stop := s.stops[sh]; stop != nil {
+			stop()
+		}
+		delete(s.loops, sh)
+		delete(s.stops, sh)
+	}
+	if len(channels) > 0 && s.ctx.Err() == nil {
+		_ = s.pubsub.Unsubscribe(s.ctx, channels...) // fails only when closing
+	}
+}
+
+// startLoop starts the loop of a partition. Called with s.mu held.
+func (s *scheduler) startLoop(sh shard, p partition) {
+	ctx, stop := context.WithCancel(s.ctx)
+	wake := make(chan string, 1)
+	s.loops[sh] = wake
+	s.stops[sh] = stop
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer stop()
+		s.loop(ctx, p.topic, p.part, wake)
+	}()
+}
+
+// retire ends the loop of a partition found idle, unless a wake-up came in
+// meanwhile. It reports whether the loop is to return.
+func (s *scheduler) retire(sh shard, wake chan string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loops[sh] != wake || len(wake) > 0 {
+		return false
+	}
+	delete(s.loops, sh)
+	delete(s.stops, sh)
+	return true
+}
+
+// partitionFields identify a partition in logs.
+func partitionFields(topic string, part int) watermill.LogFields {
+	f := watermill.LogFields{"topic": topic}
+	if part > 0 {
+		f["partition"] = part
+	}
+	return f
+}
+
+func (s *scheduler) stop() {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	_ = s.pubsub.Close()
+	s.wg.Wait()
+}
+
+// Wake-up kinds (the payload on a topic's wake channel).
+const (
+	wakeGroup   = "g" // a consumer group was created
+	wakeRelease = "l" // the lease was released: a standby should take over
+	// (Re)subscribed to the wake channel: wake-ups may have been lost while
+	// the connection was down. Sent by the scheduler to itself.
+	wakeResubscribed = "s"
+)
+
+// loop schedules one partition until ctx ends, the client is closed
+// under it, or it retires (see retire).
+func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan string) {
+	l := &partLoop{
+		s: s, topic: topic, part: part, sh: s.keys.shard(topic, part), fields: partitionFields(topic, part), wake: wake,
+		relist: true, lastTrim: time.Now(), lastIdle: time.Now(), nextReclaim: map[string]time.Time{},
+	}
+	defer l.end()
+	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
+	// tick behind, so the timer is reused without draining.
+	timer := time.NewTimer(s.interval)
+	defer timer.Stop()
+
+	for ctx.Err() == nil {
+		t, err := l.tick(ctx)
+		wait := t.wait
+		if err != nil {
+			var stop bool
+			if wait, stop = l.failed(ctx, err); stop {
+				return
+			}
+		} else {
+			l.failures = 0
+		}
+		if wait == 0 {
+			continue
+		}
+		if err == nil && l.retireIfIdle(ctx) {
+			return
+		}
+		if !l.sleep(ctx, timer, wait) {
+			return
+		}
+		s.logger.Trace("redisdelay: scheduler woke", l.fields)
+	}
+}
+
+// partLoop is the state of a scheduler's loop over one partition.
+type partLoop struct {
+	s      *scheduler
+	topic  string
+	part   int
+	sh     shard
+	fields watermill.LogFields
+	wake   chan string
+
+	groups      []string
+	listed      time.Time // when groups was read
+	relist      bool      // read groups before the next tick
+	held        bool      // this scheduler holds the topic's lease
+	declined    bool      // the last tick declined the free lease (see balance.mayTake)
+	lastTrim    time.Time
+	lastIdle    time.Time // when the partition was last checked for work (see retire)
+	lastBeat    time.Time // partition 0: the scheduler's last heartbeat in the topic's list
+	nextReclaim map[string]time.Time
+	failures    int
+}
+
+// end runs when the loop ends. The lease is released even when this
+// scheduler does not know it holds it: a tick whose reply was lost
+// (cancelled by Close) may have taken it. The script releases only the
+// caller's own lease.
+func (l *partLoop) end() {
+	s := l.s
+	if b := s.balanceOf(l.topic); b != nil {
+		if l.held {
+			b.owned.Add(-1)
+		}
+		if l.part == 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
+			_ = b.beat(ctx, s.client, topicSchedulers(l.sh), s.owner, 0)
+			cancel()
+		}
+	}
+	s.metrics.forget(l.sh)
+	s.release(l.sh, l.fields)
+}
+
+// tick promotes what is due when this scheduler holds (or takes) the
+// lease, then reclaims and trims when their time has come.
+func (l *partLoop) tick(ctx context.Context) (tick, error) {
+	started := time.Now()
+	if err := l.listGroups(ctx); err != nil {
+		return tick{}, err
+	}
+	take, err := l.balance(ctx)
+	if err != nil {
+		return tick{}, err
+	}
+	t, err := l.s.promote(ctx, l.sh, l.fields, l.groups, take)
+	if err != nil {
+		return t, err
+	}
+	l.declined = t.declined
+	if t.groups != len(l.groups) {
+		l.relist = true
+		if t.held {
+			t.wait = 0 // schedule the new group's retries now
+		}
+	}
+	if !l.holds(t.held) {
+		return t, nil
+	}
+	return t, l.reclaimAndTrim(ctx, started)
+}
+
+// listGroups reads the topic's consumer groups when they may have changed,
+// and once per groupsRefresh.
+func (l *partLoop) listGroups(ctx context.Context) error {
+	if !l.relist && time.Since(l.listed) < groupsRefresh {
+		return nil
+	}
+	g, err := l.s.client.SMembers(ctx, l.sh.groups()).Result()
+	if err != nil {
+		return fmt.Errorf("list the consumer groups: %w", err)
+	}
+	l.groups, l.listed, l.relist = g, time.Now(), false
+	return nil
+}
+
+// balance shares the leases of a topic of several partitions among its
+// schedulers: it renews this scheduler's heartbeat (partition 0), gives
+// the lease up when the scheduler holds more than its share, and reports
+// whether the tick may take a free lease.
+func (l *partLoop) balance(ctx context.Context) (take bool, err error) {
+	s := l.s
+	b := s.balanceOf(l.topic)
+	if b == nil {
+		return true, nil
+	}
+	if l.part == 0 && time.Since(l.lastBeat) >= s.interval/2 {
+		if err := b.beat(ctx, s.client, topicSchedulers(l.sh), s.owner, 3*s.interval); err != nil {
+			return false, fmt.Errorf("renew the scheduler's membership: %w", err)
+		}
+		l.lastBeat = time.Now()
+	}
+	if cur := b.owned.Load(); l.held && b.surplus(cur) && b.owned.CompareAndSwap(cur, cur-1) {
+		// the released wake-up makes a standby take over at once
+		s.release(l.sh, l.fields)
+		l.held = false
+		s.logger.Debug("redisdelay: gave the partition up to another scheduler", l.fields)
+	}
+	return l.held || b.mayTake(b.owned.Load(), l.declined), nil
+}
+
+// holds records whether this scheduler holds the lease after a tick, and
+// returns it.
+func (l *partLoop) holds(held bool) bool {
+	s := l.s
+	switch {
+	case !held && l.held:
+		s.logger.Debug("redisdelay: another scheduler took over the topic", l.fields)
+		s.counted(l.topic, -1)
+	case held && !l.held:
+		s.counted(l.topic, 1)
+		clear(l.nextReclaim) // reclaim at once what a previous holder left
+		s.logger.Debug("redisdelay: scheduling the topic", l.fields)
+	}
+	l.held = held
+	return held
+}
+
+// reclaimAndTrim reclaims the messages of dead consumers of each group
+// whose time has come (a quarter of its visibility timeout), and once per
+// TrimInterval of every group, removing idle consumers, then trims the
+// ready stream.
+func (l *partLoop) reclaimAndTrim(ctx context.Context, started time.Time) error {
+	s := l.s
+	cleanup := time.Since(l.lastTrim) >= s.trim
+	for _, g := range l.groups {
+		if !cleanup && started.Before(l.nextReclaim[g]) {
+			continue
+		}
+		vis, err := s.reclaim(ctx, l.sh, l.fields, g, cleanup)
+		if err != nil {
+			return err
+		}
+		// From the tick's start: the next tick starts later than one
+		// interval after it, so a pace of one interval is kept.
+		l.nextReclaim[g] = started.Add(reclaimEvery(vis, s.interval))
+	}
+	if !cleanup {
+		return nil
+	}
+	l.lastTrim = time.Now()
+	return s.trimStream(ctx, l.sh, l.fields)
+}
+
+// failed handles a failed tick: it returns the pause before the next, or
+// stop when the loop must end (ctx ended, or the client was closed).
+func (l *partLoop) failed(ctx context.Context, err error) (wait time.Duration, stop bool) {
+	s := l.s
+	if ctx.Err() != nil {
+		return 0, true
+	}
+	if isClientClosed(err) && s.gone != nil {
+		s.gone(l.topic)
+		return 0, true
+	}
+	l.failures++
+	wait = backoff(l.failures, s.interval)
+	s.limiter.errorf(s.logger, "redisdelay: scheduling failed; retrying", err,
+		l.fields.Add(watermill.LogFields{"retry_in": wait.String()}))
+	return wait, false
+}
+
+// retireIfIdle checks once per TrimInterval, after the tick's trim (same
+// pace), whether what reclaim and trim left is nothing to schedule; it
+// reports whether the loop retired then.
+func (l *partLoop) retireIfIdle(ctx context.Context) bool {
+	s := l.s
+	if time.Since(l.lastIdle) < s.trim {
+		return false
+	}
+	l.lastIdle = time.Now()
+	idle, err := s.idle(ctx, l.sh, l.groups)
+	if err != nil && ctx.Err() == nil {
+		s.logger.Error("redisdelay: cannot check whether the partition is idle", err, l.fields)
+	}
+	if idle && s.retire(l.sh, l.wake) {
+		s.logger.Debug("redisdelay: nothing to schedule; the partition's loop retires until a wake-up", l.fields)
+		return true
+	}
+	return false
+}
+
+// sleep waits wait, or less when a wake-up calls for a tick. A standby has
+// nothing to do until the lease ends, so only a release wakes it. It
+// returns false when ctx ended.
+func (l *partLoop) sleep(ctx context.Context, timer *time.Timer, wait time.Duration) bool {
+	timer.Reset(wait)
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case kind := <-l.wake:
+			if kind == wakeGroup {
+				l.relist = true
+			}
+			if !l.held && kind != wakeRelease {
+				continue
+			}
+			timer.Stop()
+			return true
+		case <-timer.C:
+			return true
+		}
+	}
+}
+
+// idle runs idle.lua: whether the partition holds nothing to schedule, and
+// if so marks it dormant, so the next publish wakes the schedulers.
+func (s *scheduler) idle(ctx context.Context, sh shard, groups []string) (bool, error) {
+	return callIdle(ctx, s.client, sh, groups, s.retention)
+}
+
+// balanceOf returns the balance of a topic of several partitions, or nil.
+func (s *scheduler) balanceOf(topic string) *balance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.balances[topic]
+}
+
+// counted records that the scheduler took (1) or lost (-1) a lease of the
+// topic.
+func (s *scheduler) counted(topic string, n int32) {
+	if b := s.balanceOf(topic); b != nil {
+		b.owned.Add(n)
+	}
+}
+
+// reclaimEvery is how often a group is checked for messages of dead
+// consumers: a quarter of its visibility timeout, at least the check
+// interval. The check runs on the first tick after that (ticks come at
+// least every check interval), so a message is reclaimed at most a quarter
+// of the timeout plus a check interval after the timeout ran out.
+func reclaimEvery(vis, interval time.Duration) time.Duration {
+	return max(vis/4, interval)
+}
+
+// tick is what one promote call found.
+type tick struct {
+	wait     time.Duration // until the next tick
+	held     bool          // the caller holds the topic's lease
+	declined bool          // the lease was free and the caller was not to take it
+	groups   int           // consumer groups registered for the topic
+}
+
+// promote takes or extends the topic's lease and, when held, moves what is
+// due and returns how long to sleep: until the next due message, capped at
+// the check interval; 0 when more is due now. A standby sleeps until the
+// lease expires, at most the check interval.
+func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogFields, groups []string, take bool) (tick, error) {
+	r, err := callPromote(ctx, s.client, sh, groups, s.batch, s.owner, s.lease, take)
+	if err != nil {
+		return tick{}, fmt.Errorf("promote due messages: %w", err)
+	}
+	moved, wait, missing := r.moved, r.wait, r.missing
+	s.metrics.promotedTick(sh, fields["topic"].(string), moved, wait, r.held)
+	t := tick{held: r.held, declined: !r.held && wait == -1, groups: r.groups, wait: s.interval}
+	if missing > 0 {
+		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
+			fields.Add(watermill.LogFields{"count": missing}))
+	}
+	if moved > 0 {
+		s.logger.Trace("redisdelay: promoted due messages", fields.Add(watermill.LogFields{"count": moved}))
+	}
+	if !t.held && wait >= 0 {
+		wait += 1000 // just after the lease expires (-1: it has no expiry)
+	}
+	if wait >= 0 && time.Duration(wait)*time.Microsecond < s.interval {
+		t.wait = time.Duration(wait) * time.Microsecond
+	}
+	if t.declined {
+		// Left to a scheduler holding fewer leases, which a release wakes
+		// at once; if none took it by then, the next tick takes it (see
+		// balance.mayTake), a short grace rather than a check interval later.
+		t.wait = max(s.interval/10, time.Millisecond)
+	}
+	return t, nil
+}
+
+// release gives up the topic's lease if this scheduler holds it and wakes
+// the standbys, so one takes over at once.
+func (s *scheduler) release(sh shard, fields watermill.LogFields) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
+	defer cancel()
+	_, err := callUnlease(ctx, s.client, sh, s.owner, wakeRelease)
+	if err != nil && !isClientClosed(err) {
+		s.limiter.errorf(s.logger, "redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
+	}
+}
+
+// reclaim takes back the group's messages held past its visibility timeout
+// by consumers that stopped extending their lease, and with cleanup removes
+// consumers idle past the group's idle timeout. It returns the group's
+// visibility timeout.
+// reclaimBatch is how many pending entries one reclaim.lua call looks at:
+// a few ms of Redis time at most.
+const reclaimBatch = 1000
+
+func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
+	// A sweep of a long pending list takes several calls (see reclaim.lua).
+	var requeued, buried, evicted, missing, removed int64
+	var vis time.Duration
+	for pos := reclaimStart; pos.stream != 0; {
+		r, err := callReclaim(ctx, s.client, sh, g, reclaimBatch, cleanup, pos)
+		if err != nil {
+			return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
+		}
+		requeued, buried, evicted, missing, removed, vis = requeued+r.requeued, buried+r.buried, evicted+r.evicted, missing+r.missing, removed+r.removed, r.vis
+		pos = r.next
+	}
+	s.metrics.reclaimedTick(fields["topic"].(string), g, requeued, buried)
+	fields = fields.Add(watermill.LogFields{"consumer_group": g})
+	if requeued+buried > 0 {
+		s.logger.Info("redisdelay: reclaimed messages from consumers that stopped responding",
+			fields.Add(watermill.LogFields{"requeued": requeued, "dead_lettered": buried}))
+	}
+	if evicted > 0 {
+		s.logger.Error("redisdelay: dead letters full (MaxDeadLetters); evicted the oldest", nil, fields.Add(watermill.LogFields{"evicted": evicted}))
+	}
+	if missing > 0 {
+		s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": missing}))
+	}
+	if removed > 0 {
+		s.logger.Debug("redisdelay: removed idle consumers", fields.Add(watermill.LogFields{"count": removed}))
+	}
+	return vis, nil
+}
+
+func (s *scheduler) trimStream(ctx context.Context, sh shard, fields watermill.LogFields) error {
+	r, err := callTrim(ctx, s.client, sh, s.retention)
+	if err != nil {
+		return fmt.Errorf("trim the ready stream: %w", err)
+	}
+	fields = fields.Add(watermill.LogFields{"count": r.removed})
+	switch {
+	case r.removed > 0 && r.byRetention:
+		s.logger.Info("redisdelay: removed ready messages older than Retention from a topic no consumer group reads", fields)
+	case r.removed > 0:
+		s.logger.Debug("redisdelay: trimmed acknowledged entries", fields)
+	}
+	return nil
+}
+
+// watchACL checks that Redis lets the scheduler's user subscribe to the
+// wake channels (a SUBSCRIBE refused by an ACL is otherwise silent: the
+// subscription just never delivers). When refused it logs an error naming
+// the ACL needed, and keeps a note Inspector.Health reports, refreshed
+// while the refusal lasts; once allowed it subscribes again to what was
+// refused.
+func (s *scheduler) watchACL() {
+	denied := false
+	for {
+		err := s.probeSubscribe()
+		if err == nil {
+			if denied {
+				s.logger.Info("redisdelay: Redis now allows the subscription to wake-ups", nil)
+				s.mu.Lock()
+				channels := make([]string, 0, len(s.known)+1)
+				if s.discover {
+					channels = append(channels, s.keys.registered())
+				}
+				for sh := range s.known {
+					channels = append(channels, sh.wake())
+				}
+				if len(channels) > 0 {
+					_ = s.pubsub.Subscribe(s.ctx, channels...)
+				}
+				s.mu.Unlock()
+			}
+			return
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		if isNoPerm(err) {
+			detail := fmt.Sprintf("Redis refuses the scheduler %s the subscription to wake-up channels (%v): due messages are moved up to a CheckInterval (%s) late, and topics are found at the registry refresh only; grant its Redis user the channels of the key prefix: ACL SETUSER <user> &%s:*",
+				s.owner, err, s.interval, s.keys.prefix)
+			if !denied {
+				s.logger.Error("redisdelay: "+detail, err, nil)
+				denied = true
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+			_ = s.client.Set(ctx, s.keys.wakeDenied(), detail, max(3*s.interval, 3*time.Second)).Err()
+			cancel()
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(s.interval):
+		}
+	}
+}
+
+// probeSubscribe subscribes to a channel of the key prefix on a connection
+// of its own and returns Redis's answer.
+func (s *scheduler) probeSubscribe() error {
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	ps := s.client.Subscribe(ctx, s.keys.registered())
+	defer ps.Close()
+	_, err := ps.Receive(ctx)
+	return err
+}

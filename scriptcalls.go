@@ -1,0 +1,402 @@
+package redisdelay
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// One function per Lua script (see scripts.go and the script headers): it
+// builds the script's KEYS in the order of its header, passes typed
+// arguments as its ARGV and decodes the reply into a struct, so the key
+// lists and reply positions live here only.
+
+// replyShort reports a reply with fewer values than the script's header
+// promises (a script of another version loaded under the same hash cannot
+// happen, but an index out of range must not panic a scheduler).
+func replyShort(script string, got, want int) error {
+	if got >= want {
+		return nil
+	}
+	return fmt.Errorf("%s.lua returned %d values, want %d", script, got, want)
+}
+
+// publishReply is what publish.lua returns for a batch of calls.
+type publishReply struct {
+	statuses []any // one per call, in call order: see status
+	lost     bool  // the partition's registration marker was gone
+}
+
+// status decodes the status of call i: dup is the UUID of a message already
+// waiting with another body; refusal a business key or capacity refusal
+// (see pubCall.refusal); both empty: stored.
+func (r publishReply) status(i int) (dup string, refusal []any) {
+	dup, _ = r.statuses[i].(string)
+	refusal, _ = r.statuses[i].([]any)
+	return dup, refusal
+}
+
+// callPublish runs publish.lua for the calls of batch, all to the partition
+// of batch[0].
+func callPublish(ctx context.Context, c redis.Scripter, batch []*pubCall) (publishReply, error) {
+	first := batch[0]
+	sh := first.shard
+	msgs := 0
+	for _, call := range batch {
+		msgs += call.n
+	}
+	args := make([]any, 0, 4+len(batch)+5*msgs)
+	args = append(args, sh.wake(), first.maxWaiting.perPart, first.maxReady.perPart, len(batch))
+	for _, call := range batch {
+		args = append(args, call.n)
+	}
+	for _, call := range batch {
+		args = append(args, call.args...)
+	}
+	res, err := publishScript.Run(ctx, c,
+		[]string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.reg(), sh.dormant()},
+		args...).Slice()
+	if err != nil {
+		return publishReply{}, err
+	}
+	if len(res) != len(batch)+1 {
+		return publishReply{}, fmt.Errorf("the publish script returned %d results for %d calls", len(res), len(batch))
+	}
+	lost, _ := res[len(batch)].(int64)
+	return publishReply{statuses: res[:len(batch)], lost: lost == 1}, nil
+}
+
+// promoteReply is what promote.lua returns.
+type promoteReply struct {
+	moved   int64 // messages moved
+	wait    int64 // µs: see promote.lua
+	missing int64 // waiting members without a body, dropped
+	groups  int   // consumer groups registered for the topic
+	held    bool  // the caller holds the lease (and promoted)
+}
+
+// callPromote runs promote.lua on a partition for the consumer groups
+// listed.
+func callPromote(ctx context.Context, c redis.Scripter, sh shard, groups []string, batch int, owner string, lease time.Duration, mayTake bool) (promoteReply, error) {
+	take := "1"
+	if !mayTake {
+		take = "0"
+	}
+	k := make([]string, 0, 9+3*len(groups))
+	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.fanout())
+	for _, g := range groups {
+		k = append(k, sh.retry(g), sh.retryBodies(g), sh.redelivery(g))
+	}
+	res, err := promoteScript.Run(ctx, c, k, batch, owner, lease.Milliseconds(), take).Int64Slice()
+	if err == nil {
+		err = replyShort("promote", len(res), 5)
+	}
+	if err != nil {
+		return promoteReply{}, err
+	}
+	return promoteReply{moved: res[0], wait: res[1], missing: res[2], groups: int(res[3]), held: res[4] == 1}, nil
+}
+
+// callUnlease runs unlease.lua: releases the partition's scheduling lease
+// if owner holds it, waking the standbys with payload. It reports whether
+// it did.
+func callUnlease(ctx context.Context, c redis.Scripter, sh shard, owner, payload string) (bool, error) {
+	n, err := unleaseScript.Run(ctx, c, []string{sh.lease()}, owner, sh.wake(), payload).Int()
+	return n == 1, err
+}
+
+// reclaimPos is where a reclaim sweep goes on: the stream (1 ready, 2
+// redelivery; 0 when the sweep is done) and the last entry looked at.
+type reclaimPos struct {
+	stream int64
+	last   string
+}
+
+// reclaimStart starts a sweep.
+var reclaimStart = reclaimPos{stream: 1, last: "-"}
+
+// reclaimReply is what one reclaim.lua call returns.
+type reclaimReply struct {
+	requeued, buried, evicted, missing, removed int64
+	vis                                         time.Duration // the group's visibility timeout
+	next                                        reclaimPos
+}
+
+// callReclaim runs reclaim.lua for a consumer group from pos, looking at
+// batch pending entries at most.
+func callReclaim(ctx context.Context, c redis.Scripter, sh shard, group string, batch int, cleanup bool, pos reclaimPos) (reclaimReply, error) {
+	flag := "0"
+	if cleanup {
+		flag = "1"
+	}
+	res, err := reclaimScript.Run(ctx, c,
+		[]string{sh.stream(), sh.redelivery(group), sh.retry(group), sh.retryBodies(group), sh.dead(group), sh.meta(group)},
+		group, batch, sh.wake(), flag, pos.stream, pos.last).Slice()
+	if err == nil {
+		err = replyShort("reclaim", len(res), 8)
+	}
+	if err != nil {
+		return reclaimReply{}, err
+	}
+	var n [6]int64
+	for i := range n {
+		n[i], _ = res[i].(int64)
+	}
+	r := reclaimReply{requeued: n[0], buried: n[1], evicted: n[2], missing: n[3], removed: n[4], vis: time.Duration(n[5]) * time.Millisecond}
+	r.next.stream, _ = res[6].(int64)
+	r.next.last, _ = res[7].(string)
+	return r, nil
+}
+
+// trimReply is what trim.lua returns.
+type trimReply struct {
+	removed     int64 // entries removed
+	byRetention bool  // removed by the retention: no group reads the stream
+}
+
+// callTrim runs trim.lua on a partition's ready stream.
+func callTrim(ctx context.Context, c redis.Scripter, sh shard, retention time.Duration) (trimReply, error) {
+	res, err := trimScript.Run(ctx, c, []string{sh.stream()}, retention.Milliseconds()).Int64Slice()
+	if err == nil {
+		err = replyShort("trim", len(res), 2)
+	}
+	if err != nil {
+		return trimReply{}, err
+	}
+	return trimReply{removed: res[0], byRetention: res[1] == 1}, nil
+}
+
+// callIdle runs idle.lua: whether the partition holds nothing to schedule
+// for the consumer groups listed, marking it dormant if so.
+func callIdle(ctx context.Context, c redis.Scripter, sh shard, groups []string, retention time.Duration) (bool, error) {
+	k := make([]string, 0, 4+2*len(groups))
+	k = append(k, sh.waiting(), sh.stream(), sh.dormant(), sh.fanout())
+	for _, g := range groups {
+		k = append(k, sh.retry(g), sh.redelivery(g))
+	}
+	n, err := idleScript.Run(ctx, c, k, retention.Milliseconds()).Int()
+	return n == 1, err
+}
+
+// callInit runs init.lua: creates the consumer group on a partition (both
+// streams) and stores its policy (see groupPolicy). It reports whether the
+// group is new.
+func callInit(ctx context.Context, c redis.Scripter, sh shard, group string, policy []any) (bool, error) {
+	args := make([]any, 0, 2+len(policy))
+	args = append(args, group, sh.wake())
+	args = append(args, policy...)
+	n, err := initScript.Run(ctx, c, []string{sh.stream(), sh.redelivery(group), sh.groups(), sh.meta(group)}, args...).Int()
+	return n == 1, err
+}
+
+// callDropGroup runs dropgroup.lua: deletes a consumer group and its keys
+// from a partition. It reports whether the group existed.
+func callDropGroup(ctx context.Context, c redis.Scripter, sh shard, group string) (bool, error) {
+	n, err := dropGroupScript.Run(ctx, c, []string{
+		sh.stream(), sh.groups(),
+		sh.redelivery(group), sh.retry(group), sh.retryBodies(group), sh.dead(group), sh.meta(group),
+		sh.owner(group), sh.members(group), sh.ownedCounts(group),
+	}, group).Int()
+	return n == 1, err
+}
+
+// callCancel runs cancel.lua: removes a waiting message found by its UUID
+// (by "uuid") or business key (by "key"). It reports whether it was waiting.
+func callCancel(ctx context.Context, c redis.Scripter, sh shard, by, value string) (bool, error) {
+	n, err := cancelScript.Run(ctx, c, []string{sh.waiting(), sh.bodies(), sh.bkeys(), sh.bkeyOf(), sh.prio()}, by, value).Int()
+	return n == 1, err
+}
+
+// callRequeue runs requeue.lua: moves the dead letters ids (none: the
+// oldest, up to limit) of a group to its redelivery stream. It returns how
+// many it moved.
+func callRequeue(ctx context.Context, c redis.Scripter, sh shard, group string, limit int, ids []string) (int, error) {
+	args := make([]any, 0, 1+len(ids))
+	args = append(args, limit)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return requeueScript.Run(ctx, c, []string{sh.dead(group), sh.redelivery(group)}, args...).Int()
+}
+
+// pendingAck is ack.lua queued on a pipeline by its hash, for entries of
+// a group's redelivery stream.
+type pendingAck struct {
+	cmd  *redis.Cmd
+	keys []string
+	args []any
+}
+
+// pipeAck queues ack.lua on pipe for the redelivery entries ids of group.
+func pipeAck(ctx context.Context, pipe redis.Pipeliner, sh shard, group string, ids []string) pendingAck {
+	a := pendingAck{keys: []string{sh.redelivery(group)}, args: make([]any, 0, len(ids)+1)}
+	a.args = append(a.args, group)
+	for _, id := range ids {
+		a.args = append(a.args, id)
+	}
+	a.cmd = ackScript.EvalSha(ctx, pipe, a.keys, a.args...)
+	return a
+}
+
+// result returns how many entries were pending and are now acknowledged,
+// once the pipeline ran. When Redis did not have the script cached yet
+// (first use, or Redis restarted) it runs it on c, loading it.
+func (a pendingAck) result(ctx context.Context, c redis.Scripter) (int64, error) {
+	n, err := a.cmd.Int64()
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		n, err = ackScript.Run(ctx, c, a.keys, a.args...).Int64()
+	}
+	return n, err
+}
+
+// extendReply is what extend.lua returns.
+type extendReply struct {
+	unheld int64         // > 0: entries pending for the consumer are not among those held
+	vis    time.Duration // the group's stored visibility timeout (0: none stored)
+}
+
+// callExtend runs extend.lua: renews the lease of the entries a consumer
+// holds in the ready stream (ready) and the redelivery stream (redo).
+func callExtend(ctx context.Context, c redis.Scripter, sh shard, group, consumer string, ready, redo []any) (extendReply, error) {
+	args := make([]any, 0, 3+len(ready)+len(redo))
+	args = append(args, group, consumer, len(ready))
+	args = append(args, ready...)
+	args = append(args, redo...)
+	res, err := extendScript.Run(ctx, c, []string{sh.stream(), sh.redelivery(group), sh.meta(group)}, args...).Int64Slice()
+	if err == nil {
+		err = replyShort("extend", len(res), 2)
+	}
+	if err != nil {
+		return extendReply{}, err
+	}
+	return extendReply{unheld: res[0], vis: time.Duration(res[1]) * time.Millisecond}, nil
+}
+
+// nackArgs is what nack.lua needs about a nacked entry.
+type nackArgs struct {
+	group   string
+	stream  string // key of the stream the entry was read from
+	id      string // its entry id
+	redo    bool   // that stream is the redelivery stream
+	attempt int    // the attempt that failed
+	delay   time.Duration
+	body    []byte // the encoded message, with the metadata the handler left
+	reason  string // "": requeue; else bury it in the dead letters with this reason
+	maxDead int    // most dead letters kept (<= 0: no limit)
+}
+
+// nackReply is what nack.lua returns.
+type nackReply struct {
+	status  int64 // 0 no longer pending, 1 requeued, 2 buried
+	evicted int64 // dead letters evicted to make room
+}
+
+// callNack runs nack.lua on a partition.
+func callNack(ctx context.Context, c redis.Scripter, sh shard, a nackArgs) (nackReply, error) {
+	source := "m"
+	if a.redo {
+		source = "r"
+	}
+	g := a.group
+	res, err := nackScript.Run(ctx, c,
+		[]string{a.stream, sh.retry(g), sh.retryBodies(g), sh.redelivery(g), sh.dead(g), sh.meta(g)},
+		g, a.id, source, a.attempt, a.delay.Milliseconds(), a.body, sh.wake(), a.reason, max(a.maxDead, 0)).Int64Slice()
+	if err == nil {
+		err = replyShort("nack", len(res), 2)
+	}
+	if err != nil {
+		return nackReply{}, err
+	}
+	return nackReply{status: res[0], evicted: res[1]}, nil
+}
+
+// releaseReply is what one release.lua call returns.
+type releaseReply struct {
+	released int64 // entries handed back
+	missing  int64 // pending entries whose body was gone
+	done     bool  // nothing left to hand back; else call again
+}
+
+// callRelease runs release.lua: hands back to the group up to batch
+// entries per stream pending for consumer, but the one kept (keepStream
+// "1" ready, "2" redelivery, "" none; keepID).
+func callRelease(ctx context.Context, c redis.Scripter, sh shard, group, consumer string, batch int, keepStream, keepID string) (releaseReply, error) {
+	res, err := releaseScript.Run(ctx, c, []string{sh.stream(), sh.redelivery(group)},
+		group, consumer, batch, keepStream, keepID).Int64Slice()
+	if err == nil {
+		err = replyShort("release", len(res), 3)
+	}
+	if err != nil {
+		return releaseReply{}, err
+	}
+	return releaseReply{released: res[0], missing: res[1], done: res[2] == 1}, nil
+}
+
+// ownPos is where an ordered takeover goes on claiming the previous
+// owner's pending entries: the stream (2 ready, 3 redelivery, as own.lua
+// numbers its KEYS; 0 when all are claimed) and the XAUTOCLAIM cursor.
+type ownPos struct {
+	stream int64
+	cursor string
+}
+
+// ownReply is what own.lua returns.
+type ownReply struct {
+	status int64 // see own.lua: 0 not the owner, 1 the owner, 2 the owner and entries were claimed
+	next   ownPos
+}
+
+// callOwn runs own.lua on a partition for an ordered subscription: op is
+// "take", "renew", "drop" or "claim" (go on from pos).
+func callOwn(ctx context.Context, c redis.Scripter, sh shard, group, consumer string, lease time.Duration, op string, pos ownPos, batch int) (ownReply, error) {
+	res, err := ownScript.Run(ctx, c, []string{sh.owner(group), sh.stream(), sh.redelivery(group)},
+		group, consumer, lease.Milliseconds(), op, pos.stream, pos.cursor, batch).Slice()
+	if err == nil {
+		err = replyShort("own", len(res), 3)
+	}
+	if err != nil {
+		return ownReply{}, err
+	}
+	var r ownReply
+	r.status, _ = res[0].(int64)
+	r.next.stream, _ = res[1].(int64)
+	r.next.cursor, _ = res[2].(string)
+	return r, nil
+}
+
+// memberList is a list of members.lua: the ordered subscriptions of a
+// consumer group, or the schedulers of a topic.
+type memberList struct {
+	members string // zset member -> expiry
+	counts  string // hash member -> partitions it owns
+}
+
+func groupMembers(sh shard, group string) memberList {
+	return memberList{members: sh.members(group), counts: sh.ownedCounts(group)}
+}
+
+func topicSchedulers(sh shard) memberList {
+	return memberList{members: sh.schedulers(), counts: sh.leaseCounts()}
+}
+
+// membersReply is what members.lua returns.
+type membersReply struct {
+	live   int64 // live members
+	fewest int64 // fewest partitions another live member owns; -1: no other
+}
+
+// callMembers runs members.lua: renews member's heartbeat for ttl (0
+// removes it), recording the partitions it owns.
+func callMembers(ctx context.Context, c redis.Scripter, l memberList, member string, ttl time.Duration, owned int32) (membersReply, error) {
+	res, err := membersScript.Run(ctx, c, []string{l.members, l.counts}, member, ttl.Milliseconds(), owned).Int64Slice()
+	if err == nil {
+		err = replyShort("members", len(res), 2)
+	}
+	if err != nil {
+		return membersReply{}, err
+	}
+	return membersReply{live: res[0], fewest: res[1]}, nil
+}
