@@ -248,8 +248,8 @@ func TestNackWithFarDelayIsDeadLettered(t *testing.T) {
 
 func TestNackStaysInItsGroup(t *testing.T) {
 	t.Parallel()
-	pub, subA := newPubSub(t, "a")
-	_, subB := newPubSub(t, "b")
+	pub, subA := newPubSub(t, "a", noRetryDelay)
+	_, subB := newPubSub(t, "b", noRetryDelay)
 	topic := topic()
 	require.NoError(t, subA.SubscribeInitialize(topic))
 	require.NoError(t, subB.SubscribeInitialize(topic))

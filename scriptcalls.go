@@ -3,6 +3,7 @@ package redisdelay
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -399,4 +400,31 @@ func callMembers(ctx context.Context, c redis.Scripter, l memberList, member str
 		return membersReply{}, err
 	}
 	return membersReply{live: res[0], fewest: res[1]}, nil
+}
+
+// findReply is the waiting message find.lua found.
+type findReply struct {
+	uuid  string
+	score float64 // the due score: ms × 1024
+	body  []byte
+}
+
+// callFind runs find.lua on one partition: by is "uuid" or "key" (a
+// business key); found is false when no waiting message matches there.
+func callFind(ctx context.Context, c redis.Scripter, sh shard, by, value string) (r findReply, found bool, err error) {
+	res, err := findScript.Run(ctx, c, []string{sh.waiting(), sh.bodies(), sh.bkeys()}, by, value).StringSlice()
+	if err == redis.Nil {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, err
+	}
+	if err := replyShort("find", len(res), 3); err != nil {
+		return r, false, err
+	}
+	if r.score, err = strconv.ParseFloat(res[1], 64); err != nil {
+		return r, false, fmt.Errorf("find.lua: due score %q: %w", res[1], err)
+	}
+	r.uuid, r.body = res[0], []byte(res[2])
+	return r, true, nil
 }

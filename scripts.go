@@ -72,6 +72,7 @@ var (
 	ownScript       = loadScript("own")
 	membersScript   = loadScript("members")
 	idleScript      = loadScript("idle")
+	findScript      = loadScript("find")
 )
 
 // keys is the key layout, in one place. A topic is split into one or more
