@@ -40,10 +40,10 @@ type GroupCounters struct {
 	DeadTotal int64
 }
 
-// Counters reads a topic's growing counters: two or three round trips,
-// 3 commands per partition plus one per partition and group, and none of
-// them reads a list of messages, so sampling it every few seconds costs
-// Redis little whatever the depth of the topic.
+// Counters reads a topic's growing counters in two or three round trips
+// of 2 + 2×partitions + partitions×groups commands, none of which reads a
+// list of messages, so sampling it every few seconds costs Redis little
+// whatever the depth of the topic.
 func (i *Inspector) Counters(ctx context.Context, topic string) (TopicCounters, error) {
 	out := TopicCounters{Topic: topic}
 	if err := validateTopic(topic); err != nil {
