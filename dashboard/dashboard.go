@@ -62,6 +62,13 @@ type Options struct {
 
 	// Timeout bounds the Redis work of one request (default 15 s).
 	Timeout time.Duration
+
+	// SampleEvery is how often the throughput and lateness of a topic are
+	// sampled for its charts (default 5 s; negative: no charts, no
+	// sampling). The dashboard keeps the last 720 samples per topic (an
+	// hour at 5 s), and samples a topic only within 60 intervals of a
+	// request for its page: an idle dashboard sends Redis nothing.
+	SampleEvery time.Duration
 }
 
 // Page sizes.
@@ -83,6 +90,7 @@ type handler struct {
 	base  string
 	pages map[string]*template.Template
 	mux   *http.ServeMux
+	hist  *history
 }
 
 // New returns the dashboard on insp.
@@ -90,7 +98,11 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 15 * time.Second
 	}
+	if opts.SampleEvery == 0 {
+		opts.SampleEvery = 5 * time.Second
+	}
 	h := &handler{insp: insp, opts: opts, base: strings.TrimRight(opts.BasePath, "/")}
+	h.hist = newHistory(insp, opts.SampleEvery, opts.Timeout)
 	if h.base != "" && !strings.HasPrefix(h.base, "/") {
 		h.base = "/" + h.base
 	}
@@ -392,6 +404,7 @@ type topicData struct {
 	Prev      int
 	Next      int // 0: no next page
 	Now       time.Time
+	Charts    []chart
 }
 
 func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
@@ -402,6 +415,7 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, status, err)
 		return
 	}
+	h.hist.watch(topic)
 	offset, _ := strconv.Atoi(r.URL.Query().Get("offset"))
 	offset = max(offset, 0)
 	st, err := h.insp.Stats(ctx, topic)
@@ -410,7 +424,7 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	d := topicData{Stats: toTopicJSON(st), Offset: offset, Prev: max(offset-waitingPage, 0), Now: now}
+	d := topicData{Stats: toTopicJSON(st), Offset: offset, Prev: max(offset-waitingPage, 0), Now: now, Charts: h.hist.charts(topic)}
 	if d.Histogram, err = h.histogram(ctx, topic, now); err != nil {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
@@ -443,6 +457,7 @@ func (h *handler) apiTopic(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, status, map[string]string{"error": err.Error()})
 		return
 	}
+	h.hist.watch(topic)
 	st, err := h.insp.Stats(ctx, topic)
 	if err != nil {
 		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
@@ -453,7 +468,7 @@ func (h *handler) apiTopic(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"stats": toTopicJSON(st), "histogram": hist})
+	writeJSON(w, http.StatusOK, map[string]any{"stats": toTopicJSON(st), "histogram": hist, "charts": h.hist.charts(topic)})
 }
 
 // A waiting message.

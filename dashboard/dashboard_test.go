@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -432,4 +433,114 @@ func TestErrors(t *testing.T) {
 	assert.Equal(t, http.StatusBadGateway, status)
 	status, _ = e.post("/cancel", url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {"u"}, "confirm": {"yes"}})
 	assert.Equal(t, http.StatusBadGateway, status)
+}
+
+// xinfoStreamCalls counts XINFO STREAM commands Redis has run: only the
+// charts' sampler (Inspector.Counters) sends them.
+func (e *env) xinfoStreamCalls() int64 {
+	e.t.Helper()
+	info, err := e.client.Info(context.Background(), "commandstats").Result()
+	require.NoError(e.t, err)
+	m := regexp.MustCompile(`cmdstat_xinfo\|stream:calls=(\d+)`).FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	var n int64
+	_, _ = fmt.Sscan(m[1], &n)
+	return n
+}
+
+func (e *env) totalCommands() int64 {
+	e.t.Helper()
+	info, err := e.client.Info(context.Background(), "stats").Result()
+	require.NoError(e.t, err)
+	m := regexp.MustCompile(`total_commands_processed:(\d+)`).FindStringSubmatch(info)
+	require.NotNil(e.t, m)
+	var n int64
+	_, _ = fmt.Sscan(m[1], &n)
+	return n
+}
+
+type chartJSON struct {
+	ID    string `json:"id"`
+	YMax  string `json:"ymax"`
+	Empty string `json:"empty"`
+	Lines []struct {
+		Name, Points, Last string
+	} `json:"lines"`
+}
+
+func (e *env) charts(topic string) []chartJSON {
+	e.t.Helper()
+	status, body := e.get("/api/topic?t=" + url.QueryEscape(topic))
+	require.Equal(e.t, http.StatusOK, status, body)
+	var out struct{ Charts []chartJSON }
+	require.NoError(e.t, json.Unmarshal([]byte(body), &out))
+	return out.Charts
+}
+
+// TestChartsSampleOnlyWhileWatched: nothing is sampled before a topic page
+// is requested (an idle dashboard sends Redis nothing); once it is, the
+// throughput and lateness charts fill with points at the sample interval
+// and show the rate messages are made ready; 60 intervals after the last
+// request the sampling stops again.
+func TestChartsSampleOnlyWhileWatched(t *testing.T) {
+	const every = 50 * time.Millisecond
+	e := newEnv(t, dashboard.Options{SampleEvery: every})
+	const tp = "orders"
+	e.publish(tp, later(time.Hour, "registers the topic"))
+
+	before := e.xinfoStreamCalls()
+	time.Sleep(10 * every)
+	assert.Equal(t, before, e.xinfoStreamCalls(), "sampled before any page was requested")
+
+	status, page := e.get("/topic?t=" + tp)
+	require.Equal(t, http.StatusOK, status)
+	assert.Contains(t, page, `id="chart-throughput"`)
+	assert.Contains(t, page, `id="chart-lateness"`)
+	assert.Contains(t, page, "messages/s")
+	assert.Contains(t, page, "seconds overdue")
+	assert.Contains(t, page, "Collecting: a sample every 50ms")
+
+	// Traffic while sampling: 20 messages made ready over ~0.5 s.
+	for range 10 {
+		e.publish(tp, message.NewMessage(watermill.NewUUID(), []byte("now")), message.NewMessage(watermill.NewUUID(), []byte("now")))
+		time.Sleep(every)
+	}
+	var charts []chartJSON
+	require.Eventually(t, func() bool {
+		charts = e.charts(tp)
+		return len(charts) == 2 && strings.Count(charts[0].Lines[0].Points, ",") >= 5
+	}, 5*time.Second, every, "no points after the page was requested")
+	thr := charts[0]
+	assert.Equal(t, "chart-throughput", thr.ID)
+	assert.Empty(t, thr.Empty)
+	assert.Equal(t, "made ready", thr.Lines[0].Name)
+	assert.NotEqual(t, "1", thr.YMax, "20 messages in ~0.5 s: the y axis goes above 1/s")
+	assert.Regexp(t, `/s$`, thr.Lines[0].Last)
+	assert.Equal(t, "chart-lateness", charts[1].ID)
+	assert.Regexp(t, `^\d+(\.\d)? s$`, charts[1].Lines[0].Last)
+	status, page = e.get("/topic?t=" + tp)
+	require.Equal(t, http.StatusOK, status)
+	assert.Regexp(t, `<polyline class="l-ready" points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+`, page, "the page draws the line itself")
+
+	// Idle: no request for 60 intervals (3 s), then nothing is sampled.
+	time.Sleep(60*every + 10*every)
+	idle := e.xinfoStreamCalls()
+	cmds := e.totalCommands()
+	time.Sleep(20 * every)
+	// The second INFO counts the first one.
+	t.Logf("FIGURE Redis commands in %s of an idle dashboard, besides the test's INFO: %d", 20*every, e.totalCommands()-cmds-1)
+	assert.Equal(t, idle, e.xinfoStreamCalls(), "still sampling 60 intervals after the last request")
+}
+
+// TestChartsOff: a negative SampleEvery draws no lines and never samples.
+func TestChartsOff(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	e.publish("orders", later(time.Hour, "x"))
+	status, page := e.get("/topic?t=orders")
+	require.Equal(t, http.StatusOK, status)
+	assert.Contains(t, page, "Not sampled: Options.SampleEvery is negative.")
+	time.Sleep(100 * time.Millisecond)
+	assert.Zero(t, e.xinfoStreamCalls())
 }

@@ -271,7 +271,9 @@ func TestDashboardInChromium(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	f := seed(t, client)
 
-	rw := httptest.NewServer(dashboard.New(f.insp, dashboard.Options{}))
+	// Samples for the charts every 250 ms rather than 5 s, so that lines show
+	// within seconds.
+	rw := httptest.NewServer(dashboard.New(f.insp, dashboard.Options{SampleEvery: 250 * time.Millisecond}))
 	t.Cleanup(rw.Close)
 	ro := httptest.NewServer(dashboard.New(f.insp, dashboard.Options{ReadOnly: true}))
 	t.Cleanup(ro.Close)
@@ -304,6 +306,51 @@ func TestDashboardInChromium(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		t.Logf("waiting count went from %s to %s without a reload", before, eval[string](b, cell))
+	})
+
+	t.Run("throughput and lateness charts", func(t *testing.T) {
+		b.t = t
+		b.open(topicURL(rw.URL, bigTopic), "#chart-throughput svg")
+		// Immediate messages while the page is open: made ready at ~40/s.
+		for i := range 12 {
+			batch := make([]*message.Message, 10)
+			for k := range batch {
+				batch[k] = message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"now":%d}`, i*10+k)))
+			}
+			f.publish(t, bigTopic, batch...)
+			time.Sleep(250 * time.Millisecond)
+		}
+		points := func(sel string) int {
+			return eval[int](b, `document.querySelector(`+strconv.Quote(sel)+`).getAttribute("points").split(" ").filter(p => p).length`)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for points("#chart-throughput polyline.l-ready") < 5 || points("#chart-lateness polyline.l-overdue") < 5 {
+			if time.Now().After(deadline) {
+				t.Fatalf("charts not drawn 15 s after the traffic: %d throughput points, %d lateness points",
+					points("#chart-throughput polyline.l-ready"), points("#chart-lateness polyline.l-overdue"))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		thr := eval[string](b, `document.getElementById("chart-throughput").textContent`)
+		for _, want := range []string{"Throughput", "messages/s", "made ready", "now", "time (Redis clock)"} {
+			if !strings.Contains(thr, want) {
+				t.Errorf("throughput chart lacks %q:\n%s", want, thr)
+			}
+		}
+		if late := eval[string](b, `document.getElementById("chart-lateness").textContent`); !strings.Contains(late, "seconds overdue") {
+			t.Errorf("lateness chart lacks its unit:\n%s", late)
+		}
+		// SVG text has no innerText: read textContent.
+		if empty := eval[string](b, `document.querySelector("#chart-throughput .empty").textContent`); empty != "" {
+			t.Errorf("throughput chart still says %q", empty)
+		}
+		top := eval[float64](b, `Number(document.querySelector("#chart-throughput .ymax").textContent)`)
+		if top < 2 {
+			t.Errorf("y axis tops at %v/s after ~40 messages/s", top)
+		}
+		t.Logf("throughput: %d points, y axis to %v/s, latest %s; lateness: %d points, latest %s",
+			points("#chart-throughput polyline.l-ready"), top, b.text("#chart-throughput .last"),
+			points("#chart-lateness polyline.l-overdue"), b.text("#chart-lateness .last"))
 	})
 
 	t.Run("100k waiting: load and search", func(t *testing.T) {

@@ -1,5 +1,5 @@
-// The dashboard's only script: refreshes the counts every few seconds from
-// the JSON endpoints, building the rows with textContent (never HTML), and
+// The dashboard's only script: refreshes the counts and charts every few
+// seconds from the JSON endpoints, building the rows with textContent (never HTML), and
 // ticks "select all" on the dead letters page.
 (function () {
   "use strict";
@@ -109,6 +109,19 @@
         if (!bars[i]) return;
         bars[i].querySelector(".fill").className = "fill w" + (max ? Math.floor(b.count * 100 / max) : 0);
         bars[i].querySelector(".count").textContent = b.count;
+      });
+      // The charts are drawn by the server: swap their points and labels.
+      (data.charts || []).forEach(function (c) {
+        var fig = document.getElementById(c.id);
+        if (!fig) return;
+        fig.querySelector(".ymax").textContent = c.ymax;
+        fig.querySelector(".since").textContent = c.since;
+        fig.querySelector(".empty").textContent = c.empty;
+        var lines = fig.querySelectorAll("polyline"), last = fig.querySelectorAll(".last");
+        c.lines.forEach(function (l, i) {
+          if (lines[i]) lines[i].setAttribute("points", l.points);
+          if (last[i]) last[i].textContent = l.last;
+        });
       });
     });
   }

@@ -1,0 +1,60 @@
+package redisdelay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// TestInspectorCounters: the growing counters of a topic of two partitions
+// count messages made ready (published immediate, and delayed ones when
+// due), first deliveries per group and dead letters, and do not shrink
+// when the messages are acknowledged.
+func TestInspectorCounters(t *testing.T) {
+	client := newClient(t)
+	insp := lcInspector(t, client)
+	tp := topic()
+	ctx := context.Background()
+
+	c, err := insp.Counters(ctx, tp)
+	require.NoError(t, err, "a topic nothing used yet")
+	assert.Zero(t, c.Ready)
+	assert.Empty(t, c.Groups)
+	assert.WithinDuration(t, time.Now(), c.Time, 5*time.Second, "Redis's clock")
+
+	_, err = insp.Counters(ctx, "bad topic\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "topic")
+
+	pub := ptPublisher(t, client, 2)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1, Partitions: 2})
+	ch := subscribe(t, sub, tp)
+	for n := range 5 {
+		require.NoError(t, pub.Publish(tp, lcMessage("now "+string(rune('a'+n)))))
+	}
+	require.NoError(t, pub.Publish(tp, delayed(delay.For(300*time.Millisecond), "soon")))
+	for n := range 6 {
+		m := receive(t, ch, 5*time.Second)
+		if n == 0 {
+			m.Nack()
+		} else {
+			m.Ack()
+		}
+	}
+	lcAwaitDead(t, insp, tp, "g", 1, 5*time.Second)
+
+	c, err = insp.Counters(ctx, tp)
+	require.NoError(t, err)
+	assert.Equal(t, tp, c.Topic)
+	assert.EqualValues(t, 6, c.Ready, "5 immediate + 1 delayed made ready, over both partitions")
+	require.Len(t, c.Groups, 1)
+	assert.Equal(t, redisdelay.GroupCounters{Group: "g", Delivered: 6, DeadTotal: 1}, c.Groups[0])
+	st := lcStats(t, insp, tp)
+	assert.Less(t, st.Stream, int64(7), "the stream itself may be trimmed; the counter is not")
+}
