@@ -378,6 +378,11 @@ type SubscriberConfig struct {
 	// Metrics records metrics (prommetrics.New for Prometheus); nil
 	// records none. The embedded scheduler records into it too.
 	Metrics Metrics
+
+	// ExpiredMessages is what a subscription does with a message whose
+	// deadline (ExpiresAtKey) has passed when it is about to hand it to a
+	// handler: DeadLetterExpired (the default, "") or DropExpired.
+	ExpiredMessages ExpiredPolicy
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -448,6 +453,12 @@ func (c SubscriberConfig) Validate() error {
 		if err := positive("SubscriberConfig."+d.name, d.value, d.less); err != nil {
 			return err
 		}
+	}
+	switch c.ExpiredMessages {
+	case "", DeadLetterExpired, DropExpired:
+	default:
+		return fmt.Errorf("redisdelay: SubscriberConfig.ExpiredMessages is %q: use redisdelay.DeadLetterExpired (%q, the default) or redisdelay.DropExpired (%q)",
+			c.ExpiredMessages, DeadLetterExpired, DropExpired)
 	}
 	return validatePartitions("SubscriberConfig", c.Partitions, c.TopicPartitions)
 }

@@ -52,7 +52,10 @@
 // compete. A Nack redelivers to the same group only, after the delay the
 // handler set (middleware.DelayOnError) or SubscriberConfig.RetryDelay
 // (by default DefaultRetryDelay: 1s doubling to 10 minutes, with jitter).
-// The attempt number is in the AttemptKey metadata.
+// The attempt number is in the AttemptKey metadata. Snooze puts a message
+// back for a while without spending an attempt; a message past its
+// ExpiresAtKey deadline is never handed to a handler (dead letters, or
+// dropped: SubscriberConfig.ExpiredMessages).
 //
 // A subscription hands out the next message as soon as the previous one is
 // acked: acknowledgements are written to Redis in the background, many per

@@ -350,7 +350,8 @@ type DeadLetter struct {
 	// Attempts is how many deliveries it had.
 	Attempts int
 	// Reason says why it died: the handler's error, a consumer that stopped
-	// responding, or why it could not be decoded.
+	// responding, why it could not be decoded, or, starting "expired: ",
+	// that its deadline (ExpiresAtKey) passed before a delivery.
 	Reason string
 	// Time is when it died.
 	Time time.Time

@@ -1,6 +1,11 @@
 package redisdelay
 
-import "github.com/ThreeDotsLabs/watermill/message"
+import (
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
 
 // The metadata keys this package reads and writes, and typed setters for
 // those a publisher sets, so callers need not spell raw keys. Watermill's
@@ -72,6 +77,46 @@ const AttemptKey = "_redisdelay_attempt"
 // middleware sets it from the handler's error. Like all metadata it travels
 // with retries, so it holds the latest failure.
 const ErrorKey = "_redisdelay_error"
+
+// ExpiresAtKey is the metadata key that gives a message a deadline: "deliver
+// not later than" this instant, an RFC 3339 time (SetExpiresAt writes it
+// in UTC with milliseconds). A subscription checks it, by its host's
+// clock, each time it is about to hand the message to a handler, first
+// delivery and retries alike: past the deadline the handler never sees the
+// message, which goes to the group's dead letters with a reason starting
+// "expired" or is dropped, as SubscriberConfig.ExpiredMessages says.
+// Publish refuses a value that does not parse (ErrInvalidMessage) but
+// accepts a deadline already passed, or earlier than the due time: such a
+// message is dead-lettered (or dropped) when it comes due, where it can be
+// seen and counted, instead of failing a publisher that forwards messages
+// late (an outbox, a requeue). A received message published again keeps
+// its deadline.
+const ExpiresAtKey = "_redisdelay_expires_at"
+
+// SetExpiresAt gives a message the deadline t (see ExpiresAtKey); a zero t
+// removes it.
+func SetExpiresAt(msg *message.Message, t time.Time) {
+	if t.IsZero() {
+		delete(msg.Metadata, ExpiresAtKey)
+		return
+	}
+	msg.Metadata.Set(ExpiresAtKey, t.UTC().Format(untilLayout))
+}
+
+// messageExpiry is a message's deadline (zero without one); a value that
+// does not parse is an error naming the key and how to set it.
+func messageExpiry(md message.Metadata) (time.Time, error) {
+	v := md.Get(ExpiresAtKey)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("metadata %s=%q is not an RFC 3339 time such as \"2006-01-02T15:04:05.000Z\" (set it with redisdelay.SetExpiresAt)",
+			ExpiresAtKey, v)
+	}
+	return t, nil
+}
 
 // SetBusinessKey gives a message the business key key (see BusinessKey);
 // an empty key removes it.

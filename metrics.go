@@ -60,6 +60,12 @@ type SubscriptionMetrics interface {
 	// or an entry that could not be decoded).
 	Nacked(deadLettered bool)
 
+	// Expired is called when a message was not handed to a handler because
+	// its deadline (ExpiresAtKey) had passed: moved to the dead letters
+	// (deadLettered), or dropped (SubscriberConfig.ExpiredMessages). It is
+	// not also counted by Nacked.
+	Expired(deadLettered bool)
+
 	// AckWritten is called for each Ack once written to Redis, latency
 	// after the handler's Ack (acks are written in batches, in the
 	// background).
@@ -126,6 +132,14 @@ func (sm *subMetrics) nacked(outcome int64) {
 		return
 	}
 	sm.rec.Nacked(outcome == 2)
+}
+
+// expired records a message settled unhandled, past its deadline.
+func (sm *subMetrics) expired(deadLettered bool) {
+	if sm == nil {
+		return
+	}
+	sm.rec.Expired(deadLettered)
 }
 
 // ackQueued records when an acknowledgement was queued. The subscription's

@@ -287,6 +287,8 @@ type nackArgs struct {
 	body    []byte // the encoded message, with the metadata the handler left
 	reason  string // "": requeue; else bury it in the dead letters with this reason
 	maxDead int    // most dead letters kept (<= 0: no limit)
+
+	keepAttempt bool // requeue as the same attempt (Snooze), not the next
 }
 
 // nackReply is what nack.lua returns.
@@ -302,9 +304,13 @@ func callNack(ctx context.Context, c redis.Scripter, sh shard, a nackArgs) (nack
 		source = "r"
 	}
 	g := a.group
+	keep := "0"
+	if a.keepAttempt {
+		keep = "1"
+	}
 	res, err := nackScript.Run(ctx, c,
 		[]string{a.stream, sh.retry(g), sh.retryBodies(g), sh.redelivery(g), sh.dead(g), sh.meta(g)},
-		g, a.id, source, a.attempt, a.delay.Milliseconds(), a.body, sh.wake(), a.reason, max(a.maxDead, 0)).Int64Slice()
+		g, a.id, source, a.attempt, a.delay.Milliseconds(), a.body, sh.wake(), a.reason, max(a.maxDead, 0), keep).Int64Slice()
 	if err == nil {
 		err = replyShort("nack", len(res), 2)
 	}

@@ -739,18 +739,29 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 		}
 		s.logger.Error("redisdelay: cannot decode entry; moving it to the dead letters", err, fields())
 		sub.settle(ctx, func(ctx context.Context) error {
-			return sub.settleNack(ctx, e, attempt, 0, []byte(raw), err.Error())
+			return sub.settleNack(ctx, e, attempt, 0, []byte(raw), err.Error(), nackFailed)
 		})
 		return ctx.Err() == nil, false
 	}
 	for {
+		if expired, acked := sub.expire(ctx, e, msg, attempt); expired {
+			return ctx.Err() == nil, acked
+		}
 		ok, acked, nacked, deliveredUntil := sub.handle(ctx, e, msg, attempt)
 		if nacked == nil {
 			return ok, acked
 		}
 		// An ordered subscription retries a nacked message here, before any
 		// later message of the partition: the entry stays pending, its lease
-		// renewed, while the retry delay runs.
+		// renewed, while the retry delay runs. A snoozed one keeps its attempt.
+		if d, snoozed := takeSnooze(nacked.Metadata); snoozed {
+			sleep(ctx, d)
+			if ctx.Err() != nil {
+				return false, false
+			}
+			msg = nacked.Copy()
+			continue
+		}
 		d, err := nackDelay(nacked.Metadata, deliveredUntil, attempt, s.now(), s.config.RetryDelay)
 		if errors.Is(err, errDelayTooFar) {
 			sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, nacked, attempt, deliveredUntil) })
@@ -776,6 +787,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Message, attempt int) (ok, acked bool, retry *message.Message, deliveredUntil string) {
 	s := sub.s
 	deliveredUntil = markDelivered(msg.Metadata, strconv.Itoa(attempt), s.now())
+	delete(msg.Metadata, snoozeKey) // only a Snooze of this delivery counts
 
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -798,7 +810,7 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 		case <-msg.Acked():
 			return timeout == nil, true, nil, ""
 		case <-msg.Nacked():
-			if timeout == nil && sub.retriesInPlace(attempt) {
+			if timeout == nil && (sub.retriesInPlace(attempt) || sub.order != nil && msg.Metadata.Get(snoozeKey) != "") {
 				return true, false, msg, deliveredUntil
 			}
 			sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
@@ -863,6 +875,9 @@ func (sub *subscription) notPending(e entry, what string) {
 
 func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message, attempt int, deliveredUntil string) error {
 	s := sub.s
+	if d, snoozed := takeSnooze(msg.Metadata); snoozed {
+		return sub.settleNack(ctx, e, attempt, d, encodeMessage(msg), "", nackSnoozed)
+	}
 	d, err := nackDelay(msg.Metadata, deliveredUntil, attempt, s.now(), s.config.RetryDelay)
 	reason := ""
 	switch {
@@ -879,26 +894,49 @@ func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message
 				attempt, max, ErrorKey)
 		}
 	}
-	return sub.settleNack(ctx, e, attempt, d, encodeMessage(msg), reason)
+	return sub.settleNack(ctx, e, attempt, d, encodeMessage(msg), reason, nackFailed)
 }
+
+// nackKind is why an entry is nacked.
+type nackKind int
+
+const (
+	nackFailed  nackKind = iota // a failed attempt (or an undecodable entry)
+	nackSnoozed                 // Snooze: requeued with its attempt unchanged
+	nackExpired                 // past its deadline: buried, never delivered
+)
 
 // settleNack requeues a delivered entry for the group, or buries it in the
 // dead letters when reason is set.
-func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, delay time.Duration, body []byte, reason string) error {
+func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, delay time.Duration, body []byte, reason string, kind nackKind) error {
 	s := sub.s
-	r, err := callNack(ctx, s.config.Client, sub.shard, nackArgs{
+	a := nackArgs{
 		group: s.config.ConsumerGroup, stream: e.stream, id: e.msg.ID, redo: e.redo,
 		attempt: attempt, delay: delay, body: body, reason: reason, maxDead: s.config.MaxDeadLetters,
-	})
+		keepAttempt: kind == nackSnoozed,
+	}
+	if kind == nackExpired {
+		a.attempt-- // the dead letter counts the deliveries it had: not this one
+	}
+	r, err := callNack(ctx, s.config.Client, sub.shard, a)
 	if err != nil {
 		return fmt.Errorf("nack entry %s: %w", e.msg.ID, err)
 	}
-	sub.m.nacked(r.status)
+	switch kind {
+	case nackFailed:
+		sub.m.nacked(r.status)
+	case nackExpired:
+		if r.status == 2 {
+			sub.m.expired(true)
+		}
+	}
 	fields := sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "attempt": attempt})
-	switch r.status {
-	case 0:
+	switch {
+	case r.status == 0:
 		sub.notPending(e, "Nack")
-	case 2:
+	case r.status == 2 && kind == nackExpired:
+		s.logger.Info("redisdelay: message expired; moved to the dead letters", fields.Add(watermill.LogFields{"reason": reason}))
+	case r.status == 2:
 		s.logger.Error("redisdelay: message moved to the dead letters", errors.New(reason), fields)
 	}
 	if r.evicted > 0 {

@@ -33,6 +33,7 @@ type Metrics struct {
 	ackLatency      *prometheus.HistogramVec // topic, consumer_group
 	retries         *prometheus.CounterVec   // topic, consumer_group
 	deadLettered    *prometheus.CounterVec   // topic, consumer_group, source
+	expired         *prometheus.CounterVec   // topic, consumer_group
 	reclaimed       *prometheus.CounterVec   // topic, consumer_group
 	promoted        *prometheus.CounterVec   // topic
 	lateness        *prometheus.HistogramVec // topic
@@ -69,8 +70,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "retries_total",
 			Help: "Nacked messages requeued for another attempt."}, tg),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "dead_lettered_messages_total",
-			Help: "Messages moved to the dead letters (source: nack for a Nack on the last attempt or an undecodable entry, reclaim for a consumer that stopped responding on the last attempt)."},
+			Help: "Messages moved to the dead letters (source: nack for a Nack on the last attempt or an undecodable entry, reclaim for a consumer that stopped responding on the last attempt, expired for a message past its deadline)."},
 			append(tg, "source")),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "expired_messages_total",
+			Help: "Messages not handed to a handler because their deadline (metadata _redisdelay_expires_at) had passed: dead-lettered (also counted in dead_lettered_messages_total, source expired) or dropped."}, tg),
 		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reclaimed_messages_total",
 			Help: "Messages taken back by this process's scheduler from consumers that stopped responding, and requeued for another attempt."}, tg),
 		promoted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "promoted_messages_total",
@@ -89,7 +92,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.publishDuration, m.published, m.delivered, m.deliveryLag, m.ackLatency,
-		m.retries, m.deadLettered, m.reclaimed, m.promoted, m.lateness}
+		m.retries, m.deadLettered, m.expired, m.reclaimed, m.promoted, m.lateness}
 }
 
 // Describe implements prometheus.Collector.
@@ -143,6 +146,8 @@ func (m *Metrics) Subscription(topic, consumerGroup string) redisdelay.Subscript
 		ack:     m.ackLatency.WithLabelValues(topic, consumerGroup),
 		retries: m.retries.WithLabelValues(topic, consumerGroup),
 		dead:    m.deadLettered.WithLabelValues(topic, consumerGroup, "nack"),
+		expired: m.expired.WithLabelValues(topic, consumerGroup),
+		expDead: m.deadLettered.WithLabelValues(topic, consumerGroup, "expired"),
 	}
 }
 
@@ -178,6 +183,8 @@ type subscription struct {
 	lag, ack     prometheus.Observer
 	retries      prometheus.Counter
 	dead         prometheus.Counter
+	expired      prometheus.Counter
+	expDead      prometheus.Counter // dead letters, source expired
 }
 
 func (s *subscription) Delivered(attempt int, lag time.Duration) {
@@ -196,6 +203,13 @@ func (s *subscription) Nacked(deadLettered bool) {
 		s.dead.Inc()
 	} else {
 		s.retries.Inc()
+	}
+}
+
+func (s *subscription) Expired(deadLettered bool) {
+	s.expired.Inc()
+	if deadLettered {
+		s.expDead.Inc()
 	}
 }
 

@@ -23,6 +23,7 @@
   ARGV[7] wake channel
   ARGV[8] "" to requeue, else the reason to bury it in the dead letters
   ARGV[9] most dead letters kept (<= 0: no limit)
+  ARGV[10] "1" to requeue it as the same attempt (Snooze), else as the next
 
   Returns {status, evicted}: status 0 when the entry was no longer pending
   for the group (already acknowledged, handed back or reclaimed: nothing is
@@ -40,5 +41,9 @@ local attempt = tonumber(ARGV[4])
 if ARGV[8] ~= '' then
   return {2, bury(KEYS[5], KEYS[6], tonumber(ARGV[9]), ARGV[6], attempt, ARGV[8])}
 end
-requeue(KEYS[2], KEYS[3], KEYS[4], ARGV[7], ARGV[3] .. ARGV[2], attempt + 1, tonumber(ARGV[5]), ARGV[6])
+local next = attempt + 1
+if ARGV[10] == '1' then
+  next = attempt
+end
+requeue(KEYS[2], KEYS[3], KEYS[4], ARGV[7], ARGV[3] .. ARGV[2], next, tonumber(ARGV[5]), ARGV[6])
 return {1, 0}

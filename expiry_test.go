@@ -1,0 +1,201 @@
+package redisdelay_test
+
+// Per-message expiry (ExpiresAtKey) against the real test server: an expired
+// message is never handed to a handler; it goes to the dead letters with a
+// reason starting "expired", or is dropped, and is counted.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// A delayed message whose deadline passes while it waits is dead-lettered
+// at its due time, unhandled, with reason "expired: ..." and Attempts 0; a
+// message whose deadline is still ahead is delivered; both are counted.
+func TestExpiry_ExpiredMessageIsDeadLetteredNeverHandled(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	m, reg := mtMetrics(t)
+	pub := lcPublisher(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond, Metrics: m})
+	insp := lcInspector(t, client)
+	ch := subscribe(t, sub, topic)
+
+	late := delayed(delay.For(400*time.Millisecond), "late")
+	redisdelay.SetExpiresAt(late, time.Now().Add(150*time.Millisecond))
+	ok := delayed(delay.For(400*time.Millisecond), "ok")
+	redisdelay.SetExpiresAt(ok, time.Now().Add(time.Minute))
+	require.NoError(t, pub.Publish(topic, late))
+	require.NoError(t, pub.Publish(topic, ok))
+
+	got := receive(t, ch, 3*time.Second)
+	assert.Equal(t, ok.UUID, got.UUID, "only the message within its deadline is delivered")
+	got.Ack()
+	nothing(t, ch, 300*time.Millisecond)
+
+	dead := lcAwaitDead(t, insp, topic, "g", 1, 3*time.Second)
+	assert.Equal(t, late.UUID, dead[0].Message.UUID)
+	assert.True(t, strings.HasPrefix(dead[0].Reason, "expired: "), "reason %q", dead[0].Reason)
+	assert.Contains(t, dead[0].Reason, redisdelay.ExpiresAtKey)
+	assert.Equal(t, 0, dead[0].Attempts, "never delivered")
+	t.Logf("reason: %s", dead[0].Reason)
+
+	tg := map[string]string{"topic": topic, "consumer_group": "g"}
+	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_expired_messages_total", tg))
+	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_dead_lettered_messages_total",
+		map[string]string{"topic": topic, "consumer_group": "g", "source": "expired"}))
+	assert.Equal(t, 0.0, mtValue(t, reg, "redisdelay_dead_lettered_messages_total",
+		map[string]string{"topic": topic, "consumer_group": "g", "source": "nack"}), "not counted as a failed nack")
+	g := lcGroupStats(t, insp, topic, "g")
+	assert.Zero(t, g.Pending+g.Retry+g.Ready, "nothing left in flight: %+v", g)
+}
+
+// Publish accepts a deadline already passed (the message is dead-lettered
+// when delivered), and refuses one that does not parse.
+func TestExpiry_PublishValidatesTheDeadline(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	insp := lcInspector(t, client)
+	ch := subscribe(t, sub, topic)
+
+	bad := lcMessage("bad")
+	bad.Metadata.Set(redisdelay.ExpiresAtKey, "tomorrow")
+	err := pub.Publish(topic, bad)
+	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
+	assert.Contains(t, err.Error(), redisdelay.ExpiresAtKey)
+	assert.Contains(t, err.Error(), "SetExpiresAt")
+
+	past := lcMessage("past")
+	redisdelay.SetExpiresAt(past, time.Now().Add(-time.Second))
+	require.NoError(t, pub.Publish(topic, past))
+	dead := lcAwaitDead(t, insp, topic, "g", 1, 3*time.Second)
+	assert.Equal(t, past.UUID, dead[0].Message.UUID)
+	nothing(t, ch, 200*time.Millisecond)
+
+	// A zero time removes the deadline.
+	redisdelay.SetExpiresAt(past, time.Time{})
+	assert.NotContains(t, past.Metadata, redisdelay.ExpiresAtKey)
+}
+
+// DropExpired: the expired message is acknowledged, unhandled, with no
+// dead letter; it is counted.
+func TestExpiry_DropPolicy(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	m, reg := mtMetrics(t)
+	pub := lcPublisher(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", ExpiredMessages: redisdelay.DropExpired, Metrics: m})
+	insp := lcInspector(t, client)
+	ch := subscribe(t, sub, topic)
+
+	gone := lcMessage("gone")
+	redisdelay.SetExpiresAt(gone, time.Now().Add(-time.Millisecond))
+	require.NoError(t, pub.Publish(topic, gone, lcMessage("next")))
+	got := receive(t, ch, 3*time.Second)
+	assert.Equal(t, "next", string(got.Payload))
+	got.Ack()
+
+	tg := map[string]string{"topic": topic, "consumer_group": "g"}
+	mtEventually(t, reg, "redisdelay_expired_messages_total", tg, 1)
+	assert.Equal(t, 0.0, mtValue(t, reg, "redisdelay_dead_lettered_messages_total",
+		map[string]string{"topic": topic, "consumer_group": "g", "source": "expired"}))
+	require.Eventually(t, func() bool {
+		g := lcGroupStats(t, insp, topic, "g")
+		return g.Pending+g.Retry+g.Ready == 0
+	}, 3*time.Second, 20*time.Millisecond, "both acknowledged")
+	assert.EqualValues(t, 0, lcGroupStats(t, insp, topic, "g").DeadTotal)
+}
+
+// A message that expires between its retries is not retried: handled once,
+// nacked, then dead-lettered with Attempts 1 when the retry comes due.
+func TestExpiry_DuringRetries(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond,
+		RetryDelay: func(int) time.Duration { return 500 * time.Millisecond }})
+	insp := lcInspector(t, client)
+	ch := subscribe(t, sub, topic)
+
+	msg := lcMessage("x")
+	redisdelay.SetExpiresAt(msg, time.Now().Add(300*time.Millisecond))
+	require.NoError(t, pub.Publish(topic, msg))
+	got := receive(t, ch, 2*time.Second)
+	assert.Equal(t, "1", got.Metadata.Get(redisdelay.AttemptKey))
+	got.Nack()
+	dead := lcAwaitDead(t, insp, topic, "g", 1, 3*time.Second)
+	nothing(t, ch, 200*time.Millisecond)
+	assert.Equal(t, 1, dead[0].Attempts)
+	assert.True(t, strings.HasPrefix(dead[0].Reason, "expired: "), "reason %q", dead[0].Reason)
+}
+
+// An ordered subscription retries in place; the deadline is checked before
+// each of those attempts too.
+func TestExpiry_OrderedRetryInPlace(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true,
+		RetryDelay: func(int) time.Duration { return 400 * time.Millisecond }})
+	insp := lcInspector(t, client)
+	ch := subscribe(t, sub, topic)
+
+	msg := lcMessage("x")
+	redisdelay.SetExpiresAt(msg, time.Now().Add(200*time.Millisecond))
+	require.NoError(t, pub.Publish(topic, msg, lcMessage("after")))
+	got := receive(t, ch, 2*time.Second)
+	require.Equal(t, msg.UUID, got.UUID)
+	got.Nack()
+	next := receive(t, ch, 3*time.Second)
+	assert.Equal(t, "after", string(next.Payload), "the expired message is not retried")
+	next.Ack()
+	dead := lcAwaitDead(t, insp, topic, "g", 1, 2*time.Second)
+	assert.Equal(t, msg.UUID, dead[0].Message.UUID)
+	assert.Equal(t, 1, dead[0].Attempts)
+}
+
+// An unknown ExpiredMessages policy is refused with the valid ones named.
+func TestExpiry_UnknownPolicyRefused(t *testing.T) {
+	_, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: newClient(t), ConsumerGroup: "g", ExpiredMessages: "ignore"}, logger)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ExpiredMessages")
+	assert.Contains(t, err.Error(), string(redisdelay.DropExpired))
+}
+
+// A deadline that does not parse in a stored message (written around
+// Publish) cannot expire it: the message is delivered, and the error logged.
+func TestExpiry_UnreadableStoredDeadlineDelivers(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := lcPublisher(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, topic)
+	msg := lcMessage("x")
+	require.NoError(t, pub.Publish(topic, msg))
+	got := receive(t, ch, 2*time.Second)
+	// Republished by hand with a broken deadline, as the encoded body.
+	got.Metadata.Set(redisdelay.ExpiresAtKey, "soon")
+	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{
+		Stream: lcKey(topic, "stream"), Values: []any{"m", redisdelay.EncodeForTest(got)}}).Err())
+	got.Ack()
+	again := receive(t, ch, 2*time.Second)
+	assert.Equal(t, "soon", again.Metadata.Get(redisdelay.ExpiresAtKey))
+	again.Ack()
+}
