@@ -32,8 +32,9 @@ func waitingDue(t *testing.T, insp *redisdelay.Inspector, tp, uuid string) time.
 
 // Reschedule moves a waiting message earlier, in place: same UUID, body
 // and business key; it is delivered once, not before the new due time,
-// within a second of it (the schedulers are woken: they slept for an hour).
-// Moving one later keeps it from being delivered at its old time.
+// within a second of it: the scheduler, whose CheckInterval is 10 s and
+// whose earliest message was an hour away, is woken. Moving one later
+// keeps it from being delivered at its old time.
 func TestRescheduleInPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -42,10 +43,11 @@ func TestRescheduleInPlace(t *testing.T) {
 	pub := bkPublisher(t, redisdelay.PublisherConfig{})
 	insp := lcInspector(t, client)
 	early := bkMsg("order-1", time.Hour, "early", "")
-	late := delayed(delay.For(300*time.Millisecond), "late")
+	late := delayed(delay.For(2*time.Hour), "late")
 	require.NoError(t, pub.Publish(tp, early, late))
-	ch := rescheduleSub(t, client, tp)
-	nothing(t, ch, 100*time.Millisecond) // the scheduler is asleep until late is due
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 10 * time.Second})
+	ch := subscribe(t, sub, tp)
+	nothing(t, ch, 200*time.Millisecond) // the scheduler is asleep for its CheckInterval
 
 	ok, err := pub.Reschedule(ctx, tp, late.UUID, time.Now().Add(time.Hour))
 	require.NoError(t, err)
@@ -59,7 +61,7 @@ func TestRescheduleInPlace(t *testing.T) {
 	require.False(t, waitingDue(t, insp, tp, early.UUID).Before(due.Truncate(time.Millisecond)), "rounded up, never early")
 	require.Equal(t, map[string]string{"order-1": early.UUID}, bkState(t, tp, 0), "keeps its business key")
 
-	got := receive(t, ch, 2*time.Second)
+	got := receive(t, ch, time.Second)
 	at := time.Now()
 	require.Equal(t, early.UUID, got.UUID)
 	require.Equal(t, "early", string(got.Payload))
