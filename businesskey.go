@@ -18,8 +18,16 @@ const (
 	// message: Publish returns nil.
 	KeepFirst BusinessKeyPolicy = "keep-first"
 	// ReplaceWaiting removes the holder and stores the new message with its
-	// own body and due time (an immediate one is sent at once).
+	// own body and due time (an immediate one is sent at once): each new
+	// message moves the due time, so a burst is delivered once, after the
+	// last message's delay (debounce).
 	ReplaceWaiting BusinessKeyPolicy = "replace"
+	// ReplaceKeepDue removes the holder and stores the new message with its
+	// own UUID and body but the holder's due time (an immediate one waits
+	// for it too): a burst is delivered once, with the last body, when the
+	// first message was due (throttle). Without a holder the message keeps
+	// its own due time.
+	ReplaceKeepDue BusinessKeyPolicy = "replace-keep-due"
 )
 
 // policyLetter is how publish.lua names a policy.
@@ -31,6 +39,8 @@ func policyLetter(p BusinessKeyPolicy) (string, bool) {
 		return "k", true
 	case ReplaceWaiting:
 		return "x", true
+	case ReplaceKeepDue:
+		return "d", true
 	}
 	return "", false
 }
@@ -51,8 +61,8 @@ func businessKeyArg(msg *message.Message, topicPolicy BusinessKeyPolicy) (key, a
 	}
 	letter, ok := policyLetter(policy)
 	if !ok {
-		return "", "", fmt.Errorf("metadata %s=%q is not a business key policy: use %q, %q or %q",
-			BusinessKeyPolicyKey, policy, RejectDuplicateKey, KeepFirst, ReplaceWaiting)
+		return "", "", fmt.Errorf("metadata %s=%q is not a business key policy: use %q, %q, %q or %q",
+			BusinessKeyPolicyKey, policy, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue)
 	}
 	return key, letter + key, nil
 }
@@ -60,16 +70,16 @@ func businessKeyArg(msg *message.Message, topicPolicy BusinessKeyPolicy) (key, a
 // validatePolicies checks the business key policies of a PublisherConfig.
 func validatePolicies(def BusinessKeyPolicy, perTopic map[string]BusinessKeyPolicy) error {
 	if _, ok := policyLetter(def); !ok {
-		return fmt.Errorf("redisdelay: PublisherConfig.BusinessKeyPolicy is %q: use %q (the default), %q or %q",
-			def, RejectDuplicateKey, KeepFirst, ReplaceWaiting)
+		return fmt.Errorf("redisdelay: PublisherConfig.BusinessKeyPolicy is %q: use %q (the default), %q, %q or %q",
+			def, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue)
 	}
 	for topic, p := range perTopic {
 		if pr := nameProblem("PublisherConfig.TopicBusinessKeyPolicy key", topic); pr != "" {
 			return fmt.Errorf("%w: %s", ErrInvalidTopic, pr)
 		}
 		if _, ok := policyLetter(p); !ok {
-			return fmt.Errorf("redisdelay: PublisherConfig.TopicBusinessKeyPolicy[%q] is %q: use %q, %q or %q",
-				topic, p, RejectDuplicateKey, KeepFirst, ReplaceWaiting)
+			return fmt.Errorf("redisdelay: PublisherConfig.TopicBusinessKeyPolicy[%q] is %q: use %q, %q, %q or %q",
+				topic, p, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue)
 		}
 	}
 	return nil

@@ -125,7 +125,8 @@ type PublisherConfig struct {
 
 	// BusinessKeyPolicy is what Publish does with a message whose
 	// BusinessKey metadata is held by another waiting message of the topic:
-	// RejectDuplicateKey (the default), KeepFirst or ReplaceWaiting.
+	// RejectDuplicateKey (the default), KeepFirst, ReplaceWaiting or
+	// ReplaceKeepDue.
 	// TopicBusinessKeyPolicy sets it per topic; the BusinessKeyPolicyKey
 	// metadata of a message overrides both.
 	BusinessKeyPolicy      BusinessKeyPolicy

@@ -73,7 +73,9 @@
 // # Operating it
 //
 // A BusinessKey metadata value is unique among a topic's waiting messages
-// (reject, keep the first, or replace a duplicate; recall with CancelKey);
+// (reject, keep the first, or replace a duplicate, moving its due time or
+// keeping it; recall with CancelKey); Reschedule and RescheduleKey move a
+// waiting message's due time in place;
 // MaxWaiting and MaxReady bound a topic (ErrQueueFull); PriorityKey makes a
 // message overtake a backlog; the prommetrics subpackage exports
 // Prometheus metrics (the core links none); Inspector.Health reports stuck

@@ -24,7 +24,7 @@ import (
 const BusinessKey = "_redisdelay_business_key"
 
 // BusinessKeyPolicyKey is the metadata key that sets the BusinessKeyPolicy
-// of one message ("reject", "keep-first" or "replace"), overriding
+// of one message ("reject", "keep-first", "replace" or "replace-keep-due"), overriding
 // PublisherConfig.BusinessKeyPolicy and TopicBusinessKeyPolicy.
 const BusinessKeyPolicyKey = "_redisdelay_business_key_policy"
 
@@ -127,8 +127,8 @@ func SetBusinessKey(msg *message.Message, key string) {
 // SetBusinessKeyPolicy sets what Publish does when the message's business
 // key is held by another waiting message (see BusinessKeyPolicyKey),
 // overriding the Publisher's policy; an empty policy removes the override.
-// Publish rejects a policy other than RejectDuplicateKey, KeepFirst and
-// ReplaceWaiting.
+// Publish rejects a policy other than RejectDuplicateKey, KeepFirst,
+// ReplaceWaiting and ReplaceKeepDue.
 func SetBusinessKeyPolicy(msg *message.Message, policy BusinessKeyPolicy) {
 	setOrDelete(msg, BusinessKeyPolicyKey, string(policy))
 }

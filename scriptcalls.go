@@ -211,6 +211,15 @@ func callCancel(ctx context.Context, c redis.Scripter, sh shard, by, value strin
 	return n == 1, err
 }
 
+// callReschedule runs reschedule.lua on one partition: moves the waiting
+// message found by its UUID or business key (by "uuid" or "key") to be due
+// delayMs after Redis's now. It reports false when none waits there.
+func callReschedule(ctx context.Context, c redis.Scripter, sh shard, by, value string, delayMs int64) (bool, error) {
+	score, err := rescheduleScript.Run(ctx, c, []string{sh.waiting(), sh.bkeys(), sh.seq(), sh.dormant()},
+		by, value, delayMs, sh.wake()).Int64()
+	return score > 0, err
+}
+
 // callRequeue runs requeue.lua: moves the dead letters ids (none: the
 // oldest, up to limit) of a group to its redelivery stream. It returns how
 // many it moved.

@@ -27,7 +27,8 @@
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
   ARGV[j+2]        encoded message
   ARGV[j+3]        business key: '' for none, else the policy's letter and
-                   the key: r (reject), k (keep first), x (replace)
+                   the key: r (reject), k (keep first), x (replace),
+                   d (replace, keeping the holder's due time)
   ARGV[j+4]        "1" for a high-priority message, "0" otherwise
 
   Returns one status per call, in call order, then 1 when KEYS[8] was
@@ -48,8 +49,10 @@
   Business keys: a waiting message may hold one; no two waiting messages
   hold the same. A message whose key is held by another waiting message
   (or, for an immediate message, by a waiting one of the same UUID) is
-  rejected (r), dropped (k), or takes its place (x: the holder is removed).
-  Immediate messages never hold a key.
+  rejected (r), dropped (k), or takes its place (x: the holder is removed;
+  d: the same, but the message takes the holder's score, so it is due when
+  the holder was, in its place among equal due times; an immediate message
+  then waits and holds the key). Other immediate messages never hold a key.
 
   No allow-oom flag, unlike the scripts that drain (see scripts.go): at
   maxmemory with noeviction, Redis refuses the call at its first write, so
@@ -64,6 +67,7 @@ local first = 5 + calls
 -- delays, which messages wait (delayed or high-priority), their UUIDs, the
 -- business keys
 local delay, waits, uuids, bkeys = {}, {}, {}, {}
+local fixed = {} -- message -> the score it takes from the holder it replaces (d)
 for j = first, #ARGV, 5 do
   local d = tonumber(ARGV[j + 1])
   if ARGV[j + 4] == '1' and d < 0 then
@@ -147,6 +151,28 @@ for k = 1, calls do
           else
             removes[#removes + 1] = key
             dWait = dWait - 1
+            if policy == 'd' then
+              if pending[h] then
+                local p = waiting[pending[h]]
+                fixed[m], delay[m] = fixed[p], delay[p]
+              else
+                fixed[m] = tonumber(redis.call('ZSCORE', KEYS[1], h))
+              end
+              if not w then
+                -- an immediate message that now waits: its UUID must not
+                -- be waiting already, but as the holder itself
+                local o = known[id]
+                if o == nil then
+                  o = redis.call('HGET', KEYS[2], id)
+                end
+                if o and id ~= h then
+                  bad = id
+                  break
+                end
+                w = true
+                waits[m] = true
+              end
+            end
           end
         end
       end
@@ -229,13 +255,19 @@ end
 if #stored > 0 then
   local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
   local seq = redis.call('INCRBY', KEYS[4], #stored) - #stored
+  if not now then
+    -- only immediate messages that wait in a holder's place (d): taking
+    -- its score, they need no clock unless the holder had no score
+    now = redis.call('TIME')
+    now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
+  end
   local earliest = nil
   for c = 1, #stored, CHUNK do
     local h, z, o, pr = {}, {}, {}, {}
     for k = c, math.min(c + CHUNK - 1, #stored) do
       local m = stored[k]
       seq = seq + 1
-      local score = (now + delay[m]) * 1024 + seq % 1024
+      local score = fixed[m] or (now + delay[m]) * 1024 + seq % 1024
       h[#h + 1] = ARGV[m]
       h[#h + 1] = ARGV[m + 2]
       z[#z + 1] = score

@@ -38,6 +38,8 @@ type cmdFlags struct {
 	maxPayload    int
 	listen        string
 	readOnly      bool
+	in            time.Duration // reschedule --in
+	at            string        // reschedule --at
 }
 
 // payloadFlags are the flags of the commands that can print payloads.
@@ -155,6 +157,41 @@ func init() {
 				return nil
 			},
 			run: cmdCancel,
+		},
+		{
+			name: "reschedule", args: "<topic> (<uuid> | --key K) (--in D | --at T)", summary: "move a waiting message to a new due time",
+			help: "Moves a delayed message that is still waiting, by its UUID or by its business key (--key), to\n" +
+				"a new due time, in place: same UUID, body and key. --in 10m is due 10 minutes from now, --at an\n" +
+				"RFC 3339 time (2030-01-02T15:04:05Z); a time already passed is due at once. Reports whether it\n" +
+				"was waiting (exit status 0 either way; \"rescheduled\": false in JSON): it is not when unknown,\n" +
+				"cancelled, or already due.",
+			minArgs: 1, maxArgs: 2,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.StringVar(&f.key, "key", "", "reschedule the waiting message holding business key `K`")
+				fs.DurationVar(&f.in, "in", 0, "due `D` from now (e.g. 90s, 10m, 2h)")
+				fs.StringVar(&f.at, "at", "", "due at `T`, an RFC 3339 time")
+			},
+			check: func(pos []string, f *cmdFlags) error {
+				switch {
+				case f.key != "" && len(pos) > 1:
+					return errors.New("give a UUID or --key, not both")
+				case f.key == "" && len(pos) < 2:
+					return errors.New("give the UUID of the message to reschedule, or --key K")
+				case f.at != "" && f.in != 0:
+					return errors.New("give --in or --at, not both")
+				case f.at == "" && f.in == 0:
+					return errors.New("give the new due time: --in D (from now) or --at T (RFC 3339)")
+				case f.in < 0:
+					return fmt.Errorf("--in is %s: use a positive duration, or --at for a time", f.in)
+				}
+				if f.at != "" {
+					if _, err := time.Parse(time.RFC3339Nano, f.at); err != nil {
+						return fmt.Errorf("--at %q is not an RFC 3339 time such as 2030-01-02T15:04:05Z", f.at)
+					}
+				}
+				return nil
+			},
+			run: cmdReschedule,
 		},
 		{
 			name: "requeue", args: "<topic> <group> (<id>... | --all)", summary: "send dead letters back to their group",
@@ -471,6 +508,45 @@ func cmdCancel(e *env, pos []string) error {
 	}
 	return nil
 }
+
+func cmdReschedule(e *env, pos []string) error {
+	topic := pos[0]
+	if err := e.knownTopics(topic); err != nil {
+		return err
+	}
+	f := e.flags
+	due := time.Now().Add(f.in)
+	if f.at != "" {
+		due, _ = time.Parse(time.RFC3339Nano, f.at) // checked
+	}
+	out := rescheduleJSON{Topic: topic, Key: f.key, Due: due.UTC()}
+	var err error
+	if out.Key != "" {
+		out.Rescheduled, err = e.insp.RescheduleKey(e.ctx, topic, out.Key, due)
+	} else {
+		out.UUID = pos[1]
+		out.Rescheduled, err = e.insp.Reschedule(e.ctx, topic, out.UUID, due)
+	}
+	when := out.Due.Format(dueLayout)
+	switch {
+	case err != nil:
+		return err
+	case e.opts.json:
+		return writeJSON(e.stdout, out)
+	case out.Key != "" && out.Rescheduled:
+		fmt.Fprintf(e.stdout, "rescheduled the message holding business key %q in topic %q to %s\n", out.Key, topic, when)
+	case out.Key != "":
+		fmt.Fprintf(e.stdout, "not rescheduled: no waiting message holds business key %q in topic %q (unknown, cancelled, or already due)\n", out.Key, topic)
+	case out.Rescheduled:
+		fmt.Fprintf(e.stdout, "rescheduled message %s in topic %q to %s\n", out.UUID, topic, when)
+	default:
+		fmt.Fprintf(e.stdout, "not rescheduled: no message %s is waiting in topic %q (unknown, cancelled, or already due)\n", out.UUID, topic)
+	}
+	return nil
+}
+
+// dueLayout shows a new due time to the millisecond, as it is kept.
+const dueLayout = "2006-01-02T15:04:05.000Z07:00"
 
 func cmdRequeue(e *env, pos []string) error {
 	topic, group, ids := pos[0], pos[1], pos[2:]

@@ -1,6 +1,6 @@
 // Command redisdelay shows what the topics of watermill-redisdelay hold and
 // lets an operator act on them: list topics, count messages, list delayed
-// messages and dead letters, cancel a delayed message, requeue, delete or
+// messages and dead letters, cancel or reschedule a delayed message, requeue, delete or
 // purge dead letters, or serve all that as a web dashboard ("ui").
 //
 //	redisdelay [flags] <command> [arguments]

@@ -395,6 +395,55 @@ func TestCancel(t *testing.T) {
 	assert.EqualValues(t, 0, s.stats(t, partTopic).Waiting)
 }
 
+// Reschedule by UUID (--at) and by business key (--in), in topics of 1
+// and 4 partitions; the message keeps its UUID and moves, as FindWaiting
+// shows.
+func TestRescheduleCmd(t *testing.T) {
+	s := setupSample(t)
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: s.client, KeyPrefix: s.prefix})
+	require.NoError(t, err)
+	ctx := context.Background()
+	dueOf := func(tp, id string) time.Time {
+		w, found, err := insp.FindWaiting(ctx, tp, id)
+		require.NoError(t, err)
+		require.True(t, found, id)
+		return w.Due
+	}
+
+	at := time.Now().Add(5 * time.Hour).UTC().Truncate(time.Millisecond)
+	when := at.Format("2006-01-02T15:04:05.000Z07:00")
+	assert.Equal(t, fmt.Sprintf("rescheduled message %s in topic %q to %s\n", s.delayed[0], topic, when),
+		s.ok(t, "reschedule", topic, s.delayed[0], "--at", at.Format(time.RFC3339Nano)))
+	// never early; late by the time the command took to reach Redis
+	assert.False(t, dueOf(topic, s.delayed[0]).Before(at), "due %s, want %s", dueOf(topic, s.delayed[0]), at)
+	assert.WithinDuration(t, at, dueOf(topic, s.delayed[0]), time.Second)
+	assert.Equal(t, fmt.Sprintf("not rescheduled: no message %s is waiting in topic %q (unknown, cancelled, or already due)\n", "nope", topic),
+		s.ok(t, "reschedule", topic, "nope", "--in", "1m"))
+	out := decode[rescheduleJSON](t, s.ok(t, "--json", "reschedule", topic, s.delayed[1], "--in", "90m"))
+	assert.True(t, out.Rescheduled)
+	assert.Equal(t, s.delayed[1], out.UUID)
+	assert.WithinDuration(t, time.Now().Add(90*time.Minute), dueOf(topic, s.delayed[1]), 5*time.Second)
+	for _, id := range s.parted {
+		assert.True(t, decode[rescheduleJSON](t, s.ok(t, "reschedule", partTopic, id, "--in", "4h", "--json")).Rescheduled, id)
+		assert.WithinDuration(t, time.Now().Add(4*time.Hour), dueOf(partTopic, id), 5*time.Second)
+	}
+
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{
+		Client: s.client, KeyPrefix: s.prefix, TopicPartitions: map[string]int{"orders.keyed": 4},
+	}, nil)
+	require.NoError(t, err)
+	defer pub.Close()
+	msg := message.NewMessage(watermill.NewUUID(), []byte("close"))
+	msg.Metadata.Set(redisdelay.BusinessKey, "order-1")
+	delay.Message(msg, delay.For(time.Hour))
+	require.NoError(t, pub.Publish("orders.keyed", msg))
+	assert.Contains(t, s.ok(t, "reschedule", "orders.keyed", "--key", "order-1", "--in", "10m"),
+		`rescheduled the message holding business key "order-1" in topic "orders.keyed" to `)
+	assert.WithinDuration(t, time.Now().Add(10*time.Minute), dueOf("orders.keyed", msg.UUID), 5*time.Second)
+	assert.Equal(t, "not rescheduled: no waiting message holds business key \"order-2\" in topic \"orders.keyed\" (unknown, cancelled, or already due)\n",
+		s.ok(t, "reschedule", "orders.keyed", "--key", "order-2", "--in", "10m"))
+}
+
 func TestRequeue(t *testing.T) {
 	s := setupSample(t)
 	ids := s.deadIDs(t)
@@ -468,6 +517,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dead", topic}, "dead: wrong number of arguments (1)"},
 		{[]string{"cancel", topic}, "give the UUID of the message to cancel, or --key K"},
 		{[]string{"cancel", topic, "id", "--key", "k"}, "give a UUID or --key, not both"},
+		{[]string{"reschedule", topic, "--in", "1m"}, "give the UUID of the message to reschedule, or --key K"},
+		{[]string{"reschedule", topic, "id", "--key", "k", "--in", "1m"}, "give a UUID or --key, not both"},
+		{[]string{"reschedule", topic, "id"}, "give the new due time: --in D (from now) or --at T (RFC 3339)"},
+		{[]string{"reschedule", topic, "id", "--in", "1m", "--at", "2030-01-02T15:04:05Z"}, "give --in or --at, not both"},
+		{[]string{"reschedule", topic, "id", "--in", "-1m"}, "--in is -1m0s: use a positive duration, or --at for a time"},
+		{[]string{"reschedule", topic, "id", "--at", "tomorrow"}, `--at "tomorrow" is not an RFC 3339 time such as 2030-01-02T15:04:05Z`},
+		{[]string{"reschedule", topic, "id", "--in", "soon"}, `invalid value "soon" for flag -in`},
 		{[]string{"delete-dead", topic, group}, "delete-dead: wrong number of arguments (2)"},
 		{[]string{"--cluster", "127.0.0.1:7000", "--addr", "127.0.0.1:7001", "topics"}, "--cluster and --addr exclude each other"},
 		{[]string{"--timeout", "0s", "topics"}, "--timeout is 0s"},

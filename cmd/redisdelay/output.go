@@ -77,6 +77,14 @@ type cancelJSON struct {
 	Cancelled bool   `json:"cancelled"`
 }
 
+type rescheduleJSON struct {
+	Topic       string    `json:"topic"`
+	UUID        string    `json:"uuid,omitempty"`
+	Key         string    `json:"key,omitempty"`
+	Due         time.Time `json:"due"` // as asked; Redis keeps it rounded up to the ms
+	Rescheduled bool      `json:"rescheduled"`
+}
+
 type requeueJSON struct {
 	Topic    string   `json:"topic"`
 	Group    string   `json:"group"`

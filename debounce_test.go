@@ -1,0 +1,159 @@
+package redisdelay_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// A burst of 10 publishes with one business key leaves one waiting
+// message, the last (its UUID and body), delivered once: under
+// ReplaceWaiting (debounce) due after the last publish's delay, each
+// publish moving the due time; under ReplaceKeepDue (throttle) due exactly
+// when the first was. In topics of 1 and 4 partitions.
+func TestBusinessKeyBurst(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []redisdelay.BusinessKeyPolicy{redisdelay.ReplaceWaiting, redisdelay.ReplaceKeepDue} {
+		for _, parts := range []int{1, 4} {
+			t.Run(fmt.Sprintf("%s/%d", policy, parts), func(t *testing.T) {
+				t.Parallel()
+				burst(t, policy, parts)
+			})
+		}
+	}
+}
+
+func burst(t *testing.T, policy redisdelay.BusinessKeyPolicy, parts int) {
+	const (
+		n       = 10
+		wait    = 500 * time.Millisecond
+		spacing = 20 * time.Millisecond
+	)
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{Partitions: parts,
+		TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{tp: policy}})
+	insp := lcInspector(t, client)
+	var firstDue, lastSent time.Time
+	var last *message.Message
+	for i := range n {
+		last = bkMsg("job-1", wait, fmt.Sprint("v", i), "")
+		lastSent = time.Now()
+		require.NoError(t, pub.Publish(tp, last))
+		w, found, err := insp.FindWaitingKey(ctx, tp, "job-1")
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, last.UUID, w.Message.UUID)
+		if i == 0 {
+			firstDue = w.Due
+		}
+		time.Sleep(spacing)
+	}
+	w, found, err := insp.FindWaitingKey(ctx, tp, "job-1")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, fmt.Sprint("v", n-1), string(w.Message.Payload))
+	require.EqualValues(t, 1, lcStats(t, insp, tp).Waiting)
+	require.Equal(t, map[string]string{"job-1": last.UUID}, bkState(t, tp, redisdelay.PartitionOf("job-1", parts)))
+	if policy == redisdelay.ReplaceWaiting {
+		require.False(t, w.Due.Before(lastSent.Add(wait).Truncate(time.Millisecond)), "due after the last publish's delay")
+		require.GreaterOrEqual(t, w.Due.Sub(firstDue), (n-1)*spacing, "moved by the burst")
+	} else {
+		require.Equal(t, firstDue, w.Due, "due when the first message was")
+	}
+	t.Logf("%s: due %s after the first publish's due", policy, w.Due.Sub(firstDue))
+
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
+	ch := subscribe(t, sub, tp)
+	got := receive(t, ch, 3*time.Second)
+	require.False(t, time.Now().Before(w.Due), "early")
+	require.Equal(t, last.UUID, got.UUID)
+	require.Equal(t, fmt.Sprint("v", n-1), string(got.Payload))
+	got.Ack()
+	nothing(t, ch, 500*time.Millisecond)
+}
+
+// ReplaceKeepDue: an immediate message replacing a holder waits for the
+// holder's due time and holds the key; without a holder a message keeps
+// its own due time (an immediate one is sent at once); an immediate
+// message whose UUID waits under another key is refused.
+func TestBusinessKeyReplaceKeepDue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.ReplaceKeepDue})
+	insp := lcInspector(t, client)
+
+	first := bkMsg("order-1", time.Hour, "first", "")
+	require.NoError(t, pub.Publish(tp, first))
+	due := dueOf(t, tp, first.UUID)
+	now := bkMsg("order-1", 0, "now", "")
+	require.NoError(t, pub.Publish(tp, now))
+	got := content(t, tp)
+	require.Equal(t, []string{now.UUID}, got.waiting, "the immediate message waits in the holder's place")
+	require.EqualValues(t, 0, got.ready)
+	require.Equal(t, due, dueOf(t, tp, now.UUID), "the holder's score, exactly")
+	require.Equal(t, map[string]string{"order-1": now.UUID}, bkState(t, tp, 0))
+
+	require.NoError(t, pub.Publish(tp, bkMsg("order-2", 0, "free", "")))
+	require.EqualValues(t, 1, content(t, tp).ready, "no holder: sent at once")
+	own := bkMsg("order-3", 2*time.Hour, "own", "")
+	require.NoError(t, pub.Publish(tp, own))
+	w, _, err := insp.FindWaiting(ctx, tp, own.UUID)
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(2*time.Hour), w.Due, time.Second, "no holder: its own due time")
+
+	// an immediate message with order-3 and the UUID of the order-1 holder
+	clash := bkMsg("order-3", 0, "clash", "")
+	clash.UUID = now.UUID
+	before := topicState(t, tp)
+	err = pub.Publish(tp, clash)
+	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
+	require.Equal(t, before, topicState(t, tp))
+}
+
+// ReplaceKeepDue within one script run: a message replacing one accepted
+// earlier in the same run takes the score that one took, whether it came
+// from a holder waiting before the run or from its own delay.
+func TestBusinessKeyReplaceKeepDueCoalesced(t *testing.T) {
+	t.Parallel()
+	tp := topic()
+	pub, proxy, _ := gatedPublisher(t, tp, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.ReplaceKeepDue})
+	old := bkMsg("a", time.Hour, "old", "")
+	require.NoError(t, pub.Publish(tp, old))
+	due := dueOf(t, tp, old.UUID)
+	first, second := twoInFlight(t, proxy, pub, tp)
+
+	a1 := bkMsg("a", 3*time.Hour, "a1", "") // replaces old: its score
+	a2 := bkMsg("a", 0, "a2", "")           // replaces a1: old's score
+	b1 := bkMsg("b", time.Hour, "b1", "")   // no holder: its own delay
+	b2 := bkMsg("b", 0, "b2", "")           // replaces b1: b1's delay
+	b3 := bkMsg("b", 5*time.Hour, "b3", "") // replaces b2: b1's delay
+	calls := []*message.Message{a1, a2, b1, b2, b3}
+	errs := make([]chan error, len(calls))
+	for i, msg := range calls {
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- pub.Publish(tp, msg) }()
+		awaitQueued(t, pub, tp, i+1)
+	}
+	start := time.Now()
+	proxy.open()
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	for i := range errs {
+		require.NoError(t, <-errs[i])
+	}
+	require.Equal(t, map[string]string{"a": a2.UUID, "b": b3.UUID}, bkState(t, tp, 0))
+	require.Equal(t, due, dueOf(t, tp, a2.UUID))
+	bDue := time.UnixMilli(int64(dueOf(t, tp, b3.UUID)) / 1024)
+	require.WithinDuration(t, start.Add(time.Hour), bDue, time.Second)
+	require.Len(t, content(t, tp).waiting, 2)
+}

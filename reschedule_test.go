@@ -1,0 +1,283 @@
+package redisdelay_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// rescheduleSub subscribes a fresh group to tp, with its own scheduler.
+func rescheduleSub(t *testing.T, client redis.UniversalClient, tp string) <-chan *message.Message {
+	t.Helper()
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	return subscribe(t, sub, tp)
+}
+
+// waitingDue is the due time of the waiting message uuid, by FindWaiting.
+func waitingDue(t *testing.T, insp *redisdelay.Inspector, tp, uuid string) time.Time {
+	t.Helper()
+	w, found, err := insp.FindWaiting(context.Background(), tp, uuid)
+	require.NoError(t, err)
+	require.True(t, found, "message %s is not waiting", uuid)
+	return w.Due
+}
+
+// Reschedule moves a waiting message earlier, in place: same UUID, body
+// and business key; it is delivered once, not before the new due time,
+// within a second of it: the scheduler, whose CheckInterval is 10 s and
+// whose earliest message was an hour away, is woken. Moving one later
+// keeps it from being delivered at its old time.
+func TestRescheduleInPlace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{})
+	insp := lcInspector(t, client)
+	early := bkMsg("order-1", time.Hour, "early", "")
+	late := delayed(delay.For(2*time.Hour), "late")
+	require.NoError(t, pub.Publish(tp, early, late))
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 10 * time.Second})
+	ch := subscribe(t, sub, tp)
+	nothing(t, ch, 200*time.Millisecond) // the scheduler is asleep for its CheckInterval
+
+	ok, err := pub.Reschedule(ctx, tp, late.UUID, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.WithinDuration(t, time.Now().Add(time.Hour), waitingDue(t, insp, tp, late.UUID), time.Second)
+
+	due := time.Now().Add(200 * time.Millisecond)
+	ok, err = pub.Reschedule(ctx, tp, early.UUID, due)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.False(t, waitingDue(t, insp, tp, early.UUID).Before(due.Truncate(time.Millisecond)), "rounded up, never early")
+	require.Equal(t, map[string]string{"order-1": early.UUID}, bkState(t, tp, 0), "keeps its business key")
+
+	got := receive(t, ch, time.Second)
+	at := time.Now()
+	require.Equal(t, early.UUID, got.UUID)
+	require.Equal(t, "early", string(got.Payload))
+	require.Equal(t, "order-1", got.Metadata.Get(redisdelay.BusinessKey))
+	require.False(t, at.Before(due), "delivered %s early", due.Sub(at))
+	t.Logf("delivered %s after the new due time", at.Sub(due))
+	got.Ack()
+	nothing(t, ch, 500*time.Millisecond) // once; late is an hour away now
+	require.Equal(t, []string{late.UUID}, content(t, tp).waiting)
+}
+
+// RescheduleKey (Publisher and Inspector) finds the message by its
+// business key; a high-priority message keeps its priority; a due time in
+// the past makes the message due at once.
+func TestRescheduleKeyAndPriority(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{})
+	insp := lcInspector(t, client)
+	keyed := bkMsg("order-1", time.Hour, "keyed", "")
+	urgent := high(delayed(delay.For(time.Hour), "urgent"))
+	require.NoError(t, pub.Publish(tp, keyed))
+	require.NoError(t, pub.Publish(tp, urgent))
+
+	later := time.Now().Add(2 * time.Hour)
+	ok, err := insp.RescheduleKey(ctx, tp, "order-1", later)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.WithinDuration(t, later, waitingDue(t, insp, tp, keyed.UUID), 10*time.Millisecond)
+	ok, err = pub.RescheduleKey(ctx, tp, "order-1", later.Add(time.Hour))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.WithinDuration(t, later.Add(time.Hour), waitingDue(t, insp, tp, keyed.UUID), 10*time.Millisecond)
+
+	ok, err = insp.Reschedule(ctx, tp, urgent.UUID, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.True(t, ok)
+	prio, err := client.HGet(ctx, lcKey(tp, "prio"), urgent.UUID).Result()
+	require.NoError(t, err)
+	require.Equal(t, "1", prio, "still high priority")
+
+	ch := rescheduleSub(t, client, tp)
+	got := receive(t, ch, 2*time.Second)
+	require.Equal(t, urgent.UUID, got.UUID)
+	require.Equal(t, "1", got.Metadata.Get(redisdelay.AttemptKey))
+	got.Ack()
+	require.Equal(t, []string{keyed.UUID}, content(t, tp).waiting)
+}
+
+// A message that is not waiting (unknown, delivered, cancelled, or in a
+// retry set) is not rescheduled: false, and nothing changes.
+func TestRescheduleNotWaiting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{})
+	insp := lcInspector(t, client)
+	now := delayed(delay.For(50*time.Millisecond), "soon")
+	gone := bkMsg("order-1", time.Hour, "gone", "")
+	stays := delayed(delay.For(time.Hour), "stays")
+	require.NoError(t, pub.Publish(tp, now, gone, stays))
+	ok, err := pub.Cancel(ctx, tp, gone.UUID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ch := rescheduleSub(t, client, tp)
+	got := receive(t, ch, 2*time.Second)
+	require.Equal(t, now.UUID, got.UUID)
+	got.Nack() // in the group's retry set or redelivery stream: not waiting
+	stayDue := waitingDue(t, insp, tp, stays.UUID)
+
+	at := time.Now().Add(time.Minute)
+	for name, try := range map[string]func() (bool, error){
+		"unknown":        func() (bool, error) { return pub.Reschedule(ctx, tp, "nope", at) },
+		"unknown key":    func() (bool, error) { return insp.RescheduleKey(ctx, tp, "nope", at) },
+		"delivered":      func() (bool, error) { return pub.Reschedule(ctx, tp, now.UUID, at) },
+		"cancelled":      func() (bool, error) { return insp.Reschedule(ctx, tp, gone.UUID, at) },
+		"cancelled key":  func() (bool, error) { return pub.RescheduleKey(ctx, tp, "order-1", at) },
+		"unknown topic":  func() (bool, error) { return insp.Reschedule(ctx, topic(), stays.UUID, at) },
+		"other topic id": func() (bool, error) { return pub.Reschedule(ctx, topic(), stays.UUID, at) },
+	} {
+		ok, err := try()
+		require.NoError(t, err, name)
+		require.False(t, ok, name)
+	}
+	require.Equal(t, []string{stays.UUID}, content(t, tp).waiting, "nothing changed")
+	require.Equal(t, stayDue, waitingDue(t, insp, tp, stays.UUID))
+	require.Empty(t, bkState(t, tp, 0))
+}
+
+// Bad input fails with an error saying what to fix, and changes nothing.
+func TestRescheduleBadInput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := bkPublisher(t, redisdelay.PublisherConfig{MaxDelay: 24 * time.Hour})
+	insp := lcInspector(t, client)
+	msg := bkMsg("k", time.Hour, "x", "")
+	require.NoError(t, pub.Publish(tp, msg))
+	before := topicState(t, tp)
+	soon := time.Now().Add(time.Minute)
+
+	_, err := pub.Reschedule(ctx, tp, "", soon)
+	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: reschedule in topic %q: the message UUID is empty`, tp))
+	_, err = insp.RescheduleKey(ctx, tp, "", soon)
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: reschedule in topic %q: the business key is empty`, tp))
+	_, err = pub.Reschedule(ctx, "a{b", msg.UUID, soon)
+	require.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
+	_, err = insp.Reschedule(ctx, tp, msg.UUID, time.Time{})
+	require.ErrorIs(t, err, redisdelay.ErrInvalidDelay)
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid delay metadata: reschedule message %q in topic %q: the due time is the zero time.Time: give the instant it is to be delivered (time.Now().Add(d) to delay it by d)`, msg.UUID, tp))
+	_, err = pub.RescheduleKey(ctx, tp, "k", time.Now().Add(25*time.Hour))
+	require.ErrorIs(t, err, redisdelay.ErrInvalidDelay)
+	require.ErrorContains(t, err, fmt.Sprintf(`redisdelay: invalid delay metadata: reschedule business key "k" in topic %q: due in 25h0m0`, tp))
+	require.ErrorContains(t, err, `beyond PublisherConfig.MaxDelay (24h0m0s): use a nearer due time, or raise PublisherConfig.MaxDelay if that is intended`)
+	ok, err := insp.RescheduleKey(ctx, tp, "k", time.Now().Add(25*time.Hour))
+	require.NoError(t, err, "the Inspector knows no MaxDelay")
+	require.True(t, ok)
+	before = topicState(t, tp)
+	_, err = insp.Reschedule(ctx, tp, msg.UUID, time.Now().AddDate(101, 0, 0))
+	require.ErrorIs(t, err, redisdelay.ErrInvalidDelay)
+	require.ErrorContains(t, err, "beyond the limit of 100 years: use a nearer due time")
+	_, err = pub.Reschedule(ctx, tp, msg.UUID, time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC))
+	require.ErrorContains(t, err, "due in more than 292 years, beyond the limit of 100 years")
+	require.Equal(t, before, topicState(t, tp), "nothing changed")
+
+	require.NoError(t, pub.Close())
+	_, err = pub.Reschedule(ctx, tp, msg.UUID, soon)
+	require.ErrorIs(t, err, redisdelay.ErrClosed)
+	_, err = pub.RescheduleKey(ctx, tp, "k", soon)
+	require.ErrorIs(t, err, redisdelay.ErrClosed)
+}
+
+// Redis unreachable: the error names what was being rescheduled.
+func TestRescheduleRedisDown(t *testing.T) {
+	t.Parallel()
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = dead.Close() })
+	soon := time.Now().Add(time.Minute)
+	_, err := lcInspector(t, dead).RescheduleKey(context.Background(), "orders", "k", soon)
+	require.ErrorContains(t, err, `redisdelay: reschedule business key "k" in topic "orders": read the partition counts of 1 topic(s): dial tcp 127.0.0.1:1`)
+	_, err = lcPublisher(t, dead).Reschedule(context.Background(), "orders", "id", soon)
+	require.ErrorContains(t, err, `redisdelay: reschedule message "id" in topic "orders": dial tcp 127.0.0.1:1`)
+}
+
+// In a topic of 4 partitions a message is found in whichever partition it
+// waits: by UUID (a multi-message call puts all its messages in the
+// partition of its first UUID), by business key, and by key with a
+// PartitionKey elsewhere; it stays in its partition, and is delivered once.
+func TestReschedulePartitioned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const parts = 4
+	client := newClient(t)
+	tp := topic()
+	pub := ptPublisher(t, client, parts)
+	var msgs []*message.Message
+	for i := range 8 {
+		msgs = append(msgs, delayed(delay.For(time.Hour), fmt.Sprint("m", i)))
+	}
+	require.NoError(t, pub.Publish(tp, msgs...)) // all in the partition of msgs[0]
+	var keyed []*message.Message
+	for i := range 8 {
+		m := bkMsg(fmt.Sprint("order-", i), time.Hour, fmt.Sprint("k", i), "")
+		require.NoError(t, pub.Publish(tp, m))
+		keyed = append(keyed, m)
+	}
+	withPK := bkMsg("pk-order", time.Hour, "pk", "")
+	pk := "customer-0"
+	for i := 1; redisdelay.PartitionOf(pk, parts) == redisdelay.PartitionOf("pk-order", parts); i++ {
+		pk = fmt.Sprint("customer-", i)
+	}
+	withPK.Metadata.Set(redisdelay.PartitionKey, pk)
+	require.NoError(t, pub.Publish(tp, withPK))
+	insp := lcInspector(t, client)
+
+	due := time.Now().Add(300 * time.Millisecond)
+	want := map[string]bool{}
+	for i, m := range msgs {
+		var ok bool
+		var err error
+		if i%2 == 0 {
+			ok, err = pub.Reschedule(ctx, tp, m.UUID, due)
+		} else {
+			ok, err = insp.Reschedule(ctx, tp, m.UUID, due)
+		}
+		require.NoError(t, err)
+		require.True(t, ok, m.UUID)
+		want[m.UUID] = true
+	}
+	for i, m := range keyed {
+		ok, err := pub.RescheduleKey(ctx, tp, fmt.Sprint("order-", i), due)
+		require.NoError(t, err)
+		require.True(t, ok)
+		want[m.UUID] = true
+	}
+	ok, err := insp.RescheduleKey(ctx, tp, "pk-order", due)
+	require.NoError(t, err)
+	require.True(t, ok, "found outside the partition of the key")
+	want[withPK.UUID] = true
+	require.Equal(t, withPK.UUID, bkState(t, tp, redisdelay.PartitionOf(pk, parts))["pk-order"], "stays in its partition")
+
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
+	ch := subscribe(t, sub, tp)
+	require.Len(t, want, 17)
+	for range 17 {
+		got := receive(t, ch, 3*time.Second)
+		require.True(t, want[got.UUID], "unexpected or twice: %s", got.UUID)
+		require.False(t, time.Now().Before(due), "early")
+		delete(want, got.UUID)
+		got.Ack()
+	}
+	nothing(t, ch, 300*time.Millisecond)
+	require.EqualValues(t, 0, lcStats(t, insp, tp).Waiting)
+}

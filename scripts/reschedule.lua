@@ -1,0 +1,40 @@
+-- include: lib
+--[[
+  reschedule: moves a message that is still waiting to a new due time, in
+  place: same UUID, body, business key and priority, only its score
+  changes. The score takes a new sequence number, as publish gives one, so
+  the message goes after those already due in the same millisecond.
+
+  KEYS[1] waiting  zset   message UUID -> score (due ms * 1024 + sequence)
+  KEYS[2] bkeys    hash   business key -> UUID of the waiting message holding it
+  KEYS[3] seq      string counter that keeps equal due times in publish order
+  KEYS[4] dormant  string set while no scheduler loop runs for the partition (idle.lua)
+  ARGV[1] "uuid" or "key": what ARGV[2] is
+  ARGV[2] the message UUID, or the business key
+  ARGV[3] new delay in ms from now (Redis server time, rounded up); 0: due now
+  ARGV[4] wake channel, published to when the earliest due time moves earlier
+
+  Returns the new score when the message was waiting and is moved, 0
+  otherwise (unknown, already due and moved on, or cancelled): nothing is
+  changed then.
+]]
+local id = ARGV[2]
+if ARGV[1] == 'key' then
+  id = redis.call('HGET', KEYS[2], ARGV[2])
+  if not id then
+    return 0
+  end
+end
+if not redis.call('ZSCORE', KEYS[1], id) then
+  return 0
+end
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
+local seq = redis.call('INCR', KEYS[3])
+local score = (now_ceil_ms() + tonumber(ARGV[3])) * 1024 + seq % 1024
+redis.call('ZADD', KEYS[1], 'XX', score, id)
+-- the partition has a waiting message, so it is not dormant; should it be
+-- marked all the same, a wake-up starts its loop
+if score < tonumber(head) or redis.call('DEL', KEYS[4]) == 1 then
+  redis.call('PUBLISH', ARGV[4], 'd')
+end
+return score
