@@ -249,7 +249,7 @@ type SubscriberConfig struct {
 
 	// BlockTime bounds one blocking read (default 1s). Close waits at most
 	// about this long for a read in flight; an idle subscription costs Redis
-	// one read per BlockTime.
+	// one read and one check of pause and rate limit per BlockTime.
 	BlockTime time.Duration
 
 	// RetryDelay gives the delay before redelivering a nacked message whose
