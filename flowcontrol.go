@@ -72,9 +72,9 @@ func (i *Inspector) Paused(ctx context.Context, topic, group string) (bool, erro
 
 // gate asks Redis, before a read of new messages, whether the group is
 // paused and what its rate limit allows (gate.lua), and waits what it
-// says. It returns how many messages to read (0: paused, read nothing
-// now) and stop when the subscription must end.
-func (sub *subscription) gate(ctx context.Context) (count int, stop bool) {
+// says. It returns how many messages to read (0: paused, or ctx ended:
+// read nothing now); an error is handled as a failed read.
+func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	s := sub.s
 	limit := s.config.rateLimit(sub.topic)
 	want := s.config.BatchSize
@@ -83,12 +83,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, stop bool) {
 	}
 	r, err := callGate(ctx, s.config.Client, s.keys.shard(sub.topic, 0), s.config.ConsumerGroup, limit, want, sub.unused)
 	if err != nil {
-		if sub.ended(ctx, err) {
-			return 0, true
-		}
-		s.limiter.errorf(s.logger, "redisdelay: cannot check whether the group is paused or rate limited; retrying", err, sub.fields())
-		sleep(ctx, s.config.BlockTime)
-		return 0, false
+		return 0, fmt.Errorf("check whether the group is paused or rate limited: %w", err)
 	}
 	if r.paused != sub.paused {
 		sub.paused = r.paused
@@ -101,7 +96,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, stop bool) {
 	if r.paused {
 		// Checked again once per BlockTime, the pace of an idle read.
 		sleep(ctx, s.config.BlockTime)
-		return 0, ctx.Err() != nil
+		return 0, nil
 	}
 	sub.unused = 0
 	if limit.Messages > 0 {
@@ -111,5 +106,8 @@ func (sub *subscription) gate(ctx context.Context) (count int, stop bool) {
 	if r.wait > 0 {
 		sleep(ctx, r.wait)
 	}
-	return r.count, ctx.Err() != nil
+	if ctx.Err() != nil {
+		return 0, nil
+	}
+	return r.count, nil
 }

@@ -286,3 +286,26 @@ func TestFiguresRateLimitAccuracy(t *testing.T) {
 			c.limit, c.batch, want, took.Round(time.Millisecond), steady, 100*(steady/float64(c.limit)-1), float64(want)/took.Seconds(), counts)
 	}
 }
+
+// Redis unreachable while the group is paused (the pause check fails):
+// the subscription retries, and after Redis is back and the group resumed
+// it delivers what accumulated.
+func TestPauseCheckSurvivesRedisOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	proxy := newLcProxy(t)
+	client := proxy.client(t)
+	tp := topic()
+	insp := lcInspector(t, newClient(t))
+	require.NoError(t, insp.Pause(ctx, tp, "g"))
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 50 * time.Millisecond, CheckInterval: 100 * time.Millisecond})
+	ch := subscribe(t, sub, tp)
+	require.NoError(t, lcPublisher(t, newClient(t)).Publish(tp, lcMessage("m")))
+	nothing(t, ch, 300*time.Millisecond)
+	proxy.cut(0)
+	time.Sleep(500 * time.Millisecond)
+	proxy.restore(t)
+	_, err := insp.Resume(ctx, tp, "g")
+	require.NoError(t, err)
+	receive(t, ch, 5*time.Second).Ack()
+}

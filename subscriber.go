@@ -354,9 +354,12 @@ func (sub *subscription) run(ctx context.Context) {
 		count := sub.s.config.BatchSize
 		if !pos.history {
 			// Pause and rate limit (flowcontrol.go): only new messages.
-			var stop bool
-			if count, stop = sub.gate(ctx); stop {
-				return
+			var err error
+			if count, err = sub.gate(ctx); err != nil {
+				if sub.readFailed(ctx, err, &pos) {
+					return
+				}
+				continue
 			}
 			if count == 0 {
 				continue
