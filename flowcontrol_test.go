@@ -309,3 +309,23 @@ func TestPauseCheckSurvivesRedisOutage(t *testing.T) {
 	require.NoError(t, err)
 	receive(t, ch, 5*time.Second).Ack()
 }
+
+// A paused group's subscribers do not read, by design: Health does not
+// report them as stopped (no_active_consumer) while messages accumulate.
+func TestPausedGroupIsHealthy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	insp := lcInspector(t, client)
+	require.NoError(t, insp.Pause(ctx, tp, "g"))
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 50 * time.Millisecond})
+	ch := subscribe(t, sub, tp)
+	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("m")))
+	time.Sleep(600 * time.Millisecond)
+	rep := mtHealth(t, insp, redisdelay.HealthConfig{Topics: []string{tp}, ConsumerIdle: 200 * time.Millisecond})
+	require.Empty(t, rep.Problems)
+	_, err := insp.Resume(ctx, tp, "g")
+	require.NoError(t, err)
+	receive(t, ch, 3*time.Second).Ack()
+}
