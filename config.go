@@ -250,7 +250,7 @@ type SubscriberConfig struct {
 
 	// BlockTime bounds one blocking read (default 1s). Close waits at most
 	// about this long for a read in flight; an idle subscription costs Redis
-	// one read per BlockTime.
+	// one read and one check of pause and rate limit per BlockTime.
 	BlockTime time.Duration
 
 	// RetryDelay gives the delay before redelivering a nacked message whose
@@ -362,6 +362,21 @@ type SubscriberConfig struct {
 	Partitions      int
 	TopicPartitions map[string]int
 
+	// RateLimit caps how fast the consumer group receives new messages
+	// of a topic: Messages per Per, across all its subscribers in every
+	// process (the limiter is in Redis); TopicRateLimits sets it per
+	// topic, overriding it. Zero: no limit. A subscription asks the
+	// limiter before each read for a batch of min(BatchSize, Messages) and
+	// waits its turn; turns are given in the order they were asked, so no
+	// subscriber starves. Bursts are one batch at most. Redeliveries (of
+	// nacked or reclaimed messages) count like new ones; a subscription
+	// re-reading its own pending messages after a lost connection does
+	// not. Give every subscriber of a group the same limit: a subscriber
+	// with another one applies its own, and each change lets one batch
+	// through early. See docs/flow-control.md.
+	RateLimit       RateLimit
+	TopicRateLimits map[string]RateLimit
+
 	// CloseTimeout is how long Close (or the end of a Subscribe context)
 	// waits for a handler to Ack or Nack the message it is handling
 	// (default 10s); the message's context is cancelled first, as a signal
@@ -461,7 +476,23 @@ func (c SubscriberConfig) Validate() error {
 		return fmt.Errorf("redisdelay: SubscriberConfig.ExpiredMessages is %q: use redisdelay.DeadLetterExpired (%q, the default) or redisdelay.DropExpired (%q)",
 			c.ExpiredMessages, DeadLetterExpired, DropExpired)
 	}
-	return validatePartitions("SubscriberConfig", c.Partitions, c.TopicPartitions)
+	if err := validatePartitions("SubscriberConfig", c.Partitions, c.TopicPartitions); err != nil {
+		return err
+	}
+	if c.RateLimit != (RateLimit{}) {
+		if err := c.RateLimit.validate("SubscriberConfig.RateLimit"); err != nil {
+			return err
+		}
+	}
+	for topic, l := range c.TopicRateLimits {
+		if err := validateTopic(topic); err != nil {
+			return fmt.Errorf("redisdelay: SubscriberConfig.TopicRateLimits: %w", err)
+		}
+		if err := l.validate(fmt.Sprintf("SubscriberConfig.TopicRateLimits[%q]", topic)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ManagerConfig configures a Manager.

@@ -265,6 +265,7 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 		stuckLimit     time.Duration
 		consumers      *redis.XInfoConsumersCmd
 		idleLimit      time.Duration
+		paused         *redis.IntCmd // a paused group's consumers do not read (Inspector.Pause)
 	}
 	var groups []group
 	pipe = i.client.Pipeline()
@@ -329,6 +330,7 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 		}
 		if g.ready != 0 {
 			g.consumers = pipe.XInfoConsumers(ctx, part.sh.stream(), g.name)
+			g.paused = pipe.Exists(ctx, i.keys.shard(topics[part.topic], 0).paused(g.name))
 			queued = true
 		}
 	}
@@ -378,7 +380,7 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 					stuck[g.name] = d + where + fmt.Sprintf(" (limit %s): its consumer stopped and no scheduler reclaims it (run a Manager, or subscribers without DisableScheduler)", g.stuckLimit)
 				}
 			}
-			if _, ok := stopped[g.name]; !ok && g.consumers != nil {
+			if _, ok := stopped[g.name]; !ok && g.consumers != nil && g.paused.Val() == 0 {
 				if d := idleDetail(g.consumers.Val(), g.idleLimit); d != "" {
 					stopped[g.name] = fmt.Sprintf("%d message(s) ready%s and %s (limit %s): the group's subscribers stopped; if the group is abandoned, delete it with Inspector.DeleteGroup",
 						g.ready, where, d, g.idleLimit)

@@ -83,6 +83,8 @@ type GroupStats struct {
 	// crashed ones not cleaned up yet (see ConsumerIdleTimeout); in a topic
 	// of several partitions, the most any partition has.
 	Consumers int64
+	// Paused is true while the group is paused (see Inspector.Pause).
+	Paused bool
 }
 
 // Topics lists the topics publishers and subscribers with this key prefix
@@ -176,7 +178,30 @@ func (i *Inspector) Stats(ctx context.Context, topic string) (TopicStats, error)
 			sum.Consumers = max(sum.Consumers, g.Consumers)
 		}
 	}
+	if err := i.pausedGroups(ctx, topic, st.Groups); err != nil {
+		return fail(err)
+	}
 	return st, nil
+}
+
+// pausedGroups sets Paused in the stats of the groups (see Pause).
+func (i *Inspector) pausedGroups(ctx context.Context, topic string, groups []GroupStats) error {
+	if len(groups) == 0 {
+		return nil
+	}
+	sh := i.keys.shard(topic, 0)
+	pipe := i.client.Pipeline()
+	cmds := make([]*redis.IntCmd, len(groups))
+	for n, g := range groups {
+		cmds[n] = pipe.Exists(ctx, sh.paused(g.Group))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	for n := range groups {
+		groups[n].Paused = cmds[n].Val() == 1
+	}
+	return nil
 }
 
 // partitionStats counts the messages of one partition.

@@ -199,7 +199,7 @@ func callDropGroup(ctx context.Context, c redis.Scripter, sh shard, group string
 	n, err := dropGroupScript.Run(ctx, c, []string{
 		sh.stream(), sh.groups(),
 		sh.redelivery(group), sh.retry(group), sh.retryBodies(group), sh.dead(group), sh.meta(group),
-		sh.owner(group), sh.members(group), sh.ownedCounts(group),
+		sh.owner(group), sh.members(group), sh.ownedCounts(group), sh.paused(group), sh.rate(group),
 	}, group).Int()
 	return n == 1, err
 }
@@ -442,4 +442,27 @@ func callFind(ctx context.Context, c redis.Scripter, sh shard, by, value string)
 	}
 	r.uuid, r.body = res[0], []byte(res[2])
 	return r, true, nil
+}
+
+// gateReply is what gate.lua allows a subscription to fetch.
+type gateReply struct {
+	paused bool
+	count  int           // fetch at most this many
+	wait   time.Duration // after this long
+}
+
+// callGate runs gate.lua on partition 0 (sh) of a topic: whether the group
+// is paused, and under its rate limit (zero: none) when a read of want
+// messages may start. unused gives back what the caller's previous
+// reservation did not fetch.
+func callGate(ctx context.Context, c redis.Scripter, sh shard, group string, limit RateLimit, want, unused int) (gateReply, error) {
+	res, err := gateScript.Run(ctx, c, []string{sh.paused(group), sh.rate(group)},
+		limit.Messages, limit.Per.Milliseconds(), want, unused).Int64Slice()
+	if err != nil {
+		return gateReply{}, err
+	}
+	if err := replyShort("gate", len(res), 3); err != nil {
+		return gateReply{}, err
+	}
+	return gateReply{paused: res[0] == 1, count: int(res[1]), wait: time.Duration(res[2]) * time.Microsecond}, nil
 }

@@ -73,6 +73,7 @@ var (
 	membersScript   = loadScript("members")
 	idleScript      = loadScript("idle")
 	findScript      = loadScript("find")
+	gateScript      = loadScript("gate")
 )
 
 // keys is the key layout, in one place. A topic is split into one or more
@@ -98,6 +99,8 @@ var (
 //	<shard>:g:<group>:owner  string  consumer owning the partition (ordered; expires)
 //	<shard>:g:<group>:members zset   ordered subscriptions of the group -> expiry (partition 0 only)
 //	<shard>:g:<group>:owned  hash    ordered subscription -> partitions it owns (partition 0 only)
+//	<shard>:g:<group>:paused string  ms time of Inspector.Pause while the group is paused (partition 0 only)
+//	<shard>:g:<group>:rate   hash    the group's rate limiter, see gate.lua (partition 0 only; expires)
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
 //	<shard>:reg              string  "1" once a publish ran; gone after Redis lost its data (the publisher registers the topic again)
@@ -187,3 +190,5 @@ func (s shard) meta(group string) string        { return s.group(group) + ":meta
 func (s shard) owner(group string) string       { return s.group(group) + ":owner" }
 func (s shard) members(group string) string     { return s.group(group) + ":members" }
 func (s shard) ownedCounts(group string) string { return s.group(group) + ":owned" }
+func (s shard) paused(group string) string      { return s.group(group) + ":paused" }
+func (s shard) rate(group string) string        { return s.group(group) + ":rate" }

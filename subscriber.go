@@ -313,6 +313,12 @@ type subscription struct {
 	owns, lost atomic.Bool
 	declined   bool // own skipped a take last time (run goroutine only)
 
+	// Flow control (run goroutine only): the group was paused at the last
+	// check; messages of the last rate-limit reservation not fetched
+	// (negative: fetched beyond it).
+	paused bool
+	unused int
+
 	m *subMetrics // nil without SubscriberConfig.Metrics
 }
 
@@ -345,7 +351,26 @@ func (sub *subscription) run(ctx context.Context) {
 		if pos.history && sub.flushBeforeHistory(ctx) {
 			return
 		}
-		entries, err := sub.read(ctx, pos.history, pos.cursor)
+		count := sub.s.config.BatchSize
+		if !pos.history {
+			// Pause and rate limit (flowcontrol.go): only new messages.
+			var err error
+			if count, err = sub.gate(ctx); err != nil {
+				if sub.readFailed(ctx, err, &pos) {
+					return
+				}
+				continue
+			}
+			if count == 0 {
+				continue
+			}
+		}
+		entries, err := sub.read(ctx, pos.history, pos.cursor, count)
+		if !pos.history {
+			// A read takes up to count from each of its two streams: an
+			// excess is charged to the next reservation.
+			sub.unused -= len(entries)
+		}
 		if err != nil {
 			if sub.readFailed(ctx, err, &pos) {
 				return
@@ -675,13 +700,13 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 	}
 }
 
-func (sub *subscription) read(ctx context.Context, history bool, cursor [2]string) ([]entry, error) {
+func (sub *subscription) read(ctx context.Context, history bool, cursor [2]string, count int) ([]entry, error) {
 	s := sub.s
 	stream, redo := sub.shard.stream(), sub.shard.redelivery(s.config.ConsumerGroup)
 	args := &redis.XReadGroupArgs{
 		Group:    s.config.ConsumerGroup,
 		Consumer: sub.consumer,
-		Count:    int64(s.config.BatchSize),
+		Count:    int64(count),
 		Streams:  []string{redo, stream, ">", ">"},
 		Block:    s.config.BlockTime,
 	}

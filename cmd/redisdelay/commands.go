@@ -227,6 +227,21 @@ func init() {
 			run: cmdPurge,
 		},
 		{
+			name: "pause", args: "<topic> <group>", summary: "stop a group fetching messages of a topic",
+			help: "Pauses the consumer group on the topic, in every process, until \"redisdelay resume\": its\n" +
+				"subscribers fetch no new messages (those already fetched are still handled); messages keep\n" +
+				"becoming due and accumulate (READY in \"redisdelay stats\"). The pause is kept in Redis and\n" +
+				"outlasts restarts. The group must exist.",
+			minArgs: 2, maxArgs: 2,
+			run: cmdPause,
+		},
+		{
+			name: "resume", args: "<topic> <group>", summary: "let a paused group fetch messages again",
+			help:    "Resumes a paused consumer group: its subscribers fetch again within their BlockTime (default 1s).\nReports whether the group was paused (exit status 0 either way).",
+			minArgs: 2, maxArgs: 2,
+			run: cmdResume,
+		},
+		{
 			name: "delete-dead", args: "<topic> <group> <id>", summary: "delete one dead letter",
 			help:    "Deletes one dead letter for good. Reports whether it existed (exit status 0 either way).",
 			minArgs: 3, maxArgs: 3,
@@ -608,6 +623,41 @@ func cmdPurge(e *env, pos []string) error {
 		return writeJSON(e.stdout, purgeJSON{Topic: topic, Group: group, Purged: n})
 	}
 	fmt.Fprintf(e.stdout, "purged %s of group %q in topic %q\n", deadLetters(n), group, topic)
+	return nil
+}
+
+func cmdPause(e *env, pos []string) error {
+	topic, group := pos[0], pos[1]
+	if _, err := e.knownGroup(topic, group); err != nil {
+		return err
+	}
+	if err := e.insp.Pause(e.ctx, topic, group); err != nil {
+		return err
+	}
+	if e.opts.json {
+		return writeJSON(e.stdout, pauseJSON{Topic: topic, Group: group, Paused: true})
+	}
+	fmt.Fprintf(e.stdout, "paused group %q of topic %q: its messages accumulate until \"redisdelay resume %s %s\"\n", group, topic, topic, group)
+	return nil
+}
+
+func cmdResume(e *env, pos []string) error {
+	topic, group := pos[0], pos[1]
+	if err := e.knownTopics(topic); err != nil {
+		return err
+	}
+	was, err := e.insp.Resume(e.ctx, topic, group)
+	if err != nil {
+		return err
+	}
+	if e.opts.json {
+		return writeJSON(e.stdout, pauseJSON{Topic: topic, Group: group, Paused: false, WasPaused: was})
+	}
+	if !was {
+		fmt.Fprintf(e.stdout, "group %q of topic %q was not paused\n", group, topic)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "resumed group %q of topic %q\n", group, topic)
 	return nil
 }
 

@@ -247,8 +247,8 @@ func TestStats(t *testing.T) {
 	assert.Equal(t, "1", r[1][4])
 	assert.Equal(t, []string{partTopic, "4", "3", "0", "0"}, r[2])
 	assert.Empty(t, r[3])
-	assert.Equal(t, []string{"TOPIC", "GROUP", "READY", "PENDING", "RETRY", "DEAD", "DEAD", "TOTAL", "EVICTED", "CONSUMERS"}, r[4])
-	assert.Equal(t, []string{topic, group, "0", "0", "0", "2", "2", "0", "0"}, r[5]) // the consumer left on Close
+	assert.Equal(t, []string{"TOPIC", "GROUP", "READY", "PENDING", "RETRY", "DEAD", "DEAD", "TOTAL", "EVICTED", "CONSUMERS", "PAUSED"}, r[4])
+	assert.Equal(t, []string{topic, group, "0", "0", "0", "2", "2", "0", "0", "no"}, r[5]) // the consumer left on Close
 
 	// One topic, as JSON.
 	st := s.stats(t, topic)
@@ -694,4 +694,23 @@ func TestCluster(t *testing.T) {
 		assert.True(t, decode[cancelJSON](t, cli("cancel", partTopic, id, "--json")).Cancelled, id)
 	}
 	assert.EqualValues(t, 0, decode[[]statsJSON](t, cli("stats", partTopic, "--json"))[0].Waiting)
+}
+
+// pause and resume a group; the stats show it; an unknown group is an
+// error naming the known ones.
+func TestPauseResume(t *testing.T) {
+	s := setupSample(t)
+	assert.Contains(t, s.ok(t, "pause", topic, group), "paused group")
+	assert.True(t, s.stats(t, topic).Groups[0].Paused)
+	r := rows(s.ok(t, "stats", topic))
+	assert.Equal(t, "yes", r[len(r)-1][len(r[len(r)-1])-1])
+	assert.Equal(t, pauseJSON{Topic: topic, Group: group, WasPaused: true}, decode[pauseJSON](t, s.ok(t, "--json", "resume", topic, group)))
+	assert.False(t, s.stats(t, topic).Groups[0].Paused)
+	assert.Contains(t, s.ok(t, "resume", topic, group), "was not paused")
+
+	bad := s.cli(t, "pause", topic, "nope")
+	assert.Equal(t, 1, bad.code)
+	assert.Contains(t, bad.stderr, `has no consumer group "nope" (its groups: `+group+")")
+	usage := s.cli(t, "pause", topic)
+	assert.Equal(t, 2, usage.code)
 }

@@ -38,6 +38,7 @@ type groupJSON struct {
 	DeadTotal   int64 `json:"dead_total"`
 	DeadEvicted int64 `json:"dead_evicted"`
 	Consumers   int64 `json:"consumers"`
+	Paused      bool  `json:"paused"`
 }
 
 type waitingJSON struct {
@@ -92,6 +93,14 @@ type requeueJSON struct {
 	Missing  []string `json:"missing"` // IDs given that were not found
 }
 
+type pauseJSON struct {
+	Topic  string `json:"topic"`
+	Group  string `json:"group"`
+	Paused bool   `json:"paused"`
+	// WasPaused is set by resume only.
+	WasPaused bool `json:"was_paused,omitempty"`
+}
+
 type purgeJSON struct {
 	Topic  string `json:"topic"`
 	Group  string `json:"group"`
@@ -130,7 +139,7 @@ func toStatsJSON(st redisdelay.TopicStats) statsJSON {
 	for _, g := range st.Groups {
 		out.Groups = append(out.Groups, groupJSON{
 			Group: g.Group, Ready: g.Ready, Pending: g.Pending, Retry: g.Retry, Dead: g.Dead,
-			DeadTotal: g.DeadTotal, DeadEvicted: g.DeadEvicted, Consumers: g.Consumers,
+			DeadTotal: g.DeadTotal, DeadEvicted: g.DeadEvicted, Consumers: g.Consumers, Paused: g.Paused,
 		})
 	}
 	return out
@@ -173,14 +182,18 @@ func writeStatsTable(w io.Writer, all []redisdelay.TopicStats) {
 	}
 	fmt.Fprintln(w)
 	tw = newTable(w)
-	fmt.Fprintln(tw, "TOPIC\tGROUP\tREADY\tPENDING\tRETRY\tDEAD\tDEAD TOTAL\tEVICTED\tCONSUMERS")
+	fmt.Fprintln(tw, "TOPIC\tGROUP\tREADY\tPENDING\tRETRY\tDEAD\tDEAD TOTAL\tEVICTED\tCONSUMERS\tPAUSED")
 	for _, st := range all {
 		for _, g := range st.Groups {
 			ready := strconv.FormatInt(g.Ready, 10)
 			if g.Ready < 0 {
 				ready = "?"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", printable(st.Topic), printable(g.Group), ready, g.Pending, g.Retry, g.Dead, g.DeadTotal, g.DeadEvicted, g.Consumers)
+			paused := "no"
+			if g.Paused {
+				paused = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", printable(st.Topic), printable(g.Group), ready, g.Pending, g.Retry, g.Dead, g.DeadTotal, g.DeadEvicted, g.Consumers, paused)
 		}
 	}
 	_ = tw.Flush()

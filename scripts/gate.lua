@@ -1,0 +1,59 @@
+#!lua flags=allow-oom
+--[[
+  gate: whether a subscription of a consumer group may fetch new messages
+  from a topic, and how many. The group's pause flag and rate limiter are
+  shared by all its subscriptions of the topic (every partition, every
+  process), so both keys are on partition 0.
+
+  The limiter is GCRA with reservations: a call reserves a batch of `want`
+  messages at the end of the queue of earlier reservations and says how
+  long to wait for its turn, so callers are served in the order they asked
+  (none starves) and the rate holds at messages/per with bursts of one
+  batch at most.
+
+  KEYS[1] paused  string  set while the group is paused (Inspector.Pause)
+  KEYS[2] rate    hash    t: when the last reservation ends (ms, Redis's
+                          clock), l: the limit it was made under ("n/per")
+
+  ARGV[1] messages allowed per interval (0: no rate limit)
+  ARGV[2] the interval in ms
+  ARGV[3] want: messages the caller would fetch (1 or more)
+  ARGV[4] unused: messages of the caller's previous reservation it did not
+          fetch (its read returned fewer), given back; negative: it fetched
+          that many more (a read takes up to count from each of two
+          streams), charged
+
+  Returns {paused, count, wait_us}: paused 1 (count 0) while the group is
+  paused; otherwise the caller sleeps wait_us microseconds, then fetches
+  at most count messages (want).
+]]
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {1, 0, 0}
+end
+local n, per, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if n <= 0 then
+  return {0, want, 0}
+end
+local e = per / n -- ms per message
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local limit = ARGV[1] .. '/' .. ARGV[2]
+local st = redis.call('HMGET', KEYS[2], 't', 'l')
+local tat = tonumber(st[1]) or now
+if st[2] ~= limit then
+  -- The limit changed: reservations made under the old one no longer
+  -- delay new ones.
+  tat = math.min(tat, now)
+end
+local unused = tonumber(ARGV[4])
+if unused >= 0 then
+  tat = math.max(tat - unused * e, now)
+else
+  -- The previous read fetched more than reserved (it reads two streams).
+  tat = math.max(tat, now) - unused * e
+end
+local wait = tat - now
+tat = tat + want * e
+redis.call('HSET', KEYS[2], 't', string.format('%.3f', tat), 'l', limit)
+redis.call('PEXPIRE', KEYS[2], math.ceil(tat - now) + 1000)
+return {0, want, math.ceil(wait * 1000)}
