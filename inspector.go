@@ -906,3 +906,28 @@ func cmdsOf(streams []*redis.XInfoStreamCmd, groups []*redis.XInfoGroupsCmd) []r
 	}
 	return out
 }
+
+// Reschedule is Publisher.Reschedule, for the partition count stored in
+// Redis. It knows no PublisherConfig.MaxDelay: only the 100-year limit
+// applies.
+func (i *Inspector) Reschedule(ctx context.Context, topic, messageUUID string, due time.Time) (bool, error) {
+	return i.reschedule(ctx, topic, "uuid", messageUUID, due)
+}
+
+// RescheduleKey is Publisher.RescheduleKey, for the partition count stored
+// in Redis. Only the 100-year limit applies.
+func (i *Inspector) RescheduleKey(ctx context.Context, topic, businessKey string, due time.Time) (bool, error) {
+	return i.reschedule(ctx, topic, "key", businessKey, due)
+}
+
+func (i *Inspector) reschedule(ctx context.Context, topic, by, value string, due time.Time) (bool, error) {
+	d, err := rescheduleDelay(topic, by, value, due, time.Now(), maxDelayLimit, "")
+	if err != nil {
+		return false, err
+	}
+	parts, err := storedPartitions(ctx, i.client, i.keys, topic)
+	if err != nil {
+		return false, wrap(err, "reschedule %s in topic %q", recallWhat(by, value), topic)
+	}
+	return reschedule(ctx, i.client, i.keys, topic, parts[0], by, value, d)
+}

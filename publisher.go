@@ -668,3 +668,41 @@ func (p *Publisher) CancelKey(ctx context.Context, topic, businessKey string) (b
 	parts := partitionCount(p.config.Partitions, p.config.TopicPartitions, topic)
 	return recall(ctx, p.config.Client, p.keys, topic, parts, "key", businessKey)
 }
+
+// Reschedule moves a message that is still waiting to a new due time, in
+// place: it keeps its UUID, body, business key and priority, and no copy
+// of it is ever delivered at the old time. It reports whether the message
+// was waiting; false means it is unknown, cancelled, or already due and on
+// its way to subscribers (nothing is changed then).
+//
+// due is read by this host's clock, as delay.Until is by Publish: the time
+// left until it, rounded up to whole milliseconds, is measured by Redis's
+// clock from the moment Redis moves the message, so the message is never
+// early by either clock. A due time already passed makes the message due
+// at once. A due time further than PublisherConfig.MaxDelay (or 100 years)
+// fails with ErrInvalidDelay. Moving a message earlier than any other wakes
+// the schedulers, as publishing it would.
+//
+// In a topic of several partitions it looks in the partition the UUID
+// hashes to first, then in the others, as Cancel does.
+func (p *Publisher) Reschedule(ctx context.Context, topic, messageUUID string, due time.Time) (bool, error) {
+	return p.reschedule(ctx, topic, "uuid", messageUUID, due)
+}
+
+// RescheduleKey is Reschedule for the waiting message holding businessKey
+// (see BusinessKey), found as CancelKey finds it.
+func (p *Publisher) RescheduleKey(ctx context.Context, topic, businessKey string, due time.Time) (bool, error) {
+	return p.reschedule(ctx, topic, "key", businessKey, due)
+}
+
+func (p *Publisher) reschedule(ctx context.Context, topic, by, value string, due time.Time) (bool, error) {
+	if p.closed.Load() {
+		return false, ErrClosed
+	}
+	d, err := rescheduleDelay(topic, by, value, due, p.now(), p.config.MaxDelay, "PublisherConfig.MaxDelay")
+	if err != nil {
+		return false, err
+	}
+	parts := partitionCount(p.config.Partitions, p.config.TopicPartitions, topic)
+	return reschedule(ctx, p.config.Client, p.keys, topic, parts, by, value, d)
+}
