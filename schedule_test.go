@@ -342,4 +342,3 @@ func TestScheduleInvalid(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, list, "nothing stored")
 }
-
