@@ -155,7 +155,8 @@ func TestScheduleCatchUpAfterRestart(t *testing.T) {
 			}
 			if tc.window == 0 {
 				scCheck(t, ticks, period)
-				require.Len(t, missed, 2, "ticks due while no Manager ran")
+				// 950ms down: 2 or 3 ticks of 400ms, by phase
+				require.GreaterOrEqual(t, len(missed), 2, "ticks due while no Manager ran")
 			} else {
 				seen := map[int64]bool{}
 				for _, tk := range ticks {
