@@ -88,7 +88,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	close(m.running)
 	m.logger.Info("redisdelay manager running", watermill.LogFields{"topics": m.config.Topics})
 
-	ticks := m.startTicks(ctx)
+	ticks := startTicks(ctx, m.sched, m.logger)
 	m.discoverTopics(ctx, static)
 	<-ticks
 	m.sched.stop()
@@ -129,19 +129,6 @@ func (m *Manager) discoverTopics(ctx context.Context, static bool) {
 			}
 		}
 	}
-}
-
-// startTicks publishes the ticks of the recurring schedules (see Schedule)
-// until ctx ends; the channel is closed then.
-func (m *Manager) startTicks(ctx context.Context) <-chan struct{} {
-	done := make(chan struct{})
-	l := &tickLoop{client: m.config.Client, keys: m.sched.keys, logger: m.logger, limiter: m.sched.limiter,
-		idle: m.config.CheckInterval, mine: map[string]time.Time{}}
-	go func() {
-		defer close(done)
-		l.run(ctx)
-	}()
-	return done
 }
 
 // registeredPause is how long a Manager waits after a topic was registered

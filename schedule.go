@@ -237,7 +237,21 @@ const claimTTL = 30 * time.Second
 // scheduleBatch is the most schedules read per pass.
 const scheduleBatch = 64
 
-// tickLoop publishes the ticks of the schedules: run by every Manager.
+// startTicks publishes the ticks of the recurring schedules beside a
+// scheduler (a Manager's, or a Subscriber's own) until ctx ends; the
+// channel is closed then.
+func startTicks(ctx context.Context, sched *scheduler, logger watermill.LoggerAdapter) <-chan struct{} {
+	done := make(chan struct{})
+	l := &tickLoop{client: sched.client, keys: sched.keys, logger: logger, limiter: sched.limiter,
+		idle: sched.interval, mine: map[string]time.Time{}}
+	go func() {
+		defer close(done)
+		l.run(ctx)
+	}()
+	return done
+}
+
+// tickLoop publishes the ticks of the schedules: run by every scheduler.
 type tickLoop struct {
 	client  redis.UniversalClient
 	keys    keys
@@ -251,7 +265,9 @@ func (l *tickLoop) run(ctx context.Context) {
 	for {
 		wait, err := l.pass(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || isClientClosed(err) {
+				// A closed client is reported (once) by the scheduler
+				// beside this loop, which stops it.
 				return
 			}
 			l.limiter.errorf(l.logger, "redisdelay: cannot publish schedule ticks; retrying", err, nil)

@@ -31,7 +31,9 @@ type scCollector struct {
 
 func scCollect(t *testing.T, client redis.UniversalClient, prefix, topic string) *scCollector {
 	t.Helper()
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g"})
+	// DisableScheduler: the collector publishes no tick itself (ticks are
+	// immediate messages: no scheduling needed to receive them).
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
 	ch, err := sub.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
 	c := &scCollector{}
@@ -342,4 +344,21 @@ func TestScheduleInvalid(t *testing.T) {
 	list, err := insp.Schedules(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, list, "nothing stored")
+}
+
+// Without a Manager, the scheduler a Subscriber runs publishes the ticks
+// (of every schedule under its prefix, whatever topics it subscribed to).
+func TestScheduleSubscriberPublishesTicks(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	col := scCollect(t, client, prefix, topic)
+	pub := scPublisher(t, client, prefix)
+	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic}))
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "other"})
+	_, err := sub.Subscribe(context.Background(), "unrelated-"+topic)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 20*time.Millisecond)
+	require.NoError(t, sub.Close())
+	scCheck(t, col.snapshot(), 200*time.Millisecond)
 }
