@@ -338,13 +338,11 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 	if len(due) == 0 {
 		return wait, nil
 	}
-	if len(due) == scheduleBatch {
-		wait = 0
-	}
 	defs, err := l.client.HMGet(ctx, k.defs(), due...).Result()
 	if err != nil {
 		return 0, err
 	}
+	broken := 0
 	for i, id := range due {
 		js, _ := defs[i].(string)
 		if js == "" {
@@ -352,10 +350,19 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 			continue
 		}
 		w, err := l.fire(ctx, id, js)
+		if errors.Is(err, errBrokenSchedule) {
+			broken++
+			continue
+		}
 		if err != nil {
 			return 0, err
 		}
 		wait = min(wait, w)
+	}
+	if len(due) == scheduleBatch && broken < len(due) {
+		// More may be due beyond the batch: read again at once (unless
+		// the batch is all broken definitions, which stay due).
+		wait = 0
 	}
 	return wait, nil
 }
@@ -367,13 +374,13 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 	var s Schedule
 	if err := json.Unmarshal([]byte(js), &s); err != nil {
 		l.limiter.errorf(l.logger, "redisdelay: a schedule does not decode; remove it with Inspector.RemoveSchedule", err, watermill.LogFields{"schedule": id})
-		return l.idle, nil
+		return 0, errBrokenSchedule
 	}
 	s.ID = id
 	t, err := s.validate()
 	if err != nil {
 		l.limiter.errorf(l.logger, "redisdelay: a stored schedule cannot work; register it again or remove it", err, watermill.LogFields{"schedule": id})
-		return l.idle, nil
+		return 0, errBrokenSchedule
 	}
 	for range 1000 {
 		cur, err := l.client.ZScore(ctx, k.next(), id).Result()
@@ -428,6 +435,10 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 	}
 	return 0, nil
 }
+
+// errBrokenSchedule is what fire returns for a stored definition it cannot
+// use (logged there): its ticks stay due until it is fixed or removed.
+var errBrokenSchedule = errors.New("broken schedule definition")
 
 // maxScheduleMs parks a schedule that never ticks again (year 9999).
 const maxScheduleMs = 253402300799000

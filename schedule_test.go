@@ -362,3 +362,51 @@ func TestScheduleSubscriberPublishesTicks(t *testing.T) {
 	require.NoError(t, sub.Close())
 	scCheck(t, col.snapshot(), 200*time.Millisecond)
 }
+
+// Redis errors name the schedule; a stored definition that does not
+// decode (written by hand) makes Schedules fail naming it and the fix.
+func TestScheduleErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
+	require.NoError(t, err)
+	require.NoError(t, client.HSet(ctx, prefix+":{schedules}:defs", "broken", "{not json").Err())
+	_, err = insp.Schedules(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `schedule "broken"`)
+	assert.Contains(t, err.Error(), "remove it with Inspector.RemoveSchedule")
+	removed, err := insp.RemoveSchedule(ctx, "broken")
+	require.NoError(t, err)
+	assert.True(t, removed)
+
+	closed := openClient(1, 0)
+	require.NoError(t, closed.Close())
+	pub := scPublisher(t, closed, prefix)
+	err = pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@daily", Topic: topic})
+	require.ErrorIs(t, err, redis.ErrClosed)
+	assert.Contains(t, err.Error(), `register schedule "s"`)
+	closedInsp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: closed, KeyPrefix: prefix})
+	require.NoError(t, err)
+	_, err = closedInsp.Schedules(ctx)
+	assert.ErrorIs(t, err, redis.ErrClosed)
+	_, err = closedInsp.RemoveSchedule(ctx, "s")
+	assert.ErrorIs(t, err, redis.ErrClosed)
+}
+
+// A stored definition that does not decode (written by hand) is skipped,
+// logged, while the other schedules keep ticking.
+func TestScheduleBrokenDefinitionSkipped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	col := scCollect(t, client, prefix, topic)
+	require.NoError(t, client.HSet(ctx, prefix+":{schedules}:defs", "broken", "{not json").Err())
+	require.NoError(t, client.ZAdd(ctx, prefix+":{schedules}:next", redis.Z{Score: 1, Member: "broken"}).Err())
+	require.NoError(t, scPublisher(t, client, prefix).Schedule(ctx, redisdelay.Schedule{ID: "ok", Spec: "@every 200ms", Topic: topic}))
+	scManager(t, client, prefix, topic)
+	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 20*time.Millisecond)
+	scCheck(t, col.snapshot(), 200*time.Millisecond)
+}
