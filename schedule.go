@@ -173,6 +173,14 @@ func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 	if first.IsZero() {
 		return fmt.Errorf("%w: schedule %q: spec %q never ticks", ErrInvalidSchedule, s.ID, s.Spec)
 	}
+	// The tick loop publishes with a default PublisherConfig: a message it
+	// would refuse (too large, bad delay metadata) is refused here, once,
+	// rather than at every tick.
+	check := &Publisher{config: PublisherConfig{KeyPrefix: p.keys.prefix}, keys: p.keys, now: time.Now}
+	check.config.setDefaults()
+	if _, err := check.prepare(s.Topic, []*message.Message{tickMessage(p.keys.prefix, &s, first)}, make([]*pubCall, 1)); err != nil {
+		return fmt.Errorf("%w: schedule %q: its messages cannot be published: %w", ErrInvalidSchedule, s.ID, err)
+	}
 	def, err := json.Marshal(s)
 	if err != nil {
 		return fmt.Errorf("redisdelay: register schedule %q: %w", s.ID, err)
@@ -335,6 +343,9 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 		}
 		due = append(due, id)
 	}
+	if len(l.mine) > 0 {
+		wait = min(wait, publishRetry)
+	}
 	if len(due) == 0 {
 		return wait, nil
 	}
@@ -426,7 +437,8 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		member := id + "@" + strconv.FormatInt(tick.UnixMilli(), 10)
 		l.mine[member] = exp
 		if err := l.publish(pctx, &s, tick); err != nil {
-			return 0, err
+			l.publishFailed(err, id)
+			return publishRetry, nil
 		}
 		delete(l.mine, member)
 		if err := l.client.ZRem(pctx, k.claims(), member).Err(); err != nil {
@@ -439,6 +451,16 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 // errBrokenSchedule is what fire returns for a stored definition it cannot
 // use (logged there): its ticks stay due until it is fixed or removed.
 var errBrokenSchedule = errors.New("broken schedule definition")
+
+// publishRetry is how soon a tick whose publish failed is tried again (its
+// claim is kept meanwhile).
+const publishRetry = 100 * time.Millisecond
+
+// publishFailed logs a tick not published: it stays claimed by this loop,
+// which tries it again before anything else.
+func (l *tickLoop) publishFailed(err error, id string) {
+	l.limiter.errorf(l.logger, "redisdelay: cannot publish a schedule tick; retrying", err, watermill.LogFields{"schedule": id})
+}
 
 // maxScheduleMs parks a schedule that never ticks again (year 9999).
 const maxScheduleMs = 253402300799000
@@ -465,11 +487,23 @@ func (l *tickLoop) publishClaim(ctx context.Context, member string, exp time.Tim
 	}
 	s.ID = id
 	l.mine[member] = exp
-	if err := l.publish(ctx, &s, time.UnixMilli(ms)); err != nil {
-		return err
+	if err := l.publish(context.WithoutCancel(ctx), &s, time.UnixMilli(ms)); err != nil {
+		l.publishFailed(err, id)
+		return nil
 	}
 	delete(l.mine, member)
 	return l.client.ZRem(ctx, k.claims(), member).Err()
+}
+
+// tickMessage is the message of one tick of a schedule.
+func tickMessage(prefix string, s *Schedule, tick time.Time) *message.Message {
+	msg := message.NewMessage(tickUUID(prefix, s.ID, tick.UnixMilli()), s.Payload)
+	for key, v := range s.Metadata {
+		msg.Metadata.Set(key, v)
+	}
+	msg.Metadata.Set(ScheduleIDKey, s.ID)
+	msg.Metadata.Set(ScheduleTickKey, tick.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	return msg
 }
 
 // publish publishes one tick's message with the topic's stored partition
@@ -485,12 +519,7 @@ func (l *tickLoop) publish(ctx context.Context, s *Schedule, tick time.Time) err
 		return err
 	}
 	defer pub.Close()
-	msg := message.NewMessage(tickUUID(l.keys.prefix, s.ID, tick.UnixMilli()), s.Payload)
-	for key, v := range s.Metadata {
-		msg.Metadata.Set(key, v)
-	}
-	msg.Metadata.Set(ScheduleIDKey, s.ID)
-	msg.Metadata.Set(ScheduleTickKey, tick.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	msg := tickMessage(l.keys.prefix, s, tick)
 	msg.SetContext(ctx)
 	if err := pub.Publish(s.Topic, msg); err != nil {
 		return fmt.Errorf("publish tick %s of schedule %q to topic %q: %w", tick.UTC().Format(time.RFC3339Nano), s.ID, s.Topic, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -339,6 +340,16 @@ func TestScheduleInvalid(t *testing.T) {
 		require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule, "%+v", tc.s)
 		assert.Contains(t, err.Error(), tc.want)
 	}
+	// Its messages would be refused at every tick: refused once, here.
+	err := pub.Schedule(context.Background(), redisdelay.Schedule{ID: "big", Spec: "@daily", Topic: topic, Payload: make([]byte, 2<<20)})
+	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
+	require.ErrorIs(t, err, redisdelay.ErrMessageTooLarge)
+	assert.Contains(t, err.Error(), `schedule "big": its messages cannot be published`)
+	err = pub.Schedule(context.Background(), redisdelay.Schedule{ID: "baddelay", Spec: "@daily", Topic: topic,
+		Metadata: map[string]string{delay.DelayedForKey: "soon"}})
+	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
+	require.ErrorIs(t, err, redisdelay.ErrInvalidDelay)
+
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
 	require.NoError(t, err)
 	list, err := insp.Schedules(context.Background())
