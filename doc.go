@@ -80,5 +80,7 @@
 // message overtake a backlog; the prommetrics subpackage exports
 // Prometheus metrics (the core links none); Inspector.Health reports stuck
 // groups and a scheduler behind; cmd/redisdelay does the Inspector's work
-// from a shell.
+// from a shell. Publisher.Schedule publishes a message at every tick of a
+// cron spec or interval, once per tick however many processes run (see
+// Schedule).
 package redisdelay

@@ -88,7 +88,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	close(m.running)
 	m.logger.Info("redisdelay manager running", watermill.LogFields{"topics": m.config.Topics})
 
+	ticks := startTicks(ctx, m.sched, m.logger)
 	m.discoverTopics(ctx, static)
+	<-ticks
 	m.sched.stop()
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -466,3 +466,43 @@ func callGate(ctx context.Context, c redis.Scripter, sh shard, group string, lim
 	}
 	return gateReply{paused: res[0] == 1, count: int(res[1]), wait: time.Duration(res[2]) * time.Microsecond}, nil
 }
+
+// callSchedAdd runs schedadd.lua; it reports whether the next tick was set.
+func callSchedAdd(ctx context.Context, c redis.Scripter, k keys, id string, def []byte, spec, timezone string, first time.Time) (bool, error) {
+	sk := k.schedules()
+	n, err := schedAddScript.Run(ctx, c, []string{sk.defs(), sk.next()},
+		id, def, spec, timezone, first.UnixMilli()).Int64()
+	return n == 1, err
+}
+
+// callSchedClaim runs schedclaim.lua: status 1 claimed (exp is the claim's
+// expiry; zero when ttl is 0, a skip), 0 lost, -1 not due by Redis's clock.
+func callSchedClaim(ctx context.Context, c redis.Scripter, sk scheduleKeys, id string, tick, after time.Time, ttl time.Duration) (status int64, exp time.Time, err error) {
+	res, err := schedClaimScript.Run(ctx, c, []string{sk.next(), sk.claims()},
+		id, tick.UnixMilli(), after.UnixMilli(), ttl.Milliseconds()).Int64Slice()
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	if err := replyShort("schedclaim", len(res), 2); err != nil {
+		return 0, time.Time{}, err
+	}
+	if res[0] == 1 && res[1] > 0 {
+		exp = time.UnixMilli(res[1])
+	}
+	return res[0], exp, nil
+}
+
+// callSchedRetry runs schedretry.lua: held is the claim expiry the caller
+// holds (zero: take the claim only if expired). It returns the new expiry
+// when the caller now holds the claim, zero otherwise.
+func callSchedRetry(ctx context.Context, c redis.Scripter, sk scheduleKeys, member string, held time.Time) (time.Time, error) {
+	heldArg := ""
+	if !held.IsZero() {
+		heldArg = strconv.FormatInt(held.UnixMilli(), 10)
+	}
+	n, err := schedRetryScript.Run(ctx, c, []string{sk.claims()}, member, heldArg, claimTTL.Milliseconds()).Int64()
+	if err != nil || n == 0 {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(n), nil
+}

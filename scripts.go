@@ -75,6 +75,10 @@ var (
 	findScript       = loadScript("find")
 	gateScript       = loadScript("gate")
 	rescheduleScript = loadScript("reschedule")
+
+	schedAddScript   = loadScript("schedadd")
+	schedClaimScript = loadScript("schedclaim")
+	schedRetryScript = loadScript("schedretry")
 )
 
 // keys is the key layout, in one place. A topic is split into one or more
@@ -112,6 +116,9 @@ var (
 //	<prefix>:partitions      hash    topic -> partition count (absent: 1)
 //	<prefix>:registered      pub/sub channel that tells Managers about a newly registered topic
 //	<prefix>:wakedenied      string  why a scheduler may not subscribe to wake channels (expires; read by Health)
+//	<prefix>:{schedules}:defs   hash  schedule ID -> JSON definition (see Schedule)
+//	<prefix>:{schedules}:next   zset  schedule ID -> next tick not yet published (Unix ms)
+//	<prefix>:{schedules}:claims zset  "<schedule ID>@<tick ms>" -> claim expiry: ticks being published (see schedclaim.lua)
 //
 // The shard of partition 0 is <prefix>:{<topic>}, the layout of a topic
 // before partitions existed, so such a topic reads as one partition; that
@@ -133,6 +140,18 @@ func (k keys) shard(topic string, partition int) shard {
 	n := strconv.Itoa(partition)
 	return shard(k.prefix + ":{" + topic + "~" + n + "}:p" + n)
 }
+
+// schedules is the key base of the recurring schedules: one hash tag, so
+// schedclaim.lua runs on one Cluster slot; a tick's message goes to its
+// topic's own keys in a separate call.
+func (k keys) schedules() scheduleKeys { return scheduleKeys(k.prefix + ":{schedules}") }
+
+// scheduleKeys is the key base of the recurring schedules: see keys.
+type scheduleKeys string
+
+func (s scheduleKeys) defs() string   { return string(s) + ":defs" }
+func (s scheduleKeys) next() string   { return string(s) + ":next" }
+func (s scheduleKeys) claims() string { return string(s) + ":claims" }
 
 func (k keys) registered() string { return k.prefix + ":registered" }
 func (k keys) wakeDenied() string { return k.prefix + ":wakedenied" }

@@ -47,6 +47,8 @@ type Subscriber struct {
 	sched       *scheduler
 	scheduled   map[string]int // topic -> subscriptions that need its scheduling
 
+	ticks <-chan struct{} // closed when the schedule ticks stopped (see startTicks)
+
 	limiter  *logLimiter // repeated errors of all subscriptions
 	goneOnce sync.Once   // the client was closed: logged once
 
@@ -235,6 +237,7 @@ func (s *Subscriber) schedule(topic string, parts int) {
 		s.sched = newScheduler(config, s.logger)
 		s.sched.gone = s.clientGone
 		s.sched.start(s.closing, false)
+		s.ticks = startTicks(s.closing, s.sched, s.logger)
 	}
 	s.scheduled[topic]++
 	s.sched.add(topic, parts)
@@ -273,10 +276,11 @@ func (s *Subscriber) Close() error {
 		s.close()
 		s.subs.Wait()
 		s.mu.Lock()
-		sched := s.sched
+		sched, ticks := s.sched, s.ticks
 		s.mu.Unlock()
 		if sched != nil {
 			sched.stop()
+			<-ticks
 		}
 	})
 	return nil

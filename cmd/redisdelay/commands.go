@@ -249,6 +249,19 @@ func init() {
 			run:   cmdDeleteDead,
 		},
 		{
+			name: "schedules", summary: "list the recurring schedules",
+			help: "Lists the recurring schedules (Publisher.Schedule): ID, spec, time zone, topic, the next tick\n" +
+				"not yet published (UTC) and how long until it. Managers publish the ticks.",
+			maxArgs: 0, run: cmdSchedules,
+		},
+		{
+			name: "unschedule", args: "<id>", summary: "remove a recurring schedule",
+			help: "Removes a recurring schedule: no tick is published after it, except one being published.\n" +
+				"Reports whether it existed (exit status 0 either way; \"removed\": false in JSON). A process that\n" +
+				"registers it at start (Publisher.Schedule) registers it again.",
+			minArgs: 1, maxArgs: 1, run: cmdUnschedule,
+		},
+		{
 			name: "ui", args: "[--addr-listen HOST:PORT] [--read-only]", summary: "serve the web dashboard",
 			help: "Serves the operator dashboard (see docs/dashboard.md) until interrupted: topics and groups\n" +
 				"refreshing live, when waiting messages fall due, waiting messages searched by UUID or business\n" +
@@ -796,3 +809,39 @@ func cmdShow(e *env, pos []string) error {
 
 // showPage is the page size of show's scan.
 const showPage = 1000
+
+func cmdSchedules(e *env, _ []string) error {
+	all, err := e.insp.Schedules(e.ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if e.opts.json {
+		out := make([]scheduleJSON, 0, len(all))
+		for _, s := range all {
+			out = append(out, toScheduleJSON(s))
+		}
+		return writeJSON(e.stdout, out)
+	}
+	if len(all) == 0 {
+		fmt.Fprintf(e.stdout, "no schedules under prefix %q\n", e.opts.prefix)
+		return nil
+	}
+	writeSchedulesTable(e.stdout, all, now)
+	return nil
+}
+
+func cmdUnschedule(e *env, pos []string) error {
+	removed, err := e.insp.RemoveSchedule(e.ctx, pos[0])
+	switch {
+	case err != nil:
+		return err
+	case e.opts.json:
+		return writeJSON(e.stdout, unscheduleJSON{ID: pos[0], Removed: removed})
+	case removed:
+		fmt.Fprintf(e.stdout, "removed schedule %q\n", pos[0])
+	default:
+		fmt.Fprintf(e.stdout, "not removed: no schedule %q under prefix %q (see \"redisdelay schedules\")\n", pos[0], e.opts.prefix)
+	}
+	return nil
+}

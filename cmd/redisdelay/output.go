@@ -114,6 +114,46 @@ type deleteJSON struct {
 	Deleted bool   `json:"deleted"`
 }
 
+type scheduleJSON struct {
+	ID       string `json:"id"`
+	Spec     string `json:"spec"`
+	Timezone string `json:"timezone"` // "" is UTC
+	Topic    string `json:"topic"`
+	// Next is the next tick not yet published.
+	Next            time.Time         `json:"next"`
+	CatchUpWindowMs int64             `json:"catch_up_window_ms"` // 0: the default
+	PayloadBytes    int               `json:"payload_bytes"`
+	Metadata        map[string]string `json:"metadata"`
+}
+
+type unscheduleJSON struct {
+	ID      string `json:"id"`
+	Removed bool   `json:"removed"`
+}
+
+func toScheduleJSON(s redisdelay.Schedule) scheduleJSON {
+	md := s.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return scheduleJSON{ID: s.ID, Spec: s.Spec, Timezone: s.Timezone, Topic: s.Topic, Next: s.Next.UTC(),
+		CatchUpWindowMs: s.CatchUpWindow.Milliseconds(), PayloadBytes: len(s.Payload), Metadata: md}
+}
+
+func writeSchedulesTable(w io.Writer, all []redisdelay.Schedule, now time.Time) {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ID\tSPEC\tTIMEZONE\tTOPIC\tNEXT\tIN")
+	for _, s := range all {
+		tz := s.Timezone
+		if tz == "" {
+			tz = "UTC"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(s.ID), printable(s.Spec), printable(tz), printable(s.Topic),
+			s.Next.UTC().Format(time.RFC3339), dueIn(s.Next, now))
+	}
+	_ = tw.Flush()
+}
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

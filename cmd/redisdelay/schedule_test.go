@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+func TestSchedules(t *testing.T) {
+	prefix := "cli-" + t.Name()
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	keys, err := client.Keys(ctx, prefix+":*").Result()
+	require.NoError(t, err)
+	if len(keys) > 0 {
+		require.NoError(t, client.Del(ctx, keys...).Err())
+	}
+	cli := func(args ...string) result {
+		return runCLI(t, append([]string{"--addr", redisAddr, "--prefix", prefix}, args...)...)
+	}
+
+	r := cli("schedules")
+	require.Equal(t, 0, r.code)
+	assert.Equal(t, "no schedules under prefix \""+prefix+"\"\n", r.stdout)
+
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, nil)
+	require.NoError(t, err)
+	defer pub.Close()
+	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "report", Spec: "0 9 * * 1-5", Timezone: "America/New_York",
+		Topic: "reports", Payload: []byte("daily"), Metadata: map[string]string{"kind": "daily"}}))
+	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "ping", Spec: "@every 1h", Topic: "pings"}))
+
+	r = cli("schedules")
+	require.Equal(t, 0, r.code)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 3)
+	assert.Equal(t, []string{"ID", "SPEC", "TIMEZONE", "TOPIC", "NEXT", "IN"}, strings.Fields(lines[0]))
+	next := time.Now().Truncate(time.Hour).Add(time.Hour).UTC().Format(time.RFC3339)
+	assert.Equal(t, []string{"ping", "@every", "1h", "UTC", "pings", next}, strings.Fields(lines[1])[:6])
+	assert.Equal(t, []string{"report", "0", "9", "*", "*", "1-5", "America/New_York", "reports"}, strings.Fields(lines[2])[:8])
+
+	r = cli("--json", "schedules")
+	require.Equal(t, 0, r.code)
+	list := decode[[]scheduleJSON](t, r.stdout)
+	require.Len(t, list, 2)
+	assert.Equal(t, "report", list[1].ID)
+	assert.Equal(t, 5, list[1].PayloadBytes)
+	assert.Equal(t, map[string]string{"kind": "daily"}, list[1].Metadata)
+	ny, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	assert.Equal(t, 9, list[1].Next.In(ny).Hour())
+
+	r = cli("unschedule", "report")
+	require.Equal(t, 0, r.code)
+	assert.Equal(t, "removed schedule \"report\"\n", r.stdout)
+	r = cli("unschedule", "report")
+	require.Equal(t, 0, r.code)
+	assert.Contains(t, r.stdout, "not removed: no schedule \"report\"")
+	r = cli("--json", "unschedule", "ping")
+	require.Equal(t, 0, r.code)
+	assert.Equal(t, unscheduleJSON{ID: "ping", Removed: true}, decode[unscheduleJSON](t, r.stdout))
+
+	r = cli("unschedule")
+	assert.Equal(t, 2, r.code, "an ID is required")
+	r = cli("schedules", "extra")
+	assert.Equal(t, 2, r.code, "no argument")
+}

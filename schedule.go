@@ -1,0 +1,528 @@
+package redisdelay
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"github.com/robfig/cron/v3"
+)
+
+// Schedule is a recurring publish: at each tick of Spec, a Manager
+// publishes a message with Payload and Metadata to Topic. One message per
+// tick however many Managers run (a tick is claimed by a compare-and-set
+// in Redis); ticks missed while no Manager ran, or while Redis was
+// unreachable, are published when one runs again, within CatchUpWindow.
+// See docs/schedules.md.
+type Schedule struct {
+	// ID names the schedule, unique under a KeyPrefix. Registering an ID
+	// again replaces its definition and keeps its next tick, unless Spec or
+	// Timezone changed.
+	ID string `json:"id"`
+
+	// Spec is a cron expression of 5 fields (minute hour day-of-month
+	// month day-of-week) or 6 (seconds first), a descriptor (@yearly,
+	// @monthly, @weekly, @daily, @hourly), or "@every <duration>" (Go
+	// syntax, at least 1ms), whose ticks are the multiples of the duration
+	// since the Unix epoch, so "@every 1h" ticks on the hour, UTC.
+	Spec string `json:"spec"`
+
+	// Timezone is the IANA time zone of a cron Spec ("" is UTC), e.g.
+	// "America/New_York": "0 9 * * *" ticks at 9:00 there, daylight saving
+	// included. Hosts without a zoneinfo database need import _ "time/tzdata".
+	Timezone string `json:"timezone,omitempty"`
+
+	// Topic receives the messages.
+	Topic string `json:"topic"`
+
+	// Payload and Metadata are copied into each tick's message, which also
+	// carries ScheduleIDKey and ScheduleTickKey.
+	Payload  []byte            `json:"payload,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+
+	// CatchUpWindow bounds how late a tick is still published (default
+	// DefaultCatchUpWindow): after a restart or an outage, every missed
+	// tick within it is published, oldest first, each with its own tick
+	// instant; older ones are skipped (logged).
+	CatchUpWindow time.Duration `json:"catch_up_window,omitempty"`
+
+	// Next is the next tick not yet published, as Inspector.Schedules reads
+	// it. Publisher.Schedule ignores it.
+	Next time.Time `json:"-"`
+}
+
+// DefaultCatchUpWindow is how late a tick may be published when
+// Schedule.CatchUpWindow is not set.
+const DefaultCatchUpWindow = time.Hour
+
+// ScheduleIDKey is the metadata key holding the ID of the schedule that
+// published a message, and ScheduleTickKey its tick instant (RFC 3339,
+// UTC, milliseconds). A tick's message has a UUID derived from both, so a
+// deduplicating consumer (the Deduplicator middleware with
+// NewDedupRepository) drops the rare second copy (see docs/schedules.md).
+const (
+	ScheduleIDKey   = "_redisdelay_schedule"
+	ScheduleTickKey = "_redisdelay_schedule_tick"
+)
+
+// ErrInvalidSchedule is wrapped by Publisher.Schedule errors for a schedule
+// that cannot work: a bad ID, Spec, Timezone, Topic or CatchUpWindow.
+var ErrInvalidSchedule = errors.New("redisdelay: invalid schedule")
+
+// cronParser reads 5 or 6 field specs and descriptors; "@every" is ours,
+// for sub-second intervals (robfig/cron rounds them to seconds).
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// ticker computes a schedule's ticks.
+type ticker interface {
+	// next returns the first tick strictly after t (zero: none).
+	next(t time.Time) time.Time
+}
+
+type everyTicker time.Duration
+
+func (e everyTicker) next(t time.Time) time.Time {
+	d := time.Duration(e).Milliseconds()
+	ms := t.UnixMilli()
+	return time.UnixMilli((ms/d + 1) * d)
+}
+
+type cronTicker struct{ s cron.Schedule }
+
+func (c cronTicker) next(t time.Time) time.Time { return c.s.Next(t) }
+
+// parseSpec returns the ticker of a spec in a time zone.
+func parseSpec(spec, timezone string) (ticker, error) {
+	loc, err := time.LoadLocation(timezone)
+	if err != nil || timezone == "Local" {
+		return nil, fmt.Errorf("time zone %q is unknown: use an IANA name such as \"Europe/Paris\" (\"\" for UTC); a host without a zoneinfo database needs import _ \"time/tzdata\"", timezone)
+	}
+	if rest, ok := strings.CutPrefix(spec, "@every "); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		if err != nil || d < time.Millisecond {
+			return nil, fmt.Errorf("spec %q: \"@every\" takes a Go duration of at least 1ms, e.g. \"@every 90s\"", spec)
+		}
+		return everyTicker(d), nil
+	}
+	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
+		return nil, fmt.Errorf("spec %q: set the time zone in Schedule.Timezone, not in the spec", spec)
+	}
+	s, err := cronParser.Parse(spec)
+	if err != nil {
+		return nil, fmt.Errorf("spec %q: %v (use 5 fields \"min hour dom month dow\", 6 with seconds first, @daily or \"@every 10s\")", spec, err)
+	}
+	if ss, ok := s.(*cron.SpecSchedule); ok {
+		ss.Location = loc
+	}
+	return cronTicker{s}, nil
+}
+
+// validate checks a schedule and returns its ticker.
+func (s *Schedule) validate() (ticker, error) {
+	if p := nameProblem("schedule ID", s.ID); p != "" || strings.Contains(s.ID, "@") {
+		if p == "" {
+			p = fmt.Sprintf("schedule ID %q contains \"@\": use another character", s.ID)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrInvalidSchedule, p)
+	}
+	if err := validateTopic(s.Topic); err != nil {
+		return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalidSchedule, s.ID, err)
+	}
+	if s.CatchUpWindow < 0 {
+		return nil, fmt.Errorf("%w: schedule %q: CatchUpWindow is %s: use 0 (the default, %s) or more", ErrInvalidSchedule, s.ID, s.CatchUpWindow, DefaultCatchUpWindow)
+	}
+	t, err := parseSpec(s.Spec, s.Timezone)
+	if err != nil {
+		return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalidSchedule, s.ID, err)
+	}
+	return t, nil
+}
+
+func (s *Schedule) catchUp() time.Duration {
+	if s.CatchUpWindow == 0 {
+		return DefaultCatchUpWindow
+	}
+	return s.CatchUpWindow
+}
+
+// Schedule registers a recurring publish, or replaces the one with its ID
+// (keeping its next tick unless Spec or Timezone changed), so every
+// process may register its schedules at start. Managers publish the ticks
+// (see Schedule); remove it with Inspector.RemoveSchedule. It fails with
+// ErrInvalidSchedule, storing nothing, for a schedule that cannot work.
+func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
+	t, err := s.validate()
+	if err != nil {
+		return err
+	}
+	now, err := p.config.Client.Time(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("redisdelay: register schedule %q: %w", s.ID, err)
+	}
+	first := t.next(now)
+	if first.IsZero() {
+		return fmt.Errorf("%w: schedule %q: spec %q never ticks", ErrInvalidSchedule, s.ID, s.Spec)
+	}
+	// The tick loop publishes with a default PublisherConfig: a message it
+	// would refuse (too large, bad delay metadata) is refused here, once,
+	// rather than at every tick.
+	check := &Publisher{config: PublisherConfig{KeyPrefix: p.keys.prefix}, keys: p.keys, now: time.Now}
+	check.config.setDefaults()
+	if _, err := check.prepare(s.Topic, []*message.Message{tickMessage(p.keys.prefix, &s, first)}, make([]*pubCall, 1)); err != nil {
+		return fmt.Errorf("%w: schedule %q: its messages cannot be published: %w", ErrInvalidSchedule, s.ID, err)
+	}
+	def, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("redisdelay: register schedule %q: %w", s.ID, err)
+	}
+	if _, err := callSchedAdd(ctx, p.config.Client, p.keys, s.ID, def, s.Spec, s.Timezone, first); err != nil {
+		return fmt.Errorf("redisdelay: register schedule %q: %w", s.ID, err)
+	}
+	return nil
+}
+
+// Schedules lists the recurring schedules, by ID, with their next tick.
+func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
+	k := i.keys.schedules()
+	pipe := i.client.Pipeline()
+	defs := pipe.HGetAll(ctx, k.defs())
+	next := pipe.ZRangeWithScores(ctx, k.next(), 0, -1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("redisdelay: list schedules: %w", err)
+	}
+	nexts := make(map[string]time.Time, len(next.Val()))
+	for _, z := range next.Val() {
+		id, _ := z.Member.(string)
+		nexts[id] = time.UnixMilli(int64(z.Score))
+	}
+	out := make([]Schedule, 0, len(defs.Val()))
+	for id, js := range defs.Val() {
+		var s Schedule
+		if err := json.Unmarshal([]byte(js), &s); err != nil {
+			return nil, fmt.Errorf("redisdelay: schedule %q in %s does not decode: %v; remove it with Inspector.RemoveSchedule", id, k.defs(), err)
+		}
+		s.ID, s.Next = id, nexts[id]
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b Schedule) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// RemoveSchedule removes a schedule: no tick is published after it
+// returns, except one already being published. It reports whether the
+// schedule existed.
+func (i *Inspector) RemoveSchedule(ctx context.Context, id string) (bool, error) {
+	k := i.keys.schedules()
+	pipe := i.client.TxPipeline()
+	del := pipe.HDel(ctx, k.defs(), id)
+	pipe.ZRem(ctx, k.next(), id)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("redisdelay: remove schedule %q: %w", id, err)
+	}
+	return del.Val() == 1, nil
+}
+
+// tickUUID is the UUID of a tick's message: the same in every process.
+func tickUUID(prefix, id string, tick int64) string {
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("redisdelay:"+prefix+"\n"+id+"\n"+strconv.FormatInt(tick, 10))).String()
+}
+
+// claimTTL is how long a claimed tick is left to its claimer before another
+// process publishes it (the claimer died or lost Redis): three default
+// PublishTimeouts.
+const claimTTL = 30 * time.Second
+
+// scheduleBatch is the most schedules read per pass.
+const scheduleBatch = 64
+
+// startTicks publishes the ticks of the recurring schedules beside a
+// scheduler (a Manager's, or a Subscriber's own) until ctx ends; the
+// channel is closed then.
+func startTicks(ctx context.Context, sched *scheduler, logger watermill.LoggerAdapter) <-chan struct{} {
+	done := make(chan struct{})
+	l := &tickLoop{client: sched.client, keys: sched.keys, logger: logger, limiter: sched.limiter,
+		idle: sched.interval, mine: map[string]time.Time{}}
+	go func() {
+		defer close(done)
+		l.run(ctx)
+	}()
+	return done
+}
+
+// tickLoop publishes the ticks of the schedules: run by every scheduler.
+type tickLoop struct {
+	client  redis.UniversalClient
+	keys    keys
+	logger  watermill.LoggerAdapter
+	limiter *logLimiter
+	idle    time.Duration        // longest sleep: new schedules are seen within it
+	mine    map[string]time.Time // claims this loop holds and has not published -> expiry
+}
+
+func (l *tickLoop) run(ctx context.Context) {
+	for {
+		wait, err := l.pass(ctx)
+		if err != nil {
+			if ctx.Err() != nil || isClientClosed(err) {
+				// A closed client is reported (once) by the scheduler
+				// beside this loop, which stops it.
+				return
+			}
+			l.limiter.errorf(l.logger, "redisdelay: cannot publish schedule ticks; retrying", err, nil)
+			wait = 100 * time.Millisecond
+		}
+		wait = min(max(wait, 0), l.idle)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// pass publishes what is due and returns how long until the next work.
+func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
+	k := l.keys.schedules()
+	// Own claims first: a publish that failed (Redis unreachable) is
+	// retried as soon as Redis answers, well before the claim expires.
+	for member, exp := range l.mine {
+		e, err := callSchedRetry(ctx, l.client, k, member, exp)
+		if err != nil {
+			return 0, err
+		}
+		delete(l.mine, member)
+		if !e.IsZero() {
+			if err := l.publishClaim(ctx, member, e); err != nil {
+				return 0, err
+			}
+		}
+	}
+	pipe := l.client.Pipeline()
+	timeCmd := pipe.Time(ctx)
+	nextCmd := pipe.ZRangeWithScores(ctx, k.next(), 0, scheduleBatch-1)
+	claimCmd := pipe.ZRangeWithScores(ctx, k.claims(), 0, scheduleBatch-1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	now := timeCmd.Val()
+	wait := l.idle
+	for _, z := range claimCmd.Val() {
+		member, _ := z.Member.(string)
+		exp := time.UnixMilli(int64(z.Score))
+		if exp.After(now) {
+			wait = min(wait, exp.Sub(now))
+			continue
+		}
+		e, err := callSchedRetry(ctx, l.client, k, member, time.Time{})
+		if err != nil {
+			return 0, err
+		}
+		if !e.IsZero() {
+			if err := l.publishClaim(ctx, member, e); err != nil {
+				return 0, err
+			}
+		}
+	}
+	var due []string
+	for _, z := range nextCmd.Val() {
+		id, _ := z.Member.(string)
+		at := time.UnixMilli(int64(z.Score))
+		if at.After(now) {
+			wait = min(wait, at.Sub(now))
+			break
+		}
+		due = append(due, id)
+	}
+	if len(l.mine) > 0 {
+		wait = min(wait, publishRetry)
+	}
+	if len(due) == 0 {
+		return wait, nil
+	}
+	defs, err := l.client.HMGet(ctx, k.defs(), due...).Result()
+	if err != nil {
+		return 0, err
+	}
+	broken := 0
+	for i, id := range due {
+		js, _ := defs[i].(string)
+		if js == "" {
+			// removed between the two reads; RemoveSchedule deletes both
+			continue
+		}
+		w, err := l.fire(ctx, id, js)
+		if errors.Is(err, errBrokenSchedule) {
+			broken++
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		wait = min(wait, w)
+	}
+	if len(due) == scheduleBatch && broken < len(due) {
+		// More may be due beyond the batch: read again at once (unless
+		// the batch is all broken definitions, which stay due).
+		wait = 0
+	}
+	return wait, nil
+}
+
+// fire publishes the due ticks of one schedule, oldest first, and returns
+// how long until its next one.
+func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, error) {
+	k := l.keys.schedules()
+	var s Schedule
+	if err := json.Unmarshal([]byte(js), &s); err != nil {
+		l.limiter.errorf(l.logger, "redisdelay: a schedule does not decode; remove it with Inspector.RemoveSchedule", err, watermill.LogFields{"schedule": id})
+		return 0, errBrokenSchedule
+	}
+	s.ID = id
+	t, err := s.validate()
+	if err != nil {
+		l.limiter.errorf(l.logger, "redisdelay: a stored schedule cannot work; register it again or remove it", err, watermill.LogFields{"schedule": id})
+		return 0, errBrokenSchedule
+	}
+	for range 1000 {
+		cur, err := l.client.ZScore(ctx, k.next(), id).Result()
+		if errors.Is(err, redis.Nil) {
+			return l.idle, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		tick := time.UnixMilli(int64(cur))
+		now, err := l.client.Time(ctx).Result()
+		if err != nil {
+			return 0, err
+		}
+		if tick.After(now) {
+			return tick.Sub(now), nil
+		}
+		ttl := claimTTL
+		after := t.next(tick)
+		if oldest := now.Add(-s.catchUp()); tick.Before(oldest) {
+			// Too late: skip to the first tick within the window.
+			ttl, after = 0, t.next(oldest.Add(-time.Millisecond))
+			l.logger.Info("redisdelay: schedule ticks skipped: later than the catch-up window",
+				watermill.LogFields{"schedule": id, "from": tick, "to": after, "window": s.catchUp()})
+		}
+		if after.IsZero() {
+			after = time.UnixMilli(maxScheduleMs)
+		}
+		status, exp, err := callSchedClaim(ctx, l.client, k, id, tick, after, ttl)
+		if err != nil {
+			return 0, err
+		}
+		if status != 1 {
+			return 0, nil // another process moved it, or Redis's clock is behind: read again
+		}
+		if ttl == 0 {
+			continue
+		}
+		// A claimed tick is published even when the Manager is closing:
+		// Close waits for it (PublishTimeout at most) rather than leave the
+		// tick to another process after claimTTL.
+		pctx := context.WithoutCancel(ctx)
+		member := id + "@" + strconv.FormatInt(tick.UnixMilli(), 10)
+		l.mine[member] = exp
+		if err := l.publish(pctx, &s, tick); err != nil {
+			l.publishFailed(err, id)
+			return publishRetry, nil
+		}
+		delete(l.mine, member)
+		if err := l.client.ZRem(pctx, k.claims(), member).Err(); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
+}
+
+// errBrokenSchedule is what fire returns for a stored definition it cannot
+// use (logged there): its ticks stay due until it is fixed or removed.
+var errBrokenSchedule = errors.New("broken schedule definition")
+
+// publishRetry is how soon a tick whose publish failed is tried again (its
+// claim is kept meanwhile).
+const publishRetry = 100 * time.Millisecond
+
+// publishFailed logs a tick not published: it stays claimed by this loop,
+// which tries it again before anything else.
+func (l *tickLoop) publishFailed(err error, id string) {
+	l.limiter.errorf(l.logger, "redisdelay: cannot publish a schedule tick; retrying", err, watermill.LogFields{"schedule": id})
+}
+
+// maxScheduleMs parks a schedule that never ticks again (year 9999).
+const maxScheduleMs = 253402300799000
+
+// publishClaim publishes a claimed tick taken over from a claims entry.
+func (l *tickLoop) publishClaim(ctx context.Context, member string, exp time.Time) error {
+	k := l.keys.schedules()
+	at := strings.LastIndexByte(member, '@')
+	ms, err := strconv.ParseInt(member[at+1:], 10, 64)
+	if at < 0 || err != nil {
+		return l.client.ZRem(ctx, k.claims(), member).Err()
+	}
+	id := member[:at]
+	js, err := l.client.HGet(ctx, k.defs(), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return l.client.ZRem(ctx, k.claims(), member).Err() // removed meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	var s Schedule
+	if err := json.Unmarshal([]byte(js), &s); err != nil {
+		return l.client.ZRem(ctx, k.claims(), member).Err()
+	}
+	s.ID = id
+	l.mine[member] = exp
+	if err := l.publish(context.WithoutCancel(ctx), &s, time.UnixMilli(ms)); err != nil {
+		l.publishFailed(err, id)
+		return nil
+	}
+	delete(l.mine, member)
+	return l.client.ZRem(ctx, k.claims(), member).Err()
+}
+
+// tickMessage is the message of one tick of a schedule.
+func tickMessage(prefix string, s *Schedule, tick time.Time) *message.Message {
+	msg := message.NewMessage(tickUUID(prefix, s.ID, tick.UnixMilli()), s.Payload)
+	for key, v := range s.Metadata {
+		msg.Metadata.Set(key, v)
+	}
+	msg.Metadata.Set(ScheduleIDKey, s.ID)
+	msg.Metadata.Set(ScheduleTickKey, tick.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	return msg
+}
+
+// publish publishes one tick's message with the topic's stored partition
+// count (a Manager is not configured with it).
+func (l *tickLoop) publish(ctx context.Context, s *Schedule, tick time.Time) error {
+	parts, err := storedPartitions(ctx, l.client, l.keys, s.Topic)
+	if err != nil {
+		return err
+	}
+	pub, err := NewPublisher(PublisherConfig{Client: l.client, KeyPrefix: l.keys.prefix,
+		TopicPartitions: map[string]int{s.Topic: parts[0]}}, l.logger)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	msg := tickMessage(l.keys.prefix, s, tick)
+	msg.SetContext(ctx)
+	if err := pub.Publish(s.Topic, msg); err != nil {
+		return fmt.Errorf("publish tick %s of schedule %q to topic %q: %w", tick.UTC().Format(time.RFC3339Nano), s.ID, s.Topic, err)
+	}
+	return nil
+}

@@ -1,0 +1,423 @@
+package redisdelay_test
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+// scTick is a tick's message as a subscriber received it.
+type scTick struct {
+	tick     time.Time
+	received time.Time
+	uuid     string
+}
+
+// scCollector subscribes to topic and records every tick received.
+type scCollector struct {
+	mu    sync.Mutex
+	ticks []scTick
+}
+
+func scCollect(t *testing.T, client redis.UniversalClient, prefix, topic string) *scCollector {
+	t.Helper()
+	// DisableScheduler: the collector publishes no tick itself (ticks are
+	// immediate messages: no scheduling needed to receive them).
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+	ch, err := sub.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	c := &scCollector{}
+	go func() {
+		for msg := range ch {
+			tick, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(redisdelay.ScheduleTickKey))
+			if err == nil {
+				c.mu.Lock()
+				c.ticks = append(c.ticks, scTick{tick: tick, received: time.Now(), uuid: msg.UUID})
+				c.mu.Unlock()
+			}
+			msg.Ack()
+		}
+	}()
+	return c
+}
+
+func (c *scCollector) snapshot() []scTick {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := append([]scTick(nil), c.ticks...)
+	sort.Slice(out, func(i, j int) bool { return out[i].tick.Before(out[j].tick) })
+	return out
+}
+
+// scCheck asserts one message per tick, every period from the first tick
+// received to the last: none twice, none missing.
+func scCheck(t *testing.T, ticks []scTick, period time.Duration) {
+	t.Helper()
+	seen := map[int64]int{}
+	for _, tk := range ticks {
+		seen[tk.tick.UnixMilli()]++
+	}
+	for tick, n := range seen {
+		assert.Equal(t, 1, n, "tick %s published %d times", time.UnixMilli(tick).UTC().Format(time.RFC3339Nano), n)
+	}
+	for i := 1; i < len(ticks); i++ {
+		if gap := ticks[i].tick.Sub(ticks[i-1].tick); gap != period && gap != 0 {
+			assert.Failf(t, "tick missing", "ticks %s then %s: %s apart, want %s",
+				ticks[i-1].tick.Format(time.RFC3339Nano), ticks[i].tick.Format(time.RFC3339Nano), gap, period)
+		}
+	}
+}
+
+func scManager(t *testing.T, client redis.UniversalClient, prefix, topic string) *redisdelay.Manager {
+	return lcManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}})
+}
+
+func scPublisher(t *testing.T, client redis.UniversalClient, prefix string) *redisdelay.Publisher {
+	t.Helper()
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, logger)
+	require.NoError(t, err)
+	return pub
+}
+
+// Three Managers compete for the ticks of one schedule: each tick is
+// published once, and none is missed.
+func TestScheduleOneTickPerManager(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	col := scCollect(t, client, prefix, topic)
+	pub := scPublisher(t, client, prefix)
+	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{
+		ID: "every200", Spec: "@every 200ms", Topic: topic, Payload: []byte("tick"),
+		Metadata: map[string]string{"k": "v"},
+	}))
+	for range 3 {
+		scManager(t, client, prefix, topic)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	ticks := col.snapshot()
+	require.GreaterOrEqual(t, len(ticks), 9, "ticks received in 2.5 s of @every 200ms")
+	scCheck(t, ticks, 200*time.Millisecond)
+	var late []time.Duration
+	for _, tk := range ticks {
+		late = append(late, tk.received.Sub(tk.tick))
+	}
+	t.Logf("%d ticks, 3 Managers; delivered after their tick instant by: %v", len(ticks), late)
+}
+
+// A Manager stopped for two ticks and started again publishes the ticks it
+// missed (within the catch-up window), each once; with a window shorter
+// than the downtime, the older ones are skipped.
+func TestScheduleCatchUpAfterRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Managers for seconds")
+	}
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		window time.Duration
+	}{{"default window", 0}, {"short window", 250 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := newClient(t)
+			prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+			const period = 400 * time.Millisecond
+			col := scCollect(t, client, prefix, topic)
+			pub := scPublisher(t, client, prefix)
+			require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{
+				ID: "s", Spec: "@every 400ms", Topic: topic, CatchUpWindow: tc.window,
+			}))
+			mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, KeyPrefix: prefix, Topics: []string{topic}}, logger)
+			require.NoError(t, err)
+			go func() { _ = mgr.Run(context.Background()) }()
+			<-mgr.Running()
+			time.Sleep(1300 * time.Millisecond)
+			require.NoError(t, mgr.Close())
+			stopped := time.Now()
+			time.Sleep(2*period + 150*time.Millisecond) // two ticks missed
+			restarted := time.Now()
+			scManager(t, client, prefix, topic)
+			time.Sleep(1300 * time.Millisecond)
+
+			ticks := col.snapshot()
+			var missed []scTick
+			for _, tk := range ticks {
+				if tk.tick.After(stopped) && tk.tick.Before(restarted) {
+					missed = append(missed, tk)
+				}
+			}
+			if tc.window == 0 {
+				scCheck(t, ticks, period)
+				// 950ms down: 2 or 3 ticks of 400ms, by phase
+				require.GreaterOrEqual(t, len(missed), 2, "ticks due while no Manager ran")
+			} else {
+				seen := map[int64]bool{}
+				for _, tk := range ticks {
+					assert.False(t, seen[tk.tick.UnixMilli()], "tick %s twice", tk.tick)
+					seen[tk.tick.UnixMilli()] = true
+				}
+				for _, tk := range missed {
+					assert.False(t, tk.tick.Before(restarted.Add(-tc.window)), "tick %s, later than the 250ms window at the restart, published", tk.tick)
+				}
+				assert.Less(t, len(missed), 2, "ticks later than the 250ms window are skipped")
+			}
+			var late []time.Duration
+			for _, tk := range missed {
+				late = append(late, tk.received.Sub(tk.tick))
+			}
+			var normal []time.Duration
+			for _, tk := range ticks {
+				if tk.tick.After(restarted) {
+					normal = append(normal, tk.received.Sub(tk.tick))
+				}
+			}
+			t.Logf("%s: %d ticks; missed ticks delivered %v after their instant (restart %s after stop); ticks after the restart: %v",
+				tc.name, len(ticks), late, restarted.Sub(stopped).Round(time.Millisecond), normal)
+		})
+	}
+}
+
+// Redis unreachable across a tick instant, for less than a tick: the tick
+// is published when Redis answers again, once.
+func TestScheduleRedisOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cuts Redis for seconds")
+	}
+	t.Parallel()
+	proxy := newLcProxy(t)
+	direct := newClient(t)
+	cut := proxy.client(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	const period = 500 * time.Millisecond
+	col := scCollect(t, direct, prefix, topic)
+	pub := scPublisher(t, direct, prefix)
+	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@every 500ms", Topic: topic}))
+	scManager(t, cut, prefix, topic)
+	var outages []time.Time
+	for range 3 {
+		// cut 150ms before a tick, for 400ms
+		now := time.Now()
+		next := now.Truncate(period).Add(period)
+		if next.Sub(now) < 300*time.Millisecond {
+			next = next.Add(period)
+		}
+		time.Sleep(time.Until(next.Add(-150 * time.Millisecond)))
+		proxy.cut(0)
+		outages = append(outages, next)
+		time.Sleep(400 * time.Millisecond)
+		proxy.restore(t)
+		time.Sleep(300 * time.Millisecond)
+	}
+	time.Sleep(800 * time.Millisecond)
+	ticks := col.snapshot()
+	scCheck(t, ticks, period)
+	got := map[int64]scTick{}
+	for _, tk := range ticks {
+		got[tk.tick.UnixMilli()] = tk
+	}
+	var late []time.Duration
+	for _, at := range outages {
+		tk, ok := got[at.UnixMilli()]
+		if assert.True(t, ok, "tick %s, during an outage, missing", at.Format(time.RFC3339Nano)) {
+			late = append(late, tk.received.Sub(at))
+		}
+	}
+	t.Logf("%d ticks; the ticks during 400ms outages were delivered after their instant by %v", len(ticks), late)
+}
+
+// A claim left by a process that died between claiming a tick and
+// publishing it is published by another once it expired.
+func TestScheduleExpiredClaim(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	col := scCollect(t, client, prefix, topic)
+	pub := scPublisher(t, client, prefix)
+	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{ID: "daily", Spec: "@daily", Topic: topic}))
+	tick := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	require.NoError(t, client.ZAdd(context.Background(), prefix+":{schedules}:claims",
+		redis.Z{Score: 1, Member: "daily@" + strconv.FormatInt(tick.UnixMilli(), 10)}).Err())
+	scManager(t, client, prefix, topic)
+	require.Eventually(t, func() bool { return len(col.snapshot()) == 1 }, 3*time.Second, 20*time.Millisecond)
+	assert.Equal(t, tick, col.snapshot()[0].tick.UTC())
+	n, err := client.ZCard(context.Background(), prefix+":{schedules}:claims").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "claim removed once published")
+}
+
+// Inspector lists and removes schedules; registering one again keeps its
+// next tick unless its timing changed.
+func TestScheduleListRemove(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	pub := scPublisher(t, client, prefix)
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
+	require.NoError(t, err)
+
+	list, err := insp.Schedules(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, list)
+
+	ny := redisdelay.Schedule{ID: "morning", Spec: "0 9 * * *", Timezone: "America/New_York", Topic: topic, Payload: []byte("p")}
+	require.NoError(t, pub.Schedule(ctx, ny))
+	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "fast", Spec: "@every 1h", Topic: topic}))
+	list, err = insp.Schedules(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	assert.Equal(t, "fast", list[0].ID)
+	assert.Equal(t, "morning", list[1].ID)
+	assert.Equal(t, "America/New_York", list[1].Timezone)
+	assert.Equal(t, []byte("p"), list[1].Payload)
+	loc, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	next := list[1].Next.In(loc)
+	assert.Equal(t, 9, next.Hour())
+	assert.Zero(t, next.Minute())
+	assert.WithinDuration(t, time.Now(), next, 25*time.Hour)
+	assert.Equal(t, time.Now().Truncate(time.Hour).Add(time.Hour), list[0].Next)
+
+	// Registered again with another payload: same next tick. Another spec: reset.
+	ny.Payload = []byte("q")
+	require.NoError(t, pub.Schedule(ctx, ny))
+	again, err := insp.Schedules(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, list[1].Next, again[1].Next)
+	assert.Equal(t, []byte("q"), again[1].Payload)
+	require.NoError(t, client.ZAdd(ctx, prefix+":{schedules}:next", redis.Z{Score: 1000, Member: "morning"}).Err())
+	ny.Spec = "0 10 * * *"
+	require.NoError(t, pub.Schedule(ctx, ny))
+	again, err = insp.Schedules(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 10, again[1].Next.In(loc).Hour(), "a changed spec resets the next tick")
+
+	removed, err := insp.RemoveSchedule(ctx, "morning")
+	require.NoError(t, err)
+	assert.True(t, removed)
+	removed, err = insp.RemoveSchedule(ctx, "morning")
+	require.NoError(t, err)
+	assert.False(t, removed)
+	list, err = insp.Schedules(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, "fast", list[0].ID)
+}
+
+// A schedule that cannot work is refused, naming what is wrong.
+func TestScheduleInvalid(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	pub := scPublisher(t, client, prefix)
+	for _, tc := range []struct {
+		s    redisdelay.Schedule
+		want string
+	}{
+		{redisdelay.Schedule{ID: "", Spec: "@daily", Topic: topic}, "schedule ID"},
+		{redisdelay.Schedule{ID: "a@b", Spec: "@daily", Topic: topic}, "contains \"@\""},
+		{redisdelay.Schedule{ID: "a", Spec: "@daily", Topic: ""}, "topic"},
+		{redisdelay.Schedule{ID: "a", Spec: "61 * * * *", Topic: topic}, "spec \"61 * * * *\""},
+		{redisdelay.Schedule{ID: "a", Spec: "@every 0s", Topic: topic}, "at least 1ms"},
+		{redisdelay.Schedule{ID: "a", Spec: "@every soon", Topic: topic}, "Go duration"},
+		{redisdelay.Schedule{ID: "a", Spec: "CRON_TZ=UTC 0 9 * * *", Topic: topic}, "Schedule.Timezone"},
+		{redisdelay.Schedule{ID: "a", Spec: "@daily", Timezone: "Mars/Olympus", Topic: topic}, "time zone \"Mars/Olympus\" is unknown"},
+		{redisdelay.Schedule{ID: "a", Spec: "@daily", Timezone: "Local", Topic: topic}, "time zone \"Local\""},
+		{redisdelay.Schedule{ID: "a", Spec: "@daily", Topic: topic, CatchUpWindow: -time.Second}, "CatchUpWindow"},
+		{redisdelay.Schedule{ID: "a", Spec: "0 0 30 2 *", Topic: topic}, "never ticks"},
+	} {
+		err := pub.Schedule(context.Background(), tc.s)
+		require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule, "%+v", tc.s)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	// Its messages would be refused at every tick: refused once, here.
+	err := pub.Schedule(context.Background(), redisdelay.Schedule{ID: "big", Spec: "@daily", Topic: topic, Payload: make([]byte, 2<<20)})
+	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
+	require.ErrorIs(t, err, redisdelay.ErrMessageTooLarge)
+	assert.Contains(t, err.Error(), `schedule "big": its messages cannot be published`)
+	err = pub.Schedule(context.Background(), redisdelay.Schedule{ID: "baddelay", Spec: "@daily", Topic: topic,
+		Metadata: map[string]string{delay.DelayedForKey: "soon"}})
+	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
+	require.ErrorIs(t, err, redisdelay.ErrInvalidDelay)
+
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
+	require.NoError(t, err)
+	list, err := insp.Schedules(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, list, "nothing stored")
+}
+
+// Without a Manager, the scheduler a Subscriber runs publishes the ticks
+// (of every schedule under its prefix, whatever topics it subscribed to).
+func TestScheduleSubscriberPublishesTicks(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	col := scCollect(t, client, prefix, topic)
+	pub := scPublisher(t, client, prefix)
+	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic}))
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "other"})
+	_, err := sub.Subscribe(context.Background(), "unrelated-"+topic)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 20*time.Millisecond)
+	require.NoError(t, sub.Close())
+	scCheck(t, col.snapshot(), 200*time.Millisecond)
+}
+
+// Redis errors name the schedule; a stored definition that does not
+// decode (written by hand) makes Schedules fail naming it and the fix.
+func TestScheduleErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
+	require.NoError(t, err)
+	require.NoError(t, client.HSet(ctx, prefix+":{schedules}:defs", "broken", "{not json").Err())
+	_, err = insp.Schedules(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `schedule "broken"`)
+	assert.Contains(t, err.Error(), "remove it with Inspector.RemoveSchedule")
+	removed, err := insp.RemoveSchedule(ctx, "broken")
+	require.NoError(t, err)
+	assert.True(t, removed)
+
+	closed := openClient(1, 0)
+	require.NoError(t, closed.Close())
+	pub := scPublisher(t, closed, prefix)
+	err = pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@daily", Topic: topic})
+	require.ErrorIs(t, err, redis.ErrClosed)
+	assert.Contains(t, err.Error(), `register schedule "s"`)
+	closedInsp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: closed, KeyPrefix: prefix})
+	require.NoError(t, err)
+	_, err = closedInsp.Schedules(ctx)
+	assert.ErrorIs(t, err, redis.ErrClosed)
+	_, err = closedInsp.RemoveSchedule(ctx, "s")
+	assert.ErrorIs(t, err, redis.ErrClosed)
+}
+
+// A stored definition that does not decode (written by hand) is skipped,
+// logged, while the other schedules keep ticking.
+func TestScheduleBrokenDefinitionSkipped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	col := scCollect(t, client, prefix, topic)
+	require.NoError(t, client.HSet(ctx, prefix+":{schedules}:defs", "broken", "{not json").Err())
+	require.NoError(t, client.ZAdd(ctx, prefix+":{schedules}:next", redis.Z{Score: 1, Member: "broken"}).Err())
+	require.NoError(t, scPublisher(t, client, prefix).Schedule(ctx, redisdelay.Schedule{ID: "ok", Spec: "@every 200ms", Topic: topic}))
+	scManager(t, client, prefix, topic)
+	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 20*time.Millisecond)
+	scCheck(t, col.snapshot(), 200*time.Millisecond)
+}

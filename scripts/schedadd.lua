@@ -1,0 +1,25 @@
+--[[
+  schedadd: stores a recurring schedule, keeping its next tick when its
+  timing (spec and time zone) is unchanged, so that every process may
+  register the same schedule at start without losing or repeating a tick.
+
+  KEYS[1] defs  hash  schedule ID -> JSON definition (fields spec, timezone, ...)
+  KEYS[2] next  zset  schedule ID -> next tick not yet published (Unix ms)
+  ARGV[1] schedule ID
+  ARGV[2] JSON definition
+  ARGV[3] spec
+  ARGV[4] time zone
+  ARGV[5] first tick (Unix ms) for a new schedule or a changed timing
+
+  Returns 1 when the next tick was set to ARGV[5], 0 when it was kept.
+]]
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if old and redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  local ok, def = pcall(cjson.decode, old)
+  if ok and type(def) == 'table' and def.spec == ARGV[3] and (def.timezone or '') == ARGV[4] then
+    return 0
+  end
+end
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+return 1

@@ -1,0 +1,28 @@
+--[[
+  schedretry: takes over a claimed tick whose publish did not complete:
+  the claimer's own retry (it knows the expiry it holds), or any process's
+  once the claim expired (its claimer died or lost Redis).
+
+  KEYS[1] claims  zset  "<schedule ID>@<tick ms>" -> claim expiry (Redis ms)
+  ARGV[1] claim member
+  ARGV[2] the expiry the caller holds, or "" to take an expired claim
+  ARGV[3] claim lifetime (ms)
+
+  Returns the new expiry when the caller now holds the claim, 0 otherwise.
+]]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not exp then
+  return 0
+end
+exp = tonumber(exp)
+if ARGV[2] == '' then
+  if exp > now then
+    return 0
+  end
+elseif exp ~= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+return now + tonumber(ARGV[3])
