@@ -433,6 +433,11 @@ func TestErrors(t *testing.T) {
 	assert.Equal(t, http.StatusBadGateway, status)
 	status, _ = e.post("/cancel", url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {"u"}, "confirm": {"yes"}})
 	assert.Equal(t, http.StatusBadGateway, status)
+	status, body = e.post("/reschedule", url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {"u"}, "in": {"1m"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, "connection refused")
+	status, _ = e.post("/group", url.Values{"csrf": {tok}, "t": {"orders"}, "g": {"billing"}, "action": {"resume"}})
+	assert.Equal(t, http.StatusBadGateway, status)
 }
 
 // xinfoStreamCalls counts XINFO STREAM commands Redis has run: only the
