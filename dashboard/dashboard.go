@@ -1,8 +1,9 @@
 // Package dashboard is a web page for operators of watermill-redisdelay:
-// topics and consumer groups with their depths, refreshing live; when the
-// waiting messages fall due; waiting messages paged, searched by UUID or
-// business key, shown and cancelled; dead letters shown, requeued and
-// deleted, one or in bulk, after a confirmation.
+// topics and consumer groups with their depths, refreshing live, paused
+// and resumed; when the waiting messages fall due; waiting messages paged,
+// searched by UUID or business key, shown, rescheduled and cancelled; dead
+// letters shown, requeued and deleted, one or in bulk, after a
+// confirmation.
 //
 // It is an http.Handler built on the public Inspector API only, with
 // everything embedded (no CDN: it works offline). Mount it in a service:
@@ -45,8 +46,8 @@ import (
 // root path, actions allowed, to anyone who can reach it: bind it to
 // loopback or set Authorize.
 type Options struct {
-	// ReadOnly hides the actions (cancel, requeue, delete) and refuses
-	// their requests with 403.
+	// ReadOnly hides the actions (cancel, reschedule, requeue, delete,
+	// pause, resume) and refuses their requests with 403.
 	ReadOnly bool
 
 	// Authorize is called first on every request; an error answers 403
@@ -127,8 +128,8 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	mux.HandleFunc("GET /dead", h.dead)
 	mux.HandleFunc("POST /cancel", h.action(h.cancel))
 	mux.HandleFunc("POST /dead/action", h.action(h.deadAction))
-	// Reschedule (issue 16) goes here as "POST /reschedule", with a form
-	// on the message page, once the Inspector can move a waiting message.
+	mux.HandleFunc("POST /reschedule", h.action(h.reschedule))
+	mux.HandleFunc("POST /group", h.action(h.groupAction))
 	h.mux = mux
 	return h
 }
@@ -290,6 +291,7 @@ type groupJSON struct {
 	Retry     int64  `json:"retry"`
 	Dead      int64  `json:"dead"`
 	Consumers int64  `json:"consumers"`
+	Paused    bool   `json:"paused"`
 }
 
 type topicJSON struct {
@@ -303,7 +305,7 @@ type topicJSON struct {
 func toTopicJSON(st redisdelay.TopicStats) topicJSON {
 	out := topicJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Groups: []groupJSON{}}
 	for _, g := range st.Groups {
-		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers})
+		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers, g.Paused})
 	}
 	slices.SortFunc(out.Groups, func(a, b groupJSON) int { return strings.Compare(a.Group, b.Group) })
 	return out
@@ -723,4 +725,163 @@ func (h *handler) deadAction(w http.ResponseWriter, r *http.Request, ctx context
 		text += fmt.Sprintf(" %d were gone already.", len(ids)-done)
 	}
 	h.render(w, r, http.StatusOK, "result", "Dead letters", topic, resultData{text, back})
+}
+
+// Reschedule.
+
+// atLayouts are the forms of the "at" field: RFC 3339 carries its zone;
+// the others, without one, are UTC, as the form says.
+var atLayouts = []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999", "2006-01-02 15:04", "2006-01-02T15:04"}
+
+// parseDue reads the new due time of a reschedule form: in (a duration
+// from now, as time.ParseDuration reads it) or at (a UTC time). It returns
+// the due time and how the prompt says it.
+func parseDue(in, at string, now time.Time) (time.Time, string, error) {
+	in, at = strings.TrimSpace(in), strings.TrimSpace(at)
+	switch {
+	case in != "" && at != "":
+		return time.Time{}, "", errors.New(`give either "deliver in" or "at", not both`)
+	case in != "":
+		d, err := time.ParseDuration(in)
+		if err != nil {
+			return time.Time{}, "", fmt.Errorf("%q is not a duration: use a number with a unit, such as 90s, 10m or 2h30m (units ns, us, ms, s, m, h)", in)
+		}
+		if d < 0 {
+			return time.Time{}, "", fmt.Errorf("%q is negative: give how long from now, such as 10m (0s delivers at once)", in)
+		}
+		return now.Add(d), fmt.Sprintf("in %s from when you confirm (about %s)", d, now.Add(d).UTC().Format("2006-01-02 15:04:05 UTC")), nil
+	case at != "":
+		for _, layout := range atLayouts {
+			if t, err := time.Parse(layout, at); err == nil {
+				what := "at " + t.UTC().Format("2006-01-02 15:04:05.000 UTC")
+				if !t.After(now) {
+					what += ", which has passed: it will be due at once"
+				}
+				return t, what, nil
+			}
+		}
+		return time.Time{}, "", fmt.Errorf("%q is not a time: use UTC such as 2030-01-02 15:04:05, or RFC 3339 with a zone such as 2030-01-02T15:04:05+02:00", at)
+	}
+	return time.Time{}, "", errors.New(`no new due time given: fill "deliver in" (such as 10m) or "at" (a UTC time)`)
+}
+
+func (h *handler) reschedule(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+	topic, uuid, key := r.PostFormValue("t"), strings.TrimSpace(r.PostFormValue("uuid")), strings.TrimSpace(r.PostFormValue("key"))
+	in, at := r.PostFormValue("in"), r.PostFormValue("at")
+	if status, err := h.knownTopic(ctx, topic); err != nil {
+		h.fail(w, r, status, err)
+		return
+	}
+	by, value, what := "uuid", uuid, "message "+uuid
+	switch {
+	case uuid == "" && key == "":
+		h.fail(w, r, http.StatusBadRequest, errors.New("no message UUID or business key given to reschedule"))
+		return
+	case uuid == "":
+		by, value, what = "key", key, fmt.Sprintf("the message holding business key %q", key)
+	}
+	// The duration counts from the confirmation, not from the first step:
+	// the confirmation page carries what the operator typed.
+	due, when, err := parseDue(in, at, time.Now())
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	msgLink := h.link("/message", "t", topic, "by", by, "q", value)
+	if by == "uuid" {
+		msgLink = h.link("/message", "t", topic, "q", value)
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		h.confirm(w, r, topic, confirmData{
+			Action: h.link("/reschedule"), Fields: [][2]string{{"t", topic}, {by, value}, {"in", in}, {"at", at}},
+			Items: []string{value}, Back: msgLink,
+			Prompt: fmt.Sprintf("Reschedule %s of topic %q to be due %s?", what, topic, when),
+		})
+		return
+	}
+	var moved bool
+	if by == "uuid" {
+		moved, err = h.insp.Reschedule(ctx, topic, value, due)
+	} else {
+		moved, err = h.insp.RescheduleKey(ctx, topic, value, due)
+	}
+	if err != nil {
+		status := http.StatusBadGateway
+		if errors.Is(err, redisdelay.ErrInvalidDelay) || errors.Is(err, redisdelay.ErrInvalidMessage) {
+			status = http.StatusBadRequest
+		}
+		h.fail(w, r, status, err)
+		return
+	}
+	if !moved {
+		text := fmt.Sprintf("Nothing changed: %s is no longer waiting in topic %q (already due and on its way to subscribers, delivered, or cancelled).", what, topic)
+		h.render(w, r, http.StatusOK, "result", "Reschedule", topic, resultData{text, h.link("/topic", "t", topic)})
+		return
+	}
+	// Read the due time back: Redis counted the delay from its own now.
+	var m redisdelay.WaitingMessage
+	var still bool
+	if by == "uuid" {
+		m, still, err = h.insp.FindWaiting(ctx, topic, value)
+	} else {
+		m, still, err = h.insp.FindWaitingKey(ctx, topic, value)
+	}
+	if err == nil && still {
+		due = m.Due
+	}
+	text := fmt.Sprintf("Moved: %s rescheduled, now due at %s (%s).", what, due.UTC().Format("2006-01-02 15:04:05.000 UTC"), since(due))
+	h.render(w, r, http.StatusOK, "result", "Reschedule", topic, resultData{text, msgLink})
+}
+
+// Pause and resume a consumer group.
+
+func (h *handler) groupAction(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+	topic, group, action := r.PostFormValue("t"), r.PostFormValue("g"), r.PostFormValue("action")
+	if status, err := h.knownTopic(ctx, topic); err != nil {
+		h.fail(w, r, status, err)
+		return
+	}
+	if action != "pause" && action != "resume" {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown action %q on a consumer group: use pause or resume", action))
+		return
+	}
+	// Only a listed group: the Inspector would pause a group that does not
+	// exist yet, and a typo would then pause nothing visible.
+	st, err := h.insp.Stats(ctx, topic)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	if !slices.ContainsFunc(st.Groups, func(g redisdelay.GroupStats) bool { return g.Group == group }) {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("topic %q has no consumer group %q: pick one on the topic's page", topic, group))
+		return
+	}
+	back := h.link("/topic", "t", topic)
+	// Resume only undoes a pause: no confirmation.
+	if action == "pause" && r.PostFormValue("confirm") != "yes" {
+		h.confirm(w, r, topic, confirmData{
+			Action: h.link("/group"), Fields: [][2]string{{"t", topic}, {"g", group}, {"action", action}}, Back: back,
+			Prompt: fmt.Sprintf("Pause consumer group %q of topic %q? Its subscribers, in every process, stop fetching new messages until it is resumed; due messages accumulate as ready.", group, topic),
+		})
+		return
+	}
+	var text string
+	if action == "pause" {
+		if err = h.insp.Pause(ctx, topic, group); err == nil {
+			text = fmt.Sprintf("Paused consumer group %q of topic %q: its subscribers fetch no new messages until it is resumed.", group, topic)
+		}
+	} else {
+		var was bool
+		if was, err = h.insp.Resume(ctx, topic, group); err == nil {
+			text = fmt.Sprintf("Resumed consumer group %q of topic %q: its subscribers fetch again within their BlockTime.", group, topic)
+			if !was {
+				text = fmt.Sprintf("Consumer group %q of topic %q was not paused: nothing changed.", group, topic)
+			}
+		}
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "result", "Consumer group", topic, resultData{text, back})
 }

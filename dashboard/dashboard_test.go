@@ -433,6 +433,11 @@ func TestErrors(t *testing.T) {
 	assert.Equal(t, http.StatusBadGateway, status)
 	status, _ = e.post("/cancel", url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {"u"}, "confirm": {"yes"}})
 	assert.Equal(t, http.StatusBadGateway, status)
+	status, body = e.post("/reschedule", url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {"u"}, "in": {"1m"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, "connection refused")
+	status, _ = e.post("/group", url.Values{"csrf": {tok}, "t": {"orders"}, "g": {"billing"}, "action": {"resume"}})
+	assert.Equal(t, http.StatusBadGateway, status)
 }
 
 // xinfoStreamCalls counts XINFO STREAM commands Redis has run: only the
@@ -543,4 +548,220 @@ func TestChartsOff(t *testing.T) {
 	assert.Contains(t, page, "Not sampled: Options.SampleEvery is negative.")
 	time.Sleep(100 * time.Millisecond)
 	assert.Zero(t, e.xinfoStreamCalls())
+}
+
+// due reads the due time of a waiting message.
+func (e *env) due(topic, uuid string) (time.Time, bool) {
+	e.t.Helper()
+	m, ok, err := e.insp.FindWaiting(context.Background(), topic, uuid)
+	require.NoError(e.t, err)
+	return m.Due, ok
+}
+
+// TestRescheduleConfirmAndResult: the message page's form, "deliver in" or
+// "at", goes through a confirmation page, then moves the message and shows
+// its new due time; a message no longer waiting is reported as such.
+func TestRescheduleConfirmAndResult(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	msg := later(time.Hour, "x")
+	msg.Metadata.Set(redisdelay.BusinessKey, "order-7")
+	e.publish("orders", msg)
+	status, page := e.get("/message?t=orders&q=" + msg.UUID)
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `action="/reschedule"`)
+	assert.Contains(t, page, `id="reschedule"`)
+	assert.Contains(t, page, `id="due"`)
+	tok := csrf(t, page)
+	before, _ := e.due("orders", msg.UUID)
+
+	form := url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {msg.UUID}, "in": {"10m"}}
+	status, body := e.post("/reschedule", form)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "Please confirm")
+	assert.Contains(t, body, "in 10m0s")
+	assert.Contains(t, body, `name="in" value="10m"`)
+	got, _ := e.due("orders", msg.UUID)
+	assert.Equal(t, before, got, "moved before the confirmation")
+
+	form.Set("confirm", "yes")
+	start := time.Now()
+	status, body = e.post("/reschedule", form)
+	require.Equal(t, http.StatusOK, status, body)
+	got, ok := e.due("orders", msg.UUID)
+	require.True(t, ok)
+	assert.WithinRange(t, got, start.Add(10*time.Minute-time.Second), time.Now().Add(10*time.Minute+time.Second))
+	assert.Contains(t, body, "rescheduled")
+	assert.Contains(t, body, got.UTC().Format("2006-01-02 15:04:05"), "the new due time")
+	assert.Contains(t, body, `href="/message?q=`+msg.UUID+`&amp;t=orders"`, "back to the message")
+
+	// At a UTC time; the zone-less forms are UTC.
+	at := time.Now().Add(3 * time.Hour).UTC().Truncate(time.Second)
+	for _, s := range []string{at.Format("2006-01-02 15:04:05"), at.Format("2006-01-02T15:04:05"), at.Format(time.RFC3339)} {
+		form = url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {msg.UUID}, "at": {s}, "confirm": {"yes"}}
+		status, body = e.post("/reschedule", form)
+		require.Equal(t, http.StatusOK, status, body)
+		got, _ = e.due("orders", msg.UUID)
+		// The delay is counted from Redis's now: never early, a hair late.
+		assert.WithinRange(t, got, at, at.Add(100*time.Millisecond), s)
+	}
+
+	// By business key.
+	form = url.Values{"csrf": {tok}, "t": {"orders"}, "key": {"order-7"}, "in": {"2h"}, "confirm": {"yes"}}
+	status, body = e.post("/reschedule", form)
+	require.Equal(t, http.StatusOK, status, body)
+	got, _ = e.due("orders", msg.UUID)
+	assert.WithinDuration(t, time.Now().Add(2*time.Hour), got, 2*time.Second)
+	assert.Contains(t, body, "order-7")
+
+	// No longer waiting.
+	_, err := e.insp.Cancel(context.Background(), "orders", msg.UUID)
+	require.NoError(t, err)
+	form = url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {msg.UUID}, "in": {"5m"}, "confirm": {"yes"}}
+	status, body = e.post("/reschedule", form)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "no longer waiting")
+}
+
+// TestRescheduleBadInput: what cannot be parsed answers 400 with what to
+// type; a due time beyond the Inspector's limit shows its error.
+func TestRescheduleBadInput(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	msg := later(time.Hour, "x")
+	e.publish("orders", msg)
+	_, page := e.get("/message?t=orders&q=" + msg.UUID)
+	tok := csrf(t, page)
+	before, _ := e.due("orders", msg.UUID)
+
+	for _, c := range []struct {
+		name  string
+		form  url.Values
+		code  int
+		error string
+	}{
+		{"unparsable duration", url.Values{"in": {"ten minutes"}}, 400, `&#34;ten minutes&#34; is not a duration: use a number with a unit, such as 90s, 10m or 2h30m`},
+		{"negative duration", url.Values{"in": {"-5m"}}, 400, "is negative"},
+		{"unparsable time", url.Values{"at": {"tomorrow"}}, 400, `&#34;tomorrow&#34; is not a time: use UTC such as 2030-01-02 15:04:05, or RFC 3339 with a zone`},
+		{"both", url.Values{"in": {"5m"}, "at": {"2030-01-02 15:04:05"}}, 400, "either"},
+		{"neither", url.Values{}, 400, "no new due time"},
+		{"no message", url.Values{"uuid": {""}, "in": {"5m"}}, 400, "no message UUID or business key given"},
+		{"unknown topic", url.Values{"t": {"nope"}, "in": {"5m"}}, 404, "not known"},
+		{"beyond 100 years (in)", url.Values{"in": {"1000000h"}}, 400, "beyond the limit of 100 years"},
+		{"beyond 100 years (at)", url.Values{"at": {"2200-01-01 00:00:00"}}, 400, "beyond the limit of 100 years"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			form := url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {msg.UUID}, "confirm": {"yes"}}
+			for k, v := range c.form {
+				form[k] = v
+			}
+			status, body := e.post("/reschedule", form)
+			assert.Equal(t, c.code, status, body)
+			assert.Contains(t, body, c.error)
+		})
+	}
+	got, ok := e.due("orders", msg.UUID)
+	require.True(t, ok)
+	assert.Equal(t, before, got, "a refused reschedule moved the message")
+}
+
+// subscribe makes group g of topic exist, with a subscriber closed at the
+// end of the test.
+func (e *env) subscribe(topic, group string) {
+	e.t.Helper()
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: e.client, ConsumerGroup: group}, watermill.NopLogger{})
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = sub.Close() })
+	_, err = sub.Subscribe(context.Background(), topic)
+	require.NoError(e.t, err)
+	require.Eventually(e.t, func() bool {
+		st, err := e.insp.Stats(context.Background(), topic)
+		return err == nil && len(st.Groups) == 1
+	}, 5*time.Second, 20*time.Millisecond)
+}
+
+// TestPauseResume: pause after a confirmation, the badge on both pages and
+// in both JSON endpoints, resume at once.
+func TestPauseResume(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	e.publish("orders", later(time.Hour, "x"))
+	e.subscribe("orders", "billing")
+	paused := func() bool {
+		ok, err := e.insp.Paused(context.Background(), "orders", "billing")
+		require.NoError(t, err)
+		return ok
+	}
+	badge := `class="tag paused"`
+	status, page := e.get("/topic?t=orders")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `data-group="billing"`)
+	assert.Contains(t, page, `value="pause"`)
+	assert.NotContains(t, page, badge)
+	tok := csrf(t, page)
+
+	form := url.Values{"csrf": {tok}, "t": {"orders"}, "g": {"billing"}, "action": {"pause"}}
+	status, body := e.post("/group", form)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "Please confirm")
+	assert.Contains(t, body, `Pause consumer group &#34;billing&#34;`)
+	assert.False(t, paused(), "paused before the confirmation")
+	form.Set("confirm", "yes")
+	status, body = e.post("/group", form)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "Paused consumer group")
+	assert.True(t, paused())
+
+	_, page = e.get("/topic?t=orders")
+	assert.Contains(t, page, badge)
+	assert.Contains(t, page, `value="resume"`)
+	_, page = e.get("/")
+	assert.Contains(t, page, badge)
+	for _, api := range []string{"/api/topic?t=orders", "/api/topics"} {
+		_, body = e.get(api)
+		assert.Contains(t, body, `"paused":true`, api)
+	}
+
+	// Resume needs no confirmation: it only undoes a pause.
+	status, body = e.post("/group", url.Values{"csrf": {tok}, "t": {"orders"}, "g": {"billing"}, "action": {"resume"}})
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "Resumed consumer group")
+	assert.False(t, paused())
+	_, body = e.post("/group", url.Values{"csrf": {tok}, "t": {"orders"}, "g": {"billing"}, "action": {"resume"}})
+	assert.Contains(t, body, "was not paused")
+	_, body = e.get("/api/topic?t=orders")
+	assert.Contains(t, body, `"paused":false`)
+
+	status, body = e.post("/group", url.Values{"csrf": {tok}, "t": {"orders"}, "g": {"nope"}, "action": {"pause"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Contains(t, body, `has no consumer group &#34;nope&#34;`)
+	status, body = e.post("/group", url.Values{"csrf": {tok}, "t": {"orders"}, "g": {"billing"}, "action": {"stop"}})
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, body, "use pause or resume")
+	assert.False(t, paused())
+}
+
+// TestReadOnlyRescheduleAndPause: read-only hides the new forms, refuses
+// their requests with 403, and still shows the paused badge.
+func TestReadOnlyRescheduleAndPause(t *testing.T) {
+	e := newEnv(t, dashboard.Options{ReadOnly: true})
+	msg := later(time.Hour, "x")
+	e.publish("orders", msg)
+	e.subscribe("orders", "billing")
+	require.NoError(t, e.insp.Pause(context.Background(), "orders", "billing"))
+	before, _ := e.due("orders", msg.UUID)
+
+	_, page := e.get("/message?t=orders&q=" + msg.UUID)
+	assert.NotContains(t, page, `id="reschedule"`)
+	_, page = e.get("/topic?t=orders")
+	assert.NotContains(t, page, `data-group=`)
+	assert.Contains(t, page, `class="tag paused"`)
+
+	status, body := e.post("/reschedule", url.Values{"t": {"orders"}, "uuid": {msg.UUID}, "in": {"1m"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusForbidden, status)
+	assert.Contains(t, body, "read-only")
+	status, _ = e.post("/group", url.Values{"t": {"orders"}, "g": {"billing"}, "action": {"resume"}})
+	assert.Equal(t, http.StatusForbidden, status)
+	got, _ := e.due("orders", msg.UUID)
+	assert.Equal(t, before, got)
+	ok, err := e.insp.Paused(context.Background(), "orders", "billing")
+	require.NoError(t, err)
+	assert.True(t, ok, "resumed in read-only mode")
 }

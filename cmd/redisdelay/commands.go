@@ -265,13 +265,13 @@ func init() {
 			name: "ui", args: "[--addr-listen HOST:PORT] [--read-only]", summary: "serve the web dashboard",
 			help: "Serves the operator dashboard (see docs/dashboard.md) until interrupted: topics and groups\n" +
 				"refreshing live, when waiting messages fall due, waiting messages searched by UUID or business\n" +
-				"key and cancelled, dead letters requeued or deleted after a confirmation. It has no login of its\n" +
-				"own: keep it on loopback (the default) or put it behind an authenticating proxy; --read-only\n" +
-				"hides and refuses every action.",
+				"key, cancelled or rescheduled, dead letters requeued or deleted after a confirmation, consumer\n" +
+				"groups paused and resumed. It has no login of its own: keep it on loopback (the default) or\n" +
+				"put it behind an authenticating proxy; --read-only hides and refuses every action.",
 			maxArgs: 0, serve: true,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
 				fs.StringVar(&f.listen, "addr-listen", "127.0.0.1:8080", "serve on this `host:port` (port 0: any free port)")
-				fs.BoolVar(&f.readOnly, "read-only", false, "show only: no cancel, requeue or delete")
+				fs.BoolVar(&f.readOnly, "read-only", false, "show only: no cancel, reschedule, requeue, delete, pause or resume")
 			},
 			run: cmdUI,
 		},

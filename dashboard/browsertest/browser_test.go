@@ -452,6 +452,117 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 	})
 
+	t.Run("reschedule with confirmation, see the new due time", func(t *testing.T) {
+		b.t = t
+		target := f.orders[3]
+		due := func() time.Time {
+			m, ok, err := f.insp.FindWaiting(context.Background(), topic, target.UUID)
+			if err != nil || !ok {
+				t.Fatalf("message %s not waiting (%v)", target.UUID, err)
+			}
+			return m.Due
+		}
+		before := due()
+		b.open(msgURL(rw.URL, topic, "uuid", target.UUID), "#reschedule")
+		b.do(chromedp.SetValue(chromedp.CSS("#reschedule-in"), "15m"), chromedp.Click(chromedp.CSS("#reschedule")),
+			chromedp.WaitVisible(chromedp.CSS("#prompt")))
+		if got := b.text("#prompt"); !strings.Contains(got, "in 15m0s from when you confirm") {
+			t.Errorf("prompt: %q", got)
+		}
+		if !due().Equal(before) {
+			t.Fatal("moved before the confirmation")
+		}
+		start := time.Now()
+		b.do(chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#result")))
+		after := due()
+		if after.Before(start.Add(15*time.Minute)) || after.After(time.Now().Add(15*time.Minute+time.Second)) {
+			t.Errorf("due at %s, want 15 min after the confirmation at %s", after, start)
+		}
+		shown := after.UTC().Format("2006-01-02 15:04:05.000 UTC")
+		if got := b.text("#result"); !strings.Contains(got, "Moved") || !strings.Contains(got, shown) {
+			t.Errorf("result %q lacks the new due time %s", got, shown)
+		}
+		// Back on the message page, which shows it too.
+		b.do(chromedp.Click(chromedp.CSS("#back")), chromedp.WaitVisible(chromedp.CSS("#due")))
+		if got := b.text("#due"); !strings.Contains(got, shown) {
+			t.Errorf("message page shows due %q, want %s", got, shown)
+		}
+		// At a UTC time.
+		at := time.Now().Add(30 * time.Hour).UTC().Truncate(time.Second)
+		b.do(chromedp.SetValue(chromedp.CSS("#reschedule-at"), at.Format("2006-01-02 15:04:05")), chromedp.Click(chromedp.CSS("#reschedule")),
+			chromedp.WaitVisible(chromedp.CSS("#confirm")), chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#result")),
+			chromedp.Click(chromedp.CSS("#back")), chromedp.WaitVisible(chromedp.CSS("#due")))
+		if got := b.text("#due"); !strings.Contains(got, at.Format("2006-01-02 15:04:05")) {
+			t.Errorf("message page shows due %q, want %s", got, at)
+		}
+		// A typo answers 400 with what to type.
+		b.do(chromedp.SetValue(chromedp.CSS("#reschedule-in"), "soon"), chromedp.Click(chromedp.CSS("#reschedule")),
+			chromedp.WaitVisible(chromedp.CSS("#error")))
+		if got := b.text("#error"); !strings.Contains(got, "is not a duration") {
+			t.Errorf("error: %q", got)
+		}
+	})
+
+	t.Run("pause a group, see the badge, resume", func(t *testing.T) {
+		b.t = t
+		paused := func() bool {
+			ok, err := f.insp.Paused(context.Background(), topic, group)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		pauseBtn := `#groups button.pause[data-group="` + group + `"]`
+		b.open(topicURL(rw.URL, topic), pauseBtn)
+		b.do(chromedp.Click(chromedp.CSS(pauseBtn)), chromedp.WaitVisible(chromedp.CSS("#prompt")))
+		if paused() {
+			t.Fatal("paused before the confirmation")
+		}
+		b.do(chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS("#result")))
+		if !paused() {
+			t.Fatal("not paused after the confirmation")
+		}
+		b.do(chromedp.Click(chromedp.CSS("#back")), chromedp.WaitVisible(chromedp.CSS("#groups .tag.paused")))
+		b.open(rw.URL+"/", "#topics .tag.paused")
+		// Resumed from elsewhere (the CLI): the live refresh drops the badge.
+		if _, err := f.insp.Resume(context.Background(), topic, group); err != nil {
+			t.Fatal(err)
+		}
+		badges := `document.querySelectorAll("#topics .tag.paused").length`
+		deadline := time.Now().Add(10 * time.Second)
+		for eval[int](b, badges) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("paused badge still on the topics page 10 s after a resume: the refresh does not redraw it")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		// Paused from elsewhere: the topic page's refresh shows the badge and a Resume button.
+		b.open(topicURL(rw.URL, topic), pauseBtn)
+		if err := f.insp.Pause(context.Background(), topic, group); err != nil {
+			t.Fatal(err)
+		}
+		resumeBtn := `#groups button.resume[data-group="` + group + `"]`
+		deadline = time.Now().Add(10 * time.Second)
+		for eval[int](b, `document.querySelectorAll(`+strconv.Quote(resumeBtn+", #groups .tag.paused")+`).length`) != 2 {
+			if time.Now().After(deadline) {
+				t.Fatal("no paused badge and Resume button 10 s after a pause: the refresh does not redraw them")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		// The Resume button the script drew works: no confirmation.
+		b.do(chromedp.Click(chromedp.CSS(resumeBtn)), chromedp.WaitVisible(chromedp.CSS("#result")))
+		if got := b.text("#result"); !strings.Contains(got, "Resumed") {
+			t.Errorf("result: %q", got)
+		}
+		if paused() {
+			t.Fatal("still paused after Resume")
+		}
+		b.do(chromedp.Click(chromedp.CSS("#back")), chromedp.WaitVisible(chromedp.CSS(pauseBtn)))
+		if n := eval[int](b, `document.querySelectorAll("#groups .tag.paused").length`); n != 0 {
+			t.Errorf("%d paused badges after resuming", n)
+		}
+	})
+
 	t.Run("dead letters: requeue and delete with confirmation", func(t *testing.T) {
 		b.t = t
 		deadURL := rw.URL + "/dead?" + url.Values{"t": {topic}, "g": {group}}.Encode()
@@ -503,6 +614,23 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 		if !f.waiting(t, target.UUID) {
 			t.Fatal("read-only mode cancelled a message")
+		}
+		status = eval[int](b, `fetch("/reschedule", {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"},
+			body: "t=`+url.QueryEscape(topic)+`&uuid=`+target.UUID+`&in=1m&confirm=yes"}).then(r => r.status)`)
+		if status != http.StatusForbidden {
+			t.Errorf("POST /reschedule in read-only mode: status %d, want 403", status)
+		}
+		b.open(topicURL(ro.URL, topic), "#groups")
+		if n := eval[int](b, `document.querySelectorAll("#groups button, #groups form").length`); n != 0 {
+			t.Errorf("read-only topic page has %d pause/resume controls", n)
+		}
+		status = eval[int](b, `fetch("/group", {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"},
+			body: "t=`+url.QueryEscape(topic)+`&g=`+group+`&action=pause&confirm=yes"}).then(r => r.status)`)
+		if status != http.StatusForbidden {
+			t.Errorf("POST /group in read-only mode: status %d, want 403", status)
+		}
+		if ok, err := f.insp.Paused(context.Background(), topic, group); err != nil || ok {
+			t.Errorf("read-only mode paused the group (%v)", err)
 		}
 		b.open(ro.URL+"/dead?"+url.Values{"t": {topic}, "g": {group}}.Encode(), "#dead-list")
 		if n := eval[int](b, `document.querySelectorAll("input.pick, #requeue-all, #purge").length`); n != 0 {

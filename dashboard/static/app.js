@@ -1,6 +1,7 @@
-// The dashboard's only script: refreshes the counts and charts every few
-// seconds from the JSON endpoints, building the rows with textContent (never HTML), and
-// ticks "select all" on the dead letters page.
+// The dashboard's only script: refreshes the counts, paused badges and
+// charts every few seconds from the JSON endpoints, building the rows with
+// textContent (never HTML), and ticks "select all" on the dead letters
+// page.
 (function () {
   "use strict";
   var base = document.body.getAttribute("data-base") || "";
@@ -37,6 +38,43 @@
     setTimeout(tick, every);
   }
 
+  // groupCell is a group's name, with a badge while it is paused.
+  function groupCell(g) {
+    var td = el("td", g.group);
+    if (g.paused) {
+      var tag = el("span", "paused", "tag paused");
+      tag.title = "paused: its subscribers fetch no new messages";
+      td.appendChild(document.createTextNode(" "));
+      td.appendChild(tag);
+    }
+    return td;
+  }
+  function hidden(form, name, value) {
+    var i = el("input");
+    i.type = "hidden";
+    i.name = name;
+    i.value = value;
+    form.appendChild(i);
+  }
+  // actionCell is the pause or resume form of a group, as the server draws
+  // it (only when the table carries a token: not in read-only mode).
+  function actionCell(table, topic, g) {
+    var td = el("td"), form = el("form", null, "inline");
+    form.method = "post";
+    form.action = table.getAttribute("data-action");
+    hidden(form, "csrf", table.getAttribute("data-csrf"));
+    hidden(form, "t", topic);
+    hidden(form, "g", g.group);
+    var b = el("button", g.paused ? "Resume" : "Pause…", g.paused ? "resume" : "pause");
+    b.type = "submit";
+    b.name = "action";
+    b.value = g.paused ? "resume" : "pause";
+    b.setAttribute("data-group", g.group);
+    form.appendChild(b);
+    td.appendChild(form);
+    return td;
+  }
+
   function deadLink(topic, group, n) {
     var td = el("td", null, "n");
     td.appendChild(link(base + "/dead?" + q({ t: topic, g: group }), n));
@@ -62,7 +100,7 @@
             none.colSpan = 6;
             tr.appendChild(none);
           } else {
-            tr.appendChild(el("td", g.group));
+            tr.appendChild(groupCell(g));
             tr.appendChild(num(ready(g.ready)));
             tr.appendChild(num(g.pending));
             tr.appendChild(num(g.retry));
@@ -93,12 +131,13 @@
       var body = el("tbody");
       st.groups.forEach(function (g) {
         var tr = el("tr");
-        tr.appendChild(el("td", g.group));
+        tr.appendChild(groupCell(g));
         tr.appendChild(num(ready(g.ready)));
         tr.appendChild(num(g.pending));
         tr.appendChild(num(g.retry));
         tr.appendChild(deadLink(st.topic, g.group, g.dead));
         tr.appendChild(num(g.consumers));
+        if (groups.hasAttribute("data-csrf")) tr.appendChild(actionCell(groups, st.topic, g));
         body.appendChild(tr);
       });
       if (st.groups.length) groups.replaceChild(body, groups.tBodies[0]);
