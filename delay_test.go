@@ -342,7 +342,10 @@ func TestManySchedulersNoDoublePromotion(t *testing.T) {
 	client := newClient(t)
 	topic := topic()
 	for i := 0; i < 3; i++ {
-		mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, BatchSize: 7}, logger)
+		// Topics named: a Manager discovering every topic of the shared
+		// prefix would also schedule the topics of tests running beside
+		// this one that must have no scheduler (TestHealth_SchedulerNotRunning).
+		mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic}, BatchSize: 7}, logger)
 		require.NoError(t, err)
 		go func() { _ = mgr.Run(context.Background()) }()
 		defer mgr.Close()
@@ -419,7 +422,8 @@ func TestCloseLeavesClientOpenAndRejectsUse(t *testing.T) {
 }
 
 func TestManagerLifecycle(t *testing.T) {
-	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: newClient(t)}, logger)
+	// A prefix of its own: discovering, it would schedule other tests' topics.
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: newClient(t), KeyPrefix: wkPrefix()}, logger)
 	require.NoError(t, err)
 	require.NoError(t, mgr.Close(), "close before run")
 	ctx, cancel := context.WithCancel(context.Background())
