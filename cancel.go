@@ -7,30 +7,46 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// recall removes a waiting message of topic found by its UUID (by "uuid")
-// or business key (by "key"), looking first in the partition the value
-// hashes to (where a message is unless a PartitionKey placed it), then in
-// the others.
-func recall(ctx context.Context, client redis.UniversalClient, k keys, topic string, parts int, by, value string) (bool, error) {
+// checkLookup checks the topic and the UUID (by "uuid") or business key
+// (by "key") that a cancel, find or reschedule (verb) looks for.
+func checkLookup(verb, topic, by, value string) error {
 	if err := validateTopic(topic); err != nil {
-		return false, err
+		return err
 	}
 	if value == "" {
 		what := map[string]string{"uuid": "message UUID", "key": "business key"}[by]
-		return false, fmt.Errorf("%w: cancel in topic %q: the %s is empty", ErrInvalidMessage, topic, what)
+		return fmt.Errorf("%w: %s in topic %q: the %s is empty", ErrInvalidMessage, verb, topic, what)
 	}
+	return nil
+}
+
+// inPartitions runs try on the partitions of topic until it reports done,
+// first on the one value hashes to (where a waiting message is unless a
+// PartitionKey placed it), then on the others. A message waits in one
+// partition only, so a try that acts on it acts once.
+func inPartitions(k keys, topic string, parts int, value string, try func(sh shard) (done bool, err error)) (bool, error) {
 	home := partitionOf(value, parts)
-	for i := range parts {
-		sh := k.shard(topic, (home+i)%parts)
-		removed, err := callCancel(ctx, client, sh, by, value)
-		if err != nil {
-			return false, wrap(err, "cancel %s in topic %q", recallWhat(by, value), topic)
-		}
-		if removed {
-			return true, nil
+	for n := range parts {
+		if done, err := try(k.shard(topic, (home+n)%parts)); err != nil || done {
+			return done, err
 		}
 	}
 	return false, nil
+}
+
+// recall removes a waiting message of topic found by its UUID (by "uuid")
+// or business key (by "key").
+func recall(ctx context.Context, client redis.UniversalClient, k keys, topic string, parts int, by, value string) (bool, error) {
+	if err := checkLookup("cancel", topic, by, value); err != nil {
+		return false, err
+	}
+	removed, err := inPartitions(k, topic, parts, value, func(sh shard) (bool, error) {
+		return callCancel(ctx, client, sh, by, value)
+	})
+	if err != nil {
+		return false, wrap(err, "cancel %s in topic %q", recallWhat(by, value), topic)
+	}
+	return removed, nil
 }
 
 // recallWhat names what a cancel looks for, in errors.

@@ -711,37 +711,26 @@ func (i *Inspector) FindWaitingKey(ctx context.Context, topic, businessKey strin
 // find looks in the partition the value hashes to first, then in the
 // others, as cancel does.
 func (i *Inspector) find(ctx context.Context, topic, by, value string) (WaitingMessage, bool, error) {
-	if err := validateTopic(topic); err != nil {
+	if err := checkLookup("find", topic, by, value); err != nil {
 		return WaitingMessage{}, false, err
 	}
-	if value == "" {
-		what := map[string]string{"uuid": "message UUID", "key": "business key"}[by]
-		return WaitingMessage{}, false, fmt.Errorf("%w: find in topic %q: the %s is empty", ErrInvalidMessage, topic, what)
-	}
-	fail := func(err error) (WaitingMessage, bool, error) {
-		return WaitingMessage{}, false, wrap(err, "find %s in topic %q", recallWhat(by, value), topic)
-	}
 	parts, err := storedPartitions(ctx, i.client, i.keys, topic)
-	if err != nil {
-		return fail(err)
+	var r findReply
+	found := false
+	if err == nil {
+		found, err = inPartitions(i.keys, topic, parts[0], value, func(sh shard) (ok bool, err error) {
+			r, ok, err = callFind(ctx, i.client, sh, by, value)
+			return ok, err
+		})
 	}
-	home := partitionOf(value, parts[0])
-	for n := range parts[0] {
-		sh := i.keys.shard(topic, (home+n)%parts[0])
-		r, found, err := callFind(ctx, i.client, sh, by, value)
-		if err != nil {
-			return fail(err)
-		}
-		if !found {
-			continue
-		}
-		w := WaitingMessage{Due: time.UnixMilli(int64(r.score) / 1024)}
-		if w.Message, err = decodeMessage(r.body); err != nil {
-			w.Message, w.Corrupt = message.NewMessage(r.uuid, nil), err.Error()
-		}
-		return w, true, nil
+	if err != nil || !found {
+		return WaitingMessage{}, false, wrapErr(err, "find %s in topic %q", recallWhat(by, value), topic)
 	}
-	return WaitingMessage{}, false, nil
+	w := WaitingMessage{Due: time.UnixMilli(int64(r.score) / 1024)}
+	if w.Message, err = decodeMessage(r.body); err != nil {
+		w.Message, w.Corrupt = message.NewMessage(r.uuid, nil), err.Error()
+	}
+	return w, true, nil
 }
 
 // maxHistogramEdges bounds DueHistogram's buckets: one ZCOUNT per bucket

@@ -13,12 +13,8 @@ import (
 // passed). limitName names the setting maxDelay comes from; "" for the
 // 100-year limit alone.
 func rescheduleDelay(topic, by, value string, due, now time.Time, maxDelay time.Duration, limitName string) (time.Duration, error) {
-	if err := validateTopic(topic); err != nil {
+	if err := checkLookup("reschedule", topic, by, value); err != nil {
 		return 0, err
-	}
-	if value == "" {
-		what := map[string]string{"uuid": "message UUID", "key": "business key"}[by]
-		return 0, fmt.Errorf("%w: reschedule in topic %q: the %s is empty", ErrInvalidMessage, topic, what)
 	}
 	if due.IsZero() {
 		return 0, fmt.Errorf("%w: reschedule %s in topic %q: the due time is the zero time.Time: give the instant it is to be delivered (time.Now().Add(d) to delay it by d)",
@@ -37,20 +33,14 @@ func rescheduleDelay(topic, by, value string, due, now time.Time, maxDelay time.
 }
 
 // reschedule moves the waiting message of topic found by its UUID (by
-// "uuid") or business key (by "key") to be due d after Redis's now,
-// looking first in the partition the value hashes to, then in the others.
-// Each partition's try is atomic, and a message waits in one partition
-// only, so it is moved at most once.
+// "uuid") or business key (by "key") to be due d after Redis's now. Each
+// partition's try is atomic, so the message is moved at most once.
 func reschedule(ctx context.Context, client redis.UniversalClient, k keys, topic string, parts int, by, value string, d time.Duration) (bool, error) {
-	home := partitionOf(value, parts)
-	for n := range parts {
-		moved, err := callReschedule(ctx, client, k.shard(topic, (home+n)%parts), by, value, d.Milliseconds())
-		if err != nil {
-			return false, wrap(err, "reschedule %s in topic %q", recallWhat(by, value), topic)
-		}
-		if moved {
-			return true, nil
-		}
+	moved, err := inPartitions(k, topic, parts, value, func(sh shard) (bool, error) {
+		return callReschedule(ctx, client, sh, by, value, d.Milliseconds())
+	})
+	if err != nil {
+		return false, wrap(err, "reschedule %s in topic %q", recallWhat(by, value), topic)
 	}
-	return false, nil
+	return moved, nil
 }
