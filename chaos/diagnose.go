@@ -193,11 +193,11 @@ func (d *driver) diagnose(ctx context.Context) {
 	out("by place: %v", counts)
 }
 
-// uuidOf reads the UUID of a stored message: version byte 1, uvarint
-// length, UUID (see marshaller.go).
+// uuidOf reads the UUID of a stored message: version byte (1 or 2),
+// uvarint length, UUID (see marshaller.go).
 func uuidOf(body string) string {
 	b := []byte(body)
-	if len(b) < 2 || b[0] != 1 {
+	if len(b) < 2 || (b[0] != 1 && b[0] != 2) {
 		return "?"
 	}
 	n, k := binary.Uvarint(b[1:])

@@ -42,6 +42,8 @@ type driver struct {
 	published      atomic.Int64
 	publishRetries atomic.Int64
 	consumerKills  atomic.Int64
+	livenessKills  atomic.Int64
+	restartMu      sync.Mutex // one consumer stop-and-restart at a time
 	consumerStops  atomic.Int64
 	managerKills   atomic.Int64
 	proxyCuts      atomic.Int64
@@ -195,7 +197,13 @@ func (d *driver) run(ctx context.Context) error {
 	goBg(d.progressLoop)
 	monkey, stopMonkey := context.WithCancel(bg)
 	monkeyDone := make(chan struct{})
-	go func() { defer close(monkeyDone); d.killConsumers(monkey) }()
+	go func() {
+		defer close(monkeyDone)
+		probeDone := make(chan struct{})
+		go func() { defer close(probeDone); d.livenessProbe(monkey) }()
+		d.killConsumers(monkey)
+		<-probeDone
+	}()
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); d.faults(bg) }()
 	defer func() { stopBg(); stopMonkey(); <-monkeyDone; <-faultsDone }()
@@ -294,8 +302,8 @@ func (d *driver) run(ctx context.Context) error {
 		d.fail("not every fault happened (consumer kills %d, manager kills %d, proxy cuts %d, Redis restarts %d)",
 			d.consumerKills.Load(), d.managerKills.Load(), d.proxyCuts.Load(), d.redisRestarts.Load())
 	}
-	d.logf("deliveries=%d hung_handlers=%d graceful_consumer_stops=%d dead_letters=%d %v",
-		d.l.deliveries.Load(), d.l.hangs.Load(), d.consumerStops.Load(), d.l.deadEntries, d.l.deadReasons)
+	d.logf("deliveries=%d hung_handlers=%d graceful_consumer_stops=%d liveness_kills=%d dead_letters=%d %v",
+		d.l.deliveries.Load(), d.l.hangs.Load(), d.consumerStops.Load(), d.livenessKills.Load(), d.l.deadEntries, d.l.deadReasons)
 	fmt.Printf("chaos: messages=%d lost=%d early=%d duplicates=%d dead=%d max_lateness=%.2fs stream_len_end=%d stream_len_max=%d consumer_kills=%d manager_kills=%d proxy_cuts=%d redis_restarts=%d publish_retries=%d elapsed=%s\n",
 		c.n, r.lost, r.early, r.duplicates, r.dead, time.Duration(r.maxLateNs).Seconds(), streamEnd, d.streamMax.Load(),
 		d.consumerKills.Load(), d.managerKills.Load(), d.proxyCuts.Load(), d.redisRestarts.Load(), d.publishRetries.Load(),
@@ -442,9 +450,9 @@ func (d *driver) progressLoop(ctx context.Context) {
 				where += fmt.Sprintf(" ready=%d pending=%d retry=%d dead=%d consumers=%d", g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers)
 			}
 		}
-		d.logf("%s published=%d/%d acked=%d dead=%d accounted=%d deliveries=%d | %s | hangs=%d | kills: consumers=%d (+%d SIGTERM) managers=%d proxy_cuts=%d redis=%d publish_retries=%d",
+		d.logf("%s published=%d/%d acked=%d dead=%d accounted=%d deliveries=%d | %s | hangs=%d | kills: consumers=%d (+%d SIGTERM, %d liveness) managers=%d proxy_cuts=%d redis=%d publish_retries=%d",
 			phase, d.published.Load(), d.c.n, d.l.ackedN.Load(), d.l.deadN.Load(), d.l.accounted.Load(), d.l.deliveries.Load(),
-			where, d.l.hangs.Load(), d.consumerKills.Load(), d.consumerStops.Load(), d.managerKills.Load(), d.proxyCuts.Load(), d.redisRestarts.Load(), d.publishRetries.Load())
+			where, d.l.hangs.Load(), d.consumerKills.Load(), d.consumerStops.Load(), d.livenessKills.Load(), d.managerKills.Load(), d.proxyCuts.Load(), d.redisRestarts.Load(), d.publishRetries.Load())
 	}
 }
 
@@ -460,18 +468,61 @@ func (d *driver) killConsumers(ctx context.Context) {
 			return
 		}
 		sl := d.consumers[rand.IntN(len(d.consumers))]
-		if rand.Float64() < d.c.graceful {
-			if !sl.stop(15 * time.Second) {
-				d.fail("consumer %s did not stop within 15s of SIGTERM", sl.name)
+		graceful := rand.Float64() < d.c.graceful
+		d.restart(sl, func() {
+			if graceful {
+				if !sl.stop(15 * time.Second) {
+					d.fail("consumer %s did not stop within 15s of SIGTERM", sl.name)
+				}
+				d.consumerStops.Add(1)
+			} else {
+				sl.kill()
+				d.consumerKills.Add(1)
 			}
-			d.consumerStops.Add(1)
-		} else {
-			sl.kill()
-			d.consumerKills.Add(1)
-		}
-		time.Sleep(100*time.Millisecond + rand.N(900*time.Millisecond))
-		if err := sl.start(); err != nil {
-			d.fail("restart consumer %s: %v", sl.name, err)
+		})
+	}
+}
+
+// restart ends a consumer's process with end and starts a new one a moment
+// later.
+func (d *driver) restart(sl *slot, end func()) {
+	d.restartMu.Lock()
+	defer d.restartMu.Unlock()
+	end()
+	time.Sleep(100*time.Millisecond + rand.N(900*time.Millisecond))
+	if err := sl.start(); err != nil {
+		d.fail("restart consumer %s: %v", sl.name, err)
+	}
+}
+
+// livenessProbe SIGKILLs a consumer whose handler has hung for -liveness,
+// as a liveness probe (or a handler deadline) would in production. With
+// ordered subscriptions a hung handler holds its whole partition, not one
+// message, so leaving it to the random kills would stall the partition for
+// as long as the lottery takes (23s seen with 3 consumers) and make the run's
+// length a matter of luck.
+func (d *driver) livenessProbe(ctx context.Context) {
+	if d.c.liveness <= 0 {
+		return
+	}
+	for ctx.Err() == nil {
+		sleep(ctx, 250*time.Millisecond)
+		for _, sl := range d.consumers {
+			p := sl.current()
+			if p == nil {
+				continue
+			}
+			since, hung := d.l.hungSince(filepath.Join(d.sup.dir, p.name+".events"))
+			if !hung || time.Since(since) < d.c.liveness || ctx.Err() != nil {
+				continue
+			}
+			d.restart(sl, func() {
+				if sl.current() == p { // not already replaced by a random kill
+					d.logf("liveness: %s hung for %s; SIGKILL", p.name, d.c.liveness)
+					sl.kill()
+					d.livenessKills.Add(1)
+				}
+			})
 		}
 	}
 }

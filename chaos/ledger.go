@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
@@ -39,6 +40,7 @@ type ledger struct {
 
 	mu    sync.Mutex
 	files []*eventLog
+	hung  map[string]time.Time // event log path → when its first hang was read
 
 	// owned by poll
 	deadAfter   string
@@ -58,8 +60,17 @@ func newLedger(n int, run string) *ledger {
 		n: n, run: run,
 		pubStart: make([]int64, n), delayUs: make([]uint32, n),
 		first: make([]int64, n), acks: make([]uint8, n), dead: make([]uint8, n), attempt: make([]uint8, n),
-		deadReasons: map[string]int{},
+		deadReasons: map[string]int{}, hung: map[string]time.Time{},
 	}
+}
+
+// hungSince reports when the ledger read the first hang in the event log
+// at path.
+func (l *ledger) hungSince(path string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.hung[path]
+	return t, ok
 }
 
 // uuid encodes the message number: <run>-<12 hex digits>, a valid UUID.
@@ -171,6 +182,11 @@ func (l *ledger) lines(data []byte, path string) {
 			}
 		case f[0] == "H" && len(f) == 2 && i >= 0:
 			l.hangs.Add(1)
+			l.mu.Lock()
+			if _, ok := l.hung[path]; !ok {
+				l.hung[path] = time.Now()
+			}
+			l.mu.Unlock()
 		case f[0] == "A" && len(f) == 2 && i >= 0:
 			if l.acks[i] == 0 {
 				l.ackedN.Add(1)

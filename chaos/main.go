@@ -38,6 +38,7 @@ type config struct {
 	killMax     time.Duration
 	graceful    float64
 	drain       time.Duration
+	liveness    time.Duration
 	redisServer string
 	keep        bool
 
@@ -70,6 +71,7 @@ func main() {
 	flag.DurationVar(&c.killMin, "kill-min", 2*time.Second, "shortest pause between two consumer kills")
 	flag.DurationVar(&c.killMax, "kill-max", 5*time.Second, "longest pause between two consumer kills")
 	flag.Float64Var(&c.graceful, "graceful", 0.2, "fraction of consumer stops done with SIGTERM (graceful: hands messages back) instead of SIGKILL")
+	flag.DurationVar(&c.liveness, "liveness", -1, "SIGKILL a consumer whose handler has hung this long, as a liveness probe would (0: never; default: 5s with -ordered, where a hung handler blocks its partition, never otherwise)")
 	flag.DurationVar(&c.drain, "drain", 3*time.Minute, "how long to wait after publishing for every message to be acked or dead-lettered")
 	flag.StringVar(&c.redisServer, "redis-server", "", "redis-server binary (default: redis-server from PATH)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the temporary directory (Redis data, consumer logs, children's stderr) for inspection")
@@ -89,6 +91,12 @@ func main() {
 	flag.StringVar(&c.log, "log", "", "internal: event log of a consumer")
 	flag.StringVar(&c.name, "name", "", "internal: name of a child")
 	flag.Parse()
+	if c.liveness < 0 {
+		c.liveness = 0
+		if c.ordered {
+			c.liveness = 5 * time.Second
+		}
+	}
 
 	if err := c.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
