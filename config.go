@@ -413,7 +413,7 @@ func (c *SubscriberConfig) setDefaults() {
 		c.BatchSize = 32
 	}
 	if c.BlockTime == 0 {
-		c.BlockTime = time.Second
+		c.BlockTime = defaultBlockTime
 	}
 	if c.CheckInterval == 0 {
 		c.CheckInterval = defaultCheckInterval

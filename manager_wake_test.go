@@ -211,7 +211,7 @@ func wkACLDenials(t *testing.T, user string) []string {
 }
 
 // wkMinimalACL is the ACL of README's Operations section.
-const wkMinimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous +info"
+const wkMinimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous +info +client|unblock"
 
 // Found in review (issue 13, 5): under a user whose channels are
 // &<prefix>:*, PSUBSCRIBE <prefix>:{*}:wake is denied (Redis matches

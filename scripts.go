@@ -106,6 +106,7 @@ var (
 //	<shard>:g:<group>:owned  hash    ordered subscription -> partitions it owns (partition 0 only)
 //	<shard>:g:<group>:paused string  ms time of Inspector.Pause while the group is paused (partition 0 only)
 //	<shard>:g:<group>:rate   hash    the group's rate limiter, see gate.lua (partition 0 only; expires)
+//	<shard>:g:<group>:flow   pub/sub channel that tells the group's subscribers of a pause or resume (partition 0 only)
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
 //	<shard>:reg              string  "1" once a publish ran; gone after Redis lost its data (the publisher registers the topic again)
@@ -212,3 +213,4 @@ func (s shard) members(group string) string     { return s.group(group) + ":memb
 func (s shard) ownedCounts(group string) string { return s.group(group) + ":owned" }
 func (s shard) paused(group string) string      { return s.group(group) + ":paused" }
 func (s shard) rate(group string) string        { return s.group(group) + ":rate" }
+func (s shard) flow(group string) string        { return s.group(group) + ":flow" }

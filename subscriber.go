@@ -52,6 +52,10 @@ type Subscriber struct {
 	limiter  *logLimiter // repeated errors of all subscriptions
 	goneOnce sync.Once   // the client was closed: logged once
 
+	blockDefault bool       // BlockTime was not set (see newReader)
+	deniedOnce   sync.Once  // CLIENT UNBLOCK refused: logged once
+	flow         *flowWatch // pause notifications (flowcontrol.go); nil until the first Subscribe
+
 	// Test hooks (export_test.go): ackGate runs before each flush of the
 	// acker goroutine; unheld counts lease renewals that found entries
 	// pending for a subscription that it does not hold.
@@ -66,6 +70,7 @@ var (
 
 // NewSubscriber returns a Subscriber. A nil logger logs nothing.
 func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+	blockDefault := config.BlockTime == 0
 	config.setDefaults()
 	if err := config.Validate(); err != nil {
 		return nil, err
@@ -74,14 +79,15 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		logger = watermill.NopLogger{}
 	}
 	s := &Subscriber{
-		config:      config,
-		keys:        keys{prefix: config.KeyPrefix},
-		logger:      logger,
-		now:         time.Now,
-		initialized: map[string]bool{},
-		scheduled:   map[string]int{},
-		policy:      groupPolicy(config),
-		limiter:     newLogLimiter(),
+		config:       config,
+		keys:         keys{prefix: config.KeyPrefix},
+		logger:       logger,
+		now:          time.Now,
+		initialized:  map[string]bool{},
+		scheduled:    map[string]int{},
+		policy:       groupPolicy(config),
+		limiter:      newLogLimiter(),
+		blockDefault: blockDefault,
 	}
 	s.closing, s.close = context.WithCancel(context.Background())
 	return s, nil
@@ -204,8 +210,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			out:      out,
 			ackWake:  make(chan struct{}, 1),
 			order:    order,
+			flowWake: make(chan struct{}, 1),
 			m:        newSubMetrics(s.config.Metrics, topic, s.config.ConsumerGroup),
 		}
+		sub.reader = s.newReader(sub)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -255,6 +263,39 @@ func (s *Subscriber) unschedule(topic string) {
 	s.sched.remove(topic)
 }
 
+// newReader returns the reader of a subscription's new messages: reads
+// block BlockTime where Close can interrupt them, and where it cannot
+// fallbackBlock unless BlockTime was set; an ordered subscription's no
+// longer than its pace (see orderedPace).
+func (s *Subscriber) newReader(sub *subscription) *blockingReader {
+	block, fallback := s.config.BlockTime, s.config.BlockTime
+	if s.blockDefault {
+		fallback = fallbackBlock
+	}
+	if s.config.Ordered {
+		block, fallback = min(block, s.orderedPace()), min(fallback, s.orderedPace())
+	}
+	return &blockingReader{
+		client: s.config.Client, key: sub.shard.stream(), block: block, fallback: fallback,
+		denied:    s.unblockDenied,
+		abandoned: func([]redis.XStream) { _ = sub.release("", "") },
+	}
+}
+
+// unblockDenied logs, once, that Redis refuses what interrupting a read
+// takes.
+func (s *Subscriber) unblockDenied(err error) {
+	s.deniedOnce.Do(func() {
+		fallback := s.config.BlockTime
+		if s.blockDefault {
+			fallback = fallbackBlock
+		}
+		s.logger.Error(fmt.Sprintf("redisdelay: Redis refuses the Subscriber what it needs to interrupt a blocking read (CLIENT ID and CLIENT UNBLOCK): "+
+			"reads block up to %s, and Close or the end of a Subscribe context waits for one; "+
+			"grant the Subscriber's Redis user the command: ACL SETUSER <user> +client|unblock", fallback), err, nil)
+	})
+}
+
 // clientGone stops every subscription and the scheduler when the Redis
 // client was closed under them (nothing would work again), logging it once.
 func (s *Subscriber) clientGone(topic string) {
@@ -276,8 +317,11 @@ func (s *Subscriber) Close() error {
 		s.close()
 		s.subs.Wait()
 		s.mu.Lock()
-		sched, ticks := s.sched, s.ticks
+		sched, ticks, flow := s.sched, s.ticks, s.flow
 		s.mu.Unlock()
+		if flow != nil {
+			flow.close()
+		}
 		if sched != nil {
 			sched.stop()
 			<-ticks
@@ -317,11 +361,18 @@ type subscription struct {
 	owns, lost atomic.Bool
 	declined   bool // own skipped a take last time (run goroutine only)
 
-	// Flow control (run goroutine only): the group was paused at the last
-	// check; messages of the last rate-limit reservation not fetched
-	// (negative: fetched beyond it).
-	paused bool
-	unused int
+	reader *blockingReader // reads of new messages (reader.go)
+
+	// Flow control (flowcontrol.go). Run goroutine only: the group was
+	// paused at the last check, made at flowChecked; messages of the last
+	// rate-limit reservation not fetched (negative: fetched beyond it).
+	// flowNotified: a pause or resume was published (or the notifications
+	// resubscribed) since; flowWake wakes a paused subscription for it.
+	paused       bool
+	flowChecked  time.Time
+	unused       int
+	flowNotified atomic.Bool
+	flowWake     chan struct{}
 
 	m *subMetrics // nil without SubscriberConfig.Metrics
 }
@@ -338,6 +389,8 @@ type entry struct {
 // the client is closed, then hands back what it holds.
 func (sub *subscription) run(ctx context.Context) {
 	sub.s.logger.Debug("redisdelay: subscribed", sub.fields())
+	defer sub.reader.close()
+	defer sub.s.watchFlow(sub)()
 	defer sub.startBackground().stop()
 
 	pos := readPos{cursor: fromStart}
@@ -348,7 +401,7 @@ func (sub *subscription) run(ctx context.Context) {
 				return
 			}
 			if !owns {
-				sleep(ctx, sub.s.config.BlockTime)
+				sleep(ctx, sub.s.orderedPace())
 				continue
 			}
 		}
@@ -704,6 +757,8 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 	}
 }
 
+// read reads new entries (blocking, see reader.go) or, with history, the
+// consumer's own pending entries from cursor on.
 func (sub *subscription) read(ctx context.Context, history bool, cursor [2]string, count int) ([]entry, error) {
 	s := sub.s
 	stream, redo := sub.shard.stream(), sub.shard.redelivery(s.config.ConsumerGroup)
@@ -712,15 +767,18 @@ func (sub *subscription) read(ctx context.Context, history bool, cursor [2]strin
 		Consumer: sub.consumer,
 		Count:    int64(count),
 		Streams:  []string{redo, stream, ">", ">"},
-		Block:    s.config.BlockTime,
 	}
+	var res []redis.XStream
+	var err error
 	if history {
 		args.Streams = []string{redo, stream, cursor[1], cursor[0]}
 		args.Block = -1
-	}
-	res, err := s.config.Client.XReadGroup(ctx, args).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
+		res, err = s.config.Client.XReadGroup(ctx, args).Result()
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+	} else {
+		res, err = sub.reader.read(ctx, args)
 	}
 	if err != nil {
 		return nil, err
