@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -52,6 +53,8 @@ type scheduler struct {
 	stops    map[shard]context.CancelFunc // ends a loop
 	balances map[string]*balance          // topics of several partitions: their leases held
 	refresh  chan struct{}                // a topic was registered (discover only)
+	ticks    chan struct{}                // wakes the tick loop of the schedules (see startTicks)
+	denied   atomic.Bool                  // Redis refuses the wake-up subscription (see watchACL)
 	wg       sync.WaitGroup
 }
 
@@ -78,7 +81,7 @@ func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *schedul
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: watermill.NewUUID(),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
 		known: map[shard]partition{}, loops: map[shard]chan string{}, stops: map[shard]context.CancelFunc{},
-		balances: map[string]*balance{}, refresh: make(chan struct{}, 1), limiter: newLogLimiter(),
+		balances: map[string]*balance{}, refresh: make(chan struct{}, 1), ticks: make(chan struct{}, 1), limiter: newLogLimiter(),
 	}
 }
 
@@ -94,7 +97,7 @@ func leaseTime(interval time.Duration) time.Duration {
 func (s *scheduler) start(ctx context.Context, discover bool) {
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.discover = discover
-	var channels []string
+	channels := []string{s.keys.schedules().wake()}
 	if discover {
 		channels = append(channels, s.keys.registered())
 	}
@@ -120,6 +123,10 @@ func (s *scheduler) start(ctx context.Context, discover bool) {
 					s.registered()
 					continue
 				}
+				if m.Channel == s.keys.schedules().wake() {
+					s.wakeTicks()
+					continue
+				}
 				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
 					s.wakeOrStart(s.keys.shard(topic, part), m.Payload)
 				}
@@ -129,6 +136,10 @@ func (s *scheduler) start(ctx context.Context, discover bool) {
 				}
 				if m.Channel == s.keys.registered() {
 					s.registered() // registrations may have been lost
+					continue
+				}
+				if m.Channel == s.keys.schedules().wake() {
+					s.wakeTicks() // and so may schedule changes
 					continue
 				}
 				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
@@ -146,6 +157,15 @@ func (s *scheduler) registered() {
 	}
 	select {
 	case s.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// wakeTicks wakes the tick loop of the schedules: a schedule's next tick
+// was set.
+func (s *scheduler) wakeTicks() {
+	select {
+	case s.ticks <- struct{}{}:
 	default:
 	}
 }
@@ -726,10 +746,12 @@ func (s *scheduler) watchACL() {
 	for {
 		err := s.probeSubscribe()
 		if err == nil {
+			s.denied.Store(false)
 			if denied {
 				s.logger.Info("redisdelay: Redis now allows the subscription to wake-ups", nil)
 				s.mu.Lock()
-				channels := make([]string, 0, len(s.known)+1)
+				channels := make([]string, 0, len(s.known)+2)
+				channels = append(channels, s.keys.schedules().wake())
 				if s.discover {
 					channels = append(channels, s.keys.registered())
 				}
@@ -747,6 +769,8 @@ func (s *scheduler) watchACL() {
 			return
 		}
 		if isNoPerm(err) {
+			s.denied.Store(true)
+			s.wakeTicks() // to sleep no longer than the check interval from now on
 			detail := fmt.Sprintf("Redis refuses the scheduler %s the subscription to wake-up channels (%v): due messages are moved up to a CheckInterval (%s) late, and topics are found at the registry refresh only; grant its Redis user the channels of the key prefix: ACL SETUSER <user> &%s:*",
 				s.owner, err, s.interval, s.keys.prefix)
 			if !denied {

@@ -120,6 +120,7 @@ var (
 //	<prefix>:{schedules}:defs   hash  schedule ID -> JSON definition (see Schedule)
 //	<prefix>:{schedules}:next   zset  schedule ID -> next tick not yet published (Unix ms)
 //	<prefix>:{schedules}:claims zset  "<schedule ID>@<tick ms>" -> claim expiry: ticks being published (see schedclaim.lua)
+//	<prefix>:{schedules}:wake   pub/sub channel that wakes the schedulers' tick loops when a schedule's next tick was set
 //
 // The shard of partition 0 is <prefix>:{<topic>}, the layout of a topic
 // before partitions existed, so such a topic reads as one partition; that
@@ -153,6 +154,7 @@ type scheduleKeys string
 func (s scheduleKeys) defs() string   { return string(s) + ":defs" }
 func (s scheduleKeys) next() string   { return string(s) + ":next" }
 func (s scheduleKeys) claims() string { return string(s) + ":claims" }
+func (s scheduleKeys) wake() string   { return string(s) + ":wake" }
 
 func (k keys) registered() string { return k.prefix + ":registered" }
 func (k keys) wakeDenied() string { return k.prefix + ":wakedenied" }
