@@ -443,16 +443,16 @@ func TestScheduleRegisteredWakesIdleTickLoops(t *testing.T) {
 	assert.Less(t, first.received.Sub(first.tick), time.Second)
 }
 
-// Redis refuses the Manager its wake-up channels: its tick loop reads the
-// schedules once per CheckInterval instead, so a new schedule still ticks.
-// A user refused the channel still registers a schedule (the wake-up is
-// left out).
+// Redis refuses the Manager the subscription to its wake-ups: its tick
+// loop reads the schedules once per CheckInterval instead, so a new
+// schedule still ticks. A user refused the channel still registers a
+// schedule (the wake-up is left out).
 func TestScheduleTicksWithoutWakeUps(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users")
 	client := newClient(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	restricted, _ := wkACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
+	restricted, _ := wkACLUser(t, "~"+prefix+":*", "&"+prefix+":*", "+@all", "-@dangerous", "-subscribe")
 	col := scCollect(t, client, prefix, topic)
 	lcManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}, CheckInterval: 200 * time.Millisecond})
 	time.Sleep(500 * time.Millisecond) // denied, and the loop sleeps
@@ -460,6 +460,7 @@ func TestScheduleTicksWithoutWakeUps(t *testing.T) {
 		redisdelay.Schedule{ID: "s", Spec: "@every 300ms", Topic: topic}))
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 10*time.Millisecond)
 	scCheck(t, col.snapshot(), 300*time.Millisecond)
-	require.NoError(t, scPublisher(t, restricted, prefix).Schedule(context.Background(),
+	noChannels, _ := wkACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
+	require.NoError(t, scPublisher(t, noChannels, prefix).Schedule(context.Background(),
 		redisdelay.Schedule{ID: "s2", Spec: "@every 1h", Topic: topic}))
 }

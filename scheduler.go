@@ -309,6 +309,18 @@ func (s *scheduler) startLoop(sh shard, p partition) {
 	}()
 }
 
+// restartRetired starts the loops of the scheduled partitions whose loop
+// retired: Redis refuses the wake-ups that would start them.
+func (s *scheduler) restartRetired() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sh, p := range s.known {
+		if s.loops[sh] == nil && s.ctx.Err() == nil {
+			s.startLoop(sh, p)
+		}
+	}
+}
+
 // retire ends the loop of a partition found idle, unless a wake-up came in
 // meanwhile. It reports whether the loop is to return.
 func (s *scheduler) retire(sh shard, wake chan string) bool {
@@ -354,7 +366,7 @@ const (
 func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan string) {
 	l := &partLoop{
 		s: s, topic: topic, part: part, sh: s.keys.shard(topic, part), fields: partitionFields(topic, part), wake: wake,
-		relist: true, lastTrim: time.Now(), lastIdle: time.Now(), nextReclaim: map[string]time.Time{},
+		relist: true, nextReclaim: map[string]time.Time{},
 	}
 	defer l.end()
 	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
@@ -395,13 +407,17 @@ type partLoop struct {
 	fields watermill.LogFields
 	wake   chan string
 
-	groups      []string
-	listed      time.Time // when groups was read
-	relist      bool      // read groups before the next tick
-	held        bool      // this scheduler holds the topic's lease
-	declined    bool      // the last tick declined the free lease (see balance.mayTake)
+	groups   []string
+	listed   time.Time // when groups was read
+	relist   bool      // read groups before the next tick
+	held     bool      // this scheduler holds the topic's lease
+	declined bool      // the last tick declined the free lease (see balance.mayTake)
+	// When the partition was last trimmed, and checked for work (see
+	// retire): zero at the loop's start, so its first tick trims and
+	// checks, and a loop started for a partition with nothing to do (a
+	// Subscriber's first subscription to a quiet topic) retires at once.
 	lastTrim    time.Time
-	lastIdle    time.Time // when the partition was last checked for work (see retire)
+	lastIdle    time.Time
 	lastBeat    time.Time // partition 0: the scheduler's last heartbeat in the topic's list
 	nextReclaim map[string]time.Time
 	failures    int
@@ -557,10 +573,11 @@ func (l *partLoop) failed(ctx context.Context, err error) (wait time.Duration, s
 
 // retireIfIdle checks once per TrimInterval, after the tick's trim (same
 // pace), whether what reclaim and trim left is nothing to schedule; it
-// reports whether the loop retired then.
+// reports whether the loop retired then. A scheduler that Redis refuses
+// the wake-ups retires no loop: none would start again.
 func (l *partLoop) retireIfIdle(ctx context.Context) bool {
 	s := l.s
-	if time.Since(l.lastIdle) < s.trim {
+	if time.Since(l.lastIdle) < s.trim || s.denied.Load() {
 		return false
 	}
 	l.lastIdle = time.Now()
@@ -769,8 +786,10 @@ func (s *scheduler) watchACL() {
 			return
 		}
 		if isNoPerm(err) {
-			s.denied.Store(true)
-			s.wakeTicks() // to sleep no longer than the check interval from now on
+			if !s.denied.Swap(true) {
+				s.wakeTicks()      // to sleep no longer than the check interval from now on
+				s.restartRetired() // nothing could start them again
+			}
 			detail := fmt.Sprintf("Redis refuses the scheduler %s the subscription to wake-up channels (%v): due messages are moved up to a CheckInterval (%s) late, and topics are found at the registry refresh only; grant its Redis user the channels of the key prefix: ACL SETUSER <user> &%s:*",
 				s.owner, err, s.interval, s.keys.prefix)
 			if !denied {
