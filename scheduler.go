@@ -585,9 +585,15 @@ func (l *partLoop) retireIfIdle(ctx context.Context) bool {
 	if err != nil && ctx.Err() == nil {
 		s.logger.Error("redisdelay: cannot check whether the partition is idle", err, l.fields)
 	}
-	if idle && s.retire(l.sh, l.wake) {
-		s.logger.Debug("redisdelay: nothing to schedule; the partition's loop retires until a wake-up", l.fields)
-		return true
+	if idle {
+		if s.retire(l.sh, l.wake) {
+			s.logger.Debug("redisdelay: nothing to schedule; the partition's loop retires until a wake-up", l.fields)
+			return true
+		}
+		// A wake-up came meanwhile (at a loop's start, the confirmation
+		// of its wake channel's subscription): check again after the tick
+		// it calls for.
+		l.lastIdle = time.Time{}
 	}
 	return false
 }
