@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,6 +64,10 @@ type blockingReader struct {
 	id         int64         // its CLIENT ID
 	canUnblock bool
 
+	// pooledRead: a read went through the pool since the last lease
+	// renewal, which clears it (see subscription.needless).
+	pooledRead atomic.Bool
+
 	mu      sync.Mutex
 	flight  *flight // the read under way
 	pending bool    // interrupted between reads: the next read returns at once
@@ -90,6 +95,7 @@ func (r *blockingReader) read(ctx context.Context, args *redis.XReadGroupArgs) (
 	}
 	if r.pooled {
 		args.Block = r.fallback
+		r.pooledRead.Store(true)
 		res, err := r.client.XReadGroup(ctx, args).Result()
 		if errors.Is(err, redis.Nil) {
 			return nil, nil

@@ -58,9 +58,11 @@ type Subscriber struct {
 
 	// Test hooks (export_test.go): ackGate runs before each flush of the
 	// acker goroutine; unheld counts lease renewals that found entries
-	// pending for a subscription that it does not hold.
-	ackGate func(context.Context)
-	unheld  atomic.Int64
+	// pending for a subscription that it does not hold, renewals those
+	// that ran (skipped ones excluded).
+	ackGate  func(context.Context)
+	unheld   atomic.Int64
+	renewals atomic.Int64
 }
 
 var (
@@ -211,6 +213,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			ackWake:  make(chan struct{}, 1),
 			order:    order,
 			flowWake: make(chan struct{}, 1),
+			renewNow: make(chan struct{}, 1),
 			m:        newSubMetrics(s.config.Metrics, topic, s.config.ConsumerGroup),
 		}
 		sub.reader = s.newReader(sub)
@@ -354,6 +357,11 @@ type subscription struct {
 	ackWake chan struct{} // wakes the acker; capacity 1
 	flushMu sync.Mutex    // one flush of the ack queue at a time
 
+	// Lease renewal (see extendLeases): renewals were skipped since the
+	// last one; renewNow (capacity 1) asks for one at once.
+	skipped  atomic.Bool
+	renewNow chan struct{}
+
 	// Ordered subscriptions only (see ordered.go): shared with the
 	// topic's other partitions; whether this one owns its partition; set
 	// by lease renewal when the ownership ran out.
@@ -437,6 +445,9 @@ func (sub *subscription) run(ctx context.Context) {
 		pos.failures = 0
 		if pos.history && len(entries) == 0 {
 			pos.history = false
+		}
+		if len(entries) > 0 {
+			sub.fetched()
 		}
 		if !sub.deliverAll(ctx, entries, &pos) {
 			return
@@ -731,28 +742,77 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 // group's stored timeout, written by the subscriber of the group that
 // started last; when that is shorter (a rollout changing it), renewals
 // follow it, so live consumers keep their messages either way.
+//
+// A renewal with nothing to do is skipped (see needless), so an idle
+// subscription costs Redis nothing here; the first read that fetches
+// messages after skipped renewals renews at once (renewNow), so a stored
+// timeout that became shorter meanwhile sets the pace before the old pace
+// could let them be reclaimed.
 func (sub *subscription) extendLeases(ctx context.Context) {
 	every := sub.s.config.VisibilityTimeout / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
+	learned := false // a renewal read the stored timeout
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if learned && sub.needless() {
+				sub.skipped.Store(true)
+				continue
+			}
+		case <-sub.renewNow:
+			t.Reset(every)
 		}
+		pooled := sub.reader.pooledRead.Swap(false)
+		sub.s.renewals.Add(1)
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 		stored, err := sub.renewLeases(opCtx, every)
 		cancel()
+		if err != nil && pooled {
+			sub.reader.pooledRead.Store(true) // still to be checked
+		}
 		if err != nil && ctx.Err() == nil && !isClientClosed(err) {
 			sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
 				sub.fields())
+		}
+		if err == nil {
+			learned = true
 		}
 		if stored > 0 {
 			if want := min(sub.s.config.VisibilityTimeout, stored) / 3; want != every {
 				every = want
 				t.Reset(every)
 			}
+		}
+	}
+}
+
+// needless reports whether a lease renewal has nothing to do: the
+// subscription is not ordered (those renew their ownership with it), holds
+// nothing (no lease to extend, no slow handler to unburden), and no read
+// since the last renewal may have left entries pending for it that it did
+// not receive. Only a read of new messages through the client's pool may
+// (go-redis retries it on another connection when its reply is lost); one
+// on the subscription's own connection fails instead, and the subscription
+// then reads its pending entries.
+func (sub *subscription) needless() bool {
+	if sub.order != nil || sub.reader.pooledRead.Load() {
+		return false
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return len(sub.batch) == 0 && len(sub.ackReady)+len(sub.ackRedo) == 0
+}
+
+// fetched is called after a read that returned entries: the renewal runs
+// at once if it skipped renewals meanwhile (see extendLeases).
+func (sub *subscription) fetched() {
+	if sub.skipped.Swap(false) {
+		select {
+		case sub.renewNow <- struct{}{}:
+		default:
 		}
 	}
 }
