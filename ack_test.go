@@ -207,3 +207,56 @@ func TestAck_CrashBetweenAckAndFlushRedelivers(t *testing.T) {
 	again.Ack()
 	assert.Eventually(t, func() bool { return lcPending(t, direct, topic, "g") == 0 }, 2*time.Second, 20*time.Millisecond)
 }
+
+// An idle subscription skips lease renewals (it holds nothing, and its
+// reads, on a connection of its own, cannot leave entries pending
+// unnoticed): after the first, which reads the group's stored timeout,
+// none run while idle; they run while it holds a message.
+func TestLeaseRenewalSkippedWhileIdle(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 300 * time.Millisecond,
+		DisableScheduler: true}) // renewals every 100ms
+	ch := subscribe(t, sub, tp)
+	time.Sleep(250 * time.Millisecond) // the first renewal
+	idle := redisdelay.Renewals(sub)
+	time.Sleep(time.Second)
+	assert.Equal(t, idle, redisdelay.Renewals(sub), "renewals while idle")
+	require.LessOrEqual(t, idle, int64(1))
+
+	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("m")))
+	msg := receive(t, ch, 2*time.Second)
+	time.Sleep(time.Second) // held: renewed
+	held := redisdelay.Renewals(sub) - idle
+	msg.Ack()
+	assert.GreaterOrEqual(t, held, int64(5), "renewals while holding a message for 1s")
+	t.Logf("FIGURE renewals every 100ms: %d while idle for 1.25s, %d while holding a message for 1s", idle, held)
+}
+
+// Renewals skipped while idle, the group's stored VisibilityTimeout became
+// shorter (a subscriber configured with 600ms started): the first message
+// fetched after that is renewed at once and at the new pace, so a handler
+// holding it for 2s keeps it (it is not reclaimed and delivered again).
+func TestLeaseRenewalAfterIdleFollowsShorterStoredTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for renewals 2s apart")
+	}
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 6 * time.Second,
+		CheckInterval: 100 * time.Millisecond, RetryDelay: func(int) time.Duration { return 100 * time.Millisecond }})
+	ch := subscribe(t, sub, tp)
+	// Renewals every 2s: the first at 2s, the one at 4s skipped; the next
+	// tick (6s) would come 1.6s after the fetch, too late for 600ms.
+	time.Sleep(4400 * time.Millisecond)
+	shorter := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond})
+	require.NoError(t, shorter.SubscribeInitialize(tp)) // stores the group's policy
+	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("m")))
+	msg := receive(t, ch, 2*time.Second)
+	time.Sleep(2 * time.Second) // > 3× the stored timeout
+	msg.Ack()
+	nothing(t, ch, time.Second)
+	assert.Equal(t, "1", msg.Metadata.Get(redisdelay.AttemptKey))
+}

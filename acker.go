@@ -91,7 +91,7 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 	if len(redo) > 0 {
 		redoAck = pipeAck(ctx, pipe, sub.shard, group, redo)
 	}
-	_, _ = pipe.Exec(ctx)
+	execPipe(ctx, pipe)
 
 	// Each command counts on its own: what Redis took leaves the queue,
 	// the rest is tried again.

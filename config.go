@@ -223,8 +223,12 @@ func (c PublisherConfig) validateReplicas() error {
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
 	// Client is the Redis connection. Required. Close never closes it.
-	// Each subscription holds one pooled connection in a blocking read, and
-	// the embedded scheduler one more: size the pool for that.
+	// Each subscription holds one connection of the pool per partition
+	// for its blocking reads (on a cluster, of the pool of the node serving
+	// the partition), and the Subscriber one for pause notifications and
+	// its embedded scheduler one for wake-ups: size the pool for that.
+	// Use a *redis.Client (plain or Sentinel) or a *redis.ClusterClient:
+	// with another kind reads cannot be interrupted (see BlockTime).
 	Client redis.UniversalClient
 
 	// KeyPrefix namespaces every Redis key (default DefaultKeyPrefix).
@@ -248,9 +252,21 @@ type SubscriberConfig struct {
 	// attempt unchanged, for other consumers to take.
 	BatchSize int
 
-	// BlockTime bounds one blocking read (default 1s). Close waits at most
-	// about this long for a read in flight; an idle subscription costs Redis
-	// one read and one check of pause and rate limit per BlockTime.
+	// BlockTime bounds one blocking read of new messages (default 30s). A
+	// message that arrives meanwhile ends the read at once, and so do
+	// Close, the end of the Subscribe context and a Pause or Resume of the
+	// group: the read runs on a connection of its own, which they unblock
+	// (CLIENT UNBLOCK, which the Redis user must be allowed: see
+	// docs/operations.md). So BlockTime only sets what an idle subscription
+	// costs Redis: one read, and one check of the pause flag (EXISTS; a
+	// notification of Pause that was lost is noticed within it), per
+	// BlockTime; with a rate limit, one gate script call per read. It is
+	// also how often a paused subscription checks the flag beside the
+	// notification of Resume. Where a read cannot be unblocked (Redis
+	// refuses CLIENT UNBLOCK, logged once; or Client is neither a
+	// *redis.Client nor a *redis.ClusterClient), it blocks 1s unless
+	// BlockTime is set, and Close waits for it. Ordered subscriptions read
+	// and check their share of the partitions at least once a second.
 	BlockTime time.Duration
 
 	// RetryDelay gives the delay before redelivering a nacked message whose
@@ -294,9 +310,10 @@ type SubscriberConfig struct {
 	// subscription reconnects; this interval is the safety net for a
 	// wake-up missed otherwise, and the pace at which the scheduler holding
 	// a topic's lease renews it (the lease lasts 1.5 × CheckInterval, at
-	// least CheckInterval + 100ms). Each scheduled topic costs Redis one
-	// script call per CheckInterval when idle, until its scheduler finds
-	// nothing to schedule for a TrimInterval and stops until a wake-up.
+	// least CheckInterval + 100ms). A topic's scheduler that finds nothing
+	// to schedule (nothing waiting, to retry, pending or unread) stops until a
+	// wake-up, so an idle topic costs Redis nothing per CheckInterval;
+	// while it has work, one script call per CheckInterval at least.
 	CheckInterval time.Duration
 
 	// MaxAttempts is how many attempts a message gets in the group before it
@@ -413,7 +430,7 @@ func (c *SubscriberConfig) setDefaults() {
 		c.BatchSize = 32
 	}
 	if c.BlockTime == 0 {
-		c.BlockTime = time.Second
+		c.BlockTime = defaultBlockTime
 	}
 	if c.CheckInterval == 0 {
 		c.CheckInterval = defaultCheckInterval

@@ -35,6 +35,12 @@ func UnheldReports(sub *Subscriber) int64 {
 	return sub.unheld.Load()
 }
 
+// Renewals is how many lease renewals sub's subscriptions ran (skipped
+// ones excluded).
+func Renewals(sub *Subscriber) int64 {
+	return sub.renewals.Load()
+}
+
 // QueuedCalls is how many Publish calls to partition 0 of topic wait in p's
 // queue for a script run in flight to end.
 func QueuedCalls(p *Publisher, topic string) int {

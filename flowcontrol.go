@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // RateLimit is a number of messages per interval: see
@@ -37,28 +40,53 @@ func (c SubscriberConfig) rateLimit(topic string) RateLimit {
 // fetching new messages of the topic, until Resume. Messages keep
 // becoming due and accumulate (Ready in Stats grows); messages already
 // fetched are still delivered, and so may be one batch of a read that
-// was waiting for messages when Pause ran (within the subscriber's
-// BlockTime). Retries and reclaims go on. The pause is stored in Redis:
-// it outlasts subscriber restarts, and a group may be paused before it
-// exists. Pausing a paused group is a no-op.
+// was returning when Pause ran. The pause is stored in Redis: it
+// outlasts subscriber restarts, and a group may be paused before it
+// exists. Subscribers are told on a pub/sub channel and stop reading at
+// once (a subscriber that missed it, e.g. reconnecting, checks at least
+// once per BlockTime). Pausing a paused group is a no-op.
 func (i *Inspector) Pause(ctx context.Context, topic, group string) error {
 	if err := i.validateGroup(topic, group); err != nil {
 		return err
 	}
 	sh := i.keys.shard(topic, 0)
-	err := i.client.SetNX(ctx, sh.paused(group), strconv.FormatInt(time.Now().UnixMilli(), 10), 0).Err()
+	pipe := i.client.Pipeline()
+	set := pipe.SetNX(ctx, sh.paused(group), strconv.FormatInt(time.Now().UnixMilli(), 10), 0)
+	pub := pipe.Publish(ctx, sh.flow(group), "p")
+	execPipe(ctx, pipe)
+	err := set.Err()
+	if err == nil {
+		err = notified(pub)
+	}
 	return wrapErr(err, "pause group %q of topic %q", group, topic)
 }
 
 // Resume lets a paused consumer group fetch messages of the topic again:
-// its subscribers fetch within their BlockTime (they check while paused
-// once per BlockTime). It reports whether the group was paused.
+// its subscribers are told as by Pause and fetch at once (at the latest
+// within their BlockTime). It reports whether the group was paused.
 func (i *Inspector) Resume(ctx context.Context, topic, group string) (bool, error) {
 	if err := i.validateGroup(topic, group); err != nil {
 		return false, err
 	}
-	n, err := i.client.Del(ctx, i.keys.shard(topic, 0).paused(group)).Result()
-	return n == 1, wrapErr(err, "resume group %q of topic %q", group, topic)
+	sh := i.keys.shard(topic, 0)
+	pipe := i.client.Pipeline()
+	del := pipe.Del(ctx, sh.paused(group))
+	pub := pipe.Publish(ctx, sh.flow(group), "r")
+	execPipe(ctx, pipe)
+	err := del.Err()
+	if err == nil {
+		err = notified(pub)
+	}
+	return del.Val() == 1, wrapErr(err, "resume group %q of topic %q", group, topic)
+}
+
+// notified returns the error of the PUBLISH of Pause or Resume: the
+// change holds without it, and subscribers see it within their BlockTime.
+func notified(pub *redis.IntCmd) error {
+	if err := pub.Err(); err != nil {
+		return fmt.Errorf("the change is stored, but telling the subscribers failed (they see it within their BlockTime): %w", err)
+	}
+	return nil
 }
 
 // Paused reports whether the consumer group is paused on the topic.
@@ -70,10 +98,17 @@ func (i *Inspector) Paused(ctx context.Context, topic, group string) (bool, erro
 	return n == 1, wrapErr(err, "check whether group %q of topic %q is paused", group, topic)
 }
 
-// gate asks Redis, before a read of new messages, whether the group is
-// paused and what its rate limit allows (gate.lua), and waits what it
-// says. It returns how many messages to read (0: paused, or ctx ended:
-// read nothing now); an error is handled as a failed read.
+// gate decides, before a read of new messages, whether the group is paused
+// and what its rate limit allows, and waits what that says. It returns how
+// many messages to read (0: paused, or ctx ended: read nothing now); an
+// error is handled as a failed read.
+//
+// With a rate limit it asks Redis every time (gate.lua). Without one it
+// asks only when it must: while paused (once per BlockTime, or when told
+// of a resume), when told of a pause change (see flowWatch), and once per
+// BlockTime otherwise, for a notification that was lost (a subscriber
+// reconnecting, or a Pause by a version that did not send one); then a
+// plain EXISTS of the pause flag does.
 func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	s := sub.s
 	limit := s.config.rateLimit(sub.topic)
@@ -81,10 +116,26 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	if limit.Messages > 0 {
 		want = min(want, limit.Messages)
 	}
-	r, err := callGate(ctx, s.config.Client, s.keys.shard(sub.topic, 0), s.config.ConsumerGroup, limit, want, sub.unused)
+	notified := sub.flowNotified.Swap(false)
+	if limit.Messages == 0 && !sub.paused && !notified && time.Since(sub.flowChecked) < s.config.BlockTime {
+		return want, nil
+	}
+	sh := s.keys.shard(sub.topic, 0)
+	var r gateReply
+	if limit.Messages > 0 {
+		r, err = callGate(ctx, s.config.Client, sh, s.config.ConsumerGroup, limit, want, sub.unused)
+	} else {
+		var n int64
+		n, err = s.config.Client.Exists(ctx, sh.paused(s.config.ConsumerGroup)).Result()
+		r = gateReply{paused: n == 1, count: want}
+	}
 	if err != nil {
+		if notified {
+			sub.flowNotified.Store(true) // still to be checked
+		}
 		return 0, fmt.Errorf("check whether the group is paused or rate limited: %w", err)
 	}
+	sub.flowChecked = time.Now()
 	if r.paused != sub.paused {
 		sub.paused = r.paused
 		what := "redisdelay: consumer group resumed; fetching messages again"
@@ -94,8 +145,15 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 		s.logger.Info(what, sub.fields())
 	}
 	if r.paused {
-		// Checked again once per BlockTime, the pace of an idle read.
-		sleep(ctx, s.config.BlockTime)
+		// Checked again when a change is published, else once per
+		// BlockTime.
+		t := time.NewTimer(s.config.BlockTime)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-sub.flowWake:
+		case <-t.C:
+		}
 		return 0, nil
 	}
 	sub.unused = 0
@@ -110,4 +168,89 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 		return 0, nil
 	}
 	return r.count, nil
+}
+
+// flowWatch tells a Subscriber's subscriptions of pause changes of their
+// group: one pub/sub connection per Subscriber, subscribed to the flow
+// channel of each (topic, group) it reads, by name. A message, and the
+// confirmation of each (re)subscription (changes published while the
+// connection was down are lost), make the subscriptions check the pause
+// at once, interrupting their blocked reads.
+type flowWatch struct {
+	pubsub *redis.PubSub
+	done   chan struct{} // closed when the message loop ended
+
+	mu   sync.Mutex
+	subs map[string]map[*subscription]struct{} // channel -> subscriptions
+}
+
+// watchFlow registers a subscription for pause notifications, starting the
+// Subscriber's watch at its first; the returned func unregisters it.
+func (s *Subscriber) watchFlow(sub *subscription) (unwatch func()) {
+	s.mu.Lock()
+	w := s.flow
+	if w == nil {
+		w = &flowWatch{pubsub: s.config.Client.Subscribe(s.closing), done: make(chan struct{}), subs: map[string]map[*subscription]struct{}{}}
+		ch := w.pubsub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(pubsubHealthCheck))
+		go func() {
+			defer close(w.done)
+			for m := range ch {
+				switch m := m.(type) {
+				case *redis.Message:
+					w.notify(m.Channel)
+				case *redis.Subscription:
+					if m.Kind == "subscribe" {
+						w.notify(m.Channel)
+					}
+				}
+			}
+		}()
+		s.flow = w
+	}
+	s.mu.Unlock()
+
+	channel := s.keys.shard(sub.topic, 0).flow(s.config.ConsumerGroup)
+	w.mu.Lock()
+	first := w.subs[channel] == nil
+	if first {
+		w.subs[channel] = map[*subscription]struct{}{}
+	}
+	w.subs[channel][sub] = struct{}{}
+	if first {
+		// Fails only when closing; a refused channel (ACL) leaves the
+		// check once per BlockTime.
+		_ = w.pubsub.Subscribe(s.closing, channel)
+	}
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.subs[channel], sub)
+		if len(w.subs[channel]) == 0 {
+			delete(w.subs, channel)
+			if s.closing.Err() == nil {
+				_ = w.pubsub.Unsubscribe(s.closing, channel)
+			}
+		}
+	}
+}
+
+// notify tells the subscriptions of a channel to check the pause.
+func (w *flowWatch) notify(channel string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for sub := range w.subs[channel] {
+		sub.flowNotified.Store(true)
+		select {
+		case sub.flowWake <- struct{}{}:
+		default:
+		}
+		sub.reader.interrupt()
+	}
+}
+
+// close ends the watch, once every subscription ended.
+func (w *flowWatch) close() {
+	_ = w.pubsub.Close()
+	<-w.done
 }

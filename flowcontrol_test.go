@@ -329,3 +329,83 @@ func TestPausedGroupIsHealthy(t *testing.T) {
 	require.NoError(t, err)
 	receive(t, ch, 3*time.Second).Ack()
 }
+
+// With the default BlockTime (30s) the subscriptions are blocked in long
+// reads: Pause and Resume reach them at once through their notification,
+// on every partition.
+func TestPausePromptWithLongReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	const parts = 2
+	pub := ptPublisher(t, client, parts)
+	insp := lcInspector(t, client)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
+	var mu sync.Mutex
+	got := map[string]int{}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go collect(runCtx, subscribe(t, sub, tp), &mu, got)
+	brBlocked(t, client, tp, "g")
+
+	require.NoError(t, insp.Pause(ctx, tp, "g"))
+	time.Sleep(200 * time.Millisecond) // the notification's way
+	for i := range 10 {
+		require.NoError(t, pub.Publish(tp, lcMessage(fmt.Sprint(i))))
+	}
+	time.Sleep(time.Second)
+	require.Equal(t, 0, count(&mu, got), "the paused group received messages")
+
+	resumed := time.Now()
+	_, err := insp.Resume(ctx, tp, "g")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return count(&mu, got) == 10 }, 2*time.Second, 5*time.Millisecond, "resume delivers at once")
+	t.Logf("FIGURE resume with reads blocked for 30s: all 10 delivered %s after Resume", time.Since(resumed).Round(time.Millisecond))
+}
+
+// A pause set without a notification (by a version before notifications,
+// or while the subscriber's notification connection was down) is seen at
+// the latest within BlockTime, and so is its end.
+func TestPauseWithoutNotificationSeenWithinBlockTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	const block = 300 * time.Millisecond
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
+	ch := subscribe(t, sub, tp)
+	brBlocked(t, client, tp, "g")
+	paused := lcKey(tp, "g:g:paused")
+	require.NoError(t, client.Set(ctx, paused, "1", 0).Err())
+	time.Sleep(3 * block) // a read timed out, then the check
+	pub := lcPublisher(t, client)
+	require.NoError(t, pub.Publish(tp, lcMessage("m")))
+	nothing(t, ch, 3*block)
+	require.NoError(t, client.Del(ctx, paused).Err())
+	receive(t, ch, 5*block).Ack()
+}
+
+// Pause and Resume store the change even when Redis refuses them the
+// notification (a user without the channels): they say so, and
+// subscribers see it within BlockTime.
+func TestPauseNotificationRefused(t *testing.T) {
+	t.Parallel()
+	needSingle(t, "it creates Redis users")
+	ctx := context.Background()
+	restricted, _ := wkACLUser(t, "~"+redisdelay.DefaultKeyPrefix+":*", "resetchannels", "+@all", "-@dangerous")
+	tp := topic()
+	insp := lcInspector(t, restricted)
+	err := insp.Pause(ctx, tp, "g")
+	require.ErrorContains(t, err, "the change is stored, but telling the subscribers failed")
+	require.ErrorContains(t, err, "NOPERM")
+	paused, err := insp.Paused(ctx, tp, "g")
+	require.NoError(t, err)
+	require.True(t, paused)
+	was, err := insp.Resume(ctx, tp, "g")
+	require.ErrorContains(t, err, "the change is stored, but telling the subscribers failed")
+	require.True(t, was)
+	paused, err = insp.Paused(ctx, tp, "g")
+	require.NoError(t, err)
+	require.False(t, paused)
+}

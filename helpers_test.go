@@ -601,3 +601,26 @@ func topicState(t *testing.T, topic string) string {
 	}
 	return b.String()
 }
+
+// ptKeepBusy publishes a message due in an hour to every partition of the
+// topic, so their scheduler loops run (and hold their leases) for the
+// test: a loop with nothing to schedule retires, releasing its lease.
+func ptKeepBusy(t *testing.T, client redis.UniversalClient, pub message.Publisher, tp string, parts int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		busy := 0
+		for p := range parts {
+			if client.ZCard(ctx, ptKey(tp, p, "waiting")).Val() > 0 {
+				busy++
+			}
+		}
+		if busy == parts {
+			return
+		}
+		require.Less(t, i, 1000, "no message reached some partition")
+		msg := delayed(delay.For(time.Hour), "keeps the scheduler busy")
+		msg.Metadata.Set(redisdelay.PartitionKey, strconv.Itoa(i))
+		require.NoError(t, pub.Publish(tp, msg))
+	}
+}

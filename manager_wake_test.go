@@ -211,7 +211,7 @@ func wkACLDenials(t *testing.T, user string) []string {
 }
 
 // wkMinimalACL is the ACL of README's Operations section.
-const wkMinimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous +info"
+const wkMinimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous +info +client|unblock"
 
 // Found in review (issue 13, 5): under a user whose channels are
 // &<prefix>:*, PSUBSCRIBE <prefix>:{*}:wake is denied (Redis matches
@@ -274,6 +274,29 @@ func TestManagerDeniedWakeUpsSaysSo(t *testing.T) {
 	require.Len(t, rep.Problems, 1)
 	assert.Equal(t, redisdelay.ProblemWakeUpsDenied, rep.Problems[0].Kind)
 	assert.Contains(t, rep.Problems[0].Detail, "&"+prefix+":*")
+}
+
+// A Manager that Redis refuses the subscription to wake-ups cannot be
+// woken: it keeps the loops of its quiet partitions (they would retire at
+// their first tick) and so promotes a delayed message published to one
+// later within about a CheckInterval of its due time.
+func TestManagerDeniedWakeUpsKeepsLoops(t *testing.T) {
+	t.Parallel()
+	needSingle(t, "it creates Redis users")
+	client := newClient(t)
+	prefix, tp := wkPrefix(), topic()
+	restricted, _ := wkACLUser(t, "~"+prefix+":*", "&"+prefix+":*", "+@all", "-@dangerous", "-subscribe")
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+	ch := subscribe(t, sub, tp)
+	wkManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{tp}, CheckInterval: 200 * time.Millisecond, TrimInterval: 200 * time.Millisecond}, logger)
+	time.Sleep(time.Second) // quiet: the loop would have retired
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, logger)
+	require.NoError(t, err)
+	msg := delayed(delay.For(300*time.Millisecond), "late")
+	published := time.Now()
+	require.NoError(t, pub.Publish(tp, msg))
+	receive(t, ch, 2*time.Second).Ack()
+	t.Logf("FIGURE delayed 300ms, received after %s (CheckInterval 200ms, no wake-ups)", time.Since(published).Round(time.Millisecond))
 }
 
 // Found in review (issue 13, 6): a discovering Manager started a loop for

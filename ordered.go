@@ -114,6 +114,14 @@ func (o *balance) beat(ctx context.Context, client redis.UniversalClient, l memb
 	return nil
 }
 
+// orderedPace is how often an ordered subscription checks its share of
+// the partitions: one that does not own its partition tries to take it,
+// one that does whether it must give it up (its reads block no longer).
+// BlockTime, at most a second.
+func (s *Subscriber) orderedPace() time.Duration {
+	return min(s.config.BlockTime, time.Second)
+}
+
 // heartbeatEvery is how often an ordered subscription renews its
 // membership: often enough that members learn of one that joined within a
 // second or so, and three times per lease at least.

@@ -7,6 +7,7 @@ package redisdelay_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -160,18 +161,35 @@ func TestLifecycle_SubscriberAndSchedulerResumeAfterRedisOutage(t *testing.T) {
 }
 
 // A blocked read that Redis serves while the connection is breaking: the
-// entry is assigned to the consumer but the reply never arrives. The client
-// library retries the read on a new connection by itself, so the
-// subscription sees no error. The message must still be delivered: re-read,
-// or reclaimed after VisibilityTimeout.
+// entry is assigned to the consumer but the reply never arrives. On the
+// subscription's own connection the read fails, and the subscription reads
+// its pending entries; through a client's pool (a client that gives no
+// connection of its own) the client library retries the read on a new
+// connection by itself, so the subscription sees no error, and its next
+// lease renewal (not skipped after such a read) finds the entry. Either
+// way the message must be delivered: re-read, or reclaimed after
+// VisibilityTimeout.
 func TestLifecycle_ReadReplyLostInTransitIsStillDelivered(t *testing.T) {
 	t.Parallel()
+	for _, pooled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pooled=%v", pooled), func(t *testing.T) {
+			t.Parallel()
+			lcReadReplyLost(t, pooled)
+		})
+	}
+}
+
+func lcReadReplyLost(t *testing.T, pooled bool) {
 	proxy := newLcProxy(t)
 	topic := topic()
 	direct := newClient(t)
 	pub := lcPublisher(t, direct)
 	const visibility = time.Second
-	sub := lcSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
+	var client redis.UniversalClient = proxy.client(t)
+	if pooled {
+		client = brWrapped{client}
+	}
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond, VisibilityTimeout: visibility,
 		BlockTime:    3 * time.Second, // the read is surely blocked when the connection breaks
 		CloseTimeout: time.Second,

@@ -350,7 +350,7 @@ func TestManagersSharePartitions(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts = 6
-	require.NoError(t, ptPublisher(t, client, parts).Publish(tp, lcMessage("x")))
+	ptKeepBusy(t, client, ptPublisher(t, client, parts), tp, parts)
 	holders := func() map[string]int {
 		n := map[string]int{}
 		for p := range parts {
@@ -392,7 +392,7 @@ func TestLoneSchedulerTakesEveryPartition(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts = 8
-	require.NoError(t, ptPublisher(t, client, parts).Publish(tp, lcMessage("x")))
+	ptKeepBusy(t, client, ptPublisher(t, client, parts), tp, parts)
 	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 10 * time.Second})
 	require.Eventually(t, func() bool {
 		held := 0

@@ -251,7 +251,8 @@ const scheduleBatch = 64
 func startTicks(ctx context.Context, sched *scheduler, logger watermill.LoggerAdapter) <-chan struct{} {
 	done := make(chan struct{})
 	l := &tickLoop{client: sched.client, keys: sched.keys, logger: logger, limiter: sched.limiter,
-		idle: sched.interval, mine: map[string]time.Time{}}
+		idle: scheduleRefresh, wake: sched.ticks, mine: map[string]time.Time{},
+		denied: func() bool { return sched.denied.Load() }, interval: sched.interval}
 	go func() {
 		defer close(done)
 		l.run(ctx)
@@ -259,17 +260,29 @@ func startTicks(ctx context.Context, sched *scheduler, logger watermill.LoggerAd
 	return done
 }
 
+// scheduleRefresh is the longest a tick loop sleeps when it knows of no
+// earlier tick: a schedule registered or changed wakes the loops (a
+// wake-up published by schedadd.lua, or the resubscription after a lost
+// connection), so this only bounds what a wake-up that never came (a
+// schedule registered by a version that sent none) delays.
+const scheduleRefresh = time.Minute
+
 // tickLoop publishes the ticks of the schedules: run by every scheduler.
 type tickLoop struct {
-	client  redis.UniversalClient
-	keys    keys
-	logger  watermill.LoggerAdapter
-	limiter *logLimiter
-	idle    time.Duration        // longest sleep: new schedules are seen within it
-	mine    map[string]time.Time // claims this loop holds and has not published -> expiry
+	client   redis.UniversalClient
+	keys     keys
+	logger   watermill.LoggerAdapter
+	limiter  *logLimiter
+	idle     time.Duration        // longest sleep (scheduleRefresh): new schedules wake the loop
+	interval time.Duration        // the longest while Redis refuses the wake-ups (the check interval)
+	denied   func() bool          // Redis refuses the wake-ups
+	wake     <-chan struct{}      // a schedule's next tick was set
+	mine     map[string]time.Time // claims this loop holds and has not published -> expiry
 }
 
 func (l *tickLoop) run(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
 		wait, err := l.pass(ctx)
 		if err != nil {
@@ -281,11 +294,16 @@ func (l *tickLoop) run(ctx context.Context) {
 			l.limiter.errorf(l.logger, "redisdelay: cannot publish schedule ticks; retrying", err, nil)
 			wait = 100 * time.Millisecond
 		}
-		wait = min(max(wait, 0), l.idle)
+		if l.denied() {
+			wait = min(wait, l.interval)
+		}
+		timer.Reset(min(max(wait, 0), l.idle))
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-l.wake:
+			timer.Stop()
+		case <-timer.C:
 		}
 	}
 }

@@ -421,3 +421,46 @@ func TestScheduleBrokenDefinitionSkipped(t *testing.T) {
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 20*time.Millisecond)
 	scCheck(t, col.snapshot(), 200*time.Millisecond)
 }
+
+// A tick loop with no schedule sleeps up to a minute: a schedule
+// registered meanwhile wakes it (schedadd.lua publishes), so its first
+// tick is published on time.
+func TestScheduleRegisteredWakesIdleTickLoops(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	col := scCollect(t, client, prefix, topic)
+	scManager(t, client, prefix, topic)
+	time.Sleep(500 * time.Millisecond) // the loop found nothing and sleeps
+	registered := time.Now()
+	require.NoError(t, scPublisher(t, client, prefix).Schedule(context.Background(),
+		redisdelay.Schedule{ID: "s", Spec: "@every 300ms", Topic: topic}))
+	require.Eventually(t, func() bool { return len(col.snapshot()) >= 1 }, 2*time.Second, 10*time.Millisecond,
+		"no tick within 2s of registering @every 300ms")
+	first := col.snapshot()[0]
+	t.Logf("FIGURE first tick %s after Schedule, %s after its instant", first.received.Sub(registered).Round(time.Millisecond),
+		first.received.Sub(first.tick).Round(time.Millisecond))
+	assert.Less(t, first.received.Sub(first.tick), time.Second)
+}
+
+// Redis refuses the Manager the subscription to its wake-ups: its tick
+// loop reads the schedules once per CheckInterval instead, so a new
+// schedule still ticks. A user refused the channel still registers a
+// schedule (the wake-up is left out).
+func TestScheduleTicksWithoutWakeUps(t *testing.T) {
+	t.Parallel()
+	needSingle(t, "it creates Redis users")
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	restricted, _ := wkACLUser(t, "~"+prefix+":*", "&"+prefix+":*", "+@all", "-@dangerous", "-subscribe")
+	col := scCollect(t, client, prefix, topic)
+	lcManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}, CheckInterval: 200 * time.Millisecond})
+	time.Sleep(500 * time.Millisecond) // denied, and the loop sleeps
+	require.NoError(t, scPublisher(t, client, prefix).Schedule(context.Background(),
+		redisdelay.Schedule{ID: "s", Spec: "@every 300ms", Topic: topic}))
+	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 10*time.Millisecond)
+	scCheck(t, col.snapshot(), 300*time.Millisecond)
+	noChannels, _ := wkACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
+	require.NoError(t, scPublisher(t, noChannels, prefix).Schedule(context.Background(),
+		redisdelay.Schedule{ID: "s2", Spec: "@every 1h", Topic: topic}))
+}

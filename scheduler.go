@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -52,6 +53,8 @@ type scheduler struct {
 	stops    map[shard]context.CancelFunc // ends a loop
 	balances map[string]*balance          // topics of several partitions: their leases held
 	refresh  chan struct{}                // a topic was registered (discover only)
+	ticks    chan struct{}                // wakes the tick loop of the schedules (see startTicks)
+	denied   atomic.Bool                  // Redis refuses the wake-up subscription (see watchACL)
 	wg       sync.WaitGroup
 }
 
@@ -78,7 +81,7 @@ func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *schedul
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: watermill.NewUUID(),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
 		known: map[shard]partition{}, loops: map[shard]chan string{}, stops: map[shard]context.CancelFunc{},
-		balances: map[string]*balance{}, refresh: make(chan struct{}, 1), limiter: newLogLimiter(),
+		balances: map[string]*balance{}, refresh: make(chan struct{}, 1), ticks: make(chan struct{}, 1), limiter: newLogLimiter(),
 	}
 }
 
@@ -94,7 +97,7 @@ func leaseTime(interval time.Duration) time.Duration {
 func (s *scheduler) start(ctx context.Context, discover bool) {
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.discover = discover
-	var channels []string
+	channels := []string{s.keys.schedules().wake()}
 	if discover {
 		channels = append(channels, s.keys.registered())
 	}
@@ -120,6 +123,10 @@ func (s *scheduler) start(ctx context.Context, discover bool) {
 					s.registered()
 					continue
 				}
+				if m.Channel == s.keys.schedules().wake() {
+					s.wakeTicks()
+					continue
+				}
 				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
 					s.wakeOrStart(s.keys.shard(topic, part), m.Payload)
 				}
@@ -129,6 +136,10 @@ func (s *scheduler) start(ctx context.Context, discover bool) {
 				}
 				if m.Channel == s.keys.registered() {
 					s.registered() // registrations may have been lost
+					continue
+				}
+				if m.Channel == s.keys.schedules().wake() {
+					s.wakeTicks() // and so may schedule changes
 					continue
 				}
 				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
@@ -146,6 +157,15 @@ func (s *scheduler) registered() {
 	}
 	select {
 	case s.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// wakeTicks wakes the tick loop of the schedules: a schedule's next tick
+// was set.
+func (s *scheduler) wakeTicks() {
+	select {
+	case s.ticks <- struct{}{}:
 	default:
 	}
 }
@@ -289,6 +309,18 @@ func (s *scheduler) startLoop(sh shard, p partition) {
 	}()
 }
 
+// restartRetired starts the loops of the scheduled partitions whose loop
+// retired: Redis refuses the wake-ups that would start them.
+func (s *scheduler) restartRetired() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sh, p := range s.known {
+		if s.loops[sh] == nil && s.ctx.Err() == nil {
+			s.startLoop(sh, p)
+		}
+	}
+}
+
 // retire ends the loop of a partition found idle, unless a wake-up came in
 // meanwhile. It reports whether the loop is to return.
 func (s *scheduler) retire(sh shard, wake chan string) bool {
@@ -334,7 +366,7 @@ const (
 func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan string) {
 	l := &partLoop{
 		s: s, topic: topic, part: part, sh: s.keys.shard(topic, part), fields: partitionFields(topic, part), wake: wake,
-		relist: true, lastTrim: time.Now(), lastIdle: time.Now(), nextReclaim: map[string]time.Time{},
+		relist: true, nextReclaim: map[string]time.Time{},
 	}
 	defer l.end()
 	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
@@ -375,13 +407,17 @@ type partLoop struct {
 	fields watermill.LogFields
 	wake   chan string
 
-	groups      []string
-	listed      time.Time // when groups was read
-	relist      bool      // read groups before the next tick
-	held        bool      // this scheduler holds the topic's lease
-	declined    bool      // the last tick declined the free lease (see balance.mayTake)
+	groups   []string
+	listed   time.Time // when groups was read
+	relist   bool      // read groups before the next tick
+	held     bool      // this scheduler holds the topic's lease
+	declined bool      // the last tick declined the free lease (see balance.mayTake)
+	// When the partition was last trimmed, and checked for work (see
+	// retire): zero at the loop's start, so its first tick trims and
+	// checks, and a loop started for a partition with nothing to do (a
+	// Subscriber's first subscription to a quiet topic) retires at once.
 	lastTrim    time.Time
-	lastIdle    time.Time // when the partition was last checked for work (see retire)
+	lastIdle    time.Time
 	lastBeat    time.Time // partition 0: the scheduler's last heartbeat in the topic's list
 	nextReclaim map[string]time.Time
 	failures    int
@@ -537,10 +573,11 @@ func (l *partLoop) failed(ctx context.Context, err error) (wait time.Duration, s
 
 // retireIfIdle checks once per TrimInterval, after the tick's trim (same
 // pace), whether what reclaim and trim left is nothing to schedule; it
-// reports whether the loop retired then.
+// reports whether the loop retired then. A scheduler that Redis refuses
+// the wake-ups retires no loop: none would start again.
 func (l *partLoop) retireIfIdle(ctx context.Context) bool {
 	s := l.s
-	if time.Since(l.lastIdle) < s.trim {
+	if time.Since(l.lastIdle) < s.trim || s.denied.Load() {
 		return false
 	}
 	l.lastIdle = time.Now()
@@ -548,9 +585,15 @@ func (l *partLoop) retireIfIdle(ctx context.Context) bool {
 	if err != nil && ctx.Err() == nil {
 		s.logger.Error("redisdelay: cannot check whether the partition is idle", err, l.fields)
 	}
-	if idle && s.retire(l.sh, l.wake) {
-		s.logger.Debug("redisdelay: nothing to schedule; the partition's loop retires until a wake-up", l.fields)
-		return true
+	if idle {
+		if s.retire(l.sh, l.wake) {
+			s.logger.Debug("redisdelay: nothing to schedule; the partition's loop retires until a wake-up", l.fields)
+			return true
+		}
+		// A wake-up came meanwhile (at a loop's start, the confirmation
+		// of its wake channel's subscription): check again after the tick
+		// it calls for.
+		l.lastIdle = time.Time{}
 	}
 	return false
 }
@@ -726,10 +769,12 @@ func (s *scheduler) watchACL() {
 	for {
 		err := s.probeSubscribe()
 		if err == nil {
+			s.denied.Store(false)
 			if denied {
 				s.logger.Info("redisdelay: Redis now allows the subscription to wake-ups", nil)
 				s.mu.Lock()
-				channels := make([]string, 0, len(s.known)+1)
+				channels := make([]string, 0, len(s.known)+2)
+				channels = append(channels, s.keys.schedules().wake())
 				if s.discover {
 					channels = append(channels, s.keys.registered())
 				}
@@ -747,6 +792,10 @@ func (s *scheduler) watchACL() {
 			return
 		}
 		if isNoPerm(err) {
+			if !s.denied.Swap(true) {
+				s.wakeTicks()      // to sleep no longer than the check interval from now on
+				s.restartRetired() // nothing could start them again
+			}
 			detail := fmt.Sprintf("Redis refuses the scheduler %s the subscription to wake-up channels (%v): due messages are moved up to a CheckInterval (%s) late, and topics are found at the registry refresh only; grant its Redis user the channels of the key prefix: ACL SETUSER <user> &%s:*",
 				s.owner, err, s.interval, s.keys.prefix)
 			if !denied {

@@ -36,6 +36,7 @@ func TestScheduler_OneLeaseHolderPerTopic(t *testing.T) {
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 200 * time.Millisecond}
 	first := lcSubscriber(t, client, config)
 	chs := []<-chan *message.Message{subscribe(t, first, topic)}
+	ptKeepBusy(t, client, pub, topic, 1)
 	owner := schedLease(t, client, topic, 2*time.Second)
 	for range 3 {
 		chs = append(chs, subscribe(t, lcSubscriber(t, client, config), topic))
@@ -90,6 +91,7 @@ func TestScheduler_CloseHandsLeaseOverAtOnce(t *testing.T) {
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 2 * time.Second}
 	holder := lcSubscriber(t, client, config)
 	subscribe(t, holder, topic)
+	ptKeepBusy(t, client, pub, topic, 1)
 	owner := schedLease(t, client, topic, 2*time.Second)
 	standby := lcSubscriber(t, client, config)
 	ch := subscribe(t, standby, topic)
@@ -121,6 +123,7 @@ func TestScheduler_StandbyTakesOverFromDeadHolder(t *testing.T) {
 	pub := lcPublisher(t, direct)
 	interval := 400 * time.Millisecond
 	// The holder: a Manager reaching Redis through the proxy.
+	ptKeepBusy(t, direct, pub, topic, 1)
 	lcManager(t, proxy.client(t), redisdelay.ManagerConfig{Topics: []string{topic}, CheckInterval: interval})
 	owner := schedLease(t, direct, topic, 2*time.Second)
 	sub := lcSubscriber(t, direct, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: interval})
@@ -189,8 +192,8 @@ func TestScheduler_ResubscribeCatchesLostWakeUps(t *testing.T) {
 		ConsumerGroup: "g", CheckInterval: time.Minute, CloseTimeout: time.Second,
 	})
 	ch := subscribe(t, sub, topic)
-	schedLease(t, direct, topic, 2*time.Second)
 	require.NoError(t, pub.Publish(topic, delayed(delay.For(time.Hour), "later")))
+	schedLease(t, direct, topic, 2*time.Second)
 	time.Sleep(200 * time.Millisecond) // the scheduler sleeps for the check interval
 
 	proxy.cut(0)

@@ -471,7 +471,7 @@ func callGate(ctx context.Context, c redis.Scripter, sh shard, group string, lim
 func callSchedAdd(ctx context.Context, c redis.Scripter, k keys, id string, def []byte, spec, timezone string, first time.Time) (bool, error) {
 	sk := k.schedules()
 	n, err := schedAddScript.Run(ctx, c, []string{sk.defs(), sk.next()},
-		id, def, spec, timezone, first.UnixMilli()).Int64()
+		id, def, spec, timezone, first.UnixMilli(), sk.wake()).Int64()
 	return n == 1, err
 }
 

@@ -106,6 +106,7 @@ var (
 //	<shard>:g:<group>:owned  hash    ordered subscription -> partitions it owns (partition 0 only)
 //	<shard>:g:<group>:paused string  ms time of Inspector.Pause while the group is paused (partition 0 only)
 //	<shard>:g:<group>:rate   hash    the group's rate limiter, see gate.lua (partition 0 only; expires)
+//	<shard>:g:<group>:flow   pub/sub channel that tells the group's subscribers of a pause or resume (partition 0 only)
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
 //	<shard>:reg              string  "1" once a publish ran; gone after Redis lost its data (the publisher registers the topic again)
@@ -119,6 +120,7 @@ var (
 //	<prefix>:{schedules}:defs   hash  schedule ID -> JSON definition (see Schedule)
 //	<prefix>:{schedules}:next   zset  schedule ID -> next tick not yet published (Unix ms)
 //	<prefix>:{schedules}:claims zset  "<schedule ID>@<tick ms>" -> claim expiry: ticks being published (see schedclaim.lua)
+//	<prefix>:{schedules}:wake   pub/sub channel that wakes the schedulers' tick loops when a schedule's next tick was set
 //
 // The shard of partition 0 is <prefix>:{<topic>}, the layout of a topic
 // before partitions existed, so such a topic reads as one partition; that
@@ -152,6 +154,7 @@ type scheduleKeys string
 func (s scheduleKeys) defs() string   { return string(s) + ":defs" }
 func (s scheduleKeys) next() string   { return string(s) + ":next" }
 func (s scheduleKeys) claims() string { return string(s) + ":claims" }
+func (s scheduleKeys) wake() string   { return string(s) + ":wake" }
 
 func (k keys) registered() string { return k.prefix + ":registered" }
 func (k keys) wakeDenied() string { return k.prefix + ":wakedenied" }
@@ -212,3 +215,4 @@ func (s shard) members(group string) string     { return s.group(group) + ":memb
 func (s shard) ownedCounts(group string) string { return s.group(group) + ":owned" }
 func (s shard) paused(group string) string      { return s.group(group) + ":paused" }
 func (s shard) rate(group string) string        { return s.group(group) + ":rate" }
+func (s shard) flow(group string) string        { return s.group(group) + ":flow" }

@@ -52,11 +52,17 @@ type Subscriber struct {
 	limiter  *logLimiter // repeated errors of all subscriptions
 	goneOnce sync.Once   // the client was closed: logged once
 
+	blockDefault bool       // BlockTime was not set (see newReader)
+	deniedOnce   sync.Once  // CLIENT UNBLOCK refused: logged once
+	flow         *flowWatch // pause notifications (flowcontrol.go); nil until the first Subscribe
+
 	// Test hooks (export_test.go): ackGate runs before each flush of the
 	// acker goroutine; unheld counts lease renewals that found entries
-	// pending for a subscription that it does not hold.
-	ackGate func(context.Context)
-	unheld  atomic.Int64
+	// pending for a subscription that it does not hold, renewals those
+	// that ran (skipped ones excluded).
+	ackGate  func(context.Context)
+	unheld   atomic.Int64
+	renewals atomic.Int64
 }
 
 var (
@@ -66,6 +72,7 @@ var (
 
 // NewSubscriber returns a Subscriber. A nil logger logs nothing.
 func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+	blockDefault := config.BlockTime == 0
 	config.setDefaults()
 	if err := config.Validate(); err != nil {
 		return nil, err
@@ -74,14 +81,15 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		logger = watermill.NopLogger{}
 	}
 	s := &Subscriber{
-		config:      config,
-		keys:        keys{prefix: config.KeyPrefix},
-		logger:      logger,
-		now:         time.Now,
-		initialized: map[string]bool{},
-		scheduled:   map[string]int{},
-		policy:      groupPolicy(config),
-		limiter:     newLogLimiter(),
+		config:       config,
+		keys:         keys{prefix: config.KeyPrefix},
+		logger:       logger,
+		now:          time.Now,
+		initialized:  map[string]bool{},
+		scheduled:    map[string]int{},
+		policy:       groupPolicy(config),
+		limiter:      newLogLimiter(),
+		blockDefault: blockDefault,
 	}
 	s.closing, s.close = context.WithCancel(context.Background())
 	return s, nil
@@ -204,8 +212,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			out:      out,
 			ackWake:  make(chan struct{}, 1),
 			order:    order,
+			flowWake: make(chan struct{}, 1),
+			renewNow: make(chan struct{}, 1),
 			m:        newSubMetrics(s.config.Metrics, topic, s.config.ConsumerGroup),
 		}
+		sub.reader = s.newReader(sub)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -255,6 +266,39 @@ func (s *Subscriber) unschedule(topic string) {
 	s.sched.remove(topic)
 }
 
+// newReader returns the reader of a subscription's new messages: reads
+// block BlockTime where Close can interrupt them, and where it cannot
+// fallbackBlock unless BlockTime was set; an ordered subscription's no
+// longer than its pace (see orderedPace).
+func (s *Subscriber) newReader(sub *subscription) *blockingReader {
+	block, fallback := s.config.BlockTime, s.config.BlockTime
+	if s.blockDefault {
+		fallback = fallbackBlock
+	}
+	if s.config.Ordered {
+		block, fallback = min(block, s.orderedPace()), min(fallback, s.orderedPace())
+	}
+	return &blockingReader{
+		client: s.config.Client, key: sub.shard.stream(), block: block, fallback: fallback,
+		denied:    s.unblockDenied,
+		abandoned: func([]redis.XStream) { _ = sub.release("", "") },
+	}
+}
+
+// unblockDenied logs, once, that Redis refuses what interrupting a read
+// takes.
+func (s *Subscriber) unblockDenied(err error) {
+	s.deniedOnce.Do(func() {
+		fallback := s.config.BlockTime
+		if s.blockDefault {
+			fallback = fallbackBlock
+		}
+		s.logger.Error(fmt.Sprintf("redisdelay: Redis refuses the Subscriber what it needs to interrupt a blocking read (CLIENT ID and CLIENT UNBLOCK): "+
+			"reads block up to %s, and Close or the end of a Subscribe context waits for one; "+
+			"grant the Subscriber's Redis user the command: ACL SETUSER <user> +client|unblock", fallback), err, nil)
+	})
+}
+
 // clientGone stops every subscription and the scheduler when the Redis
 // client was closed under them (nothing would work again), logging it once.
 func (s *Subscriber) clientGone(topic string) {
@@ -276,8 +320,11 @@ func (s *Subscriber) Close() error {
 		s.close()
 		s.subs.Wait()
 		s.mu.Lock()
-		sched, ticks := s.sched, s.ticks
+		sched, ticks, flow := s.sched, s.ticks, s.flow
 		s.mu.Unlock()
+		if flow != nil {
+			flow.close()
+		}
 		if sched != nil {
 			sched.stop()
 			<-ticks
@@ -310,6 +357,11 @@ type subscription struct {
 	ackWake chan struct{} // wakes the acker; capacity 1
 	flushMu sync.Mutex    // one flush of the ack queue at a time
 
+	// Lease renewal (see extendLeases): renewals were skipped since the
+	// last one; renewNow (capacity 1) asks for one at once.
+	skipped  atomic.Bool
+	renewNow chan struct{}
+
 	// Ordered subscriptions only (see ordered.go): shared with the
 	// topic's other partitions; whether this one owns its partition; set
 	// by lease renewal when the ownership ran out.
@@ -317,11 +369,18 @@ type subscription struct {
 	owns, lost atomic.Bool
 	declined   bool // own skipped a take last time (run goroutine only)
 
-	// Flow control (run goroutine only): the group was paused at the last
-	// check; messages of the last rate-limit reservation not fetched
-	// (negative: fetched beyond it).
-	paused bool
-	unused int
+	reader *blockingReader // reads of new messages (reader.go)
+
+	// Flow control (flowcontrol.go). Run goroutine only: the group was
+	// paused at the last check, made at flowChecked; messages of the last
+	// rate-limit reservation not fetched (negative: fetched beyond it).
+	// flowNotified: a pause or resume was published (or the notifications
+	// resubscribed) since; flowWake wakes a paused subscription for it.
+	paused       bool
+	flowChecked  time.Time
+	unused       int
+	flowNotified atomic.Bool
+	flowWake     chan struct{}
 
 	m *subMetrics // nil without SubscriberConfig.Metrics
 }
@@ -338,6 +397,8 @@ type entry struct {
 // the client is closed, then hands back what it holds.
 func (sub *subscription) run(ctx context.Context) {
 	sub.s.logger.Debug("redisdelay: subscribed", sub.fields())
+	defer sub.reader.close()
+	defer sub.s.watchFlow(sub)()
 	defer sub.startBackground().stop()
 
 	pos := readPos{cursor: fromStart}
@@ -348,7 +409,7 @@ func (sub *subscription) run(ctx context.Context) {
 				return
 			}
 			if !owns {
-				sleep(ctx, sub.s.config.BlockTime)
+				sleep(ctx, sub.s.orderedPace())
 				continue
 			}
 		}
@@ -384,6 +445,9 @@ func (sub *subscription) run(ctx context.Context) {
 		pos.failures = 0
 		if pos.history && len(entries) == 0 {
 			pos.history = false
+		}
+		if len(entries) > 0 {
+			sub.fetched()
 		}
 		if !sub.deliverAll(ctx, entries, &pos) {
 			return
@@ -678,22 +742,43 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 // group's stored timeout, written by the subscriber of the group that
 // started last; when that is shorter (a rollout changing it), renewals
 // follow it, so live consumers keep their messages either way.
+//
+// A renewal with nothing to do is skipped (see needless), so an idle
+// subscription costs Redis nothing here; the first read that fetches
+// messages after skipped renewals renews at once (renewNow), so a stored
+// timeout that became shorter meanwhile sets the pace before the old pace
+// could let them be reclaimed.
 func (sub *subscription) extendLeases(ctx context.Context) {
 	every := sub.s.config.VisibilityTimeout / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
+	learned := false // a renewal read the stored timeout
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if learned && sub.needless() {
+				sub.skipped.Store(true)
+				continue
+			}
+		case <-sub.renewNow:
+			t.Reset(every)
 		}
+		pooled := sub.reader.pooledRead.Swap(false)
+		sub.s.renewals.Add(1)
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 		stored, err := sub.renewLeases(opCtx, every)
 		cancel()
+		if err != nil && pooled {
+			sub.reader.pooledRead.Store(true) // still to be checked
+		}
 		if err != nil && ctx.Err() == nil && !isClientClosed(err) {
 			sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
 				sub.fields())
+		}
+		if err == nil {
+			learned = true
 		}
 		if stored > 0 {
 			if want := min(sub.s.config.VisibilityTimeout, stored) / 3; want != every {
@@ -704,6 +789,36 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 	}
 }
 
+// needless reports whether a lease renewal has nothing to do: the
+// subscription is not ordered (those renew their ownership with it), holds
+// nothing (no lease to extend, no slow handler to unburden), and no read
+// since the last renewal may have left entries pending for it that it did
+// not receive. Only a read of new messages through the client's pool may
+// (go-redis retries it on another connection when its reply is lost); one
+// on the subscription's own connection fails instead, and the subscription
+// then reads its pending entries.
+func (sub *subscription) needless() bool {
+	if sub.order != nil || sub.reader.pooledRead.Load() {
+		return false
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return len(sub.batch) == 0 && len(sub.ackReady)+len(sub.ackRedo) == 0
+}
+
+// fetched is called after a read that returned entries: the renewal runs
+// at once if it skipped renewals meanwhile (see extendLeases).
+func (sub *subscription) fetched() {
+	if sub.skipped.Swap(false) {
+		select {
+		case sub.renewNow <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// read reads new entries (blocking, see reader.go) or, with history, the
+// consumer's own pending entries from cursor on.
 func (sub *subscription) read(ctx context.Context, history bool, cursor [2]string, count int) ([]entry, error) {
 	s := sub.s
 	stream, redo := sub.shard.stream(), sub.shard.redelivery(s.config.ConsumerGroup)
@@ -712,15 +827,18 @@ func (sub *subscription) read(ctx context.Context, history bool, cursor [2]strin
 		Consumer: sub.consumer,
 		Count:    int64(count),
 		Streams:  []string{redo, stream, ">", ">"},
-		Block:    s.config.BlockTime,
 	}
+	var res []redis.XStream
+	var err error
 	if history {
 		args.Streams = []string{redo, stream, cursor[1], cursor[0]}
 		args.Block = -1
-	}
-	res, err := s.config.Client.XReadGroup(ctx, args).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
+		res, err = s.config.Client.XReadGroup(ctx, args).Result()
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+	} else {
+		res, err = sub.reader.read(ctx, args)
 	}
 	if err != nil {
 		return nil, err

@@ -873,7 +873,7 @@ func (h *handler) groupAction(w http.ResponseWriter, r *http.Request, ctx contex
 	} else {
 		var was bool
 		if was, err = h.insp.Resume(ctx, topic, group); err == nil {
-			text = fmt.Sprintf("Resumed consumer group %q of topic %q: its subscribers fetch again within their BlockTime.", group, topic)
+			text = fmt.Sprintf("Resumed consumer group %q of topic %q: its subscribers fetch again at once.", group, topic)
 			if !was {
 				text = fmt.Sprintf("Consumer group %q of topic %q was not paused: nothing changed.", group, topic)
 			}

@@ -10,6 +10,11 @@
   ARGV[3] spec
   ARGV[4] time zone
   ARGV[5] first tick (Unix ms) for a new schedule or a changed timing
+  ARGV[6] the schedulers' wake channel for schedules: told when the next
+          tick was set, so their tick loops read it (they otherwise sleep
+          until the next tick they know of, a minute at most); a user the
+          ACL refuses the channel still registers (the loops find the
+          schedule within that minute)
 
   Returns 1 when the next tick was set to ARGV[5], 0 when it was kept.
 ]]
@@ -22,4 +27,5 @@ if old and redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   end
 end
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+redis.pcall('PUBLISH', ARGV[6], ARGV[1])
 return 1

@@ -237,7 +237,7 @@ func init() {
 		},
 		{
 			name: "resume", args: "<topic> <group>", summary: "let a paused group fetch messages again",
-			help:    "Resumes a paused consumer group: its subscribers fetch again within their BlockTime (default 1s).\nReports whether the group was paused (exit status 0 either way).",
+			help:    "Resumes a paused consumer group: its subscribers are told and fetch again at once.\nReports whether the group was paused (exit status 0 either way).",
 			minArgs: 2, maxArgs: 2,
 			run: cmdResume,
 		},
