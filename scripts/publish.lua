@@ -16,13 +16,18 @@
   KEYS[7] prio     hash   UUID of a waiting high-priority message -> 1
   KEYS[8] reg      string set by the first publish: gone, Redis lost the topic registry too
   KEYS[9] dormant  string set while no scheduler loop runs for the partition (idle.lua)
+  KEYS[10] far     zset   far bucket number -> when to unpack it (ms): see far.go
+  KEYS[11] fmeta   hash   far tier counters: n, p:<bucket>, l:<bucket>
+  KEYS[12...]      the far index shards and far buckets the messages name (below)
   ARGV[1]          wake channel, published to when the earliest due time moves
                    earlier, or a message is stored in a dormant partition
   ARGV[2]          most waiting messages (ZCARD waiting) a call may leave; 0: no bound
   ARGV[3]          most ready entries (XLEN stream) a call may leave; 0: no bound
   ARGV[4]          number of calls, c
-  ARGV[4+k]        number of messages of call k (k = 1..c)
-  then five arguments per message, the calls' messages in call order:
+  ARGV[5]          far margin, ms: a message goes to a far bucket only when
+                   the bucket is unpacked later than now + this
+  ARGV[5+k]        number of messages of call k (k = 1..c)
+  then eleven arguments per message, the calls' messages in call order:
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
   ARGV[j+2]        encoded message
@@ -30,10 +35,25 @@
                    the key: r (reject), k (keep first), x (replace),
                    d (replace, keeping the holder's due time)
   ARGV[j+4]        "1" for a high-priority message, "0" otherwise
+  ARGV[j+5]        index in KEYS of the far index shard of the UUID (0: an
+                   immediate message, never looked up)
+  ARGV[j+6]        the UUID's field in the far index (farField)
+  ARGV[j+7]        index in KEYS of the far bucket the message may go to; 0: none
+  ARGV[j+8]        that bucket's number
+  ARGV[j+9]        the first due ms of the bucket
+  ARGV[j+10]       when the bucket is unpacked (ms)
+                   The message goes to the bucket when it has no business key,
+                   no priority and no holder's score, is due no earlier than
+                   ARGV[j+9], and ARGV[j+10] is after now + the margin: the
+                   bucket is unpacked later, and before the message is due.
 
   Returns one status per call, in call order, then 1 when KEYS[8] was
   missing (the caller registers the topic again), else 0. A status:
     0                          its messages are stored (or dropped: keep first)
+    {'pull', UUID, loc}        a message of the call is waiting in the far tier
+                               at loc: the caller moves it to the waiting set
+                               (farpull.lua) and sends the call again, so it
+                               is compared there like any waiting message
     UUID                       one of its messages is already waiting with a
                                different body
     {'key', key, UUID}         reject: a message of the call has a business key
@@ -62,13 +82,15 @@ local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limite
 local maxWaiting = tonumber(ARGV[2])
 local maxReady = tonumber(ARGV[3])
 local calls = tonumber(ARGV[4])
-local first = 5 + calls
+local farMargin = tonumber(ARGV[5])
+local first = 6 + calls
+local STRIDE = 11 -- arguments per message
 
 -- delays, which messages wait (delayed or high-priority), their UUIDs, the
 -- business keys
 local delay, waits, uuids, bkeys = {}, {}, {}, {}
 local fixed = {} -- message -> the score it takes from the holder it replaces (d)
-for j = first, #ARGV, 5 do
+for j = first, #ARGV, STRIDE do
   local d = tonumber(ARGV[j + 1])
   if ARGV[j + 4] == '1' and d < 0 then
     d = 0
@@ -103,6 +125,16 @@ if #uuids > 0 then
   now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
   lookup(KEYS[2], uuids, known)
 end
+-- message -> its location in the far tier, for waiting messages whose UUID
+-- is there (the tiers never hold one UUID twice)
+local farLoc = {}
+if redis.call('EXISTS', KEYS[10]) == 1 then
+  for j = first, #ARGV, STRIDE do
+    if waits[j] and ARGV[j + 5] ~= '0' and not known[ARGV[j]] then
+      farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + 5])], ARGV[j + 6])
+    end
+  end
+end
 -- business key -> UUID of the waiting message holding it; false when none
 local holder = {}
 if #bkeys > 0 then
@@ -110,7 +142,7 @@ if #bkeys > 0 then
 end
 local nWaiting, nReady = 0, 0
 if maxWaiting > 0 then
-  nWaiting = redis.call('ZCARD', KEYS[1])
+  nWaiting = redis.call('ZCARD', KEYS[1]) + tonumber(redis.call('HGET', KEYS[11], 'n') or '0')
 end
 if maxReady > 0 then
   nReady = redis.call('XLEN', KEYS[3])
@@ -123,14 +155,17 @@ local removed = {}   -- UUIDs of messages waiting before this run that are repla
 local touched = {}   -- business keys whose holder changed
 local j = first
 for k = 1, calls do
-  local stop = j + 5 * tonumber(ARGV[4 + k])
+  local stop = j + STRIDE * tonumber(ARGV[5 + k])
   local bad = nil
   local adds, removes = {}, {}
   local dWait, dReady = 0, 0
-  for m = j, stop - 1, 5 do
+  for m = j, stop - 1, STRIDE do
     local id, w = ARGV[m], waits[m]
     local old = w and known[id]
-    if old then
+    if w and farLoc[m] and not known[id] then
+      bad = {'pull', id, farLoc[m]}
+      break
+    elseif old then
       if old ~= ARGV[m + 2] then
         bad = id
         break
@@ -262,30 +297,62 @@ if #stored > 0 then
     now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
   end
   local earliest = nil
+  local farHead = redis.call('ZRANGE', KEYS[10], 0, 0, 'WITHSCORES')[2]
+  farHead = farHead and tonumber(farHead)
+  local nFar = 0
+  -- a message goes to a far bucket when it may (see the header); its
+  -- location there is bucket * 2^24 + position, exact in a Lua number
+  local function toFar(m)
+    local b, due, at = tonumber(ARGV[m + 8]), now + delay[m], tonumber(ARGV[m + 10])
+    if ARGV[m + 7] == '0' or fixed[m] or ARGV[m + 3] ~= '' or ARGV[m + 4] == '1'
+        or due < tonumber(ARGV[m + 9]) or at <= now + farMargin then
+      return false
+    end
+    local bucket = KEYS[tonumber(ARGV[m + 7])]
+    local popped = tonumber(redis.call('HGET', KEYS[11], 'p:' .. b) or '0')
+    local pos = popped + redis.call('RPUSH', bucket, struct.pack('>d', due) .. ARGV[m + 2]) - 1
+    local loc = b * 16777216 + pos
+    if pos >= 16777216 or loc >= 9007199254740992 then
+      redis.call('RPOP', bucket)
+      return false
+    end
+    redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], loc)
+    redis.call('HINCRBY', KEYS[11], 'l:' .. b, 1)
+    if redis.call('ZADD', KEYS[10], 'NX', at, b) == 1 and (farHead == nil or at < farHead) then
+      farHead = at
+      wake = true
+    end
+    nFar = nFar + 1
+    return true
+  end
   for c = 1, #stored, CHUNK do
     local h, z, o, pr = {}, {}, {}, {}
     for k = c, math.min(c + CHUNK - 1, #stored) do
       local m = stored[k]
-      seq = seq + 1
-      local score = fixed[m] or (now + delay[m]) * 1024 + seq % 1024
-      h[#h + 1] = ARGV[m]
-      h[#h + 1] = ARGV[m + 2]
-      z[#z + 1] = score
-      z[#z + 1] = ARGV[m]
-      if ARGV[m + 3] ~= '' then
-        o[#o + 1] = ARGV[m]
-        o[#o + 1] = string.sub(ARGV[m + 3], 2)
-      end
-      if ARGV[m + 4] == '1' then
-        pr[#pr + 1] = ARGV[m]
-        pr[#pr + 1] = 1
-      end
-      if earliest == nil or score < earliest then
-        earliest = score
+      if not toFar(m) then
+        seq = seq + 1
+        local score = fixed[m] or (now + delay[m]) * 1024 + seq % 1024
+        h[#h + 1] = ARGV[m]
+        h[#h + 1] = ARGV[m + 2]
+        z[#z + 1] = score
+        z[#z + 1] = ARGV[m]
+        if ARGV[m + 3] ~= '' then
+          o[#o + 1] = ARGV[m]
+          o[#o + 1] = string.sub(ARGV[m + 3], 2)
+        end
+        if ARGV[m + 4] == '1' then
+          pr[#pr + 1] = ARGV[m]
+          pr[#pr + 1] = 1
+        end
+        if earliest == nil or score < earliest then
+          earliest = score
+        end
       end
     end
-    redis.call('HSET', KEYS[2], unpack(h))
-    redis.call('ZADD', KEYS[1], unpack(z))
+    if #h > 0 then
+      redis.call('HSET', KEYS[2], unpack(h))
+      redis.call('ZADD', KEYS[1], unpack(z))
+    end
     if #o > 0 then
       redis.call('HSET', KEYS[6], unpack(o))
     end
@@ -293,7 +360,10 @@ if #stored > 0 then
       redis.call('HSET', KEYS[7], unpack(pr))
     end
   end
-  if head == nil or earliest < tonumber(head) then
+  if nFar > 0 then
+    redis.call('HINCRBY', KEYS[11], 'n', nFar)
+  end
+  if earliest and (head == nil or earliest < tonumber(head)) then
     wake = true
   end
 end
