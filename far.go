@@ -146,10 +146,11 @@ func (s *scheduler) unpackFar(ctx context.Context, sh shard, b int64) (done bool
 	key := sh.farBucket(b)
 	var popped *redis.StringCmd
 	var els *redis.StringSliceCmd
-	// One snapshot: only the lease holder pops, so the head read here is
-	// still the head when the script runs, unless a cancel blanked an
-	// element meanwhile (the script skips those).
-	_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	// Only the lease holder pops, so the count and head read here are still
+	// the bucket's when the script runs (which checks the count), but for
+	// elements a cancel blanked meanwhile (the script skips those). A
+	// pipeline rather than MULTI, which Redis refuses at maxmemory.
+	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		popped = p.HGet(ctx, sh.farMeta(), "p:"+strconv.FormatInt(b, 10))
 		els = p.LRange(ctx, key, 0, int64(s.batch)-1)
 		return nil
