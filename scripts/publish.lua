@@ -297,39 +297,61 @@ if #stored > 0 then
     now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
   end
   local earliest = nil
-  local farHead = redis.call('ZRANGE', KEYS[10], 0, 0, 'WITHSCORES')[2]
-  farHead = farHead and tonumber(farHead)
+  -- Messages for the far tier, by bucket: one with no business key, no
+  -- priority and no holder's score, due no earlier than its bucket's first
+  -- due ms, whose bucket is unpacked after now + the margin. Each bucket
+  -- takes its messages in one RPUSH; a message's location is bucket * 2^24
+  -- + its position in the bucket, exact in a Lua number.
+  local far, farOrder = {}, {}
+  for _, m in ipairs(stored) do
+    if ARGV[m + 7] ~= '0' and not fixed[m] and ARGV[m + 3] == '' and ARGV[m + 4] ~= '1'
+        and now + delay[m] >= tonumber(ARGV[m + 9]) and tonumber(ARGV[m + 10]) > now + farMargin then
+      local b = ARGV[m + 8]
+      if not far[b] then
+        far[b] = {}
+        farOrder[#farOrder + 1] = b
+      end
+      local list = far[b]
+      list[#list + 1] = m
+    end
+  end
+  local isFar = {}
   local nFar = 0
-  -- a message goes to a far bucket when it may (see the header); its
-  -- location there is bucket * 2^24 + position, exact in a Lua number
-  local function toFar(m)
-    local b, due, at = tonumber(ARGV[m + 8]), now + delay[m], tonumber(ARGV[m + 10])
-    if ARGV[m + 7] == '0' or fixed[m] or ARGV[m + 3] ~= '' or ARGV[m + 4] == '1'
-        or due < tonumber(ARGV[m + 9]) or at <= now + farMargin then
-      return false
+  if #farOrder > 0 then
+    local farHead = redis.call('ZRANGE', KEYS[10], 0, 0, 'WITHSCORES')[2]
+    farHead = farHead and tonumber(farHead)
+    for _, b in ipairs(farOrder) do
+      local list = far[b]
+      local bucket = KEYS[tonumber(ARGV[list[1] + 7])]
+      local base = tonumber(redis.call('HGET', KEYS[11], 'p:' .. b) or '0') + redis.call('LLEN', bucket)
+      if base + #list < 16777216 and tonumber(b) * 16777216 + base + #list < 9007199254740992 then
+        for c = 1, #list, CHUNK do
+          local els = {}
+          for k = c, math.min(c + CHUNK - 1, #list) do
+            local m = list[k]
+            els[#els + 1] = struct.pack('>d', now + delay[m]) .. ARGV[m + 2]
+          end
+          redis.call('RPUSH', bucket, unpack(els))
+        end
+        for k, m in ipairs(list) do
+          redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], tonumber(b) * 16777216 + base + k - 1)
+          isFar[m] = true
+        end
+        redis.call('HINCRBY', KEYS[11], 'l:' .. b, #list)
+        nFar = nFar + #list
+        local at = tonumber(ARGV[list[1] + 10])
+        if redis.call('ZADD', KEYS[10], 'NX', at, b) == 1 and (farHead == nil or at < farHead) then
+          farHead = at
+          wake = true
+        end
+      end
     end
-    local bucket = KEYS[tonumber(ARGV[m + 7])]
-    local popped = tonumber(redis.call('HGET', KEYS[11], 'p:' .. b) or '0')
-    local pos = popped + redis.call('RPUSH', bucket, struct.pack('>d', due) .. ARGV[m + 2]) - 1
-    local loc = b * 16777216 + pos
-    if pos >= 16777216 or loc >= 9007199254740992 then
-      redis.call('RPOP', bucket)
-      return false
-    end
-    redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], loc)
-    redis.call('HINCRBY', KEYS[11], 'l:' .. b, 1)
-    if redis.call('ZADD', KEYS[10], 'NX', at, b) == 1 and (farHead == nil or at < farHead) then
-      farHead = at
-      wake = true
-    end
-    nFar = nFar + 1
-    return true
   end
   for c = 1, #stored, CHUNK do
     local h, z, o, pr = {}, {}, {}, {}
     for k = c, math.min(c + CHUNK - 1, #stored) do
       local m = stored[k]
-      if not toFar(m) then
+      if not isFar[m] then
         seq = seq + 1
         local score = fixed[m] or (now + delay[m]) * 1024 + seq % 1024
         h[#h + 1] = ARGV[m]
