@@ -17,11 +17,13 @@ import (
 )
 
 // scriptTimeBound is what the script-bound tests assert: generous, as the
-// test machine is shared (a call measured at 10 ms alone took 55 ms while
-// other tests and builds ran on the 2 cores), yet far below the unbounded
-// calls it guards against (0.8-1.1 s). The target is 10 ms; the tests log
-// the figure.
-const scriptTimeBound = 200 * time.Millisecond
+// test machine is shared and SLOWLOG counts the time Redis was not
+// scheduled (a call measured at 10 ms alone took 55 ms while other tests
+// and builds ran on the 2 cores, and 208 ms with a CI run, benchmarks and
+// two test runs on them), yet below the unbounded calls it guards against
+// (0.8-1.1 s alone, more on a loaded machine). The target is 10 ms; the
+// tests log the figure.
+const scriptTimeBound = 500 * time.Millisecond
 
 // recordScripts makes the test server log every command in its slow log
 // and returns a function that reports the longest script call (EVAL,
