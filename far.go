@@ -34,17 +34,21 @@ import (
 //
 // The far tier is invisible in the API: counts, Waiting, the histogram and
 // every lookup include it.
-var (
-	// farWidth is the span of due times of one far bucket.
-	farWidth = time.Minute
-	// farLead is how long before its first due time a far bucket is
+const (
+	// defaultFarWidth is the span of due times of one far bucket.
+	defaultFarWidth = time.Minute
+	// defaultFarLead is how long before its first due time a far bucket is
 	// unpacked into the waiting set: enough for a bucket of a million
 	// messages, and for a scheduler that is a few seconds late.
-	farLead = time.Minute
-	// farMargin keeps a publish out of a bucket about to be unpacked (the
-	// publisher's clock may run ahead of Redis's).
-	farMargin = 5 * time.Second
+	defaultFarLead = time.Minute
+	// defaultFarMargin keeps a publish out of a bucket about to be unpacked
+	// (the publisher's clock may run ahead of Redis's).
+	defaultFarMargin = 5 * time.Second
 )
+
+// The far tier's timing: the defaults above, shortened for the tests
+// (SetFarTier in export_test.go).
+var farWidth, farLead, farMargin = defaultFarWidth, defaultFarLead, defaultFarMargin
 
 // farEpoch is the origin of far bucket numbers, so that bucket × 2^24 +
 // position stays exact in a Lua number (2^53) for a century of due times.
@@ -74,14 +78,18 @@ func farShard(field string) uint32 {
 // soon for the far tier (by the publisher's clock: publish.lua checks
 // again with Redis's).
 func farPlace(nowMs, dueMs int64) (b, start, unpackAt int64, ok bool) {
-	w := farWidth.Milliseconds()
+	return farPlaceIn(farWidth, farLead, farMargin, nowMs, dueMs)
+}
+
+func farPlaceIn(width, lead, margin time.Duration, nowMs, dueMs int64) (b, start, unpackAt int64, ok bool) {
+	w := width.Milliseconds()
 	if dueMs < farEpoch {
 		return 0, 0, 0, false
 	}
 	b = (dueMs - farEpoch) / w
 	start = farEpoch + b*w
-	unpackAt = start - farLead.Milliseconds()
-	return b, start, unpackAt, unpackAt > nowMs+farMargin.Milliseconds()
+	unpackAt = start - lead.Milliseconds()
+	return b, start, unpackAt, unpackAt > nowMs+margin.Milliseconds()
 }
 
 // farLoc splits a far index value into bucket and position.

@@ -243,8 +243,8 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 				head:    pipe.ZRangeWithScores(ctx, sh.waiting(), 0, 0),
 				farHead: pipe.ZRangeWithScores(ctx, sh.far(), 0, 0),
 				groups:  pipe.SMembers(ctx, sh.groups()),
-				infos:  pipe.XInfoGroups(ctx, sh.stream()),
-				length: pipe.XLen(ctx, sh.stream()),
+				infos:   pipe.XInfoGroups(ctx, sh.stream()),
+				length:  pipe.XLen(ctx, sh.stream()),
 			})
 		}
 	}

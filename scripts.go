@@ -207,7 +207,9 @@ func (s shard) far() string     { return string(s) + ":far" }
 func (s shard) farMeta() string { return string(s) + ":fmeta" }
 
 func (s shard) farBucket(b int64) string { return string(s) + ":fb:" + strconv.FormatInt(b, 10) }
-func (s shard) farIndex(n uint32) string { return string(s) + ":fx:" + strconv.FormatUint(uint64(n), 10) }
+func (s shard) farIndex(n uint32) string {
+	return string(s) + ":fx:" + strconv.FormatUint(uint64(n), 10)
+}
 
 func (s shard) schedulers() string  { return string(s) + ":schedulers" }
 func (s shard) leaseCounts() string { return string(s) + ":sleases" }
