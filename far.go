@@ -150,7 +150,7 @@ func farPull(ctx context.Context, c redis.Cmdable, sh shard, uuid string, peek b
 // unpackFar unpacks (a batch of) far bucket b of a partition into its
 // waiting set, when this scheduler holds the partition's lease. It reports
 // whether it did (a stale read does nothing; the next tick reads again).
-func (s *scheduler) unpackFar(ctx context.Context, sh shard, b int64) (done bool, err error) {
+func (s *scheduler) unpackFar(ctx context.Context, sh shard, fields watermill.LogFields, b int64) (done bool, err error) {
 	key := sh.farBucket(b)
 	var popped *redis.StringCmd
 	var els *redis.StringSliceCmd
@@ -173,7 +173,7 @@ func (s *scheduler) unpackFar(ctx context.Context, sh shard, b int64) (done bool
 	}
 	if r.corrupt > 0 {
 		s.logger.Error("redisdelay: far messages that cannot be read were dropped", nil,
-			watermill.LogFields{"count": r.corrupt, "bucket": b})
+			fields.Add(watermill.LogFields{"count": r.corrupt, "bucket": b}))
 	}
 	return !r.stale, nil
 }

@@ -369,3 +369,49 @@ func TestFar_NonCanonicalUUIDs(t *testing.T) {
 	assert.Equal(t, map[string]bool{ids[0]: true, ids[1]: true}, got)
 	nothing(t, ch, 300*time.Millisecond)
 }
+
+// A far element that cannot be read is dropped at unpacking, with an error
+// logged; the bucket's other messages are delivered.
+func TestFar_CorruptElementDroppedAndLogged(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	ctx := context.Background()
+	pub := lcPublisher(t, client)
+	var msgs []*message.Message
+	for i := range 3 {
+		msgs = append(msgs, delayed(delay.For(3*time.Second), strconv.Itoa(i)))
+	}
+	require.NoError(t, pub.Publish(tp, msgs...))
+	buckets, err := client.ZRange(ctx, lcKey(tp, "far"), 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, buckets, 1)
+	bucket := lcKey(tp, "fb:"+buckets[0])
+	first, err := client.LIndex(ctx, bucket, 0).Result()
+	require.NoError(t, err)
+	require.NoError(t, client.LSet(ctx, bucket, 0, first[:8]+"\x07garbage").Err())
+
+	logs := watermill.NewCaptureLogger()
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{tp}}, logs)
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(ctx) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	ch := subscribe(t, sub, tp)
+	for range 2 {
+		receive(t, ch, 6*time.Second).Ack()
+	}
+	nothing(t, ch, 300*time.Millisecond)
+	require.True(t, logs.Has(watermill.CapturedMessage{Level: watermill.ErrorLogLevel,
+		Fields: watermill.LogFields{"topic": tp, "count": int64(1), "bucket": mustInt(t, buckets[0])},
+		Msg:    "redisdelay: far messages that cannot be read were dropped"}), "the drop is logged")
+	_, far := farKeys(t, tp)
+	assert.Zero(t, far)
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	require.NoError(t, err)
+	return n
+}

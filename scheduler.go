@@ -423,7 +423,7 @@ func (l *partLoop) tick(ctx context.Context) (tick, error) {
 		return t, err
 	}
 	if t.held && t.far >= 0 {
-		done, err := l.s.unpackFar(ctx, l.sh, t.far)
+		done, err := l.s.unpackFar(ctx, l.sh, l.fields, t.far)
 		if err != nil {
 			return t, err
 		}

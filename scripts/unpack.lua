@@ -49,12 +49,13 @@ local els = redis.call('LRANGE', KEYS[4], 0, n - 1)
 if #els ~= n then
   return {-1, 0, 0}
 end
-local moved, corrupt = 0, 0
+local moved, corrupt, live = 0, 0, 0
 local seq = redis.call('INCRBY', KEYS[7], n) - n
 local z, h = {}, {}
 for i = 1, n do
   local e, j = els[i], 5 + 3 * (i - 1)
   if e ~= '' then
+    live = live + 1
     if ARGV[j] == '' or #e < 9 then
       corrupt = corrupt + 1
     else
@@ -73,7 +74,6 @@ end
 if #z > 0 then
   redis.call('ZADD', KEYS[5], unpack(z))
 end
-local live = moved + corrupt
 redis.call('LTRIM', KEYS[4], n, -1)
 if redis.call('HINCRBY', KEYS[3], 'n', -live) <= 0 then
   redis.call('HDEL', KEYS[3], 'n')
