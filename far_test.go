@@ -197,10 +197,11 @@ func TestFarRepublish(t *testing.T) {
 	changed.Payload = []byte("changed")
 	err := pub.Publish(tp, changed, lcMessage("bystander"))
 	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
-	// with a delay that puts it near this time: the far copy is found all the same
+	// with a delay that puts it in the waiting set this time: the far copy
+	// is found all the same (from farMargin on, see farArgOf)
 	near := msg.Copy()
 	near.Metadata = message.Metadata{}
-	delay.Message(near, delay.For(100*time.Millisecond))
+	delay.Message(near, delay.For(time.Second))
 	require.ErrorIs(t, pub.Publish(tp, near), redisdelay.ErrDuplicateMessage)
 	assert.EqualValues(t, 1, lcStats(t, lcInspector(t, client), tp).Waiting)
 	assert.Zero(t, lcStats(t, lcInspector(t, client), tp).Stream, "nothing of the refused calls was stored")

@@ -66,7 +66,9 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // timeout or a lost connection the messages may or may not be stored
 // (the error says when they were never sent): publishing a delayed message
 // again while an identical copy is still waiting is a no-op, so retrying is
-// safe for those; an immediate message retried may be delivered twice.
+// safe for those; an immediate message retried may be delivered twice, and
+// so may one stored over a minute ago for two minutes or more ahead (the
+// far tier) and retried with delay.Until when due in under 5 s.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) (err error) {
 	if m := p.config.Metrics; m != nil {
 		defer observePublish(m, topic, messages, time.Now(), p.now(), &err)
@@ -144,12 +146,17 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 }
 
 // farArgOf is where a message may be looked up and stored in the far
-// tier: a waiting message is looked up there (the tiers never hold one UUID
-// twice), and one due far enough ahead, with no business key and no
-// priority, may be stored there.
+// tier: one due far enough ahead, with no business key and no priority, may
+// be stored there, and a waiting message due farMargin or more ahead is
+// looked up there first, so the tiers never hold one UUID twice. Nearer
+// ones are not looked up: the lookup would cost every publish of a
+// message due soon a read of the far index, which grows with the far
+// backlog, and such a message can be in the far tier only if published
+// before with a due time two minutes or more ahead of then, and so, when a
+// retry, more than a minute ago.
 func farArgOf(uuid string, m pubMessage, now time.Time) farArg {
 	f := farArg{bucket: -1}
-	if m.delay <= 0 && m.prio != "1" {
+	if m.delay < farMargin {
 		return f
 	}
 	f.field = farField(uuid)
