@@ -318,33 +318,54 @@ if #stored > 0 then
   local isFar = {}
   local nFar = 0
   if #farOrder > 0 then
-    local farHead = redis.call('ZRANGE', KEYS[10], 0, 0, 'WITHSCORES')[2]
-    farHead = farHead and tonumber(farHead)
-    for _, b in ipairs(farOrder) do
+    -- per bucket: the elements popped by unpacking (none, unless Redis's
+    -- clock went back) and the live count, read and written in one call each
+    local fields = {}
+    for k, b in ipairs(farOrder) do
+      fields[2 * k - 1], fields[2 * k] = 'p:' .. b, 'l:' .. b
+    end
+    local meta = redis.call('HMGET', KEYS[11], unpack(fields))
+    local counts, added, earliestAt = {}, {}, nil
+    for k, b in ipairs(farOrder) do
       local list = far[b]
       local bucket = KEYS[tonumber(ARGV[list[1] + 7])]
-      local base = tonumber(redis.call('HGET', KEYS[11], 'p:' .. b) or '0') + redis.call('LLEN', bucket)
-      if base + #list < 16777216 and tonumber(b) * 16777216 + base + #list < 9007199254740992 then
-        for c = 1, #list, CHUNK do
-          local els = {}
-          for k = c, math.min(c + CHUNK - 1, #list) do
-            local m = list[k]
-            els[#els + 1] = struct.pack('>d', now + delay[m]) .. ARGV[m + 2]
-          end
-          redis.call('RPUSH', bucket, unpack(els))
+      local popped = tonumber(meta[2 * k - 1] or '0')
+      local len = 0
+      for c = 1, #list, CHUNK do
+        local els = {}
+        for i = c, math.min(c + CHUNK - 1, #list) do
+          local m = list[i]
+          els[#els + 1] = struct.pack('>d', now + delay[m]) .. ARGV[m + 2]
         end
-        for k, m in ipairs(list) do
-          redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], tonumber(b) * 16777216 + base + k - 1)
+        len = redis.call('RPUSH', bucket, unpack(els))
+      end
+      local base = popped + len - #list
+      if base + #list > 16777216 or tonumber(b) * 16777216 + base + #list > 9007199254740992 then
+        -- a location would not fit: these wait in the waiting set instead
+        redis.call('LTRIM', bucket, 0, len - #list - 1)
+      else
+        for i, m in ipairs(list) do
+          redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], tonumber(b) * 16777216 + base + i - 1)
           isFar[m] = true
         end
-        redis.call('HINCRBY', KEYS[11], 'l:' .. b, #list)
-        nFar = nFar + #list
+        counts[#counts + 1] = 'l:' .. b
+        counts[#counts + 1] = tonumber(meta[2 * k] or '0') + #list
         local at = tonumber(ARGV[list[1] + 10])
-        if redis.call('ZADD', KEYS[10], 'NX', at, b) == 1 and (farHead == nil or at < farHead) then
-          farHead = at
-          wake = true
+        added[#added + 1] = at
+        added[#added + 1] = b
+        if earliestAt == nil or at < earliestAt then
+          earliestAt = at
         end
+        nFar = nFar + #list
       end
+    end
+    if #counts > 0 then
+      local farHead = redis.call('ZRANGE', KEYS[10], 0, 0, 'WITHSCORES')[2]
+      if farHead == nil or earliestAt < tonumber(farHead) then
+        wake = true -- a new bucket is the first to unpack
+      end
+      redis.call('HSET', KEYS[11], unpack(counts))
+      redis.call('ZADD', KEYS[10], 'NX', unpack(added))
     end
   end
   for c = 1, #stored, CHUNK do
