@@ -18,7 +18,7 @@ import (
 //
 // A message due more than about farLead + farWidth ahead, with no business
 // key and no priority, goes into the far bucket of its due time: a list
-// (<shard>:fb:<bucket>, one per farWidth of due time) of its due ms and
+// (<shard>:fb:<bucket>, one per farWidth of due time) of its due score and
 // encoded body, in publish order. Lists pack their elements in listpacks
 // of 8 KB, a few bytes of overhead each. The far index (<shard>:fx:<n>, 2^19
 // small hashes, listpack-encoded up to 128 fields at Redis's defaults) maps
@@ -121,10 +121,10 @@ func storedUUID(body []byte) (string, bool) {
 
 // farPull moves the far message with uuid, if any, into the partition's
 // waiting set (farpull.lua), or with peek only reads it. It returns the
-// message's encoded body and due ms; found is false when no far message
+// message's encoded body and due score; found is false when no far message
 // has that UUID. A message unpacked or moved at the same moment is looked
 // up again.
-func farPull(ctx context.Context, c redis.Cmdable, sh shard, uuid string, peek bool) (body string, due int64, found bool, err error) {
+func farPull(ctx context.Context, c redis.Cmdable, sh shard, uuid string, peek bool) (body string, score float64, found bool, err error) {
 	field := farField(uuid)
 	index := sh.farIndex(farShard(field))
 	for range 5 {
@@ -141,7 +141,7 @@ func farPull(ctx context.Context, c redis.Cmdable, sh shard, uuid string, peek b
 		}
 		r, err := callFarPull(ctx, c, sh, b, index, field, loc, uuid, peek)
 		if err != nil || r.moved {
-			return r.body, r.due, r.moved, err
+			return r.body, r.score, r.moved, err
 		}
 	}
 	return "", 0, false, fmt.Errorf("the far message %q kept moving while it was looked up", uuid)

@@ -404,8 +404,8 @@ func (i *Inspector) waitingHead(ctx context.Context, sh shard, from, end int) ([
 				}
 				body := e[8:]
 				id, _ := storedUUID([]byte(body))
-				due := math.Float64frombits(binary.BigEndian.Uint64([]byte(e[:8])))
-				out = append(out, waitingMember{id: id, score: due * 1024, sh: sh, body: &body})
+				score := math.Float64frombits(binary.BigEndian.Uint64([]byte(e[:8])))
+				out = append(out, waitingMember{id: id, score: score, sh: sh, body: &body})
 				far++
 			}
 			if far >= end {
@@ -786,9 +786,9 @@ func (i *Inspector) find(ctx context.Context, topic, by, value string) (WaitingM
 			if ok || err != nil || by != "uuid" {
 				return ok, err
 			}
-			body, due, ok, err := farPull(ctx, i.client, sh, value, true)
+			body, score, ok, err := farPull(ctx, i.client, sh, value, true)
 			if ok {
-				r = findReply{uuid: value, score: float64(due) * 1024, body: []byte(body)}
+				r = findReply{uuid: value, score: score, body: []byte(body)}
 			} else if err == nil {
 				// unpacked into the waiting set meanwhile?
 				r, ok, err = callFind(ctx, i.client, sh, by, value)

@@ -150,7 +150,7 @@ type unpackReply struct {
 // callUnpack runs unpack.lua for the head elements els of far bucket b,
 // read with the bucket's popped count.
 func callUnpack(ctx context.Context, c redis.Scripter, sh shard, owner string, b, popped int64, els []string) (unpackReply, error) {
-	keys := []string{sh.lease(), sh.far(), sh.farMeta(), sh.farBucket(b), sh.waiting(), sh.bodies(), sh.seq()}
+	keys := []string{sh.lease(), sh.far(), sh.farMeta(), sh.farBucket(b), sh.waiting(), sh.bodies()}
 	keyIndex := map[uint32]int{}
 	args := make([]any, 0, 4+3*len(els))
 	args = append(args, owner, b, popped, len(els))
@@ -187,7 +187,7 @@ func callUnpack(ctx context.Context, c redis.Scripter, sh shard, owner string, b
 type farPullReply struct {
 	moved bool // the message was there (and moved, unless only read)
 	body  string
-	due   int64 // ms
+	score float64 // due ms × 1024 + sequence
 }
 
 // callFarPull runs farpull.lua for the far message at loc in bucket b.
@@ -197,7 +197,7 @@ func callFarPull(ctx context.Context, c redis.Scripter, sh shard, b int64, index
 		flag = "1"
 	}
 	res, err := farPullScript.Run(ctx, c,
-		[]string{sh.far(), sh.farMeta(), sh.farBucket(b), index, sh.waiting(), sh.bodies(), sh.seq()},
+		[]string{sh.far(), sh.farMeta(), sh.farBucket(b), index, sh.waiting(), sh.bodies()},
 		field, loc, uuid, b, sh.wake(), flag).Slice()
 	if err != nil {
 		return farPullReply{}, err
@@ -209,8 +209,8 @@ func callFarPull(ctx context.Context, c redis.Scripter, sh shard, b int64, index
 		return farPullReply{}, err
 	}
 	body, _ := res[1].(string)
-	due, _ := res[2].(int64)
-	return farPullReply{moved: true, body: body, due: due}, nil
+	score, _ := res[2].(int64)
+	return farPullReply{moved: true, body: body, score: float64(score)}, nil
 }
 
 // callUnlease runs unlease.lua: releases the partition's scheduling lease

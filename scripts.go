@@ -109,7 +109,7 @@ var (
 //	<shard>:g:<group>:paused string  ms time of Inspector.Pause while the group is paused (partition 0 only)
 //	<shard>:g:<group>:rate   hash    the group's rate limiter, see gate.lua (partition 0 only; expires)
 //	<shard>:far              zset    far bucket number -> when to unpack it (ms): the far tier, see far.go
-//	<shard>:fb:<bucket>      list    a far bucket: due ms (8 bytes) + encoded message, "" once cancelled
+//	<shard>:fb:<bucket>      list    a far bucket: due score (8 bytes) + encoded message, "" once cancelled
 //	<shard>:fx:<n>           hash    far index shard: UUID key (see farField) -> bucket × 2^26 + position
 //	<shard>:fmeta            hash    far tier counters: n (messages), p:<bucket> (popped), l:<bucket> (live)
 //	<shard>:lease            string  owner of the partition's scheduling (expires)

@@ -13,7 +13,6 @@
   KEYS[4] index    hash   the far index shard of the UUID
   KEYS[5] waiting  zset   message UUID -> due score
   KEYS[6] bodies   hash   message UUID -> encoded message
-  KEYS[7] seq      string counter that keeps equal due times in publish order
   ARGV[1] the UUID's far index field
   ARGV[2] the location the caller read for it (bucket * 2^24 + position)
   ARGV[3] the message UUID
@@ -21,7 +20,7 @@
   ARGV[5] wake channel, published to when the message becomes the earliest
   ARGV[6] "1": only read the message
 
-  Returns {1, body, due ms} when the message was there (and, unless read
+  Returns {1, body, due score} when the message was there (and, unless read
   only, is moved), {0} when the index no longer holds that location (moved
   or unpacked meanwhile: the caller looks again).
 ]]
@@ -37,10 +36,10 @@ if not e or #e < 9 then
   redis.call('HDEL', KEYS[4], ARGV[1])
   return {0}
 end
-local due = struct.unpack('>d', e)
+local score = struct.unpack('>d', e)
 local body = string.sub(e, 9)
 if ARGV[6] == '1' then
-  return {1, body, due}
+  return {1, body, score}
 end
 redis.call('LSET', KEYS[3], pos, '')
 redis.call('HDEL', KEYS[4], ARGV[1])
@@ -53,11 +52,9 @@ if redis.call('HINCRBY', KEYS[2], 'l:' .. b, -1) <= 0 then
   redis.call('HDEL', KEYS[2], 'p:' .. b, 'l:' .. b)
 end
 local head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2]
-local seq = redis.call('INCR', KEYS[7])
-local score = due * 1024 + seq % 1024
 redis.call('ZADD', KEYS[5], score, ARGV[3])
 redis.call('HSET', KEYS[6], ARGV[3], body)
 if not head or score < tonumber(head) then
   redis.call('PUBLISH', ARGV[5], 'd')
 end
-return {1, body, due}
+return {1, body, score}

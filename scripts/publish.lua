@@ -297,6 +297,13 @@ if #stored > 0 then
     now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
   end
   local earliest = nil
+  -- scores in publish order, the far tier's too, so equal due times keep
+  -- that order across the tiers
+  local scoreOf = {}
+  for _, m in ipairs(stored) do
+    seq = seq + 1
+    scoreOf[m] = fixed[m] or (now + delay[m]) * 1024 + seq % 1024
+  end
   -- Messages for the far tier, by bucket: one with no business key, no
   -- priority and no holder's score, due no earlier than its bucket's first
   -- due ms, whose bucket is unpacked after now + the margin. Each bucket
@@ -335,7 +342,7 @@ if #stored > 0 then
         local els = {}
         for i = c, math.min(c + CHUNK - 1, #list) do
           local m = list[i]
-          els[#els + 1] = struct.pack('>d', now + delay[m]) .. ARGV[m + 2]
+          els[#els + 1] = struct.pack('>d', scoreOf[m]) .. ARGV[m + 2]
         end
         len = redis.call('RPUSH', bucket, unpack(els))
       end
@@ -373,8 +380,7 @@ if #stored > 0 then
     for k = c, math.min(c + CHUNK - 1, #stored) do
       local m = stored[k]
       if not isFar[m] then
-        seq = seq + 1
-        local score = fixed[m] or (now + delay[m]) * 1024 + seq % 1024
+        local score = scoreOf[m]
         h[#h + 1] = ARGV[m]
         h[#h + 1] = ARGV[m + 2]
         z[#z + 1] = score

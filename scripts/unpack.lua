@@ -12,11 +12,10 @@
   KEYS[1] lease    string owner of the partition's scheduling
   KEYS[2] far      zset   far bucket number -> when to unpack it (ms)
   KEYS[3] fmeta    hash   far counters: n, p:<bucket> (popped), l:<bucket> (live)
-  KEYS[4] bucket   list   the far bucket: due ms (8 bytes, big-endian double) .. encoded message
+  KEYS[4] bucket   list   the far bucket: due score (8 bytes, big-endian double) .. encoded message
   KEYS[5] waiting  zset   message UUID -> due score
   KEYS[6] bodies   hash   message UUID -> encoded message
-  KEYS[7] seq      string counter that keeps equal due times in publish order
-  KEYS[8...]       far index shards, as the elements name them
+  KEYS[7...]       far index shards, as the elements name them
   ARGV[1]          owner: the caller's scheduler id
   ARGV[2]          the bucket's number
   ARGV[3]          its popped count as the caller read it
@@ -50,7 +49,6 @@ if #els ~= n then
   return {-1, 0, 0}
 end
 local moved, corrupt, live = 0, 0, 0
-local seq = redis.call('INCRBY', KEYS[7], n) - n
 local z, h = {}, {}
 for i = 1, n do
   local e, j = els[i], 5 + 3 * (i - 1)
@@ -63,8 +61,7 @@ for i = 1, n do
       local id = ARGV[j + 1]
       -- the tiers never hold one UUID twice; should they, the waiting one stays
       if redis.call('HSETNX', KEYS[6], id, string.sub(e, 9)) == 1 then
-        seq = seq + 1
-        z[#z + 1] = struct.unpack('>d', e) * 1024 + seq % 1024
+        z[#z + 1] = struct.unpack('>d', e)
         z[#z + 1] = id
         moved = moved + 1
       end
