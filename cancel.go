@@ -41,12 +41,26 @@ func recall(ctx context.Context, client redis.UniversalClient, k keys, topic str
 		return false, err
 	}
 	removed, err := inPartitions(k, topic, parts, value, func(sh shard) (bool, error) {
+		if err := pullFar(ctx, client, sh, by, value); err != nil {
+			return false, err
+		}
 		return callCancel(ctx, client, sh, by, value)
 	})
 	if err != nil {
 		return false, wrap(err, "cancel %s in topic %q", recallWhat(by, value), topic)
 	}
 	return removed, nil
+}
+
+// pullFar moves the message with the UUID value (by "uuid") from the far
+// tier into the waiting set, if it is there, for a cancel or reschedule to
+// find it. A business key is never held in the far tier.
+func pullFar(ctx context.Context, client redis.UniversalClient, sh shard, by, value string) error {
+	if by != "uuid" {
+		return nil
+	}
+	_, _, _, err := farPull(ctx, client, sh, value, false)
+	return err
 }
 
 // recallWhat names what a cancel looks for, in errors.

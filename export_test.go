@@ -78,3 +78,15 @@ func SchedulerLoops(sub *Subscriber) int {
 	defer sched.mu.Unlock()
 	return len(sched.known)
 }
+
+// SetFarTier sets the far tier's bucket width, lead and margin (see far.go)
+// for the whole test binary: TestMain makes them short, so messages due a
+// few seconds ahead go through the far tier and its unpacking.
+func SetFarTier(width, lead, margin time.Duration) {
+	farWidth, farLead, farMargin = width, lead, margin
+}
+
+// FarTier reads them back.
+func FarTier() (width, lead, margin time.Duration) {
+	return farWidth, farLead, farMargin
+}

@@ -228,6 +228,7 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 		topic, n int
 		sh       shard
 		head     *redis.ZSliceCmd
+		farHead  *redis.ZSliceCmd
 		groups   *redis.StringSliceCmd
 		infos    *redis.XInfoGroupsCmd
 		length   *redis.IntCmd
@@ -239,10 +240,11 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 		for n := range counts[t] {
 			sh := i.keys.shard(topic, n)
 			parts = append(parts, partition{topic: t, n: n, sh: sh,
-				head:   pipe.ZRangeWithScores(ctx, sh.waiting(), 0, 0),
-				groups: pipe.SMembers(ctx, sh.groups()),
-				infos:  pipe.XInfoGroups(ctx, sh.stream()),
-				length: pipe.XLen(ctx, sh.stream()),
+				head:    pipe.ZRangeWithScores(ctx, sh.waiting(), 0, 0),
+				farHead: pipe.ZRangeWithScores(ctx, sh.far(), 0, 0),
+				groups:  pipe.SMembers(ctx, sh.groups()),
+				infos:   pipe.XInfoGroups(ctx, sh.stream()),
+				length:  pipe.XLen(ctx, sh.stream()),
 			})
 		}
 	}
@@ -355,6 +357,7 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 			if zs := part.head.Val(); len(zs) > 0 {
 				overdue = max(overdue, now.Sub(time.UnixMilli(int64(zs[0].Score)/1024)))
 			}
+			overdue = max(overdue, farOverdue(part.farHead, now))
 		}
 		if overdue > config.MaxOverdue {
 			problems = append(problems, HealthProblem{Topic: topic, Kind: ProblemSchedulerBehind,

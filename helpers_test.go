@@ -558,10 +558,19 @@ func content(t *testing.T, topic string) topicContent {
 	ctx := context.Background()
 	client := newClient(t)
 	prefix := "redisdelay:{" + topic + "}:"
-	waiting, err := client.ZRange(ctx, prefix+"waiting", 0, -1).Result()
+	// in due order, the far tier's messages included (see far.go)
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
 	require.NoError(t, err)
+	ws, err := insp.Waiting(ctx, topic, 0, 10000)
+	require.NoError(t, err)
+	waiting := []string{}
+	for _, w := range ws {
+		waiting = append(waiting, w.Message.UUID)
+	}
 	bodies, err := client.HLen(ctx, prefix+"bodies").Result()
 	require.NoError(t, err)
+	far, _ := client.HGet(ctx, prefix+"fmeta", "n").Int64()
+	bodies += far
 	ready, err := client.XLen(ctx, prefix+"stream").Result()
 	require.NoError(t, err)
 	return topicContent{waiting: waiting, bodies: int(bodies), ready: ready}
@@ -595,6 +604,8 @@ func topicState(t *testing.T, topic string) string {
 			fmt.Fprintln(&b, k, client.HGetAll(ctx, k).Val())
 		case "stream":
 			fmt.Fprintln(&b, k, client.XRange(ctx, k, "-", "+").Val())
+		case "list":
+			fmt.Fprintln(&b, k, client.LRange(ctx, k, 0, -1).Val())
 		default:
 			fmt.Fprintln(&b, k, typ)
 		}

@@ -3,6 +3,7 @@ package redisdelay
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -213,6 +214,7 @@ func (i *Inspector) partitionStats(ctx context.Context, sh shard) (TopicStats, e
 	}
 	pipe := i.client.Pipeline()
 	waiting := pipe.ZCard(ctx, sh.waiting())
+	far := pipe.HMGet(ctx, sh.farMeta(), "n")
 	length := pipe.XLen(ctx, sh.stream())
 	infos := pipe.XInfoGroups(ctx, sh.stream())
 	type groupCmds struct {
@@ -236,7 +238,8 @@ func (i *Inspector) partitionStats(ctx context.Context, sh shard) (TopicStats, e
 	if _, err := pipe.Exec(ctx); err != nil && !isNoSuchKey(err) {
 		return st, err
 	}
-	st.Waiting, st.Stream = waiting.Val(), length.Val()
+	nFar := farCount(far)
+	st.Waiting, st.Stream = waiting.Val()+nFar, length.Val()
 	byName := map[string]redis.XInfoGroup{}
 	for _, g := range infos.Val() {
 		byName[g.Name] = g
@@ -297,61 +300,56 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 	if err != nil {
 		return nil, wrapErr(err, "list waiting messages of topic %q", topic)
 	}
-	type member struct {
-		id    string
-		score float64
-		sh    shard
-	}
-	var members []member
+	var members []waitingMember
 	end := offset + limit // past the page
 	if end < offset {
 		end = math.MaxInt // overflowed: no set holds that many
 	}
 	for _, sh := range shards {
-		start := int64(offset)
+		start := offset
 		if len(shards) > 1 {
 			start = 0 // the page's place in the merged order is known only after the merge
 		}
-		zs, err := i.client.ZRangeWithScores(ctx, sh.waiting(), start, int64(end-1)).Result()
+		ms, err := i.waitingHead(ctx, sh, start, end)
 		if err != nil {
 			return nil, wrapErr(err, "list waiting messages of topic %q", topic)
 		}
-		for _, z := range zs {
-			id, _ := z.Member.(string)
-			members = append(members, member{id, z.Score, sh})
-		}
+		members = append(members, ms...)
 	}
 	if len(shards) > 1 {
-		slices.SortStableFunc(members, func(a, b member) int { return cmp.Compare(a.score, b.score) })
+		slices.SortStableFunc(members, func(a, b waitingMember) int { return cmp.Compare(a.score, b.score) })
 		members = members[min(offset, len(members)):min(end, len(members))]
 	}
 	out := make([]WaitingMessage, 0, len(members))
 	for _, sh := range shards {
 		var ids []string
 		for _, m := range members {
-			if m.sh == sh {
+			if m.sh == sh && m.body == nil {
 				ids = append(ids, m.id)
 			}
 		}
-		if len(ids) == 0 {
-			continue
-		}
-		bodies, err := i.client.HMGet(ctx, sh.bodies(), ids...).Result()
-		if err != nil {
-			return nil, wrapErr(err, "list waiting messages of topic %q", topic)
+		var bodies []any
+		if len(ids) > 0 {
+			if bodies, err = i.client.HMGet(ctx, sh.bodies(), ids...).Result(); err != nil {
+				return nil, wrapErr(err, "list waiting messages of topic %q", topic)
+			}
 		}
 		n := 0
 		for _, m := range members {
 			if m.sh != sh {
 				continue
 			}
-			body, ok := bodies[n].(string)
-			n++
-			if !ok {
-				continue // became due (or cancelled) between the two reads
+			body := m.body
+			if body == nil {
+				b, ok := bodies[n].(string)
+				n++
+				if !ok {
+					continue // became due (or cancelled) between the two reads
+				}
+				body = &b
 			}
 			w := WaitingMessage{Due: time.UnixMilli(int64(m.score) / 1024)}
-			if w.Message, err = decodeMessage([]byte(body)); err != nil {
+			if w.Message, err = decodeMessage([]byte(*body)); err != nil {
 				w.Message, w.Corrupt = message.NewMessage(m.id, nil), err.Error()
 			}
 			out = append(out, w)
@@ -359,6 +357,69 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 	}
 	slices.SortStableFunc(out, func(a, b WaitingMessage) int { return a.Due.Compare(b.Due) })
 	return out, nil
+}
+
+// waitingMember is a waiting message of a partition as Waiting reads it:
+// body is set for a message of the far tier, read with it.
+type waitingMember struct {
+	id    string
+	score float64
+	sh    shard
+	body  *string
+}
+
+// waitingHead returns the messages from from to end (exclusive) of a
+// partition in due order, merging the waiting set with the far tier. Far
+// buckets are read whole, in order, until they hold end messages: a
+// message of a later bucket is due after all of those, so it cannot be
+// among the first end.
+func (i *Inspector) waitingHead(ctx context.Context, sh shard, from, end int) ([]waitingMember, error) {
+	zs, err := i.client.ZRangeWithScores(ctx, sh.waiting(), 0, int64(end-1)).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]waitingMember, 0, len(zs))
+	for _, z := range zs {
+		id, _ := z.Member.(string)
+		out = append(out, waitingMember{id: id, score: z.Score, sh: sh})
+	}
+	far := 0
+	for next := int64(0); far < end; next += 100 {
+		buckets, err := i.client.ZRange(ctx, sh.far(), next, next+99).Result()
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range buckets {
+			n, err := strconv.ParseInt(b, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("far bucket %q is not a number", b)
+			}
+			els, err := i.client.LRange(ctx, sh.farBucket(n), 0, -1).Result()
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range els {
+				if len(e) < 9 {
+					continue // cancelled, or moved to the waiting set
+				}
+				body := e[8:]
+				id, _ := storedUUID([]byte(body))
+				score := math.Float64frombits(binary.BigEndian.Uint64([]byte(e[:8])))
+				out = append(out, waitingMember{id: id, score: score, sh: sh, body: &body})
+				far++
+			}
+			if far >= end {
+				break
+			}
+		}
+		if len(buckets) < 100 {
+			break
+		}
+	}
+	if far > 0 {
+		slices.SortStableFunc(out, func(a, b waitingMember) int { return cmp.Compare(a.score, b.score) })
+	}
+	return out[min(from, len(out)):min(end, len(out))], nil
 }
 
 // DeadLetter is a message a consumer group gave up on.
@@ -679,6 +740,7 @@ func (i *Inspector) Overdue(ctx context.Context, topic string) (time.Duration, e
 	for _, sh := range shards {
 		pipe := i.client.Pipeline()
 		head := pipe.ZRangeWithScores(ctx, sh.waiting(), 0, 0)
+		farHead := pipe.ZRangeWithScores(ctx, sh.far(), 0, 0)
 		now := pipe.Time(ctx)
 		if _, err := pipe.Exec(ctx); err != nil {
 			return 0, wrap(err, "overdue messages of topic %q", topic)
@@ -687,6 +749,7 @@ func (i *Inspector) Overdue(ctx context.Context, topic string) (time.Duration, e
 			due := time.UnixMilli(int64(zs[0].Score) / 1024)
 			overdue = max(overdue, now.Val().Sub(due))
 		}
+		overdue = max(overdue, farOverdue(farHead, now.Val()))
 	}
 	return overdue, nil
 }
@@ -720,6 +783,16 @@ func (i *Inspector) find(ctx context.Context, topic, by, value string) (WaitingM
 	if err == nil {
 		found, err = inPartitions(i.keys, topic, parts[0], value, func(sh shard) (ok bool, err error) {
 			r, ok, err = callFind(ctx, i.client, sh, by, value)
+			if ok || err != nil || by != "uuid" {
+				return ok, err
+			}
+			body, score, ok, err := farPull(ctx, i.client, sh, value, true)
+			if ok {
+				r = findReply{uuid: value, score: score, body: []byte(body)}
+			} else if err == nil {
+				// unpacked into the waiting set meanwhile?
+				r, ok, err = callFind(ctx, i.client, sh, by, value)
+			}
 			return ok, err
 		})
 	}
@@ -779,7 +852,56 @@ func (i *Inspector) DueHistogram(ctx context.Context, topic string, edges []time
 	for n, c := range cmds {
 		out[n%len(out)] += c.Val()
 	}
+	for _, sh := range shards {
+		if err := i.farHistogram(ctx, sh, edges, out); err != nil {
+			return nil, wrap(err, "due histogram of topic %q", topic)
+		}
+	}
 	return out, nil
+}
+
+// farHistogram adds the far tier's messages of a partition to a histogram
+// of DueHistogram, each bucket's messages in the bin of the bucket's first
+// due time (within farWidth of their own).
+func (i *Inspector) farHistogram(ctx context.Context, sh shard, edges []time.Time, out []int64) error {
+	buckets, err := i.client.ZRange(ctx, sh.far(), 0, -1).Result()
+	if err != nil || len(buckets) == 0 {
+		return err
+	}
+	for c := 0; c < len(buckets); c += 1000 {
+		part := buckets[c:min(c+1000, len(buckets))]
+		fields := make([]string, len(part))
+		for n, b := range part {
+			fields[n] = "l:" + b
+		}
+		live, err := i.client.HMGet(ctx, sh.farMeta(), fields...).Result()
+		if err != nil {
+			return err
+		}
+		for n, b := range part {
+			v, _ := live[n].(string)
+			count, _ := strconv.ParseInt(v, 10, 64)
+			num, _ := strconv.ParseInt(b, 10, 64)
+			start := time.UnixMilli(farEpoch + num*farWidth.Milliseconds())
+			bin, _ := slices.BinarySearchFunc(edges, start, func(e, t time.Time) int { return e.Compare(t) })
+			if bin < len(edges) && edges[bin].Equal(start) {
+				bin++
+			}
+			out[bin] += count
+		}
+	}
+	return nil
+}
+
+// farCount reads the far tier's message count from HMGET fmeta n.
+func farCount(cmd *redis.SliceCmd) int64 {
+	if v := cmd.Val(); len(v) == 1 {
+		if s, ok := v[0].(string); ok {
+			n, _ := strconv.ParseInt(s, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // TopicCounters are a topic's counters that only grow, summed over its

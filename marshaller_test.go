@@ -109,3 +109,26 @@ func FuzzCodec(f *testing.F) {
 		_, _ = decodeMessage(payload)
 	})
 }
+
+func TestCodecBinaryUUID(t *testing.T) {
+	for _, id := range []string{"0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", "ffffffff-ffff-ffff-ffff-ffffffffffff", "00000000-0000-0000-0000-000000000000"} {
+		msg := message.NewMessage(id, []byte("p"))
+		b := encodeMessage(msg)
+		require.Equal(t, byte(codecVersionBinaryID), b[0], id)
+		got, err := decodeMessage(b)
+		require.NoError(t, err)
+		require.Equal(t, id, got.UUID)
+	}
+	// Forms that would not come back byte for byte stay text (version 2).
+	for _, id := range []string{"0B1E6C1A-7D7E-4C6F-9D3B-2F6A1E9C0D11", "0b1e6c1a7d7e4c6f9d3b2f6a1e9c0d11", "0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d1g",
+		"0b1e6c1a-7d7e-4c6f-9d3b_2f6a1e9c0d11", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "id"} {
+		b := encodeMessage(message.NewMessage(id, nil))
+		require.Equal(t, byte(codecVersion), b[0], id)
+		got, err := decodeMessage(b)
+		require.NoError(t, err)
+		require.Equal(t, id, got.UUID)
+	}
+	_, err := decodeMessage([]byte{codecVersionBinaryID, 1, 2, 3})
+	require.ErrorIs(t, err, errCorrupt)
+	require.ErrorContains(t, err, "UUID cut short")
+}

@@ -188,7 +188,9 @@ func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 	t.Parallel()
 	topic := topic()
 	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
-	waiting := delayed(delay.For(time.Hour), "original")
+	// due within a second: in the waiting set (a far message re-published
+	// costs another round trip: TestFarRepublish); no scheduler runs
+	waiting := delayed(delay.For(time.Second), "original")
 	require.NoError(t, pub.Publish(topic, waiting))
 	counter.n.Store(0)
 

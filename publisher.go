@@ -66,7 +66,9 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // timeout or a lost connection the messages may or may not be stored
 // (the error says when they were never sent): publishing a delayed message
 // again while an identical copy is still waiting is a no-op, so retrying is
-// safe for those; an immediate message retried may be delivered twice.
+// safe for those; an immediate message retried may be delivered twice, and
+// so may one stored over a minute ago for two minutes or more ahead (the
+// far tier) and retried with delay.Until when due in under 5 s.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) (err error) {
 	if m := p.config.Metrics; m != nil {
 		defer observePublish(m, topic, messages, time.Now(), p.now(), &err)
@@ -138,8 +140,35 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 		c.n++
 		c.size += len(msg.UUID) + len(m.body) + len(m.keyArg)
 		c.args = append(c.args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio)
+		c.far = append(c.far, farArgOf(msg.UUID, m, now))
 	}
 	return nCalls, nil
+}
+
+// farArgOf is where a message may be looked up and stored in the far
+// tier: one due far enough ahead, with no business key and no priority, may
+// be stored there, and a waiting message due farMargin or more ahead is
+// looked up there first, so the tiers never hold one UUID twice. Nearer
+// ones are not looked up: the lookup would cost every publish of a
+// message due soon a read of the far index, which grows with the far
+// backlog, and such a message can be in the far tier only if published
+// before with a due time two minutes or more ahead of then, and so, when a
+// retry, more than a minute ago.
+func farArgOf(uuid string, m pubMessage, now time.Time) farArg {
+	f := farArg{bucket: -1}
+	if m.delay < farMargin {
+		return f
+	}
+	f.field = farField(uuid)
+	f.index = farShard(f.field)
+	f.lookup = true
+	if m.prio != "1" && m.key == "" {
+		nowMs := now.UnixMilli()
+		if b, start, at, ok := farPlace(nowMs, nowMs+m.delay.Milliseconds()); ok {
+			f.bucket, f.start, f.unpackAt = b, start, at
+		}
+	}
+	return f
 }
 
 // checkIdentity refuses message i of a Publish call when it is nil or has
@@ -385,6 +414,7 @@ type pubCall struct {
 	part, parts int   // the partition, of the topic's partition count
 	shard       shard // the partition's keys
 	args        []any // UUID, delay in ms, encoded body, business key argument, priority flag for each message
+	far         []farArg
 	maxWaiting  bound // the topic's capacity limits
 	maxReady    bound
 	n           int // messages
@@ -527,13 +557,38 @@ func (p *Publisher) store(batch []*pubCall) {
 		r := pubResult{err: err}
 		if err == nil {
 			var refusal []any
-			if r.dup, refusal = reply.status(i); refusal != nil {
+			var pull string
+			r.dup, refusal, pull = reply.status(i)
+			if pull != "" {
+				r.dup, refusal, r.err = p.pullAndRetry(ctx, c, pull)
+			}
+			if refusal != nil {
 				r.refused = c.refusal(refusal)
 			}
 		}
 		c.done <- r
 	}
 	p.pending.Add(-len(batch))
+}
+
+// pullAndRetry handles a call that found one of its messages' UUIDs in the
+// far tier: it moves that message to the waiting set, where publish.lua
+// compares it like any waiting message, and sends the call again, as often
+// as the call has messages there.
+func (p *Publisher) pullAndRetry(ctx context.Context, c *pubCall, uuid string) (dup string, refusal []any, err error) {
+	for range c.n + 1 {
+		if _, _, _, err = farPull(ctx, p.config.Client, c.shard, uuid, false); err != nil {
+			return "", nil, fmt.Errorf("move the far message %q to the waiting set: %w", uuid, err)
+		}
+		reply, err := p.runPublish(ctx, []*pubCall{c})
+		if err != nil {
+			return "", nil, err
+		}
+		if dup, refusal, uuid = reply.status(0); uuid == "" {
+			return dup, refusal, nil
+		}
+	}
+	return "", nil, fmt.Errorf("message %q stays in the far tier", uuid)
 }
 
 // register adds the topic to the registry Managers discover topics from,

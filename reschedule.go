@@ -37,6 +37,9 @@ func rescheduleDelay(topic, by, value string, due, now time.Time, maxDelay time.
 // partition's try is atomic, so the message is moved at most once.
 func reschedule(ctx context.Context, client redis.UniversalClient, k keys, topic string, parts int, by, value string, d time.Duration) (bool, error) {
 	moved, err := inPartitions(k, topic, parts, value, func(sh shard) (bool, error) {
+		if err := pullFar(ctx, client, sh, by, value); err != nil {
+			return false, err
+		}
 		return callReschedule(ctx, client, sh, by, value, d.Milliseconds())
 	})
 	if err != nil {

@@ -458,6 +458,15 @@ func (l *partLoop) tick(ctx context.Context) (tick, error) {
 	if err != nil {
 		return t, err
 	}
+	if t.held && t.far >= 0 {
+		done, err := l.s.unpackFar(ctx, l.sh, l.fields, t.far)
+		if err != nil {
+			return t, err
+		}
+		if done {
+			t.wait = 0 // promote what came in, unpack the rest
+		}
+	}
 	l.declined = t.declined
 	if t.groups != len(l.groups) {
 		l.relist = true
@@ -658,6 +667,7 @@ type tick struct {
 	held     bool          // the caller holds the topic's lease
 	declined bool          // the lease was free and the caller was not to take it
 	groups   int           // consumer groups registered for the topic
+	far      int64         // the far bucket due for unpacking; -1: none
 }
 
 // promote takes or extends the topic's lease and, when held, moves what is
@@ -671,7 +681,7 @@ func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogF
 	}
 	moved, wait, missing := r.moved, r.wait, r.missing
 	s.metrics.promotedTick(sh, fields["topic"].(string), moved, wait, r.held)
-	t := tick{held: r.held, declined: !r.held && wait == -1, groups: r.groups, wait: s.interval}
+	t := tick{held: r.held, declined: !r.held && wait == -1, groups: r.groups, wait: s.interval, far: r.far}
 	if missing > 0 {
 		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
 			fields.Add(watermill.LogFields{"count": missing}))

@@ -33,11 +33,28 @@ type publishReply struct {
 
 // status decodes the status of call i: dup is the UUID of a message already
 // waiting with another body; refusal a business key or capacity refusal
-// (see pubCall.refusal); both empty: stored.
-func (r publishReply) status(i int) (dup string, refusal []any) {
+// (see pubCall.refusal); pull the UUID of a message of the call waiting in
+// the far tier, to move to the waiting set before sending the call again;
+// all empty: stored.
+func (r publishReply) status(i int) (dup string, refusal []any, pull string) {
 	dup, _ = r.statuses[i].(string)
 	refusal, _ = r.statuses[i].([]any)
-	return dup, refusal
+	if len(refusal) == 3 && refusal[0] == "pull" {
+		pull, _ = refusal[1].(string)
+		return "", nil, pull
+	}
+	return dup, refusal, ""
+}
+
+// farArg is where publish.lua may look up and store a message in the far
+// tier (see far.go).
+type farArg struct {
+	field    string // the UUID's far index field
+	index    uint32 // its far index shard
+	lookup   bool   // a waiting message: looked up in the far index
+	bucket   int64  // far bucket; -1: not for the far tier
+	start    int64  // the bucket's first due ms
+	unpackAt int64  // when the bucket is unpacked, ms
 }
 
 // callPublish runs publish.lua for the calls of batch, all to the partition
@@ -49,17 +66,37 @@ func callPublish(ctx context.Context, c redis.Scripter, batch []*pubCall) (publi
 	for _, call := range batch {
 		msgs += call.n
 	}
-	args := make([]any, 0, 4+len(batch)+5*msgs)
-	args = append(args, sh.wake(), first.maxWaiting.perPart, first.maxReady.perPart, len(batch))
+	keys := []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.reg(), sh.dormant(), sh.far(), sh.farMeta()}
+	keyIndex := map[string]int{}
+	indexOf := func(key string) int {
+		i, ok := keyIndex[key]
+		if !ok {
+			keys = append(keys, key)
+			i = len(keys)
+			keyIndex[key] = i
+		}
+		return i
+	}
+	args := make([]any, 0, 5+len(batch)+11*msgs)
+	args = append(args, sh.wake(), first.maxWaiting.perPart, first.maxReady.perPart, len(batch), farMargin.Milliseconds())
 	for _, call := range batch {
 		args = append(args, call.n)
 	}
 	for _, call := range batch {
-		args = append(args, call.args...)
+		for m := range call.n {
+			f := call.far[m]
+			args = append(args, call.args[5*m:5*m+5]...)
+			shardIdx, bucketIdx := 0, 0
+			if f.lookup {
+				shardIdx = indexOf(sh.farIndex(f.index))
+			}
+			if f.bucket >= 0 {
+				bucketIdx = indexOf(sh.farBucket(f.bucket))
+			}
+			args = append(args, shardIdx, f.field, bucketIdx, f.bucket, f.start, f.unpackAt)
+		}
 	}
-	res, err := publishScript.Run(ctx, c,
-		[]string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.reg(), sh.dormant()},
-		args...).Slice()
+	res, err := publishScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return publishReply{}, err
 	}
@@ -77,6 +114,7 @@ type promoteReply struct {
 	missing int64 // waiting members without a body, dropped
 	groups  int   // consumer groups registered for the topic
 	held    bool  // the caller holds the lease (and promoted)
+	far     int64 // the far bucket due for unpacking; -1: none
 }
 
 // callPromote runs promote.lua on a partition for the consumer groups
@@ -86,19 +124,93 @@ func callPromote(ctx context.Context, c redis.Scripter, sh shard, groups []strin
 	if !mayTake {
 		take = "0"
 	}
-	k := make([]string, 0, 9+3*len(groups))
+	k := make([]string, 0, 10+3*len(groups))
 	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.fanout())
 	for _, g := range groups {
 		k = append(k, sh.retry(g), sh.retryBodies(g), sh.redelivery(g))
 	}
+	k = append(k, sh.far())
 	res, err := promoteScript.Run(ctx, c, k, batch, owner, lease.Milliseconds(), take).Int64Slice()
 	if err == nil {
-		err = replyShort("promote", len(res), 5)
+		err = replyShort("promote", len(res), 6)
 	}
 	if err != nil {
 		return promoteReply{}, err
 	}
-	return promoteReply{moved: res[0], wait: res[1], missing: res[2], groups: int(res[3]), held: res[4] == 1}, nil
+	return promoteReply{moved: res[0], wait: res[1], missing: res[2], groups: int(res[3]), held: res[4] == 1, far: res[5]}, nil
+}
+
+// unpackReply is what unpack.lua returns.
+type unpackReply struct {
+	moved, corrupt int64
+	more           bool // the bucket has more elements
+	stale          bool // nothing done: see unpack.lua
+}
+
+// callUnpack runs unpack.lua for the head elements els of far bucket b,
+// read with the bucket's popped count.
+func callUnpack(ctx context.Context, c redis.Scripter, sh shard, owner string, b, popped int64, els []string) (unpackReply, error) {
+	keys := []string{sh.lease(), sh.far(), sh.farMeta(), sh.farBucket(b), sh.waiting(), sh.bodies()}
+	keyIndex := map[uint32]int{}
+	args := make([]any, 0, 4+3*len(els))
+	args = append(args, owner, b, popped, len(els))
+	for _, e := range els {
+		id, ok := "", false
+		if len(e) > 8 {
+			id, ok = storedUUID([]byte(e[8:]))
+		}
+		if !ok {
+			args = append(args, "", "", 0)
+			continue
+		}
+		field := farField(id)
+		n := farShard(field)
+		i, seen := keyIndex[n]
+		if !seen {
+			keys = append(keys, sh.farIndex(n))
+			i = len(keys)
+			keyIndex[n] = i
+		}
+		args = append(args, field, id, i)
+	}
+	res, err := unpackScript.Run(ctx, c, keys, args...).Int64Slice()
+	if err == nil {
+		err = replyShort("unpack", len(res), 3)
+	}
+	if err != nil {
+		return unpackReply{}, err
+	}
+	return unpackReply{moved: max(res[0], 0), corrupt: res[1], more: res[2] == 1, stale: res[0] < 0}, nil
+}
+
+// farPullReply is what farpull.lua returns.
+type farPullReply struct {
+	moved bool // the message was there (and moved, unless only read)
+	body  string
+	score float64 // due ms × 1024 + sequence
+}
+
+// callFarPull runs farpull.lua for the far message at loc in bucket b.
+func callFarPull(ctx context.Context, c redis.Scripter, sh shard, b int64, index, field, loc, uuid string, peek bool) (farPullReply, error) {
+	flag := "0"
+	if peek {
+		flag = "1"
+	}
+	res, err := farPullScript.Run(ctx, c,
+		[]string{sh.far(), sh.farMeta(), sh.farBucket(b), index, sh.waiting(), sh.bodies()},
+		field, loc, uuid, b, sh.wake(), flag).Slice()
+	if err != nil {
+		return farPullReply{}, err
+	}
+	if n, _ := res[0].(int64); n != 1 {
+		return farPullReply{}, nil
+	}
+	if err := replyShort("farpull", len(res), 3); err != nil {
+		return farPullReply{}, err
+	}
+	body, _ := res[1].(string)
+	score, _ := res[2].(int64)
+	return farPullReply{moved: true, body: body, score: float64(score)}, nil
 }
 
 // callUnlease runs unlease.lua: releases the partition's scheduling lease
@@ -173,8 +285,8 @@ func callTrim(ctx context.Context, c redis.Scripter, sh shard, retention time.Du
 // callIdle runs idle.lua: whether the partition holds nothing to schedule
 // for the consumer groups listed, marking it dormant if so.
 func callIdle(ctx context.Context, c redis.Scripter, sh shard, groups []string, retention time.Duration) (bool, error) {
-	k := make([]string, 0, 4+2*len(groups))
-	k = append(k, sh.waiting(), sh.stream(), sh.dormant(), sh.fanout())
+	k := make([]string, 0, 5+2*len(groups))
+	k = append(k, sh.waiting(), sh.stream(), sh.dormant(), sh.fanout(), sh.far())
 	for _, g := range groups {
 		k = append(k, sh.retry(g), sh.redelivery(g))
 	}

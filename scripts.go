@@ -75,6 +75,8 @@ var (
 	findScript       = loadScript("find")
 	gateScript       = loadScript("gate")
 	rescheduleScript = loadScript("reschedule")
+	unpackScript     = loadScript("unpack")
+	farPullScript    = loadScript("farpull")
 
 	schedAddScript   = loadScript("schedadd")
 	schedClaimScript = loadScript("schedclaim")
@@ -107,6 +109,10 @@ var (
 //	<shard>:g:<group>:paused string  ms time of Inspector.Pause while the group is paused (partition 0 only)
 //	<shard>:g:<group>:rate   hash    the group's rate limiter, see gate.lua (partition 0 only; expires)
 //	<shard>:g:<group>:flow   pub/sub channel that tells the group's subscribers of a pause or resume (partition 0 only)
+//	<shard>:far              zset    far bucket number -> when to unpack it (ms): the far tier, see far.go
+//	<shard>:fb:<bucket>      list    a far bucket: due score (8 bytes) + encoded message, "" once cancelled
+//	<shard>:fx:<n>           hash    far index shard: UUID key (see farField) -> bucket × 2^24 + position
+//	<shard>:fmeta            hash    far tier counters: n (messages), p:<bucket> (popped), l:<bucket> (live)
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
 //	<shard>:reg              string  "1" once a publish ran; gone after Redis lost its data (the publisher registers the topic again)
@@ -200,6 +206,13 @@ func (s shard) bkeys() string   { return string(s) + ":bkeys" }
 func (s shard) bkeyOf() string  { return string(s) + ":bkeyof" }
 func (s shard) reg() string     { return string(s) + ":reg" }
 func (s shard) dormant() string { return string(s) + ":dormant" }
+func (s shard) far() string     { return string(s) + ":far" }
+func (s shard) farMeta() string { return string(s) + ":fmeta" }
+
+func (s shard) farBucket(b int64) string { return string(s) + ":fb:" + strconv.FormatInt(b, 10) }
+func (s shard) farIndex(n uint32) string {
+	return string(s) + ":fx:" + strconv.FormatUint(uint64(n), 10)
+}
 
 func (s shard) schedulers() string  { return string(s) + ":schedulers" }
 func (s shard) leaseCounts() string { return string(s) + ":sleases" }

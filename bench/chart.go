@@ -77,11 +77,64 @@ func series(label string, other int) (string, color.RGBA) {
 // Bar labels are the legend; values at or below zero get no bar but keep
 // their printed value.
 func drawChart(path, title string, groups []barGroup) error {
+	return drawBars(path, title, groups, logAxis(groups))
+}
+
+// drawLinearChart is drawChart on a linear axis from zero, for figures of
+// one order of magnitude whose ratios matter (rates against backlog size).
+func drawLinearChart(path, title string, groups []barGroup) error {
+	return drawBars(path, title, groups, linearAxis(groups))
+}
+
+// axis places values along the bars: pos maps a value to 0..1 (negative:
+// no bar), ticks are the values of the grid lines.
+type axis struct {
+	pos   func(v float64) float64
+	ticks []float64
+}
+
+// logAxis spans the decades of the positive values.
+func logAxis(groups []barGroup) axis {
+	lo, hi := logRange(groups)
+	a := axis{pos: func(v float64) float64 { return (math.Log10(v) - lo) / (hi - lo) }}
+	for e := lo; e <= hi; e++ {
+		a.ticks = append(a.ticks, math.Pow(10, e))
+	}
+	return a
+}
+
+// linearAxis runs from zero to the largest value rounded up to a step of
+// 1, 2 or 5 times a power of ten, with about five grid lines.
+func linearAxis(groups []barGroup) axis {
+	top := 0.0
+	for _, g := range groups {
+		for _, b := range g.bars {
+			top = max(top, b.value)
+		}
+	}
+	if top <= 0 {
+		top = 1
+	}
+	step := math.Pow(10, math.Floor(math.Log10(top/5)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if top/(step*m) <= 6 {
+			step *= m
+			break
+		}
+	}
+	hi := math.Ceil(top/step) * step
+	a := axis{pos: func(v float64) float64 { return v / hi }}
+	for t := 0.0; t <= hi+step/2; t += step {
+		a.ticks = append(a.ticks, t)
+	}
+	return a
+}
+
+func drawBars(path, title string, groups []barGroup, ax axis) error {
 	face, err := chartFace()
 	if err != nil {
 		return err
 	}
-	lo, hi := logRange(groups)
 	labelWidth := 0
 	var legend []string
 	colors := map[string]color.RGBA{}  // by legend name
@@ -135,13 +188,13 @@ func drawChart(path, title string, groups []barGroup) error {
 	left := margin + labelWidth + 12
 	right := chartWidth - valueRoom
 	scale := func(v float64) int {
-		return left + int(float64(right-left)*(math.Log10(v)-lo)/(hi-lo))
+		return left + int(float64(right-left)*ax.pos(v))
 	}
 	grid := color.RGBA{0xdd, 0xdd, 0xdd, 0xff}
-	for e := lo; e <= hi; e++ {
-		gx := scale(math.Pow(10, e))
+	for _, t := range ax.ticks {
+		gx := scale(t)
 		fill(gx, top-4, gx+1, height-margin-16, grid)
-		label := formatNumber(math.Pow(10, e))
+		label := formatNumber(t)
 		text(gx-font.MeasureString(face, label).Ceil()/2, height-margin, color.Gray{0x55}, label)
 	}
 

@@ -135,6 +135,12 @@ func (b *bench) partitionSpread(c *redisCluster, p int) string {
 	return strings.Join(parts, "/")
 }
 
+// waitingKey is the sorted set of a topic's waiting messages, as the
+// package README documents the key layout.
+func waitingKey(topic string) string {
+	return redisdelay.DefaultKeyPrefix + ":{" + topic + "}:waiting"
+}
+
 // waitingKeyOf is the sorted set of waiting messages of one partition of a
 // topic: partition 0 keeps the layout of an unpartitioned topic, partition
 // n>0 has the hash tag {topic~n} (the library's key layout).

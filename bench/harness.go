@@ -22,6 +22,11 @@ const stallTimeout = 30 * time.Second
 // returns how long that took. first is the index of the call's first item.
 // The first error stops the run.
 func runPublishers(n, count int, publish func(first, count int) error) (time.Duration, error) {
+	return runPublishersN(publishers, n, count, publish)
+}
+
+// runPublishersN is runPublishers from the given number of goroutines.
+func runPublishersN(goroutines, n, count int, publish func(first, count int) error) (time.Duration, error) {
 	var (
 		next    atomic.Int64
 		failed  atomic.Bool
@@ -30,7 +35,7 @@ func runPublishers(n, count int, publish func(first, count int) error) (time.Dur
 		wg      sync.WaitGroup
 	)
 	start := time.Now()
-	for range publishers {
+	for range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

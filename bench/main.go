@@ -30,25 +30,31 @@ import (
 
 // options are the sizes of a run (flags; -quick shrinks the ones not set).
 type options struct {
-	Messages     int           `json:"messages"`
-	Payloads     []int         `json:"payloads"`
-	Subscribers  int           `json:"subscribers"`
-	EndToEnd     int           `json:"end_to_end"`
-	Steady       time.Duration `json:"steady"`
-	Rates        []int         `json:"rates"`
-	Burst        int           `json:"burst"`
-	Schedule     int           `json:"schedule"`
-	Memory       int           `json:"memory"`
-	Backlog      int           `json:"backlog"`
-	BacklogSmall int           `json:"backlog_small"`
-	Scaling      int           `json:"scaling"`
-	Idle         time.Duration `json:"idle"`
-	IdleTopics   int           `json:"idle_topics"`
+	Messages    int           `json:"messages"`
+	Payloads    []int         `json:"payloads"`
+	Subscribers int           `json:"subscribers"`
+	EndToEnd    int           `json:"end_to_end"`
+	Steady      time.Duration `json:"steady"`
+	Rates       []int         `json:"rates"`
+	Burst       int           `json:"burst"`
+	Schedule    int           `json:"schedule"`
+	Memory      int           `json:"memory"`
+	// Scenario 7: the backlog sizes of the ladder, messages measured at
+	// each, and the Redis memory limit (bytes) that stops the ladder.
+	Backlogs   []int         `json:"backlogs"`
+	Scaling    int           `json:"scaling"`
+	MaxMemory  int64         `json:"max_memory"`
+	Idle       time.Duration `json:"idle"`
+	IdleTopics int           `json:"idle_topics"`
 	// Scenario 9 (Redis Cluster): messages per publish/subscribe run,
 	// messages promoted, Managers of the extra promotion run.
 	ClusterN        int `json:"cluster_n"`
 	ClusterSchedule int `json:"cluster_schedule"`
 	ClusterManagers int `json:"cluster_managers"`
+	// Scenario 10: messages due at one instant, and the partition count of
+	// its second run (1: no second run).
+	Spike           int `json:"spike"`
+	SpikePartitions int `json:"spike_partitions"`
 }
 
 // scenario is a part of the bench; throughput covers two numbers because
@@ -65,9 +71,10 @@ var scenarios = []scenario{
 	{[]int{4}, "lateness", (*bench).lateness},
 	{[]int{5}, "scheduling rate", (*bench).scheduling},
 	{[]int{6}, "memory per waiting message", (*bench).memory},
-	{[]int{7}, "scaling with the backlog", (*bench).scaling},
+	{[]int{7}, "scaling with the waiting backlog", (*bench).backlogLadder},
 	{[]int{8}, "idle cost", (*bench).idle},
 	{[]int{9}, "scaling on Redis Cluster", (*bench).clusterScaling},
+	{[]int{10}, "midnight spike", (*bench).spike},
 }
 
 // bench is the state shared by the scenarios.
@@ -96,6 +103,8 @@ func run() error {
 		opts    options
 		rates   = flag.String("rates", "1000,10000", "steady rates of the lateness scenario, messages/s")
 		sizes   = flag.String("payloads", "16,256", "payload sizes of the throughput scenarios, bytes")
+		ladder  = flag.String("backlogs", "10000,5000000,20000000,50000000", "waiting backlogs of the ladder, grown in one Redis (scenario 7)")
+		maxMem  = flag.Float64("max-memory", 12, "GB of Redis memory (maxmemory, noeviction) the ladder stops short of (scenario 7)")
 		quickOf = map[string]string{}
 	)
 	intFlag := func(p *int, name string, def, quickDef int, usage string) {
@@ -113,14 +122,15 @@ func run() error {
 	intFlag(&opts.Burst, "burst", 100_000, 10_000, "messages due at the same instant (scenario 4)")
 	intFlag(&opts.Schedule, "schedule", 500_000, 50_000, "due messages promoted (scenario 5)")
 	intFlag(&opts.Memory, "memory", 1_000_000, 50_000, "waiting messages stored per system (scenario 6)")
-	intFlag(&opts.Backlog, "backlog", 5_000_000, 100_000, "large waiting backlog (scenario 7)")
-	intFlag(&opts.BacklogSmall, "backlog-small", 10_000, 10_000, "small waiting backlog (scenario 7)")
-	intFlag(&opts.Scaling, "scaling", 200_000, 20_000, "messages published and promoted at each backlog (scenario 7)")
+	quickOf["backlogs"] = "10000,100000"
+	intFlag(&opts.Scaling, "scaling", 200_000, 20_000, "messages published, promoted and delivered at each backlog (scenario 7)")
 	durFlag(&opts.Idle, "idle", time.Minute, 5*time.Second, "idle measurement per system (scenario 8)")
 	intFlag(&opts.IdleTopics, "idle-topics", 100, 100, "idle topics, one subscriber each (scenario 8)")
 	intFlag(&opts.ClusterN, "cluster-n", 300_000, 5_000, "messages per publish and subscribe run on each cluster setup (scenario 9)")
 	intFlag(&opts.ClusterSchedule, "cluster-schedule", 1_000_000, 10_000, "due messages promoted on each cluster setup (scenario 9)")
 	intFlag(&opts.ClusterManagers, "cluster-managers", 3, 3, "Managers of the extra promotion run on 3 masters, 8 partitions (scenario 9; 1 skips it)")
+	intFlag(&opts.Spike, "spike", 1_000_000, 20_000, "messages due at one instant (scenario 10)")
+	intFlag(&opts.SpikePartitions, "spike-partitions", 8, 8, "partitions of the spike's second run (scenario 10; 1 skips it)")
 	flag.Parse()
 	if *quick {
 		set := map[string]bool{}
@@ -140,6 +150,15 @@ func run() error {
 	if opts.Payloads, err = parseInts(*sizes); err != nil {
 		return fmt.Errorf("-payloads: %w", err)
 	}
+	if opts.Backlogs, err = parseInts(*ladder); err != nil {
+		return fmt.Errorf("-backlogs: %w", err)
+	}
+	slices.Sort(opts.Backlogs)
+	opts.Backlogs = slices.Compact(opts.Backlogs)
+	if *maxMem <= 0 {
+		return fmt.Errorf("-max-memory: %v is not a positive number of GB", *maxMem)
+	}
+	opts.MaxMemory = int64(*maxMem * 1e9)
 	selected, err := parseInts(*only)
 	if err != nil {
 		return fmt.Errorf("-only: %w", err)
@@ -203,7 +222,7 @@ func run() error {
 	if err := b.rep.write(*out, md); err != nil {
 		return err
 	}
-	progress("wrote %s/results.md, results.json, throughput.png, lateness.png", *out)
+	progress("wrote %s/results.md, results.json and the charts", *out)
 	return nil
 }
 
@@ -238,6 +257,13 @@ func (b *bench) measure(name string, messages int, fn func() (time.Duration, err
 		Seconds:  d.Seconds(),
 		Rate:     float64(messages) / d.Seconds(),
 		RedisCPU: (cpu1 - cpu0) / wall.Seconds() * 100,
+		CPUTime:  cpu1 - cpu0,
+	}
+	for _, s := range stats {
+		switch s.Command {
+		case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro":
+			run.ScriptUsec += s.Usec
+		}
 	}
 	for _, s := range stats {
 		if len(run.Commands) == 5 {

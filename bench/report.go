@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -19,7 +20,12 @@ type Report struct {
 	Lateness []LatenessRun `json:"lateness"`
 	Runs     []*Run        `json:"runs"`
 	Idle     []IdleRun     `json:"idle"`
-	Errors   []string      `json:"errors,omitempty"`
+	// Scenario 7's ladder, why it stopped short of a size (if it did), and
+	// scenario 10's runs.
+	Backlog      []*BacklogStep `json:"backlog,omitempty"`
+	BacklogLimit string         `json:"backlog_limit,omitempty"`
+	Spikes       []*SpikeRun    `json:"spikes,omitempty"`
+	Errors       []string       `json:"errors,omitempty"`
 }
 
 // Meta says how and where the figures were measured.
@@ -54,12 +60,17 @@ type Peer struct {
 
 // Run is one measured run with what it cost Redis.
 type Run struct {
-	Name     string        `json:"name"`
-	Messages int           `json:"messages"`
-	Seconds  float64       `json:"seconds"`
-	Rate     float64       `json:"rate"`
-	RedisCPU float64       `json:"redis_cpu_percent"`
-	Commands []CommandStat `json:"top_commands,omitempty"`
+	Name     string  `json:"name"`
+	Messages int     `json:"messages"`
+	Seconds  float64 `json:"seconds"`
+	Rate     float64 `json:"rate"`
+	RedisCPU float64 `json:"redis_cpu_percent"`
+	// CPUTime is the server's CPU seconds over the whole run (wall time,
+	// not only its measured part), ScriptUsec the time INFO commandstats
+	// counts in script calls (EVALSHA, EVAL, FCALL) in it.
+	CPUTime    float64       `json:"redis_cpu_seconds"`
+	ScriptUsec int64         `json:"script_usec"`
+	Commands   []CommandStat `json:"top_commands,omitempty"`
 }
 
 // IdleRun is the load on Redis while nothing is published.
@@ -95,14 +106,15 @@ type LatenessRun struct {
 
 // Section titles, in table order.
 var sectionTitles = map[string]string{
-	"1": "1. Publish throughput (64 goroutines)",
-	"2": "2. Subscribe throughput through a Router (ack-only handler)",
-	"3": "3. End-to-end delayed throughput",
-	"4": "4. Lateness (delivery − due time)",
-	"5": "5. Scheduling rate",
-	"6": "6. Redis memory per waiting message",
-	"7": "7. Scaling with the waiting backlog",
-	"8": "8. Idle cost",
+	"1":  "1. Publish throughput (64 goroutines)",
+	"2":  "2. Subscribe throughput through a Router (ack-only handler)",
+	"3":  "3. End-to-end delayed throughput",
+	"4":  "4. Lateness (delivery − due time)",
+	"5":  "5. Scheduling rate",
+	"6":  "6. Redis memory per waiting message",
+	"7":  "7. Scaling with the waiting backlog (one topic grown in one Redis; ratios against the smallest size)",
+	"8":  "8. Idle cost",
+	"10": "10. Midnight spike: messages due at one instant",
 }
 
 func (r *Report) row(section, figure, unit, target string, ours *float64, peers ...Peer) {
@@ -136,10 +148,13 @@ func (r *Report) markdown() string {
 	sb.WriteString("Ratios are redisdelay ÷ peer (shown when both are positive): above 1 is better for rates, below 1 for lateness, memory and CPU.\n")
 
 	rows := slices.Clone(r.Rows)
-	slices.SortStableFunc(rows, func(a, b Row) int { return strings.Compare(a.Section, b.Section) })
+	slices.SortStableFunc(rows, func(a, b Row) int { return compareSections(a.Section, b.Section) })
 	section := ""
 	for _, row := range rows {
 		if row.Section != section {
+			if section == "7" {
+				r.backlogMarkdown(&sb)
+			}
 			section = row.Section
 			fmt.Fprintf(&sb, "\n### %s\n\n", sectionTitles[section])
 			sb.WriteString("| figure | unit | redisdelay | peers | ratio | target |\n|---|---|--:|---|---|---|\n")
@@ -153,6 +168,10 @@ func (r *Report) markdown() string {
 		}
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s |\n", row.Figure, row.Unit, formatValue(row.Ours),
 			strings.Join(peers, "<br>"), strings.Join(ratios, "<br>"), row.Target)
+	}
+
+	if section == "7" {
+		r.backlogMarkdown(&sb)
 	}
 
 	sb.WriteString("\n### Where Redis spent its time\n\n")
@@ -202,8 +221,110 @@ func (r *Report) write(dir, md string) error {
 	if err := drawChart(filepath.Join(dir, "throughput.png"), "Throughput (msg/s, log scale)", r.throughputGroups()); err != nil {
 		return err
 	}
-	return drawChart(filepath.Join(dir, "lateness.png"),
-		"Lateness: delivery − due time (ms, log scale; a negative value, early, has no bar)", r.latenessGroups())
+	if err := drawChart(filepath.Join(dir, "lateness.png"),
+		"Lateness: delivery − due time (ms, log scale; a negative value, early, has no bar)", r.latenessGroups()); err != nil {
+		return err
+	}
+	return r.backlogCharts(dir)
+}
+
+// compareSections orders sections by their number, then by the rest:
+// 7, 9, 9b, 10.
+func compareSections(a, b string) int {
+	num := func(s string) (int, string) {
+		i := 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		n, _ := strconv.Atoi(s[:i])
+		return n, s[i:]
+	}
+	na, ra := num(a)
+	nb, rb := num(b)
+	if na != nb {
+		return na - nb
+	}
+	return strings.Compare(ra, rb)
+}
+
+// backlogMarkdown writes scenario 7's ladder as one table, a row per size.
+func (r *Report) backlogMarkdown(sb *strings.Builder) {
+	if len(r.Backlog) == 0 && r.BacklogLimit == "" {
+		return
+	}
+	sb.WriteString("\n### 7b. The backlog ladder, step by step\n\n")
+	sb.WriteString("Ratios (×) against the smallest size. Memory: used_memory growth of the fills over the backlog, and of this step's fill over the messages it added. " +
+		"Promotion cost: script time (INFO commandstats) and Redis CPU per message moved by a Manager alone. Delivery: messages due at one instant, from it to the last ack.\n\n")
+	sb.WriteString("| backlog | used_memory | B/msg (this step) | fill msg/s | publish msg/s | promote msg/s | promotion µs/msg: script, CPU | delivery msg/s | delivery p50 / last, ms | slowest call (fill; measuring) |\n")
+	sb.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	var first *BacklogStep
+	for _, s := range r.Backlog {
+		if first == nil {
+			first = s
+		}
+		ratio := func(v, ref *float64) string {
+			if v == nil || s == first || ref == nil || *ref <= 0 {
+				return formatValue(v)
+			}
+			return fmt.Sprintf("%s (%s×)", formatValue(v), formatRatio(*v / *ref))
+		}
+		delivery := "—"
+		if s.Delivery != nil {
+			delivery = formatNumber(s.Delivery.P50) + " / " + formatNumber(s.Delivery.Max)
+		}
+		fmt.Fprintf(sb, "| %s | %.2f GB | %s (%s) | %s | %s | %s | %.2f, %.2f | %s | %s | %s; %s |\n",
+			count(s.Size), float64(s.UsedMemory)/1e9, formatNumber(s.BytesPerMsg), formatNumber(s.StepBytesPerMsg),
+			formatNumber(s.FillRate), ratio(s.PublishRate, first.PublishRate), ratio(s.PromoteRate, first.PromoteRate),
+			s.PromoteScriptUsec, s.PromoteCPUUsec, ratio(s.DeliveryRate, first.DeliveryRate), delivery, s.FillSlowest, s.Slowest)
+	}
+	if r.BacklogLimit != "" {
+		fmt.Fprintf(sb, "\nThe ladder stopped: %s.\n", r.BacklogLimit)
+	}
+}
+
+// backlogCharts draws scenario 7's rates, memory and promotion cost
+// against the backlog size, on linear axes.
+func (r *Report) backlogCharts(dir string) error {
+	if len(r.Backlog) == 0 {
+		return nil
+	}
+	var rates, memory, cost []barGroup
+	value := func(v *float64) float64 {
+		if v == nil {
+			return 0
+		}
+		return *v
+	}
+	for _, s := range r.Backlog {
+		label := "backlog " + count(s.Size)
+		rates = append(rates, barGroup{label: label, bars: []bar{
+			{"publish delayed, 500 per call × 8", value(s.PublishRate)},
+			{"promote, Manager alone", value(s.PromoteRate)},
+			{"due delivery, due time to last ack", value(s.DeliveryRate)},
+		}})
+		memory = append(memory, barGroup{label: label, bars: []bar{
+			{"whole backlog", s.BytesPerMsg},
+			{"this step's fill", s.StepBytesPerMsg},
+		}})
+		cost = append(cost, barGroup{label: label, bars: []bar{
+			{"script time (commandstats)", s.PromoteScriptUsec},
+			{"Redis CPU", s.PromoteCPUUsec},
+		}})
+	}
+	charts := []struct {
+		file, title string
+		groups      []barGroup
+	}{
+		{"backlog-rates.png", "Rates against the waiting backlog (msg/s)", rates},
+		{"backlog-memory.png", "Redis memory per waiting 100 B message (bytes, used_memory growth)", memory},
+		{"backlog-promotion.png", "Promotion cost in Redis per message moved (µs)", cost},
+	}
+	for _, c := range charts {
+		if err := drawLinearChart(filepath.Join(dir, c.file), c.title, c.groups); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // throughputGroups charts every rate of the table: one group per figure.

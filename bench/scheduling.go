@@ -15,87 +15,48 @@ import (
 // schedulingTopic is the topic of the scheduling and scaling scenarios.
 const schedulingTopic = "scheduling"
 
-// waitingKey is the sorted set of a topic's waiting messages, as the
-// package README documents the key layout: the bench polls its size to see
-// promotion progress.
-func waitingKey(topic string) string {
-	return redisdelay.DefaultKeyPrefix + ":{" + topic + "}:waiting"
-}
-
 // scheduling measures scenario 5: how fast a Manager promotes a backlog of
 // due messages, against a minimal Lua script moving 100 due items per call
 // from a sorted set and a hash to a stream, pipelined, on the same Redis.
 func (b *bench) scheduling() {
 	n := b.opts.Schedule
 	payload := randomPayload(100)
-	_, ours := b.promoteBacklog(0, n, payload, false)
+	ours := b.promoteBacklog(n, payload)
 	raw := b.rawMove(n, payload)
 	b.rep.row("5", fmt.Sprintf("promote %s due messages (Manager defaults)", count(n)), "msg/s", "≥ 0.5× raw Lua move",
 		ours, peer(sysRaw+" Lua move of 100, pipelined", raw))
 }
 
-// scaling measures scenario 7: the publish rate of delayed messages (one per
-// Publish from 64 goroutines) and the promotion rate, with a small and a
-// large backlog of messages waiting far in the future in the same topic.
-func (b *bench) scaling() {
-	n := b.opts.Scaling
-	payload := randomPayload(16)
-	smallPub, smallPromote := b.promoteBacklog(b.opts.BacklogSmall, n, payload, true)
-	largePub, largePromote := b.promoteBacklog(b.opts.Backlog, n, payload, true)
-	target := "≥ 0.8× the small backlog"
-	ref := fmt.Sprintf("at %s backlog", count(b.opts.BacklogSmall))
-	b.rep.row("7", fmt.Sprintf("publish delayed at %s backlog", count(b.opts.Backlog)), "msg/s", target,
-		largePub, peer(ref, smallPub))
-	b.rep.row("7", fmt.Sprintf("promote at %s backlog", count(b.opts.Backlog)), "msg/s", target,
-		largePromote, peer(ref, smallPromote))
-}
-
-// promoteBacklog fills a topic with backlog messages waiting far in the
-// future, publishes n messages due in 1 ms and measures how fast a Manager
-// moves those n to the ready stream. With measurePublish the n messages are
-// published one per call and timed; otherwise in untimed batches.
-func (b *bench) promoteBacklog(backlog, n int, payload []byte, measurePublish bool) (pubRate, promoteRate *float64) {
+// promoteBacklog publishes n messages due in 1 ms (untimed batches) and
+// measures how fast a Manager moves them to the ready stream.
+func (b *bench) promoteBacklog(n int, payload []byte) *float64 {
 	if b.failed("flush", b.flush()) {
-		return nil, nil
+		return nil
 	}
 	client := newClient(b.addr, poolSize)
 	defer client.Close()
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, b.logger)
 	if b.failed("publisher", err) {
-		return nil, nil
+		return nil
 	}
-	topics := []string{schedulingTopic}
-	if backlog > 0 {
-		progress("loading a backlog of %s waiting messages", count(backlog))
-		_, err := publishWatermill(pub, topics, backlog, batchSize, payload, 24*time.Hour)
-		if b.failed("load backlog", err) {
-			return nil, nil
-		}
-	}
-	at := fmt.Sprintf("at backlog %s · %s", count(backlog), sysRedisdelay)
-	if measurePublish {
-		pubRate = b.measure("publish delayed "+at, n, func() (time.Duration, error) {
-			return publishWatermill(pub, topics, n, 1, payload, time.Millisecond)
-		})
-		if pubRate == nil {
-			return nil, nil
-		}
-	} else {
-		_, err := publishWatermill(pub, topics, n, batchSize, payload, time.Millisecond)
-		if b.failed("publish due messages", err) {
-			return nil, nil
-		}
+	_, err = publishWatermill(pub, []string{schedulingTopic}, n, batchSize, payload, time.Millisecond)
+	if b.failed("publish due messages", err) {
+		return nil
 	}
 	time.Sleep(10 * time.Millisecond) // all due
-	promoteRate = b.measure(fmt.Sprintf("promote %s due ", count(n))+at, n, func() (time.Duration, error) {
-		return promote(b.ctx, b.logger, client, schedulingTopic, int64(backlog))
+	return b.measure(fmt.Sprintf("promote %s due · %s", count(n), sysRedisdelay), n, func() (time.Duration, error) {
+		return promote(b.ctx, b.logger, client, schedulingTopic, 0)
 	})
-	return pubRate, promoteRate
 }
 
 // promote runs a Manager for topic until at most left messages wait, and
-// returns how long that took.
+// returns how long that took. Progress is read with Inspector.Stats, so the
+// bench counts waiting messages wherever the library keeps them.
 func promote(ctx context.Context, logger watermill.LoggerAdapter, client *redis.Client, topic string, left int64) (time.Duration, error) {
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
+	if err != nil {
+		return 0, err
+	}
 	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic}}, logger)
 	if err != nil {
 		return 0, err
@@ -109,17 +70,17 @@ func promote(ctx context.Context, logger watermill.LoggerAdapter, client *redis.
 	defer tick.Stop()
 	last, lastMove := int64(-1), time.Now()
 	for {
-		waiting, err := client.ZCard(ctx, waitingKey(topic)).Result()
+		st, err := insp.Stats(ctx, topic)
 		if err != nil {
 			return 0, err
 		}
-		if waiting <= left {
+		if st.Waiting <= left {
 			return time.Since(start), nil
 		}
-		if waiting != last {
-			last, lastMove = waiting, time.Now()
+		if st.Waiting != last {
+			last, lastMove = st.Waiting, time.Now()
 		} else if time.Since(lastMove) > stallTimeout {
-			return 0, fmt.Errorf("promotion stalled with %d messages waiting", waiting)
+			return 0, fmt.Errorf("promotion stalled with %d messages waiting", st.Waiting)
 		}
 		<-tick.C
 	}

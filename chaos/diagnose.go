@@ -193,10 +193,13 @@ func (d *driver) diagnose(ctx context.Context) {
 	out("by place: %v", counts)
 }
 
-// uuidOf reads the UUID of a stored message: version byte (1 or 2),
-// uvarint length, UUID (see marshaller.go).
+// uuidOf reads the UUID of a stored message: version byte, then (1, 2)
+// uvarint length and UUID, or (3) the UUID's 16 bytes (see marshaller.go).
 func uuidOf(body string) string {
 	b := []byte(body)
+	if len(b) >= 17 && b[0] == 3 {
+		return fmt.Sprintf("%x-%x-%x-%x-%x", b[1:5], b[5:7], b[7:9], b[9:11], b[11:17])
+	}
 	if len(b) < 2 || (b[0] != 1 && b[0] != 2) {
 		return "?"
 	}

@@ -14,17 +14,18 @@
   KEYS[2] stream   stream the topic's ready stream
   KEYS[3] dormant  string set here when idle
   KEYS[4] fanout   hash   a high-priority message part-way through its fan-out
+  KEYS[5] far      zset   the far tier's buckets (see far.go)
   then for each consumer group g = 1, 2, ..., two keys:
-  KEYS[2g+3] retry    zset   the group's retry set
-  KEYS[2g+4] rstream  stream the group's redelivery stream
+  KEYS[2g+4] retry    zset   the group's retry set
+  KEYS[2g+5] rstream  stream the group's redelivery stream
   ARGV[1] retention in ms for a stream without consumer groups (0: keep all)
 
   Returns 1 when idle (and marked dormant), 0 otherwise.
 ]]
-if redis.call('ZCARD', KEYS[1]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then
+if redis.call('ZCARD', KEYS[1]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then
   return 0
 end
-for k = 5, #KEYS, 2 do
+for k = 6, #KEYS, 2 do
   if redis.call('ZCARD', KEYS[k]) > 0 or redis.call('XLEN', KEYS[k + 1]) > 0 then
     return 0
   end

@@ -32,6 +32,8 @@
   KEYS[3g+7] retry    zset   "<attempt>:<m|r><entry id>" -> due score
   KEYS[3g+8] rbodies  hash   same member -> encoded message
   KEYS[3g+9] rstream  stream the group's redelivery stream, fields m, a (attempt)
+  and last:
+  KEYS[#KEYS] far     zset   far bucket number -> when to unpack it (ms): see far.go
   ARGV[1]  most stream entries added per call from the waiting set (a
            high-priority message adds one per group), and as many from the
            retry sets of all groups together
@@ -40,7 +42,7 @@
   ARGV[4]  "0" when the caller must not take a free lease (it holds its
            share of the topic's partitions already), "1" otherwise
 
-  Returns {moved, wait, missing, groups, held}:
+  Returns {moved, wait, missing, groups, held, far}:
     moved    messages moved
     wait     held: µs until the earliest message still waiting is due;
              0 when more is due than the call moved; -1 when all sets are empty.
@@ -50,15 +52,18 @@
     groups   number of consumer groups registered for the topic (a caller
              whose list differs reads the set again)
     held     1 when the caller holds the lease (and promoted), 0 otherwise
+    far      held: the number of the far bucket due for unpacking (the
+             caller unpacks it, unpack.lua), -1 when none is; wait counts
+             the time until the next one is
 ]]
 local owner = ARGV[2]
 local ngroups = redis.call('SCARD', KEYS[2])
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= owner then
-  return {0, redis.call('PTTL', KEYS[1]) * 1000, 0, ngroups, 0}
+  return {0, redis.call('PTTL', KEYS[1]) * 1000, 0, ngroups, 0, -1}
 end
 if not holder and ARGV[4] == '0' then
-  return {0, -1, 0, ngroups, 0}
+  return {0, -1, 0, ngroups, 0, -1}
 end
 redis.call('SET', KEYS[1], owner, 'PX', ARGV[3])
 
@@ -82,7 +87,7 @@ local budget, rbudget = limit, limit
 
 -- the redelivery streams of the listed groups, for high-priority messages
 local rstreams = {}
-for g = 12, #KEYS, 3 do
+for g = 12, #KEYS - 1, 3 do
   rstreams[#rstreams + 1] = KEYS[g]
 end
 
@@ -225,10 +230,21 @@ else
 end
 -- groups in turn, from one that changes with time, so none waits behind
 -- the others' backlogs for long
-local ng = (#KEYS - 9) / 3
+local ng = (#KEYS - 10) / 3
 local first = nowUs % math.max(ng, 1)
 for i = 0, ng - 1 do
   local g = 10 + 3 * ((first + i) % ng)
   move(KEYS[g], KEYS[g + 1], KEYS[g + 2], true)
 end
-return {moved, wait, missing, ngroups, 1}
+-- the far tier's next bucket to unpack
+local far = -1
+local fhead = redis.call('ZRANGE', KEYS[#KEYS], 0, 0, 'WITHSCORES')
+if fhead[1] then
+  local w = tonumber(fhead[2]) * 1000 - nowUs
+  if w <= 0 then
+    far = tonumber(fhead[1])
+  else
+    earlier(w)
+  end
+end
+return {moved, wait, missing, ngroups, 1, far}

@@ -16,13 +16,18 @@
   KEYS[7] prio     hash   UUID of a waiting high-priority message -> 1
   KEYS[8] reg      string set by the first publish: gone, Redis lost the topic registry too
   KEYS[9] dormant  string set while no scheduler loop runs for the partition (idle.lua)
+  KEYS[10] far     zset   far bucket number -> when to unpack it (ms): see far.go
+  KEYS[11] fmeta   hash   far tier counters: n, p:<bucket>, l:<bucket>
+  KEYS[12...]      the far index shards and far buckets the messages name (below)
   ARGV[1]          wake channel, published to when the earliest due time moves
                    earlier, or a message is stored in a dormant partition
   ARGV[2]          most waiting messages (ZCARD waiting) a call may leave; 0: no bound
   ARGV[3]          most ready entries (XLEN stream) a call may leave; 0: no bound
   ARGV[4]          number of calls, c
-  ARGV[4+k]        number of messages of call k (k = 1..c)
-  then five arguments per message, the calls' messages in call order:
+  ARGV[5]          far margin, ms: a message goes to a far bucket only when
+                   the bucket is unpacked later than now + this
+  ARGV[5+k]        number of messages of call k (k = 1..c)
+  then eleven arguments per message, the calls' messages in call order:
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
   ARGV[j+2]        encoded message
@@ -30,10 +35,27 @@
                    the key: r (reject), k (keep first), x (replace),
                    d (replace, keeping the holder's due time)
   ARGV[j+4]        "1" for a high-priority message, "0" otherwise
+  ARGV[j+5]        index in KEYS of the far index shard of the UUID, where a
+                   waiting message is looked up first; 0: not looked up (an
+                   immediate message, or one due within the far margin: see
+                   farArgOf in publisher.go)
+  ARGV[j+6]        the UUID's field in the far index (farField)
+  ARGV[j+7]        index in KEYS of the far bucket the message may go to; 0: none
+  ARGV[j+8]        that bucket's number
+  ARGV[j+9]        the first due ms of the bucket
+  ARGV[j+10]       when the bucket is unpacked (ms)
+                   The message goes to the bucket when it has no business key,
+                   no priority and no holder's score, is due no earlier than
+                   ARGV[j+9], and ARGV[j+10] is after now + the margin: the
+                   bucket is unpacked later, and before the message is due.
 
   Returns one status per call, in call order, then 1 when KEYS[8] was
   missing (the caller registers the topic again), else 0. A status:
     0                          its messages are stored (or dropped: keep first)
+    {'pull', UUID, loc}        a message of the call is waiting in the far tier
+                               at loc: the caller moves it to the waiting set
+                               (farpull.lua) and sends the call again, so it
+                               is compared there like any waiting message
     UUID                       one of its messages is already waiting with a
                                different body
     {'key', key, UUID}         reject: a message of the call has a business key
@@ -62,13 +84,15 @@ local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limite
 local maxWaiting = tonumber(ARGV[2])
 local maxReady = tonumber(ARGV[3])
 local calls = tonumber(ARGV[4])
-local first = 5 + calls
+local farMargin = tonumber(ARGV[5])
+local first = 6 + calls
+local STRIDE = 11 -- arguments per message
 
 -- delays, which messages wait (delayed or high-priority), their UUIDs, the
 -- business keys
 local delay, waits, uuids, bkeys = {}, {}, {}, {}
 local fixed = {} -- message -> the score it takes from the holder it replaces (d)
-for j = first, #ARGV, 5 do
+for j = first, #ARGV, STRIDE do
   local d = tonumber(ARGV[j + 1])
   if ARGV[j + 4] == '1' and d < 0 then
     d = 0
@@ -103,6 +127,16 @@ if #uuids > 0 then
   now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
   lookup(KEYS[2], uuids, known)
 end
+-- message -> its location in the far tier, for waiting messages whose UUID
+-- is there (the tiers never hold one UUID twice)
+local farLoc = {}
+if redis.call('EXISTS', KEYS[10]) == 1 then
+  for j = first, #ARGV, STRIDE do
+    if waits[j] and ARGV[j + 5] ~= '0' and not known[ARGV[j]] then
+      farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + 5])], ARGV[j + 6])
+    end
+  end
+end
 -- business key -> UUID of the waiting message holding it; false when none
 local holder = {}
 if #bkeys > 0 then
@@ -110,7 +144,7 @@ if #bkeys > 0 then
 end
 local nWaiting, nReady = 0, 0
 if maxWaiting > 0 then
-  nWaiting = redis.call('ZCARD', KEYS[1])
+  nWaiting = redis.call('ZCARD', KEYS[1]) + tonumber(redis.call('HGET', KEYS[11], 'n') or '0')
 end
 if maxReady > 0 then
   nReady = redis.call('XLEN', KEYS[3])
@@ -123,14 +157,17 @@ local removed = {}   -- UUIDs of messages waiting before this run that are repla
 local touched = {}   -- business keys whose holder changed
 local j = first
 for k = 1, calls do
-  local stop = j + 5 * tonumber(ARGV[4 + k])
+  local stop = j + STRIDE * tonumber(ARGV[5 + k])
   local bad = nil
   local adds, removes = {}, {}
   local dWait, dReady = 0, 0
-  for m = j, stop - 1, 5 do
+  for m = j, stop - 1, STRIDE do
     local id, w = ARGV[m], waits[m]
     local old = w and known[id]
-    if old then
+    if w and farLoc[m] and not known[id] then
+      bad = {'pull', id, farLoc[m]}
+      break
+    elseif old then
       if old ~= ARGV[m + 2] then
         bad = id
         break
@@ -262,30 +299,111 @@ if #stored > 0 then
     now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
   end
   local earliest = nil
+  -- scores in publish order, the far tier's too, so equal due times keep
+  -- that order across the tiers
+  local scoreOf = {}
+  for _, m in ipairs(stored) do
+    seq = seq + 1
+    scoreOf[m] = fixed[m] or (now + delay[m]) * 1024 + seq % 1024
+  end
+  -- Messages for the far tier, by bucket: one with no business key, no
+  -- priority and no holder's score, due no earlier than its bucket's first
+  -- due ms, whose bucket is unpacked after now + the margin. Each bucket
+  -- takes its messages in one RPUSH; a message's location is bucket * 2^24
+  -- + its position in the bucket, exact in a Lua number.
+  local far, farOrder = {}, {}
+  for _, m in ipairs(stored) do
+    if ARGV[m + 7] ~= '0' and not fixed[m] and ARGV[m + 3] == '' and ARGV[m + 4] ~= '1'
+        and now + delay[m] >= tonumber(ARGV[m + 9]) and tonumber(ARGV[m + 10]) > now + farMargin then
+      local b = ARGV[m + 8]
+      if not far[b] then
+        far[b] = {}
+        farOrder[#farOrder + 1] = b
+      end
+      local list = far[b]
+      list[#list + 1] = m
+    end
+  end
+  local isFar = {}
+  local nFar = 0
+  if #farOrder > 0 then
+    -- per bucket: the elements popped by unpacking (none, unless Redis's
+    -- clock went back) and the live count, read and written in one call each
+    local fields = {}
+    for k, b in ipairs(farOrder) do
+      fields[2 * k - 1], fields[2 * k] = 'p:' .. b, 'l:' .. b
+    end
+    local meta = redis.call('HMGET', KEYS[11], unpack(fields))
+    local counts, added, earliestAt = {}, {}, nil
+    for k, b in ipairs(farOrder) do
+      local list = far[b]
+      local bucket = KEYS[tonumber(ARGV[list[1] + 7])]
+      local popped = tonumber(meta[2 * k - 1] or '0')
+      local len = 0
+      for c = 1, #list, CHUNK do
+        local els = {}
+        for i = c, math.min(c + CHUNK - 1, #list) do
+          local m = list[i]
+          els[#els + 1] = struct.pack('>d', scoreOf[m]) .. ARGV[m + 2]
+        end
+        len = redis.call('RPUSH', bucket, unpack(els))
+      end
+      local base = popped + len - #list
+      if base + #list > 16777216 or tonumber(b) * 16777216 + base + #list > 9007199254740992 then
+        -- a location would not fit: these wait in the waiting set instead
+        redis.call('LTRIM', bucket, 0, len - #list - 1)
+      else
+        for i, m in ipairs(list) do
+          redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], tonumber(b) * 16777216 + base + i - 1)
+          isFar[m] = true
+        end
+        counts[#counts + 1] = 'l:' .. b
+        counts[#counts + 1] = tonumber(meta[2 * k] or '0') + #list
+        local at = tonumber(ARGV[list[1] + 10])
+        added[#added + 1] = at
+        added[#added + 1] = b
+        if earliestAt == nil or at < earliestAt then
+          earliestAt = at
+        end
+        nFar = nFar + #list
+      end
+    end
+    if #counts > 0 then
+      local farHead = redis.call('ZRANGE', KEYS[10], 0, 0, 'WITHSCORES')[2]
+      if farHead == nil or earliestAt < tonumber(farHead) then
+        wake = true -- a new bucket is the first to unpack
+      end
+      redis.call('HSET', KEYS[11], unpack(counts))
+      redis.call('ZADD', KEYS[10], 'NX', unpack(added))
+    end
+  end
   for c = 1, #stored, CHUNK do
     local h, z, o, pr = {}, {}, {}, {}
     for k = c, math.min(c + CHUNK - 1, #stored) do
       local m = stored[k]
-      seq = seq + 1
-      local score = fixed[m] or (now + delay[m]) * 1024 + seq % 1024
-      h[#h + 1] = ARGV[m]
-      h[#h + 1] = ARGV[m + 2]
-      z[#z + 1] = score
-      z[#z + 1] = ARGV[m]
-      if ARGV[m + 3] ~= '' then
-        o[#o + 1] = ARGV[m]
-        o[#o + 1] = string.sub(ARGV[m + 3], 2)
-      end
-      if ARGV[m + 4] == '1' then
-        pr[#pr + 1] = ARGV[m]
-        pr[#pr + 1] = 1
-      end
-      if earliest == nil or score < earliest then
-        earliest = score
+      if not isFar[m] then
+        local score = scoreOf[m]
+        h[#h + 1] = ARGV[m]
+        h[#h + 1] = ARGV[m + 2]
+        z[#z + 1] = score
+        z[#z + 1] = ARGV[m]
+        if ARGV[m + 3] ~= '' then
+          o[#o + 1] = ARGV[m]
+          o[#o + 1] = string.sub(ARGV[m + 3], 2)
+        end
+        if ARGV[m + 4] == '1' then
+          pr[#pr + 1] = ARGV[m]
+          pr[#pr + 1] = 1
+        end
+        if earliest == nil or score < earliest then
+          earliest = score
+        end
       end
     end
-    redis.call('HSET', KEYS[2], unpack(h))
-    redis.call('ZADD', KEYS[1], unpack(z))
+    if #h > 0 then
+      redis.call('HSET', KEYS[2], unpack(h))
+      redis.call('ZADD', KEYS[1], unpack(z))
+    end
     if #o > 0 then
       redis.call('HSET', KEYS[6], unpack(o))
     end
@@ -293,7 +411,10 @@ if #stored > 0 then
       redis.call('HSET', KEYS[7], unpack(pr))
     end
   end
-  if head == nil or earliest < tonumber(head) then
+  if nFar > 0 then
+    redis.call('HINCRBY', KEYS[11], 'n', nFar)
+  end
+  if earliest and (head == nil or earliest < tonumber(head)) then
     wake = true
   end
 end

@@ -47,6 +47,16 @@ func TestWaitingEscapesControlCharacters(t *testing.T) {
 // page: it is listed as corrupt.
 func TestWaitingShowsCorruptBody(t *testing.T) {
 	s := setupSample(t)
+	// Due in hours, it is in the far tier (see far.go): a reschedule to its
+	// own due time moves it into the waiting set and its hash of bodies.
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: s.client, KeyPrefix: s.prefix})
+	require.NoError(t, err)
+	w, ok, err := insp.FindWaiting(context.Background(), topic, s.delayed[1])
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = insp.Reschedule(context.Background(), topic, s.delayed[1], w.Due)
+	require.NoError(t, err)
+	require.True(t, ok)
 	bodies := s.prefix + ":{" + topic + "}:bodies"
 	require.NoError(t, s.client.HSet(context.Background(), bodies, s.delayed[1], "not a message").Err())
 

@@ -1,0 +1,565 @@
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+// The shape in which issue 14's user publishes: UUIDv4 ids, Watermill's
+// delay metadata (delay.For or delay.Until), 100 B payloads, Publish calls
+// of 500 messages from 8 goroutines.
+const (
+	userPublishers = 8
+	userBatch      = 500
+	userPayload    = 100
+)
+
+// Topics of scenarios 7 and 10.
+const (
+	backlogTopic = "backlog"
+	spikeTopic   = "spike"
+)
+
+// slowlogThreshold is the SLOWLOG threshold of scenarios 7 and 10: calls
+// that take longer are logged (the issue's bound is 10 ms).
+const slowlogThreshold = time.Millisecond
+
+// BacklogStep is what scenario 7 measured at one size of the ladder.
+type BacklogStep struct {
+	Size        int     `json:"size"` // waiting messages in the topic
+	FillSeconds float64 `json:"fill_seconds"`
+	FillRate    float64 `json:"fill_rate"`
+	UsedMemory  int64   `json:"used_memory"` // INFO used_memory after the fill
+	// BytesPerMsg is the used_memory growth of all fills so far over Size;
+	// StepBytesPerMsg that of this step's fill over the messages it added.
+	BytesPerMsg     float64 `json:"bytes_per_msg"`
+	StepBytesPerMsg float64 `json:"step_bytes_per_msg"`
+	// PublishRate: Scaling messages due in 1 ms, 500 per call from 8
+	// goroutines, no scheduler running.
+	PublishRate *float64 `json:"publish_rate"`
+	// PromoteRate: those messages moved by a Manager alone; the Redis cost
+	// per message moved: script time (INFO commandstats) and server CPU.
+	PromoteRate       *float64 `json:"promote_rate"`
+	PromoteScriptUsec float64  `json:"promote_script_usec_per_msg"`
+	PromoteCPUUsec    float64  `json:"promote_cpu_usec_per_msg"`
+	// DeliveryRate: Scaling messages due at one instant T, delivered and
+	// acknowledged by subscribers: messages / (last delivery − T).
+	DeliveryRate *float64  `json:"delivery_rate"`
+	Delivery     *Lateness `json:"delivery_lateness"`
+	// SLOWLOG of the fill, and of the measurements after it.
+	FillSlowest SlowCall `json:"fill_slowest"`
+	Slowest     SlowCall `json:"slowest"`
+}
+
+// SpikeRun is one run of scenario 10.
+type SpikeRun struct {
+	Messages    int       `json:"messages"`
+	Partitions  int       `json:"partitions"`
+	Subscribers int       `json:"subscribers"`
+	PublishRate float64   `json:"publish_rate"`
+	Lateness    *Lateness `json:"lateness"` // from T; Max: the last delivery
+	// Rate is messages / (last delivery − T).
+	Rate *float64 `json:"rate"`
+	// SLOWLOG from the first publish on, and from T on.
+	Slowest      SlowCall `json:"slowest"`
+	SlowestAfter SlowCall `json:"slowest_after_due"`
+}
+
+// SlowCall is the slowest call SLOWLOG recorded over a part of a run.
+type SlowCall struct {
+	Ms      float64 `json:"ms"`
+	Command string  `json:"command,omitempty"`
+	Calls   int     `json:"calls_over_threshold"` // calls ≥ slowlogThreshold
+	Over10  int     `json:"calls_over_10ms"`
+}
+
+func (s SlowCall) String() string {
+	if s.Calls == 0 {
+		return fmt.Sprintf("none ≥ %s", slowlogThreshold)
+	}
+	return fmt.Sprintf("%s ms, %s; %d calls ≥ %s, %d ≥ 10 ms", formatNumber(s.Ms), s.Command, s.Calls, slowlogThreshold, s.Over10)
+}
+
+// backlogDelay is the delay of a backlog message: 1 to 30 days ahead,
+// uniformly, as reminders and trial ends are spread.
+func backlogDelay() time.Duration {
+	return 24*time.Hour + rand.N(29*24*time.Hour)
+}
+
+// untracked marks payloads the delivery handler counts without a tracker.
+const untracked = math.MaxUint64
+
+// publishUser publishes n messages at the user's shape to topic, with the
+// delay due returns for each. With t, message i carries i in the first 8
+// bytes of its payload and is tracked; without, the payload is shared and
+// marked untracked. done, if not nil, counts published messages.
+func publishUser(pub message.Publisher, topic string, n int, payload []byte, t *tracker, due func() delay.Delay, done *atomic.Int64) (time.Duration, error) {
+	shared := make([]byte, len(payload))
+	copy(shared, payload)
+	binary.BigEndian.PutUint64(shared, untracked)
+	return runPublishersN(userPublishers, n, userBatch, func(first, count int) error {
+		msgs := make([]*message.Message, count)
+		for i := range msgs {
+			p := shared
+			if t != nil {
+				p = make([]byte, len(payload))
+				copy(p, payload)
+				binary.BigEndian.PutUint64(p, uint64(first+i))
+			}
+			msgs[i] = message.NewMessage(watermill.NewUUID(), p)
+			delay.Message(msgs[i], due())
+		}
+		err := pub.Publish(topic, msgs...)
+		if done != nil && err == nil {
+			done.Add(int64(count))
+		}
+		return err
+	})
+}
+
+// backlogLadder measures scenario 7: one topic grown to each size of
+// -backlogs in one Redis, with at each size the memory per waiting message,
+// the delayed publish rate, the promotion rate and cost, the due delivery
+// rate and the slowest call. It stops before a size whose fill would take
+// Redis past -max-memory.
+func (b *bench) backlogLadder() {
+	if b.failed("flush", b.flush()) {
+		return
+	}
+	restore, err := b.limitRedis()
+	if b.failed("configure Redis for the ladder", err) {
+		return
+	}
+	defer restore()
+	payload := randomPayload(userPayload)
+	client := newClient(b.addr, poolSize)
+	defer client.Close()
+	base, err := b.settledMemory()
+	if b.failed("INFO memory", err) {
+		return
+	}
+	var (
+		current int   // messages waiting
+		grown   int64 // used_memory growth of the fills
+		perMsg  float64
+		used    = base
+	)
+	for _, size := range b.opts.Backlogs {
+		add := size - current
+		if need := used + int64(1.1*perMsg*float64(add)); perMsg > 0 && need > b.opts.MaxMemory {
+			b.rep.BacklogLimit = fmt.Sprintf("%s not reached: at %s B per message it would take Redis to about %.1f GB, over -max-memory %.1f GB (maxmemory, noeviction)",
+				count(size), formatNumber(perMsg), float64(need)/1e9, float64(b.opts.MaxMemory)/1e9)
+			progress("ladder stops: %s", b.rep.BacklogLimit)
+			break
+		}
+		step := &BacklogStep{Size: size}
+		if b.failed("SLOWLOG RESET", b.admin.SlowLogReset(b.ctx).Err()) {
+			return
+		}
+		before, err := b.settledMemory()
+		if b.failed("INFO memory", err) {
+			return
+		}
+		progress("filling the backlog from %s to %s (500 per call × 8 goroutines, due in 1–30 days)", count(current), count(size))
+		d, err := b.fillBacklog(client, current, add, payload)
+		if err != nil {
+			b.rep.BacklogLimit = fmt.Sprintf("%s not reached: filling from %s failed: %v", count(size), count(current), err)
+			b.rep.errorf("backlog fill: %s", b.rep.BacklogLimit)
+			break
+		}
+		after, err := b.settledMemory()
+		if b.failed("INFO memory", err) {
+			return
+		}
+		step.FillSeconds, step.FillRate = d.Seconds(), float64(add)/d.Seconds()
+		grown += after - before
+		step.UsedMemory = after
+		step.BytesPerMsg = float64(grown) / float64(size)
+		step.StepBytesPerMsg = float64(after-before) / float64(add)
+		perMsg = max(step.BytesPerMsg, step.StepBytesPerMsg)
+		current = size
+		if step.FillSlowest, err = b.slowest(time.Time{}); b.failed("SLOWLOG GET", err) {
+			return
+		}
+		progress("backlog %s: %s B/msg (this step %s B/msg), used_memory %.2f GB, filled at %s msg/s; slowest call %s",
+			count(size), formatNumber(step.BytesPerMsg), formatNumber(step.StepBytesPerMsg), float64(after)/1e9,
+			formatNumber(step.FillRate), step.FillSlowest)
+		if b.failed("SLOWLOG RESET", b.admin.SlowLogReset(b.ctx).Err()) {
+			return
+		}
+		b.measureAtBacklog(client, step, payload)
+		if step.Slowest, err = b.slowest(time.Time{}); b.failed("SLOWLOG GET", err) {
+			return
+		}
+		b.rep.Backlog = append(b.rep.Backlog, step)
+		used, err = b.settledMemory()
+		if b.failed("INFO memory", err) {
+			return
+		}
+	}
+	b.backlogRows()
+}
+
+// fillBacklog adds n far-future messages to the backlog topic, printing
+// progress every 10 s, and returns how long that took.
+func (b *bench) fillBacklog(client *redis.Client, from, n int, payload []byte) (time.Duration, error) {
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, b.logger)
+	if err != nil {
+		return 0, err
+	}
+	defer pub.Close()
+	var done atomic.Int64
+	stop := make(chan struct{})
+	printed := make(chan struct{})
+	go func() {
+		defer close(printed)
+		start := time.Now()
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				mem, _ := usedMemory(b.ctx, b.admin)
+				k := done.Load()
+				progress("   %s of %s waiting (%s msg/s), used_memory %.2f GB", count(from+int(k)), count(from+n),
+					formatNumber(float64(k)/time.Since(start).Seconds()), float64(mem)/1e9)
+			}
+		}
+	}()
+	d, err := publishUser(pub, backlogTopic, n, payload, nil, func() delay.Delay { return delay.For(backlogDelay()) }, &done)
+	close(stop)
+	<-printed
+	return d, err
+}
+
+// measureAtBacklog measures one step of the ladder: publish of messages due
+// in 1 ms with no scheduler running, their promotion by a Manager alone,
+// then (after subscribers drained them) the delivery of messages all due
+// at one instant.
+func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payload []byte) {
+	n := b.opts.Scaling
+	at := "at backlog " + count(step.Size)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, b.logger)
+	if b.failed("publisher", err) {
+		return
+	}
+	defer pub.Close()
+	step.PublishRate = b.measure(fmt.Sprintf("publish delayed 1 ms, 500 per call × 8 %s", at), n, func() (time.Duration, error) {
+		return publishUser(pub, backlogTopic, n, payload, nil, func() delay.Delay { return delay.For(time.Millisecond) }, nil)
+	})
+	if step.PublishRate == nil {
+		return
+	}
+	time.Sleep(10 * time.Millisecond) // all due
+	step.PromoteRate = b.measure(fmt.Sprintf("promote %s due, Manager alone, %s", count(n), at), n, func() (time.Duration, error) {
+		return promote(b.ctx, b.logger, client, backlogTopic, int64(step.Size))
+	})
+	if step.PromoteRate == nil {
+		return
+	}
+	run := b.rep.Runs[len(b.rep.Runs)-1]
+	step.PromoteScriptUsec = float64(run.ScriptUsec) / float64(n)
+	step.PromoteCPUUsec = run.CPUTime * 1e6 / float64(n)
+	progress("   promotion costs Redis %.2f µs of scripts, %.2f µs of CPU per message", step.PromoteScriptUsec, step.PromoteCPUUsec)
+	step.Delivery, step.DeliveryRate, _ = b.dueAtOnce(client, pub, backlogTopic, 1, n, n, payload, *step.PublishRate,
+		fmt.Sprintf("deliver %s due at once, %d subscribers, %s", count(n), b.opts.Subscribers, at))
+}
+
+// dueAtOnce runs subscribers (defaults, embedded schedulers on) of topic
+// through a Router with an ack-only handler, waits until they have handled
+// drain untracked messages, then publishes n messages due at one whole
+// second T (delay.Until(T), far enough ahead for publishing to end before
+// it, judged from pubRate) and waits until all n are handled. It returns
+// their lateness from T, the rate n / (last delivery − T) and T.
+func (b *bench) dueAtOnce(client *redis.Client, pub message.Publisher, topic string, partitions, n, drain int, payload []byte, pubRate float64, name string) (*Lateness, *float64, time.Time) {
+	t := newTracker(n)
+	var drained atomic.Int64
+	drainDone := make(chan struct{})
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, b.logger)
+	if b.failed(name, err) {
+		return nil, nil, time.Time{}
+	}
+	var subs []message.Subscriber
+	defer func() {
+		for _, s := range subs {
+			_ = s.Close()
+		}
+	}()
+	for i := range b.opts.Subscribers {
+		sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{
+			Client:        client,
+			ConsumerGroup: consumerGroup,
+			Consumer:      fmt.Sprintf("c%d", i),
+			Partitions:    partitions,
+		}, b.logger)
+		if b.failed(name, err) {
+			return nil, nil, time.Time{}
+		}
+		subs = append(subs, sub)
+		router.AddConsumerHandler(fmt.Sprintf("due-%d", i), topic, sub, func(msg *message.Message) error {
+			if len(msg.Payload) >= 8 && binary.BigEndian.Uint64(msg.Payload) == untracked {
+				if drained.Add(1) == int64(drain) {
+					close(drainDone)
+				}
+				return nil
+			}
+			t.deliver(msg.Payload)
+			return nil
+		})
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(b.ctx) }()
+	defer func() { _ = errors.Join(router.Close(), <-runErr) }()
+	select {
+	case <-router.Running():
+	case err := <-runErr:
+		runErr <- err
+		b.failed(name, fmt.Errorf("router stopped: %w", err))
+		return nil, nil, time.Time{}
+	}
+	if drain > 0 {
+		progress("   subscribers take the %s promoted messages", count(drain))
+		if b.failed(name+": drain", waitFor(drainDone, drained.Load, drain)) {
+			return nil, nil, time.Time{}
+		}
+	}
+	lead := time.Second + time.Duration(2*float64(n)/pubRate*float64(time.Second))
+	due := time.Now().Add(lead).Truncate(time.Second).Add(time.Second)
+	var lat *Lateness
+	rate := b.measure(name, n, func() (time.Duration, error) {
+		for i := range t.due {
+			t.due[i] = due.UnixNano()
+		}
+		if _, err := publishUser(pub, topic, n, payload, t, func() delay.Delay { return delay.Until(due) }, nil); err != nil {
+			return 0, err
+		}
+		left := time.Until(due)
+		if left < 0 {
+			return 0, fmt.Errorf("publishing ended %s after the due time: the lead of %s was too short", -left, lead)
+		}
+		progress("   %s published, due in %s", count(n), left.Round(time.Millisecond))
+		if err := waitFor(t.done, t.delivered.Load, n); err != nil {
+			return 0, err
+		}
+		var last time.Time
+		lat, last = t.lateness()
+		return last.Sub(due), nil
+	})
+	if lat != nil {
+		progress("   from the due time: p50 %s ms, p99 %s ms, last %s ms; %d duplicates",
+			formatNumber(lat.P50), formatNumber(lat.P99), formatNumber(lat.Max), lat.Duplicates)
+	}
+	return lat, rate, due
+}
+
+// spike measures scenario 10: -spike messages due at one instant on an
+// empty topic, delivered to 4 subscribers; with one partition (the
+// default) and with -spike-partitions.
+func (b *bench) spike() {
+	parts := []int{1}
+	if b.opts.SpikePartitions > 1 {
+		parts = append(parts, b.opts.SpikePartitions)
+	}
+	for _, p := range parts {
+		run := b.spikeRun(p)
+		if run == nil {
+			continue
+		}
+		b.rep.Spikes = append(b.rep.Spikes, run)
+		label := fmt.Sprintf("%s due at one instant, %d subscribers, %s", count(run.Messages), run.Subscribers, partitionsLabel(run.Partitions))
+		b.rep.row("10", label+": last delivered after the due time", "ms", "≤ 10,000 ms", ptr(run.Lateness.Max))
+		b.rep.row("10", label+": rate from the due time", "msg/s", "", run.Rate)
+		b.rep.row("10", label+": slowest call (SLOWLOG), from the first publish", "ms", "≤ 10 ms", ptr(run.Slowest.Ms))
+		b.rep.row("10", label+": slowest call (SLOWLOG), from the due time", "ms", "≤ 10 ms", ptr(run.SlowestAfter.Ms))
+	}
+}
+
+func (b *bench) spikeRun(partitions int) *SpikeRun {
+	n := b.opts.Spike
+	name := fmt.Sprintf("spike %s, %s", count(n), partitionsLabel(partitions))
+	if b.failed("flush", b.flush()) {
+		return nil
+	}
+	restore, err := b.limitRedis()
+	if b.failed("configure Redis for the spike", err) {
+		return nil
+	}
+	defer restore()
+	client := newClient(b.addr, poolSize)
+	defer client.Close()
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: partitions}, b.logger)
+	if b.failed(name, err) {
+		return nil
+	}
+	defer pub.Close()
+	payload := randomPayload(userPayload)
+	// A timed sample of far-future messages sets the lead.
+	sample := min(n, 20_000)
+	d, err := publishUser(pub, spikeTopic, sample, payload, nil, func() delay.Delay { return delay.For(backlogDelay()) }, nil)
+	if b.failed(name+": sample", err) {
+		return nil
+	}
+	if b.failed("SLOWLOG RESET", b.admin.SlowLogReset(b.ctx).Err()) {
+		return nil
+	}
+	run := &SpikeRun{Messages: n, Partitions: partitions, Subscribers: b.opts.Subscribers, PublishRate: float64(sample) / d.Seconds()}
+	lat, rate, due := b.dueAtOnce(client, pub, spikeTopic, partitions, n, 0, payload, run.PublishRate, name)
+	if lat == nil {
+		return nil
+	}
+	run.Lateness, run.Rate = lat, rate
+	if run.Slowest, err = b.slowest(time.Time{}); b.failed("SLOWLOG GET", err) {
+		return nil
+	}
+	if run.SlowestAfter, err = b.slowest(due); b.failed("SLOWLOG GET", err) {
+		return nil
+	}
+	progress("   slowest call from the first publish: %s; from the due time: %s", run.Slowest, run.SlowestAfter)
+	return run
+}
+
+// backlogRows adds the ladder's figures to the table, each size against
+// the smallest.
+func (b *bench) backlogRows() {
+	steps := b.rep.Backlog
+	if len(steps) == 0 {
+		return
+	}
+	first := steps[0]
+	ref := "at " + count(first.Size)
+	for _, s := range steps {
+		at := " at backlog " + count(s.Size)
+		peers := func(v *float64) []Peer {
+			if s == first {
+				return nil
+			}
+			return []Peer{peer(ref, v)}
+		}
+		b.rep.row("7", "Redis memory per waiting message"+at, "B/msg", "≤ 200 B", ptr(s.BytesPerMsg), peers(ptr(first.BytesPerMsg))...)
+		b.rep.row("7", "publish delayed, 500 per call × 8"+at, "msg/s", "≥ 0.8× the smallest backlog", s.PublishRate, peers(first.PublishRate)...)
+		b.rep.row("7", "promote (Manager alone)"+at, "msg/s", "", s.PromoteRate, peers(first.PromoteRate)...)
+		b.rep.row("7", "promotion: script time per message"+at, "µs", "flat", ptr(s.PromoteScriptUsec), peers(ptr(first.PromoteScriptUsec))...)
+		b.rep.row("7", "due delivery, due time to ack"+at, "msg/s", "≥ 0.8× the smallest backlog", s.DeliveryRate, peers(first.DeliveryRate)...)
+		b.rep.row("7", "slowest call (SLOWLOG) while measuring"+at, "ms", "≤ 10 ms", ptr(s.Slowest.Ms))
+	}
+}
+
+// limitRedis caps Redis memory at -max-memory with noeviction (an over-full
+// run fails with OOM instead of swapping the machine) and logs calls over
+// slowlogThreshold; it returns what restores the previous settings.
+func (b *bench) limitRedis() (func(), error) {
+	set := map[string]string{
+		"maxmemory":               strconv.FormatInt(b.opts.MaxMemory, 10),
+		"maxmemory-policy":        "noeviction",
+		"slowlog-log-slower-than": strconv.FormatInt(slowlogThreshold.Microseconds(), 10),
+		"slowlog-max-len":         "100000",
+	}
+	old := map[string]string{}
+	restore := func() {
+		for k, v := range old {
+			_ = b.admin.ConfigSet(b.ctx, k, v).Err()
+		}
+	}
+	for k, v := range set {
+		was, err := b.admin.ConfigGet(b.ctx, k).Result()
+		if err != nil {
+			restore()
+			return nil, err
+		}
+		if err := b.admin.ConfigSet(b.ctx, k, v).Err(); err != nil {
+			restore()
+			return nil, err
+		}
+		old[k] = was[k]
+	}
+	return restore, nil
+}
+
+// settledMemory returns used_memory once Redis has freed the buffers of
+// connections that just went idle.
+func (b *bench) settledMemory() (int64, error) {
+	time.Sleep(200 * time.Millisecond)
+	return usedMemory(b.ctx, b.admin)
+}
+
+// slowest returns the slowest call SLOWLOG holds from since on, leaving out
+// the bench's own administration (FLUSHALL, INFO, CONFIG, SLOWLOG).
+func (b *bench) slowest(since time.Time) (SlowCall, error) {
+	var s SlowCall
+	logs, err := b.admin.SlowLogGet(b.ctx, -1).Result()
+	if err != nil {
+		return s, err
+	}
+	for _, l := range logs {
+		if len(l.Args) == 0 || l.Time.Before(since) {
+			continue
+		}
+		switch strings.ToLower(l.Args[0]) {
+		case "flushall", "flushdb", "info", "config", "slowlog":
+			continue
+		}
+		s.Calls++
+		if l.Duration >= 10*time.Millisecond {
+			s.Over10++
+		}
+		if ms := float64(l.Duration) / float64(time.Millisecond); ms > s.Ms {
+			s.Ms, s.Command = ms, describeCall(l.Args)
+		}
+	}
+	return s, nil
+}
+
+// describeCall names a logged call: the command, and for a script its
+// hash prefix and its keys without the prefix and topic (the part after
+// "}:"), which tell the scripts apart.
+func describeCall(args []string) string {
+	cmd := strings.ToLower(args[0])
+	if (cmd != "evalsha" && cmd != "eval") || len(args) < 3 {
+		return cmd
+	}
+	name := args[1]
+	if cmd == "evalsha" && len(name) == 40 {
+		name = name[:8]
+	} else {
+		name = "script"
+	}
+	n, err := strconv.Atoi(args[2])
+	if err != nil {
+		return cmd + " " + name
+	}
+	var keys []string
+	for _, k := range args[3:min(len(args), 3+n, 6)] {
+		if _, rest, ok := strings.Cut(k, "}:"); ok {
+			k = rest
+		}
+		keys = append(keys, k)
+	}
+	more := ""
+	if n > len(keys) {
+		more = ", …"
+	}
+	return fmt.Sprintf("%s %s (%d keys: %s%s)", cmd, name, n, strings.Join(keys, ", "), more)
+}
+
+func partitionsLabel(n int) string {
+	if n == 1 {
+		return "1 partition"
+	}
+	return fmt.Sprintf("%d partitions", n)
+}

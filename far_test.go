@@ -1,0 +1,418 @@
+package redisdelay_test
+
+import (
+	"context"
+	"encoding/binary"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// The far tier (far.go) with the test binary's short buckets (TestMain):
+// messages due more than about 2.5 s ahead go there.
+
+// farKeys counts what a topic holds in the far tier: buckets, and the
+// messages its counter says are there.
+func farKeys(t *testing.T, topic string) (buckets int64, messages int64) {
+	t.Helper()
+	client := newClient(t)
+	ctx := context.Background()
+	buckets = client.ZCard(ctx, lcKey(topic, "far")).Val()
+	messages, _ = client.HGet(ctx, lcKey(topic, "fmeta"), "n").Int64()
+	return buckets, messages
+}
+
+// Far messages are unpacked ahead of their due time and delivered on time,
+// never early, each once; the near and far ones interleave in due order.
+func TestFar_DeliveredOnTimeNeverEarly(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	due := map[string]time.Time{}
+	var msgs []*message.Message
+	start := time.Now()
+	for i := range 40 {
+		d := time.Duration(300+i*100) * time.Millisecond // 0.3 s to 4.2 s: near and far
+		msg := delayed(delay.For(d), "m"+strconv.Itoa(i))
+		due[msg.UUID] = start.Add(d)
+		msgs = append(msgs, msg)
+	}
+	require.NoError(t, pub.Publish(tp, msgs...))
+	buckets, far := farKeys(t, tp)
+	require.Positive(t, buckets, "some went to the far tier")
+	require.Positive(t, far)
+	require.Less(t, far, int64(40), "some stayed near")
+	assert.EqualValues(t, 40, lcStats(t, lcInspector(t, client), tp).Waiting, "Stats counts both tiers")
+
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, tp)
+	seen := map[string]bool{}
+	for range 40 {
+		msg := receive(t, ch, 6*time.Second)
+		got := time.Now()
+		require.False(t, seen[msg.UUID], "delivered twice")
+		seen[msg.UUID] = true
+		require.False(t, got.Before(due[msg.UUID]), "early: %s before its due time", due[msg.UUID].Sub(got))
+		assert.Less(t, got.Sub(due[msg.UUID]), time.Second, "late")
+		msg.Ack()
+	}
+	nothing(t, ch, 300*time.Millisecond)
+	buckets, far = farKeys(t, tp)
+	assert.Zero(t, buckets)
+	assert.Zero(t, far)
+	keys, err := client.Keys(context.Background(), lcKey(tp, "f*")).Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys, "the far tier leaves no key behind")
+}
+
+// Waiting lists both tiers in due order, FindWaiting and DueHistogram see
+// far messages, Overdue reports a far bucket nobody unpacked, and a far
+// message keeps its place: Find does not move it.
+func TestFar_Inspector(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	insp := lcInspector(t, client)
+	ctx := context.Background()
+	var want []string
+	for i := range 12 {
+		// due every 500 ms from 1 s to 6.5 s, published in reverse order
+		msg := delayed(delay.For(time.Duration(6500-i*500)*time.Millisecond), "w"+strconv.Itoa(i))
+		if i%4 == 0 {
+			// keyed: in the waiting set whatever its due time
+			redisdelay.SetBusinessKey(msg, "k"+strconv.Itoa(i))
+		}
+		want = append([]string{msg.UUID}, want...)
+		require.NoError(t, pub.Publish(tp, msg))
+	}
+	_, far := farKeys(t, tp)
+	require.Positive(t, far)
+	page, err := insp.Waiting(ctx, tp, 0, 100)
+	require.NoError(t, err)
+	var got []string
+	for _, w := range page {
+		got = append(got, w.Message.UUID)
+		assert.Empty(t, w.Corrupt)
+	}
+	assert.Equal(t, want, got, "both tiers in due order")
+	page, err = insp.Waiting(ctx, tp, 3, 4)
+	require.NoError(t, err)
+	require.Len(t, page, 4)
+	assert.Equal(t, want[3], page[0].Message.UUID)
+	assert.Equal(t, want[6], page[3].Message.UUID)
+
+	last := want[len(want)-1] // due in 6.5 s: far
+	w, ok, err := insp.FindWaiting(ctx, tp, last)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, "w0", string(w.Message.Payload))
+	assert.WithinDuration(t, time.Now().Add(6500*time.Millisecond), w.Due, time.Second)
+	_, after := farKeys(t, tp)
+	assert.Equal(t, far, after, "finding a far message leaves it there")
+
+	now := time.Now()
+	counts, err := insp.DueHistogram(ctx, tp, []time.Time{now, now.Add(3 * time.Second), now.Add(time.Hour)})
+	require.NoError(t, err)
+	require.Len(t, counts, 4)
+	assert.EqualValues(t, 12, counts[0]+counts[1]+counts[2]+counts[3])
+	assert.Positive(t, counts[2], "far messages counted in their bin")
+
+	// no scheduler runs: the first far bucket's time passes packed
+	require.Eventually(t, func() bool {
+		o, err := insp.Overdue(ctx, tp)
+		return err == nil && o > 0
+	}, 8*time.Second, 100*time.Millisecond, "Overdue sees far messages nobody unpacked")
+}
+
+// Cancel and Reschedule by UUID reach far messages; a far message cancelled
+// is never delivered, one rescheduled is delivered at its new time.
+func TestFar_CancelAndReschedule(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	gone := delayed(delay.For(4*time.Second), "cancelled")
+	moved := delayed(delay.For(time.Hour), "rescheduled")
+	later := delayed(delay.For(5*time.Second), "moved later")
+	stays := delayed(delay.For(4*time.Second), "stays")
+	require.NoError(t, pub.Publish(tp, gone, moved, later, stays))
+	_, far := farKeys(t, tp)
+	require.EqualValues(t, 4, far)
+
+	ctx := context.Background()
+	ok, err := pub.Cancel(ctx, tp, gone.UUID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = pub.Cancel(ctx, tp, gone.UUID)
+	require.NoError(t, err)
+	require.False(t, ok, "cancelled once")
+	start := time.Now()
+	ok, err = pub.Reschedule(ctx, tp, moved.UUID, start.Add(time.Second))
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = pub.Reschedule(ctx, tp, later.UUID, start.Add(time.Hour))
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.EqualValues(t, 3, lcStats(t, lcInspector(t, client), tp).Waiting)
+
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, tp)
+	msg := receive(t, ch, 3*time.Second)
+	require.Equal(t, moved.UUID, msg.UUID)
+	assert.False(t, time.Now().Before(start.Add(time.Second)), "early")
+	msg.Ack()
+	msg = receive(t, ch, 6*time.Second)
+	require.Equal(t, stays.UUID, msg.UUID)
+	msg.Ack()
+	nothing(t, ch, time.Second)
+	assert.EqualValues(t, 1, lcStats(t, lcInspector(t, client), tp).Waiting, "the one moved an hour on")
+}
+
+// A retried Publish of a far message is a no-op; the same UUID with
+// another body is refused, as for any waiting message; either way the
+// message is delivered once.
+func TestFarRepublish(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	msg := delayed(delay.For(3*time.Second), "original")
+	require.NoError(t, pub.Publish(tp, msg))
+	_, far := farKeys(t, tp)
+	require.EqualValues(t, 1, far)
+
+	require.NoError(t, pub.Publish(tp, msg.Copy()), "identical: a no-op")
+	changed := msg.Copy()
+	changed.Payload = []byte("changed")
+	err := pub.Publish(tp, changed, lcMessage("bystander"))
+	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
+	// with a delay that puts it in the waiting set this time: the far copy
+	// is found all the same (from farMargin on, see farArgOf)
+	near := msg.Copy()
+	near.Metadata = message.Metadata{}
+	delay.Message(near, delay.For(time.Second))
+	require.ErrorIs(t, pub.Publish(tp, near), redisdelay.ErrDuplicateMessage)
+	assert.EqualValues(t, 1, lcStats(t, lcInspector(t, client), tp).Waiting)
+	assert.Zero(t, lcStats(t, lcInspector(t, client), tp).Stream, "nothing of the refused calls was stored")
+
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, tp)
+	got := receive(t, ch, 5*time.Second)
+	assert.Equal(t, msg.UUID, got.UUID)
+	assert.Equal(t, "original", string(got.Payload))
+	got.Ack()
+	nothing(t, ch, 500*time.Millisecond)
+}
+
+// MaxWaiting counts the far tier.
+func TestFar_CapacityCountsFarMessages(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, MaxWaiting: 3}, logger)
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish(tp, delayed(delay.For(time.Hour), "1"), delayed(delay.For(time.Hour), "2"), delayed(delay.For(time.Second), "3")))
+	err = pub.Publish(tp, delayed(delay.For(time.Hour), "4"))
+	require.ErrorIs(t, err, redisdelay.ErrQueueFull)
+	require.ErrorContains(t, err, "holds 3 waiting messages")
+}
+
+// A topic of several partitions: each has its own far tier, unpacked by
+// the scheduler holding the partition.
+func TestFar_Partitions(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := ptPublisher(t, client, 4)
+	start := time.Now()
+	for i := range 40 {
+		// one call each: a call's messages go to one partition
+		require.NoError(t, pub.Publish(tp, delayed(delay.For(3*time.Second), strconv.Itoa(i))))
+	}
+	parts := 0
+	for p := range 4 {
+		if client.Exists(context.Background(), ptKey(tp, p, "far")).Val() == 1 {
+			parts++
+		}
+	}
+	require.Greater(t, parts, 1, "far buckets in several partitions")
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: 4})
+	ch := subscribe(t, sub, tp)
+	for range 40 {
+		msg := receive(t, ch, 6*time.Second)
+		require.False(t, time.Now().Before(start.Add(3*time.Second)), "early")
+		msg.Ack()
+	}
+}
+
+// Many messages due in one bucket (a midnight spike) are unpacked a
+// bounded batch per script call, and all delivered once.
+func TestFar_SpikeUnpackedInBatches(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20,000 messages; TestFar_DeliveredOnTimeNeverEarly covers unpacking")
+	}
+	client := singleClient(t, "reads the server's slow log")
+	tp := topic()
+	pub := lcPublisher(t, client)
+	at := time.Now().Add(4 * time.Second).Truncate(time.Second).Add(time.Second)
+	const n = 20000
+	for c := range n / 500 {
+		var batch []*message.Message
+		for i := range 500 {
+			batch = append(batch, delayed(delay.Until(at), strconv.Itoa(c*500+i)))
+		}
+		require.NoError(t, pub.Publish(tp, batch...))
+	}
+	_, far := farKeys(t, tp)
+	require.EqualValues(t, n, far, "all in the far tier")
+	longest := recordScripts(t, client)
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 256})
+	ch := subscribe(t, sub, tp)
+	seen := map[string]bool{}
+	for len(seen) < n {
+		msg := receive(t, ch, 10*time.Second)
+		require.False(t, time.Now().Before(at), "early")
+		require.False(t, seen[msg.UUID], "twice")
+		seen[msg.UUID] = true
+		msg.Ack()
+	}
+	t.Logf("FIGURE 20,000 messages due at one instant: all delivered %s after it", time.Since(at).Round(time.Millisecond))
+	worst, _ := longest()
+	require.Less(t, worst, scriptTimeBound, "a script call blocked Redis too long")
+}
+
+// Data written by the layout before the far tier (every waiting message in
+// the waiting set and its hash, bodies of codec version 2 with the UUID as
+// text) is delivered after an upgrade, beside new far messages.
+func TestFar_UpgradeFromWaitingSetLayout(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	ctx := context.Background()
+	old := watermill.NewUUID()
+	// version 2: UUID as text, one text metadata entry, payload
+	body := []byte{2}
+	body = binary.AppendUvarint(body, uint64(len(old)))
+	body = append(body, old...)
+	body = binary.AppendUvarint(body, 1)
+	body = binary.AppendUvarint(body, 2*uint64(len("k")))
+	body = append(body, 'k')
+	body = binary.AppendUvarint(body, 1)
+	body = append(body, 'v')
+	body = append(body, "written by the old layout"...)
+	now, err := client.Time(ctx).Result()
+	require.NoError(t, err)
+	due := now.Add(500 * time.Millisecond).UnixMilli()
+	require.NoError(t, client.ZAdd(ctx, lcKey(tp, "waiting"), redis.Z{Score: float64(due*1024 + 1), Member: old}).Err())
+	require.NoError(t, client.HSet(ctx, lcKey(tp, "bodies"), old, body).Err())
+	require.NoError(t, client.SAdd(ctx, redisdelay.DefaultKeyPrefix+":topics", tp).Err())
+
+	pub := lcPublisher(t, client)
+	fresh := delayed(delay.For(3*time.Second), "new, far")
+	require.NoError(t, pub.Publish(tp, fresh))
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, tp)
+	msg := receive(t, ch, 3*time.Second)
+	assert.Equal(t, old, msg.UUID)
+	assert.Equal(t, "v", msg.Metadata.Get("k"))
+	assert.Equal(t, "written by the old layout", string(msg.Payload))
+	msg.Ack()
+	msg = receive(t, ch, 5*time.Second)
+	assert.Equal(t, fresh.UUID, msg.UUID)
+	msg.Ack()
+}
+
+// A UUID that is not canonical (upper case, a ULID) goes to the far tier
+// too, keyed by its text.
+func TestFar_NonCanonicalUUIDs(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	ids := []string{"0B1E6C1A-7D7E-4C6F-9D3B-2F6A1E9C0D11", watermill.NewULID(), "order-42"}
+	for _, id := range ids {
+		msg := message.NewMessage(id, []byte(id))
+		delay.Message(msg, delay.For(3*time.Second))
+		require.NoError(t, pub.Publish(tp, msg))
+	}
+	_, far := farKeys(t, tp)
+	require.EqualValues(t, len(ids), far)
+	insp := lcInspector(t, client)
+	for _, id := range ids {
+		w, ok, err := insp.FindWaiting(context.Background(), tp, id)
+		require.NoError(t, err)
+		require.True(t, ok, id)
+		assert.Equal(t, id, w.Message.UUID)
+	}
+	ok, err := pub.Cancel(context.Background(), tp, ids[2])
+	require.NoError(t, err)
+	require.True(t, ok)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, tp)
+	got := map[string]bool{}
+	for range 2 {
+		msg := receive(t, ch, 5*time.Second)
+		got[msg.UUID] = true
+		msg.Ack()
+	}
+	assert.Equal(t, map[string]bool{ids[0]: true, ids[1]: true}, got)
+	nothing(t, ch, 300*time.Millisecond)
+}
+
+// A far element that cannot be read is dropped at unpacking, with an error
+// logged; the bucket's other messages are delivered.
+func TestFar_CorruptElementDroppedAndLogged(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	ctx := context.Background()
+	pub := lcPublisher(t, client)
+	var msgs []*message.Message
+	for i := range 3 {
+		msgs = append(msgs, delayed(delay.For(3*time.Second), strconv.Itoa(i)))
+	}
+	require.NoError(t, pub.Publish(tp, msgs...))
+	buckets, err := client.ZRange(ctx, lcKey(tp, "far"), 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, buckets, 1)
+	bucket := lcKey(tp, "fb:"+buckets[0])
+	first, err := client.LIndex(ctx, bucket, 0).Result()
+	require.NoError(t, err)
+	require.NoError(t, client.LSet(ctx, bucket, 0, first[:8]+"\x07garbage").Err())
+
+	logs := watermill.NewCaptureLogger()
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{tp}}, logs)
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(ctx) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	ch := subscribe(t, sub, tp)
+	for range 2 {
+		receive(t, ch, 6*time.Second).Ack()
+	}
+	nothing(t, ch, 300*time.Millisecond)
+	require.True(t, logs.Has(watermill.CapturedMessage{Level: watermill.ErrorLogLevel,
+		Fields: watermill.LogFields{"topic": tp, "count": int64(1), "bucket": mustInt(t, buckets[0])},
+		Msg:    "redisdelay: far messages that cannot be read were dropped"}), "the drop is logged")
+	_, far := farKeys(t, tp)
+	assert.Zero(t, far)
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	require.NoError(t, err)
+	return n
+}

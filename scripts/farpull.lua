@@ -1,0 +1,60 @@
+#!lua flags=allow-oom
+--[[
+  farpull: moves one far message (see far.go), found by its UUID's far
+  index entry, into the waiting set with its due time, so Cancel,
+  Reschedule and a retried Publish handle it there like any waiting
+  message; or, with ARGV[6] = "1", only reads it. Its bucket element becomes
+  "" (the bucket's unpacking skips it); a bucket left with no live element
+  is deleted. Flagged allow-oom: it frees more than it adds.
+
+  KEYS[1] far      zset   far bucket number -> when to unpack it (ms)
+  KEYS[2] fmeta    hash   far counters: n, p:<bucket> (popped), l:<bucket> (live)
+  KEYS[3] bucket   list   the message's far bucket
+  KEYS[4] index    hash   the far index shard of the UUID
+  KEYS[5] waiting  zset   message UUID -> due score
+  KEYS[6] bodies   hash   message UUID -> encoded message
+  ARGV[1] the UUID's far index field
+  ARGV[2] the location the caller read for it (bucket * 2^24 + position)
+  ARGV[3] the message UUID
+  ARGV[4] the bucket's number
+  ARGV[5] wake channel, published to when the message becomes the earliest
+  ARGV[6] "1": only read the message
+
+  Returns {1, body, due score} when the message was there (and, unless read
+  only, is moved), {0} when the index no longer holds that location (moved
+  or unpacked meanwhile: the caller looks again).
+]]
+local loc = redis.call('HGET', KEYS[4], ARGV[1])
+if loc ~= ARGV[2] then
+  return {0}
+end
+local b = ARGV[4]
+local pos = tonumber(loc) % 16777216 - tonumber(redis.call('HGET', KEYS[2], 'p:' .. b) or '0')
+local e = redis.call('LINDEX', KEYS[3], pos)
+if not e or #e < 9 then
+  -- an index entry without its element cannot be: drop it, report nothing
+  redis.call('HDEL', KEYS[4], ARGV[1])
+  return {0}
+end
+local score = struct.unpack('>d', e)
+local body = string.sub(e, 9)
+if ARGV[6] == '1' then
+  return {1, body, score}
+end
+redis.call('LSET', KEYS[3], pos, '')
+redis.call('HDEL', KEYS[4], ARGV[1])
+if redis.call('HINCRBY', KEYS[2], 'n', -1) <= 0 then
+  redis.call('HDEL', KEYS[2], 'n')
+end
+if redis.call('HINCRBY', KEYS[2], 'l:' .. b, -1) <= 0 then
+  redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[1], b)
+  redis.call('HDEL', KEYS[2], 'p:' .. b, 'l:' .. b)
+end
+local head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2]
+redis.call('ZADD', KEYS[5], score, ARGV[3])
+redis.call('HSET', KEYS[6], ARGV[3], body)
+if not head or score < tonumber(head) then
+  redis.call('PUBLISH', ARGV[5], 'd')
+end
+return {1, body, score}
