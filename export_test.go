@@ -2,8 +2,12 @@ package redisdelay
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // SetClock replaces a Publisher's host clock, so tests can run it on a host
@@ -89,4 +93,33 @@ func SetFarTier(width, lead, margin time.Duration) {
 // FarTier reads them back.
 func FarTier() (width, lead, margin time.Duration) {
 	return farWidth, farLead, farMargin
+}
+
+// UnpackFarOnce runs one unpack.lua call on the first far bucket of
+// partition 0 of topic, for at most n elements, as a scheduler holding the
+// partition's lease would: tests drive unpacking a batch at a time.
+func UnpackFarOnce(ctx context.Context, client redis.UniversalClient, topic string, n int) (moved int64, err error) {
+	sh := keys{prefix: DefaultKeyPrefix}.shard(topic, 0)
+	const owner = "test-unpacker"
+	if err := client.Set(ctx, sh.lease(), owner, time.Minute).Err(); err != nil {
+		return 0, err
+	}
+	buckets, err := client.ZRange(ctx, sh.far(), 0, 0).Result()
+	if err != nil || len(buckets) == 0 {
+		return 0, err
+	}
+	b, err := strconv.ParseInt(buckets[0], 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	popped, _ := client.HGet(ctx, sh.farMeta(), "p:"+buckets[0]).Int64()
+	els, err := client.LRange(ctx, sh.farBucket(b), 0, int64(n)-1).Result()
+	if err != nil {
+		return 0, err
+	}
+	r, err := callUnpack(ctx, client, sh, owner, b, popped, els)
+	if err == nil && r.stale {
+		err = fmt.Errorf("unpack of bucket %d: stale", b)
+	}
+	return r.moved, err
 }

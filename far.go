@@ -57,6 +57,7 @@ var farEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 const (
 	farIndexShards = 1 << 19
 	farPosBits     = 24
+	farUnpackBatch = 1000 // elements moved per unpack.lua call, at most
 )
 
 // farField is the field of a UUID in the far index: its 16 bytes when the
@@ -157,13 +158,19 @@ func (s *scheduler) unpackFar(ctx context.Context, sh shard, fields watermill.Lo
 	// Only the lease holder pops, so the count and head read here are still
 	// the bucket's when the script runs (which checks the count), but for
 	// elements a cancel blanked meanwhile (the script skips those). A
-	// pipeline rather than MULTI, which Redis refuses at maxmemory.
-	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// pipeline rather than MULTI, which Redis refuses at maxmemory; each
+	// command's error is checked below (the pipeline's is the first one,
+	// which for a bucket never unpacked is HGET's redis.Nil). At most
+	// farUnpackBatch elements a call, so a call stays short.
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		popped = p.HGet(ctx, sh.farMeta(), "p:"+strconv.FormatInt(b, 10))
-		els = p.LRange(ctx, key, 0, int64(s.batch)-1)
+		els = p.LRange(ctx, key, 0, int64(min(s.batch, farUnpackBatch))-1)
 		return nil
 	})
-	if err != nil && err != redis.Nil {
+	if err := els.Err(); err != nil {
+		return false, fmt.Errorf("read far bucket %d: %w", b, err)
+	}
+	if err := popped.Err(); err != nil && err != redis.Nil {
 		return false, fmt.Errorf("read far bucket %d: %w", b, err)
 	}
 	p, _ := strconv.ParseInt(popped.Val(), 10, 64)

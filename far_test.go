@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -277,7 +279,9 @@ func TestFar_SpikeUnpackedInBatches(t *testing.T) {
 	_, far := farKeys(t, tp)
 	require.EqualValues(t, n, far, "all in the far tier")
 	longest := recordScripts(t, client)
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	// the largest batch: unpack calls still move at most 1,000 (found in
+	// review: a ZADD of 4,000 members at once failed on Lua's stack)
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 4096})
 	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 256})
 	ch := subscribe(t, sub, tp)
 	seen := map[string]bool{}
@@ -415,4 +419,154 @@ func mustInt(t *testing.T, s string) int64 {
 	n, err := strconv.ParseInt(s, 10, 64)
 	require.NoError(t, err)
 	return n
+}
+
+// Found in review: an unpack batch of cancelled (blank) elements only made
+// unpack.lua fail after trimming them (Redis refuses HINCRBY by "-0"),
+// leaving the popped count behind the list, so a later cancel blanked the
+// wrong element: one message lost, the cancelled one delivered. Now every
+// batch keeps the count, and a cancel between batches removes exactly its
+// message.
+func TestFar_CancelBetweenUnpackBatches(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	ctx := context.Background()
+	pub := lcPublisher(t, client)
+	at := time.Now().Add(4 * time.Second).Truncate(time.Second)
+	var ids []string
+	var msgs []*message.Message
+	for i := range 6 {
+		msg := delayed(delay.Until(at), strconv.Itoa(i))
+		ids = append(ids, msg.UUID)
+		msgs = append(msgs, msg)
+	}
+	require.NoError(t, pub.Publish(tp, msgs...))
+	buckets, far := farKeys(t, tp)
+	require.EqualValues(t, 1, buckets)
+	require.EqualValues(t, 6, far)
+	for _, id := range ids[:2] {
+		ok, err := pub.Cancel(ctx, tp, id)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	// the bucket is unpacked from a second (the tests' lead) before at; no
+	// scheduler runs, the test unpacks
+	time.Sleep(time.Until(at.Add(-900 * time.Millisecond)))
+	moved, err := redisdelay.UnpackFarOnce(ctx, client, tp, 2) // the two blanks
+	require.NoError(t, err)
+	require.Zero(t, moved)
+	moved, err = redisdelay.UnpackFarOnce(ctx, client, tp, 1) // ids[2]
+	require.NoError(t, err)
+	require.EqualValues(t, 1, moved)
+	ok, err := pub.Cancel(ctx, tp, ids[4]) // still far, behind popped elements
+	require.NoError(t, err)
+	require.True(t, ok)
+	insp := lcInspector(t, client)
+	for _, id := range []string{ids[3], ids[5]} {
+		w, ok, err := insp.FindWaiting(ctx, tp, id)
+		require.NoError(t, err)
+		require.True(t, ok, "the far message is still found")
+		assert.Equal(t, id, w.Message.UUID)
+	}
+	moved, err = redisdelay.UnpackFarOnce(ctx, client, tp, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, moved)
+	buckets, far = farKeys(t, tp)
+	assert.Zero(t, buckets)
+	assert.Zero(t, far)
+	assert.ElementsMatch(t, []string{ids[2], ids[3], ids[5]}, content(t, tp).waiting)
+}
+
+// One Publish of messages in 4,500 different far buckets (one per second
+// here; a reminder a minute for three days in production): the bucket
+// bookkeeping goes in chunks (found in review: one unpack() of 9,000 values
+// failed on Lua's stack after the call's immediate messages were written).
+func TestFar_OneCallManyBuckets(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	var msgs []*message.Message
+	for i := range 4500 {
+		msgs = append(msgs, delayed(delay.For(time.Duration(3+i)*time.Second), "r"))
+	}
+	msgs = append(msgs, lcMessage("immediate"))
+	require.NoError(t, pub.Publish(tp, msgs...))
+	buckets, far := farKeys(t, tp)
+	assert.GreaterOrEqual(t, buckets, int64(4400))
+	assert.GreaterOrEqual(t, far, int64(4400))
+	st := lcStats(t, lcInspector(t, client), tp)
+	assert.EqualValues(t, 4500, st.Waiting)
+	assert.EqualValues(t, 1, st.Stream)
+}
+
+// An index entry that points at another message's element (damaged data)
+// is dropped: Cancel does not remove the other message.
+func TestFar_IndexPointingElsewhereIsIgnored(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	ctx := context.Background()
+	pub := lcPublisher(t, client)
+	x, y := delayed(delay.For(time.Hour), "x"), delayed(delay.For(time.Hour), "y")
+	require.NoError(t, pub.Publish(tp, x, y))
+	loc := map[string][2]string{} // message -> index key, field
+	keys, err := client.Keys(ctx, lcKey(tp, "fx:*")).Result()
+	require.NoError(t, err)
+	for _, k := range keys {
+		for field := range client.HGetAll(ctx, k).Val() {
+			for _, m := range []*message.Message{x, y} {
+				id := uuid.MustParse(m.UUID)
+				if field == string(id[:]) {
+					loc[m.UUID] = [2]string{k, field}
+				}
+			}
+		}
+	}
+	require.Len(t, loc, 2)
+	yLoc := client.HGet(ctx, loc[y.UUID][0], loc[y.UUID][1]).Val()
+	require.NoError(t, client.HSet(ctx, loc[x.UUID][0], loc[x.UUID][1], yLoc).Err())
+	ok, err := pub.Cancel(ctx, tp, x.UUID)
+	require.NoError(t, err)
+	assert.False(t, ok, "x's entry names y's element: nothing is cancelled")
+	w, ok, err := lcInspector(t, client).FindWaiting(ctx, tp, y.UUID)
+	require.NoError(t, err)
+	require.True(t, ok, "y is untouched")
+	assert.Equal(t, "y", string(w.Message.Payload))
+}
+
+// A far bucket that cannot be read (here a key of the wrong type) is
+// logged and retried; the scheduler goes on promoting the partition's other
+// messages.
+func TestFar_UnreadableBucketIsLoggedAndSchedulingGoesOn(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	ctx := context.Background()
+	pub := lcPublisher(t, client)
+	require.NoError(t, pub.Publish(tp, delayed(delay.For(3*time.Second), "far")))
+	buckets, err := client.ZRange(ctx, lcKey(tp, "far"), 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, buckets, 1)
+	require.NoError(t, client.Set(ctx, lcKey(tp, "fb:"+buckets[0]), "not a list", 0).Err())
+	near := delayed(delay.For(4*time.Second), "near")
+	redisdelay.SetBusinessKey(near, "k") // keyed: in the waiting set
+	require.NoError(t, pub.Publish(tp, near))
+
+	logs := watermill.NewCaptureLogger()
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{tp}}, logs)
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(ctx) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	ch := subscribe(t, sub, tp)
+	msg := receive(t, ch, 7*time.Second)
+	assert.Equal(t, "near", string(msg.Payload))
+	msg.Ack()
+	found := false
+	for _, l := range logs.Captured()[watermill.ErrorLogLevel] {
+		found = found || (l.Msg == "redisdelay: cannot unpack far messages; retrying at the next tick" && l.Err != nil && strings.Contains(l.Err.Error(), "WRONGTYPE"))
+	}
+	assert.True(t, found, "the unpack failure is logged")
 }

@@ -459,9 +459,11 @@ func (l *partLoop) tick(ctx context.Context) (tick, error) {
 		return t, err
 	}
 	if t.held && t.far >= 0 {
+		// A failure here must not keep the rest of the tick (reclaim, trim)
+		// from running: it is logged, and the next tick tries again.
 		done, err := l.s.unpackFar(ctx, l.sh, l.fields, t.far)
-		if err != nil {
-			return t, err
+		if err != nil && ctx.Err() == nil {
+			l.s.limiter.errorf(l.s.logger, "redisdelay: cannot unpack far messages; retrying at the next tick", err, l.fields)
 		}
 		if done {
 			t.wait = 0 // promote what came in, unpack the rest

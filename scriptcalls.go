@@ -77,8 +77,8 @@ func callPublish(ctx context.Context, c redis.Scripter, batch []*pubCall) (publi
 		}
 		return i
 	}
-	args := make([]any, 0, 5+len(batch)+11*msgs)
-	args = append(args, sh.wake(), first.maxWaiting.perPart, first.maxReady.perPart, len(batch), farMargin.Milliseconds())
+	args := make([]any, 0, 6+len(batch)+11*msgs)
+	args = append(args, sh.wake(), first.maxWaiting.perPart, first.maxReady.perPart, len(batch), farMargin.Milliseconds(), farWidth.Milliseconds())
 	for _, call := range batch {
 		args = append(args, call.n)
 	}

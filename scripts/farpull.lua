@@ -30,14 +30,29 @@ if loc ~= ARGV[2] then
 end
 local b = ARGV[4]
 local pos = tonumber(loc) % 16777216 - tonumber(redis.call('HGET', KEYS[2], 'p:' .. b) or '0')
-local e = redis.call('LINDEX', KEYS[3], pos)
-if not e or #e < 9 then
-  -- an index entry without its element cannot be: drop it, report nothing
+local e = pos >= 0 and redis.call('LINDEX', KEYS[3], pos)
+local body = e and string.sub(e, 9) or ''
+-- The element must be the message asked for: its UUID is the index field
+-- (version 3: its 16 bytes) or, as text, the UUID given.
+local id = nil
+local v = string.byte(body, 1)
+if v == 3 then
+  id = string.sub(body, 2, 17) == ARGV[1] and ARGV[3]
+elseif v == 1 or v == 2 then
+  local n, at = string.byte(body, 2), 3
+  if n and n >= 128 then
+    n, at = (n - 128) + 128 * (string.byte(body, 3) or 0), 4
+  end
+  id = n and string.sub(body, at, at + n - 1)
+end
+if id ~= ARGV[3] then
+  -- an index entry whose element is gone or another message's (cannot
+  -- happen unless data was damaged): drop it rather than act on the wrong
+  -- message; the message itself, wherever it is, is still delivered
   redis.call('HDEL', KEYS[4], ARGV[1])
   return {0}
 end
 local score = struct.unpack('>d', e)
-local body = string.sub(e, 9)
 if ARGV[6] == '1' then
   return {1, body, score}
 end

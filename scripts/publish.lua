@@ -26,7 +26,8 @@
   ARGV[4]          number of calls, c
   ARGV[5]          far margin, ms: a message goes to a far bucket only when
                    the bucket is unpacked later than now + this
-  ARGV[5+k]        number of messages of call k (k = 1..c)
+  ARGV[6]          far bucket width, ms
+  ARGV[6+k]        number of messages of call k (k = 1..c)
   then eleven arguments per message, the calls' messages in call order:
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
@@ -45,9 +46,10 @@
   ARGV[j+9]        the first due ms of the bucket
   ARGV[j+10]       when the bucket is unpacked (ms)
                    The message goes to the bucket when it has no business key,
-                   no priority and no holder's score, is due no earlier than
-                   ARGV[j+9], and ARGV[j+10] is after now + the margin: the
-                   bucket is unpacked later, and before the message is due.
+                   no priority and no holder's score, is due within the
+                   bucket (by Redis's clock: the caller chose it by its own),
+                   and ARGV[j+10] is after now + the margin: the bucket is
+                   unpacked later, and before the message is due.
 
   Returns one status per call, in call order, then 1 when KEYS[8] was
   missing (the caller registers the topic again), else 0. A status:
@@ -85,7 +87,8 @@ local maxWaiting = tonumber(ARGV[2])
 local maxReady = tonumber(ARGV[3])
 local calls = tonumber(ARGV[4])
 local farMargin = tonumber(ARGV[5])
-local first = 6 + calls
+local farWidth = tonumber(ARGV[6])
+local first = 7 + calls
 local STRIDE = 11 -- arguments per message
 
 -- delays, which messages wait (delayed or high-priority), their UUIDs, the
@@ -157,7 +160,7 @@ local removed = {}   -- UUIDs of messages waiting before this run that are repla
 local touched = {}   -- business keys whose holder changed
 local j = first
 for k = 1, calls do
-  local stop = j + STRIDE * tonumber(ARGV[5 + k])
+  local stop = j + STRIDE * tonumber(ARGV[6 + k])
   local bad = nil
   local adds, removes = {}, {}
   local dWait, dReady = 0, 0
@@ -313,8 +316,10 @@ if #stored > 0 then
   -- + its position in the bucket, exact in a Lua number.
   local far, farOrder = {}, {}
   for _, m in ipairs(stored) do
+    local due = now + delay[m]
     if ARGV[m + 7] ~= '0' and not fixed[m] and ARGV[m + 3] == '' and ARGV[m + 4] ~= '1'
-        and now + delay[m] >= tonumber(ARGV[m + 9]) and tonumber(ARGV[m + 10]) > now + farMargin then
+        and due >= tonumber(ARGV[m + 9]) and due < tonumber(ARGV[m + 9]) + farWidth
+        and tonumber(ARGV[m + 10]) > now + farMargin then
       local b = ARGV[m + 8]
       if not far[b] then
         far[b] = {}
@@ -333,7 +338,13 @@ if #stored > 0 then
     for k, b in ipairs(farOrder) do
       fields[2 * k - 1], fields[2 * k] = 'p:' .. b, 'l:' .. b
     end
-    local meta = redis.call('HMGET', KEYS[11], unpack(fields))
+    local meta = {}
+    for c = 1, #fields, CHUNK do
+      local vals = redis.call('HMGET', KEYS[11], unpack(fields, c, math.min(c + CHUNK - 1, #fields)))
+      for k = 1, #vals do
+        meta[c + k - 1] = vals[k]
+      end
+    end
     local counts, added, earliestAt = {}, {}, nil
     for k, b in ipairs(farOrder) do
       local list = far[b]
@@ -351,7 +362,11 @@ if #stored > 0 then
       local base = popped + len - #list
       if base + #list > 16777216 or tonumber(b) * 16777216 + base + #list > 9007199254740992 then
         -- a location would not fit: these wait in the waiting set instead
-        redis.call('LTRIM', bucket, 0, len - #list - 1)
+        if len == #list then
+          redis.call('DEL', bucket)
+        else
+          redis.call('LTRIM', bucket, 0, len - #list - 1)
+        end
       else
         for i, m in ipairs(list) do
           redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], tonumber(b) * 16777216 + base + i - 1)
@@ -373,8 +388,10 @@ if #stored > 0 then
       if farHead == nil or earliestAt < tonumber(farHead) then
         wake = true -- a new bucket is the first to unpack
       end
-      redis.call('HSET', KEYS[11], unpack(counts))
-      redis.call('ZADD', KEYS[10], 'NX', unpack(added))
+      for c = 1, #counts, CHUNK do
+        redis.call('HSET', KEYS[11], unpack(counts, c, math.min(c + CHUNK - 1, #counts)))
+        redis.call('ZADD', KEYS[10], 'NX', unpack(added, c, math.min(c + CHUNK - 1, #added)))
+      end
     end
   end
   for c = 1, #stored, CHUNK do

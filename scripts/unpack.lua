@@ -44,6 +44,15 @@ if tonumber(redis.call('HGET', KEYS[3], 'p:' .. b) or '0') ~= tonumber(ARGV[3]) 
   return {-1, 0, 0}
 end
 local n = tonumber(ARGV[4])
+if n == 0 then
+  -- nothing read: a bucket whose list is gone (data lost) is forgotten
+  if redis.call('EXISTS', KEYS[4]) == 0 then
+    redis.call('ZREM', KEYS[2], b)
+    redis.call('HDEL', KEYS[3], 'p:' .. b, 'l:' .. b)
+    return {0, 0, 0}
+  end
+  return {-1, 0, 0}
+end
 local els = redis.call('LRANGE', KEYS[4], 0, n - 1)
 if #els ~= n then
   return {-1, 0, 0}
@@ -68,18 +77,24 @@ for i = 1, n do
     end
   end
 end
-if #z > 0 then
-  redis.call('ZADD', KEYS[5], unpack(z))
+for c = 1, #z, 1000 do
+  redis.call('ZADD', KEYS[5], unpack(z, c, math.min(c + 999, #z)))
 end
-redis.call('LTRIM', KEYS[4], n, -1)
-if redis.call('HINCRBY', KEYS[3], 'n', -live) <= 0 then
+-- Counters are written as values, not HINCRBY by -live: Lua's -0 reaches
+-- Redis as "-0", which HINCRBY refuses, and a script that fails after
+-- LTRIM would leave the popped count behind the list.
+local left = tonumber(redis.call('HGET', KEYS[3], 'n') or '0') - live
+if left > 0 then
+  redis.call('HSET', KEYS[3], 'n', left)
+else
   redis.call('HDEL', KEYS[3], 'n')
 end
+redis.call('LTRIM', KEYS[4], n, -1)
 if redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('ZREM', KEYS[2], b)
   redis.call('HDEL', KEYS[3], 'p:' .. b, 'l:' .. b)
   return {moved, corrupt, 0}
 end
-redis.call('HINCRBY', KEYS[3], 'p:' .. b, n)
-redis.call('HINCRBY', KEYS[3], 'l:' .. b, -live)
+local counts = redis.call('HMGET', KEYS[3], 'p:' .. b, 'l:' .. b)
+redis.call('HSET', KEYS[3], 'p:' .. b, tonumber(counts[1] or '0') + n, 'l:' .. b, tonumber(counts[2] or '0') - live)
 return {moved, corrupt, 1}
