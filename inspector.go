@@ -289,6 +289,10 @@ type WaitingMessage struct {
 // offset and returning at most limit (1 to 10,000). Messages may become due
 // between calls, so paging through a busy topic can skip some. In a topic
 // of several partitions, each partition is read up to offset + limit.
+// Messages of the far tier (due more than about two minutes ahead) are kept
+// in one list per minute of due time, in publish order: a page reads each
+// minute it reaches whole, so a minute holding a million messages costs a
+// read of about 150 MB.
 func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int) ([]WaitingMessage, error) {
 	if err := validateTopic(topic); err != nil {
 		return nil, err
@@ -371,8 +375,9 @@ type waitingMember struct {
 // waitingHead returns the messages from from to end (exclusive) of a
 // partition in due order, merging the waiting set with the far tier. Far
 // buckets are read whole, in order, until they hold end messages: a
-// message of a later bucket is due after all of those, so it cannot be
-// among the first end.
+// message of a later bucket is due after all of those (publish.lua puts a
+// message only in the bucket of its due time, by Redis's clock), so it
+// cannot be among the first end.
 func (i *Inspector) waitingHead(ctx context.Context, sh shard, from, end int) ([]waitingMember, error) {
 	zs, err := i.client.ZRangeWithScores(ctx, sh.waiting(), 0, int64(end-1)).Result()
 	if err != nil {
@@ -813,8 +818,13 @@ const maxHistogramEdges = 100
 // DueHistogram counts a topic's waiting messages by due time: with edges
 // e0 < e1 < ... < en, it returns n+2 counts, of the messages due before e0
 // (overdue, when e0 is now), in [e0, e1), ..., in [en-1, en), and at en or
-// later. It counts on the server (ZCOUNT), so it costs the same with 100
-// or a million waiting messages. At most 100 edges.
+// later. It counts the waiting set on the server (ZCOUNT), and the far
+// tier (messages due more than about two minutes ahead: see "far tier" in
+// docs/internals.md) by its per-minute buckets, each counted in the bin of
+// its first minute, so a far message may be counted up to a minute early;
+// the cost grows with the number of such minutes, not of messages. A bucket
+// unpacked while it reads may be counted twice or not at all. At most 100
+// edges.
 func (i *Inspector) DueHistogram(ctx context.Context, topic string, edges []time.Time) ([]int64, error) {
 	if err := validateTopic(topic); err != nil {
 		return nil, err
