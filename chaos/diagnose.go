@@ -134,6 +134,18 @@ func (d *driver) diagnose(ctx context.Context) {
 			start = "(" + es[len(es)-1].ID
 		}
 	}
+	// the far tier's buckets (see far.go): due score (8 bytes) + body each
+	for part := range d.c.partitions {
+		buckets, _ := d.direct.ZRange(ctx, d.key(part, "far"), 0, -1).Result()
+		for _, b := range buckets {
+			els, _ := d.direct.LRange(ctx, d.key(part, "fb:"+b), 0, -1).Result()
+			for _, e := range els {
+				if len(e) > 8 {
+					note(uuidOf(e[8:]), fmt.Sprintf("far bucket %s (partition %d)", b, part))
+				}
+			}
+		}
+	}
 	// retry sets and their bodies
 	for part := range d.c.partitions {
 		if rs, err := d.direct.ZRangeWithScores(ctx, d.key(part, "g:"+group+":retry"), 0, 100000).Result(); err == nil {

@@ -364,7 +364,10 @@ func (d *driver) publish(ctx context.Context) error {
 				sleep(ctx, time.Until(t0.Add(time.Duration(float64(i)*interval))))
 				msg := message.NewMessage(d.l.uuid(i), []byte(strconv.Itoa(i)))
 				var us uint32
-				if rand.Float64() >= c.zeroDelay {
+				switch r := rand.Float64(); {
+				case r < c.far:
+					us = 125_000_000 + rand.Uint32N(25_000_000) // the far tier (see far.go), due before the drain deadline
+				case r >= c.far+c.zeroDelay:
 					us = 1 + rand.Uint32N(maxUs) // (0, max-delay], with sub-ms parts
 				}
 				delay.Message(msg, delay.For(time.Duration(us)*time.Microsecond))

@@ -34,6 +34,7 @@ type config struct {
 	consumers   int
 	maxDelay    time.Duration
 	zeroDelay   float64
+	far         float64
 	killMin     time.Duration
 	killMax     time.Duration
 	graceful    float64
@@ -68,6 +69,7 @@ func main() {
 	flag.IntVar(&c.consumers, "consumers", 3, "consumer processes")
 	flag.DurationVar(&c.maxDelay, "max-delay", 5*time.Second, "longest message delay (delays are uniform in (0, max-delay], at most 1h)")
 	flag.Float64Var(&c.zeroDelay, "zero-delay", 0.1, "fraction of messages published with delay 0 (ready at once)")
+	flag.Float64Var(&c.far, "far", 0, "fraction of messages published with a delay of 125-150s instead, so they wait in the far tier through the faults and are unpacked during the drain")
 	flag.DurationVar(&c.killMin, "kill-min", 2*time.Second, "shortest pause between two consumer kills")
 	flag.DurationVar(&c.killMax, "kill-max", 5*time.Second, "longest pause between two consumer kills")
 	flag.Float64Var(&c.graceful, "graceful", 0.2, "fraction of consumer stops done with SIGTERM (graceful: hands messages back) instead of SIGKILL")
@@ -135,6 +137,9 @@ func (c *config) validate() error {
 	}
 	if c.maxDelay <= 0 || c.maxDelay > time.Hour {
 		return fmt.Errorf("-max-delay %s: use more than 0 and at most 1h", c.maxDelay)
+	}
+	if c.far < 0 || c.zeroDelay < 0 || c.far+c.zeroDelay > 1 {
+		return fmt.Errorf("-far %g, -zero-delay %g: fractions from 0, at most 1 together", c.far, c.zeroDelay)
 	}
 	if c.killMin <= 0 || c.killMax < c.killMin {
 		return fmt.Errorf("-kill-min %s, -kill-max %s: need 0 < kill-min <= kill-max", c.killMin, c.killMax)
