@@ -354,6 +354,9 @@ func (b *bench) dueAtOnce(client *redis.Client, pub message.Publisher, topic str
 			return 0, fmt.Errorf("publishing ended %s after the due time: the lead of %s was too short", -left, lead)
 		}
 		progress("   %s published, due in %s", count(n), left.Round(time.Millisecond))
+		// Nothing can arrive before the due time: the stall watch starts
+		// there (a lead over stallTimeout read as a stall).
+		time.Sleep(left)
 		if err := waitFor(t.done, t.delivered.Load, n); err != nil {
 			return 0, err
 		}
