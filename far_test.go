@@ -396,13 +396,7 @@ func TestFar_CorruptElementDroppedAndLogged(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, client.LSet(ctx, bucket, 0, first[:8]+"\x07garbage").Err())
 
-	logs := watermill.NewCaptureLogger()
-	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{tp}}, logs)
-	require.NoError(t, err)
-	go func() { _ = mgr.Run(ctx) }()
-	t.Cleanup(func() { _ = mgr.Close() })
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
-	ch := subscribe(t, sub, tp)
+	logs, ch := farLoggedManager(t, client, tp)
 	for range 2 {
 		receive(t, ch, 6*time.Second).Ack()
 	}
@@ -554,13 +548,7 @@ func TestFar_UnreadableBucketIsLoggedAndSchedulingGoesOn(t *testing.T) {
 	redisdelay.SetBusinessKey(near, "k") // keyed: in the waiting set
 	require.NoError(t, pub.Publish(tp, near))
 
-	logs := watermill.NewCaptureLogger()
-	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{tp}}, logs)
-	require.NoError(t, err)
-	go func() { _ = mgr.Run(ctx) }()
-	t.Cleanup(func() { _ = mgr.Close() })
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
-	ch := subscribe(t, sub, tp)
+	logs, ch := farLoggedManager(t, client, tp)
 	msg := receive(t, ch, 7*time.Second)
 	assert.Equal(t, "near", string(msg.Payload))
 	msg.Ack()
@@ -569,4 +557,17 @@ func TestFar_UnreadableBucketIsLoggedAndSchedulingGoesOn(t *testing.T) {
 		found = found || (l.Msg == "redisdelay: cannot unpack far messages; retrying at the next tick" && l.Err != nil && strings.Contains(l.Err.Error(), "WRONGTYPE"))
 	}
 	assert.True(t, found, "the unpack failure is logged")
+}
+
+// farLoggedManager runs a Manager for topic logging into the returned
+// capture, and subscribes a subscriber without a scheduler of its own.
+func farLoggedManager(t *testing.T, client redis.UniversalClient, topic string) (*watermill.CaptureLoggerAdapter, <-chan *message.Message) {
+	t.Helper()
+	logs := watermill.NewCaptureLogger()
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic}}, logs)
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(context.Background()) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	return logs, subscribe(t, sub, topic)
 }
