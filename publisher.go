@@ -140,7 +140,21 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 		c.n++
 		c.size += len(msg.UUID) + len(m.body) + len(m.keyArg)
 		c.args = append(c.args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio)
-		c.far = append(c.far, farArgOf(msg.UUID, m, now))
+	}
+	// The far buckets are chosen by the clock of now, not of the start:
+	// encoding a large call takes time, and a message placed by a clock
+	// that Redis's has passed by more than what is left of its bucket
+	// waits in the waiting set instead (publish.lua checks).
+	nowMs := p.now().UnixMilli()
+	for _, c := range calls {
+		if c == nil {
+			continue
+		}
+		c.far = make([]farArg, c.n)
+		for m := range c.n {
+			a := c.args[5*m : 5*m+5]
+			c.far[m] = farArgOf(a[0].(string), time.Duration(a[1].(int64))*time.Millisecond, a[4].(string) == "1", a[3].(string) != "", nowMs)
+		}
 	}
 	return nCalls, nil
 }
@@ -154,17 +168,16 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 // backlog, and such a message can be in the far tier only if published
 // before with a due time two minutes or more ahead of then, and so, when a
 // retry, more than a minute ago.
-func farArgOf(uuid string, m pubMessage, now time.Time) farArg {
+func farArgOf(uuid string, delay time.Duration, prio, keyed bool, nowMs int64) farArg {
 	f := farArg{bucket: -1}
-	if m.delay < farMargin {
+	if delay < farMargin {
 		return f
 	}
 	f.field = farField(uuid)
 	f.index = farShard(f.field)
 	f.lookup = true
-	if m.prio != "1" && m.key == "" {
-		nowMs := now.UnixMilli()
-		if b, start, at, ok := farPlace(nowMs, nowMs+m.delay.Milliseconds()); ok {
+	if !prio && !keyed {
+		if b, start, at, ok := farPlace(nowMs, nowMs+delay.Milliseconds()); ok {
 			f.bucket, f.start, f.unpackAt = b, start, at
 		}
 	}
