@@ -50,6 +50,17 @@ const (
 // (SetFarTier in export_test.go).
 var farWidth, farLead, farMargin = defaultFarWidth, defaultFarLead, defaultFarMargin
 
+// farSlack is how far outside its bucket publish.lua lets a message be due:
+// the publisher picks the bucket by its own clock, and a message due at the
+// very end of a bucket (delay.For's due times fall at the end of a whole
+// second) would otherwise miss it by the time the script runs. Below a
+// quarter of the width, so a message is never due after those of the
+// bucket after next (Inspector.Waiting reads one bucket more for that), and
+// below the lead, so it is never unpacked after it is due.
+func farSlack() time.Duration {
+	return min(farMargin, farWidth/4, farLead/2)
+}
+
 // farEpoch is the origin of far bucket numbers, so that bucket × 2^24 +
 // position stays exact in a Lua number (2^53) for a century of due times.
 var farEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()

@@ -374,10 +374,10 @@ type waitingMember struct {
 
 // waitingHead returns the messages from from to end (exclusive) of a
 // partition in due order, merging the waiting set with the far tier. Far
-// buckets are read whole, in order, until they hold end messages: a
-// message of a later bucket is due after all of those (publish.lua puts a
-// message only in the bucket of its due time, by Redis's clock), so it
-// cannot be among the first end.
+// buckets are read whole, in order, until they hold end messages, and one
+// more: a message of a later bucket is due after all of those (publish.lua
+// puts a message in the bucket of its due time, give or take farSlack, a
+// quarter of a bucket at most), so it cannot be among the first end.
 func (i *Inspector) waitingHead(ctx context.Context, sh shard, from, end int) ([]waitingMember, error) {
 	zs, err := i.client.ZRangeWithScores(ctx, sh.waiting(), 0, int64(end-1)).Result()
 	if err != nil {
@@ -388,8 +388,10 @@ func (i *Inspector) waitingHead(ctx context.Context, sh shard, from, end int) ([
 		id, _ := z.Member.(string)
 		out = append(out, waitingMember{id: id, score: z.Score, sh: sh})
 	}
-	far := 0
-	for next := int64(0); far < end; next += 100 {
+	// Once the buckets read hold end messages, one more is read: a message
+	// may be due up to farSlack outside its bucket (see publish.lua).
+	far, extra, done := 0, 1, false
+	for next := int64(0); !done; next += 100 {
 		buckets, err := i.client.ZRange(ctx, sh.far(), next, next+99).Result()
 		if err != nil {
 			return nil, err
@@ -414,7 +416,11 @@ func (i *Inspector) waitingHead(ctx context.Context, sh shard, from, end int) ([
 				far++
 			}
 			if far >= end {
-				break
+				if extra == 0 {
+					done = true
+					break
+				}
+				extra--
 			}
 		}
 		if len(buckets) < 100 {

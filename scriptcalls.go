@@ -77,8 +77,9 @@ func callPublish(ctx context.Context, c redis.Scripter, batch []*pubCall) (publi
 		}
 		return i
 	}
-	args := make([]any, 0, 6+len(batch)+11*msgs)
-	args = append(args, sh.wake(), first.maxWaiting.perPart, first.maxReady.perPart, len(batch), farMargin.Milliseconds(), farWidth.Milliseconds())
+	args := make([]any, 0, 7+len(batch)+11*msgs)
+	args = append(args, sh.wake(), first.maxWaiting.perPart, first.maxReady.perPart, len(batch),
+		farMargin.Milliseconds(), farWidth.Milliseconds(), farSlack().Milliseconds())
 	for _, call := range batch {
 		args = append(args, call.n)
 	}

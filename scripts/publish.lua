@@ -27,7 +27,12 @@
   ARGV[5]          far margin, ms: a message goes to a far bucket only when
                    the bucket is unpacked later than now + this
   ARGV[6]          far bucket width, ms
-  ARGV[6+k]        number of messages of call k (k = 1..c)
+  ARGV[7]          far slack, ms: how far outside its bucket a message may be
+                   due (the caller chose the bucket by its own clock); less
+                   than a quarter of the width and than the unpacking lead, so
+                   it is never unpacked after it is due, and Inspector's merge
+                   (which reads one bucket more) keeps due order
+  ARGV[7+k]        number of messages of call k (k = 1..c)
   then eleven arguments per message, the calls' messages in call order:
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
@@ -47,7 +52,7 @@
   ARGV[j+10]       when the bucket is unpacked (ms)
                    The message goes to the bucket when it has no business key,
                    no priority and no holder's score, is due within the
-                   bucket (by Redis's clock: the caller chose it by its own),
+                   bucket give or take the slack (by Redis's clock),
                    and ARGV[j+10] is after now + the margin: the bucket is
                    unpacked later, and before the message is due.
 
@@ -88,7 +93,8 @@ local maxReady = tonumber(ARGV[3])
 local calls = tonumber(ARGV[4])
 local farMargin = tonumber(ARGV[5])
 local farWidth = tonumber(ARGV[6])
-local first = 7 + calls
+local farSlack = tonumber(ARGV[7])
+local first = 8 + calls
 local STRIDE = 11 -- arguments per message
 
 -- delays, which messages wait (delayed or high-priority), their UUIDs, the
@@ -160,7 +166,7 @@ local removed = {}   -- UUIDs of messages waiting before this run that are repla
 local touched = {}   -- business keys whose holder changed
 local j = first
 for k = 1, calls do
-  local stop = j + STRIDE * tonumber(ARGV[6 + k])
+  local stop = j + STRIDE * tonumber(ARGV[7 + k])
   local bad = nil
   local adds, removes = {}, {}
   local dWait, dReady = 0, 0
@@ -318,7 +324,7 @@ if #stored > 0 then
   for _, m in ipairs(stored) do
     local due = now + delay[m]
     if ARGV[m + 7] ~= '0' and not fixed[m] and ARGV[m + 3] == '' and ARGV[m + 4] ~= '1'
-        and due >= tonumber(ARGV[m + 9]) and due < tonumber(ARGV[m + 9]) + farWidth
+        and due >= tonumber(ARGV[m + 9]) - farSlack and due < tonumber(ARGV[m + 9]) + farWidth + farSlack
         and tonumber(ARGV[m + 10]) > now + farMargin then
       local b = ARGV[m + 8]
       if not far[b] then
