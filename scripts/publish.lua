@@ -345,17 +345,12 @@ if #stored > 0 then
       fields[2 * k - 1], fields[2 * k] = 'p:' .. b, 'l:' .. b
     end
     local meta = {}
-    for c = 1, #fields, CHUNK do
-      local vals = redis.call('HMGET', KEYS[11], unpack(fields, c, math.min(c + CHUNK - 1, #fields)))
-      for k = 1, #vals do
-        meta[c + k - 1] = vals[k]
-      end
-    end
+    lookup(KEYS[11], fields, meta)
     local counts, added, earliestAt = {}, {}, nil
-    for k, b in ipairs(farOrder) do
+    for _, b in ipairs(farOrder) do
       local list = far[b]
       local bucket = KEYS[tonumber(ARGV[list[1] + 7])]
-      local popped = tonumber(meta[2 * k - 1] or '0')
+      local popped = tonumber(meta['p:' .. b] or '0')
       local len = 0
       for c = 1, #list, CHUNK do
         local els = {}
@@ -379,7 +374,7 @@ if #stored > 0 then
           isFar[m] = true
         end
         counts[#counts + 1] = 'l:' .. b
-        counts[#counts + 1] = tonumber(meta[2 * k] or '0') + #list
+        counts[#counts + 1] = tonumber(meta['l:' .. b] or '0') + #list
         local at = tonumber(ARGV[list[1] + 10])
         added[#added + 1] = at
         added[#added + 1] = b
