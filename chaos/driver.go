@@ -472,7 +472,7 @@ func (d *driver) killConsumers(ctx context.Context) {
 		}
 		sl := d.consumers[rand.IntN(len(d.consumers))]
 		graceful := rand.Float64() < d.c.graceful
-		d.restart(sl, func() {
+		d.restart(sl, func() bool {
 			if graceful {
 				if !sl.stop(15 * time.Second) {
 					d.fail("consumer %s did not stop within 15s of SIGTERM", sl.name)
@@ -482,16 +482,19 @@ func (d *driver) killConsumers(ctx context.Context) {
 				sl.kill()
 				d.consumerKills.Add(1)
 			}
+			return true
 		})
 	}
 }
 
 // restart ends a consumer's process with end and starts a new one a moment
-// later.
-func (d *driver) restart(sl *slot, end func()) {
+// later, unless end reports it ended nothing.
+func (d *driver) restart(sl *slot, end func() bool) {
 	d.restartMu.Lock()
 	defer d.restartMu.Unlock()
-	end()
+	if !end() {
+		return // nothing was ended: a second process in the slot would be an orphan no fault reaches
+	}
 	time.Sleep(100*time.Millisecond + rand.N(900*time.Millisecond))
 	if err := sl.start(); err != nil {
 		d.fail("restart consumer %s: %v", sl.name, err)
@@ -519,12 +522,14 @@ func (d *driver) livenessProbe(ctx context.Context) {
 			if !hung || time.Since(since) < d.c.liveness || ctx.Err() != nil {
 				continue
 			}
-			d.restart(sl, func() {
-				if sl.current() == p { // not already replaced by a random kill
-					d.logf("liveness: %s hung for %s; SIGKILL", p.name, d.c.liveness)
-					sl.kill()
-					d.livenessKills.Add(1)
+			d.restart(sl, func() bool {
+				if sl.current() != p {
+					return false // already replaced by a random kill
 				}
+				d.logf("liveness: %s hung for %s; SIGKILL", p.name, d.c.liveness)
+				sl.kill()
+				d.livenessKills.Add(1)
+				return true
 			})
 		}
 	}
