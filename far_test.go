@@ -396,11 +396,12 @@ func TestFar_CorruptElementDroppedAndLogged(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, client.LSet(ctx, bucket, 0, first[:8]+"\x07garbage").Err())
 
-	logs, ch := farLoggedManager(t, client, tp)
+	logs, mgr, ch := farLoggedManager(t, client, tp)
 	for range 2 {
 		receive(t, ch, 6*time.Second).Ack()
 	}
 	nothing(t, ch, 300*time.Millisecond)
+	require.NoError(t, mgr.Close()) // the capture's map is read below: no more logging
 	require.True(t, logs.Has(watermill.CapturedMessage{Level: watermill.ErrorLogLevel,
 		Fields: watermill.LogFields{"topic": tp, "count": int64(1), "bucket": mustInt(t, buckets[0])},
 		Msg:    "redisdelay: far messages that cannot be read were dropped"}), "the drop is logged")
@@ -548,10 +549,11 @@ func TestFar_UnreadableBucketIsLoggedAndSchedulingGoesOn(t *testing.T) {
 	redisdelay.SetBusinessKey(near, "k") // keyed: in the waiting set
 	require.NoError(t, pub.Publish(tp, near))
 
-	logs, ch := farLoggedManager(t, client, tp)
+	logs, mgr, ch := farLoggedManager(t, client, tp)
 	msg := receive(t, ch, 7*time.Second)
 	assert.Equal(t, "near", string(msg.Payload))
 	msg.Ack()
+	require.NoError(t, mgr.Close()) // the capture's map is read below: no more logging
 	found := false
 	for _, l := range logs.Captured()[watermill.ErrorLogLevel] {
 		found = found || (l.Msg == "redisdelay: cannot unpack far messages; retrying at the next tick" && l.Err != nil && strings.Contains(l.Err.Error(), "WRONGTYPE"))
@@ -561,7 +563,7 @@ func TestFar_UnreadableBucketIsLoggedAndSchedulingGoesOn(t *testing.T) {
 
 // farLoggedManager runs a Manager for topic logging into the returned
 // capture, and subscribes a subscriber without a scheduler of its own.
-func farLoggedManager(t *testing.T, client redis.UniversalClient, topic string) (*watermill.CaptureLoggerAdapter, <-chan *message.Message) {
+func farLoggedManager(t *testing.T, client redis.UniversalClient, topic string) (*watermill.CaptureLoggerAdapter, *redisdelay.Manager, <-chan *message.Message) {
 	t.Helper()
 	logs := watermill.NewCaptureLogger()
 	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic}}, logs)
@@ -569,5 +571,5 @@ func farLoggedManager(t *testing.T, client redis.UniversalClient, topic string) 
 	go func() { _ = mgr.Run(context.Background()) }()
 	t.Cleanup(func() { _ = mgr.Close() })
 	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
-	return logs, subscribe(t, sub, topic)
+	return logs, mgr, subscribe(t, sub, topic)
 }
