@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -49,8 +51,15 @@ type BacklogStep struct {
 	BytesPerMsg     float64 `json:"bytes_per_msg"`
 	StepBytesPerMsg float64 `json:"step_bytes_per_msg"`
 	// PublishRate: Scaling messages due in 1 ms, 500 per call from 8
-	// goroutines, no scheduler running.
-	PublishRate *float64 `json:"publish_rate"`
+	// goroutines, no scheduler running; the median of publishRounds
+	// rounds (PublishRates), each followed by the same publish to a topic
+	// that holds no backlog, in the same Redis (EmptyPublishRates, median
+	// EmptyPublishRate). Both topics grow alike over the rounds; only the
+	// backlog tells them apart, while the heap around them is the same.
+	PublishRate       *float64  `json:"publish_rate"`
+	PublishRates      []float64 `json:"publish_rates"`
+	EmptyPublishRate  *float64  `json:"empty_topic_publish_rate"`
+	EmptyPublishRates []float64 `json:"empty_topic_publish_rates"`
 	// PromoteRate: those messages moved by a Manager alone; the Redis cost
 	// per message moved: script time (INFO commandstats) and server CPU.
 	PromoteRate       *float64 `json:"promote_rate"`
@@ -60,9 +69,34 @@ type BacklogStep struct {
 	// acknowledged by subscribers: messages / (last delivery − T).
 	DeliveryRate *float64  `json:"delivery_rate"`
 	Delivery     *Lateness `json:"delivery_lateness"`
-	// SLOWLOG of the fill, and of the measurements after it.
-	FillSlowest SlowCall `json:"fill_slowest"`
-	Slowest     SlowCall `json:"slowest"`
+	// SLOWLOG of the fill, and of the measurements after it; the fill's
+	// Redis CPU time per publish call (INFO cpu over the calls counted by
+	// INFO commandstats), against which its SLOWLOG wall times compare.
+	FillSlowest      SlowCall  `json:"fill_slowest"`
+	FillCPUMsPerCall float64   `json:"fill_redis_cpu_ms_per_call"`
+	Slowest          SlowCall  `json:"slowest"`
+	FarCalls         *FarProbe `json:"far_calls,omitempty"`
+}
+
+// FarProbe is the end of a fill published from one goroutine: far publish
+// calls of the user's shape while Redis has a core to itself. In the 8
+// publishers' part of the fill, their encoding shares the machine's 2
+// cores with Redis, and SLOWLOG's wall time also counts the time Redis
+// waits for a CPU.
+type FarProbe struct {
+	Calls        int     `json:"calls"`
+	P50Ms        float64 `json:"p50_ms"`
+	P99Ms        float64 `json:"p99_ms"`
+	MaxMs        float64 `json:"max_ms"`
+	CPUMsPerCall float64 `json:"redis_cpu_ms_per_call"`
+}
+
+func (p *FarProbe) String() string {
+	if p == nil {
+		return "—"
+	}
+	return fmt.Sprintf("p50 %s, p99 %s, max %s ms (%d calls; Redis CPU %s ms a call)",
+		formatNumber(p.P50Ms), formatNumber(p.P99Ms), formatNumber(p.MaxMs), p.Calls, formatNumber(p.CPUMsPerCall))
 }
 
 // SpikeRun is one run of scenario 10.
@@ -108,10 +142,15 @@ const untracked = math.MaxUint64
 // bytes of its payload and is tracked; without, the payload is shared and
 // marked untracked. done, if not nil, counts published messages.
 func publishUser(pub message.Publisher, topic string, n int, payload []byte, t *tracker, due func() delay.Delay, done *atomic.Int64) (time.Duration, error) {
+	return publishUserFrom(userPublishers, pub, topic, n, payload, t, due, done)
+}
+
+// publishUserFrom is publishUser from the given number of goroutines.
+func publishUserFrom(goroutines int, pub message.Publisher, topic string, n int, payload []byte, t *tracker, due func() delay.Delay, done *atomic.Int64) (time.Duration, error) {
 	shared := make([]byte, len(payload))
 	copy(shared, payload)
 	binary.BigEndian.PutUint64(shared, untracked)
-	return runPublishersN(userPublishers, n, userBatch, func(first, count int) error {
+	return runPublishersN(goroutines, n, userBatch, func(first, count int) error {
 		msgs := make([]*message.Message, count)
 		for i := range msgs {
 			p := shared
@@ -174,30 +213,58 @@ func (b *bench) backlogLadder() {
 		if b.failed("INFO memory", err) {
 			return
 		}
-		progress("filling the backlog from %s to %s (500 per call × 8 goroutines, due in 1–30 days)", count(current), count(size))
-		d, err := b.fillBacklog(client, current, add, payload)
+		// The fill's last messages come from one goroutine (farProbe).
+		probe := min(farProbeMessages, add/2/userBatch*userBatch)
+		progress("filling the backlog from %s to %s (500 per call × 8 goroutines, due in 1–30 days; the last %s from one)",
+			count(current), count(size), count(probe))
+		if b.failed("CONFIG RESETSTAT", b.admin.ConfigResetStat(b.ctx).Err()) {
+			return
+		}
+		cpu0, err := cpuSeconds(b.ctx, b.admin)
+		if b.failed("INFO cpu", err) {
+			return
+		}
+		d, err := b.fillBacklog(client, current, add-probe, payload)
 		if err != nil {
 			b.rep.BacklogLimit = fmt.Sprintf("%s not reached: filling from %s failed: %v", count(size), count(current), err)
 			b.rep.errorf("backlog fill: %s", b.rep.BacklogLimit)
 			break
 		}
+		step.FillSeconds, step.FillRate = d.Seconds(), float64(add-probe)/d.Seconds()
+		cpu1, err := cpuSeconds(b.ctx, b.admin)
+		if b.failed("INFO cpu", err) {
+			return
+		}
+		stats, err := commandStats(b.ctx, b.admin)
+		if b.failed("INFO commandstats", err) {
+			return
+		}
+		if calls, _ := scriptCalls(stats); calls > 0 {
+			step.FillCPUMsPerCall = (cpu1 - cpu0) * 1e3 / float64(calls)
+		}
+		if step.FillSlowest, err = b.slowest(time.Time{}); b.failed("SLOWLOG GET", err) {
+			return
+		}
+		if probe > 0 {
+			if step.FarCalls, err = b.farProbe(client, probe, payload); err != nil {
+				b.rep.BacklogLimit = fmt.Sprintf("%s not reached: the far publish calls from one goroutine failed: %v", count(size), err)
+				b.rep.errorf("backlog fill: %s", b.rep.BacklogLimit)
+				break
+			}
+		}
 		after, err := b.settledMemory()
 		if b.failed("INFO memory", err) {
 			return
 		}
-		step.FillSeconds, step.FillRate = d.Seconds(), float64(add)/d.Seconds()
 		grown += after - before
 		step.UsedMemory = after
 		step.BytesPerMsg = float64(grown) / float64(size)
 		step.StepBytesPerMsg = float64(after-before) / float64(add)
 		perMsg = max(step.BytesPerMsg, step.StepBytesPerMsg)
 		current = size
-		if step.FillSlowest, err = b.slowest(time.Time{}); b.failed("SLOWLOG GET", err) {
-			return
-		}
-		progress("backlog %s: %s B/msg (this step %s B/msg), used_memory %.2f GB, filled at %s msg/s; slowest call %s",
+		progress("backlog %s: %s B/msg (this step %s B/msg), used_memory %.2f GB, filled at %s msg/s; slowest call %s, Redis CPU %s ms a call; far calls from one goroutine: %s",
 			count(size), formatNumber(step.BytesPerMsg), formatNumber(step.StepBytesPerMsg), float64(after)/1e9,
-			formatNumber(step.FillRate), step.FillSlowest)
+			formatNumber(step.FillRate), step.FillSlowest, formatNumber(step.FillCPUMsPerCall), step.FarCalls)
 		if b.failed("SLOWLOG RESET", b.admin.SlowLogReset(b.ctx).Err()) {
 			return
 		}
@@ -248,10 +315,82 @@ func (b *bench) fillBacklog(client *redis.Client, from, n int, payload []byte) (
 	return d, err
 }
 
+// farProbeMessages is how many messages of a fill farProbe publishes.
+const farProbeMessages = 10_000
+
+// farProbe publishes n far messages (due in 1–30 days) to the backlog topic
+// from one goroutine, with every call logged by SLOWLOG, and returns the
+// calls' times and Redis CPU per call.
+func (b *bench) farProbe(client *redis.Client, n int, payload []byte) (*FarProbe, error) {
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, b.logger)
+	if err != nil {
+		return nil, err
+	}
+	defer pub.Close()
+	if err := b.admin.ConfigSet(b.ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
+		return nil, err
+	}
+	defer b.admin.ConfigSet(b.ctx, "slowlog-log-slower-than", strconv.FormatInt(slowlogThreshold.Microseconds(), 10))
+	if err := errors.Join(b.admin.SlowLogReset(b.ctx).Err(), b.admin.ConfigResetStat(b.ctx).Err()); err != nil {
+		return nil, err
+	}
+	cpu0, err := cpuSeconds(b.ctx, b.admin)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := publishUserFrom(1, pub, backlogTopic, n, payload, nil, func() delay.Delay { return delay.For(backlogDelay()) }, nil); err != nil {
+		return nil, err
+	}
+	cpu1, err := cpuSeconds(b.ctx, b.admin)
+	if err != nil {
+		return nil, err
+	}
+	stats, err := commandStats(b.ctx, b.admin)
+	if err != nil {
+		return nil, err
+	}
+	logs, err := b.admin.SlowLogGet(b.ctx, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	var ms []float64
+	for _, l := range logs {
+		if len(l.Args) > 0 && strings.EqualFold(l.Args[0], "evalsha") {
+			ms = append(ms, float64(l.Duration)/float64(time.Millisecond))
+		}
+	}
+	if len(ms) == 0 {
+		return nil, errors.New("SLOWLOG holds none of the calls")
+	}
+	sort.Float64s(ms)
+	p := &FarProbe{Calls: len(ms), P50Ms: percentile(ms, 0.5), P99Ms: percentile(ms, 0.99), MaxMs: ms[len(ms)-1]}
+	if calls, _ := scriptCalls(stats); calls > 0 {
+		p.CPUMsPerCall = (cpu1 - cpu0) * 1e3 / float64(calls)
+	}
+	return p, b.admin.SlowLogReset(b.ctx).Err()
+}
+
+// scriptCalls sums the calls and time INFO commandstats counts in scripts.
+func scriptCalls(stats []CommandStat) (calls, usec int64) {
+	for _, s := range stats {
+		switch s.Command {
+		case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro":
+			calls += s.Calls
+			usec += s.Usec
+		}
+	}
+	return calls, usec
+}
+
+// publishRounds is how many times a ladder step measures publishing, to
+// the backlog topic and to a topic with no backlog, alternately.
+const publishRounds = 3
+
 // measureAtBacklog measures one step of the ladder: publish of messages due
-// in 1 ms with no scheduler running, their promotion by a Manager alone,
-// then (after subscribers drained them) the delivery of messages all due
-// at one instant.
+// in 1 ms with no scheduler running (publishRounds times, alternating with
+// a topic that holds no backlog), their promotion by a Manager alone, then
+// (after subscribers drained them) the delivery of messages all due at one
+// instant.
 func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payload []byte) {
 	n := b.opts.Scaling
 	at := "at backlog " + count(step.Size)
@@ -260,25 +399,83 @@ func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payloa
 		return
 	}
 	defer pub.Close()
-	step.PublishRate = b.measure(fmt.Sprintf("publish delayed 1 ms, 500 per call × 8 %s", at), n, func() (time.Duration, error) {
-		return publishUser(pub, backlogTopic, n, payload, nil, func() delay.Delay { return delay.For(time.Millisecond) }, nil)
-	})
-	if step.PublishRate == nil {
+	empty := "empty-" + strconv.Itoa(step.Size)
+	publish := func(topic, what string, round int, into *[]float64) bool {
+		rate := b.measure(fmt.Sprintf("publish delayed 1 ms, 500 per call × 8, %s %s (round %d)", what, at, round), n, func() (time.Duration, error) {
+			return publishUser(pub, topic, n, payload, nil, func() delay.Delay { return delay.For(time.Millisecond) }, nil)
+		})
+		if rate != nil {
+			*into = append(*into, *rate)
+		}
+		return rate != nil
+	}
+	for r := 1; r <= publishRounds; r++ {
+		// in turn first, so neither topic always follows the other
+		backlogFirst := r%2 == 1
+		for _, first := range []bool{backlogFirst, !backlogFirst} {
+			var ok bool
+			if first {
+				ok = publish(backlogTopic, "to the backlog topic", r, &step.PublishRates)
+			} else {
+				ok = publish(empty, "to a topic with no backlog", r, &step.EmptyPublishRates)
+			}
+			if !ok {
+				return
+			}
+		}
+	}
+	step.PublishRate, step.EmptyPublishRate = ptr(median(step.PublishRates)), ptr(median(step.EmptyPublishRates))
+	progress("   publish: %s msg/s to the backlog topic, %s to a topic with no backlog (medians of %d; %.2f×)",
+		formatNumber(*step.PublishRate), formatNumber(*step.EmptyPublishRate), publishRounds, *step.PublishRate / *step.EmptyPublishRate)
+	if b.failed("delete the topic with no backlog", b.deleteTopic(empty)) {
 		return
 	}
 	time.Sleep(10 * time.Millisecond) // all due
-	step.PromoteRate = b.measure(fmt.Sprintf("promote %s due, Manager alone, %s", count(n), at), n, func() (time.Duration, error) {
+	moved := publishRounds * n
+	step.PromoteRate = b.measure(fmt.Sprintf("promote %s due, Manager alone, %s", count(moved), at), moved, func() (time.Duration, error) {
 		return promote(b.ctx, b.logger, client, backlogTopic, int64(step.Size))
 	})
 	if step.PromoteRate == nil {
 		return
 	}
 	run := b.rep.Runs[len(b.rep.Runs)-1]
-	step.PromoteScriptUsec = float64(run.ScriptUsec) / float64(n)
-	step.PromoteCPUUsec = run.CPUTime * 1e6 / float64(n)
+	step.PromoteScriptUsec = float64(run.ScriptUsec) / float64(moved)
+	step.PromoteCPUUsec = run.CPUTime * 1e6 / float64(moved)
 	progress("   promotion costs Redis %.2f µs of scripts, %.2f µs of CPU per message", step.PromoteScriptUsec, step.PromoteCPUUsec)
-	step.Delivery, step.DeliveryRate, _ = b.dueAtOnce(client, pub, backlogTopic, 1, n, n, payload, *step.PublishRate,
+	step.Delivery, step.DeliveryRate, _ = b.dueAtOnce(client, pub, backlogTopic, 1, n, moved, payload, *step.PublishRate,
 		fmt.Sprintf("deliver %s due at once, %d subscribers, %s", count(n), b.opts.Subscribers, at))
+}
+
+// median returns the median of vs (not empty), leaving vs as it is.
+func median(vs []float64) float64 {
+	s := slices.Clone(vs)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// deleteTopic removes an unpartitioned topic's keys and its registry entry.
+func (b *bench) deleteTopic(topic string) error {
+	iter := b.admin.Scan(b.ctx, 0, redisdelay.DefaultKeyPrefix+":{"+topic+"}*", 10_000).Iterator()
+	var keys []string
+	for iter.Next(b.ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(keys) > 0 {
+		if err := b.admin.Unlink(b.ctx, keys...).Err(); err != nil {
+			return err
+		}
+	}
+	pipe := b.admin.Pipeline()
+	pipe.SRem(b.ctx, redisdelay.DefaultKeyPrefix+":topics", topic)
+	pipe.HDel(b.ctx, redisdelay.DefaultKeyPrefix+":partitions", topic)
+	_, err := pipe.Exec(b.ctx)
+	return err
 }
 
 // dueAtOnce runs subscribers (defaults, embedded schedulers on) of topic
@@ -456,10 +653,15 @@ func (b *bench) backlogRows() {
 		}
 		b.rep.row("7", "Redis memory per waiting message"+at, "B/msg", "≤ 200 B", ptr(s.BytesPerMsg), peers(ptr(first.BytesPerMsg))...)
 		b.rep.row("7", "publish delayed, 500 per call × 8"+at, "msg/s", "≥ 0.8× the smallest backlog", s.PublishRate, peers(first.PublishRate)...)
+		b.rep.row("7", "publish delayed, 500 per call × 8, backlog topic against a topic with no backlog"+at, "msg/s", "≥ 0.8×", s.PublishRate,
+			peer("topic with no backlog, same Redis", s.EmptyPublishRate))
 		b.rep.row("7", "promote (Manager alone)"+at, "msg/s", "", s.PromoteRate, peers(first.PromoteRate)...)
 		b.rep.row("7", "promotion: script time per message"+at, "µs", "flat", ptr(s.PromoteScriptUsec), peers(ptr(first.PromoteScriptUsec))...)
 		b.rep.row("7", "due delivery, due time to ack"+at, "msg/s", "≥ 0.8× the smallest backlog", s.DeliveryRate, peers(first.DeliveryRate)...)
 		b.rep.row("7", "slowest call (SLOWLOG) while measuring"+at, "ms", "≤ 10 ms", ptr(s.Slowest.Ms))
+		if s.FarCalls != nil {
+			b.rep.row("7", "far publish call of 500 from one goroutine, p99 (SLOWLOG)"+at, "ms", "≤ 10 ms", ptr(s.FarCalls.P99Ms))
+		}
 	}
 }
 

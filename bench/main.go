@@ -259,12 +259,7 @@ func (b *bench) measure(name string, messages int, fn func() (time.Duration, err
 		RedisCPU: (cpu1 - cpu0) / wall.Seconds() * 100,
 		CPUTime:  cpu1 - cpu0,
 	}
-	for _, s := range stats {
-		switch s.Command {
-		case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro":
-			run.ScriptUsec += s.Usec
-		}
-	}
+	_, run.ScriptUsec = scriptCalls(stats)
 	for _, s := range stats {
 		if len(run.Commands) == 5 {
 			break

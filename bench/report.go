@@ -255,8 +255,10 @@ func (r *Report) backlogMarkdown(sb *strings.Builder) {
 	sb.WriteString("\n### 7b. The backlog ladder, step by step\n\n")
 	sb.WriteString("Ratios (×) against the smallest size. Memory: used_memory growth of the fills over the backlog, and of this step's fill over the messages it added. " +
 		"Promotion cost: script time (INFO commandstats) and Redis CPU per message moved by a Manager alone. Delivery: messages due at one instant, from it to the last ack.\n\n")
-	sb.WriteString("| backlog | used_memory | B/msg (this step) | fill msg/s | publish msg/s | promote msg/s | promotion µs/msg: script, CPU | delivery msg/s | delivery p50 / last, ms | slowest call (fill; measuring) |\n")
-	sb.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	sb.WriteString("Publish: medians of the rounds, to the backlog topic and to a topic with no backlog in the same Redis (× against it in the second column). " +
+		"Far calls: the fill's last calls, from one goroutine, each logged by SLOWLOG; the fill's Redis CPU per call is that of its 8-goroutine part.\n\n")
+	sb.WriteString("| backlog | used_memory | B/msg (this step) | fill msg/s | publish msg/s | publish, no-backlog topic msg/s | promote msg/s | promotion µs/msg: script, CPU | delivery msg/s | delivery p50 / last, ms | slowest call (fill; measuring) | fill: Redis CPU ms a call | far calls from one goroutine |\n")
+	sb.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n")
 	var first *BacklogStep
 	for _, s := range r.Backlog {
 		if first == nil {
@@ -272,10 +274,15 @@ func (r *Report) backlogMarkdown(sb *strings.Builder) {
 		if s.Delivery != nil {
 			delivery = formatNumber(s.Delivery.P50) + " / " + formatNumber(s.Delivery.Max)
 		}
-		fmt.Fprintf(sb, "| %s | %.2f GB | %s (%s) | %s | %s | %s | %.2f, %.2f | %s | %s | %s; %s |\n",
+		sameRedis := formatValue(s.EmptyPublishRate)
+		if s.PublishRate != nil && s.EmptyPublishRate != nil && *s.EmptyPublishRate > 0 {
+			sameRedis = fmt.Sprintf("%s (%s×)", sameRedis, formatRatio(*s.PublishRate / *s.EmptyPublishRate))
+		}
+		fmt.Fprintf(sb, "| %s | %.2f GB | %s (%s) | %s | %s | %s | %s | %.2f, %.2f | %s | %s | %s; %s | %s | %s |\n",
 			count(s.Size), float64(s.UsedMemory)/1e9, formatNumber(s.BytesPerMsg), formatNumber(s.StepBytesPerMsg),
-			formatNumber(s.FillRate), ratio(s.PublishRate, first.PublishRate), ratio(s.PromoteRate, first.PromoteRate),
-			s.PromoteScriptUsec, s.PromoteCPUUsec, ratio(s.DeliveryRate, first.DeliveryRate), delivery, s.FillSlowest, s.Slowest)
+			formatNumber(s.FillRate), ratio(s.PublishRate, first.PublishRate), sameRedis, ratio(s.PromoteRate, first.PromoteRate),
+			s.PromoteScriptUsec, s.PromoteCPUUsec, ratio(s.DeliveryRate, first.DeliveryRate), delivery, s.FillSlowest, s.Slowest,
+			formatNumber(s.FillCPUMsPerCall), s.FarCalls)
 	}
 	if r.BacklogLimit != "" {
 		fmt.Fprintf(sb, "\nThe ladder stopped: %s.\n", r.BacklogLimit)
@@ -299,6 +306,7 @@ func (r *Report) backlogCharts(dir string) error {
 		label := "backlog " + count(s.Size)
 		rates = append(rates, barGroup{label: label, bars: []bar{
 			{"publish delayed, 500 per call × 8", value(s.PublishRate)},
+			{"publish delayed, to a topic with no backlog", value(s.EmptyPublishRate)},
 			{"promote, Manager alone", value(s.PromoteRate)},
 			{"due delivery, due time to last ack", value(s.DeliveryRate)},
 		}})
