@@ -184,6 +184,49 @@ func TestFar_CancelAndReschedule(t *testing.T) {
 // A retried Publish of a far message is a no-op; the same UUID with
 // another body is refused, as for any waiting message; either way the
 // message is delivered once.
+// A bucket takes messages in several calls: a later call adds to a bucket
+// that holds live messages (publish.lua leaves its place in the far set
+// alone), and one that a Cancel emptied and removed is set up again.
+func TestFar_BucketTakesLaterCalls(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := lcPublisher(t, client)
+	ctx := context.Background()
+	at := time.Now().Add(4 * time.Second).Truncate(time.Second) // one bucket (1 s wide)
+	if time.Until(at) < 3500*time.Millisecond {
+		at = at.Add(time.Second)
+	}
+	gone := delayed(delay.Until(at), "cancelled")
+	require.NoError(t, pub.Publish(tp, gone))
+	ok, err := pub.Cancel(ctx, tp, gone.UUID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	buckets, far := farKeys(t, tp)
+	require.Zero(t, buckets, "the emptied bucket left the far set")
+	require.Zero(t, far)
+
+	first := delayed(delay.Until(at), "first")
+	require.NoError(t, pub.Publish(tp, first))
+	second := delayed(delay.Until(at), "second")
+	require.NoError(t, pub.Publish(tp, second))
+	buckets, far = farKeys(t, tp)
+	require.EqualValues(t, 1, buckets, "both calls in one bucket")
+	require.EqualValues(t, 2, far)
+
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, tp)
+	got := map[string]bool{}
+	for range 2 {
+		msg := receive(t, ch, 6*time.Second)
+		require.False(t, time.Now().Before(at), "early")
+		got[msg.UUID] = true
+		msg.Ack()
+	}
+	assert.Equal(t, map[string]bool{first.UUID: true, second.UUID: true}, got)
+	nothing(t, ch, 300*time.Millisecond)
+}
+
 func TestFarRepublish(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)

@@ -320,19 +320,22 @@ if #stored > 0 then
   -- due ms, whose bucket is unpacked after now + the margin. Each bucket
   -- takes its messages in one RPUSH; a message's location is bucket * 2^24
   -- + its position in the bucket, exact in a Lua number.
-  local far, farOrder = {}, {}
+  local far, farOrder, farFields = {}, {}, {}
   for _, m in ipairs(stored) do
-    local due = now + delay[m]
-    if ARGV[m + 7] ~= '0' and not fixed[m] and ARGV[m + 3] == '' and ARGV[m + 4] ~= '1'
-        and due >= tonumber(ARGV[m + 9]) - farSlack and due < tonumber(ARGV[m + 9]) + farWidth + farSlack
-        and tonumber(ARGV[m + 10]) > now + farMargin then
-      local b = ARGV[m + 8]
-      if not far[b] then
-        far[b] = {}
-        farOrder[#farOrder + 1] = b
+    if ARGV[m + 7] ~= '0' and not fixed[m] and ARGV[m + 3] == '' and ARGV[m + 4] ~= '1' then
+      local due, first = now + delay[m], tonumber(ARGV[m + 9])
+      if due >= first - farSlack and due < first + farWidth + farSlack and tonumber(ARGV[m + 10]) > now + farMargin then
+        local b = ARGV[m + 8]
+        local list = far[b]
+        if not list then
+          list = {}
+          far[b] = list
+          local k = #farOrder
+          farOrder[k + 1] = b
+          farFields[2 * k + 1], farFields[2 * k + 2] = 'p:' .. b, 'l:' .. b
+        end
+        list[#list + 1] = m
       end
-      local list = far[b]
-      list[#list + 1] = m
     end
   end
   local isFar = {}
@@ -340,17 +343,12 @@ if #stored > 0 then
   if #farOrder > 0 then
     -- per bucket: the elements popped by unpacking (none, unless Redis's
     -- clock went back) and the live count, read and written in one call each
-    local fields = {}
-    for k, b in ipairs(farOrder) do
-      fields[2 * k - 1], fields[2 * k] = 'p:' .. b, 'l:' .. b
-    end
     local meta = {}
-    lookup(KEYS[11], fields, meta)
+    lookup(KEYS[11], farFields, meta)
     local counts, added, earliestAt = {}, {}, nil
-    for _, b in ipairs(farOrder) do
-      local list = far[b]
+    for k, b in ipairs(farOrder) do
+      local list, live = far[b], tonumber(meta[farFields[2 * k]] or '0')
       local bucket = KEYS[tonumber(ARGV[list[1] + 7])]
-      local popped = tonumber(meta['p:' .. b] or '0')
       local len = 0
       for c = 1, #list, CHUNK do
         local els = {}
@@ -360,8 +358,9 @@ if #stored > 0 then
         end
         len = redis.call('RPUSH', bucket, unpack(els))
       end
-      local base = popped + len - #list
-      if base + #list > 16777216 or tonumber(b) * 16777216 + base + #list > 9007199254740992 then
+      local base = tonumber(meta[farFields[2 * k - 1]] or '0') + len - #list
+      local loc = tonumber(b) * 16777216 + base
+      if base + #list > 16777216 or loc + #list > 9007199254740992 then
         -- a location would not fit: these wait in the waiting set instead
         if len == #list then
           redis.call('DEL', bucket)
@@ -370,27 +369,33 @@ if #stored > 0 then
         end
       else
         for i, m in ipairs(list) do
-          redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], tonumber(b) * 16777216 + base + i - 1)
+          redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], loc + i - 1)
           isFar[m] = true
         end
-        counts[#counts + 1] = 'l:' .. b
-        counts[#counts + 1] = tonumber(meta['l:' .. b] or '0') + #list
-        local at = tonumber(ARGV[list[1] + 10])
-        added[#added + 1] = at
-        added[#added + 1] = b
-        if earliestAt == nil or at < earliestAt then
-          earliestAt = at
+        counts[#counts + 1] = farFields[2 * k]
+        counts[#counts + 1] = live + #list
+        if live == 0 then
+          -- a bucket with live messages is in the far set already
+          local at = ARGV[list[1] + 10]
+          added[#added + 1] = at
+          added[#added + 1] = b
+          at = tonumber(at)
+          if earliestAt == nil or at < earliestAt then
+            earliestAt = at
+          end
         end
         nFar = nFar + #list
       end
     end
-    if #counts > 0 then
+    for c = 1, #counts, CHUNK do
+      redis.call('HSET', KEYS[11], unpack(counts, c, math.min(c + CHUNK - 1, #counts)))
+    end
+    if #added > 0 then
       local farHead = redis.call('ZRANGE', KEYS[10], 0, 0, 'WITHSCORES')[2]
       if farHead == nil or earliestAt < tonumber(farHead) then
         wake = true -- a new bucket is the first to unpack
       end
-      for c = 1, #counts, CHUNK do
-        redis.call('HSET', KEYS[11], unpack(counts, c, math.min(c + CHUNK - 1, #counts)))
+      for c = 1, #added, CHUNK do
         redis.call('ZADD', KEYS[10], 'NX', unpack(added, c, math.min(c + CHUNK - 1, #added)))
       end
     end
