@@ -527,7 +527,10 @@ func (d *driver) livenessProbe(ctx context.Context) {
 			}
 			d.restart(sl, func() *proc {
 				if sl.current() != p {
-					return nil // already replaced by a random kill
+					// Logged, so a run's log shows every decision of the
+					// probe (a silent no-op once hid an orphan).
+					d.logf("liveness: %s hung for %s, already replaced by a random kill", p.name, d.c.liveness)
+					return nil
 				}
 				d.logf("liveness: %s hung for %s; SIGKILL", p.name, d.c.liveness)
 				d.livenessKills.Add(1)
