@@ -31,6 +31,16 @@ func (d *driver) diagnose(ctx context.Context) {
 	defer cancel()
 	out := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "chaos: diagnose: "+format+"\n", args...) }
 
+	// The consumers the driver runs, to compare with the holders below: a
+	// holder that is no slot's current incarnation is an orphan (or dead,
+	// its lease not yet run out).
+	var current []string
+	for _, sl := range d.consumers {
+		if p := sl.current(); p != nil {
+			current = append(current, p.name)
+		}
+	}
+	out("current consumer processes: %s", strings.Join(current, " "))
 	if st, err := d.insp.Stats(ctx, topic); err == nil {
 		out("stats: %+v", st)
 	} else {

@@ -472,31 +472,34 @@ func (d *driver) killConsumers(ctx context.Context) {
 		}
 		sl := d.consumers[rand.IntN(len(d.consumers))]
 		graceful := rand.Float64() < d.c.graceful
-		d.restart(sl, func() bool {
+		d.restart(sl, func() *proc {
 			if graceful {
-				if !sl.stop(15 * time.Second) {
+				p, ok := sl.stop(15 * time.Second)
+				if !ok {
 					d.fail("consumer %s did not stop within 15s of SIGTERM", sl.name)
 				}
 				d.consumerStops.Add(1)
-			} else {
-				sl.kill()
-				d.consumerKills.Add(1)
+				return p
 			}
-			return true
+			d.consumerKills.Add(1)
+			return sl.kill()
 		})
 	}
 }
 
-// restart ends a consumer's process with end and starts a new one a moment
-// later, unless end reports it ended nothing.
-func (d *driver) restart(sl *slot, end func() bool) {
+// restart ends a consumer's process with end and starts a new one in its
+// place a moment later, unless end ended nothing (returns nil) or the slot
+// was restarted meanwhile (see slot.replace): a second process in the slot
+// would be an orphan that no fault, probe or stop reaches.
+func (d *driver) restart(sl *slot, end func() *proc) {
 	d.restartMu.Lock()
 	defer d.restartMu.Unlock()
-	if !end() {
-		return // nothing was ended: a second process in the slot would be an orphan no fault reaches
+	p := end()
+	if p == nil {
+		return
 	}
 	time.Sleep(100*time.Millisecond + rand.N(900*time.Millisecond))
-	if err := sl.start(); err != nil {
+	if err := sl.replace(p); err != nil {
 		d.fail("restart consumer %s: %v", sl.name, err)
 	}
 }
@@ -522,14 +525,16 @@ func (d *driver) livenessProbe(ctx context.Context) {
 			if !hung || time.Since(since) < d.c.liveness || ctx.Err() != nil {
 				continue
 			}
-			d.restart(sl, func() bool {
+			d.restart(sl, func() *proc {
 				if sl.current() != p {
-					return false // already replaced by a random kill
+					// Logged, so a run's log shows every decision of the
+					// probe (a silent no-op once hid an orphan).
+					d.logf("liveness: %s hung for %s, already replaced by a random kill", p.name, d.c.liveness)
+					return nil
 				}
 				d.logf("liveness: %s hung for %s; SIGKILL", p.name, d.c.liveness)
-				sl.kill()
 				d.livenessKills.Add(1)
-				return true
+				return sl.kill()
 			})
 		}
 	}
@@ -550,10 +555,10 @@ func (d *driver) faults(ctx context.Context) {
 	}
 	m := d.managers[0]
 	d.logf("SIGKILL manager %s", m.name)
-	m.kill()
+	killed := m.kill()
 	d.managerKills.Add(1)
 	sleep(ctx, time.Second)
-	if err := m.start(); err != nil {
+	if err := m.replace(killed); err != nil {
 		d.fail("restart manager: %v", err)
 	}
 
@@ -638,7 +643,7 @@ func (d *driver) stopChildren(all []*slot) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !sl.stop(15 * time.Second) {
+			if _, ok := sl.stop(15 * time.Second); !ok {
 				d.logf("%s did not stop within 15s of SIGTERM; killed", sl.name)
 			}
 		}()

@@ -51,16 +51,33 @@ func (s *supervisor) slot(role, name string) *slot {
 	return &slot{sup: s, role: role, name: name}
 }
 
-// start runs a new incarnation of the slot.
+// start runs the slot's first incarnation.
 func (sl *slot) start() error {
+	return sl.replace(nil)
+}
+
+// replace runs a new incarnation of the slot in place of prev, which has
+// ended: unless the slot's current incarnation is no longer prev (another
+// restart replaced it already), so one slot never runs two processes. A
+// second one would be an orphan: the slot tracks only its latest, so no
+// kill, liveness probe or final stop reaches the first, which then keeps
+// what it owns (an ordered partition, for good once its handler hangs).
+func (sl *slot) replace(prev *proc) error {
 	s := sl.sup
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
-	if closed {
+	if closed || sl.proc != prev {
 		return nil
+	}
+	if prev != nil {
+		select {
+		case <-prev.done:
+		default:
+			return fmt.Errorf("%s still runs: a new incarnation would orphan it", prev.name)
+		}
 	}
 	sl.inc++
 	name := sl.name + "-" + strconv.Itoa(sl.inc)
@@ -111,20 +128,24 @@ func (sl *slot) wait(p *proc) {
 	}
 	fmt.Fprintf(os.Stderr, "chaos: %s exited unexpectedly (%v); restarting it\n", name, err)
 	time.Sleep(500 * time.Millisecond)
-	if err := sl.start(); err != nil {
+	// A kill or stop may have restarted the slot meanwhile: replace starts
+	// nothing then.
+	if err := sl.replace(p); err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: restart %s: %v\n", sl.name, err)
 	}
 }
 
-// kill SIGKILLs the current incarnation and waits until it is gone.
-func (sl *slot) kill() {
+// kill SIGKILLs the current incarnation and waits until it is gone. It
+// returns that incarnation (nil if the slot never ran one), for replace.
+func (sl *slot) kill() *proc {
 	p := sl.current()
 	if p == nil {
-		return
+		return nil
 	}
 	p.expected.Store(true)
 	_ = p.cmd.Process.Kill()
 	<-p.done
+	return p
 }
 
 func (sl *slot) current() *proc {
@@ -134,21 +155,22 @@ func (sl *slot) current() *proc {
 }
 
 // stop asks the current incarnation to finish (SIGTERM), and SIGKILLs it
-// after timeout. It reports whether it stopped in time.
-func (sl *slot) stop(timeout time.Duration) bool {
+// after timeout. It returns that incarnation (nil if none), for replace,
+// and whether it stopped in time.
+func (sl *slot) stop(timeout time.Duration) (*proc, bool) {
 	p := sl.current()
 	if p == nil {
-		return true
+		return nil, true
 	}
 	p.expected.Store(true)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
-		return true
+		return p, true
 	case <-time.After(timeout):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		return false
+		return p, false
 	}
 }
 
