@@ -316,7 +316,7 @@ func (b *bench) fillBacklog(client *redis.Client, from, n int, payload []byte) (
 }
 
 // farProbeMessages is how many messages of a fill farProbe publishes.
-const farProbeMessages = 10_000
+const farProbeMessages = 50_000
 
 // farProbe publishes n far messages (due in 1–30 days) to the backlog topic
 // from one goroutine, with every call logged by SLOWLOG, and returns the
