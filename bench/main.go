@@ -10,6 +10,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -99,6 +100,7 @@ func run() error {
 		quick   = flag.Bool("quick", false, "small sizes of everything, for a smoke test (about 2 minutes)")
 		addr    = flag.String("redis", "", "use this loopback redis-server (it is FLUSHALLed) instead of starting one")
 		out     = flag.String("out", "results", "directory for results.md, results.json and the charts")
+		redraw  = flag.String("redraw", "", "measure nothing: write results.md and the charts of this results.json into -out")
 		only    = flag.String("only", "", "comma-separated scenario numbers to run (default: all)")
 		opts    options
 		rates   = flag.String("rates", "1000,10000", "steady rates of the lateness scenario, messages/s")
@@ -132,6 +134,9 @@ func run() error {
 	intFlag(&opts.Spike, "spike", 1_000_000, 20_000, "messages due at one instant (scenario 10)")
 	intFlag(&opts.SpikePartitions, "spike-partitions", 8, 8, "partitions of the spike's second run (scenario 10; 1 skips it)")
 	flag.Parse()
+	if *redraw != "" {
+		return redrawReport(*redraw, *out)
+	}
 	if *quick {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -367,4 +372,18 @@ func moduleVersions() map[string]string {
 		}
 	}
 	return v
+}
+
+// redrawReport writes results.md and the charts of a saved results.json
+// (for example after a change to the charts) into dir.
+func redrawReport(path, dir string) error {
+	js, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var rep Report
+	if err := json.Unmarshal(js, &rep); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return rep.write(dir, rep.markdown())
 }
