@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -47,6 +48,8 @@ func startDeliveryProfile(ctx context.Context, admin *redis.Client, topic, name 
 			progress("   cpuprofile: %v", err)
 		}
 	}
+	var mem0 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	cpu0, wall0 := processCPU(), time.Now()
 	rcpu0, _ := cpuSeconds(ctx, admin)
 	stats0, _ := commandStats(ctx, admin)
@@ -72,8 +75,11 @@ func startDeliveryProfile(ctx context.Context, admin *redis.Client, topic, name 
 			_ = f.Close()
 			progress("   cpuprofile written: %s", f.Name())
 		}
-		progress("   %s: bench process CPU %.2f s during delivery (%.2f cores over %s), %.2f µs per message",
-			name, cpu.Seconds(), cpu.Seconds()/wall.Seconds(), wall.Round(time.Millisecond), float64(cpu.Microseconds())/float64(n))
+		var mem runtime.MemStats
+		runtime.ReadMemStats(&mem)
+		progress("   %s: bench process CPU %.2f s during delivery (%.2f cores over %s), %.2f µs and %.1f allocations (%.0f B) per message",
+			name, cpu.Seconds(), cpu.Seconds()/wall.Seconds(), wall.Round(time.Millisecond), float64(cpu.Microseconds())/float64(n),
+			float64(mem.Mallocs-mem0.Mallocs)/float64(n), float64(mem.TotalAlloc-mem0.TotalAlloc)/float64(n))
 	}
 }
 
