@@ -131,14 +131,30 @@ func markDelivered(md message.Metadata, attempt string, now time.Time) string {
 		if t.After(now) {
 			t = now
 		}
-		until = t.UTC().Format(untilLayout)
+		until = formatUntilMs(t)
 	case md.Get(delay.DelayedForKey) != "":
-		until = now.UTC().Format(untilLayout)
+		until = formatUntilMs(now)
 	default:
 		return ""
 	}
 	md.Set(delay.DelayedUntilKey, until)
 	return until
+}
+
+// formatUntilMs formats t in UTC in untilLayout, as time.Format would:
+// it runs once per delivered message with delay metadata, so it takes the
+// time package's fast path for time.RFC3339 (whole seconds, "Z" in UTC)
+// and adds the milliseconds, instead of interpreting untilLayout.
+func formatUntilMs(t time.Time) string {
+	t = t.UTC()
+	var buf [32]byte
+	b := t.AppendFormat(buf[:0], time.RFC3339)
+	if len(b) != 20 || b[19] != 'Z' {
+		return t.Format(untilLayout) // a year outside 0-9999
+	}
+	ms := t.Nanosecond() / int(time.Millisecond)
+	b = append(b[:19], '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
+	return string(b)
 }
 
 // errDelayTooFar marks a Nack whose delay metadata asks for more than

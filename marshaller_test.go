@@ -26,6 +26,8 @@ func TestCodecRoundTrip(t *testing.T) {
 		"garbage delay values kept as text":   {delay.DelayedForKey: "soon", delay.DelayedUntilKey: "tomorrow"},
 		"empty key and value":                 {"": ""},
 		"ordinary keys":                       {"a": "1", "correlation_id": "x", ErrorKey: "boom"},
+		"more keys than a small map holds": {"k1": "1", "k2": "2", "k3": "3", "k4": "4", "k5": "5", "k6": "6", "k7": "7", "k8": "8", "k9": "9",
+			delay.DelayedForKey: "1s"},
 	}
 	for name, md := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -936,8 +936,8 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 	deliveredUntil = markDelivered(msg.Metadata, strconv.Itoa(attempt), s.now())
 	delete(msg.Metadata, snoozeKey) // only a Snooze of this delivery counts
 
-	msgCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	msgCtx := newMsgContext(ctx)
+	defer msgCtx.end()
 	msg.SetContext(msgCtx)
 
 	select {

@@ -560,7 +560,10 @@ func (b *bench) dueAtOnce(client *redis.Client, pub message.Publisher, topic str
 		// Nothing can arrive before the due time: the stall watch starts
 		// there (a lead over stallTimeout read as a stall).
 		time.Sleep(left)
-		if err := waitFor(t.done, t.delivered.Load, n); err != nil {
+		stopProfile := startDeliveryProfile(b.ctx, b.admin, topic, name, t.delivered.Load)
+		err := waitFor(t.done, t.delivered.Load, n)
+		stopProfile(n)
+		if err != nil {
 			return 0, err
 		}
 		var last time.Time

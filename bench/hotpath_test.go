@@ -138,6 +138,39 @@ func benchSubscribeAck(b *testing.B, m redisdelay.Metrics) {
 	}
 }
 
+// BenchmarkSubscribeAckUser receives and acks b.N ready messages of the
+// shape users publish (UUIDv4, Watermill's delay metadata, due already,
+// 100 B) from one subscription, without a Router; ns/op is per message.
+func BenchmarkSubscribeAckUser(b *testing.B) {
+	c := freshClient(b)
+	pub := newPublisher(b, c)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: c, ConsumerGroup: consumerGroup}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	if err := sub.SubscribeInitialize("hot"); err != nil {
+		b.Fatal(err)
+	}
+	due := time.Now().Add(-time.Minute)
+	if _, err := publishUser(pub, "hot", b.N, make([]byte, userPayload), nil, func() delay.Delay { return delay.Until(due) }, nil); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := processCPU()
+	ch, err := sub.Subscribe(ctx, "hot")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		(<-ch).Ack()
+	}
+	b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
 // BenchmarkPromote moves b.N due messages to the ready stream with a
 // Manager; ns/op is per message.
 func BenchmarkPromote(b *testing.B) {
