@@ -21,6 +21,10 @@ type msgContext struct {
 	ctx    context.Context // nil until first needed
 	cancel context.CancelFunc
 	ended  bool
+	// detach: the delivery ended while the subscription's context was
+	// live, so a context made after that ended with the delivery
+	// (context.Canceled), whatever its parent did later.
+	detach bool
 }
 
 func newMsgContext(parent context.Context) *msgContext {
@@ -31,7 +35,11 @@ func (c *msgContext) inner() context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ctx == nil {
-		c.ctx, c.cancel = context.WithCancel(c.Context)
+		parent := c.Context
+		if c.detach {
+			parent = context.WithoutCancel(parent)
+		}
+		c.ctx, c.cancel = context.WithCancel(parent)
 		if c.ended {
 			c.cancel()
 		}
@@ -45,8 +53,10 @@ func (c *msgContext) Value(key any) any     { return c.inner().Value(key) }
 
 // end cancels the context: the delivery ended.
 func (c *msgContext) end() {
+	parentLive := c.Context.Err() == nil
 	c.mu.Lock()
 	c.ended = true
+	c.detach = parentLive
 	cancel := c.cancel
 	c.mu.Unlock()
 	if cancel != nil {

@@ -275,6 +275,10 @@ func (b *bench) backlogLadder() {
 		if step.Slowest, err = b.slowest(time.Time{}); b.failed("SLOWLOG GET", err) {
 			return
 		}
+		// After the step: freeing it must not share the measured time.
+		if b.failed("delete the topic with no backlog", b.deleteTopic(emptyTopic(step.Size))) {
+			return
+		}
 		b.rep.Backlog = append(b.rep.Backlog, step)
 		used, err = b.settledMemory()
 		if b.failed("INFO memory", err) {
@@ -368,8 +372,8 @@ func (b *bench) farProbe(client *redis.Client, n int, payload []byte) (*FarProbe
 			ms = append(ms, float64(l.Duration)/float64(time.Millisecond))
 		}
 	}
-	if len(ms) < n/userBatch {
-		return nil, fmt.Errorf("SLOWLOG holds %d of the %d calls", len(ms), n/userBatch)
+	if len(ms) != n/userBatch {
+		return nil, fmt.Errorf("SLOWLOG holds %d script calls, not the %d made", len(ms), n/userBatch)
 	}
 	sort.Float64s(ms)
 	p := &FarProbe{Calls: len(ms), P50Ms: percentile(ms, 0.5), P99Ms: percentile(ms, 0.99), MaxMs: ms[len(ms)-1]}
@@ -409,7 +413,7 @@ func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payloa
 		return
 	}
 	defer pub.Close()
-	empty := "empty-" + strconv.Itoa(step.Size)
+	empty := emptyTopic(step.Size)
 	publish := func(topic, what string, round int, into *[]float64) bool {
 		rate := b.measure(fmt.Sprintf("publish delayed 1 ms, 500 per call × 8, %s %s (round %d)", what, at, round), n, func() (time.Duration, error) {
 			return publishUser(pub, topic, n, payload, nil, func() delay.Delay { return delay.For(time.Millisecond) }, nil)
@@ -437,9 +441,6 @@ func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payloa
 	step.PublishRate, step.EmptyPublishRate = ptr(median(step.PublishRates)), ptr(median(step.EmptyPublishRates))
 	progress("   publish: %s msg/s to the backlog topic, %s to a topic with no backlog (medians of %d; %.2f×)",
 		formatNumber(*step.PublishRate), formatNumber(*step.EmptyPublishRate), publishRounds, *step.PublishRate / *step.EmptyPublishRate)
-	if b.failed("delete the topic with no backlog", b.deleteTopic(empty)) {
-		return
-	}
 	time.Sleep(10 * time.Millisecond) // all due
 	moved := publishRounds * n
 	step.PromoteRate = b.measure(fmt.Sprintf("promote %s due, Manager alone, %s", count(moved), at), moved, func() (time.Duration, error) {
@@ -481,7 +482,12 @@ func median(vs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// deleteTopic removes an unpartitioned topic's keys and its registry entry.
+// emptyTopic is the topic with no backlog that a ladder step publishes to
+// beside the backlog topic.
+func emptyTopic(size int) string { return "empty-" + strconv.Itoa(size) }
+
+// deleteTopic removes an unpartitioned topic's keys and its registry entry,
+// with DEL rather than UNLINK: the memory is free when it returns.
 func (b *bench) deleteTopic(topic string) error {
 	iter := b.admin.Scan(b.ctx, 0, redisdelay.DefaultKeyPrefix+":{"+topic+"}*", 10_000).Iterator()
 	var keys []string
@@ -492,7 +498,7 @@ func (b *bench) deleteTopic(topic string) error {
 		return err
 	}
 	if len(keys) > 0 {
-		if err := b.admin.Unlink(b.ctx, keys...).Err(); err != nil {
+		if err := b.admin.Del(b.ctx, keys...).Err(); err != nil {
 			return err
 		}
 	}

@@ -342,7 +342,8 @@ if #stored > 0 then
   local nFar = 0
   if #farOrder > 0 then
     -- per bucket: the elements popped by unpacking (none, unless Redis's
-    -- clock went back) and the live count, read and written in one call each
+    -- clock went back) and the live count, read in one call and written in
+    -- chunks
     local meta = {}
     lookup(KEYS[11], farFields, meta)
     local counts, added, earliestAt = {}, {}, nil
@@ -375,7 +376,10 @@ if #stored > 0 then
         counts[#counts + 1] = farFields[2 * k]
         counts[#counts + 1] = live + #list
         if live == 0 then
-          -- a bucket with live messages is in the far set already
+          -- a bucket with live messages is in the far set already: unpack.lua
+          -- and farpull.lua remove the entry and the counters together. (An
+          -- allkeys-* eviction policy could evict one without the other; it
+          -- can evict messages too, and schedulers warn against it.)
           local at = ARGV[list[1] + 10]
           added[#added + 1] = at
           added[#added + 1] = b
