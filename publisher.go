@@ -140,6 +140,7 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 		c.n++
 		c.size += len(msg.UUID) + len(m.body) + len(m.keyArg)
 		c.args = append(c.args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio)
+		c.far = append(c.far, farArgOf(msg.UUID, m))
 	}
 	// The far buckets are chosen by the clock of now, not of the start:
 	// encoding a large call takes time, and a message placed by a clock
@@ -147,13 +148,10 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 	// waits in the waiting set instead (publish.lua checks).
 	nowMs := p.now().UnixMilli()
 	for _, c := range calls {
-		if c == nil {
-			continue
-		}
-		c.far = make([]farArg, c.n)
-		for m := range c.n {
-			a := c.args[5*m : 5*m+5]
-			c.far[m] = farArgOf(a[0].(string), time.Duration(a[1].(int64))*time.Millisecond, a[4].(string) == "1", a[3].(string) != "", nowMs)
+		if c != nil {
+			for m := range c.far {
+				c.far[m].place(nowMs)
+			}
 		}
 	}
 	return nCalls, nil
@@ -168,20 +166,30 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 // backlog, and such a message can be in the far tier only if published
 // before with a due time two minutes or more ahead of then, and so, when a
 // retry, more than a minute ago.
-func farArgOf(uuid string, delay time.Duration, prio, keyed bool, nowMs int64) farArg {
+// The bucket is chosen later, by place.
+func farArgOf(uuid string, m pubMessage) farArg {
 	f := farArg{bucket: -1}
-	if delay < farMargin {
+	if m.delay < farMargin {
 		return f
 	}
 	f.field = farField(uuid)
 	f.index = farShard(f.field)
 	f.lookup = true
-	if !prio && !keyed {
-		if b, start, at, ok := farPlace(nowMs, nowMs+delay.Milliseconds()); ok {
-			f.bucket, f.start, f.unpackAt = b, start, at
-		}
+	if m.prio != "1" && m.key == "" {
+		f.dueIn = m.delay
 	}
 	return f
+}
+
+// place chooses the far bucket of a message that may go there, by the
+// clock nowMs.
+func (f *farArg) place(nowMs int64) {
+	if f.dueIn == 0 {
+		return
+	}
+	if b, start, at, ok := farPlace(nowMs, nowMs+f.dueIn.Milliseconds()); ok {
+		f.bucket, f.start, f.unpackAt = b, start, at
+	}
 }
 
 // checkIdentity refuses message i of a Publish call when it is nil or has

@@ -49,12 +49,13 @@ func (r publishReply) status(i int) (dup string, refusal []any, pull string) {
 // farArg is where publish.lua may look up and store a message in the far
 // tier (see far.go).
 type farArg struct {
-	field    string // the UUID's far index field
-	index    uint32 // its far index shard
-	lookup   bool   // a waiting message: looked up in the far index
-	bucket   int64  // far bucket; -1: not for the far tier
-	start    int64  // the bucket's first due ms
-	unpackAt int64  // when the bucket is unpacked, ms
+	field    string        // the UUID's far index field
+	index    uint32        // its far index shard
+	lookup   bool          // a waiting message: looked up in the far index
+	dueIn    time.Duration // its delay when it may go to the far tier, else 0
+	bucket   int64         // far bucket (farArg.place); -1: not for the far tier
+	start    int64         // the bucket's first due ms
+	unpackAt int64         // when the bucket is unpacked, ms
 }
 
 // callPublish runs publish.lua for the calls of batch, all to the partition

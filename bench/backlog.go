@@ -297,28 +297,15 @@ func (b *bench) fillBacklog(client *redis.Client, from, n int, payload []byte) (
 	}
 	defer pub.Close()
 	var done atomic.Int64
-	stop := make(chan struct{})
-	printed := make(chan struct{})
-	go func() {
-		defer close(printed)
-		start := time.Now()
-		tick := time.NewTicker(10 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				mem, _ := usedMemory(b.ctx, b.admin)
-				k := done.Load()
-				progress("   %s of %s waiting (%s msg/s), used_memory %.2f GB", count(from+int(k)), count(from+n),
-					formatNumber(float64(k)/time.Since(start).Seconds()), float64(mem)/1e9)
-			}
-		}
-	}()
+	start := time.Now()
+	stop := every(10*time.Second, func() {
+		mem, _ := usedMemory(b.ctx, b.admin)
+		k := done.Load()
+		progress("   %s of %s waiting (%s msg/s), used_memory %.2f GB", count(from+int(k)), count(from+n),
+			formatNumber(float64(k)/time.Since(start).Seconds()), float64(mem)/1e9)
+	})
 	d, err := publishUser(pub, backlogTopic, n, payload, nil, func() delay.Delay { return delay.For(backlogDelay()) }, &done)
-	close(stop)
-	<-printed
+	stop()
 	return d, err
 }
 

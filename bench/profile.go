@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
 
 // cpuProfile, when set, profiles the bench process while due messages are
@@ -92,7 +94,7 @@ func processCPU() time.Duration {
 }
 
 func traceDeliveries(ctx context.Context, admin *redis.Client, topic string, delivered func() int64) func() {
-	stream := "redisdelay:{" + topic + "}:stream"
+	stream := redisdelay.DefaultKeyPrefix + ":{" + topic + "}:stream"
 	added := func() int64 {
 		info, err := admin.XInfoStream(ctx, stream).Result()
 		if err != nil {
@@ -101,19 +103,27 @@ func traceDeliveries(ctx context.Context, admin *redis.Client, topic string, del
 		return info.EntriesAdded
 	}
 	base, start := added(), time.Now()
+	return every(500*time.Millisecond, func() {
+		progress("   +%5.1fs promoted %8d delivered %8d", time.Since(start).Seconds(), added()-base, delivered())
+	})
+}
+
+// every runs fn every period until the function it returns is called,
+// which returns once fn has stopped.
+func every(period time.Duration, fn func()) (stop func()) {
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		tick := time.NewTicker(500 * time.Millisecond)
+		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-tick.C:
+				fn()
 			}
-			progress("   +%5.1fs promoted %8d delivered %8d", time.Since(start).Seconds(), added()-base, delivered())
 		}
 	}()
 	return func() { close(done); <-stopped }
