@@ -322,11 +322,14 @@ func (s *scheduler) restartRetired() {
 }
 
 // retire ends the loop of a partition found idle, unless a wake-up came in
-// meanwhile. It reports whether the loop is to return.
+// meanwhile, or Redis was found to refuse the wake-ups (checked under the
+// lock restartRetired takes after setting denied, so a loop cannot retire
+// between that restart and its own check). It reports whether the loop is
+// to return.
 func (s *scheduler) retire(sh shard, wake chan string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.loops[sh] != wake || len(wake) > 0 {
+	if s.denied.Load() || s.loops[sh] != wake || len(wake) > 0 {
 		return false
 	}
 	delete(s.loops, sh)
