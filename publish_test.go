@@ -157,20 +157,18 @@ func TestPublishKeepsOrderWithinEqualDueTimes(t *testing.T) {
 	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
 	var want []string
 	var msgs []*message.Message
-	// More than one chunk of the script's variadic calls; fewer than 1024
-	// (the sequence that orders equal due times wraps at 1024); within
-	// the bounds of one run.
-	for i := 0; i < 510; i++ {
+	// Within the bounds of one run (256 messages).
+	for i := 0; i < 256; i++ {
 		msg := delayed(delay.For(time.Hour), fmt.Sprint(i)) // the same delay: due in the same ms
 		msgs = append(msgs, msg)
 		want = append(want, msg.UUID)
 	}
 	a, b := twoInFlight(t, proxy, pub, topic)
 	first := make(chan error, 1)
-	go func() { first <- pub.Publish(topic, msgs[:400]...) }()
+	go func() { first <- pub.Publish(topic, msgs[:200]...) }()
 	awaitQueued(t, pub, topic, 1)
 	second := make(chan error, 1)
-	go func() { second <- pub.Publish(topic, msgs[400:]...) }()
+	go func() { second <- pub.Publish(topic, msgs[200:]...) }()
 	awaitQueued(t, pub, topic, 2)
 	proxy.open()
 	require.NoError(t, <-a)
@@ -340,8 +338,9 @@ func TestPublishCloseFlushesQueuedCalls(t *testing.T) {
 	assert.Len(t, content(t, topic).waiting, 5)
 }
 
-// A run carries at most 512 messages: a larger queued call goes alone,
-// whole, and the calls queued after it go in the next run.
+// A run carries at most 256 messages: a larger queued call is stored in
+// parts, the first alone, the calls queued after it together in the next
+// run, then its other parts one after another.
 func TestPublishBoundsCoalescedRuns(t *testing.T) {
 	t.Parallel()
 	topic := topic()
@@ -367,7 +366,110 @@ func TestPublishBoundsCoalescedRuns(t *testing.T) {
 		require.NoError(t, <-errc)
 	}
 	assert.Len(t, content(t, topic).waiting, total)
-	assert.EqualValues(t, 4, counter.n.Load(), "script runs: two in flight, the large call alone, the other two together")
+	assert.EqualValues(t, 6, counter.n.Load(), "script runs: two in flight, the large call's first part, the other two calls together, its second and third parts")
+}
+
+// partsPublisher is a Publisher whose client counts the scripts it runs,
+// with topic registered and the script loaded.
+func partsPublisher(t *testing.T, topic string) (*redisdelay.Publisher, *scriptCounter) {
+	t.Helper()
+	client := newClient(t)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), nil)))
+	counter := &scriptCounter{}
+	client.AddHook(counter)
+	return pub, counter
+}
+
+// waitingUUIDs lists the UUIDs Inspector.Waiting returns for topic, in due
+// order, the far tier's included.
+func waitingUUIDs(t *testing.T, topic string) []string {
+	t.Helper()
+	msgs, err := lcInspector(t, newClient(t)).Waiting(context.Background(), topic, 0, 10_000)
+	require.NoError(t, err)
+	uuids := make([]string, len(msgs))
+	for i, m := range msgs {
+		uuids[i] = m.Message.UUID
+	}
+	return uuids
+}
+
+// A call of more than 256 messages is stored in parts of 256, in call
+// order: messages published with the same delay keep their order across
+// the parts (delay.For, not delay.Until: Watermill sets both keys for
+// Until, the For one from the clock of each message's creation).
+func TestPublishLargeCallGoesInParts(t *testing.T) {
+	t.Parallel()
+	topic := topic()
+	pub, counter := partsPublisher(t, topic)
+	msgs := make([]*message.Message, 600)
+	want := make([]string, len(msgs))
+	for i := range msgs {
+		msgs[i] = delayed(delay.For(time.Hour), "x")
+		want[i] = msgs[i].UUID
+	}
+	require.NoError(t, pub.Publish(topic, msgs...))
+	assert.EqualValues(t, 3, counter.n.Load(), "parts of 256, 256 and 88 messages")
+	assert.Equal(t, want, waitingUUIDs(t, topic))
+}
+
+// A part holds far messages of at most 128 far buckets: 200 messages due
+// in 200 different buckets go in two parts, 200 in one bucket in one.
+func TestPublishPartsBoundFarBuckets(t *testing.T) {
+	t.Parallel()
+	width, _, _ := redisdelay.FarTier()
+	for _, spread := range []bool{true, false} {
+		topic := topic()
+		pub, counter := partsPublisher(t, topic)
+		start := time.Now().Add(time.Hour).Truncate(width)
+		msgs := make([]*message.Message, 200)
+		for i := range msgs {
+			due := start
+			if spread {
+				due = start.Add(time.Duration(i) * width)
+			}
+			msgs[i] = delayed(delay.Until(due), "x")
+		}
+		require.NoError(t, pub.Publish(topic, msgs...))
+		runs := int64(1)
+		if spread {
+			runs = 2
+		}
+		assert.Equal(t, runs, counter.n.Load(), "spread: %v", spread)
+		st := lcStats(t, lcInspector(t, newClient(t)), topic)
+		assert.EqualValues(t, 200, st.Waiting, "spread: %v", spread)
+	}
+}
+
+// When a part fails, the parts after it are not sent, and the error says
+// how many of the call's messages are stored.
+func TestPublishPartFailureSaysWhatIsStored(t *testing.T) {
+	t.Parallel()
+	topic := topic()
+	pub, counter := partsPublisher(t, topic)
+	held := delayed(delay.For(time.Second), "held") // in the waiting set: no far pull
+	require.NoError(t, pub.Publish(topic, held))
+	msgs := make([]*message.Message, 600)
+	for i := range msgs {
+		msgs[i] = delayed(delay.For(time.Hour), "x")
+	}
+	msgs[300].UUID = held.UUID // in the second part
+	err := pub.Publish(topic, msgs...)
+	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
+	require.ErrorContains(t, err, fmt.Sprintf("the first 256 of the call's 600 messages to topic %q are stored: a Publish call is stored in parts", topic))
+	assert.EqualValues(t, 3, counter.n.Load(), "the held message, the two first parts; not the third")
+	assert.EqualValues(t, 257, lcStats(t, lcInspector(t, newClient(t)), topic).Waiting)
+
+	// The rest goes on a retry once the clash is gone; the stored ones (in
+	// the far tier) are no-ops. Their part is sent twice: once to find them
+	// all there, once after they were moved to the waiting set.
+	msgs[300].UUID = watermill.NewUUID()
+	counter.n.Store(0)
+	require.NoError(t, pub.Publish(topic, msgs...))
+	assert.EqualValues(t, 601, lcStats(t, lcInspector(t, newClient(t)), topic).Waiting)
+	assert.EqualValues(t, 2+256+1+1, counter.n.Load(), "script runs: the first part twice with a far pull per message, the other two once")
 }
 
 // A call whose context has already ended is not sent: coalesced runs are

@@ -33,17 +33,21 @@ type publishReply struct {
 
 // status decodes the status of call i: dup is the UUID of a message already
 // waiting with another body; refusal a business key or capacity refusal
-// (see pubCall.refusal); pull the UUID of a message of the call waiting in
+// (see pubCall.refusal); pulls the UUIDs of messages of the call waiting in
 // the far tier, to move to the waiting set before sending the call again;
 // all empty: stored.
-func (r publishReply) status(i int) (dup string, refusal []any, pull string) {
+func (r publishReply) status(i int) (dup string, refusal []any, pulls []string) {
 	dup, _ = r.statuses[i].(string)
 	refusal, _ = r.statuses[i].([]any)
-	if len(refusal) == 3 && refusal[0] == "pull" {
-		pull, _ = refusal[1].(string)
-		return "", nil, pull
+	if len(refusal) >= 3 && refusal[0] == "pull" {
+		for k := 1; k < len(refusal); k += 2 {
+			if id, _ := refusal[k].(string); id != "" {
+				pulls = append(pulls, id)
+			}
+		}
+		return "", nil, pulls
 	}
-	return dup, refusal, ""
+	return dup, refusal, nil
 }
 
 // farArg is where publish.lua may look up and store a message in the far

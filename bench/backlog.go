@@ -87,19 +87,30 @@ type BacklogStep struct {
 // cores with Redis, and SLOWLOG's wall time also counts the time Redis
 // waits for a CPU.
 type FarProbe struct {
+	// Calls counts the script runs (a Publish call of 500 is stored in
+	// parts: see maxPartMessages in publisher.go); the percentiles are of
+	// their SLOWLOG times.
 	Calls        int     `json:"calls"`
+	Publishes    int     `json:"publishes"` // Publish calls of 500
 	P50Ms        float64 `json:"p50_ms"`
 	P99Ms        float64 `json:"p99_ms"`
 	MaxMs        float64 `json:"max_ms"`
-	CPUMsPerCall float64 `json:"redis_cpu_ms_per_call"`
+	CPUMsPerCall float64 `json:"redis_cpu_ms_per_call"` // per script run
+	// CPUMsPerPublish is Redis CPU per Publish call of 500.
+	CPUMsPerPublish float64 `json:"redis_cpu_ms_per_publish,omitempty"`
 }
 
 func (p *FarProbe) String() string {
 	if p == nil {
 		return "—"
 	}
-	return fmt.Sprintf("p50 %s, p99 %s, max %s ms (%d calls; Redis CPU %s ms a call)",
-		formatNumber(p.P50Ms), formatNumber(p.P99Ms), formatNumber(p.MaxMs), p.Calls, formatNumber(p.CPUMsPerCall))
+	if p.Publishes == 0 { // a run from before calls went in parts
+		return fmt.Sprintf("p50 %s, p99 %s, max %s ms (%d calls; Redis CPU %s ms a call)",
+			formatNumber(p.P50Ms), formatNumber(p.P99Ms), formatNumber(p.MaxMs), p.Calls, formatNumber(p.CPUMsPerCall))
+	}
+	return fmt.Sprintf("p50 %s, p99 %s, max %s ms (%d script runs for %d calls; Redis CPU %s ms a run, %s a call)",
+		formatNumber(p.P50Ms), formatNumber(p.P99Ms), formatNumber(p.MaxMs), p.Calls, p.Publishes,
+		formatNumber(p.CPUMsPerCall), formatNumber(p.CPUMsPerPublish))
 }
 
 // SpikeRun is one run of scenario 10.
@@ -312,9 +323,9 @@ func (b *bench) fillBacklog(client *redis.Client, from, n int, payload []byte) (
 // farProbeMessages is how many messages of a fill farProbe publishes.
 const farProbeMessages = 50_000
 
-// probeSlowlogUsec is farProbe's SLOWLOG threshold: below any far call of
-// 500 messages, above almost every command such a call runs.
-const probeSlowlogUsec = 500
+// probeSlowlogUsec is farProbe's SLOWLOG threshold: below any script run
+// of a far call's part, above almost every command such a run runs.
+const probeSlowlogUsec = 100
 
 // farProbe publishes n far messages (due in 1–30 days) to the backlog topic
 // from one goroutine, with every call logged by SLOWLOG, and returns the
@@ -359,14 +370,14 @@ func (b *bench) farProbe(client *redis.Client, n int, payload []byte) (*FarProbe
 			ms = append(ms, float64(l.Duration)/float64(time.Millisecond))
 		}
 	}
-	if len(ms) != n/userBatch {
-		return nil, fmt.Errorf("SLOWLOG holds %d script calls, not the %d made", len(ms), n/userBatch)
+	calls, _ := scriptCalls(stats)
+	if int64(len(ms)) != calls || calls == 0 {
+		return nil, fmt.Errorf("SLOWLOG holds %d script runs, not the %d made", len(ms), calls)
 	}
 	sort.Float64s(ms)
-	p := &FarProbe{Calls: len(ms), P50Ms: percentile(ms, 0.5), P99Ms: percentile(ms, 0.99), MaxMs: ms[len(ms)-1]}
-	if calls, _ := scriptCalls(stats); calls > 0 {
-		p.CPUMsPerCall = (cpu1 - cpu0) * 1e3 / float64(calls)
-	}
+	p := &FarProbe{Calls: len(ms), Publishes: n / userBatch, P50Ms: percentile(ms, 0.5), P99Ms: percentile(ms, 0.99), MaxMs: ms[len(ms)-1]}
+	p.CPUMsPerCall = (cpu1 - cpu0) * 1e3 / float64(calls)
+	p.CPUMsPerPublish = (cpu1 - cpu0) * 1e3 / float64(p.Publishes)
 	return p, b.admin.SlowLogReset(b.ctx).Err()
 }
 
@@ -681,7 +692,7 @@ func (b *bench) backlogRows() {
 		b.rep.row("7", "due delivery, due time to ack"+at, "msg/s", "≥ 0.8× the smallest backlog", s.DeliveryRate, peers(first.DeliveryRate)...)
 		b.rep.row("7", "slowest call (SLOWLOG) while measuring"+at, "ms", "≤ 10 ms", ptr(s.Slowest.Ms))
 		if s.FarCalls != nil {
-			b.rep.row("7", "far publish call of 500 from one goroutine, p99 (SLOWLOG)"+at, "ms", "≤ 10 ms", ptr(s.FarCalls.P99Ms))
+			b.rep.row("7", "far publish calls of 500 from one goroutine, slowest script run (SLOWLOG)"+at, "ms", "≤ 10 ms", ptr(s.FarCalls.MaxMs))
 		}
 	}
 }

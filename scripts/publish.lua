@@ -59,10 +59,13 @@
   Returns one status per call, in call order, then 1 when KEYS[8] was
   missing (the caller registers the topic again), else 0. A status:
     0                          its messages are stored (or dropped: keep first)
-    {'pull', UUID, loc}        a message of the call is waiting in the far tier
-                               at loc: the caller moves it to the waiting set
-                               (farpull.lua) and sends the call again, so it
-                               is compared there like any waiting message
+    {'pull', UUID, loc, ...}   messages of the call are waiting in the far
+                               tier (each UUID at its loc): the caller moves
+                               them to the waiting set (farpull.lua) and sends
+                               the call again, so they are compared there like
+                               any waiting message. All of the call's are
+                               named, so a retried call is sent twice, not
+                               once per message.
     UUID                       one of its messages is already waiting with a
                                different body
     {'key', key, UUID}         reject: a message of the call has a business key
@@ -167,15 +170,16 @@ local touched = {}   -- business keys whose holder changed
 local j = first
 for k = 1, calls do
   local stop = j + STRIDE * tonumber(ARGV[7 + k])
-  local bad = nil
+  local bad, pulls = nil, nil
   local adds, removes = {}, {}
   local dWait, dReady = 0, 0
   for m = j, stop - 1, STRIDE do
     local id, w = ARGV[m], waits[m]
     local old = w and known[id]
     if w and farLoc[m] and not known[id] then
-      bad = {'pull', id, farLoc[m]}
-      break
+      pulls = pulls or {'pull'}
+      pulls[#pulls + 1] = id
+      pulls[#pulls + 1] = farLoc[m]
     elseif old then
       if old ~= ARGV[m + 2] then
         bad = id
@@ -228,6 +232,8 @@ for k = 1, calls do
       end
     end
   end
+  -- the pulls come first: the checks that stopped the loop run again then
+  bad = pulls or bad
   if not bad and maxWaiting > 0 and dWait > 0 and nWaiting + dWait > maxWaiting then
     bad = {'full', 'waiting', nWaiting, dWait}
   end
