@@ -256,7 +256,7 @@ func (r *Report) backlogMarkdown(sb *strings.Builder) {
 	sb.WriteString("Ratios (×) against the smallest size. Memory: used_memory growth of the fills over the backlog, and of this step's fill over the messages it added. " +
 		"Promotion cost: script time (INFO commandstats) and Redis CPU per message moved by a Manager alone. Delivery: messages due at one instant, from it to the last ack.\n\n")
 	sb.WriteString("Publish: medians of the rounds, to the backlog topic and to a topic with no backlog in the same Redis (the backlog topic × against it in the no-backlog column). " +
-		"Far calls: the fill's last calls, from one goroutine, each script run logged by SLOWLOG (a call of 500 is stored in parts of up to 256 messages, fewer when its far messages are due in more than 128 minutes); the fill's Redis CPU per call is per script run of its 8-goroutine part.\n\n")
+		"Far calls: the fill's last calls, from one goroutine, each script run logged by SLOWLOG (a call whose far messages are due in more than 128 minutes is stored in parts); the fill's Redis CPU per call is per script run of its 8-goroutine part.\n\n")
 	sb.WriteString("| backlog | used_memory | B/msg (this step) | fill msg/s | publish msg/s | publish, no-backlog topic msg/s | promote msg/s | promotion µs/msg: script, CPU | delivery msg/s | delivery p50 / last, ms | slowest call (fill; measuring) | fill: Redis CPU ms a call | far calls from one goroutine |\n")
 	sb.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|---|\n")
 	var first *BacklogStep
