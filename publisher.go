@@ -54,10 +54,9 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // Publish stores the messages atomically, all of them or, on error, none,
 // when the call is within one part: up to 512 messages and 512 KiB, whose
 // far-future messages (due more than about two minutes ahead) are due in
-// at most 128 different minutes (so any call of up to 128 messages and
-// 512 KiB is). Messages
-// without delay metadata (or already due) are ready at once; delayed ones
-// wait in Redis until due.
+// at most 128 different minutes, so any call of up to 128 messages and
+// 512 KiB. Messages without delay metadata (or already due) are ready at
+// once; delayed ones wait in Redis until due.
 //
 // A larger call is stored in parts, one after another, each atomic, so
 // that no single script keeps Redis from its other clients for long. If a
@@ -172,14 +171,13 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 // the bounds of a run (see maxPartMessages), in call order, chained by
 // next, and returns the first.
 func (c *pubCall) split() *pubCall {
-	if c.n <= min(maxPartMessages, maxPartFarBuckets) && c.size <= maxPartBytes {
-		// at most one bucket a message: the common case needs no map
-		c.buckets = c.n
-		for _, f := range c.far {
-			if f.bucket < 0 {
-				c.buckets--
-			}
+	// The common case needs no map: at most one bucket a far message.
+	for _, f := range c.far {
+		if f.bucket >= 0 {
+			c.buckets++
 		}
+	}
+	if c.n <= maxPartMessages && c.size <= maxPartBytes && c.buckets <= maxPartFarBuckets {
 		return c
 	}
 	first, tail := (*pubCall)(nil), (*pubCall)(nil)
