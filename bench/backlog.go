@@ -87,9 +87,9 @@ type BacklogStep struct {
 // cores with Redis, and SLOWLOG's wall time also counts the time Redis
 // waits for a CPU.
 type FarProbe struct {
-	// Calls counts the script runs (a Publish call of 500 is stored in
-	// parts: see maxPartMessages in publisher.go); the percentiles are of
-	// their SLOWLOG times.
+	// Calls counts the script runs (a Publish call of 500 messages due
+	// over a month is stored in about 4 parts: see maxPartFarBuckets in
+	// publisher.go); the percentiles are of their SLOWLOG times.
 	Calls        int     `json:"calls"`
 	Publishes    int     `json:"publishes"` // Publish calls of 500
 	P50Ms        float64 `json:"p50_ms"`
