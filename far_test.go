@@ -181,9 +181,6 @@ func TestFar_CancelAndReschedule(t *testing.T) {
 	assert.EqualValues(t, 1, lcStats(t, lcInspector(t, client), tp).Waiting, "the one moved an hour on")
 }
 
-// A retried Publish of a far message is a no-op; the same UUID with
-// another body is refused, as for any waiting message; either way the
-// message is delivered once.
 // A bucket takes messages in several calls: a later call adds to a bucket
 // that holds live messages (publish.lua leaves its place in the far set
 // alone), and one that a Cancel emptied and removed is set up again.
@@ -227,6 +224,9 @@ func TestFar_BucketTakesLaterCalls(t *testing.T) {
 	nothing(t, ch, 300*time.Millisecond)
 }
 
+// A retried Publish of a far message is a no-op; the same UUID with
+// another body is refused, as for any waiting message; either way the
+// message is delivered once.
 func TestFarRepublish(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)

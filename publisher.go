@@ -147,8 +147,8 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 			nCalls++
 		}
 		c.n++
-		c.size += len(msg.UUID) + len(m.body) + len(m.keyArg)
 		c.args = append(c.args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio)
+		c.size += argBytes(c.args[len(c.args)-5:])
 		c.far = append(c.far, farArgOf(msg.UUID, m))
 	}
 	// The far buckets are chosen by the clock of now, not of the start:
@@ -198,8 +198,7 @@ func (c *pubCall) split() *pubCall {
 		clear(seen)
 	}
 	for m := range c.n {
-		a := c.args[5*m : 5*m+5]
-		bytes := len(a[0].(string)) + len(a[2].([]byte)) + len(a[3].(string))
+		bytes := argBytes(c.args[5*m : 5*m+5])
 		b := c.far[m].bucket
 		newBucket := b >= 0 && !seen[b]
 		if m > from && (m-from == maxPartMessages || size+bytes > maxPartBytes || newBucket && len(seen) == maxPartFarBuckets) {
@@ -212,6 +211,12 @@ func (c *pubCall) split() *pubCall {
 	}
 	cut(c.n)
 	return first
+}
+
+// argBytes is the size a message counts for in a run's bounds: its UUID,
+// encoded body and business key argument (see pubCall.args).
+func argBytes(a []any) int {
+	return len(a[0].(string)) + len(a[2].([]byte)) + len(a[3].(string))
 }
 
 // farArgOf is where a message may be looked up and stored in the far

@@ -39,9 +39,9 @@ type publishReply struct {
 func (r publishReply) status(i int) (dup string, refusal []any, pulls []string) {
 	dup, _ = r.statuses[i].(string)
 	refusal, _ = r.statuses[i].([]any)
-	if len(refusal) >= 3 && refusal[0] == "pull" {
-		for k := 1; k < len(refusal); k += 2 {
-			if id, _ := refusal[k].(string); id != "" {
+	if len(refusal) >= 2 && refusal[0] == "pull" {
+		for _, v := range refusal[1:] {
+			if id, _ := v.(string); id != "" {
 				pulls = append(pulls, id)
 			}
 		}

@@ -59,9 +59,9 @@
   Returns one status per call, in call order, then 1 when KEYS[8] was
   missing (the caller registers the topic again), else 0. A status:
     0                          its messages are stored (or dropped: keep first)
-    {'pull', UUID, loc, ...}   messages of the call are waiting in the far
-                               tier (each UUID at its loc): the caller moves
-                               them to the waiting set (farpull.lua) and sends
+    {'pull', UUID, ...}        messages of the call are waiting in the far
+                               tier: the caller moves them to the waiting set
+                               (farpull.lua, which looks each up) and sends
                                the call again, so they are compared there like
                                any waiting message. All of the call's are
                                named, so a retried call is sent twice, not
@@ -179,7 +179,6 @@ for k = 1, calls do
     if w and farLoc[m] and not known[id] then
       pulls = pulls or {'pull'}
       pulls[#pulls + 1] = id
-      pulls[#pulls + 1] = farLoc[m]
     elseif old then
       if old ~= ARGV[m + 2] then
         bad = id
