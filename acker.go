@@ -82,9 +82,9 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 
 	s := sub.s
 	group := s.config.ConsumerGroup
-	pipe := s.config.Client.Pipeline()
+	pipe := s.redis.Pipeline()
 	var readyCmd *redis.IntCmd
-	var redoAck pendingAck
+	var redoAck pipedScript
 	if len(ready) > 0 {
 		readyCmd = pipe.XAck(ctx, sub.shard.stream(), group, ready...)
 	}
@@ -105,7 +105,7 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 		}
 	}
 	if redoAck.cmd != nil {
-		n, err := redoAck.result(ctx, s.config.Client)
+		n, err := redoAck.result(ctx, s.redis).Int64()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("acknowledge %d redelivered message(s): %w", len(redo), err))
 		} else {

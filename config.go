@@ -223,12 +223,11 @@ func (c PublisherConfig) validateReplicas() error {
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
 	// Client is the Redis connection. Required. Close never closes it.
-	// Each subscription holds one connection of the pool per partition
-	// for its blocking reads (on a cluster, of the pool of the node serving
-	// the partition), and the Subscriber one for pause notifications and
-	// its embedded scheduler one for wake-ups: size the pool for that.
-	// Use a *redis.Client (plain or Sentinel) or a *redis.ClusterClient:
-	// with another kind reads cannot be interrupted (see BlockTime).
+	// go-redis's default pool does: whatever the number of topics,
+	// partitions and Subscribers, the components sharing a client in a
+	// process run at most 3 commands at a time on its pool and hold one
+	// pub/sub connection for all their notifications (see
+	// docs/operations.md#connections).
 	Client redis.UniversalClient
 
 	// KeyPrefix namespaces every Redis key (default DefaultKeyPrefix).
@@ -255,21 +254,22 @@ type SubscriberConfig struct {
 	// waits fewer times per message (bench/README, the spike).
 	BatchSize int
 
-	// BlockTime bounds one blocking read of new messages (default 30s). A
-	// message that arrives meanwhile ends the read at once, and so do
-	// Close, the end of the Subscribe context and a Pause or Resume of the
-	// group: the read runs on a connection of its own, which they unblock
-	// (CLIENT UNBLOCK, which the Redis user must be allowed: see
-	// docs/operations.md). So BlockTime only sets what an idle subscription
-	// costs Redis: one read, and one check of the pause flag (EXISTS; a
-	// notification of Pause that was lost is noticed within it), per
-	// BlockTime; with a rate limit, one gate script call per read. It is
-	// also how often a paused subscription checks the flag beside the
-	// notification of Resume. Where a read cannot be unblocked (Redis
-	// refuses CLIENT UNBLOCK, logged once; or Client is neither a
-	// *redis.Client nor a *redis.ClusterClient), it blocks 1s unless
-	// BlockTime is set, and Close waits for it. Ordered subscriptions read
-	// and check their share of the partitions at least once a second.
+	// BlockTime is how long an idle subscription waits to be told of new
+	// messages before it reads anyway (default 30s). Reads never block: a
+	// subscription that finds nothing waits for its partition's
+	// notification, which every script adding messages it reads sends (a
+	// publish, promotion of due messages, a redelivery, a hand-back), so
+	// new messages come at once however long BlockTime is; Close, the end
+	// of the Subscribe context and a Pause or Resume end the wait at once
+	// too. So BlockTime only sets what an idle subscription costs Redis:
+	// one script call per BlockTime (a check of the pause flag with it),
+	// which also finds messages added by a writer that sends no
+	// notification (an older version of this library). It is also how
+	// often a paused subscription checks the flag beside the notification
+	// of Resume. Where Redis refuses the client the notification channels
+	// (an ACL without &<KeyPrefix>:*, logged once), idle subscriptions
+	// read every 100ms instead. Ordered subscriptions read and check their
+	// share of the partitions at least once a second.
 	BlockTime time.Duration
 
 	// RetryDelay gives the delay before redelivering a nacked message whose
@@ -377,8 +377,7 @@ type SubscriberConfig struct {
 
 	// Partitions and TopicPartitions give the partition count of topics,
 	// as PublisherConfig's do, and must match theirs. A subscription reads
-	// every partition of its topic: one blocking read (a pooled connection)
-	// per partition.
+	// every partition of its topic.
 	Partitions      int
 	TopicPartitions map[string]int
 

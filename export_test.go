@@ -123,3 +123,7 @@ func UnpackFarOnce(ctx context.Context, client redis.UniversalClient, topic stri
 	}
 	return r.moved, err
 }
+
+// Lanes is how many commands the library's background work runs at once
+// on a client (conns.go).
+const Lanes = lanes

@@ -156,7 +156,7 @@ func failoverTest(t *testing.T, kind string, minReplicas int) {
 	d.waitHealthy(t)
 
 	// go-redis's default retries, as an application would run it.
-	client := openClient(64, 0)
+	client := openClient("")
 	t.Cleanup(func() { _ = client.Close() })
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{
 		Client: client, PublishTimeout: 2 * time.Second, MinReplicas: minReplicas, ReplicaTimeout: 500 * time.Millisecond,

@@ -136,7 +136,7 @@ func storedUUID(body []byte) (string, bool) {
 // message's encoded body and due score; found is false when no far message
 // has that UUID. A message unpacked or moved at the same moment is looked
 // up again.
-func farPull(ctx context.Context, c redis.Cmdable, sh shard, uuid string, peek bool) (body string, score float64, found bool, err error) {
+func farPull(ctx context.Context, c cmds, sh shard, uuid string, peek bool) (body string, score float64, found bool, err error) {
 	field := farField(uuid)
 	index := sh.farIndex(farShard(field))
 	for range 5 {
@@ -173,7 +173,7 @@ func (s *scheduler) unpackFar(ctx context.Context, sh shard, fields watermill.Lo
 	// command's error is checked below (the pipeline's is the first one,
 	// which for a bucket never unpacked is HGET's redis.Nil). At most
 	// farUnpackBatch elements a call, so a call stays short.
-	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = s.redis.Pipelined(ctx, func(p redis.Pipeliner) error {
 		popped = p.HGet(ctx, sh.farMeta(), "p:"+strconv.FormatInt(b, 10))
 		els = p.LRange(ctx, key, 0, int64(min(s.batch, farUnpackBatch))-1)
 		return nil
@@ -185,7 +185,7 @@ func (s *scheduler) unpackFar(ctx context.Context, sh shard, fields watermill.Lo
 		return false, fmt.Errorf("read far bucket %d: %w", b, err)
 	}
 	p, _ := strconv.ParseInt(popped.Val(), 10, 64)
-	r, err := callUnpack(ctx, s.client, sh, s.owner, b, p, els.Val())
+	r, err := callUnpack(ctx, s.redis, sh, s.owner, b, p, els.Val())
 	if err != nil {
 		return false, fmt.Errorf("unpack far bucket %d: %w", b, err)
 	}

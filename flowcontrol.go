@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -105,7 +104,7 @@ func (i *Inspector) Paused(ctx context.Context, topic, group string) (bool, erro
 //
 // With a rate limit it asks Redis every time (gate.lua). Without one it
 // asks only when it must: while paused (once per BlockTime, or when told
-// of a resume), when told of a pause change (see flowWatch), and once per
+// of a resume), when told of a pause change (see listen), and once per
 // BlockTime otherwise, for a notification that was lost (a subscriber
 // reconnecting, or a Pause by a version that did not send one); then a
 // plain EXISTS of the pause flag does.
@@ -117,16 +116,19 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 		want = min(want, limit.Messages)
 	}
 	notified := sub.flowNotified.Swap(false)
-	if limit.Messages == 0 && !sub.paused && !notified && time.Since(sub.flowChecked) < s.config.BlockTime {
+	// The read after one that found too little is read.lua's, which on
+	// partition 0 checks the pause itself.
+	checkDue := time.Since(sub.flowChecked) >= s.config.BlockTime && !(sub.drained && sub.part == 0)
+	if limit.Messages == 0 && !sub.paused && !notified && !checkDue {
 		return want, nil
 	}
 	sh := s.keys.shard(sub.topic, 0)
 	var r gateReply
 	if limit.Messages > 0 {
-		r, err = callGate(ctx, s.config.Client, sh, s.config.ConsumerGroup, limit, want, sub.unused)
+		r, err = callGate(ctx, s.redis, sh, s.config.ConsumerGroup, limit, want, sub.unused)
 	} else {
 		var n int64
-		n, err = s.config.Client.Exists(ctx, sh.paused(s.config.ConsumerGroup)).Result()
+		n, err = s.redis.Exists(ctx, sh.paused(s.config.ConsumerGroup)).Result()
 		r = gateReply{paused: n == 1, count: want}
 	}
 	if err != nil {
@@ -168,89 +170,4 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 		return 0, nil
 	}
 	return r.count, nil
-}
-
-// flowWatch tells a Subscriber's subscriptions of pause changes of their
-// group: one pub/sub connection per Subscriber, subscribed to the flow
-// channel of each (topic, group) it reads, by name. A message, and the
-// confirmation of each (re)subscription (changes published while the
-// connection was down are lost), make the subscriptions check the pause
-// at once, interrupting their blocked reads.
-type flowWatch struct {
-	pubsub *redis.PubSub
-	done   chan struct{} // closed when the message loop ended
-
-	mu   sync.Mutex
-	subs map[string]map[*subscription]struct{} // channel -> subscriptions
-}
-
-// watchFlow registers a subscription for pause notifications, starting the
-// Subscriber's watch at its first; the returned func unregisters it.
-func (s *Subscriber) watchFlow(sub *subscription) (unwatch func()) {
-	s.mu.Lock()
-	w := s.flow
-	if w == nil {
-		w = &flowWatch{pubsub: s.config.Client.Subscribe(s.closing), done: make(chan struct{}), subs: map[string]map[*subscription]struct{}{}}
-		ch := w.pubsub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(pubsubHealthCheck))
-		go func() {
-			defer close(w.done)
-			for m := range ch {
-				switch m := m.(type) {
-				case *redis.Message:
-					w.notify(m.Channel)
-				case *redis.Subscription:
-					if m.Kind == "subscribe" {
-						w.notify(m.Channel)
-					}
-				}
-			}
-		}()
-		s.flow = w
-	}
-	s.mu.Unlock()
-
-	channel := s.keys.shard(sub.topic, 0).flow(s.config.ConsumerGroup)
-	w.mu.Lock()
-	first := w.subs[channel] == nil
-	if first {
-		w.subs[channel] = map[*subscription]struct{}{}
-	}
-	w.subs[channel][sub] = struct{}{}
-	if first {
-		// Fails only when closing; a refused channel (ACL) leaves the
-		// check once per BlockTime.
-		_ = w.pubsub.Subscribe(s.closing, channel)
-	}
-	w.mu.Unlock()
-	return func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		delete(w.subs[channel], sub)
-		if len(w.subs[channel]) == 0 {
-			delete(w.subs, channel)
-			if s.closing.Err() == nil {
-				_ = w.pubsub.Unsubscribe(s.closing, channel)
-			}
-		}
-	}
-}
-
-// notify tells the subscriptions of a channel to check the pause.
-func (w *flowWatch) notify(channel string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for sub := range w.subs[channel] {
-		sub.flowNotified.Store(true)
-		select {
-		case sub.flowWake <- struct{}{}:
-		default:
-		}
-		sub.reader.interrupt()
-	}
-}
-
-// close ends the watch, once every subscription ended.
-func (w *flowWatch) close() {
-	_ = w.pubsub.Close()
-	<-w.done
 }

@@ -347,7 +347,7 @@ func TestPausePromptWithLongReads(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go collect(runCtx, subscribe(t, sub, tp), &mu, got)
-	brBlocked(t, client, tp, "g")
+	awaitWaiting(t, client, tp, parts)
 
 	require.NoError(t, insp.Pause(ctx, tp, "g"))
 	time.Sleep(200 * time.Millisecond) // the notification's way
@@ -375,7 +375,7 @@ func TestPauseWithoutNotificationSeenWithinBlockTime(t *testing.T) {
 	const block = 300 * time.Millisecond
 	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
 	ch := subscribe(t, sub, tp)
-	brBlocked(t, client, tp, "g")
+	awaitWaiting(t, client, tp, 1)
 	paused := lcKey(tp, "g:g:paused")
 	require.NoError(t, client.Set(ctx, paused, "1", 0).Err())
 	time.Sleep(3 * block) // a read timed out, then the check

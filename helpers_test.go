@@ -252,7 +252,7 @@ func newLcProxy(t *testing.T) *lcProxy {
 // client returns a go-redis client through the proxy, with default options
 // but the pool size.
 func (p *lcProxy) client(t *testing.T) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: p.addr, PoolSize: 32})
+	c := redis.NewClient(&redis.Options{Addr: p.addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -385,7 +385,7 @@ func lcIsCause(err error) bool {
 func ownRedis(t *testing.T, args ...string) *redis.Client {
 	t.Helper()
 	server := redistest.ForTest(t, redistest.Options{Args: args})
-	client := redis.NewClient(&redis.Options{Addr: server.Addr, PoolSize: 32})
+	client := redis.NewClient(&redis.Options{Addr: server.Addr})
 	t.Cleanup(func() { _ = client.Close() })
 	return client
 }
@@ -517,7 +517,7 @@ func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // runs exactly one script.
 func gatedPublisher(t *testing.T, topic string, config redisdelay.PublisherConfig) (*redisdelay.Publisher, *gateProxy, *scriptCounter) {
 	proxy := newGateProxy(t)
-	client := redis.NewClient(&redis.Options{Addr: proxy.addr, PoolSize: 16})
+	client := redis.NewClient(&redis.Options{Addr: proxy.addr})
 	t.Cleanup(func() { _ = client.Close() })
 	config.Client = client
 	pub, err := redisdelay.NewPublisher(config, logger)

@@ -83,7 +83,7 @@ func TestLogVolumeWhileRedisDown(t *testing.T) {
 // A Subscriber whose go-redis client was closed under it stops: its
 // channel closes and the cause is logged once.
 func TestClosedClientEndsSubscription(t *testing.T) {
-	client := openClient(16, 0)
+	client := openClient("")
 	log := &countingLogger{}
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g",
 		CheckInterval: 200 * time.Millisecond, BlockTime: 100 * time.Millisecond}, log)
@@ -119,7 +119,7 @@ func TestClosedClientEndsSubscription(t *testing.T) {
 
 // A Manager whose client is closed under it stops Run with an error.
 func TestClosedClientEndsManager(t *testing.T) {
-	client := openClient(4, 0)
+	client := openClient("")
 	log := &countingLogger{}
 	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic()},
 		CheckInterval: 100 * time.Millisecond}, log)

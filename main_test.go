@@ -119,7 +119,7 @@ func setupRedis() error {
 }
 
 func ping() error {
-	c := openClient(0, 0)
+	c := openClient("")
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -135,26 +135,27 @@ func ping() error {
 func clusterMode() bool  { return clusterSeeds != nil }
 func sentinelMode() bool { return sentinelAddrs != nil }
 
-// openClient returns a client of the test deployment: a *redis.Client, a
-// *redis.ClusterClient or a Sentinel-backed *redis.Client. The caller
-// closes it. Zero poolSize and maxRetries mean go-redis's defaults.
-func openClient(poolSize, maxRetries int) redis.UniversalClient {
+// openClient returns a client of the test deployment with go-redis's
+// defaults: a *redis.Client, a *redis.ClusterClient or a Sentinel-backed
+// *redis.Client. The caller closes it. A name, if given, is set on its
+// connections (CLIENT SETNAME), so CLIENT LIST tells them apart.
+func openClient(name string) redis.UniversalClient {
 	switch {
 	case clusterMode():
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterSeeds, Dialer: loopbackDialer,
-			PoolSize: poolSize, MaxRetries: maxRetries})
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterSeeds, Dialer: loopbackDialer, ClientName: name})
 	case sentinelMode():
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: sentinelAddrs,
-			Dialer: loopbackDialer, PoolSize: poolSize, MaxRetries: maxRetries})
+			Dialer: loopbackDialer, ClientName: name})
 	default:
-		return redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: poolSize, MaxRetries: maxRetries})
+		return redis.NewClient(&redis.Options{Addr: redisAddr, ClientName: name})
 	}
 }
 
-// newClient returns a client of the test deployment, closed when the test
-// ends. The pool is large because each subscription blocks one connection.
+// newClient returns a client of the test deployment with go-redis's
+// defaults (a pool of 10 connections per GOMAXPROCS, 3 retries), as a new
+// user creates it, closed when the test ends.
 func newClient(t testing.TB) redis.UniversalClient {
-	c := openClient(64, -1)
+	c := openClient("")
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -180,7 +181,7 @@ func singleClient(t testing.TB, why string) *redis.Client {
 }
 
 // exampleClient is the client of the examples, which have no *testing.T.
-func exampleClient() redis.UniversalClient { return openClient(0, 0) }
+func exampleClient() redis.UniversalClient { return openClient("") }
 
 // shortParallel lets -short run 8 parallel tests at a time instead of
 // GOMAXPROCS (2 on the CI machine), unless -parallel is given: the tests

@@ -84,7 +84,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer close(m.done)
 
 	static := len(m.config.Topics) > 0
-	m.sched.start(ctx, !static)
+	h := acquireHub(m.config.Client)
+	defer h.release()
+	m.sched.start(ctx, !static, h)
 	close(m.running)
 	m.logger.Info("redisdelay manager running", watermill.LogFields{"topics": m.config.Topics})
 
@@ -139,12 +141,12 @@ func (m *Manager) discover(ctx context.Context, static bool) error {
 	topics := m.config.Topics
 	if !static {
 		var err error
-		if topics, err = m.config.Client.SMembers(ctx, m.sched.keys.topics()).Result(); err != nil {
+		if topics, err = m.sched.redis.SMembers(ctx, m.sched.keys.topics()).Result(); err != nil {
 			return err
 		}
 		topics = slices.DeleteFunc(topics, func(t string) bool { return validateTopic(t) != nil })
 	}
-	parts, err := storedPartitions(ctx, m.config.Client, m.sched.keys, topics...)
+	parts, err := storedPartitions(ctx, m.sched.redis, m.sched.keys, topics...)
 	if err != nil {
 		return err
 	}

@@ -188,7 +188,7 @@ func wkACLUser(t *testing.T, rules ...string) (*redis.Client, string) {
 	}
 	require.NoError(t, admin.Do(ctx, args...).Err())
 	t.Cleanup(func() { _ = admin.Do(context.Background(), "ACL", "DELUSER", name).Err() })
-	c := redis.NewClient(&redis.Options{Addr: redisAddr, Username: name, Password: "pass", PoolSize: 64})
+	c := redis.NewClient(&redis.Options{Addr: redisAddr, Username: name, Password: "pass"})
 	t.Cleanup(func() { _ = c.Close() })
 	require.NoError(t, c.Ping(ctx).Err())
 	return c, name
@@ -211,7 +211,7 @@ func wkACLDenials(t *testing.T, user string) []string {
 }
 
 // wkMinimalACL is the ACL of README's Operations section.
-const wkMinimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous +info +client|unblock"
+const wkMinimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous +info"
 
 // Found in review (issue 13, 5): under a user whose channels are
 // &<prefix>:*, PSUBSCRIBE <prefix>:{*}:wake is denied (Redis matches

@@ -96,7 +96,13 @@ func (s *scheduler) warnEviction() {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		defer cancel()
-		risks, err := readEvictionRisks(ctx, s.client)
+		// In a lane of the gate (conns.go), as every command of the
+		// scheduler: on a cluster INFO goes to every master at once.
+		var risks []evictionRisk
+		var err error
+		if e := s.hub.exclusive(ctx, func() { risks, err = readEvictionRisks(ctx, s.client) }); e != nil {
+			err = e
+		}
 		if err != nil {
 			if s.ctx.Err() == nil {
 				s.logger.Info("redisdelay: cannot check the Redis maxmemory policy", watermill.LogFields{"error": err.Error()})

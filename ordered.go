@@ -82,7 +82,7 @@ func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string)
 	beat := func(ctx context.Context, ttl time.Duration) {
 		ctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
-		if err := o.beat(ctx, s.config.Client, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil && !isClientClosed(err) {
+		if err := o.beat(ctx, s.redis, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil && !isClientClosed(err) {
 			s.limiter.errorf(s.logger, "redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
 		}
 	}
@@ -104,7 +104,7 @@ func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string)
 
 // beat renews a member's heartbeat in a member list (members.lua) for ttl,
 // or with ttl 0 removes it, and reads the list's state into o.
-func (o *balance) beat(ctx context.Context, client redis.UniversalClient, l memberList, member string, ttl time.Duration) error {
+func (o *balance) beat(ctx context.Context, client redis.Scripter, l memberList, member string, ttl time.Duration) error {
 	r, err := callMembers(ctx, client, l, member, ttl, o.owned.Load())
 	if err != nil {
 		return err
@@ -188,9 +188,9 @@ const claimBatch = 1000
 func (sub *subscription) ownOp(ctx context.Context, op string) (int64, error) {
 	s, group := sub.s, sub.s.config.ConsumerGroup
 	lease := s.ownLease()
-	r, err := callOwn(ctx, s.config.Client, sub.shard, group, sub.consumer, lease, op, ownPos{}, claimBatch)
+	r, err := callOwn(ctx, s.redis, sub.shard, group, sub.consumer, lease, op, ownPos{}, claimBatch)
 	for err == nil && op == "take" && r.status != 0 && r.next.stream != 0 {
-		r, err = callOwn(ctx, s.config.Client, sub.shard, group, sub.consumer, lease, "claim", r.next, claimBatch)
+		r, err = callOwn(ctx, s.redis, sub.shard, group, sub.consumer, lease, "claim", r.next, claimBatch)
 	}
 	if err != nil {
 		return 0, err

@@ -187,7 +187,7 @@ func lcReadReplyLost(t *testing.T, pooled bool) {
 	const visibility = time.Second
 	var client redis.UniversalClient = proxy.client(t)
 	if pooled {
-		client = brWrapped{client}
+		client = iwWrapped{client}
 	}
 	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond, VisibilityTimeout: visibility,

@@ -7,11 +7,10 @@ import (
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 )
 
 // maxPartitions bounds a topic's partition count: each is a set of keys,
-// one blocking read per subscription and one scheduler loop.
+// a reader per subscription and a scheduler loop.
 const maxPartitions = 256
 
 // partitionCount is the configured partition count of a topic.
@@ -67,7 +66,7 @@ func messagePartition(msg *message.Message, first string, n int) int {
 // ErrPartitionMismatch when another count is stored; config names the
 // setting for the message. It reports whether the registry lacked the
 // topic or its count.
-func registerTopic(ctx context.Context, client redis.UniversalClient, k keys, topic string, want int, config string) (bool, error) {
+func registerTopic(ctx context.Context, client cmds, k keys, topic string, want int, config string) (bool, error) {
 	pipe := client.Pipeline()
 	known := pipe.SIsMember(ctx, k.topics(), topic)
 	added := pipe.SAdd(ctx, k.topics(), topic)
@@ -100,7 +99,7 @@ func registerTopic(ctx context.Context, client redis.UniversalClient, k keys, to
 // storedPartitions reads the partition count of each topic from Redis: 1
 // for a topic without a stored count (used before partitions existed, or
 // not used yet).
-func storedPartitions(ctx context.Context, client redis.UniversalClient, k keys, topics ...string) ([]int, error) {
+func storedPartitions(ctx context.Context, client cmds, k keys, topics ...string) ([]int, error) {
 	out := make([]int, len(topics))
 	if len(topics) == 0 {
 		return out, nil

@@ -23,6 +23,9 @@ type Publisher struct {
 	keys   keys
 	logger watermill.LoggerAdapter
 	now    func() time.Time // the host clock; tests skew it
+	// redis runs the publish path's commands: the client, or for a
+	// schedule's ticks the gated client of the scheduler (conns.go).
+	redis cmds
 
 	registered sync.Map // topics already added to the topic registry
 	batchers   sync.Map // topic -> *batcher
@@ -48,6 +51,7 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 		keys:   keys{prefix: config.KeyPrefix},
 		logger: logger,
 		now:    time.Now,
+		redis:  config.Client,
 	}, nil
 }
 
@@ -102,9 +106,9 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) (err err
 	ctx, cancel := context.WithTimeout(messages[0].Context(), p.config.PublishTimeout)
 	defer cancel()
 	if err := p.send(ctx, calls, nCalls); err != nil {
-		return err
+		return explainPool(p.config.Client, err)
 	}
-	return p.collect(ctx, topic, calls)
+	return explainPool(p.config.Client, p.collect(ctx, topic, calls))
 }
 
 // prepare checks and encodes the messages of a Publish call and sorts them
@@ -703,7 +707,7 @@ func (p *Publisher) store(batch []*pubCall) {
 func (p *Publisher) pullAndRetry(ctx context.Context, c *pubCall, uuids []string) (dup string, refusal []any, err error) {
 	for range c.n + 1 {
 		for _, uuid := range uuids {
-			if _, _, _, err = farPull(ctx, p.config.Client, c.shard, uuid, false); err != nil {
+			if _, _, _, err = farPull(ctx, p.redis, c.shard, uuid, false); err != nil {
 				return "", nil, fmt.Errorf("move the far message %q to the waiting set: %w", uuid, err)
 			}
 		}
@@ -725,7 +729,7 @@ func (p *Publisher) register(ctx context.Context, topic string, parts int) (bool
 	if _, ok := p.registered.Load(topic); ok {
 		return false, nil
 	}
-	if _, err := registerTopic(ctx, p.config.Client, p.keys, topic, parts, "PublisherConfig"); err != nil {
+	if _, err := registerTopic(ctx, p.redis, p.keys, topic, parts, "PublisherConfig"); err != nil {
 		return false, err
 	}
 	p.registered.Store(topic, struct{}{})
@@ -739,7 +743,7 @@ func (p *Publisher) register(ctx context.Context, topic string, parts int) (bool
 // the registry with it, so Managers would not know the topic. The messages
 // are stored: a failure is logged, and the next publish registers first.
 func (p *Publisher) reregister(ctx context.Context, topic string, parts int) {
-	added, err := registerTopic(ctx, p.config.Client, p.keys, topic, parts, "PublisherConfig")
+	added, err := registerTopic(ctx, p.redis, p.keys, topic, parts, "PublisherConfig")
 	if err != nil {
 		p.registered.Delete(topic)
 		p.logger.Error("redisdelay: cannot register the topic again after Redis lost it; retrying on the next publish", err,
@@ -791,7 +795,7 @@ func (p *Publisher) Close() error {
 // when it failed, or ctx ended with a reply pending).
 func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (publishReply, error) {
 	if p.config.MinReplicas == 0 {
-		return callPublish(ctx, p.config.Client, batch)
+		return callPublish(ctx, p.redis, batch)
 	}
 	for {
 		client, ok := p.config.Client.(*redis.Client)

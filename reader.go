@@ -3,285 +3,279 @@ package redisdelay
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 )
 
-// Blocking reads that Close can interrupt. A subscription's read of new
-// messages (XREADGROUP BLOCK) runs on a connection of its own: a
-// *redis.Conn of the client's pool, or on a cluster of the pool of the
-// master serving the partition's slot. Its CLIENT ID is read when the
-// connection is taken, so Close, the end of the Subscribe context and a
-// pause change (flowcontrol.go) end a blocked read at once: CLIENT
-// UNBLOCK <id>, sent on another connection to the same server, makes it
-// return as if it had timed out. An idle subscription therefore reads once
-// per BlockTime (default 30s) and Close never waits for a read.
+// Reads of new messages never block a connection (see conns.go). While a
+// subscription finds as many messages as it asks for it reads again at
+// once with a plain XREADGROUP. Once a read finds fewer, the next is
+// read.lua, which arms the partition's bell when it takes all there is:
+// the subscription then handles what it read and waits for the bell: a
+// note on the bell's channel (any script that adds entries rings it once
+// armed, see lib.lua's ring), its (re)subscription, a pause change, or
+// BlockTime, whichever comes first. A message published to an idle topic
+// so costs the subscription one script call, an idle subscription one per
+// BlockTime, and Close never waits for a read longer than one command
+// takes.
 //
-// CLIENT UNBLOCK is an @admin command: a Redis user without it (the
-// connection's first call probes it), or a client that is neither a
-// *redis.Client (plain or Sentinel) nor a *redis.ClusterClient, cannot
-// interrupt; reads then block at most fallbackBlock unless BlockTime was
-// set, as before this file existed, and Close waits for them.
+// When Redis refuses the client the channels of the key prefix (an ACL
+// without &<prefix>:*, or SUBSCRIBE denied), subscriptions read every
+// deniedPoll instead, and the Subscriber logs once what to grant.
 
-// defaultBlockTime is SubscriberConfig.BlockTime's default, and
-// fallbackBlock how long a read blocks by default where it cannot be
-// interrupted.
-const (
-	defaultBlockTime = 30 * time.Second
-	fallbackBlock    = time.Second
-)
+// defaultBlockTime is SubscriberConfig.BlockTime's default.
+const defaultBlockTime = 30 * time.Second
 
-// abandonAfter is how long a subscription that is ending waits for a
-// blocked read once it asked Redis to unblock it: only a server that does
-// not answer takes that long. The read is then left to finish on its own
-// (see blockingReader.read).
-const abandonAfter = opTimeout
+// deniedPoll is how often an idle subscription reads when Redis refuses
+// the client the bell's channel.
+const deniedPoll = 100 * time.Millisecond
 
-// blockingReader runs the blocking reads of one subscription. read is
-// called by the subscription's goroutine only; interrupt from any.
-type blockingReader struct {
-	client   redis.UniversalClient
-	key      string        // a key of the partition: finds its cluster node
-	block    time.Duration // how long a read blocks when it can be interrupted
-	fallback time.Duration // when it cannot
-	denied   func(error)   // Redis refused CLIENT UNBLOCK (to be logged)
-	// abandoned gets what a read left to finish on its own fetched.
-	abandoned func([]redis.XStream)
-
-	// pooled: reads go through the client's pool and cannot be
-	// interrupted (a client other than *redis.Client and
-	// *redis.ClusterClient, or a server refusing CLIENT ID).
-	pooled bool
-	// The connection (subscription goroutine only): nil before the first
-	// read and after an error.
-	conn       *redis.Conn
-	node       *redis.Client // its server's client: CLIENT UNBLOCK goes there
-	id         int64         // its CLIENT ID
-	canUnblock bool
-
-	// pooledRead: a read went through the pool since the last lease
-	// renewal, which clears it (see subscription.needless).
-	pooledRead atomic.Bool
-
-	mu      sync.Mutex
-	flight  *flight // the read under way
-	pending bool    // interrupted between reads: the next read returns at once
+// listen registers the subscription for its partition's bell and its
+// group's pause notifications; the returned func unregisters it, telling
+// Redis before it returns when no other listener needs the channels.
+func (sub *subscription) listen() (unlisten func()) {
+	h := sub.s.hub
+	bell := &listener{fn: func(note) { wakeUp(sub.bell) }}
+	flow := &listener{fn: func(note) {
+		// A pause change, or the (re)subscription of its channel: changes
+		// published while not subscribed are lost, so check.
+		sub.flowNotified.Store(true)
+		wakeUp(sub.flowWake)
+	}}
+	bellChannel := sub.shard.bell()
+	flowChannel := sub.s.keys.shard(sub.topic, 0).flow(sub.s.config.ConsumerGroup)
+	h.listen(bellChannel, bell)
+	h.listen(flowChannel, flow)
+	return func() {
+		h.unlisten(bellChannel, bell)
+		h.unlisten(flowChannel, flow)
+	}
 }
 
-// flight is one blocking read under way.
-type flight struct {
-	node       *redis.Client
-	id         int64
-	done       chan struct{} // closed when the read returned
-	unblocking bool          // an unblock loop runs (under blockingReader.mu)
+// wakeUp sends on a channel of capacity 1 unless a wake-up is pending.
+func wakeUp(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
-// read runs XREADGROUP args, blocking (args.Block is set here) until
-// entries come, the block time passes, ctx ends or interrupt is called.
-// A read interrupted or timed out returns nothing and no error.
-func (r *blockingReader) read(ctx context.Context, args *redis.XReadGroupArgs) ([]redis.XStream, error) {
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	if !r.pooled {
-		if err := r.connect(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if r.pooled {
-		args.Block = r.fallback
-		r.pooledRead.Store(true)
-		res, err := r.client.XReadGroup(ctx, args).Result()
+// readNew reads up to count new entries of each of the subscription's two
+// streams (the redelivery stream first). When it took all there was, it
+// armed the bell: the caller waits for it before reading again (see
+// waitBell).
+func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStream, error) {
+	s := sub.s
+	if !sub.drained {
+		res, err := s.redis.XReadGroup(ctx, sub.readArgs(count, ">", ">")).Result()
 		if errors.Is(err, redis.Nil) {
-			return nil, nil
+			err = nil
+		}
+		if err == nil && entryCount(res) < count {
+			sub.drained = true
 		}
 		return res, err
 	}
-	args.Block = r.fallback
-	if r.canUnblock {
-		args.Block = r.block
+	paused := ""
+	if sub.part == 0 {
+		paused = s.keys.shard(sub.topic, 0).paused(s.config.ConsumerGroup)
 	}
-	f := &flight{node: r.node, id: r.id, done: make(chan struct{})}
-	r.mu.Lock()
-	if r.pending {
-		r.pending = false
-		r.mu.Unlock()
-		return nil, nil
-	}
-	r.flight = f
-	r.mu.Unlock()
-
-	conn := r.conn
-	var res []redis.XStream
-	var err error
-	go func() {
-		defer close(f.done)
-		res, err = conn.XReadGroup(ctx, args).Result()
-	}()
-	select {
-	case <-f.done:
-	case <-ctx.Done():
-		r.unblock(f)
-		wait := time.NewTimer(abandonAfter)
-		defer wait.Stop()
-		select {
-		case <-f.done:
-		case <-wait.C:
-			// Redis does not answer: leave the read to end on its own
-			// (the connection's deadline is BlockTime plus 10s), its
-			// connection to close then, and what it fetched to be
-			// handed back.
-			r.mu.Lock()
-			r.flight = nil
-			r.mu.Unlock()
-			r.conn = nil
-			go func() {
-				<-f.done
-				_ = conn.Close()
-				if len(res) > 0 && r.abandoned != nil {
-					r.abandoned(res)
-				}
-			}()
-			return nil, ctx.Err()
-		}
-	}
-	r.mu.Lock()
-	r.flight = nil
-	r.mu.Unlock()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
+	sub.mu.Lock()
+	heldRedo, heldReady := len(sub.ackRedo), len(sub.ackReady)
+	sub.mu.Unlock()
+	r, err := callRead(ctx, s.redis, sub.shard, paused, s.config.ConsumerGroup, sub.consumer, count, heldRedo, heldReady)
 	if err != nil {
-		r.discard()
+		return nil, err
 	}
-	return res, err
+	if paused != "" {
+		sub.flowChecked = time.Now()
+	}
+	sub.storedVis.Store(int64(r.vis))
+	switch r.status {
+	case readGot:
+		sub.drained = false
+	case readAll, readNone:
+		sub.armed = true
+	case readPaused:
+		sub.flowNotified.Store(true) // the gate logs it and waits
+	case readUnheld:
+		// A read whose reply was lost left entries pending for this
+		// consumer: read them first.
+		sub.mu.Lock()
+		sub.recheck = true
+		sub.mu.Unlock()
+	}
+	return r.streams, nil
 }
 
-// connect takes a connection of its own for the reads, once, reads its
-// CLIENT ID and probes whether CLIENT UNBLOCK is allowed (CLIENT UNBLOCK
-// 0 unblocks nothing).
-func (r *blockingReader) connect(ctx context.Context) error {
-	if r.conn != nil {
-		return nil
+// readArgs are the arguments of a non-blocking read of the subscription's
+// streams from the given ids (">": new entries).
+func (sub *subscription) readArgs(count int, redo, ready string) *redis.XReadGroupArgs {
+	return &redis.XReadGroupArgs{
+		Group:    sub.s.config.ConsumerGroup,
+		Consumer: sub.consumer,
+		Count:    int64(count),
+		Streams:  []string{sub.shard.redelivery(sub.s.config.ConsumerGroup), sub.shard.stream(), redo, ready},
+		Block:    -1,
 	}
-	node, ok := r.client.(*redis.Client)
-	if cluster, isCluster := r.client.(*redis.ClusterClient); isCluster {
-		var err error
-		if node, err = cluster.MasterForKey(ctx, r.key); err != nil {
-			return fmt.Errorf("find the cluster node of the partition: %w", err)
+}
+
+func entryCount(res []redis.XStream) int {
+	n := 0
+	for _, xs := range res {
+		n += len(xs.Messages)
+	}
+	return n
+}
+
+// waitBell waits once the subscription handled a read that armed the
+// bell: until the bell rings (at once if it rang meanwhile), a pause
+// change is notified or ctx ends. The Subscriber's sweep peeks at it once
+// per BlockTime, ringing it when there is something to read all the same;
+// an ordered subscription, and any while Redis refuses the bell's channel,
+// read again after pollEvery instead.
+func (sub *subscription) waitBell(ctx context.Context) {
+	var poll <-chan time.Time
+	if sub.order == nil && !sub.s.bellsDenied.Load() {
+		sub.s.idleMu.Lock()
+		sub.s.idle[sub] = time.Now()
+		sub.s.idleMu.Unlock()
+		defer func() {
+			sub.s.idleMu.Lock()
+			delete(sub.s.idle, sub)
+			sub.s.idleMu.Unlock()
+		}()
+	} else {
+		t := time.NewTimer(sub.pollEvery())
+		defer t.Stop()
+		poll = t.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-sub.bell:
+	case <-sub.flowWake: // flowNotified tells the gate to check
+	case <-poll:
+	}
+}
+
+// sweep peeks, once per BlockTime, at each subscription waiting for its
+// bell (peek.lua, many per pipeline, in one lane of the gate), and rings
+// the bell of those that have something to read: entries a writer added
+// without ringing (an older version of this library). It runs until the
+// Subscriber closes.
+func (s *Subscriber) sweep() {
+	every := min(max(s.config.BlockTime/10, 10*time.Millisecond), 5*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing.Done():
+			return
+		case <-t.C:
 		}
-	} else if !ok {
-		r.pooled = true
-		return nil
-	}
-	conn := node.Conn()
-	var id, probe *redis.IntCmd
-	pipeFailed(conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		id = p.ClientID(ctx)
-		probe = p.ClientUnblock(ctx, 0)
-		return nil
-	}))
-	if err := id.Err(); err != nil {
-		_ = conn.Close()
-		if refused(err) {
-			// A server or proxy without CLIENT ID (some managed services
-			// disable CLIENT): read as a pooled client does.
-			r.pooled = true
-			if r.denied != nil {
-				r.denied(err)
-			}
-			return nil
-		}
-		r.reloadCluster()
-		return fmt.Errorf("read the CLIENT ID of the connection for blocking reads: %w", err)
-	}
-	err := probe.Err()
-	if err != nil && !refused(err) {
-		_ = conn.Close()
-		r.reloadCluster()
-		return fmt.Errorf("probe CLIENT UNBLOCK on the connection for blocking reads: %w", err)
-	}
-	if err != nil && r.denied != nil {
-		r.denied(err)
-	}
-	r.conn, r.node, r.id, r.canUnblock = conn, node, id.Val(), err == nil
-	return nil
-}
-
-// refused reports whether Redis refuses a command for good: its ACL does
-// not allow it, or the server (or a proxy) does not know it.
-func refused(err error) bool {
-	return isNoPerm(err) || strings.HasPrefix(err.Error(), "ERR unknown") || strings.HasPrefix(err.Error(), "ERR Unknown")
-}
-
-// discard drops the connection after an error: the next read takes
-// another (on a cluster, from the node that serves the slot by then).
-func (r *blockingReader) discard() {
-	if r.conn != nil {
-		_ = r.conn.Close()
-		r.conn = nil
-	}
-	r.reloadCluster()
-}
-
-func (r *blockingReader) reloadCluster() {
-	if cluster, ok := r.client.(*redis.ClusterClient); ok {
-		cluster.ReloadState(context.Background())
-	}
-}
-
-// close gives the connection back to the pool when the subscription ends.
-func (r *blockingReader) close() {
-	if r.conn != nil {
-		_ = r.conn.Close()
-		r.conn = nil
-	}
-}
-
-// interrupt ends the read under way at once, or makes the next one return
-// at once when none is.
-func (r *blockingReader) interrupt() {
-	r.mu.Lock()
-	f := r.flight
-	if f == nil {
-		r.pending = true
-	}
-	r.mu.Unlock()
-	if f != nil {
-		r.unblock(f)
-	}
-}
-
-// unblock starts sending CLIENT UNBLOCK for a read until it returns,
-// unless that already runs: the read may not be blocked in Redis yet
-// when the first arrives.
-func (r *blockingReader) unblock(f *flight) {
-	r.mu.Lock()
-	start := !f.unblocking
-	f.unblocking = true
-	r.mu.Unlock()
-	if !start {
-		return
-	}
-	go func() {
-		giveUp := time.Now().Add(abandonAfter)
-		for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			n, err := f.node.ClientUnblock(ctx, f.id).Result()
-			cancel()
-			if (err == nil && n == 1) || time.Now().After(giveUp) {
-				return
-			}
-			select {
-			case <-f.done:
-				return
-			case <-time.After(wait):
+		now := time.Now()
+		denied := s.bellsDenied.Load()
+		var due []*subscription
+		s.idleMu.Lock()
+		for sub, last := range s.idle {
+			if denied || now.Sub(last) >= s.config.BlockTime {
+				due = append(due, sub)
+				s.idle[sub] = now
 			}
 		}
-	}()
+		s.idleMu.Unlock()
+		if denied {
+			// They wait without a poll: wake them to poll.
+			for _, sub := range due {
+				wakeUp(sub.bell)
+			}
+			continue
+		}
+		for len(due) > 0 {
+			n := min(len(due), sweepBatch)
+			s.peek(due[:n])
+			due = due[n:]
+		}
+	}
+}
+
+// sweepBatch is how many subscriptions one pipeline of peeks covers.
+const sweepBatch = 1000
+
+// peek peeks at subs in one pipeline and rings those with something to
+// read, or whose peek failed (their read finds out why).
+func (s *Subscriber) peek(subs []*subscription) {
+	ctx, cancel := context.WithTimeout(s.closing, opTimeout)
+	defer cancel()
+	run := func() []pipedScript {
+		pipe := s.redis.Pipeline()
+		peeks := make([]pipedScript, len(subs))
+		for i, sub := range subs {
+			peeks[i] = pipePeek(ctx, pipe, sub.shard, s.config.ConsumerGroup)
+		}
+		execPipe(ctx, pipe)
+		return peeks
+	}
+	peeks := run()
+	if err := peeks[0].cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") && peekScript.Load(ctx, s.redis).Err() == nil {
+		peeks = run() // Redis did not have the script (its first use, or Redis restarted)
+	}
+	for i, p := range peeks {
+		if n, err := p.result(ctx, s.redis).Int(); err != nil || n == 1 {
+			wakeUp(subs[i].bell)
+		}
+	}
+}
+
+// pollEvery is how long a subscription that waits for its bell without
+// the sweep (see waitBell) waits before it reads anyway: BlockTime;
+// deniedPoll while Redis refuses the bell's channel; an ordered
+// subscription checks its share of the partitions at least every
+// orderedPace.
+func (sub *subscription) pollEvery() time.Duration {
+	s := sub.s
+	d := s.config.BlockTime
+	if s.bellsDenied.Load() {
+		d = min(d, deniedPoll)
+	}
+	if sub.order != nil {
+		d = min(d, s.orderedPace())
+	}
+	return d
+}
+
+// watchGrant checks, at the first subscription, that Redis lets the
+// client subscribe to the channels of the key prefix; while it refuses,
+// subscriptions poll (see pollEvery) and the refusal is logged once and
+// checked again every second.
+func (s *Subscriber) watchGrant() {
+	s.grantOnce.Do(func() {
+		err := s.hub.channelsGranted(s.closing, s.keys.prefix)
+		if err == nil || !isNoPerm(err) {
+			return
+		}
+		s.bellsDenied.Store(true)
+		s.logger.Error("redisdelay: Redis refuses the Subscriber the subscription to the notification channels of its key prefix: "+
+			"idle subscriptions read every "+deniedPoll.String()+" instead of waiting to be told of new messages; "+
+			"grant its Redis user the channels: ACL SETUSER <user> &"+s.keys.prefix+":*", err, nil)
+		go func() {
+			t := time.NewTicker(probeEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-s.closing.Done():
+					return
+				case <-t.C:
+				}
+				if s.hub.channelsGranted(s.closing, s.keys.prefix) == nil {
+					s.bellsDenied.Store(false)
+					s.logger.Info("redisdelay: Redis now grants the Subscriber the notification channels", watermill.LogFields{"key_prefix": s.keys.prefix})
+					return
+				}
+			}
+		}()
+	})
 }

@@ -250,7 +250,7 @@ const scheduleBatch = 64
 // channel is closed then.
 func startTicks(ctx context.Context, sched *scheduler, logger watermill.LoggerAdapter) <-chan struct{} {
 	done := make(chan struct{})
-	l := &tickLoop{client: sched.client, keys: sched.keys, logger: logger, limiter: sched.limiter,
+	l := &tickLoop{client: sched.client, redis: sched.redis, keys: sched.keys, logger: logger, limiter: sched.limiter,
 		idle: scheduleRefresh, wake: sched.ticks, mine: map[string]time.Time{},
 		denied: func() bool { return sched.denied.Load() }, interval: sched.interval}
 	go func() {
@@ -269,7 +269,8 @@ const scheduleRefresh = time.Minute
 
 // tickLoop publishes the ticks of the schedules: run by every scheduler.
 type tickLoop struct {
-	client   redis.UniversalClient
+	client   redis.UniversalClient // as configured; commands go through redis
+	redis    *gated
 	keys     keys
 	logger   watermill.LoggerAdapter
 	limiter  *logLimiter
@@ -314,7 +315,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 	// Own claims first: a publish that failed (Redis unreachable) is
 	// retried as soon as Redis answers, well before the claim expires.
 	for member, exp := range l.mine {
-		e, err := callSchedRetry(ctx, l.client, k, member, exp)
+		e, err := callSchedRetry(ctx, l.redis, k, member, exp)
 		if err != nil {
 			return 0, err
 		}
@@ -325,7 +326,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 			}
 		}
 	}
-	pipe := l.client.Pipeline()
+	pipe := l.redis.Pipeline()
 	timeCmd := pipe.Time(ctx)
 	nextCmd := pipe.ZRangeWithScores(ctx, k.next(), 0, scheduleBatch-1)
 	claimCmd := pipe.ZRangeWithScores(ctx, k.claims(), 0, scheduleBatch-1)
@@ -341,7 +342,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 			wait = min(wait, exp.Sub(now))
 			continue
 		}
-		e, err := callSchedRetry(ctx, l.client, k, member, time.Time{})
+		e, err := callSchedRetry(ctx, l.redis, k, member, time.Time{})
 		if err != nil {
 			return 0, err
 		}
@@ -367,7 +368,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 	if len(due) == 0 {
 		return wait, nil
 	}
-	defs, err := l.client.HMGet(ctx, k.defs(), due...).Result()
+	defs, err := l.redis.HMGet(ctx, k.defs(), due...).Result()
 	if err != nil {
 		return 0, err
 	}
@@ -412,7 +413,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		return 0, errBrokenSchedule
 	}
 	for range 1000 {
-		cur, err := l.client.ZScore(ctx, k.next(), id).Result()
+		cur, err := l.redis.ZScore(ctx, k.next(), id).Result()
 		if errors.Is(err, redis.Nil) {
 			return l.idle, nil
 		}
@@ -420,7 +421,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 			return 0, err
 		}
 		tick := time.UnixMilli(int64(cur))
-		now, err := l.client.Time(ctx).Result()
+		now, err := l.redis.Time(ctx).Result()
 		if err != nil {
 			return 0, err
 		}
@@ -438,7 +439,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		if after.IsZero() {
 			after = time.UnixMilli(maxScheduleMs)
 		}
-		status, exp, err := callSchedClaim(ctx, l.client, k, id, tick, after, ttl)
+		status, exp, err := callSchedClaim(ctx, l.redis, k, id, tick, after, ttl)
 		if err != nil {
 			return 0, err
 		}
@@ -459,7 +460,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 			return publishRetry, nil
 		}
 		delete(l.mine, member)
-		if err := l.client.ZRem(pctx, k.claims(), member).Err(); err != nil {
+		if err := l.redis.ZRem(pctx, k.claims(), member).Err(); err != nil {
 			return 0, err
 		}
 	}
@@ -489,19 +490,19 @@ func (l *tickLoop) publishClaim(ctx context.Context, member string, exp time.Tim
 	at := strings.LastIndexByte(member, '@')
 	ms, err := strconv.ParseInt(member[at+1:], 10, 64)
 	if at < 0 || err != nil {
-		return l.client.ZRem(ctx, k.claims(), member).Err()
+		return l.redis.ZRem(ctx, k.claims(), member).Err()
 	}
 	id := member[:at]
-	js, err := l.client.HGet(ctx, k.defs(), id).Result()
+	js, err := l.redis.HGet(ctx, k.defs(), id).Result()
 	if errors.Is(err, redis.Nil) {
-		return l.client.ZRem(ctx, k.claims(), member).Err() // removed meanwhile
+		return l.redis.ZRem(ctx, k.claims(), member).Err() // removed meanwhile
 	}
 	if err != nil {
 		return err
 	}
 	var s Schedule
 	if err := json.Unmarshal([]byte(js), &s); err != nil {
-		return l.client.ZRem(ctx, k.claims(), member).Err()
+		return l.redis.ZRem(ctx, k.claims(), member).Err()
 	}
 	s.ID = id
 	l.mine[member] = exp
@@ -510,7 +511,7 @@ func (l *tickLoop) publishClaim(ctx context.Context, member string, exp time.Tim
 		return nil
 	}
 	delete(l.mine, member)
-	return l.client.ZRem(ctx, k.claims(), member).Err()
+	return l.redis.ZRem(ctx, k.claims(), member).Err()
 }
 
 // tickMessage is the message of one tick of a schedule.
@@ -527,7 +528,7 @@ func tickMessage(prefix string, s *Schedule, tick time.Time) *message.Message {
 // publish publishes one tick's message with the topic's stored partition
 // count (a Manager is not configured with it).
 func (l *tickLoop) publish(ctx context.Context, s *Schedule, tick time.Time) error {
-	parts, err := storedPartitions(ctx, l.client, l.keys, s.Topic)
+	parts, err := storedPartitions(ctx, l.redis, l.keys, s.Topic)
 	if err != nil {
 		return err
 	}
@@ -536,6 +537,7 @@ func (l *tickLoop) publish(ctx context.Context, s *Schedule, tick time.Time) err
 	if err != nil {
 		return err
 	}
+	pub.redis = l.redis
 	defer pub.Close()
 	msg := tickMessage(l.keys.prefix, s, tick)
 	msg.SetContext(ctx)

@@ -392,7 +392,7 @@ func TestScheduleErrors(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, removed)
 
-	closed := openClient(1, 0)
+	closed := openClient("")
 	require.NoError(t, closed.Close())
 	pub := scPublisher(t, closed, prefix)
 	err = pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@daily", Topic: topic})

@@ -23,14 +23,15 @@ import (
 // The lease only saves work: every move is atomic, so schedulers that both
 // believe they hold it (after a pause longer than the lease) stay correct.
 //
-// The scheduler subscribes to the wake channel of each partition it
-// schedules, by name: no pattern, so an ACL granting the channels
-// &<prefix>:* suffices, and wake-ups of unknown topics reach it not. A loop
+// The scheduler listens, on its client's hub (conns.go), to the wake
+// channel of each partition it schedules, by name: no pattern, so an ACL
+// granting the channels &<prefix>:* suffices, and wake-ups of unknown
+// topics reach it not. A loop
 // whose partition holds nothing to schedule for a TrimInterval retires (see
 // idle.lua); the next wake-up of the partition starts it again, so idle
 // topics cost nothing but their subscription.
 type scheduler struct {
-	client    redis.UniversalClient
+	client    redis.UniversalClient // as configured; commands go through redis
 	keys      keys
 	logger    watermill.LoggerAdapter
 	interval  time.Duration
@@ -43,12 +44,17 @@ type scheduler struct {
 	limiter   *logLimiter        // repeated errors of all partitions
 	gone      func(topic string) // called when the client was closed under the scheduler
 
+	// Set by start: the client's hub, through which commands go (redis)
+	// and notifications come (l).
+	hub   *hub
+	redis *gated
+	l     *listener
+
 	mu       sync.Mutex
 	ctx      context.Context
 	cancel   context.CancelFunc
-	pubsub   *redis.PubSub
 	discover bool                         // listen to topic registrations (a Manager with no topic list)
-	known    map[shard]partition          // scheduled partitions: their wake channels are subscribed
+	known    map[shard]partition          // scheduled partitions: l listens to their wake channels
 	loops    map[shard]chan string        // a loop per partition with work: its wake-ups
 	stops    map[shard]context.CancelFunc // ends a loop
 	balances map[string]*balance          // topics of several partitions: their leases held
@@ -63,10 +69,6 @@ type partition struct {
 	topic string
 	part  int
 }
-
-// pubsubHealthCheck is how often an idle wake-up subscription pings Redis
-// (go-redis's default, 3s, costs 0.33 calls/s per scheduler).
-const pubsubHealthCheck = 30 * time.Second
 
 // groupsRefresh is how often a scheduler lists a topic's consumer groups
 // again even though their number did not change (a group deleted and
@@ -92,62 +94,53 @@ func leaseTime(interval time.Duration) time.Duration {
 	return interval + max(interval/2, 100*time.Millisecond)
 }
 
-// start opens the wake-up subscription, empty until partitions are added;
-// with discover it listens to topic registrations too.
-func (s *scheduler) start(ctx context.Context, discover bool) {
+// start starts listening to the schedules' wake-ups on the client's hub
+// (and with discover to topic registrations); partitions are added later.
+func (s *scheduler) start(ctx context.Context, discover bool, h *hub) {
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.discover = discover
-	channels := []string{s.keys.schedules().wake()}
-	if discover {
-		channels = append(channels, s.keys.registered())
+	s.hub, s.redis = h, newGated(h)
+	s.l = &listener{fn: s.notified}
+	for _, c := range s.ownChannels() {
+		h.listen(c, s.l)
 	}
-	s.pubsub = s.client.Subscribe(s.ctx, channels...)
-	// Subscription confirmations come again after every reconnect: wake-ups
-	// published while the connection was down are lost, so every loop of
-	// the (re)subscribed channels ticks once then, retired ones included.
-	// The health check pings an idle subscription; a connection found dead
-	// late only delays what the check interval bounds anyway.
-	ch := s.pubsub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(pubsubHealthCheck))
 	s.warnEviction()
-	s.wg.Add(2)
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		s.watchACL()
 	}()
-	go func() {
-		defer s.wg.Done()
-		for m := range ch {
-			switch m := m.(type) {
-			case *redis.Message:
-				if m.Channel == s.keys.registered() {
-					s.registered()
-					continue
-				}
-				if m.Channel == s.keys.schedules().wake() {
-					s.wakeTicks()
-					continue
-				}
-				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
-					s.wakeOrStart(s.keys.shard(topic, part), m.Payload)
-				}
-			case *redis.Subscription:
-				if m.Kind != "subscribe" {
-					continue
-				}
-				if m.Channel == s.keys.registered() {
-					s.registered() // registrations may have been lost
-					continue
-				}
-				if m.Channel == s.keys.schedules().wake() {
-					s.wakeTicks() // and so may schedule changes
-					continue
-				}
-				if topic, part, ok := s.keys.partitionOfWake(m.Channel); ok {
-					s.wakeOrStart(s.keys.shard(topic, part), wakeResubscribed)
-				}
+}
+
+// ownChannels are the channels the scheduler listens to whatever it
+// schedules.
+func (s *scheduler) ownChannels() []string {
+	channels := []string{s.keys.schedules().wake()}
+	if s.discover {
+		channels = append(channels, s.keys.registered())
+	}
+	return channels
+}
+
+// notified handles a note of one of the scheduler's channels. The
+// confirmation of a (re)subscription counts as a message: what was
+// published while the channel was not subscribed is lost, so every loop
+// of a (re)subscribed wake channel ticks once then, retired ones included.
+func (s *scheduler) notified(n note) {
+	switch n.channel {
+	case s.keys.registered():
+		s.registered()
+	case s.keys.schedules().wake():
+		s.wakeTicks()
+	default:
+		if topic, part, ok := s.keys.partitionOfWake(n.channel); ok {
+			kind := n.payload
+			if n.subscribed {
+				kind = wakeResubscribed
 			}
+			s.wakeOrStart(s.keys.shard(topic, part), kind)
 		}
-	}()
+	}
 }
 
 // registered tells a discovering Manager that a topic was registered.
@@ -182,7 +175,10 @@ func (s *scheduler) wakeOrStart(sh shard, kind string) {
 		return
 	}
 	if p, ok := s.known[sh]; ok && kind != wakeRelease && s.ctx.Err() == nil {
-		s.startLoop(sh, p)
+		// The partition was idle when its loop retired, and this is the
+		// first change since: no housekeeping is due yet. Unless wake-ups
+		// may have been lost meanwhile (resubscribed).
+		s.startLoop(sh, p, kind != wakeResubscribed)
 	}
 }
 
@@ -265,11 +261,8 @@ func (s *scheduler) addPartition(topic string, part int) {
 	}
 	p := partition{topic: topic, part: part}
 	s.known[sh] = p
-	if err := s.pubsub.Subscribe(s.ctx, sh.wake()); err != nil {
-		s.logger.Error("redisdelay: cannot subscribe to wake-ups; falling back to the check interval", err,
-			partitionFields(topic, part))
-	}
-	s.startLoop(sh, p)
+	s.hub.listen(sh.wake(), s.l)
+	s.startLoop(sh, p, false)
 }
 
 // remove stops scheduling every partition of a topic: their loops end and
@@ -277,26 +270,23 @@ func (s *scheduler) addPartition(topic string, part int) {
 func (s *scheduler) remove(topic string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var channels []string
 	for sh, p := range s.known {
 		if p.topic != topic {
 			continue
 		}
 		delete(s.known, sh)
-		channels = append(channels, sh.wake())
+		s.hub.unlisten(sh.wake(), s.l)
 		if stop := s.stops[sh]; stop != nil {
 			stop()
 		}
 		delete(s.loops, sh)
 		delete(s.stops, sh)
 	}
-	if len(channels) > 0 && s.ctx.Err() == nil {
-		_ = s.pubsub.Unsubscribe(s.ctx, channels...) // fails only when closing
-	}
 }
 
-// startLoop starts the loop of a partition. Called with s.mu held.
-func (s *scheduler) startLoop(sh shard, p partition) {
+// startLoop starts the loop of a partition; quiet delays its first trim
+// and idle check by a TrimInterval (see loop). Called with s.mu held.
+func (s *scheduler) startLoop(sh shard, p partition, quiet bool) {
 	ctx, stop := context.WithCancel(s.ctx)
 	wake := make(chan string, 1)
 	s.loops[sh] = wake
@@ -305,7 +295,7 @@ func (s *scheduler) startLoop(sh shard, p partition) {
 	go func() {
 		defer s.wg.Done()
 		defer stop()
-		s.loop(ctx, p.topic, p.part, wake)
+		s.loop(ctx, p.topic, p.part, wake, quiet)
 	}()
 }
 
@@ -316,7 +306,7 @@ func (s *scheduler) restartRetired() {
 	defer s.mu.Unlock()
 	for sh, p := range s.known {
 		if s.loops[sh] == nil && s.ctx.Err() == nil {
-			s.startLoop(sh, p)
+			s.startLoop(sh, p, false)
 		}
 	}
 }
@@ -346,12 +336,21 @@ func partitionFields(topic string, part int) watermill.LogFields {
 	return f
 }
 
+// stop ends the loops, which release their leases, and stops listening;
+// it returns once nothing of the scheduler runs.
 func (s *scheduler) stop() {
 	if s.cancel == nil {
 		return
 	}
 	s.cancel()
-	_ = s.pubsub.Close()
+	s.mu.Lock()
+	for _, c := range s.ownChannels() {
+		s.hub.unlisten(c, s.l)
+	}
+	for sh := range s.known {
+		s.hub.unlisten(sh.wake(), s.l)
+	}
+	s.mu.Unlock()
 	s.wg.Wait()
 }
 
@@ -365,11 +364,16 @@ const (
 )
 
 // loop schedules one partition until ctx ends, the client is closed
-// under it, or it retires (see retire).
-func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan string) {
+// under it, or it retires (see retire). A quiet loop (one woken after it
+// retired) trims and checks for idleness first after a TrimInterval, not
+// at its first tick.
+func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan string, quiet bool) {
 	l := &partLoop{
 		s: s, topic: topic, part: part, sh: s.keys.shard(topic, part), fields: partitionFields(topic, part), wake: wake,
 		relist: true, nextReclaim: map[string]time.Time{},
+	}
+	if quiet {
+		l.lastTrim, l.lastIdle = time.Now(), time.Now()
 	}
 	defer l.end()
 	// With Go 1.23 timer semantics (go.mod), Stop and Reset leave no stale
@@ -438,7 +442,7 @@ func (l *partLoop) end() {
 		}
 		if l.part == 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
-			_ = b.beat(ctx, s.client, topicSchedulers(l.sh), s.owner, 0)
+			_ = b.beat(ctx, s.redis, topicSchedulers(l.sh), s.owner, 0)
 			cancel()
 		}
 	}
@@ -482,7 +486,39 @@ func (l *partLoop) tick(ctx context.Context) (tick, error) {
 	if !l.holds(t.held) {
 		return t, nil
 	}
-	return t, l.reclaimAndTrim(ctx, started)
+	if err := l.reclaimAndTrim(ctx, started); err != nil {
+		return t, err
+	}
+	if t.empty && t.wait > 0 {
+		t.wait = l.emptyWait(t.wait)
+	}
+	return t, nil
+}
+
+// emptyWait is how long the loop of a partition with nothing scheduled
+// sleeps: until its next reclaim, trim or idle check, since whatever
+// schedules something wakes it (a publish, a retry, a new group). It
+// ticks every check interval all the same where wake-ups may not come
+// (Redis refuses their channel), and in a topic of several partitions,
+// where its scheduler's heartbeat (partition 0) and share of the leases
+// are kept each check interval. The lease lapses meanwhile: the next tick
+// takes it again, or a standby has it by then (it only saves work).
+func (l *partLoop) emptyWait(wait time.Duration) time.Duration {
+	s := l.s
+	if s.denied.Load() || s.balanceOf(l.topic) != nil {
+		return wait
+	}
+	next := l.lastTrim
+	if l.lastIdle.Before(next) {
+		next = l.lastIdle
+	}
+	next = next.Add(s.trim)
+	for _, g := range l.groups {
+		if r := l.nextReclaim[g]; r.Before(next) {
+			next = r
+		}
+	}
+	return max(time.Until(next), wait)
 }
 
 // listGroups reads the topic's consumer groups when they may have changed,
@@ -491,7 +527,7 @@ func (l *partLoop) listGroups(ctx context.Context) error {
 	if !l.relist && time.Since(l.listed) < groupsRefresh {
 		return nil
 	}
-	g, err := l.s.client.SMembers(ctx, l.sh.groups()).Result()
+	g, err := l.s.redis.SMembers(ctx, l.sh.groups()).Result()
 	if err != nil {
 		return fmt.Errorf("list the consumer groups: %w", err)
 	}
@@ -510,7 +546,7 @@ func (l *partLoop) balance(ctx context.Context) (take bool, err error) {
 		return true, nil
 	}
 	if l.part == 0 && time.Since(l.lastBeat) >= s.interval/2 {
-		if err := b.beat(ctx, s.client, topicSchedulers(l.sh), s.owner, 3*s.interval); err != nil {
+		if err := b.beat(ctx, s.redis, topicSchedulers(l.sh), s.owner, 3*s.interval); err != nil {
 			return false, fmt.Errorf("renew the scheduler's membership: %w", err)
 		}
 		l.lastBeat = time.Now()
@@ -639,7 +675,7 @@ func (l *partLoop) sleep(ctx context.Context, timer *time.Timer, wait time.Durat
 // idle runs idle.lua: whether the partition holds nothing to schedule, and
 // if so marks it dormant, so the next publish wakes the schedulers.
 func (s *scheduler) idle(ctx context.Context, sh shard, groups []string) (bool, error) {
-	return callIdle(ctx, s.client, sh, groups, s.retention)
+	return callIdle(ctx, s.redis, sh, groups, s.retention)
 }
 
 // balanceOf returns the balance of a topic of several partitions, or nil.
@@ -673,6 +709,7 @@ type tick struct {
 	declined bool          // the lease was free and the caller was not to take it
 	groups   int           // consumer groups registered for the topic
 	far      int64         // the far bucket due for unpacking; -1: none
+	empty    bool          // held, and nothing waits or is due to be retried
 }
 
 // promote takes or extends the topic's lease and, when held, moves what is
@@ -680,13 +717,14 @@ type tick struct {
 // the check interval; 0 when more is due now. A standby sleeps until the
 // lease expires, at most the check interval.
 func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogFields, groups []string, take bool) (tick, error) {
-	r, err := callPromote(ctx, s.client, sh, groups, s.batch, s.owner, s.lease, take)
+	r, err := callPromote(ctx, s.redis, sh, groups, s.batch, s.owner, s.lease, take)
 	if err != nil {
 		return tick{}, fmt.Errorf("promote due messages: %w", err)
 	}
 	moved, wait, missing := r.moved, r.wait, r.missing
 	s.metrics.promotedTick(sh, fields["topic"].(string), moved, wait, r.held)
-	t := tick{held: r.held, declined: !r.held && wait == -1, groups: r.groups, wait: s.interval, far: r.far}
+	t := tick{held: r.held, declined: !r.held && wait == -1, groups: r.groups, wait: s.interval, far: r.far,
+		empty: r.held && wait == -1 && r.far < 0}
 	if missing > 0 {
 		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
 			fields.Add(watermill.LogFields{"count": missing}))
@@ -714,7 +752,7 @@ func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogF
 func (s *scheduler) release(sh shard, fields watermill.LogFields) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
 	defer cancel()
-	_, err := callUnlease(ctx, s.client, sh, s.owner, wakeRelease)
+	_, err := callUnlease(ctx, s.redis, sh, s.owner, wakeRelease)
 	if err != nil && !isClientClosed(err) {
 		s.limiter.errorf(s.logger, "redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
 	}
@@ -733,7 +771,7 @@ func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogF
 	var requeued, buried, evicted, missing, removed int64
 	var vis time.Duration
 	for pos := reclaimStart; pos.stream != 0; {
-		r, err := callReclaim(ctx, s.client, sh, g, reclaimBatch, cleanup, pos)
+		r, err := callReclaim(ctx, s.redis, sh, g, reclaimBatch, cleanup, pos)
 		if err != nil {
 			return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
 		}
@@ -759,7 +797,7 @@ func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogF
 }
 
 func (s *scheduler) trimStream(ctx context.Context, sh shard, fields watermill.LogFields) error {
-	r, err := callTrim(ctx, s.client, sh, s.retention)
+	r, err := callTrim(ctx, s.redis, sh, s.retention)
 	if err != nil {
 		return fmt.Errorf("trim the ready stream: %w", err)
 	}
@@ -774,32 +812,18 @@ func (s *scheduler) trimStream(ctx context.Context, sh shard, fields watermill.L
 }
 
 // watchACL checks that Redis lets the scheduler's user subscribe to the
-// wake channels (a SUBSCRIBE refused by an ACL is otherwise silent: the
-// subscription just never delivers). When refused it logs an error naming
+// wake channels (see channelGrant). When refused it logs an error naming
 // the ACL needed, and keeps a note Inspector.Health reports, refreshed
-// while the refusal lasts; once allowed it subscribes again to what was
-// refused.
+// while the refusal lasts; once allowed the hub subscribes again to what
+// was refused.
 func (s *scheduler) watchACL() {
 	denied := false
 	for {
-		err := s.probeSubscribe()
+		err := s.hub.channelsGranted(s.ctx, s.keys.prefix)
 		if err == nil {
 			s.denied.Store(false)
 			if denied {
 				s.logger.Info("redisdelay: Redis now allows the subscription to wake-ups", nil)
-				s.mu.Lock()
-				channels := make([]string, 0, len(s.known)+2)
-				channels = append(channels, s.keys.schedules().wake())
-				if s.discover {
-					channels = append(channels, s.keys.registered())
-				}
-				for sh := range s.known {
-					channels = append(channels, sh.wake())
-				}
-				if len(channels) > 0 {
-					_ = s.pubsub.Subscribe(s.ctx, channels...)
-				}
-				s.mu.Unlock()
 			}
 			return
 		}
@@ -818,7 +842,7 @@ func (s *scheduler) watchACL() {
 				denied = true
 			}
 			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
-			_ = s.client.Set(ctx, s.keys.wakeDenied(), detail, max(3*s.interval, 3*time.Second)).Err()
+			_ = s.redis.Set(ctx, s.keys.wakeDenied(), detail, max(3*s.interval, 3*time.Second)).Err()
 			cancel()
 		}
 		select {
@@ -827,15 +851,4 @@ func (s *scheduler) watchACL() {
 		case <-time.After(s.interval):
 		}
 	}
-}
-
-// probeSubscribe subscribes to a channel of the key prefix on a connection
-// of its own and returns Redis's answer.
-func (s *scheduler) probeSubscribe() error {
-	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-	defer cancel()
-	ps := s.client.Subscribe(ctx, s.keys.registered())
-	defer ps.Close()
-	_, err := ps.Receive(ctx)
-	return err
 }

@@ -71,7 +71,7 @@ func callPublish(ctx context.Context, c redis.Scripter, batch []*pubCall) (publi
 	for _, call := range batch {
 		msgs += call.n
 	}
-	keys := []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.reg(), sh.dormant(), sh.far(), sh.farMeta()}
+	keys := []string{sh.waiting(), sh.bodies(), sh.stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.reg(), sh.dormant(), sh.far(), sh.farMeta(), sh.bell()}
 	keyIndex := map[string]int{}
 	indexOf := func(key string) int {
 		i, ok := keyIndex[key]
@@ -130,8 +130,8 @@ func callPromote(ctx context.Context, c redis.Scripter, sh shard, groups []strin
 	if !mayTake {
 		take = "0"
 	}
-	k := make([]string, 0, 10+3*len(groups))
-	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.fanout())
+	k := make([]string, 0, 11+3*len(groups))
+	k = append(k, sh.lease(), sh.groups(), sh.waiting(), sh.bodies(), sh.stream(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.fanout(), sh.bell())
 	for _, g := range groups {
 		k = append(k, sh.retry(g), sh.retryBodies(g), sh.redelivery(g))
 	}
@@ -252,7 +252,7 @@ func callReclaim(ctx context.Context, c redis.Scripter, sh shard, group string, 
 		flag = "1"
 	}
 	res, err := reclaimScript.Run(ctx, c,
-		[]string{sh.stream(), sh.redelivery(group), sh.retry(group), sh.retryBodies(group), sh.dead(group), sh.meta(group)},
+		[]string{sh.stream(), sh.redelivery(group), sh.retry(group), sh.retryBodies(group), sh.dead(group), sh.meta(group), sh.bell()},
 		group, batch, sh.wake(), flag, pos.stream, pos.last).Slice()
 	if err == nil {
 		err = replyShort("reclaim", len(res), 8)
@@ -347,37 +347,46 @@ func callRequeue(ctx context.Context, c redis.Scripter, sh shard, group string, 
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return requeueScript.Run(ctx, c, []string{sh.dead(group), sh.redelivery(group)}, args...).Int()
+	return requeueScript.Run(ctx, c, []string{sh.dead(group), sh.redelivery(group), sh.bell()}, args...).Int()
 }
 
-// pendingAck is ack.lua queued on a pipeline by its hash, for entries of
-// a group's redelivery stream.
-type pendingAck struct {
-	cmd  *redis.Cmd
-	keys []string
-	args []any
+// pipedScript is a script queued on a pipeline by its hash.
+type pipedScript struct {
+	script *redis.Script
+	cmd    *redis.Cmd
+	keys   []string
+	args   []any
 }
 
-// pipeAck queues ack.lua on pipe for the redelivery entries ids of group.
-func pipeAck(ctx context.Context, pipe redis.Pipeliner, sh shard, group string, ids []string) pendingAck {
-	a := pendingAck{keys: []string{sh.redelivery(group)}, args: make([]any, 0, len(ids)+1)}
-	a.args = append(a.args, group)
+func pipeScript(ctx context.Context, pipe redis.Pipeliner, script *redis.Script, keys []string, args ...any) pipedScript {
+	return pipedScript{script: script, cmd: script.EvalSha(ctx, pipe, keys, args...), keys: keys, args: args}
+}
+
+// result is the script's reply once the pipeline ran. When Redis did not
+// have the script cached yet (first use, or Redis restarted) it runs it on
+// c, loading it.
+func (p pipedScript) result(ctx context.Context, c redis.Scripter) *redis.Cmd {
+	if err := p.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return p.script.Run(ctx, c, p.keys, p.args...)
+	}
+	return p.cmd
+}
+
+// pipeAck queues ack.lua on pipe for the redelivery entries ids of group;
+// its result is how many entries were pending and are now acknowledged.
+func pipeAck(ctx context.Context, pipe redis.Pipeliner, sh shard, group string, ids []string) pipedScript {
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, group)
 	for _, id := range ids {
-		a.args = append(a.args, id)
+		args = append(args, id)
 	}
-	a.cmd = ackScript.EvalSha(ctx, pipe, a.keys, a.args...)
-	return a
+	return pipeScript(ctx, pipe, ackScript, []string{sh.redelivery(group)}, args...)
 }
 
-// result returns how many entries were pending and are now acknowledged,
-// once the pipeline ran. When Redis did not have the script cached yet
-// (first use, or Redis restarted) it runs it on c, loading it.
-func (a pendingAck) result(ctx context.Context, c redis.Scripter) (int64, error) {
-	n, err := a.cmd.Int64()
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		n, err = ackScript.Run(ctx, c, a.keys, a.args...).Int64()
-	}
-	return n, err
+// pipePeek queues peek.lua on pipe: its result is 1 when group has entries
+// to read in the partition's ready stream or its redelivery stream.
+func pipePeek(ctx context.Context, pipe redis.Pipeliner, sh shard, group string) pipedScript {
+	return pipeScript(ctx, pipe, peekScript, []string{sh.stream(), sh.redelivery(group)}, group)
 }
 
 // extendReply is what extend.lua returns.
@@ -436,7 +445,7 @@ func callNack(ctx context.Context, c redis.Scripter, sh shard, a nackArgs) (nack
 		keep = "1"
 	}
 	res, err := nackScript.Run(ctx, c,
-		[]string{a.stream, sh.retry(g), sh.retryBodies(g), sh.redelivery(g), sh.dead(g), sh.meta(g)},
+		[]string{a.stream, sh.retry(g), sh.retryBodies(g), sh.redelivery(g), sh.dead(g), sh.meta(g), sh.bell()},
 		g, a.id, source, a.attempt, a.delay.Milliseconds(), a.body, sh.wake(), a.reason, max(a.maxDead, 0), keep).Int64Slice()
 	if err == nil {
 		err = replyShort("nack", len(res), 2)
@@ -458,7 +467,7 @@ type releaseReply struct {
 // entries per stream pending for consumer, but the one kept (keepStream
 // "1" ready, "2" redelivery, "" none; keepID).
 func callRelease(ctx context.Context, c redis.Scripter, sh shard, group, consumer string, batch int, keepStream, keepID string) (releaseReply, error) {
-	res, err := releaseScript.Run(ctx, c, []string{sh.stream(), sh.redelivery(group)},
+	res, err := releaseScript.Run(ctx, c, []string{sh.stream(), sh.redelivery(group), sh.bell()},
 		group, consumer, batch, keepStream, keepID).Int64Slice()
 	if err == nil {
 		err = replyShort("release", len(res), 3)
@@ -623,4 +632,90 @@ func callSchedRetry(ctx context.Context, c redis.Scripter, sk scheduleKeys, memb
 		return time.Time{}, err
 	}
 	return time.UnixMilli(n), nil
+}
+
+// readStatus is what read.lua found.
+type readStatus int64
+
+const (
+	readGot    readStatus = iota // entries read; more may be there
+	readNone                     // nothing to read: the bell is armed
+	readPaused                   // the group is paused
+	readUnheld                   // the consumer has pending entries it does not hold
+	readAll                      // entries read, all there were: the bell is armed
+)
+
+// readReply is what read.lua returns.
+type readReply struct {
+	status  readStatus
+	vis     time.Duration // the group's stored visibility timeout (0: none stored)
+	streams []redis.XStream
+}
+
+// callRead runs read.lua for a consumer: count entries at most per stream,
+// the redelivery stream first; heldRedo and heldReady are the entries of
+// each it holds (acked, not yet acknowledged in Redis). paused is the
+// group's pause flag when it shares the partition's slot, else "".
+func callRead(ctx context.Context, c redis.Scripter, sh shard, paused, group, consumer string, count, heldRedo, heldReady int) (readReply, error) {
+	keys := []string{sh.redelivery(group), sh.stream(), sh.bell(), sh.meta(group)}
+	if paused != "" {
+		keys = append(keys, paused)
+	}
+	res, err := readArmScript.Run(ctx, c, keys, group, consumer, count, heldRedo, heldReady).Slice()
+	if err == nil {
+		err = replyShort("read", len(res), 2)
+	}
+	if err != nil {
+		return readReply{}, err
+	}
+	status, _ := res[0].(int64)
+	vis, _ := res[1].(int64)
+	r := readReply{status: readStatus(status), vis: time.Duration(vis) * time.Millisecond}
+	if r.status != readGot && r.status != readAll {
+		return r, nil
+	}
+	if err := replyShort("read", len(res), 3); err != nil {
+		return readReply{}, err
+	}
+	if r.streams, err = xStreams(res[2]); err != nil {
+		return readReply{}, fmt.Errorf("read.lua: %w", err)
+	}
+	return r, nil
+}
+
+// xStreams decodes an XREADGROUP reply that came through a script: a list
+// of {stream, {{id, {field, value, ...}}, ...}}.
+func xStreams(v any) ([]redis.XStream, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("XREADGROUP reply is %T, not a list", v)
+	}
+	streams := make([]redis.XStream, 0, len(list))
+	for _, s := range list {
+		pair, ok := s.([]any)
+		if !ok || len(pair) != 2 {
+			return nil, fmt.Errorf("XREADGROUP stream is %v, not {name, entries}", s)
+		}
+		name, _ := pair[0].(string)
+		entries, _ := pair[1].([]any)
+		xs := redis.XStream{Stream: name, Messages: make([]redis.XMessage, 0, len(entries))}
+		for _, e := range entries {
+			ev, ok := e.([]any)
+			if !ok || len(ev) != 2 {
+				return nil, fmt.Errorf("XREADGROUP entry is %v, not {id, fields}", e)
+			}
+			id, _ := ev[0].(string)
+			m := redis.XMessage{ID: id}
+			if fv, ok := ev[1].([]any); ok {
+				m.Values = make(map[string]any, len(fv)/2)
+				for i := 0; i+1 < len(fv); i += 2 {
+					k, _ := fv[i].(string)
+					m.Values[k] = fv[i+1]
+				}
+			}
+			xs.Messages = append(xs.Messages, m)
+		}
+		streams = append(streams, xs)
+	}
+	return streams, nil
 }

@@ -77,6 +77,8 @@ var (
 	rescheduleScript = loadScript("reschedule")
 	unpackScript     = loadScript("unpack")
 	farPullScript    = loadScript("farpull")
+	readArmScript    = loadScript("read")
+	peekScript       = loadScript("peek")
 
 	schedAddScript   = loadScript("schedadd")
 	schedClaimScript = loadScript("schedclaim")
@@ -115,6 +117,8 @@ var (
 //	<shard>:fmeta            hash    far tier counters: n (messages), p:<bucket> (popped), l:<bucket> (live)
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
+//	<shard>:bell             string  "1" while a consumer waits for new entries of the partition (read.lua);
+//	                         also the pub/sub channel that tells it of them (lib.lua's ring)
 //	<shard>:reg              string  "1" once a publish ran; gone after Redis lost its data (the publisher registers the topic again)
 //	<shard>:dormant          string  "1" while no scheduler loop runs: nothing to schedule (publish wakes the schedulers)
 //	<shard>:schedulers       zset    schedulers of the topic -> expiry (partition 0 only)
@@ -201,6 +205,7 @@ func (s shard) fanout() string  { return string(s) + ":fanout" }
 func (s shard) stream() string  { return string(s) + ":stream" }
 func (s shard) groups() string  { return string(s) + ":groups" }
 func (s shard) wake() string    { return string(s) + ":wake" }
+func (s shard) bell() string    { return string(s) + ":bell" }
 func (s shard) lease() string   { return string(s) + ":lease" }
 func (s shard) bkeys() string   { return string(s) + ":bkeys" }
 func (s shard) bkeyOf() string  { return string(s) + ":bkeyof" }

@@ -52,9 +52,18 @@ type Subscriber struct {
 	limiter  *logLimiter // repeated errors of all subscriptions
 	goneOnce sync.Once   // the client was closed: logged once
 
-	blockDefault bool       // BlockTime was not set (see newReader)
-	deniedOnce   sync.Once  // CLIENT UNBLOCK refused: logged once
-	flow         *flowWatch // pause notifications (flowcontrol.go); nil until the first Subscribe
+	// The connections shared with the other components on the client
+	// (conns.go): background commands go through redis.
+	hub         *hub
+	redis       *gated
+	grantOnce   sync.Once   // the grant of the notification channels was checked
+	bellsDenied atomic.Bool // Redis refuses them: subscriptions poll (see pollEvery)
+
+	// Subscriptions waiting for their bell -> when they last read or were
+	// peeked at (see sweep, started once).
+	idleMu    sync.Mutex
+	idle      map[*subscription]time.Time
+	sweepOnce sync.Once
 
 	// Test hooks (export_test.go): ackGate runs before each flush of the
 	// acker goroutine; unheld counts lease renewals that found entries
@@ -72,7 +81,6 @@ var (
 
 // NewSubscriber returns a Subscriber. A nil logger logs nothing.
 func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
-	blockDefault := config.BlockTime == 0
 	config.setDefaults()
 	if err := config.Validate(); err != nil {
 		return nil, err
@@ -81,16 +89,18 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		logger = watermill.NopLogger{}
 	}
 	s := &Subscriber{
-		config:       config,
-		keys:         keys{prefix: config.KeyPrefix},
-		logger:       logger,
-		now:          time.Now,
-		initialized:  map[string]bool{},
-		scheduled:    map[string]int{},
-		policy:       groupPolicy(config),
-		limiter:      newLogLimiter(),
-		blockDefault: blockDefault,
+		config:      config,
+		keys:        keys{prefix: config.KeyPrefix},
+		logger:      logger,
+		now:         time.Now,
+		initialized: map[string]bool{},
+		scheduled:   map[string]int{},
+		idle:        map[*subscription]time.Time{},
+		policy:      groupPolicy(config),
+		limiter:     newLogLimiter(),
+		hub:         acquireHub(config.Client),
 	}
+	s.redis = newGated(s.hub)
 	s.closing, s.close = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -140,13 +150,13 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 		return nil
 	}
 	parts := s.partitions(topic)
-	if _, err := registerTopic(ctx, s.config.Client, s.keys, topic, parts, "SubscriberConfig"); err != nil {
+	if _, err := registerTopic(ctx, s.redis, s.keys, topic, parts, "SubscriberConfig"); err != nil {
 		return err
 	}
 	group := s.config.ConsumerGroup
 	for part := range parts {
 		sh := s.keys.shard(topic, part)
-		if _, err := callInit(ctx, s.config.Client, sh, group, s.policy); err != nil {
+		if _, err := callInit(ctx, s.redis, sh, group, s.policy); err != nil {
 			return wrap(err, "create consumer group %q for partition %d of topic %q", group, part, topic)
 		}
 	}
@@ -183,6 +193,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, err
 	}
 	parts := s.partitions(topic)
+	s.watchGrant()
+	s.sweepOnce.Do(func() { go s.sweep() })
 	if !s.config.DisableScheduler {
 		s.schedule(topic, parts)
 	}
@@ -212,11 +224,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			out:      out,
 			ackWake:  make(chan struct{}, 1),
 			order:    order,
+			bell:     make(chan struct{}, 1),
 			flowWake: make(chan struct{}, 1),
 			renewNow: make(chan struct{}, 1),
 			m:        newSubMetrics(s.config.Metrics, topic, s.config.ConsumerGroup),
 		}
-		sub.reader = s.newReader(sub)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -247,7 +259,7 @@ func (s *Subscriber) schedule(topic string, parts int) {
 		config.setDefaults()
 		s.sched = newScheduler(config, s.logger)
 		s.sched.gone = s.clientGone
-		s.sched.start(s.closing, false)
+		s.sched.start(s.closing, false, s.hub)
 		s.ticks = startTicks(s.closing, s.sched, s.logger)
 	}
 	s.scheduled[topic]++
@@ -264,39 +276,6 @@ func (s *Subscriber) unschedule(topic string) {
 	}
 	delete(s.scheduled, topic)
 	s.sched.remove(topic)
-}
-
-// newReader returns the reader of a subscription's new messages: reads
-// block BlockTime where Close can interrupt them, and where it cannot
-// fallbackBlock unless BlockTime was set; an ordered subscription's no
-// longer than its pace (see orderedPace).
-func (s *Subscriber) newReader(sub *subscription) *blockingReader {
-	block, fallback := s.config.BlockTime, s.config.BlockTime
-	if s.blockDefault {
-		fallback = fallbackBlock
-	}
-	if s.config.Ordered {
-		block, fallback = min(block, s.orderedPace()), min(fallback, s.orderedPace())
-	}
-	return &blockingReader{
-		client: s.config.Client, key: sub.shard.stream(), block: block, fallback: fallback,
-		denied:    s.unblockDenied,
-		abandoned: func([]redis.XStream) { _ = sub.release("", "") },
-	}
-}
-
-// unblockDenied logs, once, that Redis refuses what interrupting a read
-// takes.
-func (s *Subscriber) unblockDenied(err error) {
-	s.deniedOnce.Do(func() {
-		fallback := s.config.BlockTime
-		if s.blockDefault {
-			fallback = fallbackBlock
-		}
-		s.logger.Error(fmt.Sprintf("redisdelay: Redis refuses the Subscriber what it needs to interrupt a blocking read (CLIENT ID and CLIENT UNBLOCK): "+
-			"reads block up to %s, and Close or the end of a Subscribe context waits for one; "+
-			"grant the Subscriber's Redis user the command: ACL SETUSER <user> +client|unblock", fallback), err, nil)
-	})
 }
 
 // clientGone stops every subscription and the scheduler when the Redis
@@ -320,15 +299,13 @@ func (s *Subscriber) Close() error {
 		s.close()
 		s.subs.Wait()
 		s.mu.Lock()
-		sched, ticks, flow := s.sched, s.ticks, s.flow
+		sched, ticks := s.sched, s.ticks
 		s.mu.Unlock()
-		if flow != nil {
-			flow.close()
-		}
 		if sched != nil {
 			sched.stop()
 			<-ticks
 		}
+		s.hub.release()
 	})
 	return nil
 }
@@ -358,9 +335,12 @@ type subscription struct {
 	flushMu sync.Mutex    // one flush of the ack queue at a time
 
 	// Lease renewal (see extendLeases): renewals were skipped since the
-	// last one; renewNow (capacity 1) asks for one at once.
-	skipped  atomic.Bool
-	renewNow chan struct{}
+	// last one (and the ticker stopped); renewNow (capacity 1) starts it
+	// again. storedVis is the group's stored visibility timeout as last
+	// read (renewal, read.lua), 0 before.
+	skipped   atomic.Bool
+	renewNow  chan struct{}
+	storedVis atomic.Int64
 
 	// Ordered subscriptions only (see ordered.go): shared with the
 	// topic's other partitions; whether this one owns its partition; set
@@ -369,7 +349,12 @@ type subscription struct {
 	owns, lost atomic.Bool
 	declined   bool // own skipped a take last time (run goroutine only)
 
-	reader *blockingReader // reads of new messages (reader.go)
+	// Reads of new messages (reader.go), run goroutine only: the last
+	// read found fewer than it asked for, so the next is read.lua's; that
+	// read armed the bell, so the next waits for it. bell (capacity 1) is
+	// rung by the hub.
+	drained, armed bool
+	bell           chan struct{}
 
 	// Flow control (flowcontrol.go). Run goroutine only: the group was
 	// paused at the last check, made at flowChecked; messages of the last
@@ -397,8 +382,7 @@ type entry struct {
 // the client is closed, then hands back what it holds.
 func (sub *subscription) run(ctx context.Context) {
 	sub.s.logger.Debug("redisdelay: subscribed", sub.fields())
-	defer sub.reader.close()
-	defer sub.s.watchFlow(sub)()
+	defer sub.listen()()
 	defer sub.startBackground().stop()
 
 	pos := readPos{cursor: fromStart}
@@ -415,6 +399,13 @@ func (sub *subscription) run(ctx context.Context) {
 		}
 		if pos.history && sub.flushBeforeHistory(ctx) {
 			return
+		}
+		if sub.armed && !pos.history {
+			// Read all there was: wait until there is more, then check
+			// the ownership and the gate again.
+			sub.armed = false
+			sub.waitBell(ctx)
+			continue
 		}
 		count := sub.s.config.BatchSize
 		if !pos.history {
@@ -445,9 +436,6 @@ func (sub *subscription) run(ctx context.Context) {
 		pos.failures = 0
 		if pos.history && len(entries) == 0 {
 			pos.history = false
-		}
-		if len(entries) > 0 {
-			sub.fetched()
 		}
 		if !sub.deliverAll(ctx, entries, &pos) {
 			return
@@ -605,6 +593,10 @@ func (sub *subscription) deliverAll(ctx context.Context, entries []entry, pos *r
 	sub.mu.Lock()
 	sub.batch = entries
 	sub.mu.Unlock()
+	if len(entries) > 0 {
+		// Once held (see extendLeases).
+		sub.fetched()
+	}
 	for {
 		e, ok := sub.next()
 		if !ok {
@@ -717,7 +709,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	sub.mu.Unlock()
 
 	group := s.config.ConsumerGroup
-	r, err := callExtend(ctx, s.config.Client, sub.shard, group, sub.consumer, ready, redo)
+	r, err := callExtend(ctx, s.redis, sub.shard, group, sub.consumer, ready, redo)
 	if err != nil {
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
@@ -741,64 +733,71 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 // three times per VisibilityTimeout, until ctx ends. Reclaim uses the
 // group's stored timeout, written by the subscriber of the group that
 // started last; when that is shorter (a rollout changing it), renewals
-// follow it, so live consumers keep their messages either way.
+// follow it (see renewEvery), so live consumers keep their messages
+// either way.
 //
-// A renewal with nothing to do is skipped (see needless), so an idle
-// subscription costs Redis nothing here; the first read that fetches
-// messages after skipped renewals renews at once (renewNow), so a stored
-// timeout that became shorter meanwhile sets the pace before the old pace
-// could let them be reclaimed.
+// A renewal with nothing to do is skipped (see needless), and the ticker
+// stopped, so an idle subscription costs nothing here; the first read that
+// fetches messages after a skipped renewal starts it again (renewNow), at
+// the pace of the stored timeout that read saw (read.lua returns it).
 func (sub *subscription) extendLeases(ctx context.Context) {
-	every := sub.s.config.VisibilityTimeout / 3
+	every := sub.renewEvery()
 	t := time.NewTicker(every)
 	defer t.Stop()
-	learned := false // a renewal read the stored timeout
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if learned && sub.needless() {
-				sub.skipped.Store(true)
+			// skipped is set before needless looks: a fetch either finds
+			// it set (and starts the ticker) or is seen by needless.
+			sub.skipped.Store(true)
+			if sub.needless() {
+				t.Stop()
 				continue
 			}
+			sub.skipped.Store(false)
 		case <-sub.renewNow:
+			every = sub.renewEvery()
 			t.Reset(every)
+			continue
 		}
-		pooled := sub.reader.pooledRead.Swap(false)
 		sub.s.renewals.Add(1)
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 		stored, err := sub.renewLeases(opCtx, every)
 		cancel()
-		if err != nil && pooled {
-			sub.reader.pooledRead.Store(true) // still to be checked
-		}
 		if err != nil && ctx.Err() == nil && !isClientClosed(err) {
 			sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
 				sub.fields())
 		}
-		if err == nil {
-			learned = true
-		}
 		if stored > 0 {
-			if want := min(sub.s.config.VisibilityTimeout, stored) / 3; want != every {
-				every = want
-				t.Reset(every)
-			}
+			sub.storedVis.Store(int64(stored))
+		}
+		if want := sub.renewEvery(); want != every {
+			every = want
+			t.Reset(every)
 		}
 	}
 }
 
+// renewEvery is how often held messages' leases are renewed: three times
+// per visibility timeout, the group's stored one when that is shorter.
+func (sub *subscription) renewEvery() time.Duration {
+	vis := sub.s.config.VisibilityTimeout
+	if stored := time.Duration(sub.storedVis.Load()); stored > 0 {
+		vis = min(vis, stored)
+	}
+	return vis / 3
+}
+
 // needless reports whether a lease renewal has nothing to do: the
-// subscription is not ordered (those renew their ownership with it), holds
-// nothing (no lease to extend, no slow handler to unburden), and no read
-// since the last renewal may have left entries pending for it that it did
-// not receive. Only a read of new messages through the client's pool may
-// (go-redis retries it on another connection when its reply is lost); one
-// on the subscription's own connection fails instead, and the subscription
-// then reads its pending entries.
+// subscription is not ordered (those renew their ownership with it) and
+// holds nothing (no lease to extend, no slow handler to unburden). Entries
+// a read whose reply was lost left pending for it are found by its next
+// read, which is read.lua's (see readNew), as the subscription holds
+// nothing.
 func (sub *subscription) needless() bool {
-	if sub.order != nil || sub.reader.pooledRead.Load() {
+	if sub.order != nil {
 		return false
 	}
 	sub.mu.Lock()
@@ -806,8 +805,8 @@ func (sub *subscription) needless() bool {
 	return len(sub.batch) == 0 && len(sub.ackReady)+len(sub.ackRedo) == 0
 }
 
-// fetched is called after a read that returned entries: the renewal runs
-// at once if it skipped renewals meanwhile (see extendLeases).
+// fetched is called once the entries of a read are held: the renewals
+// start again if they were skipped meanwhile (see extendLeases).
 func (sub *subscription) fetched() {
 	if sub.skipped.Swap(false) {
 		select {
@@ -817,37 +816,24 @@ func (sub *subscription) fetched() {
 	}
 }
 
-// read reads new entries (blocking, see reader.go) or, with history, the
+// read reads new entries (waiting for them, see reader.go) or, with history, the
 // consumer's own pending entries from cursor on.
 func (sub *subscription) read(ctx context.Context, history bool, cursor [2]string, count int) ([]entry, error) {
-	s := sub.s
-	stream, redo := sub.shard.stream(), sub.shard.redelivery(s.config.ConsumerGroup)
-	args := &redis.XReadGroupArgs{
-		Group:    s.config.ConsumerGroup,
-		Consumer: sub.consumer,
-		Count:    int64(count),
-		Streams:  []string{redo, stream, ">", ">"},
-	}
 	var res []redis.XStream
 	var err error
 	if history {
-		args.Streams = []string{redo, stream, cursor[1], cursor[0]}
-		args.Block = -1
-		res, err = s.config.Client.XReadGroup(ctx, args).Result()
+		res, err = sub.s.redis.XReadGroup(ctx, sub.readArgs(count, cursor[1], cursor[0])).Result()
 		if errors.Is(err, redis.Nil) {
 			err = nil
 		}
 	} else {
-		res, err = sub.reader.read(ctx, args)
+		res, err = sub.readNew(ctx, count)
 	}
 	if err != nil {
 		return nil, err
 	}
-	n := 0
-	for _, xs := range res {
-		n += len(xs.Messages)
-	}
-	entries := make([]entry, 0, n)
+	redo := sub.shard.redelivery(sub.s.config.ConsumerGroup)
+	entries := make([]entry, 0, entryCount(res))
 	// Redeliveries come first: they were due earlier.
 	for _, xs := range res {
 		for _, m := range xs.Messages {
@@ -1065,7 +1051,7 @@ func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, d
 	if kind == nackExpired {
 		a.attempt-- // the dead letter counts the deliveries it had: not this one
 	}
-	r, err := callNack(ctx, s.config.Client, sub.shard, a)
+	r, err := callNack(ctx, s.redis, sub.shard, a)
 	if err != nil {
 		return fmt.Errorf("nack entry %s: %w", e.msg.ID, err)
 	}
@@ -1104,7 +1090,7 @@ func (sub *subscription) release(keepStream, keepID string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	for {
-		r, err := callRelease(ctx, s.config.Client, sub.shard, group, sub.consumer, 1000, keepStream, keepID)
+		r, err := callRelease(ctx, s.redis, sub.shard, group, sub.consumer, 1000, keepStream, keepID)
 		if err != nil {
 			if !isClientClosed(err) {
 				s.logger.Error("redisdelay: cannot hand back pending messages; they stay with this consumer until read again or reclaimed", err, fields)

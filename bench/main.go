@@ -56,6 +56,11 @@ type options struct {
 	// its second run (1: no second run).
 	Spike           int `json:"spike"`
 	SpikePartitions int `json:"spike_partitions"`
+	// Scenario 11: the topic counts, the idle window (two BlockTimes by
+	// default, so every subscription reads twice) and the steady rate.
+	TopicCounts []int         `json:"topic_counts"`
+	TopicsIdle  time.Duration `json:"topics_idle"`
+	TopicsRate  int           `json:"topics_rate"`
 }
 
 // scenario is a part of the bench; throughput covers two numbers because
@@ -76,6 +81,7 @@ var scenarios = []scenario{
 	{[]int{8}, "idle cost", (*bench).idle},
 	{[]int{9}, "scaling on Redis Cluster", (*bench).clusterScaling},
 	{[]int{10}, "midnight spike", (*bench).spike},
+	{[]int{11}, "topics on one default client", (*bench).topicScaling},
 }
 
 // bench is the state shared by the scenarios.
@@ -106,6 +112,7 @@ func run() error {
 		rates   = flag.String("rates", "1000,10000", "steady rates of the lateness scenario, messages/s")
 		sizes   = flag.String("payloads", "16,256", "payload sizes of the throughput scenarios, bytes")
 		ladder  = flag.String("backlogs", "10000,5000000,20000000,50000000", "waiting backlogs of the ladder, grown in one Redis (scenario 7)")
+		tcounts = flag.String("topics", "1,100,1000,10000", "topic counts of one Subscriber (scenario 11)")
 		maxMem  = flag.Float64("max-memory", 12, "GB of Redis memory (maxmemory, noeviction) the ladder stops short of (scenario 7)")
 		quickOf = map[string]string{}
 	)
@@ -133,6 +140,9 @@ func run() error {
 	intFlag(&opts.ClusterManagers, "cluster-managers", 3, 3, "Managers of the extra promotion run on 3 masters, 8 partitions (scenario 9; 1 skips it)")
 	intFlag(&opts.Spike, "spike", 1_000_000, 20_000, "messages due at one instant (scenario 10)")
 	intFlag(&opts.SpikePartitions, "spike-partitions", 8, 8, "partitions of the spike's second run (scenario 10; 1 skips it)")
+	durFlag(&opts.TopicsIdle, "topics-idle", time.Minute, 5*time.Second, "idle measurement at each topic count (scenario 11)")
+	intFlag(&opts.TopicsRate, "topics-rate", 1000, 1000, "steady rate of scenario 11's lateness runs, messages/s, for -steady")
+	quickOf["topics"] = "1,100"
 	flag.Parse()
 	if *redraw != "" {
 		return redrawReport(*redraw, *out)
@@ -157,6 +167,9 @@ func run() error {
 	}
 	if opts.Backlogs, err = parseInts(*ladder); err != nil {
 		return fmt.Errorf("-backlogs: %w", err)
+	}
+	if opts.TopicCounts, err = parseInts(*tcounts); err != nil {
+		return fmt.Errorf("-topics: %w", err)
 	}
 	slices.Sort(opts.Backlogs)
 	opts.Backlogs = slices.Compact(opts.Backlogs)

@@ -25,6 +25,7 @@ type Report struct {
 	Backlog      []*BacklogStep `json:"backlog,omitempty"`
 	BacklogLimit string         `json:"backlog_limit,omitempty"`
 	Spikes       []*SpikeRun    `json:"spikes,omitempty"`
+	Topics       []*TopicStep   `json:"topics,omitempty"` // scenario 11
 	Errors       []string       `json:"errors,omitempty"`
 }
 
@@ -115,6 +116,7 @@ var sectionTitles = map[string]string{
 	"7":  "7. Scaling with the waiting backlog (one topic grown in one Redis; ratios against the smallest size)",
 	"8":  "8. Idle cost",
 	"10": "10. Midnight spike: messages due at one instant",
+	"11": "11. Topics on one Subscriber and a default go-redis client",
 }
 
 func (r *Report) row(section, figure, unit, target string, ours *float64, peers ...Peer) {
@@ -223,6 +225,9 @@ func (r *Report) write(dir, md string) error {
 	}
 	if err := drawChart(filepath.Join(dir, "lateness.png"),
 		"Lateness: delivery − due time (ms, log scale; a negative value, early, has no bar)", r.latenessGroups()); err != nil {
+		return err
+	}
+	if err := r.topicCharts(dir); err != nil {
 		return err
 	}
 	return r.backlogCharts(dir)

@@ -32,13 +32,26 @@ local function fields(flat)
   return t
 end
 
+-- Tells the consumers of a partition waiting for new entries (read.lua
+-- armed the bell) that entries were added: once per arming, so a script
+-- adding many rings once and a busy partition not at all. The bell's key
+-- and channel share a name. A user without the channel (ACL) stores all
+-- the same: its consumers then find the entries at their next poll.
+local function ring(bell)
+  if redis.call('DEL', bell) == 1 then
+    redis.pcall('PUBLISH', bell, '')
+  end
+end
+
 -- Queues a message for redelivery to one consumer group: straight into the
--- group's redelivery stream when delay <= 0, else into its retry set,
--- waking schedulers when it becomes the earliest retry. member_suffix
--- ("m" or "r" + entry id) makes the retry member unique.
-local function requeue(retry, rbodies, rstream, wake, member_suffix, attempt, delay, body)
+-- group's redelivery stream when delay <= 0 (ringing the partition's
+-- bell), else into its retry set, waking schedulers when it becomes the
+-- earliest retry. member_suffix ("m" or "r" + entry id) makes the retry
+-- member unique.
+local function requeue(retry, rbodies, rstream, bell, wake, member_suffix, attempt, delay, body)
   if delay <= 0 then
     redis.call('XADD', rstream, '*', 'm', body, 'a', attempt)
+    ring(bell)
     return
   end
   local score = (now_ceil_ms() + delay) * 1024

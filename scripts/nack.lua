@@ -13,6 +13,7 @@
   KEYS[4] rstream  stream the group's redelivery stream
   KEYS[5] dead     stream the group's dead letters
   KEYS[6] meta     hash   the group's policy and counters
+  KEYS[7] bell     string the partition's bell (see read.lua)
   ARGV[1] consumer group
   ARGV[2] entry id in the source stream
   ARGV[3] source tag: "m" for the ready stream, "r" for the redelivery stream
@@ -45,5 +46,5 @@ local next = attempt + 1
 if ARGV[10] == '1' then
   next = attempt
 end
-requeue(KEYS[2], KEYS[3], KEYS[4], ARGV[7], ARGV[3] .. ARGV[2], next, tonumber(ARGV[5]), ARGV[6])
+requeue(KEYS[2], KEYS[3], KEYS[4], KEYS[7], ARGV[7], ARGV[3] .. ARGV[2], next, tonumber(ARGV[5]), ARGV[6])
 return {1, 0}

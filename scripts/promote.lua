@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: lib
 --[[
   promote: one scheduler tick of a topic. It first takes or extends the
   topic's scheduling lease: only the scheduler holding it promotes, the
@@ -28,10 +29,12 @@
   KEYS[9] fanout   hash   the high-priority message being fanned out over
                           several calls: m = encoded message, id = UUID,
                           and each redelivery stream given a copy -> 1
+  KEYS[10] bell    string the partition's bell, rung when entries were
+                          added (see read.lua)
   then for each consumer group g = 1, 2, ..., three keys:
-  KEYS[3g+7] retry    zset   "<attempt>:<m|r><entry id>" -> due score
-  KEYS[3g+8] rbodies  hash   same member -> encoded message
-  KEYS[3g+9] rstream  stream the group's redelivery stream, fields m, a (attempt)
+  KEYS[3g+8]  retry    zset   "<attempt>:<m|r><entry id>" -> due score
+  KEYS[3g+9]  rbodies  hash   same member -> encoded message
+  KEYS[3g+10] rstream  stream the group's redelivery stream, fields m, a (attempt)
   and last:
   KEYS[#KEYS] far     zset   far bucket number -> when to unpack it (ms): see far.go
   ARGV[1]  most stream entries added per call from the waiting set (a
@@ -73,6 +76,7 @@ local nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(nowUs / 1000)
 local maxScore = now * 1024 + 1023
 local moved, missing, wait = 0, 0, -1
+local added = false -- stream entries were added: ring the bell
 
 local function earlier(w)
   if wait < 0 or w < wait then wait = w end
@@ -87,7 +91,7 @@ local budget, rbudget = limit, limit
 
 -- the redelivery streams of the listed groups, for high-priority messages
 local rstreams = {}
-for g = 12, #KEYS - 1, 3 do
+for g = 13, #KEYS - 1, 3 do
   rstreams[#rstreams + 1] = KEYS[g]
 end
 
@@ -108,6 +112,7 @@ local function fanout()
     -- unless some group has its copy already
     if redis.call('HLEN', fan) <= 2 then
       redis.call('XADD', KEYS[5], '*', 'm', body)
+      added = true
     end
     redis.call('DEL', fan)
     return true
@@ -120,6 +125,7 @@ local function fanout()
       redis.call('XADD', rs, '*', 'm', body, 'a', 1)
       redis.call('HSET', fan, rs, 1)
       budget = budget - 1
+      added = true
     end
   end
   redis.call('DEL', fan)
@@ -182,6 +188,7 @@ local function move(set, bodies, stream, retry)
         left = left - 1
       end
       moved = moved + 1
+      added = true
     else
       missing = missing + 1
     end
@@ -230,10 +237,10 @@ else
 end
 -- groups in turn, from one that changes with time, so none waits behind
 -- the others' backlogs for long
-local ng = (#KEYS - 10) / 3
+local ng = (#KEYS - 11) / 3
 local first = nowUs % math.max(ng, 1)
 for i = 0, ng - 1 do
-  local g = 10 + 3 * ((first + i) % ng)
+  local g = 11 + 3 * ((first + i) % ng)
   move(KEYS[g], KEYS[g + 1], KEYS[g + 2], true)
 end
 -- the far tier's next bucket to unpack
@@ -246,5 +253,8 @@ if fhead[1] then
   else
     earlier(w)
   end
+end
+if added then
+  ring(KEYS[10])
 end
 return {moved, wait, missing, ngroups, 1, far}

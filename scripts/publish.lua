@@ -1,3 +1,4 @@
+-- include: lib
 --[[
   publish: stores the messages of one or more Publish calls to a topic.
   Each call is atomic on its own: all of its messages are stored, or none.
@@ -18,7 +19,9 @@
   KEYS[9] dormant  string set while no scheduler loop runs for the partition (idle.lua)
   KEYS[10] far     zset   far bucket number -> when to unpack it (ms): see far.go
   KEYS[11] fmeta   hash   far tier counters: n, p:<bucket>, l:<bucket>
-  KEYS[12...]      the far index shards and far buckets the messages name (below)
+  KEYS[12] bell    string the partition's bell, rung when ready entries were
+                          added (see read.lua)
+  KEYS[13...]      the far index shards and far buckets the messages name (below)
   ARGV[1]          wake channel, published to when the earliest due time moves
                    earlier, or a message is stored in a dormant partition
   ARGV[2]          most waiting messages (ZCARD waiting) a call may leave; 0: no bound
@@ -294,6 +297,9 @@ end
 
 for _, m in ipairs(ready) do
   redis.call('XADD', KEYS[3], '*', 'm', ARGV[m + 2])
+end
+if #ready > 0 then
+  ring(KEYS[12])
 end
 
 local wake = false

@@ -17,6 +17,7 @@
   KEYS[6] meta     hash   policy: max (attempts, 0 = no limit), vis (ms),
                           deadmax (0 = no limit), idle (ms), backoff
                           (comma-separated ms per attempt, last repeats)
+  KEYS[7] bell     string the partition's bell (see read.lua)
   ARGV[1] consumer group
   ARGV[2] most pending entries looked at per call
   ARGV[3] wake channel
@@ -72,7 +73,7 @@ while s <= 2 do
         buried = buried + 1
       else
         local delay = backoff[math.min(attempt, #backoff)] or 0
-        requeue(KEYS[3], KEYS[4], KEYS[2], ARGV[3], tag .. id, attempt + 1, delay, body)
+        requeue(KEYS[3], KEYS[4], KEYS[2], KEYS[7], ARGV[3], tag .. id, attempt + 1, delay, body)
         requeued = requeued + 1
       end
     end

@@ -10,6 +10,7 @@
 
   KEYS[1] stream   stream the topic's ready stream
   KEYS[2] rstream  stream the group's redelivery stream
+  KEYS[3] bell     string the partition's bell (see read.lua)
   ARGV[1] consumer group
   ARGV[2] consumer name
   ARGV[3] most entries handed back per stream per call
@@ -46,9 +47,11 @@ for s = 1, 2 do
     end
   end
   if #pending == limit and #pending > kept then
+    if released > 0 then ring(KEYS[3]) end
     return {released, missing, 0}
   end
 end
+if released > 0 then ring(KEYS[3]) end
 
 if ARGV[4] == '' then
   redis.call('XGROUP', 'DELCONSUMER', KEYS[1], group, consumer)

@@ -1,9 +1,11 @@
+-- include: lib
 --[[
   requeue: moves dead letters back to their consumer group, into its
   redelivery stream, as attempt 1.
 
   KEYS[1] dead     stream the group's dead letters
   KEYS[2] rstream  stream the group's redelivery stream
+  KEYS[3] bell     string the partition's bell (see read.lua)
   ARGV[1] most dead letters moved when no id is given
   ARGV[2..] dead-letter ids to move; none: the oldest, up to ARGV[1]
 
@@ -26,4 +28,5 @@ for _, e in ipairs(entries) do
   redis.call('XADD', KEYS[2], '*', 'm', body, 'a', 1)
   redis.call('XDEL', KEYS[1], e[1])
 end
+if #entries > 0 then ring(KEYS[3]) end
 return #entries

@@ -1,0 +1,671 @@
+package redisdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The connection model. Whatever the number of topics, partitions,
+// Subscribers and Managers, the library's own work on one Redis client in
+// one process holds at most lanes + 1 connections per Redis node:
+//
+//   - One pub/sub connection (go-redis keeps pub/sub connections outside
+//     the client's pool) carries every notification: the schedulers'
+//     wake-ups, pause changes, topic registrations, and the bell that tells
+//     idle subscriptions of new entries (see read.lua).
+//   - Every other command goes through the client's pool, at most lanes at
+//     a time (the gate): subscriptions read without blocking (an idle one
+//     waits for its bell, see subscription.wait), so none holds a
+//     connection between commands. On a cluster the lanes bound the
+//     commands under way on all nodes together.
+//
+// The components sharing a client share these through its hub, found by
+// the client's identity and released when the last of them closes.
+// Publish calls are the application's own load and go through the pool
+// beside the gate, as do the Inspector's.
+
+// lanes is how many commands the library's background work runs at once
+// on a client.
+const lanes = 3
+
+// hub is what the components of a process share on one Redis client: the
+// gate and the notifications.
+type hub struct {
+	client redis.UniversalClient
+	refs   int // under hubsMu
+
+	// The gate (see lane): started at the first command.
+	startOnce sync.Once
+	queue     chan *job
+	stop      chan struct{} // closed by the last release
+	lanesDone sync.WaitGroup
+
+	mu        sync.Mutex
+	ps        *redis.PubSub // nil until the first listener, and once closed
+	closed    bool
+	listeners map[string]map[*listener]struct{} // channel -> listeners
+	done      chan struct{}                     // closed when the dispatch loop ended
+	prefixes  map[string]*channelGrant          // key prefix -> whether Redis grants its channels
+
+	poolErr atomic.Pointer[poolError] // the last error of the client's pool in a lane
+}
+
+// listener receives the notes of one channel. fn runs on the hub's dispatch
+// goroutine and must not block.
+type listener struct {
+	fn func(note)
+}
+
+// note is a message on a channel, or the confirmation that the channel was
+// (re)subscribed: messages published while it was not are lost.
+type note struct {
+	channel    string
+	payload    string
+	subscribed bool
+}
+
+var (
+	hubsMu sync.Mutex
+	hubs   = map[redis.UniversalClient]*hub{}
+)
+
+// acquireHub returns the hub of a client, creating it at the first use;
+// release gives it back.
+func acquireHub(client redis.UniversalClient) *hub {
+	if !reflect.TypeOf(client).Comparable() {
+		// Cannot be a map key: a hub of its own. All go-redis clients are
+		// pointers; this is a wrapper of the application's.
+		return newHub(client)
+	}
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	h := hubs[client]
+	if h == nil {
+		h = newHub(client)
+		hubs[client] = h
+	}
+	h.refs++
+	return h
+}
+
+func newHub(client redis.UniversalClient) *hub {
+	return &hub{
+		client: client, refs: 1,
+		listeners: map[string]map[*listener]struct{}{}, prefixes: map[string]*channelGrant{},
+	}
+}
+
+// release gives the hub back; the last release closes its pub/sub
+// connection and returns once it is closed.
+func (h *hub) release() {
+	hubsMu.Lock()
+	h.refs--
+	last := h.refs == 0
+	if last && hubs[h.client] == h {
+		delete(hubs, h.client)
+	}
+	hubsMu.Unlock()
+	if !last {
+		return
+	}
+	started := true
+	h.startOnce.Do(func() { // no lanes start from now on
+		started = false
+		h.stop = make(chan struct{})
+	})
+	close(h.stop)
+	if started {
+		h.lanesDone.Wait()
+	}
+	h.mu.Lock()
+	ps, done := h.ps, h.done
+	h.ps, h.closed = nil, true
+	h.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close()
+		<-done
+	}
+}
+
+// listen registers l for the notes of channel, subscribing to it unless
+// another listener did. A SUBSCRIBE that fails is sent again by go-redis
+// when it reconnects, and the confirmation then tells every listener.
+func (h *hub) listen(channel string, l *listener) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	set := h.listeners[channel]
+	if set == nil {
+		set = map[*listener]struct{}{}
+		h.listeners[channel] = set
+	}
+	set[l] = struct{}{}
+	if len(set) > 1 {
+		return
+	}
+	// Under mu, so SUBSCRIBE and UNSUBSCRIBE of one channel reach Redis in
+	// the order of the listener set's changes.
+	if h.ps == nil {
+		h.open(channel)
+		return
+	}
+	_ = h.ps.Subscribe(context.Background(), channel)
+}
+
+// unlisten removes l; the last listener of a channel unsubscribes from it,
+// before unlisten returns.
+func (h *hub) unlisten(channel string, l *listener) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.listeners[channel]
+	if _, ok := set[l]; !ok {
+		return
+	}
+	delete(set, l)
+	if len(set) > 0 {
+		return
+	}
+	delete(h.listeners, channel)
+	if h.ps != nil {
+		_ = h.ps.Unsubscribe(context.Background(), channel)
+	}
+}
+
+// open starts the pub/sub connection with its first channel. Called with
+// h.mu held.
+func (h *hub) open(channel string) {
+	h.ps = h.client.Subscribe(context.Background(), channel)
+	h.done = make(chan struct{})
+	// The health check pings an idle connection (go-redis's default, 3s,
+	// would cost a call per 3s for nothing) and reconnects a dead one; the
+	// confirmations of the subscriptions it then sends again tell every
+	// listener that what was published meanwhile is lost.
+	ch := h.ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(pubsubHealthCheck))
+	go func() {
+		defer close(h.done)
+		for m := range ch {
+			switch m := m.(type) {
+			case *redis.Message:
+				h.dispatch(note{channel: m.Channel, payload: m.Payload})
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					h.dispatch(note{channel: m.Channel, subscribed: true})
+				}
+			}
+		}
+	}()
+}
+
+// pubsubHealthCheck is how often an idle pub/sub connection pings Redis.
+const pubsubHealthCheck = 30 * time.Second
+
+// dispatch passes a note to the listeners of its channel, outside mu: a
+// listener may take locks held by code that calls listen. A listener
+// removed meanwhile may get the note still.
+func (h *hub) dispatch(n note) {
+	h.mu.Lock()
+	set := h.listeners[n.channel]
+	ls := make([]*listener, 0, len(set))
+	for l := range set {
+		ls = append(ls, l)
+	}
+	h.mu.Unlock()
+	for _, l := range ls {
+		l.fn(n)
+	}
+}
+
+// resubscribe sends SUBSCRIBE again for every channel of a key prefix:
+// Redis refused them before (see channelGrant), so the pub/sub connection
+// does not carry them.
+func (h *hub) resubscribe(prefix string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ps == nil {
+		return
+	}
+	var channels []string
+	for c := range h.listeners {
+		if len(c) > len(prefix) && c[:len(prefix)+1] == prefix+":" {
+			channels = append(channels, c)
+		}
+	}
+	if len(channels) > 0 {
+		_ = h.ps.Subscribe(context.Background(), channels...)
+	}
+}
+
+// channelGrant is whether Redis lets the client subscribe to the channels of
+// a key prefix. A SUBSCRIBE refused by an ACL is silent on a connection
+// whose messages go to a channel (go-redis drops the error), so it is
+// probed on a connection of its own: once when granted, and while refused
+// at most once per probeEvery.
+type channelGrant struct {
+	mu      sync.Mutex
+	granted bool
+	err     error     // the refusal, while refused
+	probed  time.Time // the last probe
+}
+
+// probeEvery bounds how often a refused grant is probed again.
+const probeEvery = time.Second
+
+// channelsGranted reports nil when Redis lets the client subscribe to the
+// channels of prefix, or its refusal; another error is a failed probe,
+// tried again at the next call.
+func (h *hub) channelsGranted(ctx context.Context, prefix string) error {
+	h.mu.Lock()
+	g := h.prefixes[prefix]
+	if g == nil {
+		g = &channelGrant{}
+		h.prefixes[prefix] = g
+	}
+	h.mu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.granted {
+		return nil
+	}
+	if g.err != nil && time.Since(g.probed) < probeEvery {
+		return g.err
+	}
+	err := h.probeSubscribe(ctx, prefix+":registered")
+	g.probed = time.Now()
+	switch {
+	case err == nil:
+		wasRefused := g.err != nil
+		g.granted, g.err = true, nil
+		if wasRefused {
+			h.resubscribe(prefix)
+		}
+	case isNoPerm(err):
+		g.err = err
+	}
+	return err
+}
+
+// probeSubscribe subscribes to channel on a connection of its own and
+// returns Redis's answer.
+func (h *hub) probeSubscribe(ctx context.Context, channel string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ps := h.client.Subscribe(ctx, channel)
+	defer ps.Close()
+	_, err := ps.Receive(ctx)
+	return err
+}
+
+// The gate: lanes workers, each sending what is queued when it is free in
+// one pipeline (at most maxBatch commands), so commands of many
+// subscriptions and schedulers share round trips under load, and a lone
+// command goes out at once.
+
+// maxBatch bounds the commands of one pipeline of a lane.
+const maxBatch = 256
+
+// job is work queued for a lane: commands to send, or a function to run
+// alone in the lane (commands it cannot queue, such as INFO to every
+// master).
+type job struct {
+	ctx   context.Context
+	cmds  []redis.Cmder
+	fn    func()
+	taken atomic.Bool   // a lane took it: the caller waits for done
+	done  chan struct{} // closed when the lane is through with it
+}
+
+// errHubClosed fails the commands of a component used after every
+// component of its client closed.
+var errHubClosed = errors.New("redisdelay: used after Close")
+
+// start starts the lanes, once per hub; they end when it is released.
+func (h *hub) start() {
+	h.startOnce.Do(func() {
+		h.queue, h.stop = make(chan *job), make(chan struct{})
+		h.lanesDone.Add(lanes)
+		for range lanes {
+			go h.lane()
+		}
+	})
+}
+
+// do queues a job and waits until it is through. A job not yet taken
+// when ctx ends is dropped with ctx's error; a job taken runs to its end.
+func (h *hub) do(j *job) error {
+	h.start()
+	j.done = make(chan struct{})
+	select {
+	case h.queue <- j:
+	case <-h.stop:
+		return errHubClosed
+	case <-j.ctx.Done():
+		return h.noLane(j.ctx)
+	}
+	select {
+	case <-j.done:
+		return nil
+	case <-j.ctx.Done():
+		if j.taken.CompareAndSwap(false, true) {
+			return h.noLane(j.ctx) // still queued in a lane's batch: dropped
+		}
+		<-j.done
+		return nil
+	}
+}
+
+// lane runs jobs until the hub is released: a job, and the command jobs
+// queued behind it, in one pipeline.
+func (h *hub) lane() {
+	defer h.lanesDone.Done()
+	batch := make([]*job, 0, maxBatch)
+	for {
+		var first *job
+		select {
+		case first = <-h.queue:
+		case <-h.stop:
+			return
+		}
+		if first.fn != nil {
+			runAlone(first)
+			continue
+		}
+		batch = append(batch[:0], first)
+		var alone *job // a function job found while filling: run after the batch
+	fill:
+		for n := len(first.cmds); n < maxBatch; {
+			select {
+			case j := <-h.queue:
+				if j.fn != nil {
+					alone = j
+					break fill
+				}
+				batch = append(batch, j)
+				n += len(j.cmds)
+			default:
+				break fill
+			}
+		}
+		h.send(batch)
+		if alone != nil {
+			runAlone(alone)
+		}
+	}
+}
+
+// runAlone runs a function job, unless its caller gave up.
+func runAlone(j *job) {
+	if j.taken.CompareAndSwap(false, true) {
+		j.fn()
+	}
+	close(j.done)
+}
+
+// send sends the commands of the batch's jobs that are still wanted in
+// one pipeline, and closes their done.
+func (h *hub) send(batch []*job) {
+	pipe := h.client.Pipeline()
+	var sent []*job
+	for _, j := range batch {
+		if !j.taken.CompareAndSwap(false, true) {
+			close(j.done) // its caller gave up
+			continue
+		}
+		for _, c := range j.cmds {
+			_ = pipe.Process(j.ctx, c)
+		}
+		sent = append(sent, j)
+	}
+	if len(sent) > 0 {
+		cmds, err := pipe.Exec(context.Background())
+		pipeFailed(cmds, err)
+		for _, c := range cmds {
+			if err := c.Err(); err != nil {
+				c.SetErr(h.explain(err))
+			}
+		}
+	}
+	for _, j := range sent {
+		close(j.done)
+	}
+}
+
+// exclusive runs fn alone in a lane, or fails when ctx ends first.
+func (h *hub) exclusive(ctx context.Context, fn func()) error {
+	return h.do(&job{ctx: ctx, fn: fn})
+}
+
+// noLane is the error of a command dropped unsent when ctx ended: with a
+// recent error of the client's pool, the lanes waited for the pool.
+func (h *hub) noLane(ctx context.Context) error {
+	err := fmt.Errorf("no lane free for the command (the library runs %d pipelines at a time on a client, see docs/operations.md#connections): %w", lanes, ctx.Err())
+	if p := h.poolErr.Load(); p != nil && time.Since(p.at) < 10*time.Second {
+		return &poolError{err: err, hint: "the lanes waited for the client's pool: " + p.hint}
+	}
+	return err
+}
+
+// gated is the client as the library's background work uses it: each
+// command goes through the hub's lanes (see lanes). Only the commands
+// that work needs are here, so a new one cannot bypass the gate unseen.
+// An error of the client's pool says what happened and what to set (see
+// explainPool); the caller logs it as any error, rate-limited.
+type gated struct {
+	h *hub
+}
+
+func newGated(h *hub) *gated { return &gated{h: h} }
+
+// cmds is what the library's background work calls on Redis: a gated
+// client, or the client itself where the application's own call does the
+// work (Publisher, Inspector).
+type cmds interface {
+	redis.Scripter
+	XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
+	Exists(ctx context.Context, keys ...string) *redis.IntCmd
+	SMembers(ctx context.Context, key string) *redis.StringSliceCmd
+	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
+	HGet(ctx context.Context, key, field string) *redis.StringCmd
+	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
+	ZScore(ctx context.Context, key, member string) *redis.FloatCmd
+	ZRem(ctx context.Context, key string, members ...any) *redis.IntCmd
+	Time(ctx context.Context) *redis.TimeCmd
+	Publish(ctx context.Context, channel string, message any) *redis.IntCmd
+	Pipeline() redis.Pipeliner
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+}
+
+var (
+	_ cmds = (*gated)(nil)
+	_ cmds = redis.UniversalClient(nil)
+)
+
+// run sends one command through a lane: build makes it (on a pipeline
+// that only collects it).
+func run[C redis.Cmder](g *gated, ctx context.Context, build func(redis.Pipeliner) C) C {
+	c := build(g.h.client.Pipeline())
+	if err := g.h.do(&job{ctx: ctx, cmds: []redis.Cmder{c}}); err != nil {
+		c.SetErr(err)
+	}
+	return c
+}
+
+func (g *gated) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.Eval(ctx, script, keys, args...) })
+}
+
+func (g *gated) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalSha(ctx, sha1, keys, args...) })
+}
+
+func (g *gated) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalRO(ctx, script, keys, args...) })
+}
+
+func (g *gated) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalShaRO(ctx, sha1, keys, args...) })
+}
+
+// ScriptExists and ScriptLoad go to every master on a cluster (go-redis
+// sends them to each): not a command a pipeline can carry there.
+func (g *gated) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	var c *redis.BoolSliceCmd
+	if err := g.h.exclusive(ctx, func() { c = g.h.client.ScriptExists(ctx, hashes...) }); err != nil {
+		c = redis.NewBoolSliceCmd(ctx)
+		c.SetErr(err)
+	}
+	return c
+}
+
+func (g *gated) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	var c *redis.StringCmd
+	if err := g.h.exclusive(ctx, func() { c = g.h.client.ScriptLoad(ctx, script) }); err != nil {
+		c = redis.NewStringCmd(ctx)
+		c.SetErr(err)
+	}
+	return c
+}
+
+func (g *gated) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.XStreamSliceCmd { return p.XReadGroup(ctx, a) })
+}
+
+func (g *gated) Exists(ctx context.Context, keys ...string) *redis.IntCmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.Exists(ctx, keys...) })
+}
+
+func (g *gated) SMembers(ctx context.Context, key string) *redis.StringSliceCmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.StringSliceCmd { return p.SMembers(ctx, key) })
+}
+
+func (g *gated) Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.StatusCmd { return p.Set(ctx, key, value, expiration) })
+}
+
+func (g *gated) HGet(ctx context.Context, key, field string) *redis.StringCmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.StringCmd { return p.HGet(ctx, key, field) })
+}
+
+func (g *gated) HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.SliceCmd { return p.HMGet(ctx, key, fields...) })
+}
+
+func (g *gated) ZScore(ctx context.Context, key, member string) *redis.FloatCmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.FloatCmd { return p.ZScore(ctx, key, member) })
+}
+
+func (g *gated) ZRem(ctx context.Context, key string, members ...any) *redis.IntCmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.ZRem(ctx, key, members...) })
+}
+
+func (g *gated) Time(ctx context.Context) *redis.TimeCmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.TimeCmd { return p.Time(ctx) })
+}
+
+func (g *gated) Publish(ctx context.Context, channel string, message any) *redis.IntCmd {
+	return run(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.Publish(ctx, channel, message) })
+}
+
+// Pipeline returns a pipeline whose commands go through a lane together.
+func (g *gated) Pipeline() redis.Pipeliner {
+	return &gatedPipe{Pipeliner: g.h.client.Pipeline(), g: g}
+}
+
+func (g *gated) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	p := g.Pipeline()
+	if err := fn(p); err != nil {
+		return nil, err
+	}
+	return p.Exec(ctx)
+}
+
+type gatedPipe struct {
+	redis.Pipeliner
+	g *gated
+}
+
+// Exec sends the queued commands through a lane, with other commands
+// queued there, and returns the first error among them, as go-redis does.
+func (p *gatedPipe) Exec(ctx context.Context) ([]redis.Cmder, error) {
+	cmds := p.Pipeliner.Cmds()
+	p.Pipeliner.Discard()
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	if err := p.g.h.do(&job{ctx: ctx, cmds: cmds}); err != nil {
+		for _, c := range cmds {
+			c.SetErr(err)
+		}
+		return cmds, err
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return cmds, err
+		}
+	}
+	return cmds, nil
+}
+
+// explain is explainPool for a command run in a lane, noting the error for
+// the commands that wait for a lane meanwhile.
+func (h *hub) explain(err error) error {
+	err = explainPool(h.client, err)
+	if p, ok := err.(*poolError); ok {
+		h.poolErr.Store(&poolError{err: p.err, hint: p.hint, at: time.Now()})
+	}
+	return err
+}
+
+// explainPool returns err, when the client's pool gave no connection, with
+// what happened and what to set; any other error (or nil) as it is.
+func explainPool(client redis.UniversalClient, err error) error {
+	exhausted := errors.Is(err, redis.ErrPoolExhausted)
+	var explained *poolError
+	if !errors.Is(err, redis.ErrPoolTimeout) && !exhausted || errors.As(err, &explained) {
+		return err
+	}
+	size, timeout := "", ""
+	switch c := client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		size, timeout = fmt.Sprint(o.PoolSize), o.PoolTimeout.String()
+		if exhausted {
+			size = fmt.Sprintf("%d (MaxActiveConns)", o.MaxActiveConns)
+		}
+	case *redis.ClusterClient:
+		o := c.Options()
+		size, timeout = fmt.Sprintf("%d per node", o.PoolSize), o.PoolTimeout.String()
+		if exhausted {
+			size = fmt.Sprintf("%d per node (MaxActiveConns)", o.MaxActiveConns)
+		}
+	}
+	what := "all connections of the Redis client's pool"
+	if size != "" {
+		what = fmt.Sprintf("all %s connections of the Redis client's pool", size)
+	}
+	wait := ""
+	if timeout != "" && !exhausted {
+		wait = " for PoolTimeout (" + timeout + ")"
+	}
+	return &poolError{err: err, hint: fmt.Sprintf("%s were in use%s, by the application's own commands (redisdelay's background work uses at most %d at a time, "+
+		"see docs/operations.md#connections); raise the client's PoolSize (redis.Options.PoolSize, by default 10 per GOMAXPROCS), "+
+		"or give long blocking commands a client of their own", what, wait, lanes)}
+}
+
+// poolError is an error of the client's pool with what to do about it.
+type poolError struct {
+	err  error
+	hint string
+	at   time.Time // when it happened (hub.poolErr)
+}
+
+func (e *poolError) Error() string { return e.err.Error() + ": " + e.hint }
+func (e *poolError) Unwrap() error { return e.err }

@@ -1,0 +1,440 @@
+package redisdelay_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// The connection model (conns.go) with the client a new user creates:
+// redis.NewClient(&redis.Options{Addr: addr}), go-redis's default pool of
+// 10 connections per GOMAXPROCS. Before it, each subscription held a
+// pooled connection per partition for its blocking reads, and the
+// library stalled for good once subscriptions × partitions reached the
+// pool size (20 topics at GOMAXPROCS 2, 10 at GOMAXPROCS 1).
+
+// defaultClient is a client of the test deployment with go-redis's
+// defaults, its pool sized as under GOMAXPROCS procs (the pool is sized
+// when the client is created).
+func defaultClient(t testing.TB, procs int) redis.UniversalClient {
+	t.Helper()
+	prev := runtime.GOMAXPROCS(procs)
+	c := openClient("")
+	runtime.GOMAXPROCS(prev)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// ctFlow publishes perTopic messages to each topic, delayed 0-30ms, from a
+// few goroutines at once, and checks that every one is received once on
+// the topic's channel, none before its delay passed.
+type ctFlow struct {
+	t        *testing.T
+	pub      message.Publisher
+	topics   []string
+	perTopic int
+
+	mu      sync.Mutex
+	sentAt  map[string]time.Time // UUID -> when its delay was set
+	delayOf map[string]time.Duration
+	topicOf map[string]string
+	got     map[string]int
+	early   []string
+	left    atomic.Int64
+	done    chan struct{}
+}
+
+func newCtFlow(t *testing.T, pub message.Publisher, topics []string, perTopic int) *ctFlow {
+	f := &ctFlow{t: t, pub: pub, topics: topics, perTopic: perTopic,
+		sentAt: map[string]time.Time{}, delayOf: map[string]time.Duration{}, topicOf: map[string]string{}, got: map[string]int{}, done: make(chan struct{})}
+	f.left.Store(int64(len(topics) * perTopic))
+	return f
+}
+
+// consume acks what comes on ch until it closes.
+func (f *ctFlow) consume(ch <-chan *message.Message) {
+	go func() {
+		for msg := range ch {
+			now := time.Now()
+			msg.Ack()
+			f.mu.Lock()
+			sent, ok := f.sentAt[msg.UUID]
+			if ok && now.Sub(sent) < f.delayOf[msg.UUID] {
+				f.early = append(f.early, msg.UUID)
+			}
+			f.got[msg.UUID]++
+			first := f.got[msg.UUID] == 1
+			f.mu.Unlock()
+			if first && f.left.Add(-1) == 0 {
+				close(f.done)
+			}
+		}
+	}()
+}
+
+// publish publishes everything from 8 goroutines, one message per call.
+func (f *ctFlow) publish() {
+	type job struct {
+		topic string
+		msg   *message.Message
+		d     time.Duration
+		at    time.Time // when its delay was set: delay.For's until second counts from then
+	}
+	jobs := make(chan job)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				f.mu.Lock()
+				f.sentAt[j.msg.UUID], f.delayOf[j.msg.UUID], f.topicOf[j.msg.UUID] = j.at, j.d, j.topic
+				f.mu.Unlock()
+				if err := f.pub.Publish(j.topic, j.msg); err != nil {
+					errs <- fmt.Errorf("publish to %s: %w", j.topic, err)
+					return
+				}
+			}
+		}()
+	}
+	for i := range f.perTopic {
+		for _, tp := range f.topics {
+			d := time.Duration(rand.IntN(31)) * time.Millisecond
+			msg := lcMessage(fmt.Sprintf("%s-%d", tp, i))
+			at := time.Now()
+			delay.Message(msg, delay.For(d))
+			jobs <- job{tp, msg, d, at}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(f.t, err)
+	}
+}
+
+// await waits until every message came, at most within.
+func (f *ctFlow) await(within time.Duration) {
+	f.t.Helper()
+	select {
+	case <-f.done:
+	case <-time.After(within):
+		f.mu.Lock()
+		heard := map[string]bool{}
+		for id, n := range f.got {
+			if n > 0 {
+				heard[f.topicOf[id]] = true
+			}
+		}
+		f.mu.Unlock()
+		f.t.Fatalf("%d of %d messages not received within %s; %d of %d topics received none",
+			f.left.Load(), len(f.topics)*f.perTopic, within, len(f.topics)-len(heard), len(f.topics))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	assert.Empty(f.t, f.early, "messages delivered before their delay passed")
+}
+
+// publishToAll publishes the first flow's messages, which every flow (one
+// per consumer group of the same topics) awaits.
+func publishToAll(flows []*ctFlow) {
+	flows[0].publish()
+	for _, f := range flows[1:] {
+		f.mu.Lock()
+		flows[0].mu.Lock()
+		for id, at := range flows[0].sentAt {
+			f.sentAt[id], f.delayOf[id], f.topicOf[id] = at, flows[0].delayOf[id], flows[0].topicOf[id]
+		}
+		flows[0].mu.Unlock()
+		f.mu.Unlock()
+	}
+}
+
+func ctTopics(n int) []string {
+	topics := make([]string, n)
+	for i := range topics {
+		topics[i] = topic()
+	}
+	return topics
+}
+
+// One Subscriber with many topics on a default client, at GOMAXPROCS 1 and
+// 2 (pools of 10 and 20): every message comes, none early, and publishing
+// on the same client keeps working. Before the connection model, 20 topics
+// (GOMAXPROCS 2) and 10 (GOMAXPROCS 1) delivered nothing, ever, and 5
+// topics of 4 partitions stalled as 20 of one.
+func TestDefaultClient_OneSubscriberManyTopics(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		topics, parts, perTopic int
+	}{
+		{1, 1, 100},
+		{20, 1, 100},
+		{100, 1, 20},
+		{5, 4, 100},
+		{1000, 1, 5},
+	}
+	for _, c := range cases {
+		for _, procs := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%d topics of %d partitions, pool of GOMAXPROCS %d", c.topics, c.parts, procs), func(t *testing.T) {
+				if testing.Short() && c.topics > 100 {
+					t.Skip("-short: 1,000 topics are covered by TestDefaultClient_ThousandTopicsThreeSubscribers")
+				}
+				t.Parallel()
+				client := defaultClient(t, procs)
+				pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: c.parts}, logger)
+				require.NoError(t, err)
+				sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: c.parts})
+				topics := ctTopics(c.topics)
+				f := newCtFlow(t, pub, topics, c.perTopic)
+				for _, tp := range topics {
+					f.consume(subscribe(t, sub, tp))
+				}
+				f.publish()
+				f.await(time.Minute)
+			})
+		}
+	}
+}
+
+// Three Subscribers (consumer groups a, b, c), a Manager and a Publisher
+// share one default client, 1,000 topics each Subscriber: every group
+// gets every message. Before the connection model, subscriptions past the
+// pool's 20th failed Subscribe after ~16s each, and no publish succeeded.
+func TestDefaultClient_ThousandTopicsThreeSubscribers(t *testing.T) {
+	t.Parallel()
+	n, perTopic := 1000, 2
+	if testing.Short() {
+		n = 200
+	}
+	client := defaultClient(t, 2)
+	topics := ctTopics(n)
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: topics})
+	pub := lcPublisher(t, client)
+	var flows []*ctFlow
+	for _, group := range []string{"a", "b", "c"} {
+		sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: group, DisableScheduler: group != "a"})
+		f := newCtFlow(t, pub, topics, perTopic)
+		for _, tp := range topics {
+			f.consume(subscribe(t, sub, tp))
+		}
+		flows = append(flows, f)
+	}
+	publishToAll(flows)
+	for _, f := range flows {
+		f.await(time.Minute)
+	}
+}
+
+// A Router with 21 handlers on one Subscriber and a default client runs,
+// delivers and closes promptly. Before the connection model Run failed
+// ("cannot subscribe topic … connection pool timeout") and Close took 30s.
+func TestDefaultClient_RouterWithManyHandlers(t *testing.T) {
+	t.Parallel()
+	client := defaultClient(t, 2)
+	pub := lcPublisher(t, client)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, logger)
+	require.NoError(t, err)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
+	require.NoError(t, err)
+	topics := ctTopics(21)
+	var got sync.Map
+	for _, tp := range topics {
+		router.AddConsumerHandler("h-"+tp, tp, sub, func(msg *message.Message) error {
+			got.Store(string(msg.Payload), true)
+			return nil
+		})
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(context.Background()) }()
+	select {
+	case <-router.Running():
+	case err := <-runErr:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Router was not running within 30s")
+	}
+	for _, tp := range topics {
+		msg := lcMessage(tp)
+		delay.Message(msg, delay.For(20*time.Millisecond))
+		require.NoError(t, pub.Publish(tp, msg))
+	}
+	require.Eventually(t, func() bool {
+		n := 0
+		got.Range(func(any, any) bool { n++; return true })
+		return n == len(topics)
+	}, 10*time.Second, 10*time.Millisecond, "every handler gets its message")
+
+	start := time.Now()
+	require.NoError(t, router.Close())
+	require.NoError(t, <-runErr)
+	t.Logf("FIGURE Router of 21 handlers closed in %s", time.Since(start).Round(time.Millisecond))
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// ctConnections counts the connections Redis has from clients named name.
+func ctConnections(t *testing.T, admin redis.UniversalClient, name string) int {
+	t.Helper()
+	list, err := admin.ClientList(context.Background()).Result()
+	require.NoError(t, err)
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " name="+name+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+// The library's connections per process stay within the pub/sub
+// connection and the gate's lanes (conns.go), whatever the number of
+// topics, partitions and Subscribers: three Subscribers on 300 topics (50
+// of them of 4 partitions) and a Manager, while messages flow and once
+// idle. Publishing goes through a client of its own: the Publisher's
+// connections are the application's load.
+func TestConnections_BoundedPerProcess(t *testing.T) {
+	t.Parallel()
+	needSingle(t, "it counts the connections of one server's CLIENT LIST")
+	// ClientName only names the connections so CLIENT LIST can tell them:
+	// the pool is go-redis's default.
+	name := "ct-" + watermill.NewShortUUID()
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, ClientName: name})
+	t.Cleanup(func() { _ = client.Close() })
+	admin := newClient(t)
+
+	single, multi := ctTopics(250), ctTopics(50)
+	parts := map[string]int{}
+	for _, tp := range multi {
+		parts[tp] = 4
+	}
+	all := append(append([]string{}, single...), multi...)
+	lcManager(t, client, redisdelay.ManagerConfig{Topics: all})
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: admin, TopicPartitions: parts}, logger)
+	require.NoError(t, err)
+	var flows []*ctFlow
+	for _, group := range []string{"a", "b", "c"} {
+		sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: group, TopicPartitions: parts})
+		f := newCtFlow(t, pub, all, 10)
+		for _, tp := range all {
+			f.consume(subscribe(t, sub, tp))
+		}
+		flows = append(flows, f)
+	}
+
+	most := 0
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			most = max(most, ctConnections(t, admin, name))
+		}
+	}()
+	publishToAll(flows)
+	for _, f := range flows {
+		f.await(time.Minute)
+	}
+	time.Sleep(500 * time.Millisecond) // idle
+	close(stop)
+	<-sampled
+	t.Logf("FIGURE connections of a process with 3 Subscribers on 300 topics (50 of 4 partitions) and a Manager: at most %d (pool of %d)",
+		most, client.Options().PoolSize)
+	assert.LessOrEqual(t, most, redisdelay.Lanes+1)
+	assert.Positive(t, most)
+}
+
+// ctLog records what is logged at error level.
+type ctLog struct {
+	watermill.LoggerAdapter
+	mu    sync.Mutex
+	lines [][2]string // message, error
+}
+
+func (l *ctLog) Error(msg string, err error, fields watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, [2]string{msg, err.Error()})
+}
+
+func (l *ctLog) logged() [][2]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([][2]string(nil), l.lines...)
+}
+
+// The application's own load takes every connection of the pool: the
+// library says so and what to set, each kind of error once, Publish fails
+// saying the same, and delivery recovers by itself once connections free
+// up.
+func TestConnections_PoolExhaustedByTheApplication(t *testing.T) {
+	t.Parallel()
+	needSingle(t, "it holds the connections of a *redis.Client's pool")
+	// A pool of 2 the test can take whole, and a PoolTimeout of 300ms so
+	// the test waits less: go-redis's defaults behave the same, slower.
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 2, PoolTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = client.Close() })
+	log := &ctLog{LoggerAdapter: watermill.NopLogger{}}
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, log)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	tp := topic()
+	ch := subscribe(t, sub, tp)
+	awaitWaiting(t, newClient(t), tp, 1)
+
+	// The application holds both connections.
+	ctx := context.Background()
+	var held []*redis.Conn
+	for range 2 {
+		c := client.Conn()
+		require.NoError(t, c.Ping(ctx).Err())
+		held = append(held, c)
+	}
+	pub := lcPublisher(t, client)
+	err = pub.Publish(tp, lcMessage("refused"))
+	require.ErrorIs(t, err, redis.ErrPoolTimeout)
+	assert.Contains(t, err.Error(), "all 2 connections of the Redis client's pool were in use for PoolTimeout (300ms)")
+	assert.Contains(t, err.Error(), "raise the client's PoolSize")
+
+	require.NoError(t, lcPublisher(t, newClient(t)).Publish(tp, lcMessage("m")))
+	require.Eventually(t, func() bool { return len(log.logged()) > 0 }, 5*time.Second, 10*time.Millisecond,
+		"the failing read is logged")
+	time.Sleep(2 * time.Second) // failing reads retried meanwhile, not logged again
+	nothing(t, ch, 0)
+
+	for _, c := range held {
+		require.NoError(t, c.Close())
+	}
+	receive(t, ch, 5*time.Second).Ack()
+	logged := log.logged()
+	t.Logf("logged while the pool was exhausted: %q", logged)
+	kinds := map[string]int{}
+	for _, l := range logged {
+		assert.Contains(t, l[1], "raise the client's PoolSize")
+		kinds[l[0]]++
+	}
+	for kind, n := range kinds {
+		assert.Equal(t, 1, n, "logged more than once: %s", kind)
+	}
+}
