@@ -255,21 +255,24 @@ type SubscriberConfig struct {
 	BatchSize int
 
 	// BlockTime is how long an idle subscription waits to be told of new
-	// messages before it reads anyway (default 30s). Reads never block: a
-	// subscription that finds nothing waits for its partition's
-	// notification, which every script adding messages it reads sends (a
-	// publish, promotion of due messages, a redelivery, a hand-back), so
-	// new messages come at once however long BlockTime is; Close, the end
-	// of the Subscribe context and a Pause or Resume end the wait at once
-	// too. So BlockTime only sets what an idle subscription costs Redis:
-	// one script call per BlockTime (a check of the pause flag with it),
-	// which also finds messages added by a writer that sends no
-	// notification (an older version of this library). It is also how
-	// often a paused subscription checks the flag beside the notification
-	// of Resume. Where Redis refuses the client the notification channels
-	// (an ACL without &<KeyPrefix>:*, logged once), idle subscriptions
-	// read every 100ms instead. Ordered subscriptions read and check their
-	// share of the partitions at least once a second.
+	// messages before the Subscriber peeks for it anyway (default 30s).
+	// Reads never block: a subscription that took all there was waits for
+	// its partition's notification, which every script adding messages it
+	// reads sends (a publish, promotion of due messages, a redelivery, a
+	// hand-back), so new messages come at once however long BlockTime is;
+	// Close, the end of the Subscribe context and a Pause or Resume end the
+	// wait at once too. So BlockTime only sets what an idle subscription
+	// costs Redis: one peek script call per BlockTime, sent in one pipeline
+	// with those of the Subscriber's other idle subscriptions, which finds
+	// messages added by a writer that sends no notification (an older
+	// version of this library) and then wakes the subscription. A
+	// subscription that reads checks the group's pause flag at least once
+	// per BlockTime (a notification of Pause that was lost is noticed
+	// then), and a paused one as often, beside the notification of Resume.
+	// Where Redis refuses the client the notification channels (an ACL
+	// without &<KeyPrefix>:*, logged once) or the client is a *redis.Ring,
+	// idle subscriptions read every 100ms instead. Ordered subscriptions
+	// read and check their share of the partitions at least once a second.
 	BlockTime time.Duration
 
 	// RetryDelay gives the delay before redelivering a nacked message whose

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,32 +22,38 @@ import (
 //     the client's pool) carries every notification: the schedulers'
 //     wake-ups, pause changes, topic registrations, and the bell that tells
 //     idle subscriptions of new entries (see read.lua).
-//   - Every other command goes through the client's pool, at most lanes at
-//     a time (the gate): subscriptions read without blocking (an idle one
-//     waits for its bell, see subscription.wait), so none holds a
-//     connection between commands. On a cluster the lanes bound the
-//     commands under way on all nodes together.
+//   - Every other command goes through the client's pool in lanes: lanes
+//     workers per Redis node, each sending what is queued for its node
+//     when it is free in one pipeline. Subscriptions read without
+//     blocking (an idle one waits for its bell, see waitBell), so none
+//     holds a connection between commands, and a node that fails stalls
+//     only its own lanes.
 //
 // The components sharing a client share these through its hub, found by
 // the client's identity and released when the last of them closes.
 // Publish calls are the application's own load and go through the pool
-// beside the gate, as do the Inspector's.
+// beside the lanes, as do the Inspector's.
 
-// lanes is how many commands the library's background work runs at once
-// on a client.
+// lanes is how many pipelines the library's background work sends at once
+// to a Redis node on a client.
 const lanes = 3
 
-// hub is what the components of a process share on one Redis client: the
-// gate and the notifications.
-type hub struct {
-	client redis.UniversalClient
-	refs   int // under hubsMu
+// maxBatch bounds the commands of one pipeline of a lane.
+const maxBatch = 256
 
-	// The gate (see lane): started at the first command.
-	startOnce sync.Once
-	queue     chan *job
-	stop      chan struct{} // closed by the last release
+// hub is what the components of a process share on one Redis client: the
+// lanes and the notifications.
+type hub struct {
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // the client, when it is one
+	shared  bool                 // in hubs (the client is comparable)
+	refs    int                  // under hubsMu
+
+	lanesMu   sync.Mutex
+	nodes     map[string]*laneSet // node address ("" for a client of one node) -> its lanes
+	stop      chan struct{}       // closed by the last release
 	lanesDone sync.WaitGroup
+	disturbed atomic.Bool // a cluster node failed a lane's pipeline (see send)
 
 	mu        sync.Mutex
 	ps        *redis.PubSub // nil until the first listener, and once closed
@@ -57,8 +65,8 @@ type hub struct {
 	poolErr atomic.Pointer[poolError] // the last error of the client's pool in a lane
 }
 
-// listener receives the notes of one channel. fn runs on the hub's dispatch
-// goroutine and must not block.
+// listener receives the notes of the channels it listens to. fn runs on
+// the hub's dispatch goroutine and must not block.
 type listener struct {
 	fn func(note)
 }
@@ -79,16 +87,19 @@ var (
 // acquireHub returns the hub of a client, creating it at the first use;
 // release gives it back.
 func acquireHub(client redis.UniversalClient) *hub {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
 	if !reflect.TypeOf(client).Comparable() {
 		// Cannot be a map key: a hub of its own. All go-redis clients are
 		// pointers; this is a wrapper of the application's.
-		return newHub(client)
+		h := newHub(client)
+		h.refs = 1
+		return h
 	}
-	hubsMu.Lock()
-	defer hubsMu.Unlock()
 	h := hubs[client]
 	if h == nil {
 		h = newHub(client)
+		h.shared = true
 		hubs[client] = h
 	}
 	h.refs++
@@ -96,34 +107,31 @@ func acquireHub(client redis.UniversalClient) *hub {
 }
 
 func newHub(client redis.UniversalClient) *hub {
-	return &hub{
-		client: client, refs: 1,
+	h := &hub{
+		client: client, nodes: map[string]*laneSet{}, stop: make(chan struct{}),
 		listeners: map[string]map[*listener]struct{}{}, prefixes: map[string]*channelGrant{},
 	}
+	h.cluster, _ = client.(*redis.ClusterClient)
+	return h
 }
 
-// release gives the hub back; the last release closes its pub/sub
-// connection and returns once it is closed.
+// release gives the hub back; the last release stops the lanes and closes
+// the pub/sub connection, and returns once both are done.
 func (h *hub) release() {
 	hubsMu.Lock()
 	h.refs--
 	last := h.refs == 0
-	if last && hubs[h.client] == h {
+	if last && h.shared {
 		delete(hubs, h.client)
 	}
 	hubsMu.Unlock()
 	if !last {
 		return
 	}
-	started := true
-	h.startOnce.Do(func() { // no lanes start from now on
-		started = false
-		h.stop = make(chan struct{})
-	})
-	close(h.stop)
-	if started {
-		h.lanesDone.Wait()
-	}
+	h.lanesMu.Lock()
+	close(h.stop) // under lanesMu: no lane starts from now on
+	h.lanesMu.Unlock()
+	h.lanesDone.Wait()
 	h.mu.Lock()
 	ps, done := h.ps, h.done
 	h.ps, h.closed = nil, true
@@ -135,8 +143,8 @@ func (h *hub) release() {
 }
 
 // listen registers l for the notes of channel, subscribing to it unless
-// another listener did. A SUBSCRIBE that fails is sent again by go-redis
-// when it reconnects, and the confirmation then tells every listener.
+// another listener did, or Redis refuses the channels of its key prefix
+// (see channelGrant: they are subscribed once it grants them).
 func (h *hub) listen(channel string, l *listener) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -149,16 +157,12 @@ func (h *hub) listen(channel string, l *listener) {
 		h.listeners[channel] = set
 	}
 	set[l] = struct{}{}
-	if len(set) > 1 {
+	if len(set) > 1 || h.heldBack(channel) {
 		return
 	}
 	// Under mu, so SUBSCRIBE and UNSUBSCRIBE of one channel reach Redis in
 	// the order of the listener set's changes.
-	if h.ps == nil {
-		h.open(channel)
-		return
-	}
-	_ = h.ps.Subscribe(context.Background(), channel)
+	h.subscribe(channel)
 }
 
 // unlisten removes l; the last listener of a channel unsubscribes from it,
@@ -180,10 +184,25 @@ func (h *hub) unlisten(channel string, l *listener) {
 	}
 }
 
-// open starts the pub/sub connection with its first channel. Called with
-// h.mu held.
-func (h *hub) open(channel string) {
-	h.ps = h.client.Subscribe(context.Background(), channel)
+// subscribe sends SUBSCRIBE for channels, opening the pub/sub connection
+// with the first. go-redis adds them to the channels it subscribes again
+// after a reconnect only once the command was written: a failed write (the
+// connection was down) is sent once more, so the channels are in that
+// list either way. Called with mu held.
+func (h *hub) subscribe(channels ...string) {
+	if h.ps == nil {
+		h.open(channels)
+		return
+	}
+	if h.ps.Subscribe(context.Background(), channels...) != nil {
+		_ = h.ps.Subscribe(context.Background(), channels...)
+	}
+}
+
+// open starts the pub/sub connection with its first channels (a Ring
+// refuses a subscription without one). Called with mu held.
+func (h *hub) open(channels []string) {
+	h.ps = h.client.Subscribe(context.Background(), channels...)
 	h.done = make(chan struct{})
 	// The health check pings an idle connection (go-redis's default, 3s,
 	// would cost a call per 3s for nothing) and reconnects a dead one; the
@@ -224,45 +243,50 @@ func (h *hub) dispatch(n note) {
 	}
 }
 
-// resubscribe sends SUBSCRIBE again for every channel of a key prefix:
-// Redis refused them before (see channelGrant), so the pub/sub connection
-// does not carry them.
-func (h *hub) resubscribe(prefix string) {
+// notifyAll tells every listener that what was published on its channel
+// may have been lost, as a resubscription does.
+func (h *hub) notifyAll() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ps == nil {
-		return
-	}
-	var channels []string
+	channels := make([]string, 0, len(h.listeners))
 	for c := range h.listeners {
-		if len(c) > len(prefix) && c[:len(prefix)+1] == prefix+":" {
-			channels = append(channels, c)
-		}
+		channels = append(channels, c)
 	}
-	if len(channels) > 0 {
-		_ = h.ps.Subscribe(context.Background(), channels...)
+	h.mu.Unlock()
+	for _, c := range channels {
+		h.dispatch(note{channel: c, subscribed: true})
 	}
 }
 
-// channelGrant is whether Redis lets the client subscribe to the channels of
-// a key prefix. A SUBSCRIBE refused by an ACL is silent on a connection
-// whose messages go to a channel (go-redis drops the error), so it is
-// probed on a connection of its own: once when granted, and while refused
-// at most once per probeEvery.
+// channelGrant is whether Redis lets the client subscribe to the channels
+// of a key prefix. A SUBSCRIBE refused by an ACL is silent on a connection
+// whose messages go to a channel (go-redis drops the error), and Redis
+// refuses a whole SUBSCRIBE for one refused channel, as go-redis sends
+// every channel again in one when it reconnects: so the grant is probed
+// on a connection of its own, once when granted and while refused at most
+// once per probeEvery, and the channels of a refused prefix are held back
+// (not subscribed) until it is granted.
 type channelGrant struct {
 	mu      sync.Mutex
 	granted bool
 	err     error     // the refusal, while refused
 	probed  time.Time // the last probe
+	refused atomic.Bool
 }
 
 // probeEvery bounds how often a refused grant is probed again.
 const probeEvery = time.Second
 
+// errRing says why notifications cannot work on a *redis.Ring.
+var errRing = errors.New("the client is a *redis.Ring: a script's PUBLISH reaches only the subscribers of its own shard, " +
+	"so notifications are not used (use a *redis.Client, a Sentinel client or a *redis.ClusterClient)")
+
 // channelsGranted reports nil when Redis lets the client subscribe to the
-// channels of prefix, or its refusal; another error is a failed probe,
-// tried again at the next call.
+// channels of prefix, its refusal (isNoPerm, or errRing), or another error
+// (a failed probe: tried again at the next call).
 func (h *hub) channelsGranted(ctx context.Context, prefix string) error {
+	if _, ok := h.client.(*redis.Ring); ok {
+		return errRing
+	}
 	h.mu.Lock()
 	g := h.prefixes[prefix]
 	if g == nil {
@@ -282,15 +306,61 @@ func (h *hub) channelsGranted(ctx context.Context, prefix string) error {
 	g.probed = time.Now()
 	switch {
 	case err == nil:
-		wasRefused := g.err != nil
 		g.granted, g.err = true, nil
-		if wasRefused {
-			h.resubscribe(prefix)
+		if g.refused.Swap(false) {
+			h.subscribePrefix(prefix)
 		}
 	case isNoPerm(err):
 		g.err = err
+		if !g.refused.Swap(true) {
+			h.unsubscribePrefix(prefix)
+		}
 	}
 	return err
+}
+
+// heldBack reports whether a channel's key prefix is refused. Called with
+// mu held.
+func (h *hub) heldBack(channel string) bool {
+	for prefix, g := range h.prefixes {
+		if g.refused.Load() && strings.HasPrefix(channel, prefix+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// channelsOf returns the listened channels of a key prefix. Called with mu
+// held.
+func (h *hub) channelsOf(prefix string) []string {
+	var channels []string
+	for c := range h.listeners {
+		if strings.HasPrefix(c, prefix+":") {
+			channels = append(channels, c)
+		}
+	}
+	return channels
+}
+
+// subscribePrefix subscribes to the listened channels of a prefix Redis
+// now grants.
+func (h *hub) subscribePrefix(prefix string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if channels := h.channelsOf(prefix); len(channels) > 0 && !h.closed {
+		h.subscribe(channels...)
+	}
+}
+
+// unsubscribePrefix takes the channels of a refused prefix off the pub/sub
+// connection, so a reconnect's SUBSCRIBE of every channel is not refused
+// for them.
+func (h *hub) unsubscribePrefix(prefix string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if channels := h.channelsOf(prefix); len(channels) > 0 && h.ps != nil {
+		_ = h.ps.Unsubscribe(context.Background(), channels...)
+	}
 }
 
 // probeSubscribe subscribes to channel on a connection of its own and
@@ -304,17 +374,14 @@ func (h *hub) probeSubscribe(ctx context.Context, channel string) error {
 	return err
 }
 
-// The gate: lanes workers, each sending what is queued when it is free in
-// one pipeline (at most maxBatch commands), so commands of many
-// subscriptions and schedulers share round trips under load, and a lone
-// command goes out at once.
+// laneSet is the lanes of one node: lanes workers taking jobs from queue.
+type laneSet struct {
+	queue chan *job
+}
 
-// maxBatch bounds the commands of one pipeline of a lane.
-const maxBatch = 256
-
-// job is work queued for a lane: commands to send, or a function to run
-// alone in the lane (commands it cannot queue, such as INFO to every
-// master).
+// job is work queued for a lane: commands to send (all for one node), or a
+// function to run alone in a lane (commands a pipeline cannot carry, such
+// as INFO to every master).
 type job struct {
 	ctx   context.Context
 	cmds  []redis.Cmder
@@ -327,24 +394,116 @@ type job struct {
 // component of its client closed.
 var errHubClosed = errors.New("redisdelay: used after Close")
 
-// start starts the lanes, once per hub; they end when it is released.
-func (h *hub) start() {
-	h.startOnce.Do(func() {
-		h.queue, h.stop = make(chan *job), make(chan struct{})
+// lanesOf returns the lanes of a node, starting them at its first job;
+// nil once the hub is released.
+func (h *hub) lanesOf(node string) *laneSet {
+	h.lanesMu.Lock()
+	defer h.lanesMu.Unlock()
+	select {
+	case <-h.stop:
+		return nil
+	default:
+	}
+	ls := h.nodes[node]
+	if ls == nil {
+		ls = &laneSet{queue: make(chan *job)}
+		h.nodes[node] = ls
 		h.lanesDone.Add(lanes)
 		for range lanes {
-			go h.lane()
+			go h.lane(ls)
 		}
-	})
+	}
+	return ls
 }
 
-// do queues a job and waits until it is through. A job not yet taken
-// when ctx ends is dropped with ctx's error; a job taken runs to its end.
-func (h *hub) do(j *job) error {
-	h.start()
+// do sends cmds through the lanes of their nodes and waits until they
+// were sent, or until ctx ends first for those not yet taken by a lane
+// (they fail with its error, unsent). On a cluster the commands of one
+// call may go to several nodes, in a job per node.
+func (h *hub) do(ctx context.Context, cmds []redis.Cmder) error {
+	if h.cluster == nil {
+		return h.run(&job{ctx: ctx, cmds: cmds}, "")
+	}
+	byNode := map[string][]redis.Cmder{}
+	var order []string
+	for _, c := range cmds {
+		node := h.nodeOf(ctx, c)
+		if byNode[node] == nil {
+			order = append(order, node)
+		}
+		byNode[node] = append(byNode[node], c)
+	}
+	if len(order) == 1 {
+		return h.run(&job{ctx: ctx, cmds: cmds}, order[0])
+	}
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for i, node := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = h.run(&job{ctx: ctx, cmds: byNode[node]}, node)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// nodeOf is the address of the master serving a command's first key on a
+// cluster, "" for a command without keys or while the cluster's state is
+// unknown (the lanes of "" send it wherever go-redis routes it).
+func (h *hub) nodeOf(ctx context.Context, c redis.Cmder) string {
+	key := firstKey(c.Args())
+	if key == "" {
+		return ""
+	}
+	node, err := h.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
+// firstKey returns the first key of the commands the library's background
+// work sends (see cmds), "" for one without keys.
+func firstKey(args []any) string {
+	if len(args) < 2 {
+		return ""
+	}
+	name, _ := args[0].(string)
+	switch strings.ToLower(name) {
+	case "evalsha", "eval", "evalsha_ro", "eval_ro":
+		if n, _ := args[2].(int); n > 0 && len(args) > 3 {
+			key, _ := args[3].(string)
+			return key
+		}
+		return ""
+	case "xreadgroup":
+		for i, a := range args {
+			if s, _ := a.(string); strings.EqualFold(s, "streams") && i+1 < len(args) {
+				key, _ := args[i+1].(string)
+				return key
+			}
+		}
+		return ""
+	case "time", "publish", "ping":
+		return ""
+	}
+	key, _ := args[1].(string)
+	return key
+}
+
+// run queues a job on the lanes of node and waits until it is through. A
+// job not yet taken when ctx ends is dropped with ctx's error; a job taken
+// runs to its end.
+func (h *hub) run(j *job, node string) error {
+	ls := h.lanesOf(node)
+	if ls == nil {
+		return errHubClosed
+	}
 	j.done = make(chan struct{})
 	select {
-	case h.queue <- j:
+	case ls.queue <- j:
 	case <-h.stop:
 		return errHubClosed
 	case <-j.ctx.Done():
@@ -355,22 +514,22 @@ func (h *hub) do(j *job) error {
 		return nil
 	case <-j.ctx.Done():
 		if j.taken.CompareAndSwap(false, true) {
-			return h.noLane(j.ctx) // still queued in a lane's batch: dropped
+			return h.noLane(j.ctx) // still in a lane's batch: dropped
 		}
 		<-j.done
 		return nil
 	}
 }
 
-// lane runs jobs until the hub is released: a job, and the command jobs
-// queued behind it, in one pipeline.
-func (h *hub) lane() {
+// lane runs the jobs of a node until the hub is released: a job, and the
+// command jobs queued behind it, in one pipeline.
+func (h *hub) lane(ls *laneSet) {
 	defer h.lanesDone.Done()
 	batch := make([]*job, 0, maxBatch)
 	for {
 		var first *job
 		select {
-		case first = <-h.queue:
+		case first = <-ls.queue:
 		case <-h.stop:
 			return
 		}
@@ -383,7 +542,7 @@ func (h *hub) lane() {
 	fill:
 		for n := len(first.cmds); n < maxBatch; {
 			select {
-			case j := <-h.queue:
+			case j := <-ls.queue:
 				if j.fn != nil {
 					alone = j
 					break fill
@@ -410,7 +569,9 @@ func runAlone(j *job) {
 }
 
 // send sends the commands of the batch's jobs that are still wanted in
-// one pipeline, and closes their done.
+// one pipeline, and closes their done. It runs with the context of the
+// first (without its cancellation: the pipeline is shared), so the
+// client's hooks see its values.
 func (h *hub) send(batch []*job) {
 	pipe := h.client.Pipeline()
 	var sent []*job
@@ -425,28 +586,64 @@ func (h *hub) send(batch []*job) {
 		sent = append(sent, j)
 	}
 	if len(sent) > 0 {
-		cmds, err := pipe.Exec(context.Background())
+		ctx := context.WithoutCancel(sent[0].ctx)
+		cmds, err := pipe.Exec(ctx)
 		pipeFailed(cmds, err)
+		// A pipeline under way when the application closed the client
+		// fails reading from a connection the pool closed: say what
+		// happened, so components stop rather than retry.
+		closed := isClientClosed(err) || errors.Is(err, net.ErrClosed) && isClientClosed(h.client.Ping(ctx).Err())
 		for _, c := range cmds {
-			if err := c.Err(); err != nil {
+			switch err := c.Err(); {
+			case err == nil:
+			case closed:
+				c.SetErr(redis.ErrClosed)
+			default:
 				c.SetErr(h.explain(err))
 			}
 		}
+		h.watchCluster(err)
 	}
 	for _, j := range sent {
 		close(j.done)
 	}
 }
 
+// watchCluster notes a cluster node that failed a pipeline (unreachable,
+// or failing over) and, at the next pipeline that went through, tells
+// every listener: keys that a failover lost may include an armed bell or
+// a dormant mark, which nothing would ring or clear, and the hub's pub/sub
+// connection, on another node, saw nothing. On one node (and Sentinel)
+// the pub/sub connection fails with the node and its resubscription tells
+// them.
+func (h *hub) watchCluster(err error) {
+	if h.cluster == nil {
+		return
+	}
+	var reply redis.Error
+	switch {
+	case err == nil || errors.Is(err, redis.Nil):
+		if h.disturbed.Swap(false) {
+			go h.notifyAll()
+		}
+	case redis.IsClusterDownError(err) || redis.IsTryAgainError(err):
+		h.disturbed.Store(true)
+	case errors.As(err, &reply) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted):
+		// Redis's answer to a command, or the pool: no node failed.
+	default:
+		h.disturbed.Store(true) // no answer from a node
+	}
+}
+
 // exclusive runs fn alone in a lane, or fails when ctx ends first.
 func (h *hub) exclusive(ctx context.Context, fn func()) error {
-	return h.do(&job{ctx: ctx, fn: fn})
+	return h.run(&job{ctx: ctx, fn: fn}, "")
 }
 
 // noLane is the error of a command dropped unsent when ctx ended: with a
 // recent error of the client's pool, the lanes waited for the pool.
 func (h *hub) noLane(ctx context.Context) error {
-	err := fmt.Errorf("no lane free for the command (the library runs %d pipelines at a time on a client, see docs/operations.md#connections): %w", lanes, ctx.Err())
+	err := fmt.Errorf("no lane free for the command (the library sends %d pipelines at a time to a node, see docs/operations.md#connections): %w", lanes, ctx.Err())
 	if p := h.poolErr.Load(); p != nil && time.Since(p.at) < 10*time.Second {
 		return &poolError{err: err, hint: "the lanes waited for the client's pool: " + p.hint}
 	}
@@ -454,10 +651,10 @@ func (h *hub) noLane(ctx context.Context) error {
 }
 
 // gated is the client as the library's background work uses it: each
-// command goes through the hub's lanes (see lanes). Only the commands
-// that work needs are here, so a new one cannot bypass the gate unseen.
-// An error of the client's pool says what happened and what to set (see
-// explainPool); the caller logs it as any error, rate-limited.
+// command goes through the hub's lanes. Only the commands that work needs
+// are here, so a new one cannot bypass the lanes unseen. An error of the
+// client's pool says what happened and what to set (see explainPool); the
+// caller logs it as any error, rate-limited.
 type gated struct {
 	h *hub
 }
@@ -488,30 +685,30 @@ var (
 	_ cmds = redis.UniversalClient(nil)
 )
 
-// run sends one command through a lane: build makes it (on a pipeline
-// that only collects it).
-func run[C redis.Cmder](g *gated, ctx context.Context, build func(redis.Pipeliner) C) C {
+// sendCmd sends one command through the lanes: build makes it (on a
+// pipeline that only collects it).
+func sendCmd[C redis.Cmder](g *gated, ctx context.Context, build func(redis.Pipeliner) C) C {
 	c := build(g.h.client.Pipeline())
-	if err := g.h.do(&job{ctx: ctx, cmds: []redis.Cmder{c}}); err != nil {
+	if err := g.h.do(ctx, []redis.Cmder{c}); err != nil {
 		c.SetErr(err)
 	}
 	return c
 }
 
 func (g *gated) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.Eval(ctx, script, keys, args...) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.Eval(ctx, script, keys, args...) })
 }
 
 func (g *gated) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalSha(ctx, sha1, keys, args...) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalSha(ctx, sha1, keys, args...) })
 }
 
 func (g *gated) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalRO(ctx, script, keys, args...) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalRO(ctx, script, keys, args...) })
 }
 
 func (g *gated) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalShaRO(ctx, sha1, keys, args...) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalShaRO(ctx, sha1, keys, args...) })
 }
 
 // ScriptExists and ScriptLoad go to every master on a cluster (go-redis
@@ -535,46 +732,47 @@ func (g *gated) ScriptLoad(ctx context.Context, script string) *redis.StringCmd 
 }
 
 func (g *gated) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.XStreamSliceCmd { return p.XReadGroup(ctx, a) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.XStreamSliceCmd { return p.XReadGroup(ctx, a) })
 }
 
 func (g *gated) Exists(ctx context.Context, keys ...string) *redis.IntCmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.Exists(ctx, keys...) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.Exists(ctx, keys...) })
 }
 
 func (g *gated) SMembers(ctx context.Context, key string) *redis.StringSliceCmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.StringSliceCmd { return p.SMembers(ctx, key) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.StringSliceCmd { return p.SMembers(ctx, key) })
 }
 
 func (g *gated) Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.StatusCmd { return p.Set(ctx, key, value, expiration) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.StatusCmd { return p.Set(ctx, key, value, expiration) })
 }
 
 func (g *gated) HGet(ctx context.Context, key, field string) *redis.StringCmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.StringCmd { return p.HGet(ctx, key, field) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.StringCmd { return p.HGet(ctx, key, field) })
 }
 
 func (g *gated) HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.SliceCmd { return p.HMGet(ctx, key, fields...) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.SliceCmd { return p.HMGet(ctx, key, fields...) })
 }
 
 func (g *gated) ZScore(ctx context.Context, key, member string) *redis.FloatCmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.FloatCmd { return p.ZScore(ctx, key, member) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.FloatCmd { return p.ZScore(ctx, key, member) })
 }
 
 func (g *gated) ZRem(ctx context.Context, key string, members ...any) *redis.IntCmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.ZRem(ctx, key, members...) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.ZRem(ctx, key, members...) })
 }
 
 func (g *gated) Time(ctx context.Context) *redis.TimeCmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.TimeCmd { return p.Time(ctx) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.TimeCmd { return p.Time(ctx) })
 }
 
 func (g *gated) Publish(ctx context.Context, channel string, message any) *redis.IntCmd {
-	return run(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.Publish(ctx, channel, message) })
+	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.Publish(ctx, channel, message) })
 }
 
-// Pipeline returns a pipeline whose commands go through a lane together.
+// Pipeline returns a pipeline whose commands go through the lanes
+// together (per node, on a cluster).
 func (g *gated) Pipeline() redis.Pipeliner {
 	return &gatedPipe{Pipeliner: g.h.client.Pipeline(), g: g}
 }
@@ -592,7 +790,7 @@ type gatedPipe struct {
 	g *gated
 }
 
-// Exec sends the queued commands through a lane, with other commands
+// Exec sends the queued commands through the lanes, with other commands
 // queued there, and returns the first error among them, as go-redis does.
 func (p *gatedPipe) Exec(ctx context.Context) ([]redis.Cmder, error) {
 	cmds := p.Pipeliner.Cmds()
@@ -600,11 +798,12 @@ func (p *gatedPipe) Exec(ctx context.Context) ([]redis.Cmder, error) {
 	if len(cmds) == 0 {
 		return nil, nil
 	}
-	if err := p.g.h.do(&job{ctx: ctx, cmds: cmds}); err != nil {
+	if err := p.g.h.do(ctx, cmds); err != nil {
 		for _, c := range cmds {
-			c.SetErr(err)
+			if c.Err() == nil {
+				c.SetErr(err)
+			}
 		}
-		return cmds, err
 	}
 	for _, c := range cmds {
 		if err := c.Err(); err != nil {
@@ -614,8 +813,8 @@ func (p *gatedPipe) Exec(ctx context.Context) ([]redis.Cmder, error) {
 	return cmds, nil
 }
 
-// explain is explainPool for a command run in a lane, noting the error for
-// the commands that wait for a lane meanwhile.
+// explain is explainPool for a command sent in a lane, noting the error
+// for the commands that wait for a lane meanwhile.
 func (h *hub) explain(err error) error {
 	err = explainPool(h.client, err)
 	if p, ok := err.(*poolError); ok {
@@ -655,7 +854,7 @@ func explainPool(client redis.UniversalClient, err error) error {
 	if timeout != "" && !exhausted {
 		wait = " for PoolTimeout (" + timeout + ")"
 	}
-	return &poolError{err: err, hint: fmt.Sprintf("%s were in use%s, by the application's own commands (redisdelay's background work uses at most %d at a time, "+
+	return &poolError{err: err, hint: fmt.Sprintf("%s were in use%s, by the application's own commands (redisdelay's background work uses at most %d per node at a time, "+
 		"see docs/operations.md#connections); raise the client's PoolSize (redis.Options.PoolSize, by default 10 per GOMAXPROCS), "+
 		"or give long blocking commands a client of their own", what, wait, lanes)}
 }

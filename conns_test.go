@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // The connection model (conns.go) with the client a new user creates:
@@ -289,33 +290,43 @@ func TestDefaultClient_RouterWithManyHandlers(t *testing.T) {
 	assert.Less(t, time.Since(start), 5*time.Second)
 }
 
-// ctConnections counts the connections Redis has from clients named name.
+// ctConnections counts the connections Redis has from clients named name:
+// on a Cluster, those of the node that has most.
 func ctConnections(t *testing.T, admin redis.UniversalClient, name string) int {
 	t.Helper()
-	list, err := admin.ClientList(context.Background()).Result()
-	require.NoError(t, err)
-	n := 0
-	for _, line := range strings.Split(list, "\n") {
-		if strings.Contains(line, " name="+name+" ") {
-			n++
-		}
+	count := func(c redis.UniversalClient) int {
+		list, err := c.ClientList(context.Background()).Result()
+		require.NoError(t, err)
+		return strings.Count(list, " name="+name+" ")
 	}
-	return n
+	cluster, ok := admin.(*redis.ClusterClient)
+	if !ok {
+		return count(admin)
+	}
+	var mu sync.Mutex
+	most := 0
+	require.NoError(t, cluster.ForEachShard(context.Background(), func(_ context.Context, node *redis.Client) error {
+		n := count(node)
+		mu.Lock()
+		most = max(most, n)
+		mu.Unlock()
+		return nil
+	}))
+	return most
 }
 
-// The library's connections per process stay within the pub/sub
-// connection and the gate's lanes (conns.go), whatever the number of
+// The library's connections per process and Redis node stay within the
+// pub/sub connection and the lanes (conns.go), whatever the number of
 // topics, partitions and Subscribers: three Subscribers on 300 topics (50
-// of them of 4 partitions) and a Manager, while messages flow and once
-// idle. Publishing goes through a client of its own: the Publisher's
-// connections are the application's load.
+// of them of 4 partitions, on every node of a Cluster) and a Manager,
+// while messages flow and once idle. Publishing goes through a client of
+// its own: the Publisher's connections are the application's load.
 func TestConnections_BoundedPerProcess(t *testing.T) {
 	t.Parallel()
-	needSingle(t, "it counts the connections of one server's CLIENT LIST")
-	// ClientName only names the connections so CLIENT LIST can tell them:
-	// the pool is go-redis's default.
+	// The name only tells the connections apart in CLIENT LIST: the pool
+	// is go-redis's default.
 	name := "ct-" + watermill.NewShortUUID()
-	client := redis.NewClient(&redis.Options{Addr: redisAddr, ClientName: name})
+	client := openClient(name)
 	t.Cleanup(func() { _ = client.Close() })
 	admin := newClient(t)
 
@@ -359,8 +370,7 @@ func TestConnections_BoundedPerProcess(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // idle
 	close(stop)
 	<-sampled
-	t.Logf("FIGURE connections of a process with 3 Subscribers on 300 topics (50 of 4 partitions) and a Manager: at most %d (pool of %d)",
-		most, client.Options().PoolSize)
+	t.Logf("FIGURE connections of a process with 3 Subscribers on 300 topics (50 of 4 partitions) and a Manager: at most %d per node", most)
 	assert.LessOrEqual(t, most, redisdelay.Lanes+1)
 	assert.Positive(t, most)
 }
@@ -437,4 +447,156 @@ func TestConnections_PoolExhaustedByTheApplication(t *testing.T) {
 	for kind, n := range kinds {
 		assert.Equal(t, 1, n, "logged more than once: %s", kind)
 	}
+}
+
+// ctPubSubConns counts the pub/sub connections of clients named name.
+func ctPubSubConns(t *testing.T, admin redis.UniversalClient, name string) (ids []int64) {
+	t.Helper()
+	list, err := admin.ClientList(context.Background()).Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(list, "\n") {
+		if !strings.Contains(line, " name="+name+" ") || !strings.Contains(line, " flags=P ") {
+			continue
+		}
+		var id int64
+		_, err := fmt.Sscanf(line, "id=%d ", &id)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// The hub of a client lives while a component uses it: a Subscriber and a
+// Manager share its one pub/sub connection, and closing the last of them
+// closes it.
+func TestConnections_ReleasedWithTheLastComponent(t *testing.T) {
+	t.Parallel()
+	needSingle(t, "it reads one server's CLIENT LIST")
+	name := "ct-" + watermill.NewShortUUID()
+	client := openClient(name)
+	t.Cleanup(func() { _ = client.Close() })
+	admin := newClient(t)
+	tp := topic()
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, logger)
+	require.NoError(t, err)
+	ch := subscribe(t, sub, tp)
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{tp}}, logger)
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(context.Background()) }()
+	<-mgr.Running()
+	require.NoError(t, lcPublisher(t, client).Publish(tp, delayed(delay.For(20*time.Millisecond), "m")))
+	receive(t, ch, 2*time.Second).Ack()
+	assert.Len(t, ctPubSubConns(t, admin, name), 1, "one pub/sub connection for both")
+	assert.True(t, redisdelay.HubShared(client))
+
+	require.NoError(t, sub.Close())
+	assert.True(t, redisdelay.HubShared(client), "the Manager still uses it")
+	require.NoError(t, mgr.Close())
+	assert.False(t, redisdelay.HubShared(client))
+	require.Eventually(t, func() bool { return len(ctPubSubConns(t, admin, name)) == 0 }, 2*time.Second, 10*time.Millisecond,
+		"the pub/sub connection is closed with the last component")
+}
+
+// ctUnhashable wraps a client in a type that cannot be a map key (as an
+// application's wrapper may): it gets a hub of its own, released on Close.
+type ctUnhashable struct {
+	redis.UniversalClient
+	tags []string
+}
+
+func TestConnections_UnhashableClient(t *testing.T) {
+	t.Parallel()
+	client := ctUnhashable{UniversalClient: newClient(t), tags: []string{"app"}}
+	tp := topic()
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, logger)
+	require.NoError(t, err)
+	ch := subscribe(t, sub, tp)
+	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("m")))
+	receive(t, ch, 2*time.Second).Ack()
+	require.NoError(t, sub.Close())
+}
+
+// Two key prefixes on one client, Redis refusing the channels of one (a
+// Manager of it runs beside): the other's notifications keep working, also
+// after the pub/sub connection was cut (go-redis then subscribes every
+// channel again in one command, which Redis refuses whole for one refused
+// channel).
+func TestConnections_RefusedPrefixBesideAGrantedOne(t *testing.T) {
+	t.Parallel()
+	needSingle(t, "it creates Redis users and kills connections")
+	granted, refused := wkPrefix(), wkPrefix()
+	name := "ct-" + watermill.NewShortUUID()
+	user := "ct-" + watermill.NewShortUUID()
+	admin := newClient(t)
+	ctx := context.Background()
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">pass", "~*", "&"+granted+":*", "+@all", "-@dangerous", "+info").Err())
+	t.Cleanup(func() { _ = admin.Do(context.Background(), "ACL", "DELUSER", user).Err() })
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "pass", ClientName: name})
+	t.Cleanup(func() { _ = client.Close() })
+
+	tp := topic()
+	// A Manager of the refused prefix (it starts, and says what to grant).
+	wkManager(t, client, redisdelay.ManagerConfig{KeyPrefix: refused}, logger)
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: granted, ConsumerGroup: "g", BlockTime: time.Minute})
+	ch := subscribe(t, sub, tp)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: admin, KeyPrefix: granted}, logger)
+	require.NoError(t, err)
+	await := func(what string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			return admin.Exists(ctx, granted+":{"+tp+"}:bell").Val() == 1
+		}, 5*time.Second, 5*time.Millisecond, "the subscription waits")
+		start := time.Now()
+		require.NoError(t, pub.Publish(tp, lcMessage(what)))
+		receive(t, ch, time.Second).Ack()
+		t.Logf("FIGURE %s: received %s after", what, time.Since(start).Round(time.Microsecond))
+	}
+	await("before the cut")
+	time.Sleep(2 * probeWait) // the refusal was found and its channels held back
+	for _, id := range ctPubSubConns(t, admin, name) {
+		require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "ID", id).Err())
+	}
+	time.Sleep(300 * time.Millisecond) // go-redis reconnects and subscribes again
+	await("after the cut")
+}
+
+// probeWait is how long a refused grant takes to be found at most (a
+// probe, every second while refused).
+const probeWait = time.Second
+
+// A *redis.Ring of two shards: a script's PUBLISH reaches only the
+// subscribers of its shard, so notifications are not used: the Subscriber
+// says so once and its idle subscriptions read every 100ms, its scheduler
+// ticks every CheckInterval. Messages, immediate and delayed, come all the
+// same.
+func TestConnections_RingPolls(t *testing.T) {
+	t.Parallel()
+	a, b := redistest.ForTest(t, redistest.Options{}), redistest.ForTest(t, redistest.Options{})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
+	t.Cleanup(func() { _ = ring.Close() })
+	log := &ctLog{LoggerAdapter: watermill.NopLogger{}}
+	// A short CheckInterval: without wake-ups the scheduler ticks at it.
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: ring, ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond}, log)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	pub := lcPublisher(t, ring)
+	for i := range 4 {
+		tp := topic()
+		ch := subscribe(t, sub, tp)
+		msg := lcMessage("m")
+		if i%2 == 1 {
+			delay.Message(msg, delay.For(50*time.Millisecond))
+		}
+		start := time.Now()
+		require.NoError(t, pub.Publish(tp, msg))
+		receive(t, ch, 2*time.Second).Ack()
+		t.Logf("FIGURE on a Ring, delayed %t: received %s after", i%2 == 1, time.Since(start).Round(time.Millisecond))
+	}
+	var ringLines int
+	for _, l := range log.logged() {
+		if strings.Contains(l[1], "*redis.Ring") {
+			ringLines++
+		}
+	}
+	assert.Equal(t, 2, ringLines, "said once by the Subscriber and once by its scheduler: %q", log.logged())
 }

@@ -127,3 +127,11 @@ func UnpackFarOnce(ctx context.Context, client redis.UniversalClient, topic stri
 // Lanes is how many commands the library's background work runs at once
 // on a client (conns.go).
 const Lanes = lanes
+
+// HubShared reports whether the components of the process hold a hub of
+// the client (conns.go).
+func HubShared(client redis.UniversalClient) bool {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	return hubs[client] != nil
+}

@@ -17,14 +17,16 @@ import (
 // the subscription then handles what it read and waits for the bell: a
 // note on the bell's channel (any script that adds entries rings it once
 // armed, see lib.lua's ring), its (re)subscription, a pause change, or
-// BlockTime, whichever comes first. A message published to an idle topic
-// so costs the subscription one script call, an idle subscription one per
-// BlockTime, and Close never waits for a read longer than one command
-// takes.
+// the Subscriber's sweep, which peeks at idle subscriptions once per
+// BlockTime for entries a writer added without ringing. A message
+// published to an idle topic so costs the subscription one script call,
+// an idle subscription one pipelined peek per BlockTime, and Close never
+// waits for a read longer than one command takes.
 //
 // When Redis refuses the client the channels of the key prefix (an ACL
-// without &<prefix>:*, or SUBSCRIBE denied), subscriptions read every
-// deniedPoll instead, and the Subscriber logs once what to grant.
+// without &<prefix>:*, or SUBSCRIBE denied), or the client is a
+// *redis.Ring, subscriptions read every deniedPoll instead, and the
+// Subscriber logs once why.
 
 // defaultBlockTime is SubscriberConfig.BlockTime's default.
 const defaultBlockTime = 30 * time.Second
@@ -247,33 +249,40 @@ func (sub *subscription) pollEvery() time.Duration {
 	return d
 }
 
-// watchGrant checks, at the first subscription, that Redis lets the
-// client subscribe to the channels of the key prefix; while it refuses,
-// subscriptions poll (see pollEvery) and the refusal is logged once and
-// checked again every second.
+// watchGrant checks, from the first subscription on, that Redis lets the
+// client subscribe to the channels of the key prefix (see channelGrant),
+// probing until it knows. While it refuses, subscriptions poll (see
+// pollEvery; the sweep wakes those already waiting) and the refusal is
+// logged once and checked again every second.
 func (s *Subscriber) watchGrant() {
 	s.grantOnce.Do(func() {
-		err := s.hub.channelsGranted(s.closing, s.keys.prefix)
-		if err == nil || !isNoPerm(err) {
-			return
-		}
-		s.bellsDenied.Store(true)
-		s.logger.Error("redisdelay: Redis refuses the Subscriber the subscription to the notification channels of its key prefix: "+
-			"idle subscriptions read every "+deniedPoll.String()+" instead of waiting to be told of new messages; "+
-			"grant its Redis user the channels: ACL SETUSER <user> &"+s.keys.prefix+":*", err, nil)
 		go func() {
 			t := time.NewTicker(probeEvery)
 			defer t.Stop()
 			for {
+				err := s.hub.channelsGranted(s.closing, s.keys.prefix)
+				refused := isNoPerm(err) || errors.Is(err, errRing)
+				switch {
+				case err == nil && s.bellsDenied.Swap(false):
+					s.logger.Info("redisdelay: Redis now grants the Subscriber the notification channels", watermill.LogFields{"key_prefix": s.keys.prefix})
+					return
+				case err == nil:
+					return
+				case refused && !s.bellsDenied.Swap(true):
+					what := "grant its Redis user the channels: ACL SETUSER <user> &" + s.keys.prefix + ":*"
+					if errors.Is(err, errRing) {
+						what = "or use another kind of client"
+					}
+					s.logger.Error("redisdelay: the Subscriber cannot be told of new messages: idle subscriptions read every "+deniedPoll.String()+
+						" instead; "+what, err, nil)
+					if errors.Is(err, errRing) {
+						return // for good
+					}
+				}
 				select {
 				case <-s.closing.Done():
 					return
 				case <-t.C:
-				}
-				if s.hub.channelsGranted(s.closing, s.keys.prefix) == nil {
-					s.bellsDenied.Store(false)
-					s.logger.Info("redisdelay: Redis now grants the Subscriber the notification channels", watermill.LogFields{"key_prefix": s.keys.prefix})
-					return
 				}
 			}
 		}()

@@ -2,6 +2,7 @@ package redisdelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -101,6 +102,13 @@ func (s *scheduler) start(ctx context.Context, discover bool, h *hub) {
 	s.discover = discover
 	s.hub, s.redis = h, newGated(h)
 	s.l = &listener{fn: s.notified}
+	// Before listening: the channels of a refused prefix are held back
+	// (see channelGrant), and a refused SUBSCRIBE would slow the hub's
+	// pub/sub connection for every listener. A probe that fails otherwise
+	// (Redis unreachable) is left to watchACL.
+	probe, cancel := context.WithTimeout(s.ctx, time.Second)
+	_ = h.channelsGranted(probe, s.keys.prefix)
+	cancel()
 	for _, c := range s.ownChannels() {
 		h.listen(c, s.l)
 	}
@@ -830,13 +838,17 @@ func (s *scheduler) watchACL() {
 		if s.ctx.Err() != nil {
 			return
 		}
-		if isNoPerm(err) {
+		if isNoPerm(err) || errors.Is(err, errRing) {
 			if !s.denied.Swap(true) {
 				s.wakeTicks()      // to sleep no longer than the check interval from now on
 				s.restartRetired() // nothing could start them again
 			}
 			detail := fmt.Sprintf("Redis refuses the scheduler %s the subscription to wake-up channels (%v): due messages are moved up to a CheckInterval (%s) late, and topics are found at the registry refresh only; grant its Redis user the channels of the key prefix: ACL SETUSER <user> &%s:*",
 				s.owner, err, s.interval, s.keys.prefix)
+			if errors.Is(err, errRing) {
+				detail = fmt.Sprintf("the scheduler %s cannot be woken (%v): due messages are moved up to a CheckInterval (%s) late",
+					s.owner, err, s.interval)
+			}
 			if !denied {
 				s.logger.Error("redisdelay: "+detail, err, nil)
 				denied = true

@@ -83,7 +83,8 @@ func runConsumer(c config) int {
 		}
 	}
 
-	client := redis.NewClient(&redis.Options{Addr: c.addr, PoolSize: 2*c.subs*c.partitions + 4})
+	// go-redis's defaults, as a service creates its client.
+	client := redis.NewClient(&redis.Options{Addr: c.addr})
 	defer client.Close()
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{
 		Client:              client,

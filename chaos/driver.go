@@ -134,6 +134,8 @@ func (d *driver) run(ctx context.Context) error {
 		return err
 	}
 	defer d.proxy.close()
+	// The driver is the load, not the system under test: its publishers
+	// (each with a Publish in flight) and its checks get a connection each.
 	d.direct = redis.NewClient(&redis.Options{Addr: d.redis.Addr, PoolSize: 8})
 	defer d.direct.Close()
 	d.via = redis.NewClient(&redis.Options{Addr: d.proxy.addr(), PoolSize: c.publishers + 4})

@@ -65,7 +65,8 @@ if r then
     end
   end
 end
-redis.call('SET', bell, '1')
+-- NX: an armed bell stays as it is (no write to replicate)
+redis.call('SET', bell, '1', 'NX')
 if r then
   return {4, vis, r}
 end
