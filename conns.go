@@ -375,8 +375,11 @@ func (h *hub) probeSubscribe(ctx context.Context, channel string) error {
 }
 
 // laneSet is the lanes of one node: lanes workers taking jobs from queue.
+// On a cluster, node is its master: commands without keys go to it
+// directly (the cluster client would send them to a node at random).
 type laneSet struct {
 	queue chan *job
+	node  *redis.Client
 }
 
 // job is work queued for a lane: commands to send (all for one node), or a
@@ -394,9 +397,9 @@ type job struct {
 // component of its client closed.
 var errHubClosed = errors.New("redisdelay: used after Close")
 
-// lanesOf returns the lanes of a node, starting them at its first job;
-// nil once the hub is released.
-func (h *hub) lanesOf(node string) *laneSet {
+// lanesOf returns the lanes of a node (of its address; "" for a client of
+// one node), starting them at its first job; nil once the hub is released.
+func (h *hub) lanesOf(node string, client *redis.Client) *laneSet {
 	h.lanesMu.Lock()
 	defer h.lanesMu.Unlock()
 	select {
@@ -406,7 +409,7 @@ func (h *hub) lanesOf(node string) *laneSet {
 	}
 	ls := h.nodes[node]
 	if ls == nil {
-		ls = &laneSet{queue: make(chan *job)}
+		ls = &laneSet{queue: make(chan *job), node: client}
 		h.nodes[node] = ls
 		h.lanesDone.Add(lanes)
 		for range lanes {
@@ -422,46 +425,61 @@ func (h *hub) lanesOf(node string) *laneSet {
 // call may go to several nodes, in a job per node.
 func (h *hub) do(ctx context.Context, cmds []redis.Cmder) error {
 	if h.cluster == nil {
-		return h.run(&job{ctx: ctx, cmds: cmds}, "")
+		return h.run(&job{ctx: ctx, cmds: cmds}, "", nil)
 	}
-	byNode := map[string][]redis.Cmder{}
+	type target struct {
+		node *redis.Client
+		cmds []redis.Cmder
+	}
+	byNode := map[string]*target{}
 	var order []string
 	for _, c := range cmds {
 		node := h.nodeOf(ctx, c)
-		if byNode[node] == nil {
-			order = append(order, node)
+		addr := ""
+		if node != nil {
+			addr = node.Options().Addr
 		}
-		byNode[node] = append(byNode[node], c)
+		if byNode[addr] == nil {
+			byNode[addr] = &target{node: node}
+			order = append(order, addr)
+		}
+		byNode[addr].cmds = append(byNode[addr].cmds, c)
 	}
 	if len(order) == 1 {
-		return h.run(&job{ctx: ctx, cmds: cmds}, order[0])
+		t := byNode[order[0]]
+		return h.run(&job{ctx: ctx, cmds: cmds}, order[0], t.node)
 	}
 	errs := make([]error, len(order))
 	var wg sync.WaitGroup
-	for i, node := range order {
+	for i, addr := range order {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = h.run(&job{ctx: ctx, cmds: byNode[node]}, node)
+			t := byNode[addr]
+			errs[i] = h.run(&job{ctx: ctx, cmds: t.cmds}, addr, t.node)
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// nodeOf is the address of the master serving a command's first key on a
-// cluster, "" for a command without keys or while the cluster's state is
-// unknown (the lanes of "" send it wherever go-redis routes it).
-func (h *hub) nodeOf(ctx context.Context, c redis.Cmder) string {
+// keylessKey places the commands without keys of a cluster: on the master
+// serving it, in that node's lanes.
+const keylessKey = "redisdelay"
+
+// nodeOf is the master serving a command's first key on a cluster (that
+// of keylessKey for a command without keys); nil while the cluster's
+// state is unknown (the lanes of "" send it wherever go-redis routes it).
+func (h *hub) nodeOf(ctx context.Context, c redis.Cmder) *redis.Client {
 	key := firstKey(c.Args())
 	if key == "" {
-		return ""
+		key = keylessKey
 	}
 	node, err := h.cluster.MasterForKey(ctx, key)
 	if err != nil {
-		return ""
+		return nil
 	}
-	return node.Options().Addr
+	return node
 }
 
 // firstKey returns the first key of the commands the library's background
@@ -496,8 +514,8 @@ func firstKey(args []any) string {
 // run queues a job on the lanes of node and waits until it is through. A
 // job not yet taken when ctx ends is dropped with ctx's error; a job taken
 // runs to its end.
-func (h *hub) run(j *job, node string) error {
-	ls := h.lanesOf(node)
+func (h *hub) run(j *job, addr string, node *redis.Client) error {
+	ls := h.lanesOf(addr, node)
 	if ls == nil {
 		return errHubClosed
 	}
@@ -553,7 +571,7 @@ func (h *hub) lane(ls *laneSet) {
 				break fill
 			}
 		}
-		h.send(batch)
+		h.send(ls, batch)
 		if alone != nil {
 			runAlone(alone)
 		}
@@ -569,11 +587,13 @@ func runAlone(j *job) {
 }
 
 // send sends the commands of the batch's jobs that are still wanted in
-// one pipeline, and closes their done. It runs with the context of the
-// first (without its cancellation: the pipeline is shared), so the
+// one pipeline (two on a cluster node with commands without keys, one
+// after the other), and closes their done. It runs with the context of
+// the first (without its cancellation: the pipeline is shared), so the
 // client's hooks see its values.
-func (h *hub) send(batch []*job) {
+func (h *hub) send(ls *laneSet, batch []*job) {
 	pipe := h.client.Pipeline()
+	var direct redis.Pipeliner // keyless commands, straight to a cluster node
 	var sent []*job
 	for _, j := range batch {
 		if !j.taken.CompareAndSwap(false, true) {
@@ -581,32 +601,48 @@ func (h *hub) send(batch []*job) {
 			continue
 		}
 		for _, c := range j.cmds {
+			if ls.node != nil && firstKey(c.Args()) == "" {
+				if direct == nil {
+					direct = ls.node.Pipeline()
+				}
+				_ = direct.Process(j.ctx, c)
+				continue
+			}
 			_ = pipe.Process(j.ctx, c)
 		}
 		sent = append(sent, j)
 	}
 	if len(sent) > 0 {
 		ctx := context.WithoutCancel(sent[0].ctx)
-		cmds, err := pipe.Exec(ctx)
-		pipeFailed(cmds, err)
-		// A pipeline under way when the application closed the client
-		// fails reading from a connection the pool closed: say what
-		// happened, so components stop rather than retry.
-		closed := isClientClosed(err) || errors.Is(err, net.ErrClosed) && isClientClosed(h.client.Ping(ctx).Err())
-		for _, c := range cmds {
-			switch err := c.Err(); {
-			case err == nil:
-			case closed:
-				c.SetErr(redis.ErrClosed)
-			default:
-				c.SetErr(h.explain(err))
+		for _, p := range []redis.Pipeliner{pipe, direct} {
+			if p != nil && p.Len() > 0 {
+				h.exec(ctx, p)
 			}
 		}
-		h.watchCluster(err)
 	}
 	for _, j := range sent {
 		close(j.done)
 	}
+}
+
+// exec runs a pipeline of a lane and gives its commands their errors.
+func (h *hub) exec(ctx context.Context, p redis.Pipeliner) {
+	cmds, err := p.Exec(ctx)
+	pipeFailed(cmds, err)
+	// A pipeline under way when the application closed the client fails
+	// reading from a connection the pool closed: say what happened, so
+	// components stop rather than retry.
+	closed := isClientClosed(err) || errors.Is(err, net.ErrClosed) && isClientClosed(h.client.Ping(ctx).Err())
+	for _, c := range cmds {
+		switch err := c.Err(); {
+		case err == nil:
+		case closed:
+			c.SetErr(redis.ErrClosed)
+		default:
+			c.SetErr(h.explain(err))
+		}
+	}
+	h.watchCluster(err)
 }
 
 // watchCluster notes a cluster node that failed a pipeline (unreachable,
@@ -635,9 +671,15 @@ func (h *hub) watchCluster(err error) {
 	}
 }
 
-// exclusive runs fn alone in a lane, or fails when ctx ends first.
-func (h *hub) exclusive(ctx context.Context, fn func()) error {
-	return h.run(&job{ctx: ctx, fn: fn}, "")
+// exclusive runs fn alone in a lane, or fails when ctx ends first: of
+// node on a cluster (fn sends its commands to that node only), else of
+// the client.
+func (h *hub) exclusive(ctx context.Context, node *redis.Client, fn func()) error {
+	addr := ""
+	if node != nil && h.cluster != nil {
+		addr = node.Options().Addr
+	}
+	return h.run(&job{ctx: ctx, fn: fn}, addr, node)
 }
 
 // noLane is the error of a command dropped unsent when ctx ended: with a
@@ -712,10 +754,12 @@ func (g *gated) EvalShaRO(ctx context.Context, sha1 string, keys []string, args 
 }
 
 // ScriptExists and ScriptLoad go to every master on a cluster (go-redis
-// sends them to each): not a command a pipeline can carry there.
+// sends them to each): not a command a pipeline can carry there. The
+// background work does not call them (redis.Script's Run loads a script
+// with EVAL); they are here for redis.Scripter.
 func (g *gated) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
 	var c *redis.BoolSliceCmd
-	if err := g.h.exclusive(ctx, func() { c = g.h.client.ScriptExists(ctx, hashes...) }); err != nil {
+	if err := g.h.exclusive(ctx, nil, func() { c = g.h.client.ScriptExists(ctx, hashes...) }); err != nil {
 		c = redis.NewBoolSliceCmd(ctx)
 		c.SetErr(err)
 	}
@@ -724,7 +768,7 @@ func (g *gated) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolS
 
 func (g *gated) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
 	var c *redis.StringCmd
-	if err := g.h.exclusive(ctx, func() { c = g.h.client.ScriptLoad(ctx, script) }); err != nil {
+	if err := g.h.exclusive(ctx, nil, func() { c = g.h.client.ScriptLoad(ctx, script) }); err != nil {
 		c = redis.NewStringCmd(ctx)
 		c.SetErr(err)
 	}

@@ -44,6 +44,15 @@ func (r evictionRisk) detail() string {
 // A server without maxmemory evicts nothing. A server that denies INFO is
 // skipped: the risk cannot be told.
 func readEvictionRisks(ctx context.Context, client redis.UniversalClient) ([]evictionRisk, error) {
+	return readEvictionRisksWithin(ctx, client, nil)
+}
+
+// readEvictionRisksWithin is readEvictionRisks with each server's INFO
+// run by within (nil: at once), the node given on a cluster.
+func readEvictionRisksWithin(ctx context.Context, client redis.UniversalClient, within func(ctx context.Context, node *redis.Client, fn func()) error) ([]evictionRisk, error) {
+	if within == nil {
+		within = func(_ context.Context, _ *redis.Client, fn func()) error { fn(); return nil }
+	}
 	var (
 		mu    sync.Mutex
 		risks []evictionRisk
@@ -77,10 +86,16 @@ func readEvictionRisks(ctx context.Context, client redis.UniversalClient) ([]evi
 	switch c := client.(type) {
 	case *redis.ClusterClient:
 		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return check(ctx, node, node.Options().Addr)
+			var err error
+			if e := within(ctx, node, func() { err = check(ctx, node, node.Options().Addr) }); e != nil {
+				return e
+			}
+			return err
 		})
 	default: // a Ring sends INFO to one of its shards
-		err = check(ctx, c, "")
+		if e := within(ctx, nil, func() { err = check(ctx, c, "") }); e != nil {
+			err = e
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the maxmemory policy (INFO memory): %w", err)
@@ -96,13 +111,9 @@ func (s *scheduler) warnEviction() {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		defer cancel()
-		// In a lane of the gate (conns.go), as every command of the
-		// scheduler: on a cluster INFO goes to every master at once.
-		var risks []evictionRisk
-		var err error
-		if e := s.hub.exclusive(ctx, func() { risks, err = readEvictionRisks(ctx, s.client) }); e != nil {
-			err = e
-		}
+		// In a lane (conns.go), as every command of the scheduler: on a
+		// cluster, of each master's.
+		risks, err := readEvictionRisksWithin(ctx, s.client, s.hub.exclusive)
 		if err != nil {
 			if s.ctx.Err() == nil {
 				s.logger.Info("redisdelay: cannot check the Redis maxmemory policy", watermill.LogFields{"error": err.Error()})

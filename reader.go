@@ -3,7 +3,6 @@ package redisdelay
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -190,7 +189,8 @@ func (s *Subscriber) sweep() {
 		}
 		s.idleMu.Unlock()
 		if denied {
-			// They wait without a poll: wake them to poll.
+			// They wait without a poll: wake them to poll (watchGrant did,
+			// unless they started waiting as it found the refusal).
 			for _, sub := range due {
 				wakeUp(sub.bell)
 			}
@@ -201,6 +201,15 @@ func (s *Subscriber) sweep() {
 			s.peek(due[:n])
 			due = due[n:]
 		}
+	}
+}
+
+// wakeIdle wakes every subscription waiting for its bell.
+func (s *Subscriber) wakeIdle() {
+	s.idleMu.Lock()
+	defer s.idleMu.Unlock()
+	for sub := range s.idle {
+		wakeUp(sub.bell)
 	}
 }
 
@@ -221,10 +230,9 @@ func (s *Subscriber) peek(subs []*subscription) {
 		execPipe(ctx, pipe)
 		return peeks
 	}
+	// Where Redis did not have the script (its first use, or Redis
+	// restarted), result runs it on its own, loading it on that node.
 	peeks := run()
-	if err := peeks[0].cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") && peekScript.Load(ctx, s.redis).Err() == nil {
-		peeks = run() // Redis did not have the script (its first use, or Redis restarted)
-	}
 	for i, p := range peeks {
 		if n, err := p.result(ctx, s.redis).Int(); err != nil || n == 1 {
 			wakeUp(subs[i].bell)
@@ -256,7 +264,9 @@ func (sub *subscription) pollEvery() time.Duration {
 // logged once and checked again every second.
 func (s *Subscriber) watchGrant() {
 	s.grantOnce.Do(func() {
+		s.background.Add(1)
 		go func() {
+			defer s.background.Done()
 			t := time.NewTicker(probeEvery)
 			defer t.Stop()
 			for {
@@ -269,6 +279,7 @@ func (s *Subscriber) watchGrant() {
 				case err == nil:
 					return
 				case refused && !s.bellsDenied.Swap(true):
+					s.wakeIdle() // to poll from now on
 					what := "grant its Redis user the channels: ACL SETUSER <user> &" + s.keys.prefix + ":*"
 					if errors.Is(err, errRing) {
 						what = "or use another kind of client"

@@ -64,6 +64,9 @@ type Subscriber struct {
 	idleMu    sync.Mutex
 	idle      map[*subscription]time.Time
 	sweepOnce sync.Once
+	// The sweep and watchGrant, which Close waits for: nothing of a
+	// closed Subscriber talks to Redis.
+	background sync.WaitGroup
 
 	// Test hooks (export_test.go): ackGate runs before each flush of the
 	// acker goroutine; unheld counts lease renewals that found entries
@@ -194,7 +197,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	parts := s.partitions(topic)
 	s.watchGrant()
-	s.sweepOnce.Do(func() { go s.sweep() })
+	s.sweepOnce.Do(func() {
+		s.background.Add(1)
+		go func() {
+			defer s.background.Done()
+			s.sweep()
+		}()
+	})
 	if !s.config.DisableScheduler {
 		s.schedule(topic, parts)
 	}
@@ -305,6 +314,7 @@ func (s *Subscriber) Close() error {
 			sched.stop()
 			<-ticks
 		}
+		s.background.Wait()
 		s.hub.release()
 	})
 	return nil

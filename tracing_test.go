@@ -121,7 +121,9 @@ func TestTracing_ConsumerSpanLinksToPublisher(t *testing.T) {
 	assert.Equal(t, trace.SpanKindProducer, producer.SpanKind())
 	assert.Equal(t, request.SpanContext().SpanID(), producer.Parent().SpanID(), "the producer span is a child of the publishing request")
 	scheduled := parseSpanTime(t, spanAttrs(producer)[otelredisdelay.ScheduledAtAttr])
-	assert.WithinDuration(t, publishedAt.Add(1300*time.Millisecond), scheduled, 50*time.Millisecond)
+	// Generous: a loaded machine may take a while between publishedAt and
+	// the moment Publish reads the clock.
+	assert.WithinDuration(t, publishedAt.Add(1300*time.Millisecond), scheduled, 500*time.Millisecond)
 
 	mu.Lock()
 	defer mu.Unlock()

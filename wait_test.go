@@ -320,3 +320,23 @@ func TestIdleWaitCloseOnSilentRedis(t *testing.T) {
 	assert.Less(t, took, 30*time.Second)
 	proxy.restore(t)
 }
+
+// An entry added without ringing the bell (by another tool, or a writer
+// of an older version) is found by the Subscriber's sweep, which peeks at
+// idle subscriptions once per BlockTime: not at once, but within it.
+func TestIdleWaitSweepFindsEntriesAddedWithoutBell(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	const block = 300 * time.Millisecond
+	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
+	ch := subscribe(t, sub, tp)
+	awaitWaiting(t, client, tp, 1)
+	start := time.Now()
+	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{
+		Stream: lcKey(tp, "stream"), Values: []any{"m", redisdelay.EncodeForTest(lcMessage("unrung"))}}).Err())
+	got := receive(t, ch, 5*block)
+	assert.Equal(t, "unrung", string(got.Payload))
+	got.Ack()
+	t.Logf("FIGURE an entry added without the bell: received %s after (BlockTime %s)", time.Since(start).Round(time.Millisecond), block)
+}

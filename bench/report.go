@@ -324,14 +324,21 @@ func (r *Report) backlogCharts(dir string) error {
 			{"Redis CPU", s.PromoteCPUUsec},
 		}})
 	}
-	charts := []struct {
-		file, title string
-		groups      []barGroup
-	}{
+	return drawLinearCharts(dir, []namedChart{
 		{"backlog-rates.png", "Rates against the waiting backlog (msg/s)", rates},
 		{"backlog-memory.png", "Redis memory per waiting 100 B message (bytes, used_memory growth)", memory},
 		{"backlog-promotion.png", "Promotion cost in Redis per message moved (µs)", cost},
-	}
+	})
+}
+
+// namedChart is a chart and the file it goes to.
+type namedChart struct {
+	file, title string
+	groups      []barGroup
+}
+
+// drawLinearCharts draws charts on linear axes into dir.
+func drawLinearCharts(dir string, charts []namedChart) error {
 	for _, c := range charts {
 		if err := drawLinearChart(filepath.Join(dir, c.file), c.title, c.groups); err != nil {
 			return err

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/binary"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -263,18 +262,9 @@ func (r *Report) topicCharts(dir string) error {
 			late = append(late, barGroup{label: label, bars: []bar{{"p50", l.P50}, {"p99", l.P99}, {"max", l.Max}}})
 		}
 	}
-	charts := []struct {
-		file, title string
-		groups      []barGroup
-	}{
+	return drawLinearCharts(dir, []namedChart{
 		{"topics-connections.png", "Connections of a process with one Subscriber, default client", conns},
 		{"topics-idle.png", "Idle cost (% of a core)", cost},
 		{"topics-lateness.png", "Lateness of messages delayed 50 ms (ms)", late},
-	}
-	for _, c := range charts {
-		if err := drawLinearChart(filepath.Join(dir, c.file), c.title, c.groups); err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
