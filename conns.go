@@ -16,7 +16,8 @@ import (
 
 // The connection model. Whatever the number of topics, partitions,
 // Subscribers and Managers, the library's own work on one Redis client in
-// one process holds at most lanes + 1 connections per Redis node:
+// one process holds at most lanes + 1 connections per Redis node (one
+// more on a Cluster: go-redis's own, below):
 //
 //   - One pub/sub connection (go-redis keeps pub/sub connections outside
 //     the client's pool) carries every notification: the schedulers'
@@ -28,6 +29,10 @@ import (
 //     blocking (an idle one waits for its bell, see waitBell), so none
 //     holds a connection between commands, and a node that fails stalls
 //     only its own lanes.
+//   - A ClusterClient reloads the cluster's layout (CLUSTER SLOTS) now and
+//     then from a node at random, taking a connection of that node's pool
+//     while the lanes may hold theirs: go-redis's, out of the library's
+//     hands.
 //
 // The components sharing a client share these through its hub, found by
 // the client's identity and released when the last of them closes.

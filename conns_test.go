@@ -371,7 +371,13 @@ func TestConnections_BoundedPerProcess(t *testing.T) {
 	close(stop)
 	<-sampled
 	t.Logf("FIGURE connections of a process with 3 Subscribers on 300 topics (50 of 4 partitions) and a Manager: at most %d per node", most)
-	assert.LessOrEqual(t, most, redisdelay.Lanes+1)
+	bound := redisdelay.Lanes + 1 // the lanes and the pub/sub connection
+	if _, ok := admin.(*redis.ClusterClient); ok {
+		// go-redis reloads the cluster's layout every 10 s from a node at
+		// random, on a connection of its pool: seen beside the lanes' 3.
+		bound++
+	}
+	assert.LessOrEqual(t, most, bound)
 	assert.Positive(t, most)
 }
 
