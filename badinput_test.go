@@ -86,6 +86,10 @@ func TestBadPublishInput(t *testing.T) {
 			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: due in more than 292 years, beyond the limit of 100 years (PublisherConfig.MaxDelay is 24h0m0s): use a nearer delay.Until or a shorter delay.For`, topic)},
 		{"delay of 101 years", topic, []*message.Message{good, withMeta("m", delay.DelayedForKey, "884760h0m0s")}, redisdelay.ErrInvalidDelay,
 			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: due in 884760h0m0s, beyond the limit of 100 years (PublisherConfig.MaxDelay is 24h0m0s): use a nearer delay.Until or a shorter delay.For`, topic)},
+		{"malformed handler timeout", topic, []*message.Message{good, withMeta("m", redisdelay.HandlerTimeoutKey, "soon")}, redisdelay.ErrInvalidMessage,
+			fmt.Sprintf(`redisdelay: invalid message: message "m" to topic %q: metadata _redisdelay_handler_timeout="soon" is not a duration of at least 1ms such as "90s", nor "none" (set it with redisdelay.SetHandlerTimeout)`, topic)},
+		{"handler timeout below 1ms", topic, []*message.Message{good, withMeta("m", redisdelay.HandlerTimeoutKey, "0s")}, redisdelay.ErrInvalidMessage,
+			fmt.Sprintf(`redisdelay: invalid message: message "m" to topic %q: metadata _redisdelay_handler_timeout="0s" is not a duration of at least 1ms such as "90s", nor "none" (set it with redisdelay.SetHandlerTimeout)`, topic)},
 		{"payload over MaxMessageSize", topic, []*message.Message{good, message.NewMessage("m", make([]byte, 200))}, redisdelay.ErrMessageTooLarge,
 			fmt.Sprintf(`redisdelay: message too large: message "m" to topic %q is 204 bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (200): store large payloads elsewhere and publish a reference`, topic)},
 	} {
@@ -217,6 +221,8 @@ func TestBadConfig(t *testing.T) {
 			`redisdelay: SubscriberConfig.ConsumerIdleTimeout is -1m0s: use at least 1s (0 means the default)`},
 		{"negative close timeout", newSub(group(redisdelay.SubscriberConfig{CloseTimeout: -time.Second})),
 			`redisdelay: SubscriberConfig.CloseTimeout is -1s: use at least 1ms (0 means the default)`},
+		{"handler timeout below 1ms", newSub(group(redisdelay.SubscriberConfig{HandlerTimeout: time.Microsecond})),
+			`redisdelay: SubscriberConfig.HandlerTimeout is 1µs: use at least 1ms (0 means the default, 30m0s; negative: no bound)`},
 
 		{"manager without client", newMgr(redisdelay.ManagerConfig{}),
 			`redisdelay: ManagerConfig.Client is nil: pass a redis.UniversalClient, e.g. redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})`},

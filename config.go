@@ -29,6 +29,7 @@ const (
 	defaultMaxDeadLetters      = 100_000
 	defaultConsumerIdleTimeout = time.Hour
 	defaultCloseTimeout        = 10 * time.Second
+	defaultHandlerTimeout      = 30 * time.Minute
 	defaultPublishTimeout      = 10 * time.Second
 	defaultMaxDelay            = 366 * 24 * time.Hour
 	defaultMaxMessageSize      = 1 << 20
@@ -413,6 +414,21 @@ type SubscriberConfig struct {
 	// whole CloseTimeout on each Close: set it short there.
 	CloseTimeout time.Duration
 
+	// HandlerTimeout bounds how long a handler may take to Ack or Nack a
+	// message (default 30m, asynq's; negative: no bound); a message's
+	// HandlerTimeoutKey metadata overrides it. Past it the subscription
+	// gives up on the handler: the message's context is cancelled, the
+	// delivery counts as a failed attempt (retried after RetryDelay, or
+	// dead-lettered on the last attempt with a reason naming the timeout),
+	// and the subscription moves on to its next message, so a handler
+	// stuck on a call that never returns holds neither its subscription
+	// nor, with Ordered, its partition. The abandoned handler may still be
+	// running: the next attempt of its message (or, with Ordered, the next
+	// message of its partition) may run beside it. Its late Ack or Nack is
+	// logged and ignored. Timeouts are counted in Metrics and reported by
+	// Inspector.Health. Set it above your slowest legitimate handler.
+	HandlerTimeout time.Duration
+
 	// Metrics records metrics (prommetrics.New for Prometheus); nil
 	// records none. The embedded scheduler records into it too.
 	Metrics Metrics
@@ -455,6 +471,9 @@ func (c *SubscriberConfig) setDefaults() {
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = defaultCloseTimeout
 	}
+	if c.HandlerTimeout == 0 {
+		c.HandlerTimeout = defaultHandlerTimeout
+	}
 	if c.RetryDelay == nil {
 		c.RetryDelay = DefaultRetryDelay
 	}
@@ -491,6 +510,10 @@ func (c SubscriberConfig) Validate() error {
 		if err := positive("SubscriberConfig."+d.name, d.value, d.less); err != nil {
 			return err
 		}
+	}
+	if c.HandlerTimeout > 0 && c.HandlerTimeout < time.Millisecond {
+		return fmt.Errorf("redisdelay: SubscriberConfig.HandlerTimeout is %s: use at least 1ms (0 means the default, %s; negative: no bound)",
+			c.HandlerTimeout, defaultHandlerTimeout)
 	}
 	switch c.ExpiredMessages {
 	case "", DeadLetterExpired, DropExpired:

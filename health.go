@@ -32,6 +32,11 @@ type HealthConfig struct {
 	// above your longest handler.
 	ConsumerIdle time.Duration
 
+	// TimedOutWithin: a group whose handler ran past its timeout
+	// (SubscriberConfig.HandlerTimeout) within this long is reported
+	// (default 15 minutes).
+	TimedOutWithin time.Duration
+
 	// MaxOverdue: a topic whose earliest waiting message is overdue by more
 	// than this has no working scheduler (default 1 minute).
 	MaxOverdue time.Duration
@@ -49,7 +54,7 @@ type HealthConfig struct {
 
 // withDefaults returns the config with its defaults set, or an error.
 func (c HealthConfig) withDefaults() (HealthConfig, error) {
-	if c.StuckAfter < 0 || c.ConsumerIdle < 0 || c.MaxOverdue < 0 || c.CheckEvery < 0 {
+	if c.StuckAfter < 0 || c.ConsumerIdle < 0 || c.MaxOverdue < 0 || c.CheckEvery < 0 || c.TimedOutWithin < 0 {
 		return c, fmt.Errorf("redisdelay: HealthConfig durations must not be negative (0 means the default): %+v", c)
 	}
 	if c.MaxOverdue == 0 {
@@ -57,6 +62,9 @@ func (c HealthConfig) withDefaults() (HealthConfig, error) {
 	}
 	if c.CheckEvery == 0 {
 		c.CheckEvery = 10 * time.Second
+	}
+	if c.TimedOutWithin == 0 {
+		c.TimedOutWithin = 15 * time.Minute
 	}
 	return c, nil
 }
@@ -67,6 +75,7 @@ const (
 	ProblemNoActiveConsumer = "no_active_consumer" // ready messages, no consumer active within ConsumerIdle
 	ProblemSchedulerBehind  = "scheduler_behind"   // waiting messages overdue past MaxOverdue
 	ProblemWakeUpsDenied    = "wake_ups_denied"    // a scheduler's Redis user may not subscribe to wake-ups (ACL)
+	ProblemHandlerTimeouts  = "handler_timeouts"   // a handler ran past its HandlerTimeout within TimedOutWithin
 	// The Redis server's maxmemory policy (allkeys-*) evicts message data
 	// at maxmemory: messages are lost without an error.
 	ProblemEvictionPolicy = "eviction_policy"
@@ -257,7 +266,7 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 	type group struct {
 		part    int
 		name    string
-		vis     *redis.StringCmd
+		meta    *redis.SliceCmd // vis, timeouts, timeout_at
 		redo    *redis.XInfoGroupsCmd
 		redoLen *redis.IntCmd
 		// from the above:
@@ -274,7 +283,7 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 	for p, part := range parts {
 		for _, g := range part.groups.Val() {
 			groups = append(groups, group{part: p, name: g,
-				vis:     pipe.HGet(ctx, part.sh.meta(g), "vis"),
+				meta:    pipe.HMGet(ctx, part.sh.meta(g), "vis", "timeouts", "timeout_at"),
 				redo:    pipe.XInfoGroups(ctx, part.sh.redelivery(g)),
 				redoLen: pipe.XLen(ctx, part.sh.redelivery(g)),
 			})
@@ -312,7 +321,7 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 			}
 		}
 		vis := defaultVisibilityTimeout
-		if ms, err := strconv.ParseInt(g.vis.Val(), 10, 64); err == nil && ms > 0 {
+		if ms := metaInt(g.meta, 0); ms > 0 {
 			vis = time.Duration(ms) * time.Millisecond
 		}
 		g.stuckLimit, g.idleLimit = config.StuckAfter, config.ConsumerIdle
@@ -365,14 +374,19 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 					overdue.Round(time.Millisecond), config.MaxOverdue)})
 		}
 		var names []string
-		stuck := map[string]string{}   // group -> detail of the first stuck entry found
-		stopped := map[string]string{} // group -> detail of the first partition found
+		stuck := map[string]string{}      // group -> detail of the first stuck entry found
+		stopped := map[string]string{}    // group -> detail of the first partition found
+		timeouts := map[string][2]int64{} // group -> count, latest (ms) over its partitions
 		for _, g := range groups {
 			if g.part < k || g.part >= end {
 				continue
 			}
 			if !slices.Contains(names, g.name) {
 				names = append(names, g.name)
+			}
+			if n := metaInt(g.meta, 1); n > 0 {
+				t := timeouts[g.name]
+				timeouts[g.name] = [2]int64{t[0] + n, max(t[1], metaInt(g.meta, 2))}
 			}
 			where := ""
 			if end-k > 1 {
@@ -397,10 +411,29 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 			if d, ok := stopped[g]; ok {
 				problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemNoActiveConsumer, Detail: d})
 			}
+			if t := timeouts[g]; t[0] > 0 {
+				if ago := now.Sub(time.UnixMilli(t[1])); ago <= config.TimedOutWithin {
+					problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemHandlerTimeouts,
+						Detail: fmt.Sprintf("a handler ran past its timeout %s ago (%d time(s) in all): its message was retried or dead-lettered, and the handler may still be running, stuck on a call that never returns (a lock, a network call without a deadline); if handlers legitimately take that long, raise SubscriberConfig.HandlerTimeout",
+							max(ago, 0).Round(time.Second), t[0])})
+				}
+			}
 		}
 		k = end
 	}
 	return problems, nil
+}
+
+// metaInt is field k of a group's meta hash read by HMGET as an integer,
+// 0 when absent.
+func metaInt(c *redis.SliceCmd, k int) int64 {
+	vals := c.Val()
+	if k >= len(vals) {
+		return 0
+	}
+	s, _ := vals[k].(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 // stuckDetail describes the first entry pending past the limit in either

@@ -118,6 +118,47 @@ func messageExpiry(md message.Metadata) (time.Time, error) {
 	return t, nil
 }
 
+// HandlerTimeoutKey is the metadata key that gives a message its own
+// handler deadline, overriding SubscriberConfig.HandlerTimeout for each of
+// its deliveries: a Go duration such as "90s" (SetHandlerTimeout writes
+// it), or "none" for no bound. Publish refuses any other value
+// (ErrInvalidMessage). Like all metadata it travels with retries and with
+// a received message published again.
+const HandlerTimeoutKey = "_redisdelay_handler_timeout"
+
+// SetHandlerTimeout gives a message its own handler deadline (see
+// HandlerTimeoutKey): d > 0 bounds each delivery's handler to d, a
+// negative d lifts the bound, 0 removes the override.
+func SetHandlerTimeout(msg *message.Message, d time.Duration) {
+	switch {
+	case d > 0:
+		msg.Metadata.Set(HandlerTimeoutKey, d.String())
+	case d < 0:
+		msg.Metadata.Set(HandlerTimeoutKey, "none")
+	default:
+		delete(msg.Metadata, HandlerTimeoutKey)
+	}
+}
+
+// messageHandlerTimeout is a message's own handler deadline: 0 without
+// one, negative for "none"; a value that is neither is an error naming the
+// key and how to set it.
+func messageHandlerTimeout(md message.Metadata) (time.Duration, error) {
+	v := md.Get(HandlerTimeoutKey)
+	switch v {
+	case "":
+		return 0, nil
+	case "none":
+		return -1, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Millisecond {
+		return 0, fmt.Errorf("metadata %s=%q is not a duration of at least 1ms such as \"90s\", nor \"none\" (set it with redisdelay.SetHandlerTimeout)",
+			HandlerTimeoutKey, v)
+	}
+	return d, nil
+}
+
 // SetBusinessKey gives a message the business key key (see BusinessKey);
 // an empty key removes it.
 func SetBusinessKey(msg *message.Message, key string) {

@@ -66,6 +66,13 @@ type SubscriptionMetrics interface {
 	// not also counted by Nacked.
 	Expired(deadLettered bool)
 
+	// TimedOut is called when a handler did not Ack or Nack a message
+	// within its timeout (SubscriberConfig.HandlerTimeout): its delivery
+	// counts as a failed attempt, recorded by Nacked as well when it is
+	// requeued or dead-lettered (an Ordered subscription retries it in
+	// place instead).
+	TimedOut()
+
 	// AckWritten is called for each Ack once written to Redis, latency
 	// after the handler's Ack (acks are written in batches, in the
 	// background).
@@ -140,6 +147,14 @@ func (sm *subMetrics) expired(deadLettered bool) {
 		return
 	}
 	sm.rec.Expired(deadLettered)
+}
+
+// timedOut records a handler that ran past its timeout.
+func (sm *subMetrics) timedOut() {
+	if sm == nil {
+		return
+	}
+	sm.rec.TimedOut()
 }
 
 // ackQueued records when an acknowledgement was queued. The subscription's

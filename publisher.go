@@ -329,6 +329,9 @@ func (p *Publisher) checkMetadata(topic string, msg *message.Message, now time.T
 	if _, err = messageExpiry(msg.Metadata); err != nil {
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 	}
+	if _, err = messageHandlerTimeout(msg.Metadata); err != nil {
+		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
+	}
 	if m.key, m.keyArg, err = businessKeyArg(msg, policy); err != nil {
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 	}

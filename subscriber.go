@@ -352,6 +352,8 @@ type subscription struct {
 	renewNow  chan struct{}
 	storedVis atomic.Int64
 
+	deadline *time.Timer // the handler's (see startDeadline; run goroutine only)
+
 	// Ordered subscriptions only (see ordered.go): shared with the
 	// topic's other partitions; whether this one owns its partition; set
 	// by lease renewal when the ownership ran out.
@@ -935,6 +937,7 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 	msgCtx := newMsgContext(ctx)
 	defer msgCtx.end()
 	msg.SetContext(msgCtx)
+	limit := sub.handlerTimeout(msg.Metadata)
 
 	select {
 	case sub.out <- msg:
@@ -947,7 +950,11 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 	// the handler CloseTimeout to finish, and let run's release hand back
 	// the message if it does not.
 	closing := ctx.Done()
-	var timeout <-chan time.Time
+	var timeout, deadline <-chan time.Time
+	if limit > 0 {
+		deadline = sub.startDeadline(limit)
+		defer sub.deadline.Stop()
+	}
 	for {
 		select {
 		case <-msg.Acked():
@@ -958,8 +965,10 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 			}
 			sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
 			return timeout == nil, false, nil, ""
+		case <-deadline:
+			return sub.timedOut(ctx, e, msg, attempt, limit)
 		case <-closing:
-			closing = nil
+			closing, deadline = nil, nil // CloseTimeout bounds the handler now
 			// The hand-back returns everything pending but this entry, so
 			// the queued acks go to Redis first; if they cannot, the final
 			// release hands back after another try.
@@ -980,6 +989,92 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 			return false, false, nil, ""
 		}
 	}
+}
+
+// handlerTimeout is how long a handler may take with a message (see
+// SubscriberConfig.HandlerTimeout); negative: no bound.
+func (sub *subscription) handlerTimeout(md message.Metadata) time.Duration {
+	d, err := messageHandlerTimeout(md)
+	if err != nil {
+		// Publish refuses it: another writer stored it.
+		sub.s.limiter.errorf(sub.s.logger, "redisdelay: message has an invalid handler timeout; using SubscriberConfig.HandlerTimeout", err, sub.fields())
+	}
+	if d == 0 {
+		d = sub.s.config.HandlerTimeout
+	}
+	return d
+}
+
+// startDeadline starts the subscription's handler deadline timer, one
+// reused for every delivery (a timer per message would allocate on the hot
+// path).
+func (sub *subscription) startDeadline(limit time.Duration) <-chan time.Time {
+	if sub.deadline == nil {
+		sub.deadline = time.NewTimer(limit)
+	} else {
+		sub.deadline.Reset(limit)
+	}
+	return sub.deadline.C
+}
+
+// timedOut gives up on a handler that ran past its deadline: the delivery
+// is a failed attempt whose error names the timeout, retried in place by an
+// ordered subscription (before any later message of its partition) or
+// settled as a Nack (a retry, or a dead letter on the last attempt). The
+// handler may still be running and still change msg, so the message to
+// store is decoded again from the entry; its late Ack or Nack is ignored.
+func (sub *subscription) timedOut(ctx context.Context, e entry, msg *message.Message, attempt int, limit time.Duration) (ok, acked bool, retry *message.Message, deliveredUntil string) {
+	s := sub.s
+	fields := sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "message_uuid": msg.UUID, "attempt": attempt, "handler_timeout": limit.String()})
+	s.logger.Error("redisdelay: handler did not Ack or Nack within its timeout; the delivery counts as a failed attempt (the handler may still be running)", nil, fields)
+	sub.m.timedOut()
+	sub.recordTimeout(ctx)
+	go ignoreLate(ctx, msg, s.logger, fields)
+
+	raw, _ := e.msg.Values["m"].(string)
+	failed, err := decodeMessage([]byte(raw))
+	if err != nil { // decoded before it was delivered: cannot happen
+		return ctx.Err() == nil, false, nil, ""
+	}
+	delete(failed.Metadata, snoozeKey)
+	deliveredUntil = markDelivered(failed.Metadata, strconv.Itoa(attempt), s.now())
+	failed.Metadata.Set(ErrorKey, fmt.Sprintf("handler timed out after %s (SubscriberConfig.HandlerTimeout, or metadata %s)", limit, HandlerTimeoutKey))
+	if sub.retriesInPlace(attempt) {
+		return true, false, failed, deliveredUntil
+	}
+	sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, failed, attempt, deliveredUntil) })
+	return ctx.Err() == nil, false, nil, ""
+}
+
+// recordTimeout counts a handler timeout in the group's meta hash, where
+// Inspector.Health finds it; a failure is logged, the timeout's handling
+// goes on.
+func (sub *subscription) recordTimeout(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	meta := sub.shard.meta(sub.s.config.ConsumerGroup)
+	_, err := sub.s.redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HIncrBy(ctx, meta, "timeouts", 1)
+		p.HSet(ctx, meta, "timeout_at", sub.s.now().UnixMilli())
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot record a handler timeout for Inspector.Health", err, sub.fields())
+	}
+}
+
+// ignoreLate logs the Ack or Nack of a handler that had timed out, until
+// the subscription ends: the message was retried or dead-lettered already.
+func ignoreLate(ctx context.Context, msg *message.Message, logger watermill.LoggerAdapter, fields watermill.LogFields) {
+	what := "Ack"
+	select {
+	case <-msg.Acked():
+	case <-msg.Nacked():
+		what = "Nack"
+	case <-ctx.Done():
+		return
+	}
+	logger.Info("redisdelay: "+what+" of a message after its handler timeout, ignored (its delivery counted as failed)", fields)
 }
 
 // settle runs a nack (or dead-lettering) until Redis takes it, so the next

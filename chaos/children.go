@@ -101,6 +101,7 @@ func runConsumer(c config) int {
 		MaxDeadLetters:      -1, // the driver reads every dead letter
 		ConsumerIdleTimeout: 10 * time.Second,
 		CloseTimeout:        time.Second,
+		HandlerTimeout:      c.handlerTimeout,
 	}, logger)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos consumer:", err)

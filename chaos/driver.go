@@ -150,6 +150,7 @@ func (d *driver) run(ctx context.Context) error {
 		"-subs", strconv.Itoa(c.subs),
 		"-fail", strconv.FormatFloat(c.fail, 'g', -1, 64),
 		"-hang", strconv.FormatFloat(c.hang, 'g', -1, 64),
+		"-handler-timeout", c.handlerTimeout.String(),
 		"-max-attempts", strconv.Itoa(c.maxAttempts),
 		"-visibility", c.visibility.String(),
 		"-retry-delay", c.retryDelay.String(),
@@ -507,11 +508,11 @@ func (d *driver) restart(sl *slot, end func() *proc) {
 }
 
 // livenessProbe SIGKILLs a consumer whose handler has hung for -liveness,
-// as a liveness probe (or a handler deadline) would in production. With
-// ordered subscriptions a hung handler holds its whole partition, not one
-// message, so leaving it to the random kills would stall the partition for
-// as long as the lottery takes (23s seen with 3 consumers) and make the run's
-// length a matter of luck.
+// as an external liveness probe would in production. Off by default: the
+// consumers' HandlerTimeout gives up on a hung handler by itself. Without
+// one (-handler-timeout -1), an ordered subscription's hung handler holds
+// its whole partition, not one message, until a random kill finds its
+// process (23s seen with 3 consumers): the probe bounds that.
 func (d *driver) livenessProbe(ctx context.Context) {
 	if d.c.liveness <= 0 {
 		return

@@ -228,6 +228,8 @@ func (l *ledger) readDead(ctx context.Context, insp *redisdelay.Inspector, maxAt
 				l.deadReasons["handler error (RecordError)"]++
 			case strings.HasPrefix(d.Reason, "not acknowledged within"):
 				l.deadReasons["reclaimed from a dead consumer"]++
+			case strings.HasPrefix(d.Reason, "handler timed out after"):
+				l.deadReasons["hung on the last attempt (HandlerTimeout)"]++
 			default:
 				l.deadReasons["other"]++
 				l.problem("dead letter %s (%s) has an unexpected reason %q", d.ID, d.Message.UUID, d.Reason)

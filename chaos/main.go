@@ -44,15 +44,16 @@ type config struct {
 	keep        bool
 
 	// shared with the consumers
-	subs        int
-	fail        float64
-	hang        float64
-	maxAttempts int
-	visibility  time.Duration
-	retryDelay  time.Duration
-	batch       int
-	partitions  int
-	ordered     bool
+	subs           int
+	fail           float64
+	hang           float64
+	handlerTimeout time.Duration
+	maxAttempts    int
+	visibility     time.Duration
+	retryDelay     time.Duration
+	batch          int
+	partitions     int
+	ordered        bool
 
 	// children only
 	role string
@@ -73,14 +74,15 @@ func main() {
 	flag.DurationVar(&c.killMin, "kill-min", 2*time.Second, "shortest pause between two consumer kills")
 	flag.DurationVar(&c.killMax, "kill-max", 5*time.Second, "longest pause between two consumer kills")
 	flag.Float64Var(&c.graceful, "graceful", 0.2, "fraction of consumer stops done with SIGTERM (graceful: hands messages back) instead of SIGKILL")
-	flag.DurationVar(&c.liveness, "liveness", -1, "SIGKILL a consumer whose handler has hung this long, as a liveness probe would (0: never; default: 5s with -ordered, where a hung handler blocks its partition, never otherwise)")
+	flag.DurationVar(&c.liveness, "liveness", 0, "SIGKILL a consumer whose handler has hung this long, as an external liveness probe would (0: never; the consumers' -handler-timeout gives up on a hung handler by itself)")
 	flag.DurationVar(&c.drain, "drain", 3*time.Minute, "how long to wait after publishing for every message to be acked or dead-lettered")
 	flag.StringVar(&c.redisServer, "redis-server", "", "redis-server binary (default: redis-server from PATH)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the temporary directory (Redis data, consumer logs, children's stderr) for inspection")
 
 	flag.IntVar(&c.subs, "subs", 4, "subscriptions (Router handlers) per consumer process")
 	flag.Float64Var(&c.fail, "fail", 0.10, "probability that a handler fails (Nack, retried)")
-	flag.Float64Var(&c.hang, "hang", 0.0005, "probability that a handler hangs forever (freed only when its process dies)")
+	flag.Float64Var(&c.hang, "hang", 0.0005, "probability that a handler hangs forever, ignoring its context (its delivery is given up on after -handler-timeout)")
+	flag.DurationVar(&c.handlerTimeout, "handler-timeout", 2*time.Second, "SubscriberConfig.HandlerTimeout (negative: none; a hung handler then holds its message, and with -ordered its partition, until its process dies)")
 	flag.IntVar(&c.maxAttempts, "max-attempts", 3, "SubscriberConfig.MaxAttempts (then dead letter)")
 	flag.DurationVar(&c.visibility, "visibility", 2*time.Second, "SubscriberConfig.VisibilityTimeout")
 	flag.DurationVar(&c.retryDelay, "retry-delay", 100*time.Millisecond, "RetryDelay per failed attempt (attempt × this, at most 3×)")
@@ -93,12 +95,6 @@ func main() {
 	flag.StringVar(&c.log, "log", "", "internal: event log of a consumer")
 	flag.StringVar(&c.name, "name", "", "internal: name of a child")
 	flag.Parse()
-	if c.liveness < 0 {
-		c.liveness = 0
-		if c.ordered {
-			c.liveness = 5 * time.Second
-		}
-	}
 
 	if err := c.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)

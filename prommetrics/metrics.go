@@ -34,6 +34,7 @@ type Metrics struct {
 	retries         *prometheus.CounterVec   // topic, consumer_group
 	deadLettered    *prometheus.CounterVec   // topic, consumer_group, source
 	expired         *prometheus.CounterVec   // topic, consumer_group
+	timedOut        *prometheus.CounterVec   // topic, consumer_group
 	reclaimed       *prometheus.CounterVec   // topic, consumer_group
 	promoted        *prometheus.CounterVec   // topic
 	lateness        *prometheus.HistogramVec // topic
@@ -74,6 +75,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			append(tg, "source")),
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "expired_messages_total",
 			Help: "Messages not handed to a handler because their deadline (metadata _redisdelay_expires_at) had passed: dead-lettered (also counted in dead_lettered_messages_total, source expired) or dropped."}, tg),
+		timedOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "handler_timeouts_total",
+			Help: "Deliveries whose handler did not Ack or Nack within its timeout (SubscriberConfig.HandlerTimeout): counted as failed attempts, requeued or dead-lettered (also counted there) or retried in place by an ordered subscription."}, tg),
 		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reclaimed_messages_total",
 			Help: "Messages taken back by this process's scheduler from consumers that stopped responding, and requeued for another attempt."}, tg),
 		promoted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "promoted_messages_total",
@@ -92,7 +95,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.publishDuration, m.published, m.delivered, m.deliveryLag, m.ackLatency,
-		m.retries, m.deadLettered, m.expired, m.reclaimed, m.promoted, m.lateness}
+		m.retries, m.deadLettered, m.expired, m.timedOut, m.reclaimed, m.promoted, m.lateness}
 }
 
 // Describe implements prometheus.Collector.
@@ -140,14 +143,15 @@ func (m *Metrics) Subscription(topic, consumerGroup string) redisdelay.Subscript
 		return nil
 	}
 	return &subscription{
-		first:   m.delivered.WithLabelValues(topic, consumerGroup, "first"),
-		retry:   m.delivered.WithLabelValues(topic, consumerGroup, "retry"),
-		lag:     m.deliveryLag.WithLabelValues(topic, consumerGroup),
-		ack:     m.ackLatency.WithLabelValues(topic, consumerGroup),
-		retries: m.retries.WithLabelValues(topic, consumerGroup),
-		dead:    m.deadLettered.WithLabelValues(topic, consumerGroup, "nack"),
-		expired: m.expired.WithLabelValues(topic, consumerGroup),
-		expDead: m.deadLettered.WithLabelValues(topic, consumerGroup, "expired"),
+		first:    m.delivered.WithLabelValues(topic, consumerGroup, "first"),
+		retry:    m.delivered.WithLabelValues(topic, consumerGroup, "retry"),
+		lag:      m.deliveryLag.WithLabelValues(topic, consumerGroup),
+		ack:      m.ackLatency.WithLabelValues(topic, consumerGroup),
+		retries:  m.retries.WithLabelValues(topic, consumerGroup),
+		dead:     m.deadLettered.WithLabelValues(topic, consumerGroup, "nack"),
+		expired:  m.expired.WithLabelValues(topic, consumerGroup),
+		expDead:  m.deadLettered.WithLabelValues(topic, consumerGroup, "expired"),
+		timedOut: m.timedOut.WithLabelValues(topic, consumerGroup),
 	}
 }
 
@@ -185,6 +189,7 @@ type subscription struct {
 	dead         prometheus.Counter
 	expired      prometheus.Counter
 	expDead      prometheus.Counter // dead letters, source expired
+	timedOut     prometheus.Counter
 }
 
 func (s *subscription) Delivered(attempt int, lag time.Duration) {
@@ -212,5 +217,7 @@ func (s *subscription) Expired(deadLettered bool) {
 		s.expDead.Inc()
 	}
 }
+
+func (s *subscription) TimedOut() { s.timedOut.Inc() }
 
 func (s *subscription) AckWritten(latency time.Duration) { s.ack.Observe(latency.Seconds()) }
