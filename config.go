@@ -389,9 +389,10 @@ type SubscriberConfig struct {
 	// of a topic: Messages per Per, across all its subscribers in every
 	// process (the limiter is in Redis); TopicRateLimits sets it per
 	// topic, overriding it. Zero: no limit. A subscription asks the
-	// limiter before each read for a batch of min(BatchSize, Messages) and
-	// waits its turn; turns are given in the order they were asked, so no
-	// subscriber starves. Bursts are one batch at most. Redeliveries (of
+	// limiter before each read for a batch of min(BatchSize, a tenth of
+	// Messages) (at least 1) and waits its turn; turns are given in the
+	// order they were asked, so no subscriber starves. In any interval of
+	// length Per the group receives at most Messages plus one batch. Redeliveries (of
 	// nacked or reclaimed messages) count like new ones; a subscription
 	// re-reading its own pending messages after a lost connection does
 	// not. Give every subscriber of a group the same limit: a subscriber

@@ -27,6 +27,17 @@ func (l RateLimit) validate(what string) error {
 	return nil
 }
 
+// batch is how many messages a subscription reads at a time under the
+// limit (none: batchSize): at most a tenth of the interval's messages, at
+// least 1, so the one batch a burst may add stays within a tenth of the
+// limit and averages over ten intervals within 1% of it.
+func (l RateLimit) batch(batchSize int) int {
+	if l.Messages <= 0 {
+		return batchSize
+	}
+	return max(1, min(batchSize, (l.Messages+9)/10))
+}
+
 // rateLimit is the limit of a topic (zero: none).
 func (c SubscriberConfig) rateLimit(topic string) RateLimit {
 	if l, ok := c.TopicRateLimits[topic]; ok {
@@ -111,10 +122,7 @@ func (i *Inspector) Paused(ctx context.Context, topic, group string) (bool, erro
 func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	s := sub.s
 	limit := s.config.rateLimit(sub.topic)
-	want := s.config.BatchSize
-	if limit.Messages > 0 {
-		want = min(want, limit.Messages)
-	}
+	want := limit.batch(s.config.BatchSize)
 	notified := sub.flowNotified.Swap(false)
 	// The read after one that found too little is read.lua's, which on
 	// partition 0 checks the pause itself.
@@ -125,7 +133,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	sh := s.keys.shard(sub.topic, 0)
 	var r gateReply
 	if limit.Messages > 0 {
-		r, err = callGate(ctx, s.redis, sh, s.config.ConsumerGroup, limit, want, sub.unused)
+		r, err = callGate(ctx, s.redis, sh, s.config.ConsumerGroup, limit, want, sub.unused, sub.reserved)
 	} else {
 		var n int64
 		n, err = s.redis.Exists(ctx, sh.paused(s.config.ConsumerGroup)).Result()
@@ -158,10 +166,11 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 		}
 		return 0, nil
 	}
-	sub.unused = 0
+	sub.unused, sub.reserved = 0, 0
 	if limit.Messages > 0 {
-		// Given back by the next call unless the read fetches them all.
-		sub.unused = r.count
+		// Given back by the next call unless the read fetches them all
+		// (or another reservation came after this one).
+		sub.unused, sub.reserved = r.count, r.end
 	}
 	if r.wait > 0 {
 		sleep(ctx, r.wait)

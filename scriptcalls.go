@@ -576,22 +576,31 @@ type gateReply struct {
 	paused bool
 	count  int           // fetch at most this many
 	wait   time.Duration // after this long
+	end    int64         // the reservation (callGate's reserved, next time)
 }
 
 // callGate runs gate.lua on partition 0 (sh) of a topic: whether the group
 // is paused, and under its rate limit (zero: none) when a read of want
 // messages may start. unused gives back what the caller's previous
-// reservation did not fetch.
-func callGate(ctx context.Context, c redis.Scripter, sh shard, group string, limit RateLimit, want, unused int) (gateReply, error) {
+// reservation (reserved: its end, 0 for none) did not fetch.
+func callGate(ctx context.Context, c redis.Scripter, sh shard, group string, limit RateLimit, want, unused int, reserved int64) (gateReply, error) {
+	prev := ""
+	if reserved > 0 {
+		prev = strconv.FormatInt(reserved, 10)
+	}
 	res, err := gateScript.Run(ctx, c, []string{sh.paused(group), sh.rate(group)},
-		limit.Messages, limit.Per.Milliseconds(), want, unused).Int64Slice()
+		limit.Messages, limit.Per.Milliseconds(), want, unused, prev).Int64Slice()
 	if err != nil {
 		return gateReply{}, err
 	}
 	if err := replyShort("gate", len(res), 3); err != nil {
 		return gateReply{}, err
 	}
-	return gateReply{paused: res[0] == 1, count: int(res[1]), wait: time.Duration(res[2]) * time.Microsecond}, nil
+	r := gateReply{paused: res[0] == 1, count: int(res[1]), wait: time.Duration(res[2]) * time.Microsecond}
+	if len(res) > 3 {
+		r.end = res[3]
+	}
+	return r, nil
 }
 
 // callSchedAdd runs schedadd.lua; it reports whether the next tick was set.

@@ -376,6 +376,7 @@ type subscription struct {
 	paused       bool
 	flowChecked  time.Time
 	unused       int
+	reserved     int64 // the end of the rate limiter's reservation unused is of (gate.lua)
 	flowNotified atomic.Bool
 	flowWake     chan struct{}
 

@@ -22,10 +22,16 @@
           fetch (its read returned fewer), given back; negative: it fetched
           that many more (a read takes up to count from each of two
           streams), charged
+  ARGV[5] the end of the caller's previous reservation, as this script
+          returned it ("" for none): unused is given back only when no
+          reservation was made after it, since moving the end of the queue
+          back over later turns would let them overlap (a burst beyond
+          one batch)
 
-  Returns {paused, count, wait_us}: paused 1 (count 0) while the group is
-  paused; otherwise the caller sleeps wait_us microseconds, then fetches
-  at most count messages (want).
+  Returns {paused, count, wait_us, end}: paused 1 (count 0) while the
+  group is paused; otherwise the caller sleeps wait_us microseconds, then
+  fetches at most count messages (want); end identifies its reservation
+  (ARGV[5] of its next call).
 ]]
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {1, 0, 0}
@@ -45,15 +51,23 @@ if st[2] ~= limit then
   -- delay new ones.
   tat = math.min(tat, now)
 end
+-- A reservation's end in microseconds, as stored: what a caller passes back.
+local function id(v)
+  return math.floor(tonumber(v) * 1000 + 0.5)
+end
 local unused = tonumber(ARGV[4])
 if unused >= 0 then
-  tat = math.max(tat - unused * e, now)
+  if unused > 0 and st[1] and ARGV[5] ~= '' and id(st[1]) == tonumber(ARGV[5]) then
+    tat = math.max(tat - unused * e, now)
+  end
+  tat = math.max(tat, now)
 else
   -- The previous read fetched more than reserved (it reads two streams).
   tat = math.max(tat, now) - unused * e
 end
 local wait = tat - now
 tat = tat + want * e
-redis.call('HSET', KEYS[2], 't', string.format('%.3f', tat), 'l', limit)
+local stored = string.format('%.3f', tat)
+redis.call('HSET', KEYS[2], 't', stored, 'l', limit)
 redis.call('PEXPIRE', KEYS[2], math.ceil(tat - now) + 1000)
-return {0, want, math.ceil(wait * 1000)}
+return {0, want, math.ceil(wait * 1000), id(stored)}
