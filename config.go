@@ -401,6 +401,19 @@ type SubscriberConfig struct {
 	RateLimit       RateLimit
 	TopicRateLimits map[string]RateLimit
 
+	// Concurrency caps how many handlers of the consumer group run at
+	// once on a topic, across all its subscribers in every process (a
+	// semaphore in Redis), for handlers that call a fragile or
+	// rate-limited service; TopicConcurrency sets it per topic,
+	// overriding it. Zero: no cap. A subscription takes a slot before
+	// handing a message to its handler and gives it back when the handler
+	// acks or nacks (or times out, see HandlerTimeout); a slot of a
+	// process that died lapses after VisibilityTimeout. Waiting
+	// subscriptions get slots in the order they asked. Give every
+	// subscriber of a group the same value. See docs/flow-control.md.
+	Concurrency      int
+	TopicConcurrency map[string]int
+
 	// CloseTimeout is how long Close (or the end of a Subscribe context)
 	// waits for a handler to Ack or Nack the message it is handling
 	// (default 10s); the message's context is cancelled first, as a signal
@@ -528,6 +541,17 @@ func (c SubscriberConfig) Validate() error {
 	if c.RateLimit != (RateLimit{}) {
 		if err := c.RateLimit.validate("SubscriberConfig.RateLimit"); err != nil {
 			return err
+		}
+	}
+	if c.Concurrency < 0 || c.Concurrency > 1_000_000 {
+		return fmt.Errorf("redisdelay: SubscriberConfig.Concurrency is %d: use 1 to 1,000,000 handlers at once (0: no cap)", c.Concurrency)
+	}
+	for topic, n := range c.TopicConcurrency {
+		if err := validateTopic(topic); err != nil {
+			return fmt.Errorf("redisdelay: SubscriberConfig.TopicConcurrency: %w", err)
+		}
+		if n < 1 || n > 1_000_000 {
+			return fmt.Errorf("redisdelay: SubscriberConfig.TopicConcurrency[%q] is %d: use 1 to 1,000,000 handlers at once (leave the topic out for no cap)", topic, n)
 		}
 	}
 	for topic, l := range c.TopicRateLimits {

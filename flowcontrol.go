@@ -38,6 +38,73 @@ func (l RateLimit) batch(batchSize int) int {
 	return max(1, min(batchSize, (l.Messages+9)/10))
 }
 
+// concurrency is the concurrency cap of a topic (0: none).
+func (c SubscriberConfig) concurrency(topic string) int {
+	if n, ok := c.TopicConcurrency[topic]; ok {
+		return n
+	}
+	return c.Concurrency
+}
+
+// takeSlot waits for one of the group's concurrency slots on the topic
+// (see SubscriberConfig.Concurrency), asking again when one is released
+// and at least every second (the queue forgets a waiter silent for 3 s);
+// false when ctx ended first. Without a cap it returns at once.
+func (sub *subscription) takeSlot(ctx context.Context) bool {
+	s := sub.s
+	limit := s.config.concurrency(sub.topic)
+	if limit == 0 {
+		return true
+	}
+	sh := s.keys.shard(sub.topic, 0)
+	for failures := 0; ; {
+		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+		held, err := callSlot(opCtx, s.redis, sh, s.config.ConsumerGroup, "take", sub.slotHolder(), limit, 3*sub.renewEvery())
+		cancel()
+		if ctx.Err() != nil {
+			return false
+		}
+		wait := time.Second
+		switch {
+		case err != nil:
+			failures++
+			wait = backoff(failures, 2*time.Second)
+			s.limiter.errorf(s.logger, "redisdelay: cannot take a concurrency slot; retrying", err, sub.fields())
+		case held:
+			sub.holdsSlot.Store(true)
+			return true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-sub.slotWake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// slotHolder names the subscription in the group's concurrency slots: its
+// consumer name is shared by the partitions of one Subscribe.
+func (sub *subscription) slotHolder() string {
+	return sub.consumer + "/" + strconv.Itoa(sub.part)
+}
+
+// releaseSlot gives back the concurrency slot the subscription holds, if
+// any; one that cannot be given back lapses after its lease.
+func (sub *subscription) releaseSlot() {
+	if !sub.holdsSlot.Swap(false) {
+		return
+	}
+	s := sub.s
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_, err := callSlot(ctx, s.redis, s.keys.shard(sub.topic, 0), s.config.ConsumerGroup, "release", sub.slotHolder(), 0, 0)
+	if err != nil && !isClientClosed(err) {
+		s.limiter.errorf(s.logger, "redisdelay: cannot give back a concurrency slot; it lapses after VisibilityTimeout", err, sub.fields())
+	}
+}
+
 // rateLimit is the limit of a topic (zero: none).
 func (c SubscriberConfig) rateLimit(topic string) RateLimit {
 	if l, ok := c.TopicRateLimits[topic]; ok {

@@ -34,8 +34,9 @@ const defaultBlockTime = 30 * time.Second
 // the client the bell's channel.
 const deniedPoll = 100 * time.Millisecond
 
-// listen registers the subscription for its partition's bell and its
-// group's pause notifications; the returned func unregisters it, telling
+// listen registers the subscription for its partition's bell, its
+// group's pause notifications and, under a concurrency cap, slot
+// releases; the returned func unregisters it, telling
 // Redis before it returns when no other listener needs the channels.
 func (sub *subscription) listen() (unlisten func()) {
 	h := sub.s.hub
@@ -46,13 +47,19 @@ func (sub *subscription) listen() (unlisten func()) {
 		sub.flowNotified.Store(true)
 		wakeUp(sub.flowWake)
 	}}
-	bellChannel := sub.shard.bell()
-	flowChannel := sub.s.keys.shard(sub.topic, 0).flow(sub.s.config.ConsumerGroup)
-	h.listen(bellChannel, bell)
-	h.listen(flowChannel, flow)
+	sh0, group := sub.s.keys.shard(sub.topic, 0), sub.s.config.ConsumerGroup
+	channels := map[string]*listener{sub.shard.bell(): bell, sh0.flow(group): flow}
+	if sub.s.config.concurrency(sub.topic) > 0 {
+		// A concurrency slot was released (slot.lua).
+		channels[sh0.running(group)] = &listener{fn: func(note) { wakeUp(sub.slotWake) }}
+	}
+	for channel, l := range channels {
+		h.listen(channel, l)
+	}
 	return func() {
-		h.unlisten(bellChannel, bell)
-		h.unlisten(flowChannel, flow)
+		for channel, l := range channels {
+			h.unlisten(channel, l)
+		}
 	}
 }
 

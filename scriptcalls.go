@@ -603,6 +603,15 @@ func callGate(ctx context.Context, c redis.Scripter, sh shard, group string, lim
 	return r, nil
 }
 
+// callSlot runs slot.lua on partition 0 (sh) of a topic for member, a
+// subscription: op "take" (under limit), "renew" (lease) or "release".
+// It reports whether member holds a slot.
+func callSlot(ctx context.Context, c redis.Scripter, sh shard, group, op, member string, limit int, lease time.Duration) (bool, error) {
+	n, err := slotScript.Run(ctx, c, []string{sh.running(group), sh.slotQueue(group), sh.slotSeen(group)},
+		op, member, limit, lease.Milliseconds()).Int()
+	return n == 1, err
+}
+
 // callSchedAdd runs schedadd.lua; it reports whether the next tick was set.
 func callSchedAdd(ctx context.Context, c redis.Scripter, k keys, id string, def []byte, spec, timezone string, first time.Time) (bool, error) {
 	sk := k.schedules()

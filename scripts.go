@@ -74,6 +74,7 @@ var (
 	idleScript       = loadScript("idle")
 	findScript       = loadScript("find")
 	gateScript       = loadScript("gate")
+	slotScript       = loadScript("slot")
 	rescheduleScript = loadScript("reschedule")
 	unpackScript     = loadScript("unpack")
 	farPullScript    = loadScript("farpull")
@@ -110,6 +111,9 @@ var (
 //	<shard>:g:<group>:owned  hash    ordered subscription -> partitions it owns (partition 0 only)
 //	<shard>:g:<group>:paused string  ms time of Inspector.Pause while the group is paused (partition 0 only)
 //	<shard>:g:<group>:rate   hash    the group's rate limiter, see gate.lua (partition 0 only; expires)
+//	<shard>:g:<group>:running zset   concurrency slot holders -> lease expiry, see slot.lua (partition 0 only; expires)
+//	<shard>:g:<group>:squeue zset    subscriptions waiting for a slot -> when they asked (partition 0 only; expires)
+//	<shard>:g:<group>:sseen  zset    the same -> when they last asked (partition 0 only; expires)
 //	<shard>:g:<group>:flow   pub/sub channel that tells the group's subscribers of a pause or resume (partition 0 only)
 //	<shard>:far              zset    far bucket number -> when to unpack it (ms): the far tier, see far.go
 //	<shard>:fb:<bucket>      list    a far bucket: due score (8 bytes) + encoded message, "" once cancelled
@@ -233,4 +237,7 @@ func (s shard) members(group string) string     { return s.group(group) + ":memb
 func (s shard) ownedCounts(group string) string { return s.group(group) + ":owned" }
 func (s shard) paused(group string) string      { return s.group(group) + ":paused" }
 func (s shard) rate(group string) string        { return s.group(group) + ":rate" }
+func (s shard) running(group string) string     { return s.group(group) + ":running" }
+func (s shard) slotQueue(group string) string   { return s.group(group) + ":squeue" }
+func (s shard) slotSeen(group string) string    { return s.group(group) + ":sseen" }
 func (s shard) flow(group string) string        { return s.group(group) + ":flow" }

@@ -235,6 +235,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			order:    order,
 			bell:     make(chan struct{}, 1),
 			flowWake: make(chan struct{}, 1),
+			slotWake: make(chan struct{}, 1),
 			renewNow: make(chan struct{}, 1),
 			m:        newSubMetrics(s.config.Metrics, topic, s.config.ConsumerGroup),
 		}
@@ -376,7 +377,9 @@ type subscription struct {
 	paused       bool
 	flowChecked  time.Time
 	unused       int
-	reserved     int64 // the end of the rate limiter's reservation unused is of (gate.lua)
+	holdsSlot    atomic.Bool   // a concurrency slot (flowcontrol.go)
+	slotWake     chan struct{} // a slot was released; capacity 1
+	reserved     int64         // the end of the rate limiter's reservation unused is of (gate.lua)
 	flowNotified atomic.Bool
 	flowWake     chan struct{}
 
@@ -726,6 +729,12 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	if err != nil {
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
+	if sub.holdsSlot.Load() {
+		group := s.config.ConsumerGroup
+		if _, err := callSlot(ctx, s.redis, s.keys.shard(sub.topic, 0), group, "renew", sub.slotHolder(), 0, 3*sub.renewEvery()); err != nil {
+			return 0, fmt.Errorf("renew the lease of a concurrency slot: %w", err)
+		}
+	}
 	if sub.owns.Load() {
 		if n, err := sub.ownOp(ctx, "renew"); err != nil {
 			return 0, fmt.Errorf("renew the ownership of the partition: %w", err)
@@ -939,6 +948,10 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 	defer msgCtx.end()
 	msg.SetContext(msgCtx)
 	limit := sub.handlerTimeout(msg.Metadata)
+	if !sub.takeSlot(ctx) {
+		return false, false, nil, ""
+	}
+	defer sub.releaseSlot()
 
 	select {
 	case sub.out <- msg:
