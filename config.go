@@ -392,12 +392,12 @@ type SubscriberConfig struct {
 	// limiter before each read for a batch of min(BatchSize, a tenth of
 	// Messages) (at least 1) and waits its turn; turns are given in the
 	// order they were asked, so no subscriber starves. In any interval of
-	// length Per the group receives at most Messages plus one batch. Redeliveries (of
-	// nacked or reclaimed messages) count like new ones; a subscription
-	// re-reading its own pending messages after a lost connection does
-	// not. Give every subscriber of a group the same limit: a subscriber
-	// with another one applies its own, and each change lets one batch
-	// through early. See docs/flow-control.md.
+	// length Per the group receives at most Messages plus one batch.
+	// Redeliveries (of nacked or reclaimed messages) count like new
+	// ones; a subscription re-reading its own pending messages after a
+	// lost connection does not. Give every subscriber of a group the same
+	// limit: a subscriber with another one applies its own, and each
+	// change lets one batch through early. See docs/flow-control.md.
 	RateLimit       RateLimit
 	TopicRateLimits map[string]RateLimit
 
