@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -80,16 +79,6 @@ func busiestSecond(times []time.Time) int {
 	return most
 }
 
-// rlPublish publishes n immediate messages to tp.
-func rlPublish(t *testing.T, tp string, n int) {
-	t.Helper()
-	msgs := make([]*message.Message, n)
-	for i := range msgs {
-		msgs[i] = lcMessage(fmt.Sprint(i))
-	}
-	require.NoError(t, lcPublisher(t, newClient(t)).Publish(tp, msgs...))
-}
-
 // In any 1-second window the group receives at most the limit plus one
 // batch (here 55; the test allows one more batch, 60, for the delivery
 // of a batch running late on a busy machine): at start with a backlog,
@@ -115,7 +104,7 @@ func TestRateLimit_BusiestSecond(t *testing.T) {
 			// A backlog (8 s at the limit) waits for subscribers that start
 			// at once; beside it, subscribers of another topic stay idle.
 			busy, idle := topic(), topic()
-			rlPublish(t, busy, 400)
+			backlog(t, busy, 400)
 			start := time.Now()
 			bg := newRlGroup(t, busy, subs)
 			ig := newRlGroup(t, idle, subs)
@@ -128,7 +117,7 @@ func TestRateLimit_BusiestSecond(t *testing.T) {
 			_, err := insp.Resume(ctx, busy, "g")
 			require.NoError(t, err)
 			resumed := time.Now()
-			rlPublish(t, idle, 200)
+			backlog(t, idle, 200)
 			time.Sleep(3 * time.Second)
 
 			check("at start", bg.between(start, paused))
@@ -145,7 +134,7 @@ func TestFiguresRateLimitAverage(t *testing.T) {
 		t.Skip("set REDISDELAY_FIGURES=1")
 	}
 	tp := topic()
-	rlPublish(t, tp, 12*rlLimit)
+	backlog(t, tp, 12*rlLimit)
 	g := newRlGroup(t, tp, 3)
 	time.Sleep(11 * time.Second)
 	times := g.between(time.Time{}, time.Now())

@@ -170,7 +170,7 @@ func (sub *subscription) waitBell(ctx context.Context) {
 }
 
 // sweep peeks, once per BlockTime, at each subscription waiting for its
-// bell (peek.lua, many per pipeline, in one lane of the gate), and rings
+// bell (peek.lua, many per pipeline, through the lanes), and rings
 // the bell of those that have something to read: entries a writer added
 // without ringing (an older version of this library). It runs until the
 // Subscriber closes.
