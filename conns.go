@@ -67,6 +67,12 @@ type hub struct {
 	done      chan struct{}                     // closed when the dispatch loop ended
 	prefixes  map[string]*channelGrant          // key prefix -> whether Redis grants its channels
 
+	// UNSUBSCRIBEs written and not yet confirmed (see settle); idle is
+	// closed whenever none are.
+	unsubMu      sync.Mutex
+	unsubPending int
+	unsubIdle    chan struct{}
+
 	poolErr atomic.Pointer[poolError] // the last error of the client's pool in a lane
 }
 
@@ -120,9 +126,11 @@ func newHub(client redis.UniversalClient) *hub {
 	return h
 }
 
-// release gives the hub back; the last release stops the lanes and closes
-// the pub/sub connection, and returns once both are done.
+// release gives the hub back once Redis confirmed the component's
+// UNSUBSCRIBEs; the last release stops the lanes and closes the pub/sub
+// connection, and returns once both are done.
 func (h *hub) release() {
+	h.settle()
 	hubsMu.Lock()
 	h.refs--
 	last := h.refs == 0
@@ -184,10 +192,45 @@ func (h *hub) unlisten(channel string, l *listener) {
 		return
 	}
 	delete(h.listeners, channel)
-	if h.ps != nil {
-		_ = h.ps.Unsubscribe(context.Background(), channel)
+	if h.ps != nil && h.ps.Unsubscribe(context.Background(), channel) == nil {
+		h.unsubscribing(1)
 	}
 }
+
+// unsubscribing counts n UNSUBSCRIBEs written (n > 0) or confirmed (n < 0).
+func (h *hub) unsubscribing(n int) {
+	h.unsubMu.Lock()
+	defer h.unsubMu.Unlock()
+	if h.unsubPending == 0 && n > 0 {
+		h.unsubIdle = make(chan struct{})
+	}
+	h.unsubPending = max(h.unsubPending+n, 0)
+	if h.unsubPending == 0 && h.unsubIdle != nil {
+		close(h.unsubIdle)
+		h.unsubIdle = nil
+	}
+}
+
+// settle waits until Redis confirmed the UNSUBSCRIBEs written so far (at
+// most settleWait: a connection that broke meanwhile never confirms), so
+// that a component's Close returns once nothing of it talks to Redis.
+func (h *hub) settle() {
+	h.unsubMu.Lock()
+	idle := h.unsubIdle
+	h.unsubMu.Unlock()
+	if idle == nil {
+		return
+	}
+	t := time.NewTimer(settleWait)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	}
+}
+
+// settleWait bounds settle.
+const settleWait = time.Second
 
 // subscribe sends SUBSCRIBE for channels, opening the pub/sub connection
 // with the first. go-redis adds them to the channels it subscribes again
@@ -221,8 +264,11 @@ func (h *hub) open(channels []string) {
 			case *redis.Message:
 				h.dispatch(note{channel: m.Channel, payload: m.Payload})
 			case *redis.Subscription:
-				if m.Kind == "subscribe" {
+				switch m.Kind {
+				case "subscribe":
 					h.dispatch(note{channel: m.Channel, subscribed: true})
+				case "unsubscribe":
+					h.unsubscribing(-1)
 				}
 			}
 		}
@@ -363,8 +409,8 @@ func (h *hub) subscribePrefix(prefix string) {
 func (h *hub) unsubscribePrefix(prefix string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if channels := h.channelsOf(prefix); len(channels) > 0 && h.ps != nil {
-		_ = h.ps.Unsubscribe(context.Background(), channels...)
+	if channels := h.channelsOf(prefix); len(channels) > 0 && h.ps != nil && h.ps.Unsubscribe(context.Background(), channels...) == nil {
+		h.unsubscribing(len(channels))
 	}
 }
 
