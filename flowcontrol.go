@@ -56,6 +56,7 @@ func (sub *subscription) takeSlot(ctx context.Context) bool {
 	if limit == 0 {
 		return true
 	}
+	sub.enter(phaseWait) // for the group's other handlers
 	sh := s.keys.shard(sub.topic, 0)
 	for failures := 0; ; {
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -226,6 +227,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 		// BlockTime.
 		t := time.NewTimer(s.config.BlockTime)
 		defer t.Stop()
+		sub.enter(phaseWait)
 		select {
 		case <-ctx.Done():
 		case <-sub.flowWake:
@@ -240,6 +242,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 		sub.unused, sub.reserved = r.count, r.end
 	}
 	if r.wait > 0 {
+		sub.enter(phaseWait)
 		sleep(ctx, r.wait)
 	}
 	if ctx.Err() != nil {

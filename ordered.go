@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,6 +34,13 @@ type balance struct {
 	owned  atomic.Int32 // partitions owned
 	live   atomic.Int32 // members alive, as last read
 	fewest atomic.Int32 // the fewest partitions another member owns, as last read; -1: no other
+
+	// A partition was given up as stuck (see abandon): until benchedUntil
+	// (unix ns) the member is out of the member list and takes none, so the
+	// others share them all. stalls counts the give-ups since a message
+	// was last handed out; each doubles the time out.
+	benchedUntil atomic.Int64
+	stalls       atomic.Int32
 }
 
 func newBalance(parts int) *balance {
@@ -97,7 +106,11 @@ func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string)
 				return
 			case <-t.C:
 			}
-			beat(ctx, s.ownLease())
+			if o.benched() {
+				beat(ctx, 0)
+			} else {
+				beat(ctx, s.ownLease())
+			}
 		}
 	}
 }
@@ -139,7 +152,7 @@ func (sub *subscription) own(ctx context.Context) (owns, taken bool, err error) 
 	if sub.lost.Swap(false) && sub.owns.Load() {
 		sub.owns.Store(false)
 		o.owned.Add(-1)
-		s.logger.Info("redisdelay: lost the ownership of a partition (its lease ran out); another consumer took it over", sub.fields())
+		s.logger.Info("redisdelay: no longer owns its partition (its lease ran out, or it was given up as stuck); another consumer takes it over", sub.fields())
 	}
 	if sub.owns.Load() {
 		if cur := o.owned.Load(); o.surplus(cur) && o.owned.CompareAndSwap(cur, cur-1) {
@@ -149,7 +162,7 @@ func (sub *subscription) own(ctx context.Context) (owns, taken bool, err error) 
 		}
 		return true, false, nil
 	}
-	if !o.mayTake(o.owned.Load(), sub.declined) {
+	if o.benched() || !o.mayTake(o.owned.Load(), sub.declined) {
 		sub.declined = true
 		return false, false, nil
 	}
@@ -204,4 +217,135 @@ func (sub *subscription) ownOp(ctx context.Context, op string) (int64, error) {
 func (sub *subscription) retriesInPlace(attempt int) bool {
 	max := sub.s.config.MaxAttempts
 	return sub.order != nil && (max <= 0 || attempt < max)
+}
+
+// Liveness. An owner must be reading its partition, or give it up: the
+// lease renewal, which runs beside the reads, renews the ownership only
+// while the run goroutine makes progress (see stuck). Otherwise a
+// goroutine stuck anywhere, or an application that stopped receiving from
+// the Subscribe channel, would hold the partition, renewed, for as long as
+// the process lives. Kafka bounds the same with max.poll.interval.ms.
+
+// What an ordered subscription's run goroutine is doing (see enter).
+const (
+	phaseStep int64 = iota // reading, settling: Redis calls bounded by opTimeout
+	phaseWait              // a wait with a bound of its own or wanted: a handler (HandlerTimeout), a retry delay, the pause, the rate limit, a concurrency slot
+	phaseSend              // handing a message out: waiting for the application to receive it
+)
+
+// enter records that the run goroutine of an ordered subscription enters
+// phase now; time and phase are one value, read together by stuck.
+func (sub *subscription) enter(phase int64) {
+	if sub.order != nil {
+		sub.phase.Store(time.Now().UnixMilli()<<2 | phase)
+	}
+}
+
+// stuck reports whether an owner's run goroutine made no progress where
+// it should have, and for how long: a step (which takes a few Redis calls)
+// unfinished after half the ownership lease (a second at least), or a
+// message the application has not received within
+// SubscriberConfig.HandlerTimeout (and that bound): it is busy with
+// others past that timeout. Half the lease, checked every third of the
+// visibility timeout, gives the partition up within a lease.
+func (sub *subscription) stuck() (time.Duration, bool) {
+	v := sub.phase.Load()
+	since := time.Since(time.UnixMilli(v >> 2))
+	bound := max(sub.s.ownLease()/2, time.Second)
+	switch v & 3 {
+	case phaseStep:
+		return since, since > bound
+	case phaseSend:
+		limit := sub.s.config.HandlerTimeout
+		return since, limit > 0 && since > max(limit, bound)
+	}
+	return since, false
+}
+
+// phaseName names a phase in logs.
+func phaseName(v int64) string {
+	switch v & 3 {
+	case phaseStep:
+		return "reading"
+	case phaseSend:
+		return "handing a message to the application, which did not receive it"
+	}
+	return "waiting"
+}
+
+// unstick is the unstick channel of a subscription: ordered ones only.
+func unstick(o *balance) chan struct{} {
+	if o == nil {
+		return nil
+	}
+	return make(chan struct{}, 1)
+}
+
+// loseOwnership records that the partition is no longer the
+// subscription's: its next read checks the ownership again, a send waiting
+// for the application is given up (the new owner delivers that message),
+// and renewals stop extending the leases of what it fetched.
+func (sub *subscription) loseOwnership() {
+	sub.lost.Store(true)
+	wakeUp(sub.unstick)
+}
+
+// abandon gives up the partition of an owner that is stuck (see stuck):
+// the acks it queued go to Redis, the ownership is dropped for another
+// member to take over (with the messages it held), and its Subscribe call
+// leaves the member list for a while (see balance.bench).
+func (sub *subscription) abandon(ctx context.Context, since time.Duration) {
+	s := sub.s
+	v := sub.phase.Load()
+	s.logger.Error("redisdelay: an ordered subscription made no progress on its partition; giving the partition up so that another consumer of the group reads it", nil,
+		sub.fields().Add(watermill.LogFields{"doing": phaseName(v), "for": since.Round(time.Millisecond).String()}))
+	if err := sub.drainAcks(ctx); err != nil && !isClientClosed(err) {
+		s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
+	}
+	sub.loseOwnership()
+	sub.order.bench(s.ownLease())
+	if _, err := sub.ownOp(ctx, "drop"); err != nil && !isClientClosed(err) {
+		s.logger.Error("redisdelay: cannot give up the ownership of a stuck partition; another consumer takes it over when it expires", err, sub.fields())
+	}
+}
+
+// bench takes the member out of the member list after a partition was
+// given up as stuck: for a lease, doubling with each give-up in a row (up
+// to 32 leases), so an application that stopped receiving leaves its
+// partitions to the group's other members.
+func (o *balance) bench(lease time.Duration) {
+	n := o.stalls.Add(1)
+	o.benchedUntil.Store(time.Now().Add(lease << min(n-1, 5)).UnixNano())
+}
+
+func (o *balance) benched() bool {
+	return time.Now().UnixNano() < o.benchedUntil.Load()
+}
+
+// handOut hands msg to the application; false when ctx ended first or,
+// for an ordered subscription, the partition was lost meanwhile: the
+// message stays pending and goes to the new owner, which took over.
+func (sub *subscription) handOut(ctx context.Context, msg *message.Message) bool {
+	if sub.order == nil {
+		select {
+		case sub.out <- msg:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	sub.enter(phaseSend)
+	for !sub.lost.Load() {
+		select {
+		case sub.out <- msg:
+			if sub.order.stalls.Load() != 0 {
+				sub.order.stalls.Store(0)
+			}
+			return true
+		case <-ctx.Done():
+			return false
+		case <-sub.unstick:
+		}
+	}
+	return false
 }

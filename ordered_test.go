@@ -275,3 +275,71 @@ func TestOrderedOwnersReadAfterPauseResume(t *testing.T) {
 		}, 10*time.Second, 10*time.Millisecond, "round %d: not all of %d delivered", round, sent)
 	}
 }
+
+// An owner whose application stopped receiving from the Subscribe channel
+// (a consumer loop stuck in a handler that ignores its context) gives its
+// partitions up within a lease, instead of renewing them for as long as
+// its process lives: the group's other member then delivers everything,
+// the stuck delivery included (after its HandlerTimeout), each key in
+// order.
+func TestOrderedStuckOwnerGivesUp(t *testing.T) {
+	t.Parallel()
+	const parts, keys, perKey = 4, 8, 5
+	client := newClient(t)
+	tp := topic()
+	pub := ptPublisher(t, client, parts)
+	// A short visibility timeout (an ownership lease of 2 s) and handler
+	// timeout keep the test to seconds; the defaults give up after 30 min.
+	cfg := redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true,
+		VisibilityTimeout: 3 * time.Second, HandlerTimeout: 500 * time.Millisecond}
+	stuck := subscribe(t, lcSubscriber(t, newClient(t), cfg), tp)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	took := make(chan struct{})
+	go func() {
+		select {
+		case <-stuck: // never acked, and nothing received after it
+			close(took)
+		case <-ctx.Done():
+		}
+		<-ctx.Done()
+	}()
+
+	var mu sync.Mutex
+	last := map[string]int{}
+	got := 0
+	healthy := subscribe(t, lcSubscriber(t, newClient(t), cfg), tp)
+	go func() {
+		for msg := range healthy {
+			key := msg.Metadata.Get(redisdelay.PartitionKey)
+			seq, _ := strconv.Atoi(string(msg.Payload))
+			mu.Lock()
+			prev, seen := last[key]
+			switch {
+			case !seen && seq == 0, seen && seq == prev+1:
+				last[key] = seq
+				got++
+			case seen && seq <= prev: // a redelivery of one the stuck owner held
+			default:
+				t.Errorf("key %s: message %d after %d", key, seq, prev)
+			}
+			mu.Unlock()
+			msg.Ack()
+		}
+	}()
+	for seq := range perKey {
+		for k := range keys {
+			require.NoError(t, pub.Publish(tp, keyed("k"+strconv.Itoa(k), seq)))
+		}
+	}
+	select {
+	case <-took:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stuck subscriber received nothing: it owns no partition")
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got == keys*perKey
+	}, 30*time.Second, 20*time.Millisecond, "the healthy subscriber did not get every message")
+}

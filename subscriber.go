@@ -233,6 +233,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			out:      out,
 			ackWake:  make(chan struct{}, 1),
 			order:    order,
+			unstick:  unstick(order),
 			bell:     make(chan struct{}, 1),
 			flowWake: make(chan struct{}, 1),
 			slotWake: make(chan struct{}, 1),
@@ -361,6 +362,11 @@ type subscription struct {
 	order      *balance
 	owns, lost atomic.Bool
 	declined   bool // own skipped a take last time (run goroutine only)
+	// What the run goroutine is doing, and since when (see enter and
+	// stuck); unstick (capacity 1) wakes a send to out once the partition
+	// is lost, so that it is given up.
+	phase   atomic.Int64
+	unstick chan struct{}
 
 	// Reads of new messages (reader.go), run goroutine only: the last
 	// read found fewer than it asked for, so the next is read.lua's; that
@@ -404,6 +410,7 @@ func (sub *subscription) run(ctx context.Context) {
 	pos := readPos{cursor: fromStart}
 	for ctx.Err() == nil {
 		if sub.order != nil {
+			sub.enter(phaseStep)
 			owns, stop := sub.takeOwnership(ctx, &pos)
 			if stop {
 				return
@@ -427,7 +434,9 @@ func (sub *subscription) run(ctx context.Context) {
 		if !pos.history {
 			// Pause and rate limit (flowcontrol.go): only new messages.
 			var err error
-			if count, err = sub.gate(ctx); err != nil {
+			count, err = sub.gate(ctx)
+			sub.enter(phaseStep)
+			if err != nil {
 				if sub.readFailed(ctx, err, &pos) {
 					return
 				}
@@ -599,6 +608,7 @@ func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos
 		}
 	}
 	pos.rewind()
+	sub.enter(phaseWait)
 	sleep(ctx, wait)
 	return false
 }
@@ -621,6 +631,7 @@ func (sub *subscription) deliverAll(ctx context.Context, entries []entry, pos *r
 		if pos.history {
 			pos.cursor[e.streamIndex()-1] = e.msg.ID
 		}
+		sub.enter(phaseStep)
 		ok, acked := sub.deliver(ctx, e)
 		sub.settled(e, acked)
 		if !ok {
@@ -706,10 +717,15 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 		}
 		sub.batch = sub.batch[:1]
 	}
-	// Held: the batch, and acked entries whose acknowledgement is not in
-	// Redis yet.
+	// Held: the batch (unless the partition was lost: the new owner took
+	// it over), and acked entries whose acknowledgement is not in Redis
+	// yet.
 	var ready, redo []any
-	for _, e := range sub.batch {
+	held := sub.batch
+	if sub.lost.Load() {
+		held = nil
+	}
+	for _, e := range held {
 		if e.redo {
 			redo = append(redo, e.msg.ID)
 		} else {
@@ -735,11 +751,15 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 			return 0, fmt.Errorf("renew the lease of a concurrency slot: %w", err)
 		}
 	}
-	if sub.owns.Load() {
+	if sub.owns.Load() && !sub.lost.Load() {
+		if since, stuck := sub.stuck(); stuck {
+			sub.abandon(ctx, since)
+			return r.vis, nil
+		}
 		if n, err := sub.ownOp(ctx, "renew"); err != nil {
 			return 0, fmt.Errorf("renew the ownership of the partition: %w", err)
 		} else if n == 0 {
-			sub.lost.Store(true)
+			sub.loseOwnership()
 		}
 	}
 	if r.unheld > 0 {
@@ -953,12 +973,11 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 	}
 	defer sub.releaseSlot()
 
-	select {
-	case sub.out <- msg:
-		sub.m.delivered(attempt, e.msg.ID)
-	case <-ctx.Done():
-		return false, false, nil, ""
+	if !sub.handOut(ctx, msg) {
+		return ctx.Err() == nil, false, nil, ""
 	}
+	sub.m.delivered(attempt, e.msg.ID)
+	sub.enter(phaseWait) // bounded by the handler timeout
 	// Until ctx ends, wait for the handler. Then (closing) its context is
 	// cancelled: hand back what was fetched but not delivered at once, give
 	// the handler CloseTimeout to finish, and let run's release hand back

@@ -1,0 +1,43 @@
+package redisdelay
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// An owner is stuck when a step outlasts half its ownership lease (a
+// second at least), or a message waits for the application past
+// HandlerTimeout; never while it waits on something bounded or wanted.
+func TestOrderedOwnerStuck(t *testing.T) {
+	s := &Subscriber{config: SubscriberConfig{VisibilityTimeout: 30 * time.Second, HandlerTimeout: time.Minute}}
+	sub := &subscription{s: s, order: newBalance(1)}
+	at := func(phase int64, ago time.Duration) bool {
+		sub.phase.Store(time.Now().Add(-ago).UnixMilli()<<2 | phase)
+		_, stuck := sub.stuck()
+		return stuck
+	}
+	// The lease is 20 s: a step may take 10 s.
+	require.False(t, at(phaseStep, 9*time.Second))
+	require.True(t, at(phaseStep, 11*time.Second))
+	require.False(t, at(phaseWait, time.Hour))
+	require.False(t, at(phaseSend, 59*time.Second))
+	require.True(t, at(phaseSend, 61*time.Second))
+	s.config.HandlerTimeout = -1 // no bound
+	require.False(t, at(phaseSend, time.Hour))
+
+	s.config.VisibilityTimeout = time.Second
+	require.False(t, at(phaseStep, 900*time.Millisecond), "a second at least")
+
+	sub.enter(phaseSend)
+	require.Equal(t, phaseSend, sub.phase.Load()&3)
+
+	// Each give-up in a row doubles the time out of the member list.
+	o := newBalance(1)
+	require.False(t, o.benched())
+	o.bench(time.Hour)
+	require.True(t, o.benched())
+	o.bench(time.Hour)
+	require.InDelta(t, float64(time.Now().Add(2*time.Hour).UnixNano()), float64(o.benchedUntil.Load()), float64(time.Second))
+}
