@@ -310,6 +310,67 @@ func ForTest(t TB, o Options) *Server {
 	return s
 }
 
+// AddrEnv names a server the tests use instead of starting their own.
+const AddrEnv = "REDISDELAY_TEST_ADDR"
+
+// External returns the server named by REDISDELAY_TEST_ADDR ("" when it is
+// unset), checked to be on loopback, and holds it for this process until
+// release is called (or the process ends). `go test ./...` runs the test
+// binaries of several packages at once, and on one server they would break
+// each other: the library's tests FLUSHALL and set maxmemory, and count the
+// server's commands. So a package's tests wait, saying so on stderr, until
+// the previous package is done with the server: the same as `go test -p 1`,
+// which is still the way to run them (a package waiting counts against go
+// test's -timeout). The lock is a file in the temporary directory, so it
+// holds among processes of one machine, where a loopback server is.
+func External() (addr string, release func(), err error) {
+	addr = os.Getenv(AddrEnv)
+	if addr == "" {
+		return "", func() {}, nil
+	}
+	if err := CheckLoopback(AddrEnv, addr); err != nil {
+		return "", nil, err
+	}
+	release, err = hold(addr, func(holder string) {
+		fmt.Fprintf(os.Stderr, "%s: waiting for %s to finish with %s=%s (go test -p 1 runs packages one at a time)\n",
+			self(), holder, AddrEnv, addr)
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", AddrEnv, err)
+	}
+	return addr, release, nil
+}
+
+// hold takes the lock on addr, first calling waiting with who holds it if
+// another process (or another hold of this one) does.
+func hold(addr string, waiting func(holder string)) (release func(), err error) {
+	name := filepath.Join(os.TempDir(), "redisdelay-test-"+strings.NewReplacer(":", "_", "[", "", "]", "").Replace(addr)+".lock")
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	err = flock(f, func() {
+		holder, _ := os.ReadFile(name)
+		waiting(strings.TrimSpace(string(holder)))
+	})
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	// Who holds it, for the message of the next one that waits.
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(self()+"\n"), 0)
+	return func() { _ = f.Close() }, nil
+}
+
+// self names this test process: go test runs a package's tests in its
+// directory, and the binary's name alone is not enough (the module's root
+// package and cmd/redisdelay both build redisdelay.test).
+func self() string {
+	wd, _ := os.Getwd()
+	return fmt.Sprintf("the tests in %s (pid %d)", wd, os.Getpid())
+}
+
 // CheckLoopback refuses an address that is not on the loopback interface;
 // what names where the address came from (an environment variable, a flag).
 func CheckLoopback(what, addr string) error {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // What the chaos suite relies on: with AOF "always", a SIGKILLed server
@@ -145,5 +146,48 @@ func TestServerBinAndCLIBin(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("no server anywhere: %q does not name %s", err, want)
 		}
+	}
+}
+
+// Two holds of one address: the second waits, told who holds it, until the
+// first is released; another address is not held up.
+func TestHoldWaitsForTheHolder(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	first, err := hold("127.0.0.1:6379", func(string) { t.Error("the first hold waited") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := hold("[::1]:6379", func(string) { t.Error("a hold of another address waited") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	other()
+	waiting := make(chan string, 1)
+	second := make(chan error, 1)
+	go func() {
+		release, err := hold("127.0.0.1:6379", func(holder string) { waiting <- holder })
+		if err == nil {
+			release()
+		}
+		second <- err
+	}()
+	select {
+	case holder := <-waiting:
+		if !strings.Contains(holder, self()) {
+			t.Errorf("the second hold was told %q holds it, want %q", holder, self())
+		}
+	case err := <-second:
+		t.Fatalf("the second hold returned (%v) while the first held the address", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second hold neither waited nor returned")
+	}
+	first()
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second hold still waits after the first was released")
 	}
 }
