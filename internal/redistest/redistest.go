@@ -151,6 +151,9 @@ func Start(o Options) (*Server, error) {
 	return s, nil
 }
 
+// Bin is the binary the server runs (redis-server, valkey-server, ...).
+func (s *Server) Bin() string { return s.bin }
+
 // LogFile is the path of the server's redis.log.
 func (s *Server) LogFile() string { return filepath.Join(s.Dir, "redis.log") }
 
