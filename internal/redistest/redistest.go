@@ -291,7 +291,7 @@ func ForTest(t TB, o Options) *Server {
 	if o.Bin == "" {
 		bin, err := ServerBin()
 		if errors.Is(err, ErrNotFound) {
-			t.Skip("needs a server to start: ", err)
+			t.Skip("needs a server to start: " + err.Error())
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -354,7 +354,11 @@ func hold(addr string, waiting func(holder string)) (release func(), err error) 
 	}
 	err = flock(f, func() {
 		holder, _ := os.ReadFile(name)
-		waiting(strings.TrimSpace(string(holder)))
+		who := strings.TrimSpace(string(holder))
+		if who == "" { // taken, not yet written
+			who = "another package's tests"
+		}
+		waiting(who)
 	})
 	if err != nil {
 		_ = f.Close()

@@ -1,7 +1,7 @@
 // Package redisconn gives the examples a Redis client: the server at the
 // address in the first argument or REDIS_ADDR, or else a redis-server (or
-// valkey-server) the example starts on a free loopback port, without persistence, and stops
-// when it ends. An embedded in-memory Redis (miniredis) cannot serve: it
+// valkey-server) the example starts on a free loopback port, without
+// persistence, and stops when it ends. An embedded in-memory Redis (miniredis) cannot serve: it
 // does not run scripts with flags (#!lua flags=allow-oom), which the
 // library's scripts carry since they drain at maxmemory.
 package redisconn
