@@ -95,6 +95,9 @@ func FarTier() (width, lead, margin time.Duration) {
 	return farWidth, farLead, farMargin
 }
 
+// FarSlack is how far outside its bucket publish.lua lets a message be due.
+var FarSlack = farSlack
+
 // UnpackFarOnce runs one unpack.lua call on the first far bucket of
 // partition 0 of topic, for at most n elements, as a scheduler holding the
 // partition's lease would: tests drive unpacking a batch at a time.

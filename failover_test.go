@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // Failover: a publisher publishes continuously (immediate and delayed
@@ -131,8 +132,10 @@ func (d deployment) kill(t *testing.T, port string) {
 }
 
 func (d deployment) restart(t *testing.T, port string) {
-	out, err := exec.Command("redis-server", filepath.Join(d.dir, port, "redis.conf")).CombinedOutput()
-	require.NoError(t, err, "restart redis-server on %s: %s", port, out)
+	bin, err := redistest.ServerBin() // the one .ci/cluster.sh and .ci/sentinel.sh started
+	require.NoError(t, err)
+	out, err := exec.Command(bin, filepath.Join(d.dir, port, "redis.conf")).CombinedOutput()
+	require.NoError(t, err, "restart %s on %s: %s", bin, port, out)
 }
 
 // waitHealthy runs the script's wait command on the deployment's dir.

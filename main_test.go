@@ -17,8 +17,9 @@ import (
 )
 
 // The tests run against a real redis-server: the one at REDISDELAY_TEST_ADDR
-// (loopback only), or one TestMain starts on a free loopback port with AOF
-// on, so a restart (TestReconnect) loses nothing.
+// (loopback only; held while the package runs, see redistest.External), or
+// one TestMain starts on a free loopback port with AOF on, so a restart
+// (TestReconnect) loses nothing.
 //
 // With REDISDELAY_TEST_CLUSTER (comma-separated seed addresses, see
 // .ci/cluster.sh) they run against a Redis Cluster through a
@@ -100,11 +101,12 @@ func setupRedis() error {
 	if clusterSeeds != nil || sentinelAddrs != nil {
 		return ping()
 	}
-	if addr := os.Getenv("REDISDELAY_TEST_ADDR"); addr != "" {
-		if err := redistest.CheckLoopback("REDISDELAY_TEST_ADDR", addr); err != nil {
-			return err
-		}
-		redisAddr = addr
+	addr, release, err := redistest.External()
+	if err != nil {
+		return err
+	}
+	if addr != "" {
+		redisAddr, stopCommand = addr, release
 		return ping()
 	}
 	// AOF on, so a restart (TestReconnect) loses nothing.

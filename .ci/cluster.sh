@@ -21,10 +21,12 @@ PORTS=$(seq "$BASE" $((BASE + 5)))
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 dir() { [ -f "$STATE" ] || die "not started (no $STATE)"; cat "$STATE"; }
-cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
+# shellcheck source=servers.sh
+. "$(dirname "$0")/servers.sh"
+cli() { "$CLI" -h 127.0.0.1 -p "$1" "${@:2}"; }
 
 start_node() { # port dir
-  redis-server "$2/$1/redis.conf" || die "redis-server on port $1 did not start"
+  "$SERVER" "$2/$1/redis.conf" || die "$SERVER on port $1 did not start"
 }
 
 healthy() { # every node: state ok, all slots, 3 masters each with an in-sync replica
@@ -69,7 +71,7 @@ print_env() {
 
 case "${1:-}" in
 start)
-  command -v redis-server >/dev/null || die "redis-server not found (apt-get install redis-server)"
+  need_bins
   [ -f "$STATE" ] && die "already started ($(cat "$STATE")); run stop first"
   for p in $PORTS; do
     if cli "$p" ping >/dev/null 2>&1 || (exec 3<>/dev/tcp/127.0.0.1/"$p") 2>/dev/null \
@@ -106,7 +108,7 @@ CONF
   addrs=""
   for p in $PORTS; do addrs="$addrs 127.0.0.1:$p"; done
   # shellcheck disable=SC2086
-  redis-cli --cluster create $addrs --cluster-replicas 1 --cluster-yes >"$d/create.log" 2>&1 \
+  "$CLI" --cluster create $addrs --cluster-replicas 1 --cluster-yes >"$d/create.log" 2>&1 \
     || { cat "$d/create.log" >&2; die "cluster create failed"; }
   wait_healthy
   print_env

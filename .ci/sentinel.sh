@@ -3,8 +3,8 @@
 # master, one replica and three sentinels (quorum 2, down-after 1000ms,
 # failover-timeout 3000ms), master name "redisdelay". Redis ports 17100-17101,
 # sentinels 17110-17112 (REDISDELAY_SENTINEL_PORT overrides 17100; the
-# sentinels use it + 10). Sentinels run as `redis-server <conf> --sentinel`,
-# so Debian's redis-server package is enough.
+# sentinels use it + 10). Sentinels run as `redis-server <conf> --sentinel`
+# (valkey-server alike; servers.sh picks which), so the server package is enough.
 #
 #   .ci/sentinel.sh start [dir]    start it (state in dir, default a new temp dir),
 #                                  wait until healthy, print the env lines
@@ -28,7 +28,9 @@ SENTINEL_PORTS="$((BASE + 10)) $((BASE + 11)) $((BASE + 12))"
 
 die() { echo "sentinel.sh: $*" >&2; exit 1; }
 dir() { [ -f "$STATE" ] || die "not started (no $STATE)"; cat "$STATE"; }
-cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
+# shellcheck source=servers.sh
+. "$(dirname "$0")/servers.sh"
+cli() { "$CLI" -h 127.0.0.1 -p "$1" "${@:2}"; }
 
 healthy() {
   local p info master mport
@@ -80,7 +82,7 @@ print_env() {
 
 case "${1:-}" in
 start)
-  command -v redis-server >/dev/null || die "redis-server not found (apt-get install redis-server)"
+  need_bins
   [ -f "$STATE" ] && die "already started ($(cat "$STATE")); run stop first"
   for p in $REDIS_PORTS $SENTINEL_PORTS; do
     if (exec 3<>/dev/tcp/127.0.0.1/"$p") 2>/dev/null; then
@@ -98,7 +100,7 @@ start)
       printf 'appendonly yes\nappendfsync everysec\nsave ""\nmaxclients 10000\n'
       [ "$p" != "$master" ] && printf 'replicaof 127.0.0.1 %s\n' "$master"
     } >"$d/$p/redis.conf"
-    redis-server "$d/$p/redis.conf" || die "redis-server on port $p did not start"
+    "$SERVER" "$d/$p/redis.conf" || die "$SERVER on port $p did not start"
   done
   for p in $REDIS_PORTS; do
     for i in $(seq 1 100); do cli "$p" ping >/dev/null 2>&1 && break; sleep 0.05; done
@@ -119,7 +121,7 @@ sentinel down-after-milliseconds $NAME 1000
 sentinel failover-timeout $NAME 3000
 sentinel parallel-syncs $NAME 1
 CONF
-    redis-server "$d/$p/sentinel.conf" --sentinel || die "sentinel on port $p did not start"
+    "$SERVER" "$d/$p/sentinel.conf" --sentinel || die "sentinel on port $p did not start"
   done
   wait_healthy
   print_env
@@ -138,7 +140,7 @@ kill)
   ;;
 restart)
   p=${2:?port}; d=$(dir)
-  redis-server "$d/$p/redis.conf"
+  "$SERVER" "$d/$p/redis.conf"
   ;;
 wait) dir >/dev/null; wait_healthy ;;
 env) print_env ;;

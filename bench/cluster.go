@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // redisCluster is a Redis Cluster of masters only (no replicas), started by
@@ -85,13 +87,13 @@ func freePorts(n int) ([]int, error) {
 // three masters, so a one-master cluster gets its slots with CLUSTER
 // ADDSLOTSRANGE instead.
 func startCluster(ctx context.Context, masters int) (_ *redisCluster, err error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := redistest.ServerBin()
 	if err != nil {
-		return nil, fmt.Errorf("redis-server not found (Debian: apt-get install redis-server): %w", err)
+		return nil, err
 	}
-	cli, err := exec.LookPath("redis-cli")
+	cli, err := redistest.CLIBin()
 	if err != nil && masters >= 3 {
-		return nil, fmt.Errorf("redis-cli not found (Debian: apt-get install redis-tools): %w", err)
+		return nil, err
 	}
 	ports, err := freePorts(masters)
 	if err != nil {

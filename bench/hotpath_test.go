@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 var testAddr string
@@ -28,9 +29,12 @@ func TestMain(m *testing.M) {
 		server *redisServer
 		err    error
 	)
-	if addr := os.Getenv("REDISDELAY_TEST_ADDR"); addr != "" {
+	// Held while the benchmarks run: the library's tests flush the same
+	// server (see redistest.External).
+	addr, release, err := redistest.External()
+	if err == nil && addr != "" {
 		server, err = externalRedis(addr)
-	} else {
+	} else if err == nil {
 		server, err = startRedis()
 	}
 	if err != nil {
@@ -40,6 +44,7 @@ func TestMain(m *testing.M) {
 	testAddr = server.addr
 	code := m.Run()
 	server.stop()
+	release()
 	os.Exit(code)
 }
 

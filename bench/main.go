@@ -222,7 +222,7 @@ func run() error {
 			Sizes:    opts,
 		}},
 	}
-	progress("redis-server %s at %s", b.rep.Meta.Redis, server.addr)
+	progress("%s at %s", serverLabel(b.rep.Meta.Redis), server.addr)
 	for _, s := range scenarios {
 		if len(selected) > 0 && !slices.ContainsFunc(s.numbers, func(n int) bool { return slices.Contains(selected, n) }) {
 			continue

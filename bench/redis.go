@@ -73,6 +73,11 @@ func (s *redisServer) version(ctx context.Context) string {
 	if err != nil {
 		return "unknown"
 	}
+	// Valkey keeps redis_version at the Redis release it is compatible with
+	// (7.2.4) and reports its own version beside it.
+	if v := info["valkey_version"]; v != "" {
+		return "Valkey " + v
+	}
 	return info["redis_version"]
 }
 

@@ -36,7 +36,7 @@ type Meta struct {
 	Seconds  float64           `json:"seconds"`
 	Machine  string            `json:"machine"`
 	Go       string            `json:"go"`
-	Redis    string            `json:"redis"`
+	Redis    string            `json:"redis"` // "7.0.15" for Redis, "Valkey 9.1.2" for Valkey (serverLabel)
 	Versions map[string]string `json:"versions"`
 	Sizes    options           `json:"sizes"`
 }
@@ -140,7 +140,7 @@ func (r *Report) markdown() string {
 	var sb strings.Builder
 	m := r.Meta
 	fmt.Fprintf(&sb, "Command: `%s` — %s, %.0f s\n\n", m.Command, m.Started.Format("2006-01-02 15:04 MST"), m.Seconds)
-	fmt.Fprintf(&sb, "Machine: %s; %s; Redis %s (no persistence, same machine)\n\n", m.Machine, m.Go, m.Redis)
+	fmt.Fprintf(&sb, "Machine: %s; %s; %s (no persistence, same machine)\n\n", m.Machine, m.Go, serverLabel(m.Redis))
 	var mods []string
 	for k, v := range m.Versions {
 		mods = append(mods, k+" "+v)
@@ -436,4 +436,14 @@ func formatRatio(r float64) string {
 		return fmt.Sprintf("%.3f", r)
 	}
 	return "1/" + formatNumber(1/r)
+}
+
+// serverLabel names the server of a report's meta.redis: a bare version is
+// Redis's (reports written before Valkey was tested have only those), a
+// Valkey server's says so (redisServer.version).
+func serverLabel(version string) string {
+	if strings.HasPrefix(version, "Valkey ") {
+		return version
+	}
+	return "Redis " + version
 }

@@ -171,8 +171,8 @@ func (d *driver) run(ctx context.Context) error {
 			return err
 		}
 	}
-	d.logf("redis-server on %s (AOF, appendfsync always), proxy on %s, %d managers, %d consumers × %d subscriptions, dir %s",
-		d.redis.Addr, d.proxy.addr(), len(d.managers), c.consumers, c.subs, dir)
+	d.logf("%s on %s (AOF, appendfsync always), proxy on %s, %d managers, %d consumers × %d subscriptions, dir %s",
+		d.redis.Bin(), d.redis.Addr, d.proxy.addr(), len(d.managers), c.consumers, c.subs, dir)
 	if err := d.waitForGroup(ctx); err != nil {
 		return err
 	}
@@ -578,7 +578,7 @@ func (d *driver) faults(ctx context.Context) {
 	if !at(0.75) {
 		return
 	}
-	d.logf("SIGKILL redis-server")
+	d.logf("SIGKILL %s", filepath.Base(d.redis.Bin()))
 	d.redis.Kill()
 	d.redisRestarts.Add(1)
 	time.Sleep(500 * time.Millisecond)
@@ -587,7 +587,7 @@ func (d *driver) faults(ctx context.Context) {
 		d.fail("restart Redis: %v", err)
 		return
 	}
-	d.logf("redis-server restarted from its AOF in %s", time.Since(t).Round(time.Millisecond))
+	d.logf("%s restarted from its AOF in %s", filepath.Base(d.redis.Bin()), time.Since(t).Round(time.Millisecond))
 }
 
 // quiescent reports whether Redis holds nothing for the group any more:

@@ -76,7 +76,7 @@ func main() {
 	flag.Float64Var(&c.graceful, "graceful", 0.2, "fraction of consumer stops done with SIGTERM (graceful: hands messages back) instead of SIGKILL")
 	flag.DurationVar(&c.liveness, "liveness", 0, "SIGKILL a consumer whose handler has hung this long, as an external liveness probe would (0: never; the consumers' -handler-timeout gives up on a hung handler by itself)")
 	flag.DurationVar(&c.drain, "drain", 3*time.Minute, "how long to wait after publishing for every message to be acked or dead-lettered")
-	flag.StringVar(&c.redisServer, "redis-server", "", "redis-server binary (default: redis-server from PATH)")
+	flag.StringVar(&c.redisServer, "redis-server", "", "server binary (default: $REDISDELAY_REDIS_SERVER, else redis-server or valkey-server from PATH)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the temporary directory (Redis data, consumer logs, children's stderr) for inspection")
 
 	flag.IntVar(&c.subs, "subs", 4, "subscriptions (Router handlers) per consumer process")

@@ -3,20 +3,20 @@ package prommetrics_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // The example runs against a real redis-server: the one at
-// REDISDELAY_TEST_ADDR (loopback only), or one TestMain starts on a free
-// loopback port without persistence. The metrics tests themselves live in
-// the redisdelay package (metrics_test.go), beside its test helpers.
+// REDISDELAY_TEST_ADDR (loopback only; held while the package runs, see
+// redistest.External), or one TestMain starts on a free loopback port
+// without persistence. The metrics tests themselves live in the redisdelay
+// package (metrics_test.go), beside its test helpers.
 var redisAddr string
 
 func TestMain(m *testing.M) {
@@ -31,41 +31,20 @@ func TestMain(m *testing.M) {
 }
 
 func startRedis() (stop func(), err error) {
-	if addr := os.Getenv("REDISDELAY_TEST_ADDR"); addr != "" {
-		host, _, err := net.SplitHostPort(addr)
-		if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
-			return nil, fmt.Errorf("REDISDELAY_TEST_ADDR %q: tests only target loopback addresses (127.0.0.1, ::1)", addr)
-		}
-		redisAddr = addr
-		return func() {}, ping()
-	}
-	server, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, fmt.Errorf("redis-server not found (install Debian's redis-server package, or set REDISDELAY_TEST_ADDR): %w", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, release, err := redistest.External()
 	if err != nil {
 		return nil, err
 	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close()
-	cmd := exec.Command(server, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
+	if addr != "" {
+		redisAddr = addr
+		return release, ping()
 	}
-	stop = func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	server, err := redistest.Start(redistest.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("%w (or set REDISDELAY_TEST_ADDR)", err)
 	}
-	redisAddr = "127.0.0.1:" + port
-	for range 100 {
-		if err = ping(); err == nil {
-			return stop, nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	stop()
-	return nil, err
+	redisAddr = server.Addr
+	return server.Stop, ping()
 }
 
 func ping() error {

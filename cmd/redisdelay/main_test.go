@@ -27,8 +27,10 @@ import (
 )
 
 // The tests run the commands end to end against a real redis-server: the
-// one at REDISDELAY_TEST_ADDR (loopback only), or one TestMain starts on a
-// free loopback port. Each test uses a key prefix of its own.
+// one at REDISDELAY_TEST_ADDR (loopback only; held while the package runs,
+// as the root package's tests FLUSHALL it: see redistest.External), or one
+// TestMain starts on a free loopback port. Each test uses a key prefix of
+// its own.
 var redisAddr string
 
 func TestMain(m *testing.M) {
@@ -44,12 +46,13 @@ func TestMain(m *testing.M) {
 }
 
 func setupRedis() (stop func(), err error) {
-	if addr := os.Getenv("REDISDELAY_TEST_ADDR"); addr != "" {
-		if err := redistest.CheckLoopback("REDISDELAY_TEST_ADDR", addr); err != nil {
-			return nil, err
-		}
+	addr, release, err := redistest.External()
+	if err != nil {
+		return nil, err
+	}
+	if addr != "" {
 		redisAddr = addr
-		return func() {}, waitPing()
+		return release, waitPing()
 	}
 	server, err := redistest.Start(redistest.Options{})
 	if err != nil {

@@ -1,14 +1,17 @@
 // Package redistest starts redis-server processes for the library's tests,
 // the CLI tests, the chaos suite and the bench: each on a free 127.0.0.1
 // port, in a directory of its own, so no test ever touches a server it did
-// not choose. It also holds the loopback check for servers given by
-// address (REDISDELAY_TEST_ADDR, the bench's -redis): the tests run
-// FLUSHALL, SHUTDOWN and CONFIG SET, which must never reach a real server.
+// not choose. ServerBin and CLIBin are the one place that decides which
+// binaries those are (Redis or Valkey). It also holds the loopback check for
+// servers given by address (REDISDELAY_TEST_ADDR, the bench's -redis): the
+// tests run FLUSHALL, SHUTDOWN and CONFIG SET, which must never reach a real
+// server.
 package redistest
 
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -19,10 +22,64 @@ import (
 	"time"
 )
 
+// The environment variables that name the binaries, for a server that is
+// not on the PATH under either name (a source build) or to choose one when
+// both Redis and Valkey are installed.
+const (
+	ServerEnv = "REDISDELAY_REDIS_SERVER"
+	CLIEnv    = "REDISDELAY_REDIS_CLI"
+)
+
+// ErrNotFound is what ServerBin and CLIBin wrap when nothing names a binary
+// and none is on the PATH, as opposed to a variable naming one that is not
+// there (ForTest skips on the first, fails on the second).
+var ErrNotFound = errors.New("not found")
+
+// ServerBin is the server binary the tests start: $REDISDELAY_REDIS_SERVER,
+// else redis-server on the PATH, else valkey-server (Valkey's packages and
+// `make install` need not install any redis-* name).
+func ServerBin() (string, error) {
+	return lookup(ServerEnv, "", "redis-server", "valkey-server")
+}
+
+// CLIBin is the command-line client that goes with ServerBin (the restart
+// command and cluster creation use it): $REDISDELAY_REDIS_CLI, else the
+// -cli beside the server binary (valkey-cli beside a source build's
+// valkey-server), else redis-cli or valkey-cli on the PATH.
+func CLIBin() (string, error) {
+	sibling := ""
+	if server, err := ServerBin(); err == nil && strings.HasSuffix(server, "-server") {
+		sibling = strings.TrimSuffix(server, "-server") + "-cli"
+	}
+	return lookup(CLIEnv, sibling, "redis-cli", "valkey-cli")
+}
+
+func lookup(env, sibling string, names ...string) (string, error) {
+	if bin := os.Getenv(env); bin != "" {
+		path, err := exec.LookPath(bin)
+		if err != nil {
+			return "", fmt.Errorf("%s=%s: %w", env, bin, err)
+		}
+		return path, nil
+	}
+	if sibling != "" {
+		if path, err := exec.LookPath(sibling); err == nil {
+			return path, nil
+		}
+	}
+	for _, name := range names {
+		if path, err := exec.LookPath(name); err == nil {
+			return path, nil
+		}
+	}
+	return "", fmt.Errorf("%s %w: set %s to the binary, or put %s on the PATH (Debian: apt-get install redis-server)",
+		strings.Join(names, " or "), ErrNotFound, env, strings.Join(names, " or "))
+}
+
 // Options configure a server. The zero value is a server without
-// persistence in a temporary directory, redis-server from PATH.
+// persistence in a temporary directory, ServerBin's binary.
 type Options struct {
-	// Bin is the redis-server binary; empty means redis-server from PATH.
+	// Bin is the server binary; empty means ServerBin.
 	Bin string
 	// AppendFsync turns the append-only file on with this fsync policy
 	// ("always" or "everysec"), so a restart or a SIGKILL loses nothing
@@ -61,8 +118,8 @@ func Start(o Options) (*Server, error) {
 	bin := o.Bin
 	if bin == "" {
 		var err error
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			return nil, fmt.Errorf("redis-server not found in PATH (Debian: apt-get install redis-server): %w", err)
+		if bin, err = ServerBin(); err != nil {
+			return nil, err
 		}
 	}
 	port, err := FreePort()
@@ -94,6 +151,9 @@ func Start(o Options) (*Server, error) {
 	return s, nil
 }
 
+// Bin is the binary the server runs (redis-server, valkey-server, ...).
+func (s *Server) Bin() string { return s.bin }
+
 // LogFile is the path of the server's redis.log.
 func (s *Server) LogFile() string { return filepath.Join(s.Dir, "redis.log") }
 
@@ -121,11 +181,11 @@ func (s *Server) Start() error {
 		select {
 		case <-done:
 			log, _ := os.ReadFile(s.LogFile())
-			return fmt.Errorf("redis-server exited at start: %v\n%s%s", err, tail(out.Bytes()), tail(log))
+			return fmt.Errorf("%s exited at start: %v\n%s%s", s.bin, err, tail(out.Bytes()), tail(log))
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server does not answer on %s (see %s): %w", s.Addr, s.LogFile(), err)
+			return fmt.Errorf("%s does not answer on %s (see %s): %w", s.bin, s.Addr, s.LogFile(), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -168,7 +228,12 @@ func (s *Server) Restart() error {
 // the test process, as Watermill's universal suite wants it
 // (tests.Features.RestartServiceCommand). The restarted server runs
 // daemonized, no longer a child of this process; Stop still stops it.
+// Without a CLI (CLIBin) the command fails saying so.
 func (s *Server) RestartCommand() []string {
+	cli, err := CLIBin()
+	if err != nil {
+		return []string{"bash", "-c", "echo " + shellQuote("restart: "+err.Error()) + " >&2; exit 1"}
+	}
 	p := strconv.Itoa(s.Port)
 	start := shellQuote(s.bin) + " " + shellQuote(s.conf)
 	for _, a := range s.args {
@@ -176,10 +241,10 @@ func (s *Server) RestartCommand() []string {
 	}
 	// SHUTDOWN flushes the AOF; the loop waits until the port is free and the
 	// new server answers.
-	script := fmt.Sprintf(`redis-cli -p %[1]s shutdown >/dev/null 2>&1
-for i in $(seq 1 200); do redis-cli -p %[1]s ping >/dev/null 2>&1 || break; sleep 0.05; done
-for i in $(seq 1 50); do %[2]s --daemonize yes --pidfile %[3]s && redis-cli -p %[1]s ping 2>/dev/null | grep -q PONG && exit 0; sleep 0.1; done
-exit 1`, p, start, shellQuote(filepath.Join(s.Dir, "redis.pid")))
+	script := fmt.Sprintf(`%[4]s -p %[1]s shutdown >/dev/null 2>&1
+for i in $(seq 1 200); do %[4]s -p %[1]s ping >/dev/null 2>&1 || break; sleep 0.05; done
+for i in $(seq 1 50); do %[2]s --daemonize yes --pidfile %[3]s && %[4]s -p %[1]s ping 2>/dev/null | grep -q PONG && exit 0; sleep 0.1; done
+exit 1`, p, start, shellQuote(filepath.Join(s.Dir, "redis.pid")), shellQuote(cli))
 	return []string{"bash", "-c", script}
 }
 
@@ -219,13 +284,19 @@ type TB interface {
 
 // ForTest starts a server for one test, stopped when the test ends; if the
 // test failed, its redis.log goes to the test log. The test is skipped
-// when redis-server is not installed.
+// when no server is installed, and fails when REDISDELAY_REDIS_SERVER names
+// one that is not there (a mistake a skip would hide).
 func ForTest(t TB, o Options) *Server {
 	t.Helper()
 	if o.Bin == "" {
-		if _, err := exec.LookPath("redis-server"); err != nil {
-			t.Skip("needs redis-server on the PATH to start a server of its own")
+		bin, err := ServerBin()
+		if errors.Is(err, ErrNotFound) {
+			t.Skip("needs a server to start: " + err.Error())
 		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Bin = bin
 	}
 	s, err := Start(o)
 	if err != nil {
@@ -240,6 +311,71 @@ func ForTest(t TB, o Options) *Server {
 		s.Stop()
 	})
 	return s
+}
+
+// AddrEnv names a server the tests use instead of starting their own.
+const AddrEnv = "REDISDELAY_TEST_ADDR"
+
+// External returns the server named by REDISDELAY_TEST_ADDR ("" when it is
+// unset), checked to be on loopback, and holds it for this process until
+// release is called (or the process ends). `go test ./...` runs the test
+// binaries of several packages at once, and on one server they would break
+// each other: the library's tests FLUSHALL and set maxmemory, and count the
+// server's commands. So a package's tests wait, saying so on stderr, until
+// the previous package is done with the server: the same as `go test -p 1`,
+// which is still the way to run them (a package waiting counts against go
+// test's -timeout). The lock is a file in the temporary directory, so it
+// holds among processes of one machine, where a loopback server is.
+func External() (addr string, release func(), err error) {
+	addr = os.Getenv(AddrEnv)
+	if addr == "" {
+		return "", func() {}, nil
+	}
+	if err := CheckLoopback(AddrEnv, addr); err != nil {
+		return "", nil, err
+	}
+	release, err = hold(addr, func(holder string) {
+		fmt.Fprintf(os.Stderr, "%s: waiting for %s to finish with %s=%s (go test -p 1 runs packages one at a time)\n",
+			self(), holder, AddrEnv, addr)
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", AddrEnv, err)
+	}
+	return addr, release, nil
+}
+
+// hold takes the lock on addr, first calling waiting with who holds it if
+// another process (or another hold of this one) does.
+func hold(addr string, waiting func(holder string)) (release func(), err error) {
+	name := filepath.Join(os.TempDir(), "redisdelay-test-"+strings.NewReplacer(":", "_", "[", "", "]", "").Replace(addr)+".lock")
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	err = flock(f, func() {
+		holder, _ := os.ReadFile(name)
+		who := strings.TrimSpace(string(holder))
+		if who == "" { // taken, not yet written
+			who = "another package's tests"
+		}
+		waiting(who)
+	})
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	// Who holds it, for the message of the next one that waits.
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(self()+"\n"), 0)
+	return func() { _ = f.Close() }, nil
+}
+
+// self names this test process: go test runs a package's tests in its
+// directory, and the binary's name alone is not enough (the module's root
+// package and cmd/redisdelay both build redisdelay.test).
+func self() string {
+	wd, _ := os.Getwd()
+	return fmt.Sprintf("the tests in %s (pid %d)", wd, os.Getpid())
 }
 
 // CheckLoopback refuses an address that is not on the loopback interface;

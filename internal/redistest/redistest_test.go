@@ -1,10 +1,13 @@
 package redistest
 
 import (
+	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // What the chaos suite relies on: with AOF "always", a SIGKILLed server
@@ -29,8 +32,8 @@ func TestKillAndStartKeepAcknowledgedWrites(t *testing.T) {
 // The launcher's own round trip: start without persistence, restart with
 // AOF keeping nothing lost, stop removing the temporary directory.
 func TestStartRestartStop(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("needs redis-server")
+	if _, err := ServerBin(); err != nil {
+		t.Skip(err)
 	}
 	s, err := Start(Options{AppendFsync: "everysec", Args: []string{"--loglevel", "warning"}})
 	if err != nil {
@@ -80,11 +83,111 @@ func TestStartErrors(t *testing.T) {
 	if _, err := Start(Options{Bin: "/nonexistent/redis-server"}); err == nil || !strings.Contains(err.Error(), "/nonexistent/redis-server") {
 		t.Errorf("missing binary: got %v, want an error naming it", err)
 	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("needs redis-server")
+	if _, err := ServerBin(); err != nil {
+		t.Skip(err)
 	}
 	_, err := Start(Options{Args: []string{"--no-such-option", "1"}})
 	if err == nil || !strings.Contains(err.Error(), "exited at start") || !strings.Contains(err.Error(), "no-such-option") {
 		t.Errorf("bad option: got %v, want an error saying redis-server exited, with its complaint", err)
+	}
+}
+
+// Which binaries the tests start: the variables first, then Redis's names
+// on the PATH, then Valkey's (whose packages need not ship redis-* names);
+// the CLI beside the server comes before one on the PATH.
+func TestServerBinAndCLIBin(t *testing.T) {
+	exe := func(dir string, names ...string) {
+		t.Helper()
+		for _, n := range names {
+			if err := os.WriteFile(filepath.Join(dir, n), []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(what string, got func() (string, error), want string) {
+		t.Helper()
+		if p, err := got(); err != nil || p != want {
+			t.Errorf("%s = %q, %v; want %q", what, p, err, want)
+		}
+	}
+	path, valkey, build := t.TempDir(), t.TempDir(), t.TempDir()
+	exe(valkey, "valkey-server", "valkey-cli")
+	exe(path, "redis-cli")
+	exe(build, "valkey-server", "valkey-cli")
+	t.Setenv(ServerEnv, "")
+	t.Setenv(CLIEnv, "")
+
+	t.Setenv("PATH", valkey)
+	check("ServerBin with only Valkey", ServerBin, filepath.Join(valkey, "valkey-server"))
+	check("CLIBin with only Valkey", CLIBin, filepath.Join(valkey, "valkey-cli"))
+
+	exe(path, "redis-server")
+	t.Setenv("PATH", path+string(os.PathListSeparator)+valkey)
+	check("ServerBin with both", ServerBin, filepath.Join(path, "redis-server"))
+
+	t.Setenv(ServerEnv, filepath.Join(build, "valkey-server"))
+	check("ServerBin with "+ServerEnv, ServerBin, filepath.Join(build, "valkey-server"))
+	check("CLIBin beside "+ServerEnv, CLIBin, filepath.Join(build, "valkey-cli"))
+	t.Setenv(CLIEnv, filepath.Join(valkey, "valkey-cli"))
+	check("CLIBin with "+CLIEnv, CLIBin, filepath.Join(valkey, "valkey-cli"))
+
+	t.Setenv(ServerEnv, filepath.Join(build, "nonexistent"))
+	if _, err := ServerBin(); err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), ServerEnv) {
+		t.Errorf("%s naming no binary: got %v, want an error naming the variable, not ErrNotFound (ForTest must not skip)", ServerEnv, err)
+	}
+
+	t.Setenv(ServerEnv, "")
+	t.Setenv("PATH", t.TempDir())
+	_, err := ServerBin()
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("no server anywhere: got %v, want ErrNotFound", err)
+	}
+	for _, want := range []string{ServerEnv, "redis-server", "valkey-server"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("no server anywhere: %q does not name %s", err, want)
+		}
+	}
+}
+
+// Two holds of one address: the second waits, told who holds it, until the
+// first is released; another address is not held up.
+func TestHoldWaitsForTheHolder(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	first, err := hold("127.0.0.1:6379", func(string) { t.Error("the first hold waited") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := hold("[::1]:6379", func(string) { t.Error("a hold of another address waited") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	other()
+	waiting := make(chan string, 1)
+	second := make(chan error, 1)
+	go func() {
+		release, err := hold("127.0.0.1:6379", func(holder string) { waiting <- holder })
+		if err == nil {
+			release()
+		}
+		second <- err
+	}()
+	select {
+	case holder := <-waiting:
+		if !strings.Contains(holder, self()) {
+			t.Errorf("the second hold was told %q holds it, want %q", holder, self())
+		}
+	case err := <-second:
+		t.Fatalf("the second hold returned (%v) while the first held the address", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second hold neither waited nor returned")
+	}
+	first()
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second hold still waits after the first was released")
 	}
 }

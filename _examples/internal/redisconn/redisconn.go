@@ -1,7 +1,7 @@
 // Package redisconn gives the examples a Redis client: the server at the
-// address in the first argument or REDIS_ADDR, or else a redis-server the
-// example starts on a free loopback port, without persistence, and stops
-// when it ends. An embedded in-memory Redis (miniredis) cannot serve: it
+// address in the first argument or REDIS_ADDR, or else a redis-server (or
+// valkey-server) the example starts on a free loopback port, without
+// persistence, and stops when it ends. An embedded in-memory Redis (miniredis) cannot serve: it
 // does not run scripts with flags (#!lua flags=allow-oom), which the
 // library's scripts carry since they drain at maxmemory.
 package redisconn
@@ -37,7 +37,7 @@ func Client() (redis.UniversalClient, func()) {
 	if err != nil {
 		log.Fatalf("no Redis address given (argument or REDIS_ADDR), and %v", err)
 	}
-	log.Printf("no Redis address given (argument or REDIS_ADDR): started redis-server at %s (no persistence; stopped at the end)", addr)
+	log.Printf("no Redis address given (argument or REDIS_ADDR): started %s at %s (no persistence; stopped at the end)", srv.Path, addr)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	return c, func() {
 		_ = c.Close()
@@ -46,12 +46,28 @@ func Client() (redis.UniversalClient, func()) {
 	}
 }
 
-// startServer starts redis-server on a free 127.0.0.1 port and waits until
+// serverBin is the server to start: $REDISDELAY_REDIS_SERVER, else
+// redis-server on the PATH, else valkey-server (the rule of the library's
+// tests, internal/redistest, which these examples do not import so that
+// they read as a user's program).
+func serverBin() (string, error) {
+	if bin := os.Getenv("REDISDELAY_REDIS_SERVER"); bin != "" {
+		return exec.LookPath(bin)
+	}
+	for _, name := range []string{"redis-server", "valkey-server"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path, nil
+		}
+	}
+	return "", errors.New("neither redis-server nor valkey-server is on the PATH: install Redis 7.0 or later (Debian: apt-get install redis-server) or Valkey, set REDISDELAY_REDIS_SERVER to the binary, or pass the address of a running server")
+}
+
+// startServer starts the server on a free 127.0.0.1 port and waits until
 // it answers.
 func startServer() (*exec.Cmd, string, error) {
-	path, err := exec.LookPath("redis-server")
+	path, err := serverBin()
 	if err != nil {
-		return nil, "", errors.New("redis-server is not on the PATH: install Redis 7.0 or later (Debian: apt-get install redis-server), or pass the address of a running one")
+		return nil, "", err
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -76,7 +92,7 @@ func startServer() (*exec.Cmd, string, error) {
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			return nil, "", fmt.Errorf("the redis-server started at %s did not answer within 5 s: %w", addr, err)
+			return nil, "", fmt.Errorf("the %s started at %s did not answer within 5 s: %w", path, addr, err)
 		}
 	}
 }
