@@ -296,9 +296,8 @@ func (sub *subscription) loseOwnership() {
 // leaves the member list for a while (see balance.bench).
 func (sub *subscription) abandon(ctx context.Context, since time.Duration) {
 	s := sub.s
-	v := sub.phase.Load()
 	s.logger.Error("redisdelay: an ordered subscription made no progress on its partition; giving the partition up so that another consumer of the group reads it", nil,
-		sub.fields().Add(watermill.LogFields{"doing": phaseName(v), "for": since.Round(time.Millisecond).String()}))
+		sub.fields().Add(watermill.LogFields{"doing": phaseName(sub.phase.Load()), "for": since.Round(time.Millisecond).String()}))
 	if err := sub.drainAcks(ctx); err != nil && !isClientClosed(err) {
 		s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
 	}

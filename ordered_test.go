@@ -302,7 +302,6 @@ func TestOrderedStuckOwnerGivesUp(t *testing.T) {
 			close(took)
 		case <-ctx.Done():
 		}
-		<-ctx.Done()
 	}()
 
 	var mu sync.Mutex
