@@ -1,7 +1,6 @@
 package redisdelay
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -78,53 +77,10 @@ func wrap(err error, format string, args ...any) error {
 	return &wrapped{context: fmt.Sprintf(format, args...), err: err}
 }
 
-func isNoSuchKey(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "no such key")
-}
-
 // wrapErr adds what was being done to a Redis error; nil stays nil.
 func wrapErr(err error, format string, args ...any) error {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return nil
 	}
 	return wrap(err, format, args...)
-}
-
-// execPipe runs a pipeline, then gives every command that may not have
-// run the pipeline's error: go-redis leaves a command's error unset when
-// the last of its retries found no connection (Redis unreachable) or
-// failed reading an earlier reply, and the command's zero value would
-// pass for Redis's answer.
-func execPipe(ctx context.Context, pipe redis.Pipeliner) {
-	cmds, err := pipe.Exec(ctx)
-	pipeFailed(cmds, err)
-}
-
-// pipeFailed gives the commands of a pipeline without an error its error,
-// unless that is a reply of Redis's (see execPipe).
-func pipeFailed(cmds []redis.Cmder, err error) {
-	var reply redis.Error
-	if err == nil || errors.As(err, &reply) {
-		return
-	}
-	for _, c := range cmds {
-		if c.Err() == nil {
-			c.SetErr(err)
-		}
-	}
-}
-
-// isNoPerm reports an error of Redis's ACL.
-func isNoPerm(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
-}
-
-func isNoGroup(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
-}
-
-// isOOM reports Redis's refusal of a write at maxmemory (policy noeviction,
-// or nothing left to evict).
-func isOOM(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "OOM ")
 }

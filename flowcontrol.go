@@ -201,7 +201,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	sh := s.keys.shard(sub.topic, 0)
 	var r gateReply
 	if limit.Messages > 0 {
-		r, err = callGate(ctx, s.redis, sh, s.config.ConsumerGroup, limit, want, sub.unused, sub.reserved)
+		r, err = callGate(ctx, s.redis, sh, s.config.ConsumerGroup, limit.Messages, limit.Per, want, sub.unused, sub.reserved)
 	} else {
 		var n int64
 		n, err = s.redis.Exists(ctx, sh.paused(s.config.ConsumerGroup)).Result()

@@ -43,13 +43,17 @@ const (
 	wellKnownDelayedUntil = 1 // RFC 3339 in whole seconds → zigzag varint Unix seconds, zigzag varint zone offset in seconds
 )
 
+// attemptMeta is the metadata key of the delivery attempt (the package's
+// AttemptKey): not stored, but set on each delivery from the stored count.
+const attemptMeta = "_redisdelay_attempt"
+
 var errCorrupt = errors.New("redisdelay: stored message is corrupt")
 
 func encodeMessage(msg *message.Message) []byte {
 	size := 1 + binary.MaxVarintLen64*2 + len(msg.UUID) + len(msg.Payload)
 	keys := make([]string, 0, len(msg.Metadata))
 	for k, v := range msg.Metadata {
-		if k == AttemptKey {
+		if k == attemptMeta {
 			// Set on each delivery from the stored attempt count: a value
 			// carried over from an earlier delivery (a forwarded message)
 			// must not stick.

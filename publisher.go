@@ -153,7 +153,7 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 		c.n++
 		c.args = append(c.args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio)
 		c.size += argBytes(c.args[len(c.args)-5:])
-		c.far = append(c.far, farArgOf(msg.UUID, m))
+		c.far = append(c.far, farArgOf(msg.UUID, m.delay, m.prio != "1" && m.key == ""))
 	}
 	// The far buckets are chosen by the clock of now, not of the start:
 	// encoding a large call takes time, and a message placed by a clock
@@ -221,41 +221,6 @@ func (c *pubCall) split() *pubCall {
 // encoded body and business key argument (see pubCall.args).
 func argBytes(a []any) int {
 	return len(a[0].(string)) + len(a[2].([]byte)) + len(a[3].(string))
-}
-
-// farArgOf is where a message may be looked up and stored in the far
-// tier: one due far enough ahead, with no business key and no priority, may
-// be stored there, and a waiting message due farMargin or more ahead is
-// looked up there first, so the tiers never hold one UUID twice. Nearer
-// ones are not looked up: the lookup would cost every publish of a
-// message due soon a read of the far index, which grows with the far
-// backlog, and such a message can be in the far tier only if published
-// before with a due time two minutes or more ahead of then, and so, when a
-// retry, more than a minute ago.
-// The bucket is chosen later, by place.
-func farArgOf(uuid string, m pubMessage) farArg {
-	f := farArg{bucket: -1}
-	if m.delay < farMargin {
-		return f
-	}
-	f.field = farField(uuid)
-	f.index = farShard(f.field)
-	f.lookup = true
-	if m.prio != "1" && m.key == "" {
-		f.dueIn = m.delay
-	}
-	return f
-}
-
-// place chooses the far bucket of a message that may go there, by the
-// clock nowMs.
-func (f *farArg) place(nowMs int64) {
-	if f.dueIn == 0 {
-		return
-	}
-	if b, start, at, ok := farPlace(nowMs, nowMs+f.dueIn.Milliseconds()); ok {
-		f.bucket, f.start, f.unpackAt = b, start, at
-	}
 }
 
 // checkIdentity refuses message i of a Publish call when it is nil or has
@@ -541,18 +506,16 @@ type pubCall struct {
 	topic       string
 	part, parts int   // the partition, of the topic's partition count
 	shard       shard // the partition's keys
-	args        []any // UUID, delay in ms, encoded body, business key argument, priority flag for each message
-	far         []farArg
-	maxWaiting  bound // the topic's capacity limits
-	maxReady    bound
-	n           int      // messages
-	size        int      // bytes of UUIDs and bodies
-	buckets     int      // far buckets its messages may go to
-	next        *pubCall // the partition's next part of the Publish call, sent once this one is stored
-	ctx         context.Context
-	done        chan pubResult // buffered: the flusher never blocks on it
-	b           *batcher       // the partition's batcher, once enqueued
-	err         error          // set when the call failed before it was sent
+	pubArgs
+	maxWaiting bound // the topic's capacity limits
+	maxReady   bound
+	size       int      // bytes of UUIDs and bodies
+	buckets    int      // far buckets its messages may go to
+	next       *pubCall // the partition's next part of the Publish call, sent once this one is stored
+	ctx        context.Context
+	done       chan pubResult // buffered: the flusher never blocks on it
+	b          *batcher       // the partition's batcher, once enqueued
+	err        error          // set when the call failed before it was sent
 
 	// guarded by the batcher's mu
 	taken     bool // sent, or about to be
@@ -784,6 +747,17 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
+// publishBatch runs publish.lua for the calls of batch, all to the
+// partition of batch[0].
+func publishBatch(ctx context.Context, c redis.Scripter, batch []*pubCall) (publishReply, error) {
+	args := make([]*pubArgs, len(batch))
+	for i, call := range batch {
+		args[i] = &call.pubArgs
+	}
+	first := batch[0]
+	return callPublish(ctx, c, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, args)
+}
+
 // runPublish runs the publish script for batch. With PublisherConfig.MinReplicas set
 // it then runs WAIT on the same connection (WAIT counts the replicas that
 // acknowledged the writes of its own connection, and cannot run inside a
@@ -798,7 +772,7 @@ func (p *Publisher) Close() error {
 // when it failed, or ctx ended with a reply pending).
 func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (publishReply, error) {
 	if p.config.MinReplicas == 0 {
-		return callPublish(ctx, p.redis, batch)
+		return publishBatch(ctx, p.redis, batch)
 	}
 	for {
 		client, ok := p.config.Client.(*redis.Client)
@@ -812,7 +786,7 @@ func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (publishRe
 			return publishReply{}, fmt.Errorf("PublisherConfig.MinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", p.config.Client)
 		}
 		conn := client.Conn()
-		res, err := callPublish(ctx, conn, batch)
+		res, err := publishBatch(ctx, conn, batch)
 		var acked int64
 		if err == nil {
 			acked, err = conn.Wait(ctx, p.config.MinReplicas, p.config.ReplicaTimeout).Result()

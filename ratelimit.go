@@ -1,13 +1,11 @@
 package redisdelay
 
 import (
-	"errors"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/redis/go-redis/v9"
 )
 
 // errorLogEvery is how often one kind of error is logged again while it
@@ -81,10 +79,4 @@ func errorKind(err error) string {
 		digit = isDigit
 	}
 	return b.String()
-}
-
-// isClientClosed reports whether err comes from a go-redis client that was
-// closed: nothing will work again, so loops stop rather than retry.
-func isClientClosed(err error) bool {
-	return errors.Is(err, redis.ErrClosed)
 }

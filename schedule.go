@@ -315,7 +315,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 	// Own claims first: a publish that failed (Redis unreachable) is
 	// retried as soon as Redis answers, well before the claim expires.
 	for member, exp := range l.mine {
-		e, err := callSchedRetry(ctx, l.redis, k, member, exp)
+		e, err := callSchedRetry(ctx, l.redis, k, member, exp, claimTTL)
 		if err != nil {
 			return 0, err
 		}
@@ -342,7 +342,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 			wait = min(wait, exp.Sub(now))
 			continue
 		}
-		e, err := callSchedRetry(ctx, l.redis, k, member, time.Time{})
+		e, err := callSchedRetry(ctx, l.redis, k, member, time.Time{}, claimTTL)
 		if err != nil {
 			return 0, err
 		}

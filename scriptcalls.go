@@ -50,23 +50,16 @@ func (r publishReply) status(i int) (dup string, refusal []any, pulls []string) 
 	return dup, refusal, nil
 }
 
-// farArg is where publish.lua may look up and store a message in the far
-// tier (see far.go).
-type farArg struct {
-	field    string        // the UUID's far index field
-	index    uint32        // its far index shard
-	lookup   bool          // a waiting message: looked up in the far index
-	dueIn    time.Duration // its delay when it may go to the far tier, else 0
-	bucket   int64         // far bucket (farArg.place); -1: not for the far tier
-	start    int64         // the bucket's first due ms
-	unpackAt int64         // when the bucket is unpacked, ms
+// pubArgs is what publish.lua takes of one Publish call to a partition.
+type pubArgs struct {
+	args []any // UUID, delay in ms, encoded body, business key argument, priority flag for each message
+	far  []farArg
+	n    int // messages
 }
 
-// callPublish runs publish.lua for the calls of batch, all to the partition
-// of batch[0].
-func callPublish(ctx context.Context, c redis.Scripter, batch []*pubCall) (publishReply, error) {
-	first := batch[0]
-	sh := first.shard
+// callPublish runs publish.lua for the calls of batch, all to partition sh,
+// whose capacity limits are maxWaiting and maxReady (0: none).
+func callPublish(ctx context.Context, c redis.Scripter, sh shard, maxWaiting, maxReady int, batch []*pubArgs) (publishReply, error) {
 	msgs := 0
 	for _, call := range batch {
 		msgs += call.n
@@ -83,7 +76,7 @@ func callPublish(ctx context.Context, c redis.Scripter, batch []*pubCall) (publi
 		return i
 	}
 	args := make([]any, 0, 7+len(batch)+11*msgs)
-	args = append(args, sh.wake(), first.maxWaiting.perPart, first.maxReady.perPart, len(batch),
+	args = append(args, sh.wake(), maxWaiting, maxReady, len(batch),
 		farMargin.Milliseconds(), farWidth.Milliseconds(), farSlack().Milliseconds())
 	for _, call := range batch {
 		args = append(args, call.n)
@@ -580,16 +573,16 @@ type gateReply struct {
 }
 
 // callGate runs gate.lua on partition 0 (sh) of a topic: whether the group
-// is paused, and under its rate limit (zero: none) when a read of want
+// is paused, and under its rate limit (limitMessages per limitPer; 0: none) when a read of want
 // messages may start. unused gives back what the caller's previous
 // reservation (reserved: its end, 0 for none) did not fetch.
-func callGate(ctx context.Context, c redis.Scripter, sh shard, group string, limit RateLimit, want, unused int, reserved int64) (gateReply, error) {
+func callGate(ctx context.Context, c redis.Scripter, sh shard, group string, limitMessages int, limitPer time.Duration, want, unused int, reserved int64) (gateReply, error) {
 	prev := ""
 	if reserved > 0 {
 		prev = strconv.FormatInt(reserved, 10)
 	}
 	res, err := gateScript.Run(ctx, c, []string{sh.paused(group), sh.rate(group)},
-		limit.Messages, limit.Per.Milliseconds(), want, unused, prev).Int64Slice()
+		limitMessages, limitPer.Milliseconds(), want, unused, prev).Int64Slice()
 	if err != nil {
 		return gateReply{}, err
 	}
@@ -640,12 +633,12 @@ func callSchedClaim(ctx context.Context, c redis.Scripter, sk scheduleKeys, id s
 // callSchedRetry runs schedretry.lua: held is the claim expiry the caller
 // holds (zero: take the claim only if expired). It returns the new expiry
 // when the caller now holds the claim, zero otherwise.
-func callSchedRetry(ctx context.Context, c redis.Scripter, sk scheduleKeys, member string, held time.Time) (time.Time, error) {
+func callSchedRetry(ctx context.Context, c redis.Scripter, sk scheduleKeys, member string, held time.Time, ttl time.Duration) (time.Time, error) {
 	heldArg := ""
 	if !held.IsZero() {
 		heldArg = strconv.FormatInt(held.UnixMilli(), 10)
 	}
-	n, err := schedRetryScript.Run(ctx, c, []string{sk.claims()}, member, heldArg, claimTTL.Milliseconds()).Int64()
+	n, err := schedRetryScript.Run(ctx, c, []string{sk.claims()}, member, heldArg, ttl.Milliseconds()).Int64()
 	if err != nil || n == 0 {
 		return time.Time{}, err
 	}

@@ -1,0 +1,222 @@
+package redisdelay
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The far tier keeps messages due far ahead compactly, so a backlog of
+// tens of millions costs a fraction of what the waiting set and its hash
+// of bodies cost per message, and the waiting set stays small and hot.
+//
+// A message due more than about farLead + farWidth ahead, with no business
+// key and no priority, goes into the far bucket of its due time: a list
+// (<shard>:fb:<bucket>, one per farWidth of due time) of its due score and
+// encoded body, in publish order. Lists pack their elements in listpacks
+// of 8 KB, a few bytes of overhead each. The far index (<shard>:fx:<n>, 2^19
+// small hashes, listpack-encoded up to 128 fields at Redis's defaults) maps
+// the message's UUID (16 bytes when canonical) to its bucket and position,
+// for Cancel, Reschedule, Find and the duplicate check of a retried
+// Publish. The scheduler holding the partition's lease unpacks a bucket
+// into the waiting set farLead before the bucket's first due time
+// (unpack.lua), at most a batch per call, so the waiting set only ever holds
+// what falls due within about farLead + farWidth, plus messages with
+// business keys or priority. Cancelling or moving a far message first pulls
+// it into the waiting set (farpull.lua), where it is handled like any
+// other; its list element becomes "" until the bucket is unpacked.
+//
+// The far tier is invisible in the API: counts, Waiting, the histogram and
+// every lookup include it.
+const (
+	// defaultFarWidth is the span of due times of one far bucket.
+	defaultFarWidth = time.Minute
+	// defaultFarLead is how long before its first due time a far bucket is
+	// unpacked into the waiting set: enough for a bucket of a million
+	// messages, and for a scheduler that is a few seconds late.
+	defaultFarLead = time.Minute
+	// defaultFarMargin keeps a publish out of a bucket about to be unpacked
+	// (the publisher's clock may run ahead of Redis's).
+	defaultFarMargin = 5 * time.Second
+)
+
+// The far tier's timing: the defaults above, shortened for the tests
+// (SetFarTier in export_test.go).
+var farWidth, farLead, farMargin = defaultFarWidth, defaultFarLead, defaultFarMargin
+
+// farSlack is how far outside its bucket publish.lua lets a message be due:
+// the publisher picks the bucket by its own clock, and a message due at the
+// very end of a bucket (delay.For's due times fall at the end of a whole
+// second) would otherwise miss it by the time the script runs. Below a
+// quarter of the width, so a message is never due after those of the
+// bucket after next (Inspector.Waiting reads one bucket more for that), and
+// below the lead, so it is never unpacked after it is due.
+func farSlack() time.Duration {
+	return min(farMargin, farWidth/4, farLead/2)
+}
+
+// farEpoch is the origin of far bucket numbers, so that bucket × 2^24 +
+// position stays exact in a Lua number (2^53) for a century of due times.
+var farEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+
+const (
+	farIndexShards = 1 << 19
+	farPosBits     = 24
+	farUnpackBatch = 1000 // elements moved per unpack.lua call, at most
+)
+
+// farField is the field of a UUID in the far index: its 16 bytes when the
+// UUID is canonical (watermill.NewUUID's form), else the UUID itself.
+func farField(uuid string) string {
+	if b, ok := binaryUUID(uuid); ok {
+		return string(b[:])
+	}
+	return uuid
+}
+
+// farShard is the far index shard holding a field.
+func farShard(field string) uint32 {
+	return crc32.ChecksumIEEE([]byte(field)) & (farIndexShards - 1)
+}
+
+// farPlace is the far bucket of a message due at dueMs, the bucket's first
+// due ms and when it is unpacked; ok is false when the message is due too
+// soon for the far tier (by the publisher's clock: publish.lua checks
+// again with Redis's).
+func farPlace(nowMs, dueMs int64) (b, start, unpackAt int64, ok bool) {
+	return farPlaceIn(farWidth, farLead, farMargin, nowMs, dueMs)
+}
+
+func farPlaceIn(width, lead, margin time.Duration, nowMs, dueMs int64) (b, start, unpackAt int64, ok bool) {
+	w := width.Milliseconds()
+	if dueMs < farEpoch {
+		return 0, 0, 0, false
+	}
+	b = (dueMs - farEpoch) / w
+	start = farEpoch + b*w
+	unpackAt = start - lead.Milliseconds()
+	return b, start, unpackAt, unpackAt > nowMs+margin.Milliseconds()
+}
+
+// farLoc splits a far index value into bucket and position.
+func farLoc(loc string) (b, pos int64, err error) {
+	v, err := strconv.ParseInt(loc, 10, 64)
+	if err != nil || v < 0 {
+		return 0, 0, fmt.Errorf("far index value %q is not a location", loc)
+	}
+	return v >> farPosBits, v & (1<<farPosBits - 1), nil
+}
+
+// storedUUID reads the UUID of an encoded message without decoding the rest.
+func storedUUID(body []byte) (string, bool) {
+	if len(body) == 0 {
+		return "", false
+	}
+	if body[0] == codecVersionBinaryID {
+		if len(body) < 17 {
+			return "", false
+		}
+		return textUUID(body[1:17]), true
+	}
+	n, k := binary.Uvarint(body[1:])
+	if k <= 0 || n > uint64(len(body)-1-k) {
+		return "", false
+	}
+	return string(body[1+k : 1+k+int(n)]), true
+}
+
+// farArg is where publish.lua may look up and store a message in the far
+// tier (see far.go).
+type farArg struct {
+	field    string        // the UUID's far index field
+	index    uint32        // its far index shard
+	lookup   bool          // a waiting message: looked up in the far index
+	dueIn    time.Duration // its delay when it may go to the far tier, else 0
+	bucket   int64         // far bucket (farArg.place); -1: not for the far tier
+	start    int64         // the bucket's first due ms
+	unpackAt int64         // when the bucket is unpacked, ms
+}
+
+// farArgOf is where a message may be looked up and stored in the far
+// tier: one due far enough ahead, with no business key and no priority, may
+// be stored there, and a waiting message due farMargin or more ahead is
+// looked up there first, so the tiers never hold one UUID twice. Nearer
+// ones are not looked up: the lookup would cost every publish of a
+// message due soon a read of the far index, which grows with the far
+// backlog, and such a message can be in the far tier only if published
+// before with a due time two minutes or more ahead of then, and so, when a
+// retry, more than a minute ago.
+// The bucket is chosen later, by place.
+func farArgOf(uuid string, delay time.Duration, mayFar bool) farArg {
+	f := farArg{bucket: -1}
+	if delay < farMargin {
+		return f
+	}
+	f.field = farField(uuid)
+	f.index = farShard(f.field)
+	f.lookup = true
+	if mayFar {
+		f.dueIn = delay
+	}
+	return f
+}
+
+// place chooses the far bucket of a message that may go there, by the
+// clock nowMs.
+func (f *farArg) place(nowMs int64) {
+	if f.dueIn == 0 {
+		return
+	}
+	if b, start, at, ok := farPlace(nowMs, nowMs+f.dueIn.Milliseconds()); ok {
+		f.bucket, f.start, f.unpackAt = b, start, at
+	}
+}
+
+// farPull moves the far message with uuid, if any, into the partition's
+// waiting set (farpull.lua), or with peek only reads it. It returns the
+// message's encoded body and due score; found is false when no far message
+// has that UUID. A message unpacked or moved at the same moment is looked
+// up again.
+func farPull(ctx context.Context, c cmds, sh shard, uuid string, peek bool) (body string, score float64, found bool, err error) {
+	field := farField(uuid)
+	index := sh.farIndex(farShard(field))
+	for range 5 {
+		loc, err := c.HGet(ctx, index, field).Result()
+		if err == redis.Nil {
+			return "", 0, false, nil
+		}
+		if err != nil {
+			return "", 0, false, err
+		}
+		b, _, err := farLoc(loc)
+		if err != nil {
+			return "", 0, false, err
+		}
+		r, err := callFarPull(ctx, c, sh, b, index, field, loc, uuid, peek)
+		if err != nil || r.moved {
+			return r.body, r.score, r.moved, err
+		}
+	}
+	return "", 0, false, fmt.Errorf("the far message %q kept moving while it was looked up", uuid)
+}
+
+// farOverdue is how long ago the first due time of the partition's first far
+// bucket (ZRANGE far 0 0) passed with the bucket still packed: no
+// scheduler unpacked it. 0 when none is overdue.
+func farOverdue(head *redis.ZSliceCmd, now time.Time) time.Duration {
+	zs := head.Val()
+	if len(zs) == 0 {
+		return 0
+	}
+	m, _ := zs[0].Member.(string)
+	b, err := strconv.ParseInt(m, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return max(now.Sub(time.UnixMilli(farEpoch+b*farWidth.Milliseconds())), 0)
+}
