@@ -8,6 +8,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // Acknowledgements are asynchronous: an Ack moves the entry from the
@@ -84,14 +86,14 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 	group := s.config.ConsumerGroup
 	pipe := s.redis.Pipeline()
 	var readyCmd *redis.IntCmd
-	var redoAck pipedScript
+	var redoAck store.PipedScript
 	if len(ready) > 0 {
-		readyCmd = pipe.XAck(ctx, sub.shard.stream(), group, ready...)
+		readyCmd = pipe.XAck(ctx, sub.shard.Stream(), group, ready...)
 	}
 	if len(redo) > 0 {
-		redoAck = pipeAck(ctx, pipe, sub.shard, group, redo)
+		redoAck = store.PipeAck(ctx, pipe, sub.shard, group, redo)
 	}
-	execPipe(ctx, pipe)
+	store.ExecPipe(ctx, pipe)
 
 	// Each command counts on its own: what Redis took leaves the queue,
 	// the rest is tried again.
@@ -104,8 +106,8 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 			acked, doneReady = acked+int(n), len(ready)
 		}
 	}
-	if redoAck.cmd != nil {
-		n, err := redoAck.result(ctx, s.redis).Int64()
+	if redoAck.Cmd != nil {
+		n, err := redoAck.Result(ctx, s.redis).Int64()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("acknowledge %d redelivered message(s): %w", len(redo), err))
 		} else {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // checkLookup checks the topic and the UUID (by "uuid") or business key
@@ -24,10 +26,10 @@ func checkLookup(verb, topic, by, value string) error {
 // first on the one value hashes to (where a waiting message is unless a
 // PartitionKey placed it), then on the others. A message waits in one
 // partition only, so a try that acts on it acts once.
-func inPartitions(k keys, topic string, parts int, value string, try func(sh shard) (done bool, err error)) (bool, error) {
+func inPartitions(k store.Keys, topic string, parts int, value string, try func(sh store.Shard) (done bool, err error)) (bool, error) {
 	home := partitionOf(value, parts)
 	for n := range parts {
-		if done, err := try(k.shard(topic, (home+n)%parts)); err != nil || done {
+		if done, err := try(k.Shard(topic, (home+n)%parts)); err != nil || done {
 			return done, err
 		}
 	}
@@ -36,15 +38,15 @@ func inPartitions(k keys, topic string, parts int, value string, try func(sh sha
 
 // recall removes a waiting message of topic found by its UUID (by "uuid")
 // or business key (by "key").
-func recall(ctx context.Context, client redis.UniversalClient, k keys, topic string, parts int, by, value string) (bool, error) {
+func recall(ctx context.Context, client redis.UniversalClient, k store.Keys, topic string, parts int, by, value string) (bool, error) {
 	if err := checkLookup("cancel", topic, by, value); err != nil {
 		return false, err
 	}
-	removed, err := inPartitions(k, topic, parts, value, func(sh shard) (bool, error) {
+	removed, err := inPartitions(k, topic, parts, value, func(sh store.Shard) (bool, error) {
 		if err := pullFar(ctx, client, sh, by, value); err != nil {
 			return false, err
 		}
-		return callCancel(ctx, client, sh, by, value)
+		return store.Cancel(ctx, client, sh, by, value)
 	})
 	if err != nil {
 		return false, wrap(err, "cancel %s in topic %q", recallWhat(by, value), topic)
@@ -55,11 +57,11 @@ func recall(ctx context.Context, client redis.UniversalClient, k keys, topic str
 // pullFar moves the message with the UUID value (by "uuid") from the far
 // tier into the waiting set, if it is there, for a cancel or reschedule to
 // find it. A business key is never held in the far tier.
-func pullFar(ctx context.Context, client redis.UniversalClient, sh shard, by, value string) error {
+func pullFar(ctx context.Context, client redis.UniversalClient, sh store.Shard, by, value string) error {
 	if by != "uuid" {
 		return nil
 	}
-	_, _, _, err := farPull(ctx, client, sh, value, false)
+	_, _, _, err := store.FarPull(ctx, client, sh, value, false)
 	return err
 }
 

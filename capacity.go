@@ -1,6 +1,8 @@
 package redisdelay
 
-import "fmt"
+import (
+	"fmt"
+)
 
 // bound is a capacity limit of a topic as it applies to one partition.
 type bound struct {

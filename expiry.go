@@ -7,6 +7,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // ExpiredPolicy is what a subscription does with a message whose deadline
@@ -59,7 +61,7 @@ func (sub *subscription) expire(ctx context.Context, e entry, msg *message.Messa
 		return true, true
 	}
 	sub.settle(ctx, func(ctx context.Context) error {
-		return sub.settleNack(ctx, e, attempt, 0, encodeMessage(msg), reason, nackExpired)
+		return sub.settleNack(ctx, e, attempt, 0, store.Encode(msg), reason, nackExpired)
 	})
 	return true, false
 }

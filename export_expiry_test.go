@@ -1,7 +1,11 @@
 package redisdelay
 
-import "github.com/ThreeDotsLabs/watermill/message"
+import (
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
+)
 
 // EncodeForTest is a message as stored, for tests that write entries
 // around Publish.
-func EncodeForTest(msg *message.Message) []byte { return encodeMessage(msg) }
+func EncodeForTest(msg *message.Message) []byte { return store.Encode(msg) }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // SetClock replaces a Publisher's host clock, so tests can run it on a host
@@ -48,7 +50,7 @@ func Renewals(sub *Subscriber) int64 {
 // QueuedCalls is how many Publish calls to partition 0 of topic wait in p's
 // queue for a script run in flight to end.
 func QueuedCalls(p *Publisher, topic string) int {
-	v, ok := p.batchers.Load(p.keys.shard(topic, 0))
+	v, ok := p.batchers.Load(p.keys.Shard(topic, 0))
 	if !ok {
 		return 0
 	}
@@ -64,7 +66,7 @@ func Closing(p *Publisher) bool {
 }
 
 // DecodeMessage decodes a stored message body.
-var DecodeMessage = decodeMessage
+var DecodeMessage = store.Decode
 
 // PartitionOf is the partition a PartitionKey value hashes to.
 var PartitionOf = partitionOf
@@ -87,27 +89,27 @@ func SchedulerLoops(sub *Subscriber) int {
 // for the whole test binary: TestMain makes them short, so messages due a
 // few seconds ahead go through the far tier and its unpacking.
 func SetFarTier(width, lead, margin time.Duration) {
-	farWidth, farLead, farMargin = width, lead, margin
+	store.FarWidth, store.FarLead, store.FarMargin = width, lead, margin
 }
 
 // FarTier reads them back.
 func FarTier() (width, lead, margin time.Duration) {
-	return farWidth, farLead, farMargin
+	return store.FarWidth, store.FarLead, store.FarMargin
 }
 
 // FarSlack is how far outside its bucket publish.lua lets a message be due.
-var FarSlack = farSlack
+var FarSlack = store.FarSlack
 
 // UnpackFarOnce runs one unpack.lua call on the first far bucket of
 // partition 0 of topic, for at most n elements, as a scheduler holding the
 // partition's lease would: tests drive unpacking a batch at a time.
 func UnpackFarOnce(ctx context.Context, client redis.UniversalClient, topic string, n int) (moved int64, err error) {
-	sh := keys{prefix: DefaultKeyPrefix}.shard(topic, 0)
+	sh := store.Keys{Prefix: DefaultKeyPrefix}.Shard(topic, 0)
 	const owner = "test-unpacker"
-	if err := client.Set(ctx, sh.lease(), owner, time.Minute).Err(); err != nil {
+	if err := client.Set(ctx, sh.Lease(), owner, time.Minute).Err(); err != nil {
 		return 0, err
 	}
-	buckets, err := client.ZRange(ctx, sh.far(), 0, 0).Result()
+	buckets, err := client.ZRange(ctx, sh.Far(), 0, 0).Result()
 	if err != nil || len(buckets) == 0 {
 		return 0, err
 	}
@@ -115,26 +117,22 @@ func UnpackFarOnce(ctx context.Context, client redis.UniversalClient, topic stri
 	if err != nil {
 		return 0, err
 	}
-	popped, _ := client.HGet(ctx, sh.farMeta(), "p:"+buckets[0]).Int64()
-	els, err := client.LRange(ctx, sh.farBucket(b), 0, int64(n)-1).Result()
+	popped, _ := client.HGet(ctx, sh.FarMeta(), "p:"+buckets[0]).Int64()
+	els, err := client.LRange(ctx, sh.FarBucket(b), 0, int64(n)-1).Result()
 	if err != nil {
 		return 0, err
 	}
-	r, err := callUnpack(ctx, client, sh, owner, b, popped, els)
-	if err == nil && r.stale {
+	r, err := store.Unpack(ctx, client, sh, owner, b, popped, els)
+	if err == nil && r.Stale {
 		err = fmt.Errorf("unpack of bucket %d: stale", b)
 	}
-	return r.moved, err
+	return r.Moved, err
 }
 
 // Lanes is how many commands the library's background work runs at once
 // on a client (conns.go).
-const Lanes = lanes
+const Lanes = store.Lanes
 
 // HubShared reports whether the components of the process hold a hub of
 // the client (conns.go).
-func HubShared(client redis.UniversalClient) bool {
-	hubsMu.Lock()
-	defer hubsMu.Unlock()
-	return hubs[client] != nil
-}
+func HubShared(client redis.UniversalClient) bool { return store.HubShared(client) }

@@ -7,13 +7,15 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // unpackFar unpacks (a batch of) far bucket b of a partition into its
 // waiting set, when this scheduler holds the partition's lease. It reports
 // whether it did (a stale read does nothing; the next tick reads again).
-func (s *scheduler) unpackFar(ctx context.Context, sh shard, fields watermill.LogFields, b int64) (done bool, err error) {
-	key := sh.farBucket(b)
+func (s *scheduler) unpackFar(ctx context.Context, sh store.Shard, fields watermill.LogFields, b int64) (done bool, err error) {
+	key := sh.FarBucket(b)
 	var popped *redis.StringCmd
 	var els *redis.StringSliceCmd
 	// Only the lease holder pops, so the count and head read here are still
@@ -24,8 +26,8 @@ func (s *scheduler) unpackFar(ctx context.Context, sh shard, fields watermill.Lo
 	// which for a bucket never unpacked is HGET's redis.Nil). At most
 	// farUnpackBatch elements a call, so a call stays short.
 	_, _ = s.redis.Pipelined(ctx, func(p redis.Pipeliner) error {
-		popped = p.HGet(ctx, sh.farMeta(), "p:"+strconv.FormatInt(b, 10))
-		els = p.LRange(ctx, key, 0, int64(min(s.batch, farUnpackBatch))-1)
+		popped = p.HGet(ctx, sh.FarMeta(), "p:"+strconv.FormatInt(b, 10))
+		els = p.LRange(ctx, key, 0, int64(min(s.batch, store.FarUnpackBatch))-1)
 		return nil
 	})
 	if err := els.Err(); err != nil {
@@ -35,13 +37,13 @@ func (s *scheduler) unpackFar(ctx context.Context, sh shard, fields watermill.Lo
 		return false, fmt.Errorf("read far bucket %d: %w", b, err)
 	}
 	p, _ := strconv.ParseInt(popped.Val(), 10, 64)
-	r, err := callUnpack(ctx, s.redis, sh, s.owner, b, p, els.Val())
+	r, err := store.Unpack(ctx, s.redis, sh, s.owner, b, p, els.Val())
 	if err != nil {
 		return false, fmt.Errorf("unpack far bucket %d: %w", b, err)
 	}
-	if r.corrupt > 0 {
+	if r.Corrupt > 0 {
 		s.logger.Error("redisdelay: far messages that cannot be read were dropped", nil,
-			fields.Add(watermill.LogFields{"count": r.corrupt, "bucket": b}))
+			fields.Add(watermill.LogFields{"count": r.Corrupt, "bucket": b}))
 	}
-	return !r.stale, nil
+	return !r.Stale, nil
 }

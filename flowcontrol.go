@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // RateLimit is a number of messages per interval: see
@@ -57,10 +59,10 @@ func (sub *subscription) takeSlot(ctx context.Context) bool {
 		return true
 	}
 	sub.enter(phaseWait) // for the group's other handlers
-	sh := s.keys.shard(sub.topic, 0)
+	sh := s.keys.Shard(sub.topic, 0)
 	for failures := 0; ; {
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-		held, err := callSlot(opCtx, s.redis, sh, s.config.ConsumerGroup, "take", sub.slotHolder(), limit, 3*sub.renewEvery())
+		held, err := store.Slot(opCtx, s.redis, sh, s.config.ConsumerGroup, "take", sub.slotHolder(), limit, 3*sub.renewEvery())
 		cancel()
 		if ctx.Err() != nil {
 			return false
@@ -100,8 +102,8 @@ func (sub *subscription) releaseSlot() {
 	s := sub.s
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	_, err := callSlot(ctx, s.redis, s.keys.shard(sub.topic, 0), s.config.ConsumerGroup, "release", sub.slotHolder(), 0, 0)
-	if err != nil && !isClientClosed(err) {
+	_, err := store.Slot(ctx, s.redis, s.keys.Shard(sub.topic, 0), s.config.ConsumerGroup, "release", sub.slotHolder(), 0, 0)
+	if err != nil && !store.IsClientClosed(err) {
 		s.limiter.errorf(s.logger, "redisdelay: cannot give back a concurrency slot; it lapses after VisibilityTimeout", err, sub.fields())
 	}
 }
@@ -127,11 +129,11 @@ func (i *Inspector) Pause(ctx context.Context, topic, group string) error {
 	if err := i.validateGroup(topic, group); err != nil {
 		return err
 	}
-	sh := i.keys.shard(topic, 0)
+	sh := i.keys.Shard(topic, 0)
 	pipe := i.client.Pipeline()
-	set := pipe.SetNX(ctx, sh.paused(group), strconv.FormatInt(time.Now().UnixMilli(), 10), 0)
-	pub := pipe.Publish(ctx, sh.flow(group), "p")
-	execPipe(ctx, pipe)
+	set := pipe.SetNX(ctx, sh.Paused(group), strconv.FormatInt(time.Now().UnixMilli(), 10), 0)
+	pub := pipe.Publish(ctx, sh.Flow(group), "p")
+	store.ExecPipe(ctx, pipe)
 	err := set.Err()
 	if err == nil {
 		err = notified(pub)
@@ -146,11 +148,11 @@ func (i *Inspector) Resume(ctx context.Context, topic, group string) (bool, erro
 	if err := i.validateGroup(topic, group); err != nil {
 		return false, err
 	}
-	sh := i.keys.shard(topic, 0)
+	sh := i.keys.Shard(topic, 0)
 	pipe := i.client.Pipeline()
-	del := pipe.Del(ctx, sh.paused(group))
-	pub := pipe.Publish(ctx, sh.flow(group), "r")
-	execPipe(ctx, pipe)
+	del := pipe.Del(ctx, sh.Paused(group))
+	pub := pipe.Publish(ctx, sh.Flow(group), "r")
+	store.ExecPipe(ctx, pipe)
 	err := del.Err()
 	if err == nil {
 		err = notified(pub)
@@ -172,7 +174,7 @@ func (i *Inspector) Paused(ctx context.Context, topic, group string) (bool, erro
 	if err := i.validateGroup(topic, group); err != nil {
 		return false, err
 	}
-	n, err := i.client.Exists(ctx, i.keys.shard(topic, 0).paused(group)).Result()
+	n, err := i.client.Exists(ctx, i.keys.Shard(topic, 0).Paused(group)).Result()
 	return n == 1, wrapErr(err, "check whether group %q of topic %q is paused", group, topic)
 }
 
@@ -198,14 +200,14 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	if limit.Messages == 0 && !sub.paused && !notified && !checkDue {
 		return want, nil
 	}
-	sh := s.keys.shard(sub.topic, 0)
-	var r gateReply
+	sh := s.keys.Shard(sub.topic, 0)
+	var r store.GateReply
 	if limit.Messages > 0 {
-		r, err = callGate(ctx, s.redis, sh, s.config.ConsumerGroup, limit.Messages, limit.Per, want, sub.unused, sub.reserved)
+		r, err = store.Gate(ctx, s.redis, sh, s.config.ConsumerGroup, limit.Messages, limit.Per, want, sub.unused, sub.reserved)
 	} else {
 		var n int64
-		n, err = s.redis.Exists(ctx, sh.paused(s.config.ConsumerGroup)).Result()
-		r = gateReply{paused: n == 1, count: want}
+		n, err = s.redis.Exists(ctx, sh.Paused(s.config.ConsumerGroup)).Result()
+		r = store.GateReply{Paused: n == 1, Count: want}
 	}
 	if err != nil {
 		if notified {
@@ -214,15 +216,15 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 		return 0, fmt.Errorf("check whether the group is paused or rate limited: %w", err)
 	}
 	sub.flowChecked = time.Now()
-	if r.paused != sub.paused {
-		sub.paused = r.paused
+	if r.Paused != sub.paused {
+		sub.paused = r.Paused
 		what := "redisdelay: consumer group resumed; fetching messages again"
-		if r.paused {
+		if r.Paused {
 			what = "redisdelay: consumer group paused (Inspector.Pause); fetching no messages until it is resumed"
 		}
 		s.logger.Info(what, sub.fields())
 	}
-	if r.paused {
+	if r.Paused {
 		// Checked again when a change is published, else once per
 		// BlockTime.
 		t := time.NewTimer(s.config.BlockTime)
@@ -239,14 +241,14 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	if limit.Messages > 0 {
 		// Given back by the next call unless the read fetches them all
 		// (or another reservation came after this one).
-		sub.unused, sub.reserved = r.count, r.end
+		sub.unused, sub.reserved = r.Count, r.End
 	}
-	if r.wait > 0 {
+	if r.Wait > 0 {
 		sub.enter(phaseWait)
-		sleep(ctx, r.wait)
+		sleep(ctx, r.Wait)
 	}
 	if ctx.Err() != nil {
 		return 0, nil
 	}
-	return r.count, nil
+	return r.Count, nil
 }

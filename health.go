@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // HealthConfig configures Inspector.Health and HealthHandler.
@@ -128,7 +130,7 @@ func evictionProblems(ctx context.Context, i *Inspector, _ HealthConfig) ([]Heal
 // Redis user may not subscribe to the wake channels: the note it keeps in
 // Redis while that lasts (see scheduler.watchACL).
 func wakeUpsDenied(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthProblem, error) {
-	detail, err := i.client.Get(ctx, i.keys.wakeDenied()).Result()
+	detail, err := i.client.Get(ctx, i.keys.WakeDenied()).Result()
 	if err == redis.Nil {
 		return nil, nil
 	}
@@ -212,7 +214,7 @@ func (i *Inspector) healthTopics(ctx context.Context, config HealthConfig) ([]st
 func execRead(ctx context.Context, pipe redis.Pipeliner) error {
 	cmds, _ := pipe.Exec(ctx)
 	for _, c := range cmds {
-		if err := c.Err(); err != nil && err != redis.Nil && !isNoSuchKey(err) && !isNoGroup(err) {
+		if err := c.Err(); err != nil && err != redis.Nil && !store.IsNoSuchKey(err) && !store.IsNoGroup(err) {
 			return err
 		}
 	}
@@ -235,7 +237,7 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 	}
 	type partition struct {
 		topic, n int
-		sh       shard
+		sh       store.Shard
 		head     *redis.ZSliceCmd
 		farHead  *redis.ZSliceCmd
 		groups   *redis.StringSliceCmd
@@ -247,13 +249,13 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 	clock := pipe.Time(ctx)
 	for t, topic := range topics {
 		for n := range counts[t] {
-			sh := i.keys.shard(topic, n)
+			sh := i.keys.Shard(topic, n)
 			parts = append(parts, partition{topic: t, n: n, sh: sh,
-				head:    pipe.ZRangeWithScores(ctx, sh.waiting(), 0, 0),
-				farHead: pipe.ZRangeWithScores(ctx, sh.far(), 0, 0),
-				groups:  pipe.SMembers(ctx, sh.groups()),
-				infos:   pipe.XInfoGroups(ctx, sh.stream()),
-				length:  pipe.XLen(ctx, sh.stream()),
+				head:    pipe.ZRangeWithScores(ctx, sh.Waiting(), 0, 0),
+				farHead: pipe.ZRangeWithScores(ctx, sh.Far(), 0, 0),
+				groups:  pipe.SMembers(ctx, sh.Groups()),
+				infos:   pipe.XInfoGroups(ctx, sh.Stream()),
+				length:  pipe.XLen(ctx, sh.Stream()),
 			})
 		}
 	}
@@ -283,9 +285,9 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 	for p, part := range parts {
 		for _, g := range part.groups.Val() {
 			groups = append(groups, group{part: p, name: g,
-				meta:    pipe.HMGet(ctx, part.sh.meta(g), "vis", "timeouts", "timeout_at"),
-				redo:    pipe.XInfoGroups(ctx, part.sh.redelivery(g)),
-				redoLen: pipe.XLen(ctx, part.sh.redelivery(g)),
+				meta:    pipe.HMGet(ctx, part.sh.Meta(g), "vis", "timeouts", "timeout_at"),
+				redo:    pipe.XInfoGroups(ctx, part.sh.Redelivery(g)),
+				redoLen: pipe.XLen(ctx, part.sh.Redelivery(g)),
 			})
 		}
 	}
@@ -335,13 +337,13 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 			args := func(stream string) *redis.XPendingExtArgs {
 				return &redis.XPendingExtArgs{Stream: stream, Group: g.name, Idle: g.stuckLimit, Start: "-", End: "+", Count: 1}
 			}
-			g.stuck = pipe.XPendingExt(ctx, args(part.sh.stream()))
-			g.stuckRedo = pipe.XPendingExt(ctx, args(part.sh.redelivery(g.name)))
+			g.stuck = pipe.XPendingExt(ctx, args(part.sh.Stream()))
+			g.stuckRedo = pipe.XPendingExt(ctx, args(part.sh.Redelivery(g.name)))
 			queued = true
 		}
 		if g.ready != 0 {
-			g.consumers = pipe.XInfoConsumers(ctx, part.sh.stream(), g.name)
-			g.paused = pipe.Exists(ctx, i.keys.shard(topics[part.topic], 0).paused(g.name))
+			g.consumers = pipe.XInfoConsumers(ctx, part.sh.Stream(), g.name)
+			g.paused = pipe.Exists(ctx, i.keys.Shard(topics[part.topic], 0).Paused(g.name))
 			queued = true
 		}
 	}
@@ -366,7 +368,7 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 			if zs := part.head.Val(); len(zs) > 0 {
 				overdue = max(overdue, now.Sub(time.UnixMilli(int64(zs[0].Score)/1024)))
 			}
-			overdue = max(overdue, farOverdue(part.farHead, now))
+			overdue = max(overdue, store.FarOverdue(part.farHead, now))
 		}
 		if overdue > config.MaxOverdue {
 			problems = append(problems, HealthProblem{Topic: topic, Kind: ProblemSchedulerBehind,

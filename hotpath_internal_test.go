@@ -10,6 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // userMessage is a stored message of the shape users publish: a UUIDv4,
@@ -17,13 +19,13 @@ import (
 func userMessage(d delay.Delay) []byte {
 	msg := message.NewMessage(watermill.NewUUID(), make([]byte, 100))
 	delay.Message(msg, d)
-	return encodeMessage(msg)
+	return store.Encode(msg)
 }
 
 // prepareDelivery is what a subscription does to each entry before handing
 // it to a handler, Redis aside: decode it and mark it delivered.
 func prepareDelivery(b []byte, now time.Time) (*message.Message, string, error) {
-	msg, err := decodeMessage(b)
+	msg, err := store.Decode(b)
 	if err != nil {
 		return nil, "", err
 	}
@@ -65,7 +67,7 @@ func TestFastTimeFormatsMatchTimePackage(t *testing.T) {
 	for _, u := range unixes {
 		for _, off := range offsets {
 			want := time.Unix(u, 0).In(time.FixedZone("", off)).Format(time.RFC3339)
-			if got := formatUntil(u, off); got != want {
+			if got := store.FormatUntil(u, off); got != want {
 				t.Fatalf("formatUntil(%d, %d) = %q, want %q", u, off, got, want)
 			}
 		}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // InspectorConfig configures an Inspector.
@@ -38,7 +40,7 @@ func (c InspectorConfig) Validate() error {
 // no state, so there is nothing to close.
 type Inspector struct {
 	client redis.UniversalClient
-	keys   keys
+	keys   store.Keys
 }
 
 // NewInspector returns an Inspector.
@@ -47,7 +49,7 @@ func NewInspector(config InspectorConfig) (*Inspector, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	return &Inspector{client: config.Client, keys: keys{prefix: config.KeyPrefix}}, nil
+	return &Inspector{client: config.Client, keys: store.Keys{Prefix: config.KeyPrefix}}, nil
 }
 
 // TopicStats counts the messages of a topic where they are, summed over
@@ -106,7 +108,7 @@ func (i *Inspector) InvalidTopics(ctx context.Context) ([]string, error) {
 }
 
 func (i *Inspector) registry(ctx context.Context) (valid, invalid []string, err error) {
-	all, err := i.client.SMembers(ctx, i.keys.topics()).Result()
+	all, err := i.client.SMembers(ctx, i.keys.Topics()).Result()
 	if err != nil {
 		return nil, nil, wrap(err, "list topics")
 	}
@@ -123,14 +125,14 @@ func (i *Inspector) registry(ctx context.Context) (valid, invalid []string, err 
 
 // shards returns the keys of each partition of a topic, by the count
 // stored in Redis.
-func (i *Inspector) shards(ctx context.Context, topic string) ([]shard, error) {
+func (i *Inspector) shards(ctx context.Context, topic string) ([]store.Shard, error) {
 	parts, err := storedPartitions(ctx, i.client, i.keys, topic)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]shard, parts[0])
+	out := make([]store.Shard, parts[0])
 	for n := range out {
-		out[n] = i.keys.shard(topic, n)
+		out[n] = i.keys.Shard(topic, n)
 	}
 	return out, nil
 }
@@ -190,11 +192,11 @@ func (i *Inspector) pausedGroups(ctx context.Context, topic string, groups []Gro
 	if len(groups) == 0 {
 		return nil
 	}
-	sh := i.keys.shard(topic, 0)
+	sh := i.keys.Shard(topic, 0)
 	pipe := i.client.Pipeline()
 	cmds := make([]*redis.IntCmd, len(groups))
 	for n, g := range groups {
-		cmds[n] = pipe.Exists(ctx, sh.paused(g.Group))
+		cmds[n] = pipe.Exists(ctx, sh.Paused(g.Group))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err
@@ -206,17 +208,17 @@ func (i *Inspector) pausedGroups(ctx context.Context, topic string, groups []Gro
 }
 
 // partitionStats counts the messages of one partition.
-func (i *Inspector) partitionStats(ctx context.Context, sh shard) (TopicStats, error) {
+func (i *Inspector) partitionStats(ctx context.Context, sh store.Shard) (TopicStats, error) {
 	var st TopicStats
-	groups, err := i.client.SMembers(ctx, sh.groups()).Result()
+	groups, err := i.client.SMembers(ctx, sh.Groups()).Result()
 	if err != nil {
 		return st, err
 	}
 	pipe := i.client.Pipeline()
-	waiting := pipe.ZCard(ctx, sh.waiting())
-	far := pipe.HMGet(ctx, sh.farMeta(), "n")
-	length := pipe.XLen(ctx, sh.stream())
-	infos := pipe.XInfoGroups(ctx, sh.stream())
+	waiting := pipe.ZCard(ctx, sh.Waiting())
+	far := pipe.HMGet(ctx, sh.FarMeta(), "n")
+	length := pipe.XLen(ctx, sh.Stream())
+	infos := pipe.XInfoGroups(ctx, sh.Stream())
 	type groupCmds struct {
 		redo  *redis.XInfoGroupsCmd
 		redoN *redis.IntCmd
@@ -227,15 +229,15 @@ func (i *Inspector) partitionStats(ctx context.Context, sh shard) (TopicStats, e
 	cmds := make([]groupCmds, len(groups))
 	for n, g := range groups {
 		cmds[n] = groupCmds{
-			redo:  pipe.XInfoGroups(ctx, sh.redelivery(g)),
-			redoN: pipe.XLen(ctx, sh.redelivery(g)),
-			retry: pipe.ZCard(ctx, sh.retry(g)),
-			dead:  pipe.XLen(ctx, sh.dead(g)),
-			meta:  pipe.HMGet(ctx, sh.meta(g), "dead_total", "dead_evicted"),
+			redo:  pipe.XInfoGroups(ctx, sh.Redelivery(g)),
+			redoN: pipe.XLen(ctx, sh.Redelivery(g)),
+			retry: pipe.ZCard(ctx, sh.Retry(g)),
+			dead:  pipe.XLen(ctx, sh.Dead(g)),
+			meta:  pipe.HMGet(ctx, sh.Meta(g), "dead_total", "dead_evicted"),
 		}
 	}
 	// A stream not created yet answers XINFO with an error: counted as empty.
-	if _, err := pipe.Exec(ctx); err != nil && !isNoSuchKey(err) {
+	if _, err := pipe.Exec(ctx); err != nil && !store.IsNoSuchKey(err) {
 		return st, err
 	}
 	nFar := farCount(far)
@@ -334,7 +336,7 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 		}
 		var bodies []any
 		if len(ids) > 0 {
-			if bodies, err = i.client.HMGet(ctx, sh.bodies(), ids...).Result(); err != nil {
+			if bodies, err = i.client.HMGet(ctx, sh.Bodies(), ids...).Result(); err != nil {
 				return nil, wrapErr(err, "list waiting messages of topic %q", topic)
 			}
 		}
@@ -353,7 +355,7 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 				body = &b
 			}
 			w := WaitingMessage{Due: time.UnixMilli(int64(m.score) / 1024)}
-			if w.Message, err = decodeMessage([]byte(*body)); err != nil {
+			if w.Message, err = store.Decode([]byte(*body)); err != nil {
 				w.Message, w.Corrupt = message.NewMessage(m.id, nil), err.Error()
 			}
 			out = append(out, w)
@@ -368,7 +370,7 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 type waitingMember struct {
 	id    string
 	score float64
-	sh    shard
+	sh    store.Shard
 	body  *string
 }
 
@@ -378,8 +380,8 @@ type waitingMember struct {
 // more: a message of a later bucket is due after all of those (publish.lua
 // puts a message in the bucket of its due time, give or take farSlack, a
 // quarter of a bucket at most), so it cannot be among the first end.
-func (i *Inspector) waitingHead(ctx context.Context, sh shard, from, end int) ([]waitingMember, error) {
-	zs, err := i.client.ZRangeWithScores(ctx, sh.waiting(), 0, int64(end-1)).Result()
+func (i *Inspector) waitingHead(ctx context.Context, sh store.Shard, from, end int) ([]waitingMember, error) {
+	zs, err := i.client.ZRangeWithScores(ctx, sh.Waiting(), 0, int64(end-1)).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +394,7 @@ func (i *Inspector) waitingHead(ctx context.Context, sh shard, from, end int) ([
 	// may be due up to farSlack outside its bucket (see publish.lua).
 	far, extra, done := 0, 1, false
 	for next := int64(0); !done; next += 100 {
-		buckets, err := i.client.ZRange(ctx, sh.far(), next, next+99).Result()
+		buckets, err := i.client.ZRange(ctx, sh.Far(), next, next+99).Result()
 		if err != nil {
 			return nil, err
 		}
@@ -401,7 +403,7 @@ func (i *Inspector) waitingHead(ctx context.Context, sh shard, from, end int) ([
 			if err != nil {
 				return nil, fmt.Errorf("far bucket %q is not a number", b)
 			}
-			els, err := i.client.LRange(ctx, sh.farBucket(n), 0, -1).Result()
+			els, err := i.client.LRange(ctx, sh.FarBucket(n), 0, -1).Result()
 			if err != nil {
 				return nil, err
 			}
@@ -410,7 +412,7 @@ func (i *Inspector) waitingHead(ctx context.Context, sh shard, from, end int) ([
 					continue // cancelled, or moved to the waiting set
 				}
 				body := e[8:]
-				id, _ := storedUUID([]byte(body))
+				id, _ := store.StoredUUID([]byte(body))
 				score := math.Float64frombits(binary.BigEndian.Uint64([]byte(e[:8])))
 				out = append(out, waitingMember{id: id, score: score, sh: sh, body: &body})
 				far++
@@ -536,7 +538,7 @@ func (i *Inspector) DeadLetters(ctx context.Context, topic, group, after string,
 				start = cursor.id
 			}
 		}
-		entries, err := i.client.XRangeN(ctx, sh.dead(group), start, "+", int64(limit)).Result()
+		entries, err := i.client.XRangeN(ctx, sh.Dead(group), start, "+", int64(limit)).Result()
 		if err != nil {
 			return nil, wrapErr(err, "list dead letters of group %q in topic %q", group, topic)
 		}
@@ -561,7 +563,7 @@ func (i *Inspector) DeadLetters(ctx context.Context, topic, group, after string,
 			n, _ := strconv.ParseInt(ms, 10, 64)
 			d.Time = time.UnixMilli(n)
 		}
-		if msg, err := decodeMessage([]byte(body)); err == nil {
+		if msg, err := store.Decode([]byte(body)); err == nil {
 			d.Message = msg
 		} else {
 			d.Body = []byte(body)
@@ -583,7 +585,7 @@ func (i *Inspector) RequeueDeadLetter(ctx context.Context, topic, group, id stri
 }
 
 // deadLetter resolves a dead letter ID to its partition's keys.
-func (i *Inspector) deadLetter(ctx context.Context, topic, group, id string) (shard, deadID, error) {
+func (i *Inspector) deadLetter(ctx context.Context, topic, group, id string) (store.Shard, deadID, error) {
 	if err := i.validateGroup(topic, group); err != nil {
 		return "", deadID{}, err
 	}
@@ -626,12 +628,12 @@ func (i *Inspector) RequeueDeadLetters(ctx context.Context, topic, group string)
 
 // requeue moves the given dead letters, or with no ids the oldest 1,000,
 // back to the group and returns how many it moved.
-func (i *Inspector) requeue(ctx context.Context, sh shard, group string, ids ...string) (int, error) {
-	n, err := callRequeue(ctx, i.client, sh, group, 1000, ids)
+func (i *Inspector) requeue(ctx context.Context, sh store.Shard, group string, ids ...string) (int, error) {
+	n, err := store.Requeue(ctx, i.client, sh, group, 1000, ids)
 	if err == nil && n > 0 {
 		// Schedulers reclaim the requeued messages should their consumer
 		// die: a loop that retired (the partition was idle) starts again.
-		err = i.client.Publish(ctx, sh.wake(), "r").Err()
+		err = i.client.Publish(ctx, sh.Wake(), "r").Err()
 	}
 	return n, err
 }
@@ -643,7 +645,7 @@ func (i *Inspector) DeleteDeadLetter(ctx context.Context, topic, group, id strin
 	if err != nil {
 		return false, err
 	}
-	n, err := i.client.XDel(ctx, sh.dead(group), d.id).Result()
+	n, err := i.client.XDel(ctx, sh.Dead(group), d.id).Result()
 	return n == 1, wrapErr(err, "delete dead letter %q of group %q in topic %q", id, group, topic)
 }
 
@@ -659,7 +661,7 @@ func (i *Inspector) PurgeDeadLetters(ctx context.Context, topic, group string) (
 	}
 	var total int64
 	for _, sh := range shards {
-		key := sh.dead(group)
+		key := sh.Dead(group)
 		pipe := i.client.TxPipeline()
 		n := pipe.XLen(ctx, key)
 		pipe.Unlink(ctx, key) // frees a long stream off Redis's main thread
@@ -688,7 +690,7 @@ func (i *Inspector) DeleteGroup(ctx context.Context, topic, group string) (bool,
 	}
 	existed := false
 	for _, sh := range shards {
-		dropped, err := callDropGroup(ctx, i.client, sh, group)
+		dropped, err := store.DropGroup(ctx, i.client, sh, group)
 		if err != nil {
 			return existed, wrapErr(err, "delete group %q of topic %q", group, topic)
 		}
@@ -750,8 +752,8 @@ func (i *Inspector) Overdue(ctx context.Context, topic string) (time.Duration, e
 	var overdue time.Duration
 	for _, sh := range shards {
 		pipe := i.client.Pipeline()
-		head := pipe.ZRangeWithScores(ctx, sh.waiting(), 0, 0)
-		farHead := pipe.ZRangeWithScores(ctx, sh.far(), 0, 0)
+		head := pipe.ZRangeWithScores(ctx, sh.Waiting(), 0, 0)
+		farHead := pipe.ZRangeWithScores(ctx, sh.Far(), 0, 0)
 		now := pipe.Time(ctx)
 		if _, err := pipe.Exec(ctx); err != nil {
 			return 0, wrap(err, "overdue messages of topic %q", topic)
@@ -760,7 +762,7 @@ func (i *Inspector) Overdue(ctx context.Context, topic string) (time.Duration, e
 			due := time.UnixMilli(int64(zs[0].Score) / 1024)
 			overdue = max(overdue, now.Val().Sub(due))
 		}
-		overdue = max(overdue, farOverdue(farHead, now.Val()))
+		overdue = max(overdue, store.FarOverdue(farHead, now.Val()))
 	}
 	return overdue, nil
 }
@@ -789,20 +791,20 @@ func (i *Inspector) find(ctx context.Context, topic, by, value string) (WaitingM
 		return WaitingMessage{}, false, err
 	}
 	parts, err := storedPartitions(ctx, i.client, i.keys, topic)
-	var r findReply
+	var r store.FindReply
 	found := false
 	if err == nil {
-		found, err = inPartitions(i.keys, topic, parts[0], value, func(sh shard) (ok bool, err error) {
-			r, ok, err = callFind(ctx, i.client, sh, by, value)
+		found, err = inPartitions(i.keys, topic, parts[0], value, func(sh store.Shard) (ok bool, err error) {
+			r, ok, err = store.Find(ctx, i.client, sh, by, value)
 			if ok || err != nil || by != "uuid" {
 				return ok, err
 			}
-			body, score, ok, err := farPull(ctx, i.client, sh, value, true)
+			body, score, ok, err := store.FarPull(ctx, i.client, sh, value, true)
 			if ok {
-				r = findReply{uuid: value, score: score, body: []byte(body)}
+				r = store.FindReply{Uuid: value, Score: score, Body: []byte(body)}
 			} else if err == nil {
 				// unpacked into the waiting set meanwhile?
-				r, ok, err = callFind(ctx, i.client, sh, by, value)
+				r, ok, err = store.Find(ctx, i.client, sh, by, value)
 			}
 			return ok, err
 		})
@@ -810,9 +812,9 @@ func (i *Inspector) find(ctx context.Context, topic, by, value string) (WaitingM
 	if err != nil || !found {
 		return WaitingMessage{}, false, wrapErr(err, "find %s in topic %q", recallWhat(by, value), topic)
 	}
-	w := WaitingMessage{Due: time.UnixMilli(int64(r.score) / 1024)}
-	if w.Message, err = decodeMessage(r.body); err != nil {
-		w.Message, w.Corrupt = message.NewMessage(r.uuid, nil), err.Error()
+	w := WaitingMessage{Due: time.UnixMilli(int64(r.Score) / 1024)}
+	if w.Message, err = store.Decode(r.Body); err != nil {
+		w.Message, w.Corrupt = message.NewMessage(r.Uuid, nil), err.Error()
 	}
 	return w, true, nil
 }
@@ -856,10 +858,10 @@ func (i *Inspector) DueHistogram(ctx context.Context, topic string, edges []time
 	for _, sh := range shards {
 		lo := "-inf"
 		for _, b := range bounds {
-			cmds = append(cmds, pipe.ZCount(ctx, sh.waiting(), lo, "("+b))
+			cmds = append(cmds, pipe.ZCount(ctx, sh.Waiting(), lo, "("+b))
 			lo = b
 		}
-		cmds = append(cmds, pipe.ZCount(ctx, sh.waiting(), lo, "+inf"))
+		cmds = append(cmds, pipe.ZCount(ctx, sh.Waiting(), lo, "+inf"))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, wrap(err, "due histogram of topic %q", topic)
@@ -879,8 +881,8 @@ func (i *Inspector) DueHistogram(ctx context.Context, topic string, edges []time
 // farHistogram adds the far tier's messages of a partition to a histogram
 // of DueHistogram, each bucket's messages in the bin of the bucket's first
 // due time (within farWidth of their own).
-func (i *Inspector) farHistogram(ctx context.Context, sh shard, edges []time.Time, out []int64) error {
-	buckets, err := i.client.ZRange(ctx, sh.far(), 0, -1).Result()
+func (i *Inspector) farHistogram(ctx context.Context, sh store.Shard, edges []time.Time, out []int64) error {
+	buckets, err := i.client.ZRange(ctx, sh.Far(), 0, -1).Result()
 	if err != nil || len(buckets) == 0 {
 		return err
 	}
@@ -890,7 +892,7 @@ func (i *Inspector) farHistogram(ctx context.Context, sh shard, edges []time.Tim
 		for n, b := range part {
 			fields[n] = "l:" + b
 		}
-		live, err := i.client.HMGet(ctx, sh.farMeta(), fields...).Result()
+		live, err := i.client.HMGet(ctx, sh.FarMeta(), fields...).Result()
 		if err != nil {
 			return err
 		}
@@ -898,7 +900,7 @@ func (i *Inspector) farHistogram(ctx context.Context, sh shard, edges []time.Tim
 			v, _ := live[n].(string)
 			count, _ := strconv.ParseInt(v, 10, 64)
 			num, _ := strconv.ParseInt(b, 10, 64)
-			start := time.UnixMilli(farEpoch + num*farWidth.Milliseconds())
+			start := time.UnixMilli(store.FarEpoch + num*store.FarWidth.Milliseconds())
 			bin, _ := slices.BinarySearchFunc(edges, start, func(e, t time.Time) int { return e.Compare(t) })
 			if bin < len(edges) && edges[bin].Equal(start) {
 				bin++
@@ -971,16 +973,16 @@ func (i *Inspector) Counters(ctx context.Context, topic string) (TopicCounters, 
 	streams := make([]*redis.XInfoStreamCmd, len(shards))
 	groups := make([]*redis.XInfoGroupsCmd, len(shards))
 	for n, sh := range shards {
-		streams[n] = pipe.XInfoStream(ctx, sh.stream())
-		groups[n] = pipe.XInfoGroups(ctx, sh.stream())
+		streams[n] = pipe.XInfoStream(ctx, sh.Stream())
+		groups[n] = pipe.XInfoGroups(ctx, sh.Stream())
 	}
 	now := pipe.Time(ctx)
 	// A stream not created yet answers XINFO with an error: it counts 0.
-	if _, err := pipe.Exec(ctx); err != nil && !isNoSuchKey(err) {
+	if _, err := pipe.Exec(ctx); err != nil && !store.IsNoSuchKey(err) {
 		return fail(err)
 	}
 	for _, c := range append(cmdsOf(streams, groups), now) {
-		if err := c.Err(); err != nil && !isNoSuchKey(err) {
+		if err := c.Err(); err != nil && !store.IsNoSuchKey(err) {
 			return fail(err)
 		}
 	}
@@ -1010,7 +1012,7 @@ func (i *Inspector) Counters(ctx context.Context, topic string) (TopicCounters, 
 			} else {
 				sum.Delivered += g.EntriesRead
 			}
-			metas = append(metas, metaCmd{g.Name, pipe.HGet(ctx, sh.meta(g.Name), "dead_total")})
+			metas = append(metas, metaCmd{g.Name, pipe.HGet(ctx, sh.Meta(g.Name), "dead_total")})
 		}
 	}
 	if len(metas) > 0 {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // Manager runs the scheduling of topics in a process of its own: it moves due
@@ -84,8 +86,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer close(m.done)
 
 	static := len(m.config.Topics) > 0
-	h := acquireHub(m.config.Client)
-	defer h.release()
+	h := store.AcquireHub(m.config.Client)
+	defer h.Release()
 	m.sched.start(ctx, !static, h)
 	close(m.running)
 	m.logger.Info("redisdelay manager running", watermill.LogFields{"topics": m.config.Topics})
@@ -110,7 +112,7 @@ func (m *Manager) discoverTopics(ctx context.Context, static bool) {
 	defer t.Stop()
 	for {
 		if err := m.discover(ctx, static); err != nil && ctx.Err() == nil {
-			if isClientClosed(err) {
+			if store.IsClientClosed(err) {
 				m.clientGone("")
 				return
 			}
@@ -141,7 +143,7 @@ func (m *Manager) discover(ctx context.Context, static bool) error {
 	topics := m.config.Topics
 	if !static {
 		var err error
-		if topics, err = m.sched.redis.SMembers(ctx, m.sched.keys.topics()).Result(); err != nil {
+		if topics, err = m.sched.redis.SMembers(ctx, m.sched.keys.Topics()).Result(); err != nil {
 			return err
 		}
 		topics = slices.DeleteFunc(topics, func(t string) bool { return validateTopic(t) != nil })

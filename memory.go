@@ -9,6 +9,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // evictionRisk is what a server's maxmemory policy can evict of the
@@ -60,7 +62,7 @@ func readEvictionRisksWithin(ctx context.Context, client redis.UniversalClient, 
 	check := func(ctx context.Context, c redis.Cmdable, addr string) error {
 		info, err := c.Info(ctx, "memory").Result()
 		if err != nil {
-			if isNoPerm(err) {
+			if store.IsNoPerm(err) {
 				return nil
 			}
 			return err
@@ -113,7 +115,7 @@ func (s *scheduler) warnEviction() {
 		defer cancel()
 		// In a lane (conns.go), as every command of the scheduler: on a
 		// cluster, of each master's.
-		risks, err := readEvictionRisksWithin(ctx, s.client, s.hub.exclusive)
+		risks, err := readEvictionRisksWithin(ctx, s.client, s.hub.Exclusive)
 		if err != nil {
 			if s.ctx.Err() == nil {
 				s.logger.Info("redisdelay: cannot check the Redis maxmemory policy", watermill.LogFields{"error": err.Error()})

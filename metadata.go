@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // The metadata keys this package reads and writes, and typed setters for
@@ -70,7 +72,7 @@ const PriorityHigh = "high"
 // Publish keeps its BusinessKey metadata but does not let it hold the key,
 // so it cannot refuse the next message with that key. Delete the key from
 // the metadata to publish the message as a new one that holds its key.
-const AttemptKey = attemptMeta
+const AttemptKey = store.AttemptMeta
 
 // ErrorKey is the metadata key whose value, when a handler nacks a message
 // on its last attempt, becomes the dead letter's reason. The RecordError

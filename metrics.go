@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // Metrics receives what the Publishers, Subscribers and Managers (and
@@ -201,7 +203,7 @@ type schedMetrics struct {
 	m Metrics
 
 	mu     sync.Mutex
-	expect map[shard]time.Time // per scheduled partition: when its earliest waiting message is due (host clock)
+	expect map[store.Shard]time.Time // per scheduled partition: when its earliest waiting message is due (host clock)
 }
 
 // newSchedMetrics returns what reports a scheduler's work to m, or nil.
@@ -209,7 +211,7 @@ func newSchedMetrics(m Metrics) *schedMetrics {
 	if m == nil {
 		return nil
 	}
-	return &schedMetrics{m: m, expect: map[shard]time.Time{}}
+	return &schedMetrics{m: m, expect: map[store.Shard]time.Time{}}
 }
 
 // promotedTick records one tick of a scheduler on a partition of topic:
@@ -217,7 +219,7 @@ func newSchedMetrics(m Metrics) *schedMetrics {
 // earliest message still waiting is due, 0 when more is due now, -1 when
 // nothing waits). The lateness of a tick that moved messages is measured
 // against the due time the previous tick reported, by the host clock.
-func (sm *schedMetrics) promotedTick(sh shard, topic string, moved, waitUs int64, held bool) {
+func (sm *schedMetrics) promotedTick(sh store.Shard, topic string, moved, waitUs int64, held bool) {
 	if sm == nil {
 		return
 	}
@@ -239,7 +241,7 @@ func (sm *schedMetrics) promotedTick(sh shard, topic string, moved, waitUs int64
 }
 
 // forget drops a partition's scheduling state, when its loop ends.
-func (sm *schedMetrics) forget(sh shard) {
+func (sm *schedMetrics) forget(sh store.Shard) {
 	if sm == nil {
 		return
 	}

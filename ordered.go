@@ -8,6 +8,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // Ordered subscriptions (SubscriberConfig.Ordered). One consumer of a group
@@ -86,12 +88,12 @@ func (s *Subscriber) ownLease() time.Duration {
 // returns the heartbeat that keeps it there until ctx ends, then removes
 // it. member is the consumer name of the Subscribe call.
 func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string) (heartbeat func()) {
-	sh := s.keys.shard(topic, 0)
-	k := groupMembers(sh, s.config.ConsumerGroup)
+	sh := s.keys.Shard(topic, 0)
+	k := store.GroupMembers(sh, s.config.ConsumerGroup)
 	beat := func(ctx context.Context, ttl time.Duration) {
 		ctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
-		if err := o.beat(ctx, s.redis, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil && !isClientClosed(err) {
+		if err := o.beat(ctx, s.redis, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil && !store.IsClientClosed(err) {
 			s.limiter.errorf(s.logger, "redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
 		}
 	}
@@ -117,13 +119,13 @@ func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string)
 
 // beat renews a member's heartbeat in a member list (members.lua) for ttl,
 // or with ttl 0 removes it, and reads the list's state into o.
-func (o *balance) beat(ctx context.Context, client redis.Scripter, l memberList, member string, ttl time.Duration) error {
-	r, err := callMembers(ctx, client, l, member, ttl, o.owned.Load())
+func (o *balance) beat(ctx context.Context, client redis.Scripter, l store.MemberList, member string, ttl time.Duration) error {
+	r, err := store.Members(ctx, client, l, member, ttl, o.owned.Load())
 	if err != nil {
 		return err
 	}
-	o.live.Store(int32(r.live))
-	o.fewest.Store(int32(r.fewest))
+	o.live.Store(int32(r.Live))
+	o.fewest.Store(int32(r.Fewest))
 	return nil
 }
 
@@ -182,11 +184,11 @@ func (sub *subscription) own(ctx context.Context) (owns, taken bool, err error) 
 func (sub *subscription) disown() {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := sub.drainAcks(ctx); err != nil && !isClientClosed(err) {
+	if err := sub.drainAcks(ctx); err != nil && !store.IsClientClosed(err) {
 		sub.s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
 	}
 	_ = sub.release("", "")
-	if _, err := sub.ownOp(ctx, "drop"); err != nil && !isClientClosed(err) {
+	if _, err := sub.ownOp(ctx, "drop"); err != nil && !store.IsClientClosed(err) {
 		sub.s.logger.Error("redisdelay: cannot give up the ownership of a partition; another consumer takes it over when it expires", err, sub.fields())
 	}
 	sub.owns.Store(false)
@@ -201,14 +203,14 @@ const claimBatch = 1000
 func (sub *subscription) ownOp(ctx context.Context, op string) (int64, error) {
 	s, group := sub.s, sub.s.config.ConsumerGroup
 	lease := s.ownLease()
-	r, err := callOwn(ctx, s.redis, sub.shard, group, sub.consumer, lease, op, ownPos{}, claimBatch)
-	for err == nil && op == "take" && r.status != 0 && r.next.stream != 0 {
-		r, err = callOwn(ctx, s.redis, sub.shard, group, sub.consumer, lease, "claim", r.next, claimBatch)
+	r, err := store.Own(ctx, s.redis, sub.shard, group, sub.consumer, lease, op, store.OwnPos{}, claimBatch)
+	for err == nil && op == "take" && r.Status != 0 && r.Next.Stream != 0 {
+		r, err = store.Own(ctx, s.redis, sub.shard, group, sub.consumer, lease, "claim", r.Next, claimBatch)
 	}
 	if err != nil {
 		return 0, err
 	}
-	return r.status, nil
+	return r.Status, nil
 }
 
 // retriesInPlace reports whether a nacked message is retried by the
@@ -298,12 +300,12 @@ func (sub *subscription) abandon(ctx context.Context, since time.Duration) {
 	s := sub.s
 	s.logger.Error("redisdelay: an ordered subscription made no progress on its partition; giving the partition up so that another consumer of the group reads it", nil,
 		sub.fields().Add(watermill.LogFields{"doing": phaseName(sub.phase.Load()), "for": since.Round(time.Millisecond).String()}))
-	if err := sub.drainAcks(ctx); err != nil && !isClientClosed(err) {
+	if err := sub.drainAcks(ctx); err != nil && !store.IsClientClosed(err) {
 		s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
 	}
 	sub.loseOwnership()
 	sub.order.bench(s.ownLease())
-	if _, err := sub.ownOp(ctx, "drop"); err != nil && !isClientClosed(err) {
+	if _, err := sub.ownOp(ctx, "drop"); err != nil && !store.IsClientClosed(err) {
 		s.logger.Error("redisdelay: cannot give up the ownership of a stuck partition; another consumer takes it over when it expires", err, sub.fields())
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // maxPartitions bounds a topic's partition count: each is a set of keys,
@@ -66,17 +68,17 @@ func messagePartition(msg *message.Message, first string, n int) int {
 // ErrPartitionMismatch when another count is stored; config names the
 // setting for the message. It reports whether the registry lacked the
 // topic or its count.
-func registerTopic(ctx context.Context, client cmds, k keys, topic string, want int, config string) (bool, error) {
+func registerTopic(ctx context.Context, client store.Cmds, k store.Keys, topic string, want int, config string) (bool, error) {
 	pipe := client.Pipeline()
-	known := pipe.SIsMember(ctx, k.topics(), topic)
-	added := pipe.SAdd(ctx, k.topics(), topic)
-	counted := pipe.HSetNX(ctx, k.partitions(), topic, want)
-	stored := pipe.HGet(ctx, k.partitions(), topic)
+	known := pipe.SIsMember(ctx, k.Topics(), topic)
+	added := pipe.SAdd(ctx, k.Topics(), topic)
+	counted := pipe.HSetNX(ctx, k.Partitions(), topic, want)
+	stored := pipe.HGet(ctx, k.Partitions(), topic)
 	if _, err := pipe.Exec(ctx); err != nil {
 		// At maxmemory (noeviction) Redis refuses the writes even when they
 		// would change nothing: a subscriber restarting then must still
 		// join a topic already registered, to drain it.
-		if !isOOM(err) || !known.Val() || stored.Err() != nil {
+		if !store.IsOOM(err) || !known.Val() || stored.Err() != nil {
 			return false, wrap(err, "register topic %q", topic)
 		}
 	}
@@ -90,7 +92,7 @@ func registerTopic(ctx context.Context, client cmds, k keys, topic string, want 
 	}
 	// Discovering Managers schedule it now rather than at their next
 	// refresh of the registry.
-	if err := client.Publish(ctx, k.registered(), topic).Err(); err != nil {
+	if err := client.Publish(ctx, k.Registered(), topic).Err(); err != nil {
 		return true, wrap(err, "register topic %q: tell the Managers", topic)
 	}
 	return true, nil
@@ -99,12 +101,12 @@ func registerTopic(ctx context.Context, client cmds, k keys, topic string, want 
 // storedPartitions reads the partition count of each topic from Redis: 1
 // for a topic without a stored count (used before partitions existed, or
 // not used yet).
-func storedPartitions(ctx context.Context, client cmds, k keys, topics ...string) ([]int, error) {
+func storedPartitions(ctx context.Context, client store.Cmds, k store.Keys, topics ...string) ([]int, error) {
 	out := make([]int, len(topics))
 	if len(topics) == 0 {
 		return out, nil
 	}
-	vals, err := client.HMGet(ctx, k.partitions(), topics...).Result()
+	vals, err := client.HMGet(ctx, k.Partitions(), topics...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read the partition counts of %d topic(s): %w", len(topics), err)
 	}

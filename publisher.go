@@ -13,6 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // Publisher publishes Watermill messages, each delivered when its delay
@@ -20,12 +22,12 @@ import (
 // concurrent use.
 type Publisher struct {
 	config PublisherConfig
-	keys   keys
+	keys   store.Keys
 	logger watermill.LoggerAdapter
 	now    func() time.Time // the host clock; tests skew it
 	// redis runs the publish path's commands: the client, or for a
 	// schedule's ticks the gated client of the scheduler (conns.go).
-	redis cmds
+	redis store.Cmds
 
 	registered sync.Map // topics already added to the topic registry
 	batchers   sync.Map // topic -> *batcher
@@ -48,7 +50,7 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 	}
 	return &Publisher{
 		config: config,
-		keys:   keys{prefix: config.KeyPrefix},
+		keys:   store.Keys{Prefix: config.KeyPrefix},
 		logger: logger,
 		now:    time.Now,
 		redis:  config.Client,
@@ -106,9 +108,9 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) (err err
 	ctx, cancel := context.WithTimeout(messages[0].Context(), p.config.PublishTimeout)
 	defer cancel()
 	if err := p.send(ctx, calls, nCalls); err != nil {
-		return explainPool(p.config.Client, err)
+		return store.ExplainPool(p.config.Client, err)
 	}
-	return explainPool(p.config.Client, p.collect(ctx, topic, calls))
+	return store.ExplainPool(p.config.Client, p.collect(ctx, topic, calls))
 }
 
 // prepare checks and encodes the messages of a Publish call and sorts them
@@ -145,15 +147,15 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 		part := messagePartition(msg, messages[0].UUID, parts)
 		c := calls[part]
 		if c == nil {
-			c = &pubCall{topic: topic, part: part, parts: parts, shard: p.keys.shard(topic, part), done: make(chan pubResult, 1),
+			c = &pubCall{topic: topic, part: part, parts: parts, shard: p.keys.Shard(topic, part), done: make(chan pubResult, 1),
 				maxWaiting: maxWaiting, maxReady: maxReady}
 			calls[part] = c
 			nCalls++
 		}
-		c.n++
-		c.args = append(c.args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio)
-		c.size += argBytes(c.args[len(c.args)-5:])
-		c.far = append(c.far, farArgOf(msg.UUID, m.delay, m.prio != "1" && m.key == ""))
+		c.N++
+		c.Args = append(c.Args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio)
+		c.size += argBytes(c.Args[len(c.Args)-5:])
+		c.Far = append(c.Far, store.FarArgOf(msg.UUID, m.delay, m.prio != "1" && m.key == ""))
 	}
 	// The far buckets are chosen by the clock of now, not of the start:
 	// encoding a large call takes time, and a message placed by a clock
@@ -162,8 +164,8 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 	nowMs := p.now().UnixMilli()
 	for part, c := range calls {
 		if c != nil {
-			for m := range c.far {
-				c.far[m].place(nowMs)
+			for m := range c.Far {
+				c.Far[m].Place(nowMs)
 			}
 			calls[part] = c.split()
 		}
@@ -176,12 +178,12 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 // next, and returns the first.
 func (c *pubCall) split() *pubCall {
 	// The common case needs no map: at most one bucket a far message.
-	for _, f := range c.far {
-		if f.bucket >= 0 {
+	for _, f := range c.Far {
+		if f.Bucket >= 0 {
 			c.buckets++
 		}
 	}
-	if c.n <= maxPartMessages && c.size <= maxPartBytes && c.buckets <= maxPartFarBuckets {
+	if c.N <= maxPartMessages && c.size <= maxPartBytes && c.buckets <= maxPartFarBuckets {
 		return c
 	}
 	first, tail := (*pubCall)(nil), (*pubCall)(nil)
@@ -189,8 +191,8 @@ func (c *pubCall) split() *pubCall {
 	from, size := 0, 0
 	cut := func(to int) {
 		part := *c
-		part.args, part.far = c.args[5*from:5*to], c.far[from:to]
-		part.n, part.size, part.buckets, part.next = to-from, size, len(seen), nil
+		part.Args, part.Far = c.Args[5*from:5*to], c.Far[from:to]
+		part.N, part.size, part.buckets, part.next = to-from, size, len(seen), nil
 		part.done = make(chan pubResult, 1)
 		if tail == nil {
 			first = &part
@@ -201,9 +203,9 @@ func (c *pubCall) split() *pubCall {
 		from, size = to, 0
 		clear(seen)
 	}
-	for m := range c.n {
-		bytes := argBytes(c.args[5*m : 5*m+5])
-		b := c.far[m].bucket
+	for m := range c.N {
+		bytes := argBytes(c.Args[5*m : 5*m+5])
+		b := c.Far[m].Bucket
 		newBucket := b >= 0 && !seen[b]
 		if m > from && (m-from == maxPartMessages || size+bytes > maxPartBytes || newBucket && len(seen) == maxPartFarBuckets) {
 			cut(m)
@@ -213,7 +215,7 @@ func (c *pubCall) split() *pubCall {
 		}
 		size += bytes
 	}
-	cut(c.n)
+	cut(c.N)
 	return first
 }
 
@@ -305,7 +307,7 @@ func (p *Publisher) checkMetadata(topic string, msg *message.Message, now time.T
 
 // encode encodes a message within PublisherConfig.MaxMessageSize.
 func (p *Publisher) encode(topic string, msg *message.Message) ([]byte, error) {
-	body := encodeMessage(msg)
+	body := store.Encode(msg)
 	if len(body) > p.config.MaxMessageSize {
 		return nil, fmt.Errorf("%w: message %q to topic %q is %d bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (%d): store large payloads elsewhere and publish a reference",
 			ErrMessageTooLarge, msg.UUID, topic, len(body), p.config.MaxMessageSize)
@@ -358,7 +360,7 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 		}
 		n, total := 0, 0
 		for q := c; q != nil; q = q.next {
-			total += q.n
+			total += q.N
 		}
 		var err error
 		for q := c; q != nil && err == nil; q = q.next {
@@ -369,7 +371,7 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 				q.err = p.await(ctx, q)
 			}
 			if err = q.err; err == nil {
-				n += q.n
+				n += q.N
 			}
 		}
 		switch {
@@ -401,7 +403,7 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 func (p *Publisher) sendPart(ctx context.Context, c *pubCall) {
 	c.ctx = ctx
 	if err := ctx.Err(); err != nil {
-		c.err = notSent(c.n, c.where(), err)
+		c.err = notSent(c.N, c.where(), err)
 		return
 	}
 	c.b, c.err = p.enqueue(c)
@@ -421,7 +423,7 @@ func (p *Publisher) await(ctx context.Context, c *pubCall) error {
 			c.abandoned = !sent
 			c.b.mu.Unlock()
 			if !sent {
-				return notSent(c.n, c.where(), ctx.Err())
+				return notSent(c.N, c.where(), ctx.Err())
 			}
 			r.err = ctx.Err()
 		}
@@ -435,7 +437,7 @@ func (p *Publisher) await(ctx context.Context, c *pubCall) error {
 		}
 	}
 	if r.err != nil {
-		return wrap(r.err, "publish %d message(s) to %s", c.n, c.where())
+		return wrap(r.err, "publish %d message(s) to %s", c.N, c.where())
 	}
 	if r.dup != "" {
 		return fmt.Errorf("%w: message %q is already waiting in %s with a different body: cancel it first or use a new UUID",
@@ -468,7 +470,7 @@ func (c *pubCall) refusal(status []any) error {
 	case "full":
 		return fullError(c, str(1), num(2), num(3))
 	}
-	return fmt.Errorf("redisdelay: publish %d message(s) to %s: unexpected status %v from the publish script", c.n, c.where(), status)
+	return fmt.Errorf("redisdelay: publish %d message(s) to %s: unexpected status %v from the publish script", c.N, c.where(), status)
 }
 
 // notSent is the error of a call that gave up before its messages were sent.
@@ -504,9 +506,9 @@ const (
 // pubCall is one Publish call on its way to Redis.
 type pubCall struct {
 	topic       string
-	part, parts int   // the partition, of the topic's partition count
-	shard       shard // the partition's keys
-	pubArgs
+	part, parts int         // the partition, of the topic's partition count
+	shard       store.Shard // the partition's keys
+	store.PubArgs
 	maxWaiting bound // the topic's capacity limits
 	maxReady   bound
 	size       int      // bytes of UUIDs and bodies
@@ -608,12 +610,12 @@ func (b *batcher) next() (batch []*pubCall, skipped int) {
 			skipped++
 			continue
 		}
-		if len(batch) > 0 && (msgs+c.n > maxPartMessages || size+c.size > maxPartBytes || buckets+c.buckets > maxPartFarBuckets) {
+		if len(batch) > 0 && (msgs+c.N > maxPartMessages || size+c.size > maxPartBytes || buckets+c.buckets > maxPartFarBuckets) {
 			break
 		}
 		c.taken = true
 		batch = append(batch, c)
-		msgs += c.n
+		msgs += c.N
 		size += c.size
 		buckets += c.buckets
 	}
@@ -639,12 +641,12 @@ func (p *Publisher) store(batch []*pubCall) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	var reply publishReply
+	var reply store.PublishReply
 	registered, err := p.register(ctx, first.topic, first.parts)
 	if err == nil {
 		reply, err = p.runPublish(ctx, batch)
 	}
-	if err == nil && reply.lost && !registered {
+	if err == nil && reply.Lost && !registered {
 		p.reregister(ctx, first.topic, first.parts)
 	}
 	for i, c := range batch {
@@ -652,7 +654,7 @@ func (p *Publisher) store(batch []*pubCall) {
 		if err == nil {
 			var refusal []any
 			var pulls []string
-			r.dup, refusal, pulls = reply.status(i)
+			r.dup, refusal, pulls = reply.Status(i)
 			if len(pulls) > 0 {
 				r.dup, refusal, r.err = p.pullAndRetry(ctx, c, pulls)
 			}
@@ -671,9 +673,9 @@ func (p *Publisher) store(batch []*pubCall) {
 // again, until none is found there (a message may be stored in the far
 // tier meanwhile, by another call).
 func (p *Publisher) pullAndRetry(ctx context.Context, c *pubCall, uuids []string) (dup string, refusal []any, err error) {
-	for range c.n + 1 {
+	for range c.N + 1 {
 		for _, uuid := range uuids {
-			if _, _, _, err = farPull(ctx, p.redis, c.shard, uuid, false); err != nil {
+			if _, _, _, err = store.FarPull(ctx, p.redis, c.shard, uuid, false); err != nil {
 				return "", nil, fmt.Errorf("move the far message %q to the waiting set: %w", uuid, err)
 			}
 		}
@@ -681,7 +683,7 @@ func (p *Publisher) pullAndRetry(ctx context.Context, c *pubCall, uuids []string
 		if err != nil {
 			return "", nil, err
 		}
-		if dup, refusal, uuids = reply.status(0); len(uuids) == 0 {
+		if dup, refusal, uuids = reply.Status(0); len(uuids) == 0 {
 			return dup, refusal, nil
 		}
 	}
@@ -749,13 +751,13 @@ func (p *Publisher) Close() error {
 
 // publishBatch runs publish.lua for the calls of batch, all to the
 // partition of batch[0].
-func publishBatch(ctx context.Context, c redis.Scripter, batch []*pubCall) (publishReply, error) {
-	args := make([]*pubArgs, len(batch))
+func publishBatch(ctx context.Context, c redis.Scripter, batch []*pubCall) (store.PublishReply, error) {
+	args := make([]*store.PubArgs, len(batch))
 	for i, call := range batch {
-		args[i] = &call.pubArgs
+		args[i] = &call.PubArgs
 	}
 	first := batch[0]
-	return callPublish(ctx, c, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, args)
+	return store.Publish(ctx, c, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, args)
 }
 
 // runPublish runs the publish script for batch. With PublisherConfig.MinReplicas set
@@ -770,7 +772,7 @@ func publishBatch(ctx context.Context, c redis.Scripter, batch []*pubCall) (publ
 // view and retries until ctx ends; none of them ran the script. The
 // connection goes back to the pool afterwards (go-redis drops it instead
 // when it failed, or ctx ended with a reply pending).
-func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (publishReply, error) {
+func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (store.PublishReply, error) {
 	if p.config.MinReplicas == 0 {
 		return publishBatch(ctx, p.redis, batch)
 	}
@@ -779,11 +781,11 @@ func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (publishRe
 		cluster, isCluster := p.config.Client.(*redis.ClusterClient)
 		if isCluster {
 			var err error
-			if client, err = cluster.MasterForKey(ctx, batch[0].shard.waiting()); err != nil {
-				return publishReply{}, err
+			if client, err = cluster.MasterForKey(ctx, batch[0].shard.Waiting()); err != nil {
+				return store.PublishReply{}, err
 			}
 		} else if !ok {
-			return publishReply{}, fmt.Errorf("PublisherConfig.MinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", p.config.Client)
+			return store.PublishReply{}, fmt.Errorf("PublisherConfig.MinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", p.config.Client)
 		}
 		conn := client.Conn()
 		res, err := publishBatch(ctx, conn, batch)
@@ -808,11 +810,11 @@ func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (publishRe
 		_, ask := redis.IsAskError(err)
 		if !moved && !ask && !redis.IsClusterDownError(err) && !redis.IsTryAgainError(err) &&
 			!(errors.As(err, &op) && op.Op == "dial") {
-			return publishReply{}, err
+			return store.PublishReply{}, err
 		}
 		select {
 		case <-ctx.Done():
-			return publishReply{}, fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+			return store.PublishReply{}, fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // Reads of new messages never block a connection (see conns.go). While a
@@ -40,25 +42,25 @@ const deniedPoll = 100 * time.Millisecond
 // Redis before it returns when no other listener needs the channels.
 func (sub *subscription) listen() (unlisten func()) {
 	h := sub.s.hub
-	bell := &listener{fn: func(note) { wakeUp(sub.bell) }}
-	flow := &listener{fn: func(note) {
+	bell := &store.Listener{Fn: func(store.Note) { wakeUp(sub.bell) }}
+	flow := &store.Listener{Fn: func(store.Note) {
 		// A pause change, or the (re)subscription of its channel: changes
 		// published while not subscribed are lost, so check.
 		sub.flowNotified.Store(true)
 		wakeUp(sub.flowWake)
 	}}
-	sh0, group := sub.s.keys.shard(sub.topic, 0), sub.s.config.ConsumerGroup
-	channels := map[string]*listener{sub.shard.bell(): bell, sh0.flow(group): flow}
+	sh0, group := sub.s.keys.Shard(sub.topic, 0), sub.s.config.ConsumerGroup
+	channels := map[string]*store.Listener{sub.shard.Bell(): bell, sh0.Flow(group): flow}
 	if sub.s.config.concurrency(sub.topic) > 0 {
 		// A concurrency slot was released (slot.lua).
-		channels[sh0.running(group)] = &listener{fn: func(note) { wakeUp(sub.slotWake) }}
+		channels[sh0.Running(group)] = &store.Listener{Fn: func(store.Note) { wakeUp(sub.slotWake) }}
 	}
 	for channel, l := range channels {
-		h.listen(channel, l)
+		h.Listen(channel, l)
 	}
 	return func() {
 		for channel, l := range channels {
-			h.unlisten(channel, l)
+			h.Unlisten(channel, l)
 		}
 	}
 }
@@ -89,34 +91,34 @@ func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStrea
 	}
 	paused := ""
 	if sub.part == 0 {
-		paused = s.keys.shard(sub.topic, 0).paused(s.config.ConsumerGroup)
+		paused = s.keys.Shard(sub.topic, 0).Paused(s.config.ConsumerGroup)
 	}
 	sub.mu.Lock()
 	heldRedo, heldReady := len(sub.ackRedo), len(sub.ackReady)
 	sub.mu.Unlock()
-	r, err := callRead(ctx, s.redis, sub.shard, paused, s.config.ConsumerGroup, sub.consumer, count, heldRedo, heldReady)
+	r, err := store.Read(ctx, s.redis, sub.shard, paused, s.config.ConsumerGroup, sub.consumer, count, heldRedo, heldReady)
 	if err != nil {
 		return nil, err
 	}
 	if paused != "" {
 		sub.flowChecked = time.Now()
 	}
-	sub.storedVis.Store(int64(r.vis))
-	switch r.status {
-	case readGot:
+	sub.storedVis.Store(int64(r.Vis))
+	switch r.Status {
+	case store.ReadGot:
 		sub.drained = false
-	case readAll, readNone:
+	case store.ReadAll, store.ReadNone:
 		sub.armed = true
-	case readPaused:
+	case store.ReadPaused:
 		sub.flowNotified.Store(true) // the gate logs it and waits
-	case readUnheld:
+	case store.ReadUnheld:
 		// A read whose reply was lost left entries pending for this
 		// consumer: read them first.
 		sub.mu.Lock()
 		sub.recheck = true
 		sub.mu.Unlock()
 	}
-	return r.streams, nil
+	return r.Streams, nil
 }
 
 // readArgs are the arguments of a non-blocking read of the subscription's
@@ -126,7 +128,7 @@ func (sub *subscription) readArgs(count int, redo, ready string) *redis.XReadGro
 		Group:    sub.s.config.ConsumerGroup,
 		Consumer: sub.consumer,
 		Count:    int64(count),
-		Streams:  []string{sub.shard.redelivery(sub.s.config.ConsumerGroup), sub.shard.stream(), redo, ready},
+		Streams:  []string{sub.shard.Redelivery(sub.s.config.ConsumerGroup), sub.shard.Stream(), redo, ready},
 		Block:    -1,
 	}
 }
@@ -228,20 +230,20 @@ const sweepBatch = 1000
 func (s *Subscriber) peek(subs []*subscription) {
 	ctx, cancel := context.WithTimeout(s.closing, opTimeout)
 	defer cancel()
-	run := func() []pipedScript {
+	run := func() []store.PipedScript {
 		pipe := s.redis.Pipeline()
-		peeks := make([]pipedScript, len(subs))
+		peeks := make([]store.PipedScript, len(subs))
 		for i, sub := range subs {
-			peeks[i] = pipePeek(ctx, pipe, sub.shard, s.config.ConsumerGroup)
+			peeks[i] = store.PipePeek(ctx, pipe, sub.shard, s.config.ConsumerGroup)
 		}
-		execPipe(ctx, pipe)
+		store.ExecPipe(ctx, pipe)
 		return peeks
 	}
 	// Where Redis did not have the script (its first use, or Redis
 	// restarted), result runs it on its own, loading it on that node.
 	peeks := run()
 	for i, p := range peeks {
-		if n, err := p.result(ctx, s.redis).Int(); err != nil || n == 1 {
+		if n, err := p.Result(ctx, s.redis).Int(); err != nil || n == 1 {
 			wakeUp(subs[i].bell)
 		}
 	}
@@ -274,26 +276,26 @@ func (s *Subscriber) watchGrant() {
 		s.background.Add(1)
 		go func() {
 			defer s.background.Done()
-			t := time.NewTicker(probeEvery)
+			t := time.NewTicker(store.ProbeEvery)
 			defer t.Stop()
 			for {
-				err := s.hub.channelsGranted(s.closing, s.keys.prefix)
-				refused := isNoPerm(err) || errors.Is(err, errRing)
+				err := s.hub.ChannelsGranted(s.closing, s.keys.Prefix)
+				refused := store.IsNoPerm(err) || errors.Is(err, store.ErrRing)
 				switch {
 				case err == nil && s.bellsDenied.Swap(false):
-					s.logger.Info("redisdelay: Redis now grants the Subscriber the notification channels", watermill.LogFields{"key_prefix": s.keys.prefix})
+					s.logger.Info("redisdelay: Redis now grants the Subscriber the notification channels", watermill.LogFields{"key_prefix": s.keys.Prefix})
 					return
 				case err == nil:
 					return
 				case refused && !s.bellsDenied.Swap(true):
 					s.wakeIdle() // to poll from now on
-					what := "grant its Redis user the channels: ACL SETUSER <user> &" + s.keys.prefix + ":*"
-					if errors.Is(err, errRing) {
+					what := "grant its Redis user the channels: ACL SETUSER <user> &" + s.keys.Prefix + ":*"
+					if errors.Is(err, store.ErrRing) {
 						what = "or use another kind of client"
 					}
 					s.logger.Error("redisdelay: the Subscriber cannot be told of new messages: idle subscriptions read every "+deniedPoll.String()+
 						" instead; "+what, err, nil)
-					if errors.Is(err, errRing) {
+					if errors.Is(err, store.ErrRing) {
 						return // for good
 					}
 				}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // rescheduleDelay checks a reschedule's arguments and returns the delay
@@ -35,12 +37,12 @@ func rescheduleDelay(topic, by, value string, due, now time.Time, maxDelay time.
 // reschedule moves the waiting message of topic found by its UUID (by
 // "uuid") or business key (by "key") to be due d after Redis's now. Each
 // partition's try is atomic, so the message is moved at most once.
-func reschedule(ctx context.Context, client redis.UniversalClient, k keys, topic string, parts int, by, value string, d time.Duration) (bool, error) {
-	moved, err := inPartitions(k, topic, parts, value, func(sh shard) (bool, error) {
+func reschedule(ctx context.Context, client redis.UniversalClient, k store.Keys, topic string, parts int, by, value string, d time.Duration) (bool, error) {
+	moved, err := inPartitions(k, topic, parts, value, func(sh store.Shard) (bool, error) {
 		if err := pullFar(ctx, client, sh, by, value); err != nil {
 			return false, err
 		}
-		return callReschedule(ctx, client, sh, by, value, d.Milliseconds())
+		return store.Reschedule(ctx, client, sh, by, value, d.Milliseconds())
 	})
 	if err != nil {
 		return false, wrap(err, "reschedule %s in topic %q", recallWhat(by, value), topic)

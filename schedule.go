@@ -16,6 +16,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // Schedule is a recurring publish: at each tick of Spec, a Manager
@@ -176,16 +178,16 @@ func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 	// The tick loop publishes with a default PublisherConfig: a message it
 	// would refuse (too large, bad delay metadata) is refused here, once,
 	// rather than at every tick.
-	check := &Publisher{config: PublisherConfig{KeyPrefix: p.keys.prefix}, keys: p.keys, now: time.Now}
+	check := &Publisher{config: PublisherConfig{KeyPrefix: p.keys.Prefix}, keys: p.keys, now: time.Now}
 	check.config.setDefaults()
-	if _, err := check.prepare(s.Topic, []*message.Message{tickMessage(p.keys.prefix, &s, first)}, make([]*pubCall, 1)); err != nil {
+	if _, err := check.prepare(s.Topic, []*message.Message{tickMessage(p.keys.Prefix, &s, first)}, make([]*pubCall, 1)); err != nil {
 		return fmt.Errorf("%w: schedule %q: its messages cannot be published: %w", ErrInvalidSchedule, s.ID, err)
 	}
 	def, err := json.Marshal(s)
 	if err != nil {
 		return fmt.Errorf("redisdelay: register schedule %q: %w", s.ID, err)
 	}
-	if _, err := callSchedAdd(ctx, p.config.Client, p.keys, s.ID, def, s.Spec, s.Timezone, first); err != nil {
+	if _, err := store.SchedAdd(ctx, p.config.Client, p.keys, s.ID, def, s.Spec, s.Timezone, first); err != nil {
 		return fmt.Errorf("redisdelay: register schedule %q: %w", s.ID, err)
 	}
 	return nil
@@ -193,10 +195,10 @@ func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 
 // Schedules lists the recurring schedules, by ID, with their next tick.
 func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
-	k := i.keys.schedules()
+	k := i.keys.Schedules()
 	pipe := i.client.Pipeline()
-	defs := pipe.HGetAll(ctx, k.defs())
-	next := pipe.ZRangeWithScores(ctx, k.next(), 0, -1)
+	defs := pipe.HGetAll(ctx, k.Defs())
+	next := pipe.ZRangeWithScores(ctx, k.Next(), 0, -1)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("redisdelay: list schedules: %w", err)
 	}
@@ -209,7 +211,7 @@ func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
 	for id, js := range defs.Val() {
 		var s Schedule
 		if err := json.Unmarshal([]byte(js), &s); err != nil {
-			return nil, fmt.Errorf("redisdelay: schedule %q in %s does not decode: %v; remove it with Inspector.RemoveSchedule", id, k.defs(), err)
+			return nil, fmt.Errorf("redisdelay: schedule %q in %s does not decode: %v; remove it with Inspector.RemoveSchedule", id, k.Defs(), err)
 		}
 		s.ID, s.Next = id, nexts[id]
 		out = append(out, s)
@@ -222,10 +224,10 @@ func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
 // returns, except one already being published. It reports whether the
 // schedule existed.
 func (i *Inspector) RemoveSchedule(ctx context.Context, id string) (bool, error) {
-	k := i.keys.schedules()
+	k := i.keys.Schedules()
 	pipe := i.client.TxPipeline()
-	del := pipe.HDel(ctx, k.defs(), id)
-	pipe.ZRem(ctx, k.next(), id)
+	del := pipe.HDel(ctx, k.Defs(), id)
+	pipe.ZRem(ctx, k.Next(), id)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, fmt.Errorf("redisdelay: remove schedule %q: %w", id, err)
 	}
@@ -270,8 +272,8 @@ const scheduleRefresh = time.Minute
 // tickLoop publishes the ticks of the schedules: run by every scheduler.
 type tickLoop struct {
 	client   redis.UniversalClient // as configured; commands go through redis
-	redis    *gated
-	keys     keys
+	redis    *store.Gated
+	keys     store.Keys
 	logger   watermill.LoggerAdapter
 	limiter  *logLimiter
 	idle     time.Duration        // longest sleep (scheduleRefresh): new schedules wake the loop
@@ -287,7 +289,7 @@ func (l *tickLoop) run(ctx context.Context) {
 	for {
 		wait, err := l.pass(ctx)
 		if err != nil {
-			if ctx.Err() != nil || isClientClosed(err) {
+			if ctx.Err() != nil || store.IsClientClosed(err) {
 				// A closed client is reported (once) by the scheduler
 				// beside this loop, which stops it.
 				return
@@ -311,11 +313,11 @@ func (l *tickLoop) run(ctx context.Context) {
 
 // pass publishes what is due and returns how long until the next work.
 func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
-	k := l.keys.schedules()
+	k := l.keys.Schedules()
 	// Own claims first: a publish that failed (Redis unreachable) is
 	// retried as soon as Redis answers, well before the claim expires.
 	for member, exp := range l.mine {
-		e, err := callSchedRetry(ctx, l.redis, k, member, exp, claimTTL)
+		e, err := store.SchedRetry(ctx, l.redis, k, member, exp, claimTTL)
 		if err != nil {
 			return 0, err
 		}
@@ -328,8 +330,8 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 	}
 	pipe := l.redis.Pipeline()
 	timeCmd := pipe.Time(ctx)
-	nextCmd := pipe.ZRangeWithScores(ctx, k.next(), 0, scheduleBatch-1)
-	claimCmd := pipe.ZRangeWithScores(ctx, k.claims(), 0, scheduleBatch-1)
+	nextCmd := pipe.ZRangeWithScores(ctx, k.Next(), 0, scheduleBatch-1)
+	claimCmd := pipe.ZRangeWithScores(ctx, k.Claims(), 0, scheduleBatch-1)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, err
 	}
@@ -342,7 +344,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 			wait = min(wait, exp.Sub(now))
 			continue
 		}
-		e, err := callSchedRetry(ctx, l.redis, k, member, time.Time{}, claimTTL)
+		e, err := store.SchedRetry(ctx, l.redis, k, member, time.Time{}, claimTTL)
 		if err != nil {
 			return 0, err
 		}
@@ -368,7 +370,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 	if len(due) == 0 {
 		return wait, nil
 	}
-	defs, err := l.redis.HMGet(ctx, k.defs(), due...).Result()
+	defs, err := l.redis.HMGet(ctx, k.Defs(), due...).Result()
 	if err != nil {
 		return 0, err
 	}
@@ -400,7 +402,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 // fire publishes the due ticks of one schedule, oldest first, and returns
 // how long until its next one.
 func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, error) {
-	k := l.keys.schedules()
+	k := l.keys.Schedules()
 	var s Schedule
 	if err := json.Unmarshal([]byte(js), &s); err != nil {
 		l.limiter.errorf(l.logger, "redisdelay: a schedule does not decode; remove it with Inspector.RemoveSchedule", err, watermill.LogFields{"schedule": id})
@@ -413,7 +415,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		return 0, errBrokenSchedule
 	}
 	for range 1000 {
-		cur, err := l.redis.ZScore(ctx, k.next(), id).Result()
+		cur, err := l.redis.ZScore(ctx, k.Next(), id).Result()
 		if errors.Is(err, redis.Nil) {
 			return l.idle, nil
 		}
@@ -439,7 +441,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		if after.IsZero() {
 			after = time.UnixMilli(maxScheduleMs)
 		}
-		status, exp, err := callSchedClaim(ctx, l.redis, k, id, tick, after, ttl)
+		status, exp, err := store.SchedClaim(ctx, l.redis, k, id, tick, after, ttl)
 		if err != nil {
 			return 0, err
 		}
@@ -460,7 +462,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 			return publishRetry, nil
 		}
 		delete(l.mine, member)
-		if err := l.redis.ZRem(pctx, k.claims(), member).Err(); err != nil {
+		if err := l.redis.ZRem(pctx, k.Claims(), member).Err(); err != nil {
 			return 0, err
 		}
 	}
@@ -486,23 +488,23 @@ const maxScheduleMs = 253402300799000
 
 // publishClaim publishes a claimed tick taken over from a claims entry.
 func (l *tickLoop) publishClaim(ctx context.Context, member string, exp time.Time) error {
-	k := l.keys.schedules()
+	k := l.keys.Schedules()
 	at := strings.LastIndexByte(member, '@')
 	ms, err := strconv.ParseInt(member[at+1:], 10, 64)
 	if at < 0 || err != nil {
-		return l.redis.ZRem(ctx, k.claims(), member).Err()
+		return l.redis.ZRem(ctx, k.Claims(), member).Err()
 	}
 	id := member[:at]
-	js, err := l.redis.HGet(ctx, k.defs(), id).Result()
+	js, err := l.redis.HGet(ctx, k.Defs(), id).Result()
 	if errors.Is(err, redis.Nil) {
-		return l.redis.ZRem(ctx, k.claims(), member).Err() // removed meanwhile
+		return l.redis.ZRem(ctx, k.Claims(), member).Err() // removed meanwhile
 	}
 	if err != nil {
 		return err
 	}
 	var s Schedule
 	if err := json.Unmarshal([]byte(js), &s); err != nil {
-		return l.redis.ZRem(ctx, k.claims(), member).Err()
+		return l.redis.ZRem(ctx, k.Claims(), member).Err()
 	}
 	s.ID = id
 	l.mine[member] = exp
@@ -511,7 +513,7 @@ func (l *tickLoop) publishClaim(ctx context.Context, member string, exp time.Tim
 		return nil
 	}
 	delete(l.mine, member)
-	return l.redis.ZRem(ctx, k.claims(), member).Err()
+	return l.redis.ZRem(ctx, k.Claims(), member).Err()
 }
 
 // tickMessage is the message of one tick of a schedule.
@@ -532,14 +534,14 @@ func (l *tickLoop) publish(ctx context.Context, s *Schedule, tick time.Time) err
 	if err != nil {
 		return err
 	}
-	pub, err := NewPublisher(PublisherConfig{Client: l.client, KeyPrefix: l.keys.prefix,
+	pub, err := NewPublisher(PublisherConfig{Client: l.client, KeyPrefix: l.keys.Prefix,
 		TopicPartitions: map[string]int{s.Topic: parts[0]}}, l.logger)
 	if err != nil {
 		return err
 	}
 	pub.redis = l.redis
 	defer pub.Close()
-	msg := tickMessage(l.keys.prefix, s, tick)
+	msg := tickMessage(l.keys.Prefix, s, tick)
 	msg.SetContext(ctx)
 	if err := pub.Publish(s.Topic, msg); err != nil {
 		return fmt.Errorf("publish tick %s of schedule %q to topic %q: %w", tick.UTC().Format(time.RFC3339Nano), s.ID, s.Topic, err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // scheduler runs one loop per topic that promotes due messages, sleeping
@@ -33,7 +35,7 @@ import (
 // topics cost nothing but their subscription.
 type scheduler struct {
 	client    redis.UniversalClient // as configured; commands go through redis
-	keys      keys
+	keys      store.Keys
 	logger    watermill.LoggerAdapter
 	interval  time.Duration
 	lease     time.Duration
@@ -47,21 +49,21 @@ type scheduler struct {
 
 	// Set by start: the client's hub, through which commands go (redis)
 	// and notifications come (l).
-	hub   *hub
-	redis *gated
-	l     *listener
+	hub   *store.Hub
+	redis *store.Gated
+	l     *store.Listener
 
 	mu       sync.Mutex
 	ctx      context.Context
 	cancel   context.CancelFunc
-	discover bool                         // listen to topic registrations (a Manager with no topic list)
-	known    map[shard]partition          // scheduled partitions: l listens to their wake channels
-	loops    map[shard]chan string        // a loop per partition with work: its wake-ups
-	stops    map[shard]context.CancelFunc // ends a loop
-	balances map[string]*balance          // topics of several partitions: their leases held
-	refresh  chan struct{}                // a topic was registered (discover only)
-	ticks    chan struct{}                // wakes the tick loop of the schedules (see startTicks)
-	denied   atomic.Bool                  // Redis refuses the wake-up subscription (see watchACL)
+	discover bool                               // listen to topic registrations (a Manager with no topic list)
+	known    map[store.Shard]partition          // scheduled partitions: l listens to their wake channels
+	loops    map[store.Shard]chan string        // a loop per partition with work: its wake-ups
+	stops    map[store.Shard]context.CancelFunc // ends a loop
+	balances map[string]*balance                // topics of several partitions: their leases held
+	refresh  chan struct{}                      // a topic was registered (discover only)
+	ticks    chan struct{}                      // wakes the tick loop of the schedules (see startTicks)
+	denied   atomic.Bool                        // Redis refuses the wake-up subscription (see watchACL)
 	wg       sync.WaitGroup
 }
 
@@ -80,10 +82,10 @@ const groupsRefresh = time.Minute
 // defaults set).
 func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *scheduler {
 	return &scheduler{
-		client: config.Client, keys: keys{prefix: config.KeyPrefix}, logger: logger,
+		client: config.Client, keys: store.Keys{Prefix: config.KeyPrefix}, logger: logger,
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: watermill.NewUUID(),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
-		known: map[shard]partition{}, loops: map[shard]chan string{}, stops: map[shard]context.CancelFunc{},
+		known: map[store.Shard]partition{}, loops: map[store.Shard]chan string{}, stops: map[store.Shard]context.CancelFunc{},
 		balances: map[string]*balance{}, refresh: make(chan struct{}, 1), ticks: make(chan struct{}, 1), limiter: newLogLimiter(),
 	}
 }
@@ -97,20 +99,20 @@ func leaseTime(interval time.Duration) time.Duration {
 
 // start starts listening to the schedules' wake-ups on the client's hub
 // (and with discover to topic registrations); partitions are added later.
-func (s *scheduler) start(ctx context.Context, discover bool, h *hub) {
+func (s *scheduler) start(ctx context.Context, discover bool, h *store.Hub) {
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.discover = discover
-	s.hub, s.redis = h, newGated(h)
-	s.l = &listener{fn: s.notified}
+	s.hub, s.redis = h, store.NewGated(h)
+	s.l = &store.Listener{Fn: s.notified}
 	// Before listening: the channels of a refused prefix are held back
 	// (see channelGrant), and a refused SUBSCRIBE would slow the hub's
 	// pub/sub connection for every listener. A probe that fails otherwise
 	// (Redis unreachable) is left to watchACL.
 	probe, cancel := context.WithTimeout(s.ctx, time.Second)
-	_ = h.channelsGranted(probe, s.keys.prefix)
+	_ = h.ChannelsGranted(probe, s.keys.Prefix)
 	cancel()
 	for _, c := range s.ownChannels() {
-		h.listen(c, s.l)
+		h.Listen(c, s.l)
 	}
 	s.warnEviction()
 	s.wg.Add(1)
@@ -123,9 +125,9 @@ func (s *scheduler) start(ctx context.Context, discover bool, h *hub) {
 // ownChannels are the channels the scheduler listens to whatever it
 // schedules.
 func (s *scheduler) ownChannels() []string {
-	channels := []string{s.keys.schedules().wake()}
+	channels := []string{s.keys.Schedules().Wake()}
 	if s.discover {
-		channels = append(channels, s.keys.registered())
+		channels = append(channels, s.keys.Registered())
 	}
 	return channels
 }
@@ -134,19 +136,19 @@ func (s *scheduler) ownChannels() []string {
 // confirmation of a (re)subscription counts as a message: what was
 // published while the channel was not subscribed is lost, so every loop
 // of a (re)subscribed wake channel ticks once then, retired ones included.
-func (s *scheduler) notified(n note) {
-	switch n.channel {
-	case s.keys.registered():
+func (s *scheduler) notified(n store.Note) {
+	switch n.Channel {
+	case s.keys.Registered():
 		s.registered()
-	case s.keys.schedules().wake():
+	case s.keys.Schedules().Wake():
 		s.wakeTicks()
 	default:
-		if topic, part, ok := s.keys.partitionOfWake(n.channel); ok {
-			kind := n.payload
-			if n.subscribed {
+		if topic, part, ok := s.keys.PartitionOfWake(n.Channel); ok {
+			kind := n.Payload
+			if n.Subscribed {
 				kind = wakeResubscribed
 			}
-			s.wakeOrStart(s.keys.shard(topic, part), kind)
+			s.wakeOrStart(s.keys.Shard(topic, part), kind)
 		}
 	}
 }
@@ -175,7 +177,7 @@ func (s *scheduler) wakeTicks() {
 // loop of a scheduled partition whose loop retired. A released lease
 // starts nothing: it concerns standbys, and a retired loop stands by for
 // nothing.
-func (s *scheduler) wakeOrStart(sh shard, kind string) {
+func (s *scheduler) wakeOrStart(sh store.Shard, kind string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if wake := s.loops[sh]; wake != nil {
@@ -193,7 +195,7 @@ func (s *scheduler) wakeOrStart(sh shard, kind string) {
 // wake passes a wake-up to the loop of a partition, if it runs. A loop has one
 // pending wake-up at most; one that matters more replaces a pending one that
 // matters less, so a standby never misses that the lease was released.
-func (s *scheduler) wake(sh shard, kind string) {
+func (s *scheduler) wake(sh store.Shard, kind string) {
 	// Under mu: a loop retires under mu when no wake-up is pending, so
 	// none is passed to a loop that has just retired.
 	s.mu.Lock()
@@ -261,7 +263,7 @@ func (s *scheduler) add(topic string, parts int) {
 // set and the retries of every consumer group registered for it. Once
 // added, its loop runs while the partition has work (see retire).
 func (s *scheduler) addPartition(topic string, part int) {
-	sh := s.keys.shard(topic, part)
+	sh := s.keys.Shard(topic, part)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.known[sh]; ok || s.ctx.Err() != nil {
@@ -269,7 +271,7 @@ func (s *scheduler) addPartition(topic string, part int) {
 	}
 	p := partition{topic: topic, part: part}
 	s.known[sh] = p
-	s.hub.listen(sh.wake(), s.l)
+	s.hub.Listen(sh.Wake(), s.l)
 	s.startLoop(sh, p, false)
 }
 
@@ -283,7 +285,7 @@ func (s *scheduler) remove(topic string) {
 			continue
 		}
 		delete(s.known, sh)
-		s.hub.unlisten(sh.wake(), s.l)
+		s.hub.Unlisten(sh.Wake(), s.l)
 		if stop := s.stops[sh]; stop != nil {
 			stop()
 		}
@@ -294,7 +296,7 @@ func (s *scheduler) remove(topic string) {
 
 // startLoop starts the loop of a partition; quiet delays its first trim
 // and idle check by a TrimInterval (see loop). Called with s.mu held.
-func (s *scheduler) startLoop(sh shard, p partition, quiet bool) {
+func (s *scheduler) startLoop(sh store.Shard, p partition, quiet bool) {
 	ctx, stop := context.WithCancel(s.ctx)
 	wake := make(chan string, 1)
 	s.loops[sh] = wake
@@ -324,7 +326,7 @@ func (s *scheduler) restartRetired() {
 // lock restartRetired takes after setting denied, so a loop cannot retire
 // between that restart and its own check). It reports whether the loop is
 // to return.
-func (s *scheduler) retire(sh shard, wake chan string) bool {
+func (s *scheduler) retire(sh store.Shard, wake chan string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.denied.Load() || s.loops[sh] != wake || len(wake) > 0 {
@@ -353,10 +355,10 @@ func (s *scheduler) stop() {
 	s.cancel()
 	s.mu.Lock()
 	for _, c := range s.ownChannels() {
-		s.hub.unlisten(c, s.l)
+		s.hub.Unlisten(c, s.l)
 	}
 	for sh := range s.known {
-		s.hub.unlisten(sh.wake(), s.l)
+		s.hub.Unlisten(sh.Wake(), s.l)
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -377,7 +379,7 @@ const (
 // at its first tick.
 func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan string, quiet bool) {
 	l := &partLoop{
-		s: s, topic: topic, part: part, sh: s.keys.shard(topic, part), fields: partitionFields(topic, part), wake: wake,
+		s: s, topic: topic, part: part, sh: s.keys.Shard(topic, part), fields: partitionFields(topic, part), wake: wake,
 		relist: true, nextReclaim: map[string]time.Time{},
 	}
 	if quiet {
@@ -418,7 +420,7 @@ type partLoop struct {
 	s      *scheduler
 	topic  string
 	part   int
-	sh     shard
+	sh     store.Shard
 	fields watermill.LogFields
 	wake   chan string
 
@@ -450,7 +452,7 @@ func (l *partLoop) end() {
 		}
 		if l.part == 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
-			_ = b.beat(ctx, s.redis, topicSchedulers(l.sh), s.owner, 0)
+			_ = b.beat(ctx, s.redis, store.TopicSchedulers(l.sh), s.owner, 0)
 			cancel()
 		}
 	}
@@ -535,7 +537,7 @@ func (l *partLoop) listGroups(ctx context.Context) error {
 	if !l.relist && time.Since(l.listed) < groupsRefresh {
 		return nil
 	}
-	g, err := l.s.redis.SMembers(ctx, l.sh.groups()).Result()
+	g, err := l.s.redis.SMembers(ctx, l.sh.Groups()).Result()
 	if err != nil {
 		return fmt.Errorf("list the consumer groups: %w", err)
 	}
@@ -554,7 +556,7 @@ func (l *partLoop) balance(ctx context.Context) (take bool, err error) {
 		return true, nil
 	}
 	if l.part == 0 && time.Since(l.lastBeat) >= s.interval/2 {
-		if err := b.beat(ctx, s.redis, topicSchedulers(l.sh), s.owner, 3*s.interval); err != nil {
+		if err := b.beat(ctx, s.redis, store.TopicSchedulers(l.sh), s.owner, 3*s.interval); err != nil {
 			return false, fmt.Errorf("renew the scheduler's membership: %w", err)
 		}
 		l.lastBeat = time.Now()
@@ -618,7 +620,7 @@ func (l *partLoop) failed(ctx context.Context, err error) (wait time.Duration, s
 	if ctx.Err() != nil {
 		return 0, true
 	}
-	if isClientClosed(err) && s.gone != nil {
+	if store.IsClientClosed(err) && s.gone != nil {
 		s.gone(l.topic)
 		return 0, true
 	}
@@ -682,8 +684,8 @@ func (l *partLoop) sleep(ctx context.Context, timer *time.Timer, wait time.Durat
 
 // idle runs idle.lua: whether the partition holds nothing to schedule, and
 // if so marks it dormant, so the next publish wakes the schedulers.
-func (s *scheduler) idle(ctx context.Context, sh shard, groups []string) (bool, error) {
-	return callIdle(ctx, s.redis, sh, groups, s.retention)
+func (s *scheduler) idle(ctx context.Context, sh store.Shard, groups []string) (bool, error) {
+	return store.Idle(ctx, s.redis, sh, groups, s.retention)
 }
 
 // balanceOf returns the balance of a topic of several partitions, or nil.
@@ -724,15 +726,15 @@ type tick struct {
 // due and returns how long to sleep: until the next due message, capped at
 // the check interval; 0 when more is due now. A standby sleeps until the
 // lease expires, at most the check interval.
-func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogFields, groups []string, take bool) (tick, error) {
-	r, err := callPromote(ctx, s.redis, sh, groups, s.batch, s.owner, s.lease, take)
+func (s *scheduler) promote(ctx context.Context, sh store.Shard, fields watermill.LogFields, groups []string, take bool) (tick, error) {
+	r, err := store.Promote(ctx, s.redis, sh, groups, s.batch, s.owner, s.lease, take)
 	if err != nil {
 		return tick{}, fmt.Errorf("promote due messages: %w", err)
 	}
-	moved, wait, missing := r.moved, r.wait, r.missing
-	s.metrics.promotedTick(sh, fields["topic"].(string), moved, wait, r.held)
-	t := tick{held: r.held, declined: !r.held && wait == -1, groups: r.groups, wait: s.interval, far: r.far,
-		empty: r.held && wait == -1 && r.far < 0}
+	moved, wait, missing := r.Moved, r.Wait, r.Missing
+	s.metrics.promotedTick(sh, fields["topic"].(string), moved, wait, r.Held)
+	t := tick{held: r.Held, declined: !r.Held && wait == -1, groups: r.Groups, wait: s.interval, far: r.Far,
+		empty: r.Held && wait == -1 && r.Far < 0}
 	if missing > 0 {
 		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
 			fields.Add(watermill.LogFields{"count": missing}))
@@ -757,11 +759,11 @@ func (s *scheduler) promote(ctx context.Context, sh shard, fields watermill.LogF
 
 // release gives up the topic's lease if this scheduler holds it and wakes
 // the standbys, so one takes over at once.
-func (s *scheduler) release(sh shard, fields watermill.LogFields) {
+func (s *scheduler) release(sh store.Shard, fields watermill.LogFields) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
 	defer cancel()
-	_, err := callUnlease(ctx, s.redis, sh, s.owner, wakeRelease)
-	if err != nil && !isClientClosed(err) {
+	_, err := store.Unlease(ctx, s.redis, sh, s.owner, wakeRelease)
+	if err != nil && !store.IsClientClosed(err) {
 		s.limiter.errorf(s.logger, "redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
 	}
 }
@@ -774,17 +776,17 @@ func (s *scheduler) release(sh shard, fields watermill.LogFields) {
 // a few ms of Redis time at most.
 const reclaimBatch = 1000
 
-func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
+func (s *scheduler) reclaim(ctx context.Context, sh store.Shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
 	// A sweep of a long pending list takes several calls (see reclaim.lua).
 	var requeued, buried, evicted, missing, removed int64
 	var vis time.Duration
-	for pos := reclaimStart; pos.stream != 0; {
-		r, err := callReclaim(ctx, s.redis, sh, g, reclaimBatch, cleanup, pos)
+	for pos := store.ReclaimStart; pos.Stream != 0; {
+		r, err := store.Reclaim(ctx, s.redis, sh, g, reclaimBatch, cleanup, pos)
 		if err != nil {
 			return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
 		}
-		requeued, buried, evicted, missing, removed, vis = requeued+r.requeued, buried+r.buried, evicted+r.evicted, missing+r.missing, removed+r.removed, r.vis
-		pos = r.next
+		requeued, buried, evicted, missing, removed, vis = requeued+r.Requeued, buried+r.Buried, evicted+r.Evicted, missing+r.Missing, removed+r.Removed, r.Vis
+		pos = r.Next
 	}
 	s.metrics.reclaimedTick(fields["topic"].(string), g, requeued, buried)
 	fields = fields.Add(watermill.LogFields{"consumer_group": g})
@@ -804,16 +806,16 @@ func (s *scheduler) reclaim(ctx context.Context, sh shard, fields watermill.LogF
 	return vis, nil
 }
 
-func (s *scheduler) trimStream(ctx context.Context, sh shard, fields watermill.LogFields) error {
-	r, err := callTrim(ctx, s.redis, sh, s.retention)
+func (s *scheduler) trimStream(ctx context.Context, sh store.Shard, fields watermill.LogFields) error {
+	r, err := store.Trim(ctx, s.redis, sh, s.retention)
 	if err != nil {
 		return fmt.Errorf("trim the ready stream: %w", err)
 	}
-	fields = fields.Add(watermill.LogFields{"count": r.removed})
+	fields = fields.Add(watermill.LogFields{"count": r.Removed})
 	switch {
-	case r.removed > 0 && r.byRetention:
+	case r.Removed > 0 && r.ByRetention:
 		s.logger.Info("redisdelay: removed ready messages older than Retention from a topic no consumer group reads", fields)
-	case r.removed > 0:
+	case r.Removed > 0:
 		s.logger.Debug("redisdelay: trimmed acknowledged entries", fields)
 	}
 	return nil
@@ -827,7 +829,7 @@ func (s *scheduler) trimStream(ctx context.Context, sh shard, fields watermill.L
 func (s *scheduler) watchACL() {
 	denied := false
 	for {
-		err := s.hub.channelsGranted(s.ctx, s.keys.prefix)
+		err := s.hub.ChannelsGranted(s.ctx, s.keys.Prefix)
 		if err == nil {
 			s.denied.Store(false)
 			if denied {
@@ -838,14 +840,14 @@ func (s *scheduler) watchACL() {
 		if s.ctx.Err() != nil {
 			return
 		}
-		if isNoPerm(err) || errors.Is(err, errRing) {
+		if store.IsNoPerm(err) || errors.Is(err, store.ErrRing) {
 			if !s.denied.Swap(true) {
 				s.wakeTicks()      // to sleep no longer than the check interval from now on
 				s.restartRetired() // nothing could start them again
 			}
 			detail := fmt.Sprintf("Redis refuses the scheduler %s the subscription to wake-up channels (%v): due messages are moved up to a CheckInterval (%s) late, and topics are found at the registry refresh only; grant its Redis user the channels of the key prefix: ACL SETUSER <user> &%s:*",
-				s.owner, err, s.interval, s.keys.prefix)
-			if errors.Is(err, errRing) {
+				s.owner, err, s.interval, s.keys.Prefix)
+			if errors.Is(err, store.ErrRing) {
 				detail = fmt.Sprintf("the scheduler %s cannot be woken (%v): due messages are moved up to a CheckInterval (%s) late",
 					s.owner, err, s.interval)
 			}
@@ -854,7 +856,7 @@ func (s *scheduler) watchACL() {
 				denied = true
 			}
 			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
-			_ = s.redis.Set(ctx, s.keys.wakeDenied(), detail, max(3*s.interval, 3*time.Second)).Err()
+			_ = s.redis.Set(ctx, s.keys.WakeDenied(), detail, max(3*s.interval, 3*time.Second)).Err()
 			cancel()
 		}
 		select {

@@ -15,6 +15,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // opTimeout bounds one Redis operation of a subscription that must not
@@ -30,7 +32,7 @@ const opTimeout = 5 * time.Second
 // Safe for concurrent use.
 type Subscriber struct {
 	config SubscriberConfig
-	keys   keys
+	keys   store.Keys
 	logger watermill.LoggerAdapter
 	now    func() time.Time
 
@@ -54,8 +56,8 @@ type Subscriber struct {
 
 	// The connections shared with the other components on the client
 	// (conns.go): background commands go through redis.
-	hub         *hub
-	redis       *gated
+	hub         *store.Hub
+	redis       *store.Gated
 	grantOnce   sync.Once   // the grant of the notification channels was checked
 	bellsDenied atomic.Bool // Redis refuses them: subscriptions poll (see pollEvery)
 
@@ -93,7 +95,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 	}
 	s := &Subscriber{
 		config:      config,
-		keys:        keys{prefix: config.KeyPrefix},
+		keys:        store.Keys{Prefix: config.KeyPrefix},
 		logger:      logger,
 		now:         time.Now,
 		initialized: map[string]bool{},
@@ -101,9 +103,9 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		idle:        map[*subscription]time.Time{},
 		policy:      groupPolicy(config),
 		limiter:     newLogLimiter(),
-		hub:         acquireHub(config.Client),
+		hub:         store.AcquireHub(config.Client),
 	}
-	s.redis = newGated(s.hub)
+	s.redis = store.NewGated(s.hub)
 	s.closing, s.close = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -158,8 +160,8 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 	}
 	group := s.config.ConsumerGroup
 	for part := range parts {
-		sh := s.keys.shard(topic, part)
-		if _, err := callInit(ctx, s.redis, sh, group, s.policy); err != nil {
+		sh := s.keys.Shard(topic, part)
+		if _, err := store.InitGroup(ctx, s.redis, sh, group, s.policy); err != nil {
 			return wrap(err, "create consumer group %q for partition %d of topic %q", group, part, topic)
 		}
 	}
@@ -228,7 +230,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			s:        s,
 			topic:    topic,
 			part:     part,
-			shard:    s.keys.shard(topic, part),
+			shard:    s.keys.Shard(topic, part),
 			consumer: consumer,
 			out:      out,
 			ackWake:  make(chan struct{}, 1),
@@ -317,7 +319,7 @@ func (s *Subscriber) Close() error {
 			<-ticks
 		}
 		s.background.Wait()
-		s.hub.release()
+		s.hub.Release()
 	})
 	return nil
 }
@@ -326,8 +328,8 @@ func (s *Subscriber) Close() error {
 type subscription struct {
 	s        *Subscriber
 	topic    string
-	part     int   // partition of the topic
-	shard    shard // its keys
+	part     int         // partition of the topic
+	shard    store.Shard // its keys
 	consumer string
 	out      chan *message.Message // shared by the topic's partitions
 
@@ -495,7 +497,7 @@ func (sub *subscription) ended(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return true
 	}
-	if isClientClosed(err) {
+	if store.IsClientClosed(err) {
 		sub.s.clientGone(sub.topic)
 		return true
 	}
@@ -540,7 +542,7 @@ func (b *background) stop() {
 	flushCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	err := sub.drainAcks(flushCtx)
 	cancel()
-	if err != nil && !isClientClosed(err) {
+	if err != nil && !store.IsClientClosed(err) {
 		s.logger.Error("redisdelay: cannot write acknowledgements to Redis before closing; those messages stay pending and are delivered again", err,
 			sub.fields().Add(watermill.LogFields{"count": sub.queuedAcks()}))
 	}
@@ -741,20 +743,20 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	sub.mu.Unlock()
 
 	group := s.config.ConsumerGroup
-	r, err := callExtend(ctx, s.redis, sub.shard, group, sub.consumer, ready, redo)
+	r, err := store.Extend(ctx, s.redis, sub.shard, group, sub.consumer, ready, redo)
 	if err != nil {
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
 	if sub.holdsSlot.Load() {
 		group := s.config.ConsumerGroup
-		if _, err := callSlot(ctx, s.redis, s.keys.shard(sub.topic, 0), group, "renew", sub.slotHolder(), 0, 3*sub.renewEvery()); err != nil {
+		if _, err := store.Slot(ctx, s.redis, s.keys.Shard(sub.topic, 0), group, "renew", sub.slotHolder(), 0, 3*sub.renewEvery()); err != nil {
 			return 0, fmt.Errorf("renew the lease of a concurrency slot: %w", err)
 		}
 	}
 	if sub.owns.Load() && !sub.lost.Load() {
 		if since, stuck := sub.stuck(); stuck {
 			sub.abandon(ctx, since)
-			return r.vis, nil
+			return r.Vis, nil
 		}
 		if n, err := sub.ownOp(ctx, "renew"); err != nil {
 			return 0, fmt.Errorf("renew the ownership of the partition: %w", err)
@@ -762,13 +764,13 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 			sub.loseOwnership()
 		}
 	}
-	if r.unheld > 0 {
+	if r.Unheld > 0 {
 		s.unheld.Add(1)
 		sub.mu.Lock()
 		sub.recheck = true
 		sub.mu.Unlock()
 	}
-	return r.vis, nil
+	return r.Vis, nil
 }
 
 // extendLeases renews the lease of every message the subscription holds
@@ -808,7 +810,7 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 		stored, err := sub.renewLeases(opCtx, every)
 		cancel()
-		if err != nil && ctx.Err() == nil && !isClientClosed(err) {
+		if err != nil && ctx.Err() == nil && !store.IsClientClosed(err) {
 			sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
 				sub.fields())
 		}
@@ -874,7 +876,7 @@ func (sub *subscription) read(ctx context.Context, history bool, cursor [2]strin
 	if err != nil {
 		return nil, err
 	}
-	redo := sub.shard.redelivery(sub.s.config.ConsumerGroup)
+	redo := sub.shard.Redelivery(sub.s.config.ConsumerGroup)
 	entries := make([]entry, 0, entryCount(res))
 	// Redeliveries come first: they were due earlier.
 	for _, xs := range res {
@@ -905,12 +907,12 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 	// decodeMessage only reads its input and copies what it keeps, so the
 	// string's bytes serve without a copy.
 	body := unsafe.Slice(unsafe.StringData(raw), len(raw))
-	msg, err := decodeMessage(body)
+	msg, err := store.Decode(body)
 	if err != nil {
 		// Poison input (another tool or version wrote it): it can never be
 		// delivered, so it goes to the dead letters, where it can be seen.
 		if _, ok := e.msg.Values["m"]; !ok {
-			err = fmt.Errorf("%w: entry has no field m, only %v (written by another tool?)", errCorrupt, fieldNames(e.msg.Values))
+			err = fmt.Errorf("%w: entry has no field m, only %v (written by another tool?)", store.ErrCorrupt, fieldNames(e.msg.Values))
 		}
 		s.logger.Error("redisdelay: cannot decode entry; moving it to the dead letters", err, fields())
 		sub.settle(ctx, func(ctx context.Context) error {
@@ -1065,7 +1067,7 @@ func (sub *subscription) timedOut(ctx context.Context, e entry, msg *message.Mes
 	go ignoreLate(ctx, msg, s.logger, fields)
 
 	raw, _ := e.msg.Values["m"].(string)
-	failed, err := decodeMessage([]byte(raw))
+	failed, err := store.Decode([]byte(raw))
 	if err != nil { // decoded before it was delivered: cannot happen
 		return ctx.Err() == nil, false, nil, ""
 	}
@@ -1085,7 +1087,7 @@ func (sub *subscription) timedOut(ctx context.Context, e entry, msg *message.Mes
 func (sub *subscription) recordTimeout(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	meta := sub.shard.meta(sub.s.config.ConsumerGroup)
+	meta := sub.shard.Meta(sub.s.config.ConsumerGroup)
 	_, err := sub.s.redis.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HIncrBy(ctx, meta, "timeouts", 1)
 		p.HSet(ctx, meta, "timeout_at", sub.s.now().UnixMilli())
@@ -1147,7 +1149,7 @@ func (sub *subscription) notPending(e entry, what string) {
 func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message, attempt int, deliveredUntil string) error {
 	s := sub.s
 	if d, snoozed := takeSnooze(msg.Metadata); snoozed {
-		return sub.settleNack(ctx, e, attempt, d, encodeMessage(msg), "", nackSnoozed)
+		return sub.settleNack(ctx, e, attempt, d, store.Encode(msg), "", nackSnoozed)
 	}
 	d, err := nackDelay(msg.Metadata, deliveredUntil, attempt, s.now(), s.config.RetryDelay)
 	reason := ""
@@ -1165,7 +1167,7 @@ func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message
 				attempt, max, ErrorKey)
 		}
 	}
-	return sub.settleNack(ctx, e, attempt, d, encodeMessage(msg), reason, nackFailed)
+	return sub.settleNack(ctx, e, attempt, d, store.Encode(msg), reason, nackFailed)
 }
 
 // nackKind is why an entry is nacked.
@@ -1181,38 +1183,38 @@ const (
 // dead letters when reason is set.
 func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, delay time.Duration, body []byte, reason string, kind nackKind) error {
 	s := sub.s
-	a := nackArgs{
-		group: s.config.ConsumerGroup, stream: e.stream, id: e.msg.ID, redo: e.redo,
-		attempt: attempt, delay: delay, body: body, reason: reason, maxDead: s.config.MaxDeadLetters,
-		keepAttempt: kind == nackSnoozed,
+	a := store.NackArgs{
+		Group: s.config.ConsumerGroup, Stream: e.stream, Id: e.msg.ID, Redo: e.redo,
+		Attempt: attempt, Delay: delay, Body: body, Reason: reason, MaxDead: s.config.MaxDeadLetters,
+		KeepAttempt: kind == nackSnoozed,
 	}
 	if kind == nackExpired {
-		a.attempt-- // the dead letter counts the deliveries it had: not this one
+		a.Attempt-- // the dead letter counts the deliveries it had: not this one
 	}
-	r, err := callNack(ctx, s.redis, sub.shard, a)
+	r, err := store.Nack(ctx, s.redis, sub.shard, a)
 	if err != nil {
 		return fmt.Errorf("nack entry %s: %w", e.msg.ID, err)
 	}
 	switch kind {
 	case nackFailed:
-		sub.m.nacked(r.status)
+		sub.m.nacked(r.Status)
 	case nackExpired:
-		if r.status == 2 {
+		if r.Status == 2 {
 			sub.m.expired(true)
 		}
 	}
 	fields := sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "attempt": attempt})
 	switch {
-	case r.status == 0:
+	case r.Status == 0:
 		sub.notPending(e, "Nack")
-	case r.status == 2 && kind == nackExpired:
+	case r.Status == 2 && kind == nackExpired:
 		s.logger.Info("redisdelay: message expired; moved to the dead letters", fields.Add(watermill.LogFields{"reason": reason}))
-	case r.status == 2:
+	case r.Status == 2:
 		s.logger.Error("redisdelay: message moved to the dead letters", errors.New(reason), fields)
 	}
-	if r.evicted > 0 {
+	if r.Evicted > 0 {
 		s.logger.Error("redisdelay: dead letters full (MaxDeadLetters); evicted the oldest", nil,
-			fields.Add(watermill.LogFields{"evicted": r.evicted}))
+			fields.Add(watermill.LogFields{"evicted": r.Evicted}))
 	}
 	return nil
 }
@@ -1228,20 +1230,20 @@ func (sub *subscription) release(keepStream, keepID string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	for {
-		r, err := callRelease(ctx, s.redis, sub.shard, group, sub.consumer, 1000, keepStream, keepID)
+		r, err := store.Release(ctx, s.redis, sub.shard, group, sub.consumer, 1000, keepStream, keepID)
 		if err != nil {
-			if !isClientClosed(err) {
+			if !store.IsClientClosed(err) {
 				s.logger.Error("redisdelay: cannot hand back pending messages; they stay with this consumer until read again or reclaimed", err, fields)
 			}
 			return err
 		}
-		if r.missing > 0 {
-			s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": r.missing}))
+		if r.Missing > 0 {
+			s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": r.Missing}))
 		}
-		if r.released > 0 {
-			s.logger.Debug("redisdelay: handed back pending messages", fields.Add(watermill.LogFields{"count": r.released}))
+		if r.Released > 0 {
+			s.logger.Debug("redisdelay: handed back pending messages", fields.Add(watermill.LogFields{"count": r.Released}))
 		}
-		if r.done {
+		if r.Done {
 			return nil
 		}
 	}

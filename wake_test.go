@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // A loop holds one pending wake-up. Found in review: a lease release that
@@ -18,7 +20,7 @@ func TestWakeKeepsTheWakeUpThatMattersMost(t *testing.T) {
 		{wakeResubscribed, "d", wakeResubscribed},
 		{"d", "r", "r"}, // equal: either does
 	} {
-		s := &scheduler{loops: map[shard]chan string{"t": make(chan string, 1)}}
+		s := &scheduler{loops: map[store.Shard]chan string{"t": make(chan string, 1)}}
 		s.wake("t", c.first)
 		s.wake("t", c.second)
 		s.wake("other", c.second) // no loop: ignored

@@ -1,4 +1,4 @@
-package redisdelay
+package store
 
 import (
 	"context"
@@ -47,27 +47,27 @@ const (
 
 // The far tier's timing: the defaults above, shortened for the tests
 // (SetFarTier in export_test.go).
-var farWidth, farLead, farMargin = defaultFarWidth, defaultFarLead, defaultFarMargin
+var FarWidth, FarLead, FarMargin = defaultFarWidth, defaultFarLead, defaultFarMargin
 
-// farSlack is how far outside its bucket publish.lua lets a message be due:
+// FarSlack is how far outside its bucket publish.lua lets a message be due:
 // the publisher picks the bucket by its own clock, and a message due at the
 // very end of a bucket (delay.For's due times fall at the end of a whole
 // second) would otherwise miss it by the time the script runs. Below a
 // quarter of the width, so a message is never due after those of the
 // bucket after next (Inspector.Waiting reads one bucket more for that), and
 // below the lead, so it is never unpacked after it is due.
-func farSlack() time.Duration {
-	return min(farMargin, farWidth/4, farLead/2)
+func FarSlack() time.Duration {
+	return min(FarMargin, FarWidth/4, FarLead/2)
 }
 
-// farEpoch is the origin of far bucket numbers, so that bucket × 2^24 +
+// FarEpoch is the origin of far bucket numbers, so that bucket × 2^24 +
 // position stays exact in a Lua number (2^53) for a century of due times.
-var farEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+var FarEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 
 const (
 	farIndexShards = 1 << 19
 	farPosBits     = 24
-	farUnpackBatch = 1000 // elements moved per unpack.lua call, at most
+	FarUnpackBatch = 1000 // elements moved per unpack.lua call, at most
 )
 
 // farField is the field of a UUID in the far index: its 16 bytes when the
@@ -89,16 +89,16 @@ func farShard(field string) uint32 {
 // soon for the far tier (by the publisher's clock: publish.lua checks
 // again with Redis's).
 func farPlace(nowMs, dueMs int64) (b, start, unpackAt int64, ok bool) {
-	return farPlaceIn(farWidth, farLead, farMargin, nowMs, dueMs)
+	return farPlaceIn(FarWidth, FarLead, FarMargin, nowMs, dueMs)
 }
 
 func farPlaceIn(width, lead, margin time.Duration, nowMs, dueMs int64) (b, start, unpackAt int64, ok bool) {
 	w := width.Milliseconds()
-	if dueMs < farEpoch {
+	if dueMs < FarEpoch {
 		return 0, 0, 0, false
 	}
-	b = (dueMs - farEpoch) / w
-	start = farEpoch + b*w
+	b = (dueMs - FarEpoch) / w
+	start = FarEpoch + b*w
 	unpackAt = start - lead.Milliseconds()
 	return b, start, unpackAt, unpackAt > nowMs+margin.Milliseconds()
 }
@@ -112,8 +112,8 @@ func farLoc(loc string) (b, pos int64, err error) {
 	return v >> farPosBits, v & (1<<farPosBits - 1), nil
 }
 
-// storedUUID reads the UUID of an encoded message without decoding the rest.
-func storedUUID(body []byte) (string, bool) {
+// StoredUUID reads the UUID of an encoded message without decoding the rest.
+func StoredUUID(body []byte) (string, bool) {
 	if len(body) == 0 {
 		return "", false
 	}
@@ -130,19 +130,19 @@ func storedUUID(body []byte) (string, bool) {
 	return string(body[1+k : 1+k+int(n)]), true
 }
 
-// farArg is where publish.lua may look up and store a message in the far
+// FarArg is where publish.lua may look up and store a message in the far
 // tier (see far.go).
-type farArg struct {
-	field    string        // the UUID's far index field
-	index    uint32        // its far index shard
-	lookup   bool          // a waiting message: looked up in the far index
-	dueIn    time.Duration // its delay when it may go to the far tier, else 0
-	bucket   int64         // far bucket (farArg.place); -1: not for the far tier
-	start    int64         // the bucket's first due ms
-	unpackAt int64         // when the bucket is unpacked, ms
+type FarArg struct {
+	Field    string        // the UUID's far index field
+	Index    uint32        // its far index shard
+	Lookup   bool          // a waiting message: looked up in the far index
+	DueIn    time.Duration // its delay when it may go to the far tier, else 0
+	Bucket   int64         // far bucket (farArg.place); -1: not for the far tier
+	Start    int64         // the bucket's first due ms
+	UnpackAt int64         // when the bucket is unpacked, ms
 }
 
-// farArgOf is where a message may be looked up and stored in the far
+// FarArgOf is where a message may be looked up and stored in the far
 // tier: one due far enough ahead, with no business key and no priority, may
 // be stored there, and a waiting message due farMargin or more ahead is
 // looked up there first, so the tiers never hold one UUID twice. Nearer
@@ -152,37 +152,37 @@ type farArg struct {
 // before with a due time two minutes or more ahead of then, and so, when a
 // retry, more than a minute ago.
 // The bucket is chosen later, by place.
-func farArgOf(uuid string, delay time.Duration, mayFar bool) farArg {
-	f := farArg{bucket: -1}
-	if delay < farMargin {
+func FarArgOf(uuid string, delay time.Duration, mayFar bool) FarArg {
+	f := FarArg{Bucket: -1}
+	if delay < FarMargin {
 		return f
 	}
-	f.field = farField(uuid)
-	f.index = farShard(f.field)
-	f.lookup = true
+	f.Field = farField(uuid)
+	f.Index = farShard(f.Field)
+	f.Lookup = true
 	if mayFar {
-		f.dueIn = delay
+		f.DueIn = delay
 	}
 	return f
 }
 
-// place chooses the far bucket of a message that may go there, by the
+// Place chooses the far bucket of a message that may go there, by the
 // clock nowMs.
-func (f *farArg) place(nowMs int64) {
-	if f.dueIn == 0 {
+func (f *FarArg) Place(nowMs int64) {
+	if f.DueIn == 0 {
 		return
 	}
-	if b, start, at, ok := farPlace(nowMs, nowMs+f.dueIn.Milliseconds()); ok {
-		f.bucket, f.start, f.unpackAt = b, start, at
+	if b, start, at, ok := farPlace(nowMs, nowMs+f.DueIn.Milliseconds()); ok {
+		f.Bucket, f.Start, f.UnpackAt = b, start, at
 	}
 }
 
-// farPull moves the far message with uuid, if any, into the partition's
+// FarPull moves the far message with uuid, if any, into the partition's
 // waiting set (farpull.lua), or with peek only reads it. It returns the
 // message's encoded body and due score; found is false when no far message
 // has that UUID. A message unpacked or moved at the same moment is looked
 // up again.
-func farPull(ctx context.Context, c cmds, sh shard, uuid string, peek bool) (body string, score float64, found bool, err error) {
+func FarPull(ctx context.Context, c Cmds, sh Shard, uuid string, peek bool) (body string, score float64, found bool, err error) {
 	field := farField(uuid)
 	index := sh.farIndex(farShard(field))
 	for range 5 {
@@ -198,17 +198,17 @@ func farPull(ctx context.Context, c cmds, sh shard, uuid string, peek bool) (bod
 			return "", 0, false, err
 		}
 		r, err := callFarPull(ctx, c, sh, b, index, field, loc, uuid, peek)
-		if err != nil || r.moved {
-			return r.body, r.score, r.moved, err
+		if err != nil || r.Moved {
+			return r.Body, r.Score, r.Moved, err
 		}
 	}
 	return "", 0, false, fmt.Errorf("the far message %q kept moving while it was looked up", uuid)
 }
 
-// farOverdue is how long ago the first due time of the partition's first far
+// FarOverdue is how long ago the first due time of the partition's first far
 // bucket (ZRANGE far 0 0) passed with the bucket still packed: no
 // scheduler unpacked it. 0 when none is overdue.
-func farOverdue(head *redis.ZSliceCmd, now time.Time) time.Duration {
+func FarOverdue(head *redis.ZSliceCmd, now time.Time) time.Duration {
 	zs := head.Val()
 	if len(zs) == 0 {
 		return 0
@@ -218,5 +218,5 @@ func farOverdue(head *redis.ZSliceCmd, now time.Time) time.Duration {
 	if err != nil {
 		return 0
 	}
-	return max(now.Sub(time.UnixMilli(farEpoch+b*farWidth.Milliseconds())), 0)
+	return max(now.Sub(time.UnixMilli(FarEpoch+b*FarWidth.Milliseconds())), 0)
 }

@@ -1,4 +1,4 @@
-package redisdelay
+package store
 
 import (
 	"encoding/binary"
@@ -25,7 +25,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		"millisecond until (after delivery)":  {delay.DelayedUntilKey: "2030-01-02T03:04:05.000+01:00"},
 		"garbage delay values kept as text":   {delay.DelayedForKey: "soon", delay.DelayedUntilKey: "tomorrow"},
 		"empty key and value":                 {"": ""},
-		"ordinary keys":                       {"a": "1", "correlation_id": "x", ErrorKey: "boom"},
+		"ordinary keys":                       {"a": "1", "correlation_id": "x", "_redisdelay_error": "boom"},
 		"more keys than a small map holds": {"k1": "1", "k2": "2", "k3": "3", "k4": "4", "k5": "5", "k6": "6", "k7": "7", "k8": "8", "k9": "9",
 			delay.DelayedForKey: "1s"},
 	}
@@ -33,7 +33,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			msg := message.NewMessage("01JDZ3V6Q6R8Z0Y1X2W3V4T5S6", []byte("payload"))
 			msg.Metadata = md
-			got, err := decodeMessage(encodeMessage(msg))
+			got, err := Decode(Encode(msg))
 			require.NoError(t, err)
 			require.Equal(t, msg.UUID, got.UUID)
 			require.Equal(t, msg.Payload, got.Payload)
@@ -53,7 +53,7 @@ func delayMetadata(d delay.Delay) message.Metadata {
 func TestCodecDelayKeysAreCompact(t *testing.T) {
 	msg := message.NewMessage("01JDZ3V6Q6R8Z0Y1X2W3V4T5S6", make([]byte, 100))
 	delay.Message(msg, delay.For(time.Hour))
-	require.LessOrEqual(t, len(encodeMessage(msg)), 1+1+26+1+100+16)
+	require.LessOrEqual(t, len(Encode(msg)), 1+1+26+1+100+16)
 }
 
 func TestCodecDecodesVersion1(t *testing.T) {
@@ -64,7 +64,7 @@ func TestCodecDecodesVersion1(t *testing.T) {
 	b = appendString(appendString(b, delay.DelayedForKey), "1h0m0s")
 	b = appendString(appendString(b, "k"), "v")
 	b = append(b, "body"...)
-	msg, err := decodeMessage(b)
+	msg, err := Decode(b)
 	require.NoError(t, err)
 	require.Equal(t, "id-1", msg.UUID)
 	require.Equal(t, "body", string(msg.Payload))
@@ -72,7 +72,7 @@ func TestCodecDecodesVersion1(t *testing.T) {
 }
 
 func TestCodecRejectsCorruptInput(t *testing.T) {
-	valid := encodeMessage(func() *message.Message {
+	valid := Encode(func() *message.Message {
 		m := message.NewMessage("id", []byte("p"))
 		delay.Message(m, delay.For(time.Second))
 		return m
@@ -89,8 +89,8 @@ func TestCodecRejectsCorruptInput(t *testing.T) {
 		"truncated delay value": valid[:len(valid)-3],
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := decodeMessage(b)
-			require.ErrorIs(t, err, errCorrupt)
+			_, err := Decode(b)
+			require.ErrorIs(t, err, ErrCorrupt)
 		})
 	}
 }
@@ -104,33 +104,33 @@ func FuzzCodec(f *testing.F) {
 	f.Fuzz(func(t *testing.T, forV, untilV, k, v string, payload []byte) {
 		msg := message.NewMessage("id", payload)
 		msg.Metadata = message.Metadata{delay.DelayedForKey: forV, delay.DelayedUntilKey: untilV, k: v}
-		got, err := decodeMessage(encodeMessage(msg))
+		got, err := Decode(Encode(msg))
 		require.NoError(t, err)
 		require.Equal(t, map[string]string(msg.Metadata), map[string]string(got.Metadata))
 		require.Equal(t, string(msg.Payload), string(got.Payload))
-		_, _ = decodeMessage(payload)
+		_, _ = Decode(payload)
 	})
 }
 
 func TestCodecBinaryUUID(t *testing.T) {
 	for _, id := range []string{"0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", "ffffffff-ffff-ffff-ffff-ffffffffffff", "00000000-0000-0000-0000-000000000000"} {
 		msg := message.NewMessage(id, []byte("p"))
-		b := encodeMessage(msg)
+		b := Encode(msg)
 		require.Equal(t, byte(codecVersionBinaryID), b[0], id)
-		got, err := decodeMessage(b)
+		got, err := Decode(b)
 		require.NoError(t, err)
 		require.Equal(t, id, got.UUID)
 	}
 	// Forms that would not come back byte for byte stay text (version 2).
 	for _, id := range []string{"0B1E6C1A-7D7E-4C6F-9D3B-2F6A1E9C0D11", "0b1e6c1a7d7e4c6f9d3b2f6a1e9c0d11", "0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d1g",
 		"0b1e6c1a-7d7e-4c6f-9d3b_2f6a1e9c0d11", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "id"} {
-		b := encodeMessage(message.NewMessage(id, nil))
+		b := Encode(message.NewMessage(id, nil))
 		require.Equal(t, byte(codecVersion), b[0], id)
-		got, err := decodeMessage(b)
+		got, err := Decode(b)
 		require.NoError(t, err)
 		require.Equal(t, id, got.UUID)
 	}
-	_, err := decodeMessage([]byte{codecVersionBinaryID, 1, 2, 3})
-	require.ErrorIs(t, err, errCorrupt)
+	_, err := Decode([]byte{codecVersionBinaryID, 1, 2, 3})
+	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, "UUID cut short")
 }

@@ -1,4 +1,4 @@
-package redisdelay
+package store
 
 import (
 	"context"
@@ -8,16 +8,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func isNoSuchKey(err error) bool {
+func IsNoSuchKey(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "no such key")
 }
 
-// execPipe runs a pipeline, then gives every command that may not have
+// ExecPipe runs a pipeline, then gives every command that may not have
 // run the pipeline's error: go-redis leaves a command's error unset when
 // the last of its retries found no connection (Redis unreachable) or
 // failed reading an earlier reply, and the command's zero value would
 // pass for Redis's answer.
-func execPipe(ctx context.Context, pipe redis.Pipeliner) {
+func ExecPipe(ctx context.Context, pipe redis.Pipeliner) {
 	cmds, err := pipe.Exec(ctx)
 	pipeFailed(cmds, err)
 }
@@ -36,23 +36,23 @@ func pipeFailed(cmds []redis.Cmder, err error) {
 	}
 }
 
-// isNoPerm reports an error of Redis's ACL.
-func isNoPerm(err error) bool {
+// IsNoPerm reports an error of Redis's ACL.
+func IsNoPerm(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
 }
 
-func isNoGroup(err error) bool {
+func IsNoGroup(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
 
-// isOOM reports Redis's refusal of a write at maxmemory (policy noeviction,
+// IsOOM reports Redis's refusal of a write at maxmemory (policy noeviction,
 // or nothing left to evict).
-func isOOM(err error) bool {
+func IsOOM(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "OOM ")
 }
 
-// isClientClosed reports whether err comes from a go-redis client that was
+// IsClientClosed reports whether err comes from a go-redis client that was
 // closed: nothing will work again, so loops stop rather than retry.
-func isClientClosed(err error) bool {
+func IsClientClosed(err error) bool {
 	return errors.Is(err, redis.ErrClosed)
 }

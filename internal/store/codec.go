@@ -1,4 +1,4 @@
-package redisdelay
+package store
 
 import (
 	"encoding/binary"
@@ -43,17 +43,17 @@ const (
 	wellKnownDelayedUntil = 1 // RFC 3339 in whole seconds → zigzag varint Unix seconds, zigzag varint zone offset in seconds
 )
 
-// attemptMeta is the metadata key of the delivery attempt (the package's
+// AttemptMeta is the metadata key of the delivery attempt (the package's
 // AttemptKey): not stored, but set on each delivery from the stored count.
-const attemptMeta = "_redisdelay_attempt"
+const AttemptMeta = "_redisdelay_attempt"
 
-var errCorrupt = errors.New("redisdelay: stored message is corrupt")
+var ErrCorrupt = errors.New("redisdelay: stored message is corrupt")
 
-func encodeMessage(msg *message.Message) []byte {
+func Encode(msg *message.Message) []byte {
 	size := 1 + binary.MaxVarintLen64*2 + len(msg.UUID) + len(msg.Payload)
 	keys := make([]string, 0, len(msg.Metadata))
 	for k, v := range msg.Metadata {
-		if k == attemptMeta {
+		if k == AttemptMeta {
 			// Set on each delivery from the stored attempt count: a value
 			// carried over from an earlier delivery (a forwarded message)
 			// must not stick.
@@ -105,7 +105,7 @@ func appendWellKnown(b []byte, k, v string) ([]byte, bool) {
 			return b, false
 		}
 		_, offset := t.Zone()
-		if formatUntil(t.Unix(), offset) != v {
+		if FormatUntil(t.Unix(), offset) != v {
 			return b, false
 		}
 		b = binary.AppendUvarint(b, 2*wellKnownDelayedUntil+1)
@@ -115,7 +115,7 @@ func appendWellKnown(b []byte, k, v string) ([]byte, bool) {
 	return b, false
 }
 
-func formatUntil(unix int64, offset int) string {
+func FormatUntil(unix int64, offset int) string {
 	return time.Unix(unix, 0).In(time.FixedZone("", offset)).Format(time.RFC3339)
 }
 
@@ -124,19 +124,19 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// decodeMessage decodes an encoded message. It never modifies b nor keeps a
+// Decode decodes an encoded message. It never modifies b nor keeps a
 // reference to it (everything it returns is copied), so callers may pass the
 // bytes of an immutable string without copying them.
-func decodeMessage(b []byte) (*message.Message, error) {
+func Decode(b []byte) (*message.Message, error) {
 	if len(b) == 0 || b[0] < codecVersionV1 || b[0] > codecVersionBinaryID {
-		return nil, fmt.Errorf("%w: unknown format (first byte %v)", errCorrupt, b[:min(len(b), 1)])
+		return nil, fmt.Errorf("%w: unknown format (first byte %v)", ErrCorrupt, b[:min(len(b), 1)])
 	}
 	v1 := b[0] == codecVersionV1
 	r := reader{b: b[1:]}
 	var id string
 	if b[0] == codecVersionBinaryID {
 		if len(r.b) < 16 {
-			return nil, fmt.Errorf("%w: UUID cut short", errCorrupt)
+			return nil, fmt.Errorf("%w: UUID cut short", ErrCorrupt)
 		}
 		id = textUUID(r.b[:16])
 		r.b = r.b[16:]
@@ -147,7 +147,7 @@ func decodeMessage(b []byte) (*message.Message, error) {
 	// Every entry takes at least two bytes. The check comes before the map
 	// is sized by n: a corrupt count must not allocate gigabytes.
 	if r.err == nil && n > uint64(len(r.b))/2 {
-		r.err = fmt.Errorf("%w: %d metadata entries in %d bytes", errCorrupt, n, len(r.b))
+		r.err = fmt.Errorf("%w: %d metadata entries in %d bytes", ErrCorrupt, n, len(r.b))
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -177,10 +177,10 @@ func decodeMessage(b []byte) (*message.Message, error) {
 			md[delay.DelayedForKey] = time.Duration(r.varint()).String()
 		case wellKnownDelayedUntil:
 			unix, offset := r.varint(), r.varint()
-			md[delay.DelayedUntilKey] = formatUntil(unix, int(offset))
+			md[delay.DelayedUntilKey] = FormatUntil(unix, int(offset))
 		default:
 			if r.err == nil {
-				r.err = fmt.Errorf("%w: unknown metadata code %d (written by a newer version?)", errCorrupt, k/2)
+				r.err = fmt.Errorf("%w: unknown metadata code %d (written by a newer version?)", ErrCorrupt, k/2)
 			}
 		}
 	}
@@ -202,7 +202,7 @@ func (r *reader) uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
-		r.err = fmt.Errorf("%w: bad length", errCorrupt)
+		r.err = fmt.Errorf("%w: bad length", ErrCorrupt)
 		return 0
 	}
 	r.b = r.b[n:]
@@ -215,7 +215,7 @@ func (r *reader) varint() int64 {
 	}
 	v, n := binary.Varint(r.b)
 	if n <= 0 {
-		r.err = fmt.Errorf("%w: bad number", errCorrupt)
+		r.err = fmt.Errorf("%w: bad number", ErrCorrupt)
 		return 0
 	}
 	r.b = r.b[n:]
@@ -229,7 +229,7 @@ func (r *reader) bytes(n uint64) string {
 		return ""
 	}
 	if n > uint64(len(r.b)) {
-		r.err = fmt.Errorf("%w: length %d beyond the %d bytes left", errCorrupt, n, len(r.b))
+		r.err = fmt.Errorf("%w: length %d beyond the %d bytes left", ErrCorrupt, n, len(r.b))
 		return ""
 	}
 	s := string(r.b[:n])

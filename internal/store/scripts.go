@@ -1,4 +1,4 @@
-package redisdelay
+package store
 
 import (
 	"embed"
@@ -86,7 +86,7 @@ var (
 	schedRetryScript = loadScript("schedretry")
 )
 
-// keys is the key layout, in one place. A topic is split into one or more
+// Keys is the key layout, in one place. A topic is split into one or more
 // partitions (see PublisherConfig.Partitions); every key of a partition
 // starts with the partition's shard (below) and carries its hash tag, so
 // each script touches a single Redis Cluster slot, and partitions of one
@@ -141,41 +141,41 @@ var (
 // of partition n > 0 is <prefix>:{<topic>~<n>}:p<n>. Topic names cannot
 // contain braces, and the suffix after the tag repeats n, so no two
 // (topic, partition) pairs share a key, even for a topic named "a~1".
-type keys struct {
-	prefix string
+type Keys struct {
+	Prefix string
 }
 
-func (k keys) topics() string     { return k.prefix + ":topics" }
-func (k keys) partitions() string { return k.prefix + ":partitions" }
+func (k Keys) Topics() string     { return k.Prefix + ":topics" }
+func (k Keys) Partitions() string { return k.Prefix + ":partitions" }
 
-// shard is the key base of one partition of a topic.
-func (k keys) shard(topic string, partition int) shard {
+// Shard is the key base of one partition of a topic.
+func (k Keys) Shard(topic string, partition int) Shard {
 	if partition == 0 {
-		return shard(k.prefix + ":{" + topic + "}")
+		return Shard(k.Prefix + ":{" + topic + "}")
 	}
 	n := strconv.Itoa(partition)
-	return shard(k.prefix + ":{" + topic + "~" + n + "}:p" + n)
+	return Shard(k.Prefix + ":{" + topic + "~" + n + "}:p" + n)
 }
 
-// schedules is the key base of the recurring schedules: one hash tag, so
+// Schedules is the key base of the recurring schedules: one hash tag, so
 // schedclaim.lua runs on one Cluster slot; a tick's message goes to its
 // topic's own keys in a separate call.
-func (k keys) schedules() scheduleKeys { return scheduleKeys(k.prefix + ":{schedules}") }
+func (k Keys) Schedules() scheduleKeys { return scheduleKeys(k.Prefix + ":{schedules}") }
 
 // scheduleKeys is the key base of the recurring schedules: see keys.
 type scheduleKeys string
 
-func (s scheduleKeys) defs() string   { return string(s) + ":defs" }
-func (s scheduleKeys) next() string   { return string(s) + ":next" }
-func (s scheduleKeys) claims() string { return string(s) + ":claims" }
-func (s scheduleKeys) wake() string   { return string(s) + ":wake" }
+func (s scheduleKeys) Defs() string   { return string(s) + ":defs" }
+func (s scheduleKeys) Next() string   { return string(s) + ":next" }
+func (s scheduleKeys) Claims() string { return string(s) + ":claims" }
+func (s scheduleKeys) Wake() string   { return string(s) + ":wake" }
 
-func (k keys) registered() string { return k.prefix + ":registered" }
-func (k keys) wakeDenied() string { return k.prefix + ":wakedenied" }
+func (k Keys) Registered() string { return k.Prefix + ":registered" }
+func (k Keys) WakeDenied() string { return k.Prefix + ":wakedenied" }
 
-// partitionOfWake returns the topic and partition of a wake channel name.
-func (k keys) partitionOfWake(channel string) (topic string, partition int, ok bool) {
-	rest, ok := strings.CutPrefix(channel, k.prefix+":{")
+// PartitionOfWake returns the topic and partition of a wake channel name.
+func (k Keys) PartitionOfWake(channel string) (topic string, partition int, ok bool) {
+	rest, ok := strings.CutPrefix(channel, k.Prefix+":{")
 	if !ok {
 		return "", 0, false
 	}
@@ -198,46 +198,46 @@ func (k keys) partitionOfWake(channel string) (topic string, partition int, ok b
 	return topic, p, true
 }
 
-// shard is the key base of one partition of a topic: see keys.
-type shard string
+// Shard is the key base of one partition of a topic: see keys.
+type Shard string
 
-func (s shard) waiting() string { return string(s) + ":waiting" }
-func (s shard) bodies() string  { return string(s) + ":bodies" }
-func (s shard) seq() string     { return string(s) + ":seq" }
-func (s shard) prio() string    { return string(s) + ":prio" }
-func (s shard) fanout() string  { return string(s) + ":fanout" }
-func (s shard) stream() string  { return string(s) + ":stream" }
-func (s shard) groups() string  { return string(s) + ":groups" }
-func (s shard) wake() string    { return string(s) + ":wake" }
-func (s shard) bell() string    { return string(s) + ":bell" }
-func (s shard) lease() string   { return string(s) + ":lease" }
-func (s shard) bkeys() string   { return string(s) + ":bkeys" }
-func (s shard) bkeyOf() string  { return string(s) + ":bkeyof" }
-func (s shard) reg() string     { return string(s) + ":reg" }
-func (s shard) dormant() string { return string(s) + ":dormant" }
-func (s shard) far() string     { return string(s) + ":far" }
-func (s shard) farMeta() string { return string(s) + ":fmeta" }
+func (s Shard) Waiting() string { return string(s) + ":waiting" }
+func (s Shard) Bodies() string  { return string(s) + ":bodies" }
+func (s Shard) seq() string     { return string(s) + ":seq" }
+func (s Shard) prio() string    { return string(s) + ":prio" }
+func (s Shard) fanout() string  { return string(s) + ":fanout" }
+func (s Shard) Stream() string  { return string(s) + ":stream" }
+func (s Shard) Groups() string  { return string(s) + ":groups" }
+func (s Shard) Wake() string    { return string(s) + ":wake" }
+func (s Shard) Bell() string    { return string(s) + ":bell" }
+func (s Shard) Lease() string   { return string(s) + ":lease" }
+func (s Shard) bkeys() string   { return string(s) + ":bkeys" }
+func (s Shard) bkeyOf() string  { return string(s) + ":bkeyof" }
+func (s Shard) reg() string     { return string(s) + ":reg" }
+func (s Shard) dormant() string { return string(s) + ":dormant" }
+func (s Shard) Far() string     { return string(s) + ":far" }
+func (s Shard) FarMeta() string { return string(s) + ":fmeta" }
 
-func (s shard) farBucket(b int64) string { return string(s) + ":fb:" + strconv.FormatInt(b, 10) }
-func (s shard) farIndex(n uint32) string {
+func (s Shard) FarBucket(b int64) string { return string(s) + ":fb:" + strconv.FormatInt(b, 10) }
+func (s Shard) farIndex(n uint32) string {
 	return string(s) + ":fx:" + strconv.FormatUint(uint64(n), 10)
 }
 
-func (s shard) schedulers() string  { return string(s) + ":schedulers" }
-func (s shard) leaseCounts() string { return string(s) + ":sleases" }
+func (s Shard) schedulers() string  { return string(s) + ":schedulers" }
+func (s Shard) leaseCounts() string { return string(s) + ":sleases" }
 
-func (s shard) group(group string) string       { return string(s) + ":g:" + group }
-func (s shard) retry(group string) string       { return s.group(group) + ":retry" }
-func (s shard) retryBodies(group string) string { return s.group(group) + ":rbody" }
-func (s shard) redelivery(group string) string  { return s.group(group) + ":redo" }
-func (s shard) dead(group string) string        { return s.group(group) + ":dead" }
-func (s shard) meta(group string) string        { return s.group(group) + ":meta" }
-func (s shard) owner(group string) string       { return s.group(group) + ":owner" }
-func (s shard) members(group string) string     { return s.group(group) + ":members" }
-func (s shard) ownedCounts(group string) string { return s.group(group) + ":owned" }
-func (s shard) paused(group string) string      { return s.group(group) + ":paused" }
-func (s shard) rate(group string) string        { return s.group(group) + ":rate" }
-func (s shard) running(group string) string     { return s.group(group) + ":running" }
-func (s shard) slotQueue(group string) string   { return s.group(group) + ":squeue" }
-func (s shard) slotSeen(group string) string    { return s.group(group) + ":sseen" }
-func (s shard) flow(group string) string        { return s.group(group) + ":flow" }
+func (s Shard) group(group string) string       { return string(s) + ":g:" + group }
+func (s Shard) Retry(group string) string       { return s.group(group) + ":retry" }
+func (s Shard) retryBodies(group string) string { return s.group(group) + ":rbody" }
+func (s Shard) Redelivery(group string) string  { return s.group(group) + ":redo" }
+func (s Shard) Dead(group string) string        { return s.group(group) + ":dead" }
+func (s Shard) Meta(group string) string        { return s.group(group) + ":meta" }
+func (s Shard) owner(group string) string       { return s.group(group) + ":owner" }
+func (s Shard) members(group string) string     { return s.group(group) + ":members" }
+func (s Shard) ownedCounts(group string) string { return s.group(group) + ":owned" }
+func (s Shard) Paused(group string) string      { return s.group(group) + ":paused" }
+func (s Shard) rate(group string) string        { return s.group(group) + ":rate" }
+func (s Shard) Running(group string) string     { return s.group(group) + ":running" }
+func (s Shard) slotQueue(group string) string   { return s.group(group) + ":squeue" }
+func (s Shard) slotSeen(group string) string    { return s.group(group) + ":sseen" }
+func (s Shard) Flow(group string) string        { return s.group(group) + ":flow" }

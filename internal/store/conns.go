@@ -1,4 +1,4 @@
-package redisdelay
+package store
 
 import (
 	"context"
@@ -39,16 +39,16 @@ import (
 // Publish calls are the application's own load and go through the pool
 // beside the lanes, as do the Inspector's.
 
-// lanes is how many pipelines the library's background work sends at once
+// Lanes is how many pipelines the library's background work sends at once
 // to a Redis node on a client.
-const lanes = 3
+const Lanes = 3
 
 // maxBatch bounds the commands of one pipeline of a lane.
 const maxBatch = 256
 
-// hub is what the components of a process share on one Redis client: the
+// Hub is what the components of a process share on one Redis client: the
 // lanes and the notifications.
-type hub struct {
+type Hub struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // the client, when it is one
 	shared  bool                 // in hubs (the client is comparable)
@@ -63,7 +63,7 @@ type hub struct {
 	mu        sync.Mutex
 	ps        *redis.PubSub // nil until the first listener, and once closed
 	closed    bool
-	listeners map[string]map[*listener]struct{} // channel -> listeners
+	listeners map[string]map[*Listener]struct{} // channel -> listeners
 	done      chan struct{}                     // closed when the dispatch loop ended
 	prefixes  map[string]*channelGrant          // key prefix -> whether Redis grants its channels
 
@@ -76,28 +76,28 @@ type hub struct {
 	poolErr atomic.Pointer[poolError] // the last error of the client's pool in a lane
 }
 
-// listener receives the notes of the channels it listens to. fn runs on
+// Listener receives the notes of the channels it listens to. fn runs on
 // the hub's dispatch goroutine and must not block.
-type listener struct {
-	fn func(note)
+type Listener struct {
+	Fn func(Note)
 }
 
-// note is a message on a channel, or the confirmation that the channel was
+// Note is a message on a channel, or the confirmation that the channel was
 // (re)subscribed: messages published while it was not are lost.
-type note struct {
-	channel    string
-	payload    string
-	subscribed bool
+type Note struct {
+	Channel    string
+	Payload    string
+	Subscribed bool
 }
 
 var (
 	hubsMu sync.Mutex
-	hubs   = map[redis.UniversalClient]*hub{}
+	hubs   = map[redis.UniversalClient]*Hub{}
 )
 
-// acquireHub returns the hub of a client, creating it at the first use;
+// AcquireHub returns the hub of a client, creating it at the first use;
 // release gives it back.
-func acquireHub(client redis.UniversalClient) *hub {
+func AcquireHub(client redis.UniversalClient) *Hub {
 	hubsMu.Lock()
 	defer hubsMu.Unlock()
 	if !reflect.TypeOf(client).Comparable() {
@@ -117,19 +117,19 @@ func acquireHub(client redis.UniversalClient) *hub {
 	return h
 }
 
-func newHub(client redis.UniversalClient) *hub {
-	h := &hub{
+func newHub(client redis.UniversalClient) *Hub {
+	h := &Hub{
 		client: client, nodes: map[string]*laneSet{}, stop: make(chan struct{}),
-		listeners: map[string]map[*listener]struct{}{}, prefixes: map[string]*channelGrant{},
+		listeners: map[string]map[*Listener]struct{}{}, prefixes: map[string]*channelGrant{},
 	}
 	h.cluster, _ = client.(*redis.ClusterClient)
 	return h
 }
 
-// release gives the hub back once Redis confirmed the component's
+// Release gives the hub back once Redis confirmed the component's
 // UNSUBSCRIBEs; the last release stops the lanes and closes the pub/sub
 // connection, and returns once both are done.
-func (h *hub) release() {
+func (h *Hub) Release() {
 	h.settle()
 	hubsMu.Lock()
 	h.refs--
@@ -155,10 +155,10 @@ func (h *hub) release() {
 	}
 }
 
-// listen registers l for the notes of channel, subscribing to it unless
+// Listen registers l for the notes of channel, subscribing to it unless
 // another listener did, or Redis refuses the channels of its key prefix
 // (see channelGrant: they are subscribed once it grants them).
-func (h *hub) listen(channel string, l *listener) {
+func (h *Hub) Listen(channel string, l *Listener) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -166,7 +166,7 @@ func (h *hub) listen(channel string, l *listener) {
 	}
 	set := h.listeners[channel]
 	if set == nil {
-		set = map[*listener]struct{}{}
+		set = map[*Listener]struct{}{}
 		h.listeners[channel] = set
 	}
 	set[l] = struct{}{}
@@ -178,9 +178,9 @@ func (h *hub) listen(channel string, l *listener) {
 	h.subscribe(channel)
 }
 
-// unlisten removes l; the last listener of a channel unsubscribes from it,
+// Unlisten removes l; the last listener of a channel unsubscribes from it,
 // before unlisten returns.
-func (h *hub) unlisten(channel string, l *listener) {
+func (h *Hub) Unlisten(channel string, l *Listener) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	set := h.listeners[channel]
@@ -198,7 +198,7 @@ func (h *hub) unlisten(channel string, l *listener) {
 }
 
 // unsubscribing counts n UNSUBSCRIBEs written (n > 0) or confirmed (n < 0).
-func (h *hub) unsubscribing(n int) {
+func (h *Hub) unsubscribing(n int) {
 	h.unsubMu.Lock()
 	defer h.unsubMu.Unlock()
 	if h.unsubPending == 0 && n > 0 {
@@ -214,7 +214,7 @@ func (h *hub) unsubscribing(n int) {
 // settle waits until Redis confirmed the UNSUBSCRIBEs written so far (at
 // most settleWait: a connection that broke meanwhile never confirms), so
 // that a component's Close returns once nothing of it talks to Redis.
-func (h *hub) settle() {
+func (h *Hub) settle() {
 	h.unsubMu.Lock()
 	idle := h.unsubIdle
 	h.unsubMu.Unlock()
@@ -237,7 +237,7 @@ const settleWait = time.Second
 // after a reconnect only once the command was written: a failed write (the
 // connection was down) is sent once more, so the channels are in that
 // list either way. Called with mu held.
-func (h *hub) subscribe(channels ...string) {
+func (h *Hub) subscribe(channels ...string) {
 	if h.ps == nil {
 		h.open(channels)
 		return
@@ -249,7 +249,7 @@ func (h *hub) subscribe(channels ...string) {
 
 // open starts the pub/sub connection with its first channels (a Ring
 // refuses a subscription without one). Called with mu held.
-func (h *hub) open(channels []string) {
+func (h *Hub) open(channels []string) {
 	h.ps = h.client.Subscribe(context.Background(), channels...)
 	h.done = make(chan struct{})
 	// The health check pings an idle connection (go-redis's default, 3s,
@@ -262,11 +262,11 @@ func (h *hub) open(channels []string) {
 		for m := range ch {
 			switch m := m.(type) {
 			case *redis.Message:
-				h.dispatch(note{channel: m.Channel, payload: m.Payload})
+				h.dispatch(Note{Channel: m.Channel, Payload: m.Payload})
 			case *redis.Subscription:
 				switch m.Kind {
 				case "subscribe":
-					h.dispatch(note{channel: m.Channel, subscribed: true})
+					h.dispatch(Note{Channel: m.Channel, Subscribed: true})
 				case "unsubscribe":
 					h.unsubscribing(-1)
 				}
@@ -281,22 +281,22 @@ const pubsubHealthCheck = 30 * time.Second
 // dispatch passes a note to the listeners of its channel, outside mu: a
 // listener may take locks held by code that calls listen. A listener
 // removed meanwhile may get the note still.
-func (h *hub) dispatch(n note) {
+func (h *Hub) dispatch(n Note) {
 	h.mu.Lock()
-	set := h.listeners[n.channel]
-	ls := make([]*listener, 0, len(set))
+	set := h.listeners[n.Channel]
+	ls := make([]*Listener, 0, len(set))
 	for l := range set {
 		ls = append(ls, l)
 	}
 	h.mu.Unlock()
 	for _, l := range ls {
-		l.fn(n)
+		l.Fn(n)
 	}
 }
 
 // notifyAll tells every listener that what was published on its channel
 // may have been lost, as a resubscription does.
-func (h *hub) notifyAll() {
+func (h *Hub) notifyAll() {
 	h.mu.Lock()
 	channels := make([]string, 0, len(h.listeners))
 	for c := range h.listeners {
@@ -304,7 +304,7 @@ func (h *hub) notifyAll() {
 	}
 	h.mu.Unlock()
 	for _, c := range channels {
-		h.dispatch(note{channel: c, subscribed: true})
+		h.dispatch(Note{Channel: c, Subscribed: true})
 	}
 }
 
@@ -324,19 +324,19 @@ type channelGrant struct {
 	refused atomic.Bool
 }
 
-// probeEvery bounds how often a refused grant is probed again.
-const probeEvery = time.Second
+// ProbeEvery bounds how often a refused grant is probed again.
+const ProbeEvery = time.Second
 
-// errRing says why notifications cannot work on a *redis.Ring.
-var errRing = errors.New("the client is a *redis.Ring: a script's PUBLISH reaches only the subscribers of its own shard, " +
+// ErrRing says why notifications cannot work on a *redis.Ring.
+var ErrRing = errors.New("the client is a *redis.Ring: a script's PUBLISH reaches only the subscribers of its own shard, " +
 	"so notifications are not used (use a *redis.Client, a Sentinel client or a *redis.ClusterClient)")
 
-// channelsGranted reports nil when Redis lets the client subscribe to the
+// ChannelsGranted reports nil when Redis lets the client subscribe to the
 // channels of prefix, its refusal (isNoPerm, or errRing), or another error
 // (a failed probe: tried again at the next call).
-func (h *hub) channelsGranted(ctx context.Context, prefix string) error {
+func (h *Hub) ChannelsGranted(ctx context.Context, prefix string) error {
 	if _, ok := h.client.(*redis.Ring); ok {
-		return errRing
+		return ErrRing
 	}
 	h.mu.Lock()
 	g := h.prefixes[prefix]
@@ -350,7 +350,7 @@ func (h *hub) channelsGranted(ctx context.Context, prefix string) error {
 	if g.granted {
 		return nil
 	}
-	if g.err != nil && time.Since(g.probed) < probeEvery {
+	if g.err != nil && time.Since(g.probed) < ProbeEvery {
 		return g.err
 	}
 	err := h.probeSubscribe(ctx, prefix+":registered")
@@ -361,7 +361,7 @@ func (h *hub) channelsGranted(ctx context.Context, prefix string) error {
 		if g.refused.Swap(false) {
 			h.subscribePrefix(prefix)
 		}
-	case isNoPerm(err):
+	case IsNoPerm(err):
 		g.err = err
 		if !g.refused.Swap(true) {
 			h.unsubscribePrefix(prefix)
@@ -372,7 +372,7 @@ func (h *hub) channelsGranted(ctx context.Context, prefix string) error {
 
 // heldBack reports whether a channel's key prefix is refused. Called with
 // mu held.
-func (h *hub) heldBack(channel string) bool {
+func (h *Hub) heldBack(channel string) bool {
 	for prefix, g := range h.prefixes {
 		if g.refused.Load() && strings.HasPrefix(channel, prefix+":") {
 			return true
@@ -383,7 +383,7 @@ func (h *hub) heldBack(channel string) bool {
 
 // channelsOf returns the listened channels of a key prefix. Called with mu
 // held.
-func (h *hub) channelsOf(prefix string) []string {
+func (h *Hub) channelsOf(prefix string) []string {
 	var channels []string
 	for c := range h.listeners {
 		if strings.HasPrefix(c, prefix+":") {
@@ -395,7 +395,7 @@ func (h *hub) channelsOf(prefix string) []string {
 
 // subscribePrefix subscribes to the listened channels of a prefix Redis
 // now grants.
-func (h *hub) subscribePrefix(prefix string) {
+func (h *Hub) subscribePrefix(prefix string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if channels := h.channelsOf(prefix); len(channels) > 0 && !h.closed {
@@ -406,7 +406,7 @@ func (h *hub) subscribePrefix(prefix string) {
 // unsubscribePrefix takes the channels of a refused prefix off the pub/sub
 // connection, so a reconnect's SUBSCRIBE of every channel is not refused
 // for them.
-func (h *hub) unsubscribePrefix(prefix string) {
+func (h *Hub) unsubscribePrefix(prefix string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if channels := h.channelsOf(prefix); len(channels) > 0 && h.ps != nil && h.ps.Unsubscribe(context.Background(), channels...) == nil {
@@ -416,7 +416,7 @@ func (h *hub) unsubscribePrefix(prefix string) {
 
 // probeSubscribe subscribes to channel on a connection of its own and
 // returns Redis's answer.
-func (h *hub) probeSubscribe(ctx context.Context, channel string) error {
+func (h *Hub) probeSubscribe(ctx context.Context, channel string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	ps := h.client.Subscribe(ctx, channel)
@@ -450,7 +450,7 @@ var errHubClosed = errors.New("redisdelay: used after Close")
 
 // lanesOf returns the lanes of a node (of its address; "" for a client of
 // one node), starting them at its first job; nil once the hub is released.
-func (h *hub) lanesOf(node string, client *redis.Client) *laneSet {
+func (h *Hub) lanesOf(node string, client *redis.Client) *laneSet {
 	h.lanesMu.Lock()
 	defer h.lanesMu.Unlock()
 	select {
@@ -462,8 +462,8 @@ func (h *hub) lanesOf(node string, client *redis.Client) *laneSet {
 	if ls == nil {
 		ls = &laneSet{queue: make(chan *job), node: client}
 		h.nodes[node] = ls
-		h.lanesDone.Add(lanes)
-		for range lanes {
+		h.lanesDone.Add(Lanes)
+		for range Lanes {
 			go h.lane(ls)
 		}
 	}
@@ -474,7 +474,7 @@ func (h *hub) lanesOf(node string, client *redis.Client) *laneSet {
 // were sent, or until ctx ends first for those not yet taken by a lane
 // (they fail with its error, unsent). On a cluster the commands of one
 // call may go to several nodes, in a job per node.
-func (h *hub) do(ctx context.Context, cmds []redis.Cmder) error {
+func (h *Hub) do(ctx context.Context, cmds []redis.Cmder) error {
 	if h.cluster == nil {
 		return h.run(&job{ctx: ctx, cmds: cmds}, "", nil)
 	}
@@ -521,7 +521,7 @@ const keylessKey = "redisdelay"
 // nodeOf is the master serving a command's first key on a cluster (that
 // of keylessKey for a command without keys); nil while the cluster's
 // state is unknown (the lanes of "" send it wherever go-redis routes it).
-func (h *hub) nodeOf(ctx context.Context, c redis.Cmder) *redis.Client {
+func (h *Hub) nodeOf(ctx context.Context, c redis.Cmder) *redis.Client {
 	key := firstKey(c.Args())
 	if key == "" {
 		key = keylessKey
@@ -565,7 +565,7 @@ func firstKey(args []any) string {
 // run queues a job on the lanes of node and waits until it is through. A
 // job not yet taken when ctx ends is dropped with ctx's error; a job taken
 // runs to its end.
-func (h *hub) run(j *job, addr string, node *redis.Client) error {
+func (h *Hub) run(j *job, addr string, node *redis.Client) error {
 	ls := h.lanesOf(addr, node)
 	if ls == nil {
 		return errHubClosed
@@ -592,7 +592,7 @@ func (h *hub) run(j *job, addr string, node *redis.Client) error {
 
 // lane runs the jobs of a node until the hub is released: a job, and the
 // command jobs queued behind it, in one pipeline.
-func (h *hub) lane(ls *laneSet) {
+func (h *Hub) lane(ls *laneSet) {
 	defer h.lanesDone.Done()
 	batch := make([]*job, 0, maxBatch)
 	for {
@@ -642,7 +642,7 @@ func runAlone(j *job) {
 // after the other), and closes their done. It runs with the context of
 // the first (without its cancellation: the pipeline is shared), so the
 // client's hooks see its values.
-func (h *hub) send(ls *laneSet, batch []*job) {
+func (h *Hub) send(ls *laneSet, batch []*job) {
 	pipe := h.client.Pipeline()
 	var direct redis.Pipeliner // keyless commands, straight to a cluster node
 	var sent []*job
@@ -677,13 +677,13 @@ func (h *hub) send(ls *laneSet, batch []*job) {
 }
 
 // exec runs a pipeline of a lane and gives its commands their errors.
-func (h *hub) exec(ctx context.Context, p redis.Pipeliner) {
+func (h *Hub) exec(ctx context.Context, p redis.Pipeliner) {
 	cmds, err := p.Exec(ctx)
 	pipeFailed(cmds, err)
 	// A pipeline under way when the application closed the client fails
 	// reading from a connection the pool closed: say what happened, so
 	// components stop rather than retry.
-	closed := isClientClosed(err) || errors.Is(err, net.ErrClosed) && isClientClosed(h.client.Ping(ctx).Err())
+	closed := IsClientClosed(err) || errors.Is(err, net.ErrClosed) && IsClientClosed(h.client.Ping(ctx).Err())
 	for _, c := range cmds {
 		switch err := c.Err(); {
 		case err == nil:
@@ -703,7 +703,7 @@ func (h *hub) exec(ctx context.Context, p redis.Pipeliner) {
 // connection, on another node, saw nothing. On one node (and Sentinel)
 // the pub/sub connection fails with the node and its resubscription tells
 // them.
-func (h *hub) watchCluster(err error) {
+func (h *Hub) watchCluster(err error) {
 	if h.cluster == nil {
 		return
 	}
@@ -722,10 +722,10 @@ func (h *hub) watchCluster(err error) {
 	}
 }
 
-// exclusive runs fn alone in a lane, or fails when ctx ends first: of
+// Exclusive runs fn alone in a lane, or fails when ctx ends first: of
 // node on a cluster (fn sends its commands to that node only), else of
 // the client.
-func (h *hub) exclusive(ctx context.Context, node *redis.Client, fn func()) error {
+func (h *Hub) Exclusive(ctx context.Context, node *redis.Client, fn func()) error {
 	addr := ""
 	if node != nil && h.cluster != nil {
 		addr = node.Options().Addr
@@ -735,29 +735,29 @@ func (h *hub) exclusive(ctx context.Context, node *redis.Client, fn func()) erro
 
 // noLane is the error of a command dropped unsent when ctx ended: with a
 // recent error of the client's pool, the lanes waited for the pool.
-func (h *hub) noLane(ctx context.Context) error {
-	err := fmt.Errorf("no lane free for the command (the library sends %d pipelines at a time to a node, see docs/operations.md#connections): %w", lanes, ctx.Err())
+func (h *Hub) noLane(ctx context.Context) error {
+	err := fmt.Errorf("no lane free for the command (the library sends %d pipelines at a time to a node, see docs/operations.md#connections): %w", Lanes, ctx.Err())
 	if p := h.poolErr.Load(); p != nil && time.Since(p.at) < 10*time.Second {
 		return &poolError{err: err, hint: "the lanes waited for the client's pool: " + p.hint}
 	}
 	return err
 }
 
-// gated is the client as the library's background work uses it: each
+// Gated is the client as the library's background work uses it: each
 // command goes through the hub's lanes. Only the commands that work needs
 // are here, so a new one cannot bypass the lanes unseen. An error of the
 // client's pool says what happened and what to set (see explainPool); the
 // caller logs it as any error, rate-limited.
-type gated struct {
-	h *hub
+type Gated struct {
+	h *Hub
 }
 
-func newGated(h *hub) *gated { return &gated{h: h} }
+func NewGated(h *Hub) *Gated { return &Gated{h: h} }
 
-// cmds is what the library's background work calls on Redis: a gated
+// Cmds is what the library's background work calls on Redis: a gated
 // client, or the client itself where the application's own call does the
 // work (Publisher, Inspector).
-type cmds interface {
+type Cmds interface {
 	redis.Scripter
 	XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd
 	Exists(ctx context.Context, keys ...string) *redis.IntCmd
@@ -774,13 +774,13 @@ type cmds interface {
 }
 
 var (
-	_ cmds = (*gated)(nil)
-	_ cmds = redis.UniversalClient(nil)
+	_ Cmds = (*Gated)(nil)
+	_ Cmds = redis.UniversalClient(nil)
 )
 
 // sendCmd sends one command through the lanes: build makes it (on a
 // pipeline that only collects it).
-func sendCmd[C redis.Cmder](g *gated, ctx context.Context, build func(redis.Pipeliner) C) C {
+func sendCmd[C redis.Cmder](g *Gated, ctx context.Context, build func(redis.Pipeliner) C) C {
 	c := build(g.h.client.Pipeline())
 	if err := g.h.do(ctx, []redis.Cmder{c}); err != nil {
 		c.SetErr(err)
@@ -788,19 +788,19 @@ func sendCmd[C redis.Cmder](g *gated, ctx context.Context, build func(redis.Pipe
 	return c
 }
 
-func (g *gated) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+func (g *Gated) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.Eval(ctx, script, keys, args...) })
 }
 
-func (g *gated) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+func (g *Gated) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalSha(ctx, sha1, keys, args...) })
 }
 
-func (g *gated) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+func (g *Gated) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalRO(ctx, script, keys, args...) })
 }
 
-func (g *gated) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+func (g *Gated) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalShaRO(ctx, sha1, keys, args...) })
 }
 
@@ -808,71 +808,71 @@ func (g *gated) EvalShaRO(ctx context.Context, sha1 string, keys []string, args 
 // sends them to each): not a command a pipeline can carry there. The
 // background work does not call them (redis.Script's Run loads a script
 // with EVAL); they are here for redis.Scripter.
-func (g *gated) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+func (g *Gated) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
 	var c *redis.BoolSliceCmd
-	if err := g.h.exclusive(ctx, nil, func() { c = g.h.client.ScriptExists(ctx, hashes...) }); err != nil {
+	if err := g.h.Exclusive(ctx, nil, func() { c = g.h.client.ScriptExists(ctx, hashes...) }); err != nil {
 		c = redis.NewBoolSliceCmd(ctx)
 		c.SetErr(err)
 	}
 	return c
 }
 
-func (g *gated) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+func (g *Gated) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
 	var c *redis.StringCmd
-	if err := g.h.exclusive(ctx, nil, func() { c = g.h.client.ScriptLoad(ctx, script) }); err != nil {
+	if err := g.h.Exclusive(ctx, nil, func() { c = g.h.client.ScriptLoad(ctx, script) }); err != nil {
 		c = redis.NewStringCmd(ctx)
 		c.SetErr(err)
 	}
 	return c
 }
 
-func (g *gated) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
+func (g *Gated) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.XStreamSliceCmd { return p.XReadGroup(ctx, a) })
 }
 
-func (g *gated) Exists(ctx context.Context, keys ...string) *redis.IntCmd {
+func (g *Gated) Exists(ctx context.Context, keys ...string) *redis.IntCmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.Exists(ctx, keys...) })
 }
 
-func (g *gated) SMembers(ctx context.Context, key string) *redis.StringSliceCmd {
+func (g *Gated) SMembers(ctx context.Context, key string) *redis.StringSliceCmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.StringSliceCmd { return p.SMembers(ctx, key) })
 }
 
-func (g *gated) Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd {
+func (g *Gated) Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.StatusCmd { return p.Set(ctx, key, value, expiration) })
 }
 
-func (g *gated) HGet(ctx context.Context, key, field string) *redis.StringCmd {
+func (g *Gated) HGet(ctx context.Context, key, field string) *redis.StringCmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.StringCmd { return p.HGet(ctx, key, field) })
 }
 
-func (g *gated) HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd {
+func (g *Gated) HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.SliceCmd { return p.HMGet(ctx, key, fields...) })
 }
 
-func (g *gated) ZScore(ctx context.Context, key, member string) *redis.FloatCmd {
+func (g *Gated) ZScore(ctx context.Context, key, member string) *redis.FloatCmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.FloatCmd { return p.ZScore(ctx, key, member) })
 }
 
-func (g *gated) ZRem(ctx context.Context, key string, members ...any) *redis.IntCmd {
+func (g *Gated) ZRem(ctx context.Context, key string, members ...any) *redis.IntCmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.ZRem(ctx, key, members...) })
 }
 
-func (g *gated) Time(ctx context.Context) *redis.TimeCmd {
+func (g *Gated) Time(ctx context.Context) *redis.TimeCmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.TimeCmd { return p.Time(ctx) })
 }
 
-func (g *gated) Publish(ctx context.Context, channel string, message any) *redis.IntCmd {
+func (g *Gated) Publish(ctx context.Context, channel string, message any) *redis.IntCmd {
 	return sendCmd(g, ctx, func(p redis.Pipeliner) *redis.IntCmd { return p.Publish(ctx, channel, message) })
 }
 
 // Pipeline returns a pipeline whose commands go through the lanes
 // together (per node, on a cluster).
-func (g *gated) Pipeline() redis.Pipeliner {
+func (g *Gated) Pipeline() redis.Pipeliner {
 	return &gatedPipe{Pipeliner: g.h.client.Pipeline(), g: g}
 }
 
-func (g *gated) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+func (g *Gated) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
 	p := g.Pipeline()
 	if err := fn(p); err != nil {
 		return nil, err
@@ -882,7 +882,7 @@ func (g *gated) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) (
 
 type gatedPipe struct {
 	redis.Pipeliner
-	g *gated
+	g *Gated
 }
 
 // Exec sends the queued commands through the lanes, with other commands
@@ -910,17 +910,17 @@ func (p *gatedPipe) Exec(ctx context.Context) ([]redis.Cmder, error) {
 
 // explain is explainPool for a command sent in a lane, noting the error
 // for the commands that wait for a lane meanwhile.
-func (h *hub) explain(err error) error {
-	err = explainPool(h.client, err)
+func (h *Hub) explain(err error) error {
+	err = ExplainPool(h.client, err)
 	if p, ok := err.(*poolError); ok {
 		h.poolErr.Store(&poolError{err: p.err, hint: p.hint, at: time.Now()})
 	}
 	return err
 }
 
-// explainPool returns err, when the client's pool gave no connection, with
+// ExplainPool returns err, when the client's pool gave no connection, with
 // what happened and what to set; any other error (or nil) as it is.
-func explainPool(client redis.UniversalClient, err error) error {
+func ExplainPool(client redis.UniversalClient, err error) error {
 	exhausted := errors.Is(err, redis.ErrPoolExhausted)
 	var explained *poolError
 	if !errors.Is(err, redis.ErrPoolTimeout) && !exhausted || errors.As(err, &explained) {
@@ -951,7 +951,7 @@ func explainPool(client redis.UniversalClient, err error) error {
 	}
 	return &poolError{err: err, hint: fmt.Sprintf("%s were in use%s, by the application's own commands (redisdelay's background work uses at most %d per node at a time, "+
 		"see docs/operations.md#connections); raise the client's PoolSize (redis.Options.PoolSize, by default 10 per GOMAXPROCS), "+
-		"or give long blocking commands a client of their own", what, wait, lanes)}
+		"or give long blocking commands a client of their own", what, wait, Lanes)}
 }
 
 // poolError is an error of the client's pool with what to do about it.
@@ -963,3 +963,11 @@ type poolError struct {
 
 func (e *poolError) Error() string { return e.err.Error() + ": " + e.hint }
 func (e *poolError) Unwrap() error { return e.err }
+
+// HubShared reports whether the process holds a hub of the client: some
+// component acquired it and has not released it yet.
+func HubShared(client redis.UniversalClient) bool {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	return hubs[client] != nil
+}

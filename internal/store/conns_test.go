@@ -1,4 +1,4 @@
-package redisdelay
+package store
 
 import (
 	"context"
