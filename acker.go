@@ -84,31 +84,21 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 
 	s := sub.s
 	group := s.config.ConsumerGroup
-	pipe := s.redis.Pipeline()
-	var readyCmd *redis.IntCmd
-	var redoAck store.PipedScript
-	if len(ready) > 0 {
-		readyCmd = pipe.XAck(ctx, sub.shard.Stream(), group, ready...)
-	}
-	if len(redo) > 0 {
-		redoAck = store.PipeAck(ctx, pipe, sub.shard, group, redo)
-	}
-	store.ExecPipe(ctx, pipe)
+	r := store.Ack(ctx, s.redis, sub.shard, group, ready, redo)
 
 	// Each command counts on its own: what Redis took leaves the queue,
 	// the rest is tried again.
 	acked, doneReady, doneRedo := 0, 0, 0
 	var errs []error
-	if readyCmd != nil {
-		if n, err := readyCmd.Result(); err != nil {
+	if len(ready) > 0 {
+		if n, err := r.Ready, r.ReadyErr; err != nil {
 			errs = append(errs, fmt.Errorf("acknowledge %d message(s): %w", len(ready), err))
 		} else {
 			acked, doneReady = acked+int(n), len(ready)
 		}
 	}
-	if redoAck.Cmd != nil {
-		n, err := redoAck.Result(ctx, s.redis).Int64()
-		if err != nil {
+	if len(redo) > 0 {
+		if n, err := r.Redo, r.RedoErr; err != nil {
 			errs = append(errs, fmt.Errorf("acknowledge %d redelivered message(s): %w", len(redo), err))
 		} else {
 			acked, doneRedo = acked+int(n), len(redo)

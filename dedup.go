@@ -2,13 +2,12 @@ package redisdelay
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // defaultDedupWindow matches the window of Watermill's in-memory repository,
@@ -85,10 +84,11 @@ func (c ExpiringKeyRepositoryConfig) Validate() error {
 // Deduplicator (retrying inside it), or keep the window shorter than the
 // retry delay, when a failed handler must run again.
 type ExpiringKeyRepository struct {
-	client redis.UniversalClient
-	prefix string // "<KeyPrefix>:dedup:<Namespace>:"
-	window time.Duration
-	logger watermill.LoggerAdapter
+	client    redis.UniversalClient
+	prefix    string // KeyPrefix
+	namespace string
+	window    time.Duration
+	logger    watermill.LoggerAdapter
 }
 
 // NewExpiringKeyRepository returns a repository for Watermill's
@@ -102,10 +102,11 @@ func NewExpiringKeyRepository(config ExpiringKeyRepositoryConfig, logger watermi
 		logger = watermill.NopLogger{}
 	}
 	return &ExpiringKeyRepository{
-		client: config.Client,
-		prefix: config.KeyPrefix + ":dedup:" + config.Namespace + ":",
-		window: config.Window,
-		logger: logger,
+		client:    config.Client,
+		prefix:    config.KeyPrefix,
+		namespace: config.Namespace,
+		window:    config.Window,
+		logger:    logger,
 	}, nil
 }
 
@@ -115,7 +116,7 @@ func NewExpiringKeyRepository(config ExpiringKeyRepositoryConfig, logger watermi
 func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bool, error) {
 	redisKey := r.redisKey(key)
 	// The value, when the key was first seen, is for operators reading it.
-	set, err := r.client.SetNX(ctx, redisKey, strconv.FormatInt(time.Now().UnixMilli(), 10), r.window).Result()
+	set, err := store.MarkSeen(ctx, r.client, redisKey, r.window)
 	if err != nil {
 		return false, fmt.Errorf("redisdelay: deduplication key %s: %w", redisKey, err)
 	}
@@ -133,8 +134,5 @@ func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bo
 // would move the tag) is hex-encoded behind a "~", which readable keys
 // starting with "~" get too, so two keys never share a name.
 func (r *ExpiringKeyRepository) redisKey(key string) string {
-	if nameProblem("key", key) != "" || key[0] == '~' {
-		key = "~" + hex.EncodeToString([]byte(key))
-	}
-	return r.prefix + "{" + key + "}"
+	return store.DedupKey(r.prefix, r.namespace, key, nameProblem("key", key) == "")
 }

@@ -130,9 +130,9 @@ func UnpackFarOnce(ctx context.Context, client redis.UniversalClient, topic stri
 }
 
 // Lanes is how many commands the library's background work runs at once
-// on a client (conns.go).
+// on a client (internal/store/conns.go).
 const Lanes = store.Lanes
 
 // HubShared reports whether the components of the process hold a hub of
-// the client (conns.go).
+// the client (internal/store/conns.go).
 func HubShared(client redis.UniversalClient) bool { return store.HubShared(client) }

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -129,14 +127,9 @@ func (i *Inspector) Pause(ctx context.Context, topic, group string) error {
 	if err := i.validateGroup(topic, group); err != nil {
 		return err
 	}
-	sh := i.keys.Shard(topic, 0)
-	pipe := i.client.Pipeline()
-	set := pipe.SetNX(ctx, sh.Paused(group), strconv.FormatInt(time.Now().UnixMilli(), 10), 0)
-	pub := pipe.Publish(ctx, sh.Flow(group), "p")
-	store.ExecPipe(ctx, pipe)
-	err := set.Err()
+	err, notifyErr := store.Pause(ctx, i.client, i.keys.Shard(topic, 0), group)
 	if err == nil {
-		err = notified(pub)
+		err = notified(notifyErr)
 	}
 	return wrapErr(err, "pause group %q of topic %q", group, topic)
 }
@@ -148,22 +141,17 @@ func (i *Inspector) Resume(ctx context.Context, topic, group string) (bool, erro
 	if err := i.validateGroup(topic, group); err != nil {
 		return false, err
 	}
-	sh := i.keys.Shard(topic, 0)
-	pipe := i.client.Pipeline()
-	del := pipe.Del(ctx, sh.Paused(group))
-	pub := pipe.Publish(ctx, sh.Flow(group), "r")
-	store.ExecPipe(ctx, pipe)
-	err := del.Err()
+	was, err, notifyErr := store.Resume(ctx, i.client, i.keys.Shard(topic, 0), group)
 	if err == nil {
-		err = notified(pub)
+		err = notified(notifyErr)
 	}
-	return del.Val() == 1, wrapErr(err, "resume group %q of topic %q", group, topic)
+	return was, wrapErr(err, "resume group %q of topic %q", group, topic)
 }
 
 // notified returns the error of the PUBLISH of Pause or Resume: the
 // change holds without it, and subscribers see it within their BlockTime.
-func notified(pub *redis.IntCmd) error {
-	if err := pub.Err(); err != nil {
+func notified(err error) error {
+	if err != nil {
 		return fmt.Errorf("the change is stored, but telling the subscribers failed (they see it within their BlockTime): %w", err)
 	}
 	return nil
@@ -174,8 +162,8 @@ func (i *Inspector) Paused(ctx context.Context, topic, group string) (bool, erro
 	if err := i.validateGroup(topic, group); err != nil {
 		return false, err
 	}
-	n, err := i.client.Exists(ctx, i.keys.Shard(topic, 0).Paused(group)).Result()
-	return n == 1, wrapErr(err, "check whether group %q of topic %q is paused", group, topic)
+	paused, err := store.Paused(ctx, i.client, i.keys.Shard(topic, 0), group)
+	return paused, wrapErr(err, "check whether group %q of topic %q is paused", group, topic)
 }
 
 // gate decides, before a read of new messages, whether the group is paused
@@ -205,9 +193,8 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	if limit.Messages > 0 {
 		r, err = store.Gate(ctx, s.redis, sh, s.config.ConsumerGroup, limit.Messages, limit.Per, want, sub.unused, sub.reserved)
 	} else {
-		var n int64
-		n, err = s.redis.Exists(ctx, sh.Paused(s.config.ConsumerGroup)).Result()
-		r = store.GateReply{Paused: n == 1, Count: want}
+		r.Count = want
+		r.Paused, err = store.Paused(ctx, s.redis, sh, s.config.ConsumerGroup)
 	}
 	if err != nil {
 		if notified {

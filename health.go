@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -130,12 +129,12 @@ func evictionProblems(ctx context.Context, i *Inspector, _ HealthConfig) ([]Heal
 // Redis user may not subscribe to the wake channels: the note it keeps in
 // Redis while that lasts (see scheduler.watchACL).
 func wakeUpsDenied(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthProblem, error) {
-	detail, err := i.client.Get(ctx, i.keys.WakeDenied()).Result()
-	if err == redis.Nil {
-		return nil, nil
-	}
+	detail, err := store.WakeUpsDenied(ctx, i.client, i.keys)
 	if err != nil {
 		return nil, wrap(err, "health: read the wake-up subscription status")
+	}
+	if detail == "" {
+		return nil, nil
 	}
 	return []HealthProblem{{Kind: ProblemWakeUpsDenied, Detail: detail}}, nil
 }
@@ -209,249 +208,131 @@ func (i *Inspector) healthTopics(ctx context.Context, config HealthConfig) ([]st
 	return topics, nil
 }
 
-// execRead runs a pipeline of reads; a key or group that does not exist
-// (a stream not created yet) reads as empty.
-func execRead(ctx context.Context, pipe redis.Pipeliner) error {
-	cmds, _ := pipe.Exec(ctx)
-	for _, c := range cmds {
-		if err := c.Err(); err != nil && err != redis.Nil && !store.IsNoSuchKey(err) && !store.IsNoGroup(err) {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkTopics finds the problems of topics in a fixed number of pipelined
-// round trips: what every partition needs (about seven commands with one
-// group), then what only a group with pending or ready messages needs.
+// checkTopics finds the problems of topics from what one read of them
+// (store.ReadHealth, three round trips) returns: a scheduler behind, then
+// each group's stuck entries, stopped consumers and handler timeouts.
 func (i *Inspector) checkTopics(ctx context.Context, topics []string, config HealthConfig) ([]HealthProblem, error) {
-	fail := func(err error) ([]HealthProblem, error) {
-		return nil, wrap(err, "health of %d topic(s) from %q", len(topics), topics[0])
-	}
 	if len(topics) == 0 {
 		return nil, nil
+	}
+	fail := func(err error) ([]HealthProblem, error) {
+		return nil, wrap(err, "health of %d topic(s) from %q", len(topics), topics[0])
 	}
 	counts, err := storedPartitions(ctx, i.client, i.keys, topics...)
 	if err != nil {
 		return fail(err)
 	}
-	type partition struct {
-		topic, n int
-		sh       store.Shard
-		head     *redis.ZSliceCmd
-		farHead  *redis.ZSliceCmd
-		groups   *redis.StringSliceCmd
-		infos    *redis.XInfoGroupsCmd
-		length   *redis.IntCmd
-	}
-	var parts []partition
-	pipe := i.client.Pipeline()
-	clock := pipe.Time(ctx)
-	for t, topic := range topics {
-		for n := range counts[t] {
-			sh := i.keys.Shard(topic, n)
-			parts = append(parts, partition{topic: t, n: n, sh: sh,
-				head:    pipe.ZRangeWithScores(ctx, sh.Waiting(), 0, 0),
-				farHead: pipe.ZRangeWithScores(ctx, sh.Far(), 0, 0),
-				groups:  pipe.SMembers(ctx, sh.Groups()),
-				infos:   pipe.XInfoGroups(ctx, sh.Stream()),
-				length:  pipe.XLen(ctx, sh.Stream()),
-			})
-		}
-	}
-	if err := execRead(ctx, pipe); err != nil {
+	snap, err := store.ReadHealth(ctx, i.client, i.keys, topics, counts, config.groupLimits)
+	if err != nil {
 		return fail(err)
 	}
-	now := clock.Val()
-
-	// Each group of each partition: its redelivery stream and policy.
-	type group struct {
-		part    int
-		name    string
-		meta    *redis.SliceCmd // vis, timeouts, timeout_at
-		redo    *redis.XInfoGroupsCmd
-		redoLen *redis.IntCmd
-		// from the above:
-		pending, ready int64
-		stuck          *redis.XPendingExtCmd // ready stream, then redelivery stream
-		stuckRedo      *redis.XPendingExtCmd
-		stuckLimit     time.Duration
-		consumers      *redis.XInfoConsumersCmd
-		idleLimit      time.Duration
-		paused         *redis.IntCmd // a paused group's consumers do not read (Inspector.Pause)
-	}
-	var groups []group
-	pipe = i.client.Pipeline()
-	for p, part := range parts {
-		for _, g := range part.groups.Val() {
-			groups = append(groups, group{part: p, name: g,
-				meta:    pipe.HMGet(ctx, part.sh.Meta(g), "vis", "timeouts", "timeout_at"),
-				redo:    pipe.XInfoGroups(ctx, part.sh.Redelivery(g)),
-				redoLen: pipe.XLen(ctx, part.sh.Redelivery(g)),
-			})
-		}
-	}
-	if err := execRead(ctx, pipe); err != nil {
-		return fail(err)
-	}
-
-	// Only groups with messages pending or ready need more.
-	pipe = i.client.Pipeline()
-	queued := false
-	for k := range groups {
-		g := &groups[k]
-		part := parts[g.part]
-		info, created := redis.XInfoGroup{}, false
-		for _, in := range part.infos.Val() {
-			if in.Name == g.name {
-				info, created = in, true
-			}
-		}
-		g.pending, g.ready = info.Pending, info.Lag
-		if !created {
-			g.ready = part.length.Val() // registered, not created on the stream yet
-		}
-		for _, r := range g.redo.Val() {
-			if r.Name != g.name {
-				continue
-			}
-			g.pending += r.Pending
-			if g.ready >= 0 {
-				// Handled redelivery entries are deleted, so what is left is
-				// either pending or not fetched yet.
-				g.ready += g.redoLen.Val() - r.Pending
-			}
-		}
-		vis := defaultVisibilityTimeout
-		if ms := metaInt(g.meta, 0); ms > 0 {
-			vis = time.Duration(ms) * time.Millisecond
-		}
-		g.stuckLimit, g.idleLimit = config.StuckAfter, config.ConsumerIdle
-		if g.stuckLimit == 0 {
-			g.stuckLimit = 2 * vis
-		}
-		if g.idleLimit == 0 {
-			g.idleLimit = 2 * vis
-		}
-		if g.pending > 0 {
-			args := func(stream string) *redis.XPendingExtArgs {
-				return &redis.XPendingExtArgs{Stream: stream, Group: g.name, Idle: g.stuckLimit, Start: "-", End: "+", Count: 1}
-			}
-			g.stuck = pipe.XPendingExt(ctx, args(part.sh.Stream()))
-			g.stuckRedo = pipe.XPendingExt(ctx, args(part.sh.Redelivery(g.name)))
-			queued = true
-		}
-		if g.ready != 0 {
-			g.consumers = pipe.XInfoConsumers(ctx, part.sh.Stream(), g.name)
-			g.paused = pipe.Exists(ctx, i.keys.Shard(topics[part.topic], 0).Paused(g.name))
-			queued = true
-		}
-	}
-	if queued {
-		if err := execRead(ctx, pipe); err != nil {
-			return fail(err)
-		}
-	}
-
-	// The problems, topic by topic: overdue first, then each group's, by
-	// the first partition where each shows.
 	var problems []HealthProblem
+	parts := snap.Partitions
 	for k := 0; k < len(parts); {
-		t := parts[k].topic
 		end := k
-		for end < len(parts) && parts[end].topic == t {
+		for end < len(parts) && parts[end].Topic == parts[k].Topic {
 			end++
 		}
-		topic := topics[t]
-		var overdue time.Duration
-		for _, part := range parts[k:end] {
-			if zs := part.head.Val(); len(zs) > 0 {
-				overdue = max(overdue, now.Sub(time.UnixMilli(int64(zs[0].Score)/1024)))
-			}
-			overdue = max(overdue, store.FarOverdue(part.farHead, now))
+		topic := topics[parts[k].Topic]
+		if p, ok := overdueProblem(topic, parts[k:end], config); ok {
+			problems = append(problems, p)
 		}
-		if overdue > config.MaxOverdue {
-			problems = append(problems, HealthProblem{Topic: topic, Kind: ProblemSchedulerBehind,
-				Detail: fmt.Sprintf("the earliest waiting message is %s overdue (more than %s): no scheduler runs for the topic (run a Manager, or subscribers without DisableScheduler) or it cannot keep up",
-					overdue.Round(time.Millisecond), config.MaxOverdue)})
-		}
-		var names []string
-		stuck := map[string]string{}      // group -> detail of the first stuck entry found
-		stopped := map[string]string{}    // group -> detail of the first partition found
-		timeouts := map[string][2]int64{} // group -> count, latest (ms) over its partitions
-		for _, g := range groups {
-			if g.part < k || g.part >= end {
-				continue
-			}
-			if !slices.Contains(names, g.name) {
-				names = append(names, g.name)
-			}
-			if n := metaInt(g.meta, 1); n > 0 {
-				t := timeouts[g.name]
-				timeouts[g.name] = [2]int64{t[0] + n, max(t[1], metaInt(g.meta, 2))}
-			}
-			where := ""
-			if end-k > 1 {
-				where = fmt.Sprintf(" in partition %d", parts[g.part].n)
-			}
-			if _, ok := stuck[g.name]; !ok && g.stuck != nil {
-				if d := stuckDetail(g.stuck, g.stuckRedo, config.ShowConsumers); d != "" {
-					stuck[g.name] = d + where + fmt.Sprintf(" (limit %s): its consumer stopped and no scheduler reclaims it (run a Manager, or subscribers without DisableScheduler)", g.stuckLimit)
-				}
-			}
-			if _, ok := stopped[g.name]; !ok && g.consumers != nil && g.paused.Val() == 0 {
-				if d := idleDetail(g.consumers.Val(), g.idleLimit); d != "" {
-					stopped[g.name] = fmt.Sprintf("%d message(s) ready%s and %s (limit %s): the group's subscribers stopped; if the group is abandoned, delete it with Inspector.DeleteGroup",
-						g.ready, where, d, g.idleLimit)
-				}
-			}
-		}
-		for _, g := range names {
-			if d, ok := stuck[g]; ok {
-				problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemStuckPending, Detail: d})
-			}
-			if d, ok := stopped[g]; ok {
-				problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemNoActiveConsumer, Detail: d})
-			}
-			if t := timeouts[g]; t[0] > 0 {
-				if ago := now.Sub(time.UnixMilli(t[1])); ago <= config.TimedOutWithin {
-					problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemHandlerTimeouts,
-						Detail: fmt.Sprintf("a handler ran past its timeout %s ago (%d time(s) in all): its message was retried or dead-lettered, and the handler may still be running, stuck on a call that never returns (a lock, a network call without a deadline); if handlers legitimately take that long, raise SubscriberConfig.HandlerTimeout",
-							max(ago, 0).Round(time.Second), t[0])})
-				}
-			}
-		}
+		problems = append(problems, groupProblems(topic, snap, k, end, config)...)
 		k = end
 	}
 	return problems, nil
 }
 
-// metaInt is field k of a group's meta hash read by HMGET as an integer,
-// 0 when absent.
-func metaInt(c *redis.SliceCmd, k int) int64 {
-	vals := c.Val()
-	if k >= len(vals) {
-		return 0
+// groupLimits are a group's limits of the health check (HealthConfig's
+// StuckAfter and ConsumerIdle, else twice its visibility timeout vis; 0:
+// the default).
+func (c HealthConfig) groupLimits(vis time.Duration) (stuck, idle time.Duration) {
+	if vis <= 0 {
+		vis = defaultVisibilityTimeout
 	}
-	s, _ := vals[k].(string)
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
+	stuck, idle = c.StuckAfter, c.ConsumerIdle
+	if stuck == 0 {
+		stuck = 2 * vis
+	}
+	if idle == 0 {
+		idle = 2 * vis
+	}
+	return stuck, idle
 }
 
-// stuckDetail describes the first entry pending past the limit in either
-// stream, or returns "".
-func stuckDetail(stream, redo *redis.XPendingExtCmd, showConsumer bool) string {
-	for _, c := range []*redis.XPendingExtCmd{stream, redo} {
-		if res := c.Val(); len(res) > 0 {
-			p := res[0]
-			whose := ""
-			if showConsumer {
-				whose = fmt.Sprintf(" for consumer %q", p.Consumer)
+// overdueProblem reports a topic (its partitions parts) whose earliest
+// waiting message is overdue past the limit.
+func overdueProblem(topic string, parts []store.HealthPartition, config HealthConfig) (HealthProblem, bool) {
+	var overdue time.Duration
+	for _, part := range parts {
+		overdue = max(overdue, part.Overdue)
+	}
+	if overdue <= config.MaxOverdue {
+		return HealthProblem{}, false
+	}
+	return HealthProblem{Topic: topic, Kind: ProblemSchedulerBehind,
+		Detail: fmt.Sprintf("the earliest waiting message is %s overdue (more than %s): no scheduler runs for the topic (run a Manager, or subscribers without DisableScheduler) or it cannot keep up",
+			overdue.Round(time.Millisecond), config.MaxOverdue)}, true
+}
+
+// groupProblems reports the problems of each group of a topic (partitions
+// k to end of snap), each by the first partition where it shows.
+func groupProblems(topic string, snap store.HealthSnapshot, k, end int, config HealthConfig) []HealthProblem {
+	var names []string
+	stuck := map[string]string{}      // group -> detail of the first stuck entry found
+	stopped := map[string]string{}    // group -> detail of the first partition found
+	timeouts := map[string][2]int64{} // group -> count, latest (ms) over its partitions
+	for _, g := range snap.Groups {
+		if g.Part < k || g.Part >= end {
+			continue
+		}
+		if !slices.Contains(names, g.Name) {
+			names = append(names, g.Name)
+		}
+		if g.Timeouts > 0 {
+			t := timeouts[g.Name]
+			timeouts[g.Name] = [2]int64{t[0] + g.Timeouts, max(t[1], g.TimeoutAt)}
+		}
+		where := ""
+		if end-k > 1 {
+			where = fmt.Sprintf(" in partition %d", snap.Partitions[g.Part].N)
+		}
+		if _, ok := stuck[g.Name]; !ok && g.Stuck != nil {
+			stuck[g.Name] = stuckDetail(g.Stuck, config.ShowConsumers) + where + fmt.Sprintf(" (limit %s): its consumer stopped and no scheduler reclaims it (run a Manager, or subscribers without DisableScheduler)", g.StuckLimit)
+		}
+		if _, ok := stopped[g.Name]; !ok && g.Ready != 0 && !g.Paused {
+			if d := idleDetail(g.Consumers, g.IdleLimit); d != "" {
+				stopped[g.Name] = fmt.Sprintf("%d message(s) ready%s and %s (limit %s): the group's subscribers stopped; if the group is abandoned, delete it with Inspector.DeleteGroup",
+					g.Ready, where, d, g.IdleLimit)
 			}
-			return fmt.Sprintf("entry %s has been pending%s for %s without a lease renewal", p.ID, whose, p.Idle.Round(time.Millisecond))
 		}
 	}
-	return ""
+	var problems []HealthProblem
+	for _, g := range names {
+		if d, ok := stuck[g]; ok {
+			problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemStuckPending, Detail: d})
+		}
+		if d, ok := stopped[g]; ok {
+			problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemNoActiveConsumer, Detail: d})
+		}
+		if t := timeouts[g]; t[0] > 0 {
+			if ago := snap.Now.Sub(time.UnixMilli(t[1])); ago <= config.TimedOutWithin {
+				problems = append(problems, HealthProblem{Topic: topic, Group: g, Kind: ProblemHandlerTimeouts,
+					Detail: fmt.Sprintf("a handler ran past its timeout %s ago (%d time(s) in all): its message was retried or dead-lettered, and the handler may still be running, stuck on a call that never returns (a lock, a network call without a deadline); if handlers legitimately take that long, raise SubscriberConfig.HandlerTimeout",
+						max(ago, 0).Round(time.Second), t[0])})
+			}
+		}
+	}
+	return problems
+}
+
+// stuckDetail describes an entry pending past its limit.
+func stuckDetail(p *redis.XPendingExt, showConsumer bool) string {
+	whose := ""
+	if showConsumer {
+		whose = fmt.Sprintf(" for consumer %q", p.Consumer)
+	}
+	return fmt.Sprintf("entry %s has been pending%s for %s without a lease renewal", p.ID, whose, p.Idle.Round(time.Millisecond))
 }
 
 // idleDetail describes a partition's consumers of a group when none read
@@ -561,7 +442,7 @@ func (h *healthHandler) ping(ctx context.Context) error {
 	pong := make(chan error, 1)
 	go func() {
 		defer cancel()
-		pong <- h.insp.client.Ping(ctx).Err()
+		pong <- store.Ping(ctx, h.insp.client)
 	}()
 	select {
 	case err := <-pong:

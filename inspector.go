@@ -3,7 +3,6 @@ package redisdelay
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -108,7 +107,7 @@ func (i *Inspector) InvalidTopics(ctx context.Context) ([]string, error) {
 }
 
 func (i *Inspector) registry(ctx context.Context) (valid, invalid []string, err error) {
-	all, err := i.client.SMembers(ctx, i.keys.Topics()).Result()
+	all, err := store.Topics(ctx, i.client, i.keys)
 	if err != nil {
 		return nil, nil, wrap(err, "list topics")
 	}
@@ -192,82 +191,30 @@ func (i *Inspector) pausedGroups(ctx context.Context, topic string, groups []Gro
 	if len(groups) == 0 {
 		return nil
 	}
-	sh := i.keys.Shard(topic, 0)
-	pipe := i.client.Pipeline()
-	cmds := make([]*redis.IntCmd, len(groups))
+	names := make([]string, len(groups))
 	for n, g := range groups {
-		cmds[n] = pipe.Exists(ctx, sh.Paused(g.Group))
+		names[n] = g.Group
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	paused, err := store.PausedGroups(ctx, i.client, i.keys.Shard(topic, 0), names)
+	if err != nil {
 		return err
 	}
 	for n := range groups {
-		groups[n].Paused = cmds[n].Val() == 1
+		groups[n].Paused = paused[n]
 	}
 	return nil
 }
 
 // partitionStats counts the messages of one partition.
 func (i *Inspector) partitionStats(ctx context.Context, sh store.Shard) (TopicStats, error) {
-	var st TopicStats
-	groups, err := i.client.SMembers(ctx, sh.Groups()).Result()
+	c, err := store.PartitionStats(ctx, i.client, sh)
 	if err != nil {
-		return st, err
+		return TopicStats{}, err
 	}
-	pipe := i.client.Pipeline()
-	waiting := pipe.ZCard(ctx, sh.Waiting())
-	far := pipe.HMGet(ctx, sh.FarMeta(), "n")
-	length := pipe.XLen(ctx, sh.Stream())
-	infos := pipe.XInfoGroups(ctx, sh.Stream())
-	type groupCmds struct {
-		redo  *redis.XInfoGroupsCmd
-		redoN *redis.IntCmd
-		retry *redis.IntCmd
-		dead  *redis.IntCmd
-		meta  *redis.SliceCmd
-	}
-	cmds := make([]groupCmds, len(groups))
-	for n, g := range groups {
-		cmds[n] = groupCmds{
-			redo:  pipe.XInfoGroups(ctx, sh.Redelivery(g)),
-			redoN: pipe.XLen(ctx, sh.Redelivery(g)),
-			retry: pipe.ZCard(ctx, sh.Retry(g)),
-			dead:  pipe.XLen(ctx, sh.Dead(g)),
-			meta:  pipe.HMGet(ctx, sh.Meta(g), "dead_total", "dead_evicted"),
-		}
-	}
-	// A stream not created yet answers XINFO with an error: counted as empty.
-	if _, err := pipe.Exec(ctx); err != nil && !store.IsNoSuchKey(err) {
-		return st, err
-	}
-	nFar := farCount(far)
-	st.Waiting, st.Stream = waiting.Val()+nFar, length.Val()
-	byName := map[string]redis.XInfoGroup{}
-	for _, g := range infos.Val() {
-		byName[g.Name] = g
-	}
-	for n, g := range groups {
-		c := cmds[n]
-		gs := GroupStats{Group: g, Retry: c.retry.Val(), Dead: c.dead.Val()}
-		info, ok := byName[g]
-		gs.Ready, gs.Pending, gs.Consumers = info.Lag, info.Pending, info.Consumers
-		if !ok {
-			gs.Ready = st.Stream // the group is registered but not created on the stream yet
-		}
-		for _, r := range c.redo.Val() {
-			if r.Name != g {
-				continue
-			}
-			gs.Pending += r.Pending
-			if gs.Ready >= 0 {
-				// Handled redelivery entries are deleted, so what is left is
-				// either pending or not fetched yet.
-				gs.Ready += c.redoN.Val() - r.Pending
-			}
-		}
-		m := c.meta.Val()
-		gs.DeadTotal, gs.DeadEvicted = toInt64(m[0]), toInt64(m[1])
-		st.Groups = append(st.Groups, gs)
+	st := TopicStats{Waiting: c.Waiting, Stream: c.Stream}
+	for _, g := range c.Groups {
+		st.Groups = append(st.Groups, GroupStats{Group: g.Group, Ready: g.Ready, Pending: g.Pending, Consumers: g.Consumers,
+			Retry: g.Retry, Dead: g.Dead, DeadTotal: g.DeadTotal, DeadEvicted: g.DeadEvicted})
 	}
 	return st, nil
 }
@@ -306,7 +253,7 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 	if err != nil {
 		return nil, wrapErr(err, "list waiting messages of topic %q", topic)
 	}
-	var members []waitingMember
+	var members []store.WaitingMember
 	end := offset + limit // past the page
 	if end < offset {
 		end = math.MaxInt // overflowed: no set holds that many
@@ -316,36 +263,36 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 		if len(shards) > 1 {
 			start = 0 // the page's place in the merged order is known only after the merge
 		}
-		ms, err := i.waitingHead(ctx, sh, start, end)
+		ms, err := store.WaitingHead(ctx, i.client, sh, start, end)
 		if err != nil {
 			return nil, wrapErr(err, "list waiting messages of topic %q", topic)
 		}
 		members = append(members, ms...)
 	}
 	if len(shards) > 1 {
-		slices.SortStableFunc(members, func(a, b waitingMember) int { return cmp.Compare(a.score, b.score) })
+		slices.SortStableFunc(members, func(a, b store.WaitingMember) int { return cmp.Compare(a.Score, b.Score) })
 		members = members[min(offset, len(members)):min(end, len(members))]
 	}
 	out := make([]WaitingMessage, 0, len(members))
 	for _, sh := range shards {
 		var ids []string
 		for _, m := range members {
-			if m.sh == sh && m.body == nil {
-				ids = append(ids, m.id)
+			if m.Shard == sh && m.Body == nil {
+				ids = append(ids, m.ID)
 			}
 		}
 		var bodies []any
 		if len(ids) > 0 {
-			if bodies, err = i.client.HMGet(ctx, sh.Bodies(), ids...).Result(); err != nil {
+			if bodies, err = store.Bodies(ctx, i.client, sh, ids); err != nil {
 				return nil, wrapErr(err, "list waiting messages of topic %q", topic)
 			}
 		}
 		n := 0
 		for _, m := range members {
-			if m.sh != sh {
+			if m.Shard != sh {
 				continue
 			}
-			body := m.body
+			body := m.Body
 			if body == nil {
 				b, ok := bodies[n].(string)
 				n++
@@ -354,85 +301,15 @@ func (i *Inspector) Waiting(ctx context.Context, topic string, offset, limit int
 				}
 				body = &b
 			}
-			w := WaitingMessage{Due: time.UnixMilli(int64(m.score) / 1024)}
+			w := WaitingMessage{Due: store.DueOf(m.Score)}
 			if w.Message, err = store.Decode([]byte(*body)); err != nil {
-				w.Message, w.Corrupt = message.NewMessage(m.id, nil), err.Error()
+				w.Message, w.Corrupt = message.NewMessage(m.ID, nil), err.Error()
 			}
 			out = append(out, w)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b WaitingMessage) int { return a.Due.Compare(b.Due) })
 	return out, nil
-}
-
-// waitingMember is a waiting message of a partition as Waiting reads it:
-// body is set for a message of the far tier, read with it.
-type waitingMember struct {
-	id    string
-	score float64
-	sh    store.Shard
-	body  *string
-}
-
-// waitingHead returns the messages from from to end (exclusive) of a
-// partition in due order, merging the waiting set with the far tier. Far
-// buckets are read whole, in order, until they hold end messages, and one
-// more: a message of a later bucket is due after all of those (publish.lua
-// puts a message in the bucket of its due time, give or take farSlack, a
-// quarter of a bucket at most), so it cannot be among the first end.
-func (i *Inspector) waitingHead(ctx context.Context, sh store.Shard, from, end int) ([]waitingMember, error) {
-	zs, err := i.client.ZRangeWithScores(ctx, sh.Waiting(), 0, int64(end-1)).Result()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]waitingMember, 0, len(zs))
-	for _, z := range zs {
-		id, _ := z.Member.(string)
-		out = append(out, waitingMember{id: id, score: z.Score, sh: sh})
-	}
-	// Once the buckets read hold end messages, one more is read: a message
-	// may be due up to farSlack outside its bucket (see publish.lua).
-	far, extra, done := 0, 1, false
-	for next := int64(0); !done; next += 100 {
-		buckets, err := i.client.ZRange(ctx, sh.Far(), next, next+99).Result()
-		if err != nil {
-			return nil, err
-		}
-		for _, b := range buckets {
-			n, err := strconv.ParseInt(b, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("far bucket %q is not a number", b)
-			}
-			els, err := i.client.LRange(ctx, sh.FarBucket(n), 0, -1).Result()
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range els {
-				if len(e) < 9 {
-					continue // cancelled, or moved to the waiting set
-				}
-				body := e[8:]
-				id, _ := store.StoredUUID([]byte(body))
-				score := math.Float64frombits(binary.BigEndian.Uint64([]byte(e[:8])))
-				out = append(out, waitingMember{id: id, score: score, sh: sh, body: &body})
-				far++
-			}
-			if far >= end {
-				if extra == 0 {
-					done = true
-					break
-				}
-				extra--
-			}
-		}
-		if len(buckets) < 100 {
-			break
-		}
-	}
-	if far > 0 {
-		slices.SortStableFunc(out, func(a, b waitingMember) int { return cmp.Compare(a.score, b.score) })
-	}
-	return out[min(from, len(out)):min(end, len(out))], nil
 }
 
 // DeadLetter is a message a consumer group gave up on.
@@ -526,7 +403,7 @@ func (i *Inspector) DeadLetters(ctx context.Context, topic, group, after string,
 	}
 	type found struct {
 		id deadID
-		e  redis.XMessage
+		e  store.DeadEntry
 	}
 	var all []found
 	for part, sh := range shards {
@@ -538,7 +415,7 @@ func (i *Inspector) DeadLetters(ctx context.Context, topic, group, after string,
 				start = cursor.id
 			}
 		}
-		entries, err := i.client.XRangeN(ctx, sh.Dead(group), start, "+", int64(limit)).Result()
+		entries, err := store.DeadLetters(ctx, i.client, sh, group, start, limit)
 		if err != nil {
 			return nil, wrapErr(err, "list dead letters of group %q in topic %q", group, topic)
 		}
@@ -556,17 +433,11 @@ func (i *Inspector) DeadLetters(ctx context.Context, topic, group, after string,
 	out := make([]DeadLetter, 0, len(all))
 	for _, f := range all {
 		e := f.e
-		body, _ := e.Values["m"].(string)
-		reason, _ := e.Values["r"].(string)
-		d := DeadLetter{ID: f.id.String(), Attempts: int(toInt64(e.Values["a"])), Reason: reason}
-		if ms, _, ok := strings.Cut(e.ID, "-"); ok {
-			n, _ := strconv.ParseInt(ms, 10, 64)
-			d.Time = time.UnixMilli(n)
-		}
-		if msg, err := store.Decode([]byte(body)); err == nil {
+		d := DeadLetter{ID: f.id.String(), Attempts: e.Attempts, Reason: e.Reason, Time: e.Time}
+		if msg, err := store.Decode(e.Body); err == nil {
 			d.Message = msg
 		} else {
-			d.Body = []byte(body)
+			d.Body = e.Body
 		}
 		out = append(out, d)
 	}
@@ -633,7 +504,7 @@ func (i *Inspector) requeue(ctx context.Context, sh store.Shard, group string, i
 	if err == nil && n > 0 {
 		// Schedulers reclaim the requeued messages should their consumer
 		// die: a loop that retired (the partition was idle) starts again.
-		err = i.client.Publish(ctx, sh.Wake(), "r").Err()
+		err = store.Wake(ctx, i.client, sh, "r")
 	}
 	return n, err
 }
@@ -645,8 +516,8 @@ func (i *Inspector) DeleteDeadLetter(ctx context.Context, topic, group, id strin
 	if err != nil {
 		return false, err
 	}
-	n, err := i.client.XDel(ctx, sh.Dead(group), d.id).Result()
-	return n == 1, wrapErr(err, "delete dead letter %q of group %q in topic %q", id, group, topic)
+	deleted, err := store.DeleteDead(ctx, i.client, sh, group, d.id)
+	return deleted, wrapErr(err, "delete dead letter %q of group %q in topic %q", id, group, topic)
 }
 
 // PurgeDeadLetters deletes all dead letters of the group for good and
@@ -661,14 +532,11 @@ func (i *Inspector) PurgeDeadLetters(ctx context.Context, topic, group string) (
 	}
 	var total int64
 	for _, sh := range shards {
-		key := sh.Dead(group)
-		pipe := i.client.TxPipeline()
-		n := pipe.XLen(ctx, key)
-		pipe.Unlink(ctx, key) // frees a long stream off Redis's main thread
-		if _, err := pipe.Exec(ctx); err != nil {
+		n, err := store.PurgeDead(ctx, i.client, sh, group)
+		if err != nil {
 			return total, wrapErr(err, "purge dead letters of group %q in topic %q", group, topic)
 		}
-		total += n.Val()
+		total += n
 	}
 	return total, nil
 }
@@ -751,18 +619,11 @@ func (i *Inspector) Overdue(ctx context.Context, topic string) (time.Duration, e
 	}
 	var overdue time.Duration
 	for _, sh := range shards {
-		pipe := i.client.Pipeline()
-		head := pipe.ZRangeWithScores(ctx, sh.Waiting(), 0, 0)
-		farHead := pipe.ZRangeWithScores(ctx, sh.Far(), 0, 0)
-		now := pipe.Time(ctx)
-		if _, err := pipe.Exec(ctx); err != nil {
+		d, err := store.Overdue(ctx, i.client, sh)
+		if err != nil {
 			return 0, wrap(err, "overdue messages of topic %q", topic)
 		}
-		if zs := head.Val(); len(zs) > 0 {
-			due := time.UnixMilli(int64(zs[0].Score) / 1024)
-			overdue = max(overdue, now.Val().Sub(due))
-		}
-		overdue = max(overdue, store.FarOverdue(farHead, now.Val()))
+		overdue = max(overdue, d)
 	}
 	return overdue, nil
 }
@@ -812,7 +673,7 @@ func (i *Inspector) find(ctx context.Context, topic, by, value string) (WaitingM
 	if err != nil || !found {
 		return WaitingMessage{}, false, wrapErr(err, "find %s in topic %q", recallWhat(by, value), topic)
 	}
-	w := WaitingMessage{Due: time.UnixMilli(int64(r.Score) / 1024)}
+	w := WaitingMessage{Due: store.DueOf(r.Score)}
 	if w.Message, err = store.Decode(r.Body); err != nil {
 		w.Message, w.Corrupt = message.NewMessage(r.Uuid, nil), err.Error()
 	}
@@ -840,86 +701,21 @@ func (i *Inspector) DueHistogram(ctx context.Context, topic string, edges []time
 	if len(edges) == 0 || len(edges) > maxHistogramEdges {
 		return nil, fmt.Errorf("redisdelay: DueHistogram got %d edges: give 1 to %d", len(edges), maxHistogramEdges)
 	}
-	bounds := make([]string, len(edges))
 	for n, e := range edges {
 		if n > 0 && !e.After(edges[n-1]) {
 			return nil, fmt.Errorf("redisdelay: DueHistogram edge %d (%s) is not after edge %d (%s): give increasing times",
 				n, e.Format(time.RFC3339Nano), n-1, edges[n-1].Format(time.RFC3339Nano))
 		}
-		// A message due at ms m scores m*1024 plus a tie-break below 1024.
-		bounds[n] = strconv.FormatInt(e.UnixMilli()*1024, 10)
 	}
 	shards, err := i.shards(ctx, topic)
 	if err != nil {
 		return nil, wrap(err, "due histogram of topic %q", topic)
 	}
-	pipe := i.client.Pipeline()
-	var cmds []*redis.IntCmd
-	for _, sh := range shards {
-		lo := "-inf"
-		for _, b := range bounds {
-			cmds = append(cmds, pipe.ZCount(ctx, sh.Waiting(), lo, "("+b))
-			lo = b
-		}
-		cmds = append(cmds, pipe.ZCount(ctx, sh.Waiting(), lo, "+inf"))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	out := make([]int64, len(edges)+1)
+	if err := store.DueCounts(ctx, i.client, shards, edges, out); err != nil {
 		return nil, wrap(err, "due histogram of topic %q", topic)
 	}
-	out := make([]int64, len(edges)+1)
-	for n, c := range cmds {
-		out[n%len(out)] += c.Val()
-	}
-	for _, sh := range shards {
-		if err := i.farHistogram(ctx, sh, edges, out); err != nil {
-			return nil, wrap(err, "due histogram of topic %q", topic)
-		}
-	}
 	return out, nil
-}
-
-// farHistogram adds the far tier's messages of a partition to a histogram
-// of DueHistogram, each bucket's messages in the bin of the bucket's first
-// due time (within farWidth of their own).
-func (i *Inspector) farHistogram(ctx context.Context, sh store.Shard, edges []time.Time, out []int64) error {
-	buckets, err := i.client.ZRange(ctx, sh.Far(), 0, -1).Result()
-	if err != nil || len(buckets) == 0 {
-		return err
-	}
-	for c := 0; c < len(buckets); c += 1000 {
-		part := buckets[c:min(c+1000, len(buckets))]
-		fields := make([]string, len(part))
-		for n, b := range part {
-			fields[n] = "l:" + b
-		}
-		live, err := i.client.HMGet(ctx, sh.FarMeta(), fields...).Result()
-		if err != nil {
-			return err
-		}
-		for n, b := range part {
-			v, _ := live[n].(string)
-			count, _ := strconv.ParseInt(v, 10, 64)
-			num, _ := strconv.ParseInt(b, 10, 64)
-			start := time.UnixMilli(store.FarEpoch + num*store.FarWidth.Milliseconds())
-			bin, _ := slices.BinarySearchFunc(edges, start, func(e, t time.Time) int { return e.Compare(t) })
-			if bin < len(edges) && edges[bin].Equal(start) {
-				bin++
-			}
-			out[bin] += count
-		}
-	}
-	return nil
-}
-
-// farCount reads the far tier's message count from HMGET fmeta n.
-func farCount(cmd *redis.SliceCmd) int64 {
-	if v := cmd.Val(); len(v) == 1 {
-		if s, ok := v[0].(string); ok {
-			n, _ := strconv.ParseInt(s, 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 // TopicCounters are a topic's counters that only grow, summed over its
@@ -969,71 +765,29 @@ func (i *Inspector) Counters(ctx context.Context, topic string) (TopicCounters, 
 	if err != nil {
 		return fail(err)
 	}
-	pipe := i.client.Pipeline()
-	streams := make([]*redis.XInfoStreamCmd, len(shards))
-	groups := make([]*redis.XInfoGroupsCmd, len(shards))
-	for n, sh := range shards {
-		streams[n] = pipe.XInfoStream(ctx, sh.Stream())
-		groups[n] = pipe.XInfoGroups(ctx, sh.Stream())
-	}
-	now := pipe.Time(ctx)
-	// A stream not created yet answers XINFO with an error: it counts 0.
-	if _, err := pipe.Exec(ctx); err != nil && !store.IsNoSuchKey(err) {
+	c, err := store.Counters(ctx, i.client, shards)
+	if err != nil {
 		return fail(err)
 	}
-	for _, c := range append(cmdsOf(streams, groups), now) {
-		if err := c.Err(); err != nil && !store.IsNoSuchKey(err) {
-			return fail(err)
-		}
-	}
-	out.Time = now.Val()
+	out.Time, out.Ready = c.Time, c.Ready
 	index := map[string]int{}
-	type metaCmd struct {
-		group string
-		cmd   *redis.StringCmd
-	}
-	var metas []metaCmd
-	pipe = i.client.Pipeline()
-	for n, sh := range shards {
-		if info := streams[n].Val(); info != nil {
-			out.Ready += info.EntriesAdded
+	for _, g := range c.Groups {
+		k, ok := index[g.Group]
+		if !ok {
+			k = len(out.Groups)
+			index[g.Group] = k
+			out.Groups = append(out.Groups, GroupCounters{Group: g.Group})
 		}
-		for _, g := range groups[n].Val() {
-			k, ok := index[g.Name]
-			if !ok {
-				k = len(out.Groups)
-				index[g.Name] = k
-				out.Groups = append(out.Groups, GroupCounters{Group: g.Name})
-			}
-			sum := &out.Groups[k]
-			// entries-read is only meaningful with a known lag.
-			if g.Lag < 0 || sum.Delivered < 0 {
-				sum.Delivered = -1
-			} else {
-				sum.Delivered += g.EntriesRead
-			}
-			metas = append(metas, metaCmd{g.Name, pipe.HGet(ctx, sh.Meta(g.Name), "dead_total")})
+		sum := &out.Groups[k]
+		if g.Delivered < 0 || sum.Delivered < 0 {
+			sum.Delivered = -1
+		} else {
+			sum.Delivered += g.Delivered
 		}
-	}
-	if len(metas) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-			return fail(err)
-		}
-		for _, m := range metas {
-			n, _ := m.cmd.Int64()
-			out.Groups[index[m.group]].DeadTotal += n
-		}
+		sum.DeadTotal += g.DeadTotal
 	}
 	slices.SortFunc(out.Groups, func(a, b GroupCounters) int { return strings.Compare(a.Group, b.Group) })
 	return out, nil
-}
-
-func cmdsOf(streams []*redis.XInfoStreamCmd, groups []*redis.XInfoGroupsCmd) []redis.Cmder {
-	out := make([]redis.Cmder, 0, len(streams)+len(groups)+1)
-	for n := range streams {
-		out = append(out, streams[n], groups[n])
-	}
-	return out
 }
 
 // Reschedule is Publisher.Reschedule, for the partition count stored in

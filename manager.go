@@ -143,7 +143,7 @@ func (m *Manager) discover(ctx context.Context, static bool) error {
 	topics := m.config.Topics
 	if !static {
 		var err error
-		if topics, err = m.sched.redis.SMembers(ctx, m.sched.keys.Topics()).Result(); err != nil {
+		if topics, err = store.Topics(ctx, m.sched.redis, m.sched.keys); err != nil {
 			return err
 		}
 		topics = slices.DeleteFunc(topics, func(t string) bool { return validateTopic(t) != nil })

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -52,55 +51,13 @@ func readEvictionRisks(ctx context.Context, client redis.UniversalClient) ([]evi
 // readEvictionRisksWithin is readEvictionRisks with each server's INFO
 // run by within (nil: at once), the node given on a cluster.
 func readEvictionRisksWithin(ctx context.Context, client redis.UniversalClient, within func(ctx context.Context, node *redis.Client, fn func()) error) ([]evictionRisk, error) {
-	if within == nil {
-		within = func(_ context.Context, _ *redis.Client, fn func()) error { fn(); return nil }
-	}
-	var (
-		mu    sync.Mutex
-		risks []evictionRisk
-	)
-	check := func(ctx context.Context, c redis.Cmdable, addr string) error {
-		info, err := c.Info(ctx, "memory").Result()
-		if err != nil {
-			if store.IsNoPerm(err) {
-				return nil
-			}
-			return err
-		}
-		var maxmemory, policy string
-		for _, line := range strings.Split(info, "\n") {
-			line = strings.TrimSpace(line)
-			if v, ok := strings.CutPrefix(line, "maxmemory:"); ok {
-				maxmemory = v
-			} else if v, ok := strings.CutPrefix(line, "maxmemory_policy:"); ok {
-				policy = v
-			}
-		}
-		if maxmemory == "0" || maxmemory == "" || policy == "noeviction" || policy == "" {
-			return nil
-		}
-		mu.Lock()
-		risks = append(risks, evictionRisk{addr: addr, policy: policy, messages: strings.HasPrefix(policy, "allkeys-")})
-		mu.Unlock()
-		return nil
-	}
-	var err error
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			var err error
-			if e := within(ctx, node, func() { err = check(ctx, node, node.Options().Addr) }); e != nil {
-				return e
-			}
-			return err
-		})
-	default: // a Ring sends INFO to one of its shards
-		if e := within(ctx, nil, func() { err = check(ctx, c, "") }); e != nil {
-			err = e
-		}
-	}
+	servers, err := store.EvictingServers(ctx, client, within)
 	if err != nil {
-		return nil, fmt.Errorf("read the maxmemory policy (INFO memory): %w", err)
+		return nil, err
+	}
+	risks := make([]evictionRisk, len(servers))
+	for n, s := range servers {
+		risks[n] = evictionRisk{addr: s.Addr, policy: s.Policy, messages: strings.HasPrefix(s.Policy, "allkeys-")}
 	}
 	return risks, nil
 }
@@ -113,7 +70,7 @@ func (s *scheduler) warnEviction() {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		defer cancel()
-		// In a lane (conns.go), as every command of the scheduler: on a
+		// In a lane (internal/store/conns.go), as every command of the scheduler: on a
 		// cluster, of each master's.
 		risks, err := readEvictionRisksWithin(ctx, s.client, s.hub.Exclusive)
 		if err != nil {

@@ -69,30 +69,19 @@ func messagePartition(msg *message.Message, first string, n int) int {
 // setting for the message. It reports whether the registry lacked the
 // topic or its count.
 func registerTopic(ctx context.Context, client store.Cmds, k store.Keys, topic string, want int, config string) (bool, error) {
-	pipe := client.Pipeline()
-	known := pipe.SIsMember(ctx, k.Topics(), topic)
-	added := pipe.SAdd(ctx, k.Topics(), topic)
-	counted := pipe.HSetNX(ctx, k.Partitions(), topic, want)
-	stored := pipe.HGet(ctx, k.Partitions(), topic)
-	if _, err := pipe.Exec(ctx); err != nil {
-		// At maxmemory (noeviction) Redis refuses the writes even when they
-		// would change nothing: a subscriber restarting then must still
-		// join a topic already registered, to drain it.
-		if !store.IsOOM(err) || !known.Val() || stored.Err() != nil {
-			return false, wrap(err, "register topic %q", topic)
-		}
+	stored, added, err := store.RegisterTopic(ctx, client, k, topic, want)
+	if err != nil {
+		return false, wrap(err, "register topic %q", topic)
 	}
-	if n, _ := strconv.Atoi(stored.Val()); n != want {
+	if n, _ := strconv.Atoi(stored); n != want {
 		return false, fmt.Errorf("%w: topic %q has %s partitions in Redis (stored by the first Publisher or Subscriber that used it) but %s gives it %d: "+
 			"give every Publisher and Subscriber of the topic the same count; to change the count of a topic in use, publish to a new topic and let the old one drain",
-			ErrPartitionMismatch, topic, stored.Val(), config, want)
+			ErrPartitionMismatch, topic, stored, config, want)
 	}
-	if added.Val() == 0 && !counted.Val() {
+	if !added {
 		return false, nil
 	}
-	// Discovering Managers schedule it now rather than at their next
-	// refresh of the registry.
-	if err := client.Publish(ctx, k.Registered(), topic).Err(); err != nil {
+	if err := store.AnnounceTopic(ctx, client, k, topic); err != nil {
 		return true, wrap(err, "register topic %q: tell the Managers", topic)
 	}
 	return true, nil
@@ -102,21 +91,5 @@ func registerTopic(ctx context.Context, client store.Cmds, k store.Keys, topic s
 // for a topic without a stored count (used before partitions existed, or
 // not used yet).
 func storedPartitions(ctx context.Context, client store.Cmds, k store.Keys, topics ...string) ([]int, error) {
-	out := make([]int, len(topics))
-	if len(topics) == 0 {
-		return out, nil
-	}
-	vals, err := client.HMGet(ctx, k.Partitions(), topics...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read the partition counts of %d topic(s): %w", len(topics), err)
-	}
-	for i, v := range vals {
-		s, _ := v.(string)
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			n = 1
-		}
-		out[i] = min(n, maxPartitions)
-	}
-	return out, nil
+	return store.Partitions(ctx, client, k, maxPartitions, topics...)
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// Reads of new messages never block a connection (see conns.go). While a
+// Reads of new messages never block a connection (see internal/store/conns.go). While a
 // subscription finds as many messages as it asks for it reads again at
 // once with a plain XREADGROUP. Once a read finds fewer, the next is
 // read.lua, which arms the partition's bell when it takes all there is:
@@ -80,10 +80,7 @@ func wakeUp(c chan struct{}) {
 func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStream, error) {
 	s := sub.s
 	if !sub.drained {
-		res, err := s.redis.XReadGroup(ctx, sub.readArgs(count, ">", ">")).Result()
-		if errors.Is(err, redis.Nil) {
-			err = nil
-		}
+		res, err := sub.readGroup(ctx, count, ">", ">")
 		if err == nil && entryCount(res) < count {
 			sub.drained = true
 		}
@@ -123,14 +120,8 @@ func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStrea
 
 // readArgs are the arguments of a non-blocking read of the subscription's
 // streams from the given ids (">": new entries).
-func (sub *subscription) readArgs(count int, redo, ready string) *redis.XReadGroupArgs {
-	return &redis.XReadGroupArgs{
-		Group:    sub.s.config.ConsumerGroup,
-		Consumer: sub.consumer,
-		Count:    int64(count),
-		Streams:  []string{sub.shard.Redelivery(sub.s.config.ConsumerGroup), sub.shard.Stream(), redo, ready},
-		Block:    -1,
-	}
+func (sub *subscription) readGroup(ctx context.Context, count int, redo, ready string) ([]redis.XStream, error) {
+	return store.ReadGroup(ctx, sub.s.redis, sub.shard, sub.s.config.ConsumerGroup, sub.consumer, count, redo, ready)
 }
 
 func entryCount(res []redis.XStream) int {
@@ -230,20 +221,12 @@ const sweepBatch = 1000
 func (s *Subscriber) peek(subs []*subscription) {
 	ctx, cancel := context.WithTimeout(s.closing, opTimeout)
 	defer cancel()
-	run := func() []store.PipedScript {
-		pipe := s.redis.Pipeline()
-		peeks := make([]store.PipedScript, len(subs))
-		for i, sub := range subs {
-			peeks[i] = store.PipePeek(ctx, pipe, sub.shard, s.config.ConsumerGroup)
-		}
-		store.ExecPipe(ctx, pipe)
-		return peeks
+	shards := make([]store.Shard, len(subs))
+	for i, sub := range subs {
+		shards[i] = sub.shard
 	}
-	// Where Redis did not have the script (its first use, or Redis
-	// restarted), result runs it on its own, loading it on that node.
-	peeks := run()
-	for i, p := range peeks {
-		if n, err := p.Result(ctx, s.redis).Int(); err != nil || n == 1 {
+	for i, ring := range store.Peek(ctx, s.redis, shards, s.config.ConsumerGroup) {
+		if ring {
 			wakeUp(subs[i].bell)
 		}
 	}

@@ -167,7 +167,7 @@ func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 	if err != nil {
 		return err
 	}
-	now, err := p.config.Client.Time(ctx).Result()
+	now, err := store.RedisTime(ctx, p.config.Client)
 	if err != nil {
 		return fmt.Errorf("redisdelay: register schedule %q: %w", s.ID, err)
 	}
@@ -195,23 +195,15 @@ func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 
 // Schedules lists the recurring schedules, by ID, with their next tick.
 func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
-	k := i.keys.Schedules()
-	pipe := i.client.Pipeline()
-	defs := pipe.HGetAll(ctx, k.Defs())
-	next := pipe.ZRangeWithScores(ctx, k.Next(), 0, -1)
-	if _, err := pipe.Exec(ctx); err != nil {
+	defs, nexts, err := store.ScheduleDefs(ctx, i.client, i.keys)
+	if err != nil {
 		return nil, fmt.Errorf("redisdelay: list schedules: %w", err)
 	}
-	nexts := make(map[string]time.Time, len(next.Val()))
-	for _, z := range next.Val() {
-		id, _ := z.Member.(string)
-		nexts[id] = time.UnixMilli(int64(z.Score))
-	}
-	out := make([]Schedule, 0, len(defs.Val()))
-	for id, js := range defs.Val() {
+	out := make([]Schedule, 0, len(defs))
+	for id, js := range defs {
 		var s Schedule
 		if err := json.Unmarshal([]byte(js), &s); err != nil {
-			return nil, fmt.Errorf("redisdelay: schedule %q in %s does not decode: %v; remove it with Inspector.RemoveSchedule", id, k.Defs(), err)
+			return nil, fmt.Errorf("redisdelay: schedule %q does not decode: %v; remove it with Inspector.RemoveSchedule", id, err)
 		}
 		s.ID, s.Next = id, nexts[id]
 		out = append(out, s)
@@ -224,14 +216,11 @@ func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
 // returns, except one already being published. It reports whether the
 // schedule existed.
 func (i *Inspector) RemoveSchedule(ctx context.Context, id string) (bool, error) {
-	k := i.keys.Schedules()
-	pipe := i.client.TxPipeline()
-	del := pipe.HDel(ctx, k.Defs(), id)
-	pipe.ZRem(ctx, k.Next(), id)
-	if _, err := pipe.Exec(ctx); err != nil {
+	existed, err := store.RemoveSchedule(ctx, i.client, i.keys, id)
+	if err != nil {
 		return false, fmt.Errorf("redisdelay: remove schedule %q: %w", id, err)
 	}
-	return del.Val() == 1, nil
+	return existed, nil
 }
 
 // tickUUID is the UUID of a tick's message: the same in every process.
@@ -281,11 +270,18 @@ type tickLoop struct {
 	denied   func() bool          // Redis refuses the wake-ups
 	wake     <-chan struct{}      // a schedule's next tick was set
 	mine     map[string]time.Time // claims this loop holds and has not published -> expiry
+	pub      *Publisher           // publishes the ticks; made at the first, closed when run returns
 }
 
 func (l *tickLoop) run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	defer func() {
+		if l.pub != nil {
+			_ = l.pub.Close()
+			l.pub = nil
+		}
+	}()
 	for {
 		wait, err := l.pass(ctx)
 		if err != nil {
@@ -328,18 +324,13 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 			}
 		}
 	}
-	pipe := l.redis.Pipeline()
-	timeCmd := pipe.Time(ctx)
-	nextCmd := pipe.ZRangeWithScores(ctx, k.Next(), 0, scheduleBatch-1)
-	claimCmd := pipe.ZRangeWithScores(ctx, k.Claims(), 0, scheduleBatch-1)
-	if _, err := pipe.Exec(ctx); err != nil {
+	now, next, claims, err := store.ScheduleHeads(ctx, l.redis, l.keys, scheduleBatch)
+	if err != nil {
 		return 0, err
 	}
-	now := timeCmd.Val()
 	wait := l.idle
-	for _, z := range claimCmd.Val() {
-		member, _ := z.Member.(string)
-		exp := time.UnixMilli(int64(z.Score))
+	for _, c := range claims {
+		member, exp := c.Member, c.At
 		if exp.After(now) {
 			wait = min(wait, exp.Sub(now))
 			continue
@@ -355,9 +346,8 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	var due []string
-	for _, z := range nextCmd.Val() {
-		id, _ := z.Member.(string)
-		at := time.UnixMilli(int64(z.Score))
+	for _, n := range next {
+		id, at := n.Member, n.At
 		if at.After(now) {
 			wait = min(wait, at.Sub(now))
 			break
@@ -370,13 +360,13 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 	if len(due) == 0 {
 		return wait, nil
 	}
-	defs, err := l.redis.HMGet(ctx, k.Defs(), due...).Result()
+	defs, err := store.ScheduleDefsOf(ctx, l.redis, l.keys, due)
 	if err != nil {
 		return 0, err
 	}
 	broken := 0
 	for i, id := range due {
-		js, _ := defs[i].(string)
+		js := defs[i]
 		if js == "" {
 			// removed between the two reads; RemoveSchedule deletes both
 			continue
@@ -415,15 +405,14 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		return 0, errBrokenSchedule
 	}
 	for range 1000 {
-		cur, err := l.redis.ZScore(ctx, k.Next(), id).Result()
-		if errors.Is(err, redis.Nil) {
-			return l.idle, nil
-		}
+		tick, ok, err := store.NextTick(ctx, l.redis, l.keys, id)
 		if err != nil {
 			return 0, err
 		}
-		tick := time.UnixMilli(int64(cur))
-		now, err := l.redis.Time(ctx).Result()
+		if !ok {
+			return l.idle, nil
+		}
+		now, err := store.RedisTime(ctx, l.redis)
 		if err != nil {
 			return 0, err
 		}
@@ -455,14 +444,14 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		// Close waits for it (PublishTimeout at most) rather than leave the
 		// tick to another process after claimTTL.
 		pctx := context.WithoutCancel(ctx)
-		member := id + "@" + strconv.FormatInt(tick.UnixMilli(), 10)
+		member := store.ClaimMember(id, tick)
 		l.mine[member] = exp
 		if err := l.publish(pctx, &s, tick); err != nil {
 			l.publishFailed(err, id)
 			return publishRetry, nil
 		}
 		delete(l.mine, member)
-		if err := l.redis.ZRem(pctx, k.Claims(), member).Err(); err != nil {
+		if err := store.DropClaim(pctx, l.redis, l.keys, member); err != nil {
 			return 0, err
 		}
 	}
@@ -488,32 +477,29 @@ const maxScheduleMs = 253402300799000
 
 // publishClaim publishes a claimed tick taken over from a claims entry.
 func (l *tickLoop) publishClaim(ctx context.Context, member string, exp time.Time) error {
-	k := l.keys.Schedules()
-	at := strings.LastIndexByte(member, '@')
-	ms, err := strconv.ParseInt(member[at+1:], 10, 64)
-	if at < 0 || err != nil {
-		return l.redis.ZRem(ctx, k.Claims(), member).Err()
+	id, tick, ok := store.ParseClaim(member)
+	if !ok {
+		return store.DropClaim(ctx, l.redis, l.keys, member)
 	}
-	id := member[:at]
-	js, err := l.redis.HGet(ctx, k.Defs(), id).Result()
-	if errors.Is(err, redis.Nil) {
-		return l.redis.ZRem(ctx, k.Claims(), member).Err() // removed meanwhile
-	}
+	js, ok, err := store.ScheduleDef(ctx, l.redis, l.keys, id)
 	if err != nil {
 		return err
 	}
+	if !ok {
+		return store.DropClaim(ctx, l.redis, l.keys, member) // removed meanwhile
+	}
 	var s Schedule
 	if err := json.Unmarshal([]byte(js), &s); err != nil {
-		return l.redis.ZRem(ctx, k.Claims(), member).Err()
+		return store.DropClaim(ctx, l.redis, l.keys, member)
 	}
 	s.ID = id
 	l.mine[member] = exp
-	if err := l.publish(context.WithoutCancel(ctx), &s, time.UnixMilli(ms)); err != nil {
+	if err := l.publish(context.WithoutCancel(ctx), &s, tick); err != nil {
 		l.publishFailed(err, id)
 		return nil
 	}
 	delete(l.mine, member)
-	return l.redis.ZRem(ctx, k.Claims(), member).Err()
+	return store.DropClaim(ctx, l.redis, l.keys, member)
 }
 
 // tickMessage is the message of one tick of a schedule.
@@ -534,16 +520,20 @@ func (l *tickLoop) publish(ctx context.Context, s *Schedule, tick time.Time) err
 	if err != nil {
 		return err
 	}
-	pub, err := NewPublisher(PublisherConfig{Client: l.client, KeyPrefix: l.keys.Prefix,
-		TopicPartitions: map[string]int{s.Topic: parts[0]}}, l.logger)
-	if err != nil {
-		return err
+	if l.pub == nil {
+		pub, err := NewPublisher(PublisherConfig{Client: l.client, KeyPrefix: l.keys.Prefix, TopicPartitions: map[string]int{}}, l.logger)
+		if err != nil {
+			return err
+		}
+		pub.redis = l.redis
+		l.pub = pub
 	}
-	pub.redis = l.redis
-	defer pub.Close()
+	// The loop alone publishes with it, and Publish reads the count here,
+	// on this goroutine: each topic gets the count stored in Redis.
+	l.pub.config.TopicPartitions[s.Topic] = parts[0]
 	msg := tickMessage(l.keys.Prefix, s, tick)
 	msg.SetContext(ctx)
-	if err := pub.Publish(s.Topic, msg); err != nil {
+	if err := l.pub.Publish(s.Topic, msg); err != nil {
 		return fmt.Errorf("publish tick %s of schedule %q to topic %q: %w", tick.UTC().Format(time.RFC3339Nano), s.ID, s.Topic, err)
 	}
 	return nil

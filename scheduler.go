@@ -26,7 +26,7 @@ import (
 // The lease only saves work: every move is atomic, so schedulers that both
 // believe they hold it (after a pause longer than the lease) stay correct.
 //
-// The scheduler listens, on its client's hub (conns.go), to the wake
+// The scheduler listens, on its client's hub (internal/store/conns.go), to the wake
 // channel of each partition it schedules, by name: no pattern, so an ACL
 // granting the channels &<prefix>:* suffices, and wake-ups of unknown
 // topics reach it not. A loop
@@ -537,7 +537,7 @@ func (l *partLoop) listGroups(ctx context.Context) error {
 	if !l.relist && time.Since(l.listed) < groupsRefresh {
 		return nil
 	}
-	g, err := l.s.redis.SMembers(ctx, l.sh.Groups()).Result()
+	g, err := store.Groups(ctx, l.s.redis, l.sh)
 	if err != nil {
 		return fmt.Errorf("list the consumer groups: %w", err)
 	}
@@ -856,7 +856,7 @@ func (s *scheduler) watchACL() {
 				denied = true
 			}
 			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
-			_ = s.redis.Set(ctx, s.keys.WakeDenied(), detail, max(3*s.interval, 3*time.Second)).Err()
+			_ = store.DenyWakeUps(ctx, s.redis, s.keys, detail, max(3*s.interval, 3*time.Second))
 			cancel()
 		}
 		select {

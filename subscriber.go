@@ -55,7 +55,7 @@ type Subscriber struct {
 	goneOnce sync.Once   // the client was closed: logged once
 
 	// The connections shared with the other components on the client
-	// (conns.go): background commands go through redis.
+	// (internal/store/conns.go): background commands go through redis.
 	hub         *store.Hub
 	redis       *store.Gated
 	grantOnce   sync.Once   // the grant of the notification channels was checked
@@ -866,10 +866,7 @@ func (sub *subscription) read(ctx context.Context, history bool, cursor [2]strin
 	var res []redis.XStream
 	var err error
 	if history {
-		res, err = sub.s.redis.XReadGroup(ctx, sub.readArgs(count, cursor[1], cursor[0])).Result()
-		if errors.Is(err, redis.Nil) {
-			err = nil
-		}
+		res, err = sub.readGroup(ctx, count, cursor[1], cursor[0])
 	} else {
 		res, err = sub.readNew(ctx, count)
 	}
@@ -903,7 +900,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 		return ctx.Err() == nil, true
 	}
 	attempt := e.attempt()
-	raw, _ := e.msg.Values["m"].(string)
+	raw, hasBody := store.EntryBody(e.msg)
 	// decodeMessage only reads its input and copies what it keeps, so the
 	// string's bytes serve without a copy.
 	body := unsafe.Slice(unsafe.StringData(raw), len(raw))
@@ -911,7 +908,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 	if err != nil {
 		// Poison input (another tool or version wrote it): it can never be
 		// delivered, so it goes to the dead letters, where it can be seen.
-		if _, ok := e.msg.Values["m"]; !ok {
+		if !hasBody {
 			err = fmt.Errorf("%w: entry has no field m, only %v (written by another tool?)", store.ErrCorrupt, fieldNames(e.msg.Values))
 		}
 		s.logger.Error("redisdelay: cannot decode entry; moving it to the dead letters", err, fields())
@@ -1066,7 +1063,7 @@ func (sub *subscription) timedOut(ctx context.Context, e entry, msg *message.Mes
 	sub.recordTimeout(ctx)
 	go ignoreLate(ctx, msg, s.logger, fields)
 
-	raw, _ := e.msg.Values["m"].(string)
+	raw, _ := store.EntryBody(e.msg)
 	failed, err := store.Decode([]byte(raw))
 	if err != nil { // decoded before it was delivered: cannot happen
 		return ctx.Err() == nil, false, nil, ""
@@ -1087,12 +1084,7 @@ func (sub *subscription) timedOut(ctx context.Context, e entry, msg *message.Mes
 func (sub *subscription) recordTimeout(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	meta := sub.shard.Meta(sub.s.config.ConsumerGroup)
-	_, err := sub.s.redis.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HIncrBy(ctx, meta, "timeouts", 1)
-		p.HSet(ctx, meta, "timeout_at", sub.s.now().UnixMilli())
-		return nil
-	})
+	err := store.CountTimeout(ctx, sub.s.redis, sub.shard, sub.s.config.ConsumerGroup, sub.s.now().UnixMilli())
 	if err != nil && ctx.Err() == nil {
 		sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot record a handler timeout for Inspector.Health", err, sub.fields())
 	}
@@ -1260,14 +1252,7 @@ func (e entry) streamIndex() int {
 
 // attempt is the delivery attempt the entry stands for: field a on
 // redeliveries, 1 otherwise.
-func (e entry) attempt() int {
-	if a, ok := e.msg.Values["a"].(string); ok {
-		if n, err := strconv.Atoi(a); err == nil && n > 0 {
-			return n
-		}
-	}
-	return 1
-}
+func (e entry) attempt() int { return store.EntryAttempt(e.msg) }
 
 func fieldNames(values map[string]any) []string {
 	names := make([]string, 0, len(values))

@@ -216,7 +216,7 @@ func (d *driver) diagnose(ctx context.Context) {
 }
 
 // uuidOf reads the UUID of a stored message: version byte, then (1, 2)
-// uvarint length and UUID, or (3) the UUID's 16 bytes (see marshaller.go).
+// uvarint length and UUID, or (3) the UUID's 16 bytes (see internal/store/codec.go).
 func uuidOf(body string) string {
 	b := []byte(body)
 	if len(b) >= 17 && b[0] == 3 {

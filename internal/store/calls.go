@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// One function per Lua script (see scripts.go and the script headers): it
+// One function per Lua script (see the key table in scripts.go and the script headers): it
 // builds the script's KEYS in the order of its header, passes typed
 // arguments as its ARGV and decodes the reply into a struct, so the key
 // lists and reply positions live here only.
@@ -156,7 +156,7 @@ func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, b, po
 	for _, e := range els {
 		id, ok := "", false
 		if len(e) > 8 {
-			id, ok = StoredUUID([]byte(e[8:]))
+			id, ok = storedUUID([]byte(e[8:]))
 		}
 		if !ok {
 			args = append(args, "", "", 0)
@@ -182,15 +182,15 @@ func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, b, po
 	return UnpackReply{Moved: max(res[0], 0), Corrupt: res[1], More: res[2] == 1, Stale: res[0] < 0}, nil
 }
 
-// FarPullReply is what farpull.lua returns.
-type FarPullReply struct {
+// farPullReply is what farpull.lua returns.
+type farPullReply struct {
 	Moved bool // the message was there (and moved, unless only read)
 	Body  string
 	Score float64 // due ms × 1024 + sequence
 }
 
 // callFarPull runs farpull.lua for the far message at loc in bucket b.
-func callFarPull(ctx context.Context, c redis.Scripter, sh Shard, b int64, index, field, loc, uuid string, peek bool) (FarPullReply, error) {
+func callFarPull(ctx context.Context, c redis.Scripter, sh Shard, b int64, index, field, loc, uuid string, peek bool) (farPullReply, error) {
 	flag := "0"
 	if peek {
 		flag = "1"
@@ -199,17 +199,17 @@ func callFarPull(ctx context.Context, c redis.Scripter, sh Shard, b int64, index
 		[]string{sh.Far(), sh.FarMeta(), sh.FarBucket(b), index, sh.Waiting(), sh.Bodies()},
 		field, loc, uuid, b, sh.Wake(), flag).Slice()
 	if err != nil {
-		return FarPullReply{}, err
+		return farPullReply{}, err
 	}
 	if n, _ := res[0].(int64); n != 1 {
-		return FarPullReply{}, nil
+		return farPullReply{}, nil
 	}
 	if err := replyShort("farpull", len(res), 3); err != nil {
-		return FarPullReply{}, err
+		return farPullReply{}, err
 	}
 	body, _ := res[1].(string)
 	score, _ := res[2].(int64)
-	return FarPullReply{Moved: true, Body: body, Score: float64(score)}, nil
+	return farPullReply{Moved: true, Body: body, Score: float64(score)}, nil
 }
 
 // Unlease runs unlease.lua: releases the partition's scheduling lease
@@ -343,31 +343,31 @@ func Requeue(ctx context.Context, c redis.Scripter, sh Shard, group string, limi
 	return requeueScript.Run(ctx, c, []string{sh.Dead(group), sh.Redelivery(group), sh.Bell()}, args...).Int()
 }
 
-// PipedScript is a script queued on a pipeline by its hash.
-type PipedScript struct {
+// pipedScript is a script queued on a pipeline by its hash.
+type pipedScript struct {
 	Script *redis.Script
 	Cmd    *redis.Cmd
 	Keys   []string
 	Args   []any
 }
 
-func pipeScript(ctx context.Context, pipe redis.Pipeliner, script *redis.Script, keys []string, args ...any) PipedScript {
-	return PipedScript{Script: script, Cmd: script.EvalSha(ctx, pipe, keys, args...), Keys: keys, Args: args}
+func pipeScript(ctx context.Context, pipe redis.Pipeliner, script *redis.Script, keys []string, args ...any) pipedScript {
+	return pipedScript{Script: script, Cmd: script.EvalSha(ctx, pipe, keys, args...), Keys: keys, Args: args}
 }
 
 // Result is the script's reply once the pipeline ran. When Redis did not
 // have the script cached yet (first use, or Redis restarted) it runs it on
 // c, loading it.
-func (p PipedScript) Result(ctx context.Context, c redis.Scripter) *redis.Cmd {
+func (p pipedScript) Result(ctx context.Context, c redis.Scripter) *redis.Cmd {
 	if err := p.Cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		return p.Script.Run(ctx, c, p.Keys, p.Args...)
 	}
 	return p.Cmd
 }
 
-// PipeAck queues ack.lua on pipe for the redelivery entries ids of group;
+// pipeAck queues ack.lua on pipe for the redelivery entries ids of group;
 // its result is how many entries were pending and are now acknowledged.
-func PipeAck(ctx context.Context, pipe redis.Pipeliner, sh Shard, group string, ids []string) PipedScript {
+func pipeAck(ctx context.Context, pipe redis.Pipeliner, sh Shard, group string, ids []string) pipedScript {
 	args := make([]any, 0, len(ids)+1)
 	args = append(args, group)
 	for _, id := range ids {
@@ -376,9 +376,9 @@ func PipeAck(ctx context.Context, pipe redis.Pipeliner, sh Shard, group string, 
 	return pipeScript(ctx, pipe, ackScript, []string{sh.Redelivery(group)}, args...)
 }
 
-// PipePeek queues peek.lua on pipe: its result is 1 when group has entries
+// pipePeek queues peek.lua on pipe: its result is 1 when group has entries
 // to read in the partition's ready stream or its redelivery stream.
-func PipePeek(ctx context.Context, pipe redis.Pipeliner, sh Shard, group string) PipedScript {
+func pipePeek(ctx context.Context, pipe redis.Pipeliner, sh Shard, group string) pipedScript {
 	return pipeScript(ctx, pipe, peekScript, []string{sh.Stream(), sh.Redelivery(group)}, group)
 }
 

@@ -285,3 +285,21 @@ func textUUID(b []byte) string {
 	}
 	return string(s[:])
 }
+
+// storedUUID reads the UUID of an encoded message without decoding the rest.
+func storedUUID(body []byte) (string, bool) {
+	if len(body) == 0 {
+		return "", false
+	}
+	if body[0] == codecVersionBinaryID {
+		if len(body) < 17 {
+			return "", false
+		}
+		return textUUID(body[1:17]), true
+	}
+	n, k := binary.Uvarint(body[1:])
+	if k <= 0 || n > uint64(len(body)-1-k) {
+		return "", false
+	}
+	return string(body[1+k : 1+k+int(n)]), true
+}

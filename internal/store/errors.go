@@ -8,16 +8,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func IsNoSuchKey(err error) bool {
+func isNoSuchKey(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "no such key")
 }
 
-// ExecPipe runs a pipeline, then gives every command that may not have
+// execPipe runs a pipeline, then gives every command that may not have
 // run the pipeline's error: go-redis leaves a command's error unset when
 // the last of its retries found no connection (Redis unreachable) or
 // failed reading an earlier reply, and the command's zero value would
 // pass for Redis's answer.
-func ExecPipe(ctx context.Context, pipe redis.Pipeliner) {
+func execPipe(ctx context.Context, pipe redis.Pipeliner) {
 	cmds, err := pipe.Exec(ctx)
 	pipeFailed(cmds, err)
 }
@@ -41,13 +41,13 @@ func IsNoPerm(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
 }
 
-func IsNoGroup(err error) bool {
+func isNoGroup(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
 
-// IsOOM reports Redis's refusal of a write at maxmemory (policy noeviction,
+// isOOM reports Redis's refusal of a write at maxmemory (policy noeviction,
 // or nothing left to evict).
-func IsOOM(err error) bool {
+func isOOM(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "OOM ")
 }
 

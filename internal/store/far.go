@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"strconv"
@@ -60,9 +59,9 @@ func FarSlack() time.Duration {
 	return min(FarMargin, FarWidth/4, FarLead/2)
 }
 
-// FarEpoch is the origin of far bucket numbers, so that bucket × 2^24 +
+// farEpoch is the origin of far bucket numbers, so that bucket × 2^24 +
 // position stays exact in a Lua number (2^53) for a century of due times.
-var FarEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+var farEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 
 const (
 	farIndexShards = 1 << 19
@@ -94,11 +93,11 @@ func farPlace(nowMs, dueMs int64) (b, start, unpackAt int64, ok bool) {
 
 func farPlaceIn(width, lead, margin time.Duration, nowMs, dueMs int64) (b, start, unpackAt int64, ok bool) {
 	w := width.Milliseconds()
-	if dueMs < FarEpoch {
+	if dueMs < farEpoch {
 		return 0, 0, 0, false
 	}
-	b = (dueMs - FarEpoch) / w
-	start = FarEpoch + b*w
+	b = (dueMs - farEpoch) / w
+	start = farEpoch + b*w
 	unpackAt = start - lead.Milliseconds()
 	return b, start, unpackAt, unpackAt > nowMs+margin.Milliseconds()
 }
@@ -110,24 +109,6 @@ func farLoc(loc string) (b, pos int64, err error) {
 		return 0, 0, fmt.Errorf("far index value %q is not a location", loc)
 	}
 	return v >> farPosBits, v & (1<<farPosBits - 1), nil
-}
-
-// StoredUUID reads the UUID of an encoded message without decoding the rest.
-func StoredUUID(body []byte) (string, bool) {
-	if len(body) == 0 {
-		return "", false
-	}
-	if body[0] == codecVersionBinaryID {
-		if len(body) < 17 {
-			return "", false
-		}
-		return textUUID(body[1:17]), true
-	}
-	n, k := binary.Uvarint(body[1:])
-	if k <= 0 || n > uint64(len(body)-1-k) {
-		return "", false
-	}
-	return string(body[1+k : 1+k+int(n)]), true
 }
 
 // FarArg is where publish.lua may look up and store a message in the far
@@ -205,10 +186,10 @@ func FarPull(ctx context.Context, c Cmds, sh Shard, uuid string, peek bool) (bod
 	return "", 0, false, fmt.Errorf("the far message %q kept moving while it was looked up", uuid)
 }
 
-// FarOverdue is how long ago the first due time of the partition's first far
+// farOverdue is how long ago the first due time of the partition's first far
 // bucket (ZRANGE far 0 0) passed with the bucket still packed: no
 // scheduler unpacked it. 0 when none is overdue.
-func FarOverdue(head *redis.ZSliceCmd, now time.Time) time.Duration {
+func farOverdue(head *redis.ZSliceCmd, now time.Time) time.Duration {
 	zs := head.Val()
 	if len(zs) == 0 {
 		return 0
@@ -218,5 +199,5 @@ func FarOverdue(head *redis.ZSliceCmd, now time.Time) time.Duration {
 	if err != nil {
 		return 0
 	}
-	return max(now.Sub(time.UnixMilli(FarEpoch+b*FarWidth.Milliseconds())), 0)
+	return max(now.Sub(time.UnixMilli(farEpoch+b*FarWidth.Milliseconds())), 0)
 }

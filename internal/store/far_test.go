@@ -28,7 +28,7 @@ func TestFarPlaceDefaults(t *testing.T) {
 				require.LessOrEqual(t, start, n+ms, "bucket starts after the message is due")
 				require.Less(t, at+defaultFarLead.Milliseconds()-1, n+ms+1)
 				require.Greater(t, at, n+defaultFarMargin.Milliseconds())
-				require.Equal(t, b, (start-FarEpoch)/defaultFarWidth.Milliseconds())
+				require.Equal(t, b, (start-farEpoch)/defaultFarWidth.Milliseconds())
 			}
 		}
 	}
@@ -36,7 +36,7 @@ func TestFarPlaceDefaults(t *testing.T) {
 	b, _, _, ok := farPlaceIn(defaultFarWidth, defaultFarLead, defaultFarMargin, now, century)
 	require.True(t, ok)
 	require.Less(t, b<<farPosBits+(1<<farPosBits-1), int64(1)<<53, "locations stay exact in Lua")
-	_, _, _, ok = farPlaceIn(defaultFarWidth, defaultFarLead, defaultFarMargin, now, FarEpoch-1)
+	_, _, _, ok = farPlaceIn(defaultFarWidth, defaultFarLead, defaultFarMargin, now, farEpoch-1)
 	require.False(t, ok)
 }
 
@@ -53,12 +53,12 @@ func TestFarLoc(t *testing.T) {
 func TestStoredUUID(t *testing.T) {
 	for _, id := range []string{"0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", "ORDER-1", ""} {
 		body := Encode(message.NewMessage(id, []byte("p")))
-		got, ok := StoredUUID(body)
+		got, ok := storedUUID(body)
 		require.True(t, ok, id)
 		require.Equal(t, id, got)
 	}
 	for _, bad := range [][]byte{nil, {3, 1, 2}, {2, 50, 'x'}, {2}} {
-		_, ok := StoredUUID(bad)
+		_, ok := storedUUID(bad)
 		require.False(t, ok, "%v", bad)
 	}
 }

@@ -1,0 +1,135 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ReadGroup reads up to count entries of each of a consumer's two streams
+// of a partition, the redelivery stream first, from the entry IDs redo
+// and ready (">" for new entries, "0" for the consumer's pending ones).
+// Nothing to read is no error.
+func ReadGroup(ctx context.Context, c Cmds, sh Shard, group, consumer string, count int, redo, ready string) ([]redis.XStream, error) {
+	res, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group:    group,
+		Consumer: consumer,
+		Count:    int64(count),
+		Streams:  []string{sh.Redelivery(group), sh.Stream(), redo, ready},
+		Block:    -1,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	return res, err
+}
+
+// AckReply is what Ack did, per stream: how many entries were pending and
+// are now acknowledged, or the error.
+type AckReply struct {
+	Ready, Redo       int64
+	ReadyErr, RedoErr error
+}
+
+// Ack acknowledges a consumer group's entries of the ready stream (XACK)
+// and of the redelivery stream (ack.lua, which deletes them) in one round
+// trip. Each stream's write counts on its own.
+func Ack(ctx context.Context, c Cmds, sh Shard, group string, ready, redo []string) AckReply {
+	var r AckReply
+	pipe := c.Pipeline()
+	var readyCmd *redis.IntCmd
+	var redoAck pipedScript
+	if len(ready) > 0 {
+		readyCmd = pipe.XAck(ctx, sh.Stream(), group, ready...)
+	}
+	if len(redo) > 0 {
+		redoAck = pipeAck(ctx, pipe, sh, group, redo)
+	}
+	execPipe(ctx, pipe)
+	if readyCmd != nil {
+		r.Ready, r.ReadyErr = readyCmd.Result()
+	}
+	if redoAck.Cmd != nil {
+		r.Redo, r.RedoErr = redoAck.Result(ctx, c).Int64()
+	}
+	return r
+}
+
+// CountTimeout counts a handler timeout at ms time at in a group's meta
+// hash, where the health check finds it.
+func CountTimeout(ctx context.Context, c Cmds, sh Shard, group string, at int64) error {
+	meta := sh.Meta(group)
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HIncrBy(ctx, meta, "timeouts", 1)
+		p.HSet(ctx, meta, "timeout_at", at)
+		return nil
+	})
+	return err
+}
+
+// FarHead reads the popped count of far bucket b and its first n
+// elements, as unpack.lua takes them.
+func FarHead(ctx context.Context, c Cmds, sh Shard, b int64, n int) (popped int64, els []string, err error) {
+	var p *redis.StringCmd
+	var e *redis.StringSliceCmd
+	// A pipeline rather than MULTI, which Redis refuses at maxmemory; each
+	// command's error is checked below (the pipeline's is the first one,
+	// which for a bucket never unpacked is HGET's redis.Nil).
+	_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		p = pipe.HGet(ctx, sh.FarMeta(), "p:"+strconv.FormatInt(b, 10))
+		e = pipe.LRange(ctx, sh.FarBucket(b), 0, int64(min(n, FarUnpackBatch))-1)
+		return nil
+	})
+	if err := e.Err(); err != nil {
+		return 0, nil, err
+	}
+	if err := p.Err(); err != nil && err != redis.Nil {
+		return 0, nil, err
+	}
+	popped, _ = strconv.ParseInt(p.Val(), 10, 64)
+	return popped, e.Val(), nil
+}
+
+// EntryBody is the encoded message of a stream entry (field m); ok is
+// false when the entry has none (written by another tool).
+func EntryBody(e redis.XMessage) (body string, ok bool) {
+	v, ok := e.Values["m"]
+	body, _ = v.(string)
+	return body, ok
+}
+
+// EntryAttempt is the delivery attempt of a stream entry: field a on
+// redeliveries, 1 otherwise.
+func EntryAttempt(e redis.XMessage) int {
+	if a, ok := e.Values["a"].(string); ok {
+		if n, err := strconv.Atoi(a); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 1
+}
+
+// Peek asks, in one round trip, whether group has entries to read in each
+// partition's ready or redelivery stream (peek.lua); an error counts as
+// yes, so the caller's read finds out why.
+func Peek(ctx context.Context, c Cmds, shards []Shard, group string) []bool {
+	run := func() []pipedScript {
+		pipe := c.Pipeline()
+		peeks := make([]pipedScript, len(shards))
+		for i, sh := range shards {
+			peeks[i] = pipePeek(ctx, pipe, sh, group)
+		}
+		execPipe(ctx, pipe)
+		return peeks
+	}
+	// Where Redis did not have the script (its first use, or Redis
+	// restarted), Result runs it on its own, loading it on that node.
+	out := make([]bool, len(shards))
+	for i, p := range run() {
+		n, err := p.Result(ctx, c).Int()
+		out[i] = err != nil || n == 1
+	}
+	return out
+}
