@@ -117,8 +117,7 @@ func UnpackFarOnce(ctx context.Context, client redis.UniversalClient, topic stri
 	if err != nil {
 		return 0, err
 	}
-	popped, _ := client.HGet(ctx, sh.FarMeta(), "p:"+buckets[0]).Int64()
-	els, err := client.LRange(ctx, sh.FarBucket(b), 0, int64(n)-1).Result()
+	popped, els, err := store.FarHead(ctx, client, sh, b, n)
 	if err != nil {
 		return 0, err
 	}

@@ -309,11 +309,10 @@ func (l *tickLoop) run(ctx context.Context) {
 
 // pass publishes what is due and returns how long until the next work.
 func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
-	k := l.keys.Schedules()
 	// Own claims first: a publish that failed (Redis unreachable) is
 	// retried as soon as Redis answers, well before the claim expires.
 	for member, exp := range l.mine {
-		e, err := store.SchedRetry(ctx, l.redis, k, member, exp, claimTTL)
+		e, err := store.SchedRetry(ctx, l.redis, l.keys, member, exp, claimTTL)
 		if err != nil {
 			return 0, err
 		}
@@ -335,7 +334,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 			wait = min(wait, exp.Sub(now))
 			continue
 		}
-		e, err := store.SchedRetry(ctx, l.redis, k, member, time.Time{}, claimTTL)
+		e, err := store.SchedRetry(ctx, l.redis, l.keys, member, time.Time{}, claimTTL)
 		if err != nil {
 			return 0, err
 		}
@@ -392,7 +391,6 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 // fire publishes the due ticks of one schedule, oldest first, and returns
 // how long until its next one.
 func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, error) {
-	k := l.keys.Schedules()
 	var s Schedule
 	if err := json.Unmarshal([]byte(js), &s); err != nil {
 		l.limiter.errorf(l.logger, "redisdelay: a schedule does not decode; remove it with Inspector.RemoveSchedule", err, watermill.LogFields{"schedule": id})
@@ -430,7 +428,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		if after.IsZero() {
 			after = time.UnixMilli(maxScheduleMs)
 		}
-		status, exp, err := store.SchedClaim(ctx, l.redis, k, id, tick, after, ttl)
+		status, exp, err := store.SchedClaim(ctx, l.redis, l.keys, id, tick, after, ttl)
 		if err != nil {
 			return 0, err
 		}

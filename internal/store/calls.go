@@ -615,7 +615,8 @@ func SchedAdd(ctx context.Context, c redis.Scripter, k Keys, id string, def []by
 
 // SchedClaim runs schedclaim.lua: status 1 claimed (exp is the claim's
 // expiry; zero when ttl is 0, a skip), 0 lost, -1 not due by Redis's clock.
-func SchedClaim(ctx context.Context, c redis.Scripter, sk scheduleKeys, id string, tick, after time.Time, ttl time.Duration) (status int64, exp time.Time, err error) {
+func SchedClaim(ctx context.Context, c redis.Scripter, k Keys, id string, tick, after time.Time, ttl time.Duration) (status int64, exp time.Time, err error) {
+	sk := k.Schedules()
 	res, err := schedClaimScript.Run(ctx, c, []string{sk.Next(), sk.Claims()},
 		id, tick.UnixMilli(), after.UnixMilli(), ttl.Milliseconds()).Int64Slice()
 	if err != nil {
@@ -633,7 +634,8 @@ func SchedClaim(ctx context.Context, c redis.Scripter, sk scheduleKeys, id strin
 // SchedRetry runs schedretry.lua: held is the claim expiry the caller
 // holds (zero: take the claim only if expired). It returns the new expiry
 // when the caller now holds the claim, zero otherwise.
-func SchedRetry(ctx context.Context, c redis.Scripter, sk scheduleKeys, member string, held time.Time, ttl time.Duration) (time.Time, error) {
+func SchedRetry(ctx context.Context, c redis.Scripter, k Keys, member string, held time.Time, ttl time.Duration) (time.Time, error) {
+	sk := k.Schedules()
 	heldArg := ""
 	if !held.IsZero() {
 		heldArg = strconv.FormatInt(held.UnixMilli(), 10)
