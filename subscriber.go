@@ -901,7 +901,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 	}
 	attempt := e.attempt()
 	raw, hasBody := store.EntryBody(e.msg)
-	// decodeMessage only reads its input and copies what it keeps, so the
+	// store.Decode only reads its input and copies what it keeps, so the
 	// string's bytes serve without a copy.
 	body := unsafe.Slice(unsafe.StringData(raw), len(raw))
 	msg, err := store.Decode(body)
