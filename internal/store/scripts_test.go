@@ -1,10 +1,15 @@
 package store
 
 import (
+	"context"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 var (
@@ -167,6 +172,32 @@ func TestScriptIncludes(t *testing.T) {
 		want += rest
 		if got := scriptSource(name); got != want {
 			t.Errorf("%s.lua: scriptSource does not put the shebang, then %v in order, then the script", name, incs)
+		}
+	}
+}
+
+// TestScriptsLoad has a server compile every script as Redis runs it
+// (SCRIPT LOAD): a syntax error, a shebang flag the server does not know,
+// or a function over Lua's limits (200 locals, 60 upvalues) fails here
+// rather than in the first test that runs the script.
+func TestScriptsLoad(t *testing.T) {
+	srv := redistest.ForTest(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	included := map[string]bool{}
+	for _, name := range scriptNames(t) {
+		_, incs, _ := splitScript(readScript(name))
+		for _, inc := range incs {
+			included[inc] = true
+		}
+	}
+	for _, name := range scriptNames(t) {
+		if included[name] {
+			continue
+		}
+		if err := c.ScriptLoad(ctx, scriptSource(name)).Err(); err != nil {
+			t.Errorf("%s.lua: %v", name, err)
 		}
 	}
 }
