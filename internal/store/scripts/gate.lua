@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: clock
 --[[
   gate: whether a subscription of a consumer group may fetch new messages
   from a topic, and how many. The group's pause flag and rate limiter are
@@ -41,8 +42,7 @@ if n <= 0 then
   return {0, want, 0}
 end
 local e = per / n -- ms per message
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local now = now_us() / 1000 -- ms, with the µs as a fraction
 local limit = ARGV[1] .. '/' .. ARGV[2]
 local st = redis.call('HMGET', KEYS[2], 't', 'l')
 local tat = tonumber(st[1]) or now

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: clock
 --[[
   members: the heartbeat of a member in a member list: the ordered
   subscriptions of a consumer group for a topic, or the schedulers of a
@@ -16,8 +17,7 @@
   Returns {live, fewest}: the number of live members, and the fewest
   partitions another live member owns (-1 when there is no other).
 ]]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if tonumber(ARGV[2]) > 0 then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock, lib
 --[[
   nack: takes a delivered message away from its consumer group's pending
   list and either queues it for redelivery to that group only (into the

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock, lib
 --[[
   promote: one scheduler tick of a topic. It first takes or extends the
   topic's scheduling lease: only the scheduler holding it promotes, the
@@ -71,8 +71,7 @@ end
 redis.call('SET', KEYS[1], owner, 'PX', ARGV[3])
 
 local limit = tonumber(ARGV[1])
-local t = redis.call('TIME')
-local nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local nowUs = now_us()
 local now = math.floor(nowUs / 1000)
 local maxScore = now * 1024 + 1023
 local moved, missing, wait = 0, 0, -1

@@ -1,4 +1,4 @@
--- include: lib
+-- include: clock, lib
 --[[
   publish: stores the messages of one or more Publish calls to a topic.
   Each call is atomic on its own: all of its messages are stored, or none.
@@ -137,9 +137,7 @@ end
 local known = {}
 local now
 if #uuids > 0 then
-  now = redis.call('TIME')
-  -- rounded up: a due time is never earlier than now + delay
-  now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
+  now = now_ceil_ms()
   lookup(KEYS[2], uuids, known)
 end
 -- message -> its location in the far tier, for waiting messages whose UUID
@@ -315,8 +313,7 @@ if #stored > 0 then
   if not now then
     -- only immediate messages that wait in a holder's place (d): taking
     -- its score, they need no clock unless the holder had no score
-    now = redis.call('TIME')
-    now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
+    now = now_ceil_ms()
   end
   local earliest = nil
   -- scores in publish order, the far tier's too, so equal due times keep

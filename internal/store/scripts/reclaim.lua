@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock, lib
 --[[
   reclaim: takes from a consumer group the messages its consumers have held
   longer than the group's visibility timeout without extending the lease

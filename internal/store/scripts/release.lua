@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock, lib
 --[[
   release: hands the messages pending for one consumer back to its group
   (into the group's redelivery stream, attempt count unchanged), then

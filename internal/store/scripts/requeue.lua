@@ -1,4 +1,4 @@
--- include: lib
+-- include: clock, lib
 --[[
   requeue: moves dead letters back to their consumer group, into its
   redelivery stream, as attempt 1.

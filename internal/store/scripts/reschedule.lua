@@ -1,4 +1,4 @@
--- include: lib
+-- include: clock
 --[[
   reschedule: moves a message that is still waiting to a new due time, in
   place: same UUID, body, business key and priority, only its score

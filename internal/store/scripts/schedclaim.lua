@@ -1,3 +1,4 @@
+-- include: clock
 --[[
   schedclaim: claims one due tick of a schedule, by compare-and-set on its
   next tick, so that one process only, however many run, publishes it.
@@ -14,8 +15,7 @@
   moved the next tick first or the schedule is gone, -1 the tick is not
   due yet by Redis's clock (expiry is then Redis's time, ms).
 ]]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not cur or tonumber(cur) ~= tonumber(ARGV[2]) then
   return {0, 0}

@@ -1,3 +1,4 @@
+-- include: clock
 --[[
   schedretry: takes over a claimed tick whose publish did not complete:
   the claimer's own retry (it knows the expiry it holds), or any process's
@@ -10,8 +11,7 @@
 
   Returns the new expiry when the caller now holds the claim, 0 otherwise.
 ]]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not exp then
   return 0

@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: clock
 --[[
   slot: the concurrency limit of a consumer group on a topic
   (SubscriberConfig.Concurrency): at most `limit` of its handlers run at
@@ -31,8 +32,7 @@ if op == 'release' then
   end
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local lease = tonumber(ARGV[4])
 -- Lapsed holders free their slots: tell the waiters.
 local lapsed = redis.call('ZREMRANGEBYSCORE', running, '-inf', now)

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock
 --[[
   unpack: moves the head of a far bucket (see far.go) into the waiting set,
   when the bucket's time to unpack has come and the caller holds the
