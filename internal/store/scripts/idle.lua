@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: clock, lib
+-- include: clock, stream
 --[[
   idle: tells whether a partition holds nothing a scheduler must act on, and
   if so marks it dormant, so the scheduler's loop may stop: no message

@@ -8,22 +8,6 @@
   now_ceil_ms: a script naming lib names clock before it.
 ]]
 
--- The ms and sequence parts of a stream entry id.
-local function parse_id(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-
--- A table of the flat field/value list XINFO GROUPS and XINFO CONSUMERS
--- reply per group or consumer ({'name', 'g', 'pending', 0, ...}).
-local function fields(flat)
-  local t = {}
-  for i = 1, #flat, 2 do
-    t[flat[i]] = flat[i + 1]
-  end
-  return t
-end
-
 -- Tells the consumers of a partition waiting for new entries (read.lua
 -- armed the bell) that entries were added: once per arming, so a script
 -- adding many rings once and a busy partition not at all. The bell's key

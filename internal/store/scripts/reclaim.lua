@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: clock, lib
+-- include: clock, stream, lib
 --[[
   reclaim: takes from a consumer group the messages its consumers have held
   longer than the group's visibility timeout without extending the lease

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: clock, lib
+-- include: clock, stream
 --[[
   trim: removes from the ready stream the entries that every consumer group
   has read and acknowledged, and nothing else: an entry stays while any group
