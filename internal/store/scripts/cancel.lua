@@ -1,3 +1,4 @@
+-- include: lookup
 --[[
   cancel: removes a message that is still waiting, found by its UUID or by
   the business key it holds, and frees its business key if it holds one.
@@ -13,12 +14,9 @@
   Returns 1 when the message was waiting and is removed, 0 otherwise
   (unknown, already delivered, or already cancelled).
 ]]
-local id = ARGV[2]
-if ARGV[1] == 'key' then
-  id = redis.call('HGET', KEYS[3], ARGV[2])
-  if not id then
-    return 0
-  end
+local id = lookup_id(KEYS[3], ARGV[1], ARGV[2])
+if not id then
+  return 0
 end
 local removed = redis.call('ZREM', KEYS[1], id)
 if removed == 0 and ARGV[1] == 'uuid' then

@@ -1,3 +1,4 @@
+-- include: lookup
 --[[
   find: reads a waiting message, found by its UUID or by the business key
   it holds, without changing anything.
@@ -11,12 +12,9 @@
   Returns {UUID, due score, encoded message} when the message is waiting,
   false otherwise (unknown, already due, or cancelled).
 ]]
-local id = ARGV[2]
-if ARGV[1] == 'key' then
-  id = redis.call('HGET', KEYS[3], ARGV[2])
-  if not id then
-    return false
-  end
+local id = lookup_id(KEYS[3], ARGV[1], ARGV[2])
+if not id then
+  return false
 end
 local score = redis.call('ZSCORE', KEYS[1], id)
 if not score then

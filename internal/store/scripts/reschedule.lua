@@ -1,4 +1,4 @@
--- include: clock
+-- include: clock, lookup
 --[[
   reschedule: moves a message that is still waiting to a new due time, in
   place: same UUID, body, business key and priority, only its score
@@ -18,12 +18,9 @@
   otherwise (unknown, already due and moved on, or cancelled): nothing is
   changed then.
 ]]
-local id = ARGV[2]
-if ARGV[1] == 'key' then
-  id = redis.call('HGET', KEYS[2], ARGV[2])
-  if not id then
-    return 0
-  end
+local id = lookup_id(KEYS[2], ARGV[1], ARGV[2])
+if not id then
+  return 0
 end
 if not redis.call('ZSCORE', KEYS[1], id) then
   return 0
