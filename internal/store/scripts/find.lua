@@ -12,15 +12,17 @@
   Returns {UUID, due score, encoded message} when the message is waiting,
   false otherwise (unknown, already due, or cancelled).
 ]]
-local id = lookup_id(KEYS[3], ARGV[1], ARGV[2])
+local waiting, bodies, bkeys = KEYS[1], KEYS[2], KEYS[3]
+local by, ref = ARGV[1], ARGV[2]
+local id = lookup_id(bkeys, by, ref)
 if not id then
   return false
 end
-local score = redis.call('ZSCORE', KEYS[1], id)
+local score = redis.call('ZSCORE', waiting, id)
 if not score then
   return false
 end
-local body = redis.call('HGET', KEYS[2], id)
+local body = redis.call('HGET', bodies, id)
 if not body then
   return false
 end
