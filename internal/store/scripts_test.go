@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -54,6 +55,19 @@ func scriptNames(t *testing.T) []string {
 		names = append(names, strings.TrimSuffix(e.Name(), ".lua"))
 	}
 	return names
+}
+
+// includedScripts are the names of the includes: the files some include
+// line names.
+func includedScripts(t *testing.T) map[string]bool {
+	included := map[string]bool{}
+	for _, name := range scriptNames(t) {
+		_, incs, _ := splitScript(readScript(name))
+		for _, inc := range incs {
+			included[inc] = true
+		}
+	}
+	return included
 }
 
 // calledOf returns the helpers of defined (helper -> its include) that code
@@ -185,19 +199,141 @@ func TestScriptsLoad(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	ctx := context.Background()
-	included := map[string]bool{}
-	for _, name := range scriptNames(t) {
-		_, incs, _ := splitScript(readScript(name))
-		for _, inc := range incs {
-			included[inc] = true
-		}
-	}
+	included := includedScripts(t)
 	for _, name := range scriptNames(t) {
 		if included[name] {
 			continue
 		}
 		if err := c.ScriptLoad(ctx, scriptSource(name)).Err(); err != nil {
 			t.Errorf("%s.lua: %v", name, err)
+		}
+	}
+}
+
+var (
+	luaHeaderEntry = regexp.MustCompile(`(?m)^\s*(KEYS|ARGV)\[(\d+)\]\s+(\S+)`)
+	luaLocal       = regexp.MustCompile(`^local\s+(\w+(?:\s*,\s*\w+)*)\s*=\s*(.+)$`)
+	luaFixedIndex  = regexp.MustCompile(`\b(KEYS|ARGV)\[(\d+)\]`)
+)
+
+// splitTopLevel splits a Lua expression list at its top-level commas.
+func splitTopLevel(exprs string) []string {
+	var parts []string
+	depth, start := 0, 0
+	for i, r := range exprs {
+		switch r {
+		case '(', '{', '[':
+			depth++
+		case ')', '}', ']':
+			depth--
+		case ',':
+			if depth == 0 {
+				parts = append(parts, strings.TrimSpace(exprs[start:i]))
+				start = i + 1
+			}
+		}
+	}
+	return append(parts, strings.TrimSpace(exprs[start:]))
+}
+
+// TestScriptLocals guards the scripts' named keys and arguments. Each
+// script's header lists its fixed keys and arguments, KEYS[1] name ...,
+// ARGV[1] ..., in order (a variable tail, as KEYS[13...], KEYS[3g+8] or
+// ARGV[j+1], is not counted). Right after the header, a block of local
+// lines gives each of them a local, in the same order: a key the name the
+// header gives it (local waiting = KEYS[1]), an argument a name of its own
+// (plain, or converted: tonumber(ARGV[2])). The body uses the names: no
+// KEYS[<digits>] or ARGV[<digits>] outside the block, so a key added,
+// removed or moved in the header cannot leave the body reading the wrong
+// one. Tails keep index arithmetic (KEYS[g], ARGV[j + 2]).
+func TestScriptLocals(t *testing.T) {
+	included := includedScripts(t)
+	for _, name := range scriptNames(t) {
+		_, _, rest := splitScript(readScript(name))
+		if included[name] {
+			if luaFixedIndex.MatchString(luaCode(rest)) {
+				t.Errorf("%s.lua is an include: its helpers take keys and arguments as parameters", name)
+			}
+			continue
+		}
+		start := strings.Index(rest, "--[[")
+		end := strings.Index(rest, "\n]]\n")
+		if start < 0 || end < start {
+			t.Errorf("%s.lua has no header (--[[ ... ]] listing its keys and arguments)", name)
+			continue
+		}
+		header, body := rest[start:end], rest[end+len("\n]]\n"):]
+
+		var headerKeys []string // names of KEYS[1], KEYS[2], ...
+		headerArgs := 0
+		for _, m := range luaHeaderEntry.FindAllStringSubmatch(header, -1) {
+			n, want := m[2], len(headerKeys)+1
+			if m[1] == "ARGV" {
+				want = headerArgs + 1
+			}
+			if n != strconv.Itoa(want) {
+				t.Errorf("%s.lua: its header lists %s[%s] where %s[%d] belongs", name, m[1], n, m[1], want)
+				continue
+			}
+			if m[1] == "KEYS" {
+				headerKeys = append(headerKeys, m[3])
+			} else {
+				headerArgs++
+			}
+		}
+
+		// The locals block: the local (and comment) lines after the header.
+		lines := strings.Split(body, "\n")
+		n := 0
+		for n < len(lines) && (strings.HasPrefix(lines[n], "local ") || strings.HasPrefix(lines[n], "--")) {
+			n++
+		}
+		var keys []string // the names given KEYS[1], KEYS[2], ... in order
+		args := 0
+		for _, line := range lines[:n] {
+			code := strings.TrimSpace(luaCode(line))
+			if !luaFixedIndex.MatchString(code) {
+				continue
+			}
+			m := luaLocal.FindStringSubmatch(code)
+			if m == nil {
+				t.Errorf("%s.lua: cannot read the local line %q", name, line)
+				continue
+			}
+			names, exprs := splitTopLevel(m[1]), splitTopLevel(m[2])
+			if len(names) != len(exprs) {
+				t.Errorf("%s.lua: %q: give each name its own expression", name, line)
+				continue
+			}
+			for i, expr := range exprs {
+				for _, ix := range luaFixedIndex.FindAllStringSubmatch(expr, -1) {
+					if ix[1] == "KEYS" {
+						if expr != ix[0] {
+							t.Errorf("%s.lua: %s = %s: a key's local is the key itself", name, names[i], expr)
+						}
+						if ix[2] != strconv.Itoa(len(keys)+1) {
+							t.Errorf("%s.lua: its locals name %s where KEYS[%d] belongs (header order)", name, ix[0], len(keys)+1)
+						}
+						keys = append(keys, names[i])
+					} else {
+						if ix[2] != strconv.Itoa(args+1) {
+							t.Errorf("%s.lua: its locals name %s where ARGV[%d] belongs (header order)", name, ix[0], args+1)
+						}
+						args++
+					}
+				}
+			}
+		}
+		if !slices.Equal(keys, headerKeys) {
+			t.Errorf("%s.lua: the locals of its keys are %v; its header names them %v", name, keys, headerKeys)
+		}
+		if args != headerArgs {
+			t.Errorf("%s.lua: its locals take %d arguments; its header lists %d (ARGV[1..%d])", name, args, headerArgs, headerArgs)
+		}
+		for i, line := range lines[n:] {
+			if ix := luaFixedIndex.FindString(luaCode(line)); ix != "" {
+				t.Errorf("%s.lua: %s in the body (%q, %d lines after the locals): use its local", name, ix, strings.TrimSpace(line), i+1)
+			}
 		}
 	}
 }
