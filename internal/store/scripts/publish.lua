@@ -166,68 +166,77 @@ local status, ready, toWait = {}, {}, {}
 local pending = {}   -- UUID -> index in toWait of a message accepted in this run
 local removed = {}   -- UUIDs of messages waiting before this run that are replaced
 local touched = {}   -- business keys whose holder changed
+-- The state of the call being checked: its messages to store, the
+-- business keys whose holders it replaces, what it adds to the waiting set
+-- and the ready stream, and its messages waiting in the far tier.
+local adds, removes, dWait, dReady, pulls
+
+-- Checks message m of the call being checked against the waiting messages
+-- and the calls accepted before, noting in the call's state what it
+-- stores. Returns the call's status when m fails it, else nil.
+local function check(m)
+  local id, w = ARGV[m], waits[m]
+  local old = w and known[id]
+  if w and farLoc[m] and not known[id] then
+    pulls = pulls or {'pull'}
+    pulls[#pulls + 1] = id
+    return nil
+  end
+  if old then
+    if old ~= ARGV[m + 2] then
+      return id
+    end
+    return nil -- byte-identical and waiting: a no-op
+  end
+  local bk = ARGV[m + 3]
+  if bk ~= '' then
+    local policy, key = string.sub(bk, 1, 1), string.sub(bk, 2)
+    local h = holder[key]
+    if h and (h ~= id or not w) then
+      if policy == 'r' then
+        return {'key', key, h}
+      elseif policy == 'k' then
+        return nil -- dropped
+      end
+      removes[#removes + 1] = key
+      dWait = dWait - 1
+      if policy == 'd' then
+        if pending[h] then
+          local p = toWait[pending[h]]
+          fixed[m], delay[m] = fixed[p], delay[p]
+        else
+          fixed[m] = tonumber(redis.call('ZSCORE', waiting, h))
+        end
+        if not w then
+          -- an immediate message that now waits: its UUID must not
+          -- be waiting already, but as the holder itself
+          local o = known[id]
+          if o == nil then
+            o = redis.call('HGET', bodies, id)
+          end
+          if o and id ~= h then
+            return id
+          end
+          w = true
+          waits[m] = true
+        end
+      end
+    end
+  end
+  adds[#adds + 1] = m
+  if w then dWait = dWait + 1 else dReady = dReady + 1 end
+  return nil
+end
+
 local j = first
 for k = 1, calls do
   local stop = j + STRIDE * tonumber(ARGV[7 + k])
-  local bad, pulls = nil, nil
-  local adds, removes = {}, {}
-  local dWait, dReady = 0, 0
+  local bad = nil
+  adds, removes, dWait, dReady, pulls = {}, {}, 0, 0, nil
   for m = j, stop - 1, STRIDE do
-    local id, w = ARGV[m], waits[m]
-    local old = w and known[id]
-    if w and farLoc[m] and not known[id] then
-      pulls = pulls or {'pull'}
-      pulls[#pulls + 1] = id
-    elseif old then
-      if old ~= ARGV[m + 2] then
-        bad = id
-        break
-      end
-      -- byte-identical and waiting: a no-op
-    else
-      local keep = true
-      local bk = ARGV[m + 3]
-      if bk ~= '' then
-        local policy, key = string.sub(bk, 1, 1), string.sub(bk, 2)
-        local h = holder[key]
-        if h and (h ~= id or not w) then
-          if policy == 'r' then
-            bad = {'key', key, h}
-            break
-          elseif policy == 'k' then
-            keep = false
-          else
-            removes[#removes + 1] = key
-            dWait = dWait - 1
-            if policy == 'd' then
-              if pending[h] then
-                local p = toWait[pending[h]]
-                fixed[m], delay[m] = fixed[p], delay[p]
-              else
-                fixed[m] = tonumber(redis.call('ZSCORE', waiting, h))
-              end
-              if not w then
-                -- an immediate message that now waits: its UUID must not
-                -- be waiting already, but as the holder itself
-                local o = known[id]
-                if o == nil then
-                  o = redis.call('HGET', bodies, id)
-                end
-                if o and id ~= h then
-                  bad = id
-                  break
-                end
-                w = true
-                waits[m] = true
-              end
-            end
-          end
-        end
-      end
-      if keep then
-        adds[#adds + 1] = m
-        if w then dWait = dWait + 1 else dReady = dReady + 1 end
-      end
+    bad = check(m)
+    if bad then
+      break
     end
   end
   -- the pulls come first: the checks that stopped the loop run again then
