@@ -26,10 +26,19 @@ var scriptFiles embed.FS
 // loadScript returns an embedded script.
 func loadScript(name string) *redis.Script { return redis.NewScript(scriptSource(name)) }
 
-// scriptSource is the source of an embedded script as Redis runs it. A
-// script that uses the helpers of lib.lua says so on its first line after
-// the shebang (which Redis reads only as the first line): "-- include: lib"
-// puts lib.lua there.
+// scriptSource is the source of an embedded script as Redis runs it.
+//
+// Includes: a script that calls helpers of other files (clock.lua,
+// lib.lua, ...) names them on its first line after the shebang (which
+// Redis reads only as the first line), comma-separated, as in
+// "-- include: clock, lib". Each named file is put in front of the script,
+// in the order named, so an include may call the helpers of those named
+// before it: lib's requeue reads clock's now_ceil_ms, so a script naming
+// lib names clock before it. An include only defines local functions: it
+// has no shebang, no include line and no top-level return.
+// TestScriptIncludes checks that every helper a script or its includes call
+// is defined by an include named (before the caller), and that each include
+// named is used.
 func scriptSource(name string) string {
 	src := readScript(name)
 	shebang := ""
@@ -38,13 +47,17 @@ func scriptSource(name string) string {
 		shebang, src = line+"\n", rest
 	}
 	first, _, _ := strings.Cut(src, "\n")
-	if lib, ok := strings.CutPrefix(first, includeLine); ok {
-		src = readScript(strings.TrimSpace(lib)) + src
+	if list, ok := strings.CutPrefix(first, includeLine); ok {
+		var libs strings.Builder
+		for _, inc := range strings.Split(list, ",") {
+			libs.WriteString(readScript(strings.TrimSpace(inc)))
+		}
+		src = libs.String() + src
 	}
 	return shebang + src
 }
 
-// includeLine starts the line by which a script includes another (lib).
+// includeLine starts the line by which a script names its includes.
 const includeLine = "-- include: "
 
 func readScript(name string) string {

@@ -1,53 +1,339 @@
 package store
 
 import (
+	"context"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
-// TestScriptsDeclareTheirInclude guards the include line: a script that
-// calls a helper of lib.lua without "-- include: lib" fails only when it
-// runs (attempt to call a nil value), so check every script here.
-func TestScriptsDeclareTheirInclude(t *testing.T) {
-	lib := readScript("lib")
-	var helpers []string
-	for _, m := range regexp.MustCompile(`(?m)^local function (\w+)`).FindAllStringSubmatch(lib, -1) {
-		helpers = append(helpers, m[1])
+var (
+	luaLongComment = regexp.MustCompile(`(?s)--\[\[.*?\]\]`)
+	luaComment     = regexp.MustCompile(`--[^\n]*`)
+	luaFunction    = regexp.MustCompile(`(?m)^local function (\w+)`)
+	luaReturn      = regexp.MustCompile(`(?m)^return\b`)
+)
+
+// luaCode is src without its comments (the scripts have no "--" in strings).
+func luaCode(src string) string {
+	return luaComment.ReplaceAllString(luaLongComment.ReplaceAllString(src, ""), "")
+}
+
+// splitScript cuts a script's source into its shebang line (with its
+// newline; "" for none), the includes its include line names, and the rest
+// (from the include line on).
+func splitScript(src string) (shebang string, includes []string, rest string) {
+	rest = src
+	if strings.HasPrefix(rest, "#!") {
+		line, after, _ := strings.Cut(rest, "\n")
+		shebang, rest = line+"\n", after
 	}
-	if len(helpers) == 0 {
-		t.Fatal("lib.lua defines no helpers")
+	first, _, _ := strings.Cut(rest, "\n")
+	if list, ok := strings.CutPrefix(first, includeLine); ok {
+		for _, name := range strings.Split(list, ",") {
+			includes = append(includes, strings.TrimSpace(name))
+		}
 	}
-	calls := regexp.MustCompile(`\b(` + strings.Join(helpers, "|") + `)\(`)
+	return shebang, includes, rest
+}
+
+// scriptNames are the names of the embedded .lua files, scripts and
+// includes.
+func scriptNames(t *testing.T) []string {
 	entries, err := scriptFiles.ReadDir("scripts")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var names []string
 	for _, e := range entries {
-		name := strings.TrimSuffix(e.Name(), ".lua")
-		if name == "lib" {
+		names = append(names, strings.TrimSuffix(e.Name(), ".lua"))
+	}
+	return names
+}
+
+// includedScripts are the names of the includes: the files some include
+// line names.
+func includedScripts(t *testing.T) map[string]bool {
+	included := map[string]bool{}
+	for _, name := range scriptNames(t) {
+		_, incs, _ := splitScript(readScript(name))
+		for _, inc := range incs {
+			included[inc] = true
+		}
+	}
+	return included
+}
+
+// calledOf returns the helpers of defined (helper -> its include) that code
+// calls, in order of first call.
+func calledOf(code string, defined map[string]string) []string {
+	var called []string
+	for _, m := range regexp.MustCompile(`\b(\w+)\(`).FindAllStringSubmatch(code, -1) {
+		if _, ok := defined[m[1]]; ok && !slices.Contains(called, m[1]) {
+			called = append(called, m[1])
+		}
+	}
+	return called
+}
+
+// TestScriptIncludes guards the include lines (see scriptSource): a script
+// that calls a helper its includes do not define fails only when it runs
+// (attempt to call a nil value), and one that names an include it does not
+// use sends Redis code for nothing, so check every script here.
+func TestScriptIncludes(t *testing.T) {
+	names := scriptNames(t)
+	// The includes are the files some include line names.
+	included := map[string]bool{}
+	for _, name := range names {
+		_, incs, _ := splitScript(readScript(name))
+		for _, inc := range incs {
+			if !slices.Contains(names, inc) {
+				t.Errorf("%s.lua includes %q: there is no %s.lua", name, inc, inc)
+				continue
+			}
+			included[inc] = true
+		}
+	}
+	defined := map[string]string{} // helper -> the include defining it
+	uses := map[string][]string{}  // include -> the helpers of others it calls
+	for _, inc := range names {
+		if !included[inc] {
+			continue
+		}
+		src := readScript(inc)
+		shebang, incs, _ := splitScript(src)
+		if shebang != "" || incs != nil {
+			t.Errorf("%s.lua is an include: it may have no shebang or include line of its own", inc)
+		}
+		if luaReturn.MatchString(luaCode(src)) {
+			t.Errorf("%s.lua is an include: a top-level return would end the scripts that name it", inc)
+		}
+		if !strings.HasSuffix(src, "\n") {
+			t.Errorf("%s.lua does not end with a newline: the next file would continue its last line", inc)
+		}
+		fns := luaFunction.FindAllStringSubmatch(src, -1)
+		if len(fns) == 0 {
+			t.Errorf("%s.lua is an include but defines no helper", inc)
+		}
+		for _, m := range fns {
+			if other, ok := defined[m[1]]; ok {
+				t.Errorf("%s is defined by both %s.lua and %s.lua", m[1], other, inc)
+			}
+			defined[m[1]] = inc
+		}
+	}
+	for inc := range included {
+		for _, fn := range calledOf(luaCode(readScript(inc)), defined) {
+			if defined[fn] != inc {
+				uses[inc] = append(uses[inc], fn)
+			}
+		}
+	}
+
+	for _, name := range names {
+		if included[name] {
 			continue
 		}
 		src := readScript(name)
-		body := src
-		if strings.HasPrefix(body, "#!") {
-			_, body, _ = strings.Cut(body, "\n")
+		shebang, incs, rest := splitScript(src)
+		code := luaCode(rest)
+		for _, m := range luaFunction.FindAllStringSubmatch(code, -1) {
+			if inc, ok := defined[m[1]]; ok {
+				t.Errorf("%s.lua defines %s, a helper of %s.lua: give it another name", name, m[1], inc)
+			}
 		}
-		first, _, _ := strings.Cut(body, "\n")
-		includes := first == includeLine+"lib"
-		uses := calls.FindString(body)
-		if uses != "" && !includes {
-			t.Errorf("%s.lua calls %s of lib.lua but does not start with %q", name, uses, includeLine+"lib")
+		// Each include may call those named before it; the script, all.
+		used := map[string]bool{}
+		for i, inc := range incs {
+			if slices.Contains(incs[:i], inc) {
+				t.Errorf("%s.lua names %s twice", name, inc)
+			}
+			for _, fn := range uses[inc] {
+				if !slices.Contains(incs[:i], defined[fn]) {
+					t.Errorf("%s.lua: its include %s calls %s, so %s must be named before %s", name, inc, fn, defined[fn], inc)
+				}
+			}
 		}
-		if includes && uses == "" {
-			t.Errorf("%s.lua includes lib.lua but calls none of its helpers", name)
+		for _, fn := range calledOf(code, defined) {
+			if !slices.Contains(incs, defined[fn]) {
+				t.Errorf("%s.lua calls %s of %s.lua but its include line does not name %s", name, fn, defined[fn], defined[fn])
+			}
+			used[defined[fn]] = true
 		}
-		full := scriptSource(name)
-		if includes && !strings.Contains(full, "local function fields(") {
-			t.Errorf("%s.lua: lib.lua was not put in front", name)
+		// An include is used when the script or a used include (one named
+		// after it) calls one of its helpers.
+		for i := len(incs) - 1; i >= 0; i-- {
+			if !used[incs[i]] {
+				t.Errorf("%s.lua names %s but calls none of its helpers (nor do its other includes)", name, incs[i])
+				continue
+			}
+			for _, fn := range uses[incs[i]] {
+				used[defined[fn]] = true
+			}
 		}
-		if strings.HasPrefix(src, "#!") && !strings.HasPrefix(full, strings.SplitAfter(src, "\n")[0]) {
-			t.Errorf("%s.lua: its shebang is no longer the first line", name)
+
+		// What Redis runs: the shebang, the includes in order, the script.
+		want := shebang
+		for _, inc := range incs {
+			want += readScript(inc)
+		}
+		want += rest
+		if got := scriptSource(name); got != want {
+			t.Errorf("%s.lua: scriptSource does not put the shebang, then %v in order, then the script", name, incs)
+		}
+	}
+}
+
+// TestScriptsLoad has a server compile every script as Redis runs it
+// (SCRIPT LOAD): a syntax error, a shebang flag the server does not know,
+// or a function over Lua's limits (200 locals, 60 upvalues) fails here
+// rather than in the first test that runs the script.
+func TestScriptsLoad(t *testing.T) {
+	srv := redistest.ForTest(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	included := includedScripts(t)
+	for _, name := range scriptNames(t) {
+		if included[name] {
+			continue
+		}
+		if err := c.ScriptLoad(ctx, scriptSource(name)).Err(); err != nil {
+			t.Errorf("%s.lua: %v", name, err)
+		}
+	}
+}
+
+var (
+	luaHeaderEntry = regexp.MustCompile(`(?m)^\s*(KEYS|ARGV)\[(\d+)\]\s+(\S+)`)
+	luaLocal       = regexp.MustCompile(`^local\s+(\w+(?:\s*,\s*\w+)*)\s*=\s*(.+)$`)
+	luaFixedIndex  = regexp.MustCompile(`\b(KEYS|ARGV)\[(\d+)\]`)
+)
+
+// splitTopLevel splits a Lua expression list at its top-level commas.
+func splitTopLevel(exprs string) []string {
+	var parts []string
+	depth, start := 0, 0
+	for i, r := range exprs {
+		switch r {
+		case '(', '{', '[':
+			depth++
+		case ')', '}', ']':
+			depth--
+		case ',':
+			if depth == 0 {
+				parts = append(parts, strings.TrimSpace(exprs[start:i]))
+				start = i + 1
+			}
+		}
+	}
+	return append(parts, strings.TrimSpace(exprs[start:]))
+}
+
+// TestScriptLocals guards the scripts' named keys and arguments. Each
+// script's header lists its fixed keys and arguments, KEYS[1] name ...,
+// ARGV[1] ..., in order (a variable tail, as KEYS[13...], KEYS[3g+8] or
+// ARGV[j+1], is not counted). Right after the header, a block of local
+// lines gives each of them a local, in the same order: a key the name the
+// header gives it (local waiting = KEYS[1]), an argument a name of its own
+// (plain, or converted: tonumber(ARGV[2])). The body uses the names: no
+// KEYS[<digits>] or ARGV[<digits>] outside the block, so a key added,
+// removed or moved in the header cannot leave the body reading the wrong
+// one. Tails keep index arithmetic (KEYS[g], ARGV[j + 2]).
+func TestScriptLocals(t *testing.T) {
+	included := includedScripts(t)
+	for _, name := range scriptNames(t) {
+		_, _, rest := splitScript(readScript(name))
+		if included[name] {
+			if luaFixedIndex.MatchString(luaCode(rest)) {
+				t.Errorf("%s.lua is an include: its helpers take keys and arguments as parameters", name)
+			}
+			continue
+		}
+		start := strings.Index(rest, "--[[")
+		end := strings.Index(rest, "\n]]\n")
+		if start < 0 || end < start {
+			t.Errorf("%s.lua has no header (--[[ ... ]] listing its keys and arguments)", name)
+			continue
+		}
+		header, body := rest[start:end], rest[end+len("\n]]\n"):]
+
+		var headerKeys []string // names of KEYS[1], KEYS[2], ...
+		headerArgs := 0
+		for _, m := range luaHeaderEntry.FindAllStringSubmatch(header, -1) {
+			n, want := m[2], len(headerKeys)+1
+			if m[1] == "ARGV" {
+				want = headerArgs + 1
+			}
+			if n != strconv.Itoa(want) {
+				t.Errorf("%s.lua: its header lists %s[%s] where %s[%d] belongs", name, m[1], n, m[1], want)
+				continue
+			}
+			if m[1] == "KEYS" {
+				headerKeys = append(headerKeys, m[3])
+			} else {
+				headerArgs++
+			}
+		}
+
+		// The locals block: the local (and comment) lines after the header.
+		lines := strings.Split(body, "\n")
+		n := 0
+		for n < len(lines) && (strings.HasPrefix(lines[n], "local ") || strings.HasPrefix(lines[n], "--")) {
+			n++
+		}
+		var keys []string // the names given KEYS[1], KEYS[2], ... in order
+		args := 0
+		for _, line := range lines[:n] {
+			code := strings.TrimSpace(luaCode(line))
+			if !luaFixedIndex.MatchString(code) {
+				continue
+			}
+			m := luaLocal.FindStringSubmatch(code)
+			if m == nil {
+				t.Errorf("%s.lua: cannot read the local line %q", name, line)
+				continue
+			}
+			names, exprs := splitTopLevel(m[1]), splitTopLevel(m[2])
+			if len(names) != len(exprs) {
+				t.Errorf("%s.lua: %q: give each name its own expression", name, line)
+				continue
+			}
+			for i, expr := range exprs {
+				for _, ix := range luaFixedIndex.FindAllStringSubmatch(expr, -1) {
+					if ix[1] == "KEYS" {
+						if expr != ix[0] {
+							t.Errorf("%s.lua: %s = %s: a key's local is the key itself", name, names[i], expr)
+						}
+						if ix[2] != strconv.Itoa(len(keys)+1) {
+							t.Errorf("%s.lua: its locals name %s where KEYS[%d] belongs (header order)", name, ix[0], len(keys)+1)
+						}
+						keys = append(keys, names[i])
+					} else {
+						if ix[2] != strconv.Itoa(args+1) {
+							t.Errorf("%s.lua: its locals name %s where ARGV[%d] belongs (header order)", name, ix[0], args+1)
+						}
+						args++
+					}
+				}
+			}
+		}
+		if !slices.Equal(keys, headerKeys) {
+			t.Errorf("%s.lua: the locals of its keys are %v; its header names them %v", name, keys, headerKeys)
+		}
+		if args != headerArgs {
+			t.Errorf("%s.lua: its locals take %d arguments; its header lists %d (ARGV[1..%d])", name, args, headerArgs, headerArgs)
+		}
+		for i, line := range lines[n:] {
+			if ix := luaFixedIndex.FindString(luaCode(line)); ix != "" {
+				t.Errorf("%s.lua: %s in the body (%q, %d lines after the locals): use its local", name, ix, strings.TrimSpace(line), i+1)
+			}
 		}
 	}
 }

@@ -11,10 +11,12 @@
 
   Returns how many of the entries were pending and are now acknowledged.
 ]]
+local rstream = KEYS[1]
+local group = ARGV[1]
 local acked = 0
 for i = 2, #ARGV do
-  if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then
-    redis.call('XDEL', KEYS[1], ARGV[i])
+  if redis.call('XACK', rstream, group, ARGV[i]) == 1 then
+    redis.call('XDEL', rstream, ARGV[i])
     acked = acked + 1
   end
 end

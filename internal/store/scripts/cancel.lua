@@ -1,3 +1,4 @@
+-- include: lookup
 --[[
   cancel: removes a message that is still waiting, found by its UUID or by
   the business key it holds, and frees its business key if it holds one.
@@ -13,28 +14,27 @@
   Returns 1 when the message was waiting and is removed, 0 otherwise
   (unknown, already delivered, or already cancelled).
 ]]
-local id = ARGV[2]
-if ARGV[1] == 'key' then
-  id = redis.call('HGET', KEYS[3], ARGV[2])
-  if not id then
-    return 0
-  end
+local waiting, bodies, bkeys, bkeyof, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local by, ref = ARGV[1], ARGV[2]
+local id = lookup_id(bkeys, by, ref)
+if not id then
+  return 0
 end
-local removed = redis.call('ZREM', KEYS[1], id)
-if removed == 0 and ARGV[1] == 'uuid' then
+local removed = redis.call('ZREM', waiting, id)
+if removed == 0 and by == 'uuid' then
   return 0
 end
 -- by key, a holder no longer waiting (none should be) is freed all the same
-redis.call('HDEL', KEYS[2], id)
-redis.call('HDEL', KEYS[5], id)
-local key = redis.call('HGET', KEYS[4], id)
+redis.call('HDEL', bodies, id)
+redis.call('HDEL', prio, id)
+local key = redis.call('HGET', bkeyof, id)
 if key then
-  redis.call('HDEL', KEYS[4], id)
-  if redis.call('HGET', KEYS[3], key) == id then
-    redis.call('HDEL', KEYS[3], key)
+  redis.call('HDEL', bkeyof, id)
+  if redis.call('HGET', bkeys, key) == id then
+    redis.call('HDEL', bkeys, key)
   end
 end
-if ARGV[1] == 'key' then
-  redis.call('HDEL', KEYS[3], ARGV[2])
+if by == 'key' then
+  redis.call('HDEL', bkeys, ref)
 end
 return removed

@@ -13,9 +13,11 @@
 
   Returns 1 when the group existed, 0 otherwise.
 ]]
-local existed = redis.call('SREM', KEYS[2], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  existed = math.max(existed, redis.call('XGROUP', 'DESTROY', KEYS[1], ARGV[1]))
+local stream, groups = KEYS[1], KEYS[2]
+local group = ARGV[1]
+local existed = redis.call('SREM', groups, group)
+if redis.call('EXISTS', stream) == 1 then
+  existed = math.max(existed, redis.call('XGROUP', 'DESTROY', stream, group))
 end
 -- UNLINK frees large keys (dead letters) off the main thread
 redis.call('UNLINK', unpack(KEYS, 3))

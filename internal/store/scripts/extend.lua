@@ -23,26 +23,27 @@
   in ms (0 when none is stored), so a subscription renews often enough
   even when another subscriber of the group set a shorter one.
 ]]
+local stream, rstream, meta = KEYS[1], KEYS[2], KEYS[3]
 local group, consumer, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local held = {}
 for i = 4, #ARGV do held[ARGV[i]] = true end
 local unheld = 0
-for s = 1, 2 do
+for s, key in ipairs({stream, rstream}) do
   local first, last = 4, 3 + n
   if s == 2 then first, last = 4 + n, #ARGV end
   -- in chunks: unpack has a stack limit
   for i = first, last, 500 do
     local ids = {unpack(ARGV, i, math.min(i + 499, last))}
     ids[#ids + 1] = 'JUSTID'
-    redis.call('XCLAIM', KEYS[s], group, consumer, 0, unpack(ids))
+    redis.call('XCLAIM', key, group, consumer, 0, unpack(ids))
   end
   -- The first (held + 1) pending entries include an unheld one whenever
   -- there is one. A stream without the group has nothing pending.
-  local ok, p = pcall(redis.call, 'XPENDING', KEYS[s], group, '-', '+', last - first + 2, consumer)
+  local ok, p = pcall(redis.call, 'XPENDING', key, group, '-', '+', last - first + 2, consumer)
   if ok then
     for _, e in ipairs(p) do
       if not held[e[1]] then unheld = unheld + 1 end
     end
   end
 end
-return {unheld, tonumber(redis.call('HGET', KEYS[3], 'vis')) or 0}
+return {unheld, tonumber(redis.call('HGET', meta, 'vis')) or 0}

@@ -24,20 +24,21 @@
   only, is moved), {0} when the index no longer holds that location (moved
   or unpacked meanwhile: the caller looks again).
 ]]
-local loc = redis.call('HGET', KEYS[4], ARGV[1])
-if loc ~= ARGV[2] then
+local far, fmeta, bucket, index, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local field, readLoc, uuid, b, wake, readOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local loc = redis.call('HGET', index, field)
+if loc ~= readLoc then
   return {0}
 end
-local b = ARGV[4]
-local pos = tonumber(loc) % 16777216 - tonumber(redis.call('HGET', KEYS[2], 'p:' .. b) or '0')
-local e = pos >= 0 and redis.call('LINDEX', KEYS[3], pos)
+local pos = tonumber(loc) % 16777216 - tonumber(redis.call('HGET', fmeta, 'p:' .. b) or '0')
+local e = pos >= 0 and redis.call('LINDEX', bucket, pos)
 local body = e and string.sub(e, 9) or ''
 -- The element must be the message asked for: its UUID is the index field
 -- (version 3: its 16 bytes) or, as text, the UUID given.
 local id = nil
 local v = string.byte(body, 1)
 if v == 3 then
-  id = string.sub(body, 2, 17) == ARGV[1] and ARGV[3]
+  id = string.sub(body, 2, 17) == field and uuid
 elseif v == 1 or v == 2 then
   local n, at = string.byte(body, 2), 3
   if n and n >= 128 then
@@ -45,31 +46,31 @@ elseif v == 1 or v == 2 then
   end
   id = n and string.sub(body, at, at + n - 1)
 end
-if id ~= ARGV[3] then
+if id ~= uuid then
   -- an index entry whose element is gone or another message's (cannot
   -- happen unless data was damaged): drop it rather than act on the wrong
   -- message; the message itself, wherever it is, is still delivered
-  redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('HDEL', index, field)
   return {0}
 end
 local score = struct.unpack('>d', e)
-if ARGV[6] == '1' then
+if readOnly == '1' then
   return {1, body, score}
 end
-redis.call('LSET', KEYS[3], pos, '')
-redis.call('HDEL', KEYS[4], ARGV[1])
-if redis.call('HINCRBY', KEYS[2], 'n', -1) <= 0 then
-  redis.call('HDEL', KEYS[2], 'n')
+redis.call('LSET', bucket, pos, '')
+redis.call('HDEL', index, field)
+if redis.call('HINCRBY', fmeta, 'n', -1) <= 0 then
+  redis.call('HDEL', fmeta, 'n')
 end
-if redis.call('HINCRBY', KEYS[2], 'l:' .. b, -1) <= 0 then
-  redis.call('DEL', KEYS[3])
-  redis.call('ZREM', KEYS[1], b)
-  redis.call('HDEL', KEYS[2], 'p:' .. b, 'l:' .. b)
+if redis.call('HINCRBY', fmeta, 'l:' .. b, -1) <= 0 then
+  redis.call('DEL', bucket)
+  redis.call('ZREM', far, b)
+  redis.call('HDEL', fmeta, 'p:' .. b, 'l:' .. b)
 end
-local head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2]
-redis.call('ZADD', KEYS[5], score, ARGV[3])
-redis.call('HSET', KEYS[6], ARGV[3], body)
+local head = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')[2]
+redis.call('ZADD', waiting, score, uuid)
+redis.call('HSET', bodies, uuid, body)
 if not head or score < tonumber(head) then
-  redis.call('PUBLISH', ARGV[5], 'd')
+  redis.call('PUBLISH', wake, 'd')
 end
 return {1, body, score}

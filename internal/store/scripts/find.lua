@@ -1,3 +1,4 @@
+-- include: lookup
 --[[
   find: reads a waiting message, found by its UUID or by the business key
   it holds, without changing anything.
@@ -11,18 +12,17 @@
   Returns {UUID, due score, encoded message} when the message is waiting,
   false otherwise (unknown, already due, or cancelled).
 ]]
-local id = ARGV[2]
-if ARGV[1] == 'key' then
-  id = redis.call('HGET', KEYS[3], ARGV[2])
-  if not id then
-    return false
-  end
+local waiting, bodies, bkeys = KEYS[1], KEYS[2], KEYS[3]
+local by, ref = ARGV[1], ARGV[2]
+local id = lookup_id(bkeys, by, ref)
+if not id then
+  return false
 end
-local score = redis.call('ZSCORE', KEYS[1], id)
+local score = redis.call('ZSCORE', waiting, id)
 if not score then
   return false
 end
-local body = redis.call('HGET', KEYS[2], id)
+local body = redis.call('HGET', bodies, id)
 if not body then
   return false
 end

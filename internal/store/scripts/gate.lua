@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: clock
 --[[
   gate: whether a subscription of a consumer group may fetch new messages
   from a topic, and how many. The group's pause flag and rate limiter are
@@ -33,18 +34,21 @@
   fetches at most count messages (want); end identifies its reservation
   (ARGV[5] of its next call).
 ]]
-if redis.call('EXISTS', KEYS[1]) == 1 then
+local paused, rate = KEYS[1], KEYS[2]
+-- the limit as given (messages, interval): it is stored as "n/per"
+local limitN, limitPer = ARGV[1], ARGV[2]
+local want, unused, prev = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local n, per = tonumber(limitN), tonumber(limitPer)
+if redis.call('EXISTS', paused) == 1 then
   return {1, 0, 0}
 end
-local n, per, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if n <= 0 then
   return {0, want, 0}
 end
 local e = per / n -- ms per message
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local limit = ARGV[1] .. '/' .. ARGV[2]
-local st = redis.call('HMGET', KEYS[2], 't', 'l')
+local now = now_us() / 1000 -- ms, with the µs as a fraction
+local limit = limitN .. '/' .. limitPer
+local st = redis.call('HMGET', rate, 't', 'l')
 local tat = tonumber(st[1]) or now
 if st[2] ~= limit then
   -- The limit changed: reservations made under the old one no longer
@@ -55,9 +59,8 @@ end
 local function id(v)
   return math.floor(tonumber(v) * 1000 + 0.5)
 end
-local unused = tonumber(ARGV[4])
 if unused >= 0 then
-  if unused > 0 and st[1] and ARGV[5] ~= '' and id(st[1]) == tonumber(ARGV[5]) then
+  if unused > 0 and st[1] and prev ~= '' and id(st[1]) == tonumber(prev) then
     tat = math.max(tat - unused * e, now)
   end
   tat = math.max(tat, now)
@@ -68,6 +71,6 @@ end
 local wait = tat - now
 tat = tat + want * e
 local stored = string.format('%.3f', tat)
-redis.call('HSET', KEYS[2], 't', stored, 'l', limit)
-redis.call('PEXPIRE', KEYS[2], math.ceil(tat - now) + 1000)
+redis.call('HSET', rate, 't', stored, 'l', limit)
+redis.call('PEXPIRE', rate, math.ceil(tat - now) + 1000)
 return {0, want, math.ceil(wait * 1000), id(stored)}

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock, stream
 --[[
   idle: tells whether a partition holds nothing a scheduler must act on, and
   if so marks it dormant, so the scheduler's loop may stop: no message
@@ -22,7 +22,9 @@
 
   Returns 1 when idle (and marked dormant), 0 otherwise.
 ]]
-if redis.call('ZCARD', KEYS[1]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then
+local waiting, stream, dormant, fanout, far = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local retention = tonumber(ARGV[1])
+if redis.call('ZCARD', waiting) > 0 or redis.call('EXISTS', fanout) == 1 or redis.call('EXISTS', far) == 1 then
   return 0
 end
 for k = 6, #KEYS, 2 do
@@ -31,10 +33,9 @@ for k = 6, #KEYS, 2 do
   end
 end
 
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-  local groups = redis.call('XINFO', 'GROUPS', KEYS[2])
-  local retention = tonumber(ARGV[1])
+if redis.call('EXISTS', stream) == 1 then
+  local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)[1]
+  local groups = redis.call('XINFO', 'GROUPS', stream)
   if #groups == 0 and retention > 0 and last then
     -- the newest entry expires last (trimming is approximate: an older
     -- one left behind does not keep the loop)
@@ -56,5 +57,5 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
     end
   end
 end
-redis.call('SET', KEYS[3], '1')
+redis.call('SET', dormant, '1')
 return 1

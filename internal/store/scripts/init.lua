@@ -11,21 +11,27 @@
   KEYS[4] meta     hash   the group's policy and counters
   ARGV[1] consumer group
   ARGV[2] wake channel (told about the new group)
-  ARGV[3..7] policy: max attempts (0 = no limit), visibility timeout ms,
-          most dead letters (0 = no limit), consumer idle timeout ms,
-          retry delays ms per attempt (comma-separated, last repeats)
+  ARGV[3] policy, max: max attempts (0 = no limit)
+  ARGV[4] policy, vis: visibility timeout ms
+  ARGV[5] policy, deadmax: most dead letters (0 = no limit)
+  ARGV[6] policy, idle: consumer idle timeout ms
+  ARGV[7] policy, backoff: retry delays ms per attempt (comma-separated,
+          last repeats)
 
   Returns 1 when the group is new, 0 when it existed.
 ]]
-local created = redis.call('SADD', KEYS[3], ARGV[1])
-for s = 1, 2 do
-  local ok = redis.pcall('XGROUP', 'CREATE', KEYS[s], ARGV[1], '0', 'MKSTREAM')
+local stream, rstream, groups, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local group, wake = ARGV[1], ARGV[2]
+local max, vis, deadmax, idle, backoff = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local created = redis.call('SADD', groups, group)
+for _, key in ipairs({stream, rstream}) do
+  local ok = redis.pcall('XGROUP', 'CREATE', key, group, '0', 'MKSTREAM')
   if type(ok) == 'table' and ok.err and not string.find(ok.err, 'BUSYGROUP', 1, true) then
     return redis.error_reply(ok.err)
   end
 end
-redis.call('HSET', KEYS[4], 'max', ARGV[3], 'vis', ARGV[4], 'deadmax', ARGV[5], 'idle', ARGV[6], 'backoff', ARGV[7])
+redis.call('HSET', meta, 'max', max, 'vis', vis, 'deadmax', deadmax, 'idle', idle, 'backoff', backoff)
 if created == 1 then
-  redis.call('PUBLISH', ARGV[2], 'g')
+  redis.call('PUBLISH', wake, 'g')
 end
 return created

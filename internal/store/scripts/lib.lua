@@ -1,36 +1,12 @@
 --[[
-  lib: helpers prepended to the scripts that declare
-  "-- include: lib" as their first line after the shebang (see loadScript
-  in scripts.go). Not a script of its own.
+  lib: helpers of the scripts that deliver, redeliver and bury messages.
+  An include: put in front of the scripts that name it on their include
+  line, the first line after the shebang ("-- include: clock, lib"), in
+  the order named, so an include calls only helpers of those named before
+  it; it defines local functions only (see scriptSource in scripts.go, and
+  TestScriptIncludes, which checks the include lines). lib calls clock's
+  now_ceil_ms: a script naming lib names clock before it.
 ]]
-
--- Redis's clock in ms, rounded up: a due time is never earlier than now + delay.
-local function now_ceil_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
-end
-
--- Redis's clock in ms, rounded down: entries older than now - retention expire.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- The ms and sequence parts of a stream entry id.
-local function parse_id(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-
--- A table of the flat field/value list XINFO GROUPS and XINFO CONSUMERS
--- reply per group or consumer ({'name', 'g', 'pending', 0, ...}).
-local function fields(flat)
-  local t = {}
-  for i = 1, #flat, 2 do
-    t[flat[i]] = flat[i + 1]
-  end
-  return t
-end
 
 -- Tells the consumers of a partition waiting for new entries (read.lua
 -- armed the bell) that entries were added: once per arming, so a script

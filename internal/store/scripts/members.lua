@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: clock
 --[[
   members: the heartbeat of a member in a member list: the ordered
   subscriptions of a consumer group for a topic, or the schedulers of a
@@ -16,27 +17,28 @@
   Returns {live, fewest}: the number of live members, and the fewest
   partitions another live member owns (-1 when there is no other).
 ]]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if tonumber(ARGV[2]) > 0 then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+local members, owned = KEYS[1], KEYS[2]
+local member, ttl, owns = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local now = now_ms()
+if ttl > 0 then
+  redis.call('ZADD', members, now + ttl, member)
+  redis.call('HSET', owned, member, owns)
 else
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('ZREM', members, member)
+  redis.call('HDEL', owned, member)
 end
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+local expired = redis.call('ZRANGEBYSCORE', members, '-inf', now)
 if #expired > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  redis.call('HDEL', KEYS[2], unpack(expired))
+  redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
+  redis.call('HDEL', owned, unpack(expired))
 end
-local live = redis.call('ZRANGE', KEYS[1], 0, -1)
+local live = redis.call('ZRANGE', members, 0, -1)
 local fewest = -1
 if #live > 0 then
-  local counts = redis.call('HMGET', KEYS[2], unpack(live))
+  local counts = redis.call('HMGET', owned, unpack(live))
   for k, name in ipairs(live) do
     local n = tonumber(counts[k]) or 0
-    if name ~= ARGV[1] and (fewest < 0 or n < fewest) then fewest = n end
+    if name ~= member and (fewest < 0 or n < fewest) then fewest = n end
   end
 end
 return {#live, fewest}

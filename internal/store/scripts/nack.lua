@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock, lib
 --[[
   nack: takes a delivered message away from its consumer group's pending
   list and either queues it for redelivery to that group only (into the
@@ -31,20 +31,22 @@
   queued twice), 1 when requeued, 2 when buried; evicted counts dead
   letters evicted to make room.
 ]]
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+local source, retry, rbodies, rstream, dead, meta, bell = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local group, id, tag, attempt, delay, body = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local wake, reason, deadMax, snooze = ARGV[7], ARGV[8], tonumber(ARGV[9]), ARGV[10]
+if redis.call('XACK', source, group, id) == 0 then
   return {0, 0}
 end
-if ARGV[3] == 'r' then
-  redis.call('XDEL', KEYS[1], ARGV[2])
+if tag == 'r' then
+  redis.call('XDEL', source, id)
 end
 
-local attempt = tonumber(ARGV[4])
-if ARGV[8] ~= '' then
-  return {2, bury(KEYS[5], KEYS[6], tonumber(ARGV[9]), ARGV[6], attempt, ARGV[8])}
+if reason ~= '' then
+  return {2, bury(dead, meta, deadMax, body, attempt, reason)}
 end
 local next = attempt + 1
-if ARGV[10] == '1' then
+if snooze == '1' then
   next = attempt
 end
-requeue(KEYS[2], KEYS[3], KEYS[4], KEYS[7], ARGV[7], ARGV[3] .. ARGV[2], next, tonumber(ARGV[5]), ARGV[6])
+requeue(retry, rbodies, rstream, bell, wake, tag .. id, next, delay, body)
 return {1, 0}

@@ -29,18 +29,20 @@
   drop returns 1 when dropped. After a take or claim, stream and cursor
   tell where to go on claiming (ARGV[5], ARGV[6]); stream 0: all claimed.
 ]]
-local group, consumer, op = ARGV[1], ARGV[2], ARGV[4]
-local holder = redis.call('GET', KEYS[1])
+local owner, stream, rstream = KEYS[1], KEYS[2], KEYS[3]
+local group, consumer, lease, op = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local fromStream, fromCursor, most = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+local holder = redis.call('GET', owner)
 if op == 'drop' then
   if holder == consumer then
-    redis.call('DEL', KEYS[1])
+    redis.call('DEL', owner)
     return {1, 0, ''}
   end
   return {0, 0, ''}
 end
 if op == 'renew' then
   if holder == consumer then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    redis.call('PEXPIRE', owner, lease)
     return {1, 0, ''}
   end
   return {0, 0, ''}
@@ -50,16 +52,18 @@ if op == 'claim' then
   if holder ~= consumer then
     return {0, 0, ''}
   end
-  s, cursor = tonumber(ARGV[5]), ARGV[6]
+  s, cursor = fromStream, fromCursor
 elseif holder and holder ~= consumer then
   return {0, 0, ''}
 end
-redis.call('SET', KEYS[1], consumer, 'PX', ARGV[3])
-local left = tonumber(ARGV[7])
+redis.call('SET', owner, consumer, 'PX', lease)
+local left = most
 local claimed = 0
+-- the streams by their place in KEYS, as ARGV[5] and the reply number them
+local streams = {[2] = stream, [3] = rstream}
 -- one XAUTOCLAIM per stream (it scans 10 * COUNT entries at most)
 while s <= 3 do
-  local ok, r = pcall(redis.call, 'XAUTOCLAIM', KEYS[s], group, consumer, 0, cursor, 'COUNT', left, 'JUSTID')
+  local ok, r = pcall(redis.call, 'XAUTOCLAIM', streams[s], group, consumer, 0, cursor, 'COUNT', left, 'JUSTID')
   if not ok then
     cursor = '0-0' -- the group does not exist on this stream yet: nothing is pending
   else

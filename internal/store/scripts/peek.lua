@@ -1,5 +1,5 @@
 #!lua flags=no-writes
--- include: lib
+-- include: stream
 --[[
   peek: whether a consumer group has entries it has not read yet in the
   given streams, changing nothing. Idle subscriptions wait for their bell

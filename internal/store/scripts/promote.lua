@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock, lib
 --[[
   promote: one scheduler tick of a topic. It first takes or extends the
   topic's scheduling lease: only the scheduler holding it promotes, the
@@ -59,20 +59,20 @@
              caller unpacks it, unpack.lua), -1 when none is; wait counts
              the time until the next one is
 ]]
-local owner = ARGV[2]
-local ngroups = redis.call('SCARD', KEYS[2])
-local holder = redis.call('GET', KEYS[1])
+local lease, groups, waiting, bodies, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local bkeys, bkeyof, prio, fanout, bell = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local limit, owner, leaseMs, mayTake = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
+local ngroups = redis.call('SCARD', groups)
+local holder = redis.call('GET', lease)
 if holder and holder ~= owner then
-  return {0, redis.call('PTTL', KEYS[1]) * 1000, 0, ngroups, 0, -1}
+  return {0, redis.call('PTTL', lease) * 1000, 0, ngroups, 0, -1}
 end
-if not holder and ARGV[4] == '0' then
+if not holder and mayTake == '0' then
   return {0, -1, 0, ngroups, 0, -1}
 end
-redis.call('SET', KEYS[1], owner, 'PX', ARGV[3])
+redis.call('SET', lease, owner, 'PX', leaseMs)
 
-local limit = tonumber(ARGV[1])
-local t = redis.call('TIME')
-local nowUs = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local nowUs = now_us()
 local now = math.floor(nowUs / 1000)
 local maxScore = now * 1024 + 1023
 local moved, missing, wait = 0, 0, -1
@@ -95,45 +95,44 @@ for g = 13, #KEYS - 1, 3 do
   rstreams[#rstreams + 1] = KEYS[g]
 end
 
--- Goes on with the fan-out of the high-priority message in KEYS[9] (if
--- any): a copy to each listed group that has none yet, as far as the
--- budget allows. Each copy and its mark in KEYS[9] are written together,
--- so a scheduler that dies between calls leaves nothing lost or doubled:
--- the next call, by any scheduler, goes on from the marks. Returns true
--- when no fan-out is left.
-local function fanout()
-  local fan = KEYS[9]
-  local body = redis.call('HGET', fan, 'm')
+-- Goes on with the fan-out of the high-priority message in the fanout
+-- hash (if any): a copy to each listed group that has none yet, as far as
+-- the budget allows. Each copy and its mark in the hash are written
+-- together, so a scheduler that dies between calls leaves nothing lost or
+-- doubled: the next call, by any scheduler, goes on from the marks.
+-- Returns true when no fan-out is left.
+local function resume_fanout()
+  local body = redis.call('HGET', fanout, 'm')
   if not body then
     return true
   end
   if #rstreams == 0 then
     -- every group is gone: where a high-priority message with no group goes,
     -- unless some group has its copy already
-    if redis.call('HLEN', fan) <= 2 then
-      redis.call('XADD', KEYS[5], '*', 'm', body)
+    if redis.call('HLEN', fanout) <= 2 then
+      redis.call('XADD', stream, '*', 'm', body)
       added = true
     end
-    redis.call('DEL', fan)
+    redis.call('DEL', fanout)
     return true
   end
   for _, rs in ipairs(rstreams) do
-    if redis.call('HEXISTS', fan, rs) == 0 then
+    if redis.call('HEXISTS', fanout, rs) == 0 then
       if budget == 0 then
         return false
       end
       redis.call('XADD', rs, '*', 'm', body, 'a', 1)
-      redis.call('HSET', fan, rs, 1)
+      redis.call('HSET', fanout, rs, 1)
       budget = budget - 1
       added = true
     end
   end
-  redis.call('DEL', fan)
+  redis.call('DEL', fanout)
   return true
 end
 
 -- Moves the due messages of a set, oldest first, while the budget lasts.
-local function move(set, bodies, stream, retry)
+local function move(set, hash, dest, retry)
   -- the head alone tells an idle set (the common case) apart cheaply
   local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
   if not head then
@@ -152,8 +151,8 @@ local function move(set, bodies, stream, retry)
   local ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, left)
   local high = {}
   -- only when something is due: an idle tick stays at the head check
-  if not retry and redis.call('EXISTS', KEYS[8]) == 1 then
-    local flags = redis.call('HMGET', KEYS[8], unpack(ids))
+  if not retry and redis.call('EXISTS', prio) == 1 then
+    local flags = redis.call('HMGET', prio, unpack(ids))
     for k = 1, #ids do
       high[k] = flags[k] == '1'
     end
@@ -165,10 +164,10 @@ local function move(set, bodies, stream, retry)
       break
     end
     n = k
-    local body = redis.call('HGET', bodies, id)
+    local body = redis.call('HGET', hash, id)
     if body then
       if retry then
-        redis.call('XADD', stream, '*', 'm', body, 'a', string.match(id, '^(%d+):'))
+        redis.call('XADD', dest, '*', 'm', body, 'a', string.match(id, '^(%d+):'))
         left = left - 1
       elseif high[k] and #rstreams > 0 then
         if #rstreams <= left then
@@ -178,13 +177,13 @@ local function move(set, bodies, stream, retry)
           left = left - #rstreams
         else
           -- too many groups for this call: fanned out over the next ones
-          redis.call('HSET', KEYS[9], 'm', body, 'id', id)
+          redis.call('HSET', fanout, 'm', body, 'id', id)
           budget = left
-          fanout()
+          resume_fanout()
           left = 0
         end
       else
-        redis.call('XADD', stream, '*', 'm', body)
+        redis.call('XADD', dest, '*', 'm', body)
         left = left - 1
       end
       moved = moved + 1
@@ -198,23 +197,23 @@ local function move(set, bodies, stream, retry)
   if n < #ids then
     done = {unpack(ids, 1, n)}
   end
-  redis.call('HDEL', bodies, unpack(done))
+  redis.call('HDEL', hash, unpack(done))
   if not retry and next(high) then
-    redis.call('HDEL', KEYS[8], unpack(done))
+    redis.call('HDEL', prio, unpack(done))
   end
   -- messages leaving the waiting set release their business keys; the
   -- reverse hash exists only while a waiting message holds one
-  if not retry and redis.call('EXISTS', KEYS[7]) == 1 then
-    local held = redis.call('HMGET', KEYS[7], unpack(done))
+  if not retry and redis.call('EXISTS', bkeyof) == 1 then
+    local held = redis.call('HMGET', bkeyof, unpack(done))
     local freed = {}
     for k, key in ipairs(held) do
-      if key and redis.call('HGET', KEYS[6], key) == done[k] then
+      if key and redis.call('HGET', bkeys, key) == done[k] then
         freed[#freed + 1] = key
       end
     end
-    redis.call('HDEL', KEYS[7], unpack(done))
+    redis.call('HDEL', bkeyof, unpack(done))
     if #freed > 0 then
-      redis.call('HDEL', KEYS[6], unpack(freed))
+      redis.call('HDEL', bkeys, unpack(freed))
     end
   end
   redis.call('ZREMRANGEBYRANK', set, 0, n - 1)
@@ -230,8 +229,8 @@ local function move(set, bodies, stream, retry)
   end
 end
 
-if fanout() then
-  move(KEYS[3], KEYS[4], KEYS[5], false)
+if resume_fanout() then
+  move(waiting, bodies, stream, false)
 else
   earlier(0)
 end
@@ -255,6 +254,6 @@ if fhead[1] then
   end
 end
 if added then
-  ring(KEYS[10])
+  ring(bell)
 end
 return {moved, wait, missing, ngroups, 1, far}

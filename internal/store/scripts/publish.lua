@@ -1,4 +1,4 @@
--- include: lib
+-- include: clock, lib
 --[[
   publish: stores the messages of one or more Publish calls to a topic.
   Each call is atomic on its own: all of its messages are stored, or none.
@@ -93,19 +93,17 @@
   maxmemory with noeviction, Redis refuses the call at its first write, so
   nothing of it is stored and Publish returns the OOM error.
 ]]
+local waiting, bodies, stream, seq, bkeys, bkeyof = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local prio, reg, dormant, far, fmeta, bell = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local wake, maxWaiting, maxReady, calls = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local farMargin, farWidth, farSlack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limited)
-local maxWaiting = tonumber(ARGV[2])
-local maxReady = tonumber(ARGV[3])
-local calls = tonumber(ARGV[4])
-local farMargin = tonumber(ARGV[5])
-local farWidth = tonumber(ARGV[6])
-local farSlack = tonumber(ARGV[7])
 local first = 8 + calls
 local STRIDE = 11 -- arguments per message
 
 -- delays, which messages wait (delayed or high-priority), their UUIDs, the
 -- business keys
-local delay, waits, uuids, bkeys = {}, {}, {}, {}
+local delay, waits, uuids, msgKeys = {}, {}, {}, {}
 local fixed = {} -- message -> the score it takes from the holder it replaces (d)
 for j = first, #ARGV, STRIDE do
   local d = tonumber(ARGV[j + 1])
@@ -118,7 +116,7 @@ for j = first, #ARGV, STRIDE do
     uuids[#uuids + 1] = ARGV[j]
   end
   if ARGV[j + 3] ~= '' then
-    bkeys[#bkeys + 1] = string.sub(ARGV[j + 3], 2)
+    msgKeys[#msgKeys + 1] = string.sub(ARGV[j + 3], 2)
   end
 end
 
@@ -137,15 +135,13 @@ end
 local known = {}
 local now
 if #uuids > 0 then
-  now = redis.call('TIME')
-  -- rounded up: a due time is never earlier than now + delay
-  now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
-  lookup(KEYS[2], uuids, known)
+  now = now_ceil_ms()
+  lookup(bodies, uuids, known)
 end
 -- message -> its location in the far tier, for waiting messages whose UUID
 -- is there (the tiers never hold one UUID twice)
 local farLoc = {}
-if redis.call('EXISTS', KEYS[10]) == 1 then
+if redis.call('EXISTS', far) == 1 then
   for j = first, #ARGV, STRIDE do
     if waits[j] and ARGV[j + 5] ~= '0' and not known[ARGV[j]] then
       farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + 5])], ARGV[j + 6])
@@ -154,84 +150,93 @@ if redis.call('EXISTS', KEYS[10]) == 1 then
 end
 -- business key -> UUID of the waiting message holding it; false when none
 local holder = {}
-if #bkeys > 0 then
-  lookup(KEYS[5], bkeys, holder)
+if #msgKeys > 0 then
+  lookup(bkeys, msgKeys, holder)
 end
 local nWaiting, nReady = 0, 0
 if maxWaiting > 0 then
-  nWaiting = redis.call('ZCARD', KEYS[1]) + tonumber(redis.call('HGET', KEYS[11], 'n') or '0')
+  nWaiting = redis.call('ZCARD', waiting) + tonumber(redis.call('HGET', fmeta, 'n') or '0')
 end
 if maxReady > 0 then
-  nReady = redis.call('XLEN', KEYS[3])
+  nReady = redis.call('XLEN', stream)
 end
 
 -- check each call; collect the writes of those that pass
-local status, ready, waiting = {}, {}, {}
-local pending = {}   -- UUID -> index in waiting of a message accepted in this run
+local status, ready, toWait = {}, {}, {}
+local pending = {}   -- UUID -> index in toWait of a message accepted in this run
 local removed = {}   -- UUIDs of messages waiting before this run that are replaced
 local touched = {}   -- business keys whose holder changed
+-- The state of the call being checked: its messages to store, the
+-- business keys whose holders it replaces, what it adds to the waiting set
+-- and the ready stream, and its messages waiting in the far tier.
+local adds, removes, dWait, dReady, pulls
+
+-- Checks message m of the call being checked against the waiting messages
+-- and the calls accepted before, noting in the call's state what it
+-- stores. Returns the call's status when m fails it, else nil.
+local function check(m)
+  local id, w = ARGV[m], waits[m]
+  local old = w and known[id]
+  if w and farLoc[m] and not known[id] then
+    pulls = pulls or {'pull'}
+    pulls[#pulls + 1] = id
+    return nil
+  end
+  if old then
+    if old ~= ARGV[m + 2] then
+      return id
+    end
+    return nil -- byte-identical and waiting: a no-op
+  end
+  local bk = ARGV[m + 3]
+  if bk ~= '' then
+    local policy, key = string.sub(bk, 1, 1), string.sub(bk, 2)
+    local h = holder[key]
+    if h and (h ~= id or not w) then
+      if policy == 'r' then
+        return {'key', key, h}
+      elseif policy == 'k' then
+        return nil -- dropped
+      end
+      removes[#removes + 1] = key
+      dWait = dWait - 1
+      if policy == 'd' then
+        if pending[h] then
+          local p = toWait[pending[h]]
+          fixed[m], delay[m] = fixed[p], delay[p]
+        else
+          fixed[m] = tonumber(redis.call('ZSCORE', waiting, h))
+        end
+        if not w then
+          -- an immediate message that now waits: its UUID must not
+          -- be waiting already, but as the holder itself
+          local o = known[id]
+          if o == nil then
+            o = redis.call('HGET', bodies, id)
+          end
+          if o and id ~= h then
+            return id
+          end
+          w = true
+          waits[m] = true
+        end
+      end
+    end
+  end
+  adds[#adds + 1] = m
+  if w then dWait = dWait + 1 else dReady = dReady + 1 end
+  return nil
+end
+
 local j = first
 for k = 1, calls do
   local stop = j + STRIDE * tonumber(ARGV[7 + k])
-  local bad, pulls = nil, nil
-  local adds, removes = {}, {}
-  local dWait, dReady = 0, 0
+  local bad = nil
+  adds, removes, dWait, dReady, pulls = {}, {}, 0, 0, nil
   for m = j, stop - 1, STRIDE do
-    local id, w = ARGV[m], waits[m]
-    local old = w and known[id]
-    if w and farLoc[m] and not known[id] then
-      pulls = pulls or {'pull'}
-      pulls[#pulls + 1] = id
-    elseif old then
-      if old ~= ARGV[m + 2] then
-        bad = id
-        break
-      end
-      -- byte-identical and waiting: a no-op
-    else
-      local keep = true
-      local bk = ARGV[m + 3]
-      if bk ~= '' then
-        local policy, key = string.sub(bk, 1, 1), string.sub(bk, 2)
-        local h = holder[key]
-        if h and (h ~= id or not w) then
-          if policy == 'r' then
-            bad = {'key', key, h}
-            break
-          elseif policy == 'k' then
-            keep = false
-          else
-            removes[#removes + 1] = key
-            dWait = dWait - 1
-            if policy == 'd' then
-              if pending[h] then
-                local p = waiting[pending[h]]
-                fixed[m], delay[m] = fixed[p], delay[p]
-              else
-                fixed[m] = tonumber(redis.call('ZSCORE', KEYS[1], h))
-              end
-              if not w then
-                -- an immediate message that now waits: its UUID must not
-                -- be waiting already, but as the holder itself
-                local o = known[id]
-                if o == nil then
-                  o = redis.call('HGET', KEYS[2], id)
-                end
-                if o and id ~= h then
-                  bad = id
-                  break
-                end
-                w = true
-                waits[m] = true
-              end
-            end
-          end
-        end
-      end
-      if keep then
-        adds[#adds + 1] = m
-        if w then dWait = dWait + 1 else dReady = dReady + 1 end
-      end
+    bad = check(m)
+    if bad then
+      break
     end
   end
   -- the pulls come first: the checks that stopped the loop run again then
@@ -250,7 +255,7 @@ for k = 1, calls do
     for _, key in ipairs(removes) do
       local h = holder[key]
       if pending[h] then
-        waiting[pending[h]] = false
+        toWait[pending[h]] = false
         pending[h] = nil
       else
         removed[#removed + 1] = h
@@ -265,8 +270,8 @@ for k = 1, calls do
       else
         local id = ARGV[m]
         known[id] = ARGV[m + 2]
-        waiting[#waiting + 1] = m
-        pending[id] = #waiting
+        toWait[#toWait + 1] = m
+        pending[id] = #toWait
         if ARGV[m + 3] ~= '' then
           local key = string.sub(ARGV[m + 3], 2)
           holder[key] = id
@@ -280,67 +285,66 @@ end
 
 -- replaced messages that waited before this run
 if #removed > 0 then
-  redis.call('ZREM', KEYS[1], unpack(removed))
-  redis.call('HDEL', KEYS[2], unpack(removed))
-  redis.call('HDEL', KEYS[6], unpack(removed))
-  redis.call('HDEL', KEYS[7], unpack(removed))
+  redis.call('ZREM', waiting, unpack(removed))
+  redis.call('HDEL', bodies, unpack(removed))
+  redis.call('HDEL', bkeyof, unpack(removed))
+  redis.call('HDEL', prio, unpack(removed))
 end
 -- the final holder of every business key that changed hands
 for _, key in ipairs(touched) do
   local h = holder[key]
   if h then
-    redis.call('HSET', KEYS[5], key, h)
+    redis.call('HSET', bkeys, key, h)
   else
-    redis.call('HDEL', KEYS[5], key)
+    redis.call('HDEL', bkeys, key)
   end
 end
 
 for _, m in ipairs(ready) do
-  redis.call('XADD', KEYS[3], '*', 'm', ARGV[m + 2])
+  redis.call('XADD', stream, '*', 'm', ARGV[m + 2])
 end
 if #ready > 0 then
-  ring(KEYS[12])
+  ring(bell)
 end
 
-local wake = false
+local mustWake = false
 local stored = {}
-for _, m in ipairs(waiting) do
+for _, m in ipairs(toWait) do
   if m then
     stored[#stored + 1] = m
   end
 end
 if #stored > 0 then
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
-  local seq = redis.call('INCRBY', KEYS[4], #stored) - #stored
+  local head = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')[2]
+  local seqNo = redis.call('INCRBY', seq, #stored) - #stored
   if not now then
     -- only immediate messages that wait in a holder's place (d): taking
     -- its score, they need no clock unless the holder had no score
-    now = redis.call('TIME')
-    now = tonumber(now[1]) * 1000 + math.ceil(tonumber(now[2]) / 1000)
+    now = now_ceil_ms()
   end
   local earliest = nil
   -- scores in publish order, the far tier's too, so equal due times keep
   -- that order across the tiers
   local scoreOf = {}
   for _, m in ipairs(stored) do
-    seq = seq + 1
-    scoreOf[m] = fixed[m] or (now + delay[m]) * 1024 + seq % 1024
+    seqNo = seqNo + 1
+    scoreOf[m] = fixed[m] or (now + delay[m]) * 1024 + seqNo % 1024
   end
   -- Messages for the far tier, by bucket: one with no business key, no
   -- priority and no holder's score, due no earlier than its bucket's first
   -- due ms, whose bucket is unpacked after now + the margin. Each bucket
   -- takes its messages in one RPUSH; a message's location is bucket * 2^24
   -- + its position in the bucket, exact in a Lua number.
-  local far, farOrder, farFields = {}, {}, {}
+  local byBucket, farOrder, farFields = {}, {}, {}
   for _, m in ipairs(stored) do
     if ARGV[m + 7] ~= '0' and not fixed[m] and ARGV[m + 3] == '' and ARGV[m + 4] ~= '1' then
       local due, first = now + delay[m], tonumber(ARGV[m + 9])
       if due >= first - farSlack and due < first + farWidth + farSlack and tonumber(ARGV[m + 10]) > now + farMargin then
         local b = ARGV[m + 8]
-        local list = far[b]
+        local list = byBucket[b]
         if not list then
           list = {}
-          far[b] = list
+          byBucket[b] = list
           local k = #farOrder
           farOrder[k + 1] = b
           farFields[2 * k + 1], farFields[2 * k + 2] = 'p:' .. b, 'l:' .. b
@@ -356,10 +360,10 @@ if #stored > 0 then
     -- clock went back) and the live count, read in one call and written in
     -- chunks
     local meta = {}
-    lookup(KEYS[11], farFields, meta)
+    lookup(fmeta, farFields, meta)
     local counts, added, earliestAt = {}, {}, nil
     for k, b in ipairs(farOrder) do
-      local list, live = far[b], tonumber(meta[farFields[2 * k]] or '0')
+      local list, live = byBucket[b], tonumber(meta[farFields[2 * k]] or '0')
       local bucket = KEYS[tonumber(ARGV[list[1] + 7])]
       local len = 0
       for c = 1, #list, CHUNK do
@@ -403,15 +407,15 @@ if #stored > 0 then
       end
     end
     for c = 1, #counts, CHUNK do
-      redis.call('HSET', KEYS[11], unpack(counts, c, math.min(c + CHUNK - 1, #counts)))
+      redis.call('HSET', fmeta, unpack(counts, c, math.min(c + CHUNK - 1, #counts)))
     end
     if #added > 0 then
-      local farHead = redis.call('ZRANGE', KEYS[10], 0, 0, 'WITHSCORES')[2]
+      local farHead = redis.call('ZRANGE', far, 0, 0, 'WITHSCORES')[2]
       if farHead == nil or earliestAt < tonumber(farHead) then
-        wake = true -- a new bucket is the first to unpack
+        mustWake = true -- a new bucket is the first to unpack
       end
       for c = 1, #added, CHUNK do
-        redis.call('ZADD', KEYS[10], 'NX', unpack(added, c, math.min(c + CHUNK - 1, #added)))
+        redis.call('ZADD', far, 'NX', unpack(added, c, math.min(c + CHUNK - 1, #added)))
       end
     end
   end
@@ -439,32 +443,32 @@ if #stored > 0 then
       end
     end
     if #h > 0 then
-      redis.call('HSET', KEYS[2], unpack(h))
-      redis.call('ZADD', KEYS[1], unpack(z))
+      redis.call('HSET', bodies, unpack(h))
+      redis.call('ZADD', waiting, unpack(z))
     end
     if #o > 0 then
-      redis.call('HSET', KEYS[6], unpack(o))
+      redis.call('HSET', bkeyof, unpack(o))
     end
     if #pr > 0 then
-      redis.call('HSET', KEYS[7], unpack(pr))
+      redis.call('HSET', prio, unpack(pr))
     end
   end
   if nFar > 0 then
-    redis.call('HINCRBY', KEYS[11], 'n', nFar)
+    redis.call('HINCRBY', fmeta, 'n', nFar)
   end
   if earliest and (head == nil or earliest < tonumber(head)) then
-    wake = true
+    mustWake = true
   end
 end
-if (#ready > 0 or #stored > 0) and redis.call('DEL', KEYS[9]) == 1 then
-  wake = true
+if (#ready > 0 or #stored > 0) and redis.call('DEL', dormant) == 1 then
+  mustWake = true
 end
-if wake then
-  redis.call('PUBLISH', ARGV[1], 'd')
+if mustWake then
+  redis.call('PUBLISH', wake, 'd')
 end
 local new = 0
-if redis.call('EXISTS', KEYS[8]) == 0 then
-  redis.call('SET', KEYS[8], '1')
+if redis.call('EXISTS', reg) == 0 then
+  redis.call('SET', reg, '1')
   new = 1
 end
 status[calls + 1] = new

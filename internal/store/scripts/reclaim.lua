@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock, stream, lib
 --[[
   reclaim: takes from a consumer group the messages its consumers have held
   longer than the group's visibility timeout without extending the lease
@@ -36,8 +36,10 @@
   timeout in ms (schedulers pace their reclaims by it); stream and last
   tell where to go on (ARGV[5], ARGV[6]), stream 0 when the sweep is done.
 ]]
-local group, limit = ARGV[1], tonumber(ARGV[2])
-local p = redis.call('HMGET', KEYS[6], 'max', 'vis', 'deadmax', 'idle', 'backoff')
+local stream, rstream, retry, rbodies, dead, meta, bell = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local group, limit, wake, cleanup = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local s, last = tonumber(ARGV[5]), ARGV[6]
+local p = redis.call('HMGET', meta, 'max', 'vis', 'deadmax', 'idle', 'backoff')
 local maxAttempts = tonumber(p[1]) or 16
 local vis = tonumber(p[2]) or 30000
 local deadMax = tonumber(p[3]) or 100000
@@ -48,32 +50,33 @@ for d in string.gmatch(p[5] or '', '%d+') do
 end
 
 local requeued, buried, evicted, missing, removed = 0, 0, 0, 0, 0
-local s, last = tonumber(ARGV[5]), ARGV[6]
+-- the streams by their place in KEYS, as ARGV[5] and the reply number them
+local streams = {stream, rstream}
 while s <= 2 do
-  local stream, tag = KEYS[s], (s == 1) and 'm' or 'r'
+  local key, tag = streams[s], (s == 1) and 'm' or 'r'
   local start = '-'
   if last ~= '-' then start = '(' .. last end
   -- a stream without the group (not created yet) has nothing to reclaim
-  local ok, pending = pcall(redis.call, 'XPENDING', stream, group, start, '+', limit)
+  local ok, pending = pcall(redis.call, 'XPENDING', key, group, start, '+', limit)
   if not ok then pending = {} end
   for _, e in ipairs(pending) do
     local id, consumer, idle = e[1], e[2], e[3]
     last = id
     if idle >= vis then
-      local body, attempt = entry_of(stream, id)
-      redis.call('XACK', stream, group, id)
+      local body, attempt = entry_of(key, id)
+      redis.call('XACK', key, group, id)
       if s == 2 then
-        redis.call('XDEL', stream, id)
+        redis.call('XDEL', key, id)
       end
       if not body then
         missing = missing + 1
       elseif maxAttempts > 0 and attempt >= maxAttempts then
-        evicted = evicted + bury(KEYS[5], KEYS[6], deadMax, body, attempt,
+        evicted = evicted + bury(dead, meta, deadMax, body, attempt,
           string.format('not acknowledged within %d ms by consumer %s on attempt %d of %d', vis, consumer, attempt, maxAttempts))
         buried = buried + 1
       else
         local delay = backoff[math.min(attempt, #backoff)] or 0
-        requeue(KEYS[3], KEYS[4], KEYS[2], KEYS[7], ARGV[3], tag .. id, attempt + 1, delay, body)
+        requeue(retry, rbodies, rstream, bell, wake, tag .. id, attempt + 1, delay, body)
         requeued = requeued + 1
       end
     end
@@ -91,14 +94,14 @@ if s > 2 then
   s = 0
 end
 
-if ARGV[4] == '1' and s == 0 then
-  for s = 1, 2 do
-    local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[s], group)
+if cleanup == '1' and s == 0 then
+  for _, key in ipairs(streams) do
+    local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', key, group)
     if not ok then consumers = {} end
     for _, c in ipairs(consumers) do
       c = fields(c)
       if c.pending == 0 and c.idle > idleMax then
-        redis.call('XGROUP', 'DELCONSUMER', KEYS[s], group, c.name)
+        redis.call('XGROUP', 'DELCONSUMER', key, group, c.name)
         removed = removed + 1
       end
     end

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock, lib
 --[[
   release: hands the messages pending for one consumer back to its group
   (into the group's redelivery stream, attempt count unchanged), then
@@ -21,40 +21,41 @@
   body was already gone; done is 1 when nothing is left to hand back (and,
   unless an entry was kept, the consumer was removed); call again otherwise.
 ]]
+local stream, rstream, bell = KEYS[1], KEYS[2], KEYS[3]
 local group, consumer, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local keepStream, keepId = ARGV[4], ARGV[5]
 local released, missing = 0, 0
 
-for s = 1, 2 do
-  local stream = KEYS[s]
-  local pending = redis.call('XPENDING', stream, group, '-', '+', limit, consumer)
+for s, key in ipairs({stream, rstream}) do
+  local pending = redis.call('XPENDING', key, group, '-', '+', limit, consumer)
   local kept = 0
   for _, p in ipairs(pending) do
     local id = p[1]
-    if ARGV[4] == tostring(s) and ARGV[5] == id then
+    if keepStream == tostring(s) and keepId == id then
       kept = 1
     else
-      local body, attempt = entry_of(stream, id)
+      local body, attempt = entry_of(key, id)
       if body then
-        redis.call('XADD', KEYS[2], '*', 'm', body, 'a', attempt)
+        redis.call('XADD', rstream, '*', 'm', body, 'a', attempt)
         released = released + 1
       else
         missing = missing + 1
       end
-      redis.call('XACK', stream, group, id)
+      redis.call('XACK', key, group, id)
       if s == 2 then
-        redis.call('XDEL', stream, id)
+        redis.call('XDEL', key, id)
       end
     end
   end
   if #pending == limit and #pending > kept then
-    if released > 0 then ring(KEYS[3]) end
+    if released > 0 then ring(bell) end
     return {released, missing, 0}
   end
 end
-if released > 0 then ring(KEYS[3]) end
+if released > 0 then ring(bell) end
 
-if ARGV[4] == '' then
-  redis.call('XGROUP', 'DELCONSUMER', KEYS[1], group, consumer)
-  redis.call('XGROUP', 'DELCONSUMER', KEYS[2], group, consumer)
+if keepStream == '' then
+  redis.call('XGROUP', 'DELCONSUMER', stream, group, consumer)
+  redis.call('XGROUP', 'DELCONSUMER', rstream, group, consumer)
 end
 return {released, missing, 1}

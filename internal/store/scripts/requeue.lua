@@ -1,4 +1,4 @@
--- include: lib
+-- include: clock, lib
 --[[
   requeue: moves dead letters back to their consumer group, into its
   redelivery stream, as attempt 1.
@@ -11,22 +11,24 @@
 
   Returns the number moved (ids that are not dead letters are skipped).
 ]]
+local dead, rstream, bell = KEYS[1], KEYS[2], KEYS[3]
+local most = tonumber(ARGV[1])
 local entries = {}
 if #ARGV > 1 then
   for i = 2, #ARGV do
-    local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]
+    local e = redis.call('XRANGE', dead, ARGV[i], ARGV[i])[1]
     if e then entries[#entries + 1] = e end
   end
 else
-  entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', tonumber(ARGV[1]))
+  entries = redis.call('XRANGE', dead, '-', '+', 'COUNT', most)
 end
 for _, e in ipairs(entries) do
   local body = ''
   for i = 1, #e[2], 2 do
     if e[2][i] == 'm' then body = e[2][i + 1] end
   end
-  redis.call('XADD', KEYS[2], '*', 'm', body, 'a', 1)
-  redis.call('XDEL', KEYS[1], e[1])
+  redis.call('XADD', rstream, '*', 'm', body, 'a', 1)
+  redis.call('XDEL', dead, e[1])
 end
-if #entries > 0 then ring(KEYS[3]) end
+if #entries > 0 then ring(bell) end
 return #entries

@@ -1,4 +1,4 @@
--- include: lib
+-- include: clock, lookup
 --[[
   reschedule: moves a message that is still waiting to a new due time, in
   place: same UUID, body, business key and priority, only its score
@@ -18,23 +18,22 @@
   otherwise (unknown, already due and moved on, or cancelled): nothing is
   changed then.
 ]]
-local id = ARGV[2]
-if ARGV[1] == 'key' then
-  id = redis.call('HGET', KEYS[2], ARGV[2])
-  if not id then
-    return 0
-  end
-end
-if not redis.call('ZSCORE', KEYS[1], id) then
+local waiting, bkeys, seq, dormant = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local by, ref, delay, wake = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local id = lookup_id(bkeys, by, ref)
+if not id then
   return 0
 end
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
-local seq = redis.call('INCR', KEYS[3])
-local score = (now_ceil_ms() + tonumber(ARGV[3])) * 1024 + seq % 1024
-redis.call('ZADD', KEYS[1], 'XX', score, id)
+if not redis.call('ZSCORE', waiting, id) then
+  return 0
+end
+local head = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')[2]
+local seqNo = redis.call('INCR', seq)
+local score = (now_ceil_ms() + delay) * 1024 + seqNo % 1024
+redis.call('ZADD', waiting, 'XX', score, id)
 -- the partition has a waiting message, so it is not dormant; should it be
 -- marked all the same, a wake-up starts its loop
-if score < tonumber(head) or redis.call('DEL', KEYS[4]) == 1 then
-  redis.call('PUBLISH', ARGV[4], 'd')
+if score < tonumber(head) or redis.call('DEL', dormant) == 1 then
+  redis.call('PUBLISH', wake, 'd')
 end
 return score

@@ -18,14 +18,16 @@
 
   Returns 1 when the next tick was set to ARGV[5], 0 when it was kept.
 ]]
-local old = redis.call('HGET', KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-if old and redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-  local ok, def = pcall(cjson.decode, old)
-  if ok and type(def) == 'table' and def.spec == ARGV[3] and (def.timezone or '') == ARGV[4] then
+local defs, next = KEYS[1], KEYS[2]
+local id, def, spec, timezone, first, wake = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local old = redis.call('HGET', defs, id)
+redis.call('HSET', defs, id, def)
+if old and redis.call('ZSCORE', next, id) then
+  local ok, stored = pcall(cjson.decode, old)
+  if ok and type(stored) == 'table' and stored.spec == spec and (stored.timezone or '') == timezone then
     return 0
   end
 end
-redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
-redis.pcall('PUBLISH', ARGV[6], ARGV[1])
+redis.call('ZADD', next, first, id)
+redis.pcall('PUBLISH', wake, id)
 return 1

@@ -1,3 +1,4 @@
+-- include: clock
 --[[
   schedclaim: claims one due tick of a schedule, by compare-and-set on its
   next tick, so that one process only, however many run, publishes it.
@@ -14,19 +15,19 @@
   moved the next tick first or the schedule is gone, -1 the tick is not
   due yet by Redis's clock (expiry is then Redis's time, ms).
 ]]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not cur or tonumber(cur) ~= tonumber(ARGV[2]) then
+local next, claims = KEYS[1], KEYS[2]
+local id, tick, after, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local now = now_ms()
+local cur = redis.call('ZSCORE', next, id)
+if not cur or tonumber(cur) ~= tonumber(tick) then
   return {0, 0}
 end
-if tonumber(ARGV[2]) > now then
+if tonumber(tick) > now then
   return {-1, now}
 end
-redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-local ttl = tonumber(ARGV[4])
+redis.call('ZADD', next, after, id)
 if ttl == 0 then
   return {1, 0}
 end
-redis.call('ZADD', KEYS[2], now + ttl, ARGV[1] .. '@' .. ARGV[2])
+redis.call('ZADD', claims, now + ttl, id .. '@' .. tick)
 return {1, now + ttl}

@@ -1,3 +1,4 @@
+-- include: clock
 --[[
   schedretry: takes over a claimed tick whose publish did not complete:
   the claimer's own retry (it knows the expiry it holds), or any process's
@@ -10,19 +11,20 @@
 
   Returns the new expiry when the caller now holds the claim, 0 otherwise.
 ]]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local claims = KEYS[1]
+local member, held, lifetime = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local now = now_ms()
+local exp = redis.call('ZSCORE', claims, member)
 if not exp then
   return 0
 end
 exp = tonumber(exp)
-if ARGV[2] == '' then
+if held == '' then
   if exp > now then
     return 0
   end
-elseif exp ~= tonumber(ARGV[2]) then
+elseif exp ~= tonumber(held) then
   return 0
 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-return now + tonumber(ARGV[3])
+redis.call('ZADD', claims, now + lifetime, member)
+return now + lifetime

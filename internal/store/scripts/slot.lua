@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: clock
 --[[
   slot: the concurrency limit of a consumer group on a topic
   (SubscriberConfig.Concurrency): at most `limit` of its handlers run at
@@ -24,16 +25,14 @@
   release returns 0.
 ]]
 local running, queue, seen = KEYS[1], KEYS[2], KEYS[3]
-local op, member = ARGV[1], ARGV[2]
+local op, member, limit, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if op == 'release' then
   if redis.call('ZREM', running, member) == 1 and redis.call('ZCARD', queue) > 0 then
     redis.pcall('PUBLISH', running, '')
   end
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[4])
+local now = now_ms()
 -- Lapsed holders free their slots: tell the waiters.
 local lapsed = redis.call('ZREMRANGEBYSCORE', running, '-inf', now)
 if redis.call('ZSCORE', running, member) then
@@ -52,7 +51,7 @@ end
 redis.call('ZADD', queue, 'NX', now, member)
 redis.call('ZADD', seen, now, member)
 local held = 0
-local free = tonumber(ARGV[3]) - redis.call('ZCARD', running)
+local free = limit - redis.call('ZCARD', running)
 if free > 0 and redis.call('ZRANK', queue, member) < free then
   redis.call('ZREM', queue, member)
   redis.call('ZREM', seen, member)

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock, stream
 --[[
   trim: removes from the ready stream the entries that every consumer group
   has read and acknowledged, and nothing else: an entry stays while any group
@@ -14,17 +14,18 @@
   Returns {removed, by_retention}: the number of entries removed, and 1 when
   they were removed by the retention (no group), 0 otherwise.
 ]]
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local stream = KEYS[1]
+local retention = tonumber(ARGV[1])
+if redis.call('EXISTS', stream) == 0 then
   return {0, 0}
 end
-local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
+local groups = redis.call('XINFO', 'GROUPS', stream)
 if #groups == 0 then
-  local retention = tonumber(ARGV[1])
   if retention <= 0 then
     return {0, 0}
   end
   local cutoff = now_ms() - retention
-  return {redis.call('XTRIM', KEYS[1], 'MINID', '~', string.format('%d-0', cutoff)), 1}
+  return {redis.call('XTRIM', stream, 'MINID', '~', string.format('%d-0', cutoff)), 1}
 end
 
 local minMs, minSeq = nil, nil
@@ -32,7 +33,7 @@ for _, g in ipairs(groups) do
   g = fields(g)
   local ms, seq
   if g.pending > 0 then
-    ms, seq = parse_id(redis.call('XPENDING', KEYS[1], g.name)[2])
+    ms, seq = parse_id(redis.call('XPENDING', stream, g.name)[2])
   else
     ms, seq = parse_id(g['last-delivered-id'])
     seq = seq + 1
@@ -41,4 +42,4 @@ for _, g in ipairs(groups) do
     minMs, minSeq = ms, seq
   end
 end
-return {redis.call('XTRIM', KEYS[1], 'MINID', '~', string.format('%d-%d', minMs, minSeq)), 0}
+return {redis.call('XTRIM', stream, 'MINID', '~', string.format('%d-%d', minMs, minSeq)), 0}

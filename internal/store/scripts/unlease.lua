@@ -10,9 +10,11 @@
 
   Returns 1 when released, 0 when the caller did not hold it.
 ]]
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local lease = KEYS[1]
+local owner, wake, payload = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('GET', lease) ~= owner then
   return 0
 end
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+redis.call('DEL', lease)
+redis.call('PUBLISH', wake, payload)
 return 1

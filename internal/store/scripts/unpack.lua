@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: lib
+-- include: clock
 --[[
   unpack: moves the head of a far bucket (see far.go) into the waiting set,
   when the bucket's time to unpack has come and the caller holds the
@@ -32,28 +32,28 @@
   caller does not hold the lease, the bucket is not due for unpacking, or
   the snapshot is stale (the caller reads again on its next tick).
 ]]
-local b = ARGV[2]
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local lease, far, fmeta, bucket, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local owner, b, popped, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+if redis.call('GET', lease) ~= owner then
   return {-1, 0, 0}
 end
-local at = redis.call('ZSCORE', KEYS[2], b)
+local at = redis.call('ZSCORE', far, b)
 if not at or tonumber(at) > now_ms() then
   return {-1, 0, 0}
 end
-if tonumber(redis.call('HGET', KEYS[3], 'p:' .. b) or '0') ~= tonumber(ARGV[3]) then
+if tonumber(redis.call('HGET', fmeta, 'p:' .. b) or '0') ~= popped then
   return {-1, 0, 0}
 end
-local n = tonumber(ARGV[4])
 if n == 0 then
   -- nothing read: a bucket whose list is gone (data lost) is forgotten
-  if redis.call('EXISTS', KEYS[4]) == 0 then
-    redis.call('ZREM', KEYS[2], b)
-    redis.call('HDEL', KEYS[3], 'p:' .. b, 'l:' .. b)
+  if redis.call('EXISTS', bucket) == 0 then
+    redis.call('ZREM', far, b)
+    redis.call('HDEL', fmeta, 'p:' .. b, 'l:' .. b)
     return {0, 0, 0}
   end
   return {-1, 0, 0}
 end
-local els = redis.call('LRANGE', KEYS[4], 0, n - 1)
+local els = redis.call('LRANGE', bucket, 0, n - 1)
 if #els ~= n then
   return {-1, 0, 0}
 end
@@ -69,7 +69,7 @@ for i = 1, n do
       redis.call('HDEL', KEYS[tonumber(ARGV[j + 2])], ARGV[j])
       local id = ARGV[j + 1]
       -- the tiers never hold one UUID twice; should they, the waiting one stays
-      if redis.call('HSETNX', KEYS[6], id, string.sub(e, 9)) == 1 then
+      if redis.call('HSETNX', bodies, id, string.sub(e, 9)) == 1 then
         z[#z + 1] = struct.unpack('>d', e)
         z[#z + 1] = id
         moved = moved + 1
@@ -78,23 +78,23 @@ for i = 1, n do
   end
 end
 for c = 1, #z, 1000 do
-  redis.call('ZADD', KEYS[5], unpack(z, c, math.min(c + 999, #z)))
+  redis.call('ZADD', waiting, unpack(z, c, math.min(c + 999, #z)))
 end
 -- Counters are written as values, not HINCRBY by -live: Lua's -0 reaches
 -- Redis as "-0", which HINCRBY refuses, and a script that fails after
 -- LTRIM would leave the popped count behind the list.
-local left = tonumber(redis.call('HGET', KEYS[3], 'n') or '0') - live
+local left = tonumber(redis.call('HGET', fmeta, 'n') or '0') - live
 if left > 0 then
-  redis.call('HSET', KEYS[3], 'n', left)
+  redis.call('HSET', fmeta, 'n', left)
 else
-  redis.call('HDEL', KEYS[3], 'n')
+  redis.call('HDEL', fmeta, 'n')
 end
-redis.call('LTRIM', KEYS[4], n, -1)
-if redis.call('EXISTS', KEYS[4]) == 0 then
-  redis.call('ZREM', KEYS[2], b)
-  redis.call('HDEL', KEYS[3], 'p:' .. b, 'l:' .. b)
+redis.call('LTRIM', bucket, n, -1)
+if redis.call('EXISTS', bucket) == 0 then
+  redis.call('ZREM', far, b)
+  redis.call('HDEL', fmeta, 'p:' .. b, 'l:' .. b)
   return {moved, corrupt, 0}
 end
-local counts = redis.call('HMGET', KEYS[3], 'p:' .. b, 'l:' .. b)
-redis.call('HSET', KEYS[3], 'p:' .. b, tonumber(counts[1] or '0') + n, 'l:' .. b, tonumber(counts[2] or '0') - live)
+local counts = redis.call('HMGET', fmeta, 'p:' .. b, 'l:' .. b)
+redis.call('HSET', fmeta, 'p:' .. b, tonumber(counts[1] or '0') + n, 'l:' .. b, tonumber(counts[2] or '0') - live)
 return {moved, corrupt, 1}
