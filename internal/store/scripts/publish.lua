@@ -47,7 +47,7 @@
   ARGV[j+5]        index in KEYS of the far index shard of the UUID, where a
                    waiting message is looked up first; 0: not looked up (an
                    immediate message, or one due within the far margin: see
-                   farArgOf in publisher.go)
+                   FarArgOf in far.go)
   ARGV[j+6]        the UUID's field in the far index (farField)
   ARGV[j+7]        index in KEYS of the far bucket the message may go to; 0: none
   ARGV[j+8]        that bucket's number
