@@ -67,11 +67,11 @@ type Hub struct {
 	done      chan struct{}                     // closed when the dispatch loop ended
 	prefixes  map[string]*channelGrant          // key prefix -> whether Redis grants its channels
 
-	// UNSUBSCRIBEs written and not yet confirmed (see settle); idle is
-	// closed whenever none are.
-	unsubMu      sync.Mutex
-	unsubPending int
-	unsubIdle    chan struct{}
+	// When the UNSUBSCRIBEs not yet confirmed were written, oldest first
+	// (see settle); idle is closed whenever none are.
+	unsubMu   sync.Mutex
+	unsubSent []time.Time
+	unsubIdle chan struct{}
 
 	poolErr atomic.Pointer[poolError] // the last error of the client's pool in a lane
 }
@@ -193,35 +193,58 @@ func (h *Hub) Unlisten(channel string, l *Listener) {
 	}
 	delete(h.listeners, channel)
 	if h.ps != nil && h.ps.Unsubscribe(context.Background(), channel) == nil {
-		h.unsubscribing(1)
+		h.unsubscribing(true)
 	}
 }
 
-// unsubscribing counts n UNSUBSCRIBEs written (n > 0) or confirmed (n < 0).
-func (h *Hub) unsubscribing(n int) {
+// unsubscribing counts an UNSUBSCRIBE written (sent) or confirmed.
+func (h *Hub) unsubscribing(sent bool) {
 	h.unsubMu.Lock()
 	defer h.unsubMu.Unlock()
-	if h.unsubPending == 0 && n > 0 {
-		h.unsubIdle = make(chan struct{})
+	if sent {
+		if len(h.unsubSent) == 0 {
+			h.unsubIdle = make(chan struct{})
+		}
+		h.unsubSent = append(h.unsubSent, time.Now())
+		return
 	}
-	h.unsubPending = max(h.unsubPending+n, 0)
-	if h.unsubPending == 0 && h.unsubIdle != nil {
+	if len(h.unsubSent) > 0 {
+		h.unsubSent = h.unsubSent[1:]
+	}
+	h.idleIfNone()
+}
+
+// idleIfNone closes idle when no UNSUBSCRIBE waits for its confirmation.
+// Called with unsubMu held.
+func (h *Hub) idleIfNone() {
+	if len(h.unsubSent) == 0 && h.unsubIdle != nil {
 		close(h.unsubIdle)
 		h.unsubIdle = nil
 	}
 }
 
-// settle waits until Redis confirmed the UNSUBSCRIBEs written so far (at
-// most settleWait: a connection that broke meanwhile never confirms), so
-// that a component's Close returns once nothing of it talks to Redis.
+// settle waits until Redis confirmed the UNSUBSCRIBEs written so far, so
+// that a component's Close returns once nothing of it talks to Redis; at
+// most until settleWait after the last was written. One written longer
+// ago than that is forgotten: its connection broke before Redis confirmed
+// it (go-redis does not send it again on the new connection), and it must
+// not keep every later Close waiting.
 func (h *Hub) settle() {
 	h.unsubMu.Lock()
+	for len(h.unsubSent) > 0 && time.Since(h.unsubSent[0]) >= settleWait {
+		h.unsubSent = h.unsubSent[1:]
+	}
+	h.idleIfNone()
 	idle := h.unsubIdle
+	var wait time.Duration
+	if n := len(h.unsubSent); n > 0 {
+		wait = settleWait - time.Since(h.unsubSent[n-1])
+	}
 	h.unsubMu.Unlock()
 	if idle == nil {
 		return
 	}
-	t := time.NewTimer(settleWait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-idle:
@@ -268,7 +291,7 @@ func (h *Hub) open(channels []string) {
 				case "subscribe":
 					h.dispatch(Note{Channel: m.Channel, Subscribed: true})
 				case "unsubscribe":
-					h.unsubscribing(-1)
+					h.unsubscribing(false)
 				}
 			}
 		}
@@ -410,7 +433,9 @@ func (h *Hub) unsubscribePrefix(prefix string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if channels := h.channelsOf(prefix); len(channels) > 0 && h.ps != nil && h.ps.Unsubscribe(context.Background(), channels...) == nil {
-		h.unsubscribing(len(channels))
+		for range channels {
+			h.unsubscribing(true)
+		}
 	}
 }
 

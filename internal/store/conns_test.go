@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The lanes of a cluster group commands by the node of their first key:
@@ -30,4 +31,24 @@ func TestFirstKey(t *testing.T) {
 	for _, c := range cases {
 		assert.Equal(t, c.want, firstKey(c.cmd.Args()), "%v", c.cmd.Args())
 	}
+}
+
+// An UNSUBSCRIBE whose connection broke before Redis confirmed it is never
+// confirmed (go-redis does not send it again): it holds up the Close that
+// wrote it for settleWait at most, and no later one.
+func TestSettleForgetsAnUnconfirmedUnsubscribe(t *testing.T) {
+	h := &Hub{}
+	h.unsubscribing(true) // written; the connection broke before the reply
+	start := time.Now()
+	h.settle()
+	require.GreaterOrEqual(t, time.Since(start), settleWait/2, "waits for the confirmation a while")
+	start = time.Now()
+	h.settle()
+	require.Less(t, time.Since(start), settleWait/2, "a later Close does not wait for it again")
+
+	h.unsubscribing(true)
+	h.unsubscribing(false) // confirmed
+	start = time.Now()
+	h.settle()
+	require.Less(t, time.Since(start), settleWait/2)
 }
