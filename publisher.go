@@ -752,13 +752,12 @@ func (p *Publisher) Close() error {
 // publishBatch runs publish.lua for the calls of batch, all to the
 // partition of batch[0].
 func publishBatch(ctx context.Context, c redis.Scripter, batch []*pubCall) (store.PublishReply, error) {
-	args := make([]*store.PubArgs, len(batch))
-	for i, call := range batch {
-		args[i] = &call.PubArgs
-	}
 	first := batch[0]
-	return store.Publish(ctx, c, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, args)
+	return store.Publish(ctx, c, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, batch)
 }
+
+// PublishArgs is what publish.lua takes of the call.
+func (c *pubCall) PublishArgs() *store.PubArgs { return &c.PubArgs }
 
 // runPublish runs the publish script for batch. With PublisherConfig.MinReplicas set
 // it then runs WAIT on the same connection (WAIT counts the replicas that

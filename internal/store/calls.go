@@ -57,12 +57,16 @@ type PubArgs struct {
 	N    int // messages
 }
 
+// PubCall is a Publish call as the caller keeps it: its PubArgs, and what
+// else the caller needs (generic, so a batch is passed without a copy).
+type PubCall interface{ PublishArgs() *PubArgs }
+
 // Publish runs publish.lua for the calls of batch, all to partition sh,
 // whose capacity limits are maxWaiting and maxReady (0: none).
-func Publish(ctx context.Context, c redis.Scripter, sh Shard, maxWaiting, maxReady int, batch []*PubArgs) (PublishReply, error) {
+func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, maxWaiting, maxReady int, batch []C) (PublishReply, error) {
 	msgs := 0
 	for _, call := range batch {
-		msgs += call.N
+		msgs += call.PublishArgs().N
 	}
 	keys := []string{sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.reg(), sh.dormant(), sh.Far(), sh.FarMeta(), sh.Bell()}
 	keyIndex := map[string]int{}
@@ -79,9 +83,10 @@ func Publish(ctx context.Context, c redis.Scripter, sh Shard, maxWaiting, maxRea
 	args = append(args, sh.Wake(), maxWaiting, maxReady, len(batch),
 		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds())
 	for _, call := range batch {
-		args = append(args, call.N)
+		args = append(args, call.PublishArgs().N)
 	}
-	for _, call := range batch {
+	for _, pc := range batch {
+		call := pc.PublishArgs()
 		for m := range call.N {
 			f := call.Far[m]
 			args = append(args, call.Args[5*m:5*m+5]...)
