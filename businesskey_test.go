@@ -45,14 +45,14 @@ func bkState(t *testing.T, topic string, part int) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	client := newClient(t)
-	keys, err := client.HGetAll(ctx, ptKey(topic, part, "bkeys")).Result()
+	keys, err := client.HGetAll(ctx, shardKey(topic, part, "bkeys")).Result()
 	require.NoError(t, err)
-	of, err := client.HGetAll(ctx, ptKey(topic, part, "bkeyof")).Result()
+	of, err := client.HGetAll(ctx, shardKey(topic, part, "bkeyof")).Result()
 	require.NoError(t, err)
 	require.Len(t, of, len(keys), "bkeys %v and bkeyof %v differ", keys, of)
 	for k, id := range keys {
 		require.Equal(t, k, of[id], "bkeyof of %s", id)
-		_, err := client.ZScore(ctx, ptKey(topic, part, "waiting"), id).Result()
+		_, err := client.ZScore(ctx, shardOf(topic, part).Waiting(), id).Result()
 		require.NoError(t, err, "the holder %s of key %s is not waiting", id, k)
 	}
 	return keys
@@ -60,7 +60,7 @@ func bkState(t *testing.T, topic string, part int) map[string]string {
 
 func dueOf(t *testing.T, topic, uuid string) float64 {
 	t.Helper()
-	s, err := newClient(t).ZScore(context.Background(), lcKey(topic, "waiting"), uuid).Result()
+	s, err := newClient(t).ZScore(context.Background(), shardOf(topic, 0).Waiting(), uuid).Result()
 	require.NoError(t, err)
 	return s
 }
@@ -411,7 +411,7 @@ func TestCoalescedBusinessKeysAndBounds(t *testing.T) {
 	require.ElementsMatch(t, []string{b.UUID, small[0].UUID, small[1].UUID}, got.waiting)
 	require.Equal(t, 3, got.bodies)
 	require.Equal(t, map[string]string{"k": b.UUID}, bkState(t, tp, 0))
-	body, err := newClient(t).HGet(context.Background(), lcKey(tp, "bodies"), b.UUID).Result()
+	body, err := newClient(t).HGet(context.Background(), shardOf(tp, 0).Bodies(), b.UUID).Result()
 	require.NoError(t, err)
 	require.Contains(t, body, "b")
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redisdelay/watermill-redisdelay"
 	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // The connection model (conns.go) with the client a new user creates:
@@ -553,7 +554,7 @@ func TestConnections_RefusedPrefixBesideAGrantedOne(t *testing.T) {
 	await := func(what string) {
 		t.Helper()
 		require.Eventually(t, func() bool {
-			return admin.Exists(ctx, granted+":{"+tp+"}:bell").Val() == 1
+			return admin.Exists(ctx, store.Keys{Prefix: granted}.Shard(tp, 0).Bell()).Val() == 1
 		}, 5*time.Second, 5*time.Millisecond, "the subscription waits")
 		start := time.Now()
 		require.NoError(t, pub.Publish(tp, lcMessage(what)))

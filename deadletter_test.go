@@ -161,7 +161,7 @@ func TestLifecycle_UndecodableEntriesGoToDeadLettersAndDeliveryContinues(t *test
 	ctx := context.Background()
 	client := newClient(t)
 	topic := topic()
-	stream := lcKey(topic, "stream")
+	stream := shardOf(topic, 0).Stream()
 	pub := lcPublisher(t, client)
 	insp := lcInspector(t, client)
 	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})

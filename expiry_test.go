@@ -195,7 +195,7 @@ func TestExpiry_UnreadableStoredDeadlineDelivers(t *testing.T) {
 	// Republished by hand with a broken deadline, as the encoded body.
 	got.Metadata.Set(redisdelay.ExpiresAtKey, "soon")
 	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{
-		Stream: lcKey(topic, "stream"), Values: []any{"m", redisdelay.EncodeForTest(got)}}).Err())
+		Stream: shardOf(topic, 0).Stream(), Values: []any{"m", redisdelay.EncodeForTest(got)}}).Err())
 	got.Ack()
 	again := receive(t, ch, 2*time.Second)
 	assert.Equal(t, "soon", again.Metadata.Get(redisdelay.ExpiresAtKey))

@@ -28,8 +28,8 @@ func farKeys(t *testing.T, topic string) (buckets int64, messages int64) {
 	t.Helper()
 	client := newClient(t)
 	ctx := context.Background()
-	buckets = client.ZCard(ctx, lcKey(topic, "far")).Val()
-	messages, _ = client.HGet(ctx, lcKey(topic, "fmeta"), "n").Int64()
+	buckets = client.ZCard(ctx, shardOf(topic, 0).Far()).Val()
+	messages, _ = client.HGet(ctx, shardOf(topic, 0).FarMeta(), "n").Int64()
 	return buckets, messages
 }
 
@@ -72,7 +72,7 @@ func TestFar_DeliveredOnTimeNeverEarly(t *testing.T) {
 	buckets, far = farKeys(t, tp)
 	assert.Zero(t, buckets)
 	assert.Zero(t, far)
-	keys, err := client.Keys(context.Background(), lcKey(tp, "f*")).Result()
+	keys, err := client.Keys(context.Background(), shardKey(tp, 0, "f*")).Result()
 	require.NoError(t, err)
 	assert.Empty(t, keys, "the far tier leaves no key behind")
 }
@@ -287,7 +287,7 @@ func TestFar_Partitions(t *testing.T) {
 	}
 	parts := 0
 	for p := range 4 {
-		if client.Exists(context.Background(), ptKey(tp, p, "far")).Val() == 1 {
+		if client.Exists(context.Background(), shardOf(tp, p).Far()).Val() == 1 {
 			parts++
 		}
 	}
@@ -362,9 +362,9 @@ func TestFar_UpgradeFromWaitingSetLayout(t *testing.T) {
 	now, err := client.Time(ctx).Result()
 	require.NoError(t, err)
 	due := now.Add(500 * time.Millisecond).UnixMilli()
-	require.NoError(t, client.ZAdd(ctx, lcKey(tp, "waiting"), redis.Z{Score: float64(due*1024 + 1), Member: old}).Err())
-	require.NoError(t, client.HSet(ctx, lcKey(tp, "bodies"), old, body).Err())
-	require.NoError(t, client.SAdd(ctx, redisdelay.DefaultKeyPrefix+":topics", tp).Err())
+	require.NoError(t, client.ZAdd(ctx, shardOf(tp, 0).Waiting(), redis.Z{Score: float64(due*1024 + 1), Member: old}).Err())
+	require.NoError(t, client.HSet(ctx, shardOf(tp, 0).Bodies(), old, body).Err())
+	require.NoError(t, client.SAdd(ctx, defaultKeys.Topics(), tp).Err())
 
 	pub := lcPublisher(t, client)
 	fresh := delayed(delay.For(3*time.Second), "new, far")
@@ -431,10 +431,10 @@ func TestFar_CorruptElementDroppedAndLogged(t *testing.T) {
 		msgs = append(msgs, delayed(delay.For(3*time.Second), strconv.Itoa(i)))
 	}
 	require.NoError(t, pub.Publish(tp, msgs...))
-	buckets, err := client.ZRange(ctx, lcKey(tp, "far"), 0, -1).Result()
+	buckets, err := client.ZRange(ctx, shardOf(tp, 0).Far(), 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, buckets, 1)
-	bucket := lcKey(tp, "fb:"+buckets[0])
+	bucket := shardOf(tp, 0).FarBucket(mustInt(t, buckets[0]))
 	first, err := client.LIndex(ctx, bucket, 0).Result()
 	require.NoError(t, err)
 	require.NoError(t, client.LSet(ctx, bucket, 0, first[:8]+"\x07garbage").Err())
@@ -545,7 +545,7 @@ func TestFar_OneCallManyBuckets(t *testing.T) {
 	require.NoError(t, pub.Publish(tp, msgs...))
 	buckets, far := farKeys(t, tp)
 	assert.Equal(t, buckets, far, "one message a bucket")
-	near, err := client.ZRangeWithScores(context.Background(), lcKey(tp, "waiting"), 0, -1).Result()
+	near, err := client.ZRangeWithScores(context.Background(), shardOf(tp, 0).Waiting(), 0, -1).Result()
 	require.NoError(t, err)
 	assert.EqualValues(t, 4500, far+int64(len(near)))
 	// A message due at its bucket's end misses it by more than the slack once
@@ -575,7 +575,7 @@ func TestFar_IndexPointingElsewhereIsIgnored(t *testing.T) {
 	x, y := delayed(delay.For(time.Hour), "x"), delayed(delay.For(time.Hour), "y")
 	require.NoError(t, pub.Publish(tp, x, y))
 	loc := map[string][2]string{} // message -> index key, field
-	keys, err := client.Keys(ctx, lcKey(tp, "fx:*")).Result()
+	keys, err := client.Keys(ctx, shardKey(tp, 0, "fx:*")).Result()
 	require.NoError(t, err)
 	for _, k := range keys {
 		for field := range client.HGetAll(ctx, k).Val() {
@@ -609,10 +609,10 @@ func TestFar_UnreadableBucketIsLoggedAndSchedulingGoesOn(t *testing.T) {
 	ctx := context.Background()
 	pub := lcPublisher(t, client)
 	require.NoError(t, pub.Publish(tp, delayed(delay.For(3*time.Second), "far")))
-	buckets, err := client.ZRange(ctx, lcKey(tp, "far"), 0, -1).Result()
+	buckets, err := client.ZRange(ctx, shardOf(tp, 0).Far(), 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, buckets, 1)
-	require.NoError(t, client.Set(ctx, lcKey(tp, "fb:"+buckets[0]), "not a list", 0).Err())
+	require.NoError(t, client.Set(ctx, shardOf(tp, 0).FarBucket(mustInt(t, buckets[0])), "not a list", 0).Err())
 	near := delayed(delay.For(4*time.Second), "near")
 	redisdelay.SetBusinessKey(near, "k") // keyed: in the waiting set
 	require.NoError(t, pub.Publish(tp, near))

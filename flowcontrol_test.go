@@ -376,7 +376,7 @@ func TestPauseWithoutNotificationSeenWithinBlockTime(t *testing.T) {
 	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
 	ch := subscribe(t, sub, tp)
 	awaitWaiting(t, client, tp, 1)
-	paused := lcKey(tp, "g:g:paused")
+	paused := shardOf(tp, 0).Paused("g")
 	require.NoError(t, client.Set(ctx, paused, "1", 0).Err())
 	time.Sleep(3 * block) // a read timed out, then the check
 	pub := lcPublisher(t, client)

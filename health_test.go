@@ -194,7 +194,7 @@ func TestHealth_PartitionedTopic(t *testing.T) {
 	for i := range 30 {
 		require.NoError(t, pub.Publish(topic, lcMessage(strconv.Itoa(i))))
 	}
-	stream := redisdelay.DefaultKeyPrefix + ":{" + topic + "~2}:p2:stream"
+	stream := shardOf(topic, 2).Stream()
 	res, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "crashed", Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
 	require.NoError(t, err)
 	require.Len(t, res, 1)

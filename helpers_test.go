@@ -33,6 +33,7 @@ import (
 
 	"github.com/redisdelay/watermill-redisdelay"
 	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 func topic() string { return "t-" + watermill.NewShortUUID() }
@@ -112,9 +113,20 @@ func features(newGroupsReadOldMessages, reconnect bool) tests.Features {
 	}
 }
 
-// lcKey is a key of the topic's layout (see scripts.go), for raw checks.
-func lcKey(topic, suffix string) string {
-	return redisdelay.DefaultKeyPrefix + ":{" + topic + "}:" + suffix
+// defaultKeys is the key table (internal/store) under the default prefix,
+// for raw checks of what the library stores.
+var defaultKeys = store.Keys{Prefix: redisdelay.DefaultKeyPrefix}
+
+// shardOf is the key base of partition part of topic under the default
+// prefix: its methods name the partition's keys (Waiting, Stream, ...).
+func shardOf(topic string, part int) store.Shard { return defaultKeys.Shard(topic, part) }
+
+// shardKey is a key of partition part of topic that the key table does not
+// export (prio, fanout, bkeys, bkeyof, g:<group>:owner, the far index, or a
+// pattern for KEYS): the shard from the table, then the suffix as the
+// layout in internal/store/scripts.go names it.
+func shardKey(topic string, part int, suffix string) string {
+	return string(shardOf(topic, part)) + ":" + suffix
 }
 
 func lcPublisher(t *testing.T, client redis.UniversalClient) *redisdelay.Publisher {
@@ -205,7 +217,7 @@ func lcCloseAsync(sub *redisdelay.Subscriber) <-chan struct{} {
 // lcPending is how many entries of the ready stream the group has pending.
 func lcPending(t *testing.T, client redis.UniversalClient, topic, group string) int64 {
 	t.Helper()
-	p, err := client.XPending(context.Background(), lcKey(topic, "stream"), group).Result()
+	p, err := client.XPending(context.Background(), shardOf(topic, 0).Stream(), group).Result()
 	require.NoError(t, err)
 	return p.Count
 }
@@ -215,7 +227,7 @@ func lcPending(t *testing.T, client redis.UniversalClient, topic, group string) 
 func lcCrashedRead(t *testing.T, client redis.UniversalClient, topic, group, consumer string) redis.XMessage {
 	t.Helper()
 	res, err := client.XReadGroup(context.Background(), &redis.XReadGroupArgs{
-		Group: group, Consumer: consumer, Streams: []string{lcKey(topic, "stream"), ">"}, Count: 1, Block: -1,
+		Group: group, Consumer: consumer, Streams: []string{shardOf(topic, 0).Stream(), ">"}, Count: 1, Block: -1,
 	}).Result()
 	require.NoError(t, err)
 	require.Len(t, res, 1)
@@ -440,15 +452,6 @@ func wkCommandsPerSecond(t *testing.T, client *redis.Client, d time.Duration) fl
 	return float64(count()-start-1) / d.Seconds()
 }
 
-// ptKey is a key of partition part of topic (see scripts.go), for raw checks.
-func ptKey(topic string, part int, suffix string) string {
-	if part == 0 {
-		return lcKey(topic, suffix)
-	}
-	n := strconv.Itoa(part)
-	return redisdelay.DefaultKeyPrefix + ":{" + topic + "~" + n + "}:p" + n + ":" + suffix
-}
-
 func ptPublisher(t *testing.T, client redis.UniversalClient, parts int) *redisdelay.Publisher {
 	t.Helper()
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: parts}, logger)
@@ -557,7 +560,7 @@ func content(t *testing.T, topic string) topicContent {
 	t.Helper()
 	ctx := context.Background()
 	client := newClient(t)
-	prefix := "redisdelay:{" + topic + "}:"
+	sh := shardOf(topic, 0)
 	// in due order, the far tier's messages included (see far.go)
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
 	require.NoError(t, err)
@@ -567,11 +570,11 @@ func content(t *testing.T, topic string) topicContent {
 	for _, w := range ws {
 		waiting = append(waiting, w.Message.UUID)
 	}
-	bodies, err := client.HLen(ctx, prefix+"bodies").Result()
+	bodies, err := client.HLen(ctx, sh.Bodies()).Result()
 	require.NoError(t, err)
-	far, _ := client.HGet(ctx, prefix+"fmeta", "n").Int64()
+	far, _ := client.HGet(ctx, sh.FarMeta(), "n").Int64()
 	bodies += far
-	ready, err := client.XLen(ctx, prefix+"stream").Result()
+	ready, err := client.XLen(ctx, sh.Stream()).Result()
 	require.NoError(t, err)
 	return topicContent{waiting: waiting, bodies: int(bodies), ready: ready}
 }
@@ -592,7 +595,7 @@ func topicState(t *testing.T, topic string) string {
 	t.Helper()
 	ctx := context.Background()
 	client := newClient(t)
-	keys, err := client.Keys(ctx, "redisdelay:{"+topic+"}:*").Result()
+	keys, err := client.Keys(ctx, shardKey(topic, 0, "*")).Result()
 	require.NoError(t, err)
 	sort.Strings(keys) // KEYS answers in no particular order
 	var b strings.Builder
@@ -624,7 +627,7 @@ func ptKeepBusy(t *testing.T, client redis.UniversalClient, pub message.Publishe
 		for p := range parts {
 			// in the waiting set or the far tier (due in an hour): either way
 			// the partition has something to schedule
-			if client.ZCard(ctx, ptKey(tp, p, "waiting")).Val()+client.ZCard(ctx, ptKey(tp, p, "far")).Val() > 0 {
+			if client.ZCard(ctx, shardOf(tp, p).Waiting()).Val()+client.ZCard(ctx, shardOf(tp, p).Far()).Val() > 0 {
 				busy++
 			}
 		}

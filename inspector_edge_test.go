@@ -46,7 +46,7 @@ func TestInspector_WaitingCorruptBody(t *testing.T) {
 		ids = append(ids, msg.UUID)
 		require.NoError(t, pub.Publish(tp, msg))
 	}
-	require.NoError(t, client.HSet(context.Background(), lcKey(tp, "bodies"), ids[1], "garbage").Err())
+	require.NoError(t, client.HSet(context.Background(), shardOf(tp, 0).Bodies(), ids[1], "garbage").Err())
 	page, err := lcInspector(t, client).Waiting(context.Background(), tp, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, page, 3)
@@ -66,7 +66,7 @@ func TestInspector_InvalidRegistryEntries(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("x")))
-	reg := redisdelay.DefaultKeyPrefix + ":topics"
+	reg := defaultKeys.Topics()
 	require.NoError(t, client.SAdd(context.Background(), reg, "bad{name}", "").Err())
 	t.Cleanup(func() { client.SRem(context.Background(), reg, "bad{name}", "") })
 

@@ -18,19 +18,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // Wake-ups of discovering Managers. Each test uses a key prefix of its own,
 // so a Manager without a topic list sees only the test's topics.
-
-// wkKey is a key of partition part of topic under prefix (see scripts.go).
-func wkKey(prefix, topic string, part int, suffix string) string {
-	if part == 0 {
-		return prefix + ":{" + topic + "}:" + suffix
-	}
-	n := strconv.Itoa(part)
-	return prefix + ":{" + topic + "~" + n + "}:p" + n + ":" + suffix
-}
 
 // wkPartitionKeys returns a PartitionKey value for each of parts partitions.
 func wkPartitionKeys(parts int) []string {
@@ -146,7 +138,7 @@ func TestManagerSchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
 	ready := func(want int64) func() bool {
 		return func() bool {
 			for p := range parts {
-				if n, _ := client.XLen(ctx, wkKey(prefix, tp, p, "stream")).Result(); n != want {
+				if n, _ := client.XLen(ctx, store.Keys{Prefix: prefix}.Shard(tp, p).Stream()).Result(); n != want {
 					return false
 				}
 			}
@@ -168,7 +160,7 @@ func TestManagerSchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
 	ok := assert.Eventually(t, ready(1), 2*time.Second, 10*time.Millisecond, "the new Manager promoted every partition")
 	if !ok {
 		for p := range parts {
-			w, _ := client.ZCard(ctx, wkKey(prefix, tp, p, "waiting")).Result()
+			w, _ := client.ZCard(ctx, store.Keys{Prefix: prefix}.Shard(tp, p).Waiting()).Result()
 			t.Logf("partition %d: %d waiting", p, w)
 		}
 	}
@@ -312,7 +304,7 @@ func TestSpoofedWakeUpsStartNoLoops(t *testing.T) {
 	pipe := client.Pipeline()
 	const n = 2000
 	for i := range n {
-		pipe.Publish(ctx, prefix+":{spoof-"+strconv.Itoa(i)+"}:wake", "d")
+		pipe.Publish(ctx, store.Keys{Prefix: prefix}.Shard("spoof-"+strconv.Itoa(i), 0).Wake(), "d")
 	}
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)
@@ -391,7 +383,7 @@ func TestLoopStaysForRetention(t *testing.T) {
 	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond,
 		TrimInterval: 100 * time.Millisecond, Retention: time.Second})
 	require.Eventually(t, func() bool {
-		n, _ := client.XLen(context.Background(), lcKey(tp, "stream")).Result()
+		n, _ := client.XLen(context.Background(), shardOf(tp, 0).Stream()).Result()
 		return n == 0
 	}, 5*time.Second, 20*time.Millisecond, "the retention removed the entries")
 }
@@ -418,7 +410,7 @@ func TestPublisherLogsAFailedReregistration(t *testing.T) {
 	assert.Contains(t, log.logged()[0], "cannot register the topic again")
 	assert.Contains(t, log.logged()[0], "NOPERM")
 	require.ErrorContains(t, pub.Publish(tp, lcMessage("c")), "register topic")
-	n, err := admin.XLen(ctx, wkKey(prefix, tp, 0, "stream")).Result()
+	n, err := admin.XLen(ctx, store.Keys{Prefix: prefix}.Shard(tp, 0).Stream()).Result()
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, n)
 }

@@ -146,7 +146,7 @@ func TestLifecycle_SubscriberAndSchedulerResumeAfterRedisOutage(t *testing.T) {
 				}
 			}
 			pending, _ := direct.XPendingExt(context.Background(), &redis.XPendingExtArgs{
-				Stream: lcKey(topic, "stream"), Group: "g", Start: "-", End: "+", Count: 100,
+				Stream: shardOf(topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 100,
 			}).Result()
 			t.Fatalf("after the outage: missing %q; pending in the ready stream: %+v", missing, pending)
 		}
@@ -214,7 +214,7 @@ func lcReadReplyLost(t *testing.T, pooled bool) {
 		m.Ack()
 	case <-time.After(3*visibility + 2*time.Second):
 		pending, _ := direct.XPendingExt(context.Background(), &redis.XPendingExtArgs{
-			Stream: lcKey(topic, "stream"), Group: "g", Start: "-", End: "+", Count: 10,
+			Stream: shardOf(topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 10,
 		}).Result()
 		t.Fatalf("message never delivered (%s after the outage, VisibilityTimeout %s); "+
 			"pending in the ready stream: %+v", 3*visibility+2*time.Second, visibility, pending)

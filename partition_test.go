@@ -64,7 +64,7 @@ func TestPartitionsSpreadAndAreAllConsumed(t *testing.T) {
 	nothing(t, ch, 300*time.Millisecond)
 
 	for part := range parts {
-		length, err := client.XLen(context.Background(), ptKey(tp, part, "stream")).Result()
+		length, err := client.XLen(context.Background(), shardOf(tp, part).Stream()).Result()
 		require.NoError(t, err)
 		assert.InDelta(t, n/parts, length, n/parts/2, "partition %d holds %d of %d messages", part, length, n)
 	}
@@ -90,7 +90,7 @@ func TestPartitionKeyPlacesMessages(t *testing.T) {
 	require.NoError(t, pub.Publish(tp, msgs...))
 	used := 0
 	for part := range parts {
-		entries, err := client.XRange(context.Background(), ptKey(tp, part, "stream"), "-", "+").Result()
+		entries, err := client.XRange(context.Background(), shardOf(tp, part).Stream(), "-", "+").Result()
 		require.NoError(t, err)
 		keys := map[string]bool{}
 		for _, e := range entries {
@@ -147,7 +147,7 @@ func TestPartitionCountMismatchIsRefused(t *testing.T) {
 	// A topic used before partitions existed has no stored count and
 	// reads as one partition.
 	old := topic()
-	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{Stream: lcKey(old, "stream"), Values: []string{"m", "x"}}).Err())
+	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{Stream: shardOf(old, 0).Stream(), Values: []string{"m", "x"}}).Err())
 	require.Equal(t, 1, lcStats(t, lcInspector(t, client), old).Partitions)
 }
 
@@ -354,7 +354,7 @@ func TestManagersSharePartitions(t *testing.T) {
 	holders := func() map[string]int {
 		n := map[string]int{}
 		for p := range parts {
-			if o, err := client.Get(context.Background(), ptKey(tp, p, "lease")).Result(); err == nil {
+			if o, err := client.Get(context.Background(), shardOf(tp, p).Lease()).Result(); err == nil {
 				n[o]++
 			}
 		}
@@ -397,7 +397,7 @@ func TestLoneSchedulerTakesEveryPartition(t *testing.T) {
 	require.Eventually(t, func() bool {
 		held := 0
 		for p := range parts {
-			if client.Exists(context.Background(), ptKey(tp, p, "lease")).Val() == 1 {
+			if client.Exists(context.Background(), shardOf(tp, p).Lease()).Val() == 1 {
 				held++
 			}
 		}

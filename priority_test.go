@@ -17,7 +17,7 @@ import (
 // awaitRedo waits until group g's redelivery stream holds n entries.
 func awaitRedo(t *testing.T, client redis.UniversalClient, tp string, n int64) {
 	t.Helper()
-	require.Eventually(t, func() bool { return client.XLen(context.Background(), lcKey(tp, "g:g:redo")).Val() == n },
+	require.Eventually(t, func() bool { return client.XLen(context.Background(), shardOf(tp, 0).Redelivery("g")).Val() == n },
 		5*time.Second, 10*time.Millisecond, "%d high-priority messages moved", n)
 }
 
@@ -96,7 +96,7 @@ func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
 	mgr := lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
 	early := high(lcMessage("before any group"))
 	require.NoError(t, pub.Publish(tp, early))
-	require.Eventually(t, func() bool { return client.XLen(context.Background(), lcKey(tp, "stream")).Val() == 1 },
+	require.Eventually(t, func() bool { return client.XLen(context.Background(), shardOf(tp, 0).Stream()).Val() == 1 },
 		5*time.Second, 10*time.Millisecond)
 	require.NoError(t, mgr.Close())
 
@@ -121,7 +121,7 @@ func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
 	}
 	nothing(t, chA, 200*time.Millisecond)
 	nothing(t, chB, 10*time.Millisecond)
-	exists, err := client.Exists(context.Background(), lcKey(tp, "prio")).Result()
+	exists, err := client.Exists(context.Background(), shardKey(tp, 0, "prio")).Result()
 	require.NoError(t, err)
 	require.Zero(t, exists, "the priority marks are removed when the messages move")
 }
@@ -135,7 +135,7 @@ func TestPriorityCancelAndBadValue(t *testing.T) {
 	ok, err := pub.Cancel(context.Background(), tp, msg.UUID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	exists, err := client.Exists(context.Background(), lcKey(tp, "prio")).Result()
+	exists, err := client.Exists(context.Background(), shardKey(tp, 0, "prio")).Result()
 	require.NoError(t, err)
 	require.Zero(t, exists, "a cancelled message leaves no priority mark behind")
 

@@ -253,7 +253,7 @@ func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 	assert.Len(t, got.waiting, 1+1+1+8, "waiting: the original, the one beside identical, fresh, the others'")
 	assert.NotContains(t, got.waiting, bystander.UUID, "a message of the failed call was stored")
 	assert.EqualValues(t, 1+2+8, got.ready, "ready: the warm-up message, the two in flight, the others'")
-	body, err := newClient(t).HGet(context.Background(), "redisdelay:{"+topic+"}:bodies", waiting.UUID).Result()
+	body, err := newClient(t).HGet(context.Background(), shardOf(topic, 0).Bodies(), waiting.UUID).Result()
 	require.NoError(t, err)
 	assert.Contains(t, body, "original")
 	assert.NotContains(t, body, "changed")

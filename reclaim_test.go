@@ -43,7 +43,7 @@ func TestLifecycle_CrashedConsumersMessageReclaimedAfterVisibilityTimeout(t *tes
 	nothing(t, ch, 300*time.Millisecond)
 
 	held, err := client.XPendingExt(context.Background(), &redis.XPendingExtArgs{
-		Stream: lcKey(topic, "stream"), Group: "g", Start: "-", End: "+", Count: 10, Consumer: "crashed-1",
+		Stream: shardOf(topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 10, Consumer: "crashed-1",
 	}).Result()
 	require.NoError(t, err)
 	assert.Empty(t, held, "the crashed consumer holds nothing any more")
@@ -147,7 +147,7 @@ func TestLifecycle_IdleConsumersWithoutMessagesAreRemoved(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	topic := topic()
-	stream := lcKey(topic, "stream")
+	stream := shardOf(topic, 0).Stream()
 	pub := lcPublisher(t, client)
 	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", ConsumerIdleTimeout: time.Second, VisibilityTimeout: time.Minute, DisableScheduler: true,

@@ -20,7 +20,7 @@ func schedLease(t *testing.T, client redis.UniversalClient, topic string, within
 	t.Helper()
 	var owner string
 	require.Eventually(t, func() bool {
-		owner, _ = client.Get(context.Background(), lcKey(topic, "lease")).Result()
+		owner, _ = client.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
 		return owner != ""
 	}, within, 5*time.Millisecond, "nobody holds the scheduling lease")
 	return owner
@@ -75,7 +75,7 @@ func TestScheduler_OneLeaseHolderPerTopic(t *testing.T) {
 	// Over many check intervals the lease stayed with its first holder.
 	for range 10 {
 		time.Sleep(50 * time.Millisecond)
-		now, err := client.Get(context.Background(), lcKey(topic, "lease")).Result()
+		now, err := client.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
 		require.NoError(t, err)
 		assert.Equal(t, owner, now, "the lease changed hands while its holder lived")
 	}
@@ -100,7 +100,7 @@ func TestScheduler_CloseHandsLeaseOverAtOnce(t *testing.T) {
 
 	closed := time.Now()
 	require.Eventually(t, func() bool {
-		o, _ := client.Get(context.Background(), lcKey(topic, "lease")).Result()
+		o, _ := client.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
 		return o != "" && o != owner
 	}, 500*time.Millisecond, 5*time.Millisecond, "the standby did not take over the released lease")
 	t.Logf("taken over %s after Close", time.Since(closed))
@@ -132,7 +132,7 @@ func TestScheduler_StandbyTakesOverFromDeadHolder(t *testing.T) {
 	// While the holder lives, it promotes and keeps the lease.
 	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "before")))
 	receive(t, ch, 2*time.Second).Ack()
-	o, err := direct.Get(context.Background(), lcKey(topic, "lease")).Result()
+	o, err := direct.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
 	require.NoError(t, err)
 	assert.Equal(t, owner, o, "the standby took the lease from a live holder")
 
@@ -146,7 +146,7 @@ func TestScheduler_StandbyTakesOverFromDeadHolder(t *testing.T) {
 	// The lease lasts 1.5 check intervals after the holder's last tick.
 	assert.Less(t, took, 2*interval+200*time.Millisecond, "taken over %s after the holder died", took)
 	t.Logf("delivered %s after the holder died", took)
-	o, err = direct.Get(context.Background(), lcKey(topic, "lease")).Result()
+	o, err = direct.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
 	require.NoError(t, err)
 	assert.NotEqual(t, owner, o)
 }

@@ -78,7 +78,7 @@ func TestScriptBound_PriorityFanOutToManyGroups(t *testing.T) {
 	const groups, msgs = 1000, 256
 	pipe := client.Pipeline()
 	for g := range groups {
-		pipe.SAdd(ctx, lcKey(tp, "groups"), "g"+strconv.Itoa(g))
+		pipe.SAdd(ctx, shardOf(tp, 0).Groups(), "g"+strconv.Itoa(g))
 	}
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func TestScriptBound_PriorityFanOutToManyGroups(t *testing.T) {
 		pipe := client.Pipeline()
 		lens := make([]*redis.IntCmd, groups)
 		for g := range groups {
-			lens[g] = pipe.XLen(ctx, lcKey(tp, "g:g"+strconv.Itoa(g)+":redo"))
+			lens[g] = pipe.XLen(ctx, shardOf(tp, 0).Redelivery("g"+strconv.Itoa(g)))
 		}
 		_, _ = pipe.Exec(ctx)
 		for g, l := range lens {
@@ -109,8 +109,8 @@ func TestScriptBound_PriorityFanOutToManyGroups(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // nothing more arrives
 	_, wrong := counts()
 	require.Empty(t, wrong, "each group has each message once")
-	require.Zero(t, client.ZCard(ctx, lcKey(tp, "waiting")).Val())
-	require.Zero(t, client.Exists(ctx, lcKey(tp, "fanout"), lcKey(tp, "prio"), lcKey(tp, "bodies")).Val())
+	require.Zero(t, client.ZCard(ctx, shardOf(tp, 0).Waiting()).Val())
+	require.Zero(t, client.Exists(ctx, shardKey(tp, 0, "fanout"), shardKey(tp, 0, "prio"), shardOf(tp, 0).Bodies()).Val())
 	worst, _ := longest()
 	require.Less(t, worst, scriptTimeBound, "a promote call blocked Redis too long")
 }
@@ -130,7 +130,7 @@ func TestScriptBound_OrderedTakeoverOfLongPendingList(t *testing.T) {
 	require.NoError(t, init.SubscribeInitialize(tp))
 	pub := lcPublisher(t, client)
 	require.NoError(t, pub.Publish(tp, lcMessage("0")))
-	stream := lcKey(tp, "stream")
+	stream := shardOf(tp, 0).Stream()
 	// A dead owner that read the entries and still holds them.
 	build := redis.NewScript(`
 local e = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
@@ -140,7 +140,7 @@ return 0`)
 	for added := 0; added < pending; added += 10_000 {
 		require.NoError(t, build.Run(ctx, client, []string{stream}, 10_000).Err())
 	}
-	require.NoError(t, client.Set(ctx, lcKey(tp, "g:g:owner"), "dead", 100*time.Millisecond).Err())
+	require.NoError(t, client.Set(ctx, shardKey(tp, 0, "g:g:owner"), "dead", 100*time.Millisecond).Err())
 	deadPending := func() int64 {
 		p, err := client.XPending(ctx, stream, "g").Result()
 		require.NoError(t, err)
@@ -169,7 +169,7 @@ func TestScriptBound_FanOutOverSeveralCallsKeepsOrder(t *testing.T) {
 	tp := topic()
 	const groups, msgs = 10, 6
 	for g := range groups {
-		require.NoError(t, client.SAdd(ctx, lcKey(tp, "groups"), "g"+strconv.Itoa(g)).Err())
+		require.NoError(t, client.SAdd(ctx, shardOf(tp, 0).Groups(), "g"+strconv.Itoa(g)).Err())
 	}
 	pub := lcPublisher(t, client)
 	var want []string
@@ -181,7 +181,7 @@ func TestScriptBound_FanOutOverSeveralCallsKeepsOrder(t *testing.T) {
 	require.NoError(t, pub.Publish(tp, delayedNow(lcMessage("normal"))))
 	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 3, CheckInterval: 100 * time.Millisecond})
 	for g := range groups {
-		key := lcKey(tp, "g:g"+strconv.Itoa(g)+":redo")
+		key := shardOf(tp, 0).Redelivery("g" + strconv.Itoa(g))
 		require.Eventually(t, func() bool { return client.XLen(ctx, key).Val() >= msgs }, 5*time.Second, 10*time.Millisecond)
 		entries, err := client.XRange(ctx, key, "-", "+").Result()
 		require.NoError(t, err)
@@ -192,8 +192,8 @@ func TestScriptBound_FanOutOverSeveralCallsKeepsOrder(t *testing.T) {
 			require.Equal(t, want[i], msg.UUID, "group g%d, message %d", g, i)
 		}
 	}
-	require.Eventually(t, func() bool { return client.XLen(ctx, lcKey(tp, "stream")).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
-	require.Zero(t, client.Exists(ctx, lcKey(tp, "fanout")).Val())
+	require.Eventually(t, func() bool { return client.XLen(ctx, shardOf(tp, 0).Stream()).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Zero(t, client.Exists(ctx, shardKey(tp, 0, "fanout")).Val())
 }
 
 // delayedNow makes a message go through the waiting set, due at once.

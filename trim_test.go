@@ -24,7 +24,7 @@ func TestLifecycle_TrimKeepsEntriesAGroupHasNotAcknowledged(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	topic := topic()
-	stream := lcKey(topic, "stream")
+	stream := shardOf(topic, 0).Stream()
 	pub := lcPublisher(t, client)
 	for _, g := range []string{"a", "b"} {
 		s := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: g, VisibilityTimeout: time.Minute, DisableScheduler: true})
@@ -119,6 +119,6 @@ func TestLifecycle_TrimWithoutGroupsKeepsEverything(t *testing.T) {
 	lcManager(t, client, redisdelay.ManagerConfig{
 		Topics: []string{topic}, CheckInterval: 50 * time.Millisecond, TrimInterval: 100 * time.Millisecond,
 	})
-	require.Never(t, func() bool { return client.XLen(ctx, lcKey(topic, "stream")).Val() != 300 },
+	require.Never(t, func() bool { return client.XLen(ctx, shardOf(topic, 0).Stream()).Val() != 300 },
 		time.Second, 50*time.Millisecond, "entries trimmed with no group")
 }

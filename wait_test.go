@@ -33,7 +33,7 @@ func awaitWaiting(t *testing.T, client redis.UniversalClient, topic string, part
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for p := range parts {
-			if client.Exists(context.Background(), ptKey(topic, p, "bell")).Val() == 0 {
+			if client.Exists(context.Background(), shardOf(topic, p).Bell()).Val() == 0 {
 				return false
 			}
 		}
@@ -334,7 +334,7 @@ func TestIdleWaitSweepFindsEntriesAddedWithoutBell(t *testing.T) {
 	awaitWaiting(t, client, tp, 1)
 	start := time.Now()
 	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{
-		Stream: lcKey(tp, "stream"), Values: []any{"m", redisdelay.EncodeForTest(lcMessage("unrung"))}}).Err())
+		Stream: shardOf(tp, 0).Stream(), Values: []any{"m", redisdelay.EncodeForTest(lcMessage("unrung"))}}).Err())
 	got := receive(t, ch, 5*block)
 	assert.Equal(t, "unrung", string(got.Payload))
 	got.Ack()
