@@ -323,7 +323,7 @@ func TestPausedGroupIsHealthy(t *testing.T) {
 	ch := subscribe(t, sub, tp)
 	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("m")))
 	time.Sleep(600 * time.Millisecond)
-	rep := mtHealth(t, insp, redisdelay.HealthConfig{Topics: []string{tp}, ConsumerIdle: 200 * time.Millisecond})
+	rep := healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{tp}, ConsumerIdle: 200 * time.Millisecond})
 	require.Empty(t, rep.Problems)
 	_, err := insp.Resume(ctx, tp, "g")
 	require.NoError(t, err)

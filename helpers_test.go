@@ -416,6 +416,14 @@ func healthGet(t *testing.T, url string) (int, map[string]any, time.Duration) {
 	return res.StatusCode, body, took
 }
 
+// healthReport runs the health check of insp with config.
+func healthReport(t *testing.T, insp *redisdelay.Inspector, config redisdelay.HealthConfig) redisdelay.HealthReport {
+	t.Helper()
+	rep, err := insp.Health(context.Background(), config)
+	require.NoError(t, err)
+	return rep
+}
+
 func wkPrefix() string { return "wk-" + watermill.NewShortUUID() }
 
 // wkManager runs a Manager with config (Client is set here) and logger,
