@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -15,55 +14,6 @@ import (
 
 	"github.com/redisdelay/watermill-redisdelay"
 )
-
-// bkMsg is a message with a business key, delayed by d (0: immediate) and,
-// when policy is set, with that per-message policy.
-func bkMsg(key string, d time.Duration, payload string, policy redisdelay.BusinessKeyPolicy) *message.Message {
-	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
-	msg.Metadata.Set(redisdelay.BusinessKey, key)
-	if policy != "" {
-		msg.Metadata.Set(redisdelay.BusinessKeyPolicyKey, string(policy))
-	}
-	if d > 0 {
-		delay.Message(msg, delay.For(d))
-	}
-	return msg
-}
-
-func bkPublisher(t *testing.T, config redisdelay.PublisherConfig) *redisdelay.Publisher {
-	t.Helper()
-	config.Client = newClient(t)
-	pub, err := redisdelay.NewPublisher(config, logger)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
-	return pub
-}
-
-// bkState checks that the business key hashes of partition part agree
-// with each other and with the waiting set, and returns key -> UUID.
-func bkState(t *testing.T, topic string, part int) map[string]string {
-	t.Helper()
-	ctx := context.Background()
-	client := newClient(t)
-	keys, err := client.HGetAll(ctx, shardKey(topic, part, "bkeys")).Result()
-	require.NoError(t, err)
-	of, err := client.HGetAll(ctx, shardKey(topic, part, "bkeyof")).Result()
-	require.NoError(t, err)
-	require.Len(t, of, len(keys), "bkeys %v and bkeyof %v differ", keys, of)
-	for k, id := range keys {
-		require.Equal(t, k, of[id], "bkeyof of %s", id)
-		_, err := client.ZScore(ctx, shardOf(topic, part).Waiting(), id).Result()
-		require.NoError(t, err, "the holder %s of key %s is not waiting", id, k)
-	}
-	return keys
-}
-
-func dueOf(t *testing.T, topic, uuid string) float64 {
-	t.Helper()
-	s, err := newClient(t).ZScore(context.Background(), shardOf(topic, 0).Waiting(), uuid).Result()
-	require.NoError(t, err)
-	return s
-}
 
 // Reject (the default): a second waiting message with the key fails with
 // the holder named, storing nothing of its call; an identical re-publish is

@@ -169,14 +169,6 @@ func publishToAll(flows []*ctFlow) {
 	}
 }
 
-func ctTopics(n int) []string {
-	topics := make([]string, n)
-	for i := range topics {
-		topics[i] = topic()
-	}
-	return topics
-}
-
 // One Subscriber with many topics on a default client, at GOMAXPROCS 1 and
 // 2 (pools of 10 and 20): every message comes, none early, and publishing
 // on the same client keeps working. Before the connection model, 20 topics

@@ -284,17 +284,6 @@ func TestExpiringKeyRepository_RedisUnreachableNacks(t *testing.T) {
 	noneOf(t, handled, 300*time.Millisecond)
 }
 
-func receive1(t *testing.T, ch <-chan string, within time.Duration) string {
-	t.Helper()
-	select {
-	case s := <-ch:
-		return s
-	case <-time.After(within):
-		t.Fatalf("nothing handled within %s", within)
-		return ""
-	}
-}
-
 func noneOf(t *testing.T, ch <-chan string, during time.Duration) {
 	t.Helper()
 	select {

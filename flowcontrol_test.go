@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
@@ -219,16 +219,6 @@ func rateRun(t *testing.T, tp string, subs int, config redisdelay.SubscriberConf
 		counts[k] = int(per[k].Load())
 	}
 	return end.Sub(time.Unix(0, first.Load())), counts
-}
-
-func backlog(t *testing.T, tp string, n int) {
-	t.Helper()
-	pub := ptPublisher(t, newClient(t), 1)
-	msgs := make([]*message.Message, n)
-	for i := range msgs {
-		msgs[i] = lcMessage(fmt.Sprint(i))
-	}
-	require.NoError(t, pub.Publish(tp, msgs...))
 }
 
 // Three subscribers (own clients: as three processes) of one group share

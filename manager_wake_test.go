@@ -13,7 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -166,26 +165,6 @@ func TestManagerSchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
 	}
 }
 
-// wkACLUser creates a Redis user with the given ACL rules (after "on
-// >pass") and returns a client logged in as it; the user is deleted when
-// the test ends.
-func wkACLUser(t *testing.T, rules ...string) (*redis.Client, string) {
-	t.Helper()
-	admin := singleClient(t, "ACL SETUSER")
-	ctx := context.Background()
-	name := "wk-" + watermill.NewShortUUID()
-	args := []any{"ACL", "SETUSER", name, "reset", "on", ">pass"}
-	for _, r := range rules {
-		args = append(args, r)
-	}
-	require.NoError(t, admin.Do(ctx, args...).Err())
-	t.Cleanup(func() { _ = admin.Do(context.Background(), "ACL", "DELUSER", name).Err() })
-	c := redis.NewClient(&redis.Options{Addr: redisAddr, Username: name, Password: "pass"})
-	t.Cleanup(func() { _ = c.Close() })
-	require.NoError(t, c.Ping(ctx).Err())
-	return c, name
-}
-
 // wkACLDenials returns what Redis's ACL log holds about user: the commands,
 // keys and channels it refused.
 func wkACLDenials(t *testing.T, user string) []string {
@@ -201,9 +180,6 @@ func wkACLDenials(t *testing.T, user string) []string {
 	}
 	return out
 }
-
-// wkMinimalACL is the ACL of README's Operations section.
-const wkMinimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous +info"
 
 // Found in review (issue 13, 5): under a user whose channels are
 // &<prefix>:*, PSUBSCRIBE <prefix>:{*}:wake is denied (Redis matches

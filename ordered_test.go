@@ -8,19 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
 )
-
-func keyed(key string, seq int) *message.Message {
-	msg := lcMessage(strconv.Itoa(seq))
-	msg.Metadata.Set(redisdelay.PartitionKey, key)
-	return msg
-}
 
 // Three ordered subscribers share four partitions: every key's messages
 // are handled one at a time, in publish order, each exactly once, and the

@@ -3,7 +3,6 @@ package redisdelay_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -17,72 +16,6 @@ import (
 
 	"github.com/redisdelay/watermill-redisdelay"
 )
-
-func newGateProxy(t *testing.T) *gateProxy {
-	needSingle(t, "it holds replies in a TCP proxy in front of the test server")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &gateProxy{addr: ln.Addr().String(), gate: make(chan struct{})}
-	close(p.gate)
-	var conns sync.Map
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.open()
-		conns.Range(func(k, _ any) bool { _ = k.(net.Conn).Close(); return true })
-	})
-	go func() {
-		for {
-			down, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", redisAddr)
-			if err != nil {
-				_ = down.Close()
-				continue
-			}
-			conns.Store(down, nil)
-			conns.Store(up, nil)
-			go func() {
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := down.Read(buf)
-					if n > 0 {
-						p.mu.Lock()
-						g := p.gate
-						p.mu.Unlock()
-						p.held.Add(1)
-						<-g
-						p.held.Add(-1)
-						if _, werr := up.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						_ = up.Close()
-						return
-					}
-				}
-			}()
-			go func() {
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := up.Read(buf)
-					if n > 0 {
-						if _, werr := down.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						_ = down.Close()
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return p
-}
 
 // Many goroutines publishing at once, one message or several per call,
 // delayed and immediate: everything is stored exactly once.

@@ -27,20 +27,6 @@ import (
 // with every subscription idle: generous, the machine is shared.
 const iwBound = 2 * time.Second
 
-// awaitWaiting waits until the subscriptions of the topic's first parts
-// partitions wait for their bell (read.lua armed it: nothing left to read).
-func awaitWaiting(t *testing.T, client redis.UniversalClient, topic string, parts int) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		for p := range parts {
-			if client.Exists(context.Background(), shardOf(topic, p).Bell()).Val() == 0 {
-				return false
-			}
-		}
-		return true
-	}, 5*time.Second, 5*time.Millisecond, "the subscriptions never waited for their bell")
-}
-
 // Close returns at once, on every partition, with the embedded scheduler
 // on and a BlockTime of 30s.
 func TestIdleWaitCloseReturnsAtOnce(t *testing.T) {
@@ -222,10 +208,6 @@ func TestIdleWaitCostsNearlyNothing(t *testing.T) {
 		perSecond, float64(all1-all0)/window.Seconds())
 	assert.Less(t, perSecond, 80.0)
 }
-
-// A wrapper of the application's around a go-redis client (neither a
-// *redis.Client nor a *redis.ClusterClient) works as any client.
-type iwWrapped struct{ redis.UniversalClient }
 
 func TestIdleWaitWrappedClient(t *testing.T) {
 	t.Parallel()
