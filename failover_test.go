@@ -167,7 +167,7 @@ func failoverTest(t *testing.T, kind string, minReplicas int) {
 	}, logger)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", CheckInterval: 500 * time.Millisecond, VisibilityTimeout: 5 * time.Second,
 	})
 	topic := topic()

@@ -1,5 +1,8 @@
 package redisdelay_test
 
+// The Prometheus metrics of prommetrics, read back by the tests of the
+// features that record them.
+
 import (
 	"testing"
 	"time"
@@ -12,11 +15,8 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/prommetrics"
 )
 
-// The Prometheus metrics of prommetrics, read back by the tests of the
-// features that record them.
-
-// mtMetrics returns Metrics registered in a new registry.
-func mtMetrics(t *testing.T) (*prommetrics.Metrics, *prometheus.Registry) {
+// newMetrics returns Metrics registered in a new registry.
+func newMetrics(t *testing.T) (*prommetrics.Metrics, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := prommetrics.New(reg)
@@ -24,9 +24,9 @@ func mtMetrics(t *testing.T) (*prommetrics.Metrics, *prometheus.Registry) {
 	return m, reg
 }
 
-// mtFind returns the metric of family name whose labels include labels,
+// findMetric returns the metric of family name whose labels include labels,
 // or nil.
-func mtFind(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) *dto.Metric {
+func findMetric(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) *dto.Metric {
 	t.Helper()
 	families, err := reg.Gather()
 	require.NoError(t, err)
@@ -51,11 +51,11 @@ func mtFind(t *testing.T, reg prometheus.Gatherer, name string, labels map[strin
 	return nil
 }
 
-// mtValue is the value of a counter or gauge (-1 when absent), or the
+// metricValue is the value of a counter or gauge (-1 when absent), or the
 // sample count of a histogram.
-func mtValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+func metricValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
-	m := mtFind(t, reg, name, labels)
+	m := findMetric(t, reg, name, labels)
 	switch {
 	case m == nil:
 		return -1
@@ -69,9 +69,9 @@ func mtValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[stri
 	return -1
 }
 
-func mtEventually(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string, want float64) {
+func awaitMetric(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string, want float64) {
 	t.Helper()
-	if !assert.Eventually(t, func() bool { return mtValue(t, reg, name, labels) == want }, 5*time.Second, 20*time.Millisecond) {
-		t.Fatalf("%s%v is %v, want %v", name, labels, mtValue(t, reg, name, labels), want)
+	if !assert.Eventually(t, func() bool { return metricValue(t, reg, name, labels) == want }, 5*time.Second, 20*time.Millisecond) {
+		t.Fatalf("%s%v is %v, want %v", name, labels, metricValue(t, reg, name, labels), want)
 	}
 }

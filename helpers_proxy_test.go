@@ -1,5 +1,9 @@
 package redisdelay_test
 
+// TCP proxies in front of the test server: faultProxy cuts and stalls
+// connections (outages), gateProxy holds what clients send (a Publish call
+// kept in flight, for the capacity tests of Publish).
+
 import (
 	"context"
 	"errors"
@@ -18,32 +22,43 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
-// TCP proxies in front of the test server: lcProxy cuts and stalls
-// connections (outages), gateProxy holds what clients send (a Publish call
-// kept in flight, for the capacity tests of Publish).
-
-// lcProxy is a TCP proxy to the test server that can refuse connections
+// faultProxy is a TCP proxy to the test server that can refuse connections
 // (cut), swallow traffic (stall) and come back (restore), so clients lose
 // Redis while the shared server keeps running for the other tests.
-type lcProxy struct {
+type faultProxy struct {
 	target, addr string
 
 	mu      sync.Mutex
 	ln      net.Listener // nil while cut
 	stalled bool
-	pipes   map[*lcPipe]struct{}
+	pipes   map[*proxyPipe]struct{}
 	held    map[net.Conn]struct{} // client connections that get no answer
+}
+
+type proxyPipe struct{ down, up net.Conn }
+
+// newFaultProxy starts a faultProxy to the test server, closed when the
+// test ends.
+func newFaultProxy(t *testing.T) *faultProxy {
+	needSingle(t, "it cuts and stalls connections through a TCP proxy in front of the test server")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &faultProxy{target: redisAddr, addr: ln.Addr().String(), ln: ln,
+		pipes: map[*proxyPipe]struct{}{}, held: map[net.Conn]struct{}{}}
+	go p.accept(ln)
+	t.Cleanup(func() { p.cut(0) })
+	return p
 }
 
 // client returns a go-redis client through the proxy, with default options
 // but the pool size.
-func (p *lcProxy) client(t *testing.T) *redis.Client {
+func (p *faultProxy) client(t *testing.T) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: p.addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
-func (p *lcProxy) accept(ln net.Listener) {
+func (p *faultProxy) accept(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -53,7 +68,7 @@ func (p *lcProxy) accept(ln net.Listener) {
 	}
 }
 
-func (p *lcProxy) serve(down net.Conn) {
+func (p *faultProxy) serve(down net.Conn) {
 	p.mu.Lock()
 	if p.stalled {
 		p.held[down] = struct{}{}
@@ -66,7 +81,7 @@ func (p *lcProxy) serve(down net.Conn) {
 		_ = down.Close()
 		return
 	}
-	pipe := &lcPipe{down: down, up: up}
+	pipe := &proxyPipe{down: down, up: up}
 	p.mu.Lock()
 	if p.ln == nil || p.stalled {
 		p.mu.Unlock()
@@ -93,7 +108,7 @@ func (p *lcProxy) serve(down net.Conn) {
 // cut refuses new connections and closes the clients' connections at once;
 // their server sides stay open for linger, so a reply Redis sends meanwhile
 // (a blocked read served by a publish) is lost on the way.
-func (p *lcProxy) cut(linger time.Duration) {
+func (p *faultProxy) cut(linger time.Duration) {
 	p.mu.Lock()
 	if p.ln != nil {
 		_ = p.ln.Close()
@@ -107,7 +122,7 @@ func (p *lcProxy) cut(linger time.Duration) {
 	for c := range p.held {
 		_ = c.Close()
 	}
-	p.pipes, p.held, p.stalled = map[*lcPipe]struct{}{}, map[net.Conn]struct{}{}, false
+	p.pipes, p.held, p.stalled = map[*proxyPipe]struct{}{}, map[net.Conn]struct{}{}, false
 	p.mu.Unlock()
 	closeUps := func() {
 		for _, c := range ups {
@@ -123,7 +138,7 @@ func (p *lcProxy) cut(linger time.Duration) {
 
 // stall keeps every connection open, and accepts new ones, but nothing
 // reaches Redis and no reply comes back: a network partition without resets.
-func (p *lcProxy) stall() {
+func (p *faultProxy) stall() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stalled = true
@@ -131,10 +146,10 @@ func (p *lcProxy) stall() {
 		_ = pipe.up.Close()
 		p.held[pipe.down] = struct{}{}
 	}
-	p.pipes = map[*lcPipe]struct{}{}
+	p.pipes = map[*proxyPipe]struct{}{}
 }
 
-func (p *lcProxy) restore(t *testing.T) {
+func (p *faultProxy) restore(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.held {
@@ -157,22 +172,9 @@ func (p *lcProxy) restore(t *testing.T) {
 	go p.accept(ln)
 }
 
-type lcPipe struct{ down, up net.Conn }
-
-func newLcProxy(t *testing.T) *lcProxy {
-	needSingle(t, "it cuts and stalls connections through a TCP proxy in front of the test server")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &lcProxy{target: redisAddr, addr: ln.Addr().String(), ln: ln,
-		pipes: map[*lcPipe]struct{}{}, held: map[net.Conn]struct{}{}}
-	go p.accept(ln)
-	t.Cleanup(func() { p.cut(0) })
-	return p
-}
-
-// lcIsCause reports whether err wraps a network or context error: the
-// cause of a failed call to an unreachable Redis.
-func lcIsCause(err error) bool {
+// isUnreachableCause reports whether err wraps a network or context error:
+// the cause of a failed call to an unreachable Redis.
+func isUnreachableCause(err error) bool {
 	var netErr net.Error
 	return errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, io.EOF)

@@ -1,5 +1,9 @@
 package redisdelay_test
 
+// What the tests read and write in Redis directly: keys through the key
+// table of internal/store, what a topic holds, reads as a crashed consumer,
+// servers and users of a test's own, and the server's own figures.
+
 import (
 	"context"
 	"fmt"
@@ -20,10 +24,6 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// What the tests read and write in Redis directly: keys through the key
-// table of internal/store, what a topic holds, reads as a crashed consumer,
-// servers and users of a test's own, and the server's own figures.
-
 // defaultKeys is the key table (internal/store) under the default prefix,
 // for raw checks of what the library stores.
 var defaultKeys = store.Keys{Prefix: redisdelay.DefaultKeyPrefix}
@@ -40,17 +40,17 @@ func shardKey(topic string, part int, suffix string) string {
 	return string(shardOf(topic, part)) + ":" + suffix
 }
 
-// lcPending is how many entries of the ready stream the group has pending.
-func lcPending(t *testing.T, client redis.UniversalClient, topic, group string) int64 {
+// pendingCount is how many entries of the ready stream the group has pending.
+func pendingCount(t *testing.T, client redis.UniversalClient, topic, group string) int64 {
 	t.Helper()
 	p, err := client.XPending(context.Background(), shardOf(topic, 0).Stream(), group).Result()
 	require.NoError(t, err)
 	return p.Count
 }
 
-// lcCrashedRead fetches one message of the ready stream as a consumer that
+// crashedRead fetches one message of the ready stream as a consumer that
 // then dies: it never acks nor extends the lease.
-func lcCrashedRead(t *testing.T, client redis.UniversalClient, topic, group, consumer string) redis.XMessage {
+func crashedRead(t *testing.T, client redis.UniversalClient, topic, group, consumer string) redis.XMessage {
 	t.Helper()
 	res, err := client.XReadGroup(context.Background(), &redis.XReadGroupArgs{
 		Group: group, Consumer: consumer, Streams: []string{shardOf(topic, 0).Stream(), ">"}, Count: 1, Block: -1,
@@ -61,12 +61,15 @@ func lcCrashedRead(t *testing.T, client redis.UniversalClient, topic, group, con
 	return res[0].Messages[0]
 }
 
+// topicContent is what content reads of a topic.
 type topicContent struct {
 	waiting []string // UUIDs in due order
 	bodies  int
 	ready   int64
 }
 
+// content reads what partition 0 of topic holds: the waiting messages in
+// due order, how many bodies (the far tier's included) and ready entries.
 func content(t *testing.T, topic string) topicContent {
 	t.Helper()
 	ctx := context.Background()
@@ -117,9 +120,9 @@ func topicState(t *testing.T, topic string) string {
 	return b.String()
 }
 
-// bkState checks that the business key hashes of partition part agree
-// with each other and with the waiting set, and returns key -> UUID.
-func bkState(t *testing.T, topic string, part int) map[string]string {
+// businessKeyState checks that the business key hashes of partition part
+// agree with each other and with the waiting set, and returns key -> UUID.
+func businessKeyState(t *testing.T, topic string, part int) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	client := newClient(t)
@@ -136,16 +139,19 @@ func bkState(t *testing.T, topic string, part int) map[string]string {
 	return keys
 }
 
-func dueOf(t *testing.T, topic, uuid string) float64 {
+// waitingScore is the score of a message in partition 0's waiting set: its
+// due time in ms × 1024 plus a tie-break.
+func waitingScore(t *testing.T, topic, uuid string) float64 {
 	t.Helper()
 	s, err := newClient(t).ZScore(context.Background(), shardOf(topic, 0).Waiting(), uuid).Result()
 	require.NoError(t, err)
 	return s
 }
 
-// awaitWaiting waits until the subscriptions of the topic's first parts
-// partitions wait for their bell (read.lua armed it: nothing left to read).
-func awaitWaiting(t *testing.T, client redis.UniversalClient, topic string, parts int) {
+// awaitIdleSubscriptions waits until the subscriptions of the topic's first
+// parts partitions wait for their bell (read.lua armed it: nothing left to
+// read).
+func awaitIdleSubscriptions(t *testing.T, client redis.UniversalClient, topic string, parts int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for p := range parts {
@@ -157,10 +163,10 @@ func awaitWaiting(t *testing.T, client redis.UniversalClient, topic string, part
 	}, 5*time.Second, 5*time.Millisecond, "the subscriptions never waited for their bell")
 }
 
-// ptKeepBusy publishes a message due in an hour to every partition of the
-// topic, so their scheduler loops run (and hold their leases) for the
-// test: a loop with nothing to schedule retires, releasing its lease.
-func ptKeepBusy(t *testing.T, client redis.UniversalClient, pub message.Publisher, tp string, parts int) {
+// keepSchedulersBusy publishes a message due in an hour to every partition
+// of the topic, so their scheduler loops run (and hold their leases) for
+// the test: a loop with nothing to schedule retires, releasing its lease.
+func keepSchedulersBusy(t *testing.T, client redis.UniversalClient, pub message.Publisher, tp string, parts int) {
 	t.Helper()
 	ctx := context.Background()
 	for i := 0; ; i++ {
@@ -193,8 +199,8 @@ func ownRedis(t *testing.T, args ...string) *redis.Client {
 	return client
 }
 
-// wkCommandsPerSecond is how many commands Redis processed per second over d.
-func wkCommandsPerSecond(t *testing.T, client *redis.Client, d time.Duration) float64 {
+// commandsPerSecond is how many commands Redis processed per second over d.
+func commandsPerSecond(t *testing.T, client *redis.Client, d time.Duration) float64 {
 	t.Helper()
 	count := func() int64 {
 		info, err := client.Info(context.Background(), "stats").Result()
@@ -261,13 +267,13 @@ func recordScripts(t *testing.T, client *redis.Client) (longest func() (time.Dur
 	}
 }
 
-// wkMinimalACL is the ACL of README's Operations section.
-const wkMinimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous +info"
+// minimalACL is the ACL of README's Operations section.
+const minimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous +info"
 
-// wkACLUser creates a Redis user with the given ACL rules (after "on
+// newACLUser creates a Redis user with the given ACL rules (after "on
 // >pass") and returns a client logged in as it; the user is deleted when
 // the test ends.
-func wkACLUser(t *testing.T, rules ...string) (*redis.Client, string) {
+func newACLUser(t *testing.T, rules ...string) (*redis.Client, string) {
 	t.Helper()
 	admin := singleClient(t, "ACL SETUSER")
 	ctx := context.Background()

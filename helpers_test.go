@@ -2,7 +2,7 @@ package redisdelay_test
 
 // Helpers shared by the test files: topics, messages and receiving
 // (topic ... nothing), Watermill suite setup (newPubSub, features), the
-// lc* constructors and stats, and the messages and settings several
+// constructors and stats, and the messages and settings several
 // features' tests use. Beside this file: helpers_redis_test.go (keys and
 // what a topic holds in Redis, servers and ACL users of a test's own),
 // helpers_proxy_test.go (TCP proxies for outages and the publish gate) and
@@ -106,16 +106,16 @@ func features(newGroupsReadOldMessages, reconnect bool) tests.Features {
 	}
 }
 
-func lcPublisher(t *testing.T, client redis.UniversalClient) *redisdelay.Publisher {
+func newPublisher(t *testing.T, client redis.UniversalClient) *redisdelay.Publisher {
 	t.Helper()
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
 	require.NoError(t, err)
 	return pub
 }
 
-// lcSubscriber returns a Subscriber on client with config (Client is set
+// newSubscriber returns a Subscriber on client with config (Client is set
 // here), closed when the test ends.
-func lcSubscriber(t *testing.T, client redis.UniversalClient, config redisdelay.SubscriberConfig) *redisdelay.Subscriber {
+func newSubscriber(t *testing.T, client redis.UniversalClient, config redisdelay.SubscriberConfig) *redisdelay.Subscriber {
 	t.Helper()
 	config.Client = client
 	sub, err := redisdelay.NewSubscriber(config, logger)
@@ -124,16 +124,16 @@ func lcSubscriber(t *testing.T, client redis.UniversalClient, config redisdelay.
 	return sub
 }
 
-func lcInspector(t *testing.T, client redis.UniversalClient) *redisdelay.Inspector {
+func newInspector(t *testing.T, client redis.UniversalClient) *redisdelay.Inspector {
 	t.Helper()
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
 	require.NoError(t, err)
 	return insp
 }
 
-// lcManager runs a Manager for the given topics only (a Manager without a
+// runManager runs a Manager for the given topics only (a Manager without a
 // topic list would schedule every other test's topics too).
-func lcManager(t *testing.T, client redis.UniversalClient, config redisdelay.ManagerConfig) *redisdelay.Manager {
+func runManager(t *testing.T, client redis.UniversalClient, config redisdelay.ManagerConfig) *redisdelay.Manager {
 	t.Helper()
 	config.Client = client
 	mgr, err := redisdelay.NewManager(config, logger)
@@ -144,20 +144,20 @@ func lcManager(t *testing.T, client redis.UniversalClient, config redisdelay.Man
 	return mgr
 }
 
-func lcMessage(payload string) *message.Message {
+func newMessage(payload string) *message.Message {
 	return message.NewMessage(watermill.NewUUID(), []byte(payload))
 }
 
-func lcStats(t *testing.T, insp *redisdelay.Inspector, topic string) redisdelay.TopicStats {
+func topicStats(t *testing.T, insp *redisdelay.Inspector, topic string) redisdelay.TopicStats {
 	t.Helper()
 	st, err := insp.Stats(context.Background(), topic)
 	require.NoError(t, err)
 	return st
 }
 
-func lcGroupStats(t *testing.T, insp *redisdelay.Inspector, topic, group string) redisdelay.GroupStats {
+func groupStats(t *testing.T, insp *redisdelay.Inspector, topic, group string) redisdelay.GroupStats {
 	t.Helper()
-	for _, g := range lcStats(t, insp, topic).Groups {
+	for _, g := range topicStats(t, insp, topic).Groups {
 		if g.Group == group {
 			return g
 		}
@@ -166,8 +166,8 @@ func lcGroupStats(t *testing.T, insp *redisdelay.Inspector, topic, group string)
 	return redisdelay.GroupStats{}
 }
 
-// lcAwaitDead polls until the group holds n dead letters and returns them.
-func lcAwaitDead(t *testing.T, insp *redisdelay.Inspector, topic, group string, n int, within time.Duration) []redisdelay.DeadLetter {
+// awaitDeadLetters polls until the group holds n dead letters and returns them.
+func awaitDeadLetters(t *testing.T, insp *redisdelay.Inspector, topic, group string, n int, within time.Duration) []redisdelay.DeadLetter {
 	t.Helper()
 	var dead []redisdelay.DeadLetter
 	var err error
@@ -180,9 +180,9 @@ func lcAwaitDead(t *testing.T, insp *redisdelay.Inspector, topic, group string, 
 	return dead
 }
 
-// lcCloseAsync closes sub in the background; the channel is closed when
+// closeAsync closes sub in the background; the channel is closed when
 // Close has returned.
-func lcCloseAsync(sub *redisdelay.Subscriber) <-chan struct{} {
+func closeAsync(sub *redisdelay.Subscriber) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -213,11 +213,13 @@ func healthReport(t *testing.T, insp *redisdelay.Inspector, config redisdelay.He
 	return rep
 }
 
-func wkPrefix() string { return "wk-" + watermill.NewShortUUID() }
+// uniquePrefix is a key prefix of the test's own, so a Manager without a
+// topic list sees only the test's topics.
+func uniquePrefix() string { return "wk-" + watermill.NewShortUUID() }
 
-// wkManager runs a Manager with config (Client is set here) and logger,
-// closed when the test ends.
-func wkManager(t *testing.T, client redis.UniversalClient, config redisdelay.ManagerConfig, log watermill.LoggerAdapter) *redisdelay.Manager {
+// runManagerWithLogger runs a Manager with config (Client is set here) and
+// log, closed when the test ends.
+func runManagerWithLogger(t *testing.T, client redis.UniversalClient, config redisdelay.ManagerConfig, log watermill.LoggerAdapter) *redisdelay.Manager {
 	t.Helper()
 	config.Client = client
 	mgr, err := redisdelay.NewManager(config, log)
@@ -228,7 +230,9 @@ func wkManager(t *testing.T, client redis.UniversalClient, config redisdelay.Man
 	return mgr
 }
 
-func ptPublisher(t *testing.T, client redis.UniversalClient, parts int) *redisdelay.Publisher {
+// newPartitionedPublisher returns a Publisher on client that spreads
+// topics over parts partitions, closed when the test ends.
+func newPartitionedPublisher(t *testing.T, client redis.UniversalClient, parts int) *redisdelay.Publisher {
 	t.Helper()
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: parts}, logger)
 	require.NoError(t, err)
@@ -241,9 +245,9 @@ func high(msg *message.Message) *message.Message {
 	return msg
 }
 
-// bkMsg is a message with a business key, delayed by d (0: immediate) and,
-// when policy is set, with that per-message policy.
-func bkMsg(key string, d time.Duration, payload string, policy redisdelay.BusinessKeyPolicy) *message.Message {
+// businessKeyMessage is a message with a business key, delayed by d (0:
+// immediate) and, when policy is set, with that per-message policy.
+func businessKeyMessage(key string, d time.Duration, payload string, policy redisdelay.BusinessKeyPolicy) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
 	msg.Metadata.Set(redisdelay.BusinessKey, key)
 	if policy != "" {
@@ -255,7 +259,9 @@ func bkMsg(key string, d time.Duration, payload string, policy redisdelay.Busine
 	return msg
 }
 
-func bkPublisher(t *testing.T, config redisdelay.PublisherConfig) *redisdelay.Publisher {
+// newPublisherWithConfig returns a Publisher with config on a client of its
+// own (Client is set here), closed when the test ends.
+func newPublisherWithConfig(t *testing.T, config redisdelay.PublisherConfig) *redisdelay.Publisher {
 	t.Helper()
 	config.Client = newClient(t)
 	pub, err := redisdelay.NewPublisher(config, logger)
@@ -264,13 +270,16 @@ func bkPublisher(t *testing.T, config redisdelay.PublisherConfig) *redisdelay.Pu
 	return pub
 }
 
-func keyed(key string, seq int) *message.Message {
-	msg := lcMessage(strconv.Itoa(seq))
+// keyedMessage is a message of partition key key whose payload is seq, so
+// the ordered tests can check the order of a key's messages.
+func keyedMessage(key string, seq int) *message.Message {
+	msg := newMessage(strconv.Itoa(seq))
 	msg.Metadata.Set(redisdelay.PartitionKey, key)
 	return msg
 }
 
-func ctTopics(n int) []string {
+// newTopics returns n new topics.
+func newTopics(n int) []string {
 	topics := make([]string, n)
 	for i := range topics {
 		topics[i] = topic()
@@ -278,12 +287,14 @@ func ctTopics(n int) []string {
 	return topics
 }
 
-func backlog(t *testing.T, tp string, n int) {
+// publishBacklog publishes n immediate messages to tp in one call, so its
+// groups have a backlog to read.
+func publishBacklog(t *testing.T, tp string, n int) {
 	t.Helper()
-	pub := ptPublisher(t, newClient(t), 1)
+	pub := newPartitionedPublisher(t, newClient(t), 1)
 	msgs := make([]*message.Message, n)
 	for i := range msgs {
-		msgs[i] = lcMessage(fmt.Sprint(i))
+		msgs[i] = newMessage(fmt.Sprint(i))
 	}
 	require.NoError(t, pub.Publish(tp, msgs...))
 }
@@ -295,7 +306,9 @@ func noRetry(int) time.Duration { return 0 }
 
 func noRetryDelay(c *redisdelay.SubscriberConfig) { c.RetryDelay = noRetry }
 
-func receive1(t *testing.T, ch <-chan string, within time.Duration) string {
+// receiveHandled returns what a handler reported on ch (a payload, or what
+// the test's handler makes of it), failing the test after within.
+func receiveHandled(t *testing.T, ch <-chan string, within time.Duration) string {
 	t.Helper()
 	select {
 	case s := <-ch:
@@ -306,6 +319,6 @@ func receive1(t *testing.T, ch <-chan string, within time.Duration) string {
 	}
 }
 
-// A wrapper of the application's around a go-redis client (neither a
-// *redis.Client nor a *redis.ClusterClient) works as any client.
-type iwWrapped struct{ redis.UniversalClient }
+// wrappedClient is an application's wrapper around a go-redis client:
+// neither a *redis.Client nor a *redis.ClusterClient.
+type wrappedClient struct{ redis.UniversalClient }

@@ -57,10 +57,10 @@ func TestMetrics_PublishDeliverAckNackCounters(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	m, reg := mtMetrics(t)
+	m, reg := newMetrics(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Metrics: m}, logger)
 	require.NoError(t, err)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", MaxAttempts: 2, CheckInterval: 100 * time.Millisecond, Metrics: m,
 		RetryDelay: func(int) time.Duration { return 0 }, // the retry of i2 comes back at once
 	})
@@ -74,19 +74,19 @@ func TestMetrics_PublishDeliverAckNackCounters(t *testing.T) {
 		return l
 	}
 
-	require.NoError(t, pub.Publish(topic, lcMessage("i1"), lcMessage("i2"), lcMessage("i3")))
-	d1, d2 := lcMessage("d1"), lcMessage("d2")
+	require.NoError(t, pub.Publish(topic, newMessage("i1"), newMessage("i2"), newMessage("i3")))
+	d1, d2 := newMessage("d1"), newMessage("d2")
 	delay.Message(d1, delay.For(150*time.Millisecond))
 	delay.Message(d2, delay.For(150*time.Millisecond))
 	require.NoError(t, pub.Publish(topic, d1, d2))
-	bad := lcMessage("bad")
+	bad := newMessage("bad")
 	bad.Metadata.Set(delay.DelayedForKey, "soon")
 	require.ErrorIs(t, pub.Publish(topic, bad), redisdelay.ErrInvalidDelay)
 
 	assert.Equal(t, 3.0, testutil.ToFloat64(mtCounter(t, reg, "redisdelay_published_messages_total", map[string]string{"topic": topic, "delay": "immediate"})))
-	assert.Equal(t, 2.0, mtValue(t, reg, "redisdelay_published_messages_total", map[string]string{"topic": topic, "delay": "delayed"}))
-	assert.Equal(t, 2.0, mtValue(t, reg, "redisdelay_publish_duration_seconds", map[string]string{"topic": topic, "result": "ok"}))
-	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_publish_duration_seconds", map[string]string{"topic": topic, "result": "error"}))
+	assert.Equal(t, 2.0, metricValue(t, reg, "redisdelay_published_messages_total", map[string]string{"topic": topic, "delay": "delayed"}))
+	assert.Equal(t, 2.0, metricValue(t, reg, "redisdelay_publish_duration_seconds", map[string]string{"topic": topic, "result": "ok"}))
+	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_publish_duration_seconds", map[string]string{"topic": topic, "result": "error"}))
 
 	// Ack all but i2, which fails twice: one retry, then the dead letters.
 	ch := subscribe(t, sub, topic)
@@ -100,15 +100,15 @@ func TestMetrics_PublishDeliverAckNackCounters(t *testing.T) {
 	}
 	nothing(t, ch, 200*time.Millisecond)
 
-	assert.Equal(t, 5.0, mtValue(t, reg, "redisdelay_delivered_messages_total", with("attempt", "first")))
-	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_delivered_messages_total", with("attempt", "retry")))
-	assert.Equal(t, 6.0, mtValue(t, reg, "redisdelay_delivery_lag_seconds", tg))
-	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_retries_total", tg))
-	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_dead_lettered_messages_total", with("source", "nack")))
-	mtEventually(t, reg, "redisdelay_ack_latency_seconds", tg, 4)
+	assert.Equal(t, 5.0, metricValue(t, reg, "redisdelay_delivered_messages_total", with("attempt", "first")))
+	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_delivered_messages_total", with("attempt", "retry")))
+	assert.Equal(t, 6.0, metricValue(t, reg, "redisdelay_delivery_lag_seconds", tg))
+	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_retries_total", tg))
+	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_dead_lettered_messages_total", with("source", "nack")))
+	awaitMetric(t, reg, "redisdelay_ack_latency_seconds", tg, 4)
 	// The two delayed messages; a retry without delay skips the retry set.
-	assert.Equal(t, 2.0, mtValue(t, reg, "redisdelay_promoted_messages_total", map[string]string{"topic": topic}))
-	assert.GreaterOrEqual(t, mtValue(t, reg, "redisdelay_scheduler_lateness_seconds", map[string]string{"topic": topic}), 1.0)
+	assert.Equal(t, 2.0, metricValue(t, reg, "redisdelay_promoted_messages_total", map[string]string{"topic": topic}))
+	assert.GreaterOrEqual(t, metricValue(t, reg, "redisdelay_scheduler_lateness_seconds", map[string]string{"topic": topic}), 1.0)
 	t.Logf("scrape:\n%s", mtScrape(t, reg))
 }
 
@@ -116,7 +116,7 @@ func TestMetrics_PublishDeliverAckNackCounters(t *testing.T) {
 // for testutil.ToFloat64.
 func mtCounter(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) prometheus.Collector {
 	t.Helper()
-	m := mtFind(t, reg, name, labels)
+	m := findMetric(t, reg, name, labels)
 	require.NotNil(t, m, "%s%v", name, labels)
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "copy"})
 	c.Add(m.Counter.GetValue())
@@ -128,26 +128,26 @@ func mtCounter(t *testing.T, reg prometheus.Gatherer, name string, labels map[st
 func TestMetrics_ReclaimCounters(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
-	m, reg := mtMetrics(t)
-	pub := lcPublisher(t, client)
+	m, reg := newMetrics(t)
+	pub := newPublisher(t, client)
 	requeued, buried := topic(), topic()
 	for _, c := range []struct {
 		topic       string
 		maxAttempts int
 	}{{requeued, 2}, {buried, 1}} {
-		sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+		sub := newSubscriber(t, client, redisdelay.SubscriberConfig{
 			ConsumerGroup: "g", MaxAttempts: c.maxAttempts, VisibilityTimeout: 300 * time.Millisecond, DisableScheduler: true,
 		})
 		require.NoError(t, sub.SubscribeInitialize(c.topic))
-		require.NoError(t, pub.Publish(c.topic, lcMessage("x")))
-		lcCrashedRead(t, client, c.topic, "g", "crashed")
+		require.NoError(t, pub.Publish(c.topic, newMessage("x")))
+		crashedRead(t, client, c.topic, "g", "crashed")
 	}
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{requeued, buried}, CheckInterval: 50 * time.Millisecond, Metrics: m})
+	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{requeued, buried}, CheckInterval: 50 * time.Millisecond, Metrics: m})
 
-	mtEventually(t, reg, "redisdelay_reclaimed_messages_total", map[string]string{"topic": requeued, "consumer_group": "g"}, 1)
-	mtEventually(t, reg, "redisdelay_dead_lettered_messages_total", map[string]string{"topic": buried, "consumer_group": "g", "source": "reclaim"}, 1)
-	assert.Equal(t, -1.0, mtValue(t, reg, "redisdelay_reclaimed_messages_total", map[string]string{"topic": buried}))
-	assert.Equal(t, -1.0, mtValue(t, reg, "redisdelay_dead_lettered_messages_total", map[string]string{"topic": requeued}))
+	awaitMetric(t, reg, "redisdelay_reclaimed_messages_total", map[string]string{"topic": requeued, "consumer_group": "g"}, 1)
+	awaitMetric(t, reg, "redisdelay_dead_lettered_messages_total", map[string]string{"topic": buried, "consumer_group": "g", "source": "reclaim"}, 1)
+	assert.Equal(t, -1.0, metricValue(t, reg, "redisdelay_reclaimed_messages_total", map[string]string{"topic": buried}))
+	assert.Equal(t, -1.0, metricValue(t, reg, "redisdelay_dead_lettered_messages_total", map[string]string{"topic": requeued}))
 }
 
 // The Collector reads the queue sizes at each scrape.
@@ -155,12 +155,12 @@ func TestCollector_GaugesAfterAScrape(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
 	require.NoError(t, sub.SubscribeInitialize(topic))
-	require.NoError(t, pub.Publish(topic, lcMessage("r1"), lcMessage("r2"), lcMessage("r3")))
-	lcCrashedRead(t, client, topic, "g", "crashed")
-	later, soon := lcMessage("later"), lcMessage("soon")
+	require.NoError(t, pub.Publish(topic, newMessage("r1"), newMessage("r2"), newMessage("r3")))
+	crashedRead(t, client, topic, "g", "crashed")
+	later, soon := newMessage("later"), newMessage("soon")
 	delay.Message(later, delay.For(time.Hour))
 	delay.Message(soon, delay.For(50*time.Millisecond))
 	require.NoError(t, pub.Publish(topic, later))
@@ -168,28 +168,28 @@ func TestCollector_GaugesAfterAScrape(t *testing.T) {
 	require.NoError(t, pub.Publish(topic, soon))
 	time.Sleep(400 * time.Millisecond) // no scheduler: soon stays waiting, overdue
 
-	c, err := prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: lcInspector(t, client), Topics: []string{topic}})
+	c, err := prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: newInspector(t, client), Topics: []string{topic}})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(c))
 	tl := map[string]string{"topic": topic}
 	tg := map[string]string{"topic": topic, "consumer_group": "g"}
-	assert.Equal(t, 2.0, mtValue(t, reg, "redisdelay_waiting_messages", tl))
-	overdue := mtValue(t, reg, "redisdelay_oldest_due_age_seconds", tl)
+	assert.Equal(t, 2.0, metricValue(t, reg, "redisdelay_waiting_messages", tl))
+	overdue := metricValue(t, reg, "redisdelay_oldest_due_age_seconds", tl)
 	// Due 50ms after its publish, read at least 400ms after it: overdue by
 	// at least 0.35s less rounding, and by no more than the time since.
 	assert.GreaterOrEqual(t, overdue, 0.3)
 	assert.LessOrEqual(t, overdue, time.Since(published).Seconds())
-	assert.Equal(t, 2.0, mtValue(t, reg, "redisdelay_ready_messages", tg))
-	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_pending_messages", tg))
-	assert.Equal(t, 0.0, mtValue(t, reg, "redisdelay_retry_messages", tg))
-	assert.Equal(t, 0.0, mtValue(t, reg, "redisdelay_dead_letters", tg))
-	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_consumers", tg))
-	assert.Equal(t, 0.0, mtValue(t, reg, "redisdelay_scrape_errors_total", nil))
+	assert.Equal(t, 2.0, metricValue(t, reg, "redisdelay_ready_messages", tg))
+	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_pending_messages", tg))
+	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_retry_messages", tg))
+	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_dead_letters", tg))
+	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_consumers", tg))
+	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_scrape_errors_total", nil))
 	t.Logf("scrape:\n%s", mtScrape(t, reg))
 
 	// Without a topic list it exports every topic of the registry.
-	all, err := prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: lcInspector(t, client)})
+	all, err := prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: newInspector(t, client)})
 	require.NoError(t, err)
 	assert.Equal(t, 2.0, testutil.ToFloat64(mtOnly(t, all, "redisdelay_waiting_messages", tl)))
 }
@@ -200,7 +200,7 @@ func mtOnly(t *testing.T, c prometheus.Collector, name string, labels map[string
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
-	m := mtFind(t, reg, name, labels)
+	m := findMetric(t, reg, name, labels)
 	require.NotNil(t, m)
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "copy"})
 	g.Set(m.Gauge.GetValue())
@@ -213,7 +213,7 @@ func TestCollector_ScrapeErrorsAreCounted(t *testing.T) {
 	t.Parallel()
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = dead.Close() })
-	insp := lcInspector(t, dead)
+	insp := newInspector(t, dead)
 	for _, topics := range [][]string{{"a", "b"}, nil} {
 		c, err := prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: insp, Topics: topics, Timeout: time.Second})
 		require.NoError(t, err)
@@ -225,7 +225,7 @@ func TestCollector_ScrapeErrorsAreCounted(t *testing.T) {
 		assert.Less(t, time.Since(started), 2*time.Second)
 		assert.Len(t, families, 1, "only the error counter")
 		gathered := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return families, nil })
-		assert.Equal(t, float64(max(len(topics), 1)), mtValue(t, gathered, "redisdelay_scrape_errors_total", nil))
+		assert.Equal(t, float64(max(len(topics), 1)), metricValue(t, gathered, "redisdelay_scrape_errors_total", nil))
 	}
 
 	_, err := prommetrics.NewCollector(prommetrics.CollectorConfig{})

@@ -322,7 +322,7 @@ func partsPublisher(t *testing.T, topic string) (*redisdelay.Publisher, *scriptC
 // order, the far tier's included.
 func waitingUUIDs(t *testing.T, topic string) []string {
 	t.Helper()
-	msgs, err := lcInspector(t, newClient(t)).Waiting(context.Background(), topic, 0, 10_000)
+	msgs, err := newInspector(t, newClient(t)).Waiting(context.Background(), topic, 0, 10_000)
 	require.NoError(t, err)
 	uuids := make([]string, len(msgs))
 	for i, m := range msgs {
@@ -373,7 +373,7 @@ func TestPublishPartsBoundFarBuckets(t *testing.T) {
 			runs = 2
 		}
 		assert.Equal(t, runs, counter.n.Load(), "spread: %v", spread)
-		st := lcStats(t, lcInspector(t, newClient(t)), topic)
+		st := topicStats(t, newInspector(t, newClient(t)), topic)
 		assert.EqualValues(t, 200, st.Waiting, "spread: %v", spread)
 	}
 }
@@ -395,7 +395,7 @@ func TestPublishPartFailureSaysWhatIsStored(t *testing.T) {
 	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
 	require.ErrorContains(t, err, fmt.Sprintf("the first 512 of the call's 1100 messages to topic %q are stored: a Publish call is stored in parts", topic))
 	assert.EqualValues(t, 3, counter.n.Load(), "the held message, the two first parts; not the third")
-	assert.EqualValues(t, 513, lcStats(t, lcInspector(t, newClient(t)), topic).Waiting)
+	assert.EqualValues(t, 513, topicStats(t, newInspector(t, newClient(t)), topic).Waiting)
 
 	// The rest goes on a retry once the clash is gone; the stored ones (in
 	// the far tier) are no-ops. Their part is sent twice: once to find them
@@ -403,7 +403,7 @@ func TestPublishPartFailureSaysWhatIsStored(t *testing.T) {
 	msgs[520].UUID = watermill.NewUUID()
 	counter.n.Store(0)
 	require.NoError(t, pub.Publish(topic, msgs...))
-	assert.EqualValues(t, 1101, lcStats(t, lcInspector(t, newClient(t)), topic).Waiting)
+	assert.EqualValues(t, 1101, topicStats(t, newInspector(t, newClient(t)), topic).Waiting)
 	// one more when farpull.lua is not loaded yet (go-redis sends EVAL after EVALSHA)
 	assert.InDelta(t, 2+512+1+1, counter.n.Load(), 1, "script runs: the first part twice with a far pull per message, the other two once")
 }

@@ -35,7 +35,7 @@ func scCollect(t *testing.T, client redis.UniversalClient, prefix, topic string)
 	t.Helper()
 	// DisableScheduler: the collector publishes no tick itself (ticks are
 	// immediate messages: no scheduling needed to receive them).
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
 	ch, err := sub.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
 	c := &scCollector{}
@@ -81,7 +81,7 @@ func scCheck(t *testing.T, ticks []scTick, period time.Duration) {
 }
 
 func scManager(t *testing.T, client redis.UniversalClient, prefix, topic string) *redisdelay.Manager {
-	return lcManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}})
+	return runManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}})
 }
 
 func scPublisher(t *testing.T, client redis.UniversalClient, prefix string) *redisdelay.Publisher {
@@ -195,7 +195,7 @@ func TestScheduleRedisOutage(t *testing.T) {
 		t.Skip("cuts Redis for seconds")
 	}
 	t.Parallel()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	direct := newClient(t)
 	cut := proxy.client(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
@@ -367,7 +367,7 @@ func TestScheduleSubscriberPublishesTicks(t *testing.T) {
 	col := scCollect(t, client, prefix, topic)
 	pub := scPublisher(t, client, prefix)
 	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic}))
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "other"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "other"})
 	_, err := sub.Subscribe(context.Background(), "unrelated-"+topic)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 20*time.Millisecond)
@@ -453,15 +453,15 @@ func TestScheduleTicksWithoutWakeUps(t *testing.T) {
 	needSingle(t, "it creates Redis users")
 	client := newClient(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	restricted, _ := wkACLUser(t, "~"+prefix+":*", "&"+prefix+":*", "+@all", "-@dangerous", "-subscribe")
+	restricted, _ := newACLUser(t, "~"+prefix+":*", "&"+prefix+":*", "+@all", "-@dangerous", "-subscribe")
 	col := scCollect(t, client, prefix, topic)
-	lcManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}, CheckInterval: 200 * time.Millisecond})
+	runManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}, CheckInterval: 200 * time.Millisecond})
 	time.Sleep(500 * time.Millisecond) // denied, and the loop sleeps
 	require.NoError(t, scPublisher(t, client, prefix).Schedule(context.Background(),
 		redisdelay.Schedule{ID: "s", Spec: "@every 300ms", Topic: topic}))
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 10*time.Millisecond)
 	scCheck(t, col.snapshot(), 300*time.Millisecond)
-	noChannels, _ := wkACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
+	noChannels, _ := newACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
 	require.NoError(t, scPublisher(t, noChannels, prefix).Schedule(context.Background(),
 		redisdelay.Schedule{ID: "s2", Spec: "@every 1h", Topic: topic}))
 }

@@ -34,13 +34,13 @@ func TestScriptBound_PriorityFanOutToManyGroups(t *testing.T) {
 	}
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	for i := range msgs {
-		require.NoError(t, pub.Publish(tp, high(lcMessage(strconv.Itoa(i)))))
+		require.NoError(t, pub.Publish(tp, high(newMessage(strconv.Itoa(i)))))
 	}
 	longest := recordScripts(t, client)
 
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
+	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
 	counts := func() (total int64, wrong []string) {
 		pipe := client.Pipeline()
 		lens := make([]*redis.IntCmd, groups)
@@ -78,10 +78,10 @@ func TestScriptBound_OrderedTakeoverOfLongPendingList(t *testing.T) {
 	ctx := context.Background()
 	tp := topic()
 	const pending = 300_000
-	init := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
+	init := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
 	require.NoError(t, init.SubscribeInitialize(tp))
-	pub := lcPublisher(t, client)
-	require.NoError(t, pub.Publish(tp, lcMessage("0")))
+	pub := newPublisher(t, client)
+	require.NoError(t, pub.Publish(tp, newMessage("0")))
 	stream := shardOf(tp, 0).Stream()
 	// A dead owner that read the entries and still holds them.
 	build := redis.NewScript(`
@@ -101,7 +101,7 @@ return 0`)
 	require.EqualValues(t, pending+1, deadPending())
 	longest := recordScripts(t, client)
 
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
 	ch := subscribe(t, sub, tp)
 	require.Eventually(t, func() bool { return deadPending() == 0 }, 30*time.Second, 50*time.Millisecond,
 		"the new owner claims every entry the dead one held")
@@ -123,15 +123,15 @@ func TestScriptBound_FanOutOverSeveralCallsKeepsOrder(t *testing.T) {
 	for g := range groups {
 		require.NoError(t, client.SAdd(ctx, shardOf(tp, 0).Groups(), "g"+strconv.Itoa(g)).Err())
 	}
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	var want []string
 	for i := range msgs {
-		msg := high(lcMessage(strconv.Itoa(i)))
+		msg := high(newMessage(strconv.Itoa(i)))
 		want = append(want, msg.UUID)
 		require.NoError(t, pub.Publish(tp, msg))
 	}
-	require.NoError(t, pub.Publish(tp, delayedNow(lcMessage("normal"))))
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 3, CheckInterval: 100 * time.Millisecond})
+	require.NoError(t, pub.Publish(tp, delayedNow(newMessage("normal"))))
+	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 3, CheckInterval: 100 * time.Millisecond})
 	for g := range groups {
 		key := shardOf(tp, 0).Redelivery("g" + strconv.Itoa(g))
 		require.Eventually(t, func() bool { return client.XLen(ctx, key).Val() >= msgs }, 5*time.Second, 10*time.Millisecond)
