@@ -25,7 +25,7 @@ func ackPublish(t *testing.T, pub *redisdelay.Publisher, topic string, n int) []
 	t.Helper()
 	var msgs []*message.Message
 	for i := 0; i < n; i++ {
-		msgs = append(msgs, lcMessage(strconv.Itoa(i)))
+		msgs = append(msgs, newMessage(strconv.Itoa(i)))
 	}
 	require.NoError(t, pub.Publish(topic, msgs...))
 	return msgs
@@ -36,11 +36,11 @@ func ackPublish(t *testing.T, pub *redisdelay.Publisher, topic string, n int) []
 func ackSettled(t *testing.T, client redis.UniversalClient, topic, group string) {
 	t.Helper()
 	ctx := context.Background()
-	assert.Zero(t, lcPending(t, client, topic, group), "ready stream entries still pending")
-	p, err := client.XPending(ctx, lcKey(topic, "g:"+group+":redo"), group).Result()
+	assert.Zero(t, pendingCount(t, client, topic, group), "ready stream entries still pending")
+	p, err := client.XPending(ctx, shardOf(topic, 0).Redelivery(group), group).Result()
 	require.NoError(t, err)
 	assert.Zero(t, p.Count, "redelivery entries still pending")
-	n, err := client.XLen(ctx, lcKey(topic, "g:"+group+":redo")).Result()
+	n, err := client.XLen(ctx, shardOf(topic, 0).Redelivery(group)).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "acked redelivery entries are deleted")
 }
@@ -55,11 +55,11 @@ func TestAck_AckedMessagesNotRedeliveredAfterImmediateClose(t *testing.T) {
 			t.Parallel()
 			client := newClient(t)
 			topic := topic()
-			pub := lcPublisher(t, client)
+			pub := newPublisher(t, client)
 			config := redisdelay.SubscriberConfig{
 				ConsumerGroup: "g", BatchSize: 8, VisibilityTimeout: 500 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 			}
-			first := lcSubscriber(t, client, config)
+			first := newSubscriber(t, client, config)
 			if held {
 				defer redisdelay.HoldAcks(first)()
 			}
@@ -89,7 +89,7 @@ func TestAck_AckedMessagesNotRedeliveredAfterImmediateClose(t *testing.T) {
 				assert.LessOrEqual(t, n, 2, "message %s", id)
 			}
 
-			second := lcSubscriber(t, client, config)
+			second := newSubscriber(t, client, config)
 			nothing(t, subscribe(t, second, topic), 1200*time.Millisecond) // > VisibilityTimeout + CheckInterval
 		})
 	}
@@ -100,11 +100,11 @@ func TestAck_AckedMessagesNotRedeliveredAfterImmediateClose(t *testing.T) {
 // messages comes again, every message arrives exactly once.
 func TestAck_AcksSurviveConnectionDrop(t *testing.T) {
 	t.Parallel()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	direct := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, direct)
-	sub := lcSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
+	pub := newPublisher(t, direct)
+	sub := newSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", BatchSize: 20, CheckInterval: 200 * time.Millisecond, CloseTimeout: time.Second,
 	})
 	releaseAcks := redisdelay.HoldAcks(sub)
@@ -123,7 +123,7 @@ func TestAck_AcksSurviveConnectionDrop(t *testing.T) {
 		}
 	}
 	take(10, 2*time.Second) // acks queued, not in Redis
-	require.EqualValues(t, 20, lcPending(t, direct, topic, "g"))
+	require.EqualValues(t, 20, pendingCount(t, direct, topic, "g"))
 	proxy.cut(0)
 	take(10, time.Second)               // the rest of the first batch, from memory
 	time.Sleep(2500 * time.Millisecond) // the next read fails (beyond the client's own retries)
@@ -138,7 +138,7 @@ func TestAck_AcksSurviveConnectionDrop(t *testing.T) {
 	for _, m := range msgs {
 		assert.Equal(t, 1, got[m.UUID], "message %s delivered %d times", m.Payload, got[m.UUID])
 	}
-	assert.Eventually(t, func() bool { return lcPending(t, direct, topic, "g") == 0 }, 3*time.Second, 20*time.Millisecond)
+	assert.Eventually(t, func() bool { return pendingCount(t, direct, topic, "g") == 0 }, 3*time.Second, 20*time.Millisecond)
 }
 
 // Acked entries whose acknowledgement is still queued are held: renewal
@@ -148,12 +148,12 @@ func TestAck_LeaseRenewalCountsQueuedAcksAsHeld(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	config := redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	}
-	sub := lcSubscriber(t, client, config)
-	other := lcSubscriber(t, client, config)
+	sub := newSubscriber(t, client, config)
+	other := newSubscriber(t, client, config)
 	releaseAcks := redisdelay.HoldAcks(sub)
 	defer releaseAcks()
 	require.NoError(t, sub.SubscribeInitialize(topic))
@@ -165,12 +165,12 @@ func TestAck_LeaseRenewalCountsQueuedAcksAsHeld(t *testing.T) {
 
 	chOther := subscribe(t, other, topic)
 	nothing(t, chOther, 2*time.Second) // > 3× VisibilityTimeout: the queued acks' lease is renewed
-	assert.EqualValues(t, 3, lcPending(t, client, topic, "g"), "two acks queued, one handled")
+	assert.EqualValues(t, 3, pendingCount(t, client, topic, "g"), "two acks queued, one handled")
 	assert.Zero(t, redisdelay.UnheldReports(sub), "queued acks reported as not held")
 
 	last.Ack()
 	releaseAcks()
-	assert.Eventually(t, func() bool { return lcPending(t, client, topic, "g") == 0 }, 2*time.Second, 20*time.Millisecond)
+	assert.Eventually(t, func() bool { return pendingCount(t, client, topic, "g") == 0 }, 2*time.Second, 20*time.Millisecond)
 	nothing(t, ch, 300*time.Millisecond)
 	nothing(t, chOther, 10*time.Millisecond)
 	assert.Zero(t, redisdelay.UnheldReports(sub))
@@ -182,30 +182,30 @@ func TestAck_LeaseRenewalCountsQueuedAcksAsHeld(t *testing.T) {
 // lost.
 func TestAck_CrashBetweenAckAndFlushRedelivers(t *testing.T) {
 	t.Parallel()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	direct := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, direct)
+	pub := newPublisher(t, direct)
 	config := redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", VisibilityTimeout: 500 * time.Millisecond, CheckInterval: 100 * time.Millisecond, CloseTimeout: 100 * time.Millisecond,
 	}
-	crashing := lcSubscriber(t, proxy.client(t), config)
+	crashing := newSubscriber(t, proxy.client(t), config)
 	releaseAcks := redisdelay.HoldAcks(crashing)
 	defer releaseAcks()
 	require.NoError(t, crashing.SubscribeInitialize(topic))
-	msg := lcMessage("x")
+	msg := newMessage("x")
 	require.NoError(t, pub.Publish(topic, msg))
 	got := receive(t, subscribe(t, crashing, topic), 2*time.Second)
 	got.Ack()
 	proxy.cut(0) // for good
 	releaseAcks()
 
-	other := lcSubscriber(t, direct, config)
+	other := newSubscriber(t, direct, config)
 	again := receive(t, subscribe(t, other, topic), 5*time.Second)
 	assert.Equal(t, msg.UUID, again.UUID)
 	assert.Equal(t, "2", again.Metadata.Get(redisdelay.AttemptKey), "reclaimed as the next attempt")
 	again.Ack()
-	assert.Eventually(t, func() bool { return lcPending(t, direct, topic, "g") == 0 }, 2*time.Second, 20*time.Millisecond)
+	assert.Eventually(t, func() bool { return pendingCount(t, direct, topic, "g") == 0 }, 2*time.Second, 20*time.Millisecond)
 }
 
 // An idle subscription skips lease renewals (it holds nothing, and its
@@ -216,7 +216,7 @@ func TestLeaseRenewalSkippedWhileIdle(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 300 * time.Millisecond,
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 300 * time.Millisecond,
 		DisableScheduler: true}) // renewals every 100ms
 	ch := subscribe(t, sub, tp)
 	time.Sleep(250 * time.Millisecond) // the first renewal
@@ -225,7 +225,7 @@ func TestLeaseRenewalSkippedWhileIdle(t *testing.T) {
 	assert.Equal(t, idle, redisdelay.Renewals(sub), "renewals while idle")
 	require.LessOrEqual(t, idle, int64(1))
 
-	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("m")))
+	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("m")))
 	msg := receive(t, ch, 2*time.Second)
 	time.Sleep(time.Second) // held: renewed
 	held := redisdelay.Renewals(sub) - idle
@@ -245,15 +245,15 @@ func TestLeaseRenewalAfterIdleFollowsShorterStoredTimeout(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 6 * time.Second,
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 6 * time.Second,
 		CheckInterval: 100 * time.Millisecond, RetryDelay: func(int) time.Duration { return 100 * time.Millisecond }})
 	ch := subscribe(t, sub, tp)
 	// Renewals every 2s: the first at 2s, the one at 4s skipped; the next
 	// tick (6s) would come 1.6s after the fetch, too late for 600ms.
 	time.Sleep(4400 * time.Millisecond)
-	shorter := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond})
+	shorter := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond})
 	require.NoError(t, shorter.SubscribeInitialize(tp)) // stores the group's policy
-	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("m")))
+	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("m")))
 	msg := receive(t, ch, 2*time.Second)
 	time.Sleep(2 * time.Second) // > 3× the stored timeout
 	msg.Ack()

@@ -22,13 +22,13 @@ func TestLifecycle_CloseWaitsForRunningHandlersAck(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	config := redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", CloseTimeout: 5 * time.Second, VisibilityTimeout: 500 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	}
-	first := lcSubscriber(t, client, config)
+	first := newSubscriber(t, client, config)
 	ch := subscribe(t, first, topic)
-	require.NoError(t, pub.Publish(topic, lcMessage("x")))
+	require.NoError(t, pub.Publish(topic, newMessage("x")))
 	msg := receive(t, ch, 2*time.Second)
 
 	cancelled := make(chan error, 1)
@@ -49,9 +49,9 @@ func TestLifecycle_CloseWaitsForRunningHandlersAck(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, took, 250*time.Millisecond, "Close did not wait for the handler")
 	assert.Less(t, took, 3*time.Second)
-	assert.Zero(t, lcPending(t, client, topic, "g"), "the Ack was recorded before Close returned")
+	assert.Zero(t, pendingCount(t, client, topic, "g"), "the Ack was recorded before Close returned")
 
-	second := lcSubscriber(t, client, config)
+	second := newSubscriber(t, client, config)
 	nothing(t, subscribe(t, second, topic), 1500*time.Millisecond) // > VisibilityTimeout + CheckInterval
 }
 
@@ -61,11 +61,11 @@ func TestLifecycle_CloseHandsBackMessageOfStuckHandler(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	stuck := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CloseTimeout: 500 * time.Millisecond})
-	other := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}) // VisibilityTimeout 30s
+	pub := newPublisher(t, client)
+	stuck := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CloseTimeout: 500 * time.Millisecond})
+	other := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}) // VisibilityTimeout 30s
 	ch := subscribe(t, stuck, topic)
-	msg := lcMessage("x")
+	msg := newMessage("x")
 	require.NoError(t, pub.Publish(topic, msg))
 	held := receive(t, ch, 2*time.Second)
 	chOther := subscribe(t, other, topic)
@@ -85,7 +85,7 @@ func TestLifecycle_CloseHandsBackMessageOfStuckHandler(t *testing.T) {
 	again.Ack()
 	held.Ack() // far too late: no effect
 	nothing(t, chOther, 300*time.Millisecond)
-	assert.Zero(t, lcPending(t, client, topic, "g"))
+	assert.Zero(t, pendingCount(t, client, topic, "g"))
 }
 
 // Prefetched messages not yet handed to a handler go back to the group as
@@ -94,13 +94,13 @@ func TestLifecycle_CloseHandsBackPrefetchedMessagesAtOnce(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	first := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 10, CloseTimeout: 5 * time.Second})
-	other := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	pub := newPublisher(t, client)
+	first := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 10, CloseTimeout: 5 * time.Second})
+	other := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	require.NoError(t, first.SubscribeInitialize(topic))
 	var msgs []*message.Message
 	for i := 0; i < 5; i++ {
-		msgs = append(msgs, lcMessage(strconv.Itoa(i)))
+		msgs = append(msgs, newMessage(strconv.Itoa(i)))
 	}
 	require.NoError(t, pub.Publish(topic, msgs...))
 	ch := subscribe(t, first, topic)
@@ -108,14 +108,14 @@ func TestLifecycle_CloseHandsBackPrefetchedMessagesAtOnce(t *testing.T) {
 	require.Equal(t, msgs[0].UUID, handled.UUID)
 	chOther := subscribe(t, other, topic)
 	nothing(t, chOther, 300*time.Millisecond) // the other four are prefetched
-	require.EqualValues(t, 5, lcPending(t, client, topic, "g"))
+	require.EqualValues(t, 5, pendingCount(t, client, topic, "g"))
 
 	go func() {
 		<-handled.Context().Done()
 		time.Sleep(1500 * time.Millisecond)
 		handled.Ack()
 	}()
-	closeDone := lcCloseAsync(first)
+	closeDone := closeAsync(first)
 	var got []string
 	for i := 0; i < 4; i++ {
 		m := receive(t, chOther, time.Second)
@@ -135,5 +135,5 @@ func TestLifecycle_CloseHandsBackPrefetchedMessagesAtOnce(t *testing.T) {
 		t.Fatal("Close did not return")
 	}
 	nothing(t, chOther, 300*time.Millisecond) // the handled one was acked
-	assert.Zero(t, lcPending(t, client, topic, "g"))
+	assert.Zero(t, pendingCount(t, client, topic, "g"))
 }

@@ -52,23 +52,23 @@ func TestConcurrency_CapHoldsAcrossSubscribers(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			busy, idle := topic(), topic()
-			pub := ptPublisher(t, newClient(t), parts)
+			pub := newPartitionedPublisher(t, newClient(t), parts)
 			publish := func(tp string, n int) {
 				for i := range n {
-					require.NoError(t, pub.Publish(tp, keyed(fmt.Sprint(i), i)))
+					require.NoError(t, pub.Publish(tp, keyedMessage(fmt.Sprint(i), i)))
 				}
 			}
 			publish(busy, 100)
 			config := redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Concurrency: limit}
 			var hb, hi ccHandlers
 			for range subs {
-				sub := lcSubscriber(t, newClient(t), config)
+				sub := newSubscriber(t, newClient(t), config)
 				hb.consume(subscribe(t, sub, busy), 20*time.Millisecond)
 				hi.consume(subscribe(t, sub, idle), 20*time.Millisecond)
 			}
 			require.Eventually(t, func() bool { return hb.done.Load() >= 30 }, 20*time.Second, 10*time.Millisecond)
 
-			insp := lcInspector(t, newClient(t))
+			insp := newInspector(t, newClient(t))
 			require.NoError(t, insp.Pause(ctx, busy, "g"))
 			time.Sleep(200 * time.Millisecond)
 			_, err := insp.Resume(ctx, busy, "g")
@@ -93,20 +93,20 @@ func TestConcurrency_SlotOfADeadHolderLapses(t *testing.T) {
 	t.Parallel()
 	tp := topic()
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", Concurrency: 1, VisibilityTimeout: time.Second}
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	stuckConfig := config
 	stuckConfig.CloseTimeout = 100 * time.Millisecond // its handler never finishes: Close need not wait for it
-	stuck := lcSubscriber(t, proxy.client(t), stuckConfig)
+	stuck := newSubscriber(t, proxy.client(t), stuckConfig)
 	first := subscribe(t, stuck, tp)
-	pub := lcPublisher(t, newClient(t))
-	require.NoError(t, pub.Publish(tp, lcMessage("held")))
+	pub := newPublisher(t, newClient(t))
+	require.NoError(t, pub.Publish(tp, newMessage("held")))
 	receive(t, first, 5*time.Second) // never acked: its handler holds the one slot
 	proxy.stall()
 	t.Cleanup(func() { proxy.restore(t) })
 
-	other := lcSubscriber(t, newClient(t), config)
+	other := newSubscriber(t, newClient(t), config)
 	ch := subscribe(t, other, tp)
-	require.NoError(t, pub.Publish(tp, lcMessage("next")))
+	require.NoError(t, pub.Publish(tp, newMessage("next")))
 	start := time.Now()
 	got := receive(t, ch, 10*time.Second)
 	t.Logf("FIGURE the slot of a holder cut off from Redis lapsed: the next message handled after %s (VisibilityTimeout 1s)", time.Since(start).Round(time.Millisecond))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redisdelay/watermill-redisdelay"
 	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // The connection model (conns.go) with the client a new user creates:
@@ -117,7 +118,7 @@ func (f *ctFlow) publish() {
 	for i := range f.perTopic {
 		for _, tp := range f.topics {
 			d := time.Duration(rand.IntN(31)) * time.Millisecond
-			msg := lcMessage(fmt.Sprintf("%s-%d", tp, i))
+			msg := newMessage(fmt.Sprintf("%s-%d", tp, i))
 			at := time.Now()
 			delay.Message(msg, delay.For(d))
 			jobs <- job{tp, msg, d, at}
@@ -168,14 +169,6 @@ func publishToAll(flows []*ctFlow) {
 	}
 }
 
-func ctTopics(n int) []string {
-	topics := make([]string, n)
-	for i := range topics {
-		topics[i] = topic()
-	}
-	return topics
-}
-
 // One Subscriber with many topics on a default client, at GOMAXPROCS 1 and
 // 2 (pools of 10 and 20): every message comes, none early, and publishing
 // on the same client keeps working. Before the connection model, 20 topics
@@ -202,8 +195,8 @@ func TestDefaultClient_OneSubscriberManyTopics(t *testing.T) {
 				client := defaultClient(t, procs)
 				pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: c.parts}, logger)
 				require.NoError(t, err)
-				sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: c.parts})
-				topics := ctTopics(c.topics)
+				sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: c.parts})
+				topics := newTopics(c.topics)
 				f := newCtFlow(t, pub, topics, c.perTopic)
 				for _, tp := range topics {
 					f.consume(subscribe(t, sub, tp))
@@ -226,12 +219,12 @@ func TestDefaultClient_ThousandTopicsThreeSubscribers(t *testing.T) {
 		n = 200
 	}
 	client := defaultClient(t, 2)
-	topics := ctTopics(n)
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: topics})
-	pub := lcPublisher(t, client)
+	topics := newTopics(n)
+	runManager(t, client, redisdelay.ManagerConfig{Topics: topics})
+	pub := newPublisher(t, client)
 	var flows []*ctFlow
 	for _, group := range []string{"a", "b", "c"} {
-		sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: group, DisableScheduler: group != "a"})
+		sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: group, DisableScheduler: group != "a"})
 		f := newCtFlow(t, pub, topics, perTopic)
 		for _, tp := range topics {
 			f.consume(subscribe(t, sub, tp))
@@ -250,12 +243,12 @@ func TestDefaultClient_ThousandTopicsThreeSubscribers(t *testing.T) {
 func TestDefaultClient_RouterWithManyHandlers(t *testing.T) {
 	t.Parallel()
 	client := defaultClient(t, 2)
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, logger)
 	require.NoError(t, err)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
 	require.NoError(t, err)
-	topics := ctTopics(21)
+	topics := newTopics(21)
 	var got sync.Map
 	for _, tp := range topics {
 		router.AddConsumerHandler("h-"+tp, tp, sub, func(msg *message.Message) error {
@@ -273,7 +266,7 @@ func TestDefaultClient_RouterWithManyHandlers(t *testing.T) {
 		t.Fatal("the Router was not running within 30s")
 	}
 	for _, tp := range topics {
-		msg := lcMessage(tp)
+		msg := newMessage(tp)
 		delay.Message(msg, delay.For(20*time.Millisecond))
 		require.NoError(t, pub.Publish(tp, msg))
 	}
@@ -330,18 +323,18 @@ func TestConnections_BoundedPerProcess(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	admin := newClient(t)
 
-	single, multi := ctTopics(250), ctTopics(50)
+	single, multi := newTopics(250), newTopics(50)
 	parts := map[string]int{}
 	for _, tp := range multi {
 		parts[tp] = 4
 	}
 	all := append(append([]string{}, single...), multi...)
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: all})
+	runManager(t, client, redisdelay.ManagerConfig{Topics: all})
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: admin, TopicPartitions: parts}, logger)
 	require.NoError(t, err)
 	var flows []*ctFlow
 	for _, group := range []string{"a", "b", "c"} {
-		sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: group, TopicPartitions: parts})
+		sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: group, TopicPartitions: parts})
 		f := newCtFlow(t, pub, all, 10)
 		for _, tp := range all {
 			f.consume(subscribe(t, sub, tp))
@@ -417,7 +410,7 @@ func TestConnections_PoolExhaustedByTheApplication(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Close() })
 	tp := topic()
 	ch := subscribe(t, sub, tp)
-	awaitWaiting(t, newClient(t), tp, 1)
+	awaitIdleSubscriptions(t, newClient(t), tp, 1)
 
 	// The application holds both connections.
 	ctx := context.Background()
@@ -427,13 +420,13 @@ func TestConnections_PoolExhaustedByTheApplication(t *testing.T) {
 		require.NoError(t, c.Ping(ctx).Err())
 		held = append(held, c)
 	}
-	pub := lcPublisher(t, client)
-	err = pub.Publish(tp, lcMessage("refused"))
+	pub := newPublisher(t, client)
+	err = pub.Publish(tp, newMessage("refused"))
 	require.ErrorIs(t, err, redis.ErrPoolTimeout)
 	assert.Contains(t, err.Error(), "all 2 connections of the Redis client's pool were in use for PoolTimeout (300ms)")
 	assert.Contains(t, err.Error(), "raise the client's PoolSize")
 
-	require.NoError(t, lcPublisher(t, newClient(t)).Publish(tp, lcMessage("m")))
+	require.NoError(t, newPublisher(t, newClient(t)).Publish(tp, newMessage("m")))
 	require.Eventually(t, func() bool { return len(log.logged()) > 0 }, 5*time.Second, 10*time.Millisecond,
 		"the failing read is logged")
 	time.Sleep(2 * time.Second) // failing reads retried meanwhile, not logged again
@@ -493,7 +486,7 @@ func TestConnections_ReleasedWithTheLastComponent(t *testing.T) {
 	require.NoError(t, err)
 	go func() { _ = mgr.Run(context.Background()) }()
 	<-mgr.Running()
-	require.NoError(t, lcPublisher(t, client).Publish(tp, delayed(delay.For(20*time.Millisecond), "m")))
+	require.NoError(t, newPublisher(t, client).Publish(tp, delayed(delay.For(20*time.Millisecond), "m")))
 	receive(t, ch, 2*time.Second).Ack()
 	assert.Len(t, ctPubSubConns(t, admin, name), 1, "one pub/sub connection for both")
 	assert.True(t, redisdelay.HubShared(client))
@@ -520,7 +513,7 @@ func TestConnections_UnhashableClient(t *testing.T) {
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, logger)
 	require.NoError(t, err)
 	ch := subscribe(t, sub, tp)
-	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("m")))
+	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("m")))
 	receive(t, ch, 2*time.Second).Ack()
 	require.NoError(t, sub.Close())
 }
@@ -533,7 +526,7 @@ func TestConnections_UnhashableClient(t *testing.T) {
 func TestConnections_RefusedPrefixBesideAGrantedOne(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users and kills connections")
-	granted, refused := wkPrefix(), wkPrefix()
+	granted, refused := uniquePrefix(), uniquePrefix()
 	name := "ct-" + watermill.NewShortUUID()
 	user := "ct-" + watermill.NewShortUUID()
 	admin := newClient(t)
@@ -545,18 +538,18 @@ func TestConnections_RefusedPrefixBesideAGrantedOne(t *testing.T) {
 
 	tp := topic()
 	// A Manager of the refused prefix (it starts, and says what to grant).
-	wkManager(t, client, redisdelay.ManagerConfig{KeyPrefix: refused}, logger)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: granted, ConsumerGroup: "g", BlockTime: time.Minute})
+	runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: refused}, logger)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: granted, ConsumerGroup: "g", BlockTime: time.Minute})
 	ch := subscribe(t, sub, tp)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: admin, KeyPrefix: granted}, logger)
 	require.NoError(t, err)
 	await := func(what string) {
 		t.Helper()
 		require.Eventually(t, func() bool {
-			return admin.Exists(ctx, granted+":{"+tp+"}:bell").Val() == 1
+			return admin.Exists(ctx, store.Keys{Prefix: granted}.Shard(tp, 0).Bell()).Val() == 1
 		}, 5*time.Second, 5*time.Millisecond, "the subscription waits")
 		start := time.Now()
-		require.NoError(t, pub.Publish(tp, lcMessage(what)))
+		require.NoError(t, pub.Publish(tp, newMessage(what)))
 		receive(t, ch, time.Second).Ack()
 		t.Logf("FIGURE %s: received %s after", what, time.Since(start).Round(time.Microsecond))
 	}
@@ -588,11 +581,11 @@ func TestConnections_RingPolls(t *testing.T) {
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: ring, ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
-	pub := lcPublisher(t, ring)
+	pub := newPublisher(t, ring)
 	for i := range 4 {
 		tp := topic()
 		ch := subscribe(t, sub, tp)
-		msg := lcMessage("m")
+		msg := newMessage("m")
 		if i%2 == 1 {
 			delay.Message(msg, delay.For(50*time.Millisecond))
 		}

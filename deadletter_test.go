@@ -26,9 +26,9 @@ func TestLifecycle_FailingHandlerDeadLettersAfterMaxAttemptsWithItsError(t *test
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3, RetryDelay: noRetry})
-	insp := lcInspector(t, client)
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3, RetryDelay: noRetry})
+	insp := newInspector(t, client)
 
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, logger)
 	require.NoError(t, err)
@@ -45,11 +45,11 @@ func TestLifecycle_FailingHandlerDeadLettersAfterMaxAttemptsWithItsError(t *test
 	t.Cleanup(func() { _ = router.Close() })
 	<-router.Running()
 
-	msg := lcMessage("charge order 42")
+	msg := newMessage("charge order 42")
 	msg.Metadata.Set("order", "42")
 	require.NoError(t, pub.Publish(topic, msg))
 
-	dead := lcAwaitDead(t, insp, topic, "g", 1, 5*time.Second)
+	dead := awaitDeadLetters(t, insp, topic, "g", 1, 5*time.Second)
 	time.Sleep(300 * time.Millisecond) // time for a wrong fourth delivery
 	mu.Lock()
 	assert.Equal(t, []string{"1", "2", "3"}, attempts, "deliveries (attempt numbers)")
@@ -65,7 +65,7 @@ func TestLifecycle_FailingHandlerDeadLettersAfterMaxAttemptsWithItsError(t *test
 	assert.Equal(t, "payment service said no (try 3)", d.Reason)
 	assert.WithinDuration(t, time.Now(), d.Time, 5*time.Second)
 
-	g := lcGroupStats(t, insp, topic, "g")
+	g := groupStats(t, insp, topic, "g")
 	assert.EqualValues(t, 1, g.Dead)
 	assert.EqualValues(t, 1, g.DeadTotal)
 	assert.Zero(t, g.Pending+g.Retry+g.Ready, "nothing left in flight: %+v", g)
@@ -77,19 +77,19 @@ func TestLifecycle_NackedByHandDeadLetterReasonMentionsErrorKey(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3, RetryDelay: noRetry})
-	insp := lcInspector(t, client)
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3, RetryDelay: noRetry})
+	insp := newInspector(t, client)
 	ch := subscribe(t, sub, topic)
 
-	msg := lcMessage("x")
+	msg := newMessage("x")
 	require.NoError(t, pub.Publish(topic, msg))
 	for attempt := 1; attempt <= 3; attempt++ {
 		got := receive(t, ch, 2*time.Second)
 		assert.Equal(t, strconv.Itoa(attempt), got.Metadata.Get(redisdelay.AttemptKey))
 		got.Nack()
 	}
-	dead := lcAwaitDead(t, insp, topic, "g", 1, 2*time.Second)
+	dead := awaitDeadLetters(t, insp, topic, "g", 1, 2*time.Second)
 	nothing(t, ch, 300*time.Millisecond)
 	assert.Equal(t, msg.UUID, dead[0].Message.UUID)
 	assert.Equal(t, 3, dead[0].Attempts)
@@ -102,12 +102,12 @@ func TestLifecycle_NegativeMaxAttemptsRetriesForever(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: -1, RetryDelay: noRetry})
-	insp := lcInspector(t, client)
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: -1, RetryDelay: noRetry})
+	insp := newInspector(t, client)
 	ch := subscribe(t, sub, topic)
 
-	msg := lcMessage("x")
+	msg := newMessage("x")
 	require.NoError(t, pub.Publish(topic, msg))
 	for attempt := 1; attempt <= 20; attempt++ {
 		got := receive(t, ch, 2*time.Second)
@@ -120,7 +120,7 @@ func TestLifecycle_NegativeMaxAttemptsRetriesForever(t *testing.T) {
 		}
 	}
 	nothing(t, ch, 200*time.Millisecond)
-	g := lcGroupStats(t, insp, topic, "g")
+	g := groupStats(t, insp, topic, "g")
 	assert.Zero(t, g.Dead)
 	assert.Zero(t, g.DeadTotal)
 }
@@ -131,19 +131,19 @@ func TestLifecycle_DeadLettersBeyondMaxDeadLettersEvictTheOldest(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1, MaxDeadLetters: 2})
-	insp := lcInspector(t, client)
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1, MaxDeadLetters: 2})
+	insp := newInspector(t, client)
 	ch := subscribe(t, sub, topic)
 
-	msgs := []*message.Message{lcMessage("0"), lcMessage("1"), lcMessage("2")}
+	msgs := []*message.Message{newMessage("0"), newMessage("1"), newMessage("2")}
 	require.NoError(t, pub.Publish(topic, msgs...))
 	for range msgs {
 		receive(t, ch, 2*time.Second).Nack()
 	}
-	require.Eventually(t, func() bool { return lcGroupStats(t, insp, topic, "g").DeadTotal == 3 }, 2*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return groupStats(t, insp, topic, "g").DeadTotal == 3 }, 2*time.Second, 20*time.Millisecond)
 
-	g := lcGroupStats(t, insp, topic, "g")
+	g := groupStats(t, insp, topic, "g")
 	assert.EqualValues(t, 2, g.Dead)
 	assert.EqualValues(t, 3, g.DeadTotal)
 	assert.EqualValues(t, 1, g.DeadEvicted)
@@ -161,14 +161,14 @@ func TestLifecycle_UndecodableEntriesGoToDeadLettersAndDeliveryContinues(t *test
 	ctx := context.Background()
 	client := newClient(t)
 	topic := topic()
-	stream := lcKey(topic, "stream")
-	pub := lcPublisher(t, client)
-	insp := lcInspector(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	stream := shardOf(topic, 0).Stream()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	require.NoError(t, sub.SubscribeInitialize(topic))
 	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"m", "not a message"}}).Err())
 	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"x", "y"}}).Err())
-	valid := lcMessage("valid")
+	valid := newMessage("valid")
 	require.NoError(t, pub.Publish(topic, valid))
 
 	ch := subscribe(t, sub, topic)
@@ -177,7 +177,7 @@ func TestLifecycle_UndecodableEntriesGoToDeadLettersAndDeliveryContinues(t *test
 	got.Ack()
 	nothing(t, ch, 200*time.Millisecond)
 
-	dead := lcAwaitDead(t, insp, topic, "g", 2, 2*time.Second)
+	dead := awaitDeadLetters(t, insp, topic, "g", 2, 2*time.Second)
 	assert.Nil(t, dead[0].Message)
 	assert.Equal(t, "not a message", string(dead[0].Body))
 	assert.Contains(t, dead[0].Reason, "corrupt")
@@ -186,5 +186,5 @@ func TestLifecycle_UndecodableEntriesGoToDeadLettersAndDeliveryContinues(t *test
 	assert.Empty(t, dead[1].Body)
 	assert.Contains(t, dead[1].Reason, "corrupt")
 	assert.Contains(t, dead[1].Reason, "no field m")
-	assert.Zero(t, lcPending(t, client, topic, "g"))
+	assert.Zero(t, pendingCount(t, client, topic, "g"))
 }

@@ -38,13 +38,13 @@ func burst(t *testing.T, policy redisdelay.BusinessKeyPolicy, parts int) {
 	ctx := context.Background()
 	client := newClient(t)
 	tp := topic()
-	pub := bkPublisher(t, redisdelay.PublisherConfig{Partitions: parts,
+	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{Partitions: parts,
 		TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{tp: policy}})
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	var firstDue, lastSent time.Time
 	var last *message.Message
 	for i := range n {
-		last = bkMsg("job-1", wait, fmt.Sprint("v", i), "")
+		last = businessKeyMessage("job-1", wait, fmt.Sprint("v", i), "")
 		lastSent = time.Now()
 		require.NoError(t, pub.Publish(tp, last))
 		w, found, err := insp.FindWaitingKey(ctx, tp, "job-1")
@@ -60,8 +60,8 @@ func burst(t *testing.T, policy redisdelay.BusinessKeyPolicy, parts int) {
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, fmt.Sprint("v", n-1), string(w.Message.Payload))
-	require.EqualValues(t, 1, lcStats(t, insp, tp).Waiting)
-	require.Equal(t, map[string]string{"job-1": last.UUID}, bkState(t, tp, redisdelay.PartitionOf("job-1", parts)))
+	require.EqualValues(t, 1, topicStats(t, insp, tp).Waiting)
+	require.Equal(t, map[string]string{"job-1": last.UUID}, businessKeyState(t, tp, redisdelay.PartitionOf("job-1", parts)))
 	if policy == redisdelay.ReplaceWaiting {
 		require.False(t, w.Due.Before(lastSent.Add(wait).Truncate(time.Millisecond)), "due after the last publish's delay")
 		require.GreaterOrEqual(t, w.Due.Sub(firstDue), (n-1)*spacing, "moved by the burst")
@@ -70,7 +70,7 @@ func burst(t *testing.T, policy redisdelay.BusinessKeyPolicy, parts int) {
 	}
 	t.Logf("%s: due %s after the first publish's due", policy, w.Due.Sub(firstDue))
 
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
 	ch := subscribe(t, sub, tp)
 	got := receive(t, ch, 3*time.Second)
 	require.False(t, time.Now().Before(w.Due), "early")
@@ -89,30 +89,30 @@ func TestBusinessKeyReplaceKeepDue(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	tp := topic()
-	pub := bkPublisher(t, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.ReplaceKeepDue})
-	insp := lcInspector(t, client)
+	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.ReplaceKeepDue})
+	insp := newInspector(t, client)
 
-	first := bkMsg("order-1", time.Hour, "first", "")
+	first := businessKeyMessage("order-1", time.Hour, "first", "")
 	require.NoError(t, pub.Publish(tp, first))
-	due := dueOf(t, tp, first.UUID)
-	now := bkMsg("order-1", 0, "now", "")
+	due := waitingScore(t, tp, first.UUID)
+	now := businessKeyMessage("order-1", 0, "now", "")
 	require.NoError(t, pub.Publish(tp, now))
 	got := content(t, tp)
 	require.Equal(t, []string{now.UUID}, got.waiting, "the immediate message waits in the holder's place")
 	require.EqualValues(t, 0, got.ready)
-	require.Equal(t, due, dueOf(t, tp, now.UUID), "the holder's score, exactly")
-	require.Equal(t, map[string]string{"order-1": now.UUID}, bkState(t, tp, 0))
+	require.Equal(t, due, waitingScore(t, tp, now.UUID), "the holder's score, exactly")
+	require.Equal(t, map[string]string{"order-1": now.UUID}, businessKeyState(t, tp, 0))
 
-	require.NoError(t, pub.Publish(tp, bkMsg("order-2", 0, "free", "")))
+	require.NoError(t, pub.Publish(tp, businessKeyMessage("order-2", 0, "free", "")))
 	require.EqualValues(t, 1, content(t, tp).ready, "no holder: sent at once")
-	own := bkMsg("order-3", 2*time.Hour, "own", "")
+	own := businessKeyMessage("order-3", 2*time.Hour, "own", "")
 	require.NoError(t, pub.Publish(tp, own))
 	w, _, err := insp.FindWaiting(ctx, tp, own.UUID)
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(2*time.Hour), w.Due, time.Second, "no holder: its own due time")
 
 	// an immediate message with order-3 and the UUID of the order-1 holder
-	clash := bkMsg("order-3", 0, "clash", "")
+	clash := businessKeyMessage("order-3", 0, "clash", "")
 	clash.UUID = now.UUID
 	before := topicState(t, tp)
 	err = pub.Publish(tp, clash)
@@ -127,16 +127,16 @@ func TestBusinessKeyReplaceKeepDueCoalesced(t *testing.T) {
 	t.Parallel()
 	tp := topic()
 	pub, proxy, _ := gatedPublisher(t, tp, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.ReplaceKeepDue})
-	old := bkMsg("a", time.Hour, "old", "")
+	old := businessKeyMessage("a", time.Hour, "old", "")
 	require.NoError(t, pub.Publish(tp, old))
-	due := dueOf(t, tp, old.UUID)
+	due := waitingScore(t, tp, old.UUID)
 	first, second := twoInFlight(t, proxy, pub, tp)
 
-	a1 := bkMsg("a", 3*time.Hour, "a1", "") // replaces old: its score
-	a2 := bkMsg("a", 0, "a2", "")           // replaces a1: old's score
-	b1 := bkMsg("b", time.Hour, "b1", "")   // no holder: its own delay
-	b2 := bkMsg("b", 0, "b2", "")           // replaces b1: b1's delay
-	b3 := bkMsg("b", 5*time.Hour, "b3", "") // replaces b2: b1's delay
+	a1 := businessKeyMessage("a", 3*time.Hour, "a1", "") // replaces old: its score
+	a2 := businessKeyMessage("a", 0, "a2", "")           // replaces a1: old's score
+	b1 := businessKeyMessage("b", time.Hour, "b1", "")   // no holder: its own delay
+	b2 := businessKeyMessage("b", 0, "b2", "")           // replaces b1: b1's delay
+	b3 := businessKeyMessage("b", 5*time.Hour, "b3", "") // replaces b2: b1's delay
 	calls := []*message.Message{a1, a2, b1, b2, b3}
 	errs := make([]chan error, len(calls))
 	for i, msg := range calls {
@@ -151,9 +151,9 @@ func TestBusinessKeyReplaceKeepDueCoalesced(t *testing.T) {
 	for i := range errs {
 		require.NoError(t, <-errs[i])
 	}
-	require.Equal(t, map[string]string{"a": a2.UUID, "b": b3.UUID}, bkState(t, tp, 0))
-	require.Equal(t, due, dueOf(t, tp, a2.UUID))
-	bDue := time.UnixMilli(int64(dueOf(t, tp, b3.UUID)) / 1024)
+	require.Equal(t, map[string]string{"a": a2.UUID, "b": b3.UUID}, businessKeyState(t, tp, 0))
+	require.Equal(t, due, waitingScore(t, tp, a2.UUID))
+	bDue := time.UnixMilli(int64(waitingScore(t, tp, b3.UUID)) / 1024)
 	require.WithinDuration(t, start.Add(time.Hour), bDue, time.Second)
 	require.Len(t, content(t, tp).waiting, 2)
 }

@@ -91,14 +91,14 @@ func TestExpiringKeyRepository_RouterDropsDuplicateWithinWindow(t *testing.T) {
 	require.NoError(t, pub.Publish(topic, first, dup, marker))
 	// The three are due together and handled in stream order by the one
 	// subscription: the marker comes after the duplicate was decided.
-	assert.Equal(t, "first", receive1(t, handled, 3*time.Second))
+	assert.Equal(t, "first", receiveHandled(t, handled, 3*time.Second))
 	firstAt := time.Now()
-	assert.Equal(t, "marker", receive1(t, handled, 3*time.Second))
+	assert.Equal(t, "marker", receiveHandled(t, handled, 3*time.Second))
 	assert.EqualValues(t, 3, seen.Load(), "the Router received the duplicate and dropped it")
 
 	time.Sleep(time.Until(firstAt.Add(window + 100*time.Millisecond)))
 	require.NoError(t, pub.Publish(topic, dedupMessage("order-1", "after window")))
-	assert.Equal(t, "after window", receive1(t, handled, 3*time.Second))
+	assert.Equal(t, "after window", receiveHandled(t, handled, 3*time.Second))
 	noneOf(t, handled, 200*time.Millisecond)
 }
 
@@ -114,12 +114,12 @@ func TestExpiringKeyRepository_RoutersShareState(t *testing.T) {
 	handled1, stop1 := dedupRouter(t, topic, dedupRepo(t, topic, time.Minute), &seen1)
 
 	require.NoError(t, pub.Publish(topic, dedupMessage("k", "by router 1")))
-	assert.Equal(t, "by router 1", receive1(t, handled1, 3*time.Second))
+	assert.Equal(t, "by router 1", receiveHandled(t, handled1, 3*time.Second))
 	stop1()
 
 	handled2, _ := dedupRouter(t, topic, dedupRepo(t, topic, time.Minute), &seen2)
 	require.NoError(t, pub.Publish(topic, dedupMessage("k", "dup"), dedupMessage("k2", "marker")))
-	assert.Equal(t, "marker", receive1(t, handled2, 3*time.Second), "router 2 dropped the key router 1 handled")
+	assert.Equal(t, "marker", receiveHandled(t, handled2, 3*time.Second), "router 2 dropped the key router 1 handled")
 
 	// Now both at once, competing in the group for 40 copies of one key.
 	handled1, _ = dedupRouter(t, topic, dedupRepo(t, topic, time.Minute), &seen1)
@@ -238,7 +238,7 @@ func TestExpiringKeyRepositoryConfig_Validate(t *testing.T) {
 // and handled once Redis is back, never handled unchecked, never lost.
 func TestExpiringKeyRepository_RedisUnreachableNacks(t *testing.T) {
 	t.Parallel()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	repoClient := redis.NewClient(&redis.Options{Addr: proxy.addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = repoClient.Close() })
 	repo, err := redisdelay.NewExpiringKeyRepository(redisdelay.ExpiringKeyRepositoryConfig{
@@ -249,7 +249,7 @@ func TestExpiringKeyRepository_RedisUnreachableNacks(t *testing.T) {
 	dup, err := repo.IsDuplicate(context.Background(), "k")
 	require.Error(t, err)
 	assert.False(t, dup)
-	assert.True(t, lcIsCause(err), "%v", err)
+	assert.True(t, isUnreachableCause(err), "%v", err)
 	assert.Contains(t, err.Error(), "redisdelay: deduplication key redisdelay:dedup:")
 
 	topic := topic()
@@ -279,20 +279,9 @@ func TestExpiringKeyRepository_RedisUnreachableNacks(t *testing.T) {
 	require.Eventually(t, func() bool { return seen.Load() >= 2 }, 5*time.Second, 10*time.Millisecond, "redelivered after the failed check")
 	noneOf(t, handled, 100*time.Millisecond)
 	proxy.restore(t)
-	got := receive1(t, handled, 5*time.Second)
+	got := receiveHandled(t, handled, 5*time.Second)
 	assert.Regexp(t, `^m attempt [2-9]`, got)
 	noneOf(t, handled, 300*time.Millisecond)
-}
-
-func receive1(t *testing.T, ch <-chan string, within time.Duration) string {
-	t.Helper()
-	select {
-	case s := <-ch:
-		return s
-	case <-time.After(within):
-		t.Fatalf("nothing handled within %s", within)
-		return ""
-	}
 }
 
 func noneOf(t *testing.T, ch <-chan string, during time.Duration) {

@@ -423,7 +423,7 @@ func TestCloseLeavesClientOpenAndRejectsUse(t *testing.T) {
 
 func TestManagerLifecycle(t *testing.T) {
 	// A prefix of its own: discovering, it would schedule other tests' topics.
-	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: newClient(t), KeyPrefix: wkPrefix()}, logger)
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: newClient(t), KeyPrefix: uniquePrefix()}, logger)
 	require.NoError(t, err)
 	require.NoError(t, mgr.Close(), "close before run")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -38,7 +38,7 @@ func TestMinReplicas_NotReplicatedButStored(t *testing.T) {
 	client := newClient(t)
 	const timeout = 300 * time.Millisecond
 	pub := replicaPublisher(t, client, tooManyReplicas, timeout)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	topic := topic()
 	ch := subscribe(t, sub, topic)
 
@@ -82,7 +82,7 @@ func TestMinReplicas_WaitFails(t *testing.T) {
 	require.ErrorIs(t, err, redisdelay.ErrNotReplicated)
 	assert.Contains(t, err.Error(), "WAIT for replicas failed")
 	assert.Contains(t, err.Error(), "NOPERM")
-	waiting, err := lcInspector(t, admin).Waiting(ctx, topic, 0, 10)
+	waiting, err := newInspector(t, admin).Waiting(ctx, topic, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, waiting, 1, "the message is stored")
 	assert.Equal(t, msg.UUID, waiting[0].Message.UUID)
@@ -96,7 +96,7 @@ func TestMinReplicas_Replicated(t *testing.T) {
 	}
 	client := newClient(t)
 	pub := replicaPublisher(t, client, 1, 2*time.Second)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	topic := topic()
 	ch := subscribe(t, sub, topic)
 	want := map[string]bool{}

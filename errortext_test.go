@@ -20,8 +20,8 @@ import (
 func TestErrorTextHasThePrefixOnce(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
-	require.NoError(t, ptPublisher(t, client, 4).Publish(tp, lcMessage("x")))
-	mismatch := ptPublisher(t, client, 2).Publish(tp, lcMessage("y"))
+	require.NoError(t, newPartitionedPublisher(t, client, 4).Publish(tp, newMessage("x")))
+	mismatch := newPartitionedPublisher(t, client, 2).Publish(tp, newMessage("y"))
 	require.ErrorIs(t, mismatch, redisdelay.ErrPartitionMismatch)
 
 	// Nothing listens on port 1: registering the topic fails inside Publish.
@@ -29,10 +29,10 @@ func TestErrorTextHasThePrefixOnce(t *testing.T) {
 	defer down.Close()
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: down, PublishTimeout: time.Second}, logger)
 	require.NoError(t, err)
-	unreachable := pub.Publish(tp, lcMessage("z"))
+	unreachable := pub.Publish(tp, newMessage("z"))
 	require.ErrorContains(t, unreachable, "register topic")
 
-	insp := lcInspector(t, down)
+	insp := newInspector(t, down)
 	_, stats := insp.Stats(context.Background(), tp)
 	require.Error(t, stats)
 

@@ -25,10 +25,10 @@ func TestExpiry_ExpiredMessageIsDeadLetteredNeverHandled(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	m, reg := mtMetrics(t)
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond, Metrics: m})
-	insp := lcInspector(t, client)
+	m, reg := newMetrics(t)
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond, Metrics: m})
+	insp := newInspector(t, client)
 	ch := subscribe(t, sub, topic)
 
 	late := delayed(delay.For(400*time.Millisecond), "late")
@@ -43,7 +43,7 @@ func TestExpiry_ExpiredMessageIsDeadLetteredNeverHandled(t *testing.T) {
 	got.Ack()
 	nothing(t, ch, 300*time.Millisecond)
 
-	dead := lcAwaitDead(t, insp, topic, "g", 1, 3*time.Second)
+	dead := awaitDeadLetters(t, insp, topic, "g", 1, 3*time.Second)
 	assert.Equal(t, late.UUID, dead[0].Message.UUID)
 	assert.True(t, strings.HasPrefix(dead[0].Reason, "expired: "), "reason %q", dead[0].Reason)
 	assert.Contains(t, dead[0].Reason, redisdelay.ExpiresAtKey)
@@ -51,12 +51,12 @@ func TestExpiry_ExpiredMessageIsDeadLetteredNeverHandled(t *testing.T) {
 	t.Logf("reason: %s", dead[0].Reason)
 
 	tg := map[string]string{"topic": topic, "consumer_group": "g"}
-	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_expired_messages_total", tg))
-	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_dead_lettered_messages_total",
+	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_expired_messages_total", tg))
+	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_dead_lettered_messages_total",
 		map[string]string{"topic": topic, "consumer_group": "g", "source": "expired"}))
-	assert.Equal(t, 0.0, mtValue(t, reg, "redisdelay_dead_lettered_messages_total",
+	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_dead_lettered_messages_total",
 		map[string]string{"topic": topic, "consumer_group": "g", "source": "nack"}), "not counted as a failed nack")
-	g := lcGroupStats(t, insp, topic, "g")
+	g := groupStats(t, insp, topic, "g")
 	assert.Zero(t, g.Pending+g.Retry+g.Ready, "nothing left in flight: %+v", g)
 }
 
@@ -66,22 +66,22 @@ func TestExpiry_PublishValidatesTheDeadline(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	insp := lcInspector(t, client)
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	insp := newInspector(t, client)
 	ch := subscribe(t, sub, topic)
 
-	bad := lcMessage("bad")
+	bad := newMessage("bad")
 	bad.Metadata.Set(redisdelay.ExpiresAtKey, "tomorrow")
 	err := pub.Publish(topic, bad)
 	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
 	assert.Contains(t, err.Error(), redisdelay.ExpiresAtKey)
 	assert.Contains(t, err.Error(), "SetExpiresAt")
 
-	past := lcMessage("past")
+	past := newMessage("past")
 	redisdelay.SetExpiresAt(past, time.Now().Add(-time.Second))
 	require.NoError(t, pub.Publish(topic, past))
-	dead := lcAwaitDead(t, insp, topic, "g", 1, 3*time.Second)
+	dead := awaitDeadLetters(t, insp, topic, "g", 1, 3*time.Second)
 	assert.Equal(t, past.UUID, dead[0].Message.UUID)
 	nothing(t, ch, 200*time.Millisecond)
 
@@ -96,28 +96,28 @@ func TestExpiry_DropPolicy(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	m, reg := mtMetrics(t)
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", ExpiredMessages: redisdelay.DropExpired, Metrics: m})
-	insp := lcInspector(t, client)
+	m, reg := newMetrics(t)
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", ExpiredMessages: redisdelay.DropExpired, Metrics: m})
+	insp := newInspector(t, client)
 	ch := subscribe(t, sub, topic)
 
-	gone := lcMessage("gone")
+	gone := newMessage("gone")
 	redisdelay.SetExpiresAt(gone, time.Now().Add(-time.Millisecond))
-	require.NoError(t, pub.Publish(topic, gone, lcMessage("next")))
+	require.NoError(t, pub.Publish(topic, gone, newMessage("next")))
 	got := receive(t, ch, 3*time.Second)
 	assert.Equal(t, "next", string(got.Payload))
 	got.Ack()
 
 	tg := map[string]string{"topic": topic, "consumer_group": "g"}
-	mtEventually(t, reg, "redisdelay_expired_messages_total", tg, 1)
-	assert.Equal(t, 0.0, mtValue(t, reg, "redisdelay_dead_lettered_messages_total",
+	awaitMetric(t, reg, "redisdelay_expired_messages_total", tg, 1)
+	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_dead_lettered_messages_total",
 		map[string]string{"topic": topic, "consumer_group": "g", "source": "expired"}))
 	require.Eventually(t, func() bool {
-		g := lcGroupStats(t, insp, topic, "g")
+		g := groupStats(t, insp, topic, "g")
 		return g.Pending+g.Retry+g.Ready == 0
 	}, 3*time.Second, 20*time.Millisecond, "both acknowledged")
-	assert.EqualValues(t, 0, lcGroupStats(t, insp, topic, "g").DeadTotal)
+	assert.EqualValues(t, 0, groupStats(t, insp, topic, "g").DeadTotal)
 }
 
 // A message that expires between its retries is not retried: handled once,
@@ -126,19 +126,19 @@ func TestExpiry_DuringRetries(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond,
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond,
 		RetryDelay: func(int) time.Duration { return 500 * time.Millisecond }})
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	ch := subscribe(t, sub, topic)
 
-	msg := lcMessage("x")
+	msg := newMessage("x")
 	redisdelay.SetExpiresAt(msg, time.Now().Add(300*time.Millisecond))
 	require.NoError(t, pub.Publish(topic, msg))
 	got := receive(t, ch, 2*time.Second)
 	assert.Equal(t, "1", got.Metadata.Get(redisdelay.AttemptKey))
 	got.Nack()
-	dead := lcAwaitDead(t, insp, topic, "g", 1, 3*time.Second)
+	dead := awaitDeadLetters(t, insp, topic, "g", 1, 3*time.Second)
 	nothing(t, ch, 200*time.Millisecond)
 	assert.Equal(t, 1, dead[0].Attempts)
 	assert.True(t, strings.HasPrefix(dead[0].Reason, "expired: "), "reason %q", dead[0].Reason)
@@ -150,22 +150,22 @@ func TestExpiry_OrderedRetryInPlace(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true,
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true,
 		RetryDelay: func(int) time.Duration { return 400 * time.Millisecond }})
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	ch := subscribe(t, sub, topic)
 
-	msg := lcMessage("x")
+	msg := newMessage("x")
 	redisdelay.SetExpiresAt(msg, time.Now().Add(200*time.Millisecond))
-	require.NoError(t, pub.Publish(topic, msg, lcMessage("after")))
+	require.NoError(t, pub.Publish(topic, msg, newMessage("after")))
 	got := receive(t, ch, 2*time.Second)
 	require.Equal(t, msg.UUID, got.UUID)
 	got.Nack()
 	next := receive(t, ch, 3*time.Second)
 	assert.Equal(t, "after", string(next.Payload), "the expired message is not retried")
 	next.Ack()
-	dead := lcAwaitDead(t, insp, topic, "g", 1, 2*time.Second)
+	dead := awaitDeadLetters(t, insp, topic, "g", 1, 2*time.Second)
 	assert.Equal(t, msg.UUID, dead[0].Message.UUID)
 	assert.Equal(t, 1, dead[0].Attempts)
 }
@@ -184,18 +184,18 @@ func TestExpiry_UnreadableStoredDeadlineDelivers(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	// An entry added by hand, as another tool writes it, rings no bell
 	// (see read.lua): the Subscriber's sweep finds it within BlockTime.
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 200 * time.Millisecond})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 200 * time.Millisecond})
 	ch := subscribe(t, sub, topic)
-	msg := lcMessage("x")
+	msg := newMessage("x")
 	require.NoError(t, pub.Publish(topic, msg))
 	got := receive(t, ch, 2*time.Second)
 	// Republished by hand with a broken deadline, as the encoded body.
 	got.Metadata.Set(redisdelay.ExpiresAtKey, "soon")
 	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{
-		Stream: lcKey(topic, "stream"), Values: []any{"m", redisdelay.EncodeForTest(got)}}).Err())
+		Stream: shardOf(topic, 0).Stream(), Values: []any{"m", redisdelay.EncodeForTest(got)}}).Err())
 	got.Ack()
 	again := receive(t, ch, 2*time.Second)
 	assert.Equal(t, "soon", again.Metadata.Get(redisdelay.ExpiresAtKey))

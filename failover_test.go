@@ -167,7 +167,7 @@ func failoverTest(t *testing.T, kind string, minReplicas int) {
 	}, logger)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", CheckInterval: 500 * time.Millisecond, VisibilityTimeout: 5 * time.Second,
 	})
 	topic := topic()
@@ -249,7 +249,7 @@ func failoverTest(t *testing.T, kind string, minReplicas int) {
 	// kill, to make the replication window visible.
 	startPublishers(1, 5*time.Millisecond, stop)
 	time.Sleep(2 * time.Second)
-	port, err := d.master(ctx, lcKey(topic, "waiting"), "")
+	port, err := d.master(ctx, shardOf(topic, 0).Waiting(), "")
 	require.NoError(t, err)
 	burst := make(chan struct{})
 	startPublishers(8, 0, burst)
@@ -281,7 +281,7 @@ func failoverTest(t *testing.T, kind string, minReplicas int) {
 	// replica (with MinReplicas 1 Publish needs it back).
 	var promoted time.Time
 	require.Eventually(t, func() bool {
-		p, err := d.master(ctx, lcKey(topic, "waiting"), port)
+		p, err := d.master(ctx, shardOf(topic, 0).Waiting(), port)
 		if err == nil && p != port {
 			promoted = time.Now()
 			return true

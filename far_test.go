@@ -28,8 +28,8 @@ func farKeys(t *testing.T, topic string) (buckets int64, messages int64) {
 	t.Helper()
 	client := newClient(t)
 	ctx := context.Background()
-	buckets = client.ZCard(ctx, lcKey(topic, "far")).Val()
-	messages, _ = client.HGet(ctx, lcKey(topic, "fmeta"), "n").Int64()
+	buckets = client.ZCard(ctx, shardOf(topic, 0).Far()).Val()
+	messages, _ = client.HGet(ctx, shardOf(topic, 0).FarMeta(), "n").Int64()
 	return buckets, messages
 }
 
@@ -39,7 +39,7 @@ func TestFar_DeliveredOnTimeNeverEarly(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	due := map[string]time.Time{}
 	var msgs []*message.Message
 	start := time.Now()
@@ -54,9 +54,9 @@ func TestFar_DeliveredOnTimeNeverEarly(t *testing.T) {
 	require.Positive(t, buckets, "some went to the far tier")
 	require.Positive(t, far)
 	require.Less(t, far, int64(40), "some stayed near")
-	assert.EqualValues(t, 40, lcStats(t, lcInspector(t, client), tp).Waiting, "Stats counts both tiers")
+	assert.EqualValues(t, 40, topicStats(t, newInspector(t, client), tp).Waiting, "Stats counts both tiers")
 
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	ch := subscribe(t, sub, tp)
 	seen := map[string]bool{}
 	for range 40 {
@@ -72,7 +72,7 @@ func TestFar_DeliveredOnTimeNeverEarly(t *testing.T) {
 	buckets, far = farKeys(t, tp)
 	assert.Zero(t, buckets)
 	assert.Zero(t, far)
-	keys, err := client.Keys(context.Background(), lcKey(tp, "f*")).Result()
+	keys, err := client.Keys(context.Background(), shardKey(tp, 0, "f*")).Result()
 	require.NoError(t, err)
 	assert.Empty(t, keys, "the far tier leaves no key behind")
 }
@@ -84,8 +84,8 @@ func TestFar_Inspector(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
-	insp := lcInspector(t, client)
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
 	ctx := context.Background()
 	var want []string
 	for i := range 12 {
@@ -143,7 +143,7 @@ func TestFar_CancelAndReschedule(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	gone := delayed(delay.For(4*time.Second), "cancelled")
 	moved := delayed(delay.For(time.Hour), "rescheduled")
 	later := delayed(delay.For(5*time.Second), "moved later")
@@ -166,9 +166,9 @@ func TestFar_CancelAndReschedule(t *testing.T) {
 	ok, err = pub.Reschedule(ctx, tp, later.UUID, start.Add(time.Hour))
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.EqualValues(t, 3, lcStats(t, lcInspector(t, client), tp).Waiting)
+	assert.EqualValues(t, 3, topicStats(t, newInspector(t, client), tp).Waiting)
 
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	ch := subscribe(t, sub, tp)
 	msg := receive(t, ch, 3*time.Second)
 	require.Equal(t, moved.UUID, msg.UUID)
@@ -178,7 +178,7 @@ func TestFar_CancelAndReschedule(t *testing.T) {
 	require.Equal(t, stays.UUID, msg.UUID)
 	msg.Ack()
 	nothing(t, ch, time.Second)
-	assert.EqualValues(t, 1, lcStats(t, lcInspector(t, client), tp).Waiting, "the one moved an hour on")
+	assert.EqualValues(t, 1, topicStats(t, newInspector(t, client), tp).Waiting, "the one moved an hour on")
 }
 
 // A bucket takes messages in several calls: a later call adds to a bucket
@@ -188,7 +188,7 @@ func TestFar_BucketTakesLaterCalls(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	ctx := context.Background()
 	at := time.Now().Add(4 * time.Second).Truncate(time.Second) // one bucket (1 s wide)
 	if time.Until(at) < 3500*time.Millisecond {
@@ -211,7 +211,7 @@ func TestFar_BucketTakesLaterCalls(t *testing.T) {
 	require.EqualValues(t, 1, buckets, "both calls in one bucket")
 	require.EqualValues(t, 2, far)
 
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	ch := subscribe(t, sub, tp)
 	got := map[string]bool{}
 	for range 2 {
@@ -231,7 +231,7 @@ func TestFarRepublish(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	msg := delayed(delay.For(3*time.Second), "original")
 	require.NoError(t, pub.Publish(tp, msg))
 	_, far := farKeys(t, tp)
@@ -240,7 +240,7 @@ func TestFarRepublish(t *testing.T) {
 	require.NoError(t, pub.Publish(tp, msg.Copy()), "identical: a no-op")
 	changed := msg.Copy()
 	changed.Payload = []byte("changed")
-	err := pub.Publish(tp, changed, lcMessage("bystander"))
+	err := pub.Publish(tp, changed, newMessage("bystander"))
 	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
 	// with a delay that puts it in the waiting set this time: the far copy
 	// is found all the same (from farMargin on, see farArgOf)
@@ -248,10 +248,10 @@ func TestFarRepublish(t *testing.T) {
 	near.Metadata = message.Metadata{}
 	delay.Message(near, delay.For(time.Second))
 	require.ErrorIs(t, pub.Publish(tp, near), redisdelay.ErrDuplicateMessage)
-	assert.EqualValues(t, 1, lcStats(t, lcInspector(t, client), tp).Waiting)
-	assert.Zero(t, lcStats(t, lcInspector(t, client), tp).Stream, "nothing of the refused calls was stored")
+	assert.EqualValues(t, 1, topicStats(t, newInspector(t, client), tp).Waiting)
+	assert.Zero(t, topicStats(t, newInspector(t, client), tp).Stream, "nothing of the refused calls was stored")
 
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	ch := subscribe(t, sub, tp)
 	got := receive(t, ch, 5*time.Second)
 	assert.Equal(t, msg.UUID, got.UUID)
@@ -279,7 +279,7 @@ func TestFar_Partitions(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := ptPublisher(t, client, 4)
+	pub := newPartitionedPublisher(t, client, 4)
 	start := time.Now()
 	for i := range 40 {
 		// one call each: a call's messages go to one partition
@@ -287,12 +287,12 @@ func TestFar_Partitions(t *testing.T) {
 	}
 	parts := 0
 	for p := range 4 {
-		if client.Exists(context.Background(), ptKey(tp, p, "far")).Val() == 1 {
+		if client.Exists(context.Background(), shardOf(tp, p).Far()).Val() == 1 {
 			parts++
 		}
 	}
 	require.Greater(t, parts, 1, "far buckets in several partitions")
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: 4})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: 4})
 	ch := subscribe(t, sub, tp)
 	for range 40 {
 		msg := receive(t, ch, 6*time.Second)
@@ -309,7 +309,7 @@ func TestFar_SpikeUnpackedInBatches(t *testing.T) {
 	}
 	client := singleClient(t, "reads the server's slow log")
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	at := time.Now().Add(4 * time.Second).Truncate(time.Second).Add(time.Second)
 	const n = 20000
 	for c := range n / 500 {
@@ -324,8 +324,8 @@ func TestFar_SpikeUnpackedInBatches(t *testing.T) {
 	longest := recordScripts(t, client)
 	// the largest batch: unpack calls still move at most 1,000 (found in
 	// review: a ZADD of 4,000 members at once failed on Lua's stack)
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 4096})
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 256})
+	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 4096})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 256})
 	ch := subscribe(t, sub, tp)
 	seen := map[string]bool{}
 	for len(seen) < n {
@@ -362,14 +362,14 @@ func TestFar_UpgradeFromWaitingSetLayout(t *testing.T) {
 	now, err := client.Time(ctx).Result()
 	require.NoError(t, err)
 	due := now.Add(500 * time.Millisecond).UnixMilli()
-	require.NoError(t, client.ZAdd(ctx, lcKey(tp, "waiting"), redis.Z{Score: float64(due*1024 + 1), Member: old}).Err())
-	require.NoError(t, client.HSet(ctx, lcKey(tp, "bodies"), old, body).Err())
-	require.NoError(t, client.SAdd(ctx, redisdelay.DefaultKeyPrefix+":topics", tp).Err())
+	require.NoError(t, client.ZAdd(ctx, shardOf(tp, 0).Waiting(), redis.Z{Score: float64(due*1024 + 1), Member: old}).Err())
+	require.NoError(t, client.HSet(ctx, shardOf(tp, 0).Bodies(), old, body).Err())
+	require.NoError(t, client.SAdd(ctx, defaultKeys.Topics(), tp).Err())
 
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	fresh := delayed(delay.For(3*time.Second), "new, far")
 	require.NoError(t, pub.Publish(tp, fresh))
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	ch := subscribe(t, sub, tp)
 	msg := receive(t, ch, 3*time.Second)
 	assert.Equal(t, old, msg.UUID)
@@ -387,7 +387,7 @@ func TestFar_NonCanonicalUUIDs(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	ids := []string{"0B1E6C1A-7D7E-4C6F-9D3B-2F6A1E9C0D11", watermill.NewULID(), "order-42"}
 	for _, id := range ids {
 		msg := message.NewMessage(id, []byte(id))
@@ -396,7 +396,7 @@ func TestFar_NonCanonicalUUIDs(t *testing.T) {
 	}
 	_, far := farKeys(t, tp)
 	require.EqualValues(t, len(ids), far)
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	for _, id := range ids {
 		w, ok, err := insp.FindWaiting(context.Background(), tp, id)
 		require.NoError(t, err)
@@ -406,7 +406,7 @@ func TestFar_NonCanonicalUUIDs(t *testing.T) {
 	ok, err := pub.Cancel(context.Background(), tp, ids[2])
 	require.NoError(t, err)
 	require.True(t, ok)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	ch := subscribe(t, sub, tp)
 	got := map[string]bool{}
 	for range 2 {
@@ -425,16 +425,16 @@ func TestFar_CorruptElementDroppedAndLogged(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	ctx := context.Background()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	var msgs []*message.Message
 	for i := range 3 {
 		msgs = append(msgs, delayed(delay.For(3*time.Second), strconv.Itoa(i)))
 	}
 	require.NoError(t, pub.Publish(tp, msgs...))
-	buckets, err := client.ZRange(ctx, lcKey(tp, "far"), 0, -1).Result()
+	buckets, err := client.ZRange(ctx, shardOf(tp, 0).Far(), 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, buckets, 1)
-	bucket := lcKey(tp, "fb:"+buckets[0])
+	bucket := shardOf(tp, 0).FarBucket(mustInt(t, buckets[0]))
 	first, err := client.LIndex(ctx, bucket, 0).Result()
 	require.NoError(t, err)
 	require.NoError(t, client.LSet(ctx, bucket, 0, first[:8]+"\x07garbage").Err())
@@ -470,7 +470,7 @@ func TestFar_CancelBetweenUnpackBatches(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	ctx := context.Background()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	at := time.Now().Add(4 * time.Second).Truncate(time.Second)
 	var ids []string
 	var msgs []*message.Message
@@ -500,7 +500,7 @@ func TestFar_CancelBetweenUnpackBatches(t *testing.T) {
 	ok, err := pub.Cancel(ctx, tp, ids[4]) // still far, behind popped elements
 	require.NoError(t, err)
 	require.True(t, ok)
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	for _, id := range []string{ids[3], ids[5]} {
 		w, ok, err := insp.FindWaiting(ctx, tp, id)
 		require.NoError(t, err)
@@ -532,7 +532,7 @@ func TestFar_OneCallManyBuckets(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	var msgs []*message.Message
 	delays := map[string]time.Duration{}
 	for i := range 4500 {
@@ -540,12 +540,12 @@ func TestFar_OneCallManyBuckets(t *testing.T) {
 		delays[msg.UUID] = time.Duration(3+i) * time.Second
 		msgs = append(msgs, msg)
 	}
-	msgs = append(msgs, lcMessage("immediate"))
+	msgs = append(msgs, newMessage("immediate"))
 	placed := time.Now() // the Publisher places them a little later: never earlier
 	require.NoError(t, pub.Publish(tp, msgs...))
 	buckets, far := farKeys(t, tp)
 	assert.Equal(t, buckets, far, "one message a bucket")
-	near, err := client.ZRangeWithScores(context.Background(), lcKey(tp, "waiting"), 0, -1).Result()
+	near, err := client.ZRangeWithScores(context.Background(), shardOf(tp, 0).Waiting(), 0, -1).Result()
 	require.NoError(t, err)
 	assert.EqualValues(t, 4500, far+int64(len(near)))
 	// A message due at its bucket's end misses it by more than the slack once
@@ -558,7 +558,7 @@ func TestFar_OneCallManyBuckets(t *testing.T) {
 			break
 		}
 	}
-	st := lcStats(t, lcInspector(t, client), tp)
+	st := topicStats(t, newInspector(t, client), tp)
 	assert.EqualValues(t, 4500, st.Waiting)
 	assert.EqualValues(t, 1, st.Stream)
 	t.Logf("FIGURE one Publish of 4,500 messages due in 4,500 far buckets: %d in the far tier, %d kept near by late parts", far, len(near))
@@ -571,11 +571,11 @@ func TestFar_IndexPointingElsewhereIsIgnored(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	ctx := context.Background()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	x, y := delayed(delay.For(time.Hour), "x"), delayed(delay.For(time.Hour), "y")
 	require.NoError(t, pub.Publish(tp, x, y))
 	loc := map[string][2]string{} // message -> index key, field
-	keys, err := client.Keys(ctx, lcKey(tp, "fx:*")).Result()
+	keys, err := client.Keys(ctx, shardKey(tp, 0, "fx:*")).Result()
 	require.NoError(t, err)
 	for _, k := range keys {
 		for field := range client.HGetAll(ctx, k).Val() {
@@ -593,7 +593,7 @@ func TestFar_IndexPointingElsewhereIsIgnored(t *testing.T) {
 	ok, err := pub.Cancel(ctx, tp, x.UUID)
 	require.NoError(t, err)
 	assert.False(t, ok, "x's entry names y's element: nothing is cancelled")
-	w, ok, err := lcInspector(t, client).FindWaiting(ctx, tp, y.UUID)
+	w, ok, err := newInspector(t, client).FindWaiting(ctx, tp, y.UUID)
 	require.NoError(t, err)
 	require.True(t, ok, "y is untouched")
 	assert.Equal(t, "y", string(w.Message.Payload))
@@ -607,12 +607,12 @@ func TestFar_UnreadableBucketIsLoggedAndSchedulingGoesOn(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	ctx := context.Background()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	require.NoError(t, pub.Publish(tp, delayed(delay.For(3*time.Second), "far")))
-	buckets, err := client.ZRange(ctx, lcKey(tp, "far"), 0, -1).Result()
+	buckets, err := client.ZRange(ctx, shardOf(tp, 0).Far(), 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, buckets, 1)
-	require.NoError(t, client.Set(ctx, lcKey(tp, "fb:"+buckets[0]), "not a list", 0).Err())
+	require.NoError(t, client.Set(ctx, shardOf(tp, 0).FarBucket(mustInt(t, buckets[0])), "not a list", 0).Err())
 	near := delayed(delay.For(4*time.Second), "near")
 	redisdelay.SetBusinessKey(near, "k") // keyed: in the waiting set
 	require.NoError(t, pub.Publish(tp, near))
@@ -638,6 +638,6 @@ func farLoggedManager(t *testing.T, client redis.UniversalClient, topic string) 
 	require.NoError(t, err)
 	go func() { _ = mgr.Run(context.Background()) }()
 	t.Cleanup(func() { _ = mgr.Close() })
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
 	return logs, mgr, subscribe(t, sub, topic)
 }

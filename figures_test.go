@@ -16,16 +16,16 @@ func TestFiguresIdleManager(t *testing.T) {
 	}
 	for _, n := range []int{10, 1000} {
 		client := singleClient(t, "counts the commands of the whole server")
-		prefix := wkPrefix()
-		sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+		prefix := uniquePrefix()
+		sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
 		for range n {
 			if err := sub.SubscribeInitialize(topic()); err != nil {
 				t.Fatal(err)
 			}
 		}
-		mgr := wkManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix}, logger)
+		mgr := runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix}, logger)
 		time.Sleep(25 * time.Second)
-		t.Logf("%d registered, empty topics: %.0f Redis commands/s", n, wkCommandsPerSecond(t, client, 5*time.Second))
+		t.Logf("%d registered, empty topics: %.0f Redis commands/s", n, commandsPerSecond(t, client, 5*time.Second))
 		_ = mgr.Close()
 	}
 }

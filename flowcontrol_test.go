@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
@@ -51,13 +51,13 @@ func TestPauseGroupAccumulatesAndResumeDeliversAll(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts, n = 2, 40
-	pub := ptPublisher(t, client, parts)
-	insp := lcInspector(t, client)
+	pub := newPartitionedPublisher(t, client, parts)
+	insp := newInspector(t, client)
 	config := func(group string) redisdelay.SubscriberConfig {
 		return redisdelay.SubscriberConfig{ConsumerGroup: group, Partitions: parts, BlockTime: 100 * time.Millisecond, CheckInterval: 100 * time.Millisecond}
 	}
-	subA := lcSubscriber(t, client, config("a"))
-	subB := lcSubscriber(t, client, config("b"))
+	subA := newSubscriber(t, client, config("a"))
+	subB := newSubscriber(t, client, config("b"))
 	var muA, muB sync.Mutex
 	gotA, gotB := map[string]int{}, map[string]int{}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -65,7 +65,7 @@ func TestPauseGroupAccumulatesAndResumeDeliversAll(t *testing.T) {
 	go collect(runCtx, subscribe(t, subA, tp), &muA, gotA)
 	go collect(runCtx, subscribe(t, subB, tp), &muB, gotB)
 
-	require.NoError(t, pub.Publish(tp, lcMessage("before")))
+	require.NoError(t, pub.Publish(tp, newMessage("before")))
 	require.Eventually(t, func() bool { return count(&muA, gotA) == 1 && count(&muB, gotB) == 1 }, 3*time.Second, 10*time.Millisecond)
 
 	require.NoError(t, insp.Pause(ctx, tp, "a"))
@@ -77,7 +77,7 @@ func TestPauseGroupAccumulatesAndResumeDeliversAll(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 
 	for i := range n {
-		msg := lcMessage(fmt.Sprint(i))
+		msg := newMessage(fmt.Sprint(i))
 		if i%2 == 1 {
 			delay.Message(msg, delay.For(200*time.Millisecond))
 		}
@@ -86,14 +86,14 @@ func TestPauseGroupAccumulatesAndResumeDeliversAll(t *testing.T) {
 	require.Eventually(t, func() bool { return count(&muB, gotB) == n+1 }, 5*time.Second, 10*time.Millisecond, "the other group keeps receiving")
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, 1, count(&muA, gotA), "the paused group received messages")
-	ga := lcGroupStats(t, insp, tp, "a")
+	ga := groupStats(t, insp, tp, "a")
 	require.True(t, ga.Paused)
 	require.EqualValues(t, n, ga.Ready, "the paused group's messages accumulate")
-	require.False(t, lcGroupStats(t, insp, tp, "b").Paused)
+	require.False(t, groupStats(t, insp, tp, "b").Paused)
 
 	// The pause is in Redis: a new subscriber of the group stays paused.
 	require.NoError(t, subA.Close())
-	subA2 := lcSubscriber(t, client, config("a"))
+	subA2 := newSubscriber(t, client, config("a"))
 	go collect(runCtx, subscribe(t, subA2, tp), &muA, gotA)
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, 1, count(&muA, gotA), "the paused group received messages after its subscriber restarted")
@@ -109,7 +109,7 @@ func TestPauseGroupAccumulatesAndResumeDeliversAll(t *testing.T) {
 		require.Equal(t, 1, k, "message %s delivered %d times", id, k)
 	}
 	muA.Unlock()
-	require.Eventually(t, func() bool { g := lcGroupStats(t, insp, tp, "a"); return g.Ready == 0 && g.Pending == 0 && !g.Paused }, 3*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { g := groupStats(t, insp, tp, "a"); return g.Ready == 0 && g.Pending == 0 && !g.Paused }, 3*time.Second, 20*time.Millisecond)
 	was, err = insp.Resume(ctx, tp, "a")
 	require.NoError(t, err)
 	require.False(t, was, "resuming a group that is not paused")
@@ -121,8 +121,8 @@ func TestPauseDeleteGroupRemovesIt(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	tp := topic()
-	insp := lcInspector(t, client)
-	require.NoError(t, lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}).SubscribeInitialize(tp))
+	insp := newInspector(t, client)
+	require.NoError(t, newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}).SubscribeInitialize(tp))
 	require.NoError(t, insp.Pause(ctx, tp, "g"))
 	_, err := insp.DeleteGroup(ctx, tp, "g")
 	require.NoError(t, err)
@@ -133,7 +133,7 @@ func TestPauseDeleteGroupRemovesIt(t *testing.T) {
 
 func TestPauseRejectsInvalidNames(t *testing.T) {
 	ctx := context.Background()
-	insp := lcInspector(t, newClient(t))
+	insp := newInspector(t, newClient(t))
 	require.ErrorIs(t, insp.Pause(ctx, "a{b", "g"), redisdelay.ErrInvalidTopic)
 	_, err := insp.Resume(ctx, "a{b", "g")
 	require.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
@@ -186,7 +186,7 @@ func rateRun(t *testing.T, tp string, subs int, config redisdelay.SubscriberConf
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for k := range subs {
-		sub := lcSubscriber(t, newClient(t), config)
+		sub := newSubscriber(t, newClient(t), config)
 		ch := subscribe(t, sub, tp)
 		go func() {
 			for {
@@ -221,23 +221,13 @@ func rateRun(t *testing.T, tp string, subs int, config redisdelay.SubscriberConf
 	return end.Sub(time.Unix(0, first.Load())), counts
 }
 
-func backlog(t *testing.T, tp string, n int) {
-	t.Helper()
-	pub := ptPublisher(t, newClient(t), 1)
-	msgs := make([]*message.Message, n)
-	for i := range msgs {
-		msgs[i] = lcMessage(fmt.Sprint(i))
-	}
-	require.NoError(t, pub.Publish(tp, msgs...))
-}
-
 // Three subscribers (own clients: as three processes) of one group share
 // one limit: 100 messages take about (100-5)/50 s at 50 msg/s (a read
 // takes a tenth of the limit), and each subscriber gets turns.
 func TestRateLimitHoldsAcrossSubscribers(t *testing.T) {
 	t.Parallel()
 	tp := topic()
-	backlog(t, tp, 300)
+	publishBacklog(t, tp, 300)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 10, BlockTime: 100 * time.Millisecond,
 		TopicRateLimits: map[string]redisdelay.RateLimit{tp: {Messages: 50, Per: time.Second}}}
 	took, counts := rateRun(t, tp, 3, config, 100, 10*time.Second)
@@ -255,7 +245,7 @@ func TestRateLimitHoldsAcrossSubscribers(t *testing.T) {
 func TestRateLimitChangeApplies(t *testing.T) {
 	t.Parallel()
 	tp := topic()
-	backlog(t, tp, 100)
+	publishBacklog(t, tp, 100)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 5, BlockTime: 100 * time.Millisecond,
 		RateLimit: redisdelay.RateLimit{Messages: 5, Per: time.Second}}
 	took, _ := rateRun(t, tp, 1, config, 10, 10*time.Second)
@@ -275,7 +265,7 @@ func TestFiguresRateLimitAccuracy(t *testing.T) {
 	}
 	for _, c := range []struct{ limit, batch int }{{200, 10}, {200, 32}, {1000, 32}} {
 		tp := topic()
-		backlog(t, tp, c.limit*12)
+		publishBacklog(t, tp, c.limit*12)
 		config := redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: c.batch,
 			RateLimit: redisdelay.RateLimit{Messages: c.limit, Per: time.Second}}
 		want := c.limit * 10
@@ -293,14 +283,14 @@ func TestFiguresRateLimitAccuracy(t *testing.T) {
 func TestPauseCheckSurvivesRedisOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	client := proxy.client(t)
 	tp := topic()
-	insp := lcInspector(t, newClient(t))
+	insp := newInspector(t, newClient(t))
 	require.NoError(t, insp.Pause(ctx, tp, "g"))
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 50 * time.Millisecond, CheckInterval: 100 * time.Millisecond})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 50 * time.Millisecond, CheckInterval: 100 * time.Millisecond})
 	ch := subscribe(t, sub, tp)
-	require.NoError(t, lcPublisher(t, newClient(t)).Publish(tp, lcMessage("m")))
+	require.NoError(t, newPublisher(t, newClient(t)).Publish(tp, newMessage("m")))
 	nothing(t, ch, 300*time.Millisecond)
 	proxy.cut(0)
 	time.Sleep(500 * time.Millisecond)
@@ -317,13 +307,13 @@ func TestPausedGroupIsHealthy(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	tp := topic()
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	require.NoError(t, insp.Pause(ctx, tp, "g"))
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 50 * time.Millisecond})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 50 * time.Millisecond})
 	ch := subscribe(t, sub, tp)
-	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("m")))
+	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("m")))
 	time.Sleep(600 * time.Millisecond)
-	rep := mtHealth(t, insp, redisdelay.HealthConfig{Topics: []string{tp}, ConsumerIdle: 200 * time.Millisecond})
+	rep := healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{tp}, ConsumerIdle: 200 * time.Millisecond})
 	require.Empty(t, rep.Problems)
 	_, err := insp.Resume(ctx, tp, "g")
 	require.NoError(t, err)
@@ -339,20 +329,20 @@ func TestPausePromptWithLongReads(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts = 2
-	pub := ptPublisher(t, client, parts)
-	insp := lcInspector(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
+	pub := newPartitionedPublisher(t, client, parts)
+	insp := newInspector(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
 	var mu sync.Mutex
 	got := map[string]int{}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go collect(runCtx, subscribe(t, sub, tp), &mu, got)
-	awaitWaiting(t, client, tp, parts)
+	awaitIdleSubscriptions(t, client, tp, parts)
 
 	require.NoError(t, insp.Pause(ctx, tp, "g"))
 	time.Sleep(200 * time.Millisecond) // the notification's way
 	for i := range 10 {
-		require.NoError(t, pub.Publish(tp, lcMessage(fmt.Sprint(i))))
+		require.NoError(t, pub.Publish(tp, newMessage(fmt.Sprint(i))))
 	}
 	time.Sleep(time.Second)
 	require.Equal(t, 0, count(&mu, got), "the paused group received messages")
@@ -373,14 +363,14 @@ func TestPauseWithoutNotificationSeenWithinBlockTime(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const block = 300 * time.Millisecond
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
 	ch := subscribe(t, sub, tp)
-	awaitWaiting(t, client, tp, 1)
-	paused := lcKey(tp, "g:g:paused")
+	awaitIdleSubscriptions(t, client, tp, 1)
+	paused := shardOf(tp, 0).Paused("g")
 	require.NoError(t, client.Set(ctx, paused, "1", 0).Err())
 	time.Sleep(3 * block) // a read timed out, then the check
-	pub := lcPublisher(t, client)
-	require.NoError(t, pub.Publish(tp, lcMessage("m")))
+	pub := newPublisher(t, client)
+	require.NoError(t, pub.Publish(tp, newMessage("m")))
 	nothing(t, ch, 3*block)
 	require.NoError(t, client.Del(ctx, paused).Err())
 	receive(t, ch, 5*block).Ack()
@@ -393,9 +383,9 @@ func TestPauseNotificationRefused(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users")
 	ctx := context.Background()
-	restricted, _ := wkACLUser(t, "~"+redisdelay.DefaultKeyPrefix+":*", "resetchannels", "+@all", "-@dangerous")
+	restricted, _ := newACLUser(t, "~"+redisdelay.DefaultKeyPrefix+":*", "resetchannels", "+@all", "-@dangerous")
 	tp := topic()
-	insp := lcInspector(t, restricted)
+	insp := newInspector(t, restricted)
 	err := insp.Pause(ctx, tp, "g")
 	require.ErrorContains(t, err, "the change is stored, but telling the subscribers failed")
 	require.ErrorContains(t, err, "NOPERM")

@@ -30,10 +30,10 @@ func TestHandlerTimeout_RouterRetriesAStuckHandler(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	m, reg := mtMetrics(t)
-	pub := lcPublisher(t, client)
-	insp := lcInspector(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Metrics: m,
+	m, reg := newMetrics(t)
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Metrics: m,
 		HandlerTimeout: 300 * time.Millisecond, RetryDelay: func(int) time.Duration { return 0 }})
 
 	release := make(chan struct{})
@@ -66,7 +66,7 @@ func TestHandlerTimeout_RouterRetriesAStuckHandler(t *testing.T) {
 	})
 	<-router.Running()
 
-	require.NoError(t, pub.Publish(tp, lcMessage("stuck")))
+	require.NoError(t, pub.Publish(tp, newMessage("stuck")))
 	select {
 	case <-cancelled:
 	case <-time.After(10 * time.Second):
@@ -84,12 +84,12 @@ func TestHandlerTimeout_RouterRetriesAStuckHandler(t *testing.T) {
 	close(release) // the stuck handler returns: the Router acks a message already retried
 
 	require.Eventually(t, func() bool {
-		g := lcGroupStats(t, insp, tp, "g")
+		g := groupStats(t, insp, tp, "g")
 		return g.Pending+g.Retry+g.Ready == 0
 	}, 10*time.Second, 20*time.Millisecond, "nothing left in flight")
 	tg := map[string]string{"topic": tp, "consumer_group": "g"}
-	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_handler_timeouts_total", tg))
-	assert.Equal(t, 1.0, mtValue(t, reg, "redisdelay_retries_total", tg))
+	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_handler_timeouts_total", tg))
+	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_retries_total", tg))
 
 	report, err := insp.Health(context.Background(), redisdelay.HealthConfig{Topics: []string{tp}})
 	require.NoError(t, err)
@@ -114,13 +114,13 @@ func TestHandlerTimeout_OrderedPartitionMovesOn(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := ptPublisher(t, client, 1)
-	insp := lcInspector(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 2,
+	pub := newPartitionedPublisher(t, client, 1)
+	insp := newInspector(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 2,
 		HandlerTimeout: 200 * time.Millisecond, RetryDelay: func(int) time.Duration { return 0 }})
 	ch := subscribe(t, sub, tp)
 	for seq := range 3 {
-		require.NoError(t, pub.Publish(tp, keyed("k", seq)))
+		require.NoError(t, pub.Publish(tp, keyedMessage("k", seq)))
 	}
 	var got []string
 	for len(got) < 4 {
@@ -131,7 +131,7 @@ func TestHandlerTimeout_OrderedPartitionMovesOn(t *testing.T) {
 		} // "0" is never acked nor nacked
 	}
 	assert.Equal(t, []string{"0/1", "0/2", "1/1", "2/1"}, got)
-	dead := lcAwaitDead(t, insp, tp, "g", 1, 5*time.Second)
+	dead := awaitDeadLetters(t, insp, tp, "g", 1, 5*time.Second)
 	assert.Equal(t, "0", string(dead[0].Message.Payload))
 	assert.Equal(t, 2, dead[0].Attempts)
 	assert.Contains(t, dead[0].Reason, "handler timed out after 200ms")
@@ -145,18 +145,18 @@ func TestHandlerTimeout_PerMessage(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", RetryDelay: func(int) time.Duration { return 0 }})
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", RetryDelay: func(int) time.Duration { return 0 }})
 	ch := subscribe(t, sub, tp)
 
-	bad := lcMessage("bad")
+	bad := newMessage("bad")
 	bad.Metadata.Set(redisdelay.HandlerTimeoutKey, "soon")
 	err := pub.Publish(tp, bad)
 	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
 	assert.Contains(t, err.Error(), redisdelay.HandlerTimeoutKey)
 	assert.Contains(t, err.Error(), "SetHandlerTimeout")
 
-	msg := lcMessage("short")
+	msg := newMessage("short")
 	redisdelay.SetHandlerTimeout(msg, 200*time.Millisecond)
 	require.NoError(t, pub.Publish(tp, msg))
 	first := receive(t, ch, 5*time.Second)
@@ -170,7 +170,7 @@ func TestHandlerTimeout_PerMessage(t *testing.T) {
 	first.Ack() // late: ignored
 	nothing(t, ch, 300*time.Millisecond)
 
-	unbounded := lcMessage("unbounded")
+	unbounded := newMessage("unbounded")
 	redisdelay.SetHandlerTimeout(unbounded, -1)
 	assert.Equal(t, "none", unbounded.Metadata.Get(redisdelay.HandlerTimeoutKey))
 	redisdelay.SetHandlerTimeout(unbounded, 0)

@@ -2,7 +2,9 @@ package redisdelay_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -11,12 +13,197 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
+
+func TestHealth_HealthyTopic(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond})
+	ch := subscribe(t, sub, topic)
+	msg := newMessage("x")
+	delay.Message(msg, delay.For(100*time.Millisecond))
+	require.NoError(t, pub.Publish(topic, msg, newMessage("y")))
+	receive(t, ch, 3*time.Second).Ack()
+	receive(t, ch, 3*time.Second).Ack()
+	later := newMessage("later")
+	delay.Message(later, delay.For(time.Hour))
+	require.NoError(t, pub.Publish(topic, later))
+	time.Sleep(300 * time.Millisecond)
+
+	insp := newInspector(t, client)
+	config := redisdelay.HealthConfig{Topics: []string{topic}, StuckAfter: 200 * time.Millisecond,
+		ConsumerIdle: 200 * time.Millisecond, MaxOverdue: 200 * time.Millisecond}
+	rep := healthReport(t, insp, config)
+	assert.True(t, rep.Healthy, "%+v", rep.Problems)
+	assert.Equal(t, 1, rep.Topics)
+
+	srv := httptest.NewServer(redisdelay.HealthHandler(insp, config, 0))
+	defer srv.Close()
+	res, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	var body redisdelay.HealthReport
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	assert.True(t, body.Healthy)
+}
+
+// A consumer that read a message and died, with no scheduler to reclaim
+// it: the message is stuck.
+func TestHealth_StuckPendingMessage(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	require.NoError(t, sub.SubscribeInitialize(topic))
+	require.NoError(t, pub.Publish(topic, newMessage("x")))
+	e := crashedRead(t, client, topic, "g", "crashed")
+	time.Sleep(300 * time.Millisecond)
+
+	insp := newInspector(t, client)
+	config := redisdelay.HealthConfig{Topics: []string{topic}, StuckAfter: 200 * time.Millisecond}
+	rep := healthReport(t, insp, config)
+	require.False(t, rep.Healthy)
+	require.Len(t, rep.Problems, 1, "%+v", rep.Problems)
+	p := rep.Problems[0]
+	assert.Equal(t, redisdelay.ProblemStuckPending, p.Kind)
+	assert.Equal(t, topic, p.Topic)
+	assert.Equal(t, "g", p.Group)
+	assert.Contains(t, p.Detail, e.ID)
+	assert.NotContains(t, p.Detail, "crashed", "consumer names are shown only with ShowConsumers")
+	t.Log(p.Detail)
+	config.ShowConsumers = true
+	assert.Contains(t, healthReport(t, insp, config).Problems[0].Detail, `for consumer "crashed"`)
+
+	// The default limit is twice the group's stored VisibilityTimeout (30s).
+	assert.True(t, healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}}).Healthy)
+
+	srv := httptest.NewServer(redisdelay.HealthHandler(insp, config, time.Second))
+	defer srv.Close()
+	res, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	assert.Equal(t, "application/json", res.Header.Get("Content-Type"))
+	b, _ := io.ReadAll(res.Body)
+	t.Logf("%s", b)
+	var body redisdelay.HealthReport
+	require.NoError(t, json.Unmarshal(b, &body))
+	assert.False(t, body.Healthy)
+	require.Len(t, body.Problems, 1)
+	assert.Equal(t, redisdelay.HealthProblem{Topic: topic, Group: "g", Kind: redisdelay.ProblemStuckPending, Detail: body.Problems[0].Detail}, body.Problems[0])
+}
+
+// Messages ready and no consumer: a group created and never consumed, and
+// one whose consumer stopped reading.
+func TestHealth_ReadyMessagesAndNoActiveConsumer(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := newPublisher(t, client)
+	for _, g := range []string{"never", "stopped"} {
+		sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: g, DisableScheduler: true})
+		require.NoError(t, sub.SubscribeInitialize(topic))
+	}
+	require.NoError(t, pub.Publish(topic, newMessage("1"), newMessage("2")))
+	crashedRead(t, client, topic, "stopped", "gone")
+	time.Sleep(300 * time.Millisecond)
+
+	insp := newInspector(t, client)
+	rep := healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}, ConsumerIdle: 200 * time.Millisecond, StuckAfter: time.Hour})
+	require.Len(t, rep.Problems, 2, "%+v", rep.Problems)
+	byGroup := map[string]redisdelay.HealthProblem{}
+	for _, p := range rep.Problems {
+		assert.Equal(t, redisdelay.ProblemNoActiveConsumer, p.Kind)
+		byGroup[p.Group] = p
+		t.Log(p.Detail)
+	}
+	assert.Contains(t, byGroup["never"].Detail, "2 message(s) ready and the group has no consumer")
+	assert.Contains(t, byGroup["stopped"].Detail, "1 message(s) ready and none of its 1 consumer(s) read for")
+
+	// A live subscription reads every BlockTime: healthy again.
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "never", DisableScheduler: true, BlockTime: 50 * time.Millisecond})
+	ch := subscribe(t, sub, topic)
+	receive(t, ch, 3*time.Second).Ack()
+	receive(t, ch, 3*time.Second).Ack()
+	rep = healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}, ConsumerIdle: 200 * time.Millisecond, StuckAfter: time.Hour})
+	require.Len(t, rep.Problems, 1, "%+v", rep.Problems)
+	assert.Equal(t, "stopped", rep.Problems[0].Group)
+}
+
+// Subscribers with DisableScheduler and no Manager: due messages stay
+// waiting and the topic is reported.
+func TestHealth_SchedulerNotRunning(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true, BlockTime: 50 * time.Millisecond})
+	ch := subscribe(t, sub, topic)
+	msg := newMessage("x")
+	delay.Message(msg, delay.For(50*time.Millisecond))
+	require.NoError(t, pub.Publish(topic, msg))
+	nothing(t, ch, 400*time.Millisecond)
+
+	insp := newInspector(t, client)
+	overdue, err := insp.Overdue(context.Background(), topic)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, overdue, 300*time.Millisecond)
+	rep := healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}, MaxOverdue: 200 * time.Millisecond})
+	require.Len(t, rep.Problems, 1, "%+v", rep.Problems)
+	p := rep.Problems[0]
+	assert.Equal(t, redisdelay.ProblemSchedulerBehind, p.Kind)
+	assert.Empty(t, p.Group)
+	assert.Contains(t, p.Detail, "no scheduler runs")
+	t.Log(p.Detail)
+	// The default MaxOverdue is a minute.
+	assert.True(t, healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}}).Healthy)
+}
+
+func TestHealth_Errors(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	insp := newInspector(t, client)
+	_, err := insp.Health(context.Background(), redisdelay.HealthConfig{StuckAfter: -time.Second})
+	assert.ErrorContains(t, err, "must not be negative")
+	_, err = insp.Health(context.Background(), redisdelay.HealthConfig{Topics: []string{"a{b"}})
+	assert.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
+	_, err = insp.Overdue(context.Background(), "")
+	assert.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
+
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = dead.Close() })
+	deadInsp := newInspector(t, dead)
+	for _, topics := range [][]string{{"a"}, nil} {
+		_, err = deadInsp.Health(context.Background(), redisdelay.HealthConfig{Topics: topics})
+		assert.Error(t, err)
+	}
+	_, err = deadInsp.Overdue(context.Background(), "a")
+	assert.Error(t, err)
+
+	srv := httptest.NewServer(redisdelay.HealthHandler(deadInsp, redisdelay.HealthConfig{Topics: []string{"a"}}, time.Second))
+	defer srv.Close()
+	res, err := http.Get(srv.URL)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
+	var body struct {
+		Healthy bool   `json:"healthy"`
+		Error   string `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	assert.False(t, body.Healthy)
+	assert.Contains(t, body.Error, "127.0.0.1:1")
+}
 
 // idleTopics registers topics idle-0 to idle-(n-1), each with a consumer
 // group and nothing in it, as subscribers that came and went leave them.
@@ -137,15 +324,15 @@ func TestHealth_HandlerIsCheapWithManyIdleTopics(t *testing.T) {
 // check and the PING after it.
 func TestHealth_HandlerErrors(t *testing.T) {
 	client := newClient(t)
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	srv := httptest.NewServer(redisdelay.HealthHandler(insp, redisdelay.HealthConfig{CheckEvery: -time.Second}, 0))
 	defer srv.Close()
 	status, body, _ := healthGet(t, srv.URL)
 	assert.Equal(t, http.StatusServiceUnavailable, status)
 	assert.Contains(t, body["error"], "HealthConfig durations must not be negative")
 
-	p := newLcProxy(t)
-	stalled := lcInspector(t, p.client(t))
+	p := newFaultProxy(t)
+	stalled := newInspector(t, p.client(t))
 	topic := topic()
 	p.stall()
 	srv2 := httptest.NewServer(redisdelay.HealthHandler(stalled, redisdelay.HealthConfig{Topics: []string{topic}}, 300*time.Millisecond))
@@ -174,7 +361,7 @@ func TestHealth_InfoDeniedSkipsTheEvictionCheck(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: "app", Password: "pw"})
 	t.Cleanup(func() { _ = client.Close() })
 	require.ErrorContains(t, client.Info(ctx, "memory").Err(), "NOPERM")
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	rep, err := insp.Health(ctx, redisdelay.HealthConfig{})
 	require.NoError(t, err)
 	assert.True(t, rep.Healthy, "%+v", rep.Problems)
@@ -189,19 +376,19 @@ func TestHealth_PartitionedTopic(t *testing.T) {
 	topic := topic()
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: 3}, logger)
 	require.NoError(t, err)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true, Partitions: 3})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true, Partitions: 3})
 	require.NoError(t, sub.SubscribeInitialize(topic))
 	for i := range 30 {
-		require.NoError(t, pub.Publish(topic, lcMessage(strconv.Itoa(i))))
+		require.NoError(t, pub.Publish(topic, newMessage(strconv.Itoa(i))))
 	}
-	stream := redisdelay.DefaultKeyPrefix + ":{" + topic + "~2}:p2:stream"
+	stream := shardOf(topic, 2).Stream()
 	res, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "crashed", Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
 	require.NoError(t, err)
 	require.Len(t, res, 1)
 	time.Sleep(300 * time.Millisecond)
 
-	insp := lcInspector(t, client)
-	rep := mtHealth(t, insp, redisdelay.HealthConfig{Topics: []string{topic}, StuckAfter: 200 * time.Millisecond, ConsumerIdle: 200 * time.Millisecond})
+	insp := newInspector(t, client)
+	rep := healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}, StuckAfter: 200 * time.Millisecond, ConsumerIdle: 200 * time.Millisecond})
 	require.Len(t, rep.Problems, 2, "%+v", rep.Problems)
 	assert.Equal(t, redisdelay.ProblemStuckPending, rep.Problems[0].Kind)
 	assert.Contains(t, rep.Problems[0].Detail, "entry "+res[0].Messages[0].ID+" has been pending for ")

@@ -18,11 +18,11 @@ import (
 func TestInspector_WaitingOffsetNearMaxInt(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
-	pub := ptPublisher(t, client, 3)
+	pub := newPartitionedPublisher(t, client, 3)
 	for range 3 {
 		require.NoError(t, pub.Publish(tp, delayed(delay.For(time.Hour), "x")))
 	}
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	for _, offset := range []int{math.MaxInt, math.MaxInt - 5, math.MaxInt / 2} {
 		page, err := insp.Waiting(context.Background(), tp, offset, 10)
 		require.NoError(t, err)
@@ -38,7 +38,7 @@ func TestInspector_WaitingOffsetNearMaxInt(t *testing.T) {
 func TestInspector_WaitingCorruptBody(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	var ids []string
 	for i := range 3 {
 		// due within a second: in the waiting set, not the far tier
@@ -46,8 +46,8 @@ func TestInspector_WaitingCorruptBody(t *testing.T) {
 		ids = append(ids, msg.UUID)
 		require.NoError(t, pub.Publish(tp, msg))
 	}
-	require.NoError(t, client.HSet(context.Background(), lcKey(tp, "bodies"), ids[1], "garbage").Err())
-	page, err := lcInspector(t, client).Waiting(context.Background(), tp, 0, 10)
+	require.NoError(t, client.HSet(context.Background(), shardOf(tp, 0).Bodies(), ids[1], "garbage").Err())
+	page, err := newInspector(t, client).Waiting(context.Background(), tp, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, page, 3)
 	for i, w := range page {
@@ -65,12 +65,12 @@ func TestInspector_InvalidRegistryEntries(t *testing.T) {
 	needSingle(t, "reads the whole registry of the default prefix")
 	client := newClient(t)
 	tp := topic()
-	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("x")))
-	reg := redisdelay.DefaultKeyPrefix + ":topics"
+	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("x")))
+	reg := defaultKeys.Topics()
 	require.NoError(t, client.SAdd(context.Background(), reg, "bad{name}", "").Err())
 	t.Cleanup(func() { client.SRem(context.Background(), reg, "bad{name}", "") })
 
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	topics, err := insp.Topics(context.Background())
 	require.NoError(t, err)
 	assert.Contains(t, topics, tp)

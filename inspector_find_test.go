@@ -22,8 +22,8 @@ func TestInspectorFindWaiting(t *testing.T) {
 	for _, parts := range []int{1, 3} {
 		t.Run("partitions="+strconv.Itoa(parts), func(t *testing.T) {
 			topic := topic()
-			pub := ptPublisher(t, client, parts)
-			insp := lcInspector(t, client)
+			pub := newPartitionedPublisher(t, client, parts)
+			insp := newInspector(t, client)
 			var uuids []string
 			for n := range 6 {
 				msg := delayed(delay.For(time.Duration(n+1)*time.Hour), "p"+strconv.Itoa(n))
@@ -70,7 +70,7 @@ func TestInspectorFindWaiting(t *testing.T) {
 func TestInspectorFindWaitingBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	insp := lcInspector(t, newClient(t))
+	insp := newInspector(t, newClient(t))
 	_, _, err := insp.FindWaiting(ctx, topic(), "")
 	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
 	assert.ErrorContains(t, err, "message UUID is empty")

@@ -18,7 +18,7 @@ import (
 // when the messages are acknowledged.
 func TestInspectorCounters(t *testing.T) {
 	client := newClient(t)
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	tp := topic()
 	ctx := context.Background()
 
@@ -32,11 +32,11 @@ func TestInspectorCounters(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "topic")
 
-	pub := ptPublisher(t, client, 2)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1, Partitions: 2})
+	pub := newPartitionedPublisher(t, client, 2)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1, Partitions: 2})
 	ch := subscribe(t, sub, tp)
 	for n := range 5 {
-		require.NoError(t, pub.Publish(tp, lcMessage("now "+string(rune('a'+n)))))
+		require.NoError(t, pub.Publish(tp, newMessage("now "+string(rune('a'+n)))))
 	}
 	require.NoError(t, pub.Publish(tp, delayed(delay.For(300*time.Millisecond), "soon")))
 	for n := range 6 {
@@ -47,7 +47,7 @@ func TestInspectorCounters(t *testing.T) {
 			m.Ack()
 		}
 	}
-	lcAwaitDead(t, insp, tp, "g", 1, 5*time.Second)
+	awaitDeadLetters(t, insp, tp, "g", 1, 5*time.Second)
 
 	c, err = insp.Counters(ctx, tp)
 	require.NoError(t, err)
@@ -55,6 +55,6 @@ func TestInspectorCounters(t *testing.T) {
 	assert.EqualValues(t, 6, c.Ready, "5 immediate + 1 delayed made ready, over both partitions")
 	require.Len(t, c.Groups, 1)
 	assert.Equal(t, redisdelay.GroupCounters{Group: "g", Delivered: 6, DeadTotal: 1}, c.Groups[0])
-	st := lcStats(t, insp, tp)
+	st := topicStats(t, insp, tp)
 	assert.Less(t, st.Stream, int64(7), "the stream itself may be trimmed; the counter is not")
 }

@@ -24,14 +24,14 @@ func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
-	insp := lcInspector(t, client)
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
+	insp := newInspector(t, client)
 	ch := subscribe(t, sub, topic)
 
 	var msgs []*message.Message
 	for i := 0; i < 5; i++ {
-		msgs = append(msgs, lcMessage(strconv.Itoa(i)))
+		msgs = append(msgs, newMessage(strconv.Itoa(i)))
 	}
 	require.NoError(t, pub.Publish(topic, msgs...))
 	for i := range msgs {
@@ -39,7 +39,7 @@ func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
 		require.Equal(t, msgs[i].UUID, got.UUID, "delivery order")
 		got.Nack()
 	}
-	all := lcAwaitDead(t, insp, topic, "g", 5, 2*time.Second)
+	all := awaitDeadLetters(t, insp, topic, "g", 5, 2*time.Second)
 	for i, d := range all {
 		assert.Equal(t, msgs[i].UUID, d.Message.UUID, "dead letters oldest first")
 	}
@@ -84,7 +84,7 @@ func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
 	ok, err = insp.DeleteDeadLetter(ctx, topic, "g", all[1].ID)
 	require.NoError(t, err)
 	assert.False(t, ok, "already deleted")
-	rest := lcAwaitDead(t, insp, topic, "g", 3, time.Second)
+	rest := awaitDeadLetters(t, insp, topic, "g", 3, time.Second)
 	assert.Equal(t, []string{all[2].ID, all[3].ID, all[4].ID}, []string{rest[0].ID, rest[1].ID, rest[2].ID})
 
 	// Requeue all: each delivered once more as attempt 1; nacked, they die again.
@@ -99,14 +99,14 @@ func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
 		got.Nack()
 	}
 	assert.ElementsMatch(t, []string{msgs[2].UUID, msgs[3].UUID, msgs[4].UUID}, again)
-	lcAwaitDead(t, insp, topic, "g", 3, 2*time.Second)
+	awaitDeadLetters(t, insp, topic, "g", 3, 2*time.Second)
 	n, err = insp.RequeueDeadLetters(ctx, topic, "g")
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	for i := 0; i < 3; i++ {
 		receive(t, ch, 2*time.Second).Nack()
 	}
-	lcAwaitDead(t, insp, topic, "g", 3, 2*time.Second)
+	awaitDeadLetters(t, insp, topic, "g", 3, 2*time.Second)
 
 	// Purge.
 	purged, err := insp.PurgeDeadLetters(ctx, topic, "g")
@@ -115,7 +115,7 @@ func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
 	purged, err = insp.PurgeDeadLetters(ctx, topic, "g")
 	require.NoError(t, err)
 	assert.Zero(t, purged)
-	g := lcGroupStats(t, insp, topic, "g")
+	g := groupStats(t, insp, topic, "g")
 	assert.Zero(t, g.Dead)
 	assert.EqualValues(t, 11, g.DeadTotal, "5 + 3 + 3 burials")
 	nothing(t, ch, 200*time.Millisecond)
@@ -125,12 +125,12 @@ func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
 	ok, err = insp.DeleteGroup(ctx, topic, "g")
 	require.NoError(t, err)
 	assert.True(t, ok)
-	st := lcStats(t, insp, topic)
+	st := topicStats(t, insp, topic)
 	assert.Empty(t, st.Groups)
-	groups, err := client.XInfoGroups(ctx, lcKey(topic, "stream")).Result()
+	groups, err := client.XInfoGroups(ctx, shardOf(topic, 0).Stream()).Result()
 	require.NoError(t, err)
 	assert.Empty(t, groups, "group destroyed on the ready stream")
-	left, err := client.Exists(ctx, lcKey(topic, "g:g:dead"), lcKey(topic, "g:g:meta"), lcKey(topic, "g:g:redo")).Result()
+	left, err := client.Exists(ctx, shardOf(topic, 0).Dead("g"), shardOf(topic, 0).Meta("g"), shardOf(topic, 0).Redelivery("g")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, left, "the group's keys are deleted")
 	ok, err = insp.DeleteGroup(ctx, topic, "g")
@@ -144,7 +144,7 @@ func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
 func TestLifecycle_InspectorRejectsBadArguments(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	insp := lcInspector(t, newClient(t))
+	insp := newInspector(t, newClient(t))
 	topic := topic()
 	errOf := func(_ any, err error) error { return err }
 	for name, c := range map[string]struct {
@@ -190,10 +190,10 @@ func TestLifecycle_StatsAndWaitingShowWhereMessagesAre(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	insp := lcInspector(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 2, BatchSize: 1})
-	idle := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "h"})
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 2, BatchSize: 1})
+	idle := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "h"})
 	require.NoError(t, sub.SubscribeInitialize(topic))
 	require.NoError(t, idle.SubscribeInitialize(topic)) // a group that reads nothing
 	ch := subscribe(t, sub, topic)
@@ -215,26 +215,26 @@ func TestLifecycle_StatsAndWaitingShowWhereMessagesAre(t *testing.T) {
 	sort.Slice(waiting, func(i, j int) bool { return waiting[i].delay < waiting[j].delay })
 
 	// Dead: nacked on both attempts.
-	require.NoError(t, pub.Publish(topic, lcMessage("dead")))
+	require.NoError(t, pub.Publish(topic, newMessage("dead")))
 	for i := 0; i < 2; i++ {
 		m := receive(t, ch, 2*time.Second)
 		require.Equal(t, "dead", string(m.Payload))
 		m.Nack()
 	}
-	lcAwaitDead(t, insp, topic, "g", 1, 2*time.Second)
+	awaitDeadLetters(t, insp, topic, "g", 1, 2*time.Second)
 	// Retry: the handler asks for a redelivery in an hour.
-	require.NoError(t, pub.Publish(topic, lcMessage("retry")))
+	require.NoError(t, pub.Publish(topic, newMessage("retry")))
 	m := receive(t, ch, 2*time.Second)
 	require.Equal(t, "retry", string(m.Payload))
 	delay.Message(m, delay.For(time.Hour))
 	m.Nack()
-	require.Eventually(t, func() bool { return lcGroupStats(t, insp, topic, "g").Retry == 1 }, 2*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return groupStats(t, insp, topic, "g").Retry == 1 }, 2*time.Second, 20*time.Millisecond)
 	// Pending: held by the handler; ready: not fetched (BatchSize 1).
-	require.NoError(t, pub.Publish(topic, lcMessage("held"), lcMessage("ready 1"), lcMessage("ready 2")))
+	require.NoError(t, pub.Publish(topic, newMessage("held"), newMessage("ready 1"), newMessage("ready 2")))
 	held := receive(t, ch, 2*time.Second)
 	require.Equal(t, "held", string(held.Payload))
 
-	st := lcStats(t, insp, topic)
+	st := topicStats(t, insp, topic)
 	assert.Equal(t, topic, st.Topic)
 	assert.EqualValues(t, 3, st.Waiting)
 	assert.EqualValues(t, 5, st.Stream, "dead, retry, held, ready 1, ready 2")
@@ -277,7 +277,7 @@ func TestLifecycle_StatsAndWaitingShowWhereMessagesAre(t *testing.T) {
 		m.Ack()
 	}
 	require.Eventually(t, func() bool {
-		g := lcGroupStats(t, insp, topic, "g")
+		g := groupStats(t, insp, topic, "g")
 		return g.Ready == 0 && g.Pending == 0
 	}, 2*time.Second, 20*time.Millisecond)
 }

@@ -53,7 +53,7 @@ func (l *countingLogger) count() int {
 // error are counted and logged again every so often.
 func TestLogVolumeWhileRedisDown(t *testing.T) {
 	t.Parallel()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	client := proxy.client(t)
 	log := &countingLogger{}
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g",

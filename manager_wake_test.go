@@ -13,24 +13,15 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // Wake-ups of discovering Managers. Each test uses a key prefix of its own,
 // so a Manager without a topic list sees only the test's topics.
-
-// wkKey is a key of partition part of topic under prefix (see scripts.go).
-func wkKey(prefix, topic string, part int, suffix string) string {
-	if part == 0 {
-		return prefix + ":{" + topic + "}:" + suffix
-	}
-	n := strconv.Itoa(part)
-	return prefix + ":{" + topic + "~" + n + "}:p" + n + ":" + suffix
-}
 
 // wkPartitionKeys returns a PartitionKey value for each of parts partitions.
 func wkPartitionKeys(parts int) []string {
@@ -105,15 +96,15 @@ func wkLateness(t *testing.T, pub *redisdelay.Publisher, tp string, parts int, c
 // message delivered within 500ms of its due time.
 func TestDiscoveringManagerWakesEveryPartition(t *testing.T) {
 	client := newClient(t)
-	prefix, tp := wkPrefix(), topic()
+	prefix, tp := uniquePrefix(), topic()
 	const parts = 4
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix, Partitions: parts}, logger)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
 	ch := subscribe(t, sub, tp)
 	log := &recLogger{}
-	wkManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, log)
+	runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, log)
 	time.Sleep(300 * time.Millisecond) // the first ticks are over: the loops sleep
 
 	late := wkLateness(t, pub, tp, parts, ch)
@@ -130,7 +121,7 @@ func TestDiscoveringManagerWakesEveryPartition(t *testing.T) {
 // only): the due messages of partitions 1-3 stayed waiting.
 func TestManagerSchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
 	client := singleClient(t, "FLUSHALL")
-	prefix, tp := wkPrefix(), topic()
+	prefix, tp := uniquePrefix(), topic()
 	const parts = 4
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix, Partitions: parts}, logger)
 	require.NoError(t, err)
@@ -146,7 +137,7 @@ func TestManagerSchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
 	ready := func(want int64) func() bool {
 		return func() bool {
 			for p := range parts {
-				if n, _ := client.XLen(ctx, wkKey(prefix, tp, p, "stream")).Result(); n != want {
+				if n, _ := client.XLen(ctx, store.Keys{Prefix: prefix}.Shard(tp, p).Stream()).Result(); n != want {
 					return false
 				}
 			}
@@ -162,36 +153,16 @@ func TestManagerSchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
 	require.NoError(t, first.Close())
 
 	require.NoError(t, client.FlushAll(ctx).Err()) // Redis lost its data
-	wkManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, logger)
+	runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, logger)
 	time.Sleep(100 * time.Millisecond)
 	publishAll()
 	ok := assert.Eventually(t, ready(1), 2*time.Second, 10*time.Millisecond, "the new Manager promoted every partition")
 	if !ok {
 		for p := range parts {
-			w, _ := client.ZCard(ctx, wkKey(prefix, tp, p, "waiting")).Result()
+			w, _ := client.ZCard(ctx, store.Keys{Prefix: prefix}.Shard(tp, p).Waiting()).Result()
 			t.Logf("partition %d: %d waiting", p, w)
 		}
 	}
-}
-
-// wkACLUser creates a Redis user with the given ACL rules (after "on
-// >pass") and returns a client logged in as it; the user is deleted when
-// the test ends.
-func wkACLUser(t *testing.T, rules ...string) (*redis.Client, string) {
-	t.Helper()
-	admin := singleClient(t, "ACL SETUSER")
-	ctx := context.Background()
-	name := "wk-" + watermill.NewShortUUID()
-	args := []any{"ACL", "SETUSER", name, "reset", "on", ">pass"}
-	for _, r := range rules {
-		args = append(args, r)
-	}
-	require.NoError(t, admin.Do(ctx, args...).Err())
-	t.Cleanup(func() { _ = admin.Do(context.Background(), "ACL", "DELUSER", name).Err() })
-	c := redis.NewClient(&redis.Options{Addr: redisAddr, Username: name, Password: "pass"})
-	t.Cleanup(func() { _ = c.Close() })
-	require.NoError(t, c.Ping(ctx).Err())
-	return c, name
 }
 
 // wkACLDenials returns what Redis's ACL log holds about user: the commands,
@@ -210,25 +181,22 @@ func wkACLDenials(t *testing.T, user string) []string {
 	return out
 }
 
-// wkMinimalACL is the ACL of README's Operations section.
-const wkMinimalACL = "resetkeys ~<prefix>:* resetchannels &<prefix>:* nocommands +@read +@write +@scripting +@pubsub +@connection +time -@dangerous +info"
-
 // Found in review (issue 13, 5): under a user whose channels are
 // &<prefix>:*, PSUBSCRIBE <prefix>:{*}:wake is denied (Redis matches
 // patterns literally), and the Manager lost every wake-up without a word.
 // Under the minimal ACL the README documents it is woken, and logs no
 // error.
 func TestManagerUnderMinimalACLUser(t *testing.T) {
-	prefix, tp := wkPrefix(), topic()
-	restricted, user := wkACLUser(t, strings.Fields(strings.ReplaceAll(wkMinimalACL, "<prefix>", prefix))...)
+	prefix, tp := uniquePrefix(), topic()
+	restricted, user := newACLUser(t, strings.Fields(strings.ReplaceAll(minimalACL, "<prefix>", prefix))...)
 	const parts = 2
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, KeyPrefix: prefix, Partitions: parts}, logger)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	sub := lcSubscriber(t, restricted, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
+	sub := newSubscriber(t, restricted, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
 	ch := subscribe(t, sub, tp)
 	log := &recLogger{}
-	wkManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, log)
+	runManagerWithLogger(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, log)
 	time.Sleep(300 * time.Millisecond)
 
 	late := wkLateness(t, pub, tp, parts, ch)
@@ -237,7 +205,7 @@ func TestManagerUnderMinimalACLUser(t *testing.T) {
 		assert.Less(t, l, time.Second, "partition %d", p)
 	}
 	// A retry and a reclaim: the Manager's other scripts.
-	require.NoError(t, pub.Publish(tp, lcMessage("retried")))
+	require.NoError(t, pub.Publish(tp, newMessage("retried")))
 	receive(t, ch, 2*time.Second).Nack()
 	receive(t, ch, 2*time.Second).Ack()
 	assert.Empty(t, log.logged())
@@ -253,10 +221,10 @@ func TestManagerUnderMinimalACLUser(t *testing.T) {
 // the wake channels must say so, loudly, and Health must report it.
 func TestManagerDeniedWakeUpsSaysSo(t *testing.T) {
 	client := newClient(t)
-	prefix := wkPrefix()
-	restricted, _ := wkACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
+	prefix := uniquePrefix()
+	restricted, _ := newACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
 	log := &recLogger{}
-	wkManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 200 * time.Millisecond}, log)
+	runManagerWithLogger(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 200 * time.Millisecond}, log)
 
 	require.Eventually(t, func() bool {
 		for _, e := range log.logged() {
@@ -284,11 +252,11 @@ func TestManagerDeniedWakeUpsKeepsLoops(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users")
 	client := newClient(t)
-	prefix, tp := wkPrefix(), topic()
-	restricted, _ := wkACLUser(t, "~"+prefix+":*", "&"+prefix+":*", "+@all", "-@dangerous", "-subscribe")
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+	prefix, tp := uniquePrefix(), topic()
+	restricted, _ := newACLUser(t, "~"+prefix+":*", "&"+prefix+":*", "+@all", "-@dangerous", "-subscribe")
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
 	ch := subscribe(t, sub, tp)
-	wkManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{tp}, CheckInterval: 200 * time.Millisecond, TrimInterval: 200 * time.Millisecond}, logger)
+	runManagerWithLogger(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{tp}, CheckInterval: 200 * time.Millisecond, TrimInterval: 200 * time.Millisecond}, logger)
 	time.Sleep(time.Second) // quiet: the loop would have retired
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, logger)
 	require.NoError(t, err)
@@ -304,15 +272,15 @@ func TestManagerDeniedWakeUpsKeepsLoops(t *testing.T) {
 // made 5,000 goroutines. Wake-ups of unregistered topics start nothing.
 func TestSpoofedWakeUpsStartNoLoops(t *testing.T) {
 	client := newClient(t)
-	prefix := wkPrefix()
-	wkManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: time.Second}, logger)
+	prefix := uniquePrefix()
+	runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: time.Second}, logger)
 	time.Sleep(100 * time.Millisecond)
 	before := runtime.NumGoroutine()
 	ctx := context.Background()
 	pipe := client.Pipeline()
 	const n = 2000
 	for i := range n {
-		pipe.Publish(ctx, prefix+":{spoof-"+strconv.Itoa(i)+"}:wake", "d")
+		pipe.Publish(ctx, store.Keys{Prefix: prefix}.Shard("spoof-"+strconv.Itoa(i), 0).Wake(), "d")
 	}
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)
@@ -328,18 +296,18 @@ func TestSpoofedWakeUpsStartNoLoops(t *testing.T) {
 // again.
 func TestIdleLoopsRetire(t *testing.T) {
 	client := singleClient(t, "counts the commands of the whole server")
-	prefix := wkPrefix()
+	prefix := uniquePrefix()
 	const topics = 200
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
 	var names []string
 	for range topics {
 		tp := topic()
 		require.NoError(t, sub.SubscribeInitialize(tp))
 		names = append(names, tp)
 	}
-	wkManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 300 * time.Millisecond, TrimInterval: 300 * time.Millisecond}, logger)
+	runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 300 * time.Millisecond, TrimInterval: 300 * time.Millisecond}, logger)
 	time.Sleep(1500 * time.Millisecond)
-	rate := wkCommandsPerSecond(t, client, time.Second)
+	rate := commandsPerSecond(t, client, time.Second)
 	t.Logf("Redis commands/s with %d registered, empty topics: %.0f", topics, rate)
 	assert.Less(t, rate, 100.0, "idle cost independent of the number of topics")
 
@@ -357,7 +325,7 @@ func TestIdleLoopsRetire(t *testing.T) {
 // topic.
 func TestSubscriptionSchedulerLoopsEndWithIt(t *testing.T) {
 	client := newClient(t)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: 3})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: 3})
 	tp := topic()
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	ch1, err := sub.Subscribe(ctx1, tp)
@@ -384,14 +352,14 @@ func TestSubscriptionSchedulerLoopsEndWithIt(t *testing.T) {
 func TestLoopStaysForRetention(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	for i := range 3 {
-		require.NoError(t, pub.Publish(tp, lcMessage(strconv.Itoa(i))))
+		require.NoError(t, pub.Publish(tp, newMessage(strconv.Itoa(i))))
 	}
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond,
+	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond,
 		TrimInterval: 100 * time.Millisecond, Retention: time.Second})
 	require.Eventually(t, func() bool {
-		n, _ := client.XLen(context.Background(), lcKey(tp, "stream")).Result()
+		n, _ := client.XLen(context.Background(), shardOf(tp, 0).Stream()).Result()
 		return n == 0
 	}, 5*time.Second, 20*time.Millisecond, "the retention removed the entries")
 }
@@ -400,25 +368,25 @@ func TestLoopStaysForRetention(t *testing.T) {
 // again. When that fails the messages are stored all the same, the
 // failure is logged, and the next publish registers first.
 func TestPublisherLogsAFailedReregistration(t *testing.T) {
-	prefix, tp := wkPrefix(), topic()
-	restricted, user := wkACLUser(t, strings.Fields(strings.ReplaceAll(wkMinimalACL, "<prefix>", prefix))...)
+	prefix, tp := uniquePrefix(), topic()
+	restricted, user := newACLUser(t, strings.Fields(strings.ReplaceAll(minimalACL, "<prefix>", prefix))...)
 	log := &recLogger{}
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, KeyPrefix: prefix}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	require.NoError(t, pub.Publish(tp, lcMessage("a")))
+	require.NoError(t, pub.Publish(tp, newMessage("a")))
 
 	admin := singleClient(t, "FLUSHALL")
 	ctx := context.Background()
 	require.NoError(t, admin.FlushAll(ctx).Err()) // Redis lost its data
 	// The user may write the topic's keys, not the registry any more.
 	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "resetkeys", "~"+prefix+":{*").Err())
-	require.NoError(t, pub.Publish(tp, lcMessage("b")), "stored all the same")
+	require.NoError(t, pub.Publish(tp, newMessage("b")), "stored all the same")
 	require.Len(t, log.logged(), 1)
 	assert.Contains(t, log.logged()[0], "cannot register the topic again")
 	assert.Contains(t, log.logged()[0], "NOPERM")
-	require.ErrorContains(t, pub.Publish(tp, lcMessage("c")), "register topic")
-	n, err := admin.XLen(ctx, wkKey(prefix, tp, 0, "stream")).Result()
+	require.ErrorContains(t, pub.Publish(tp, newMessage("c")), "register topic")
+	n, err := admin.XLen(ctx, store.Keys{Prefix: prefix}.Shard(tp, 0).Stream()).Result()
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, n)
 }

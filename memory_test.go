@@ -138,7 +138,7 @@ func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
 		return pub.Publish(topic, delayed(delay.For(time.Hour), "after")) == nil
 	}, 10*time.Second, 100*time.Millisecond, "Publish still fails: acknowledged messages were not trimmed")
 	require.Eventually(t, func() bool {
-		n, err := client.XLen(ctx, lcKey(topic, "stream")).Result()
+		n, err := client.XLen(ctx, shardOf(topic, 0).Stream()).Result()
 		return err == nil && n < int64(len(sent)/2)
 	}, 5*time.Second, 50*time.Millisecond, "the acknowledged entries of the ready stream were not trimmed")
 }

@@ -21,7 +21,7 @@ import (
 // Empty values remove the keys.
 func TestMetadataSetters(t *testing.T) {
 	client := newClient(t)
-	pub := ptPublisher(t, client, 8)
+	pub := newPartitionedPublisher(t, client, 8)
 	tp := topic()
 	newMsg := func(payload string) *message.Message {
 		msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
@@ -44,7 +44,7 @@ func TestMetadataSetters(t *testing.T) {
 		redisdelay.SetPartitionKey(msg, "customer-7")
 		require.NoError(t, pub.Publish(tp, msg), i)
 	}
-	waiting, err := lcInspector(t, client).Waiting(context.Background(), tp, 0, 100)
+	waiting, err := newInspector(t, client).Waiting(context.Background(), tp, 0, 100)
 	require.NoError(t, err)
 	require.Len(t, waiting, 9, "KeepFirst dropped the second message")
 	parts := map[string]bool{}

@@ -21,13 +21,13 @@ func TestDelivery_MessageContextEndsWithTheDelivery(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
 	defer cancel()
 	ch, err := sub.Subscribe(ctx, topic)
 	require.NoError(t, err)
-	require.NoError(t, pub.Publish(topic, lcMessage("early"), lcMessage("late")))
+	require.NoError(t, pub.Publish(topic, newMessage("early"), newMessage("late")))
 
 	// Done asked for before the Ack.
 	early := receive(t, ch, 2*time.Second)

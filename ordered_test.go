@@ -8,19 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
 )
-
-func keyed(key string, seq int) *message.Message {
-	msg := lcMessage(strconv.Itoa(seq))
-	msg.Metadata.Set(redisdelay.PartitionKey, key)
-	return msg
-}
 
 // Three ordered subscribers share four partitions: every key's messages
 // are handled one at a time, in publish order, each exactly once, and the
@@ -30,7 +23,7 @@ func TestOrderedKeysHandledSeriallyInOrder(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts, keys, perKey = 4, 12, 25
-	pub := ptPublisher(t, client, parts)
+	pub := newPartitionedPublisher(t, client, parts)
 
 	var (
 		mu         sync.Mutex
@@ -41,7 +34,7 @@ func TestOrderedKeysHandledSeriallyInOrder(t *testing.T) {
 		done       = make(chan struct{})
 	)
 	for c := range 3 {
-		sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true, BatchSize: 4,
+		sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true, BatchSize: 4,
 			BlockTime: 100 * time.Millisecond})
 		ch := subscribe(t, sub, tp)
 		go func() {
@@ -75,7 +68,7 @@ func TestOrderedKeysHandledSeriallyInOrder(t *testing.T) {
 	require.Eventually(t, func() bool {
 		owners := map[string]int{}
 		for p := range parts {
-			if o, err := client.Get(context.Background(), ptKey(tp, p, "g:g:owner")).Result(); err == nil {
+			if o, err := client.Get(context.Background(), shardKey(tp, p, "g:g:owner")).Result(); err == nil {
 				owners[o]++
 			}
 		}
@@ -83,7 +76,7 @@ func TestOrderedKeysHandledSeriallyInOrder(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	for seq := range perKey {
 		for k := range keys {
-			require.NoError(t, pub.Publish(tp, keyed("key-"+strconv.Itoa(k), seq)))
+			require.NoError(t, pub.Publish(tp, keyedMessage("key-"+strconv.Itoa(k), seq)))
 		}
 	}
 	select {
@@ -114,12 +107,12 @@ func TestOrderedNackRetriesInPlace(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := ptPublisher(t, client, 1)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 3,
+	pub := newPartitionedPublisher(t, client, 1)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 3,
 		RetryDelay: func(int) time.Duration { return 50 * time.Millisecond }})
 	ch := subscribe(t, sub, tp)
 	for seq := range 3 {
-		require.NoError(t, pub.Publish(tp, keyed("k", seq)))
+		require.NoError(t, pub.Publish(tp, keyedMessage("k", seq)))
 	}
 	var got []string
 	var lastAt time.Time
@@ -144,7 +137,7 @@ func TestOrderedNackRetriesInPlace(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"0/1", "0/2", "0/3", "1/1", "1/2", "2/1"}, got)
-	dead := lcAwaitDead(t, lcInspector(t, client), tp, "g", 1, 5*time.Second)
+	dead := awaitDeadLetters(t, newInspector(t, client), tp, "g", 1, 5*time.Second)
 	require.Equal(t, "0", string(dead[0].Message.Payload))
 	require.Equal(t, 3, dead[0].Attempts)
 	nothing(t, ch, 200*time.Millisecond)
@@ -160,7 +153,7 @@ func TestOrderedPartitionsRebalance(t *testing.T) {
 	owners := func() map[string]int {
 		n := map[string]int{}
 		for p := range parts {
-			o, err := client.Get(context.Background(), ptKey(tp, p, "g:g:owner")).Result()
+			o, err := client.Get(context.Background(), shardKey(tp, p, "g:g:owner")).Result()
 			if err == nil {
 				n[o]++
 			}
@@ -169,11 +162,11 @@ func TestOrderedPartitionsRebalance(t *testing.T) {
 	}
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true, BlockTime: 50 * time.Millisecond,
 		VisibilityTimeout: 3 * time.Second}
-	a := lcSubscriber(t, client, config)
+	a := newSubscriber(t, client, config)
 	subscribe(t, a, tp)
 	require.Eventually(t, func() bool { return len(owners()) == 1 && owners()[firstKey(owners())] == parts }, 5*time.Second, 20*time.Millisecond)
 
-	b := lcSubscriber(t, client, config)
+	b := newSubscriber(t, client, config)
 	chB := subscribe(t, b, tp)
 	require.Eventually(t, func() bool {
 		o := owners()
@@ -182,9 +175,9 @@ func TestOrderedPartitionsRebalance(t *testing.T) {
 
 	require.NoError(t, a.Close())
 	require.Eventually(t, func() bool { o := owners(); return len(o) == 1 && o[firstKey(o)] == parts }, 10*time.Second, 20*time.Millisecond)
-	pub := ptPublisher(t, client, parts)
+	pub := newPartitionedPublisher(t, client, parts)
 	for seq := range 20 {
-		require.NoError(t, pub.Publish(tp, keyed("k", seq)))
+		require.NoError(t, pub.Publish(tp, keyedMessage("k", seq)))
 	}
 	for seq := range 20 {
 		msg := receive(t, chB, 5*time.Second)
@@ -206,19 +199,19 @@ func TestOrderedTakeoverFromDeadOwner(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := ptPublisher(t, client, 1)
-	init := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
+	pub := newPartitionedPublisher(t, client, 1)
+	init := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
 	require.NoError(t, init.SubscribeInitialize(tp))
 	for seq := range 6 {
-		require.NoError(t, pub.Publish(tp, keyed("k", seq)))
+		require.NoError(t, pub.Publish(tp, keyedMessage("k", seq)))
 	}
 	// A consumer that fetched the first four and died, owning the partition.
 	ctx := context.Background()
-	_, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{lcKey(tp, "stream"), ">"}, Count: 4}).Result()
+	_, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{shardOf(tp, 0).Stream(), ">"}, Count: 4}).Result()
 	require.NoError(t, err)
-	require.NoError(t, client.Set(ctx, lcKey(tp, "g:g:owner"), "dead", 500*time.Millisecond).Err())
+	require.NoError(t, client.Set(ctx, shardKey(tp, 0, "g:g:owner"), "dead", 500*time.Millisecond).Err())
 
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
 	ch := subscribe(t, sub, tp)
 	start := time.Now()
 	for seq := range 6 {
@@ -241,12 +234,12 @@ func TestOrderedOwnersReadAfterPauseResume(t *testing.T) {
 	const parts = 8
 	client := newClient(t)
 	tp := topic()
-	pub := ptPublisher(t, client, parts)
-	insp := lcInspector(t, client)
+	pub := newPartitionedPublisher(t, client, parts)
+	insp := newInspector(t, client)
 	var mu sync.Mutex
 	got := map[string]bool{}
 	for range 2 {
-		sub := lcSubscriber(t, newClient(t), redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true})
+		sub := newSubscriber(t, newClient(t), redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true})
 		ch := subscribe(t, sub, tp)
 		go func() {
 			for msg := range ch {
@@ -262,7 +255,7 @@ func TestOrderedOwnersReadAfterPauseResume(t *testing.T) {
 	for round := range 5 {
 		require.NoError(t, insp.Pause(ctx, tp, "g"))
 		for i := range 40 {
-			require.NoError(t, pub.Publish(tp, keyed(strconv.Itoa(i), round*40+i)))
+			require.NoError(t, pub.Publish(tp, keyedMessage(strconv.Itoa(i), round*40+i)))
 			sent++
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -287,12 +280,12 @@ func TestOrderedStuckOwnerGivesUp(t *testing.T) {
 	const parts, keys, perKey = 4, 8, 5
 	client := newClient(t)
 	tp := topic()
-	pub := ptPublisher(t, client, parts)
+	pub := newPartitionedPublisher(t, client, parts)
 	// A short visibility timeout (an ownership lease of 2 s) and handler
 	// timeout keep the test to seconds; the defaults give up after 30 min.
 	cfg := redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true,
 		VisibilityTimeout: 3 * time.Second, HandlerTimeout: 500 * time.Millisecond}
-	stuck := subscribe(t, lcSubscriber(t, newClient(t), cfg), tp)
+	stuck := subscribe(t, newSubscriber(t, newClient(t), cfg), tp)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	took := make(chan struct{})
@@ -307,7 +300,7 @@ func TestOrderedStuckOwnerGivesUp(t *testing.T) {
 	var mu sync.Mutex
 	last := map[string]int{}
 	got := 0
-	healthy := subscribe(t, lcSubscriber(t, newClient(t), cfg), tp)
+	healthy := subscribe(t, newSubscriber(t, newClient(t), cfg), tp)
 	go func() {
 		for msg := range healthy {
 			key := msg.Metadata.Get(redisdelay.PartitionKey)
@@ -328,7 +321,7 @@ func TestOrderedStuckOwnerGivesUp(t *testing.T) {
 	}()
 	for seq := range perKey {
 		for k := range keys {
-			require.NoError(t, pub.Publish(tp, keyed("k"+strconv.Itoa(k), seq)))
+			require.NoError(t, pub.Publish(tp, keyedMessage("k"+strconv.Itoa(k), seq)))
 		}
 	}
 	select {

@@ -1,6 +1,6 @@
 package redisdelay_test
 
-// Redis outages, through an in-test TCP proxy (lcProxy, never touching the
+// Redis outages, through an in-test TCP proxy (faultProxy, never touching the
 // shared server): bounded Publish failures, resuming after an outage, a
 // read reply lost in transit. Every test uses a fresh topic and runs in
 // parallel.
@@ -25,7 +25,7 @@ import (
 // returns promptly when the message's context ends first.
 func TestLifecycle_PublishFailsBoundedWhenRedisIsUnreachable(t *testing.T) {
 	t.Parallel()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	client := proxy.client(t)
 	topic := topic()
 	const timeout = 500 * time.Millisecond
@@ -33,8 +33,8 @@ func TestLifecycle_PublishFailsBoundedWhenRedisIsUnreachable(t *testing.T) {
 	require.NoError(t, err)
 	patient, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, PublishTimeout: time.Minute}, logger)
 	require.NoError(t, err)
-	require.NoError(t, pub.Publish(topic, lcMessage("before")))
-	require.NoError(t, patient.Publish(topic, lcMessage("before")))
+	require.NoError(t, pub.Publish(topic, newMessage("before")))
+	require.NoError(t, patient.Publish(topic, newMessage("before")))
 
 	publish := func(p *redisdelay.Publisher, msg *message.Message) (error, time.Duration) {
 		start := time.Now()
@@ -45,24 +45,24 @@ func TestLifecycle_PublishFailsBoundedWhenRedisIsUnreachable(t *testing.T) {
 		t.Helper()
 		require.Error(t, err)
 		require.ErrorContains(t, err, topic)
-		assert.True(t, lcIsCause(err), "the error does not wrap its cause: %#v", err)
+		assert.True(t, isUnreachableCause(err), "the error does not wrap its cause: %#v", err)
 		assert.Less(t, took, bound, "Publish took too long: %v", err)
 		t.Logf("failed after %s: %v", took, err)
 	}
 	resumed := func(t *testing.T) {
 		t.Helper()
-		require.Eventually(t, func() bool { return pub.Publish(topic, lcMessage("after")) == nil },
+		require.Eventually(t, func() bool { return pub.Publish(topic, newMessage("after")) == nil },
 			5*time.Second, 50*time.Millisecond, "Publish does not work again after Redis is back")
 	}
 
 	t.Run("refused", func(t *testing.T) {
 		proxy.cut(0)
-		err, took := publish(pub, lcMessage("x"))
+		err, took := publish(pub, newMessage("x"))
 		check(t, err, took, timeout+1500*time.Millisecond)
 
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		msg := lcMessage("x")
+		msg := newMessage("x")
 		msg.SetContext(ctx)
 		err, took = publish(patient, msg)
 		check(t, err, took, time.Second)
@@ -73,7 +73,7 @@ func TestLifecycle_PublishFailsBoundedWhenRedisIsUnreachable(t *testing.T) {
 	t.Run("stalled by timeout", func(t *testing.T) {
 		proxy.stall()
 		defer proxy.restore(t)
-		err, took := publish(pub, lcMessage("x"))
+		err, took := publish(pub, newMessage("x"))
 		check(t, err, took, timeout+1500*time.Millisecond)
 	})
 	t.Run("stalled by context", func(t *testing.T) {
@@ -81,7 +81,7 @@ func TestLifecycle_PublishFailsBoundedWhenRedisIsUnreachable(t *testing.T) {
 		defer proxy.restore(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		msg := lcMessage("x")
+		msg := newMessage("x")
 		msg.SetContext(ctx)
 		err, took := publish(patient, msg)
 		check(t, err, took, 300*time.Millisecond+time.Second)
@@ -94,15 +94,15 @@ func TestLifecycle_PublishFailsBoundedWhenRedisIsUnreachable(t *testing.T) {
 // of them arrive, with nothing restarted.
 func TestLifecycle_SubscriberAndSchedulerResumeAfterRedisOutage(t *testing.T) {
 	t.Parallel()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	topic := topic()
 	direct := newClient(t)
-	pub := lcPublisher(t, direct) // straight to Redis
-	sub := lcSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
+	pub := newPublisher(t, direct) // straight to Redis
+	sub := newSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", CheckInterval: 200 * time.Millisecond, CloseTimeout: time.Second,
 	})
 	ch := subscribe(t, sub, topic)
-	first := lcMessage("first")
+	first := newMessage("first")
 	require.NoError(t, pub.Publish(topic, first))
 	receive(t, ch, 2*time.Second).Ack()
 	time.Sleep(100 * time.Millisecond) // the subscription is back in its blocking read
@@ -119,11 +119,11 @@ func TestLifecycle_SubscriberAndSchedulerResumeAfterRedisOutage(t *testing.T) {
 	// a blocked read before that is the lost-reply case, tested on its own
 	// (TestLifecycle_ReadReplyLostInTransitIsStillDelivered).
 	time.Sleep(50 * time.Millisecond)
-	publish(lcMessage("immediate 1"))
-	publish(lcMessage("immediate 2"))
+	publish(newMessage("immediate 1"))
+	publish(newMessage("immediate 2"))
 	publish(delayed(delay.For(500*time.Millisecond), "delayed 0.5s"))
 	publish(delayed(delay.For(2500*time.Millisecond), "due after the outage"))
-	publish(lcMessage("immediate 3"))
+	publish(newMessage("immediate 3"))
 	time.Sleep(1500*time.Millisecond - time.Since(cutAt))
 	proxy.restore(t)
 	restored := time.Now()
@@ -146,7 +146,7 @@ func TestLifecycle_SubscriberAndSchedulerResumeAfterRedisOutage(t *testing.T) {
 				}
 			}
 			pending, _ := direct.XPendingExt(context.Background(), &redis.XPendingExtArgs{
-				Stream: lcKey(topic, "stream"), Group: "g", Start: "-", End: "+", Count: 100,
+				Stream: shardOf(topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 100,
 			}).Result()
 			t.Fatalf("after the outage: missing %q; pending in the ready stream: %+v", missing, pending)
 		}
@@ -174,35 +174,35 @@ func TestLifecycle_ReadReplyLostInTransitIsStillDelivered(t *testing.T) {
 	for _, pooled := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pooled=%v", pooled), func(t *testing.T) {
 			t.Parallel()
-			lcReadReplyLost(t, pooled)
+			readReplyLost(t, pooled)
 		})
 	}
 }
 
-func lcReadReplyLost(t *testing.T, pooled bool) {
-	proxy := newLcProxy(t)
+func readReplyLost(t *testing.T, pooled bool) {
+	proxy := newFaultProxy(t)
 	topic := topic()
 	direct := newClient(t)
-	pub := lcPublisher(t, direct)
+	pub := newPublisher(t, direct)
 	const visibility = time.Second
 	var client redis.UniversalClient = proxy.client(t)
 	if pooled {
-		client = iwWrapped{client}
+		client = wrappedClient{client}
 	}
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond, VisibilityTimeout: visibility,
 		BlockTime:    3 * time.Second, // the read is surely blocked when the connection breaks
 		CloseTimeout: time.Second,
 	})
 	ch := subscribe(t, sub, topic)
-	require.NoError(t, pub.Publish(topic, lcMessage("first")))
+	require.NoError(t, pub.Publish(topic, newMessage("first")))
 	receive(t, ch, 2*time.Second).Ack()
 	time.Sleep(200 * time.Millisecond) // back in the blocking read
 
 	// The server side of the connections lingers after the cut: the publish
 	// serves the blocked read, whose reply is lost on the way.
 	proxy.cut(500 * time.Millisecond)
-	lost := lcMessage("reply lost")
+	lost := newMessage("reply lost")
 	require.NoError(t, pub.Publish(topic, lost))
 	time.Sleep(100 * time.Millisecond)
 	proxy.restore(t)
@@ -214,7 +214,7 @@ func lcReadReplyLost(t *testing.T, pooled bool) {
 		m.Ack()
 	case <-time.After(3*visibility + 2*time.Second):
 		pending, _ := direct.XPendingExt(context.Background(), &redis.XPendingExtArgs{
-			Stream: lcKey(topic, "stream"), Group: "g", Start: "-", End: "+", Count: 10,
+			Stream: shardOf(topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 10,
 		}).Result()
 		t.Fatalf("message never delivered (%s after the outage, VisibilityTimeout %s); "+
 			"pending in the ready stream: %+v", 3*visibility+2*time.Second, visibility, pending)

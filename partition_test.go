@@ -48,12 +48,12 @@ func TestPartitionsSpreadAndAreAllConsumed(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts, n = 4, 400
-	pub := ptPublisher(t, client, parts)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, BatchSize: 8})
+	pub := newPartitionedPublisher(t, client, parts)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, BatchSize: 8})
 	ch := subscribe(t, sub, tp)
 
 	for i := range n {
-		msg := lcMessage(strconv.Itoa(i))
+		msg := newMessage(strconv.Itoa(i))
 		if i%2 == 0 {
 			delay.Message(msg, delay.For(200*time.Millisecond))
 		}
@@ -64,11 +64,11 @@ func TestPartitionsSpreadAndAreAllConsumed(t *testing.T) {
 	nothing(t, ch, 300*time.Millisecond)
 
 	for part := range parts {
-		length, err := client.XLen(context.Background(), ptKey(tp, part, "stream")).Result()
+		length, err := client.XLen(context.Background(), shardOf(tp, part).Stream()).Result()
 		require.NoError(t, err)
 		assert.InDelta(t, n/parts, length, n/parts/2, "partition %d holds %d of %d messages", part, length, n)
 	}
-	st := lcStats(t, lcInspector(t, client), tp)
+	st := topicStats(t, newInspector(t, client), tp)
 	require.Equal(t, parts, st.Partitions)
 	require.EqualValues(t, n, st.Stream)
 	require.EqualValues(t, 0, st.Waiting)
@@ -80,17 +80,17 @@ func TestPartitionKeyPlacesMessages(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts = 8
-	pub := ptPublisher(t, client, parts)
+	pub := newPartitionedPublisher(t, client, parts)
 	var msgs []*message.Message
 	for i := range 40 {
-		msg := lcMessage(strconv.Itoa(i))
+		msg := newMessage(strconv.Itoa(i))
 		msg.Metadata.Set(redisdelay.PartitionKey, "order-"+strconv.Itoa(i%3))
 		msgs = append(msgs, msg)
 	}
 	require.NoError(t, pub.Publish(tp, msgs...))
 	used := 0
 	for part := range parts {
-		entries, err := client.XRange(context.Background(), ptKey(tp, part, "stream"), "-", "+").Result()
+		entries, err := client.XRange(context.Background(), shardOf(tp, part).Stream(), "-", "+").Result()
 		require.NoError(t, err)
 		keys := map[string]bool{}
 		for _, e := range entries {
@@ -123,32 +123,32 @@ func TestPartitionKeyPlacesMessages(t *testing.T) {
 func TestPartitionCountMismatchIsRefused(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
-	require.NoError(t, ptPublisher(t, client, 4).Publish(tp, lcMessage("x")))
+	require.NoError(t, newPartitionedPublisher(t, client, 4).Publish(tp, newMessage("x")))
 
-	err := ptPublisher(t, client, 2).Publish(tp, lcMessage("y"))
+	err := newPartitionedPublisher(t, client, 2).Publish(tp, newMessage("y"))
 	require.ErrorIs(t, err, redisdelay.ErrPartitionMismatch)
 	require.ErrorContains(t, err, fmt.Sprintf("topic %q has 4 partitions in Redis", tp))
 	require.ErrorContains(t, err, "PublisherConfig gives it 2")
 
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, TopicPartitions: map[string]int{tp: 3}}, logger)
 	require.NoError(t, err)
-	require.ErrorIs(t, pub.Publish(tp, lcMessage("z")), redisdelay.ErrPartitionMismatch)
+	require.ErrorIs(t, pub.Publish(tp, newMessage("z")), redisdelay.ErrPartitionMismatch)
 
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	_, err = sub.Subscribe(context.Background(), tp)
 	require.ErrorIs(t, err, redisdelay.ErrPartitionMismatch)
 	require.ErrorContains(t, err, "SubscriberConfig gives it 1")
 	require.ErrorIs(t, sub.SubscribeInitialize(tp), redisdelay.ErrPartitionMismatch)
 
-	st := lcStats(t, lcInspector(t, client), tp)
+	st := topicStats(t, newInspector(t, client), tp)
 	require.EqualValues(t, 1, st.Stream, "only the first message is stored")
 	require.Empty(t, st.Groups, "no group was created")
 
 	// A topic used before partitions existed has no stored count and
 	// reads as one partition.
 	old := topic()
-	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{Stream: lcKey(old, "stream"), Values: []string{"m", "x"}}).Err())
-	require.Equal(t, 1, lcStats(t, lcInspector(t, client), old).Partitions)
+	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{Stream: shardOf(old, 0).Stream(), Values: []string{"m", "x"}}).Err())
+	require.Equal(t, 1, topicStats(t, newInspector(t, client), old).Partitions)
 }
 
 func TestPartitionConfigValidation(t *testing.T) {
@@ -180,11 +180,11 @@ func TestManagerSchedulesEveryPartition(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts, n = 5, 100
-	pub := ptPublisher(t, client, parts)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
+	pub := newPartitionedPublisher(t, client, parts)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
 	ch := subscribe(t, sub, tp)
 	for range 2 {
-		lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 200 * time.Millisecond})
+		runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 200 * time.Millisecond})
 	}
 	for i := range n {
 		require.NoError(t, pub.Publish(tp, delayed(delay.For(100*time.Millisecond), strconv.Itoa(i))))
@@ -197,7 +197,7 @@ func TestManagerSchedulesEveryPartition(t *testing.T) {
 func TestPartitionsCancelAndWaiting(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
-	pub := ptPublisher(t, client, 4)
+	pub := newPartitionedPublisher(t, client, 4)
 	var uuids []string
 	for i := range 12 {
 		msg := delayed(delay.For(time.Duration(10+i)*time.Minute), strconv.Itoa(i))
@@ -205,7 +205,7 @@ func TestPartitionsCancelAndWaiting(t *testing.T) {
 		require.NoError(t, pub.Publish(tp, msg))
 		uuids = append(uuids, msg.UUID)
 	}
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	page, err := insp.Waiting(context.Background(), tp, 2, 5)
 	require.NoError(t, err)
 	require.Len(t, page, 5)
@@ -217,7 +217,7 @@ func TestPartitionsCancelAndWaiting(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok, id)
 	}
-	require.EqualValues(t, 0, lcStats(t, insp, tp).Waiting)
+	require.EqualValues(t, 0, topicStats(t, insp, tp).Waiting)
 }
 
 // Dead letters of a partitioned topic are listed across partitions, oldest
@@ -228,17 +228,17 @@ func TestPartitionsDeadLetters(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts, n = 3, 9
-	pub := ptPublisher(t, client, parts)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, MaxAttempts: 1})
+	pub := newPartitionedPublisher(t, client, parts)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, MaxAttempts: 1})
 	ch := subscribe(t, sub, tp)
 	for i := range n {
-		require.NoError(t, pub.Publish(tp, lcMessage(strconv.Itoa(i))))
+		require.NoError(t, pub.Publish(tp, newMessage(strconv.Itoa(i))))
 	}
 	for range n {
 		receive(t, ch, 5*time.Second).Nack()
 	}
-	insp := lcInspector(t, client)
-	dead := lcAwaitDead(t, insp, tp, "g", n, 5*time.Second)
+	insp := newInspector(t, client)
+	dead := awaitDeadLetters(t, insp, tp, "g", n, 5*time.Second)
 	partitioned := 0
 	for j, d := range dead {
 		if j > 0 {
@@ -296,7 +296,7 @@ func TestPartitionsCallSpanningPartitionsFailsPerPartition(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts = 8
-	pub := ptPublisher(t, client, parts)
+	pub := newPartitionedPublisher(t, client, parts)
 	keyIn := func(part int) string {
 		for i := 0; ; i++ {
 			k := "k" + strconv.Itoa(i)
@@ -318,7 +318,7 @@ func TestPartitionsCallSpanningPartitionsFailsPerPartition(t *testing.T) {
 	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
 	require.ErrorContains(t, err, fmt.Sprintf("partition 1 of topic %q", tp))
 	require.ErrorContains(t, err, "the messages to partitions [2] of topic")
-	require.EqualValues(t, 2, lcStats(t, lcInspector(t, client), tp).Waiting)
+	require.EqualValues(t, 2, topicStats(t, newInspector(t, client), tp).Waiting)
 }
 
 // The Watermill suite against a topic of three partitions, in the
@@ -350,11 +350,11 @@ func TestManagersSharePartitions(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts = 6
-	ptKeepBusy(t, client, ptPublisher(t, client, parts), tp, parts)
+	keepSchedulersBusy(t, client, newPartitionedPublisher(t, client, parts), tp, parts)
 	holders := func() map[string]int {
 		n := map[string]int{}
 		for p := range parts {
-			if o, err := client.Get(context.Background(), ptKey(tp, p, "lease")).Result(); err == nil {
+			if o, err := client.Get(context.Background(), shardOf(tp, p).Lease()).Result(); err == nil {
 				n[o]++
 			}
 		}
@@ -375,10 +375,10 @@ func TestManagersSharePartitions(t *testing.T) {
 		}
 	}
 	config := redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond}
-	first := lcManager(t, client, config)
+	first := runManager(t, client, config)
 	require.Eventually(t, spread(parts), 5*time.Second, 20*time.Millisecond, "one Manager holds all: %v", holders())
-	lcManager(t, client, config)
-	lcManager(t, client, config)
+	runManager(t, client, config)
+	runManager(t, client, config)
 	require.Eventually(t, spread(2, 2, 2), 10*time.Second, 20*time.Millisecond, "three share: %v", holders())
 	require.NoError(t, first.Close())
 	require.Eventually(t, spread(3, 3), 10*time.Second, 20*time.Millisecond, "two share: %v", holders())
@@ -392,12 +392,12 @@ func TestLoneSchedulerTakesEveryPartition(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts = 8
-	ptKeepBusy(t, client, ptPublisher(t, client, parts), tp, parts)
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 10 * time.Second})
+	keepSchedulersBusy(t, client, newPartitionedPublisher(t, client, parts), tp, parts)
+	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 10 * time.Second})
 	require.Eventually(t, func() bool {
 		held := 0
 		for p := range parts {
-			if client.Exists(context.Background(), ptKey(tp, p, "lease")).Val() == 1 {
+			if client.Exists(context.Background(), shardOf(tp, p).Lease()).Val() == 1 {
 				held++
 			}
 		}

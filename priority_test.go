@@ -17,7 +17,7 @@ import (
 // awaitRedo waits until group g's redelivery stream holds n entries.
 func awaitRedo(t *testing.T, client redis.UniversalClient, tp string, n int64) {
 	t.Helper()
-	require.Eventually(t, func() bool { return client.XLen(context.Background(), lcKey(tp, "g:g:redo")).Val() == n },
+	require.Eventually(t, func() bool { return client.XLen(context.Background(), shardOf(tp, 0).Redelivery("g")).Val() == n },
 		5*time.Second, 10*time.Millisecond, "%d high-priority messages moved", n)
 }
 
@@ -26,15 +26,15 @@ func awaitRedo(t *testing.T, client redis.UniversalClient, tp string, n int64) {
 func TestPriorityOvertakesBacklog(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	const batch, backlog = 8, 200
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, CheckInterval: 100 * time.Millisecond})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, CheckInterval: 100 * time.Millisecond})
 	require.NoError(t, sub.SubscribeInitialize(tp))
 	for i := range backlog {
-		require.NoError(t, pub.Publish(tp, lcMessage(strconv.Itoa(i))))
+		require.NoError(t, pub.Publish(tp, newMessage(strconv.Itoa(i))))
 	}
 	ch := subscribe(t, sub, tp)
-	urgent := high(lcMessage("urgent"))
+	urgent := high(newMessage("urgent"))
 	require.NoError(t, pub.Publish(tp, urgent))
 	awaitRedo(t, client, tp, 1) // the scheduler moved it to the group's redelivery stream
 	for pos := 1; pos <= backlog+1; pos++ {
@@ -55,13 +55,13 @@ func TestPriorityDoesNotStarveNormal(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	const batch, n = 8, 60
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, DisableScheduler: true})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, DisableScheduler: true})
 	require.NoError(t, sub.SubscribeInitialize(tp))
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
+	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
 	for i := range n {
-		require.NoError(t, pub.Publish(tp, lcMessage("n"+strconv.Itoa(i)), high(lcMessage("h"+strconv.Itoa(i)))))
+		require.NoError(t, pub.Publish(tp, newMessage("n"+strconv.Itoa(i)), high(newMessage("h"+strconv.Itoa(i)))))
 	}
 	// Both kinds queue before consumption starts.
 	awaitRedo(t, client, tp, n)
@@ -89,19 +89,19 @@ func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 
 	// Moved while no group exists (a Manager schedules the topic), it goes
 	// to the ready stream, where every group created later finds it.
-	mgr := lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
-	early := high(lcMessage("before any group"))
+	mgr := runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
+	early := high(newMessage("before any group"))
 	require.NoError(t, pub.Publish(tp, early))
-	require.Eventually(t, func() bool { return client.XLen(context.Background(), lcKey(tp, "stream")).Val() == 1 },
+	require.Eventually(t, func() bool { return client.XLen(context.Background(), shardOf(tp, 0).Stream()).Val() == 1 },
 		5*time.Second, 10*time.Millisecond)
 	require.NoError(t, mgr.Close())
 
-	subA := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "a", CheckInterval: 100 * time.Millisecond})
-	subB := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "b", DisableScheduler: true})
+	subA := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "a", CheckInterval: 100 * time.Millisecond})
+	subB := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "b", DisableScheduler: true})
 	chA, chB := subscribe(t, subA, tp), subscribe(t, subB, tp)
 	m := receive(t, chA, 5*time.Second)
 	require.Equal(t, early.UUID, m.UUID)
@@ -121,7 +121,7 @@ func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
 	}
 	nothing(t, chA, 200*time.Millisecond)
 	nothing(t, chB, 10*time.Millisecond)
-	exists, err := client.Exists(context.Background(), lcKey(tp, "prio")).Result()
+	exists, err := client.Exists(context.Background(), shardKey(tp, 0, "prio")).Result()
 	require.NoError(t, err)
 	require.Zero(t, exists, "the priority marks are removed when the messages move")
 }
@@ -129,17 +129,17 @@ func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
 func TestPriorityCancelAndBadValue(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	msg := high(delayed(delay.For(time.Hour), "x"))
 	require.NoError(t, pub.Publish(tp, msg))
 	ok, err := pub.Cancel(context.Background(), tp, msg.UUID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	exists, err := client.Exists(context.Background(), lcKey(tp, "prio")).Result()
+	exists, err := client.Exists(context.Background(), shardKey(tp, 0, "prio")).Result()
 	require.NoError(t, err)
 	require.Zero(t, exists, "a cancelled message leaves no priority mark behind")
 
-	bad := lcMessage("y")
+	bad := newMessage("y")
 	bad.Metadata.Set(redisdelay.PriorityKey, "urgent")
 	err = pub.Publish(tp, bad)
 	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)

@@ -3,7 +3,6 @@ package redisdelay_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -17,72 +16,6 @@ import (
 
 	"github.com/redisdelay/watermill-redisdelay"
 )
-
-func newGateProxy(t *testing.T) *gateProxy {
-	needSingle(t, "it holds replies in a TCP proxy in front of the test server")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &gateProxy{addr: ln.Addr().String(), gate: make(chan struct{})}
-	close(p.gate)
-	var conns sync.Map
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.open()
-		conns.Range(func(k, _ any) bool { _ = k.(net.Conn).Close(); return true })
-	})
-	go func() {
-		for {
-			down, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", redisAddr)
-			if err != nil {
-				_ = down.Close()
-				continue
-			}
-			conns.Store(down, nil)
-			conns.Store(up, nil)
-			go func() {
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := down.Read(buf)
-					if n > 0 {
-						p.mu.Lock()
-						g := p.gate
-						p.mu.Unlock()
-						p.held.Add(1)
-						<-g
-						p.held.Add(-1)
-						if _, werr := up.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						_ = up.Close()
-						return
-					}
-				}
-			}()
-			go func() {
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := up.Read(buf)
-					if n > 0 {
-						if _, werr := down.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						_ = down.Close()
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return p
-}
 
 // Many goroutines publishing at once, one message or several per call,
 // delayed and immediate: everything is stored exactly once.
@@ -253,7 +186,7 @@ func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 	assert.Len(t, got.waiting, 1+1+1+8, "waiting: the original, the one beside identical, fresh, the others'")
 	assert.NotContains(t, got.waiting, bystander.UUID, "a message of the failed call was stored")
 	assert.EqualValues(t, 1+2+8, got.ready, "ready: the warm-up message, the two in flight, the others'")
-	body, err := newClient(t).HGet(context.Background(), "redisdelay:{"+topic+"}:bodies", waiting.UUID).Result()
+	body, err := newClient(t).HGet(context.Background(), shardOf(topic, 0).Bodies(), waiting.UUID).Result()
 	require.NoError(t, err)
 	assert.Contains(t, body, "original")
 	assert.NotContains(t, body, "changed")
@@ -389,7 +322,7 @@ func partsPublisher(t *testing.T, topic string) (*redisdelay.Publisher, *scriptC
 // order, the far tier's included.
 func waitingUUIDs(t *testing.T, topic string) []string {
 	t.Helper()
-	msgs, err := lcInspector(t, newClient(t)).Waiting(context.Background(), topic, 0, 10_000)
+	msgs, err := newInspector(t, newClient(t)).Waiting(context.Background(), topic, 0, 10_000)
 	require.NoError(t, err)
 	uuids := make([]string, len(msgs))
 	for i, m := range msgs {
@@ -440,7 +373,7 @@ func TestPublishPartsBoundFarBuckets(t *testing.T) {
 			runs = 2
 		}
 		assert.Equal(t, runs, counter.n.Load(), "spread: %v", spread)
-		st := lcStats(t, lcInspector(t, newClient(t)), topic)
+		st := topicStats(t, newInspector(t, newClient(t)), topic)
 		assert.EqualValues(t, 200, st.Waiting, "spread: %v", spread)
 	}
 }
@@ -462,7 +395,7 @@ func TestPublishPartFailureSaysWhatIsStored(t *testing.T) {
 	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
 	require.ErrorContains(t, err, fmt.Sprintf("the first 512 of the call's 1100 messages to topic %q are stored: a Publish call is stored in parts", topic))
 	assert.EqualValues(t, 3, counter.n.Load(), "the held message, the two first parts; not the third")
-	assert.EqualValues(t, 513, lcStats(t, lcInspector(t, newClient(t)), topic).Waiting)
+	assert.EqualValues(t, 513, topicStats(t, newInspector(t, newClient(t)), topic).Waiting)
 
 	// The rest goes on a retry once the clash is gone; the stored ones (in
 	// the far tier) are no-ops. Their part is sent twice: once to find them
@@ -470,7 +403,7 @@ func TestPublishPartFailureSaysWhatIsStored(t *testing.T) {
 	msgs[520].UUID = watermill.NewUUID()
 	counter.n.Store(0)
 	require.NoError(t, pub.Publish(topic, msgs...))
-	assert.EqualValues(t, 1101, lcStats(t, lcInspector(t, newClient(t)), topic).Waiting)
+	assert.EqualValues(t, 1101, topicStats(t, newInspector(t, newClient(t)), topic).Waiting)
 	// one more when farpull.lua is not loaded yet (go-redis sends EVAL after EVALSHA)
 	assert.InDelta(t, 2+512+1+1, counter.n.Load(), 1, "script runs: the first part twice with a far pull per message, the other two once")
 }

@@ -40,7 +40,7 @@ func newRlGroup(t *testing.T, tp string, subs int) *rlGroup {
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g",
 		TopicRateLimits: map[string]redisdelay.RateLimit{tp: {Messages: rlLimit, Per: time.Second}}}
 	for range subs {
-		ch := subscribe(t, lcSubscriber(t, newClient(t), config), tp)
+		ch := subscribe(t, newSubscriber(t, newClient(t), config), tp)
 		go func() {
 			for msg := range ch {
 				g.mu.Lock()
@@ -104,20 +104,20 @@ func TestRateLimit_BusiestSecond(t *testing.T) {
 			// A backlog (8 s at the limit) waits for subscribers that start
 			// at once; beside it, subscribers of another topic stay idle.
 			busy, idle := topic(), topic()
-			backlog(t, busy, 400)
+			publishBacklog(t, busy, 400)
 			start := time.Now()
 			bg := newRlGroup(t, busy, subs)
 			ig := newRlGroup(t, idle, subs)
 			time.Sleep(3 * time.Second)
 			paused := time.Now()
 
-			insp := lcInspector(t, newClient(t))
+			insp := newInspector(t, newClient(t))
 			require.NoError(t, insp.Pause(ctx, busy, "g"))
 			time.Sleep(time.Second)
 			_, err := insp.Resume(ctx, busy, "g")
 			require.NoError(t, err)
 			resumed := time.Now()
-			backlog(t, idle, 200)
+			publishBacklog(t, idle, 200)
 			time.Sleep(3 * time.Second)
 
 			check("at start", bg.between(start, paused))
@@ -134,7 +134,7 @@ func TestFiguresRateLimitAverage(t *testing.T) {
 		t.Skip("set REDISDELAY_FIGURES=1")
 	}
 	tp := topic()
-	backlog(t, tp, 12*rlLimit)
+	publishBacklog(t, tp, 12*rlLimit)
 	g := newRlGroup(t, tp, 3)
 	time.Sleep(11 * time.Second)
 	times := g.between(time.Time{}, time.Now())

@@ -21,14 +21,14 @@ func TestLifecycle_CrashedConsumersMessageReclaimedAfterVisibilityTimeout(t *tes
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	})
 	require.NoError(t, sub.SubscribeInitialize(topic))
-	msg := lcMessage("x")
+	msg := newMessage("x")
 	require.NoError(t, pub.Publish(topic, msg))
-	lcCrashedRead(t, client, topic, "g", "crashed-1")
+	crashedRead(t, client, topic, "g", "crashed-1")
 	readAt := time.Now()
 
 	ch := subscribe(t, sub, topic)
@@ -43,7 +43,7 @@ func TestLifecycle_CrashedConsumersMessageReclaimedAfterVisibilityTimeout(t *tes
 	nothing(t, ch, 300*time.Millisecond)
 
 	held, err := client.XPendingExt(context.Background(), &redis.XPendingExtArgs{
-		Stream: lcKey(topic, "stream"), Group: "g", Start: "-", End: "+", Count: 10, Consumer: "crashed-1",
+		Stream: shardOf(topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 10, Consumer: "crashed-1",
 	}).Result()
 	require.NoError(t, err)
 	assert.Empty(t, held, "the crashed consumer holds nothing any more")
@@ -53,18 +53,18 @@ func TestLifecycle_CrashedConsumersLastAttemptGoesToDeadLetters(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	insp := lcInspector(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", MaxAttempts: 1, VisibilityTimeout: 600 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	})
 	require.NoError(t, sub.SubscribeInitialize(topic))
-	msg := lcMessage("x")
+	msg := newMessage("x")
 	require.NoError(t, pub.Publish(topic, msg))
-	lcCrashedRead(t, client, topic, "g", "crashed-1")
+	crashedRead(t, client, topic, "g", "crashed-1")
 	ch := subscribe(t, sub, topic) // runs the scheduler that reclaims
 
-	dead := lcAwaitDead(t, insp, topic, "g", 1, 3*time.Second)
+	dead := awaitDeadLetters(t, insp, topic, "g", 1, 3*time.Second)
 	nothing(t, ch, 300*time.Millisecond)
 	d := dead[0]
 	assert.Equal(t, msg.UUID, d.Message.UUID)
@@ -72,7 +72,7 @@ func TestLifecycle_CrashedConsumersLastAttemptGoesToDeadLetters(t *testing.T) {
 	assert.Contains(t, d.Reason, "not acknowledged within 600 ms")
 	assert.Contains(t, d.Reason, "crashed-1")
 	assert.Contains(t, d.Reason, "attempt 1 of 1")
-	assert.Zero(t, lcPending(t, client, topic, "g"))
+	assert.Zero(t, pendingCount(t, client, topic, "g"))
 }
 
 // A live subscription's slow handler keeps its message past several
@@ -82,16 +82,16 @@ func TestLifecycle_SlowHandlerKeepsItsMessageByLeaseExtension(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	insp := lcInspector(t, client)
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
 	config := redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", VisibilityTimeout: 500 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	}
-	slow := lcSubscriber(t, client, config)
-	other := lcSubscriber(t, client, config)
+	slow := newSubscriber(t, client, config)
+	other := newSubscriber(t, client, config)
 	chSlow := subscribe(t, slow, topic)
 
-	msg := lcMessage("slow")
+	msg := newMessage("slow")
 	require.NoError(t, pub.Publish(topic, msg))
 	got := receive(t, chSlow, 2*time.Second)
 	chOther := subscribe(t, other, topic)
@@ -101,7 +101,7 @@ func TestLifecycle_SlowHandlerKeepsItsMessageByLeaseExtension(t *testing.T) {
 
 	nothing(t, chOther, time.Second)
 	nothing(t, chSlow, 10*time.Millisecond)
-	g := lcGroupStats(t, insp, topic, "g")
+	g := groupStats(t, insp, topic, "g")
 	assert.Zero(t, g.Pending+g.Ready+g.Retry+g.Dead, "settled once: %+v", g)
 }
 
@@ -111,14 +111,14 @@ func TestLifecycle_MessagesFetchedBehindSlowHandlerGoToOtherConsumers(t *testing
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	config := redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", BatchSize: 10, VisibilityTimeout: 600 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	}
-	slow := lcSubscriber(t, client, config)
-	other := lcSubscriber(t, client, config)
+	slow := newSubscriber(t, client, config)
+	other := newSubscriber(t, client, config)
 	require.NoError(t, slow.SubscribeInitialize(topic))
-	msgs := []*message.Message{lcMessage("slow"), lcMessage("b"), lcMessage("c"), lcMessage("d")}
+	msgs := []*message.Message{newMessage("slow"), newMessage("b"), newMessage("c"), newMessage("d")}
 	require.NoError(t, pub.Publish(topic, msgs...))
 	chSlow := subscribe(t, slow, topic) // fetches all four in one read
 	first := receive(t, chSlow, 2*time.Second)
@@ -136,7 +136,7 @@ func TestLifecycle_MessagesFetchedBehindSlowHandlerGoToOtherConsumers(t *testing
 	nothing(t, chOther, 900*time.Millisecond) // the slow handler's message stays leased
 	first.Ack()
 	nothing(t, chSlow, 300*time.Millisecond)
-	g := lcGroupStats(t, lcInspector(t, client), topic, "g")
+	g := groupStats(t, newInspector(t, client), topic, "g")
 	assert.Zero(t, g.Pending+g.Ready+g.Retry+g.Dead, "each settled once: %+v", g)
 }
 
@@ -147,14 +147,14 @@ func TestLifecycle_IdleConsumersWithoutMessagesAreRemoved(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	topic := topic()
-	stream := lcKey(topic, "stream")
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+	stream := shardOf(topic, 0).Stream()
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", ConsumerIdleTimeout: time.Second, VisibilityTimeout: time.Minute, DisableScheduler: true,
 	})
 	require.NoError(t, sub.SubscribeInitialize(topic))
-	require.NoError(t, pub.Publish(topic, lcMessage("held")))
-	lcCrashedRead(t, client, topic, "g", "holder")
+	require.NoError(t, pub.Publish(topic, newMessage("held")))
+	crashedRead(t, client, topic, "g", "holder")
 	require.NoError(t, client.XGroupCreateConsumer(ctx, stream, "g", "idler").Err())
 	created := time.Now()
 
@@ -169,7 +169,7 @@ func TestLifecycle_IdleConsumersWithoutMessagesAreRemoved(t *testing.T) {
 	}
 	require.Equal(t, map[string]int64{"holder": 1, "idler": 0}, consumers())
 
-	lcManager(t, client, redisdelay.ManagerConfig{
+	runManager(t, client, redisdelay.ManagerConfig{
 		Topics: []string{topic}, CheckInterval: 100 * time.Millisecond, TrimInterval: 200 * time.Millisecond,
 	})
 	require.Eventually(t, func() bool {

@@ -18,7 +18,7 @@ import (
 // rescheduleSub subscribes a fresh group to tp, with its own scheduler.
 func rescheduleSub(t *testing.T, client redis.UniversalClient, tp string) <-chan *message.Message {
 	t.Helper()
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	return subscribe(t, sub, tp)
 }
 
@@ -41,12 +41,12 @@ func TestRescheduleInPlace(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	tp := topic()
-	pub := bkPublisher(t, redisdelay.PublisherConfig{})
-	insp := lcInspector(t, client)
-	early := bkMsg("order-1", time.Hour, "early", "")
+	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
+	insp := newInspector(t, client)
+	early := businessKeyMessage("order-1", time.Hour, "early", "")
 	late := delayed(delay.For(2*time.Hour), "late")
 	require.NoError(t, pub.Publish(tp, early, late))
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 10 * time.Second})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 10 * time.Second})
 	ch := subscribe(t, sub, tp)
 	nothing(t, ch, 200*time.Millisecond) // the scheduler is asleep for its CheckInterval
 
@@ -60,7 +60,7 @@ func TestRescheduleInPlace(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.False(t, waitingDue(t, insp, tp, early.UUID).Before(due.Truncate(time.Millisecond)), "rounded up, never early")
-	require.Equal(t, map[string]string{"order-1": early.UUID}, bkState(t, tp, 0), "keeps its business key")
+	require.Equal(t, map[string]string{"order-1": early.UUID}, businessKeyState(t, tp, 0), "keeps its business key")
 
 	got := receive(t, ch, time.Second)
 	at := time.Now()
@@ -91,9 +91,9 @@ func TestRescheduleKeyAndPriority(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	tp := topic()
-	pub := bkPublisher(t, redisdelay.PublisherConfig{})
-	insp := lcInspector(t, client)
-	keyed := bkMsg("order-1", time.Hour, "keyed", "")
+	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
+	insp := newInspector(t, client)
+	keyed := businessKeyMessage("order-1", time.Hour, "keyed", "")
 	urgent := high(delayed(delay.For(time.Hour), "urgent"))
 	require.NoError(t, pub.Publish(tp, keyed))
 	require.NoError(t, pub.Publish(tp, urgent))
@@ -111,7 +111,7 @@ func TestRescheduleKeyAndPriority(t *testing.T) {
 	ok, err = insp.Reschedule(ctx, tp, urgent.UUID, time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	require.True(t, ok)
-	prio, err := client.HGet(ctx, lcKey(tp, "prio"), urgent.UUID).Result()
+	prio, err := client.HGet(ctx, shardKey(tp, 0, "prio"), urgent.UUID).Result()
 	require.NoError(t, err)
 	require.Equal(t, "1", prio, "still high priority")
 
@@ -130,10 +130,10 @@ func TestRescheduleNotWaiting(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	tp := topic()
-	pub := bkPublisher(t, redisdelay.PublisherConfig{})
-	insp := lcInspector(t, client)
+	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
+	insp := newInspector(t, client)
 	now := delayed(delay.For(50*time.Millisecond), "soon")
-	gone := bkMsg("order-1", time.Hour, "gone", "")
+	gone := businessKeyMessage("order-1", time.Hour, "gone", "")
 	stays := delayed(delay.For(time.Hour), "stays")
 	require.NoError(t, pub.Publish(tp, now, gone, stays))
 	ok, err := pub.Cancel(ctx, tp, gone.UUID)
@@ -161,7 +161,7 @@ func TestRescheduleNotWaiting(t *testing.T) {
 	}
 	require.Equal(t, []string{stays.UUID}, content(t, tp).waiting, "nothing changed")
 	require.Equal(t, stayDue, waitingDue(t, insp, tp, stays.UUID))
-	require.Empty(t, bkState(t, tp, 0))
+	require.Empty(t, businessKeyState(t, tp, 0))
 }
 
 // Bad input fails with an error saying what to fix, and changes nothing.
@@ -170,9 +170,9 @@ func TestRescheduleBadInput(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	tp := topic()
-	pub := bkPublisher(t, redisdelay.PublisherConfig{MaxDelay: 24 * time.Hour})
-	insp := lcInspector(t, client)
-	msg := bkMsg("k", time.Hour, "x", "")
+	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{MaxDelay: 24 * time.Hour})
+	insp := newInspector(t, client)
+	msg := businessKeyMessage("k", time.Hour, "x", "")
 	require.NoError(t, pub.Publish(tp, msg))
 	before := topicState(t, tp)
 	soon := time.Now().Add(time.Minute)
@@ -215,9 +215,9 @@ func TestRescheduleRedisDown(t *testing.T) {
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = dead.Close() })
 	soon := time.Now().Add(time.Minute)
-	_, err := lcInspector(t, dead).RescheduleKey(context.Background(), "orders", "k", soon)
+	_, err := newInspector(t, dead).RescheduleKey(context.Background(), "orders", "k", soon)
 	require.ErrorContains(t, err, `redisdelay: reschedule business key "k" in topic "orders": read the partition counts of 1 topic(s): dial tcp 127.0.0.1:1`)
-	_, err = lcPublisher(t, dead).Reschedule(context.Background(), "orders", "id", soon)
+	_, err = newPublisher(t, dead).Reschedule(context.Background(), "orders", "id", soon)
 	require.ErrorContains(t, err, `redisdelay: reschedule message "id" in topic "orders": dial tcp 127.0.0.1:1`)
 }
 
@@ -231,7 +231,7 @@ func TestReschedulePartitioned(t *testing.T) {
 	const parts = 4
 	client := newClient(t)
 	tp := topic()
-	pub := ptPublisher(t, client, parts)
+	pub := newPartitionedPublisher(t, client, parts)
 	var msgs []*message.Message
 	for i := range 8 {
 		msgs = append(msgs, delayed(delay.For(time.Hour), fmt.Sprint("m", i)))
@@ -239,18 +239,18 @@ func TestReschedulePartitioned(t *testing.T) {
 	require.NoError(t, pub.Publish(tp, msgs...)) // all in the partition of msgs[0]
 	var keyed []*message.Message
 	for i := range 8 {
-		m := bkMsg(fmt.Sprint("order-", i), time.Hour, fmt.Sprint("k", i), "")
+		m := businessKeyMessage(fmt.Sprint("order-", i), time.Hour, fmt.Sprint("k", i), "")
 		require.NoError(t, pub.Publish(tp, m))
 		keyed = append(keyed, m)
 	}
-	withPK := bkMsg("pk-order", time.Hour, "pk", "")
+	withPK := businessKeyMessage("pk-order", time.Hour, "pk", "")
 	pk := "customer-0"
 	for i := 1; redisdelay.PartitionOf(pk, parts) == redisdelay.PartitionOf("pk-order", parts); i++ {
 		pk = fmt.Sprint("customer-", i)
 	}
 	withPK.Metadata.Set(redisdelay.PartitionKey, pk)
 	require.NoError(t, pub.Publish(tp, withPK))
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 
 	due := time.Now().Add(300 * time.Millisecond)
 	want := map[string]bool{}
@@ -276,9 +276,9 @@ func TestReschedulePartitioned(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, "found outside the partition of the key")
 	want[withPK.UUID] = true
-	require.Equal(t, withPK.UUID, bkState(t, tp, redisdelay.PartitionOf(pk, parts))["pk-order"], "stays in its partition")
+	require.Equal(t, withPK.UUID, businessKeyState(t, tp, redisdelay.PartitionOf(pk, parts))["pk-order"], "stays in its partition")
 
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
 	ch := subscribe(t, sub, tp)
 	require.Len(t, want, 17)
 	for range 17 {
@@ -289,5 +289,5 @@ func TestReschedulePartitioned(t *testing.T) {
 		got.Ack()
 	}
 	nothing(t, ch, 300*time.Millisecond)
-	require.EqualValues(t, 0, lcStats(t, insp, tp).Waiting)
+	require.EqualValues(t, 0, topicStats(t, insp, tp).Waiting)
 }

@@ -13,13 +13,6 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
-// noRetry as SubscriberConfig.RetryDelay asks for immediate redelivery of
-// nacked messages, for tests that nack many times and are about something
-// else than the backoff.
-func noRetry(int) time.Duration { return 0 }
-
-func noRetryDelay(c *redisdelay.SubscriberConfig) { c.RetryDelay = noRetry }
-
 // DefaultRetryDelay doubles from 1s, is capped at 10 min, and every value is
 // within ±20% of its nominal delay; jitter makes equal attempts differ.
 func TestDefaultRetryDelay(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // scTick is a tick's message as a subscriber received it.
@@ -34,7 +35,7 @@ func scCollect(t *testing.T, client redis.UniversalClient, prefix, topic string)
 	t.Helper()
 	// DisableScheduler: the collector publishes no tick itself (ticks are
 	// immediate messages: no scheduling needed to receive them).
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
 	ch, err := sub.Subscribe(context.Background(), topic)
 	require.NoError(t, err)
 	c := &scCollector{}
@@ -80,7 +81,7 @@ func scCheck(t *testing.T, ticks []scTick, period time.Duration) {
 }
 
 func scManager(t *testing.T, client redis.UniversalClient, prefix, topic string) *redisdelay.Manager {
-	return lcManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}})
+	return runManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}})
 }
 
 func scPublisher(t *testing.T, client redis.UniversalClient, prefix string) *redisdelay.Publisher {
@@ -194,7 +195,7 @@ func TestScheduleRedisOutage(t *testing.T) {
 		t.Skip("cuts Redis for seconds")
 	}
 	t.Parallel()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	direct := newClient(t)
 	cut := proxy.client(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
@@ -245,12 +246,12 @@ func TestScheduleExpiredClaim(t *testing.T) {
 	pub := scPublisher(t, client, prefix)
 	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{ID: "daily", Spec: "@daily", Topic: topic}))
 	tick := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
-	require.NoError(t, client.ZAdd(context.Background(), prefix+":{schedules}:claims",
+	require.NoError(t, client.ZAdd(context.Background(), store.Keys{Prefix: prefix}.Schedules().Claims(),
 		redis.Z{Score: 1, Member: "daily@" + strconv.FormatInt(tick.UnixMilli(), 10)}).Err())
 	scManager(t, client, prefix, topic)
 	require.Eventually(t, func() bool { return len(col.snapshot()) == 1 }, 3*time.Second, 20*time.Millisecond)
 	assert.Equal(t, tick, col.snapshot()[0].tick.UTC())
-	n, err := client.ZCard(context.Background(), prefix+":{schedules}:claims").Result()
+	n, err := client.ZCard(context.Background(), store.Keys{Prefix: prefix}.Schedules().Claims()).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "claim removed once published")
 }
@@ -295,7 +296,7 @@ func TestScheduleListRemove(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, list[1].Next, again[1].Next)
 	assert.Equal(t, []byte("q"), again[1].Payload)
-	require.NoError(t, client.ZAdd(ctx, prefix+":{schedules}:next", redis.Z{Score: 1000, Member: "morning"}).Err())
+	require.NoError(t, client.ZAdd(ctx, store.Keys{Prefix: prefix}.Schedules().Next(), redis.Z{Score: 1000, Member: "morning"}).Err())
 	ny.Spec = "0 10 * * *"
 	require.NoError(t, pub.Schedule(ctx, ny))
 	again, err = insp.Schedules(ctx)
@@ -366,7 +367,7 @@ func TestScheduleSubscriberPublishesTicks(t *testing.T) {
 	col := scCollect(t, client, prefix, topic)
 	pub := scPublisher(t, client, prefix)
 	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic}))
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "other"})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "other"})
 	_, err := sub.Subscribe(context.Background(), "unrelated-"+topic)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 20*time.Millisecond)
@@ -383,7 +384,7 @@ func TestScheduleErrors(t *testing.T) {
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
 	require.NoError(t, err)
-	require.NoError(t, client.HSet(ctx, prefix+":{schedules}:defs", "broken", "{not json").Err())
+	require.NoError(t, client.HSet(ctx, store.Keys{Prefix: prefix}.Schedules().Defs(), "broken", "{not json").Err())
 	_, err = insp.Schedules(ctx)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `schedule "broken"`)
@@ -414,8 +415,8 @@ func TestScheduleBrokenDefinitionSkipped(t *testing.T) {
 	client := newClient(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
 	col := scCollect(t, client, prefix, topic)
-	require.NoError(t, client.HSet(ctx, prefix+":{schedules}:defs", "broken", "{not json").Err())
-	require.NoError(t, client.ZAdd(ctx, prefix+":{schedules}:next", redis.Z{Score: 1, Member: "broken"}).Err())
+	require.NoError(t, client.HSet(ctx, store.Keys{Prefix: prefix}.Schedules().Defs(), "broken", "{not json").Err())
+	require.NoError(t, client.ZAdd(ctx, store.Keys{Prefix: prefix}.Schedules().Next(), redis.Z{Score: 1, Member: "broken"}).Err())
 	require.NoError(t, scPublisher(t, client, prefix).Schedule(ctx, redisdelay.Schedule{ID: "ok", Spec: "@every 200ms", Topic: topic}))
 	scManager(t, client, prefix, topic)
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 20*time.Millisecond)
@@ -452,15 +453,15 @@ func TestScheduleTicksWithoutWakeUps(t *testing.T) {
 	needSingle(t, "it creates Redis users")
 	client := newClient(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	restricted, _ := wkACLUser(t, "~"+prefix+":*", "&"+prefix+":*", "+@all", "-@dangerous", "-subscribe")
+	restricted, _ := newACLUser(t, "~"+prefix+":*", "&"+prefix+":*", "+@all", "-@dangerous", "-subscribe")
 	col := scCollect(t, client, prefix, topic)
-	lcManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}, CheckInterval: 200 * time.Millisecond})
+	runManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}, CheckInterval: 200 * time.Millisecond})
 	time.Sleep(500 * time.Millisecond) // denied, and the loop sleeps
 	require.NoError(t, scPublisher(t, client, prefix).Schedule(context.Background(),
 		redisdelay.Schedule{ID: "s", Spec: "@every 300ms", Topic: topic}))
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 10*time.Millisecond)
 	scCheck(t, col.snapshot(), 300*time.Millisecond)
-	noChannels, _ := wkACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
+	noChannels, _ := newACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
 	require.NoError(t, scPublisher(t, noChannels, prefix).Schedule(context.Background(),
 		redisdelay.Schedule{ID: "s2", Spec: "@every 1h", Topic: topic}))
 }

@@ -20,7 +20,7 @@ func schedLease(t *testing.T, client redis.UniversalClient, topic string, within
 	t.Helper()
 	var owner string
 	require.Eventually(t, func() bool {
-		owner, _ = client.Get(context.Background(), lcKey(topic, "lease")).Result()
+		owner, _ = client.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
 		return owner != ""
 	}, within, 5*time.Millisecond, "nobody holds the scheduling lease")
 	return owner
@@ -32,14 +32,14 @@ func TestScheduler_OneLeaseHolderPerTopic(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 200 * time.Millisecond}
-	first := lcSubscriber(t, client, config)
+	first := newSubscriber(t, client, config)
 	chs := []<-chan *message.Message{subscribe(t, first, topic)}
-	ptKeepBusy(t, client, pub, topic, 1)
+	keepSchedulersBusy(t, client, pub, topic, 1)
 	owner := schedLease(t, client, topic, 2*time.Second)
 	for range 3 {
-		chs = append(chs, subscribe(t, lcSubscriber(t, client, config), topic))
+		chs = append(chs, subscribe(t, newSubscriber(t, client, config), topic))
 	}
 
 	const n = 20
@@ -75,7 +75,7 @@ func TestScheduler_OneLeaseHolderPerTopic(t *testing.T) {
 	// Over many check intervals the lease stayed with its first holder.
 	for range 10 {
 		time.Sleep(50 * time.Millisecond)
-		now, err := client.Get(context.Background(), lcKey(topic, "lease")).Result()
+		now, err := client.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
 		require.NoError(t, err)
 		assert.Equal(t, owner, now, "the lease changed hands while its holder lived")
 	}
@@ -87,20 +87,20 @@ func TestScheduler_CloseHandsLeaseOverAtOnce(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 2 * time.Second}
-	holder := lcSubscriber(t, client, config)
+	holder := newSubscriber(t, client, config)
 	subscribe(t, holder, topic)
-	ptKeepBusy(t, client, pub, topic, 1)
+	keepSchedulersBusy(t, client, pub, topic, 1)
 	owner := schedLease(t, client, topic, 2*time.Second)
-	standby := lcSubscriber(t, client, config)
+	standby := newSubscriber(t, client, config)
 	ch := subscribe(t, standby, topic)
 	time.Sleep(100 * time.Millisecond) // the standby has ticked once
 	require.NoError(t, holder.Close())
 
 	closed := time.Now()
 	require.Eventually(t, func() bool {
-		o, _ := client.Get(context.Background(), lcKey(topic, "lease")).Result()
+		o, _ := client.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
 		return o != "" && o != owner
 	}, 500*time.Millisecond, 5*time.Millisecond, "the standby did not take over the released lease")
 	t.Logf("taken over %s after Close", time.Since(closed))
@@ -117,22 +117,22 @@ func TestScheduler_CloseHandsLeaseOverAtOnce(t *testing.T) {
 // longer than its lease: the standby takes over when it expires.
 func TestScheduler_StandbyTakesOverFromDeadHolder(t *testing.T) {
 	t.Parallel()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	direct := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, direct)
+	pub := newPublisher(t, direct)
 	interval := 400 * time.Millisecond
 	// The holder: a Manager reaching Redis through the proxy.
-	ptKeepBusy(t, direct, pub, topic, 1)
-	lcManager(t, proxy.client(t), redisdelay.ManagerConfig{Topics: []string{topic}, CheckInterval: interval})
+	keepSchedulersBusy(t, direct, pub, topic, 1)
+	runManager(t, proxy.client(t), redisdelay.ManagerConfig{Topics: []string{topic}, CheckInterval: interval})
 	owner := schedLease(t, direct, topic, 2*time.Second)
-	sub := lcSubscriber(t, direct, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: interval})
+	sub := newSubscriber(t, direct, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: interval})
 	ch := subscribe(t, sub, topic)
 
 	// While the holder lives, it promotes and keeps the lease.
 	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "before")))
 	receive(t, ch, 2*time.Second).Ack()
-	o, err := direct.Get(context.Background(), lcKey(topic, "lease")).Result()
+	o, err := direct.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
 	require.NoError(t, err)
 	assert.Equal(t, owner, o, "the standby took the lease from a live holder")
 
@@ -146,7 +146,7 @@ func TestScheduler_StandbyTakesOverFromDeadHolder(t *testing.T) {
 	// The lease lasts 1.5 check intervals after the holder's last tick.
 	assert.Less(t, took, 2*interval+200*time.Millisecond, "taken over %s after the holder died", took)
 	t.Logf("delivered %s after the holder died", took)
-	o, err = direct.Get(context.Background(), lcKey(topic, "lease")).Result()
+	o, err = direct.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
 	require.NoError(t, err)
 	assert.NotEqual(t, owner, o)
 }
@@ -157,9 +157,9 @@ func TestScheduler_HolderSchedulesOtherGroupsRetries(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	a := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "a", CheckInterval: 100 * time.Millisecond})
-	b := lcSubscriber(t, client, redisdelay.SubscriberConfig{
+	pub := newPublisher(t, client)
+	a := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "a", CheckInterval: 100 * time.Millisecond})
+	b := newSubscriber(t, client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "b", DisableScheduler: true,
 		RetryDelay: func(int) time.Duration { return 300 * time.Millisecond },
 	})
@@ -184,11 +184,11 @@ func TestScheduler_HolderSchedulesOtherGroupsRetries(t *testing.T) {
 // meanwhile does not wait for the check interval.
 func TestScheduler_ResubscribeCatchesLostWakeUps(t *testing.T) {
 	t.Parallel()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	direct := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, direct)
-	sub := lcSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
+	pub := newPublisher(t, direct)
+	sub := newSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", CheckInterval: time.Minute, CloseTimeout: time.Second,
 	})
 	ch := subscribe(t, sub, topic)

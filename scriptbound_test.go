@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,53 +14,6 @@ import (
 
 	"github.com/redisdelay/watermill-redisdelay"
 )
-
-// scriptTimeBound is what the script-bound tests assert: generous, as the
-// test machine is shared and SLOWLOG counts the time Redis was not
-// scheduled (a call measured at 10 ms alone took 55 ms while other tests
-// and builds ran on the 2 cores, and 208 ms with a CI run, benchmarks and
-// two test runs on them), yet below the unbounded calls it guards against
-// (0.8-1.1 s alone, more on a loaded machine). The target is 10 ms; the
-// tests log the figure.
-const scriptTimeBound = 500 * time.Millisecond
-
-// recordScripts makes the test server log every command in its slow log
-// and returns a function that reports the longest script call (EVAL,
-// EVALSHA) since, and how many there were.
-func recordScripts(t *testing.T, client *redis.Client) (longest func() (time.Duration, int)) {
-	t.Helper()
-	ctx := context.Background()
-	// Only calls over 1 ms: logging every command of the tests running
-	// beside this one made SLOWLOG GET itself too slow to read (race run).
-	require.NoError(t, client.ConfigSet(ctx, "slowlog-max-len", "100000").Err())
-	require.NoError(t, client.ConfigSet(ctx, "slowlog-log-slower-than", "1000").Err())
-	t.Cleanup(func() {
-		_ = client.ConfigSet(ctx, "slowlog-log-slower-than", "10000").Err()
-		_ = client.ConfigSet(ctx, "slowlog-max-len", "128").Err()
-		_ = client.SlowLogReset(ctx).Err()
-	})
-	require.NoError(t, client.SlowLogReset(ctx).Err())
-	return func() (time.Duration, int) {
-		logs, err := client.SlowLogGet(ctx, -1).Result()
-		require.NoError(t, err)
-		var worst time.Duration
-		var n int
-		var what string
-		for _, l := range logs {
-			if len(l.Args) == 0 || !strings.HasPrefix(strings.ToLower(l.Args[0]), "eval") {
-				continue
-			}
-			n++
-			if l.Duration > worst {
-				worst = l.Duration
-				what = strings.Join(strings.Fields(strings.Join(l.Args[:min(len(l.Args), 2)], " ")), " ")
-				what = what[:min(len(what), 60)]
-			}
-		}
-		t.Logf("longest of %d script calls over 1 ms: %s (%s)", n, worst, what)
-		return worst, n
-	}
-}
 
 // A high-priority message due in a topic of 1,000 consumer groups goes to
 // each group's redelivery stream: a whole batch of them is 256,000
@@ -78,22 +30,22 @@ func TestScriptBound_PriorityFanOutToManyGroups(t *testing.T) {
 	const groups, msgs = 1000, 256
 	pipe := client.Pipeline()
 	for g := range groups {
-		pipe.SAdd(ctx, lcKey(tp, "groups"), "g"+strconv.Itoa(g))
+		pipe.SAdd(ctx, shardOf(tp, 0).Groups(), "g"+strconv.Itoa(g))
 	}
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	for i := range msgs {
-		require.NoError(t, pub.Publish(tp, high(lcMessage(strconv.Itoa(i)))))
+		require.NoError(t, pub.Publish(tp, high(newMessage(strconv.Itoa(i)))))
 	}
 	longest := recordScripts(t, client)
 
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
+	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
 	counts := func() (total int64, wrong []string) {
 		pipe := client.Pipeline()
 		lens := make([]*redis.IntCmd, groups)
 		for g := range groups {
-			lens[g] = pipe.XLen(ctx, lcKey(tp, "g:g"+strconv.Itoa(g)+":redo"))
+			lens[g] = pipe.XLen(ctx, shardOf(tp, 0).Redelivery("g"+strconv.Itoa(g)))
 		}
 		_, _ = pipe.Exec(ctx)
 		for g, l := range lens {
@@ -109,8 +61,8 @@ func TestScriptBound_PriorityFanOutToManyGroups(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // nothing more arrives
 	_, wrong := counts()
 	require.Empty(t, wrong, "each group has each message once")
-	require.Zero(t, client.ZCard(ctx, lcKey(tp, "waiting")).Val())
-	require.Zero(t, client.Exists(ctx, lcKey(tp, "fanout"), lcKey(tp, "prio"), lcKey(tp, "bodies")).Val())
+	require.Zero(t, client.ZCard(ctx, shardOf(tp, 0).Waiting()).Val())
+	require.Zero(t, client.Exists(ctx, shardKey(tp, 0, "fanout"), shardKey(tp, 0, "prio"), shardOf(tp, 0).Bodies()).Val())
 	worst, _ := longest()
 	require.Less(t, worst, scriptTimeBound, "a promote call blocked Redis too long")
 }
@@ -126,11 +78,11 @@ func TestScriptBound_OrderedTakeoverOfLongPendingList(t *testing.T) {
 	ctx := context.Background()
 	tp := topic()
 	const pending = 300_000
-	init := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
+	init := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
 	require.NoError(t, init.SubscribeInitialize(tp))
-	pub := lcPublisher(t, client)
-	require.NoError(t, pub.Publish(tp, lcMessage("0")))
-	stream := lcKey(tp, "stream")
+	pub := newPublisher(t, client)
+	require.NoError(t, pub.Publish(tp, newMessage("0")))
+	stream := shardOf(tp, 0).Stream()
 	// A dead owner that read the entries and still holds them.
 	build := redis.NewScript(`
 local e = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
@@ -140,7 +92,7 @@ return 0`)
 	for added := 0; added < pending; added += 10_000 {
 		require.NoError(t, build.Run(ctx, client, []string{stream}, 10_000).Err())
 	}
-	require.NoError(t, client.Set(ctx, lcKey(tp, "g:g:owner"), "dead", 100*time.Millisecond).Err())
+	require.NoError(t, client.Set(ctx, shardKey(tp, 0, "g:g:owner"), "dead", 100*time.Millisecond).Err())
 	deadPending := func() int64 {
 		p, err := client.XPending(ctx, stream, "g").Result()
 		require.NoError(t, err)
@@ -149,7 +101,7 @@ return 0`)
 	require.EqualValues(t, pending+1, deadPending())
 	longest := recordScripts(t, client)
 
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
 	ch := subscribe(t, sub, tp)
 	require.Eventually(t, func() bool { return deadPending() == 0 }, 30*time.Second, 50*time.Millisecond,
 		"the new owner claims every entry the dead one held")
@@ -169,19 +121,19 @@ func TestScriptBound_FanOutOverSeveralCallsKeepsOrder(t *testing.T) {
 	tp := topic()
 	const groups, msgs = 10, 6
 	for g := range groups {
-		require.NoError(t, client.SAdd(ctx, lcKey(tp, "groups"), "g"+strconv.Itoa(g)).Err())
+		require.NoError(t, client.SAdd(ctx, shardOf(tp, 0).Groups(), "g"+strconv.Itoa(g)).Err())
 	}
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	var want []string
 	for i := range msgs {
-		msg := high(lcMessage(strconv.Itoa(i)))
+		msg := high(newMessage(strconv.Itoa(i)))
 		want = append(want, msg.UUID)
 		require.NoError(t, pub.Publish(tp, msg))
 	}
-	require.NoError(t, pub.Publish(tp, delayedNow(lcMessage("normal"))))
-	lcManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 3, CheckInterval: 100 * time.Millisecond})
+	require.NoError(t, pub.Publish(tp, delayedNow(newMessage("normal"))))
+	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 3, CheckInterval: 100 * time.Millisecond})
 	for g := range groups {
-		key := lcKey(tp, "g:g"+strconv.Itoa(g)+":redo")
+		key := shardOf(tp, 0).Redelivery("g" + strconv.Itoa(g))
 		require.Eventually(t, func() bool { return client.XLen(ctx, key).Val() >= msgs }, 5*time.Second, 10*time.Millisecond)
 		entries, err := client.XRange(ctx, key, "-", "+").Result()
 		require.NoError(t, err)
@@ -192,8 +144,8 @@ func TestScriptBound_FanOutOverSeveralCallsKeepsOrder(t *testing.T) {
 			require.Equal(t, want[i], msg.UUID, "group g%d, message %d", g, i)
 		}
 	}
-	require.Eventually(t, func() bool { return client.XLen(ctx, lcKey(tp, "stream")).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
-	require.Zero(t, client.Exists(ctx, lcKey(tp, "fanout")).Val())
+	require.Eventually(t, func() bool { return client.XLen(ctx, shardOf(tp, 0).Stream()).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Zero(t, client.Exists(ctx, shardKey(tp, 0, "fanout")).Val())
 }
 
 // delayedNow makes a message go through the waiting set, due at once.

@@ -25,12 +25,12 @@ func TestSnooze_KeepsTheAttempt(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 2, RetryDelay: noRetry,
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 2, RetryDelay: noRetry,
 		CheckInterval: 100 * time.Millisecond})
-	insp := lcInspector(t, client)
+	insp := newInspector(t, client)
 	ch := subscribe(t, sub, topic)
-	require.NoError(t, pub.Publish(topic, lcMessage("x")))
+	require.NoError(t, pub.Publish(topic, newMessage("x")))
 
 	var attempts []string
 	for i := range 6 {
@@ -47,7 +47,7 @@ func TestSnooze_KeepsTheAttempt(t *testing.T) {
 	}
 	nothing(t, ch, 300*time.Millisecond)
 	assert.Equal(t, []string{"1", "1", "1", "1", "2", "2"}, attempts)
-	assert.EqualValues(t, 0, lcGroupStats(t, insp, topic, "g").DeadTotal)
+	assert.EqualValues(t, 0, groupStats(t, insp, topic, "g").DeadTotal)
 }
 
 // The snoozed message comes back after its delay, never early, and not
@@ -56,10 +56,10 @@ func TestSnooze_DelayHonoured(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond})
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond})
 	ch := subscribe(t, sub, topic)
-	require.NoError(t, pub.Publish(topic, lcMessage("x")))
+	require.NoError(t, pub.Publish(topic, newMessage("x")))
 
 	const d = 400 * time.Millisecond
 	var lates []time.Duration
@@ -87,8 +87,8 @@ func TestSnooze_InARouter(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond})
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond})
 
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, logger)
 	require.NoError(t, err)
@@ -112,7 +112,7 @@ func TestSnooze_InARouter(t *testing.T) {
 	t.Cleanup(func() { _ = router.Close() })
 	<-router.Running()
 
-	require.NoError(t, pub.Publish(topic, lcMessage("x")))
+	require.NoError(t, pub.Publish(topic, newMessage("x")))
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -122,8 +122,8 @@ func TestSnooze_InARouter(t *testing.T) {
 	mu.Lock()
 	assert.Equal(t, []string{"1", "1", "1"}, calls)
 	mu.Unlock()
-	insp := lcInspector(t, client)
-	st := lcStats(t, insp, topic+"-poison")
+	insp := newInspector(t, client)
+	st := topicStats(t, insp, topic+"-poison")
 	assert.Zero(t, st.Stream+st.Waiting, "nothing poisoned")
 }
 
@@ -133,11 +133,11 @@ func TestSnooze_Ordered(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 1})
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 1})
 	ch := subscribe(t, sub, topic)
-	first := lcMessage("first")
-	require.NoError(t, pub.Publish(topic, first, lcMessage("second")))
+	first := newMessage("first")
+	require.NoError(t, pub.Publish(topic, first, newMessage("second")))
 
 	got := receive(t, ch, 3*time.Second)
 	require.Equal(t, first.UUID, got.UUID)
@@ -156,7 +156,7 @@ func TestSnooze_Ordered(t *testing.T) {
 // Snooze refuses a negative delay or one beyond 100 years, and a message
 // already acked, doing nothing.
 func TestSnooze_Errors(t *testing.T) {
-	msg := lcMessage("x")
+	msg := newMessage("x")
 	for _, d := range []time.Duration{-time.Second, 101 * 365 * 24 * time.Hour} {
 		err := redisdelay.Snooze(msg, d)
 		require.ErrorIs(t, err, redisdelay.ErrInvalidDelay, "delay %s", d)

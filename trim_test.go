@@ -24,17 +24,17 @@ func TestLifecycle_TrimKeepsEntriesAGroupHasNotAcknowledged(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	topic := topic()
-	stream := lcKey(topic, "stream")
-	pub := lcPublisher(t, client)
+	stream := shardOf(topic, 0).Stream()
+	pub := newPublisher(t, client)
 	for _, g := range []string{"a", "b"} {
-		s := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: g, VisibilityTimeout: time.Minute, DisableScheduler: true})
+		s := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: g, VisibilityTimeout: time.Minute, DisableScheduler: true})
 		require.NoError(t, s.SubscribeInitialize(topic))
 	}
 	// Enough entries for several stream nodes: trimming removes whole nodes.
 	const n = 300
 	var msgs []*message.Message
 	for i := 0; i < n; i++ {
-		msgs = append(msgs, lcMessage(strconv.Itoa(i)))
+		msgs = append(msgs, newMessage(strconv.Itoa(i)))
 	}
 	require.NoError(t, pub.Publish(topic, msgs...))
 	entries, err := client.XRange(ctx, stream, "-", "+").Result()
@@ -65,7 +65,7 @@ func TestLifecycle_TrimKeepsEntriesAGroupHasNotAcknowledged(t *testing.T) {
 	require.Len(t, readB, 250)
 	require.NoError(t, client.XAck(ctx, stream, "b", readB[:200]...).Err())
 
-	lcManager(t, client, redisdelay.ManagerConfig{
+	runManager(t, client, redisdelay.ManagerConfig{
 		Topics: []string{topic}, CheckInterval: 100 * time.Millisecond, TrimInterval: 200 * time.Millisecond,
 	})
 	require.Eventually(t, func() bool { return client.XLen(ctx, stream).Val() < n }, 3*time.Second, 20*time.Millisecond,
@@ -85,7 +85,7 @@ func TestLifecycle_TrimKeepsEntriesAGroupHasNotAcknowledged(t *testing.T) {
 	// The pending (reclaimed from the silent consumer cb, once a subscriber
 	// lowers the group's visibility timeout) and the unread entries are all
 	// delivered.
-	b := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "b", VisibilityTimeout: 300 * time.Millisecond, DisableScheduler: true})
+	b := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "b", VisibilityTimeout: 300 * time.Millisecond, DisableScheduler: true})
 	ch := subscribe(t, b, topic)
 	got := map[string]int{}
 	deadline := time.After(5 * time.Second)
@@ -110,15 +110,15 @@ func TestLifecycle_TrimWithoutGroupsKeepsEverything(t *testing.T) {
 	ctx := context.Background()
 	client := newClient(t)
 	topic := topic()
-	pub := lcPublisher(t, client)
+	pub := newPublisher(t, client)
 	var msgs []*message.Message
 	for i := 0; i < 300; i++ {
-		msgs = append(msgs, lcMessage(strconv.Itoa(i)))
+		msgs = append(msgs, newMessage(strconv.Itoa(i)))
 	}
 	require.NoError(t, pub.Publish(topic, msgs...))
-	lcManager(t, client, redisdelay.ManagerConfig{
+	runManager(t, client, redisdelay.ManagerConfig{
 		Topics: []string{topic}, CheckInterval: 50 * time.Millisecond, TrimInterval: 100 * time.Millisecond,
 	})
-	require.Never(t, func() bool { return client.XLen(ctx, lcKey(topic, "stream")).Val() != 300 },
+	require.Never(t, func() bool { return client.XLen(ctx, shardOf(topic, 0).Stream()).Val() != 300 },
 		time.Second, 50*time.Millisecond, "entries trimmed with no group")
 }

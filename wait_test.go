@@ -27,20 +27,6 @@ import (
 // with every subscription idle: generous, the machine is shared.
 const iwBound = 2 * time.Second
 
-// awaitWaiting waits until the subscriptions of the topic's first parts
-// partitions wait for their bell (read.lua armed it: nothing left to read).
-func awaitWaiting(t *testing.T, client redis.UniversalClient, topic string, parts int) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		for p := range parts {
-			if client.Exists(context.Background(), ptKey(topic, p, "bell")).Val() == 0 {
-				return false
-			}
-		}
-		return true
-	}, 5*time.Second, 5*time.Millisecond, "the subscriptions never waited for their bell")
-}
-
 // Close returns at once, on every partition, with the embedded scheduler
 // on and a BlockTime of 30s.
 func TestIdleWaitCloseReturnsAtOnce(t *testing.T) {
@@ -51,7 +37,7 @@ func TestIdleWaitCloseReturnsAtOnce(t *testing.T) {
 		BlockTime: 30 * time.Second, Partitions: 3}, logger)
 	require.NoError(t, err)
 	ch := subscribe(t, sub, tp)
-	awaitWaiting(t, client, tp, 3)
+	awaitIdleSubscriptions(t, client, tp, 3)
 
 	start := time.Now()
 	require.NoError(t, sub.Close())
@@ -68,12 +54,12 @@ func TestIdleWaitContextCancel(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp, other := topic(), topic()
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 30 * time.Second})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 30 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := sub.Subscribe(ctx, tp)
 	require.NoError(t, err)
 	otherCh := subscribe(t, sub, other)
-	awaitWaiting(t, client, tp, 1)
+	awaitIdleSubscriptions(t, client, tp, 1)
 
 	start := time.Now()
 	cancel()
@@ -85,7 +71,7 @@ func TestIdleWaitContextCancel(t *testing.T) {
 	}
 	t.Logf("FIGURE channel closed %s after the context ended", time.Since(start).Round(time.Millisecond))
 
-	require.NoError(t, lcPublisher(t, client).Publish(other, lcMessage("still read")))
+	require.NoError(t, newPublisher(t, client).Publish(other, newMessage("still read")))
 	receive(t, otherCh, 2*time.Second).Ack()
 }
 
@@ -98,13 +84,13 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := newClient(t)
-	pub := lcPublisher(t, client)
-	insp := lcInspector(t, client)
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: time.Minute, RetryDelay: noRetry,
 		CloseTimeout: 100 * time.Millisecond} // hand-back: Close waits no longer for the handler that never acks
 	idle := func(t *testing.T, tp string) <-chan *message.Message {
-		ch := subscribe(t, lcSubscriber(t, client, config), tp)
-		awaitWaiting(t, client, tp, 1)
+		ch := subscribe(t, newSubscriber(t, client, config), tp)
+		awaitIdleSubscriptions(t, client, tp, 1)
 		return ch
 	}
 	prompt := func(t *testing.T, ch <-chan *message.Message, since time.Time, what string) *message.Message {
@@ -118,7 +104,7 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 		tp := topic()
 		ch := idle(t, tp)
 		start := time.Now()
-		require.NoError(t, pub.Publish(tp, lcMessage("m")))
+		require.NoError(t, pub.Publish(tp, newMessage("m")))
 		prompt(t, ch, start, "publish").Ack()
 	})
 	t.Run("promote", func(t *testing.T) {
@@ -130,9 +116,9 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 	})
 	t.Run("nack", func(t *testing.T) {
 		tp := topic()
-		first := subscribe(t, lcSubscriber(t, client, config), tp)
+		first := subscribe(t, newSubscriber(t, client, config), tp)
 		second := idle(t, tp)
-		require.NoError(t, pub.Publish(tp, lcMessage("m")))
+		require.NoError(t, pub.Publish(tp, newMessage("m")))
 		var msg *message.Message
 		select {
 		case msg = <-first:
@@ -141,7 +127,7 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatal("no message")
 		}
-		awaitWaiting(t, client, tp, 1)
+		awaitIdleSubscriptions(t, client, tp, 1)
 		start := time.Now()
 		msg.Nack()
 		select {
@@ -155,9 +141,9 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 	})
 	t.Run("hand-back", func(t *testing.T) {
 		tp := topic()
-		closing := lcSubscriber(t, client, config)
+		closing := newSubscriber(t, client, config)
 		held := subscribe(t, closing, tp)
-		require.NoError(t, pub.Publish(tp, lcMessage("handled"), lcMessage("prefetched")))
+		require.NoError(t, pub.Publish(tp, newMessage("handled"), newMessage("prefetched")))
 		receive(t, held, 2*time.Second) // never acked: the other is handed back at once
 		other := idle(t, tp)
 		start := time.Now()
@@ -168,11 +154,11 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 		tp := topic()
 		dying := config
 		dying.MaxAttempts = 1
-		ch := subscribe(t, lcSubscriber(t, client, dying), tp)
-		require.NoError(t, pub.Publish(tp, lcMessage("m")))
+		ch := subscribe(t, newSubscriber(t, client, dying), tp)
+		require.NoError(t, pub.Publish(tp, newMessage("m")))
 		receive(t, ch, 2*time.Second).Nack()
-		lcAwaitDead(t, insp, tp, "g", 1, 2*time.Second)
-		awaitWaiting(t, client, tp, 1)
+		awaitDeadLetters(t, insp, tp, "g", 1, 2*time.Second)
+		awaitIdleSubscriptions(t, client, tp, 1)
 		start := time.Now()
 		n, err := insp.RequeueDeadLetters(ctx, tp, "g")
 		require.NoError(t, err)
@@ -187,13 +173,13 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 func TestIdleWaitCostsNearlyNothing(t *testing.T) {
 	t.Parallel()
 	client := ownRedis(t)
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 2 * time.Second})
-	topics := ctTopics(100)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 2 * time.Second})
+	topics := newTopics(100)
 	for _, tp := range topics {
 		subscribe(t, sub, tp)
 	}
 	for _, tp := range topics {
-		awaitWaiting(t, client, tp, 1)
+		awaitIdleSubscriptions(t, client, tp, 1)
 	}
 	time.Sleep(time.Second) // the schedulers' first ticks, their loops retire
 	calls := func() (all, scripts int64) {
@@ -225,17 +211,15 @@ func TestIdleWaitCostsNearlyNothing(t *testing.T) {
 
 // A wrapper of the application's around a go-redis client (neither a
 // *redis.Client nor a *redis.ClusterClient) works as any client.
-type iwWrapped struct{ redis.UniversalClient }
-
 func TestIdleWaitWrappedClient(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: iwWrapped{client}, ConsumerGroup: "g"}, logger)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: wrappedClient{client}, ConsumerGroup: "g"}, logger)
 	require.NoError(t, err)
 	ch := subscribe(t, sub, tp)
-	awaitWaiting(t, client, tp, 1)
-	require.NoError(t, lcPublisher(t, client).Publish(tp, lcMessage("m")))
+	awaitIdleSubscriptions(t, client, tp, 1)
+	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("m")))
 	receive(t, ch, time.Second).Ack()
 	start := time.Now()
 	require.NoError(t, sub.Close())
@@ -267,20 +251,20 @@ func (l *iwLog) logged() []string {
 func TestIdleWaitWithoutSubscribe(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users")
-	acl := strings.Fields(strings.ReplaceAll(wkMinimalACL, "<prefix>", redisdelay.DefaultKeyPrefix))
-	restricted, _ := wkACLUser(t, append(acl, "-subscribe")...)
+	acl := strings.Fields(strings.ReplaceAll(minimalACL, "<prefix>", redisdelay.DefaultKeyPrefix))
+	restricted, _ := newACLUser(t, append(acl, "-subscribe")...)
 	tp := topic()
 	log := &iwLog{LoggerAdapter: watermill.NopLogger{}}
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: restricted, ConsumerGroup: "g", Partitions: 2,
 		DisableScheduler: true}, log)
 	require.NoError(t, err)
 	ch := subscribe(t, sub, tp)
-	awaitWaiting(t, restricted, tp, 2)
+	awaitIdleSubscriptions(t, restricted, tp, 2)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, Partitions: 2}, logger)
 	require.NoError(t, err)
 	for range 3 {
 		start := time.Now()
-		require.NoError(t, pub.Publish(tp, lcMessage("m")))
+		require.NoError(t, pub.Publish(tp, newMessage("m")))
 		receive(t, ch, time.Second).Ack()
 		t.Logf("FIGURE without the channels: received %s after Publish", time.Since(start).Round(time.Millisecond))
 	}
@@ -303,14 +287,14 @@ func TestIdleWaitCloseOnSilentRedis(t *testing.T) {
 		t.Skip("waits for timeouts (about 6s)")
 	}
 	t.Parallel()
-	proxy := newLcProxy(t)
+	proxy := newFaultProxy(t)
 	tp := topic()
 	client := proxy.client(t)
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g",
 		BlockTime: time.Minute}, logger)
 	require.NoError(t, err)
 	subscribe(t, sub, tp)
-	awaitWaiting(t, newClient(t), tp, 1)
+	awaitIdleSubscriptions(t, newClient(t), tp, 1)
 	proxy.stall()
 
 	start := time.Now()
@@ -329,12 +313,12 @@ func TestIdleWaitSweepFindsEntriesAddedWithoutBell(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const block = 300 * time.Millisecond
-	sub := lcSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
 	ch := subscribe(t, sub, tp)
-	awaitWaiting(t, client, tp, 1)
+	awaitIdleSubscriptions(t, client, tp, 1)
 	start := time.Now()
 	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{
-		Stream: lcKey(tp, "stream"), Values: []any{"m", redisdelay.EncodeForTest(lcMessage("unrung"))}}).Err())
+		Stream: shardOf(tp, 0).Stream(), Values: []any{"m", redisdelay.EncodeForTest(newMessage("unrung"))}}).Err())
 	got := receive(t, ch, 5*block)
 	assert.Equal(t, "unrung", string(got.Payload))
 	got.Ack()

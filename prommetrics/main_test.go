@@ -12,11 +12,13 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
-// The example runs against a real redis-server: the one at
-// REDISDELAY_TEST_ADDR (loopback only; held while the package runs, see
+// The tests and the example run against a real redis-server, started
+// through internal/redistest as the redisdelay package's tests do: the one
+// at REDISDELAY_TEST_ADDR (loopback only; held while the package runs, see
 // redistest.External), or one TestMain starts on a free loopback port
-// without persistence. The metrics tests themselves live in the redisdelay
-// package (metrics_test.go), beside its test helpers.
+// without persistence. Unlike the redisdelay package's tests they do not
+// run on a Cluster or Sentinel deployment: what they test is the mapping of
+// the library's hooks and Inspector figures to Prometheus, the same on any.
 var redisAddr string
 
 func TestMain(m *testing.M) {
@@ -57,3 +59,11 @@ func ping() error {
 
 // exampleClient is the client of the examples, which have no *testing.T.
 func exampleClient() *redis.Client { return redis.NewClient(&redis.Options{Addr: redisAddr}) }
+
+// newClient returns a client of the test server with go-redis's defaults,
+// closed when the test ends.
+func newClient(t testing.TB) *redis.Client {
+	c := exampleClient()
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
