@@ -32,10 +32,9 @@ var defaultKeys = store.Keys{Prefix: redisdelay.DefaultKeyPrefix}
 // prefix: its methods name the partition's keys (Waiting, Stream, ...).
 func shardOf(topic string, part int) store.Shard { return defaultKeys.Shard(topic, part) }
 
-// shardKey is a key of partition part of topic that the key table does not
-// export (prio, fanout, bkeys, bkeyof, g:<group>:owner, the far index, or a
-// pattern for KEYS): the shard from the table, then the suffix as the
-// layout in internal/store/scripts.go names it.
+// shardKey is a KEYS pattern of partition part of topic: the shard from the
+// key table, then the pattern of the keys below it (see the layout in
+// internal/store/scripts.go).
 func shardKey(topic string, part int, suffix string) string {
 	return string(shardOf(topic, part)) + ":" + suffix
 }
@@ -126,9 +125,9 @@ func businessKeyState(t *testing.T, topic string, part int) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	client := newClient(t)
-	keys, err := client.HGetAll(ctx, shardKey(topic, part, "bkeys")).Result()
+	keys, err := client.HGetAll(ctx, shardOf(topic, part).Bkeys()).Result()
 	require.NoError(t, err)
-	of, err := client.HGetAll(ctx, shardKey(topic, part, "bkeyof")).Result()
+	of, err := client.HGetAll(ctx, shardOf(topic, part).BkeyOf()).Result()
 	require.NoError(t, err)
 	require.Len(t, of, len(keys), "bkeys %v and bkeyof %v differ", keys, of)
 	for k, id := range keys {

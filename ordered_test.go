@@ -68,7 +68,7 @@ func TestOrderedKeysHandledSeriallyInOrder(t *testing.T) {
 	require.Eventually(t, func() bool {
 		owners := map[string]int{}
 		for p := range parts {
-			if o, err := client.Get(context.Background(), shardKey(tp, p, "g:g:owner")).Result(); err == nil {
+			if o, err := client.Get(context.Background(), shardOf(tp, p).Owner("g")).Result(); err == nil {
 				owners[o]++
 			}
 		}
@@ -153,7 +153,7 @@ func TestOrderedPartitionsRebalance(t *testing.T) {
 	owners := func() map[string]int {
 		n := map[string]int{}
 		for p := range parts {
-			o, err := client.Get(context.Background(), shardKey(tp, p, "g:g:owner")).Result()
+			o, err := client.Get(context.Background(), shardOf(tp, p).Owner("g")).Result()
 			if err == nil {
 				n[o]++
 			}
@@ -209,7 +209,7 @@ func TestOrderedTakeoverFromDeadOwner(t *testing.T) {
 	ctx := context.Background()
 	_, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{shardOf(tp, 0).Stream(), ">"}, Count: 4}).Result()
 	require.NoError(t, err)
-	require.NoError(t, client.Set(ctx, shardKey(tp, 0, "g:g:owner"), "dead", 500*time.Millisecond).Err())
+	require.NoError(t, client.Set(ctx, shardOf(tp, 0).Owner("g"), "dead", 500*time.Millisecond).Err())
 
 	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
 	ch := subscribe(t, sub, tp)

@@ -121,7 +121,7 @@ func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
 	}
 	nothing(t, chA, 200*time.Millisecond)
 	nothing(t, chB, 10*time.Millisecond)
-	exists, err := client.Exists(context.Background(), shardKey(tp, 0, "prio")).Result()
+	exists, err := client.Exists(context.Background(), shardOf(tp, 0).Prio()).Result()
 	require.NoError(t, err)
 	require.Zero(t, exists, "the priority marks are removed when the messages move")
 }
@@ -135,7 +135,7 @@ func TestPriorityCancelAndBadValue(t *testing.T) {
 	ok, err := pub.Cancel(context.Background(), tp, msg.UUID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	exists, err := client.Exists(context.Background(), shardKey(tp, 0, "prio")).Result()
+	exists, err := client.Exists(context.Background(), shardOf(tp, 0).Prio()).Result()
 	require.NoError(t, err)
 	require.Zero(t, exists, "a cancelled message leaves no priority mark behind")
 

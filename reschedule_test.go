@@ -111,7 +111,7 @@ func TestRescheduleKeyAndPriority(t *testing.T) {
 	ok, err = insp.Reschedule(ctx, tp, urgent.UUID, time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	require.True(t, ok)
-	prio, err := client.HGet(ctx, shardKey(tp, 0, "prio"), urgent.UUID).Result()
+	prio, err := client.HGet(ctx, shardOf(tp, 0).Prio(), urgent.UUID).Result()
 	require.NoError(t, err)
 	require.Equal(t, "1", prio, "still high priority")
 

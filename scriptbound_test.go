@@ -62,7 +62,7 @@ func TestScriptBound_PriorityFanOutToManyGroups(t *testing.T) {
 	_, wrong := counts()
 	require.Empty(t, wrong, "each group has each message once")
 	require.Zero(t, client.ZCard(ctx, shardOf(tp, 0).Waiting()).Val())
-	require.Zero(t, client.Exists(ctx, shardKey(tp, 0, "fanout"), shardKey(tp, 0, "prio"), shardOf(tp, 0).Bodies()).Val())
+	require.Zero(t, client.Exists(ctx, shardOf(tp, 0).Fanout(), shardOf(tp, 0).Prio(), shardOf(tp, 0).Bodies()).Val())
 	worst, _ := longest()
 	require.Less(t, worst, scriptTimeBound, "a promote call blocked Redis too long")
 }
@@ -92,7 +92,7 @@ return 0`)
 	for added := 0; added < pending; added += 10_000 {
 		require.NoError(t, build.Run(ctx, client, []string{stream}, 10_000).Err())
 	}
-	require.NoError(t, client.Set(ctx, shardKey(tp, 0, "g:g:owner"), "dead", 100*time.Millisecond).Err())
+	require.NoError(t, client.Set(ctx, shardOf(tp, 0).Owner("g"), "dead", 100*time.Millisecond).Err())
 	deadPending := func() int64 {
 		p, err := client.XPending(ctx, stream, "g").Result()
 		require.NoError(t, err)
@@ -145,7 +145,7 @@ func TestScriptBound_FanOutOverSeveralCallsKeepsOrder(t *testing.T) {
 		}
 	}
 	require.Eventually(t, func() bool { return client.XLen(ctx, shardOf(tp, 0).Stream()).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
-	require.Zero(t, client.Exists(ctx, shardKey(tp, 0, "fanout")).Val())
+	require.Zero(t, client.Exists(ctx, shardOf(tp, 0).Fanout()).Val())
 }
 
 // delayedNow makes a message go through the waiting set, due at once.

@@ -68,7 +68,7 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, maxWait
 	for _, call := range batch {
 		msgs += call.PublishArgs().N
 	}
-	keys := []string{sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.reg(), sh.dormant(), sh.Far(), sh.FarMeta(), sh.Bell()}
+	keys := []string{sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.reg(), sh.dormant(), sh.Far(), sh.FarMeta(), sh.Bell()}
 	keyIndex := map[string]int{}
 	indexOf := func(key string) int {
 		i, ok := keyIndex[key]
@@ -129,7 +129,7 @@ func Promote(ctx context.Context, c redis.Scripter, sh Shard, groups []string, b
 		take = "0"
 	}
 	k := make([]string, 0, 11+3*len(groups))
-	k = append(k, sh.Lease(), sh.Groups(), sh.Waiting(), sh.Bodies(), sh.Stream(), sh.bkeys(), sh.bkeyOf(), sh.prio(), sh.fanout(), sh.Bell())
+	k = append(k, sh.Lease(), sh.Groups(), sh.Waiting(), sh.Bodies(), sh.Stream(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.Fanout(), sh.Bell())
 	for _, g := range groups {
 		k = append(k, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g))
 	}
@@ -290,7 +290,7 @@ func Trim(ctx context.Context, c redis.Scripter, sh Shard, retention time.Durati
 // for the consumer groups listed, marking it dormant if so.
 func Idle(ctx context.Context, c redis.Scripter, sh Shard, groups []string, retention time.Duration) (bool, error) {
 	k := make([]string, 0, 5+2*len(groups))
-	k = append(k, sh.Waiting(), sh.Stream(), sh.dormant(), sh.fanout(), sh.Far())
+	k = append(k, sh.Waiting(), sh.Stream(), sh.dormant(), sh.Fanout(), sh.Far())
 	for _, g := range groups {
 		k = append(k, sh.Retry(g), sh.Redelivery(g))
 	}
@@ -315,7 +315,7 @@ func DropGroup(ctx context.Context, c redis.Scripter, sh Shard, group string) (b
 	n, err := dropGroupScript.Run(ctx, c, []string{
 		sh.Stream(), sh.Groups(),
 		sh.Redelivery(group), sh.Retry(group), sh.retryBodies(group), sh.Dead(group), sh.Meta(group),
-		sh.owner(group), sh.members(group), sh.ownedCounts(group), sh.Paused(group), sh.rate(group),
+		sh.Owner(group), sh.members(group), sh.ownedCounts(group), sh.Paused(group), sh.rate(group),
 	}, group).Int()
 	return n == 1, err
 }
@@ -323,7 +323,7 @@ func DropGroup(ctx context.Context, c redis.Scripter, sh Shard, group string) (b
 // Cancel runs cancel.lua: removes a waiting message found by its UUID
 // (by "uuid") or business key (by "key"). It reports whether it was waiting.
 func Cancel(ctx context.Context, c redis.Scripter, sh Shard, by, value string) (bool, error) {
-	n, err := cancelScript.Run(ctx, c, []string{sh.Waiting(), sh.Bodies(), sh.bkeys(), sh.bkeyOf(), sh.prio()}, by, value).Int()
+	n, err := cancelScript.Run(ctx, c, []string{sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio()}, by, value).Int()
 	return n == 1, err
 }
 
@@ -331,7 +331,7 @@ func Cancel(ctx context.Context, c redis.Scripter, sh Shard, by, value string) (
 // message found by its UUID or business key (by "uuid" or "key") to be due
 // delayMs after Redis's now. It reports false when none waits there.
 func Reschedule(ctx context.Context, c redis.Scripter, sh Shard, by, value string, delayMs int64) (bool, error) {
-	score, err := rescheduleScript.Run(ctx, c, []string{sh.Waiting(), sh.bkeys(), sh.seq(), sh.dormant()},
+	score, err := rescheduleScript.Run(ctx, c, []string{sh.Waiting(), sh.Bkeys(), sh.seq(), sh.dormant()},
 		by, value, delayMs, sh.Wake()).Int64()
 	return score > 0, err
 }
@@ -493,7 +493,7 @@ type OwnReply struct {
 // Own runs own.lua on a partition for an ordered subscription: op is
 // "take", "renew", "drop" or "claim" (go on from pos).
 func Own(ctx context.Context, c redis.Scripter, sh Shard, group, consumer string, lease time.Duration, op string, pos OwnPos, batch int) (OwnReply, error) {
-	res, err := ownScript.Run(ctx, c, []string{sh.owner(group), sh.Stream(), sh.Redelivery(group)},
+	res, err := ownScript.Run(ctx, c, []string{sh.Owner(group), sh.Stream(), sh.Redelivery(group)},
 		group, consumer, lease.Milliseconds(), op, pos.Stream, pos.Cursor, batch).Slice()
 	if err == nil {
 		err = replyShort("own", len(res), 3)
@@ -552,7 +552,7 @@ type FindReply struct {
 // Find runs find.lua on one partition: by is "uuid" or "key" (a
 // business key); found is false when no waiting message matches there.
 func Find(ctx context.Context, c redis.Scripter, sh Shard, by, value string) (r FindReply, found bool, err error) {
-	res, err := findScript.Run(ctx, c, []string{sh.Waiting(), sh.Bodies(), sh.bkeys()}, by, value).StringSlice()
+	res, err := findScript.Run(ctx, c, []string{sh.Waiting(), sh.Bodies(), sh.Bkeys()}, by, value).StringSlice()
 	if err == redis.Nil {
 		return r, false, nil
 	}

@@ -217,15 +217,15 @@ type Shard string
 func (s Shard) Waiting() string { return string(s) + ":waiting" }
 func (s Shard) Bodies() string  { return string(s) + ":bodies" }
 func (s Shard) seq() string     { return string(s) + ":seq" }
-func (s Shard) prio() string    { return string(s) + ":prio" }
-func (s Shard) fanout() string  { return string(s) + ":fanout" }
+func (s Shard) Prio() string    { return string(s) + ":prio" }
+func (s Shard) Fanout() string  { return string(s) + ":fanout" }
 func (s Shard) Stream() string  { return string(s) + ":stream" }
 func (s Shard) Groups() string  { return string(s) + ":groups" }
 func (s Shard) Wake() string    { return string(s) + ":wake" }
 func (s Shard) Bell() string    { return string(s) + ":bell" }
 func (s Shard) Lease() string   { return string(s) + ":lease" }
-func (s Shard) bkeys() string   { return string(s) + ":bkeys" }
-func (s Shard) bkeyOf() string  { return string(s) + ":bkeyof" }
+func (s Shard) Bkeys() string   { return string(s) + ":bkeys" }
+func (s Shard) BkeyOf() string  { return string(s) + ":bkeyof" }
 func (s Shard) reg() string     { return string(s) + ":reg" }
 func (s Shard) dormant() string { return string(s) + ":dormant" }
 func (s Shard) Far() string     { return string(s) + ":far" }
@@ -245,7 +245,7 @@ func (s Shard) retryBodies(group string) string { return s.group(group) + ":rbod
 func (s Shard) Redelivery(group string) string  { return s.group(group) + ":redo" }
 func (s Shard) Dead(group string) string        { return s.group(group) + ":dead" }
 func (s Shard) Meta(group string) string        { return s.group(group) + ":meta" }
-func (s Shard) owner(group string) string       { return s.group(group) + ":owner" }
+func (s Shard) Owner(group string) string       { return s.group(group) + ":owner" }
 func (s Shard) members(group string) string     { return s.group(group) + ":members" }
 func (s Shard) ownedCounts(group string) string { return s.group(group) + ":owned" }
 func (s Shard) Paused(group string) string      { return s.group(group) + ":paused" }
