@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // The metadata keys this package reads and writes, and typed setters for
@@ -72,7 +70,7 @@ const PriorityHigh = "high"
 // Publish keeps its BusinessKey metadata but does not let it hold the key,
 // so it cannot refuse the next message with that key. Delete the key from
 // the metadata to publish the message as a new one that holds its key.
-const AttemptKey = store.AttemptMeta
+const AttemptKey = "_redisdelay_attempt"
 
 // ErrorKey is the metadata key whose value, when a handler nacks a message
 // on its last attempt, becomes the dead letter's reason. The RecordError
