@@ -26,7 +26,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redisdelay/watermill-redisdelay"
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/testkit"
 )
 
 func topic() string { return "t-" + watermill.NewShortUUID() }
@@ -35,33 +36,6 @@ func delayed(d delay.Delay, payload string) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
 	delay.Message(msg, d)
 	return msg
-}
-
-func subscribe(t *testing.T, sub message.Subscriber, topic string) <-chan *message.Message {
-	ch, err := sub.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
-	return ch
-}
-
-func receive(t *testing.T, ch <-chan *message.Message, within time.Duration) *message.Message {
-	t.Helper()
-	select {
-	case msg := <-ch:
-		require.NotNil(t, msg, "channel closed")
-		return msg
-	case <-time.After(within):
-		t.Fatalf("no message within %s", within)
-		return nil
-	}
-}
-
-func nothing(t *testing.T, ch <-chan *message.Message, during time.Duration) {
-	t.Helper()
-	select {
-	case msg := <-ch:
-		t.Fatalf("unexpected message %s (%s)", msg.UUID, msg.Payload)
-	case <-time.After(during):
-	}
 }
 
 var logger = watermill.NewStdLogger(false, false)
@@ -104,44 +78,6 @@ func features(newGroupsReadOldMessages, reconnect bool) tests.Features {
 		NewSubscriberReceivesOldMessages:    newGroupsReadOldMessages,
 		RestartServiceCommand:               restart,
 	}
-}
-
-func newPublisher(t *testing.T, client redis.UniversalClient) *redisdelay.Publisher {
-	t.Helper()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
-	require.NoError(t, err)
-	return pub
-}
-
-// newSubscriber returns a Subscriber on client with config (Client is set
-// here), closed when the test ends.
-func newSubscriber(t *testing.T, client redis.UniversalClient, config redisdelay.SubscriberConfig) *redisdelay.Subscriber {
-	t.Helper()
-	config.Client = client
-	sub, err := redisdelay.NewSubscriber(config, logger)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	return sub
-}
-
-func newInspector(t *testing.T, client redis.UniversalClient) *redisdelay.Inspector {
-	t.Helper()
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
-	require.NoError(t, err)
-	return insp
-}
-
-// runManager runs a Manager for the given topics only (a Manager without a
-// topic list would schedule every other test's topics too).
-func runManager(t *testing.T, client redis.UniversalClient, config redisdelay.ManagerConfig) *redisdelay.Manager {
-	t.Helper()
-	config.Client = client
-	mgr, err := redisdelay.NewManager(config, logger)
-	require.NoError(t, err)
-	go func() { _ = mgr.Run(context.Background()) }()
-	t.Cleanup(func() { _ = mgr.Close() })
-	<-mgr.Running()
-	return mgr
 }
 
 func newMessage(payload string) *message.Message {
@@ -322,3 +258,29 @@ func receiveHandled(t *testing.T, ch <-chan string, within time.Duration) string
 // wrappedClient is an application's wrapper around a go-redis client:
 // neither a *redis.Client nor a *redis.ClusterClient.
 type wrappedClient struct{ redis.UniversalClient }
+
+func newPublisher(t *testing.T, client redis.UniversalClient) *redisdelay.Publisher {
+	t.Helper()
+	return testkit.NewPublisher(t, client, logger)
+}
+
+// newSubscriber returns a Subscriber on client with config, closed when the
+// test ends.
+func newSubscriber(t *testing.T, client redis.UniversalClient, config redisdelay.SubscriberConfig) *redisdelay.Subscriber {
+	t.Helper()
+	return testkit.NewSubscriber(t, client, config, logger)
+}
+
+// runManager runs a Manager for the given topics only (a Manager without a
+// topic list would schedule every other test's topics too).
+func runManager(t *testing.T, client redis.UniversalClient, config redisdelay.ManagerConfig) *redisdelay.Manager {
+	t.Helper()
+	return testkit.RunManager(t, client, config, logger)
+}
+
+var (
+	newInspector = testkit.NewInspector
+	subscribe    = testkit.Subscribe
+	receive      = testkit.Receive
+	nothing      = testkit.Nothing
+)
