@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -759,56 +758,29 @@ func publishBatch(ctx context.Context, c redis.Scripter, batch []*pubCall) (stor
 // PublishArgs is what publish.lua takes of the call.
 func (c *pubCall) PublishArgs() *store.PubArgs { return &c.PubArgs }
 
-// runPublish runs the publish script for batch. With PublisherConfig.MinReplicas set
-// it then runs WAIT on the same connection (WAIT counts the replicas that
-// acknowledged the writes of its own connection, and cannot run inside a
-// script): a *redis.Client (plain or Sentinel) lends one pooled
-// connection, a *redis.ClusterClient the connection of the master that
-// owns the topic's slot (Validate refuses other clients). That master
-// comes from the cluster client's view of the slots, which only follows
-// the redirections of its own commands: a redirection, a cluster that is
-// down or a master that refuses connections here (a failover) reloads the
-// view and retries until ctx ends; none of them ran the script. The
-// connection goes back to the pool afterwards (go-redis drops it instead
-// when it failed, or ctx ended with a reply pending).
+// runPublish runs the publish script for batch. With
+// PublisherConfig.MinReplicas set it runs it on a connection of the master
+// followed by WAIT (store.PublishOnMaster), and on a Cluster whose slots
+// move (a redirection, a failover) sends it again until ctx ends (none of
+// those ran the script).
 func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (store.PublishReply, error) {
 	if p.config.MinReplicas == 0 {
 		return publishBatch(ctx, p.redis, batch)
 	}
+	first := batch[0]
 	for {
-		client, ok := p.config.Client.(*redis.Client)
-		cluster, isCluster := p.config.Client.(*redis.ClusterClient)
-		if isCluster {
-			var err error
-			if client, err = cluster.MasterForKey(ctx, batch[0].shard.Waiting()); err != nil {
-				return store.PublishReply{}, err
-			}
-		} else if !ok {
-			return store.PublishReply{}, fmt.Errorf("PublisherConfig.MinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", p.config.Client)
-		}
-		conn := client.Conn()
-		res, err := publishBatch(ctx, conn, batch)
-		var acked int64
-		if err == nil {
-			acked, err = conn.Wait(ctx, p.config.MinReplicas, p.config.ReplicaTimeout).Result()
-			if err != nil {
-				err = fmt.Errorf("%w: the messages are stored on the master; WAIT for replicas failed: %w", ErrNotReplicated, err)
-			}
-		}
-		_ = conn.Close()
-		if err == nil && acked < int64(p.config.MinReplicas) {
+		res, acked, waitErr, err := store.PublishOnMaster(ctx, p.config.Client, first.shard, first.maxWaiting.perPart, first.maxReady.perPart,
+			batch, p.config.MinReplicas, p.config.ReplicaTimeout)
+		if waitErr != nil {
+			err = fmt.Errorf("%w: the messages are stored on the master; WAIT for replicas failed: %w", ErrNotReplicated, waitErr)
+		} else if err == nil && acked < int64(p.config.MinReplicas) {
 			err = fmt.Errorf("%w: the messages are stored on the master, but only %d of the %d replicas required (PublisherConfig.MinReplicas) confirmed them within %s, so a failover now could lose them; retrying is a no-op for a delayed message still waiting, while an immediate message retried may be delivered twice",
 				ErrNotReplicated, acked, p.config.MinReplicas, p.config.ReplicaTimeout)
 		}
-		if err == nil || !isCluster || errors.Is(err, ErrNotReplicated) {
+		if err == nil || errors.Is(err, ErrNotReplicated) {
 			return res, err
 		}
-		cluster.ReloadState(ctx)
-		var op *net.OpError
-		_, moved := redis.IsMovedError(err)
-		_, ask := redis.IsAskError(err)
-		if !moved && !ask && !redis.IsClusterDownError(err) && !redis.IsTryAgainError(err) &&
-			!(errors.As(err, &op) && op.Op == "dial") {
+		if !store.RetryOnCluster(ctx, p.config.Client, err) {
 			return store.PublishReply{}, err
 		}
 		select {
