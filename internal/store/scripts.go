@@ -148,6 +148,7 @@ var (
 //	<prefix>:{schedules}:next   zset  schedule ID -> next tick not yet published (Unix ms)
 //	<prefix>:{schedules}:claims zset  "<schedule ID>@<tick ms>" -> claim expiry: ticks being published (see schedclaim.lua)
 //	<prefix>:{schedules}:wake   pub/sub channel that wakes the schedulers' tick loops when a schedule's next tick was set
+//	<prefix>:dedup:<namespace>:{<key>} string  a deduplication key seen within its window (expires; see DedupKey)
 //
 // The shard of partition 0 is <prefix>:{<topic>}, the layout of a topic
 // before partitions existed, so such a topic reads as one partition; that
