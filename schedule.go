@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,8 +164,14 @@ func (s *Schedule) catchUp() time.Duration {
 // (see Schedule); remove it with Inspector.RemoveSchedule. It fails with
 // ErrInvalidSchedule, storing nothing, for a schedule that cannot work.
 func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
+	if p.closed.Load() {
+		return ErrClosed
+	}
 	t, err := s.validate()
 	if err != nil {
+		return err
+	}
+	if err := s.checkKeyOverlap(t); err != nil {
 		return err
 	}
 	now, err := store.RedisTime(ctx, p.config.Client)
@@ -185,6 +192,13 @@ func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 	}
 	def, err := json.Marshal(s)
 	if err != nil {
+		return fmt.Errorf("redisdelay: register schedule %q: %w", s.ID, err)
+	}
+	// The ticks are published with the count stored for the topic: store
+	// this Publisher's now, or refuse a count that differs, rather than let
+	// the first tick fix the topic at one partition.
+	parts := partitionCount(p.config.Partitions, p.config.TopicPartitions, s.Topic)
+	if _, err := registerTopic(ctx, p.config.Client, p.keys, s.Topic, parts, "PublisherConfig.Partitions"); err != nil {
 		return fmt.Errorf("redisdelay: register schedule %q: %w", s.ID, err)
 	}
 	if _, err := store.SchedAdd(ctx, p.config.Client, p.keys, s.ID, def, s.Spec, s.Timezone, first); err != nil {
@@ -445,8 +459,11 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		member := store.ClaimMember(id, tick)
 		l.mine[member] = exp
 		if err := l.publish(pctx, &s, tick); err != nil {
-			l.publishFailed(err, id)
-			return publishRetry, nil
+			if !refused(err) {
+				l.publishFailed(err, id)
+				return publishRetry, nil
+			}
+			l.tickRefused(err, id, tick)
 		}
 		delete(l.mine, member)
 		if err := store.DropClaim(pctx, l.redis, l.keys, member); err != nil {
@@ -468,6 +485,26 @@ const publishRetry = 100 * time.Millisecond
 // which tries it again before anything else.
 func (l *tickLoop) publishFailed(err error, id string) {
 	l.limiter.errorf(l.logger, "redisdelay: cannot publish a schedule tick; retrying", err, watermill.LogFields{"schedule": id})
+}
+
+// refused reports a Publish error that publishing again cannot cure: the
+// tick's message is refused as it is (a business key still held, a full
+// queue, an invalid message), so the tick is skipped rather than retried,
+// which would pile up claims as later ticks come due.
+func refused(err error) bool {
+	for _, target := range []error{ErrDuplicateBusinessKey, ErrQueueFull, ErrDuplicateMessage, ErrInvalidMessage,
+		ErrMessageTooLarge, ErrInvalidDelay, ErrInvalidTopic, ErrPartitionMismatch} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// tickRefused logs a tick Publish refused, which is skipped.
+func (l *tickLoop) tickRefused(err error, id string, tick time.Time) {
+	l.limiter.errorf(l.logger, "redisdelay: a schedule tick was refused by Publish and is skipped", err,
+		watermill.LogFields{"schedule": id, "tick": tick})
 }
 
 // maxScheduleMs parks a schedule that never ticks again (year 9999).
@@ -493,8 +530,11 @@ func (l *tickLoop) publishClaim(ctx context.Context, member string, exp time.Tim
 	s.ID = id
 	l.mine[member] = exp
 	if err := l.publish(context.WithoutCancel(ctx), &s, tick); err != nil {
-		l.publishFailed(err, id)
-		return nil
+		if !refused(err) {
+			l.publishFailed(err, id)
+			return nil
+		}
+		l.tickRefused(err, id, tick)
 	}
 	delete(l.mine, member)
 	return store.DropClaim(ctx, l.redis, l.keys, member)
@@ -535,4 +575,41 @@ func (l *tickLoop) publish(ctx context.Context, s *Schedule, tick time.Time) err
 		return fmt.Errorf("publish tick %s of schedule %q to topic %q: %w", tick.UTC().Format(time.RFC3339Nano), s.ID, s.Topic, err)
 	}
 	return nil
+}
+
+// checkKeyOverlap refuses a schedule whose ticks would refuse one another:
+// a tick's message holds its BusinessKey while it waits, and under
+// RejectDuplicateKey (the ticks' policy unless their metadata names
+// another) a message delayed as long as the gap between two ticks makes
+// Publish refuse the next tick, and so every other one.
+func (s *Schedule) checkKeyOverlap(t ticker) error {
+	key := s.Metadata[BusinessKey]
+	if key == "" {
+		return nil
+	}
+	if p := s.Metadata[BusinessKeyPolicyKey]; p != "" && BusinessKeyPolicy(p) != RejectDuplicateKey {
+		return nil
+	}
+	now := time.Now()
+	d, err := messageDelay(message.Metadata(s.Metadata), now)
+	if err != nil || d <= 0 {
+		return nil // a bad delay is refused by the check of the message itself
+	}
+	// The shortest gap among the next ticks: a cron spec's gaps vary.
+	gap, prev := time.Duration(math.MaxInt64), t.next(now)
+	for range 16 {
+		if prev.IsZero() {
+			return nil // never ticks: refused by Schedule's own check
+		}
+		next := t.next(prev)
+		if next.IsZero() {
+			break
+		}
+		gap, prev = min(gap, next.Sub(prev)), next
+	}
+	if d < gap {
+		return nil
+	}
+	return fmt.Errorf("%w: schedule %q: each tick's message holds business key %q while it waits, %s, at least as long as the %s between ticks, so Publish would refuse the next tick (RejectDuplicateKey): shorten the delay, set metadata %s to another policy (e.g. %q), or drop the business key",
+		ErrInvalidSchedule, s.ID, key, d, gap, BusinessKeyPolicyKey, ReplaceWaiting)
 }

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -464,4 +465,123 @@ func TestScheduleTicksWithoutWakeUps(t *testing.T) {
 	noChannels, _ := newACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
 	require.NoError(t, scPublisher(t, noChannels, prefix).Schedule(context.Background(),
 		redisdelay.Schedule{ID: "s2", Spec: "@every 1h", Topic: topic}))
+}
+
+// A closed Publisher registers no schedule, and a closed Subscriber
+// initializes no topic: both say ErrClosed.
+func TestScheduleAndInitializeAfterClose(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	pub := scPublisher(t, client, prefix)
+	require.NoError(t, pub.Close())
+	err := pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@daily", Topic: topic})
+	require.ErrorIs(t, err, redisdelay.ErrClosed)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g"})
+	require.NoError(t, sub.Close())
+	require.ErrorIs(t, sub.SubscribeInitialize(topic), redisdelay.ErrClosed)
+	schedules, err := newInspector(t, client).Schedules(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, schedules)
+}
+
+// A Publisher of 4 partitions schedules to a fresh topic: the topic gets 4
+// partitions, so the ticks and the Publisher's own messages both go in,
+// rather than the first tick fixing the topic at one partition.
+func TestSchedulePartitionedTopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix, Partitions: 4}, logger)
+	require.NoError(t, err)
+	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic}))
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
+	require.NoError(t, err)
+	st, err := insp.Stats(ctx, topic)
+	require.NoError(t, err)
+	require.Equal(t, 4, st.Partitions, "stored by Schedule")
+
+	col := scCollect4(t, client, prefix, topic)
+	scManager(t, client, prefix, topic)
+	require.Eventually(t, func() bool { return col.n.Load() >= 2 }, 5*time.Second, 20*time.Millisecond, "ticks delivered")
+	require.NoError(t, pub.Publish(topic, newMessage("mine")), "the Publisher's count still matches")
+
+	other, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix, Partitions: 2}, logger)
+	require.NoError(t, err)
+	err = other.Schedule(ctx, redisdelay.Schedule{ID: "s2", Spec: "@daily", Topic: topic})
+	require.ErrorIs(t, err, redisdelay.ErrPartitionMismatch)
+}
+
+// scCollect4 counts the messages of a topic of 4 partitions.
+type scCounter struct{ n atomic.Int64 }
+
+func scCollect4(t *testing.T, client redis.UniversalClient, prefix, topic string) *scCounter {
+	t.Helper()
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true, Partitions: 4})
+	ch, err := sub.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	c := &scCounter{}
+	go func() {
+		for msg := range ch {
+			c.n.Add(1)
+			msg.Ack()
+		}
+	}()
+	return c
+}
+
+// A schedule whose ticks would refuse one another (each holds its business
+// key for a delay longer than the gap between ticks) is refused by
+// Schedule, naming the fix; with a policy that replaces, it is accepted.
+func TestScheduleBusinessKeyOverlapRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	pub := scPublisher(t, client, prefix)
+	md := map[string]string{redisdelay.BusinessKey: "report", delay.DelayedForKey: "3s"}
+	err := pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: topic, Metadata: md})
+	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
+	assert.Contains(t, err.Error(), `business key "report"`)
+	assert.Contains(t, err.Error(), redisdelay.BusinessKeyPolicyKey)
+
+	md[redisdelay.BusinessKeyPolicyKey] = string(redisdelay.ReplaceWaiting)
+	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: topic, Metadata: md}))
+	delete(md, redisdelay.BusinessKeyPolicyKey)
+	md[delay.DelayedForKey] = "500ms"
+	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: topic, Metadata: md}), "shorter than the gap")
+}
+
+// A tick Publish refuses (its business key is held by another waiting
+// message) is skipped and logged, not retried: the claims do not pile up
+// as the later ticks come due.
+func TestScheduleRefusedTicksSkipped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	pub := scPublisher(t, client, prefix)
+	holder := newMessage("holder")
+	holder.Metadata.Set(redisdelay.BusinessKey, "report")
+	delay.Message(holder, delay.For(time.Hour))
+	require.NoError(t, pub.Publish(topic, holder))
+	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic,
+		Metadata: map[string]string{redisdelay.BusinessKey: "report"}}))
+	scManager(t, client, prefix, topic)
+
+	claims := store.Keys{Prefix: prefix}.Schedules().Claims()
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
+	require.NoError(t, err)
+	first := time.Now()
+	require.Eventually(t, func() bool {
+		s, err := insp.Schedules(ctx)
+		return err == nil && len(s) == 1 && s[0].Next.After(first.Add(time.Second))
+	}, 10*time.Second, 50*time.Millisecond, "ticks go on past the refused ones")
+	n, err := client.ZCard(ctx, claims).Result()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, n, int64(1), "refused ticks are not kept claimed")
+	st, err := insp.Stats(ctx, topic)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, st.Waiting, "only the holder waits")
 }

@@ -141,6 +141,12 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	if err := validateTopic(topic); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
 	return s.initialize(context.Background(), topic)
 }
 
