@@ -469,6 +469,11 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		if err := store.DropClaim(pctx, l.redis, l.keys, member); err != nil {
 			return 0, err
 		}
+		if after.After(now) {
+			// The claim moved the next tick to after: no need to read it
+			// back (a change meanwhile wakes the loop).
+			return after.Sub(now), nil
+		}
 	}
 	return 0, nil
 }
