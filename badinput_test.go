@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redisdelay/watermill-redisdelay"
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
 
 // Every Publish input a user can get wrong: the exact error, and proof that
@@ -75,6 +75,8 @@ func TestBadPublishInput(t *testing.T) {
 			fmt.Sprintf(`redisdelay: duplicate message UUID: message %q is already waiting in topic %q with a different body: cancel it first or use a new UUID`, bystander.UUID, topic)},
 		{"malformed delayed_for", topic, []*message.Message{good, withMeta("m", delay.DelayedForKey, "soon")}, redisdelay.ErrInvalidDelay,
 			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: metadata _watermill_delayed_for="soon" is not a Go duration such as "1.5s" (set it with delay.Message(msg, delay.For(d)))`, topic)},
+		{"delayed_for out of range", topic, []*message.Message{good, withMeta("m", delay.DelayedForKey, "9999999h")}, redisdelay.ErrInvalidDelay,
+			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: metadata _watermill_delayed_for="9999999h" is out of range: a delay is at most 2562047h0m0s (about 292 years); for a due time, use delay.Until`, topic)},
 		{"malformed delayed_until", topic, []*message.Message{good, withMeta("m", delay.DelayedUntilKey, "tomorrow")}, redisdelay.ErrInvalidDelay,
 			fmt.Sprintf(`redisdelay: invalid delay metadata: message "m" to topic %q: metadata _watermill_delayed_until="tomorrow" is not an RFC 3339 time such as "2006-01-02T15:04:05Z" (set it with delay.Message(msg, delay.Until(t)))`, topic)},
 		{"delay beyond MaxDelay", topic, []*message.Message{good, withMeta("m", delay.DelayedForKey, "25h")}, redisdelay.ErrInvalidDelay,
@@ -190,7 +192,7 @@ func TestBadConfig(t *testing.T) {
 		{"publisher without client", newPub(redisdelay.PublisherConfig{}),
 			`redisdelay: PublisherConfig.Client is nil: pass a redis.UniversalClient, e.g. redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})`},
 		{"brace in key prefix", newPub(redisdelay.PublisherConfig{Client: client, KeyPrefix: "a{b"}),
-			`redisdelay: PublisherConfig.KeyPrefix "a{b" contains "{" at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+			`redisdelay: invalid name: PublisherConfig.KeyPrefix "a{b" contains "{" at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
 		{"negative publish timeout", newPub(redisdelay.PublisherConfig{Client: client, PublishTimeout: -time.Second}),
 			`redisdelay: PublisherConfig.PublishTimeout is -1s: use at least 1ms (0 means the default)`},
 		{"negative max delay", newPub(redisdelay.PublisherConfig{Client: client, MaxDelay: -time.Hour}),
@@ -205,9 +207,9 @@ func TestBadConfig(t *testing.T) {
 		{"no consumer group", newSub(redisdelay.SubscriberConfig{Client: client}),
 			`redisdelay: SubscriberConfig.ConsumerGroup is empty: name the group this service consumes in (subscribers of one group share its messages; each group receives all of them)`},
 		{"space in consumer group", newSub(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "a b"}),
-			`redisdelay: SubscriberConfig.ConsumerGroup "a b" contains " " at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+			`redisdelay: invalid name: SubscriberConfig.ConsumerGroup "a b" contains " " at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
 		{"brace in consumer name", newSub(group(redisdelay.SubscriberConfig{Consumer: "c}"})),
-			`redisdelay: SubscriberConfig.Consumer "c}" contains "}" at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+			`redisdelay: invalid name: SubscriberConfig.Consumer "c}" contains "}" at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
 		{"negative batch size", newSub(group(redisdelay.SubscriberConfig{BatchSize: -1})),
 			`redisdelay: SubscriberConfig.BatchSize is -1: use 1 to 10000 (0 means the default, 32)`},
 		{"batch size too large", newSub(group(redisdelay.SubscriberConfig{BatchSize: 10001})),
@@ -242,7 +244,11 @@ func TestBadConfig(t *testing.T) {
 			`redisdelay: InspectorConfig.Client is nil: pass a redis.UniversalClient, e.g. redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			require.EqualError(t, c.new(), c.want)
+			err := c.new()
+			require.EqualError(t, err, c.want)
+			if strings.HasPrefix(c.want, "redisdelay: invalid name: ") {
+				require.ErrorIs(t, err, redisdelay.ErrInvalidName)
+			}
 		})
 	}
 }

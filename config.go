@@ -670,7 +670,7 @@ func nameProblem(what, s string) string { return names.Problem(what, s) }
 
 func validateName(what, s string) error {
 	if p := nameProblem(what, s); p != "" {
-		return errors.New("redisdelay: " + p)
+		return fmt.Errorf("%w: %s", ErrInvalidName, p)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
@@ -18,6 +19,10 @@ const untilLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // maxDuration is what time.Time.Sub returns for instants too far apart.
 const maxDuration = time.Duration(math.MaxInt64)
+
+// durationSyntax is the form time.ParseDuration reads: a value of that
+// form it refuses is out of range, not malformed.
+var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // messageDelay returns how long after now the message is due, from
 // Watermill's delay metadata, rounded up to whole milliseconds so a message
@@ -45,6 +50,10 @@ func messageDelay(md message.Metadata, now time.Time) (time.Duration, error) {
 	if v := md.Get(delay.DelayedForKey); v != "" {
 		var err error
 		if d, err = time.ParseDuration(v); err != nil {
+			if durationSyntax.MatchString(v) {
+				return 0, fmt.Errorf("metadata %s=%q is out of range: a delay is at most %s (about 292 years); for a due time, use delay.Until",
+					delay.DelayedForKey, v, time.Duration(math.MaxInt64).Truncate(time.Hour))
+			}
 			return 0, fmt.Errorf("metadata %s=%q is not a Go duration such as \"1.5s\" (set it with delay.Message(msg, delay.For(d)))",
 				delay.DelayedForKey, v)
 		}

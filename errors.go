@@ -14,6 +14,10 @@ var (
 	ErrInvalidDelay = errors.New("redisdelay: invalid delay metadata")
 	// ErrInvalidTopic is wrapped by errors for topic names that cannot be used.
 	ErrInvalidTopic = errors.New("redisdelay: invalid topic")
+	// ErrInvalidName is wrapped by errors for the other names that go into
+	// Redis keys and cannot be used: consumer groups and consumers, key
+	// prefixes, deduplication namespaces.
+	ErrInvalidName = errors.New("redisdelay: invalid name")
 	// ErrDuplicateMessage is wrapped by Publish errors when a message UUID is
 	// already waiting in the topic with a different body, or appears twice in
 	// one Publish call. Nothing of that call is stored.

@@ -555,6 +555,19 @@ func cmdReschedule(e *env, pos []string) error {
 		out.UUID = pos[1]
 		out.Rescheduled, err = e.insp.Reschedule(e.ctx, topic, out.UUID, due)
 	}
+	if err == nil && out.Rescheduled {
+		// Show the due time as stored: Redis's clock sets it, to the ms.
+		var w redisdelay.WaitingMessage
+		var found bool
+		if out.Key != "" {
+			w, found, err = e.insp.FindWaitingKey(e.ctx, topic, out.Key)
+		} else {
+			w, found, err = e.insp.FindWaiting(e.ctx, topic, out.UUID)
+		}
+		if found {
+			out.Due = w.Due.UTC()
+		}
+	}
 	when := out.Due.Format(dueLayout)
 	switch {
 	case err != nil:
@@ -644,11 +657,19 @@ func cmdPause(e *env, pos []string) error {
 	if _, err := e.knownGroup(topic, group); err != nil {
 		return err
 	}
+	was, err := e.insp.Paused(e.ctx, topic, group)
+	if err != nil {
+		return err
+	}
 	if err := e.insp.Pause(e.ctx, topic, group); err != nil {
 		return err
 	}
 	if e.opts.json {
-		return writeJSON(e.stdout, pauseJSON{Topic: topic, Group: group, Paused: true})
+		return writeJSON(e.stdout, pauseJSON{Topic: topic, Group: group, Paused: true, WasPaused: was})
+	}
+	if was {
+		fmt.Fprintf(e.stdout, "group %q of topic %q was already paused\n", group, topic)
+		return nil
 	}
 	fmt.Fprintf(e.stdout, "paused group %q of topic %q: its messages accumulate until \"redisdelay resume %s %s\"\n", group, topic, topic, group)
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // A message's UUID and metadata come from whoever published it: control
@@ -57,14 +58,14 @@ func TestWaitingShowsCorruptBody(t *testing.T) {
 	ok, err = insp.Reschedule(context.Background(), topic, s.delayed[1], w.Due)
 	require.NoError(t, err)
 	require.True(t, ok)
-	bodies := s.prefix + ":{" + topic + "}:bodies"
+	bodies := store.Keys{Prefix: s.prefix}.Shard(topic, 0).Bodies()
 	require.NoError(t, s.client.HSet(context.Background(), bodies, s.delayed[1], "not a message").Err())
 
 	r := rows(s.ok(t, "waiting", topic))
 	require.Len(t, r, 4)
 	assert.Equal(t, s.delayed[0], r[1][0])
 	assert.Equal(t, s.delayed[1], r[2][0])
-	assert.Equal(t, "CORRUPT:", r[2][5], r[2])
+	assert.Equal(t, "CORRUPT:", r[2][6], r[2])
 	assert.Equal(t, s.delayed[2], r[3][0])
 
 	page := decode[[]waitingJSON](t, s.ok(t, "--json", "waiting", topic))

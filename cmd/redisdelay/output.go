@@ -97,8 +97,9 @@ type pauseJSON struct {
 	Topic  string `json:"topic"`
 	Group  string `json:"group"`
 	Paused bool   `json:"paused"`
-	// WasPaused is set by resume only.
-	WasPaused bool `json:"was_paused,omitempty"`
+	// WasPaused is whether the group was paused before the command: set by
+	// pause and resume.
+	WasPaused bool `json:"was_paused"`
 }
 
 type purgeJSON struct {
@@ -117,11 +118,11 @@ type deleteJSON struct {
 type scheduleJSON struct {
 	ID       string `json:"id"`
 	Spec     string `json:"spec"`
-	Timezone string `json:"timezone"` // "" is UTC
+	Timezone string `json:"timezone"` // "UTC" when the schedule names none
 	Topic    string `json:"topic"`
 	// Next is the next tick not yet published.
 	Next            time.Time         `json:"next"`
-	CatchUpWindowMs int64             `json:"catch_up_window_ms"` // 0: the default
+	CatchUpWindowMs int64             `json:"catch_up_window_ms"` // the window in effect (the default when none is set)
 	PayloadBytes    int               `json:"payload_bytes"`
 	Metadata        map[string]string `json:"metadata"`
 }
@@ -136,8 +137,15 @@ func toScheduleJSON(s redisdelay.Schedule) scheduleJSON {
 	if md == nil {
 		md = map[string]string{}
 	}
-	return scheduleJSON{ID: s.ID, Spec: s.Spec, Timezone: s.Timezone, Topic: s.Topic, Next: s.Next.UTC(),
-		CatchUpWindowMs: s.CatchUpWindow.Milliseconds(), PayloadBytes: len(s.Payload), Metadata: md}
+	tz, window := s.Timezone, s.CatchUpWindow
+	if tz == "" {
+		tz = "UTC"
+	}
+	if window == 0 {
+		window = redisdelay.DefaultCatchUpWindow
+	}
+	return scheduleJSON{ID: s.ID, Spec: s.Spec, Timezone: tz, Topic: s.Topic, Next: s.Next.UTC(),
+		CatchUpWindowMs: window.Milliseconds(), PayloadBytes: len(s.Payload), Metadata: md}
 }
 
 func writeSchedulesTable(w io.Writer, all []redisdelay.Schedule, now time.Time) {
@@ -241,13 +249,17 @@ func writeStatsTable(w io.Writer, all []redisdelay.TopicStats) {
 
 func writeWaitingTable(w io.Writer, msgs []redisdelay.WaitingMessage, now time.Time) {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "UUID\tDUE\tIN\tSIZE\tMETADATA")
+	fmt.Fprintln(tw, "UUID\tDUE\tIN\tKEY\tSIZE\tMETADATA")
 	for _, m := range msgs {
 		size, md := strconv.Itoa(len(m.Message.Payload)), metadataSummary(m.Message.Metadata)
+		key := "-"
+		if k := m.Message.Metadata.Get(redisdelay.BusinessKey); k != "" {
+			key = truncate(printable(k), 32)
+		}
 		if m.Corrupt != "" {
 			size, md = "-", "CORRUPT: "+printable(m.Corrupt)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", printable(m.Message.UUID), m.Due.UTC().Format(time.RFC3339), dueIn(m.Due, now), size, md)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(m.Message.UUID), m.Due.UTC().Format(time.RFC3339), dueIn(m.Due, now), key, size, md)
 	}
 	_ = tw.Flush()
 }
@@ -281,7 +293,7 @@ func dueIn(due, now time.Time) string {
 // hiddenMetadata are keys the table leaves out: the due time is shown on
 // its own, the attempt is an internal counter.
 func hiddenMetadata(k string) bool {
-	return strings.HasPrefix(k, "_watermill_delayed") || k == redisdelay.AttemptKey
+	return strings.HasPrefix(k, "_watermill_delayed") || k == redisdelay.AttemptKey || k == redisdelay.BusinessKey
 }
 
 // metadataSummary shows the metadata as sorted k=v pairs, shortened;

@@ -52,6 +52,8 @@ func TestSchedules(t *testing.T) {
 	list := decode[[]scheduleJSON](t, r.stdout)
 	require.Len(t, list, 2)
 	assert.Equal(t, "report", list[1].ID)
+	assert.Equal(t, "UTC", list[0].Timezone, "the zone in effect, not an empty string")
+	assert.Equal(t, redisdelay.DefaultCatchUpWindow.Milliseconds(), list[0].CatchUpWindowMs, "the window in effect")
 	assert.Equal(t, 5, list[1].PayloadBytes)
 	assert.Equal(t, map[string]string{"kind": "daily"}, list[1].Metadata)
 	ny, err := time.LoadLocation("America/New_York")
