@@ -64,6 +64,30 @@ type Options struct {
 	// Timeout bounds the Redis work of one request (default 15 s).
 	Timeout time.Duration
 
+	// AllowedHosts are the names the dashboard answers to besides loopback,
+	// against DNS rebinding: a page of another site whose name its owner
+	// points at the dashboard's address is same-origin with it for the
+	// browser, so it could read the pages and the token and act, unless
+	// the dashboard refuses requests whose Host header names a host it
+	// does not know. Requests to localhost, 127.0.0.0/8 and ::1 are always
+	// served, on any port; any other Host is refused with 403 unless
+	// listed here, as "host" (any port) or "host:port" (only with that
+	// port; browsers leave out :80 and :443, so list those as "host").
+	// Names are compared without case and without a trailing dot.
+	//
+	// The check runs before Authorize and whatever it does: rebinding
+	// carries no cookie of the real name, but it defeats authorization by
+	// network location (the operator's browser is inside) and by
+	// credentials a browser sends to any name (client certificates,
+	// Kerberos). "*" turns the check off, for a deployment whose proxy
+	// already refuses unknown Hosts (a virtual host of its own, not a
+	// catch-all) and forwards only those; prefer listing the public name.
+	//
+	// The hosts listed are also trusted as the Origin or Referer of an
+	// action: behind a proxy that rewrites Host to its upstream, list the
+	// public name the browser uses.
+	AllowedHosts []string
+
 	// SampleEvery is how often the throughput and lateness of a topic are
 	// sampled for its charts (default 5 s; negative: no charts, no
 	// sampling). The dashboard keeps the last 720 samples per topic (an
@@ -92,6 +116,7 @@ type handler struct {
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 	hist  *history
+	hosts allowedHosts
 }
 
 // New returns the dashboard on insp.
@@ -104,6 +129,7 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	}
 	h := &handler{insp: insp, opts: opts, base: strings.TrimRight(opts.BasePath, "/")}
 	h.hist = newHistory(insp, opts.SampleEvery, opts.Timeout)
+	h.hosts = parseAllowedHosts(opts.AllowedHosts)
 	if h.base != "" && !strings.HasPrefix(h.base, "/") {
 		h.base = "/" + h.base
 	}
@@ -135,13 +161,21 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if !h.hosts.any && !h.hosts.allows(r.Host) {
+		// Plain text, no cookie, no token: nothing for a rebound page.
+		http.Error(w, fmt.Sprintf("forbidden: the dashboard refuses requests to Host %q: it answers only to localhost, loopback addresses "+
+			"and the hosts listed in its AllowedHosts option (redisdelay ui --allowed-host), so that another site's name pointed at "+
+			"its address (DNS rebinding) cannot use it. If this is the name you open the dashboard with, add %q to AllowedHosts.",
+			r.Host, hostOnly(r.Host)), http.StatusForbidden)
+		return
+	}
 	if h.opts.Authorize != nil {
 		if err := h.opts.Authorize(r); err != nil {
 			http.Error(w, "forbidden: "+err.Error(), http.StatusForbidden)
 			return
 		}
 	}
-	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	// Nothing but the embedded script and style runs: a payload that slips
