@@ -259,16 +259,8 @@ func (h *handler) checkAction(r *http.Request) error {
 	if h.opts.ReadOnly {
 		return fmt.Errorf("%w: the dashboard is read-only (Options.ReadOnly, or redisdelay ui --read-only)", errForbidden)
 	}
-	for _, header := range []string{"Origin", "Referer"} {
-		v := r.Header.Get(header)
-		if v == "" || v == "null" && header == "Origin" {
-			continue
-		}
-		u, err := url.Parse(v)
-		if err != nil || u.Host != r.Host {
-			return fmt.Errorf("%w: the request comes from %q, not from this dashboard (%s header): reload the dashboard and try again", errForbidden, v, header)
-		}
-		break
+	if err := h.checkOrigin(r); err != nil {
+		return err
 	}
 	c, err := r.Cookie(csrfCookie)
 	form := r.PostFormValue("csrf")
@@ -276,6 +268,36 @@ func (h *handler) checkAction(r *http.Request) error {
 		return fmt.Errorf("%w: the form's token is missing or stale (cookies disabled, or a form from another site): reload the page and try again", errForbidden)
 	}
 	return nil
+}
+
+// checkOrigin refuses a mutating request unless it comes from a page of
+// the dashboard: its Origin header, or without one its Referer, must name
+// the request's Host or a host of AllowedHosts. "Origin: null" (a
+// sandboxed frame, a data: URL, a redirect from another site) proves
+// nothing and leaves the decision to Referer; with neither, the request is
+// refused: browsers send them with the dashboard's forms (its pages ask
+// for same-origin referrers), and a script can send Origin.
+func (h *handler) checkOrigin(r *http.Request) error {
+	for _, header := range []string{"Origin", "Referer"} {
+		v := r.Header.Get(header)
+		if v == "" || v == "null" {
+			continue
+		}
+		u, err := url.Parse(v)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("%w: the %s header %q is not a URL of a page: reload the dashboard and try again", errForbidden, header, v)
+		}
+		if sameHost(u.Host, r.Host) || h.hosts.listed(u.Host) {
+			return nil
+		}
+		return fmt.Errorf("%w: the %s header names host %q but the request's Host is %q, so the form does not come from this dashboard. "+
+			"Either another site sent it, or a reverse proxy in front of the dashboard rewrote Host (nginx's proxy_pass does by default): "+
+			"pass the browser's Host on (nginx: proxy_set_header Host $host;), or list the public name in the dashboard's AllowedHosts "+
+			"(redisdelay ui --allowed-host %s)", errForbidden, header, u.Host, r.Host, hostOnly(u.Host))
+	}
+	return fmt.Errorf("%w: the request carries no Origin or Referer header naming this dashboard (Origin %q, Referer %q): "+
+		"browsers send them with the dashboard's forms; a script must send Origin: http://%s",
+		errForbidden, r.Header.Get("Origin"), r.Header.Get("Referer"), r.Host)
 }
 
 // action wraps the handler of a mutating request.

@@ -73,11 +73,26 @@ func isLoopback(host string) bool {
 
 // allows tells whether the dashboard answers to a Host header.
 func (a allowedHosts) allows(hostport string) bool {
-	host, port := splitHost(hostport)
+	host, _ := splitHost(hostport)
 	if host == "" {
 		return false
 	}
-	if isLoopback(host) || a.hosts[host] {
+	return isLoopback(host) || a.listed(hostport)
+}
+
+// sameHost tells whether two Host headers name the same host and port.
+func sameHost(a, b string) bool {
+	ha, pa := splitHost(a)
+	hb, pb := splitHost(b)
+	return ha != "" && ha == hb && pa == pb
+}
+
+// listed tells whether a host:port is named in AllowedHosts ("*" and
+// loopback aside): a name the dashboard is served under, trusted as the
+// Origin of its forms.
+func (a allowedHosts) listed(hostport string) bool {
+	host, port := splitHost(hostport)
+	if a.hosts[host] {
 		return true
 	}
 	for _, p := range a.ports[host] {

@@ -6,6 +6,7 @@ package dashboard_test
 
 import (
 	"context"
+	"html"
 	"io"
 	"net/http"
 	"net/url"
@@ -132,4 +133,95 @@ func TestAllowedHosts(t *testing.T) {
 	e = newEnv(t, dashboard.Options{AllowedHosts: []string{"*"}})
 	resp, _ = e.do(http.MethodGet, "/", "rebind.attacker.example", nil)
 	assert.Equal(t, http.StatusOK, resp.StatusCode, `"*"`)
+}
+
+// TestOriginNull: "Origin: null" (a sandboxed frame, a data: URL, a
+// redirect from another site) proves nothing: the Referer decides, and
+// without a matching one the action is refused, token or not.
+func TestOriginNull(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	e.publish("orders", later(time.Hour, "x"))
+	e.subscribe("orders", "billing")
+	_, page := e.get("/topic?t=orders")
+	tok := csrf(t, page)
+	paused := func() bool {
+		ok, err := e.insp.Paused(context.Background(), "orders", "billing")
+		require.NoError(t, err)
+		return ok
+	}
+	form := url.Values{"csrf": {tok}, "t": {"orders"}, "g": {"billing"}, "action": {"pause"}, "confirm": {"yes"}}
+
+	resp, body := e.do(http.MethodPost, "/group", "", form, "Origin", "null")
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, body)
+	assert.Contains(t, body, "no Origin or Referer")
+	assert.False(t, paused(), "paused with Origin: null and no Referer")
+
+	resp, body = e.do(http.MethodPost, "/group", "", form, "Origin", "null", "Referer", "https://evil.example/page")
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, body)
+	assert.Contains(t, body, `Referer header`)
+	assert.False(t, paused(), "paused with Origin: null and another site's Referer")
+
+	resp, body = e.do(http.MethodPost, "/group", "", form)
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, body)
+	assert.Contains(t, body, "no Origin or Referer")
+	assert.False(t, paused(), "paused with neither Origin nor Referer")
+
+	resp, body = e.do(http.MethodPost, "/group", "", form, "Origin", "null", "Referer", e.srv.URL+"/topic?t=orders")
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.True(t, paused(), "a matching Referer after Origin: null")
+
+	// The token is still required with a matching Origin.
+	form.Set("action", "resume")
+	form.Set("csrf", "0123456789abcdef0123456789abcdef")
+	resp, body = e.do(http.MethodPost, "/group", "", form, "Origin", e.srv.URL)
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, body)
+	assert.Contains(t, body, "token is missing or stale")
+	assert.True(t, paused())
+}
+
+// TestOriginRewrittenHost: behind a proxy that rewrites Host to its
+// upstream (nginx's default), the refusal says what it compared and how to
+// fix it.
+func TestOriginRewrittenHost(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	msg := later(time.Hour, "x")
+	e.publish("orders", msg)
+	_, page := e.get("/message?t=orders&q=" + msg.UUID)
+	tok := csrf(t, page)
+	upstream := "127.0.0.1:" + e.port()
+	form := url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {"u"}}
+	resp, body := e.do(http.MethodPost, "/cancel", upstream, form, "Origin", "https://ops.example.com")
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	body = html.UnescapeString(body)
+	assert.Contains(t, body, `Origin header names host "ops.example.com"`)
+	assert.Contains(t, body, `the request's Host is "`+upstream+`"`)
+	assert.Contains(t, body, "proxy_set_header Host $host")
+	assert.Contains(t, body, "AllowedHosts")
+	assert.Contains(t, body, "--allowed-host ops.example.com")
+}
+
+// TestOriginAllowedHost: the public name listed in AllowedHosts is trusted
+// as the Origin of a form behind a proxy that rewrites Host; "*" and
+// loopback are not.
+func TestOriginAllowedHost(t *testing.T) {
+	for _, c := range []struct {
+		allowed []string
+		origin  string
+		want    int
+	}{
+		{[]string{"ops.example.com"}, "https://ops.example.com", http.StatusOK},
+		{[]string{"ops.example.com:8443"}, "https://ops.example.com:8443", http.StatusOK},
+		{[]string{"ops.example.com:8443"}, "https://ops.example.com", http.StatusForbidden},
+		{[]string{"*"}, "https://ops.example.com", http.StatusForbidden},
+		{nil, "http://localhost:8080", http.StatusForbidden},
+		{[]string{"ops.example.com"}, "https://evil.example", http.StatusForbidden},
+	} {
+		e := newEnv(t, dashboard.Options{AllowedHosts: c.allowed})
+		msg := later(time.Hour, "x")
+		e.publish("orders", msg)
+		_, page := e.get("/message?t=orders&q=" + msg.UUID)
+		form := url.Values{"csrf": {csrf(t, page)}, "t": {"orders"}, "uuid": {msg.UUID}}
+		resp, body := e.do(http.MethodPost, "/cancel", "127.0.0.1:8080", form, "Origin", c.origin)
+		assert.Equal(t, c.want, resp.StatusCode, "%v %s: %s", c.allowed, c.origin, body)
+	}
 }
