@@ -88,6 +88,19 @@ type Options struct {
 	// public name the browser uses.
 	AllowedHosts []string
 
+	// SecureCookie marks the token's cookie Secure on every response, so
+	// the browser never sends it over plain http. Without it the cookie is
+	// Secure when the request came over TLS or a TLS-terminating proxy says
+	// so (X-Forwarded-Proto: https, or Forwarded: proto=https). Those
+	// headers are believed without a list of trusted proxies because they
+	// can only add Secure, never remove it: a client that forges them gets
+	// a cookie its browser refuses over http, and a page of another site
+	// cannot set them on the operator's requests. Set SecureCookie when
+	// the dashboard is reached only over https through a proxy that sends
+	// neither header; leave it unset when it is also opened over plain
+	// http (loopback), where a Secure cookie would be dropped.
+	SecureCookie bool
+
 	// SampleEvery is how often the throughput and lateness of a topic are
 	// sampled for its charts (default 5 s; negative: no charts, no
 	// sampling). The dashboard keeps the last 720 samples per topic (an
@@ -246,7 +259,7 @@ func (h *handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	if path == "" {
 		path = "/"
 	}
-	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: tok, Path: path, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: tok, Path: path, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.opts.SecureCookie || viaHTTPS(r)})
 	return tok
 }
 

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 )
@@ -98,6 +99,29 @@ func (a allowedHosts) listed(hostport string) bool {
 	for _, p := range a.ports[host] {
 		if p == port {
 			return true
+		}
+	}
+	return false
+}
+
+// viaHTTPS tells whether the browser reached the dashboard over https: a
+// TLS connection, or a proxy's X-Forwarded-Proto or Forwarded header
+// saying so (the first proxy's word: the value nearest the browser).
+func viaHTTPS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	if v := r.Header.Get("X-Forwarded-Proto"); v != "" {
+		first, _, _ := strings.Cut(v, ",")
+		return strings.EqualFold(strings.TrimSpace(first), "https")
+	}
+	if v := r.Header.Get("Forwarded"); v != "" {
+		first, _, _ := strings.Cut(v, ",")
+		for _, pair := range strings.Split(first, ";") {
+			name, value, _ := strings.Cut(strings.TrimSpace(pair), "=")
+			if strings.EqualFold(name, "proto") {
+				return strings.EqualFold(strings.Trim(value, `"`), "https")
+			}
 		}
 	}
 	return false

@@ -225,3 +225,36 @@ func TestOriginAllowedHost(t *testing.T) {
 		assert.Equal(t, c.want, resp.StatusCode, "%v %s: %s", c.allowed, c.origin, body)
 	}
 }
+
+// TestCookieSecureBehindTLSProxy: the token's cookie is Secure when a
+// TLS-terminating proxy says the browser used https.
+func TestCookieSecureBehindTLSProxy(t *testing.T) {
+	e := newEnv(t, dashboard.Options{})
+	cookie := func(header ...string) *http.Cookie {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/", nil)
+		for n := 0; n+1 < len(header); n += 2 {
+			req.Header.Set(header[n], header[n+1])
+		}
+		resp, err := http.DefaultClient.Do(req) // no jar: a new cookie each time
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		for _, c := range resp.Cookies() {
+			if c.Name == "redisdelay_csrf" {
+				return c
+			}
+		}
+		t.Fatal("no cookie set")
+		return nil
+	}
+	assert.False(t, cookie().Secure, "plain http")
+	assert.True(t, cookie("X-Forwarded-Proto", "https").Secure, "X-Forwarded-Proto: https")
+	assert.True(t, cookie("X-Forwarded-Proto", "HTTPS, http").Secure, "X-Forwarded-Proto: HTTPS, http")
+	assert.True(t, cookie("Forwarded", `for=192.0.2.60;proto=https;by=203.0.113.43`).Secure, "Forwarded: proto=https")
+	assert.False(t, cookie("X-Forwarded-Proto", "http").Secure, "X-Forwarded-Proto: http")
+	assert.False(t, cookie("Forwarded", `for=192.0.2.60;proto=http`).Secure, "Forwarded: proto=http")
+
+	e = newEnv(t, dashboard.Options{SecureCookie: true})
+	assert.True(t, cookie().Secure, "Options.SecureCookie")
+}
