@@ -10,15 +10,18 @@
 //
 //	insp, _ := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: rdb})
 //	mux.Handle("/delay/", dashboard.New(insp, dashboard.Options{
-//		BasePath:  "/delay",
-//		Authorize: requireOperator, // the service's own authentication
+//		BasePath:     "/delay",
+//		Authorize:    requireOperator,             // the service's own authentication
+//		AllowedHosts: []string{"ops.example.com"}, // the name it is opened with
 //	}))
 //
 // or run it with the CLI: redisdelay ui --addr-listen 127.0.0.1:8080.
 //
-// Mutating actions are POST requests carrying a token from a cookie of the
-// page (double-submit), refused when the Origin or Referer header names
-// another host; ReadOnly refuses them all and hides their buttons.
+// It answers only to loopback Hosts and those of Options.AllowedHosts
+// (against DNS rebinding). Mutating actions are POST requests carrying a
+// token from a cookie of the page (double-submit), refused unless their
+// Origin, or without one their Referer, names the dashboard; ReadOnly
+// refuses them all and hides their buttons.
 package dashboard
 
 import (
@@ -43,8 +46,8 @@ import (
 )
 
 // Options configure the dashboard. The zero value serves everything at the
-// root path, actions allowed, to anyone who can reach it: bind it to
-// loopback or set Authorize.
+// root path, actions allowed, to anyone who can reach it under a loopback
+// name or address: bind it to loopback or set Authorize.
 type Options struct {
 	// ReadOnly hides the actions (cancel, reschedule, requeue, delete,
 	// pause, resume) and refuses their requests with 403.
