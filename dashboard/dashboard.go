@@ -10,15 +10,18 @@
 //
 //	insp, _ := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: rdb})
 //	mux.Handle("/delay/", dashboard.New(insp, dashboard.Options{
-//		BasePath:  "/delay",
-//		Authorize: requireOperator, // the service's own authentication
+//		BasePath:     "/delay",
+//		Authorize:    requireOperator,             // the service's own authentication
+//		AllowedHosts: []string{"ops.example.com"}, // the name it is opened with
 //	}))
 //
 // or run it with the CLI: redisdelay ui --addr-listen 127.0.0.1:8080.
 //
-// Mutating actions are POST requests carrying a token from a cookie of the
-// page (double-submit), refused when the Origin or Referer header names
-// another host; ReadOnly refuses them all and hides their buttons.
+// It answers only to loopback Hosts and those of Options.AllowedHosts
+// (against DNS rebinding). Mutating actions are POST requests carrying a
+// token from a cookie of the page (double-submit), refused unless their
+// Origin, or without one their Referer, names the dashboard; ReadOnly
+// refuses them all and hides their buttons.
 package dashboard
 
 import (
@@ -43,8 +46,8 @@ import (
 )
 
 // Options configure the dashboard. The zero value serves everything at the
-// root path, actions allowed, to anyone who can reach it: bind it to
-// loopback or set Authorize.
+// root path, actions allowed, to anyone who can reach it under a loopback
+// name or address: bind it to loopback or set Authorize.
 type Options struct {
 	// ReadOnly hides the actions (cancel, reschedule, requeue, delete,
 	// pause, resume) and refuses their requests with 403.
@@ -63,6 +66,43 @@ type Options struct {
 
 	// Timeout bounds the Redis work of one request (default 15 s).
 	Timeout time.Duration
+
+	// AllowedHosts are the names the dashboard answers to besides loopback,
+	// against DNS rebinding: a page of another site whose name its owner
+	// points at the dashboard's address is same-origin with it for the
+	// browser, so it could read the pages and the token and act, unless
+	// the dashboard refuses requests whose Host header names a host it
+	// does not know. Requests to localhost, 127.0.0.0/8 and ::1 are always
+	// served, on any port; any other Host is refused with 403 unless
+	// listed here, as "host" (any port) or "host:port" (only with that
+	// port; browsers leave out :80 and :443, so list those as "host").
+	// Names are compared without case and without a trailing dot.
+	//
+	// The check runs before Authorize and whatever it does: rebinding
+	// carries no cookie of the real name, but it defeats authorization by
+	// network location (the operator's browser is inside) and by
+	// credentials a browser sends to any name (client certificates,
+	// Kerberos). "*" turns the check off, for a deployment whose proxy
+	// already refuses unknown Hosts (a virtual host of its own, not a
+	// catch-all) and forwards only those; prefer listing the public name.
+	//
+	// The hosts listed are also trusted as the Origin or Referer of an
+	// action: behind a proxy that rewrites Host to its upstream, list the
+	// public name the browser uses.
+	AllowedHosts []string
+
+	// SecureCookie marks the token's cookie Secure on every response, so
+	// the browser never sends it over plain http. Without it the cookie is
+	// Secure when the request came over TLS or a TLS-terminating proxy says
+	// so (X-Forwarded-Proto: https, or Forwarded: proto=https). Those
+	// headers are believed without a list of trusted proxies because they
+	// can only add Secure, never remove it: a client that forges them gets
+	// a cookie its browser refuses over http, and a page of another site
+	// cannot set them on the operator's requests. Set SecureCookie when
+	// the dashboard is reached only over https through a proxy that sends
+	// neither header; leave it unset when it is also opened over plain
+	// http (loopback), where a Secure cookie would be dropped.
+	SecureCookie bool
 
 	// SampleEvery is how often the throughput and lateness of a topic are
 	// sampled for its charts (default 5 s; negative: no charts, no
@@ -92,6 +132,7 @@ type handler struct {
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 	hist  *history
+	hosts allowedHosts
 }
 
 // New returns the dashboard on insp.
@@ -104,6 +145,7 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	}
 	h := &handler{insp: insp, opts: opts, base: strings.TrimRight(opts.BasePath, "/")}
 	h.hist = newHistory(insp, opts.SampleEvery, opts.Timeout)
+	h.hosts = parseAllowedHosts(opts.AllowedHosts)
 	if h.base != "" && !strings.HasPrefix(h.base, "/") {
 		h.base = "/" + h.base
 	}
@@ -135,13 +177,21 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if !h.hosts.any && !h.hosts.allows(r.Host) {
+		// Plain text, no cookie, no token: nothing for a rebound page.
+		http.Error(w, fmt.Sprintf("forbidden: the dashboard refuses requests to Host %q: it answers only to localhost, loopback addresses "+
+			"and the hosts listed in its AllowedHosts option (redisdelay ui --allowed-host), so that another site's name pointed at "+
+			"its address (DNS rebinding) cannot use it. If this is the name you open the dashboard with, add %q to AllowedHosts.",
+			r.Host, hostOnly(r.Host)), http.StatusForbidden)
+		return
+	}
 	if h.opts.Authorize != nil {
 		if err := h.opts.Authorize(r); err != nil {
 			http.Error(w, "forbidden: "+err.Error(), http.StatusForbidden)
 			return
 		}
 	}
-	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	// Nothing but the embedded script and style runs: a payload that slips
@@ -212,7 +262,7 @@ func (h *handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	if path == "" {
 		path = "/"
 	}
-	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: tok, Path: path, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: tok, Path: path, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.opts.SecureCookie || viaHTTPS(r)})
 	return tok
 }
 
@@ -225,16 +275,8 @@ func (h *handler) checkAction(r *http.Request) error {
 	if h.opts.ReadOnly {
 		return fmt.Errorf("%w: the dashboard is read-only (Options.ReadOnly, or redisdelay ui --read-only)", errForbidden)
 	}
-	for _, header := range []string{"Origin", "Referer"} {
-		v := r.Header.Get(header)
-		if v == "" || v == "null" && header == "Origin" {
-			continue
-		}
-		u, err := url.Parse(v)
-		if err != nil || u.Host != r.Host {
-			return fmt.Errorf("%w: the request comes from %q, not from this dashboard (%s header): reload the dashboard and try again", errForbidden, v, header)
-		}
-		break
+	if err := h.checkOrigin(r); err != nil {
+		return err
 	}
 	c, err := r.Cookie(csrfCookie)
 	form := r.PostFormValue("csrf")
@@ -242,6 +284,36 @@ func (h *handler) checkAction(r *http.Request) error {
 		return fmt.Errorf("%w: the form's token is missing or stale (cookies disabled, or a form from another site): reload the page and try again", errForbidden)
 	}
 	return nil
+}
+
+// checkOrigin refuses a mutating request unless it comes from a page of
+// the dashboard: its Origin header, or without one its Referer, must name
+// the request's Host or a host of AllowedHosts. "Origin: null" (a
+// sandboxed frame, a data: URL, a redirect from another site) proves
+// nothing and leaves the decision to Referer; with neither, the request is
+// refused: browsers send them with the dashboard's forms (its pages ask
+// for same-origin referrers), and a script can send Origin.
+func (h *handler) checkOrigin(r *http.Request) error {
+	for _, header := range []string{"Origin", "Referer"} {
+		v := r.Header.Get(header)
+		if v == "" || v == "null" {
+			continue
+		}
+		u, err := url.Parse(v)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("%w: the %s header %q is not a URL of a page: reload the dashboard and try again", errForbidden, header, v)
+		}
+		if sameHost(u.Host, r.Host) || h.hosts.listed(u.Host) {
+			return nil
+		}
+		return fmt.Errorf("%w: the %s header names host %q but the request's Host is %q, so the form does not come from this dashboard. "+
+			"Either another site sent it, or a reverse proxy in front of the dashboard rewrote Host (nginx's proxy_pass does by default): "+
+			"pass the browser's Host on (nginx: proxy_set_header Host $host;), or list the public name in the dashboard's AllowedHosts "+
+			"(redisdelay ui --allowed-host %s)", errForbidden, header, u.Host, r.Host, hostOnly(u.Host))
+	}
+	return fmt.Errorf("%w: the request carries no Origin or Referer header naming this dashboard (Origin %q, Referer %q): "+
+		"browsers send them with the dashboard's forms; a script must send Origin: http://%s",
+		errForbidden, r.Header.Get("Origin"), r.Header.Get("Referer"), r.Host)
 }
 
 // action wraps the handler of a mutating request.

@@ -76,6 +76,7 @@ func (e *env) post(path string, form url.Values, header ...string) (int, string)
 	e.t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", e.srv.URL) // as a browser sends it with the dashboard's forms
 	for n := 0; n+1 < len(header); n += 2 {
 		req.Header.Set(header[n], header[n+1])
 	}
@@ -280,7 +281,7 @@ func TestCancelConfirmAndToken(t *testing.T) {
 	form.Set("csrf", tok)
 	status, body = e.post("/cancel", form, "Origin", "https://evil.example")
 	assert.Equal(t, http.StatusForbidden, status, "another site")
-	assert.Contains(t, body, "not from this dashboard")
+	assert.Contains(t, body, "does not come from this dashboard")
 
 	status, body = e.post("/cancel", form, "Origin", e.srv.URL)
 	require.Equal(t, http.StatusOK, status, body)

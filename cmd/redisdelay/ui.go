@@ -24,7 +24,7 @@ func cmdUI(e *env, _ []string) error {
 			f.listen, map[bool]string{false: " and cancel, reschedule, requeue or delete messages and pause groups", true: ""}[f.readOnly])
 	}
 	srv := &http.Server{
-		Handler:           dashboard.New(e.insp, dashboard.Options{ReadOnly: f.readOnly}),
+		Handler:           dashboard.New(e.insp, dashboard.Options{ReadOnly: f.readOnly, AllowedHosts: append(listenHosts(addr.IP), f.allowedHosts...)}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	mode := ""
@@ -45,4 +45,22 @@ func cmdUI(e *env, _ []string) error {
 		return err
 	}
 	return nil
+}
+
+// listenHosts are the Hosts the dashboard answers to without
+// --allowed-host: the address it listens on, or every address of the
+// machine when it listens on all of them. An address is no rebinding risk
+// (a page of another site has a name), and loopback is allowed anyway.
+func listenHosts(ip net.IP) []string {
+	if !ip.IsUnspecified() {
+		return []string{ip.String()}
+	}
+	var out []string
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			out = append(out, n.IP.String())
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"sync"
@@ -77,4 +78,69 @@ func TestUIListenError(t *testing.T) {
 	assert.Contains(t, r.stderr, "cannot listen on --addr-listen 127.0.0.1:99999")
 	r = s.cli(t, "ui", "extra")
 	assert.Equal(t, exitUsage, r.code)
+}
+
+// TestUIAllowedHost: the dashboard refuses a Host it does not know (DNS
+// rebinding) and answers to the --allowed-host names.
+func TestUIAllowedHost(t *testing.T) {
+	s := setupSample(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var out, errOut syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"--addr", redisAddr, "--prefix", s.prefix, "ui", "--addr-listen", "127.0.0.1:0",
+			"--allowed-host", "ops.example", "--allowed-host", "intranet.example:8443, other.example"}, &out, &errOut)
+	}()
+	var url string
+	require.Eventually(t, func() bool {
+		m := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+/)`).FindStringSubmatch(out.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	}, 5*time.Second, 10*time.Millisecond, "stdout: %s stderr: %s", out.String(), errOut.String())
+	get := func(host string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for host, want := range map[string]int{
+		"ops.example":             http.StatusOK,
+		"ops.example:8080":        http.StatusOK,
+		"intranet.example:8443":   http.StatusOK,
+		"other.example":           http.StatusOK,
+		"intranet.example":        http.StatusForbidden,
+		"localhost":               http.StatusOK,
+		"rebind.attacker.example": http.StatusForbidden,
+	} {
+		status, body := get(host)
+		assert.Equal(t, want, status, "%s: %s", host, body)
+	}
+	_, body := get("rebind.attacker.example:8080")
+	assert.Contains(t, body, `Host "rebind.attacker.example:8080"`)
+	assert.Contains(t, body, "--allowed-host")
+	stop()
+	select {
+	case c := <-code:
+		assert.Equal(t, exitOK, c, "stderr: %s", errOut.String())
+	case <-time.After(5 * time.Second):
+		t.Fatal("ui did not stop within 5 s of the interrupt")
+	}
+}
+
+// TestListenHosts: the address listened on is allowed; all of the
+// machine's for 0.0.0.0.
+func TestListenHosts(t *testing.T) {
+	assert.Equal(t, []string{"10.1.2.3"}, listenHosts(net.ParseIP("10.1.2.3")))
+	assert.Equal(t, []string{"2001:db8::1"}, listenHosts(net.ParseIP("2001:db8::1")))
+	all := listenHosts(net.IPv4zero)
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	require.Len(t, all, len(addrs))
+	assert.Contains(t, all, "127.0.0.1")
 }

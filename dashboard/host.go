@@ -1,0 +1,128 @@
+package dashboard
+
+import (
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// allowedHosts is Options.AllowedHosts read: hosts allowed on any port,
+// and host:port pairs.
+type allowedHosts struct {
+	any   bool                // "*": no check
+	hosts map[string]bool     // host, any port
+	ports map[string][]string // host: the ports allowed
+}
+
+func parseAllowedHosts(list []string) allowedHosts {
+	a := allowedHosts{hosts: map[string]bool{}, ports: map[string][]string{}}
+	for _, e := range list {
+		e = strings.TrimSpace(e)
+		if e == "*" {
+			a.any = true
+			continue
+		}
+		// Tolerate an origin ("https://ops.example.com"): its host counts.
+		if strings.Contains(e, "://") {
+			if u, err := url.Parse(e); err == nil {
+				e = u.Host
+			}
+		}
+		host, port := splitHost(e)
+		switch {
+		case host == "":
+		case port == "":
+			a.hosts[host] = true
+		default:
+			a.ports[host] = append(a.ports[host], port)
+		}
+	}
+	return a
+}
+
+// splitHost splits a Host header (or an entry of AllowedHosts) into its
+// host, lower case, without brackets or a trailing dot, and its port
+// ("" without one).
+func splitHost(hostport string) (host, port string) {
+	host = hostport
+	if h, p, err := net.SplitHostPort(hostport); err == nil {
+		host, port = h, p
+	}
+	host = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), ".")
+	return strings.ToLower(host), port
+}
+
+// hostOnly is the host of a Host header, as AllowedHosts takes it.
+func hostOnly(hostport string) string {
+	host, _ := splitHost(hostport)
+	if strings.Contains(host, ":") {
+		return "[" + host + "]"
+	}
+	return host
+}
+
+// isLoopback tells whether a host names this machine whatever DNS says:
+// localhost, or an address in 127.0.0.0/8 or ::1.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// allows tells whether the dashboard answers to a Host header.
+func (a allowedHosts) allows(hostport string) bool {
+	host, _ := splitHost(hostport)
+	if host == "" {
+		return false
+	}
+	return isLoopback(host) || a.listed(hostport)
+}
+
+// sameHost tells whether two Host headers name the same host and port.
+func sameHost(a, b string) bool {
+	ha, pa := splitHost(a)
+	hb, pb := splitHost(b)
+	return ha != "" && ha == hb && pa == pb
+}
+
+// listed tells whether a host:port is named in AllowedHosts ("*" and
+// loopback aside): a name the dashboard is served under, trusted as the
+// Origin of its forms.
+func (a allowedHosts) listed(hostport string) bool {
+	host, port := splitHost(hostport)
+	if a.hosts[host] {
+		return true
+	}
+	for _, p := range a.ports[host] {
+		if p == port {
+			return true
+		}
+	}
+	return false
+}
+
+// viaHTTPS tells whether the browser reached the dashboard over https: a
+// TLS connection, or a proxy's X-Forwarded-Proto or Forwarded header
+// saying so (the first proxy's word: the value nearest the browser).
+func viaHTTPS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	if v := r.Header.Get("X-Forwarded-Proto"); v != "" {
+		first, _, _ := strings.Cut(v, ",")
+		return strings.EqualFold(strings.TrimSpace(first), "https")
+	}
+	if v := r.Header.Get("Forwarded"); v != "" {
+		first, _, _ := strings.Cut(v, ",")
+		for _, pair := range strings.Split(first, ";") {
+			name, value, _ := strings.Cut(strings.TrimSpace(pair), "=")
+			if strings.EqualFold(name, "proto") {
+				return strings.EqualFold(strings.Trim(value, `"`), "https")
+			}
+		}
+	}
+	return false
+}
