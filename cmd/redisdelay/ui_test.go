@@ -37,21 +37,9 @@ func (s *syncBuffer) String() string {
 // interrupt with status 0.
 func TestUI(t *testing.T) {
 	s := setupSample(t)
-	ctx, stop := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
-	code := make(chan int, 1)
-	go func() {
-		code <- run(ctx, []string{"--addr", redisAddr, "--prefix", s.prefix, "--timeout", "200ms", "ui", "--addr-listen", "127.0.0.1:0", "--read-only"}, &out, &errOut)
-	}()
-	var url string
-	require.Eventually(t, func() bool {
-		m := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+/)`).FindStringSubmatch(out.String())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil
-	}, 5*time.Second, 10*time.Millisecond, "stdout: %s stderr: %s", out.String(), errOut.String())
-	assert.Contains(t, out.String(), "(read-only)")
+	ui := startUI(t, s, "--timeout", "200ms", "ui", "--addr-listen", "127.0.0.1:0", "--read-only")
+	url := ui.url
+	assert.Contains(t, ui.out.String(), "(read-only)")
 	time.Sleep(300 * time.Millisecond) // past --timeout: still serving
 
 	resp, err := http.Get(url + "topic?t=" + topic)
@@ -62,13 +50,7 @@ func TestUI(t *testing.T) {
 	assert.Contains(t, string(body), s.delayed[0])
 	assert.Contains(t, string(body), `id="read-only"`)
 
-	stop()
-	select {
-	case c := <-code:
-		assert.Equal(t, exitOK, c, "stderr: %s", errOut.String())
-	case <-time.After(5 * time.Second):
-		t.Fatal("ui did not stop within 5 s of the interrupt")
-	}
+	ui.interrupt(t)
 }
 
 func TestUIListenError(t *testing.T) {
@@ -84,22 +66,9 @@ func TestUIListenError(t *testing.T) {
 // rebinding) and answers to the --allowed-host names.
 func TestUIAllowedHost(t *testing.T) {
 	s := setupSample(t)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var out, errOut syncBuffer
-	code := make(chan int, 1)
-	go func() {
-		code <- run(ctx, []string{"--addr", redisAddr, "--prefix", s.prefix, "ui", "--addr-listen", "127.0.0.1:0",
-			"--allowed-host", "ops.example", "--allowed-host", "intranet.example:8443, other.example"}, &out, &errOut)
-	}()
-	var url string
-	require.Eventually(t, func() bool {
-		m := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+/)`).FindStringSubmatch(out.String())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil
-	}, 5*time.Second, 10*time.Millisecond, "stdout: %s stderr: %s", out.String(), errOut.String())
+	ui := startUI(t, s, "ui", "--addr-listen", "127.0.0.1:0",
+		"--allowed-host", "ops.example", "--allowed-host", "intranet.example:8443, other.example")
+	url := ui.url
 	get := func(host string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
 		req.Host = host
@@ -124,13 +93,7 @@ func TestUIAllowedHost(t *testing.T) {
 	_, body := get("rebind.attacker.example:8080")
 	assert.Contains(t, body, `Host "rebind.attacker.example:8080"`)
 	assert.Contains(t, body, "--allowed-host")
-	stop()
-	select {
-	case c := <-code:
-		assert.Equal(t, exitOK, c, "stderr: %s", errOut.String())
-	case <-time.After(5 * time.Second):
-		t.Fatal("ui did not stop within 5 s of the interrupt")
-	}
+	ui.interrupt(t)
 }
 
 // TestListenHosts: the address listened on is allowed; all of the
@@ -143,4 +106,45 @@ func TestListenHosts(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, all, len(addrs))
 	assert.Contains(t, all, "127.0.0.1")
+}
+
+// uiRun is the ui command running in the test.
+type uiRun struct {
+	url         string // where it serves
+	out, errOut syncBuffer
+	stop        context.CancelFunc
+	code        chan int
+}
+
+// startUI runs the CLI with args (after --addr and --prefix) until it
+// serves, and interrupts it when the test ends if the test did not.
+func startUI(t *testing.T, s sample, args ...string) *uiRun {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	ui := &uiRun{stop: stop, code: make(chan int, 1)}
+	go func() {
+		ui.code <- run(ctx, append([]string{"--addr", redisAddr, "--prefix", s.prefix}, args...), &ui.out, &ui.errOut)
+	}()
+	require.Eventually(t, func() bool {
+		m := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+/)`).FindStringSubmatch(ui.out.String())
+		if m != nil {
+			ui.url = m[1]
+		}
+		return m != nil
+	}, 5*time.Second, 10*time.Millisecond, "stdout: %s stderr: %s", ui.out.String(), ui.errOut.String())
+	return ui
+}
+
+// interrupt stops the command as an interrupt would: it exits with status
+// 0 within 5 s.
+func (ui *uiRun) interrupt(t *testing.T) {
+	t.Helper()
+	ui.stop()
+	select {
+	case c := <-ui.code:
+		assert.Equal(t, exitOK, c, "stderr: %s", ui.errOut.String())
+	case <-time.After(5 * time.Second):
+		t.Fatal("ui did not stop within 5 s of the interrupt")
+	}
 }
