@@ -51,6 +51,11 @@ var (
 	ErrQueueFull = errors.New("redisdelay: queue full")
 )
 
+// ErrUnknownSchedule is wrapped by the Inspector's schedule actions
+// (PauseSchedule, ResumeSchedule, TriggerSchedule) for an ID no schedule
+// has.
+var ErrUnknownSchedule = errors.New("redisdelay: unknown schedule")
+
 // ErrPartitionMismatch is wrapped by Publish and Subscribe errors when the
 // configured partition count of a topic differs from the one stored in
 // Redis by the first Publisher or Subscriber that used the topic. Nothing

@@ -60,8 +60,13 @@ type Schedule struct {
 	CatchUpWindow time.Duration `json:"catch_up_window,omitempty"`
 
 	// Next is the next tick not yet published, as Inspector.Schedules reads
-	// it. Publisher.Schedule ignores it.
+	// it (zero while paused). Publisher.Schedule ignores it.
 	Next time.Time `json:"-"`
+
+	// Paused is when Inspector.PauseSchedule paused the schedule (zero:
+	// running), as Inspector.Schedules reads it. Publisher.Schedule ignores
+	// it: registering a paused schedule again keeps it paused.
+	Paused time.Time `json:"-"`
 }
 
 // DefaultCatchUpWindow is how late a tick may be published when
@@ -209,7 +214,7 @@ func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 
 // Schedules lists the recurring schedules, by ID, with their next tick.
 func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
-	defs, nexts, err := store.ScheduleDefs(ctx, i.client, i.keys)
+	defs, nexts, paused, err := store.ScheduleDefs(ctx, i.client, i.keys)
 	if err != nil {
 		return nil, fmt.Errorf("redisdelay: list schedules: %w", err)
 	}
@@ -219,7 +224,10 @@ func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
 		if err := json.Unmarshal([]byte(js), &s); err != nil {
 			return nil, fmt.Errorf("redisdelay: schedule %q does not decode: %v; remove it with Inspector.RemoveSchedule", id, err)
 		}
-		s.ID, s.Next = id, nexts[id]
+		s.ID, s.Next, s.Paused = id, nexts[id], paused[id]
+		if !s.Paused.IsZero() {
+			s.Next = time.Time{}
+		}
 		out = append(out, s)
 	}
 	slices.SortFunc(out, func(a, b Schedule) int { return cmp.Compare(a.ID, b.ID) })
@@ -235,6 +243,102 @@ func (i *Inspector) RemoveSchedule(ctx context.Context, id string) (bool, error)
 		return false, fmt.Errorf("redisdelay: remove schedule %q: %w", id, err)
 	}
 	return existed, nil
+}
+
+// PauseSchedule pauses a schedule: no tick is published from then on,
+// except one already being published, until ResumeSchedule. It reports
+// whether it was running; ErrUnknownSchedule when there is no such
+// schedule. Registering it again (Publisher.Schedule, as every process
+// does at start) keeps it paused.
+func (i *Inspector) PauseSchedule(ctx context.Context, id string) (bool, error) {
+	now, err := store.RedisTime(ctx, i.client)
+	if err != nil {
+		return false, fmt.Errorf("redisdelay: pause schedule %q: %w", id, err)
+	}
+	return i.schedPause(ctx, "pause", id, true, now)
+}
+
+// ResumeSchedule resumes a paused schedule at its first tick after now:
+// the ticks it missed while paused are not published. It reports whether
+// it was paused; ErrUnknownSchedule when there is no such schedule.
+func (i *Inspector) ResumeSchedule(ctx context.Context, id string) (bool, error) {
+	s, err := i.schedule(ctx, "resume", id)
+	if err != nil {
+		return false, err
+	}
+	t, err := s.validate()
+	if err != nil {
+		return false, fmt.Errorf("redisdelay: resume schedule %q: %w", id, err)
+	}
+	now, err := store.RedisTime(ctx, i.client)
+	if err != nil {
+		return false, fmt.Errorf("redisdelay: resume schedule %q: %w", id, err)
+	}
+	next := t.next(now)
+	if next.IsZero() {
+		next = time.UnixMilli(maxScheduleMs)
+	}
+	return i.schedPause(ctx, "resume", id, false, next)
+}
+
+func (i *Inspector) schedPause(ctx context.Context, what, id string, pause bool, at time.Time) (bool, error) {
+	n, err := store.SchedPause(ctx, i.client, i.keys, id, pause, at)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("redisdelay: %s schedule %q: %w", what, id, err)
+	case n < 0:
+		return false, fmt.Errorf("%w: %s schedule %q: see Inspector.Schedules", ErrUnknownSchedule, what, id)
+	}
+	return n == 1, nil
+}
+
+// TriggerSchedule publishes one tick of a schedule now, paused or not, as
+// its tick loop would (same topic, payload and metadata; ScheduleTickKey
+// is now, by Redis's clock), without changing its next tick.
+// ErrUnknownSchedule when there is no such schedule.
+func (i *Inspector) TriggerSchedule(ctx context.Context, id string) error {
+	s, err := i.schedule(ctx, "trigger", id)
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error { return fmt.Errorf("redisdelay: trigger schedule %q: %w", id, err) }
+	now, err := store.RedisTime(ctx, i.client)
+	if err != nil {
+		return fail(err)
+	}
+	parts, err := storedPartitions(ctx, i.client, i.keys, s.Topic)
+	if err != nil {
+		return fail(err)
+	}
+	pub, err := NewPublisher(PublisherConfig{Client: i.client, KeyPrefix: i.keys.Prefix,
+		TopicPartitions: map[string]int{s.Topic: parts[0]}}, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer pub.Close()
+	msg := tickMessage(i.keys.Prefix, &s, now.Truncate(time.Millisecond))
+	msg.SetContext(ctx)
+	if err := pub.Publish(s.Topic, msg); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// schedule reads a stored schedule's definition for an action (what).
+func (i *Inspector) schedule(ctx context.Context, what, id string) (Schedule, error) {
+	js, ok, err := store.ScheduleDef(ctx, i.client, i.keys, id)
+	if err != nil {
+		return Schedule{}, fmt.Errorf("redisdelay: %s schedule %q: %w", what, id, err)
+	}
+	if !ok {
+		return Schedule{}, fmt.Errorf("%w: %s schedule %q: see Inspector.Schedules", ErrUnknownSchedule, what, id)
+	}
+	var s Schedule
+	if err := json.Unmarshal([]byte(js), &s); err != nil {
+		return Schedule{}, fmt.Errorf("redisdelay: %s schedule %q: it does not decode: %v; remove it with Inspector.RemoveSchedule", what, id, err)
+	}
+	s.ID = id
+	return s, nil
 }
 
 // tickUUID is the UUID of a tick's message: the same in every process.

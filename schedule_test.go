@@ -585,3 +585,69 @@ func TestScheduleRefusedTicksSkipped(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, st.Waiting, "only the holder waits")
 }
+
+// A paused schedule publishes no tick, stays paused when registered again
+// (as every process does at start), can still be triggered by hand, and
+// resumes at its next tick after now.
+func TestSchedulePauseResumeTrigger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	col := scCollect(t, client, prefix, topic)
+	pub := scPublisher(t, client, prefix)
+	def := redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic, Payload: []byte("tick")}
+	require.NoError(t, pub.Schedule(ctx, def))
+	scManager(t, client, prefix, topic)
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(col.snapshot()) >= 2 }, 5*time.Second, 20*time.Millisecond)
+
+	was, err := insp.PauseSchedule(ctx, "s")
+	require.NoError(t, err)
+	assert.True(t, was, "was running")
+	was, err = insp.PauseSchedule(ctx, "s")
+	require.NoError(t, err)
+	assert.False(t, was, "already paused")
+	require.NoError(t, pub.Schedule(ctx, def), "registered again at a deploy")
+	list, err := insp.Schedules(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.False(t, list[0].Paused.IsZero(), "listed as paused")
+	assert.True(t, list[0].Next.IsZero(), "no next tick while paused")
+	time.Sleep(300 * time.Millisecond) // a tick claimed before the pause is still published
+	paused := len(col.snapshot())
+	time.Sleep(time.Second)
+	assert.Equal(t, paused, len(col.snapshot()), "no tick while paused")
+
+	require.NoError(t, insp.TriggerSchedule(ctx, "s"))
+	require.Eventually(t, func() bool { return len(col.snapshot()) == paused+1 }, 5*time.Second, 20*time.Millisecond, "the triggered tick")
+
+	was, err = insp.ResumeSchedule(ctx, "s")
+	require.NoError(t, err)
+	assert.True(t, was, "was paused")
+	was, err = insp.ResumeSchedule(ctx, "s")
+	require.NoError(t, err)
+	assert.False(t, was, "already running")
+	require.Eventually(t, func() bool { return len(col.snapshot()) >= paused+3 }, 5*time.Second, 20*time.Millisecond, "ticks again")
+	list, err = insp.Schedules(ctx)
+	require.NoError(t, err)
+	assert.True(t, list[0].Paused.IsZero())
+	assert.False(t, list[0].Next.IsZero())
+
+	for _, action := range []func() error{
+		func() error { _, err := insp.PauseSchedule(ctx, "nope"); return err },
+		func() error { _, err := insp.ResumeSchedule(ctx, "nope"); return err },
+		func() error { return insp.TriggerSchedule(ctx, "nope") },
+	} {
+		err := action()
+		require.ErrorIs(t, err, redisdelay.ErrUnknownSchedule)
+		assert.Contains(t, err.Error(), `schedule "nope"`)
+	}
+	removed, err := insp.RemoveSchedule(ctx, "s")
+	require.NoError(t, err)
+	assert.True(t, removed)
+	n, err := client.Exists(ctx, store.Keys{Prefix: prefix}.Schedules().Paused()).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "no pause flag left behind")
+}

@@ -263,6 +263,24 @@ func init() {
 			minArgs: 1, maxArgs: 1, run: cmdUnschedule,
 		},
 		{
+			name: "pause-schedule", args: "<id>", summary: "stop a recurring schedule ticking",
+			help: "Pauses a recurring schedule: no tick is published until resume-schedule, except one being\n" +
+				"published. Registering it again (Publisher.Schedule at a process's start) keeps it paused.",
+			minArgs: 1, maxArgs: 1, run: cmdPauseSchedule,
+		},
+		{
+			name: "resume-schedule", args: "<id>", summary: "let a paused schedule tick again",
+			help: "Resumes a paused schedule at its first tick after now: the ticks it missed while paused are\n" +
+				"not published.",
+			minArgs: 1, maxArgs: 1, run: cmdResumeSchedule,
+		},
+		{
+			name: "trigger", args: "<id>", summary: "publish one tick of a schedule now",
+			help: "Publishes one tick of a schedule now, paused or not, as its tick loop would (same topic,\n" +
+				"payload and metadata, the tick instant now), without moving its next tick.",
+			minArgs: 1, maxArgs: 1, run: cmdTrigger,
+		},
+		{
 			name: "ui", args: "[--addr-listen HOST:PORT] [--read-only] [--allowed-host HOST]...", summary: "serve the web dashboard",
 			help: "Serves the operator dashboard (see docs/dashboard.md) until interrupted: topics and groups\n" +
 				"refreshing live, when waiting messages fall due, waiting messages searched by UUID or business\n" +
@@ -860,6 +878,47 @@ func cmdSchedules(e *env, _ []string) error {
 		return nil
 	}
 	writeSchedulesTable(e.stdout, all, now)
+	return nil
+}
+
+func cmdPauseSchedule(e *env, pos []string) error {
+	was, err := e.insp.PauseSchedule(e.ctx, pos[0])
+	switch {
+	case err != nil:
+		return err
+	case e.opts.json:
+		return writeJSON(e.stdout, schedulePauseJSON{ID: pos[0], Paused: true, WasPaused: !was})
+	case was:
+		fmt.Fprintf(e.stdout, "paused schedule %q: no tick until \"redisdelay resume-schedule %s\"\n", pos[0], pos[0])
+	default:
+		fmt.Fprintf(e.stdout, "schedule %q was already paused\n", pos[0])
+	}
+	return nil
+}
+
+func cmdResumeSchedule(e *env, pos []string) error {
+	was, err := e.insp.ResumeSchedule(e.ctx, pos[0])
+	switch {
+	case err != nil:
+		return err
+	case e.opts.json:
+		return writeJSON(e.stdout, schedulePauseJSON{ID: pos[0], Paused: false, WasPaused: was})
+	case was:
+		fmt.Fprintf(e.stdout, "resumed schedule %q\n", pos[0])
+	default:
+		fmt.Fprintf(e.stdout, "schedule %q was not paused\n", pos[0])
+	}
+	return nil
+}
+
+func cmdTrigger(e *env, pos []string) error {
+	if err := e.insp.TriggerSchedule(e.ctx, pos[0]); err != nil {
+		return err
+	}
+	if e.opts.json {
+		return writeJSON(e.stdout, triggerJSON{ID: pos[0], Triggered: true})
+	}
+	fmt.Fprintf(e.stdout, "published a tick of schedule %q\n", pos[0])
 	return nil
 }
 

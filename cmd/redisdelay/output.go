@@ -121,10 +121,23 @@ type scheduleJSON struct {
 	Timezone string `json:"timezone"` // "UTC" when the schedule names none
 	Topic    string `json:"topic"`
 	// Next is the next tick not yet published.
-	Next            time.Time         `json:"next"`
+	Next            time.Time         `json:"next"` // zero while paused
+	Paused          *time.Time        `json:"paused,omitempty"`
 	CatchUpWindowMs int64             `json:"catch_up_window_ms"` // the window in effect (the default when none is set)
 	PayloadBytes    int               `json:"payload_bytes"`
 	Metadata        map[string]string `json:"metadata"`
+}
+
+type schedulePauseJSON struct {
+	ID     string `json:"id"`
+	Paused bool   `json:"paused"`
+	// WasPaused is whether it was paused before the command.
+	WasPaused bool `json:"was_paused"`
+}
+
+type triggerJSON struct {
+	ID        string `json:"id"`
+	Triggered bool   `json:"triggered"`
 }
 
 type unscheduleJSON struct {
@@ -144,8 +157,13 @@ func toScheduleJSON(s redisdelay.Schedule) scheduleJSON {
 	if window == 0 {
 		window = redisdelay.DefaultCatchUpWindow
 	}
-	return scheduleJSON{ID: s.ID, Spec: s.Spec, Timezone: tz, Topic: s.Topic, Next: s.Next.UTC(),
+	out := scheduleJSON{ID: s.ID, Spec: s.Spec, Timezone: tz, Topic: s.Topic, Next: s.Next.UTC(),
 		CatchUpWindowMs: window.Milliseconds(), PayloadBytes: len(s.Payload), Metadata: md}
+	if !s.Paused.IsZero() {
+		at := s.Paused.UTC()
+		out.Paused = &at
+	}
+	return out
 }
 
 func writeSchedulesTable(w io.Writer, all []redisdelay.Schedule, now time.Time) {
@@ -156,8 +174,11 @@ func writeSchedulesTable(w io.Writer, all []redisdelay.Schedule, now time.Time) 
 		if tz == "" {
 			tz = "UTC"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(s.ID), printable(s.Spec), printable(tz), printable(s.Topic),
-			s.Next.UTC().Format(time.RFC3339), dueIn(s.Next, now))
+		next, in := s.Next.UTC().Format(time.RFC3339), dueIn(s.Next, now)
+		if !s.Paused.IsZero() {
+			next, in = "paused", "since "+s.Paused.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(s.ID), printable(s.Spec), printable(tz), printable(s.Topic), next, in)
 	}
 	_ = tw.Flush()
 }

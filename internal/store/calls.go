@@ -613,9 +613,26 @@ func Slot(ctx context.Context, c redis.Scripter, sh Shard, group, op, member str
 // SchedAdd runs schedadd.lua; it reports whether the next tick was set.
 func SchedAdd(ctx context.Context, c redis.Scripter, k Keys, id string, def []byte, spec, timezone string, first time.Time) (bool, error) {
 	sk := k.Schedules()
-	n, err := schedAddScript.Run(ctx, c, []string{sk.Defs(), sk.Next()},
+	n, err := schedAddScript.Run(ctx, c, []string{sk.Defs(), sk.Next(), sk.Paused()},
 		id, def, spec, timezone, first.UnixMilli(), sk.Wake()).Int64()
 	return n == 1, err
+}
+
+// ParkedTick is the next tick of a paused schedule: the end of year 9999,
+// which no tick loop finds due.
+const ParkedTick = 253402300799000
+
+// SchedPause runs schedpause.lua: pauses a schedule (pause true, at: now)
+// or resumes it with its next tick at. It returns -1 when no such schedule
+// exists, 0 when it already was paused (or running), 1 when it changed.
+func SchedPause(ctx context.Context, c redis.Scripter, k Keys, id string, pause bool, at time.Time) (int64, error) {
+	sk := k.Schedules()
+	op := "resume"
+	if pause {
+		op = "pause"
+	}
+	return schedPauseScript.Run(ctx, c, []string{sk.Defs(), sk.Next(), sk.Paused()},
+		id, op, at.UnixMilli(), ParkedTick, sk.Wake()).Int64()
 }
 
 // SchedClaim runs schedclaim.lua: status 1 claimed (exp is the claim's

@@ -10,22 +10,28 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ScheduleDefs reads every recurring schedule's JSON definition and next
-// tick not yet published, by ID.
-func ScheduleDefs(ctx context.Context, c Cmds, k Keys) (defs map[string]string, next map[string]time.Time, err error) {
+// ScheduleDefs reads every recurring schedule's JSON definition, next
+// tick not yet published, and when it was paused (absent: not paused), by
+// ID.
+func ScheduleDefs(ctx context.Context, c Cmds, k Keys) (defs map[string]string, next, paused map[string]time.Time, err error) {
 	sk := k.Schedules()
 	pipe := c.Pipeline()
 	d := pipe.HGetAll(ctx, sk.Defs())
 	n := pipe.ZRangeWithScores(ctx, sk.Next(), 0, -1)
+	p := pipe.HGetAll(ctx, sk.Paused())
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	paused = make(map[string]time.Time, len(p.Val()))
+	for id, ms := range p.Val() {
+		paused[id] = time.UnixMilli(parseCount(ms))
 	}
 	next = make(map[string]time.Time, len(n.Val()))
 	for _, z := range n.Val() {
 		id, _ := z.Member.(string)
 		next[id] = time.UnixMilli(int64(z.Score))
 	}
-	return d.Val(), next, nil
+	return d.Val(), next, paused, nil
 }
 
 // RemoveSchedule deletes a schedule's definition and next tick; it
@@ -35,6 +41,7 @@ func RemoveSchedule(ctx context.Context, c redis.Cmdable, k Keys, id string) (bo
 	pipe := c.TxPipeline()
 	del := pipe.HDel(ctx, sk.Defs(), id)
 	pipe.ZRem(ctx, sk.Next(), id)
+	pipe.HDel(ctx, sk.Paused(), id)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, err
 	}

@@ -95,6 +95,7 @@ var (
 	peekScript       = loadScript("peek")
 
 	schedAddScript   = loadScript("schedadd")
+	schedPauseScript = loadScript("schedpause")
 	schedClaimScript = loadScript("schedclaim")
 	schedRetryScript = loadScript("schedretry")
 )
@@ -147,6 +148,7 @@ var (
 //	<prefix>:{schedules}:defs   hash  schedule ID -> JSON definition (see Schedule)
 //	<prefix>:{schedules}:next   zset  schedule ID -> next tick not yet published (Unix ms)
 //	<prefix>:{schedules}:claims zset  "<schedule ID>@<tick ms>" -> claim expiry: ticks being published (see schedclaim.lua)
+//	<prefix>:{schedules}:paused hash  schedule ID -> when it was paused (Unix ms); its next tick is parked (see schedpause.lua)
 //	<prefix>:{schedules}:wake   pub/sub channel that wakes the schedulers' tick loops when a schedule's next tick was set
 //	<prefix>:dedup:<namespace>:{<key>} string  a deduplication key seen within its window (expires; see DedupKey)
 //
@@ -182,6 +184,7 @@ type scheduleKeys string
 func (s scheduleKeys) Defs() string   { return string(s) + ":defs" }
 func (s scheduleKeys) Next() string   { return string(s) + ":next" }
 func (s scheduleKeys) Claims() string { return string(s) + ":claims" }
+func (s scheduleKeys) Paused() string { return string(s) + ":paused" }
 func (s scheduleKeys) Wake() string   { return string(s) + ":wake" }
 
 func (k Keys) Registered() string { return k.Prefix + ":registered" }
