@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -58,6 +60,13 @@ type Schedule struct {
 	// tick within it is published, oldest first, each with its own tick
 	// instant; older ones are skipped (logged).
 	CatchUpWindow time.Duration `json:"catch_up_window,omitempty"`
+
+	// Jitter delays each tick's message by up to this long (0: none), so
+	// that schedules ticking at the same instant do not all fall due at
+	// once: by a duration in [0, Jitter) to the millisecond, the same in
+	// every process for a given tick (derived from the tick's UUID), added
+	// to the delay the Metadata sets. ScheduleTickKey keeps the tick.
+	Jitter time.Duration `json:"jitter,omitempty"`
 
 	// Next is the next tick not yet published, as Inspector.Schedules reads
 	// it (zero while paused). Publisher.Schedule ignores it.
@@ -145,6 +154,9 @@ func (s *Schedule) validate() (ticker, error) {
 	}
 	if err := validateTopic(s.Topic); err != nil {
 		return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalidSchedule, s.ID, err)
+	}
+	if s.Jitter < 0 {
+		return nil, fmt.Errorf("%w: schedule %q: Jitter is %s: use 0 (none) or more", ErrInvalidSchedule, s.ID, s.Jitter)
 	}
 	if s.CatchUpWindow < 0 {
 		return nil, fmt.Errorf("%w: schedule %q: CatchUpWindow is %s: use 0 (the default, %s) or more", ErrInvalidSchedule, s.ID, s.CatchUpWindow, DefaultCatchUpWindow)
@@ -657,7 +669,29 @@ func tickMessage(prefix string, s *Schedule, tick time.Time) *message.Message {
 	}
 	msg.Metadata.Set(ScheduleIDKey, s.ID)
 	msg.Metadata.Set(ScheduleTickKey, tick.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	if ms := s.Jitter.Milliseconds(); ms > 0 {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(msg.UUID))
+		addDelay(msg.Metadata, time.Duration(h.Sum64()%uint64(ms))*time.Millisecond)
+	}
 	return msg
+}
+
+// addDelay delays a message j longer than its delay metadata says: both
+// of Watermill's keys move, as a message is due at whichever of them comes
+// first. A value that does not parse is left for Publish to refuse.
+func addDelay(md message.Metadata, j time.Duration) {
+	forV, untilV := md.Get(delay.DelayedForKey), md.Get(delay.DelayedUntilKey)
+	if forV == "" && untilV == "" {
+		md.Set(delay.DelayedForKey, j.String())
+		return
+	}
+	if d, err := time.ParseDuration(forV); err == nil && forV != "" {
+		md.Set(delay.DelayedForKey, (d + j).String())
+	}
+	if u, err := time.Parse(time.RFC3339Nano, untilV); err == nil && untilV != "" {
+		md.Set(delay.DelayedUntilKey, u.Add(j).Format(time.RFC3339Nano))
+	}
 }
 
 // publish publishes one tick's message with the topic's stored partition
@@ -701,8 +735,11 @@ func (s *Schedule) checkKeyOverlap(t ticker) error {
 	}
 	now := time.Now()
 	d, err := messageDelay(message.Metadata(s.Metadata), now)
-	if err != nil || d <= 0 {
+	if err != nil {
 		return nil // a bad delay is refused by the check of the message itself
+	}
+	if d = max(d, 0) + s.Jitter; d <= 0 {
+		return nil
 	}
 	// The shortest gap among the next ticks: a cron spec's gaps vary.
 	gap, prev := time.Duration(math.MaxInt64), t.next(now)

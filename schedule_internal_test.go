@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -34,4 +35,35 @@ func TestScheduleNextTimezone(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, time.UnixMilli(1400), every.next(time.UnixMilli(1234)), "@every: multiples since the epoch")
 	assert.Equal(t, time.UnixMilli(1600), every.next(time.UnixMilli(1400)))
+}
+
+// A tick's jitter is the same in every process (from the tick's UUID),
+// within [0, Jitter), and adds to the delay metadata of the schedule.
+func TestScheduleJitter(t *testing.T) {
+	s := &Schedule{ID: "s", Topic: "t", Jitter: 10 * time.Second}
+	tick := time.UnixMilli(1_800_000_000_000)
+	a, b := tickMessage("p", s, tick), tickMessage("p", s, tick)
+	require.Equal(t, a.Metadata, b.Metadata, "the same in every process")
+	seen := map[string]bool{}
+	for n := range 50 {
+		m := tickMessage("p", s, tick.Add(time.Duration(n)*time.Second))
+		d, err := time.ParseDuration(m.Metadata.Get(delay.DelayedForKey))
+		require.NoError(t, err)
+		require.True(t, d >= 0 && d < 10*time.Second, "jitter %s", d)
+		seen[d.String()] = true
+	}
+	require.Greater(t, len(seen), 40, "spread over the window")
+
+	s.Metadata = map[string]string{delay.DelayedForKey: "1m", delay.DelayedUntilKey: "2027-01-15T08:00:00.000Z"}
+	m := tickMessage("p", s, tick)
+	d, err := time.ParseDuration(m.Metadata.Get(delay.DelayedForKey))
+	require.NoError(t, err)
+	require.True(t, d >= time.Minute && d < time.Minute+10*time.Second, "added to the delay: %s", d)
+	u, err := time.Parse(time.RFC3339Nano, m.Metadata.Get(delay.DelayedUntilKey))
+	require.NoError(t, err)
+	require.Equal(t, d-time.Minute, u.Sub(time.Date(2027, 1, 15, 8, 0, 0, 0, time.UTC)), "both keys move alike")
+
+	s.Jitter = -time.Second
+	_, err = s.validate()
+	require.ErrorIs(t, err, ErrInvalidSchedule)
 }

@@ -651,3 +651,31 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n, "no pause flag left behind")
 }
+
+// Jitter spreads the ticks' messages over the window: they wait, due
+// within Jitter of their tick; the business-key check counts the jitter.
+func TestScheduleJitterDelaysTicks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+	pub := scPublisher(t, client, prefix)
+	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic, Jitter: time.Hour}))
+	scManager(t, client, prefix, topic)
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
+	require.NoError(t, err)
+	var waiting []redisdelay.WaitingMessage
+	require.Eventually(t, func() bool {
+		waiting, err = insp.Waiting(ctx, topic, 0, 100)
+		return err == nil && len(waiting) >= 3
+	}, 5*time.Second, 20*time.Millisecond, "the ticks' messages wait")
+	for _, w := range waiting {
+		tick, err := time.Parse(time.RFC3339Nano, w.Message.Metadata.Get(redisdelay.ScheduleTickKey))
+		require.NoError(t, err)
+		assert.True(t, !w.Due.Before(tick) && w.Due.Before(tick.Add(time.Hour+time.Second)), "due %s for tick %s", w.Due, tick)
+	}
+
+	err = pub.Schedule(ctx, redisdelay.Schedule{ID: "k", Spec: "@every 1m", Topic: topic, Jitter: 2 * time.Minute,
+		Metadata: map[string]string{redisdelay.BusinessKey: "report"}})
+	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule, "a jitter longer than the gap overlaps")
+}

@@ -124,6 +124,7 @@ type scheduleJSON struct {
 	Next            time.Time         `json:"next"` // zero while paused
 	Paused          *time.Time        `json:"paused,omitempty"`
 	CatchUpWindowMs int64             `json:"catch_up_window_ms"` // the window in effect (the default when none is set)
+	JitterMs        int64             `json:"jitter_ms,omitempty"`
 	PayloadBytes    int               `json:"payload_bytes"`
 	Metadata        map[string]string `json:"metadata"`
 }
@@ -158,7 +159,7 @@ func toScheduleJSON(s redisdelay.Schedule) scheduleJSON {
 		window = redisdelay.DefaultCatchUpWindow
 	}
 	out := scheduleJSON{ID: s.ID, Spec: s.Spec, Timezone: tz, Topic: s.Topic, Next: s.Next.UTC(),
-		CatchUpWindowMs: window.Milliseconds(), PayloadBytes: len(s.Payload), Metadata: md}
+		CatchUpWindowMs: window.Milliseconds(), JitterMs: s.Jitter.Milliseconds(), PayloadBytes: len(s.Payload), Metadata: md}
 	if !s.Paused.IsZero() {
 		at := s.Paused.UTC()
 		out.Paused = &at
