@@ -821,7 +821,7 @@ func parseDue(in, at string, now time.Time) (time.Time, string, error) {
 		if d < 0 {
 			return time.Time{}, "", fmt.Errorf("%q is negative: give how long from now, such as 10m (0s delivers at once)", in)
 		}
-		return now.Add(d), fmt.Sprintf("in %s from when you confirm (about %s)", d, now.Add(d).UTC().Format("2006-01-02 15:04:05 UTC")), nil
+		return now.Add(d), fmt.Sprintf("in %s from when you confirm (about %s)", human(d), now.Add(d).UTC().Format("2006-01-02 15:04:05 UTC")), nil
 	case at != "":
 		for _, layout := range atLayouts {
 			if t, err := time.Parse(layout, at); err == nil {
