@@ -371,16 +371,55 @@ type topicJSON struct {
 	Partitions int         `json:"partitions"`
 	Waiting    int64       `json:"waiting"`
 	Stream     int64       `json:"stream"`
+	Leased     int         `json:"leased"`
+	Alert      string      `json:"alert"` // see schedulingAlert; "" when all is well
 	Groups     []groupJSON `json:"groups"`
 }
 
-func toTopicJSON(st redisdelay.TopicStats) topicJSON {
-	out := topicJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Groups: []groupJSON{}}
+// toTopicJSON is a topic's stats as the pages show them; overdue is
+// Inspector.Overdue's (0 when not read).
+func toTopicJSON(st redisdelay.TopicStats, overdue time.Duration) topicJSON {
+	out := topicJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Leased: st.Leased,
+		Alert: schedulingAlert(st, overdue), Groups: []groupJSON{}}
 	for _, g := range st.Groups {
 		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers, g.Paused})
 	}
 	slices.SortFunc(out.Groups, func(a, b groupJSON) int { return strings.Compare(a.Group, b.Group) })
 	return out
+}
+
+// overdueAlert is how late the earliest waiting message must be for the
+// topic page to say so when a scheduler holds a lease: a scheduler moves
+// due messages within milliseconds, and a standby takes over a stopped
+// one's lease within 1.5 check intervals (3 s by default).
+const overdueAlert = 10 * time.Second
+
+// schedulingAlert says why a topic's due messages are not delivered, or ""
+// when nothing says so. A topic with nothing waiting gets none, whatever
+// its leases: a scheduler lets the lease of a partition with nothing to
+// schedule lapse (its loop retires, the partition goes dormant), so a
+// missing lease there is no fault, and no message is late for it. With
+// messages waiting, a running scheduler holds the lease of their
+// partitions: none held means that none runs (or one is taking over,
+// for a few seconds). Messages overdue by overdueAlert despite a lease
+// mean a partition nobody schedules or a scheduler that cannot keep up.
+func schedulingAlert(st redisdelay.TopicStats, overdue time.Duration) string {
+	if st.Waiting == 0 {
+		return ""
+	}
+	late := ""
+	if overdue >= time.Second {
+		late = fmt.Sprintf(", and the earliest is overdue by %s", human(overdue))
+	}
+	if st.Leased == 0 {
+		return fmt.Sprintf("No scheduler holds this topic's lease: its %d waiting message(s) are not moved to the consumer groups when due%s. "+
+			"Run a redisdelay Manager, or a subscriber without DisableScheduler, for this topic.", st.Waiting, late)
+	}
+	if overdue >= overdueAlert {
+		return fmt.Sprintf("Waiting messages are late: the earliest is overdue by %s, although a scheduler holds the lease of %d of %d partition(s). "+
+			"A partition without one is not scheduled, or the scheduler cannot keep up: see its logs.", human(overdue), st.Leased, st.Partitions)
+	}
+	return ""
 }
 
 func (h *handler) allStats(ctx context.Context) ([]topicJSON, error) {
@@ -395,7 +434,7 @@ func (h *handler) allStats(ctx context.Context) ([]topicJSON, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, toTopicJSON(st))
+		out = append(out, toTopicJSON(st, 0)) // Overdue left out: a round trip per topic
 	}
 	return out, nil
 }
@@ -497,8 +536,13 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
+	overdue, err := h.overdue(ctx, st)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
 	now := time.Now()
-	d := topicData{Stats: toTopicJSON(st), Offset: offset, Prev: max(offset-waitingPage, 0), Now: now, Charts: h.hist.charts(topic)}
+	d := topicData{Stats: toTopicJSON(st, overdue), Offset: offset, Prev: max(offset-waitingPage, 0), Now: now, Charts: h.hist.charts(topic)}
 	if d.Histogram, err = h.histogram(ctx, topic, now); err != nil {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
@@ -537,12 +581,26 @@ func (h *handler) apiTopic(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 		return
 	}
+	overdue, err := h.overdue(ctx, st)
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
 	hist, err := h.histogram(ctx, topic, time.Now())
 	if err != nil {
 		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"stats": toTopicJSON(st), "histogram": hist, "charts": h.hist.charts(topic)})
+	writeJSON(w, http.StatusOK, map[string]any{"stats": toTopicJSON(st, overdue), "histogram": hist, "charts": h.hist.charts(topic)})
+}
+
+// overdue is how late the topic's earliest waiting message is, read only
+// when some wait.
+func (h *handler) overdue(ctx context.Context, st redisdelay.TopicStats) (time.Duration, error) {
+	if st.Waiting == 0 {
+		return 0, nil
+	}
+	return h.insp.Overdue(ctx, st.Topic)
 }
 
 // A waiting message.
@@ -691,7 +749,7 @@ func (h *handler) dead(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
-	d := deadData{Topic: topic, Groups: toTopicJSON(st).Groups, Group: group, After: after}
+	d := deadData{Topic: topic, Groups: toTopicJSON(st, 0).Groups, Group: group, After: after}
 	if group == "" && len(d.Groups) > 0 {
 		d.Group = d.Groups[0].Group
 	}
