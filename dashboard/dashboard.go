@@ -2,8 +2,8 @@
 // topics and consumer groups with their depths, refreshing live, paused
 // and resumed; when the waiting messages fall due; waiting messages paged,
 // searched by UUID or business key, shown, rescheduled and cancelled; dead
-// letters shown, requeued and deleted, one or in bulk, after a
-// confirmation.
+// letters shown, found by UUID, requeued and deleted, one or in bulk, after
+// a confirmation.
 //
 // It is an http.Handler built on the public Inspector API only, with
 // everything embedded (no CDN: it works offline). Mount it in a service:
@@ -612,6 +612,63 @@ type messageData struct {
 	Message  waitingRow
 	Metadata [][2]string
 	Payload  payloadView
+	// Dead are the dead letters with the UUID searched, looked for when no
+	// message with it waits; Unsearched says which dead letters were not
+	// read (see findDead).
+	Dead       []deadFound
+	Unsearched []string
+	DeadScan   int
+}
+
+// deadFound is a dead letter found by UUID, and its group.
+type deadFound struct {
+	Group string
+	deadRow
+}
+
+// Bounds of the search of dead letters by UUID (findDead); variables for
+// the tests.
+var (
+	deadScan     = 10_000 // dead letters read per group at most
+	deadScanPage = 1_000
+)
+
+// findDead looks for the dead letters of a message UUID in every group of
+// the topic, as "redisdelay show" does, but reads at most the oldest
+// deadScan of each group (a dead letter is found by reading it: Redis
+// indexes them by time only), which bounds a search to a few seconds of
+// Redis work and some MB of transfer per group however many are kept
+// (MaxDeadLetters, 100,000 by default). It returns what it found, and for
+// each group holding more, how many it left unread.
+func (h *handler) findDead(ctx context.Context, topic, uuid string) (found []deadFound, unsearched []string, err error) {
+	st, err := h.insp.Stats(ctx, topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	groups := toTopicJSON(st, 0).Groups // by name
+	for _, g := range groups {
+		read := 0
+		for after := ""; read < deadScan; {
+			page, err := h.insp.DeadLetters(ctx, topic, g.Group, after, deadScanPage)
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, l := range page {
+				if l.Message != nil && l.Message.UUID == uuid {
+					found = append(found, deadFound{g.Group, toDeadRow(l)})
+				}
+			}
+			read += len(page)
+			if len(page) < deadScanPage {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+		if read >= deadScan && g.Dead > int64(read) {
+			unsearched = append(unsearched, fmt.Sprintf("group %q: the newest %d of its %d dead letters", g.Group, g.Dead-int64(read), g.Dead))
+		}
+	}
+	return found, unsearched, nil
 }
 
 func (h *handler) message(w http.ResponseWriter, r *http.Request) {
@@ -642,18 +699,21 @@ func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("search by %q: use uuid or key", by))
 		return
 	}
+	d := messageData{Topic: topic, Found: ok, By: by, Q: value, DeadScan: deadScan}
+	if err == nil && !ok && by == "uuid" {
+		d.Dead, d.Unsearched, err = h.findDead(ctx, topic, value)
+	}
 	if err != nil {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
-	d := messageData{Topic: topic, Found: ok, By: by, Q: value}
 	if ok {
 		d.Message = waitingRow{UUID: m.Message.UUID, Key: m.Message.Metadata.Get(redisdelay.BusinessKey), Corrupt: m.Corrupt, Due: m.Due, Size: len(m.Message.Payload)}
 		d.Metadata = sortedMetadata(m.Message.Metadata)
 		d.Payload = viewPayload(m.Message.Payload)
 	}
 	status := http.StatusOK
-	if !ok {
+	if !ok && len(d.Dead) == 0 {
 		status = http.StatusNotFound
 	}
 	h.render(w, r, status, "message", "Message", topic, d)
@@ -725,6 +785,16 @@ type deadRow struct {
 	Payload          payloadView
 }
 
+func toDeadRow(l redisdelay.DeadLetter) deadRow {
+	row := deadRow{ID: l.ID, Reason: l.Reason, Attempts: l.Attempts, Time: l.Time}
+	if l.Message != nil {
+		row.UUID, row.Metadata, row.Payload = l.Message.UUID, sortedMetadata(l.Message.Metadata), viewPayload(l.Message.Payload)
+	} else {
+		row.Payload = viewPayload(l.Body)
+	}
+	return row
+}
+
 type deadData struct {
 	Topic  string
 	Groups []groupJSON
@@ -770,13 +840,7 @@ func (h *handler) dead(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, l := range letters {
-			row := deadRow{ID: l.ID, Reason: l.Reason, Attempts: l.Attempts, Time: l.Time}
-			if l.Message != nil {
-				row.UUID, row.Metadata, row.Payload = l.Message.UUID, sortedMetadata(l.Message.Metadata), viewPayload(l.Message.Payload)
-			} else {
-				row.Payload = viewPayload(l.Body)
-			}
-			d.Rows = append(d.Rows, row)
+			d.Rows = append(d.Rows, toDeadRow(l))
 		}
 		if len(letters) == deadPage {
 			d.Next = letters[len(letters)-1].ID

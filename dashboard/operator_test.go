@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"regexp"
 	"testing"
 	"time"
@@ -99,4 +100,46 @@ func TestFarDueInDays(t *testing.T) {
 	_, body = e.get("/message?t=orders&q=" + msg.UUID)
 	assert.Regexp(t, `\(in 1500d13h5[56]m\)`, body)
 	assert.NotContains(t, body, "36013h")
+}
+
+// TestSearchFindsDeadLetter: the search by UUID finds a dead letter (with
+// its group, reason, payload and requeue/delete form) when no message with
+// that UUID waits; it reads a bounded number of each group's dead letters
+// and says which it left out.
+func TestSearchFindsDeadLetter(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	uuids := e.deadLetters("orders", "billing", 3)
+	waiting := later(time.Hour, "still waiting")
+	e.publish("orders", waiting)
+
+	status, body := e.get("/message?t=orders&q=" + uuids[1])
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "<h1>Dead letter</h1>")
+	assert.Contains(t, body, `<code class="uuid">`+uuids[1]+`</code>`)
+	assert.Contains(t, body, `href="/dead?g=billing&amp;t=orders">billing</a>`)
+	assert.Contains(t, body, "dead b")
+	assert.Contains(t, body, `<input type="hidden" name="g" value="billing">`)
+	id := regexp.MustCompile(`name="id" value="([^"]+)"`).FindStringSubmatch(body)
+	require.NotNil(t, id, "a requeue/delete form")
+	form := url.Values{"csrf": {csrf(t, body)}, "t": {"orders"}, "g": {"billing"}, "action": {"requeue"}, "id": {id[1]}, "confirm": {"yes"}}
+	_, res := e.post("/dead/action", form)
+	assert.Contains(t, res, "Requeued 1 dead letter(s)")
+
+	// A waiting message is shown as before; nothing found is a 404 that
+	// says dead letters were searched too.
+	status, body = e.get("/message?t=orders&q=" + waiting.UUID)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "<h1>Waiting message</h1>")
+	status, body = e.get("/message?t=orders&q=no-such-uuid")
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Contains(t, body, "and no dead letter of its consumer groups has it")
+	assert.NotContains(t, body, `id="unsearched"`)
+
+	// Bounded: past the bound, the page names what it did not read.
+	defer dashboard.SetDeadScan(1, 1)()
+	status, body = e.get("/message?t=orders&q=" + uuids[2])
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Contains(t, body, `The search reads the oldest 1 dead letters of each consumer group; not searched: group &#34;billing&#34;: the newest 1 of its 2 dead letters.`)
+	status, _ = e.get("/message?t=orders&q=" + uuids[0])
+	assert.Equal(t, http.StatusOK, status)
 }
