@@ -62,6 +62,15 @@ type TopicStats struct {
 	// Stream counts entries in the ready streams, read or not: it shrinks
 	// when every group has acknowledged an entry and a scheduler trims it.
 	Stream int64
+	// Leased counts the partitions whose scheduling lease a scheduler (of
+	// a Manager, or of a subscriber without DisableScheduler) holds now.
+	// A running scheduler holds the lease of each partition with waiting
+	// messages, give or take a handover (up to 1.5 CheckInterval after its
+	// holder stopped); a partition with nothing waiting may have none: its
+	// scheduler's loop retired (dormant) or lets the lease lapse between
+	// checks. So Leased == 0 with Waiting > 0 means that no scheduler runs
+	// for the topic, and due messages stay waiting: see Overdue.
+	Leased int
 	Groups []GroupStats
 }
 
@@ -159,6 +168,7 @@ func (i *Inspector) Stats(ctx context.Context, topic string) (TopicStats, error)
 		}
 		st.Waiting += part.Waiting
 		st.Stream += part.Stream
+		st.Leased += part.Leased
 		for _, g := range part.Groups {
 			n, ok := index[g.Group]
 			if !ok {
@@ -212,6 +222,9 @@ func (i *Inspector) partitionStats(ctx context.Context, sh store.Shard) (TopicSt
 		return TopicStats{}, err
 	}
 	st := TopicStats{Waiting: c.Waiting, Stream: c.Stream}
+	if c.Leased {
+		st.Leased = 1
+	}
 	for _, g := range c.Groups {
 		st.Groups = append(st.Groups, GroupStats{Group: g.Group, Ready: g.Ready, Pending: g.Pending, Consumers: g.Consumers,
 			Retry: g.Retry, Dead: g.Dead, DeadTotal: g.DeadTotal, DeadEvicted: g.DeadEvicted})
@@ -608,7 +621,8 @@ func (i *Inspector) recall(ctx context.Context, topic, by, value string) (bool, 
 // its partitions) is overdue, by Redis's clock: 0 when none is due. A
 // scheduler moves due messages within milliseconds, so a value that grows
 // means that no scheduler runs for the topic (no Manager, and subscribers
-// with DisableScheduler) or that it cannot keep up.
+// with DisableScheduler) or that it cannot keep up: TopicStats.Leased
+// tells which.
 func (i *Inspector) Overdue(ctx context.Context, topic string) (time.Duration, error) {
 	if err := validateTopic(topic); err != nil {
 		return 0, err

@@ -2,8 +2,8 @@
 // topics and consumer groups with their depths, refreshing live, paused
 // and resumed; when the waiting messages fall due; waiting messages paged,
 // searched by UUID or business key, shown, rescheduled and cancelled; dead
-// letters shown, requeued and deleted, one or in bulk, after a
-// confirmation.
+// letters shown, found by UUID, requeued and deleted, one or in bulk, after
+// a confirmation.
 //
 // It is an http.Handler built on the public Inspector API only, with
 // everything embedded (no CDN: it works offline). Mount it in a service:
@@ -371,16 +371,55 @@ type topicJSON struct {
 	Partitions int         `json:"partitions"`
 	Waiting    int64       `json:"waiting"`
 	Stream     int64       `json:"stream"`
+	Leased     int         `json:"leased"`
+	Alert      string      `json:"alert"` // see schedulingAlert; "" when all is well
 	Groups     []groupJSON `json:"groups"`
 }
 
-func toTopicJSON(st redisdelay.TopicStats) topicJSON {
-	out := topicJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Groups: []groupJSON{}}
+// toTopicJSON is a topic's stats as the pages show them; overdue is
+// Inspector.Overdue's (0 when not read).
+func toTopicJSON(st redisdelay.TopicStats, overdue time.Duration) topicJSON {
+	out := topicJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Leased: st.Leased,
+		Alert: schedulingAlert(st, overdue), Groups: []groupJSON{}}
 	for _, g := range st.Groups {
 		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers, g.Paused})
 	}
 	slices.SortFunc(out.Groups, func(a, b groupJSON) int { return strings.Compare(a.Group, b.Group) })
 	return out
+}
+
+// overdueAlert is how late the earliest waiting message must be for the
+// topic page to say so when a scheduler holds a lease: a scheduler moves
+// due messages within milliseconds, and a standby takes over a stopped
+// one's lease within 1.5 check intervals (3 s by default).
+const overdueAlert = 10 * time.Second
+
+// schedulingAlert says why a topic's due messages are not delivered, or ""
+// when nothing says so. A topic with nothing waiting gets none, whatever
+// its leases: a scheduler lets the lease of a partition with nothing to
+// schedule lapse (its loop retires, the partition goes dormant), so a
+// missing lease there is no fault, and no message is late for it. With
+// messages waiting, a running scheduler holds the lease of their
+// partitions: none held means that none runs (or one is taking over,
+// for a few seconds). Messages overdue by overdueAlert despite a lease
+// mean a partition nobody schedules or a scheduler that cannot keep up.
+func schedulingAlert(st redisdelay.TopicStats, overdue time.Duration) string {
+	if st.Waiting == 0 {
+		return ""
+	}
+	late := ""
+	if overdue >= time.Second {
+		late = fmt.Sprintf(", and the earliest is overdue by %s", human(overdue))
+	}
+	if st.Leased == 0 {
+		return fmt.Sprintf("No scheduler holds this topic's lease: its %d waiting message(s) are not moved to the consumer groups when due%s. "+
+			"Run a redisdelay Manager, or a subscriber without DisableScheduler, for this topic.", st.Waiting, late)
+	}
+	if overdue >= overdueAlert {
+		return fmt.Sprintf("Waiting messages are late: the earliest is overdue by %s, although a scheduler holds the lease of %d of %d partition(s). "+
+			"A partition without one is not scheduled, or the scheduler cannot keep up: see its logs.", human(overdue), st.Leased, st.Partitions)
+	}
+	return ""
 }
 
 func (h *handler) allStats(ctx context.Context) ([]topicJSON, error) {
@@ -395,7 +434,7 @@ func (h *handler) allStats(ctx context.Context) ([]topicJSON, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, toTopicJSON(st))
+		out = append(out, toTopicJSON(st, 0)) // Overdue left out: a round trip per topic
 	}
 	return out, nil
 }
@@ -497,8 +536,13 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
+	overdue, err := h.overdue(ctx, st)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
 	now := time.Now()
-	d := topicData{Stats: toTopicJSON(st), Offset: offset, Prev: max(offset-waitingPage, 0), Now: now, Charts: h.hist.charts(topic)}
+	d := topicData{Stats: toTopicJSON(st, overdue), Offset: offset, Prev: max(offset-waitingPage, 0), Now: now, Charts: h.hist.charts(topic)}
 	if d.Histogram, err = h.histogram(ctx, topic, now); err != nil {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
@@ -537,12 +581,26 @@ func (h *handler) apiTopic(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 		return
 	}
+	overdue, err := h.overdue(ctx, st)
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
 	hist, err := h.histogram(ctx, topic, time.Now())
 	if err != nil {
 		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"stats": toTopicJSON(st), "histogram": hist, "charts": h.hist.charts(topic)})
+	writeJSON(w, http.StatusOK, map[string]any{"stats": toTopicJSON(st, overdue), "histogram": hist, "charts": h.hist.charts(topic)})
+}
+
+// overdue is how late the topic's earliest waiting message is, read only
+// when some wait.
+func (h *handler) overdue(ctx context.Context, st redisdelay.TopicStats) (time.Duration, error) {
+	if st.Waiting == 0 {
+		return 0, nil
+	}
+	return h.insp.Overdue(ctx, st.Topic)
 }
 
 // A waiting message.
@@ -554,6 +612,63 @@ type messageData struct {
 	Message  waitingRow
 	Metadata [][2]string
 	Payload  payloadView
+	// Dead are the dead letters with the UUID searched, looked for when no
+	// message with it waits; Unsearched says which dead letters were not
+	// read (see findDead).
+	Dead       []deadFound
+	Unsearched []string
+	DeadScan   int
+}
+
+// deadFound is a dead letter found by UUID, and its group.
+type deadFound struct {
+	Group string
+	deadRow
+}
+
+// Bounds of the search of dead letters by UUID (findDead); variables for
+// the tests.
+var (
+	deadScan     = 10_000 // dead letters read per group at most
+	deadScanPage = 1_000
+)
+
+// findDead looks for the dead letters of a message UUID in every group of
+// the topic, as "redisdelay show" does, but reads at most the oldest
+// deadScan of each group (a dead letter is found by reading it: Redis
+// indexes them by time only), which bounds a search to a few seconds of
+// Redis work and some MB of transfer per group however many are kept
+// (MaxDeadLetters, 100,000 by default). It returns what it found, and for
+// each group holding more, how many it left unread.
+func (h *handler) findDead(ctx context.Context, topic, uuid string) (found []deadFound, unsearched []string, err error) {
+	st, err := h.insp.Stats(ctx, topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	groups := toTopicJSON(st, 0).Groups // by name
+	for _, g := range groups {
+		read := 0
+		for after := ""; read < deadScan; {
+			page, err := h.insp.DeadLetters(ctx, topic, g.Group, after, deadScanPage)
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, l := range page {
+				if l.Message != nil && l.Message.UUID == uuid {
+					found = append(found, deadFound{g.Group, toDeadRow(l)})
+				}
+			}
+			read += len(page)
+			if len(page) < deadScanPage {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+		if read >= deadScan && g.Dead > int64(read) {
+			unsearched = append(unsearched, fmt.Sprintf("group %q: the newest %d of its %d dead letters", g.Group, g.Dead-int64(read), g.Dead))
+		}
+	}
+	return found, unsearched, nil
 }
 
 func (h *handler) message(w http.ResponseWriter, r *http.Request) {
@@ -584,18 +699,21 @@ func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("search by %q: use uuid or key", by))
 		return
 	}
+	d := messageData{Topic: topic, Found: ok, By: by, Q: value, DeadScan: deadScan}
+	if err == nil && !ok && by == "uuid" {
+		d.Dead, d.Unsearched, err = h.findDead(ctx, topic, value)
+	}
 	if err != nil {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
-	d := messageData{Topic: topic, Found: ok, By: by, Q: value}
 	if ok {
 		d.Message = waitingRow{UUID: m.Message.UUID, Key: m.Message.Metadata.Get(redisdelay.BusinessKey), Corrupt: m.Corrupt, Due: m.Due, Size: len(m.Message.Payload)}
 		d.Metadata = sortedMetadata(m.Message.Metadata)
 		d.Payload = viewPayload(m.Message.Payload)
 	}
 	status := http.StatusOK
-	if !ok {
+	if !ok && len(d.Dead) == 0 {
 		status = http.StatusNotFound
 	}
 	h.render(w, r, status, "message", "Message", topic, d)
@@ -667,6 +785,16 @@ type deadRow struct {
 	Payload          payloadView
 }
 
+func toDeadRow(l redisdelay.DeadLetter) deadRow {
+	row := deadRow{ID: l.ID, Reason: l.Reason, Attempts: l.Attempts, Time: l.Time}
+	if l.Message != nil {
+		row.UUID, row.Metadata, row.Payload = l.Message.UUID, sortedMetadata(l.Message.Metadata), viewPayload(l.Message.Payload)
+	} else {
+		row.Payload = viewPayload(l.Body)
+	}
+	return row
+}
+
 type deadData struct {
 	Topic  string
 	Groups []groupJSON
@@ -691,7 +819,7 @@ func (h *handler) dead(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
-	d := deadData{Topic: topic, Groups: toTopicJSON(st).Groups, Group: group, After: after}
+	d := deadData{Topic: topic, Groups: toTopicJSON(st, 0).Groups, Group: group, After: after}
 	if group == "" && len(d.Groups) > 0 {
 		d.Group = d.Groups[0].Group
 	}
@@ -712,13 +840,7 @@ func (h *handler) dead(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, l := range letters {
-			row := deadRow{ID: l.ID, Reason: l.Reason, Attempts: l.Attempts, Time: l.Time}
-			if l.Message != nil {
-				row.UUID, row.Metadata, row.Payload = l.Message.UUID, sortedMetadata(l.Message.Metadata), viewPayload(l.Message.Payload)
-			} else {
-				row.Payload = viewPayload(l.Body)
-			}
-			d.Rows = append(d.Rows, row)
+			d.Rows = append(d.Rows, toDeadRow(l))
 		}
 		if len(letters) == deadPage {
 			d.Next = letters[len(letters)-1].ID
@@ -821,7 +943,7 @@ func parseDue(in, at string, now time.Time) (time.Time, string, error) {
 		if d < 0 {
 			return time.Time{}, "", fmt.Errorf("%q is negative: give how long from now, such as 10m (0s delivers at once)", in)
 		}
-		return now.Add(d), fmt.Sprintf("in %s from when you confirm (about %s)", d, now.Add(d).UTC().Format("2006-01-02 15:04:05 UTC")), nil
+		return now.Add(d), fmt.Sprintf("in %s from when you confirm (about %s)", human(d), now.Add(d).UTC().Format("2006-01-02 15:04:05 UTC")), nil
 	case at != "":
 		for _, layout := range atLayouts {
 			if t, err := time.Parse(layout, at); err == nil {

@@ -258,7 +258,7 @@ func draw(c *chart, from, to int64, unit string, names, classes []string, lines 
 	c.YMax = formatValue(top)
 	c.Since = "now"
 	if span := time.Duration(to-from) * time.Millisecond; span > 0 {
-		c.Since = "−" + span.Round(time.Second).String()
+		c.Since = "−" + human(span)
 	}
 	for n, l := range lines {
 		var b strings.Builder

@@ -637,4 +637,34 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Errorf("read-only dead letters page has %d action controls", n)
 		}
 	})
+
+	// Last: the Manager it starts moves due messages.
+	t.Run("no-scheduler banner, gone without a reload once a Manager runs", func(t *testing.T) {
+		b.t = t
+		b.open(rw.URL+"/", "#topics")
+		if tag := b.text(`#topics a[href*="t=orders"] + .tag.unscheduled`); tag != "no scheduler" {
+			t.Errorf("topics page tags orders %q, want \"no scheduler\"", tag)
+		}
+		b.open(topicURL(rw.URL, topic), "#sched-alert")
+		if got := b.text("#sched-alert"); !strings.Contains(got, "No scheduler holds this topic's lease") {
+			t.Errorf("banner reads %q", got)
+		}
+		b.screenshot("no-scheduler")
+		mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic}, CheckInterval: 100 * time.Millisecond}, watermill.NopLogger{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = mgr.Run(context.Background()) }()
+		defer mgr.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for !eval[bool](b, `document.getElementById("sched-alert").hidden`) {
+			if time.Now().After(deadline) {
+				t.Fatalf("banner still shown 10 s after a Manager started: %q", b.text("#sched-alert"))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if visible := eval[bool](b, `document.getElementById("sched-alert").offsetParent !== null`); visible {
+			t.Error("hidden banner still takes room on the page")
+		}
+	})
 }

@@ -92,6 +92,12 @@
           if (i === 0) {
             var name = el("td");
             name.appendChild(link(base + "/topic?" + q({ t: t.topic }), t.topic));
+            if (t.alert) {
+              var tag = el("span", "no scheduler", "tag unscheduled");
+              tag.title = t.alert;
+              name.appendChild(document.createTextNode(" "));
+              name.appendChild(tag);
+            }
             var cells = [name, num(t.partitions), num(t.waiting)];
             cells.forEach(function (c) { c.rowSpan = groups.length; tr.appendChild(c); });
           }
@@ -127,6 +133,11 @@
       document.getElementById("partitions").textContent = st.partitions;
       document.getElementById("waiting").textContent = st.waiting;
       document.getElementById("stream").textContent = st.stream;
+      var alert = document.getElementById("sched-alert");
+      if (alert) {
+        alert.textContent = st.alert;
+        alert.hidden = !st.alert;
+      }
       var groups = document.getElementById("groups");
       var body = el("tbody");
       st.groups.forEach(function (g) {

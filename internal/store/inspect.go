@@ -30,7 +30,10 @@ type GroupCount struct {
 // PartitionCount is what PartitionStats counts of one partition.
 type PartitionCount struct {
 	Waiting, Stream int64 // waiting counts the far tier too
-	Groups          []GroupCount
+	// Leased is whether a scheduler holds the partition's lease (the key
+	// <shard>:lease, which expires when its holder stops ticking).
+	Leased bool
+	Groups []GroupCount
 }
 
 // PartitionStats counts the messages of one partition in two round trips.
@@ -45,6 +48,7 @@ func PartitionStats(ctx context.Context, c Cmds, sh Shard) (PartitionCount, erro
 	far := pipe.HMGet(ctx, sh.FarMeta(), "n")
 	length := pipe.XLen(ctx, sh.Stream())
 	infos := pipe.XInfoGroups(ctx, sh.Stream())
+	lease := pipe.Exists(ctx, sh.Lease())
 	type groupCmds struct {
 		redo  *redis.XInfoGroupsCmd
 		redoN *redis.IntCmd
@@ -66,7 +70,7 @@ func PartitionStats(ctx context.Context, c Cmds, sh Shard) (PartitionCount, erro
 	if _, err := pipe.Exec(ctx); err != nil && !isNoSuchKey(err) {
 		return st, err
 	}
-	st.Waiting, st.Stream = waiting.Val()+farCount(far), length.Val()
+	st.Waiting, st.Stream, st.Leased = waiting.Val()+farCount(far), length.Val(), lease.Val() == 1
 	for n, g := range groups {
 		c := cmds[n]
 		gs := GroupCount{Group: g, Retry: c.retry.Val(), Dead: c.dead.Val()}

@@ -1,0 +1,145 @@
+package dashboard_test
+
+// Operator asks: a banner when no scheduler holds a topic's lease, far due
+// times in days, dead letters found by UUID.
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/dashboard"
+)
+
+// alertOf reads the alert of a topic from /api/topic.
+func (e *env) alertOf(topic string) (alert string, leased int) {
+	e.t.Helper()
+	status, body := e.get("/api/topic?t=" + topic)
+	require.Equal(e.t, http.StatusOK, status, body)
+	var got struct {
+		Stats struct {
+			Alert  string
+			Leased int
+		}
+	}
+	require.NoError(e.t, json.Unmarshal([]byte(body), &got))
+	return got.Stats.Alert, got.Stats.Leased
+}
+
+// TestNoSchedulerBanner: messages wait and nobody schedules them (no
+// Manager, no subscriber running a scheduler): the topic page says so in a
+// banner, with how late they are, and the topics page tags the topic; a
+// topic with nothing waiting (its scheduler gone, or dormant) has neither;
+// once a Manager runs, the banner goes.
+func TestNoSchedulerBanner(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	e.publish("orders", later(50*time.Millisecond, "late"), later(time.Hour, "later"))
+	e.deadLetters("billing", "g", 1) // its subscriber's scheduler stopped; nothing waits
+	time.Sleep(1200 * time.Millisecond)
+
+	status, body := e.get("/topic?t=orders")
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Regexp(t, `<p class="alert" id="sched-alert" role="alert">No scheduler holds this topic&#39;s lease: its 2 waiting message\(s\) are not moved to the consumer groups when due, and the earliest is overdue by [1-9]s\.`, body)
+	alert, leased := e.alertOf("orders")
+	assert.Contains(t, alert, "No scheduler holds this topic's lease")
+	assert.Equal(t, 0, leased)
+
+	status, body = e.get("/topic?t=billing")
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, `id="sched-alert" role="alert" hidden>`, "nothing waits: no lease is needed")
+	alert, _ = e.alertOf("billing")
+	assert.Empty(t, alert)
+
+	status, body = e.get("/")
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Regexp(t, `href="/topic\?t=orders">orders</a> <span class="tag unscheduled" title="No scheduler holds`, body)
+	assert.Len(t, regexp.MustCompile(`class="tag unscheduled"`).FindAllString(body, -1), 1, "only orders")
+	status, body = e.get("/api/topics")
+	require.Equal(t, http.StatusOK, status, body)
+	var all struct {
+		Topics []struct{ Topic, Alert string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &all))
+	for _, tp := range all.Topics {
+		assert.Equal(t, tp.Topic == "orders", tp.Alert != "", "%+v", tp)
+	}
+
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: e.client, Topics: []string{"orders"}, CheckInterval: 100 * time.Millisecond}, watermill.NopLogger{})
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(context.Background()) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	require.Eventually(t, func() bool { a, l := e.alertOf("orders"); return a == "" && l == 1 }, 5*time.Second, 50*time.Millisecond)
+	_, body = e.get("/topic?t=orders")
+	assert.Contains(t, body, `id="sched-alert" role="alert" hidden>`)
+}
+
+// TestFarDueInDays: a message due in 1500 days reads "in 1500d13h55m", not
+// "in 36013h55m0s", in the list and on its page.
+func TestFarDueInDays(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	msg := later(time.Hour, "far")
+	e.publish("orders", msg)
+	due := time.Now().Add(1500*24*time.Hour + 13*time.Hour + 55*time.Minute + 30*time.Second)
+	moved, err := e.insp.Reschedule(context.Background(), "orders", msg.UUID, due)
+	require.NoError(t, err)
+	require.True(t, moved)
+
+	days := regexp.MustCompile(`in 1500d13h5[56]m<`)
+	_, body := e.get("/topic?t=orders")
+	assert.Regexp(t, days, body)
+	assert.NotContains(t, body, "36013h")
+	_, body = e.get("/message?t=orders&q=" + msg.UUID)
+	assert.Regexp(t, `\(in 1500d13h5[56]m\)`, body)
+	assert.NotContains(t, body, "36013h")
+}
+
+// TestSearchFindsDeadLetter: the search by UUID finds a dead letter (with
+// its group, reason, payload and requeue/delete form) when no message with
+// that UUID waits; it reads a bounded number of each group's dead letters
+// and says which it left out.
+func TestSearchFindsDeadLetter(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	uuids := e.deadLetters("orders", "billing", 3)
+	waiting := later(time.Hour, "still waiting")
+	e.publish("orders", waiting)
+
+	status, body := e.get("/message?t=orders&q=" + uuids[1])
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "<h1>Dead letter</h1>")
+	assert.Contains(t, body, `<code class="uuid">`+uuids[1]+`</code>`)
+	assert.Contains(t, body, `href="/dead?g=billing&amp;t=orders">billing</a>`)
+	assert.Contains(t, body, "dead b")
+	assert.Contains(t, body, `<input type="hidden" name="g" value="billing">`)
+	id := regexp.MustCompile(`name="id" value="([^"]+)"`).FindStringSubmatch(body)
+	require.NotNil(t, id, "a requeue/delete form")
+	form := url.Values{"csrf": {csrf(t, body)}, "t": {"orders"}, "g": {"billing"}, "action": {"requeue"}, "id": {id[1]}, "confirm": {"yes"}}
+	_, res := e.post("/dead/action", form)
+	assert.Contains(t, res, "Requeued 1 dead letter(s)")
+
+	// A waiting message is shown as before; nothing found is a 404 that
+	// says dead letters were searched too.
+	status, body = e.get("/message?t=orders&q=" + waiting.UUID)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "<h1>Waiting message</h1>")
+	status, body = e.get("/message?t=orders&q=no-such-uuid")
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Contains(t, body, "and no dead letter of its consumer groups has it")
+	assert.NotContains(t, body, `id="unsearched"`)
+
+	// Bounded: past the bound, the page names what it did not read.
+	defer dashboard.SetDeadScan(1, 1)()
+	status, body = e.get("/message?t=orders&q=" + uuids[2])
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Contains(t, body, `The search reads the oldest 1 dead letters of each consumer group; not searched: group &#34;billing&#34;: the newest 1 of its 2 dead letters.`)
+	status, _ = e.get("/message?t=orders&q=" + uuids[0])
+	assert.Equal(t, http.StatusOK, status)
+}

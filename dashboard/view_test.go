@@ -1,0 +1,55 @@
+package dashboard
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+func TestHuman(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0:                       "0s",
+		1500 * time.Millisecond: "2s",
+		5 * time.Minute:         "5m0s",
+		23*time.Hour + 59*time.Minute + 59*time.Second:    "23h59m59s",
+		24*time.Hour - 100*time.Millisecond:               "1d0h0m",
+		24 * time.Hour:                                    "1d0h0m",
+		36013*time.Hour + 55*time.Minute + 34*time.Second: "1500d13h56m",
+		-(50*time.Hour + 29*time.Second):                  "-2d2h0m",
+	} {
+		if got := human(d); got != want {
+			t.Errorf("human(%v) = %q, want %q", d, got, want)
+		}
+	}
+	if got := since(time.Now().Add(-3 * 24 * time.Hour)); got != "3d0h0m ago" {
+		t.Errorf("since 3 days ago = %q", got)
+	}
+	if got := since(time.Now().Add(90*time.Second + 200*time.Millisecond)); got != "in 1m30s" {
+		t.Errorf("since in 90s = %q", got)
+	}
+}
+
+func TestSchedulingAlert(t *testing.T) {
+	st := redisdelay.TopicStats{Topic: "t", Partitions: 2, Waiting: 5}
+	for _, c := range []struct {
+		leased  int
+		waiting int64
+		overdue time.Duration
+		want    string // "" for none
+	}{
+		{0, 0, 0, ""}, // nothing waits: a dormant partition needs no lease
+		{0, 5, 0, "No scheduler holds this topic's lease: its 5 waiting message(s) are not moved to the consumer groups when due. "},
+		{0, 5, 101 * time.Second, "when due, and the earliest is overdue by 1m41s."},
+		{1, 5, 3 * time.Second, ""}, // a handover, or a busy moment
+		{1, 5, 101 * time.Second, "overdue by 1m41s, although a scheduler holds the lease of 1 of 2 partition(s)"},
+		{2, 5, 50 * time.Hour, "overdue by 2d2h0m, although a scheduler holds the lease of 2 of 2"},
+	} {
+		st.Leased, st.Waiting = c.leased, c.waiting
+		got := schedulingAlert(st, c.overdue)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("leased %d, waiting %d, overdue %v: %q, want %q", c.leased, c.waiting, c.overdue, got, c.want)
+		}
+	}
+}
