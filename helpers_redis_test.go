@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redisdelay/watermill-redisdelay"
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
 	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
@@ -45,19 +45,6 @@ func pendingCount(t *testing.T, client redis.UniversalClient, topic, group strin
 	p, err := client.XPending(context.Background(), shardOf(topic, 0).Stream(), group).Result()
 	require.NoError(t, err)
 	return p.Count
-}
-
-// crashedRead fetches one message of the ready stream as a consumer that
-// then dies: it never acks nor extends the lease.
-func crashedRead(t *testing.T, client redis.UniversalClient, topic, group, consumer string) redis.XMessage {
-	t.Helper()
-	res, err := client.XReadGroup(context.Background(), &redis.XReadGroupArgs{
-		Group: group, Consumer: consumer, Streams: []string{shardOf(topic, 0).Stream(), ">"}, Count: 1, Block: -1,
-	}).Result()
-	require.NoError(t, err)
-	require.Len(t, res, 1)
-	require.Len(t, res[0].Messages, 1)
-	return res[0].Messages[0]
 }
 
 // topicContent is what content reads of a topic.

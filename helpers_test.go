@@ -38,7 +38,7 @@ func delayed(d delay.Delay, payload string) *message.Message {
 	return msg
 }
 
-var logger = watermill.NewStdLogger(false, false)
+var logger = testkit.Logger
 
 func newPubSub(t *testing.T, group string, configure ...func(*redisdelay.SubscriberConfig)) (*redisdelay.Publisher, *redisdelay.Subscriber) {
 	client := newClient(t)
@@ -259,28 +259,15 @@ func receiveHandled(t *testing.T, ch <-chan string, within time.Duration) string
 // neither a *redis.Client nor a *redis.ClusterClient.
 type wrappedClient struct{ redis.UniversalClient }
 
-func newPublisher(t *testing.T, client redis.UniversalClient) *redisdelay.Publisher {
-	t.Helper()
-	return testkit.NewPublisher(t, client, logger)
-}
-
-// newSubscriber returns a Subscriber on client with config, closed when the
-// test ends.
-func newSubscriber(t *testing.T, client redis.UniversalClient, config redisdelay.SubscriberConfig) *redisdelay.Subscriber {
-	t.Helper()
-	return testkit.NewSubscriber(t, client, config, logger)
-}
-
-// runManager runs a Manager for the given topics only (a Manager without a
-// topic list would schedule every other test's topics too).
-func runManager(t *testing.T, client redis.UniversalClient, config redisdelay.ManagerConfig) *redisdelay.Manager {
-	t.Helper()
-	return testkit.RunManager(t, client, config, logger)
-}
-
 var (
+	newPublisher  = testkit.NewPublisher
+	newSubscriber = testkit.NewSubscriber
+	// runManager runs a Manager until the test ends: give it the test's
+	// topics (one without a topic list would schedule every other test's).
+	runManager   = testkit.RunManager
 	newInspector = testkit.NewInspector
 	subscribe    = testkit.Subscribe
 	receive      = testkit.Receive
 	nothing      = testkit.Nothing
+	crashedRead  = testkit.CrashedRead
 )

@@ -263,11 +263,7 @@ func (i *Inspector) RemoveSchedule(ctx context.Context, id string) (bool, error)
 // schedule. Registering it again (Publisher.Schedule, as every process
 // does at start) keeps it paused.
 func (i *Inspector) PauseSchedule(ctx context.Context, id string) (bool, error) {
-	now, err := store.RedisTime(ctx, i.client)
-	if err != nil {
-		return false, fmt.Errorf("redisdelay: pause schedule %q: %w", id, err)
-	}
-	return i.schedPause(ctx, "pause", id, true, now)
+	return i.schedPause(ctx, "pause", id, true, time.Time{})
 }
 
 // ResumeSchedule resumes a paused schedule at its first tick after now:

@@ -1,12 +1,10 @@
 package prommetrics_test
 
 // Helpers of the tests against Redis (the server itself and newClient are
-// in main_test.go): small copies of the redisdelay package's test helpers
-// (its helpers_test.go and helpers_redis_test.go), which the tests of
-// another package cannot call, and the metrics read back.
+// in main_test.go): the names the redisdelay package's tests use for the
+// helpers both share (internal/testkit), and a few of this package's own.
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,34 +14,17 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	redisdelay "github.com/redisdelay/watermill-redisdelay"
-	"github.com/redisdelay/watermill-redisdelay/internal/store"
 	"github.com/redisdelay/watermill-redisdelay/internal/testkit"
 )
 
-var logger = watermill.NewStdLogger(false, false)
+var logger = testkit.Logger
 
 func topic() string { return "t-" + watermill.NewShortUUID() }
 
 func newMessage(payload string) *message.Message {
 	return message.NewMessage(watermill.NewUUID(), []byte(payload))
-}
-
-// crashedRead fetches one message of the ready stream as a consumer that
-// then dies: it never acks nor extends the lease.
-func crashedRead(t *testing.T, client redis.UniversalClient, topic, group, consumer string) redis.XMessage {
-	t.Helper()
-	stream := store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard(topic, 0).Stream()
-	res, err := client.XReadGroup(context.Background(), &redis.XReadGroupArgs{
-		Group: group, Consumer: consumer, Streams: []string{stream, ">"}, Count: 1, Block: -1,
-	}).Result()
-	require.NoError(t, err)
-	require.Len(t, res, 1)
-	require.Len(t, res[0].Messages, 1)
-	return res[0].Messages[0]
 }
 
 // scrape is what /metrics serves for reg.
@@ -59,31 +40,17 @@ func scrape(t *testing.T, reg prometheus.Gatherer) string {
 	return string(b)
 }
 
-func newPublisher(t *testing.T, client redis.UniversalClient) *redisdelay.Publisher {
-	t.Helper()
-	return testkit.NewPublisher(t, client, logger)
-}
-
-func newSubscriber(t *testing.T, client redis.UniversalClient, config redisdelay.SubscriberConfig) *redisdelay.Subscriber {
-	t.Helper()
-	return testkit.NewSubscriber(t, client, config, logger)
-}
-
-func runManager(t *testing.T, client redis.UniversalClient, config redisdelay.ManagerConfig) *redisdelay.Manager {
-	t.Helper()
-	return testkit.RunManager(t, client, config, logger)
-}
-
 var (
-	newInspector = testkit.NewInspector
-	newMetrics   = testkit.NewMetrics
-	findMetric   = testkit.FindMetric
-	metricValue  = testkit.MetricValue
-	awaitMetric  = testkit.AwaitMetric
-)
-
-var (
-	subscribe = testkit.Subscribe
-	receive   = testkit.Receive
-	nothing   = testkit.Nothing
+	newPublisher  = testkit.NewPublisher
+	newSubscriber = testkit.NewSubscriber
+	runManager    = testkit.RunManager
+	crashedRead   = testkit.CrashedRead
+	newInspector  = testkit.NewInspector
+	newMetrics    = testkit.NewMetrics
+	findMetric    = testkit.FindMetric
+	metricValue   = testkit.MetricValue
+	awaitMetric   = testkit.AwaitMetric
+	subscribe     = testkit.Subscribe
+	receive       = testkit.Receive
+	nothing       = testkit.Nothing
 )

@@ -622,8 +622,8 @@ func SchedAdd(ctx context.Context, c redis.Scripter, k Keys, id string, def []by
 // which no tick loop finds due.
 const ParkedTick = 253402300799000
 
-// SchedPause runs schedpause.lua: pauses a schedule (pause true, at: now)
-// or resumes it with its next tick at. It returns -1 when no such schedule
+// SchedPause runs schedpause.lua: pauses a schedule (pause true, at
+// Redis's now) or resumes it with its next tick at. It returns -1 when no such schedule
 // exists, 0 when it already was paused (or running), 1 when it changed.
 func SchedPause(ctx context.Context, c redis.Scripter, k Keys, id string, pause bool, at time.Time) (int64, error) {
 	sk := k.Schedules()

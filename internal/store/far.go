@@ -199,5 +199,11 @@ func farOverdue(head *redis.ZSliceCmd, now time.Time) time.Duration {
 	if err != nil {
 		return 0
 	}
-	return max(now.Sub(time.UnixMilli(farEpoch+b*FarWidth.Milliseconds())), 0)
+	return max(now.Sub(farBucketStart(b)), 0)
+}
+
+// farBucketStart is the first due time of far bucket b (farPlaceIn's
+// start, at the current width).
+func farBucketStart(b int64) time.Time {
+	return time.UnixMilli(farEpoch + b*FarWidth.Milliseconds())
 }

@@ -318,7 +318,7 @@ func farHistogram(ctx context.Context, c redis.Cmdable, sh Shard, edges []time.T
 		for n, b := range part {
 			count := parseCount(live[n])
 			num, _ := strconv.ParseInt(b, 10, 64)
-			start := time.UnixMilli(farEpoch + num*FarWidth.Milliseconds())
+			start := farBucketStart(num)
 			bin, _ := slices.BinarySearchFunc(edges, start, func(e, t time.Time) int { return e.Compare(t) })
 			if bin < len(edges) && edges[bin].Equal(start) {
 				bin++

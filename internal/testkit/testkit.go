@@ -17,23 +17,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 	"github.com/redisdelay/watermill-redisdelay/prommetrics"
 )
 
+// Logger is the tests' logger: errors only.
+var Logger = watermill.NewStdLogger(false, false)
+
 // NewPublisher returns a Publisher on client with the default config.
-func NewPublisher(t testing.TB, client redis.UniversalClient, logger watermill.LoggerAdapter) *redisdelay.Publisher {
+func NewPublisher(t testing.TB, client redis.UniversalClient) *redisdelay.Publisher {
 	t.Helper()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, Logger)
 	require.NoError(t, err)
 	return pub
 }
 
 // NewSubscriber returns a Subscriber on client with config (Client is set
 // here), closed when the test ends.
-func NewSubscriber(t testing.TB, client redis.UniversalClient, config redisdelay.SubscriberConfig, logger watermill.LoggerAdapter) *redisdelay.Subscriber {
+func NewSubscriber(t testing.TB, client redis.UniversalClient, config redisdelay.SubscriberConfig) *redisdelay.Subscriber {
 	t.Helper()
 	config.Client = client
-	sub, err := redisdelay.NewSubscriber(config, logger)
+	sub, err := redisdelay.NewSubscriber(config, Logger)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	return sub
@@ -50,10 +54,10 @@ func NewInspector(t testing.TB, client redis.UniversalClient) *redisdelay.Inspec
 // RunManager runs a Manager with config (Client is set here) until the test
 // ends. Give it the test's topics: a Manager without a topic list would
 // schedule every other test's topics too.
-func RunManager(t testing.TB, client redis.UniversalClient, config redisdelay.ManagerConfig, logger watermill.LoggerAdapter) *redisdelay.Manager {
+func RunManager(t testing.TB, client redis.UniversalClient, config redisdelay.ManagerConfig) *redisdelay.Manager {
 	t.Helper()
 	config.Client = client
-	mgr, err := redisdelay.NewManager(config, logger)
+	mgr, err := redisdelay.NewManager(config, Logger)
 	require.NoError(t, err)
 	go func() { _ = mgr.Run(context.Background()) }()
 	t.Cleanup(func() { _ = mgr.Close() })
@@ -153,4 +157,19 @@ func Nothing(t testing.TB, ch <-chan *message.Message, during time.Duration) {
 		t.Fatalf("unexpected message %s (%s)", msg.UUID, msg.Payload)
 	case <-time.After(during):
 	}
+}
+
+// CrashedRead fetches one message of the ready stream of topic (default
+// key prefix, partition 0) as a consumer that then dies: it never acks nor
+// extends the lease.
+func CrashedRead(t testing.TB, client redis.UniversalClient, topic, group, consumer string) redis.XMessage {
+	t.Helper()
+	stream := store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard(topic, 0).Stream()
+	res, err := client.XReadGroup(context.Background(), &redis.XReadGroupArgs{
+		Group: group, Consumer: consumer, Streams: []string{stream, ">"}, Count: 1, Block: -1,
+	}).Result()
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Len(t, res[0].Messages, 1)
+	return res[0].Messages[0]
 }

@@ -1,3 +1,4 @@
+-- include: clock
 --[[
   schedpause: pauses or resumes a recurring schedule. A paused schedule's
   next tick is parked at the end of time, so no tick loop finds it due;
@@ -9,7 +10,9 @@
   KEYS[3] paused  hash  schedule ID -> when it was paused (Unix ms)
   ARGV[1] schedule ID
   ARGV[2] "pause" or "resume"
-  ARGV[3] pause: when (Unix ms); resume: the next tick (Unix ms)
+  ARGV[3] resume: the next tick (Unix ms); pause: unused (the pause is
+          recorded at Redis's now, so a tick claimed before it is due
+          no later than the pause)
   ARGV[4] the parked tick (Unix ms, year 9999)
   ARGV[5] the schedulers' wake channel for schedules
 
@@ -22,7 +25,7 @@ if redis.call('HEXISTS', defs, id) == 0 then
   return -1
 end
 if op == 'pause' then
-  if redis.call('HSETNX', paused, id, at) == 0 then
+  if redis.call('HSETNX', paused, id, now_ms()) == 0 then
     return 0
   end
   redis.call('ZADD', next, parked, id)
