@@ -445,16 +445,20 @@ func (i *Inspector) DeadLetters(ctx context.Context, topic, group, after string,
 	all = all[:min(limit, len(all))]
 	out := make([]DeadLetter, 0, len(all))
 	for _, f := range all {
-		e := f.e
-		d := DeadLetter{ID: f.id.String(), Attempts: e.Attempts, Reason: e.Reason, Time: e.Time}
-		if msg, err := store.Decode(e.Body); err == nil {
-			d.Message = msg
-		} else {
-			d.Body = e.Body
-		}
-		out = append(out, d)
+		out = append(out, deadLetterOf(f.id, f.e))
 	}
 	return out, nil
+}
+
+// deadLetterOf decodes a stored dead letter.
+func deadLetterOf(id deadID, e store.DeadEntry) DeadLetter {
+	d := DeadLetter{ID: id.String(), Attempts: e.Attempts, Reason: e.Reason, Time: e.Time}
+	if msg, err := store.Decode(e.Body); err == nil {
+		d.Message = msg
+	} else {
+		d.Body = e.Body
+	}
+	return d
 }
 
 // RequeueDeadLetter sends one dead letter back to its group as a new first
@@ -529,8 +533,8 @@ func (i *Inspector) DeleteDeadLetter(ctx context.Context, topic, group, id strin
 	if err != nil {
 		return false, err
 	}
-	deleted, err := store.DeleteDead(ctx, i.client, sh, group, d.id)
-	return deleted, wrapErr(err, "delete dead letter %q of group %q in topic %q", id, group, topic)
+	n, err := store.DeleteDead(ctx, i.client, sh, group, d.id)
+	return n == 1, wrapErr(err, "delete dead letter %q of group %q in topic %q", id, group, topic)
 }
 
 // PurgeDeadLetters deletes all dead letters of the group for good and

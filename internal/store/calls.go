@@ -336,6 +336,13 @@ func Reschedule(ctx context.Context, c redis.Scripter, sh Shard, by, value strin
 	return score > 0, err
 }
 
+// RescheduleAt is Reschedule to a due time in ms since the epoch.
+func RescheduleAt(ctx context.Context, c redis.Scripter, sh Shard, uuid string, atMs int64) (bool, error) {
+	score, err := rescheduleScript.Run(ctx, c, []string{sh.Waiting(), sh.Bkeys(), sh.seq(), sh.dormant()},
+		"uuid", uuid, 0, sh.Wake(), atMs).Int64()
+	return score > 0, err
+}
+
 // Requeue runs requeue.lua: moves the dead letters ids (none: the
 // oldest, up to limit) of a group to its redelivery stream. It returns how
 // many it moved.

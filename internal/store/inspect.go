@@ -3,9 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,14 +160,10 @@ func WaitingHead(ctx context.Context, c redis.Cmdable, sh Shard, from, end int) 
 				return nil, err
 			}
 			for _, e := range els {
-				if len(e) < 9 {
-					continue // cancelled, or moved to the waiting set
+				if m, ok := farMember(sh, e); ok {
+					out = append(out, m)
+					far++
 				}
-				body := e[8:]
-				id, _ := storedUUID([]byte(body))
-				score := math.Float64frombits(binary.BigEndian.Uint64([]byte(e[:8])))
-				out = append(out, WaitingMember{ID: id, Score: score, Shard: sh, Body: &body})
-				far++
 			}
 			if far >= end {
 				if extra == 0 {
@@ -207,7 +201,13 @@ type DeadEntry struct {
 // DeadLetters reads up to limit dead letters of a group from the entry
 // ID start ("-" for the first; "(" + ID for the first after ID).
 func DeadLetters(ctx context.Context, c redis.Cmdable, sh Shard, group, start string, limit int) ([]DeadEntry, error) {
-	entries, err := c.XRangeN(ctx, sh.Dead(group), start, "+", int64(limit)).Result()
+	return DeadRange(ctx, c, sh, group, start, "+", limit)
+}
+
+// DeadRange reads up to limit dead letters of a group with entry IDs from
+// start to end (XRANGE's bounds: a time in ms stands for every ID of it).
+func DeadRange(ctx context.Context, c redis.Cmdable, sh Shard, group, start, end string, limit int) ([]DeadEntry, error) {
+	entries, err := c.XRangeN(ctx, sh.Dead(group), start, end, int64(limit)).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -225,10 +225,9 @@ func DeadLetters(ctx context.Context, c redis.Cmdable, sh Shard, group, start st
 	return out, nil
 }
 
-// DeleteDead deletes one dead letter; it reports whether it existed.
-func DeleteDead(ctx context.Context, c redis.Cmdable, sh Shard, group, id string) (bool, error) {
-	n, err := c.XDel(ctx, sh.Dead(group), id).Result()
-	return n == 1, err
+// DeleteDead deletes dead letters; it returns how many existed.
+func DeleteDead(ctx context.Context, c redis.Cmdable, sh Shard, group string, ids ...string) (int64, error) {
+	return c.XDel(ctx, sh.Dead(group), ids...).Result()
 }
 
 // PurgeDead deletes all dead letters of a group on a partition and

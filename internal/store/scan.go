@@ -1,0 +1,145 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Scanning a partition's waiting messages in bounded steps, for searches
+// and bulk actions: the waiting set by (score, member), then the far tier
+// bucket by bucket, each bucket by position. A position survives changes
+// between steps: the waiting set is read from a score on, and a far
+// bucket's positions count from its first element ever (its popped count
+// plus the index), so neither shifts as messages are removed or unpacked.
+
+// ScoreMin and ScoreMax are the score bounds of the messages due in
+// [from, to): the zero time leaves a side open.
+func ScoreMin(from time.Time) float64 {
+	if from.IsZero() {
+		return math.Inf(-1)
+	}
+	return float64(from.UnixMilli() * scoreScale)
+}
+
+func ScoreMax(to time.Time) float64 {
+	if to.IsZero() {
+		return math.Inf(1)
+	}
+	return float64(to.UnixMilli()*scoreScale) - 1
+}
+
+func formatScore(f float64) string {
+	switch {
+	case math.IsInf(f, -1):
+		return "-inf"
+	case math.IsInf(f, 1):
+		return "+inf"
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
+}
+
+// NearRange reads up to n members of the waiting set with scores in
+// [min, max], skipping the first offset, in (score, member) order.
+func NearRange(ctx context.Context, c redis.Cmdable, sh Shard, min, max float64, offset, n int) ([]WaitingMember, error) {
+	zs, err := c.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		Key: sh.Waiting(), Start: formatScore(min), Stop: formatScore(max), ByScore: true,
+		Offset: int64(offset), Count: int64(n),
+	}).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]WaitingMember, len(zs))
+	for k, z := range zs {
+		id, _ := z.Member.(string)
+		out[k] = WaitingMember{ID: id, Score: z.Score, Shard: sh}
+	}
+	return out, nil
+}
+
+// FarBuckets returns up to n far bucket numbers of a partition from bucket
+// from on, in order.
+func FarBuckets(ctx context.Context, c redis.Cmdable, sh Shard, from int64, n int) ([]int64, error) {
+	// The far set scores each bucket by when it is unpacked (its start
+	// less FarLead), which grows with the bucket number; read from a width
+	// earlier, for a bucket scored by other settings, and skip those.
+	min := "-inf"
+	if from > 0 {
+		min = strconv.FormatInt(farEpoch+(from-1)*FarWidth.Milliseconds()-FarLead.Milliseconds(), 10)
+	}
+	var out []int64
+	for offset := int64(0); len(out) < n; offset += int64(n) + 2 {
+		members, err := c.ZRangeArgs(ctx, redis.ZRangeArgs{
+			Key: sh.Far(), Start: min, Stop: "+inf", ByScore: true, Offset: offset, Count: int64(n) + 2,
+		}).Result()
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range members {
+			b, err := strconv.ParseInt(m, 10, 64)
+			if err == nil && b >= from && len(out) < n {
+				out = append(out, b)
+			}
+		}
+		if len(members) < n+2 {
+			break
+		}
+	}
+	return out, nil
+}
+
+// FarBucketOf is the far bucket of a due time.
+func FarBucketOf(due time.Time) int64 {
+	return (due.UnixMilli() - farEpoch) / FarWidth.Milliseconds()
+}
+
+// FarRange reads up to n elements of far bucket b from position pos on
+// (counted from the bucket's first element ever) and returns the messages
+// among them, each with its position; next is the position after the last
+// element read, and done reports that the bucket has no more.
+func FarRange(ctx context.Context, c redis.Cmdable, sh Shard, b, pos int64, n int) (ms []FarMember, next int64, done bool, err error) {
+	pipe := c.Pipeline()
+	popped := pipe.HGet(ctx, sh.FarMeta(), "p:"+strconv.FormatInt(b, 10))
+	length := pipe.LLen(ctx, sh.FarBucket(b))
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, 0, false, err
+	}
+	p, _ := strconv.ParseInt(popped.Val(), 10, 64)
+	start := max(pos-p, 0) // elements before p were unpacked meanwhile
+	if start >= length.Val() {
+		return nil, p + length.Val(), true, nil
+	}
+	els, err := c.LRange(ctx, sh.FarBucket(b), start, start+int64(n)-1).Result()
+	if err != nil {
+		return nil, 0, false, err
+	}
+	for k, e := range els {
+		if m, ok := farMember(sh, e); ok {
+			ms = append(ms, FarMember{WaitingMember: m, Pos: p + start + int64(k)})
+		}
+	}
+	next = p + start + int64(len(els))
+	return ms, next, next >= p+length.Val(), nil
+}
+
+// FarMember is a message of the far tier and its position in its bucket.
+type FarMember struct {
+	WaitingMember
+	Pos int64
+}
+
+// farMember decodes a far bucket element: its due score and the encoded
+// message. An element of under 9 bytes was cancelled or moved to the
+// waiting set.
+func farMember(sh Shard, e string) (WaitingMember, bool) {
+	if len(e) < 9 {
+		return WaitingMember{}, false
+	}
+	body := e[8:]
+	id, _ := storedUUID([]byte(body))
+	return WaitingMember{ID: id, Score: math.Float64frombits(binary.BigEndian.Uint64([]byte(e[:8]))), Shard: sh, Body: &body}, true
+}

@@ -1,0 +1,430 @@
+package redisdelay_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// searchAll pages through SearchWaiting with limit and returns the UUIDs
+// found, failing on a UUID found twice.
+func searchAll(t *testing.T, insp *redisdelay.Inspector, tp string, f redisdelay.Filter, limit int) (ids []string, calls int) {
+	t.Helper()
+	cursor := ""
+	for {
+		page, next, err := insp.SearchWaiting(context.Background(), tp, f, cursor, limit)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(page), limit)
+		calls++
+		for _, w := range page {
+			require.NotContains(t, ids, w.Message.UUID, "found twice")
+			ids = append(ids, w.Message.UUID)
+		}
+		if next == "" {
+			return ids, calls
+		}
+		cursor = next
+		require.Less(t, calls, 1000, "the cursor does not advance")
+	}
+}
+
+// searchFixture publishes, to a topic no scheduler serves (so nothing
+// moves), messages of tenants a and b, near and in the far tier, some
+// with business keys. It returns the UUIDs of each tenant and of the far
+// ones.
+func searchFixture(t *testing.T, pub *redisdelay.Publisher, tp string) (byTenant map[string][]string, far []string) {
+	t.Helper()
+	byTenant = map[string][]string{}
+	var msgs []*message.Message
+	for i := range 40 {
+		d := time.Second // near
+		if i%2 == 1 {
+			d = time.Hour + time.Duration(i)*time.Second // far, over several buckets
+		}
+		msg := delayed(delay.For(d), "p"+strconv.Itoa(i))
+		tenant := []string{"a", "b"}[i%4/2]
+		msg.Metadata.Set("tenant", tenant)
+		if i%5 == 0 {
+			msg.Metadata.Set(redisdelay.BusinessKey, "order:"+tenant+":"+strconv.Itoa(i))
+		} else if i%2 == 1 {
+			far = append(far, msg.UUID)
+		}
+		byTenant[tenant] = append(byTenant[tenant], msg.UUID)
+		msgs = append(msgs, msg)
+	}
+	require.NoError(t, pub.Publish(tp, msgs...))
+	return byTenant, far
+}
+
+func TestSearchWaiting_Filters(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	start := time.Now()
+	byTenant, far := searchFixture(t, pub, tp)
+	buckets, inFar := farKeys(t, tp)
+	require.Positive(t, buckets)
+	require.EqualValues(t, len(far), inFar, "the fixture's far messages are in the far tier")
+
+	all, _ := searchAll(t, insp, tp, redisdelay.Filter{}, 100)
+	assert.Len(t, all, 40, "the zero filter finds every message, both tiers")
+
+	for _, limit := range []int{1, 3, 100} {
+		got, _ := searchAll(t, insp, tp, redisdelay.Filter{Metadata: map[string]string{"tenant": "a"}}, limit)
+		assert.ElementsMatch(t, byTenant["a"], got, "tenant a, %d per page", limit)
+	}
+	got, _ := searchAll(t, insp, tp, redisdelay.Filter{Metadata: map[string]string{"tenant": "a", "other": "x"}}, 100)
+	assert.Empty(t, got, "every metadata criterion must hold")
+
+	got, _ = searchAll(t, insp, tp, redisdelay.Filter{BusinessKeyPrefix: "order:b:"}, 100)
+	assert.Len(t, got, 4, "business keys order:b:10, 15, 30, 35")
+	got, _ = searchAll(t, insp, tp, redisdelay.Filter{BusinessKeyPrefix: "order:"}, 100)
+	assert.Len(t, got, 8)
+
+	// Due ranges: the near ones are due within seconds, the far ones in an hour.
+	got, _ = searchAll(t, insp, tp, redisdelay.Filter{To: start.Add(time.Minute)}, 100)
+	assert.Len(t, got, 20, "due within a minute: the near half")
+	got, _ = searchAll(t, insp, tp, redisdelay.Filter{From: start.Add(time.Minute)}, 100)
+	assert.Len(t, got, 20, "due later: the far half (and the keyed ones kept near)")
+	got, _ = searchAll(t, insp, tp, redisdelay.Filter{From: start.Add(time.Hour + 10*time.Second), To: start.Add(time.Hour + 20*time.Second),
+		Metadata: map[string]string{"tenant": "b"}}, 100)
+	for _, id := range got {
+		w, ok, err := insp.FindWaiting(context.Background(), tp, id)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.False(t, w.Due.Before(start.Add(time.Hour+10*time.Second)))
+		assert.True(t, w.Due.Before(start.Add(time.Hour+21*time.Second)))
+		assert.Equal(t, "b", w.Message.Metadata.Get("tenant"))
+	}
+	assert.Len(t, got, 3, "i = 11, 15 (keyed, near) and 19: tenant b, due an hour and 10-20 s ahead")
+}
+
+// A call reads at most 10,000 stored messages: a filter matching one
+// message at the end of 25,000 takes three calls, the first two empty.
+func TestSearchWaiting_BoundedPerCall(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	const n = 25000
+	for b := 0; b < n; b += 1000 {
+		msgs := make([]*message.Message, 0, 1000)
+		for i := b; i < b+1000; i++ {
+			msg := delayed(delay.For(time.Hour+time.Duration(i)*time.Millisecond), "x")
+			if i == n-1 {
+				msg.Metadata.Set("needle", "1")
+			}
+			msgs = append(msgs, msg)
+		}
+		require.NoError(t, pub.Publish(tp, msgs...))
+	}
+	f := redisdelay.Filter{Metadata: map[string]string{"needle": "1"}}
+	var pages []int
+	cursor := ""
+	for {
+		page, next, err := insp.SearchWaiting(context.Background(), tp, f, cursor, 10)
+		require.NoError(t, err)
+		pages = append(pages, len(page))
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	assert.Equal(t, []int{0, 0, 1}, pages, "10,000 read per call")
+}
+
+// A topic of several partitions is searched partition by partition.
+func TestSearchWaiting_Partitions(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := newPartitionedPublisher(t, client, 3)
+	insp := newInspector(t, client)
+	byTenant, _ := searchFixture(t, pub, tp)
+	got, calls := searchAll(t, insp, tp, redisdelay.Filter{Metadata: map[string]string{"tenant": "b"}}, 2)
+	assert.ElementsMatch(t, byTenant["b"], got)
+	assert.GreaterOrEqual(t, calls, 10)
+}
+
+func TestSearch_BadInput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	insp := newInspector(t, client)
+	pub := newPublisher(t, client)
+	require.NoError(t, pub.Publish(tp, delayed(delay.For(time.Hour), "x")))
+	now := time.Now()
+	for _, c := range []struct {
+		name   string
+		f      redisdelay.Filter
+		cursor string
+		limit  int
+		want   string
+	}{
+		{"limit", redisdelay.Filter{}, "", 0, "limit is 0: use 1 to 10000"},
+		{"range", redisdelay.Filter{From: now, To: now}, "", 10, "Filter.To (" + now.Format(time.RFC3339Nano) + ") is not after Filter.From"},
+		{"key", redisdelay.Filter{Metadata: map[string]string{"": "x"}}, "", 10, "Filter.Metadata has an empty key"},
+		{"cursor", redisdelay.Filter{}, "nonsense", 10, `cursor "nonsense" is not one a search or bulk action returned`},
+		{"cursor kind", redisdelay.Filter{}, "0:x:1:2", 10, `cursor "0:x:1:2" is not one`},
+		{"cursor partition", redisdelay.Filter{}, "3:f:1:2", 10, `cursor "3:f:1:2" names partition 3, but topic "` + tp + `" has 1`},
+	} {
+		_, _, err := insp.SearchWaiting(ctx, tp, c.f, c.cursor, c.limit)
+		if assert.Error(t, err, c.name) {
+			assert.Contains(t, err.Error(), c.want, c.name)
+		}
+	}
+	_, _, err := insp.SearchWaiting(ctx, "", redisdelay.Filter{}, "", 10)
+	assert.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
+	_, _, err = insp.SearchDeadLetters(ctx, tp, "", redisdelay.Filter{}, "", 10)
+	assert.ErrorIs(t, err, redisdelay.ErrInvalidName)
+	_, _, err = insp.SearchDeadLetters(ctx, tp, "g", redisdelay.Filter{}, "5/1-1", 10)
+	assert.ErrorContains(t, err, `cursor "5/1-1" is not one`)
+
+	// Bulk actions refuse the zero filter unless All is set.
+	_, err = insp.CancelWhere(ctx, tp, redisdelay.Filter{}, redisdelay.BulkOptions{})
+	assert.ErrorIs(t, err, redisdelay.ErrEmptyFilter)
+	_, err = insp.RescheduleWhere(ctx, tp, redisdelay.Filter{}, now, redisdelay.BulkOptions{DryRun: true})
+	assert.ErrorIs(t, err, redisdelay.ErrEmptyFilter, "even in a dry run")
+	_, err = insp.RequeueDeadLettersWhere(ctx, tp, "g", redisdelay.Filter{}, redisdelay.BulkOptions{})
+	assert.ErrorIs(t, err, redisdelay.ErrEmptyFilter)
+	_, err = insp.DeleteDeadLettersWhere(ctx, tp, "g", redisdelay.Filter{}, redisdelay.BulkOptions{})
+	assert.ErrorIs(t, err, redisdelay.ErrEmptyFilter)
+	_, err = insp.RescheduleWhere(ctx, tp, redisdelay.Filter{BusinessKeyPrefix: "k"}, time.Time{}, redisdelay.BulkOptions{})
+	assert.ErrorIs(t, err, redisdelay.ErrInvalidDelay)
+	assert.ErrorContains(t, err, "the due time is the zero time.Time")
+	_, err = insp.RescheduleWhere(ctx, tp, redisdelay.Filter{BusinessKeyPrefix: "k"}, now.Add(101*365*24*time.Hour), redisdelay.BulkOptions{})
+	assert.ErrorContains(t, err, "beyond the limit of 100 years")
+	st := topicStats(t, insp, tp)
+	assert.EqualValues(t, 1, st.Waiting, "nothing was touched")
+}
+
+func TestCancelWhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	byTenant, _ := searchFixture(t, pub, tp)
+	a := redisdelay.Filter{Metadata: map[string]string{"tenant": "a"}}
+
+	p, err := insp.CancelWhere(ctx, tp, a, redisdelay.BulkOptions{DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, redisdelay.BulkProgress{Scanned: 40, Matched: 20}, p, "a dry run counts")
+	assert.EqualValues(t, 40, topicStats(t, insp, tp).Waiting, "and changes nothing")
+
+	var reports []redisdelay.BulkProgress
+	p, err = insp.CancelWhere(ctx, tp, a, redisdelay.BulkOptions{Progress: func(p redisdelay.BulkProgress) { reports = append(reports, p) }})
+	require.NoError(t, err)
+	assert.Equal(t, redisdelay.BulkProgress{Scanned: 40, Matched: 20, Done: 20}, p)
+	require.NotEmpty(t, reports)
+	assert.Equal(t, p, reports[len(reports)-1])
+	left, _ := searchAll(t, insp, tp, redisdelay.Filter{}, 100)
+	assert.ElementsMatch(t, byTenant["b"], left, "only tenant b waits, near and far")
+	for _, id := range byTenant["a"] {
+		_, ok, err := insp.FindWaiting(ctx, tp, id)
+		require.NoError(t, err)
+		assert.False(t, ok)
+	}
+	_, inFar := farKeys(t, tp)
+	assert.EqualValues(t, 8, inFar, "the far counter follows")
+
+	p, err = insp.CancelWhere(ctx, tp, redisdelay.Filter{}, redisdelay.BulkOptions{All: true})
+	require.NoError(t, err)
+	assert.EqualValues(t, 20, p.Done, "All cancels the rest")
+	assert.Zero(t, topicStats(t, insp, tp).Waiting)
+}
+
+// A run stopped (here by its context, after the first batch) resumes from
+// the cursor of its last report, and nothing is acted on twice.
+func TestCancelWhere_Resumes(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	const n = 3500
+	for b := 0; b < n; b += 500 {
+		var msgs []*message.Message
+		for i := b; i < b+500; i++ {
+			msg := delayed(delay.For(time.Hour+time.Duration(i)*10*time.Millisecond), "x")
+			msg.Metadata.Set("even", strconv.FormatBool(i%2 == 0))
+			msgs = append(msgs, msg)
+		}
+		require.NoError(t, pub.Publish(tp, msgs...))
+	}
+	f := redisdelay.Filter{Metadata: map[string]string{"even": "true"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var last redisdelay.BulkProgress
+	p, err := insp.CancelWhere(ctx, tp, f, redisdelay.BulkOptions{Progress: func(p redisdelay.BulkProgress) {
+		last = p
+		cancel()
+	}})
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotEmpty(t, p.Cursor)
+	assert.Equal(t, last, p)
+	assert.EqualValues(t, 1000, p.Scanned, "one batch")
+	assert.EqualValues(t, 500, p.Done)
+
+	q, err := insp.CancelWhere(context.Background(), tp, f, redisdelay.BulkOptions{Cursor: p.Cursor})
+	require.NoError(t, err)
+	assert.EqualValues(t, n/2-500, q.Done, "the rest")
+	assert.Equal(t, q.Matched, q.Done)
+	assert.EqualValues(t, n/2, topicStats(t, insp, tp).Waiting)
+	left, _ := searchAll(t, insp, tp, f, 100)
+	assert.Empty(t, left)
+}
+
+func TestRescheduleWhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	byTenant, _ := searchFixture(t, pub, tp)
+	due := time.Now().Add(30 * time.Minute).Truncate(time.Millisecond)
+	b := redisdelay.Filter{Metadata: map[string]string{"tenant": "b"}}
+	p, err := insp.RescheduleWhere(ctx, tp, b, due, redisdelay.BulkOptions{})
+	require.NoError(t, err)
+	assert.EqualValues(t, 20, p.Done)
+	assert.Equal(t, p.Matched, p.Done, "each once, though moved ahead of the run")
+	for _, id := range byTenant["b"] {
+		w, ok, err := insp.FindWaiting(ctx, tp, id)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.Equal(t, due.UnixMilli(), w.Due.UnixMilli())
+	}
+	for _, id := range byTenant["a"] {
+		w, ok, err := insp.FindWaiting(ctx, tp, id)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.NotEqual(t, due.UnixMilli(), w.Due.UnixMilli(), "tenant a untouched")
+	}
+	p, err = insp.RescheduleWhere(ctx, tp, b, due, redisdelay.BulkOptions{})
+	require.NoError(t, err)
+	assert.Zero(t, p.Matched, "already due then")
+}
+
+// Dead letters: searched by metadata and time of death, requeued and
+// deleted by filter.
+func TestDeadLettersWhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
+	insp := newInspector(t, client)
+	ch := subscribe(t, sub, tp)
+	var msgs []*message.Message
+	for i := range 12 {
+		msg := newMessage(strconv.Itoa(i))
+		msg.Metadata.Set("tenant", []string{"a", "b", "c"}[i%3])
+		msgs = append(msgs, msg)
+	}
+	require.NoError(t, pub.Publish(tp, msgs...))
+	for range msgs {
+		receive(t, ch, 5*time.Second).Nack()
+	}
+	dead := awaitDeadLetters(t, insp, tp, "g", 12, 5*time.Second)
+
+	search := func(f redisdelay.Filter) (ids []string) {
+		cursor := ""
+		for {
+			page, next, err := insp.SearchDeadLetters(ctx, tp, "g", f, cursor, 2)
+			require.NoError(t, err)
+			for _, d := range page {
+				ids = append(ids, d.Message.UUID)
+			}
+			if next == "" {
+				return ids
+			}
+			cursor = next
+		}
+	}
+	tenant := func(name string) redisdelay.Filter { return redisdelay.Filter{Metadata: map[string]string{"tenant": name}} }
+	assert.Equal(t, []string{msgs[0].UUID, msgs[3].UUID, msgs[6].UUID, msgs[9].UUID}, search(tenant("a")), "oldest first")
+	assert.Len(t, search(redisdelay.Filter{}), 12)
+	assert.Len(t, search(redisdelay.Filter{From: dead[0].Time, To: dead[11].Time.Add(time.Millisecond)}), 12, "died in the range")
+	assert.Empty(t, search(redisdelay.Filter{From: dead[11].Time.Add(time.Millisecond)}), "none died later")
+
+	p, err := insp.DeleteDeadLettersWhere(ctx, tp, "g", tenant("c"), redisdelay.BulkOptions{DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, redisdelay.BulkProgress{Scanned: 12, Matched: 4}, p)
+	p, err = insp.DeleteDeadLettersWhere(ctx, tp, "g", tenant("c"), redisdelay.BulkOptions{})
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, p.Done)
+	assert.Empty(t, search(tenant("c")))
+
+	p, err = insp.RequeueDeadLettersWhere(ctx, tp, "g", tenant("b"), redisdelay.BulkOptions{})
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, p.Done)
+	var again []string
+	for range 4 {
+		msg := receive(t, ch, 5*time.Second)
+		again = append(again, msg.UUID)
+		assert.Equal(t, "b", msg.Metadata.Get("tenant"))
+		msg.Ack()
+	}
+	assert.ElementsMatch(t, []string{msgs[1].UUID, msgs[4].UUID, msgs[7].UUID, msgs[10].UUID}, again)
+	assert.Equal(t, search(tenant("a")), search(redisdelay.Filter{}), "tenant a is left")
+}
+
+// Dead letters of a topic of two partitions: the search and the bulk
+// actions read both.
+func TestDeadLettersWhere_PartitionsAndErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	insp := newInspector(t, client)
+	pub := newPartitionedPublisher(t, client, 2)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1, Partitions: 2})
+	ch := subscribe(t, sub, tp)
+	for i := range 10 {
+		msg := newMessage(strconv.Itoa(i))
+		msg.Metadata.Set("n", fmt.Sprint(i%2))
+		require.NoError(t, pub.Publish(tp, msg))
+	}
+	for range 10 {
+		receive(t, ch, 5*time.Second).Nack()
+	}
+	awaitDeadLetters(t, insp, tp, "g", 10, 5*time.Second)
+	var found []redisdelay.DeadLetter
+	cursor := ""
+	for {
+		page, next, err := insp.SearchDeadLetters(ctx, tp, "g", redisdelay.Filter{Metadata: map[string]string{"n": "1"}}, cursor, 1)
+		require.NoError(t, err)
+		found = append(found, page...)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	require.Len(t, found, 5)
+	ids := make([]string, len(found))
+	for k, d := range found {
+		ids[k] = d.ID
+	}
+	assert.Len(t, slices.Compact(slices.Clone(ids)), 5)
+	p, err := insp.DeleteDeadLettersWhere(ctx, tp, "g", redisdelay.Filter{}, redisdelay.BulkOptions{All: true})
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, p.Done, "both partitions")
+	_, err = insp.DeleteDeadLettersWhere(ctx, tp, "g", redisdelay.Filter{Metadata: map[string]string{"n": "1"}}, redisdelay.BulkOptions{Cursor: "bad"})
+	assert.ErrorContains(t, err, `cursor "bad" is not one`)
+}
