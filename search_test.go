@@ -357,7 +357,9 @@ func TestDeadLettersWhere(t *testing.T) {
 			cursor = next
 		}
 	}
-	tenant := func(name string) redisdelay.Filter { return redisdelay.Filter{Metadata: map[string]string{"tenant": name}} }
+	tenant := func(name string) redisdelay.Filter {
+		return redisdelay.Filter{Metadata: map[string]string{"tenant": name}}
+	}
 	assert.Equal(t, []string{msgs[0].UUID, msgs[3].UUID, msgs[6].UUID, msgs[9].UUID}, search(tenant("a")), "oldest first")
 	assert.Len(t, search(redisdelay.Filter{}), 12)
 	assert.Len(t, search(redisdelay.Filter{From: dead[0].Time, To: dead[11].Time.Add(time.Millisecond)}), 12, "died in the range")
