@@ -3,7 +3,8 @@
 // and resumed; when the waiting messages fall due; waiting messages paged,
 // searched by UUID or business key, shown, rescheduled and cancelled; dead
 // letters shown, found by UUID, requeued and deleted, one or in bulk, after
-// a confirmation.
+// a confirmation; recurring schedules listed, paused, resumed, triggered and
+// removed.
 //
 // It is an http.Handler built on the public Inspector API only, with
 // everything embedded (no CDN: it works offline). Mount it in a service:
@@ -50,7 +51,8 @@ import (
 // name or address: bind it to loopback or set Authorize.
 type Options struct {
 	// ReadOnly hides the actions (cancel, reschedule, requeue, delete,
-	// pause, resume) and refuses their requests with 403.
+	// pause, resume, and a schedule's trigger and remove) and refuses their
+	// requests with 403.
 	ReadOnly bool
 
 	// Authorize is called first on every request; an error answers 403
@@ -156,7 +158,7 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 		"add":     func(a, b int) int { return a + b },
 	}
 	h.pages = map[string]*template.Template{}
-	for _, name := range []string{"topics", "topic", "message", "dead", "confirm", "result", "error"} {
+	for _, name := range []string{"topics", "topic", "message", "dead", "schedules", "confirm", "result", "error"} {
 		h.pages[name] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+name+".html"))
 	}
 	static, _ := fs.Sub(files, "static")
@@ -168,10 +170,12 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	mux.HandleFunc("GET /api/topic", h.apiTopic)
 	mux.HandleFunc("GET /message", h.message)
 	mux.HandleFunc("GET /dead", h.dead)
+	mux.HandleFunc("GET /schedules", h.schedules)
 	mux.HandleFunc("POST /cancel", h.action(h.cancel))
 	mux.HandleFunc("POST /dead/action", h.action(h.deadAction))
 	mux.HandleFunc("POST /reschedule", h.action(h.reschedule))
 	mux.HandleFunc("POST /group", h.action(h.groupAction))
+	mux.HandleFunc("POST /schedule", h.action(h.scheduleAction))
 	h.mux = mux
 	return h
 }

@@ -285,14 +285,15 @@ func init() {
 			help: "Serves the operator dashboard (see docs/dashboard.md) until interrupted: topics and groups\n" +
 				"refreshing live, when waiting messages fall due, waiting messages searched by UUID or business\n" +
 				"key, cancelled or rescheduled, dead letters requeued or deleted after a confirmation, consumer\n" +
-				"groups paused and resumed. It has no login of its own: keep it on loopback (the default) or\n" +
-				"put it behind an authenticating proxy; --read-only hides and refuses every action. Against DNS\n" +
-				"rebinding it answers only to loopback names, the --addr-listen address (the machine's addresses\n" +
-				"for 0.0.0.0 or ::) and each --allowed-host: give the names you open it with.",
+				"groups paused and resumed, recurring schedules paused, resumed, triggered and removed. It has\n" +
+				"no login of its own: keep it on loopback (the default) or put it behind an authenticating\n" +
+				"proxy; --read-only hides and refuses every action. Against DNS rebinding it answers only to\n" +
+				"loopback names, the --addr-listen address (the machine's addresses for 0.0.0.0 or ::) and each\n" +
+				"--allowed-host: give the names you open it with.",
 			maxArgs: 0, serve: true,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
 				fs.StringVar(&f.listen, "addr-listen", "127.0.0.1:8080", "serve on this `host:port` (port 0: any free port)")
-				fs.BoolVar(&f.readOnly, "read-only", false, "show only: no cancel, reschedule, requeue, delete, pause or resume")
+				fs.BoolVar(&f.readOnly, "read-only", false, "show only: no cancel, reschedule, requeue, delete, pause, resume, trigger or remove")
 				fs.Func("allowed-host", "also answer to this `host` or host:port (repeat, or separate with commas; \"*\": any), besides loopback and the --addr-listen address", func(v string) error {
 					for _, h := range strings.Split(v, ",") {
 						if h = strings.TrimSpace(h); h != "" {

@@ -21,7 +21,7 @@ func cmdUI(e *env, _ []string) error {
 	addr := ln.Addr().(*net.TCPAddr)
 	if !addr.IP.IsLoopback() {
 		fmt.Fprintf(e.stderr, "redisdelay: warning: --addr-listen %s is not a loopback address and the dashboard has no login: anyone who can reach it can see the payloads%s\n",
-			f.listen, map[bool]string{false: " and cancel, reschedule, requeue or delete messages and pause groups", true: ""}[f.readOnly])
+			f.listen, map[bool]string{false: " and cancel, reschedule, requeue or delete messages and pause groups and schedules", true: ""}[f.readOnly])
 	}
 	srv := &http.Server{
 		Handler:           dashboard.New(e.insp, dashboard.Options{ReadOnly: f.readOnly, AllowedHosts: append(listenHosts(addr.IP), f.allowedHosts...)}),
