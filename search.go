@@ -7,8 +7,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -159,17 +157,17 @@ type BulkProgress struct {
 // CancelWhere cancels the waiting messages of a topic that match f, as
 // Cancel does one, far tier included, and returns the counts. It reads
 // the topic as SearchWaiting does, 1,000 messages at a time, and cancels
-// the matches of each batch 8 at a time: its cost is a read of every
-// message the filter's due range covers, and one script call per match
-// (three for one in the far tier). A message published during the run
-// may be left.
+// the matches of each batch on one pipeline per partition (two more for
+// those of the far tier): its cost is a read of every message the
+// filter's due range covers, and a script call per match. A message
+// published during the run may be left.
 func (i *Inspector) CancelWhere(ctx context.Context, topic string, f Filter, o BulkOptions) (BulkProgress, error) {
 	s, err := i.waitingBulk(ctx, topic, f, o)
 	if err != nil {
 		return BulkProgress{}, err
 	}
-	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, func(w waitingMatch) (bool, error) {
-		return store.Cancel(ctx, i.client, w.shard, "uuid", w.Message.UUID)
+	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, func(sh store.Shard, uuids []string) (int, error) {
+		return store.CancelMany(ctx, i.client, sh, uuids)
 	}))
 	return p, wrapErr(err, "cancel waiting messages of topic %q", topic)
 }
@@ -199,8 +197,8 @@ func (i *Inspector) RescheduleWhere(ctx context.Context, topic string, f Filter,
 	}
 	at := due.UnixMilli()
 	s.skip = func(w waitingMatch) bool { return w.Due.UnixMilli() == at }
-	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, func(w waitingMatch) (bool, error) {
-		return store.RescheduleAt(ctx, i.client, w.shard, w.Message.UUID, at)
+	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, func(sh store.Shard, uuids []string) (int, error) {
+		return store.RescheduleMany(ctx, i.client, sh, uuids, at)
 	}))
 	return p, wrapErr(err, "reschedule waiting messages of topic %q", topic)
 }
@@ -276,66 +274,45 @@ func runBulk[T any](ctx context.Context, s scan[T], o BulkOptions, act func([]T)
 	}
 }
 
-// bulkWorkers is how many matches a bulk action on waiting messages acts
-// on at once.
-const bulkWorkers = 8
-
-// eachWaiting acts on each waiting message of a batch, bulkWorkers at a
-// time, pulling one of the far tier into the waiting set first; it counts
-// those act reports done, and stops at the first error.
-func (i *Inspector) eachWaiting(ctx context.Context, act func(waitingMatch) (bool, error)) func([]waitingMatch) (int64, error) {
+// eachWaiting acts on a batch of waiting messages: for each partition, it
+// pulls the far tier's messages into the waiting set, where cancel.lua and
+// reschedule.lua find them, then runs many on the UUIDs (one pipeline
+// each); it counts what many reports done.
+func (i *Inspector) eachWaiting(ctx context.Context, many func(store.Shard, []string) (int, error)) func([]waitingMatch) (int64, error) {
 	return func(ws []waitingMatch) (int64, error) {
-		var (
-			done atomic.Int64
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			errs []error
-		)
-		next := make(chan waitingMatch)
-		for range bulkWorkers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for w := range next {
-					ok, err := func() (bool, error) {
-						if w.far {
-							if _, _, _, err := store.FarPull(ctx, i.client, w.shard, w.Message.UUID, false); err != nil {
-								return false, err
-							}
-						}
-						return act(w)
-					}()
-					if err != nil {
-						mu.Lock()
-						errs = append(errs, err)
-						mu.Unlock()
-					} else if ok {
-						done.Add(1)
-					}
-				}
-			}()
-		}
-	feed:
+		ids, far := map[store.Shard][]string{}, map[store.Shard][]string{}
+		var order []store.Shard
 		for _, w := range ws {
-			mu.Lock()
-			failed := len(errs) > 0
-			mu.Unlock()
-			if failed {
-				break
+			if _, ok := ids[w.shard]; !ok {
+				order = append(order, w.shard)
 			}
-			select {
-			case next <- w:
-			case <-ctx.Done():
-				break feed
+			ids[w.shard] = append(ids[w.shard], w.Message.UUID)
+			if w.far {
+				far[w.shard] = append(far[w.shard], w.Message.UUID)
 			}
 		}
-		close(next)
-		wg.Wait()
-		if len(errs) == 0 {
-			errs = append(errs, ctx.Err())
-		}
-		return done.Load(), errs[0]
+		return actByPartition(order, ids, func(sh store.Shard, uuids []string) (int, error) {
+			if len(far[sh]) > 0 {
+				if err := store.FarPullMany(ctx, i.client, sh, far[sh]); err != nil {
+					return 0, err
+				}
+			}
+			return many(sh, uuids)
+		})
 	}
+}
+
+// actByPartition runs act on the ids of each partition, in order.
+func actByPartition(order []store.Shard, ids map[store.Shard][]string, act func(store.Shard, []string) (int, error)) (int64, error) {
+	var done int64
+	for _, sh := range order {
+		n, err := act(sh, ids[sh])
+		done += int64(n)
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 // byPartition acts on a batch of dead letters in one call per partition.
@@ -349,15 +326,7 @@ func byPartition(act func(store.Shard, []string) (int, error)) func([]deadMatch)
 			}
 			ids[d.shard] = append(ids[d.shard], d.id)
 		}
-		var done int64
-		for _, sh := range order {
-			n, err := act(sh, ids[sh])
-			done += int64(n)
-			if err != nil {
-				return done, err
-			}
-		}
-		return done, nil
+		return actByPartition(order, ids, act)
 	}
 }
 

@@ -336,11 +336,41 @@ func Reschedule(ctx context.Context, c redis.Scripter, sh Shard, by, value strin
 	return score > 0, err
 }
 
-// RescheduleAt is Reschedule to a due time in ms since the epoch.
-func RescheduleAt(ctx context.Context, c redis.Scripter, sh Shard, uuid string, atMs int64) (bool, error) {
-	score, err := rescheduleScript.Run(ctx, c, []string{sh.Waiting(), sh.Bkeys(), sh.seq(), sh.dormant()},
-		"uuid", uuid, 0, sh.Wake(), atMs).Int64()
-	return score > 0, err
+// CancelMany runs cancel.lua for each of the UUIDs on one pipeline and
+// returns how many were waiting.
+func CancelMany(ctx context.Context, c redis.Cmdable, sh Shard, uuids []string) (int, error) {
+	return pipeEach(ctx, c, cancelScript, []string{sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio()}, uuids,
+		func(uuid string) []any { return []any{"uuid", uuid} })
+}
+
+// RescheduleMany runs reschedule.lua for each of the UUIDs on one
+// pipeline, moving them to be due at atMs (ms since the epoch), and
+// returns how many were waiting.
+func RescheduleMany(ctx context.Context, c redis.Cmdable, sh Shard, uuids []string, atMs int64) (int, error) {
+	return pipeEach(ctx, c, rescheduleScript, []string{sh.Waiting(), sh.Bkeys(), sh.seq(), sh.dormant()}, uuids,
+		func(uuid string) []any { return []any{"uuid", uuid, 0, sh.Wake(), atMs} })
+}
+
+// pipeEach runs script once per value on one pipeline and counts the
+// replies above 0.
+func pipeEach(ctx context.Context, c redis.Cmdable, script *redis.Script, keys, values []string, args func(string) []any) (int, error) {
+	pipe := c.Pipeline()
+	ps := make([]pipedScript, len(values))
+	for k, v := range values {
+		ps[k] = pipeScript(ctx, pipe, script, keys, args(v)...)
+	}
+	execPipe(ctx, pipe)
+	n := 0
+	for _, p := range ps {
+		v, err := p.Result(ctx, c).Int64()
+		if err != nil {
+			return n, err
+		}
+		if v > 0 {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Requeue runs requeue.lua: moves the dead letters ids (none: the

@@ -186,6 +186,54 @@ func FarPull(ctx context.Context, c Cmds, sh Shard, uuid string, peek bool) (bod
 	return "", 0, false, fmt.Errorf("the far message %q kept moving while it was looked up", uuid)
 }
 
+// FarPullMany is FarPull (not peeking) for many UUIDs of a partition, on
+// two pipelines: the far index lookups, then farpull.lua for those found.
+// A message that moved meanwhile is looked up again on its own.
+func FarPullMany(ctx context.Context, c redis.Cmdable, sh Shard, uuids []string) error {
+	pipe := c.Pipeline()
+	locs := make([]*redis.StringCmd, len(uuids))
+	fields := make([]string, len(uuids))
+	for k, uuid := range uuids {
+		fields[k] = farField(uuid)
+		locs[k] = pipe.HGet(ctx, sh.farIndex(farShard(fields[k])), fields[k])
+	}
+	execPipe(ctx, pipe)
+	pipe = c.Pipeline()
+	pulls := make([]pipedScript, len(uuids))
+	for k, uuid := range uuids {
+		loc, err := locs[k].Result()
+		if err == redis.Nil {
+			continue // not in the far tier (any more)
+		}
+		if err != nil {
+			return err
+		}
+		b, _, err := farLoc(loc)
+		if err != nil {
+			return err
+		}
+		pulls[k] = pipeScript(ctx, pipe, farPullScript,
+			[]string{sh.Far(), sh.FarMeta(), sh.FarBucket(b), sh.farIndex(farShard(fields[k])), sh.Waiting(), sh.Bodies()},
+			fields[k], loc, uuid, b, sh.Wake(), "0")
+	}
+	execPipe(ctx, pipe)
+	for k, p := range pulls {
+		if p.Cmd == nil {
+			continue
+		}
+		res, err := p.Result(ctx, c).Slice()
+		if err != nil {
+			return err
+		}
+		if n, _ := res[0].(int64); n != 1 {
+			if _, _, _, err := FarPull(ctx, c, sh, uuids[k], false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // farOverdue is how long ago the first due time of the partition's first far
 // bucket (ZRANGE far 0 0) passed with the bucket still packed: no
 // scheduler unpacked it. 0 when none is overdue.
