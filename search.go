@@ -419,7 +419,7 @@ func (i *Inspector) waitingScan(ctx context.Context, topic string, f Filter, cur
 	default:
 		return nil, badCursor(cursor)
 	}
-	if errors.Join(errs[:]...) != nil || s.part < 0 || s.pos < 0 {
+	if errors.Join(errs[:]...) != nil || s.part < 0 || s.pos < 0 || math.IsNaN(s.score) {
 		return nil, badCursor(cursor)
 	}
 	if s.part >= len(shards) {

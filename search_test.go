@@ -181,6 +181,7 @@ func TestSearch_BadInput(t *testing.T) {
 		{"key", redisdelay.Filter{Metadata: map[string]string{"": "x"}}, "", 10, "Filter.Metadata has an empty key"},
 		{"cursor", redisdelay.Filter{}, "nonsense", 10, `cursor "nonsense" is not one a search or bulk action returned`},
 		{"cursor kind", redisdelay.Filter{}, "0:x:1:2", 10, `cursor "0:x:1:2" is not one`},
+		{"cursor score", redisdelay.Filter{}, "0:n:NaN:x", 10, `cursor "0:n:NaN:x" is not one`},
 		{"cursor partition", redisdelay.Filter{}, "3:f:1:2", 10, `cursor "3:f:1:2" names partition 3, but topic "` + tp + `" has 1`},
 	} {
 		_, _, err := insp.SearchWaiting(ctx, tp, c.f, c.cursor, c.limit)
