@@ -41,6 +41,15 @@ type cmdFlags struct {
 	allowedHosts  []string      // ui --allowed-host
 	in            time.Duration // reschedule --in
 	at            string        // reschedule --at
+	group         string        // search --group
+	cursor        string        // search --cursor
+
+	// The filter flags (filterFlags); fromT and toT are --from and --to
+	// as check parsed them.
+	meta       map[string]string
+	keyPrefix  string
+	from, to   string
+	fromT, toT time.Time
 }
 
 // payloadFlags are the flags of the commands that can print payloads.
@@ -125,6 +134,48 @@ func init() {
 				return checkPage(0, f.limit)
 			},
 			run: cmdDead,
+		},
+		{
+			name: "search", args: "<topic> [--group G] [--meta K=V]... [--key-prefix P] [--from T] [--to T] [--limit N] [--cursor C] [--payload]",
+			summary: "find waiting messages or dead letters by metadata, business key or time",
+			help: "Finds a topic's waiting messages, or with --group that group's dead letters, that match every\n" +
+				"criterion given: metadata values (--meta, repeated), a business key prefix (--key-prefix), and\n" +
+				"a due time (dead letters: the time they died) in [--from, --to). Times are RFC 3339, now, or a\n" +
+				"signed duration from now: --from -2h, --to +10m. Without criteria every message matches.\n" +
+				"It lists them as \"redisdelay waiting\" and \"redisdelay dead\" do, partition by partition as\n" +
+				"stored (dead letters oldest first; waiting messages not in due order across the topic), reading on\n" +
+				"until --limit match or all was read, but at most 100,000 stored messages: then, or at --limit, it\n" +
+				"prints how to get the next page (--cursor C, on stderr; \"cursor\" in JSON, \"\" once all was read).\n" +
+				"Give the next page the same --group and filter. Cost: a --from/--to range is looked up in Redis's\n" +
+				"index, but metadata and key criteria are checked on every stored message read: a pass over N\n" +
+				"messages takes N/10,000 Inspector calls, each reading 10,000.",
+			minArgs: 1, maxArgs: 1,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.StringVar(&f.group, "group", "", "search the dead letters of consumer group `G` rather than the waiting messages")
+				filterFlags(fs, f, "due (dead letters: that died)")
+				fs.IntVar(&f.limit, "limit", 100, "list at most `N` matches (1 to 10000)")
+				fs.StringVar(&f.cursor, "cursor", "", "go on from the cursor `C` a previous search printed (with the same --group and filter)")
+				payloadFlags(fs, f, true)
+			},
+			check: func(_ []string, f *cmdFlags) error {
+				if err := checkMaxPayload(f); err != nil {
+					return err
+				}
+				if err := checkPage(0, f.limit); err != nil {
+					return err
+				}
+				if err := f.checkFilter(time.Now()); err != nil {
+					return err
+				}
+				switch {
+				case f.cursor == "":
+					return nil
+				case f.group != "":
+					return checkDeadCursor("--cursor", f.cursor)
+				}
+				return checkWaitingCursor("--cursor", f.cursor)
+			},
+			run: cmdSearch,
 		},
 		{
 			name: "show", args: "<topic> <uuid> [--max-payload N]", summary: "show a waiting message or dead letter in full, payload included",
