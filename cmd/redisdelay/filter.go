@@ -12,7 +12,11 @@ import (
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
 
-// filterFlags are the flags that select messages by what they carry.
+// filterHelp names the filter flags in usage errors.
+const filterHelp = "a filter (--meta K=V, --key-prefix P, --from T, --to T)"
+
+// filterFlags are the flags that select messages by what they carry, for
+// search and the bulk forms of the actions.
 func filterFlags(fs *flag.FlagSet, f *cmdFlags, when string) {
 	fs.Func("meta", "select messages whose metadata holds `K=V`: key K with value V (repeat: all must hold)", func(v string) error {
 		k, val, ok := strings.Cut(v, "=")
@@ -35,6 +39,20 @@ func filterFlags(fs *flag.FlagSet, f *cmdFlags, when string) {
 	fs.StringVar(&f.from, "from", "", "select messages "+when+" at or after `T`: an RFC 3339 time, now, or a signed duration from now (-2h, +10m)")
 	fs.StringVar(&f.to, "to", "", "select messages "+when+" before `T` (as --from)")
 }
+
+// bulkFlags are the flags of the bulk forms of the actions.
+func bulkFlags(fs *flag.FlagSet, f *cmdFlags) {
+	fs.BoolVar(&f.dryRun, "dry-run", false, "count the messages it would act on, and change nothing")
+	fs.StringVar(&f.resume, "resume", "", "go on with a bulk action that stopped, from the cursor `C` it printed (with the same filter)")
+}
+
+// hasFilter reports whether a filter flag was given.
+func (f *cmdFlags) hasFilter() bool {
+	return len(f.meta) > 0 || f.keyPrefix != "" || f.from != "" || f.to != ""
+}
+
+// bulk reports whether the command line asks for a bulk form.
+func (f *cmdFlags) bulk() bool { return f.all || f.hasFilter() }
 
 func (f *cmdFlags) filter() redisdelay.Filter {
 	return redisdelay.Filter{Metadata: f.meta, BusinessKeyPrefix: f.keyPrefix, From: f.fromT, To: f.toT}
@@ -76,6 +94,24 @@ func parseWhen(name, v string, now time.Time) (time.Time, error) {
 		}
 	}
 	return time.Time{}, fmt.Errorf("%s %q is not a time: give an RFC 3339 time (2030-01-02T15:04:05Z), now, or a signed duration from now (-2h, +10m, +90s)", name, v)
+}
+
+// checkBulkExtras fails when --dry-run, --resume or --yes come with the
+// form that acts on one message (or on given ones), which they do not
+// apply to.
+func checkBulkExtras(f *cmdFlags, one, bulk string) error {
+	if f.bulk() {
+		return nil
+	}
+	for _, x := range []struct {
+		set  bool
+		name string
+	}{{f.dryRun, "--dry-run"}, {f.resume != "", "--resume"}, {f.yes, "--yes"}} {
+		if x.set {
+			return fmt.Errorf("%s goes with %s, not with %s", x.name, bulk, one)
+		}
+	}
+	return nil
 }
 
 // checkWaitingCursor checks the form of a cursor over waiting messages

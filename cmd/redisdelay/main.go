@@ -1,8 +1,9 @@
 // Command redisdelay shows what the topics of watermill-redisdelay hold and
 // lets an operator act on them: list topics, count messages, list delayed
 // messages and dead letters, search them by metadata, business key or time,
-// cancel or reschedule a delayed message, requeue, delete or purge dead
-// letters, or serve all that as a web dashboard ("ui").
+// cancel or reschedule delayed messages, requeue, delete or purge dead
+// letters (one, or all a filter selects), or serve all that as a web
+// dashboard ("ui").
 //
 //	redisdelay [flags] <command> [arguments]
 //
@@ -109,7 +110,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.version, "version", o.version, "print the version and exit")
 	fs.StringVar(&o.prefix, "prefix", o.prefix, "key `prefix` of the Publishers and Subscribers")
 	fs.BoolVar(&o.json, "json", o.json, "machine-readable JSON output")
-	fs.DurationVar(&o.timeout, "timeout", o.timeout, "bound on the whole command, including connecting")
+	fs.DurationVar(&o.timeout, "timeout", o.timeout, "bound on the whole command, including connecting (a bulk action's run: on each batch of 1,000 messages)")
 }
 
 // target names the Redis deployment in messages.

@@ -114,7 +114,7 @@ func cmdSearch(e *env, pos []string) error {
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "redisdelay: search stopped (%s) after %d match(es); to search on: --cursor %s\n",
-			e.stopReason(err, e.ctx), found, shellWord(cursor))
+			e.stopReason(e.ctx, err), found, shellWord(cursor))
 		return errReported
 	}
 	switch {
@@ -130,10 +130,12 @@ func cmdSearch(e *env, pos []string) error {
 
 // stopReason says why a long command stopped: interrupted, out of time, or
 // the error.
-func (e *env) stopReason(err error, ctx context.Context) string {
+func (e *env) stopReason(ctx context.Context, err error) string {
 	switch {
 	case e.signals.Err() != nil:
 		return "interrupted"
+	case errors.Is(context.Cause(ctx), errStalled):
+		return fmt.Sprintf("no batch of 1,000 messages done within --timeout %s", e.opts.timeout)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fmt.Sprintf("gave up after --timeout %s", e.opts.timeout)
 	}
