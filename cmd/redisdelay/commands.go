@@ -41,6 +41,18 @@ type cmdFlags struct {
 	allowedHosts  []string      // ui --allowed-host
 	in            time.Duration // reschedule --in
 	at            string        // reschedule --at
+	group         string        // search --group
+	cursor        string        // search --cursor
+
+	// The filter flags (filterFlags); fromT and toT are --from and --to
+	// as check parsed them.
+	meta       map[string]string
+	keyPrefix  string
+	from, to   string
+	fromT, toT time.Time
+
+	dryRun bool   // --dry-run of a bulk action
+	resume string // --resume of a bulk action
 }
 
 // payloadFlags are the flags of the commands that can print payloads.
@@ -127,6 +139,48 @@ func init() {
 			run: cmdDead,
 		},
 		{
+			name: "search", args: "<topic> [--group G] [--meta K=V]... [--key-prefix P] [--from T] [--to T] [--limit N] [--cursor C] [--payload]",
+			summary: "find waiting messages or dead letters by metadata, business key or time",
+			help: "Finds a topic's waiting messages, or with --group that group's dead letters, that match every\n" +
+				"criterion given: metadata values (--meta, repeated), a business key prefix (--key-prefix), and\n" +
+				"a due time (dead letters: the time they died) in [--from, --to). Times are RFC 3339, now, or a\n" +
+				"signed duration from now: --from -2h, --to +10m. Without criteria every message matches.\n" +
+				"It lists them as \"redisdelay waiting\" and \"redisdelay dead\" do, partition by partition as\n" +
+				"stored (dead letters oldest first; waiting messages not in due order across the topic), reading on\n" +
+				"until --limit match or all was read, but at most 100,000 stored messages: then, or at --limit, it\n" +
+				"prints how to get the next page (--cursor C, on stderr; \"cursor\" in JSON, \"\" once all was read).\n" +
+				"Give the next page the same --group and filter. Cost: a --from/--to range is looked up in Redis's\n" +
+				"index, but metadata and key criteria are checked on every stored message read: a pass over N\n" +
+				"messages takes N/10,000 Inspector calls, each reading 10,000.",
+			minArgs: 1, maxArgs: 1,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.StringVar(&f.group, "group", "", "search the dead letters of consumer group `G` rather than the waiting messages")
+				filterFlags(fs, f, "due (dead letters: that died)")
+				fs.IntVar(&f.limit, "limit", 100, "list at most `N` matches (1 to 10000)")
+				fs.StringVar(&f.cursor, "cursor", "", "go on from the cursor `C` a previous search printed (with the same --group and filter)")
+				payloadFlags(fs, f, true)
+			},
+			check: func(_ []string, f *cmdFlags) error {
+				if err := checkMaxPayload(f); err != nil {
+					return err
+				}
+				if err := checkPage(0, f.limit); err != nil {
+					return err
+				}
+				if err := f.checkFilter(time.Now()); err != nil {
+					return err
+				}
+				switch {
+				case f.cursor == "":
+					return nil
+				case f.group != "":
+					return checkDeadCursor("--cursor", f.cursor)
+				}
+				return checkWaitingCursor("--cursor", f.cursor)
+			},
+			run: cmdSearch,
+		},
+		{
 			name: "show", args: "<topic> <uuid> [--max-payload N]", summary: "show a waiting message or dead letter in full, payload included",
 			help: "Shows the message with this UUID wherever it still is: waiting for its due time, or in the\n" +
 				"dead letters of any consumer group (delivered and acknowledged messages are not kept). It prints\n" +
@@ -140,44 +194,45 @@ func init() {
 			run:   cmdShow,
 		},
 		{
-			name: "cancel", args: "<topic> (<uuid> | --key K)", summary: "recall a delayed message that is still waiting",
+			name: "cancel", args: "<topic> (<uuid> | --key K | filter | --all) [--dry-run] [--resume C]", summary: "recall waiting messages: one, or those a filter selects",
 			help: "Removes a delayed message that is still waiting, by its UUID or by its business key\n" +
 				"(--key), so it is never delivered. Reports whether it was waiting (exit status 0 either\n" +
-				"way; \"cancelled\": false in JSON): it is not when unknown, already cancelled, or already due.",
+				"way; \"cancelled\": false in JSON): it is not when unknown, already cancelled, or already due.\n" +
+				"\n" + bulkHelp("cancels", "waiting message of the topic", "a due time", "; with --all and --yes, every one"),
 			minArgs: 1, maxArgs: 2,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
 				fs.StringVar(&f.key, "key", "", "cancel the waiting message holding business key `K`")
+				filterFlags(fs, f, "due")
+				fs.BoolVar(&f.all, "all", false, "cancel every waiting message of the topic (with --yes)")
+				fs.BoolVar(&f.yes, "yes", false, "really cancel them all, with --all")
+				bulkFlags(fs, f)
 			},
-			check: func(pos []string, f *cmdFlags) error {
-				switch {
-				case f.key != "" && len(pos) > 1:
-					return errors.New("give a UUID or --key, not both")
-				case f.key == "" && len(pos) < 2:
-					return errors.New("give the UUID of the message to cancel, or --key K")
-				}
-				return nil
-			},
-			run: cmdCancel,
+			check: func(pos []string, f *cmdFlags) error { return checkWaitingForm("cancel", pos, f) },
+			run:   cmdCancel,
 		},
 		{
-			name: "reschedule", args: "<topic> (<uuid> | --key K) (--in D | --at T)", summary: "move a waiting message to a new due time",
+			name: "reschedule", args: "<topic> (<uuid> | --key K | filter | --all) (--in D | --at T) [--dry-run] [--resume C]", summary: "move waiting messages to a new due time: one, or those a filter selects",
 			help: "Moves a delayed message that is still waiting, by its UUID or by its business key (--key), to\n" +
 				"a new due time, in place: same UUID, body and key. --in 10m is due 10 minutes from now, --at an\n" +
 				"RFC 3339 time (2030-01-02T15:04:05Z); a time already passed is due at once. Reports whether it\n" +
 				"was waiting (exit status 0 either way; \"rescheduled\": false in JSON): it is not when unknown,\n" +
-				"cancelled, or already due.",
+				"cancelled, or already due.\n" +
+				"\n" + bulkHelp("moves to the new due time (--in: from the run's start)", "waiting message of the topic", "a due time", "; with --all and --yes, every one"),
 			minArgs: 1, maxArgs: 2,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
 				fs.StringVar(&f.key, "key", "", "reschedule the waiting message holding business key `K`")
 				fs.DurationVar(&f.in, "in", 0, "due `D` from now (e.g. 90s, 10m, 2h)")
 				fs.StringVar(&f.at, "at", "", "due at `T`, an RFC 3339 time")
+				filterFlags(fs, f, "due")
+				fs.BoolVar(&f.all, "all", false, "reschedule every waiting message of the topic (with --yes)")
+				fs.BoolVar(&f.yes, "yes", false, "really reschedule them all, with --all")
+				bulkFlags(fs, f)
 			},
 			check: func(pos []string, f *cmdFlags) error {
+				if err := checkWaitingForm("reschedule", pos, f); err != nil {
+					return err
+				}
 				switch {
-				case f.key != "" && len(pos) > 1:
-					return errors.New("give a UUID or --key, not both")
-				case f.key == "" && len(pos) < 2:
-					return errors.New("give the UUID of the message to reschedule, or --key K")
 				case f.at != "" && f.in != 0:
 					return errors.New("give --in or --at, not both")
 				case f.at == "" && f.in == 0:
@@ -195,18 +250,37 @@ func init() {
 			run: cmdReschedule,
 		},
 		{
-			name: "requeue", args: "<topic> <group> (<id>... | --all)", summary: "send dead letters back to their group",
-			help:    "Sends the given dead letters, or with --all every dead letter of the group, back to the group\nas a new first attempt.",
+			name: "requeue", args: "<topic> <group> (<id>... | --all | filter) [--dry-run] [--resume C]", summary: "send dead letters back to their group",
+			help: "Sends the given dead letters, or with --all every dead letter of the group, back to the group\nas a new first attempt.\n" +
+				"\n" + bulkHelp("requeues", "dead letter of the group", "the time it died", ""),
 			minArgs: 2, maxArgs: -1,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
 				fs.BoolVar(&f.all, "all", false, "requeue every dead letter of the group")
+				filterFlags(fs, f, "that died")
+				bulkFlags(fs, f)
 			},
 			check: func(pos []string, f *cmdFlags) error {
+				ids := len(pos) > 2
+				if err := f.checkFilter(time.Now()); err != nil {
+					return err
+				}
 				switch {
-				case f.all && len(pos) > 2:
+				case f.all && ids:
 					return errors.New("give dead letter IDs or --all, not both")
-				case !f.all && len(pos) == 2:
-					return errors.New("give the IDs of the dead letters to requeue, or --all")
+				case f.all && f.hasFilter():
+					return errors.New("give --all or a filter, not both: --all requeues every dead letter, a filter those it selects")
+				case ids && f.hasFilter():
+					return errors.New("give dead letter IDs or a filter, not both")
+				case !ids && !f.bulk():
+					return errors.New("give the IDs of the dead letters to requeue, " + filterHelp + " or --all")
+				}
+				if err := checkBulkExtras(f, "dead letter IDs", filterHelp+" or --all"); err != nil {
+					return err
+				}
+				if f.resume != "" {
+					if err := checkDeadCursor("--resume", f.resume); err != nil {
+						return err
+					}
 				}
 				for _, id := range pos[2:] {
 					if err := checkDeadID(id); err != nil {
@@ -243,11 +317,40 @@ func init() {
 			run: cmdResume,
 		},
 		{
-			name: "delete-dead", args: "<topic> <group> <id>", summary: "delete one dead letter",
-			help:    "Deletes one dead letter for good. Reports whether it existed (exit status 0 either way).",
-			minArgs: 3, maxArgs: 3,
-			check: func(pos []string, _ *cmdFlags) error { return checkDeadID(pos[2]) },
-			run:   cmdDeleteDead,
+			name: "delete-dead", args: "<topic> <group> (<id> | filter) [--dry-run] [--resume C]", summary: "delete one dead letter, or those a filter selects",
+			help: "Deletes one dead letter for good. Reports whether it existed (exit status 0 either way).\n" +
+				"\n" + bulkHelp("deletes for good", "dead letter of the group", "the time it died", "") +
+				"\nTo delete every dead letter of the group: redisdelay purge <topic> <group> --yes.",
+			minArgs: 2, maxArgs: 3,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				filterFlags(fs, f, "that died")
+				bulkFlags(fs, f)
+				// Declared to point whoever tries it at purge.
+				fs.BoolVar(&f.all, "all", false, "not here: \"redisdelay purge <topic> <group> --yes\" deletes every dead letter")
+			},
+			check: func(pos []string, f *cmdFlags) error {
+				if f.all {
+					return errors.New("delete-dead has no --all: to delete every dead letter of the group, redisdelay purge <topic> <group> --yes")
+				}
+				if err := f.checkFilter(time.Now()); err != nil {
+					return err
+				}
+				switch id := len(pos) > 2; {
+				case id && f.hasFilter():
+					return errors.New("give a dead letter ID or a filter, not both")
+				case !id && !f.hasFilter():
+					return errors.New("give the ID of the dead letter to delete or " + filterHelp + "; to delete every dead letter of the group: redisdelay purge <topic> <group> --yes")
+				case id:
+					if err := checkBulkExtras(f, "a dead letter ID", filterHelp); err != nil {
+						return err
+					}
+					return checkDeadID(pos[2])
+				case f.resume != "":
+					return checkDeadCursor("--resume", f.resume)
+				}
+				return nil
+			},
+			run: cmdDeleteDead,
 		},
 		{
 			name: "schedules", summary: "list the recurring schedules",
@@ -306,6 +409,66 @@ func init() {
 			run: cmdUI,
 		},
 	}
+}
+
+// bulkHelp is the part of an action's help about its bulk form.
+func bulkHelp(does, subject, when, all string) string {
+	return wrap(fmt.Sprintf("With a filter, it %s every %s that matches all the criteria given: "+
+		"metadata values (--meta K=V, repeated), a business key prefix (--key-prefix P), and %s in "+
+		"[--from, --to) (RFC 3339, now, or a signed duration from now: -2h, +10m)%s. --dry-run counts them "+
+		"and changes nothing. Progress goes to stderr, at most a line a second. Interrupted (SIGINT, SIGTERM) "+
+		"or failing, it prints the counts and the --resume cursor to go on from, and exits with status 1. "+
+		"--timeout bounds each batch of 1,000 messages read, not the whole run.", does, subject, when, all), 100)
+}
+
+// wrap breaks a paragraph into lines of at most width characters.
+func wrap(s string, width int) string {
+	var b strings.Builder
+	n := 0
+	for _, w := range strings.Fields(s) {
+		switch {
+		case n == 0:
+		case n+1+len(w) > width:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
+}
+
+// checkWaitingForm checks which form of cancel or reschedule the command
+// line asks for: one message (a UUID or --key), a filter, or --all.
+func checkWaitingForm(name string, pos []string, f *cmdFlags) error {
+	if err := f.checkFilter(time.Now()); err != nil {
+		return err
+	}
+	uuid := len(pos) > 1
+	switch {
+	case f.key != "" && uuid:
+		return errors.New("give a UUID or --key, not both")
+	case f.all && (uuid || f.key != ""):
+		return fmt.Errorf("--all %ss every waiting message: give it without a UUID or --key", name)
+	case f.all && f.hasFilter():
+		return fmt.Errorf("give --all or a filter, not both: --all %ss every waiting message, a filter those it selects", name)
+	case f.hasFilter() && uuid:
+		return errors.New("give a UUID or a filter, not both: a filter selects messages by what they carry")
+	case f.hasFilter() && f.key != "":
+		return errors.New("give --key or a filter, not both (--key-prefix selects messages by the start of their business key)")
+	case !uuid && f.key == "" && !f.bulk():
+		return fmt.Errorf("give the UUID of the message to %s, --key K, %s or --all", name, filterHelp)
+	}
+	if err := checkBulkExtras(f, "a UUID or --key", filterHelp+" or --all"); err != nil {
+		return err
+	}
+	if f.resume != "" {
+		return checkWaitingCursor("--resume", f.resume)
+	}
+	return nil
 }
 
 // checkPage checks --offset and --limit before Redis is asked.
@@ -541,6 +704,9 @@ func cmdCancel(e *env, pos []string) error {
 	if err := e.knownTopics(topic); err != nil {
 		return err
 	}
+	if e.flags.bulk() {
+		return e.cancelWhere(topic)
+	}
 	// The Inspector looks in every partition, by the count stored in Redis.
 	out := cancelJSON{Topic: topic, Key: e.flags.key}
 	var err error
@@ -576,6 +742,9 @@ func cmdReschedule(e *env, pos []string) error {
 	due := time.Now().Add(f.in)
 	if f.at != "" {
 		due, _ = time.Parse(time.RFC3339Nano, f.at) // checked
+	}
+	if f.bulk() {
+		return e.rescheduleWhere(topic, due)
 	}
 	out := rescheduleJSON{Topic: topic, Key: f.key, Due: due.UTC()}
 	var err error
@@ -623,6 +792,11 @@ func cmdRequeue(e *env, pos []string) error {
 	topic, group, ids := pos[0], pos[1], pos[2:]
 	if _, err := e.knownGroup(topic, group); err != nil {
 		return err
+	}
+	// --all alone keeps its output of before the bulk forms; counting it
+	// or going on with it is the bulk form's.
+	if f := e.flags; f.hasFilter() || (f.all && (f.dryRun || f.resume != "")) {
+		return e.requeueWhere(topic, group)
 	}
 	out := requeueJSON{Topic: topic, Group: group, Missing: []string{}}
 	if e.flags.all {
@@ -726,10 +900,14 @@ func cmdResume(e *env, pos []string) error {
 }
 
 func cmdDeleteDead(e *env, pos []string) error {
-	topic, group, id := pos[0], pos[1], pos[2]
+	topic, group := pos[0], pos[1]
 	if _, err := e.knownGroup(topic, group); err != nil {
 		return err
 	}
+	if e.flags.hasFilter() {
+		return e.deleteDeadWhere(topic, group)
+	}
+	id := pos[2]
 	ok, err := e.insp.DeleteDeadLetter(e.ctx, topic, group, id)
 	if err != nil {
 		return err

@@ -1,7 +1,9 @@
 // Command redisdelay shows what the topics of watermill-redisdelay hold and
 // lets an operator act on them: list topics, count messages, list delayed
-// messages and dead letters, cancel or reschedule a delayed message, requeue, delete or
-// purge dead letters, or serve all that as a web dashboard ("ui").
+// messages and dead letters, search them by metadata, business key or time,
+// cancel or reschedule delayed messages, requeue, delete or purge dead
+// letters (one, or all a filter selects), or serve all that as a web
+// dashboard ("ui").
 //
 //	redisdelay [flags] <command> [arguments]
 //
@@ -108,7 +110,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.version, "version", o.version, "print the version and exit")
 	fs.StringVar(&o.prefix, "prefix", o.prefix, "key `prefix` of the Publishers and Subscribers")
 	fs.BoolVar(&o.json, "json", o.json, "machine-readable JSON output")
-	fs.DurationVar(&o.timeout, "timeout", o.timeout, "bound on the whole command, including connecting")
+	fs.DurationVar(&o.timeout, "timeout", o.timeout, "bound on the whole command, including connecting (a bulk action's run: on each batch of 1,000 messages)")
 }
 
 // target names the Redis deployment in messages.
@@ -134,15 +136,22 @@ func usagef(cmd *command, format string, args ...any) error {
 	return &usageError{cmd: cmd, msg: fmt.Sprintf(format, args...)}
 }
 
+// errReported is returned by a command that printed its own error
+// report: exit status 1, nothing more printed.
+var errReported = errors.New("redisdelay: error reported")
+
 // env is what a command runs with.
 type env struct {
-	ctx    context.Context
-	opts   *options
-	insp   *redisdelay.Inspector
-	stdout io.Writer
-	stderr io.Writer
-	now    func() time.Time
-	flags  *cmdFlags
+	ctx context.Context
+	// signals is done on SIGINT or SIGTERM only: the context of what runs
+	// longer than --timeout (ui, a bulk action's run).
+	signals context.Context
+	opts    *options
+	insp    *redisdelay.Inspector
+	stdout  io.Writer
+	stderr  io.Writer
+	now     func() time.Time
+	flags   *cmdFlags
 }
 
 // run runs the command line args (without the program name) and returns
@@ -241,7 +250,7 @@ func runWith(ctx context.Context, opts *options, args []string, stdout, stderr i
 		fmt.Fprintln(stderr, err)
 		return exitError
 	}
-	e := &env{ctx: ctx, opts: opts, insp: insp, stdout: stdout, stderr: stderr, now: time.Now, flags: cf}
+	e := &env{ctx: ctx, signals: serveCtx, opts: opts, insp: insp, stdout: stdout, stderr: stderr, now: time.Now, flags: cf}
 	if cmd.serve {
 		e.ctx = serveCtx // --timeout bounded connecting only
 	}
@@ -249,6 +258,9 @@ func runWith(ctx context.Context, opts *options, args []string, stdout, stderr i
 		var ue *usageError
 		if errors.As(err, &ue) {
 			return usageFail(stderr, err)
+		}
+		if errors.Is(err, errReported) {
+			return exitError
 		}
 		msg := err.Error() + timedOut(ctx, opts)
 		if !strings.HasPrefix(msg, "redisdelay") {

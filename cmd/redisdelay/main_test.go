@@ -481,7 +481,7 @@ func TestRequeue(t *testing.T) {
 	} {
 		r := s.cli(t, bad...)
 		assert.Equal(t, 2, r.code, bad)
-		assert.Contains(t, r.stderr, "usage: redisdelay [flags] requeue <topic> <group> (<id>... | --all)")
+		assert.Contains(t, r.stderr, "usage: redisdelay [flags] requeue <topic> <group> (<id>... | --all | filter)")
 	}
 }
 
@@ -527,16 +527,17 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"waiting"}, "waiting: wrong number of arguments (0)"},
 		{[]string{"waiting", topic, "--limit", "many"}, `invalid value "many" for flag -limit`},
 		{[]string{"dead", topic}, "dead: wrong number of arguments (1)"},
-		{[]string{"cancel", topic}, "give the UUID of the message to cancel, or --key K"},
+		{[]string{"cancel", topic}, "give the UUID of the message to cancel, --key K, a filter (--meta K=V, --key-prefix P, --from T, --to T) or --all"},
 		{[]string{"cancel", topic, "id", "--key", "k"}, "give a UUID or --key, not both"},
-		{[]string{"reschedule", topic, "--in", "1m"}, "give the UUID of the message to reschedule, or --key K"},
+		{[]string{"reschedule", topic, "--in", "1m"}, "give the UUID of the message to reschedule, --key K, a filter (--meta K=V, --key-prefix P, --from T, --to T) or --all"},
 		{[]string{"reschedule", topic, "id", "--key", "k", "--in", "1m"}, "give a UUID or --key, not both"},
 		{[]string{"reschedule", topic, "id"}, "give the new due time: --in D (from now) or --at T (RFC 3339)"},
 		{[]string{"reschedule", topic, "id", "--in", "1m", "--at", "2030-01-02T15:04:05Z"}, "give --in or --at, not both"},
 		{[]string{"reschedule", topic, "id", "--in", "-1m"}, "--in is -1m0s: use a positive duration, or --at for a time"},
 		{[]string{"reschedule", topic, "id", "--at", "tomorrow"}, `--at "tomorrow" is not an RFC 3339 time such as 2030-01-02T15:04:05Z`},
 		{[]string{"reschedule", topic, "id", "--in", "soon"}, `invalid value "soon" for flag -in`},
-		{[]string{"delete-dead", topic, group}, "delete-dead: wrong number of arguments (2)"},
+		{[]string{"delete-dead", topic, group}, "give the ID of the dead letter to delete or a filter (--meta K=V, --key-prefix P, --from T, --to T); to delete every dead letter of the group: redisdelay purge <topic> <group> --yes"},
+		{[]string{"delete-dead", topic, group, "1-0", "2-0"}, "delete-dead: wrong number of arguments (4)"},
 		{[]string{"--cluster", "127.0.0.1:7000", "--addr", "127.0.0.1:7001", "topics"}, "--cluster and --addr exclude each other"},
 		{[]string{"--timeout", "0s", "topics"}, "--timeout is 0s"},
 	} {
