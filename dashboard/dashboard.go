@@ -3,7 +3,8 @@
 // and resumed; when the waiting messages fall due; waiting messages paged,
 // searched by UUID or business key, shown, rescheduled and cancelled; dead
 // letters shown, found by UUID, requeued and deleted, one or in bulk, after
-// a confirmation; recurring schedules listed, paused, resumed, triggered and
+// a confirmation; waiting messages and dead letters searched by metadata,
+// business-key prefix and due (or death) time; recurring schedules listed, paused, resumed, triggered and
 // removed.
 //
 // It is an http.Handler built on the public Inspector API only, with
@@ -156,9 +157,10 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 		"since":   since,
 		"percent": percent,
 		"add":     func(a, b int) int { return a + b },
+		"count":   thousands,
 	}
 	h.pages = map[string]*template.Template{}
-	for _, name := range []string{"topics", "topic", "message", "dead", "schedules", "confirm", "result", "error"} {
+	for _, name := range []string{"topics", "topic", "message", "dead", "schedules", "search", "confirm", "result", "error"} {
 		h.pages[name] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+name+".html"))
 	}
 	static, _ := fs.Sub(files, "static")
@@ -171,6 +173,7 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	mux.HandleFunc("GET /message", h.message)
 	mux.HandleFunc("GET /dead", h.dead)
 	mux.HandleFunc("GET /schedules", h.schedules)
+	mux.HandleFunc("GET /search", h.search)
 	mux.HandleFunc("POST /cancel", h.action(h.cancel))
 	mux.HandleFunc("POST /dead/action", h.action(h.deadAction))
 	mux.HandleFunc("POST /reschedule", h.action(h.reschedule))
