@@ -1,6 +1,7 @@
 package dashboard_test
 
-// The search by filter.
+// The search by filter and the bulk actions on its matches, read back
+// with the Inspector.
 
 import (
 	"context"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +76,13 @@ func found(page string) []string {
 		out = append(out, m[1])
 	}
 	return out
+}
+
+func (e *env) waitingNow(topic, uuid string) bool {
+	e.t.Helper()
+	_, ok, err := e.insp.FindWaiting(context.Background(), topic, uuid)
+	require.NoError(e.t, err)
+	return ok
 }
 
 func TestSearchPageAndLinks(t *testing.T) {
@@ -277,6 +286,8 @@ func TestSearchDeadLetters(t *testing.T) {
 	assert.ElementsMatch(t, acme, found(body))
 	assert.Contains(t, body, "Dead letters of group <code>billing</code> where")
 	assert.Contains(t, body, "dead for acme")
+	assert.Contains(t, body, `id="bulk-requeue"`)
+	assert.NotContains(t, body, `id="bulk-cancel"`)
 
 	// Died in a range: all of them died in the last minute, none before.
 	_, body = e.search(url.Values{"t": {"orders"}, "target": {"dead:billing"}, "from": {time.Now().Add(-time.Minute).UTC().Format("2006-01-02 15:04:05")}})
@@ -286,11 +297,277 @@ func TestSearchDeadLetters(t *testing.T) {
 	assert.Empty(t, found(body))
 }
 
-// TestSearchBadInput: what cannot be read answers 400 saying what to
-// type.
-func TestSearchBadInput(t *testing.T) {
+// hiddenRE reads the hidden fields of a form.
+var hiddenRE = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+
+// formOf reads the hidden fields of the form with id (the first form of
+// the page without one).
+func formOf(t *testing.T, page, id string) url.Values {
+	t.Helper()
+	start := strings.Index(page, `<form method="post"`)
+	if id != "" {
+		start = strings.Index(page, `id="`+id+`"`)
+	}
+	require.GreaterOrEqual(t, start, 0, "no form %q in\n%s", id, page)
+	end := strings.Index(page[start:], "</form>")
+	v := url.Values{}
+	for _, m := range hiddenRE.FindAllStringSubmatch(page[start:start+end], -1) {
+		v.Add(html.UnescapeString(m[1]), html.UnescapeString(m[2]))
+	}
+	return v
+}
+
+// bulkForm is the bulk form of a search page, with its action.
+func (e *env) bulkForm(search url.Values, action string, extra ...string) url.Values {
+	e.t.Helper()
+	status, page := e.search(search)
+	require.Equal(e.t, http.StatusOK, status, page)
+	v := formOf(e.t, page, "bulk-form")
+	v.Set("action", action)
+	for n := 0; n+1 < len(extra); n += 2 {
+		v.Set(extra[n], extra[n+1])
+	}
+	return v
+}
+
+// runBulk posts a bulk form and follows its pages, as the page's script
+// does, until one does not continue; it returns that page and how many
+// requests it took.
+func (e *env) runBulk(form url.Values) (status int, page string, steps int) {
+	e.t.Helper()
+	status, page = e.post("/bulk", form)
+	for steps = 1; status == http.StatusOK && strings.Contains(page, `id="bulk-continue-form"`); steps++ {
+		require.Less(e.t, steps, 100, "the bulk action does not end")
+		status, page = e.post("/bulk", formOf(e.t, page, "bulk-continue-form"))
+	}
+	return status, page, steps
+}
+
+func TestBulkCancel(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	acme, others := e.searchFixture()
+	form := e.bulkForm(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}}, "cancel")
+
+	// The dry run: a count on a confirmation page, nothing cancelled.
+	status, page, _ := e.runBulk(form)
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "Please confirm")
+	assert.Contains(t, page, `6 waiting messages of topic &#34;orders&#34; match (9 stored messages read). Cancel them? They will never be delivered.`)
+	assert.Contains(t, page, `<li><code>metadata &#34;tenant&#34; is &#34;acme&#34;</code></li>`)
+	assert.Contains(t, page, `class="danger"`)
+	assert.Contains(t, page, `href="/search?meta=tenant%3Dacme&amp;s=1&amp;t=orders&amp;target=waiting" id="abort"`)
+	for _, id := range acme {
+		assert.True(t, e.waitingNow("orders", id), "cancelled by the dry run")
+	}
+
+	status, page, _ = e.runBulk(formOf(t, page, ""))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `Cancelled 6 waiting messages of topic &#34;orders&#34; (6 matched, 9 stored messages read).`)
+	for _, id := range acme {
+		assert.False(t, e.waitingNow("orders", id), "still waiting after the cancel")
+	}
+	for _, id := range others {
+		assert.True(t, e.waitingNow("orders", id), "another tenant's message cancelled")
+	}
+	_, body := e.search(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}})
+	assert.Contains(t, body, "No message matches.")
+
+	// Nothing left to cancel: said so, no confirmation.
+	status, page, _ = e.runBulk(form)
+	require.Equal(t, http.StatusOK, status, page)
+	// (Cancelled far messages leave blank places in their far bucket, read
+	// until it is unpacked: the count of what was read may include them.)
+	assert.Regexp(t, `Nothing to cancel: none of the waiting messages of topic &#34;orders&#34; matches \(\d stored messages read\)\.`, page)
+	assert.NotContains(t, page, "Please confirm")
+}
+
+func TestBulkReschedule(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	acme, others := e.searchFixture()
+	at := time.Now().Add(5 * time.Hour).UTC().Truncate(time.Second)
+	form := e.bulkForm(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}}, "reschedule", "at", at.Format("2006-01-02 15:04:05"))
+	status, page, _ := e.runBulk(form)
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `6 waiting messages of topic &#34;orders&#34; match (9 stored messages read). Reschedule them to be due at `+at.Format("2006-01-02 15:04:05.000 UTC")+`?`)
+	assert.Contains(t, page, `class="primary"`)
+	before, _ := e.due("orders", acme[0])
+
+	status, page, _ = e.runBulk(formOf(t, page, ""))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `Rescheduled 6 waiting messages of topic &#34;orders&#34; to be due at `+at.Format("2006-01-02 15:04:05.000 UTC"))
+	for _, id := range acme {
+		got, ok := e.due("orders", id)
+		require.True(t, ok)
+		assert.True(t, got.Equal(at), "%s due at %s, want %s", id, got, at)
+	}
+	for _, id := range others {
+		got, _ := e.due("orders", id)
+		assert.False(t, got.Equal(at), "another tenant's message moved")
+	}
+	assert.NotEqual(t, before, at)
+
+	// "in": counted from the confirmation.
+	form = e.bulkForm(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}}, "reschedule", "in", "30m")
+	status, page, _ = e.runBulk(form)
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "to be due in 30m0s from when you confirm")
+	start := time.Now()
+	status, page, _ = e.runBulk(formOf(t, page, ""))
+	require.Equal(t, http.StatusOK, status, page)
+	got, _ := e.due("orders", acme[0])
+	assert.WithinRange(t, got, start.Add(30*time.Minute-time.Second), time.Now().Add(30*time.Minute+time.Second))
+}
+
+func TestBulkRequeueAndDeleteDeadLetters(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	e.deadTenants(6)
+	search := url.Values{"t": {"orders"}, "target": {"dead:billing"}, "meta": {"tenant=acme"}}
+
+	status, page, _ := e.runBulk(e.bulkForm(search, "requeue"))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `3 dead letters of group &#34;billing&#34; in topic &#34;orders&#34; match (6 stored messages read). Requeue them to group &#34;billing&#34; as a new first attempt?`)
+	assert.EqualValues(t, 6, e.deadCount("orders", "billing"), "requeued by the dry run")
+	status, page, _ = e.runBulk(formOf(t, page, ""))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `Requeued 3 dead letters of group &#34;billing&#34; in topic &#34;orders&#34; (3 matched, 6 stored messages read).`)
+	assert.EqualValues(t, 3, e.deadCount("orders", "billing"))
+	_, body := e.search(search)
+	assert.Empty(t, found(body))
+
+	search.Set("meta", "tenant=globex")
+	status, page, _ = e.runBulk(e.bulkForm(search, "delete"))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `3 dead letters of group &#34;billing&#34; in topic &#34;orders&#34; match (3 stored messages read). Delete them for good?`)
+	assert.Contains(t, page, `class="danger"`)
+	status, page, _ = e.runBulk(formOf(t, page, ""))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `Deleted 3 dead letters`)
+	assert.EqualValues(t, 0, e.deadCount("orders", "billing"))
+}
+
+// TestBulkInSteps: a bulk request works for a bounded time (here one
+// batch of 1,000 stored messages) and answers a page that continues from
+// the cursor; followed to the end, the count and the action cover every
+// match once.
+func TestBulkInSteps(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1, BulkStep: time.Nanosecond})
+	var msgs []*message.Message
+	for i := range 2500 {
+		msgs = append(msgs, tenantMsg([]string{"acme", "acme", "acme", "globex"}[i%4], time.Duration(10+i%50)*time.Second))
+	}
+	e.publish("orders", msgs...)
+	form := e.bulkForm(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}}, "cancel")
+
+	status, page := e.post("/bulk", form)
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "<h1>Counting the matches</h1>")
+	assert.Regexp(t, `Counting the waiting messages of topic &#34;orders&#34; to cancel: 750 match so far, 1,000 stored messages read\.`, page)
+	next := formOf(t, page, "bulk-continue-form")
+	assert.NotEmpty(t, next.Get("cursor"))
+	assert.Equal(t, "count", next.Get("phase"))
+	assert.Contains(t, page, `id="bulk-continue"`)
+	assert.Contains(t, page, `id="bulk-stop" hidden`)
+
+	status, page, steps := e.runBulk(next)
+	require.Equal(t, http.StatusOK, status, page)
+	assert.GreaterOrEqual(t, steps, 2)
+	assert.Contains(t, page, "1,875 waiting messages of topic &#34;orders&#34; match (2,500 stored messages read).")
+
+	// The action, step by step, with a progress bar.
+	status, page = e.post("/bulk", formOf(t, page, ""))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "<h1>Cancelling the matches</h1>")
+	assert.Contains(t, page, "Cancelled 750 so far, of the 1,875 the count found (750 matched now, 1,000 stored messages read).")
+	assert.Contains(t, page, `<div class="progress" id="bulk-progress"><span class="fill w40"></span></div>`)
+	status, page, _ = e.runBulk(formOf(t, page, "bulk-continue-form"))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "Cancelled 1,875 waiting messages of topic &#34;orders&#34;")
+	left, err := e.insp.Stats(context.Background(), "orders")
+	require.NoError(t, err)
+	assert.EqualValues(t, 625, left.Waiting, "globex's")
+}
+
+// TestBulkAllGuard: an empty filter acts on nothing unless "all" is
+// ticked; ticked, it acts on every message.
+func TestBulkAllGuard(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	e.searchFixture()
+	_, page := e.search(url.Values{"t": {"orders"}})
+	assert.Contains(t, page, `<input type="checkbox" name="all" value="yes" id="bulk-all">`)
+	_, page = e.search(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}})
+	assert.NotContains(t, page, `id="bulk-all"`, "a criterion needs no guard")
+
+	form := e.bulkForm(url.Values{"t": {"orders"}}, "cancel")
+	for _, confirm := range []string{"", "yes"} {
+		form.Set("confirm", confirm)
+		status, body := e.post("/bulk", form)
+		assert.Equal(t, http.StatusBadRequest, status)
+		assert.Contains(t, body, `the filter is empty: it selects every one of the waiting messages of topic &#34;orders&#34;. Give a criterion, or tick &#34;all messages&#34; to cancel all of them`)
+	}
+	st, _ := e.insp.Stats(context.Background(), "orders")
+	assert.EqualValues(t, 9, st.Waiting)
+
+	form.Del("confirm")
+	form.Set("all", "yes")
+	status, page, _ := e.runBulk(form)
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "9 waiting messages of topic &#34;orders&#34; match")
+	assert.Contains(t, page, `<input type="hidden" name="all" value="yes">`)
+	status, page, _ = e.runBulk(formOf(t, page, ""))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "Cancelled 9 waiting messages")
+	st, _ = e.insp.Stats(context.Background(), "orders")
+	assert.EqualValues(t, 0, st.Waiting)
+}
+
+// TestBulkRefused: read-only hides the bulk forms and refuses them; a
+// missing or wrong token or another site's Origin is refused; nothing
+// changes.
+func TestBulkRefused(t *testing.T) {
+	ro := newEnv(t, dashboard.Options{ReadOnly: true, SampleEvery: -1})
+	acme, _ := ro.searchFixture()
+	status, page := ro.search(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}})
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Len(t, found(page), 6, "searching is reading: allowed")
+	assert.NotContains(t, page, `id="bulk-form"`)
+	assert.NotContains(t, page, `name="csrf"`)
+	for _, confirm := range []string{"", "yes"} {
+		status, body := ro.post("/bulk", url.Values{"t": {"orders"}, "meta": {"tenant=acme"}, "action": {"cancel"}, "confirm": {confirm}})
+		assert.Equal(t, http.StatusForbidden, status)
+		assert.Contains(t, body, "read-only")
+	}
+	for _, id := range acme {
+		assert.True(t, ro.waitingNow("orders", id))
+	}
+
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	acme, _ = e.searchFixture()
+	form := e.bulkForm(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}}, "cancel", "confirm", "yes")
+	tok := form.Get("csrf")
+	form.Del("csrf")
+	status, body := e.post("/bulk", form)
+	assert.Equal(t, http.StatusForbidden, status, "no token")
+	assert.Contains(t, body, "token is missing or stale")
+	form.Set("csrf", strings.Repeat("0", 32))
+	status, _ = e.post("/bulk", form)
+	assert.Equal(t, http.StatusForbidden, status, "wrong token")
+	form.Set("csrf", tok)
+	status, body = e.post("/bulk", form, "Origin", "https://evil.example")
+	assert.Equal(t, http.StatusForbidden, status, "another site")
+	assert.Contains(t, body, "does not come from this dashboard")
+	resp, _ := e.do(http.MethodGet, "/bulk?"+form.Encode(), "", nil)
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "actions are POSTs")
+	for _, id := range acme {
+		assert.True(t, e.waitingNow("orders", id))
+	}
+}
+
+// TestSearchBadInput: what cannot be read answers 400 saying what to
+// type, on the search page and for a bulk action, which changes nothing.
+func TestSearchBadInput(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	acme, _ := e.searchFixture()
+	e.deadLetters("orders", "billing", 1)
 	cases := []struct {
 		name string
 		form url.Values
@@ -303,6 +580,8 @@ func TestSearchBadInput(t *testing.T) {
 		{"key twice", url.Values{"meta": {"tenant=a", "tenant=b"}}, `metadata key &#34;tenant&#34; is given twice, as &#34;a&#34; and &#34;b&#34;`},
 		{"to before from", url.Values{"from": {"2030-01-02 00:00"}, "to": {"2030-01-01 00:00"}}, `&#34;to&#34; (2030-01-01 00:00:00.000 UTC) is not after &#34;from&#34; (2030-01-02 00:00:00.000 UTC)`},
 	}
+	_, page := e.search(url.Values{"t": {"orders"}})
+	tok := csrf(t, page)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			v := cloneValues(c.form)
@@ -310,11 +589,54 @@ func TestSearchBadInput(t *testing.T) {
 			status, body := e.search(v)
 			assert.Equal(t, http.StatusBadRequest, status)
 			assert.Contains(t, body, c.want)
+			v.Set("action", "cancel")
+			v.Set("csrf", tok)
+			for _, confirm := range []string{"", "yes"} {
+				v.Set("confirm", confirm)
+				status, body = e.post("/bulk", v)
+				assert.Equal(t, http.StatusBadRequest, status)
+				assert.Contains(t, body, c.want)
+			}
 		})
 	}
+
+	form := e.bulkForm(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}}, "cancel")
+	for _, c := range []struct {
+		name   string
+		change []string
+		code   int
+		want   string
+	}{
+		{"unknown action", []string{"action", "explode"}, 400, "unknown bulk action &#34;explode&#34;: use cancel or reschedule (waiting messages), requeue or delete (dead letters)"},
+		{"requeue waiting", []string{"action", "requeue"}, 400, "requeue acts on dead letters"},
+		{"cancel dead letters", []string{"target", "dead:billing"}, 400, "cancel acts on waiting messages"},
+		{"unknown group", []string{"target", "dead:nope", "action", "delete"}, 404, "has no consumer group &#34;nope&#34;"},
+		{"reschedule without a time", []string{"action", "reschedule"}, 400, "no new due time given"},
+		{"reschedule at a bad time", []string{"action", "reschedule", "at", "noon"}, 400, "&#34;noon&#34; is not a time"},
+		{"reschedule beyond 100 years", []string{"action", "reschedule", "at", "2200-01-01 00:00:00"}, 400, "beyond the limit of 100 years"},
+		{"unknown phase", []string{"phase", "later"}, 400, "unknown phase"},
+		{"bad cursor", []string{"phase", "run", "cursor", "bogus"}, 400, "is not one a search or bulk action returned"},
+		{"unknown topic", []string{"t", "nope"}, 404, "is not known"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := cloneValues(form)
+			for n := 0; n+1 < len(c.change); n += 2 {
+				v.Set(c.change[n], c.change[n+1])
+			}
+			status, body := e.post("/bulk", v)
+			assert.Equal(t, c.code, status)
+			assert.Contains(t, body, c.want)
+		})
+	}
+	for _, id := range acme {
+		assert.True(t, e.waitingNow("orders", id))
+	}
+	assert.EqualValues(t, 1, e.deadCount("orders", "billing"))
 
 	e.redis.Stop()
 	status, body := e.search(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}})
 	assert.Equal(t, http.StatusBadGateway, status)
 	assert.Contains(t, body, "connection refused")
+	status, _ = e.post("/bulk", form)
+	assert.Equal(t, http.StatusBadGateway, status)
 }
