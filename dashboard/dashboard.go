@@ -3,7 +3,10 @@
 // and resumed; when the waiting messages fall due; waiting messages paged,
 // searched by UUID or business key, shown, rescheduled and cancelled; dead
 // letters shown, found by UUID, requeued and deleted, one or in bulk, after
-// a confirmation; recurring schedules listed, paused, resumed, triggered and
+// a confirmation; waiting messages and dead letters searched by metadata,
+// business-key prefix and due (or death) time, and what such a search
+// selects cancelled, rescheduled, requeued or deleted after a counted
+// confirmation; recurring schedules listed, paused, resumed, triggered and
 // removed.
 //
 // It is an http.Handler built on the public Inspector API only, with
@@ -68,6 +71,14 @@ type Options struct {
 
 	// Timeout bounds the Redis work of one request (default 15 s).
 	Timeout time.Duration
+
+	// BulkStep bounds the work of one request of a bulk action (cancel,
+	// reschedule, requeue or delete what a search selects): past it, the
+	// request stops between two batches of 1,000 stored messages and
+	// answers a page that goes on from there by itself. Default 5 s, and
+	// at most a third of Timeout; lower it behind a proxy with a short
+	// read timeout.
+	BulkStep time.Duration
 
 	// AllowedHosts are the names the dashboard answers to besides loopback,
 	// against DNS rebinding: a page of another site whose name its owner
@@ -142,6 +153,10 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 15 * time.Second
 	}
+	if opts.BulkStep <= 0 {
+		opts.BulkStep = 5 * time.Second
+	}
+	opts.BulkStep = min(opts.BulkStep, opts.Timeout/3)
 	if opts.SampleEvery == 0 {
 		opts.SampleEvery = 5 * time.Second
 	}
@@ -156,9 +171,10 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 		"since":   since,
 		"percent": percent,
 		"add":     func(a, b int) int { return a + b },
+		"count":   thousands,
 	}
 	h.pages = map[string]*template.Template{}
-	for _, name := range []string{"topics", "topic", "message", "dead", "schedules", "confirm", "result", "error"} {
+	for _, name := range []string{"topics", "topic", "message", "dead", "schedules", "search", "bulk", "confirm", "result", "error"} {
 		h.pages[name] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+name+".html"))
 	}
 	static, _ := fs.Sub(files, "static")
@@ -171,11 +187,13 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	mux.HandleFunc("GET /message", h.message)
 	mux.HandleFunc("GET /dead", h.dead)
 	mux.HandleFunc("GET /schedules", h.schedules)
+	mux.HandleFunc("GET /search", h.search)
 	mux.HandleFunc("POST /cancel", h.action(h.cancel))
 	mux.HandleFunc("POST /dead/action", h.action(h.deadAction))
 	mux.HandleFunc("POST /reschedule", h.action(h.reschedule))
 	mux.HandleFunc("POST /group", h.action(h.groupAction))
 	mux.HandleFunc("POST /schedule", h.action(h.scheduleAction))
+	mux.HandleFunc("POST /bulk", h.action(h.bulk))
 	h.mux = mux
 	return h
 }

@@ -7,3 +7,12 @@ func SetDeadScan(n, page int) (restore func()) {
 	deadScan, deadScanPage = n, page
 	return func() { deadScan, deadScanPage = was, wasPage }
 }
+
+// SetSearchBounds makes a search page show at most page matches and call
+// the Inspector at most calls times, until the returned function restores
+// the bounds.
+func SetSearchBounds(page, calls int) (restore func()) {
+	wasPage, wasCalls := searchPage, searchCalls
+	searchPage, searchCalls = page, calls
+	return func() { searchPage, searchCalls = wasPage, wasCalls }
+}

@@ -1,7 +1,7 @@
 // The dashboard's only script: refreshes the counts, paused badges and
 // charts every few seconds from the JSON endpoints, building the rows with
-// textContent (never HTML), and ticks "select all" on the dead letters
-// page.
+// textContent (never HTML), ticks "select all" on the dead letters page,
+// and continues a bulk action step after step until it is done or stopped.
 (function () {
   "use strict";
   var base = document.body.getAttribute("data-base") || "";
@@ -173,6 +173,25 @@
           if (last[i]) last[i].textContent = l.last;
         });
       });
+    });
+  }
+
+  // A bulk action runs in steps, one request each: its page carries the
+  // cursor to go on from in a form, submitted again at once until the
+  // server answers with the result. Stop halts it; Continue resumes.
+  var cont = document.getElementById("bulk-continue-form");
+  if (cont) {
+    var stop = document.getElementById("bulk-stop");
+    var timer = setTimeout(function () { timer = null; cont.submit(); }, 150);
+    stop.hidden = false;
+    // Continue pressed by hand: no second request from the timer.
+    cont.addEventListener("submit", function () { if (timer) clearTimeout(timer); timer = null; });
+    stop.addEventListener("click", function () {
+      if (timer) clearTimeout(timer);
+      timer = null;
+      window.stop(); // a step already sent: stop waiting for it
+      stop.hidden = true;
+      document.getElementById("bulk-status").appendChild(document.createTextNode(" Stopped: Continue goes on from here."));
     });
   }
 
