@@ -149,8 +149,10 @@ type BulkProgress struct {
 	// a dry run). A message that changed in between (fell due, was
 	// cancelled) is matched but not done.
 	Scanned, Matched, Done int64
-	// Cursor is where the run is: "" once it is complete, else the value
-	// for BulkOptions.Cursor to resume it.
+	// Cursor is where the run is: with a nil error "" once it is
+	// complete; with an error the value for BulkOptions.Cursor to resume
+	// it (the one it was given when it failed before reading: "" starts
+	// again from the beginning).
 	Cursor string
 }
 
@@ -164,7 +166,7 @@ type BulkProgress struct {
 func (i *Inspector) CancelWhere(ctx context.Context, topic string, f Filter, o BulkOptions) (BulkProgress, error) {
 	s, err := i.waitingBulk(ctx, topic, f, o)
 	if err != nil {
-		return BulkProgress{}, err
+		return BulkProgress{Cursor: o.Cursor}, err
 	}
 	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, func(sh store.Shard, uuids []string) (int, error) {
 		return store.CancelMany(ctx, i.client, sh, uuids)
@@ -193,7 +195,7 @@ func (i *Inspector) RescheduleWhere(ctx context.Context, topic string, f Filter,
 	}
 	s, err := i.waitingBulk(ctx, topic, f, o)
 	if err != nil {
-		return BulkProgress{}, err
+		return BulkProgress{Cursor: o.Cursor}, err
 	}
 	at := due.UnixMilli()
 	s.skip = func(w waitingMatch) bool { return w.Due.UnixMilli() == at }
@@ -210,7 +212,7 @@ func (i *Inspector) RescheduleWhere(ctx context.Context, topic string, f Filter,
 func (i *Inspector) RequeueDeadLettersWhere(ctx context.Context, topic, group string, f Filter, o BulkOptions) (BulkProgress, error) {
 	s, err := i.deadBulk(ctx, topic, group, f, o)
 	if err != nil {
-		return BulkProgress{}, err
+		return BulkProgress{Cursor: o.Cursor}, err
 	}
 	p, err := runBulk(ctx, s, o, byPartition(func(sh store.Shard, ids []string) (int, error) {
 		return i.requeue(ctx, sh, group, ids...)
@@ -225,7 +227,7 @@ func (i *Inspector) RequeueDeadLettersWhere(ctx context.Context, topic, group st
 func (i *Inspector) DeleteDeadLettersWhere(ctx context.Context, topic, group string, f Filter, o BulkOptions) (BulkProgress, error) {
 	s, err := i.deadBulk(ctx, topic, group, f, o)
 	if err != nil {
-		return BulkProgress{}, err
+		return BulkProgress{Cursor: o.Cursor}, err
 	}
 	p, err := runBulk(ctx, s, o, byPartition(func(sh store.Shard, ids []string) (int, error) {
 		n, err := store.DeleteDead(ctx, i.client, sh, group, ids...)
@@ -246,7 +248,7 @@ type scan[T any] interface {
 
 // runBulk reads s a batch at a time and runs act on each batch's matches.
 func runBulk[T any](ctx context.Context, s scan[T], o BulkOptions, act func([]T) (int64, error)) (BulkProgress, error) {
-	var p BulkProgress
+	p := BulkProgress{Cursor: s.cursor()}
 	for {
 		var found []T
 		err := s.run(ctx, scanBatch, 0, func(t T) { found = append(found, t) })

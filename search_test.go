@@ -271,8 +271,13 @@ func TestCancelWhere_Resumes(t *testing.T) {
 	}
 	f := redisdelay.Filter{Metadata: map[string]string{"even": "true"}}
 	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p, err := insp.CancelWhere(ctx, tp, f, redisdelay.BulkOptions{Cursor: "0:f:0:0"})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, "0:f:0:0", p.Cursor, "failed before reading: the cursor it was given")
+	ctx, cancel = context.WithCancel(context.Background())
 	var last redisdelay.BulkProgress
-	p, err := insp.CancelWhere(ctx, tp, f, redisdelay.BulkOptions{Progress: func(p redisdelay.BulkProgress) {
+	p, err = insp.CancelWhere(ctx, tp, f, redisdelay.BulkOptions{Progress: func(p redisdelay.BulkProgress) {
 		last = p
 		cancel()
 	}})
