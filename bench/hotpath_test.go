@@ -257,3 +257,56 @@ func BenchmarkRouterSubscribe(b *testing.B) {
 		}
 	}
 }
+
+// nullSubscriber hands out fresh messages one at a time, each after the
+// previous one was acked, as a subscription does, with nothing behind it:
+// the floor of any Subscriber through a Router on this machine.
+type nullSubscriber struct{ payload []byte }
+
+func (s nullSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+	out := make(chan *message.Message)
+	go func() {
+		defer close(out)
+		uuid := watermill.NewUUID()
+		for {
+			msg := message.NewMessage(uuid, append([]byte(nil), s.payload...))
+			select {
+			case out <- msg:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case <-msg.Acked():
+			case <-msg.Nacked():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (nullSubscriber) Close() error { return nil }
+
+// BenchmarkRouterFloor is BenchmarkRouterSubscribe with nullSubscribers:
+// what the Router and one-at-a-time delivery cost alone.
+func BenchmarkRouterFloor(b *testing.B) {
+	for _, size := range []int{16, 256} {
+		for _, subs := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%dB-%dsubs", size, subs), func(b *testing.B) {
+				subscribers := make([]message.Subscriber, subs)
+				for i := range subscribers {
+					subscribers[i] = nullSubscriber{payload: randomPayload(size)}
+				}
+				bn := &bench{ctx: context.Background(), logger: watermill.NopLogger{}}
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu := processCPU()
+				if _, err := consume(bn, subscribers, []string{"hot"}, b.N, nil); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
+}
