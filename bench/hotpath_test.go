@@ -7,9 +7,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,5 +191,122 @@ func BenchmarkPromote(b *testing.B) {
 	b.ResetTimer()
 	if _, err := promote(context.Background(), watermill.NopLogger{}, c, "hot", 0); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// routerProfile, when set, writes a CPU profile of BenchmarkRouterSubscribe's
+// consuming phase only (publishing excluded), suffixed with the sub-benchmark,
+// and allocation profiles before and after it (compare them with pprof -base).
+var routerProfile = flag.String("router-cpuprofile", "", "write a CPU profile of each BenchmarkRouterSubscribe run's consuming phase to this file, suffixed with its name")
+
+// BenchmarkRouterSubscribe consumes b.N ready messages (16 and 256 B) through
+// a Router with an ack-only handler, as scenario 2 does, with 1 and 4
+// subscribers in one group; ns/op is per message, cpu-ns/op the process's CPU
+// time per message.
+func BenchmarkRouterSubscribe(b *testing.B) {
+	for _, size := range []int{16, 256} {
+		for _, subs := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%dB-%dsubs", size, subs), func(b *testing.B) {
+				c := freshClient(b)
+				pub := newPublisher(b, c)
+				var subscribers []message.Subscriber
+				for range subs {
+					sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: c, ConsumerGroup: consumerGroup}, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer sub.Close()
+					if err := sub.SubscribeInitialize("hot"); err != nil {
+						b.Fatal(err)
+					}
+					subscribers = append(subscribers, sub)
+				}
+				if _, err := publishWatermill(pub, []string{"hot"}, b.N, batchSize, randomPayload(size), 0); err != nil {
+					b.Fatal(err)
+				}
+				if *routerProfile != "" {
+					f, err := os.Create(*routerProfile + "." + strings.ReplaceAll(b.Name(), "/", "_"))
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer f.Close()
+					if err := pprof.StartCPUProfile(f); err != nil {
+						b.Fatal(err)
+					}
+					defer pprof.StopCPUProfile()
+					// Allocations of the consuming phase: pprof -base <name>.allocs0 <name>.allocs1
+					writeHeap := func(suffix string) {
+						runtime.GC()
+						if f, err := os.Create(f.Name() + suffix); err == nil {
+							_ = pprof.Lookup("allocs").WriteTo(f, 0)
+							_ = f.Close()
+						}
+					}
+					writeHeap(".allocs0")
+					defer writeHeap(".allocs1")
+				}
+				bn := &bench{ctx: context.Background(), logger: watermill.NopLogger{}}
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu := processCPU()
+				if _, err := consume(bn, subscribers, []string{"hot"}, b.N, nil); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
+}
+
+// nullSubscriber hands out fresh messages one at a time, each after the
+// previous one was acked, as a subscription does, with nothing behind it:
+// the floor of any Subscriber through a Router on this machine.
+type nullSubscriber struct{ payload []byte }
+
+func (s nullSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+	out := make(chan *message.Message)
+	go func() {
+		defer close(out)
+		uuid := watermill.NewUUID()
+		for {
+			msg := message.NewMessage(uuid, append([]byte(nil), s.payload...))
+			select {
+			case out <- msg:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case <-msg.Acked():
+			case <-msg.Nacked():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (nullSubscriber) Close() error { return nil }
+
+// BenchmarkRouterFloor is BenchmarkRouterSubscribe with nullSubscribers:
+// what the Router and one-at-a-time delivery cost alone.
+func BenchmarkRouterFloor(b *testing.B) {
+	for _, size := range []int{16, 256} {
+		for _, subs := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%dB-%dsubs", size, subs), func(b *testing.B) {
+				subscribers := make([]message.Subscriber, subs)
+				for i := range subscribers {
+					subscribers[i] = nullSubscriber{payload: randomPayload(size)}
+				}
+				bn := &bench{ctx: context.Background(), logger: watermill.NopLogger{}}
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu := processCPU()
+				if _, err := consume(bn, subscribers, []string{"hot"}, b.N, nil); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			})
+		}
 	}
 }

@@ -15,11 +15,12 @@ import (
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
 
-// cpuProfile, when set, profiles the bench process while due messages are
-// delivered (from the due time to the last delivery; scenarios 7 and 10):
-// that is the consumer side's cost, publishing done. Each run writes
+// cpuProfile, when set, profiles the bench process while messages are
+// consumed (the subscribe runs of scenario 2, every system; due deliveries
+// of scenarios 7 and 10, from the due time to the last delivery): that is
+// the consumer side's cost, publishing done. Each run writes
 // <cpuprofile>.<k>.
-var cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of each due delivery (scenarios 7, 10) to this file, suffixed .1, .2, ...")
+var cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of each subscribe run (scenario 2) and due delivery (scenarios 7, 10) to this file, suffixed .1, .2, ...")
 
 // traceDelivery, when set, prints every 500 ms of a due delivery how many
 // messages were promoted into the topic's ready stream (XINFO STREAM

@@ -87,8 +87,12 @@ func (b *bench) publishAndConsume(sys watermillSystem, payload []byte, subscribe
 	} else if _, err := publishWatermill(ps.pub, topics, n, batchSize, payload, 0); b.failed("prepare messages for "+sys.name, err) {
 		return nil, nil
 	}
-	subRate = b.measure(fmt.Sprintf("subscribe %d× %d B · %s", subscribers, size, sys.name), n, func() (time.Duration, error) {
-		return consume(b, ps.subs, topics, n, nil)
+	name := fmt.Sprintf("subscribe %d× %d B · %s", subscribers, size, sys.name)
+	subRate = b.measure(name, n, func() (time.Duration, error) {
+		// -cpuprofile: the consuming side's profile, CPU and allocations
+		// per message (the publishing is done).
+		stop := startDeliveryProfile(b.ctx, b.admin, topics[0], name, func() int64 { return -1 })
+		return consume(b, ps.subs, topics, n, func() { stop(n) })
 	})
 	return pubRate, subRate
 }
