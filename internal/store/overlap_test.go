@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,7 +119,12 @@ func TestSchedOverlapStates(t *testing.T) {
 	require.Equal(t, nextUUID, recorded().UUID)
 
 	// Waiting in the far tier: looked up there only when it may be.
-	from := strconv.FormatInt(time.Now().UnixMilli(), 10) // after the entries above
+	last, err := c.XRevRangeN(ctx, sh.Stream(), "+", "-", 1).Result()
+	require.NoError(t, err)
+	lastMs, _, _ := strings.Cut(last[0].ID, "-")
+	ms, err := strconv.ParseInt(lastMs, 10, 64)
+	require.NoError(t, err)
+	from := strconv.FormatInt(ms+1, 10) // after the entries above
 	require.NoError(t, c.HSet(ctx, sh.farIndex(farShard(farField(prevUUID))), farField(prevUUID), "1").Err())
 	require.NoError(t, c.HSet(ctx, sh.Overlap(), "s", prevUUID+" 1000 "+from+" ? - -").Err())
 	status, _ = check()
