@@ -68,6 +68,11 @@ type Schedule struct {
 	// to the delay the Metadata sets. ScheduleTickKey keeps the tick.
 	Jitter time.Duration `json:"jitter,omitempty"`
 
+	// Overlap is what a tick does while the message of the previous tick
+	// published is still in flight: OverlapAllow (the default) publishes
+	// it all the same, OverlapSkip skips it (see Overlap).
+	Overlap Overlap `json:"overlap,omitempty"`
+
 	// Next is the next tick not yet published, as Inspector.Schedules reads
 	// it (zero while paused). Publisher.Schedule ignores it.
 	Next time.Time `json:"-"`
@@ -76,7 +81,36 @@ type Schedule struct {
 	// running), as Inspector.Schedules reads it. Publisher.Schedule ignores
 	// it: registering a paused schedule again keeps it paused.
 	Paused time.Time `json:"-"`
+
+	// Skipped counts the ticks skipped by the overlap policy, and
+	// LastSkipped is the last of them (zero: none), as Inspector.Schedules
+	// reads them. Publisher.Schedule ignores them.
+	Skipped     int64     `json:"-"`
+	LastSkipped time.Time `json:"-"`
 }
+
+// Overlap is a schedule's overlap policy: what a tick does while the
+// message of the previous tick published is still in flight.
+type Overlap string
+
+const (
+	// OverlapAllow publishes every tick, whatever became of the previous
+	// ones' messages: the default.
+	OverlapAllow Overlap = ""
+	// OverlapSkip skips a tick (not published, never caught up later;
+	// logged at Info level and counted in Schedule.Skipped) while the
+	// message of the previous tick published is in flight: waiting for
+	// its due time, or not yet acknowledged or dead-lettered by every
+	// consumer group of the topic, retries included. A tick's message is
+	// finished once each group registered for the topic has acknowledged
+	// it or moved it to its dead letters, or once it was cancelled while
+	// waiting; on a topic with no group, once it left the waiting set. The
+	// ticks of such a schedule all go to one partition of the topic (that
+	// of the schedule's ID, unless its Metadata sets PartitionKey or
+	// BusinessKey), where the check reads the message's state as stored.
+	// Like Temporal's ScheduleOverlapPolicy SKIP; see docs/schedules.md.
+	OverlapSkip Overlap = "skip"
+)
 
 // DefaultCatchUpWindow is how late a tick may be published when
 // Schedule.CatchUpWindow is not set.
@@ -158,6 +192,10 @@ func (s *Schedule) validate() (ticker, error) {
 	if s.Jitter < 0 {
 		return nil, fmt.Errorf("%w: schedule %q: Jitter is %s: use 0 (none) or more", ErrInvalidSchedule, s.ID, s.Jitter)
 	}
+	if s.Overlap != OverlapAllow && s.Overlap != OverlapSkip {
+		return nil, fmt.Errorf("%w: schedule %q: Overlap is %q: use OverlapAllow (\"\", the default: publish every tick) or OverlapSkip (%q: skip a tick while the previous one's message is in flight)",
+			ErrInvalidSchedule, s.ID, s.Overlap, OverlapSkip)
+	}
 	if s.CatchUpWindow < 0 {
 		return nil, fmt.Errorf("%w: schedule %q: CatchUpWindow is %s: use 0 (the default, %s) or more", ErrInvalidSchedule, s.ID, s.CatchUpWindow, DefaultCatchUpWindow)
 	}
@@ -188,8 +226,13 @@ func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 	if err != nil {
 		return err
 	}
-	if err := s.checkKeyOverlap(t); err != nil {
-		return err
+	if s.Overlap != OverlapSkip {
+		// Under OverlapSkip a tick is never published while the
+		// previous one's message waits, so it never finds its key held
+		// by it.
+		if err := s.checkKeyOverlap(t); err != nil {
+			return err
+		}
 	}
 	now, err := store.RedisTime(ctx, p.config.Client)
 	if err != nil {
@@ -224,9 +267,10 @@ func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 	return nil
 }
 
-// Schedules lists the recurring schedules, by ID, with their next tick.
+// Schedules lists the recurring schedules, by ID, with their next tick,
+// whether they are paused, and the ticks their overlap policy skipped.
 func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
-	defs, nexts, paused, err := store.ScheduleDefs(ctx, i.client, i.keys)
+	defs, state, err := store.ScheduleDefs(ctx, i.client, i.keys)
 	if err != nil {
 		return nil, fmt.Errorf("redisdelay: list schedules: %w", err)
 	}
@@ -236,7 +280,8 @@ func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
 		if err := json.Unmarshal([]byte(js), &s); err != nil {
 			return nil, fmt.Errorf("redisdelay: schedule %q does not decode: %v; remove it with Inspector.RemoveSchedule", id, err)
 		}
-		s.ID, s.Next, s.Paused = id, nexts[id], paused[id]
+		st := state[id]
+		s.ID, s.Next, s.Paused, s.Skipped, s.LastSkipped = id, st.Next, st.Paused, st.Skipped, st.LastSkipped
 		if !s.Paused.IsZero() {
 			s.Next = time.Time{}
 		}
@@ -368,7 +413,7 @@ const scheduleBatch = 64
 func startTicks(ctx context.Context, sched *scheduler, logger watermill.LoggerAdapter) <-chan struct{} {
 	done := make(chan struct{})
 	l := &tickLoop{client: sched.client, redis: sched.redis, keys: sched.keys, logger: logger, limiter: sched.limiter,
-		idle: scheduleRefresh, wake: sched.ticks, mine: map[string]time.Time{},
+		idle: scheduleRefresh, wake: sched.ticks, mine: map[string]time.Time{}, overlaps: map[string]*overlapView{},
 		denied: func() bool { return sched.denied.Load() }, interval: sched.interval}
 	go func() {
 		defer close(done)
@@ -391,12 +436,13 @@ type tickLoop struct {
 	keys     store.Keys
 	logger   watermill.LoggerAdapter
 	limiter  *logLimiter
-	idle     time.Duration        // longest sleep (scheduleRefresh): new schedules wake the loop
-	interval time.Duration        // the longest while Redis refuses the wake-ups (the check interval)
-	denied   func() bool          // Redis refuses the wake-ups
-	wake     <-chan struct{}      // a schedule's next tick was set
-	mine     map[string]time.Time // claims this loop holds and has not published -> expiry
-	pub      *Publisher           // publishes the ticks; made at the first, closed when run returns
+	idle     time.Duration           // longest sleep (scheduleRefresh): new schedules wake the loop
+	interval time.Duration           // the longest while Redis refuses the wake-ups (the check interval)
+	denied   func() bool             // Redis refuses the wake-ups
+	wake     <-chan struct{}         // a schedule's next tick was set
+	mine     map[string]time.Time    // claims this loop holds and has not published -> expiry
+	pub      *Publisher              // publishes the ticks; made at the first, closed when run returns
+	overlaps map[string]*overlapView // OverlapSkip schedules (by ID): what the loop knows of their partition
 }
 
 func (l *tickLoop) run(ctx context.Context) {
@@ -570,17 +616,23 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		pctx := context.WithoutCancel(ctx)
 		member := store.ClaimMember(id, tick)
 		l.mine[member] = exp
-		if err := l.publish(pctx, &s, tick); err != nil {
-			if !refused(err) {
-				l.publishFailed(err, id)
-				return publishRetry, nil
+		err = l.publish(pctx, &s, tick)
+		switch {
+		case errors.Is(err, errTickSkipped):
+			// skipped by the overlap policy: the claim is dropped already
+		case err != nil && !refused(err):
+			l.publishFailed(err, id)
+			return publishRetry, nil
+		default:
+			if err != nil {
+				l.tickRefused(err, id, tick)
 			}
-			l.tickRefused(err, id, tick)
+			if err := store.DropClaim(pctx, l.redis, l.keys, member); err != nil {
+				delete(l.mine, member)
+				return 0, err
+			}
 		}
 		delete(l.mine, member)
-		if err := store.DropClaim(pctx, l.redis, l.keys, member); err != nil {
-			return 0, err
-		}
 		if after.After(now) {
 			// The claim moved the next tick to after: no need to read it
 			// back (a change meanwhile wakes the loop).
@@ -646,11 +698,15 @@ func (l *tickLoop) publishClaim(ctx context.Context, member string, exp time.Tim
 	}
 	s.ID = id
 	l.mine[member] = exp
-	if err := l.publish(context.WithoutCancel(ctx), &s, tick); err != nil {
-		if !refused(err) {
-			l.publishFailed(err, id)
-			return nil
-		}
+	err = l.publish(context.WithoutCancel(ctx), &s, tick)
+	switch {
+	case errors.Is(err, errTickSkipped):
+		delete(l.mine, member) // the claim is dropped already
+		return nil
+	case err != nil && !refused(err):
+		l.publishFailed(err, id)
+		return nil
+	case err != nil:
 		l.tickRefused(err, id, tick)
 	}
 	delete(l.mine, member)
@@ -665,6 +721,10 @@ func tickMessage(prefix string, s *Schedule, tick time.Time) *message.Message {
 	}
 	msg.Metadata.Set(ScheduleIDKey, s.ID)
 	msg.Metadata.Set(ScheduleTickKey, tick.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	if s.Overlap == OverlapSkip && msg.Metadata.Get(PartitionKey) == "" && msg.Metadata.Get(BusinessKey) == "" {
+		// Every tick in one partition, where its overlap is checked.
+		msg.Metadata.Set(PartitionKey, s.ID)
+	}
 	if ms := s.Jitter.Milliseconds(); ms > 0 {
 		h := fnv.New64a()
 		_, _ = h.Write([]byte(msg.UUID))
@@ -709,12 +769,101 @@ func (l *tickLoop) publish(ctx context.Context, s *Schedule, tick time.Time) err
 	// on this goroutine: each topic gets the count stored in Redis.
 	l.pub.config.TopicPartitions[s.Topic] = parts[0]
 	msg := tickMessage(l.keys.Prefix, s, tick)
+	if s.Overlap == OverlapSkip {
+		skip, err := l.overlapSkips(ctx, s, tick, msg, parts[0])
+		if err != nil {
+			return fmt.Errorf("check the overlap of tick %s of schedule %q: %w", tick.UTC().Format(time.RFC3339Nano), s.ID, err)
+		}
+		if skip {
+			return errTickSkipped
+		}
+	}
 	msg.SetContext(ctx)
 	if err := l.pub.Publish(s.Topic, msg); err != nil {
 		return fmt.Errorf("publish tick %s of schedule %q to topic %q: %w", tick.UTC().Format(time.RFC3339Nano), s.ID, s.Topic, err)
 	}
 	return nil
 }
+
+// errTickSkipped is what publish returns for a claimed tick that the
+// schedule's overlap policy skipped: its claim is dropped, the skip
+// counted and logged.
+var errTickSkipped = errors.New("tick skipped by the overlap policy")
+
+// overlapSkips applies the overlap policy OverlapSkip to a claimed tick
+// whose message is msg, in a topic of parts partitions: it reports true
+// when the tick is skipped (its claim dropped, the skip counted and
+// logged), false when it is to be published (recorded as the tick let
+// through). While the claim of the tick let through last is held, that
+// tick is being published; otherwise schedoverlap.lua tells from what is
+// stored whether its message is finished. The claim is read before the
+// script runs: once it is gone, that tick's message is stored (or never
+// will be). The loop keeps what it last learnt of the partition (the tick
+// let through, the groups), which the script corrects when another process
+// changed it.
+func (l *tickLoop) overlapSkips(ctx context.Context, s *Schedule, tick time.Time, msg *message.Message, parts int) (bool, error) {
+	sh := l.keys.Shard(s.Topic, messagePartition(msg, msg.UUID, parts))
+	v := l.overlaps[s.ID]
+	if v == nil || v.shard != sh {
+		if len(l.overlaps) >= maxOverlapViews {
+			clear(l.overlaps) // schedules removed meanwhile: start afresh
+		}
+		v = &overlapView{shard: sh}
+		l.overlaps[s.ID] = v
+	}
+	// When it falls due, as Publish will compute it: no stream entry of
+	// it is older, so the next tick's check looks from there on.
+	d, err := messageDelay(msg.Metadata, time.Now())
+	if err != nil {
+		d = 0 // Publish refuses it
+	}
+	prio, _ := messagePriority(msg.Metadata)
+	next := store.OverlapTick{UUID: msg.UUID, Tick: tick, Delay: d, High: prio == "1"}
+	for range 5 {
+		prev := v.Prev
+		reason := ""
+		if prev.UUID != "" && prev.UUID != msg.UUID {
+			held, err := store.ClaimHeld(ctx, l.redis, l.keys, store.ClaimMember(s.ID, prev.Tick))
+			if err != nil {
+				return false, err
+			}
+			if held {
+				reason = "publishing"
+			}
+		}
+		if reason == "" {
+			status, why, err := store.SchedOverlap(ctx, l.redis, sh, s.ID, &v.OverlapView, next)
+			if err != nil {
+				return false, err
+			}
+			if status == "again" {
+				continue // another process let a tick through, or a group was created or deleted
+			}
+			if status != "skip" {
+				return false, nil
+			}
+			reason = why
+		}
+		n, err := store.SchedSkip(ctx, l.redis, l.keys, s.ID, tick)
+		if err != nil {
+			return false, err
+		}
+		l.logger.Info("redisdelay: schedule tick skipped: the previous tick's message is still in flight (Overlap skip)",
+			watermill.LogFields{"schedule": s.ID, "tick": tick.UTC(), "previous": prev.Tick.UTC(), "reason": reason, "skipped": n})
+		return true, nil
+	}
+	return false, errors.New("the topic's consumer groups or the schedule's last tick kept changing")
+}
+
+// overlapView is what a tick loop last learnt of the partition an
+// OverlapSkip schedule's ticks go to.
+type overlapView struct {
+	shard store.Shard
+	store.OverlapView
+}
+
+// maxOverlapViews bounds a tick loop's overlapViews.
+const maxOverlapViews = 4096
 
 // checkKeyOverlap refuses a schedule whose ticks would refuse one another:
 // a tick's message holds its BusinessKey while it waits, and under

@@ -355,7 +355,9 @@ func init() {
 		{
 			name: "schedules", summary: "list the recurring schedules",
 			help: "Lists the recurring schedules (Publisher.Schedule): ID, spec, time zone, topic, the next tick\n" +
-				"not yet published (UTC) and how long until it. Managers publish the ticks.",
+				"not yet published (UTC) and how long until it, the overlap policy (allow, or skip: a tick is\n" +
+				"skipped while the previous tick's message is in flight) and how many ticks it skipped, with the\n" +
+				"last. Managers publish the ticks.",
 			maxArgs: 0, run: cmdSchedules,
 		},
 		{

@@ -121,12 +121,17 @@ type scheduleJSON struct {
 	Timezone string `json:"timezone"` // "UTC" when the schedule names none
 	Topic    string `json:"topic"`
 	// Next is the next tick not yet published.
-	Next            time.Time         `json:"next"` // zero while paused
-	Paused          *time.Time        `json:"paused,omitempty"`
-	CatchUpWindowMs int64             `json:"catch_up_window_ms"` // the window in effect (the default when none is set)
-	JitterMs        int64             `json:"jitter_ms,omitempty"`
-	PayloadBytes    int               `json:"payload_bytes"`
-	Metadata        map[string]string `json:"metadata"`
+	Next            time.Time  `json:"next"` // zero while paused
+	Paused          *time.Time `json:"paused,omitempty"`
+	CatchUpWindowMs int64      `json:"catch_up_window_ms"` // the window in effect (the default when none is set)
+	JitterMs        int64      `json:"jitter_ms,omitempty"`
+	// Overlap is the overlap policy in effect: "allow" (the default) or
+	// "skip"; Skipped counts the ticks it skipped, the last at LastSkipped.
+	Overlap      string            `json:"overlap"`
+	Skipped      int64             `json:"skipped"`
+	LastSkipped  *time.Time        `json:"last_skipped,omitempty"`
+	PayloadBytes int               `json:"payload_bytes"`
+	Metadata     map[string]string `json:"metadata"`
 }
 
 type schedulePauseJSON struct {
@@ -159,17 +164,39 @@ func toScheduleJSON(s redisdelay.Schedule) scheduleJSON {
 		window = redisdelay.DefaultCatchUpWindow
 	}
 	out := scheduleJSON{ID: s.ID, Spec: s.Spec, Timezone: tz, Topic: s.Topic, Next: s.Next.UTC(),
-		CatchUpWindowMs: window.Milliseconds(), JitterMs: s.Jitter.Milliseconds(), PayloadBytes: len(s.Payload), Metadata: md}
+		CatchUpWindowMs: window.Milliseconds(), JitterMs: s.Jitter.Milliseconds(), Overlap: overlapName(s.Overlap),
+		Skipped: s.Skipped, PayloadBytes: len(s.Payload), Metadata: md}
 	if !s.Paused.IsZero() {
 		at := s.Paused.UTC()
 		out.Paused = &at
 	}
+	if !s.LastSkipped.IsZero() {
+		at := s.LastSkipped.UTC()
+		out.LastSkipped = &at
+	}
 	return out
+}
+
+// overlapName names an overlap policy, the default included.
+func overlapName(o redisdelay.Overlap) string {
+	if o == redisdelay.OverlapAllow {
+		return "allow"
+	}
+	return string(o)
+}
+
+// skippedCell is the SKIPPED cell of a schedule: the ticks its overlap
+// policy skipped, and the last one.
+func skippedCell(s redisdelay.Schedule) string {
+	if s.Skipped == 0 || s.LastSkipped.IsZero() {
+		return strconv.FormatInt(s.Skipped, 10)
+	}
+	return fmt.Sprintf("%d (last %s)", s.Skipped, s.LastSkipped.UTC().Format(time.RFC3339))
 }
 
 func writeSchedulesTable(w io.Writer, all []redisdelay.Schedule, now time.Time) {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tSPEC\tTIMEZONE\tTOPIC\tNEXT\tIN")
+	fmt.Fprintln(tw, "ID\tSPEC\tTIMEZONE\tTOPIC\tNEXT\tIN\tOVERLAP\tSKIPPED")
 	for _, s := range all {
 		tz := s.Timezone
 		if tz == "" {
@@ -179,7 +206,8 @@ func writeSchedulesTable(w io.Writer, all []redisdelay.Schedule, now time.Time) 
 		if !s.Paused.IsZero() {
 			next, in = "paused", "since "+s.Paused.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(s.ID), printable(s.Spec), printable(tz), printable(s.Topic), next, in)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(s.ID), printable(s.Spec), printable(tz), printable(s.Topic), next, in,
+			printable(overlapName(s.Overlap)), skippedCell(s))
 	}
 	_ = tw.Flush()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 func TestSchedules(t *testing.T) {
@@ -36,16 +37,22 @@ func TestSchedules(t *testing.T) {
 	defer pub.Close()
 	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "report", Spec: "0 9 * * 1-5", Timezone: "America/New_York",
 		Topic: "reports", Payload: []byte("daily"), Metadata: map[string]string{"kind": "daily"}}))
-	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "ping", Spec: "@every 1h", Topic: "pings"}))
+	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "ping", Spec: "@every 1h", Topic: "pings", Overlap: redisdelay.OverlapSkip}))
+	// Two ticks skipped by the overlap policy, as a tick loop counts them.
+	skips := store.Keys{Prefix: prefix}.Schedules().Skips()
+	lastSkipped := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	require.NoError(t, client.HSet(ctx, skips, "ping", 2, "ping@last", lastSkipped.UnixMilli()).Err())
 
 	r = cli("schedules")
 	require.Equal(t, 0, r.code)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 3)
-	assert.Equal(t, []string{"ID", "SPEC", "TIMEZONE", "TOPIC", "NEXT", "IN"}, strings.Fields(lines[0]))
+	assert.Equal(t, []string{"ID", "SPEC", "TIMEZONE", "TOPIC", "NEXT", "IN", "OVERLAP", "SKIPPED"}, strings.Fields(lines[0]))
 	next := time.Now().Truncate(time.Hour).Add(time.Hour).UTC().Format(time.RFC3339)
 	assert.Equal(t, []string{"ping", "@every", "1h", "UTC", "pings", next}, strings.Fields(lines[1])[:6])
+	assert.True(t, strings.HasSuffix(lines[1], "skip     2 (last 2026-11-24T09:00:00Z)"), "%q", lines[1])
 	assert.Equal(t, []string{"report", "0", "9", "*", "*", "1-5", "America/New_York", "reports"}, strings.Fields(lines[2])[:8])
+	assert.Equal(t, []string{"allow", "0"}, strings.Fields(lines[2])[len(strings.Fields(lines[2]))-2:])
 
 	r = cli("--json", "schedules")
 	require.Equal(t, 0, r.code)
@@ -56,6 +63,13 @@ func TestSchedules(t *testing.T) {
 	assert.Equal(t, redisdelay.DefaultCatchUpWindow.Milliseconds(), list[0].CatchUpWindowMs, "the window in effect")
 	assert.Equal(t, 5, list[1].PayloadBytes)
 	assert.Equal(t, map[string]string{"kind": "daily"}, list[1].Metadata)
+	assert.Equal(t, "allow", list[1].Overlap, "the policy in effect, not an empty string")
+	assert.Zero(t, list[1].Skipped)
+	assert.Nil(t, list[1].LastSkipped)
+	assert.Equal(t, "skip", list[0].Overlap)
+	assert.EqualValues(t, 2, list[0].Skipped)
+	require.NotNil(t, list[0].LastSkipped)
+	assert.Equal(t, lastSkipped, *list[0].LastSkipped)
 	ny, err := time.LoadLocation("America/New_York")
 	require.NoError(t, err)
 	assert.Equal(t, 9, list[1].Next.In(ny).Hour())

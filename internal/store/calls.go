@@ -706,6 +706,102 @@ func SchedRetry(ctx context.Context, c redis.Scripter, k Keys, member string, he
 	return time.UnixMilli(n), nil
 }
 
+// OverlapScan bounds what one schedoverlap.lua call reads: stream entries
+// per stream (and retry bodies per group), and retry members named per
+// group. Beyond them, a call skips the tick as undecided ("unknown") and the
+// next tick's call reads on.
+var OverlapScan = struct{ Entries, Members int }{256, 4096}
+
+// OverlapRecord is the tick of a schedule with the overlap policy "skip"
+// let through last (see schedoverlap.lua): its message's UUID ("" when none
+// is recorded) and the tick.
+type OverlapRecord struct {
+	UUID string
+	Tick time.Time
+}
+
+// OverlapView is what the caller of SchedOverlap believes of the
+// partition a schedule's ticks go to: the tick let through last and the
+// consumer groups. A wrong belief costs a call: the script corrects it.
+type OverlapView struct {
+	Prev   OverlapRecord
+	Groups []string
+}
+
+// OverlapTick is a tick SchedOverlap may let through: its message's UUID,
+// the tick, the message's delay, and whether it is high-priority.
+type OverlapTick struct {
+	UUID  string
+	Tick  time.Time
+	Delay time.Duration
+	High  bool
+}
+
+// SchedOverlap runs schedoverlap.lua on partition sh, where the ticks of
+// schedule id go: whether tick may be published. It returns "go" (publish
+// it: it is recorded as let through, and view says so), "skip" with the
+// reason, or "again" when view was wrong (it is corrected: call again).
+func SchedOverlap(ctx context.Context, c redis.Scripter, sh Shard, id string, view *OverlapView, tick OverlapTick) (status, reason string, err error) {
+	looked := view.Prev.UUID
+	if looked == "" {
+		looked = tick.UUID // no far index to look in: any of the partition's will do
+	}
+	field := farField(looked)
+	flags := ""
+	if tick.Delay >= FarMargin {
+		flags += "f" // may wait in the far tier (see FarArgOf)
+	}
+	if tick.High {
+		flags += "p"
+	}
+	if flags == "" {
+		flags = "-"
+	}
+	keys := make([]string, 0, 6+3*len(view.Groups))
+	keys = append(keys, sh.Overlap(), sh.Bodies(), sh.farIndex(farShard(field)), sh.Fanout(), sh.Stream(), sh.Groups())
+	args := make([]any, 0, 10+len(view.Groups))
+	args = append(args, id, view.Prev.UUID, idPrefix(view.Prev.UUID), field, tick.UUID, tick.Tick.UnixMilli(),
+		max(tick.Delay, 0).Milliseconds(), flags, OverlapScan.Entries, OverlapScan.Members)
+	for _, g := range view.Groups {
+		keys = append(keys, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g))
+		args = append(args, g)
+	}
+	res, err := schedOverlapScript.Run(ctx, c, keys, args...).StringSlice()
+	if err == nil {
+		err = replyShort("schedoverlap", len(res), 2)
+	}
+	if err != nil {
+		return "", "", err
+	}
+	switch res[0] {
+	case "go":
+		view.Prev = OverlapRecord{UUID: tick.UUID, Tick: tick.Tick}
+	case "again":
+		view.Prev, view.Groups = parseOverlapRecord(res[1]), res[2:]
+		return "again", "", nil
+	}
+	return res[0], res[1], nil
+}
+
+// parseOverlapRecord reads a schedule's field of the overlap hash.
+func parseOverlapRecord(v string) OverlapRecord {
+	var r OverlapRecord
+	if f := strings.Fields(v); len(f) >= 2 {
+		r.UUID = f[0]
+		ms, _ := strconv.ParseInt(f[1], 10, 64)
+		r.Tick = time.UnixMilli(ms)
+	}
+	return r
+}
+
+// SchedSkip runs schedskip.lua: drops the claim of a tick skipped by its
+// schedule's overlap policy and counts the skip. It returns how many ticks
+// of the schedule were skipped.
+func SchedSkip(ctx context.Context, c redis.Scripter, k Keys, id string, tick time.Time) (int64, error) {
+	sk := k.Schedules()
+	return schedSkipScript.Run(ctx, c, []string{sk.Claims(), sk.Skips()}, ClaimMember(id, tick), id, tick.UnixMilli()).Int64()
+}
+
 // ReadStatus is what read.lua found.
 type ReadStatus int64
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,4 +134,23 @@ func TestCodecBinaryUUID(t *testing.T) {
 	_, err := Decode([]byte{codecVersionBinaryID, 1, 2, 3})
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, "UUID cut short")
+}
+
+// Every encoding of a message begins with idPrefix of its UUID, and the
+// prefixes of two UUIDs differ, whatever the metadata and payload: what
+// schedoverlap.lua recognises a tick's message by.
+func TestCodecIDPrefix(t *testing.T) {
+	ids := []string{"0e5b6a3c-1f2d-5a4b-9c8d-7e6f5a4b3c2d", "0e5b6a3c-1f2d-5a4b-9c8d-7e6f5a4b3c2e", "01JDZ3V6Q6R8Z0Y1X2W3V4T5S6", "0E5B6A3C-1F2D-5A4B-9C8D-7E6F5A4B3C2D", ""}
+	for _, id := range ids {
+		for _, md := range []message.Metadata{{}, {"k": "v", delay.DelayedForKey: "1s"}} {
+			msg := message.NewMessage(id, []byte("0e5b6a3c"))
+			msg.Metadata = md
+			require.True(t, strings.HasPrefix(string(Encode(msg)), idPrefix(id)), "UUID %q", id)
+		}
+		for _, other := range ids {
+			if other != id {
+				require.False(t, strings.HasPrefix(string(Encode(message.NewMessage(other, nil))), idPrefix(id)), "%q begins as %q", other, id)
+			}
+		}
+	}
 }

@@ -10,28 +10,50 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ScheduleDefs reads every recurring schedule's JSON definition, next
-// tick not yet published, and when it was paused (absent: not paused), by
-// ID.
-func ScheduleDefs(ctx context.Context, c Cmds, k Keys) (defs map[string]string, next, paused map[string]time.Time, err error) {
+// ScheduleState is what the schedules' keys hold of one schedule besides
+// its definition.
+type ScheduleState struct {
+	Next        time.Time // next tick not yet published
+	Paused      time.Time // when it was paused; zero: running
+	Skipped     int64     // ticks skipped by its overlap policy
+	LastSkipped time.Time // the last of them; zero: none
+}
+
+// ScheduleDefs reads every recurring schedule's JSON definition and state,
+// by ID.
+func ScheduleDefs(ctx context.Context, c Cmds, k Keys) (defs map[string]string, state map[string]ScheduleState, err error) {
 	sk := k.Schedules()
 	pipe := c.Pipeline()
 	d := pipe.HGetAll(ctx, sk.Defs())
 	n := pipe.ZRangeWithScores(ctx, sk.Next(), 0, -1)
 	p := pipe.HGetAll(ctx, sk.Paused())
+	sc := pipe.HGetAll(ctx, sk.Skips())
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	paused = make(map[string]time.Time, len(p.Val()))
-	for id, ms := range p.Val() {
-		paused[id] = time.UnixMilli(parseCount(ms))
-	}
-	next = make(map[string]time.Time, len(n.Val()))
+	state = make(map[string]ScheduleState, len(d.Val()))
 	for _, z := range n.Val() {
 		id, _ := z.Member.(string)
-		next[id] = time.UnixMilli(int64(z.Score))
+		st := state[id]
+		st.Next = time.UnixMilli(int64(z.Score))
+		state[id] = st
 	}
-	return d.Val(), next, paused, nil
+	for id, ms := range p.Val() {
+		st := state[id]
+		st.Paused = time.UnixMilli(parseCount(ms))
+		state[id] = st
+	}
+	for field, v := range sc.Val() {
+		id, last := strings.CutSuffix(field, "@last")
+		st := state[id]
+		if last {
+			st.LastSkipped = time.UnixMilli(parseCount(v))
+		} else {
+			st.Skipped = parseCount(v)
+		}
+		state[id] = st
+	}
+	return d.Val(), state, nil
 }
 
 // RemoveSchedule deletes a schedule's definition and next tick; it
@@ -42,6 +64,7 @@ func RemoveSchedule(ctx context.Context, c redis.Cmdable, k Keys, id string) (bo
 	del := pipe.HDel(ctx, sk.Defs(), id)
 	pipe.ZRem(ctx, sk.Next(), id)
 	pipe.HDel(ctx, sk.Paused(), id)
+	pipe.HDel(ctx, sk.Skips(), id, id+"@last")
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, err
 	}
@@ -135,4 +158,14 @@ func ParseClaim(member string) (id string, tick time.Time, ok bool) {
 // DropClaim removes a tick's claim once it is published (or cannot be).
 func DropClaim(ctx context.Context, c Cmds, k Keys, member string) error {
 	return c.ZRem(ctx, k.Schedules().Claims(), member).Err()
+}
+
+// ClaimHeld reports whether a tick's claim (ClaimMember) is held: the
+// tick is being published, or its publish is to be tried again.
+func ClaimHeld(ctx context.Context, c Cmds, k Keys, member string) (bool, error) {
+	err := c.ZScore(ctx, k.Schedules().Claims(), member).Err()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	return err == nil, err
 }

@@ -98,6 +98,9 @@ var (
 	schedPauseScript = loadScript("schedpause")
 	schedClaimScript = loadScript("schedclaim")
 	schedRetryScript = loadScript("schedretry")
+
+	schedOverlapScript = loadScript("schedoverlap")
+	schedSkipScript    = loadScript("schedskip")
 )
 
 // Keys is the key layout, in one place. A topic is split into one or more
@@ -139,6 +142,8 @@ var (
 //	                         also the pub/sub channel that tells it of them (lib.lua's ring)
 //	<shard>:reg              string  "1" once a publish ran; gone after Redis lost its data (the publisher registers the topic again)
 //	<shard>:dormant          string  "1" while no scheduler loop runs: nothing to schedule (publish wakes the schedulers)
+//	<shard>:overlap          hash    schedule ID -> the tick of a schedule with Overlap "skip" let through last, in the
+//	                         partition its ticks go to: "<UUID> <tick ms> <since ms> <entry> <cursor>" (see schedoverlap.lua)
 //	<shard>:schedulers       zset    schedulers of the topic -> expiry (partition 0 only)
 //	<shard>:sleases          hash    scheduler -> leases it holds in the topic (partition 0 only)
 //	<prefix>:topics          set     known topics (for Managers)
@@ -149,6 +154,7 @@ var (
 //	<prefix>:{schedules}:next   zset  schedule ID -> next tick not yet published (Unix ms)
 //	<prefix>:{schedules}:claims zset  "<schedule ID>@<tick ms>" -> claim expiry: ticks being published (see schedclaim.lua)
 //	<prefix>:{schedules}:paused hash  schedule ID -> when it was paused (Unix ms); its next tick is parked (see schedpause.lua)
+//	<prefix>:{schedules}:skips  hash  schedule ID -> ticks skipped by its overlap policy; "<schedule ID>@last" -> the last one (Unix ms)
 //	<prefix>:{schedules}:wake   pub/sub channel that wakes the schedulers' tick loops when a schedule's next tick was set
 //	<prefix>:dedup:<namespace>:{<key>} string  a deduplication key seen within its window (expires; see DedupKey)
 //
@@ -185,6 +191,7 @@ func (s scheduleKeys) Defs() string   { return string(s) + ":defs" }
 func (s scheduleKeys) Next() string   { return string(s) + ":next" }
 func (s scheduleKeys) Claims() string { return string(s) + ":claims" }
 func (s scheduleKeys) Paused() string { return string(s) + ":paused" }
+func (s scheduleKeys) Skips() string  { return string(s) + ":skips" }
 func (s scheduleKeys) Wake() string   { return string(s) + ":wake" }
 
 func (k Keys) Registered() string { return k.Prefix + ":registered" }
@@ -234,6 +241,7 @@ func (s Shard) reg() string     { return string(s) + ":reg" }
 func (s Shard) dormant() string { return string(s) + ":dormant" }
 func (s Shard) Far() string     { return string(s) + ":far" }
 func (s Shard) FarMeta() string { return string(s) + ":fmeta" }
+func (s Shard) Overlap() string { return string(s) + ":overlap" }
 
 func (s Shard) FarBucket(b int64) string { return string(s) + ":fb:" + strconv.FormatInt(b, 10) }
 func (s Shard) farIndex(n uint32) string {
