@@ -24,11 +24,19 @@ type scheduleRow struct {
 	Jitter         time.Duration
 	CatchUp        time.Duration
 	CatchUpDefault bool
+	// Overlap is the policy in effect ("allow" or "skip"), Skipped and
+	// LastSkipped the ticks it skipped.
+	Overlap     string
+	Skipped     int64
+	LastSkipped time.Time
 }
 
 func toScheduleRow(s redisdelay.Schedule) scheduleRow {
 	row := scheduleRow{ID: s.ID, Spec: s.Spec, Timezone: s.Timezone, Topic: s.Topic, Next: s.Next, Paused: s.Paused,
-		Jitter: s.Jitter, CatchUp: s.CatchUpWindow}
+		Jitter: s.Jitter, CatchUp: s.CatchUpWindow, Overlap: string(s.Overlap), Skipped: s.Skipped, LastSkipped: s.LastSkipped}
+	if row.Overlap == "" {
+		row.Overlap = "allow"
+	}
 	if row.Timezone == "" {
 		row.Timezone = "UTC"
 	}

@@ -69,7 +69,7 @@ func TestSchedulesPage(t *testing.T) {
 
 	e.schedule(redisdelay.Schedule{ID: "daily-report", Spec: "0 9 * * 1-5", Timezone: "America/New_York", Topic: "reports.generate",
 		Jitter: 250 * time.Millisecond, CatchUpWindow: 10 * time.Minute})
-	e.schedule(redisdelay.Schedule{ID: "ping", Spec: "@every 1h", Topic: "pings"})
+	e.schedule(redisdelay.Schedule{ID: "ping", Spec: "@every 1h", Topic: "pings", Overlap: redisdelay.OverlapSkip})
 	e.schedule(redisdelay.Schedule{ID: `<b>x</b>"&'`, Spec: "@daily", Topic: `<i>t</i>`})
 	e.schedule(redisdelay.Schedule{ID: "every-paris", Spec: "@every 1h", Timezone: "Europe/Paris", Topic: "pings"})
 	_, err := e.insp.PauseSchedule(context.Background(), "ping")
@@ -94,7 +94,7 @@ func TestSchedulesPage(t *testing.T) {
 		`<a href="/topic?t=reports.generate">reports.generate</a>`,
 		report.Next.UTC().Format("2006-01-02 15:04:05") + " UTC",
 		report.Next.In(mustLoad(t, "America/New_York")).Format("2006-01-02 15:04:05 MST"),
-		"up to 250ms", "<td class=\"nowrap\">10m0s</td>",
+		"up to 250ms", "<td class=\"nowrap\">10m0s</td>", `every tick is published">allow</td>`,
 		`value="pause"`, `value="trigger"`, `value="remove"`,
 	} {
 		assert.Contains(t, r, want)
@@ -104,6 +104,7 @@ func TestSchedulesPage(t *testing.T) {
 
 	r = row("ping")
 	assert.Contains(t, r, "<td>UTC</td>", "no time zone: UTC")
+	assert.Contains(t, r, `unfinished">skip</td>`, "the overlap policy")
 	assert.Contains(t, r, `<span class="tag paused"`)
 	assert.Contains(t, r, `since <span class="nowrap">`+ping.Paused.UTC().Format("2006-01-02 15:04:05")+" UTC</span>", "paused since")
 	assert.NotContains(t, r, `<span class="muted nowrap">in `, "no next tick while paused")
@@ -335,4 +336,19 @@ func TestScheduleActionsRefused(t *testing.T) {
 	resp, _ := e.do(http.MethodGet, "/schedule?id=a&action=remove&confirm=yes", "", nil)
 	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "actions are POSTs")
 	unchanged(e)
+}
+
+// TestSchedulesPageShowsSkips: the ticks an OverlapSkip schedule skipped
+// (its first tick's message waits an hour) show beside its policy.
+func TestSchedulesPageShowsSkips(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	e.schedule(redisdelay.Schedule{ID: "sync", Spec: "@every 200ms", Topic: "sync.run", Overlap: redisdelay.OverlapSkip})
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: e.client}, watermill.NopLogger{})
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(context.Background()) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	var s redisdelay.Schedule
+	require.Eventually(t, func() bool { s, _ = e.scheduleOf("sync"); return s.Skipped >= 2 }, 10*time.Second, 50*time.Millisecond)
+	_, body := e.get("/schedules")
+	assert.Regexp(t, `unfinished">skip<br><span class="muted">\d+ skipped, last \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</span>`, body)
 }
