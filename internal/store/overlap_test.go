@@ -133,3 +133,42 @@ func TestSchedOverlapStates(t *testing.T) {
 	status, reason = check()
 	require.Equal(t, [2]string{"skip", "waiting"}, [2]string{status, reason})
 }
+
+// A message that never entered the ready stream (a high-priority one goes
+// to the groups' redelivery streams; a cancelled one nowhere), on a stream
+// that grows faster than a call reads: the search ends at the entry that
+// was last when it began, so the schedule is not skipped for good.
+func TestSchedOverlapSearchEndsOnAGrowingStream(t *testing.T) {
+	srv := redistest.ForTest(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	defer func(saved struct{ Entries, Members int }) { OverlapScan = saved }(OverlapScan)
+	OverlapScan.Entries = 8
+
+	sh := Keys{Prefix: "ovg"}.Shard("t", 0)
+	prevUUID := "7f1c2e4a-8b3d-5c6e-9f0a-1b2c3d4e5f60"
+	view := OverlapView{Prev: OverlapRecord{UUID: prevUUID, Tick: time.UnixMilli(1000)}, Groups: []string{"g"}}
+	next := OverlapTick{UUID: "7f1c2e4a-8b3d-5c6e-9f0a-1b2c3d4e5f61", Tick: time.UnixMilli(2000)}
+	require.NoError(t, c.XGroupCreateMkStream(ctx, sh.Stream(), "g", "$").Err())
+	require.NoError(t, c.SAdd(ctx, sh.Groups(), "g").Err())
+	from := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
+	require.NoError(t, c.HSet(ctx, sh.Overlap(), "s", prevUUID+" 1000 "+from+" ? - p").Err())
+	grow := func(n int) {
+		for i := range n {
+			require.NoError(t, c.XAdd(ctx, &redis.XAddArgs{Stream: sh.Stream(), Values: []any{"m", "other-" + strconv.Itoa(i)}}).Err())
+		}
+	}
+	grow(12)
+	var reasons []string
+	for range 5 {
+		status, reason, err := SchedOverlap(ctx, c, sh, "s", &view, next)
+		require.NoError(t, err)
+		if status == "go" {
+			break
+		}
+		reasons = append(reasons, reason)
+		grow(12) // more than a call reads
+	}
+	require.Equal(t, []string{"unknown"}, reasons, "12 entries to look at, 8 a call: decided at the second call")
+}

@@ -18,16 +18,20 @@
   (when the tick was let through, plus its delay, less a second for a clock
   stepping back): no stream entry of it is older. Its ready-stream entry is
   looked for from then on, a bounded number of entries a call, where the
-  last call stopped (the message left the waiting set, so its entry, if
-  any, is there already); redelivery entries and retry members (named
+  last call stopped, up to the stream's last entry when the search began
+  (the message had left the waiting set, so its entry, if any, was there
+  already): however fast the stream grows, the search ends after a bounded
+  number of calls; redelivery entries and retry members (named
   after the entry they came from) are looked at from then on. A body is
   recognised by how it begins (ARGV[3]), not decoded.
 
-  KEYS[1] overlap  hash   schedule ID -> "<UUID> <tick ms> <from ms> <entry> <cursor> <flags>": the
-                          tick let through last, its message's UUID, the ms from which its stream
-                          entries are looked for, its ready-stream entry ("?" not found yet, "-"
-                          none), the last entry looked at ("-" none), and flags: "f" when it may
-                          wait in the far tier, "p" when high-priority, "-" neither
+  KEYS[1] overlap  hash   schedule ID -> "<UUID> <tick ms> <from ms> <entry> <cursor> <flags> <upto>":
+                          the tick let through last, its message's UUID, the ms from which its
+                          stream entries are looked for, its ready-stream entry ("?" not found
+                          yet, "-" none), the last entry looked at ("-" none), flags: "f" when it
+                          may wait in the far tier, "p" when high-priority, "-" neither, and the
+                          last entry of the ready stream when the search began ("-" not begun):
+                          the message had left the waiting set then, so its entry is not later
   KEYS[2] bodies   hash   UUID of a waiting message -> encoded message
   KEYS[3] findex   hash   the far index shard of that tick's UUID (see far.go), if it may be there
   KEYS[4] fanout   hash   the high-priority message being handed to the groups (field id: its UUID)
@@ -89,7 +93,7 @@ if not same then
 end
 
 local function let_through()
-  redis.call('HSET', overlap, id, table.concat({uuid, tick, now_ms() + delay - SLACK, '?', '-', flags}, ' '))
+  redis.call('HSET', overlap, id, table.concat({uuid, tick, now_ms() + delay - SLACK, '?', '-', flags, '-'}, ' '))
   return {'go', ''}
 end
 if not stored then
@@ -99,10 +103,10 @@ if prev == uuid then
   return {'go', ''}
 end
 
-local from, entry, cursor, was = rec[3], rec[4], rec[5], rec[6] or 'fp'
+local from, entry, cursor, was, upto = rec[3], rec[4], rec[5], rec[6] or 'fp', rec[7] or '-'
 -- skips the tick, keeping where the search for the entry got to
 local function hold(reason)
-  local state = table.concat({rec[1], rec[2], from, entry, cursor, was}, ' ')
+  local state = table.concat({rec[1], rec[2], from, entry, cursor, was, upto}, ' ')
   if state ~= stored then
     redis.call('HSET', overlap, id, state)
   end
@@ -141,11 +145,18 @@ end
 
 -- its ready-stream entry, looked for where the last call stopped
 if entry == '?' then
+  if upto == '-' then
+    local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)[1]
+    upto = newest and newest[1] or '0-0'
+  end
   local start = from
   if cursor ~= '-' then
     start = '(' .. cursor
   end
-  local es = redis.call('XRANGE', stream, start, '+', 'COUNT', budget)
+  local es = {}
+  if cursor == '-' or after(upto, cursor) then
+    es = redis.call('XRANGE', stream, start, upto, 'COUNT', budget)
+  end
   for _, e in ipairs(es) do
     cursor = e[1]
     if is_it(body_of(e)) then
@@ -154,7 +165,7 @@ if entry == '?' then
     end
   end
   if entry == '?' then
-    if #es == budget then
+    if #es == budget and cursor ~= upto then
       return hold('unknown')
     end
     entry = '-' -- never entered it (cancelled, or handed to the groups' redelivery streams), or trimmed
