@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -133,9 +134,10 @@ type BulkOptions struct {
 	// DryRun counts the matching messages and changes nothing.
 	DryRun bool
 	// Cursor resumes a run that was interrupted (a cancelled context, an
-	// error): pass the Cursor of the last BulkProgress it returned or
-	// reported. Messages already acted on are gone from where the run
-	// reads, or no longer match, so nothing is acted on twice.
+	// error): pass the Cursor of the BulkProgress it returned. Messages
+	// already acted on are gone from where the run reads, or no longer
+	// match, so none is acted on twice (a dead letter requeued, dead again
+	// and met by the resumed run is another death).
 	Cursor string
 	// Progress, when set, is called after every batch of up to 1,000
 	// messages read, with the counts so far.
@@ -149,10 +151,10 @@ type BulkProgress struct {
 	// a dry run). A message that changed in between (fell due, was
 	// cancelled) is matched but not done.
 	Scanned, Matched, Done int64
-	// Cursor is where the run is: with a nil error "" once it is
-	// complete; with an error the value for BulkOptions.Cursor to resume
-	// it (the one it was given when it failed before reading: "" starts
-	// again from the beginning).
+	// Cursor is where the run is: "" once it is complete (nil error).
+	// With an error, it is the value for BulkOptions.Cursor to resume the
+	// run from: the cursor the run was given when it failed before
+	// reading.
 	Cursor string
 }
 
@@ -168,7 +170,7 @@ func (i *Inspector) CancelWhere(ctx context.Context, topic string, f Filter, o B
 	if err != nil {
 		return BulkProgress{Cursor: o.Cursor}, err
 	}
-	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, func(sh store.Shard, uuids []string) (int, error) {
+	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, s, func(ctx context.Context, sh store.Shard, uuids []string) (int, error) {
 		return store.CancelMany(ctx, i.client, sh, uuids)
 	}))
 	return p, wrapErr(err, "cancel waiting messages of topic %q", topic)
@@ -183,14 +185,14 @@ func (i *Inspector) CancelWhere(ctx context.Context, topic string, f Filter, o B
 // CancelWhere does.
 func (i *Inspector) RescheduleWhere(ctx context.Context, topic string, f Filter, due time.Time, o BulkOptions) (BulkProgress, error) {
 	if err := validateTopic(topic); err != nil {
-		return BulkProgress{}, err
+		return BulkProgress{Cursor: o.Cursor}, err
 	}
 	switch {
 	case due.IsZero():
-		return BulkProgress{}, fmt.Errorf("%w: reschedule messages of topic %q: the due time is the zero time.Time: give the instant they are to be delivered",
+		return BulkProgress{Cursor: o.Cursor}, fmt.Errorf("%w: reschedule messages of topic %q: the due time is the zero time.Time: give the instant they are to be delivered",
 			ErrInvalidDelay, topic)
 	case time.Until(due) > maxDelayLimit:
-		return BulkProgress{}, fmt.Errorf("%w: reschedule messages of topic %q: due in %s, beyond the limit of 100 years: use a nearer due time",
+		return BulkProgress{Cursor: o.Cursor}, fmt.Errorf("%w: reschedule messages of topic %q: due in %s, beyond the limit of 100 years: use a nearer due time",
 			ErrInvalidDelay, topic, describeDelay(time.Until(due)))
 	}
 	s, err := i.waitingBulk(ctx, topic, f, o)
@@ -199,7 +201,7 @@ func (i *Inspector) RescheduleWhere(ctx context.Context, topic string, f Filter,
 	}
 	at := due.UnixMilli()
 	s.skip = func(w waitingMatch) bool { return w.Due.UnixMilli() == at }
-	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, func(sh store.Shard, uuids []string) (int, error) {
+	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, s, func(ctx context.Context, sh store.Shard, uuids []string) (int, error) {
 		return store.RescheduleMany(ctx, i.client, sh, uuids, at)
 	}))
 	return p, wrapErr(err, "reschedule waiting messages of topic %q", topic)
@@ -244,6 +246,9 @@ type scan[T any] interface {
 	run(ctx context.Context, budget, want int, found func(T)) error
 	cursor() string
 	scanned() int64
+	// resume is where a run resumes after an action on the batch read
+	// last failed, given where that batch began.
+	resume(batchStart string) string
 }
 
 // runBulk reads s a batch at a time and runs act on each batch's matches.
@@ -259,8 +264,9 @@ func runBulk[T any](ctx context.Context, s scan[T], o BulkOptions, act func([]T)
 			p.Done += done
 		}
 		if err != nil {
-			// p.Cursor stays at the batch's start: resuming reads it
-			// again, and those acted on are gone or no longer match.
+			// From the batch's start: those acted on are gone or no
+			// longer match.
+			p.Cursor = s.resume(p.Cursor)
 			return p, err
 		}
 		p.Cursor = s.cursor()
@@ -276,11 +282,16 @@ func runBulk[T any](ctx context.Context, s scan[T], o BulkOptions, act func([]T)
 	}
 }
 
-// eachWaiting acts on a batch of waiting messages: for each partition, it
-// pulls the far tier's messages into the waiting set, where cancel.lua and
-// reschedule.lua find them, then runs many on the UUIDs (one pipeline
-// each); it counts what many reports done.
-func (i *Inspector) eachWaiting(ctx context.Context, many func(store.Shard, []string) (int, error)) func([]waitingMatch) (int64, error) {
+// eachWaiting acts on a batch of waiting messages read by s: for each
+// partition, it pulls the far tier's messages into the waiting set, where
+// cancel.lua and reschedule.lua find them, then runs many on the UUIDs (one
+// pipeline each); it counts what many reports done. The pull and the
+// action run to their end once begun, whatever ctx says: messages pulled
+// and not acted on would wait behind the run's cursor. Should Redis fail
+// between the two, the run resumes from the start of that partition's
+// waiting set (s.rewind), where the pulled messages now are.
+func (i *Inspector) eachWaiting(ctx context.Context, s *waitingScan, many func(context.Context, store.Shard, []string) (int, error)) func([]waitingMatch) (int64, error) {
+	ctx = context.WithoutCancel(ctx)
 	return func(ws []waitingMatch) (int64, error) {
 		ids, far := map[store.Shard][]string{}, map[store.Shard][]string{}
 		var order []store.Shard
@@ -294,12 +305,18 @@ func (i *Inspector) eachWaiting(ctx context.Context, many func(store.Shard, []st
 			}
 		}
 		return actByPartition(order, ids, func(sh store.Shard, uuids []string) (int, error) {
-			if len(far[sh]) > 0 {
-				if err := store.FarPullMany(ctx, i.client, sh, far[sh]); err != nil {
-					return 0, err
-				}
+			if len(far[sh]) == 0 {
+				return many(ctx, sh, uuids)
 			}
-			return many(sh, uuids)
+			err := store.FarPullMany(ctx, i.client, sh, far[sh])
+			n := 0
+			if err == nil {
+				n, err = many(ctx, sh, uuids)
+			}
+			if err != nil {
+				s.rewind(sh)
+			}
+			return n, err
 		})
 	}
 }
@@ -349,11 +366,23 @@ func (i *Inspector) waitingBulk(ctx context.Context, topic string, f Filter, o B
 	return i.waitingScan(ctx, topic, f, o.Cursor)
 }
 
+// deadBulk is the scan of a bulk action on dead letters: those that died
+// before it started, by Redis's clock, so that a dead letter requeued and
+// dead again is not met again.
 func (i *Inspector) deadBulk(ctx context.Context, topic, group string, f Filter, o BulkOptions) (*deadScan, error) {
 	if err := checkBulk(f, o); err != nil {
 		return nil, err
 	}
-	return i.deadScan(ctx, topic, group, f, o.Cursor)
+	s, err := i.deadScan(ctx, topic, group, f, o.Cursor)
+	if err != nil {
+		return nil, err
+	}
+	now, err := store.RedisTime(ctx, i.client)
+	if err != nil {
+		return nil, wrapErr(err, "read Redis's time")
+	}
+	s.until = now.UnixMilli()
+	return s, nil
 }
 
 // badCursor is the error for a cursor no search returned.
@@ -384,6 +413,8 @@ type waitingScan struct {
 	member string  // near: the last member read at that score
 	bucket int64   // far: the bucket being read
 	pos    int64   // far: the next position in it
+
+	rewound int // >= 0: the partition to resume from the start of (see eachWaiting)
 }
 
 func (i *Inspector) waitingScan(ctx context.Context, topic string, f Filter, cursor string) (*waitingScan, error) {
@@ -397,7 +428,7 @@ func (i *Inspector) waitingScan(ctx context.Context, topic string, f Filter, cur
 	if err != nil {
 		return nil, wrapErr(err, "search waiting messages of topic %q", topic)
 	}
-	s := &waitingScan{i: i, shards: shards, f: f, score: math.Inf(-1)}
+	s := &waitingScan{i: i, shards: shards, f: f, score: math.Inf(-1), rewound: -1}
 	if cursor == "" {
 		s.far, s.bucket = false, s.firstBucket()
 		return s, nil
@@ -450,6 +481,22 @@ func (s *waitingScan) cursor() string {
 }
 
 func (s *waitingScan) scanned() int64 { return s.read }
+
+// rewind makes a failed run resume from the start of partition sh's
+// waiting set, or an earlier partition's.
+func (s *waitingScan) rewind(sh store.Shard) {
+	part := slices.Index(s.shards, sh)
+	if part >= 0 && (s.rewound < 0 || part < s.rewound) {
+		s.rewound = part
+	}
+}
+
+func (s *waitingScan) resume(batchStart string) string {
+	if s.rewound < 0 {
+		return batchStart
+	}
+	return fmt.Sprintf("%d:n:%s:", s.rewound, strconv.FormatFloat(math.Inf(-1), 'g', -1, 64))
+}
 
 // next moves on to the next partition.
 func (s *waitingScan) next() {
@@ -586,7 +633,7 @@ func (s *waitingScan) farStep(ctx context.Context, budget, want int, found func(
 			}
 		}
 	}
-	read = int(s.pos - from)
+	read = int(max(s.pos-from, 0))
 	s.read += int64(read)
 	if done {
 		s.bucket, s.pos = s.bucket+1, 0
@@ -611,6 +658,7 @@ type deadScan struct {
 	read   int64
 	part   int
 	after  string // "": from the start of the partition
+	until  int64  // > 0: the last ms read (a bulk action's start)
 }
 
 func (i *Inspector) deadScan(ctx context.Context, topic, group string, f Filter, cursor string) (*deadScan, error) {
@@ -649,6 +697,8 @@ func (s *deadScan) cursor() string {
 
 func (s *deadScan) scanned() int64 { return s.read }
 
+func (s *deadScan) resume(batchStart string) string { return batchStart }
+
 func (s *deadScan) run(ctx context.Context, budget, want int, found func(deadMatch)) error {
 	matched := 0
 	for s.part < len(s.shards) && budget > 0 && (want == 0 || matched < want) {
@@ -662,7 +712,10 @@ func (s *deadScan) run(ctx context.Context, budget, want int, found func(deadMat
 		}
 		end := "+"
 		if !s.f.To.IsZero() {
-			end = strconv.FormatInt(s.f.To.UnixMilli()-1, 10)
+			end = strconv.FormatInt(store.CeilMs(s.f.To)-1, 10)
+		}
+		if s.until > 0 && (end == "+" || compareStreamIDs(end, strconv.FormatInt(s.until, 10)) > 0) {
+			end = strconv.FormatInt(s.until, 10)
 		}
 		n := min(budget, scanBatch)
 		entries, err := store.DeadRange(ctx, s.i.client, sh, s.group, start, end, n)

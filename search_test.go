@@ -515,3 +515,75 @@ func searchBacklog(b *testing.B, pub *redisdelay.Publisher, tp string, d time.Du
 	}
 	return n
 }
+
+// A To bound inside a millisecond keeps what is due (or died) in that
+// millisecond before it: due times are whole milliseconds.
+func TestSearch_ToWithinAMillisecond(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	msg := delayed(delay.For(time.Second), "near")
+	require.NoError(t, pub.Publish(tp, msg))
+	w, ok, err := insp.FindWaiting(ctx, tp, msg.UUID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	got, _ := searchAll(t, insp, tp, redisdelay.Filter{To: w.Due.Add(500 * time.Microsecond)}, 10)
+	assert.Equal(t, []string{msg.UUID}, got)
+	got, _ = searchAll(t, insp, tp, redisdelay.Filter{To: w.Due}, 10)
+	assert.Empty(t, got, "To is exclusive")
+
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
+	ch := subscribe(t, sub, tp)
+	require.NoError(t, pub.Publish(tp, newMessage("dies")))
+	receive(t, ch, 5*time.Second).Nack()
+	dead := awaitDeadLetters(t, insp, tp, "g", 1, 5*time.Second)
+	page, _, err := insp.SearchDeadLetters(ctx, tp, "g", redisdelay.Filter{To: dead[0].Time.Add(500 * time.Microsecond)}, "", 10)
+	require.NoError(t, err)
+	assert.Len(t, page, 1)
+}
+
+// A bulk action on dead letters acts on those that died before it
+// started: one requeued and dead again during the run is not met again.
+func TestDeadLettersWhere_OnlyThoseDeadAtTheStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
+	insp := newInspector(t, client)
+	ch := subscribe(t, sub, tp)
+	nackAll := func(n int) {
+		for range n {
+			receive(t, ch, 5*time.Second).Nack()
+		}
+	}
+	const n = 1200 // two batches
+	for b := 0; b < n; b += 300 {
+		var msgs []*message.Message
+		for range 300 {
+			msgs = append(msgs, newMessage("x"))
+		}
+		require.NoError(t, pub.Publish(tp, msgs...))
+	}
+	nackAll(n)
+	require.Eventually(t, func() bool { return groupStats(t, insp, tp, "g").Dead == n }, 20*time.Second, 20*time.Millisecond)
+	late := newMessage("late")
+	p, err := insp.DeleteDeadLettersWhere(ctx, tp, "g", redisdelay.Filter{}, redisdelay.BulkOptions{All: true, Progress: func(p redisdelay.BulkProgress) {
+		if p.Cursor != "" && p.Done == 1000 {
+			// between the batches: a letter dies after the run started
+			require.NoError(t, pub.Publish(tp, late))
+			nackAll(1)
+			require.Eventually(t, func() bool { return groupStats(t, insp, tp, "g").Dead == n-1000+1 }, 5*time.Second, 10*time.Millisecond)
+		}
+	}})
+	require.NoError(t, err)
+	assert.EqualValues(t, n, p.Done)
+	left, _, err := insp.SearchDeadLetters(ctx, tp, "g", redisdelay.Filter{}, "", 10)
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	assert.Equal(t, late.UUID, left[0].Message.UUID)
+}

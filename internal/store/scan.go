@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"encoding/binary"
 	"math"
 	"strconv"
@@ -30,7 +31,17 @@ func ScoreMax(to time.Time) float64 {
 	if to.IsZero() {
 		return math.Inf(1)
 	}
-	return float64(to.UnixMilli()*scoreScale) - 1
+	return float64(CeilMs(to)*scoreScale) - 1
+}
+
+// CeilMs is t in ms since the epoch, rounded up: a message due in the ms
+// that holds t, and before t, is due before it (due times are whole ms).
+func CeilMs(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
 }
 
 func formatScore(f float64) string {
@@ -102,28 +113,56 @@ func FarBucketOf(due time.Time) int64 {
 // among them, each with its position; next is the position after the last
 // element read, and done reports that the bucket has no more.
 func FarRange(ctx context.Context, c redis.Cmdable, sh Shard, b, pos int64, n int) (ms []FarMember, next int64, done bool, err error) {
-	pipe := c.Pipeline()
-	popped := pipe.HGet(ctx, sh.FarMeta(), "p:"+strconv.FormatInt(b, 10))
-	length := pipe.LLen(ctx, sh.FarBucket(b))
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return nil, 0, false, err
-	}
-	p, _ := strconv.ParseInt(popped.Val(), 10, 64)
-	start := max(pos-p, 0) // elements before p were unpacked meanwhile
-	if start >= length.Val() {
-		return nil, p + length.Val(), true, nil
-	}
-	els, err := c.LRange(ctx, sh.FarBucket(b), start, start+int64(n)-1).Result()
-	if err != nil {
-		return nil, 0, false, err
-	}
-	for k, e := range els {
-		if m, ok := farMember(sh, e); ok {
-			ms = append(ms, FarMember{WaitingMember: m, Pos: p + start + int64(k)})
+	poppedField := "p:" + strconv.FormatInt(b, 10)
+	readPopped := func(cmd *redis.StringCmd) (int64, error) {
+		if err := cmd.Err(); err != nil && err != redis.Nil {
+			return 0, err
 		}
+		p, _ := strconv.ParseInt(cmd.Val(), 10, 64)
+		return p, nil
 	}
-	next = p + start + int64(len(els))
-	return ms, next, next >= p+length.Val(), nil
+	// The elements are read with the popped count they are counted from:
+	// an unpack between two reads shifts them (tried again).
+	for range 3 {
+		pipe := c.Pipeline()
+		popped := pipe.HGet(ctx, sh.FarMeta(), poppedField)
+		length := pipe.LLen(ctx, sh.FarBucket(b))
+		_, _ = pipe.Exec(ctx)
+		p, err := readPopped(popped)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		if err := length.Err(); err != nil {
+			return nil, 0, false, err
+		}
+		start := max(pos-p, 0) // elements before p were unpacked meanwhile
+		if start >= length.Val() {
+			return nil, max(p+length.Val(), pos), true, nil
+		}
+		pipe = c.Pipeline()
+		again := pipe.HGet(ctx, sh.FarMeta(), poppedField)
+		rng := pipe.LRange(ctx, sh.FarBucket(b), start, start+int64(n)-1)
+		_, _ = pipe.Exec(ctx)
+		p2, err := readPopped(again)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		if err := rng.Err(); err != nil {
+			return nil, 0, false, err
+		}
+		if p2 != p {
+			continue
+		}
+		els := rng.Val()
+		for k, e := range els {
+			if m, ok := farMember(sh, e); ok {
+				ms = append(ms, FarMember{WaitingMember: m, Pos: p + start + int64(k)})
+			}
+		}
+		next = p + start + int64(len(els))
+		return ms, next, len(els) == 0 || next >= p+length.Val(), nil
+	}
+	return nil, 0, false, fmt.Errorf("far bucket %d kept being unpacked while it was read", b)
 }
 
 // FarMember is a message of the far tier and its position in its bucket.
