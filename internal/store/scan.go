@@ -2,8 +2,8 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"strconv"
 	"time"
