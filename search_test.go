@@ -121,17 +121,13 @@ func TestSearchWaiting_BoundedPerCall(t *testing.T) {
 	pub := newPublisher(t, client)
 	insp := newInspector(t, client)
 	const n = 25000
-	for b := 0; b < n; b += 1000 {
-		msgs := make([]*message.Message, 0, 1000)
-		for i := b; i < b+1000; i++ {
-			msg := delayed(delay.For(time.Hour+time.Duration(i)*time.Millisecond), "x")
-			if i == n-1 {
-				msg.Metadata.Set("needle", "1")
-			}
-			msgs = append(msgs, msg)
+	publishN(t, pub, tp, n, func(i int) *message.Message {
+		msg := delayed(delay.For(time.Hour+time.Duration(i)*time.Millisecond), "x")
+		if i == n-1 {
+			msg.Metadata.Set("needle", "1")
 		}
-		require.NoError(t, pub.Publish(tp, msgs...))
-	}
+		return msg
+	})
 	f := redisdelay.Filter{Metadata: map[string]string{"needle": "1"}}
 	var pages []int
 	cursor := ""
@@ -260,15 +256,11 @@ func TestCancelWhere_Resumes(t *testing.T) {
 	pub := newPublisher(t, client)
 	insp := newInspector(t, client)
 	const n = 3500
-	for b := 0; b < n; b += 500 {
-		var msgs []*message.Message
-		for i := b; i < b+500; i++ {
-			msg := delayed(delay.For(time.Hour+time.Duration(i)*10*time.Millisecond), "x")
-			msg.Metadata.Set("even", strconv.FormatBool(i%2 == 0))
-			msgs = append(msgs, msg)
-		}
-		require.NoError(t, pub.Publish(tp, msgs...))
-	}
+	publishN(t, pub, tp, n, func(i int) *message.Message {
+		msg := delayed(delay.For(time.Hour+time.Duration(i)*10*time.Millisecond), "x")
+		msg.Metadata.Set("even", strconv.FormatBool(i%2 == 0))
+		return msg
+	})
 	f := redisdelay.Filter{Metadata: map[string]string{"even": "true"}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -503,17 +495,26 @@ func searchBacklog(b *testing.B, pub *redisdelay.Publisher, tp string, d time.Du
 	b.Helper()
 	const n = 100000
 	payload := make([]byte, 100)
-	for k := 0; k < n; k += 1000 {
-		msgs := make([]*message.Message, 0, 1000)
-		for i := k; i < k+1000; i++ {
-			msg := message.NewMessage(watermill.NewUUID(), payload)
-			msg.Metadata.Set("tenant", []string{"a", "b"}[i%2])
-			delay.Message(msg, delay.For(d+time.Duration(i)*5*time.Microsecond))
-			msgs = append(msgs, msg)
-		}
-		require.NoError(b, pub.Publish(tp, msgs...))
-	}
+	publishN(b, pub, tp, n, func(i int) *message.Message {
+		msg := message.NewMessage(watermill.NewUUID(), payload)
+		msg.Metadata.Set("tenant", []string{"a", "b"}[i%2])
+		delay.Message(msg, delay.For(d+time.Duration(i)*5*time.Microsecond))
+		return msg
+	})
 	return n
+}
+
+// publishN publishes the n messages msg makes (given 0 to n-1) to tp,
+// 1,000 a call.
+func publishN(tb testing.TB, pub *redisdelay.Publisher, tp string, n int, msg func(i int) *message.Message) {
+	tb.Helper()
+	for b := 0; b < n; b += 1000 {
+		msgs := make([]*message.Message, 0, 1000)
+		for i := b; i < min(b+1000, n); i++ {
+			msgs = append(msgs, msg(i))
+		}
+		require.NoError(tb, pub.Publish(tp, msgs...))
+	}
 }
 
 // A To bound inside a millisecond keeps what is due (or died) in that
@@ -562,13 +563,7 @@ func TestDeadLettersWhere_OnlyThoseDeadAtTheStart(t *testing.T) {
 		}
 	}
 	const n = 1200 // two batches
-	for b := 0; b < n; b += 300 {
-		var msgs []*message.Message
-		for range 300 {
-			msgs = append(msgs, newMessage("x"))
-		}
-		require.NoError(t, pub.Publish(tp, msgs...))
-	}
+	publishN(t, pub, tp, n, func(int) *message.Message { return newMessage("x") })
 	nackAll(n)
 	require.Eventually(t, func() bool { return groupStats(t, insp, tp, "g").Dead == n }, 20*time.Second, 20*time.Millisecond)
 	late := newMessage("late")

@@ -105,31 +105,14 @@ func later(d time.Duration, payload string) *message.Message {
 // nacked once by a subscriber allowed one attempt.
 func (e *env) deadLetters(topic, group string, n int) []string {
 	e.t.Helper()
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: e.client, ConsumerGroup: group, MaxAttempts: 1}, watermill.NopLogger{})
-	require.NoError(e.t, err)
-	defer sub.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch, err := sub.Subscribe(ctx, topic)
-	require.NoError(e.t, err)
+	var msgs []*message.Message
 	var uuids []string
 	for i := range n {
 		msg := message.NewMessage(watermill.NewUUID(), []byte("dead "+string(rune('a'+i))))
-		e.publish(topic, msg)
+		msgs = append(msgs, msg)
 		uuids = append(uuids, msg.UUID)
 	}
-	for range n {
-		select {
-		case m := <-ch:
-			m.Nack()
-		case <-time.After(5 * time.Second):
-			e.t.Fatal("no delivery within 5 s")
-		}
-	}
-	require.Eventually(e.t, func() bool {
-		st, err := e.insp.Stats(context.Background(), topic)
-		return err == nil && len(st.Groups) == 1 && st.Groups[0].Dead == int64(n)
-	}, 5*time.Second, 20*time.Millisecond)
+	e.deadMessages(topic, group, msgs...)
 	return uuids
 }
 

@@ -220,8 +220,8 @@ func TestSearchPaging(t *testing.T) {
 	assert.Contains(t, body, "is not one a search or bulk action returned")
 }
 
-// deadMessages makes dead letters of msgs in group g of topic, as
-// deadLetters does.
+// deadMessages makes dead letters of msgs in group g of topic: each is
+// nacked once by a subscriber allowed one attempt.
 func (e *env) deadMessages(topic, group string, msgs ...*message.Message) {
 	e.t.Helper()
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: e.client, ConsumerGroup: group, MaxAttempts: 1}, watermill.NopLogger{})

@@ -69,18 +69,46 @@ type fixture struct {
 	deadIDs int
 }
 
+// backend starts a Redis of the test's own and returns an Inspector and a
+// Publisher on it.
+func backend(t *testing.T) (*redisdelay.Inspector, *redisdelay.Publisher) {
+	t.Helper()
+	srv := redistest.ForTest(t, redistest.Options{KillWithParent: true})
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	return inspectorAndPublisher(t, client)
+}
+
+func inspectorAndPublisher(t *testing.T, client *redis.Client) (*redisdelay.Inspector, *redisdelay.Publisher) {
+	t.Helper()
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	return insp, pub
+}
+
+// dashboards serves the dashboard read-write and read-only, without
+// history sampling.
+func dashboards(t *testing.T, insp *redisdelay.Inspector) (rw, ro *httptest.Server) {
+	t.Helper()
+	rw = httptest.NewServer(dashboard.New(insp, dashboard.Options{SampleEvery: -1}))
+	t.Cleanup(rw.Close)
+	ro = httptest.NewServer(dashboard.New(insp, dashboard.Options{ReadOnly: true, SampleEvery: -1}))
+	t.Cleanup(ro.Close)
+	return rw, ro
+}
+
 func seed(t *testing.T, client *redis.Client) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	f := &fixture{client: client}
-	var err error
-	if f.insp, err = redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client}); err != nil {
-		t.Fatal(err)
-	}
-	if f.pub, err = redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, watermill.NopLogger{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.pub.Close() })
+	f.insp, f.pub = inspectorAndPublisher(t, client)
 
 	// Dead letters: immediate messages nacked by a group allowed one attempt.
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: group, MaxAttempts: 1}, watermill.NopLogger{})

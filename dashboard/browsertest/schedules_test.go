@@ -3,7 +3,6 @@ package browsertest
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,11 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/chromedp/chromedp"
-	"github.com/redis/go-redis/v9"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
-	"github.com/redisdelay/watermill-redisdelay/dashboard"
-	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // TestSchedulesInChromium: the schedules page, its buttons through the
@@ -26,19 +22,8 @@ import (
 // read-only mode. No Manager runs, so only the triggered tick is published.
 func TestSchedulesInChromium(t *testing.T) {
 	path := chromium(t)
-	srv := redistest.ForTest(t, redistest.Options{KillWithParent: true})
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = client.Close() })
+	insp, pub := backend(t)
 	ctx := context.Background()
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pub.Close() })
 	// The ticks wait an hour in their topic: a triggered one is found there.
 	later := message.NewMessage(watermill.NewUUID(), nil)
 	delay.Message(later, delay.For(time.Hour))
@@ -85,10 +70,7 @@ func TestSchedulesInChromium(t *testing.T) {
 		return n
 	}
 
-	rw := httptest.NewServer(dashboard.New(insp, dashboard.Options{SampleEvery: -1}))
-	t.Cleanup(rw.Close)
-	ro := httptest.NewServer(dashboard.New(insp, dashboard.Options{ReadOnly: true, SampleEvery: -1}))
-	t.Cleanup(ro.Close)
+	rw, ro := dashboards(t, insp)
 	b := newBrowser(t, path)
 	row := `#schedules tr[data-schedule="` + id + `"]`
 	button := func(class string) string { return row + " button." + class }

@@ -15,11 +15,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/chromedp/chromedp"
-	"github.com/redis/go-redis/v9"
 
-	redisdelay "github.com/redisdelay/watermill-redisdelay"
 	"github.com/redisdelay/watermill-redisdelay/dashboard"
-	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // TestSearchInChromium: search a topic by metadata from its page, near
@@ -29,19 +26,8 @@ import (
 // actions. No scheduler runs, so nothing falls due meanwhile.
 func TestSearchInChromium(t *testing.T) {
 	path := chromium(t)
-	srv := redistest.ForTest(t, redistest.Options{KillWithParent: true})
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = client.Close() })
+	insp, pub := backend(t)
 	ctx := context.Background()
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pub.Close() })
 	const topic = "invoices.remind"
 	msg := func(tenant string, d time.Duration) *message.Message {
 		m := message.NewMessage(watermill.NewUUID(), []byte(`{"invoice":"reminder for `+tenant+`"}`))
@@ -71,10 +57,7 @@ func TestSearchInChromium(t *testing.T) {
 		return ok
 	}
 
-	rw := httptest.NewServer(dashboard.New(insp, dashboard.Options{SampleEvery: -1}))
-	t.Cleanup(rw.Close)
-	ro := httptest.NewServer(dashboard.New(insp, dashboard.Options{ReadOnly: true, SampleEvery: -1}))
-	t.Cleanup(ro.Close)
+	rw, ro := dashboards(t, insp)
 	// One batch of 1,000 stored messages a request, counting the requests.
 	var steps atomic.Int64
 	stepped := dashboard.New(insp, dashboard.Options{SampleEvery: -1, BulkStep: time.Nanosecond})
