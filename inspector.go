@@ -96,6 +96,11 @@ type GroupStats struct {
 	Consumers int64
 	// Paused is true while the group is paused (see Inspector.Pause).
 	Paused bool
+	// Grouped counts grouped messages (see GroupKey) due and queued in
+	// their groups, not yet taken by a consumer (they are not in Ready);
+	// ActiveGroups the groups holding queued or unsettled messages, summed
+	// over partitions.
+	Grouped, ActiveGroups int64
 }
 
 // Topics lists the topics publishers and subscribers with this key prefix
@@ -188,6 +193,8 @@ func (i *Inspector) Stats(ctx context.Context, topic string) (TopicStats, error)
 			sum.DeadTotal += g.DeadTotal
 			sum.DeadEvicted += g.DeadEvicted
 			sum.Consumers = max(sum.Consumers, g.Consumers)
+			sum.Grouped += g.Grouped
+			sum.ActiveGroups += g.ActiveGroups
 		}
 	}
 	if err := i.pausedGroups(ctx, topic, st.Groups); err != nil {
@@ -227,7 +234,7 @@ func (i *Inspector) partitionStats(ctx context.Context, sh store.Shard) (TopicSt
 	}
 	for _, g := range c.Groups {
 		st.Groups = append(st.Groups, GroupStats{Group: g.Group, Ready: g.Ready, Pending: g.Pending, Consumers: g.Consumers,
-			Retry: g.Retry, Dead: g.Dead, DeadTotal: g.DeadTotal, DeadEvicted: g.DeadEvicted})
+			Retry: g.Retry, Dead: g.Dead, DeadTotal: g.DeadTotal, DeadEvicted: g.DeadEvicted, Grouped: g.Grouped, ActiveGroups: g.Active})
 	}
 	return st, nil
 }

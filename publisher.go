@@ -152,8 +152,8 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 			nCalls++
 		}
 		c.N++
-		c.Args = append(c.Args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio)
-		c.size += argBytes(c.Args[len(c.Args)-5:])
+		c.Args = append(c.Args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio, m.group)
+		c.size += argBytes(c.Args[len(c.Args)-store.PubStride:])
 		c.Far = append(c.Far, store.FarArgOf(msg.UUID, m.delay, m.prio != "1" && m.key == ""))
 	}
 	// The far buckets are chosen by the clock of now, not of the start:
@@ -190,7 +190,7 @@ func (c *pubCall) split() *pubCall {
 	from, size := 0, 0
 	cut := func(to int) {
 		part := *c
-		part.Args, part.Far = c.Args[5*from:5*to], c.Far[from:to]
+		part.Args, part.Far = c.Args[store.PubStride*from:store.PubStride*to], c.Far[from:to]
 		part.N, part.size, part.buckets, part.next = to-from, size, len(seen), nil
 		part.done = make(chan pubResult, 1)
 		if tail == nil {
@@ -203,7 +203,7 @@ func (c *pubCall) split() *pubCall {
 		clear(seen)
 	}
 	for m := range c.N {
-		bytes := argBytes(c.Args[5*m : 5*m+5])
+		bytes := argBytes(c.Args[store.PubStride*m : store.PubStride*(m+1)])
 		b := c.Far[m].Bucket
 		newBucket := b >= 0 && !seen[b]
 		if m > from && (m-from == maxPartMessages || size+bytes > maxPartBytes || newBucket && len(seen) == maxPartFarBuckets) {
@@ -219,9 +219,9 @@ func (c *pubCall) split() *pubCall {
 }
 
 // argBytes is the size a message counts for in a run's bounds: its UUID,
-// encoded body and business key argument (see pubCall.args).
+// encoded body, business key argument and group (see pubCall.args).
 func argBytes(a []any) int {
-	return len(a[0].(string)) + len(a[2].([]byte)) + len(a[3].(string))
+	return len(a[0].(string)) + len(a[2].([]byte)) + len(a[3].(string)) + len(a[5].(string))
 }
 
 // checkIdentity refuses message i of a Publish call when it is nil or has
@@ -277,10 +277,11 @@ type pubMessage struct {
 	prio   string        // "1" for a high-priority message
 	key    string        // business key, "" for none
 	keyArg string        // the key with its policy's letter (see businessKeyArg)
+	group  string        // the group it is queued in when due (see messageGroup), "" for none
 	body   []byte        // encoded message
 }
 
-// checkMetadata reads a message's delay, priority and business key.
+// checkMetadata reads a message's delay, priority, business key and group.
 func (p *Publisher) checkMetadata(topic string, msg *message.Message, now time.Time, policy BusinessKeyPolicy) (pubMessage, error) {
 	var (
 		m   pubMessage
@@ -299,6 +300,9 @@ func (p *Publisher) checkMetadata(topic string, msg *message.Message, now time.T
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 	}
 	if m.key, m.keyArg, err = businessKeyArg(msg, policy); err != nil {
+		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
+	}
+	if m.group, err = messageGroup(msg.Metadata, m.keyArg); err != nil {
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 	}
 	return m, nil

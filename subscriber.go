@@ -125,12 +125,18 @@ func groupPolicy(c SubscriberConfig) []any {
 			delays = append(delays, strconv.FormatInt(roundUpMs(c.RetryDelay(attempt)).Milliseconds(), 10))
 		}
 	}
+	rate := ""
+	if c.GroupRateLimit.Messages > 0 {
+		rate = strconv.Itoa(c.GroupRateLimit.Messages) + "/" + strconv.FormatInt(c.GroupRateLimit.Per.Milliseconds(), 10)
+	}
 	return []any{
 		max(c.MaxAttempts, 0),
 		c.VisibilityTimeout.Milliseconds(),
 		max(c.MaxDeadLetters, 0),
 		c.ConsumerIdleTimeout.Milliseconds(),
 		strings.Join(delays, ","),
+		c.GroupConcurrency,
+		rate,
 	}
 }
 
@@ -382,6 +388,11 @@ type subscription struct {
 	// rung by the hub.
 	drained, armed bool
 	bell           chan struct{}
+	// The consumer group has grouped messages queued or in flight in the
+	// partition (see fair.lua): reads pick them first (store.PickAndRead);
+	// groupWake is when a group asleep under its rate limit wakes.
+	grouped   bool
+	groupWake time.Time
 
 	// Flow control (flowcontrol.go). Run goroutine only: the group was
 	// paused at the last check, made at flowChecked; messages of the last

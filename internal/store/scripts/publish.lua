@@ -6,7 +6,9 @@
   waiting set, their encoded bodies into the hash beside it. A high-priority
   message always goes into the waiting set (due now when not delayed), so
   the scheduler hands it to each consumer group's redelivery stream, which
-  subscribers read first; it counts as waiting in every respect.
+  subscribers read first; it counts as waiting in every respect. So does a
+  grouped message (SetGroup, or the keep-last-if-active policy), which the
+  scheduler queues in its group (fair.lua); grpof names its group.
 
   KEYS[1] waiting  zset   message UUID -> score (due ms * 1024 + sequence)
   KEYS[2] bodies   hash   message UUID -> encoded message
@@ -21,7 +23,8 @@
   KEYS[11] fmeta   hash   far tier counters: n, p:<bucket>, l:<bucket>
   KEYS[12] bell    string the partition's bell, rung when ready entries were
                           added (see read.lua)
-  KEYS[13...]      the far index shards and far buckets the messages name (below)
+  KEYS[13] grpof   hash   UUID of a waiting grouped message -> its group
+  KEYS[14...]      the far index shards and far buckets the messages name (below)
   ARGV[1]          wake channel, published to when the earliest due time moves
                    earlier, or a message is stored in a dormant partition
   ARGV[2]          most waiting messages (ZCARD waiting) a call may leave; 0: no bound
@@ -36,13 +39,14 @@
                    it is never unpacked after it is due, and Inspector's merge
                    (which reads one bucket more) keeps due order
   ARGV[7+k]        number of messages of call k (k = 1..c)
-  then eleven arguments per message, the calls' messages in call order:
+  then twelve arguments per message, the calls' messages in call order:
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
   ARGV[j+2]        encoded message
   ARGV[j+3]        business key: '' for none, else the policy's letter and
                    the key: r (reject), k (keep first), x (replace),
-                   d (replace, keeping the holder's due time)
+                   d (replace, keeping the holder's due time), l (keep last
+                   if active: replace while waiting; its group is ARGV[j+11])
   ARGV[j+4]        "1" for a high-priority message, "0" otherwise
   ARGV[j+5]        index in KEYS of the far index shard of the UUID, where a
                    waiting message is looked up first; 0: not looked up (an
@@ -58,6 +62,9 @@
                    bucket give or take the slack (by Redis's clock),
                    and ARGV[j+10] is after now + the margin: the bucket is
                    unpacked later, and before the message is due.
+  ARGV[j+11]       the message's group ("" for none): it waits even when due
+                   now, and grpof names its group while it waits (in either
+                   tier)
 
   Returns one status per call, in call order, then 1 when KEYS[8] was
   missing (the caller registers the topic again), else 0. A status:
@@ -95,11 +102,12 @@
 ]]
 local waiting, bodies, stream, seq, bkeys, bkeyof = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local prio, reg, dormant, far, fmeta, bell = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local grpof = KEYS[13]
 local wake, maxWaiting, maxReady, calls = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local farMargin, farWidth, farSlack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limited)
 local first = 8 + calls
-local STRIDE = 11 -- arguments per message
+local STRIDE = 12 -- arguments per message
 
 -- delays, which messages wait (delayed or high-priority), their UUIDs, the
 -- business keys
@@ -107,11 +115,12 @@ local delay, waits, uuids, msgKeys = {}, {}, {}, {}
 local fixed = {} -- message -> the score it takes from the holder it replaces (d)
 for j = first, #ARGV, STRIDE do
   local d = tonumber(ARGV[j + 1])
-  if ARGV[j + 4] == '1' and d < 0 then
+  local through = ARGV[j + 4] == '1' or ARGV[j + 11] ~= '' -- high priority or grouped
+  if through and d < 0 then
     d = 0
   end
   delay[j] = d
-  waits[j] = d > 0 or ARGV[j + 4] == '1'
+  waits[j] = d > 0 or through
   if waits[j] then
     uuids[#uuids + 1] = ARGV[j]
   end
@@ -289,6 +298,7 @@ if #removed > 0 then
   redis.call('HDEL', bodies, unpack(removed))
   redis.call('HDEL', bkeyof, unpack(removed))
   redis.call('HDEL', prio, unpack(removed))
+  redis.call('HDEL', grpof, unpack(removed))
 end
 -- the final holder of every business key that changed hands
 for _, key in ipairs(touched) do
@@ -420,9 +430,13 @@ if #stored > 0 then
     end
   end
   for c = 1, #stored, CHUNK do
-    local h, z, o, pr = {}, {}, {}, {}
+    local h, z, o, pr, gr = {}, {}, {}, {}, {}
     for k = c, math.min(c + CHUNK - 1, #stored) do
       local m = stored[k]
+      if ARGV[m + 11] ~= '' then
+        gr[#gr + 1] = ARGV[m]
+        gr[#gr + 1] = ARGV[m + 11]
+      end
       if not isFar[m] then
         local score = scoreOf[m]
         h[#h + 1] = ARGV[m]
@@ -451,6 +465,9 @@ if #stored > 0 then
     end
     if #pr > 0 then
       redis.call('HSET', prio, unpack(pr))
+    end
+    if #gr > 0 then
+      redis.call('HSET', grpof, unpack(gr))
     end
   end
   if nFar > 0 then
