@@ -370,3 +370,36 @@ func TestGroups_BadInput(t *testing.T) {
 	}
 	_ = delay.For
 }
+
+// A grouped message does not wait for a backlog of plain messages in the
+// ready stream: a subscription reading the backlog picks grouped messages
+// at least every 100 ms.
+func TestGroups_NotBehindPlainBacklog(t *testing.T) {
+	t.Parallel()
+	const plain = 50_000
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	require.NoError(t, sub.SubscribeInitialize(tp))
+	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	msgs := make([]*message.Message, plain)
+	for i := range msgs {
+		msgs[i] = newMessage("plain")
+	}
+	require.NoError(t, pub.Publish(tp, msgs...))
+	ch := subscribe(t, sub, tp)
+	first := receive(t, ch, 5*time.Second)
+	first.Ack()
+	require.NoError(t, pub.Publish(tp, groupedMessage("a", 0)))
+	for n := 2; n <= plain+1; n++ {
+		msg := receive(t, ch, 5*time.Second)
+		msg.Ack()
+		if string(msg.Payload) == "a/0" {
+			t.Logf("the grouped message came %d of %d", n, plain+1)
+			require.Less(t, n, plain*4/5, "behind the plain backlog")
+			return
+		}
+	}
+	t.Fatal("the grouped message never came")
+}

@@ -32,6 +32,11 @@ import (
 // defaultBlockTime is SubscriberConfig.BlockTime's default.
 const defaultBlockTime = 30 * time.Second
 
+// groupCheckEvery is how often a subscription that reads a backlog of
+// plain messages looks for grouped messages queued meanwhile (pick.lua), so
+// they do not wait for the backlog; an idle subscription is rung for them.
+const groupCheckEvery = 100 * time.Millisecond
+
 // deniedPoll is how often an idle subscription reads when Redis refuses
 // the client the bell's channel.
 const deniedPoll = 100 * time.Millisecond
@@ -79,7 +84,8 @@ func wakeUp(c chan struct{}) {
 // waitBell).
 func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStream, error) {
 	s := sub.s
-	if !sub.drained && sub.grouped {
+	if !sub.drained && (sub.grouped || time.Since(sub.groupsChecked) >= groupCheckEvery) {
+		sub.groupsChecked = time.Now()
 		res, p, err := store.PickAndRead(ctx, s.redis, sub.shard, s.config.ConsumerGroup, sub.consumer, count)
 		if err == nil {
 			sub.grouped, sub.groupWake = p.More || !p.Wake.IsZero(), p.Wake

@@ -390,9 +390,11 @@ type subscription struct {
 	bell           chan struct{}
 	// The consumer group has grouped messages queued or in flight in the
 	// partition (see fair.lua): reads pick them first (store.PickAndRead);
-	// groupWake is when a group asleep under its rate limit wakes.
-	grouped   bool
-	groupWake time.Time
+	// groupWake is when a group asleep under its rate limit wakes;
+	// groupsChecked when a read last picked (see groupCheckEvery).
+	grouped       bool
+	groupWake     time.Time
+	groupsChecked time.Time
 
 	// Flow control (flowcontrol.go). Run goroutine only: the group was
 	// paused at the last check, made at flowChecked; messages of the last
