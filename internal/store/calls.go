@@ -131,10 +131,11 @@ func Promote(ctx context.Context, c redis.Scripter, sh Shard, groups []string, b
 	if !mayTake {
 		take = "0"
 	}
-	k := make([]string, 0, 12+7*len(groups))
+	k := make([]string, 0, 12+8*len(groups))
 	k = append(k, sh.Lease(), sh.Groups(), sh.Waiting(), sh.Bodies(), sh.Stream(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.Fanout(), sh.Bell(), sh.GroupOf())
 	for _, g := range groups {
-		k = append(k, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g), sh.Meta(g), sh.Fair(g), sh.fairRing(g), sh.fairPrio(g))
+		k = append(k, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g), sh.Meta(g))
+		k = append(k, sh.fairKeys(g)...)
 	}
 	k = append(k, sh.Far())
 	res, err := promoteScript.Run(ctx, c, k, batch, owner, lease.Milliseconds(), take).Int64Slice()

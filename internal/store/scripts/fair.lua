@@ -173,6 +173,20 @@ local function fair_rate(c, g, s, now, sleep)
   return true
 end
 
+-- Puts up to count groups whose rate limit lets them go on at now (ms)
+-- back in the ring. Returns when the next one may go on (ms; -1: none).
+local function fair_wake(c, now, count)
+  for _, g in ipairs(redis.call('ZRANGEBYSCORE', c.fwait, '-inf', now, 'LIMIT', 0, count)) do
+    redis.call('ZREM', c.fwait, g)
+    local s = fair_get(c, g)
+    if s[2] == 2 then
+      s[2] = 0
+      fair_place(c, g, s)
+    end
+  end
+  return tonumber(redis.call('ZRANGE', c.fwait, 0, 0, 'WITHSCORES')[2]) or -1
+end
+
 -- Moves up to count messages round-robin across the groups into the
 -- redelivery stream rstream (fields m, a, k = the group), each a slot of
 -- its group: high-priority ones first, then one group per turn of the ring
@@ -183,14 +197,7 @@ end
 -- messages moved, whether groups are left to serve, and the ms at which
 -- the first group asleep under its rate limit wakes (-1: none).
 local function fair_pick(c, rstream, count, now)
-  for _, g in ipairs(redis.call('ZRANGEBYSCORE', c.fwait, '-inf', now, 'LIMIT', 0, count)) do
-    redis.call('ZREM', c.fwait, g)
-    local s = fair_get(c, g)
-    if s[2] == 2 then
-      s[2] = 0
-      fair_place(c, g, s)
-    end
-  end
+  fair_wake(c, now, count)
   local taken, moves, maxMoves = 0, 0, 4 * count
   local served = {}
   local function take(g, s, hp)

@@ -20,7 +20,9 @@
   whose subscribers do not read groups yet, meta field gv unset, gets it
   in its redelivery stream), counting one entry per consumer group; a due
   retry of a grouped message goes to the front of its group's queue and
-  gives its slot back.
+  gives its slot back. A group asleep under its rate limit is put back in
+  its consumer group's ring when it may go on, and counts as the earliest
+  due time until then.
   Flagged allow-oom: it runs at maxmemory, since moving due messages on is
   what lets them be acknowledged and trimmed, freeing memory.
 
@@ -38,15 +40,18 @@
   KEYS[10] bell    string the partition's bell, rung when entries were
                           added (see read.lua)
   KEYS[11] grpof   hash   UUID of a waiting grouped message -> its group
-  then for each consumer group g = 1, 2, ..., seven keys:
-  KEYS[7g+5]  retry    zset   "<attempt>:<m|r><entry id>" or, for a grouped
+  then for each consumer group g = 1, 2, ..., eight keys:
+  KEYS[8g+4]  retry    zset   "<attempt>:<m|r><entry id>" or, for a grouped
                               message, "<attempt>:g<entry id>:<group>" -> due score
-  KEYS[7g+6]  rbodies  hash   same member -> encoded message
-  KEYS[7g+7]  rstream  stream the group's redelivery stream, fields m, a (attempt)
-  KEYS[7g+8]  meta     hash   the group's policy (gv, per-group cap)
-  KEYS[7g+9]  fq       hash   the group's fair queues (see fair.lua)
-  KEYS[7g+10] fring    list   the group's ring of groups to serve
-  KEYS[7g+11] fprio    list   the group's groups with high-priority messages
+  KEYS[8g+5]  rbodies  hash   same member -> encoded message
+  KEYS[8g+6]  rstream  stream the group's redelivery stream, fields m, a (attempt)
+  KEYS[8g+7]  meta     hash   the group's policy (gv, per-group cap)
+  KEYS[8g+8]  fq       hash   the group's fair queues (see fair.lua)
+  KEYS[8g+9]  fring    list   the group's ring of groups to serve
+  KEYS[8g+10] fprio    list   the group's groups with high-priority messages
+  KEYS[8g+11] fwait    zset   the group's groups asleep under their rate limit:
+                              put back in the ring when they may go on (so the
+                              scheduler wakes for them, ringing the bell)
   and last:
   KEYS[#KEYS] far     zset   far bucket number -> when to unpack it (ms): see far.go
   ARGV[1]  most stream entries added per call from the waiting set (a
@@ -104,7 +109,7 @@ local budget, rbudget = limit, limit
 
 -- the redelivery streams of the listed groups, for high-priority messages
 local rstreams = {}
-for g = 14, #KEYS - 1, 7 do
+for g = 14, #KEYS - 1, 8 do
   rstreams[#rstreams + 1] = KEYS[g]
 end
 
@@ -113,8 +118,8 @@ local fairs = {}
 local function fair_of(g)
   local c = fairs[g]
   if not c then
-    local k = 12 + 7 * (g - 1)
-    c = fair_open(KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], nil, KEYS[k + 3])
+    local k = 12 + 8 * (g - 1)
+    c = fair_open(KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 3])
     fairs[g] = c
   end
   return c
@@ -298,8 +303,18 @@ local ng = #rstreams
 local first = nowUs % math.max(ng, 1)
 for i = 0, ng - 1 do
   local g = (first + i) % ng + 1
-  local k = 12 + 7 * (g - 1)
+  local k = 12 + 8 * (g - 1)
   move(KEYS[k], KEYS[k + 1], KEYS[k + 2], g)
+  -- groups asleep under the rate limit: the head alone, as for the sets
+  local sleeper = redis.call('ZRANGE', KEYS[k + 7], 0, 0, 'WITHSCORES')[2]
+  if sleeper then
+    local w = tonumber(sleeper) * 1000 - nowUs
+    if w <= 0 then
+      w = fair_wake(fair_of(g), now, limit)
+      if w >= 0 then w = math.max(w * 1000 - nowUs, 0) end
+    end
+    if w >= 0 then earlier(w) end
+  end
 end
 for _, c in pairs(fairs) do
   fair_close(c, bell, now)
