@@ -57,7 +57,9 @@ type TopicStats struct {
 	Topic string
 	// Partitions is the topic's partition count, as stored in Redis.
 	Partitions int
-	// Waiting counts delayed messages not yet due.
+	// Waiting counts delayed messages not yet due, and grouped messages
+	// (see GroupKey) due while the topic had no consumer group, which wait
+	// for the first.
 	Waiting int64
 	// Stream counts entries in the ready streams, read or not: it shrinks
 	// when every group has acknowledged an entry and a scheduler trims it.

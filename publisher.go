@@ -11,7 +11,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
@@ -29,6 +28,10 @@ type Publisher struct {
 	redis store.Cmds
 
 	registered sync.Map // topics already added to the topic registry
+	// store.Shard -> []string: the consumer groups of a partition, as last
+	// read, for immediate grouped messages (see store.Publish); read again
+	// when the publish script finds the list out of date.
+	consumerGroups sync.Map
 	batchers   sync.Map // topic -> *batcher
 
 	closeMu sync.RWMutex   // orders Close after the calls it must wait for
@@ -152,6 +155,7 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 			nCalls++
 		}
 		c.N++
+		c.grouped = c.grouped || m.group != "" && m.delay <= 0
 		c.Args = append(c.Args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio, m.group)
 		c.size += argBytes(c.Args[len(c.Args)-store.PubStride:])
 		c.Far = append(c.Far, store.FarArgOf(msg.UUID, m.delay, m.prio != "1" && m.key == ""))
@@ -516,6 +520,7 @@ type pubCall struct {
 	maxReady   bound
 	size       int      // bytes of UUIDs and bodies
 	buckets    int      // far buckets its messages may go to
+	grouped    bool     // it has an immediate grouped message (see groupsFor)
 	next       *pubCall // the partition's next part of the Publish call, sent once this one is stored
 	ctx        context.Context
 	done       chan pubResult // buffered: the flusher never blocks on it
@@ -652,6 +657,9 @@ func (p *Publisher) store(batch []*pubCall) {
 	if err == nil && reply.Lost && !registered {
 		p.reregister(ctx, first.topic, first.parts)
 	}
+	if err == nil && reply.GroupsStale {
+		p.readGroups(ctx, first.shard)
+	}
 	for i, c := range batch {
 		r := pubResult{err: err}
 		if err == nil {
@@ -752,11 +760,27 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-// publishBatch runs publish.lua for the calls of batch, all to the
-// partition of batch[0].
-func publishBatch(ctx context.Context, c redis.Scripter, batch []*pubCall) (store.PublishReply, error) {
-	first := batch[0]
-	return store.Publish(ctx, c, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, batch)
+// groupsFor is the consumer groups of the partition of batch as last read,
+// when a message of batch may go straight to its group's queues (an
+// immediate grouped message), else nil.
+func (p *Publisher) groupsFor(batch []*pubCall) []string {
+	for _, c := range batch {
+		if c.grouped {
+			groups, _ := p.consumerGroups.Load(c.shard)
+			list, _ := groups.([]string)
+			return list
+		}
+	}
+	return nil
+}
+
+// readGroups reads the consumer groups of a partition again for groupsFor,
+// after the publish script found the list out of date. A failure is
+// harmless: grouped messages wait for the scheduler meanwhile.
+func (p *Publisher) readGroups(ctx context.Context, sh store.Shard) {
+	if groups, err := store.Groups(ctx, p.redis, sh); err == nil {
+		p.consumerGroups.Store(sh, groups)
+	}
 }
 
 // PublishArgs is what publish.lua takes of the call.
@@ -768,13 +792,14 @@ func (c *pubCall) PublishArgs() *store.PubArgs { return &c.PubArgs }
 // move (a redirection, a failover) sends it again until ctx ends (none of
 // those ran the script).
 func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (store.PublishReply, error) {
-	if p.config.MinReplicas == 0 {
-		return publishBatch(ctx, p.redis, batch)
-	}
 	first := batch[0]
+	groups := p.groupsFor(batch)
+	if p.config.MinReplicas == 0 {
+		return store.Publish(ctx, p.redis, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, groups, batch)
+	}
 	for {
 		res, acked, waitErr, err := store.PublishOnMaster(ctx, p.config.Client, first.shard, first.maxWaiting.perPart, first.maxReady.perPart,
-			batch, p.config.MinReplicas, p.config.ReplicaTimeout)
+			groups, batch, p.config.MinReplicas, p.config.ReplicaTimeout)
 		if waitErr != nil {
 			err = fmt.Errorf("%w: the messages are stored on the master; WAIT for replicas failed: %w", ErrNotReplicated, waitErr)
 		} else if err == nil && acked < int64(p.config.MinReplicas) {

@@ -29,6 +29,10 @@ func replyShort(script string, got, want int) error {
 type PublishReply struct {
 	Statuses []any // one per call, in call order: see status
 	Lost     bool  // the partition's registration marker was gone
+	// GroupsStale: the consumer groups given were not the topic's, so
+	// immediate grouped messages waited for the scheduler: read them again
+	// (Groups) for the next calls.
+	GroupsStale bool
 }
 
 // Status decodes the status of call i: dup is the UUID of a message already
@@ -65,13 +69,22 @@ const PubStride = 6
 type PubCall interface{ PublishArgs() *PubArgs }
 
 // Publish runs publish.lua for the calls of batch, all to partition sh,
-// whose capacity limits are maxWaiting and maxReady (0: none).
-func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, maxWaiting, maxReady int, batch []C) (PublishReply, error) {
+// whose capacity limits are maxWaiting and maxReady (0: none). groups are
+// the topic's consumer groups as the caller knows them: immediate grouped
+// messages go straight to their groups' queues when they are right (nil
+// when the batch has none).
+func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, maxWaiting, maxReady int, groups []string, batch []C) (PublishReply, error) {
 	msgs := 0
 	for _, call := range batch {
 		msgs += call.PublishArgs().N
 	}
-	keys := []string{sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.reg(), sh.dormant(), sh.Far(), sh.FarMeta(), sh.Bell(), sh.GroupOf()}
+	keys := make([]string, 0, 14+6*len(groups))
+	keys = append(keys, sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.reg(), sh.dormant(), sh.Far(), sh.FarMeta(), sh.Bell(), sh.GroupOf(), sh.Groups())
+	for _, g := range groups {
+		keys = append(keys, sh.Meta(g))
+		keys = append(keys, sh.fairKeys(g)...)
+		keys = append(keys, sh.Redelivery(g))
+	}
 	keyIndex := map[string]int{}
 	indexOf := func(key string) int {
 		i, ok := keyIndex[key]
@@ -82,9 +95,12 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, maxWait
 		}
 		return i
 	}
-	args := make([]any, 0, 7+len(batch)+12*msgs)
+	args := make([]any, 0, 8+len(groups)+len(batch)+12*msgs)
 	args = append(args, sh.Wake(), maxWaiting, maxReady, len(batch),
-		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds())
+		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds(), len(groups))
+	for _, g := range groups {
+		args = append(args, g)
+	}
 	for _, call := range batch {
 		args = append(args, call.PublishArgs().N)
 	}
@@ -107,11 +123,12 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, maxWait
 	if err != nil {
 		return PublishReply{}, err
 	}
-	if len(res) != len(batch)+1 {
+	if len(res) != len(batch)+2 {
 		return PublishReply{}, fmt.Errorf("the publish script returned %d results for %d calls", len(res), len(batch))
 	}
 	lost, _ := res[len(batch)].(int64)
-	return PublishReply{Statuses: res[:len(batch)], Lost: lost == 1}, nil
+	stale, _ := res[len(batch)+1].(int64)
+	return PublishReply{Statuses: res[:len(batch)], Lost: lost == 1, GroupsStale: stale == 1}, nil
 }
 
 // PromoteReply is what promote.lua returns.
@@ -131,8 +148,8 @@ func Promote(ctx context.Context, c redis.Scripter, sh Shard, groups []string, b
 	if !mayTake {
 		take = "0"
 	}
-	k := make([]string, 0, 12+8*len(groups))
-	k = append(k, sh.Lease(), sh.Groups(), sh.Waiting(), sh.Bodies(), sh.Stream(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.Fanout(), sh.Bell(), sh.GroupOf())
+	k := make([]string, 0, 13+8*len(groups))
+	k = append(k, sh.Lease(), sh.Groups(), sh.Waiting(), sh.Bodies(), sh.Stream(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.Fanout(), sh.Bell(), sh.GroupOf(), sh.orphans())
 	for _, g := range groups {
 		k = append(k, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g), sh.Meta(g))
 		k = append(k, sh.fairKeys(g)...)

@@ -48,6 +48,7 @@ func PartitionStats(ctx context.Context, c Cmds, sh Shard) (PartitionCount, erro
 	}
 	pipe := c.Pipeline()
 	waiting := pipe.ZCard(ctx, sh.Waiting())
+	orphans := pipe.ZCard(ctx, sh.orphans())
 	far := pipe.HMGet(ctx, sh.FarMeta(), "n")
 	length := pipe.XLen(ctx, sh.Stream())
 	infos := pipe.XInfoGroups(ctx, sh.Stream())
@@ -78,7 +79,7 @@ func PartitionStats(ctx context.Context, c Cmds, sh Shard) (PartitionCount, erro
 	if _, err := pipe.Exec(ctx); err != nil && !isNoSuchKey(err) && !errors.Is(err, redis.Nil) {
 		return st, err
 	}
-	st.Waiting, st.Stream, st.Leased = waiting.Val()+farCount(far), length.Val(), lease.Val() == 1
+	st.Waiting, st.Stream, st.Leased = waiting.Val()+orphans.Val()+farCount(far), length.Val(), lease.Val() == 1
 	for n, g := range groups {
 		c := cmds[n]
 		gs := GroupCount{Group: g, Retry: c.retry.Val(), Dead: c.dead.Val()}

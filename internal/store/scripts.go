@@ -119,6 +119,7 @@ var (
 //	<shard>:bkeys            hash    business key -> UUID of the waiting message holding it
 //	<shard>:bkeyof           hash    UUID of a waiting message -> its business key (absent: none holds one)
 //	<shard>:grpof            hash    UUID of a waiting grouped message, in either tier -> its group (absent: none is grouped)
+//	<shard>:gorphan          zset    UUID of a grouped message due while the topic had no consumer group -> its score (see promote.lua)
 //	<shard>:groups           set     consumer groups
 //	<shard>:g:<group>:retry  zset    retry member -> due score
 //	<shard>:g:<group>:rbody  hash    retry member -> encoded message
@@ -244,6 +245,7 @@ func (s Shard) Lease() string   { return string(s) + ":lease" }
 func (s Shard) Bkeys() string   { return string(s) + ":bkeys" }
 func (s Shard) BkeyOf() string  { return string(s) + ":bkeyof" }
 func (s Shard) GroupOf() string { return string(s) + ":grpof" }
+func (s Shard) orphans() string { return string(s) + ":gorphan" }
 func (s Shard) reg() string     { return string(s) + ":reg" }
 func (s Shard) dormant() string { return string(s) + ":dormant" }
 func (s Shard) Far() string     { return string(s) + ":far" }

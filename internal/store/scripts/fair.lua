@@ -21,7 +21,8 @@
                   \0n                  -> messages queued in all groups
     ring   list   groups that may be served now, each at most once (r = 1)
     fprio  list   groups with high-priority messages queued, each at most once (P = 1)
-    fwait  zset   groups over their rate limit -> when they may go on (ms)
+    fwait  zset   groups over their rate limit -> when they may go on (ms);
+                  idle groups whose limiter has not caught up -> when it has
 
   A group's name never holds a control character (SetGroup refuses them),
   so "\0" separates its fields; a keep-last-if-active group is "\1" and the
@@ -174,7 +175,9 @@ local function fair_rate(c, g, s, now, sleep)
 end
 
 -- Puts up to count groups whose rate limit lets them go on at now (ms)
--- back in the ring. Returns when the next one may go on (ms; -1: none).
+-- back in the ring (an idle group there only waited for its limiter to
+-- catch up: fair_close deletes it). Returns when the next one may go on
+-- (ms; -1: none).
 local function fair_wake(c, now, count)
   for _, g in ipairs(redis.call('ZRANGEBYSCORE', c.fwait, '-inf', now, 'LIMIT', 0, count)) do
     redis.call('ZREM', c.fwait, g)
@@ -251,10 +254,16 @@ end
 -- bell when a group may be served.
 local function fair_close(c, bell, now)
   for g, s in pairs(c.st) do
-    if s[1] == 0 and s[2] == 0 and s[8] == 0 and fair_queued(s) == 0 and s[9] <= now then
+    local idle = s[1] == 0 and s[2] == 0 and s[8] == 0 and fair_queued(s) == 0
+    if idle and s[9] <= now then
       redis.call('HDEL', c.fq, g)
     else
       redis.call('HSET', c.fq, g, string.format('%d,%d,%d,%d,%d,%d,%d,%d,%.3f', unpack(s)))
+      if idle then
+        -- its limiter catches up then: fair_wake reads it, and this
+        -- deletes it, so idle groups leave nothing behind
+        redis.call('ZADD', c.fwait, math.ceil(s[9]), g)
+      end
     end
   end
   if c.dq ~= 0 and redis.call('HINCRBY', c.fq, '\0n', c.dq) <= 0 then

@@ -40,16 +40,21 @@
   KEYS[10] bell    string the partition's bell, rung when entries were
                           added (see read.lua)
   KEYS[11] grpof   hash   UUID of a waiting grouped message -> its group
+  KEYS[12] gorphan zset   grouped messages that fell due while the topic had
+                          no consumer group -> their score (bodies and grpof
+                          kept): they wait for the first consumer group,
+                          then move back to the waiting set, a bounded
+                          number per call
   then for each consumer group g = 1, 2, ..., eight keys:
-  KEYS[8g+4]  retry    zset   "<attempt>:<m|r><entry id>" or, for a grouped
+  KEYS[8g+5]  retry    zset   "<attempt>:<m|r><entry id>" or, for a grouped
                               message, "<attempt>:g<entry id>:<group>" -> due score
-  KEYS[8g+5]  rbodies  hash   same member -> encoded message
-  KEYS[8g+6]  rstream  stream the group's redelivery stream, fields m, a (attempt)
-  KEYS[8g+7]  meta     hash   the group's policy (gv, per-group cap)
-  KEYS[8g+8]  fq       hash   the group's fair queues (see fair.lua)
-  KEYS[8g+9]  fring    list   the group's ring of groups to serve
-  KEYS[8g+10] fprio    list   the group's groups with high-priority messages
-  KEYS[8g+11] fwait    zset   the group's groups asleep under their rate limit:
+  KEYS[8g+6]  rbodies  hash   same member -> encoded message
+  KEYS[8g+7]  rstream  stream the group's redelivery stream, fields m, a (attempt)
+  KEYS[8g+8]  meta     hash   the group's policy (gv, per-group cap)
+  KEYS[8g+9]  fq       hash   the group's fair queues (see fair.lua)
+  KEYS[8g+10]  fring    list   the group's ring of groups to serve
+  KEYS[8g+11] fprio    list   the group's groups with high-priority messages
+  KEYS[8g+12] fwait    zset   the group's groups asleep under their rate limit:
                               put back in the ring when they may go on (so the
                               scheduler wakes for them, ringing the bell)
   and last:
@@ -78,7 +83,7 @@
 ]]
 local lease, groups, waiting, bodies, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local bkeys, bkeyof, prio, fanout, bell = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local grpof = KEYS[11]
+local grpof, gorphan = KEYS[11], KEYS[12]
 local limit, owner, leaseMs, mayTake = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local ngroups = redis.call('SCARD', groups)
 local holder = redis.call('GET', lease)
@@ -106,10 +111,13 @@ end
 -- or the number of groups; the caller calls again at once when told
 -- (wait 0).
 local budget, rbudget = limit, limit
+-- Grouped copies cost several commands each (fair.lua): at most this many
+-- a call, whatever the batch, so a call stays short.
+local gbudget = math.min(limit, 512)
 
 -- the redelivery streams of the listed groups, for high-priority messages
 local rstreams = {}
-for g = 14, #KEYS - 1, 8 do
+for g = 15, #KEYS - 1, 8 do
   rstreams[#rstreams + 1] = KEYS[g]
 end
 
@@ -118,7 +126,7 @@ local fairs = {}
 local function fair_of(g)
   local c = fairs[g]
   if not c then
-    local k = 12 + 8 * (g - 1)
+    local k = 13 + 8 * (g - 1)
     c = fair_open(KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 3])
     fairs[g] = c
   end
@@ -195,11 +203,12 @@ local function move(set, hash, dest, retry)
   end
   -- n: how many of ids (the first) leave the set in this call
   local n = 0
+  local orphans, kept = {}, {} -- grouped messages with no consumer group (gorphan)
   for k, id in ipairs(ids) do
     local gk = grouped[k]
     -- a grouped message takes an entry per group: it waits for the next
     -- call unless it is the call's first
-    if left == 0 or (gk and #rstreams > left and left < limit) then
+    if left == 0 or (gk and (#rstreams > left or #rstreams > gbudget) and left < limit) then
       break
     end
     n = k
@@ -229,6 +238,13 @@ local function move(set, hash, dest, retry)
           end
         end
         left = math.max(left - #rstreams, 0)
+        gbudget = gbudget - #rstreams
+      elseif gk then
+        -- no consumer group to queue it for: it waits for the first
+        orphans[#orphans + 1] = redis.call('ZSCORE', set, id)
+        orphans[#orphans + 1] = id
+        kept[id] = true
+        moved = moved - 1
       elseif high[k] and #rstreams > 0 then
         if #rstreams <= left then
           for _, rs in ipairs(rstreams) do
@@ -257,12 +273,24 @@ local function move(set, hash, dest, retry)
   if n < #ids then
     done = {unpack(ids, 1, n)}
   end
-  redis.call('HDEL', hash, unpack(done))
-  if not retry and next(high) then
-    redis.call('HDEL', prio, unpack(done))
+  -- the bodies (and flags) of the messages moved; those kept for a
+  -- consumer group to come keep theirs
+  local gone = done
+  if #orphans > 0 then
+    redis.call('ZADD', gorphan, unpack(orphans))
+    gone = {}
+    for _, id in ipairs(done) do
+      if not kept[id] then gone[#gone + 1] = id end
+    end
   end
-  if anyGrouped then
-    redis.call('HDEL', grpof, unpack(done))
+  if #gone > 0 then
+    redis.call('HDEL', hash, unpack(gone))
+    if not retry and next(high) then
+      redis.call('HDEL', prio, unpack(gone))
+    end
+    if anyGrouped then
+      redis.call('HDEL', grpof, unpack(gone))
+    end
   end
   -- messages leaving the waiting set release their business keys; the
   -- reverse hash exists only while a waiting message holds one
@@ -292,6 +320,19 @@ local function move(set, hash, dest, retry)
   end
 end
 
+-- grouped messages kept while the topic had no consumer group go back to
+-- the waiting set, due (moved on below), a bounded number per call
+if #rstreams > 0 and redis.call('EXISTS', gorphan) == 1 then
+  local back = redis.call('ZRANGE', gorphan, 0, math.min(limit, 1000) - 1, 'WITHSCORES')
+  local z = {}
+  for i = 1, #back, 2 do
+    z[#z + 1] = back[i + 1]
+    z[#z + 1] = back[i]
+  end
+  redis.call('ZADD', waiting, unpack(z))
+  redis.call('ZREMRANGEBYRANK', gorphan, 0, #back / 2 - 1)
+  earlier(0)
+end
 if resume_fanout() then
   move(waiting, bodies, stream, nil)
 else
@@ -303,7 +344,7 @@ local ng = #rstreams
 local first = nowUs % math.max(ng, 1)
 for i = 0, ng - 1 do
   local g = (first + i) % ng + 1
-  local k = 12 + 8 * (g - 1)
+  local k = 13 + 8 * (g - 1)
   move(KEYS[k], KEYS[k + 1], KEYS[k + 2], g)
   -- groups asleep under the rate limit: the head alone, as for the sets
   local sleeper = redis.call('ZRANGE', KEYS[k + 7], 0, 0, 'WITHSCORES')[2]
