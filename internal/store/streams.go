@@ -78,6 +78,9 @@ func wakeTime(ms int64) time.Time {
 	return time.UnixMilli(ms)
 }
 
+// maxAckPerCall bounds the redelivery entries of one ack.lua call.
+const maxAckPerCall = 256
+
 // AckReply is what Ack did, per stream: how many entries were pending and
 // are now acknowledged, or the error.
 type AckReply struct {
@@ -92,19 +95,25 @@ func Ack(ctx context.Context, c Cmds, sh Shard, group string, ready, redo []stri
 	var r AckReply
 	pipe := c.Pipeline()
 	var readyCmd *redis.IntCmd
-	var redoAck pipedScript
+	var redoAcks []pipedScript
 	if len(ready) > 0 {
 		readyCmd = pipe.XAck(ctx, sh.Stream(), group, ready...)
 	}
-	if len(redo) > 0 {
-		redoAck = pipeAck(ctx, pipe, sh, group, redo)
+	// ack.lua reads each grouped entry and gives its slot back: a bounded
+	// number per call keeps every call short, whatever the batch.
+	for start := 0; start < len(redo); start += maxAckPerCall {
+		redoAcks = append(redoAcks, pipeAck(ctx, pipe, sh, group, redo[start:min(start+maxAckPerCall, len(redo))]))
 	}
 	execPipe(ctx, pipe)
 	if readyCmd != nil {
 		r.Ready, r.ReadyErr = readyCmd.Result()
 	}
-	if redoAck.Cmd != nil {
-		r.Redo, r.RedoErr = redoAck.Result(ctx, c).Int64()
+	for _, a := range redoAcks {
+		n, err := a.Result(ctx, c).Int64()
+		r.Redo += n
+		if err != nil && r.RedoErr == nil {
+			r.RedoErr = err
+		}
 	}
 	return r
 }
