@@ -760,13 +760,17 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-// groupsFor is the consumer groups of the partition of batch as last read,
-// when a message of batch may go straight to its group's queues (an
-// immediate grouped message), else nil.
-func (p *Publisher) groupsFor(batch []*pubCall) []string {
+// groupsFor is the consumer groups of the partition of batch as last read
+// (read now the first time), when a message of batch may go straight to
+// its group's queues (an immediate grouped message), else nil.
+func (p *Publisher) groupsFor(ctx context.Context, batch []*pubCall) []string {
 	for _, c := range batch {
 		if c.grouped {
-			groups, _ := p.consumerGroups.Load(c.shard)
+			groups, ok := p.consumerGroups.Load(c.shard)
+			if !ok {
+				p.readGroups(ctx, c.shard)
+				groups, _ = p.consumerGroups.Load(c.shard)
+			}
 			list, _ := groups.([]string)
 			return list
 		}
@@ -774,9 +778,9 @@ func (p *Publisher) groupsFor(batch []*pubCall) []string {
 	return nil
 }
 
-// readGroups reads the consumer groups of a partition again for groupsFor,
-// after the publish script found the list out of date. A failure is
-// harmless: grouped messages wait for the scheduler meanwhile.
+// readGroups reads the consumer groups of a partition for groupsFor: at
+// first, and after the publish script found the list out of date. A
+// failure is harmless: grouped messages wait for the scheduler meanwhile.
 func (p *Publisher) readGroups(ctx context.Context, sh store.Shard) {
 	if groups, err := store.Groups(ctx, p.redis, sh); err == nil {
 		p.consumerGroups.Store(sh, groups)
@@ -793,7 +797,7 @@ func (c *pubCall) PublishArgs() *store.PubArgs { return &c.PubArgs }
 // those ran the script).
 func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (store.PublishReply, error) {
 	first := batch[0]
-	groups := p.groupsFor(batch)
+	groups := p.groupsFor(ctx, batch)
 	if p.config.MinReplicas == 0 {
 		return store.Publish(ctx, p.redis, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, groups, batch)
 	}
