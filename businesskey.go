@@ -36,8 +36,7 @@ const (
 	// those published meanwhile. Per key and consumer group, at most one
 	// message is handled at a time and one waits behind it; none is lost.
 	// The business key is the message's group (see GroupKey), with a
-	// concurrency of 1: even an immediate message passes through the
-	// scheduler.
+	// concurrency of 1 and room for one queued message.
 	KeepLastIfActive BusinessKeyPolicy = "keep-last-if-active"
 )
 
