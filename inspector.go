@@ -523,10 +523,10 @@ func (i *Inspector) RequeueDeadLetters(ctx context.Context, topic, group string)
 	return total, nil
 }
 
-// requeue moves the given dead letters, or with no ids the oldest 1,000,
+// requeue moves the given dead letters, or with no ids the oldest 256,
 // back to the group and returns how many it moved.
 func (i *Inspector) requeue(ctx context.Context, sh store.Shard, group string, ids ...string) (int, error) {
-	n, err := store.Requeue(ctx, i.client, sh, group, 1000, ids)
+	n, err := store.Requeue(ctx, i.client, sh, group, store.RequeueBatch, ids)
 	if err == nil && n > 0 {
 		// Schedulers reclaim the requeued messages should their consumer
 		// die: a loop that retired (the partition was idle) starts again.

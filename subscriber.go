@@ -1234,6 +1234,10 @@ func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, d
 // consumer (prefetched, or delivered and not acked) and removes the
 // consumer; or, given an entry to keep (stream index and id), everything
 // but that entry, leaving the consumer in place. Errors are logged.
+// releaseBatch is how many entries per stream one release.lua call hands
+// back: a bounded call (grouped messages cost more, see fair.lua).
+const releaseBatch = 256
+
 func (sub *subscription) release(keepStream, keepID string) error {
 	s := sub.s
 	group := s.config.ConsumerGroup
@@ -1241,7 +1245,7 @@ func (sub *subscription) release(keepStream, keepID string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	for {
-		r, err := store.Release(ctx, s.redis, sub.shard, group, sub.consumer, 1000, keepStream, keepID)
+		r, err := store.Release(ctx, s.redis, sub.shard, group, sub.consumer, releaseBatch, keepStream, keepID)
 		if err != nil {
 			if !store.IsClientClosed(err) {
 				s.logger.Error("redisdelay: cannot hand back pending messages; they stay with this consumer until read again or reclaimed", err, fields)

@@ -399,14 +399,28 @@ func pipeEach(ctx context.Context, c redis.Cmdable, script *redis.Script, keys, 
 // oldest, up to limit) of a group to its redelivery stream. It returns how
 // many it moved.
 func Requeue(ctx context.Context, c redis.Scripter, sh Shard, group string, limit int, ids []string) (int, error) {
-	args := make([]any, 0, 1+len(ids))
-	args = append(args, limit)
-	for _, id := range ids {
-		args = append(args, id)
-	}
 	keys := append([]string{sh.Dead(group), sh.Redelivery(group), sh.Bell(), sh.Meta(group)}, sh.fairKeys(group)...)
-	return requeueScript.Run(ctx, c, keys, args...).Int()
+	if len(ids) == 0 {
+		return requeueScript.Run(ctx, c, keys, limit).Int()
+	}
+	// a bounded number per call (a grouped message costs more, see fair.lua)
+	moved := 0
+	for start := 0; start < len(ids); start += RequeueBatch {
+		args := []any{limit}
+		for _, id := range ids[start:min(start+RequeueBatch, len(ids))] {
+			args = append(args, id)
+		}
+		n, err := requeueScript.Run(ctx, c, keys, args...).Int()
+		moved += n
+		if err != nil {
+			return moved, err
+		}
+	}
+	return moved, nil
 }
+
+// RequeueBatch is the most dead letters one requeue.lua call moves.
+const RequeueBatch = 256
 
 // pipedScript is a script queued on a pipeline by its hash.
 type pipedScript struct {

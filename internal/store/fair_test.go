@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand"
 	"slices"
 	"sort"
@@ -147,7 +148,7 @@ func (e *fairEnv) publish(msgs ...*fairMsg) {
 		call.Far = append(call.Far, FarArgOf(m.uuid, m.delay, !m.high && keyArg == ""))
 		call.N++
 	}
-	r, err := Publish(e.ctx, e.c, e.sh, 0, 0, []*fairCall{call})
+	r, err := Publish(e.ctx, e.c, e.sh, 0, 0, nil, []*fairCall{call})
 	require.NoError(e.t, err)
 	require.EqualValues(e.t, 0, r.Statuses[0], "publish")
 }
@@ -498,8 +499,16 @@ func (e *fairEnv) check(step string) {
 		if (s.P == 1) != inPrio[g] {
 			fail("group %q: P = %d, in fprio: %v (fprio %q)", g, s.P, inPrio[g], v.prio)
 		}
-		if _, asleep := v.wait[g]; (s.r == 2) != asleep {
-			fail("group %q: r = %d, in fwait: %v", g, s.r, asleep)
+		// In fwait: asleep over its rate (r = 2), or holding nothing until
+		// its limiter catches up (then fair_close deletes it), by then.
+		idle := s.f == 0 && s.r == 0 && s.P == 0 && s.queued() == 0
+		if at, inWait := v.wait[g]; s.r == 2 && !inWait || s.r != 2 && inWait && !(idle && at == math.Ceil(s.tat)) {
+			fail("group %q: r = %d, in fwait: %v (at %.0f, state %+v)", g, s.r, inWait, at, s)
+		}
+		if idle && s.tat > float64(e.nowMs()) {
+			if _, inWait := v.wait[g]; !inWait {
+				fail("group %q holds nothing, its limiter catches up at %.3f, but it is not in fwait to be deleted then", g, s.tat)
+			}
 		}
 		if s.f != flight[g] {
 			fail("group %q: f = %d, but %d of its messages are in the redelivery stream or the retry set", g, s.f, flight[g])

@@ -85,6 +85,10 @@ local function fair_place(c, g, s)
     return
   end
   if s[2] == 0 then
+    if s[9] > 0 then
+      -- an idle group's wait for its limiter to catch up ends (fair_close)
+      redis.call('ZREM', c.fwait, g)
+    end
     redis.call('RPUSH', c.ring, g)
     s[2] = 1
     c.rang = true
@@ -190,16 +194,18 @@ local function fair_wake(c, now, count)
   return tonumber(redis.call('ZRANGE', c.fwait, 0, 0, 'WITHSCORES')[2]) or -1
 end
 
--- Moves up to count messages round-robin across the groups into the
+-- Moves up to count (at most 256) messages round-robin across the groups into the
 -- redelivery stream rstream (fields m, a, k = the group), each a slot of
 -- its group: high-priority ones first, then one group per turn of the ring
 -- (a group served goes to the back; one that may not be served is dropped
 -- from it), at most one message per capped group per call (the ring came
--- round to a group served). At most 4 * count ring moves and count
+-- round to a capped group a second time: a full lap). At most 4 * count ring moves and count
 -- wake-ups: bounded work whatever the number of groups. Returns the
 -- messages moved, whether groups are left to serve, and the ms at which
 -- the first group asleep under its rate limit wakes (-1: none).
 local function fair_pick(c, rstream, count, now)
+  -- a bounded call whatever the batch asked for: more is taken next call
+  count = math.min(count, 256)
   fair_wake(c, now, count)
   local taken, moves, maxMoves = 0, 0, 4 * count
   local served = {}
@@ -226,16 +232,22 @@ local function fair_pick(c, rstream, count, now)
       end
     end
   end
+  local lapped = {} -- groups the ring came round to in this call
   while taken < count and moves < maxMoves do
     local g = redis.call('LMOVE', c.ring, c.ring, 'LEFT', 'RIGHT')
     if not g then break end
     moves = moves + 1
     local s = fair_get(c, g)
-    if served[g] and fair_cap(c, g) > 0 then
+    local capped = fair_cap(c, g) > 0
+    if lapped[g] and capped then
       break -- a full lap
     end
+    lapped[g] = true
     local stay = false
-    if fair_queued(s) > 0 and fair_open_slot(c, g, s) and fair_rate(c, g, s, now, true) then
+    if served[g] and capped then
+      -- served from fprio in this call: it keeps its turn for the next
+      stay = fair_queued(s) > 0 and fair_open_slot(c, g, s)
+    elseif fair_queued(s) > 0 and fair_open_slot(c, g, s) and fair_rate(c, g, s, now, true) then
       take(g, s, s[6] > s[5])
       stay = fair_queued(s) > 0 and fair_open_slot(c, g, s)
     end

@@ -113,7 +113,7 @@ end
 local budget, rbudget = limit, limit
 -- Grouped copies cost several commands each (fair.lua): at most this many
 -- a call, whatever the batch, so a call stays short.
-local gbudget = math.min(limit, 512)
+local gbudget = math.min(limit, 256)
 
 -- the redelivery streams of the listed groups, for high-priority messages
 local rstreams = {}

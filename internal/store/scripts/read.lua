@@ -88,7 +88,12 @@ if r then
   end
 end
 if more then
-  return {0, vis, grouped, wake, r}
+  -- groups are left to serve: read again at once (a nil r would reach the
+  -- caller as a nil element)
+  if r then
+    return {0, vis, grouped, wake, r}
+  end
+  return {0, vis, grouped, wake}
 end
 -- NX: an armed bell stays as it is (no write to replicate)
 redis.call('SET', bell, '1', 'NX')
