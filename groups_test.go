@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -143,29 +142,17 @@ func TestGroups_ConcurrencyOne(t *testing.T) {
 	pub := newPublisher(t, client)
 	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
 
-	var (
-		mu      sync.Mutex
-		running = map[string]int{}
-		most    = map[string]int{}
-		order   = map[string][]int{}
-		done    = make(chan struct{}, groups*each)
-	)
+	h := newHandled()
+	done := make(chan struct{}, groups*each)
 	for range 3 {
 		sub := newSubscriber(t, newClient(t), redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1})
 		ch := subscribe(t, sub, tp)
 		for range 2 {
 			go func() {
 				for msg := range ch {
-					g, seq := splitPayload(t, msg)
-					mu.Lock()
-					running[g]++
-					most[g] = max(most[g], running[g])
-					order[g] = append(order[g], seq)
-					mu.Unlock()
+					g := h.start(t, msg)
 					time.Sleep(5 * time.Millisecond)
-					mu.Lock()
-					running[g]--
-					mu.Unlock()
+					h.end(g)
 					msg.Ack()
 					done <- struct{}{}
 				}
@@ -181,20 +168,16 @@ func TestGroups_ConcurrencyOne(t *testing.T) {
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			t.Fatal("not all messages were handled")
+			t.Fatalf("handled %d of %d messages", h.count(), groups*each)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	h.mu.Lock()
 	for g := range groups {
 		name := fmt.Sprint("g", g)
-		assert.Equal(t, 1, most[name], "group %s ran more than one at once", name)
-		want := make([]int, each)
-		for i := range want {
-			want[i] = i
-		}
-		assert.Equal(t, want, order[name], "group %s", name)
+		assert.Equal(t, 1, h.most[name], "group %s ran more than one at once", name)
+		assert.Equal(t, seqs(each), h.order[name], "group %s", name)
 	}
+	h.mu.Unlock()
 	awaitGroupsSettled(t, client, tp, "g", 1)
 }
 
