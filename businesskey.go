@@ -28,6 +28,16 @@ const (
 	// first message was due (throttle). Without a holder the message keeps
 	// its own due time.
 	ReplaceKeepDue BusinessKeyPolicy = "replace-keep-due"
+	// KeepLastIfActive debounces across deliveries: while waiting it acts
+	// as ReplaceWaiting, and a message that falls due while the previous
+	// one of its key is being handled, in a consumer group, becomes that
+	// group's one follow-up: it is delivered after the running one is
+	// settled (acked, or out of attempts), carrying the latest body of
+	// those published meanwhile. Per key and consumer group, at most one
+	// message is handled at a time and one waits behind it; none is lost.
+	// The business key is the message's group (see GroupKey), with a
+	// concurrency of 1 and room for one queued message.
+	KeepLastIfActive BusinessKeyPolicy = "keep-last-if-active"
 )
 
 // policyLetter is how publish.lua names a policy.
@@ -41,6 +51,8 @@ func policyLetter(p BusinessKeyPolicy) (string, bool) {
 		return "x", true
 	case ReplaceKeepDue:
 		return "d", true
+	case KeepLastIfActive:
+		return "l", true
 	}
 	return "", false
 }
@@ -61,8 +73,8 @@ func businessKeyArg(msg *message.Message, topicPolicy BusinessKeyPolicy) (key, a
 	}
 	letter, ok := policyLetter(policy)
 	if !ok {
-		return "", "", fmt.Errorf("metadata %s=%q is not a business key policy: use %q, %q, %q or %q",
-			BusinessKeyPolicyKey, policy, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue)
+		return "", "", fmt.Errorf("metadata %s=%q is not a business key policy: use %q, %q, %q, %q or %q",
+			BusinessKeyPolicyKey, policy, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue, KeepLastIfActive)
 	}
 	return key, letter + key, nil
 }
@@ -70,16 +82,16 @@ func businessKeyArg(msg *message.Message, topicPolicy BusinessKeyPolicy) (key, a
 // validatePolicies checks the business key policies of a PublisherConfig.
 func validatePolicies(def BusinessKeyPolicy, perTopic map[string]BusinessKeyPolicy) error {
 	if _, ok := policyLetter(def); !ok {
-		return fmt.Errorf("redisdelay: PublisherConfig.BusinessKeyPolicy is %q: use %q (the default), %q, %q or %q",
-			def, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue)
+		return fmt.Errorf("redisdelay: PublisherConfig.BusinessKeyPolicy is %q: use %q (the default), %q, %q, %q or %q",
+			def, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue, KeepLastIfActive)
 	}
 	for topic, p := range perTopic {
 		if pr := nameProblem("PublisherConfig.TopicBusinessKeyPolicy key", topic); pr != "" {
 			return fmt.Errorf("%w: %s", ErrInvalidTopic, pr)
 		}
 		if _, ok := policyLetter(p); !ok {
-			return fmt.Errorf("redisdelay: PublisherConfig.TopicBusinessKeyPolicy[%q] is %q: use %q, %q, %q or %q",
-				topic, p, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue)
+			return fmt.Errorf("redisdelay: PublisherConfig.TopicBusinessKeyPolicy[%q] is %q: use %q, %q, %q, %q or %q",
+				topic, p, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue, KeepLastIfActive)
 		}
 	}
 	return nil

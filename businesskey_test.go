@@ -227,7 +227,7 @@ func TestBusinessKeyBadInput(t *testing.T) {
 	bad := businessKeyMessage("k", time.Hour, "a", "overwrite")
 	err = pub.Publish(tp, bad)
 	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
-	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: message %q to topic %q: metadata _redisdelay_business_key_policy="overwrite" is not a business key policy: use "reject", "keep-first", "replace" or "replace-keep-due"`, bad.UUID, tp))
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: message %q to topic %q: metadata _redisdelay_business_key_policy="overwrite" is not a business key policy: use "reject", "keep-first", "replace", "replace-keep-due" or "keep-last-if-active"`, bad.UUID, tp))
 	require.Equal(t, "", topicState(t, tp))
 
 	// a policy without a key is ignored
@@ -240,8 +240,8 @@ func TestBusinessKeyBadInput(t *testing.T) {
 		config redisdelay.PublisherConfig
 		want   string
 	}{
-		{redisdelay.PublisherConfig{BusinessKeyPolicy: "first"}, `redisdelay: PublisherConfig.BusinessKeyPolicy is "first": use "reject" (the default), "keep-first", "replace" or "replace-keep-due"`},
-		{redisdelay.PublisherConfig{TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{"t": "x"}}, `redisdelay: PublisherConfig.TopicBusinessKeyPolicy["t"] is "x": use "reject", "keep-first", "replace" or "replace-keep-due"`},
+		{redisdelay.PublisherConfig{BusinessKeyPolicy: "first"}, `redisdelay: PublisherConfig.BusinessKeyPolicy is "first": use "reject" (the default), "keep-first", "replace", "replace-keep-due" or "keep-last-if-active"`},
+		{redisdelay.PublisherConfig{TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{"t": "x"}}, `redisdelay: PublisherConfig.TopicBusinessKeyPolicy["t"] is "x": use "reject", "keep-first", "replace", "replace-keep-due" or "keep-last-if-active"`},
 		{redisdelay.PublisherConfig{TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{"a}": redisdelay.KeepFirst}}, `redisdelay: invalid topic: PublisherConfig.TopicBusinessKeyPolicy key "a}" contains "}" at byte 1`},
 		{redisdelay.PublisherConfig{MaxWaiting: -1}, `redisdelay: PublisherConfig.MaxWaiting is -1: use 0 (no bound) or more`},
 		{redisdelay.PublisherConfig{MaxReady: -5}, `redisdelay: PublisherConfig.MaxReady is -5: use 0 (no bound) or more`},

@@ -414,6 +414,22 @@ type SubscriberConfig struct {
 	Concurrency      int
 	TopicConcurrency map[string]int
 
+	// GroupConcurrency caps how many messages of one group (see GroupKey)
+	// the consumer group handles at once, across all its subscribers in
+	// every process: 1 handles each group's messages one at a time, in due
+	// order, a retry before the group's next message. Zero: no cap. A
+	// message holds its group's slot from the moment a subscription takes
+	// it (prefetched messages count) until it is acked, dead-lettered or
+	// handed back, and through a retry's delay; a dead process's slots come
+	// back after VisibilityTimeout. GroupRateLimit caps how fast the
+	// consumer group takes each group's messages (bursts of Messages, then
+	// one per Per/Messages). Both are stored in Redis for the consumer
+	// group: give every subscriber of a group the same values (the last
+	// one to start wins). They apply to grouped messages only, inside
+	// Concurrency and RateLimit. See docs/lifecycle.md, "Groups".
+	GroupConcurrency int
+	GroupRateLimit   RateLimit
+
 	// CloseTimeout is how long Close (or the end of a Subscribe context)
 	// waits for a handler to Ack or Nack the message it is handling
 	// (default 10s); the message's context is cancelled first, as a signal
@@ -545,6 +561,14 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if c.Concurrency < 0 || c.Concurrency > 1_000_000 {
 		return fmt.Errorf("redisdelay: SubscriberConfig.Concurrency is %d: use 1 to 1,000,000 handlers at once (0: no cap)", c.Concurrency)
+	}
+	if c.GroupConcurrency < 0 || c.GroupConcurrency > 1_000_000 {
+		return fmt.Errorf("redisdelay: SubscriberConfig.GroupConcurrency is %d: use 1 to 1,000,000 messages of a group at once (0: no cap)", c.GroupConcurrency)
+	}
+	if c.GroupRateLimit != (RateLimit{}) {
+		if err := c.GroupRateLimit.validate("SubscriberConfig.GroupRateLimit"); err != nil {
+			return err
+		}
 	}
 	for topic, n := range c.TopicConcurrency {
 		if err := validateTopic(topic); err != nil {

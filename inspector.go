@@ -57,7 +57,9 @@ type TopicStats struct {
 	Topic string
 	// Partitions is the topic's partition count, as stored in Redis.
 	Partitions int
-	// Waiting counts delayed messages not yet due.
+	// Waiting counts delayed messages not yet due, and grouped messages
+	// (see GroupKey) due while the topic had no consumer group, which wait
+	// for the first.
 	Waiting int64
 	// Stream counts entries in the ready streams, read or not: it shrinks
 	// when every group has acknowledged an entry and a scheduler trims it.
@@ -96,6 +98,11 @@ type GroupStats struct {
 	Consumers int64
 	// Paused is true while the group is paused (see Inspector.Pause).
 	Paused bool
+	// Grouped counts grouped messages (see GroupKey) due and queued in
+	// their groups, not yet taken by a consumer (they are not in Ready);
+	// ActiveGroups the groups holding queued or unsettled messages, summed
+	// over partitions.
+	Grouped, ActiveGroups int64
 }
 
 // Topics lists the topics publishers and subscribers with this key prefix
@@ -188,6 +195,8 @@ func (i *Inspector) Stats(ctx context.Context, topic string) (TopicStats, error)
 			sum.DeadTotal += g.DeadTotal
 			sum.DeadEvicted += g.DeadEvicted
 			sum.Consumers = max(sum.Consumers, g.Consumers)
+			sum.Grouped += g.Grouped
+			sum.ActiveGroups += g.ActiveGroups
 		}
 	}
 	if err := i.pausedGroups(ctx, topic, st.Groups); err != nil {
@@ -227,7 +236,7 @@ func (i *Inspector) partitionStats(ctx context.Context, sh store.Shard) (TopicSt
 	}
 	for _, g := range c.Groups {
 		st.Groups = append(st.Groups, GroupStats{Group: g.Group, Ready: g.Ready, Pending: g.Pending, Consumers: g.Consumers,
-			Retry: g.Retry, Dead: g.Dead, DeadTotal: g.DeadTotal, DeadEvicted: g.DeadEvicted})
+			Retry: g.Retry, Dead: g.Dead, DeadTotal: g.DeadTotal, DeadEvicted: g.DeadEvicted, Grouped: g.Grouped, ActiveGroups: g.Active})
 	}
 	return st, nil
 }
@@ -514,10 +523,10 @@ func (i *Inspector) RequeueDeadLetters(ctx context.Context, topic, group string)
 	return total, nil
 }
 
-// requeue moves the given dead letters, or with no ids the oldest 1,000,
+// requeue moves the given dead letters, or with no ids the oldest 256,
 // back to the group and returns how many it moved.
 func (i *Inspector) requeue(ctx context.Context, sh store.Shard, group string, ids ...string) (int, error) {
-	n, err := store.Requeue(ctx, i.client, sh, group, 1000, ids)
+	n, err := store.Requeue(ctx, i.client, sh, group, store.RequeueBatch, ids)
 	if err == nil && n > 0 {
 		// Schedulers reclaim the requeued messages should their consumer
 		// die: a loop that retired (the partition was idle) starts again.

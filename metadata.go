@@ -16,15 +16,17 @@ import (
 // for their due time, no two hold the same key. What Publish does with a
 // message whose key another waiting message holds is the
 // BusinessKeyPolicy. A message releases its key when it becomes due (moves
-// to the ready stream) or is cancelled; immediate messages never hold one.
-// Without a PartitionKey a message goes to the partition of its business
-// key, so the check is within one partition; a business key used with a
-// PartitionKey must always come with the same PartitionKey. A received
+// to the ready stream) or is cancelled; immediate messages hold one only
+// under ReplaceKeepDue and KeepLastIfActive, which make them wait. Without a
+// PartitionKey or GroupKey a message goes to the partition of its business
+// key, so the check is within one partition; a business key used with one
+// of those must always come with the same one. A received
 // message published again (it carries AttemptKey) does not hold its key.
 const BusinessKey = "_redisdelay_business_key"
 
 // BusinessKeyPolicyKey is the metadata key that sets the BusinessKeyPolicy
-// of one message ("reject", "keep-first", "replace" or "replace-keep-due"), overriding
+// of one message ("reject", "keep-first", "replace", "replace-keep-due" or
+// "keep-last-if-active"), overriding
 // PublisherConfig.BusinessKeyPolicy and TopicBusinessKeyPolicy.
 const BusinessKeyPolicyKey = "_redisdelay_business_key_policy"
 
@@ -32,8 +34,9 @@ const BusinessKeyPolicyKey = "_redisdelay_business_key_policy"
 // its topic: messages with the same value go to the same partition (FNV-1a
 // hash of the value, modulo the partition count), so an ordered
 // subscription (SubscriberConfig.Ordered) handles them one at a time, in
-// due order. Without it a message with a BusinessKey goes to the partition
-// of its business key, and any other to the partition of its call: that
+// due order. Without it a message with a GroupKey goes to the partition of
+// its group, one with a BusinessKey to the partition of its business key,
+// and any other to the partition of its call: that
 // of the first message's UUID, so a Publish call (the usual single message,
 // or a batch) stays in one partition and atomic, and a retried call lands
 // where the first try did. It has no effect on a topic of one partition.
@@ -169,7 +172,7 @@ func SetBusinessKey(msg *message.Message, key string) {
 // key is held by another waiting message (see BusinessKeyPolicyKey),
 // overriding the Publisher's policy; an empty policy removes the override.
 // Publish rejects a policy other than RejectDuplicateKey, KeepFirst,
-// ReplaceWaiting and ReplaceKeepDue.
+// ReplaceWaiting, ReplaceKeepDue and KeepLastIfActive.
 func SetBusinessKeyPolicy(msg *message.Message, policy BusinessKeyPolicy) {
 	setOrDelete(msg, BusinessKeyPolicyKey, string(policy))
 }

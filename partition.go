@@ -52,9 +52,12 @@ func partitionOf(key string, n int) int {
 
 // messagePartition is the partition of a message published in a call whose
 // first message has the UUID first: that of its PartitionKey, else of its
-// BusinessKey, else of first.
+// GroupKey, else of its BusinessKey, else of first.
 func messagePartition(msg *message.Message, first string, n int) int {
 	if k := msg.Metadata.Get(PartitionKey); k != "" {
+		return partitionOf(k, n)
+	}
+	if k := msg.Metadata.Get(GroupKey); k != "" {
 		return partitionOf(k, n)
 	}
 	if k := msg.Metadata.Get(BusinessKey); k != "" {

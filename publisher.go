@@ -11,7 +11,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
@@ -29,7 +28,11 @@ type Publisher struct {
 	redis store.Cmds
 
 	registered sync.Map // topics already added to the topic registry
-	batchers   sync.Map // topic -> *batcher
+	// store.Shard -> []string: the consumer groups of a partition, as last
+	// read, for immediate grouped messages (see store.Publish); read again
+	// when the publish script finds the list out of date.
+	consumerGroups sync.Map
+	batchers       sync.Map // topic -> *batcher
 
 	closeMu sync.RWMutex   // orders Close after the calls it must wait for
 	closed  atomic.Bool    // set under closeMu
@@ -152,8 +155,9 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 			nCalls++
 		}
 		c.N++
-		c.Args = append(c.Args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio)
-		c.size += argBytes(c.Args[len(c.Args)-5:])
+		c.grouped = c.grouped || m.group != "" && m.delay <= 0
+		c.Args = append(c.Args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio, m.group)
+		c.size += argBytes(c.Args[len(c.Args)-store.PubStride:])
 		c.Far = append(c.Far, store.FarArgOf(msg.UUID, m.delay, m.prio != "1" && m.key == ""))
 	}
 	// The far buckets are chosen by the clock of now, not of the start:
@@ -190,7 +194,7 @@ func (c *pubCall) split() *pubCall {
 	from, size := 0, 0
 	cut := func(to int) {
 		part := *c
-		part.Args, part.Far = c.Args[5*from:5*to], c.Far[from:to]
+		part.Args, part.Far = c.Args[store.PubStride*from:store.PubStride*to], c.Far[from:to]
 		part.N, part.size, part.buckets, part.next = to-from, size, len(seen), nil
 		part.done = make(chan pubResult, 1)
 		if tail == nil {
@@ -203,7 +207,7 @@ func (c *pubCall) split() *pubCall {
 		clear(seen)
 	}
 	for m := range c.N {
-		bytes := argBytes(c.Args[5*m : 5*m+5])
+		bytes := argBytes(c.Args[store.PubStride*m : store.PubStride*(m+1)])
 		b := c.Far[m].Bucket
 		newBucket := b >= 0 && !seen[b]
 		if m > from && (m-from == maxPartMessages || size+bytes > maxPartBytes || newBucket && len(seen) == maxPartFarBuckets) {
@@ -219,9 +223,9 @@ func (c *pubCall) split() *pubCall {
 }
 
 // argBytes is the size a message counts for in a run's bounds: its UUID,
-// encoded body and business key argument (see pubCall.args).
+// encoded body, business key argument and group (see pubCall.args).
 func argBytes(a []any) int {
-	return len(a[0].(string)) + len(a[2].([]byte)) + len(a[3].(string))
+	return len(a[0].(string)) + len(a[2].([]byte)) + len(a[3].(string)) + len(a[5].(string))
 }
 
 // checkIdentity refuses message i of a Publish call when it is nil or has
@@ -277,10 +281,11 @@ type pubMessage struct {
 	prio   string        // "1" for a high-priority message
 	key    string        // business key, "" for none
 	keyArg string        // the key with its policy's letter (see businessKeyArg)
+	group  string        // the group it is queued in when due (see messageGroup), "" for none
 	body   []byte        // encoded message
 }
 
-// checkMetadata reads a message's delay, priority and business key.
+// checkMetadata reads a message's delay, priority, business key and group.
 func (p *Publisher) checkMetadata(topic string, msg *message.Message, now time.Time, policy BusinessKeyPolicy) (pubMessage, error) {
 	var (
 		m   pubMessage
@@ -299,6 +304,9 @@ func (p *Publisher) checkMetadata(topic string, msg *message.Message, now time.T
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 	}
 	if m.key, m.keyArg, err = businessKeyArg(msg, policy); err != nil {
+		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
+	}
+	if m.group, err = messageGroup(msg.Metadata, m.keyArg); err != nil {
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 	}
 	return m, nil
@@ -512,6 +520,7 @@ type pubCall struct {
 	maxReady   bound
 	size       int      // bytes of UUIDs and bodies
 	buckets    int      // far buckets its messages may go to
+	grouped    bool     // it has an immediate grouped message (see groupsFor)
 	next       *pubCall // the partition's next part of the Publish call, sent once this one is stored
 	ctx        context.Context
 	done       chan pubResult // buffered: the flusher never blocks on it
@@ -648,6 +657,9 @@ func (p *Publisher) store(batch []*pubCall) {
 	if err == nil && reply.Lost && !registered {
 		p.reregister(ctx, first.topic, first.parts)
 	}
+	if err == nil && reply.GroupsStale {
+		p.readGroups(ctx, first.shard)
+	}
 	for i, c := range batch {
 		r := pubResult{err: err}
 		if err == nil {
@@ -748,11 +760,31 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-// publishBatch runs publish.lua for the calls of batch, all to the
-// partition of batch[0].
-func publishBatch(ctx context.Context, c redis.Scripter, batch []*pubCall) (store.PublishReply, error) {
-	first := batch[0]
-	return store.Publish(ctx, c, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, batch)
+// groupsFor is the consumer groups of the partition of batch as last read
+// (read now the first time), when a message of batch may go straight to
+// its group's queues (an immediate grouped message), else nil.
+func (p *Publisher) groupsFor(ctx context.Context, batch []*pubCall) []string {
+	for _, c := range batch {
+		if c.grouped {
+			groups, ok := p.consumerGroups.Load(c.shard)
+			if !ok {
+				p.readGroups(ctx, c.shard)
+				groups, _ = p.consumerGroups.Load(c.shard)
+			}
+			list, _ := groups.([]string)
+			return list
+		}
+	}
+	return nil
+}
+
+// readGroups reads the consumer groups of a partition for groupsFor: at
+// first, and after the publish script found the list out of date. A
+// failure is harmless: grouped messages wait for the scheduler meanwhile.
+func (p *Publisher) readGroups(ctx context.Context, sh store.Shard) {
+	if groups, err := store.Groups(ctx, p.redis, sh); err == nil {
+		p.consumerGroups.Store(sh, groups)
+	}
 }
 
 // PublishArgs is what publish.lua takes of the call.
@@ -764,13 +796,14 @@ func (c *pubCall) PublishArgs() *store.PubArgs { return &c.PubArgs }
 // move (a redirection, a failover) sends it again until ctx ends (none of
 // those ran the script).
 func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (store.PublishReply, error) {
-	if p.config.MinReplicas == 0 {
-		return publishBatch(ctx, p.redis, batch)
-	}
 	first := batch[0]
+	groups := p.groupsFor(ctx, batch)
+	if p.config.MinReplicas == 0 {
+		return store.Publish(ctx, p.redis, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, groups, batch)
+	}
 	for {
 		res, acked, waitErr, err := store.PublishOnMaster(ctx, p.config.Client, first.shard, first.maxWaiting.perPart, first.maxReady.perPart,
-			batch, p.config.MinReplicas, p.config.ReplicaTimeout)
+			groups, batch, p.config.MinReplicas, p.config.ReplicaTimeout)
 		if waitErr != nil {
 			err = fmt.Errorf("%w: the messages are stored on the master; WAIT for replicas failed: %w", ErrNotReplicated, waitErr)
 		} else if err == nil && acked < int64(p.config.MinReplicas) {

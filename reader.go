@@ -32,6 +32,11 @@ import (
 // defaultBlockTime is SubscriberConfig.BlockTime's default.
 const defaultBlockTime = 30 * time.Second
 
+// groupCheckEvery is how often a subscription that reads a backlog of
+// plain messages looks for grouped messages queued meanwhile (pick.lua), so
+// they do not wait for the backlog; an idle subscription is rung for them.
+const groupCheckEvery = 100 * time.Millisecond
+
 // deniedPoll is how often an idle subscription reads when Redis refuses
 // the client the bell's channel.
 const deniedPoll = 100 * time.Millisecond
@@ -79,6 +84,17 @@ func wakeUp(c chan struct{}) {
 // waitBell).
 func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStream, error) {
 	s := sub.s
+	if !sub.drained && (sub.grouped || time.Since(sub.groupsChecked) >= groupCheckEvery) {
+		sub.groupsChecked = time.Now()
+		res, p, err := store.PickAndRead(ctx, s.redis, sub.shard, s.config.ConsumerGroup, sub.consumer, count)
+		if err == nil {
+			sub.grouped, sub.groupWake = p.More || !p.Wake.IsZero(), p.Wake
+			if !p.More && entryCount(res) < count {
+				sub.drained = true
+			}
+		}
+		return res, err
+	}
 	if !sub.drained {
 		res, err := sub.readGroup(ctx, count, ">", ">")
 		if err == nil && entryCount(res) < count {
@@ -101,6 +117,9 @@ func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStrea
 		sub.flowChecked = time.Now()
 	}
 	sub.storedVis.Store(int64(r.Vis))
+	if r.Status != store.ReadPaused && r.Status != store.ReadUnheld {
+		sub.grouped, sub.groupWake = r.Grouped, r.Wake
+	}
 	switch r.Status {
 	case store.ReadGot:
 		sub.drained = false
@@ -134,7 +153,8 @@ func entryCount(res []redis.XStream) int {
 
 // waitBell waits once the subscription handled a read that armed the
 // bell: until the bell rings (at once if it rang meanwhile), a pause
-// change is notified or ctx ends. The Subscriber's sweep peeks at it once
+// change is notified, a group asleep under its rate limit wakes (see
+// fair.lua) or ctx ends. The Subscriber's sweep peeks at it once
 // per BlockTime, ringing it when there is something to read all the same;
 // an ordered subscription, and any while Redis refuses the bell's channel,
 // read again after pollEvery instead.
@@ -154,7 +174,15 @@ func (sub *subscription) waitBell(ctx context.Context) {
 		defer t.Stop()
 		poll = t.C
 	}
+	var wake <-chan time.Time
+	if !sub.groupWake.IsZero() {
+		// A group asleep under its rate limit wakes then: nothing rings.
+		t := time.NewTimer(time.Until(sub.groupWake))
+		defer t.Stop()
+		wake = t.C
+	}
 	select {
+	case <-wake:
 	case <-ctx.Done():
 	case <-sub.bell:
 	case <-sub.flowWake: // flowNotified tells the gate to check

@@ -196,6 +196,12 @@ func (s *Schedule) validate() (ticker, error) {
 		return nil, fmt.Errorf("%w: schedule %q: Overlap is %q: use OverlapAllow (\"\", the default: publish every tick) or OverlapSkip (%q: skip a tick while the previous one's message is in flight)",
 			ErrInvalidSchedule, s.ID, s.Overlap, OverlapSkip)
 	}
+	if s.Overlap == OverlapSkip && (s.Metadata[GroupKey] != "" || BusinessKeyPolicy(s.Metadata[BusinessKeyPolicyKey]) == KeepLastIfActive) {
+		// schedoverlap.lua finds a tick's message in the streams and sets
+		// where ungrouped messages go, not in the groups' queues.
+		return nil, fmt.Errorf("%w: schedule %q: Overlap %q does not combine with grouped ticks (metadata %s or business key policy %q): leave Overlap empty and give the ticks a business key with policy %q, which runs one at a time and keeps the latest tick while one runs",
+			ErrInvalidSchedule, s.ID, OverlapSkip, GroupKey, KeepLastIfActive, KeepLastIfActive)
+	}
 	if s.CatchUpWindow < 0 {
 		return nil, fmt.Errorf("%w: schedule %q: CatchUpWindow is %s: use 0 (the default, %s) or more", ErrInvalidSchedule, s.ID, s.CatchUpWindow, DefaultCatchUpWindow)
 	}

@@ -467,4 +467,15 @@ func TestScheduleOverlapInvalid(t *testing.T) {
 		redisdelay.ErrInvalidSchedule)
 	require.NoError(t, e.pub.Schedule(e.ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: e.topic, Metadata: md,
 		Overlap: redisdelay.OverlapSkip}))
+
+	// Grouped ticks wait in their groups' queues, where the overlap check
+	// does not look: refused, naming the policy that does the job.
+	for _, md := range []map[string]string{
+		{redisdelay.GroupKey: "tenant"},
+		{redisdelay.BusinessKey: "report", redisdelay.BusinessKeyPolicyKey: string(redisdelay.KeepLastIfActive)},
+	} {
+		err := e.pub.Schedule(e.ctx, redisdelay.Schedule{ID: "g", Spec: "@every 1s", Topic: e.topic, Metadata: md, Overlap: redisdelay.OverlapSkip})
+		require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
+		assert.Contains(t, err.Error(), `does not combine with grouped ticks`)
+	}
 }

@@ -774,7 +774,7 @@ func (s *scheduler) release(sh store.Shard, fields watermill.LogFields) {
 // visibility timeout.
 // reclaimBatch is how many pending entries one reclaim.lua call looks at:
 // a few ms of Redis time at most.
-const reclaimBatch = 1000
+const reclaimBatch = 256
 
 func (s *scheduler) reclaim(ctx context.Context, sh store.Shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
 	// A sweep of a long pending list takes several calls (see reclaim.lua).

@@ -125,12 +125,18 @@ func groupPolicy(c SubscriberConfig) []any {
 			delays = append(delays, strconv.FormatInt(roundUpMs(c.RetryDelay(attempt)).Milliseconds(), 10))
 		}
 	}
+	rate := ""
+	if c.GroupRateLimit.Messages > 0 {
+		rate = strconv.Itoa(c.GroupRateLimit.Messages) + "/" + strconv.FormatInt(c.GroupRateLimit.Per.Milliseconds(), 10)
+	}
 	return []any{
 		max(c.MaxAttempts, 0),
 		c.VisibilityTimeout.Milliseconds(),
 		max(c.MaxDeadLetters, 0),
 		c.ConsumerIdleTimeout.Milliseconds(),
 		strings.Join(delays, ","),
+		c.GroupConcurrency,
+		rate,
 	}
 }
 
@@ -382,6 +388,13 @@ type subscription struct {
 	// rung by the hub.
 	drained, armed bool
 	bell           chan struct{}
+	// The consumer group has grouped messages queued or in flight in the
+	// partition (see fair.lua): reads pick them first (store.PickAndRead);
+	// groupWake is when a group asleep under its rate limit wakes;
+	// groupsChecked when a read last picked (see groupCheckEvery).
+	grouped       bool
+	groupWake     time.Time
+	groupsChecked time.Time
 
 	// Flow control (flowcontrol.go). Run goroutine only: the group was
 	// paused at the last check, made at flowChecked; messages of the last
@@ -1221,6 +1234,10 @@ func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, d
 // consumer (prefetched, or delivered and not acked) and removes the
 // consumer; or, given an entry to keep (stream index and id), everything
 // but that entry, leaving the consumer in place. Errors are logged.
+// releaseBatch is how many entries per stream one release.lua call hands
+// back: a bounded call (grouped messages cost more, see fair.lua).
+const releaseBatch = 256
+
 func (sub *subscription) release(keepStream, keepID string) error {
 	s := sub.s
 	group := s.config.ConsumerGroup
@@ -1228,7 +1245,7 @@ func (sub *subscription) release(keepStream, keepID string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	for {
-		r, err := store.Release(ctx, s.redis, sub.shard, group, sub.consumer, 1000, keepStream, keepID)
+		r, err := store.Release(ctx, s.redis, sub.shard, group, sub.consumer, releaseBatch, keepStream, keepID)
 		if err != nil {
 			if !store.IsClientClosed(err) {
 				s.logger.Error("redisdelay: cannot hand back pending messages; they stay with this consumer until read again or reclaimed", err, fields)

@@ -61,6 +61,15 @@ type options struct {
 	TopicCounts []int         `json:"topic_counts"`
 	TopicsIdle  time.Duration `json:"topics_idle"`
 	TopicsRate  int           `json:"topics_rate"`
+	// Scenario 12: the big tenant's messages, the small tenants and the
+	// messages of each, the subscriber counts of the fairness runs; the
+	// messages of each cost run and the group counts.
+	GroupsBig   int   `json:"groups_big"`
+	GroupsSmall int   `json:"groups_small"`
+	GroupsEach  int   `json:"groups_each"`
+	GroupsSubs  []int `json:"groups_subs"`
+	GroupsN     int   `json:"groups_n"`
+	GroupCounts []int `json:"group_counts"`
 }
 
 // scenario is a part of the bench; throughput covers two numbers because
@@ -82,6 +91,7 @@ var scenarios = []scenario{
 	{[]int{9}, "scaling on Redis Cluster", (*bench).clusterScaling},
 	{[]int{10}, "midnight spike", (*bench).spike},
 	{[]int{11}, "topics on one default client", (*bench).topicScaling},
+	{[]int{12}, "groups: fairness and cost", (*bench).groups},
 }
 
 // bench is the state shared by the scenarios.
@@ -113,6 +123,8 @@ func run() error {
 		sizes   = flag.String("payloads", "16,256", "payload sizes of the throughput scenarios, bytes")
 		ladder  = flag.String("backlogs", "10000,5000000,20000000,50000000", "waiting backlogs of the ladder, grown in one Redis (scenario 7)")
 		tcounts = flag.String("topics", "1,100,1000,10000", "topic counts of one Subscriber (scenario 11)")
+		gsubs   = flag.String("groups-subs", "1,4", "subscriber counts of the fairness runs (scenario 12)")
+		gcounts = flag.String("group-counts", "1,100,10000", "group counts of the cost runs (scenario 12)")
 		maxMem  = flag.Float64("max-memory", 12, "GB of Redis memory (maxmemory, noeviction) the ladder stops short of (scenario 7)")
 		quickOf = map[string]string{}
 	)
@@ -143,6 +155,10 @@ func run() error {
 	durFlag(&opts.TopicsIdle, "topics-idle", time.Minute, 5*time.Second, "idle measurement at each topic count (scenario 11)")
 	intFlag(&opts.TopicsRate, "topics-rate", 1000, 1000, "steady rate of scenario 11's lateness runs, messages/s, for -steady")
 	quickOf["topics"] = "1,100"
+	intFlag(&opts.GroupsBig, "groups-big", 100_000, 10_000, "immediate messages of the big tenant's burst (scenario 12)")
+	intFlag(&opts.GroupsSmall, "groups-small", 100, 100, "small tenants publishing after the burst (scenario 12)")
+	intFlag(&opts.GroupsEach, "groups-each", 10, 10, "messages of each small tenant (scenario 12)")
+	intFlag(&opts.GroupsN, "groups-n", 100_000, 10_000, "messages of each cost run, published and consumed end to end (scenario 12)")
 	flag.Parse()
 	if *redraw != "" {
 		return redrawReport(*redraw, *out)
@@ -170,6 +186,12 @@ func run() error {
 	}
 	if opts.TopicCounts, err = parseInts(*tcounts); err != nil {
 		return fmt.Errorf("-topics: %w", err)
+	}
+	if opts.GroupsSubs, err = parseInts(*gsubs); err != nil {
+		return fmt.Errorf("-groups-subs: %w", err)
+	}
+	if opts.GroupCounts, err = parseInts(*gcounts); err != nil {
+		return fmt.Errorf("-group-counts: %w", err)
 	}
 	slices.Sort(opts.Backlogs)
 	opts.Backlogs = slices.Compact(opts.Backlogs)

@@ -26,6 +26,7 @@ type Report struct {
 	BacklogLimit string         `json:"backlog_limit,omitempty"`
 	Spikes       []*SpikeRun    `json:"spikes,omitempty"`
 	Topics       []*TopicStep   `json:"topics,omitempty"` // scenario 11
+	Groups       *GroupsReport  `json:"groups,omitempty"` // scenario 12
 	Errors       []string       `json:"errors,omitempty"`
 }
 
@@ -117,6 +118,7 @@ var sectionTitles = map[string]string{
 	"8":  "8. Idle cost",
 	"10": "10. Midnight spike: messages due at one instant",
 	"11": "11. Topics on one Subscriber and a default go-redis client",
+	"12": "12. Groups: fairness across tenants, and what groups cost",
 }
 
 func (r *Report) row(section, figure, unit, target string, ours *float64, peers ...Peer) {
@@ -154,9 +156,7 @@ func (r *Report) markdown() string {
 	section := ""
 	for _, row := range rows {
 		if row.Section != section {
-			if section == "7" {
-				r.backlogMarkdown(&sb)
-			}
+			r.sectionEnd(&sb, section)
 			section = row.Section
 			fmt.Fprintf(&sb, "\n### %s\n\n", sectionTitles[section])
 			sb.WriteString("| figure | unit | redisdelay | peers | ratio | target |\n|---|---|--:|---|---|---|\n")
@@ -172,9 +172,7 @@ func (r *Report) markdown() string {
 			strings.Join(peers, "<br>"), strings.Join(ratios, "<br>"), row.Target)
 	}
 
-	if section == "7" {
-		r.backlogMarkdown(&sb)
-	}
+	r.sectionEnd(&sb, section)
 
 	sb.WriteString("\n### Where Redis spent its time\n\n")
 	sb.WriteString("Redis CPU is the server's CPU time over the run's wall time (100% = one core). Commands: the most expensive ones, calls and µs per message (INFO commandstats).\n\n")
@@ -250,6 +248,16 @@ func compareSections(a, b string) int {
 		return na - nb
 	}
 	return strings.Compare(ra, rb)
+}
+
+// sectionEnd writes the tables that follow a section's rows.
+func (r *Report) sectionEnd(sb *strings.Builder, section string) {
+	switch section {
+	case "7":
+		r.backlogMarkdown(sb)
+	case "12":
+		r.groupsMarkdown(sb)
+	}
 }
 
 // backlogMarkdown writes scenario 7's ladder as one table, a row per size.

@@ -89,6 +89,13 @@ var watermillSystems = []watermillSystem{
 // subscribers; each subscriber runs its embedded scheduler (the default), as
 // separate replicas of a service would.
 func openRedisdelay(b *bench, subscribers int) (*pubSub, error) {
+	return openRedisdelayWith(b, subscribers, nil)
+}
+
+// openRedisdelayWith is openRedisdelay with configure, if not nil, changing
+// each subscriber's config from the defaults (scenario 12: the groups'
+// concurrency cap).
+func openRedisdelayWith(b *bench, subscribers int, configure func(*redisdelay.SubscriberConfig)) (*pubSub, error) {
 	client := newClient(b.addr, poolSize)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, b.logger)
 	if err != nil {
@@ -104,11 +111,15 @@ func openRedisdelay(b *bench, subscribers int) (*pubSub, error) {
 		_ = client.Close()
 	}
 	for i := range subscribers {
-		sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{
+		config := redisdelay.SubscriberConfig{
 			Client:        client,
 			ConsumerGroup: consumerGroup,
 			Consumer:      fmt.Sprintf("c%d", i),
-		}, b.logger)
+		}
+		if configure != nil {
+			configure(&config)
+		}
+		sub, err := redisdelay.NewSubscriber(config, b.logger)
 		if err != nil {
 			ps.close()
 			return nil, err

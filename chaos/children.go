@@ -43,7 +43,7 @@ func childLogger() watermill.LoggerAdapter {
 // the group) on one Subscriber, and writes an event log the driver reads:
 //
 //	D <uuid> <attempt> <unix ns>   a delivery, written when the handler starts
-//	A <uuid>                       an ack, written just before the handler returns nil
+//	A <uuid> <unix ns>             an ack, written just before the handler returns nil
 //	H <uuid>                       the handler hangs from now on
 //
 // Each line is one unbuffered write(2) on an O_APPEND file, so what the
@@ -102,6 +102,7 @@ func runConsumer(c config) int {
 		ConsumerIdleTimeout: 10 * time.Second,
 		CloseTimeout:        time.Second,
 		HandlerTimeout:      c.handlerTimeout,
+		GroupConcurrency:    c.groupConc,
 	}, logger)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos consumer:", err)
@@ -135,10 +136,13 @@ func runConsumer(c config) int {
 			write("H " + msg.UUID + "\n")
 			<-hang // never acks; ignores its context, like a stuck call
 		}
+		if c.work > 0 {
+			time.Sleep(rand.N(c.work + 1))
+		}
 		if r < c.hang+c.fail {
 			return fmt.Errorf("chaos: handler failed on attempt %s", attempt)
 		}
-		write("A " + msg.UUID + "\n")
+		write("A " + msg.UUID + " " + strconv.FormatInt(time.Now().UnixNano(), 10) + "\n")
 		return nil
 	}
 

@@ -167,6 +167,11 @@ func (d *driver) diagnose(ctx context.Context) {
 		}
 	}
 
+	// the consumer group's fair queues: group states and queued messages
+	if d.c.groups > 0 {
+		d.diagnoseGroups(ctx, out, note)
+	}
+
 	if all {
 		out("every message is acked or dead-lettered; what Redis still holds:")
 	} else {

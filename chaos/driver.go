@@ -143,7 +143,8 @@ func (d *driver) run(ctx context.Context) error {
 	if d.insp, err = redisdelay.NewInspector(redisdelay.InspectorConfig{Client: d.direct, KeyPrefix: keyPrefix}); err != nil {
 		return err
 	}
-	d.l = newLedger(c.n, fmt.Sprintf("%08x-%04x-4%03x-8%03x", rand.Uint32(), rand.Uint32N(1<<16), rand.Uint32N(1<<12), rand.Uint32N(1<<12)))
+	d.l = newLedger(c.n, fmt.Sprintf("%08x-%04x-4%03x-8%03x", rand.Uint32(), rand.Uint32N(1<<16), rand.Uint32N(1<<12), rand.Uint32N(1<<12)),
+		c.groups > 0 && c.groupConc > 0)
 
 	d.sup = &supervisor{exe: exe, dir: dir, onLog: d.l.addLog, args: []string{
 		"-addr", d.proxy.addr(),
@@ -151,12 +152,14 @@ func (d *driver) run(ctx context.Context) error {
 		"-fail", strconv.FormatFloat(c.fail, 'g', -1, 64),
 		"-hang", strconv.FormatFloat(c.hang, 'g', -1, 64),
 		"-handler-timeout", c.handlerTimeout.String(),
+		"-work", c.work.String(),
 		"-max-attempts", strconv.Itoa(c.maxAttempts),
 		"-visibility", c.visibility.String(),
 		"-retry-delay", c.retryDelay.String(),
 		"-batch", strconv.Itoa(c.batch),
 		"-partitions", strconv.Itoa(c.partitions),
 		"-ordered=" + strconv.FormatBool(c.ordered),
+		"-group-concurrency", strconv.Itoa(c.groupConc),
 	}}
 	for i := 0; i < 2; i++ {
 		d.managers = append(d.managers, d.sup.slot("manager", "m"+strconv.Itoa(i)))
@@ -173,6 +176,9 @@ func (d *driver) run(ctx context.Context) error {
 	}
 	d.logf("%s on %s (AOF, appendfsync always), proxy on %s, %d managers, %d consumers × %d subscriptions, dir %s",
 		d.redis.Bin(), d.redis.Addr, d.proxy.addr(), len(d.managers), c.consumers, c.subs, dir)
+	if c.groups > 0 {
+		d.logf("messages in %d groups, GroupConcurrency %d", c.groups, c.groupConc)
+	}
 	if err := d.waitForGroup(ctx); err != nil {
 		return err
 	}
@@ -307,10 +313,31 @@ func (d *driver) run(ctx context.Context) error {
 	}
 	d.logf("deliveries=%d hung_handlers=%d graceful_consumer_stops=%d liveness_kills=%d dead_letters=%d %v",
 		d.l.deliveries.Load(), d.l.hangs.Load(), d.consumerStops.Load(), d.livenessKills.Load(), d.l.deadEntries, d.l.deadReasons)
-	fmt.Printf("chaos: messages=%d lost=%d early=%d duplicates=%d dead=%d max_lateness=%.2fs stream_len_end=%d stream_len_max=%d consumer_kills=%d manager_kills=%d proxy_cuts=%d redis_restarts=%d publish_retries=%d elapsed=%s\n",
+	// The group checks need every message settled: else the run failed
+	// already, and diagnose showed the group states.
+	groups := ""
+	if c.groups > 0 {
+		groups = fmt.Sprintf(" groups=%d group_concurrency=%d", c.groups, c.groupConc)
+	}
+	if c.groups > 0 && settled {
+		groups += fmt.Sprintf(" group_state_left=%d", d.groupStateLeft(ctx))
+	}
+	if c.groups > 0 && c.groupConc > 0 && settled {
+		cc := d.l.groupOverlaps(func(i int) int { return i % c.groups }, c.groupConc, d.start)
+		for _, e := range cc.examples {
+			d.fail("GroupConcurrency %d exceeded: %s", c.groupConc, e)
+		}
+		if cc.violations > len(cc.examples) {
+			d.fail("GroupConcurrency %d exceeded %d times in all (the first %d above)", c.groupConc, cc.violations, len(cc.examples))
+		}
+		d.logf("group cap check: %d messages' last runs compared, %d left out (retried, reclaimed, handed back, hung or dead); at most %d of one group at once",
+			cc.checked, cc.excluded, cc.most)
+		groups += fmt.Sprintf(" cap_checked=%d cap_most=%d cap_exceeded=%d", cc.checked, cc.most, cc.violations)
+	}
+	fmt.Printf("chaos: messages=%d lost=%d early=%d duplicates=%d dead=%d max_lateness=%.2fs stream_len_end=%d stream_len_max=%d consumer_kills=%d manager_kills=%d proxy_cuts=%d redis_restarts=%d publish_retries=%d%s elapsed=%s\n",
 		c.n, r.lost, r.early, r.duplicates, r.dead, time.Duration(r.maxLateNs).Seconds(), streamEnd, d.streamMax.Load(),
 		d.consumerKills.Load(), d.managerKills.Load(), d.proxyCuts.Load(), d.redisRestarts.Load(), d.publishRetries.Load(),
-		time.Since(d.start).Round(time.Second))
+		groups, time.Since(d.start).Round(time.Second))
 	return nil
 }
 
@@ -374,6 +401,9 @@ func (d *driver) publish(ctx context.Context) error {
 					us = 1 + rand.Uint32N(maxUs) // (0, max-delay], with sub-ms parts
 				}
 				delay.Message(msg, delay.For(time.Duration(us)*time.Microsecond))
+				if g := c.groupOf(i); g != "" {
+					redisdelay.SetGroup(msg, g)
+				}
 				d.l.delayUs[i] = us
 				d.l.pubStart[i] = time.Now().UnixNano()
 				for {
@@ -454,6 +484,9 @@ func (d *driver) progressLoop(ctx context.Context) {
 			where = fmt.Sprintf("waiting=%d stream=%d", st.Waiting, st.Stream)
 			for _, g := range st.Groups {
 				where += fmt.Sprintf(" ready=%d pending=%d retry=%d dead=%d consumers=%d", g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers)
+				if d.c.groups > 0 {
+					where += fmt.Sprintf(" grouped=%d active_groups=%d", g.Grouped, g.ActiveGroups)
+				}
 			}
 		}
 		d.logf("%s published=%d/%d acked=%d dead=%d accounted=%d deliveries=%d | %s | hangs=%d | kills: consumers=%d (+%d SIGTERM, %d liveness) managers=%d proxy_cuts=%d redis=%d publish_retries=%d",
@@ -594,18 +627,29 @@ func (d *driver) faults(ctx context.Context) {
 // nothing waiting, nothing in retry, every ready entry read and acked, no
 // redelivery left, in any partition; otherwise what it still holds.
 func (d *driver) quiescent(ctx context.Context) (bool, string) {
-	var waiting, retry, redo, pending int64
+	var waiting, retry, redo, pending, grouped int64
 	unread := false
 	for part := range d.c.partitions {
 		pipe := d.direct.Pipeline()
+		// Grouped messages due and queued in their groups, not yet picked
+		// (fair.lua's count "\0n"; absent: none).
+		q := pipe.HGet(ctx, d.fair(part), "\x00n")
 		w := pipe.ZCard(ctx, d.key(part, "waiting"))
 		r := pipe.ZCard(ctx, d.key(part, "g:"+group+":retry"))
 		rd := pipe.XLen(ctx, d.key(part, "g:"+group+":redo"))
 		p := pipe.XPending(ctx, d.key(part, "stream"), group)
 		info := pipe.XInfoStream(ctx, d.key(part, "stream"))
 		groups := pipe.XInfoGroups(ctx, d.key(part, "stream"))
-		if _, err := pipe.Exec(ctx); err != nil {
-			return false, fmt.Sprintf("partition %d: %v", part, err)
+		cmds, _ := pipe.Exec(ctx)
+		for _, cmd := range cmds {
+			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+				return false, fmt.Sprintf("partition %d: %v", part, err)
+			}
+		}
+		if n, err := q.Int64(); err == nil {
+			grouped += n
+		} else if !errors.Is(err, redis.Nil) {
+			return false, fmt.Sprintf("partition %d: queued grouped messages: %v", part, err)
 		}
 		last := ""
 		for _, g := range groups.Val() {
@@ -616,8 +660,8 @@ func (d *driver) quiescent(ctx context.Context) (bool, string) {
 		waiting, retry, redo, pending = waiting+w.Val(), retry+r.Val(), redo+rd.Val(), pending+p.Val().Count
 		unread = unread || last != info.Val().LastGeneratedID
 	}
-	why := fmt.Sprintf("waiting=%d retry=%d redelivery=%d pending=%d unread_in_stream=%v", waiting, retry, redo, pending, unread)
-	return waiting == 0 && retry == 0 && redo == 0 && pending == 0 && !unread, why
+	why := fmt.Sprintf("waiting=%d retry=%d redelivery=%d pending=%d unread_in_stream=%v grouped=%d", waiting, retry, redo, pending, unread, grouped)
+	return waiting == 0 && retry == 0 && redo == 0 && pending == 0 && !unread && grouped == 0, why
 }
 
 // scanChildOutput fails the run for a data race report (a -race build),

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +33,16 @@ type ledger struct {
 	dead    []uint8 // dead letters, saturating
 	attempt []uint8 // highest attempt delivered
 
+	// With a group concurrency cap (-groups and -group-concurrency), the
+	// handler runs of each message's highest attempt, for the cap check
+	// (see groupOverlaps; about 19 more bytes per message): how many runs
+	// delivered that attempt (saturating), and the start, ack line and
+	// event log of the last one read.
+	topRuns []uint8
+	topD    []int64  // unix ns of its D line
+	topA    []int64  // unix ns of its A line (0: none read)
+	topLog  []uint16 // index in files (saturating)
+
 	// counters readable by other goroutines
 	accounted  atomic.Int64 // messages acked or dead
 	ackedN     atomic.Int64 // messages acked at least once
@@ -51,17 +63,32 @@ type ledger struct {
 
 type eventLog struct {
 	path string
+	idx  int // in ledger.files
 	off  int64
 	rest []byte // an incomplete last line
+	// runs started and not yet acked (failed, hung or killed ones stay),
+	// by message: attempt and start, to pair an A line with its D line.
+	open map[int]openRun
 }
 
-func newLedger(n int, run string) *ledger {
-	return &ledger{
+type openRun struct {
+	attempt int
+	d       int64
+}
+
+// newLedger makes the ledger of n messages; track (a group concurrency cap
+// is on) keeps what the cap check needs.
+func newLedger(n int, run string, track bool) *ledger {
+	l := &ledger{
 		n: n, run: run,
 		pubStart: make([]int64, n), delayUs: make([]uint32, n),
 		first: make([]int64, n), acks: make([]uint8, n), dead: make([]uint8, n), attempt: make([]uint8, n),
 		deadReasons: map[string]int{}, hung: map[string]time.Time{},
 	}
+	if track {
+		l.topRuns, l.topD, l.topA, l.topLog = make([]uint8, n), make([]int64, n), make([]int64, n), make([]uint16, n)
+	}
+	return l
 }
 
 // hungSince reports when the ledger read the first hang in the event log
@@ -92,7 +119,7 @@ func (l *ledger) index(uuid string) int {
 
 func (l *ledger) addLog(path string) {
 	l.mu.Lock()
-	l.files = append(l.files, &eventLog{path: path})
+	l.files = append(l.files, &eventLog{path: path, idx: len(l.files), open: map[int]openRun{}})
 	l.mu.Unlock()
 }
 
@@ -140,7 +167,7 @@ func (l *ledger) tailLog(f *eventLog, buf []byte) error {
 				f.rest = append([]byte(nil), data[end+1:]...)
 			}
 			if end >= 0 {
-				l.lines(data[:end+1], f.path)
+				l.lines(data[:end+1], f)
 			}
 		}
 		if err == io.EOF || n == 0 {
@@ -152,7 +179,8 @@ func (l *ledger) tailLog(f *eventLog, buf []byte) error {
 	}
 }
 
-func (l *ledger) lines(data []byte, path string) {
+func (l *ledger) lines(data []byte, log *eventLog) {
+	path := log.path
 	for len(data) > 0 {
 		nl := bytes.IndexByte(data, '\n')
 		line := string(data[:nl])
@@ -177,6 +205,18 @@ func (l *ledger) lines(data []byte, path string) {
 			if l.first[i] == 0 || t < l.first[i] {
 				l.first[i] = t
 			}
+			if l.topRuns != nil {
+				log.open[i] = openRun{attempt: attempt, d: t}
+				switch top := int(l.attempt[i]); {
+				case attempt > top:
+					l.topRuns[i] = 1
+				case attempt == top:
+					l.topRuns[i] = min(l.topRuns[i], 254) + 1
+				}
+				if attempt >= int(l.attempt[i]) {
+					l.topD[i], l.topA[i], l.topLog[i] = t, 0, uint16(min(log.idx, 65535))
+				}
+			}
 			if attempt > int(l.attempt[i]) {
 				l.attempt[i] = uint8(min(attempt, 255))
 			}
@@ -187,7 +227,23 @@ func (l *ledger) lines(data []byte, path string) {
 				l.hung[path] = time.Now()
 			}
 			l.mu.Unlock()
-		case f[0] == "A" && len(f) == 2 && i >= 0:
+		case f[0] == "A" && len(f) == 3 && i >= 0:
+			t, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil {
+				l.problem("%s: malformed line %q", path, line)
+				continue
+			}
+			if l.topRuns != nil {
+				// The run this ack ends: the last one of this message
+				// started in this process. If it is the last run read of
+				// the message's highest attempt, that run is acked.
+				if r, ok := log.open[i]; ok {
+					delete(log.open, i)
+					if r.attempt == int(l.attempt[i]) && r.d == l.topD[i] && int(l.topLog[i]) == min(log.idx, 65535) {
+						l.topA[i] = t
+					}
+				}
+			}
 			if l.acks[i] == 0 {
 				l.ackedN.Add(1)
 				if l.dead[i] == 0 {
@@ -300,4 +356,98 @@ func (l *ledger) results(maxAttempts int) results {
 		r.maxLateNs = max(r.maxLateNs, late)
 	}
 	return r
+}
+
+// capCheck is the result of groupOverlaps.
+type capCheck struct {
+	checked, excluded int      // messages whose last run was compared, or left out
+	most              int      // the most checked runs of one group seen at once
+	violations        int      // times a run started while capacity others of its group ran
+	examples          []string // the first few, described
+}
+
+// groupOverlaps checks that no more than capacity handler runs of one
+// group (message i's is group(i)) ran at once, from the D and A lines of
+// the consumers' event logs. Call it after the last poll, with every
+// message settled.
+//
+// The cap holds for the slots of the group in Redis: a message takes one
+// when a subscription picks it and gives it back when it is acked, nacked,
+// reclaimed, dead-lettered or handed back. A handler run is inside its
+// message's slot only if nothing gave that slot back while the run went
+// on, so only runs known to be so are compared: a message's run is
+// checked when it is the only run of the message's highest attempt, it
+// wrote its ack line, and the message is not a dead letter. Each way a
+// slot is given back under a running (or later starting) handler leaves
+// another run behind, so those messages are left out:
+//
+//   - a hung handler (or one past -handler-timeout): the timeout fails
+//     the attempt, so a later attempt runs or the message is dead;
+//   - a consumer SIGKILLed, or cut from Redis beyond two thirds of the
+//     visibility timeout, whose messages were reclaimed: the same;
+//   - a message handed back (SIGTERM, a slow handler): it is delivered
+//     again with the same attempt, a second run of that attempt;
+//   - two copies of one message (a repeated Publish): two runs.
+//
+// A checked run's D line is written after its pick and its A line before
+// its ack reaches Redis, all on one clock, so two checked runs of a group
+// overlapping means more than capacity slots were held at once: a library
+// bug.
+func (l *ledger) groupOverlaps(group func(i int) int, capacity int, t0 time.Time) capCheck {
+	var c capCheck
+	type run struct {
+		g    int
+		d, a int64
+		i    int
+	}
+	var runs []run
+	for i := 0; i < l.n; i++ {
+		if l.topRuns[i] == 1 && l.topA[i] != 0 && l.dead[i] == 0 {
+			runs = append(runs, run{g: group(i), d: l.topD[i], a: l.topA[i], i: i})
+		} else {
+			c.excluded++
+		}
+	}
+	c.checked = len(runs)
+	sort.Slice(runs, func(x, y int) bool {
+		if runs[x].g != runs[y].g {
+			return runs[x].g < runs[y].g
+		}
+		return runs[x].d < runs[y].d
+	})
+	at := func(ns int64) string { return "+" + time.Duration(ns-t0.UnixNano()).String() }
+	describe := func(r run) string {
+		log := "?"
+		if k := int(l.topLog[r.i]); k < len(l.files) {
+			log = filepath.Base(l.files[k].path)
+		}
+		return fmt.Sprintf("%s attempt %d in %s [%s .. %s]", l.uuid(r.i), l.attempt[r.i], log, at(r.d), at(r.a))
+	}
+	var active []run // runs of the current group not ended before the next start
+	for k, r := range runs {
+		if k == 0 || runs[k-1].g != r.g {
+			active = active[:0]
+		}
+		kept := active[:0]
+		for _, o := range active {
+			if o.a > r.d {
+				kept = append(kept, o)
+			}
+		}
+		active = kept
+		if len(active) >= capacity {
+			c.violations++
+			if len(c.examples) < 10 {
+				var others []string
+				for _, o := range active {
+					others = append(others, describe(o))
+				}
+				c.examples = append(c.examples, fmt.Sprintf("group g%d: %s started while %d ran: %s",
+					r.g, describe(r), len(active), strings.Join(others, "; ")))
+			}
+		}
+		active = append(active, r)
+		c.most = max(c.most, len(active))
+	}
+	return c
 }

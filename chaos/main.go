@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"time"
 )
 
@@ -48,12 +49,15 @@ type config struct {
 	fail           float64
 	hang           float64
 	handlerTimeout time.Duration
+	work           time.Duration
 	maxAttempts    int
 	visibility     time.Duration
 	retryDelay     time.Duration
 	batch          int
 	partitions     int
 	ordered        bool
+	groups         int // driver: messages spread over this many groups (0: none)
+	groupConc      int // SubscriberConfig.GroupConcurrency
 
 	// children only
 	role string
@@ -82,6 +86,7 @@ func main() {
 	flag.IntVar(&c.subs, "subs", 4, "subscriptions (Router handlers) per consumer process")
 	flag.Float64Var(&c.fail, "fail", 0.10, "probability that a handler fails (Nack, retried)")
 	flag.Float64Var(&c.hang, "hang", 0.0005, "probability that a handler hangs forever, ignoring its context (its delivery is given up on after -handler-timeout)")
+	flag.DurationVar(&c.work, "work", 0, "how long a handler works before it acks or fails: uniform in [0, work] (longer runs make overlapping runs of one group likelier to show, see -group-concurrency)")
 	flag.DurationVar(&c.handlerTimeout, "handler-timeout", 2*time.Second, "SubscriberConfig.HandlerTimeout (negative: none; a hung handler then holds its message, and with -ordered its partition, until its process dies)")
 	flag.IntVar(&c.maxAttempts, "max-attempts", 3, "SubscriberConfig.MaxAttempts (then dead letter)")
 	flag.DurationVar(&c.visibility, "visibility", 2*time.Second, "SubscriberConfig.VisibilityTimeout")
@@ -89,6 +94,8 @@ func main() {
 	flag.IntVar(&c.batch, "batch", 8, "SubscriberConfig.BatchSize")
 	flag.IntVar(&c.partitions, "partitions", 1, "partitions of the topic (Publisher and Subscriber Partitions)")
 	flag.BoolVar(&c.ordered, "ordered", false, "SubscriberConfig.Ordered: one consumer per partition at a time, nacks retried in place")
+	flag.IntVar(&c.groups, "groups", 0, "put message i in group g<i mod groups> (redisdelay.SetGroup); 0: no groups")
+	flag.IntVar(&c.groupConc, "group-concurrency", 0, "SubscriberConfig.GroupConcurrency: most messages of one group handled at once (0: no cap; needs -groups)")
 
 	flag.StringVar(&c.role, "role", "driver", "internal: driver, consumer or manager")
 	flag.StringVar(&c.addr, "addr", "", "internal: Redis address of a child (the driver's proxy)")
@@ -146,7 +153,26 @@ func (c *config) validate() error {
 	if c.maxAttempts < 1 || c.maxAttempts > 200 {
 		return fmt.Errorf("-max-attempts %d: use 1 to 200", c.maxAttempts)
 	}
+	if c.work < 0 || c.work > time.Second {
+		return fmt.Errorf("-work %s: use 0 to 1s", c.work)
+	}
+	if c.groups < 0 || c.groupConc < 0 || c.groupConc > 1_000_000 {
+		return fmt.Errorf("-groups %d, -group-concurrency %d: use 0 or more groups and a concurrency of 0 to 1,000,000", c.groups, c.groupConc)
+	}
+	if c.role == "driver" && c.groups == 0 && c.groupConc > 0 {
+		return fmt.Errorf("-group-concurrency %d without -groups: no message is grouped", c.groupConc)
+	}
 	return nil
+}
+
+// groupOf is the group of message i, "" without -groups: the messages go
+// round-robin over the groups, so each group's messages are due spread
+// over the whole run.
+func (c *config) groupOf(i int) string {
+	if c.groups == 0 {
+		return ""
+	}
+	return "g" + strconv.Itoa(i%c.groups)
 }
 
 // retryDelayFunc is the consumers' SubscriberConfig.RetryDelay.

@@ -386,6 +386,11 @@ type groupJSON struct {
 	Dead      int64  `json:"dead"`
 	Consumers int64  `json:"consumers"`
 	Paused    bool   `json:"paused"`
+	// Grouped counts grouped messages (redisdelay.GroupKey) queued in their
+	// groups, not yet taken (not in Ready); ActiveGroups the groups holding
+	// queued or unsettled messages.
+	Grouped      int64 `json:"grouped"`
+	ActiveGroups int64 `json:"active_groups"`
 }
 
 type topicJSON struct {
@@ -404,7 +409,7 @@ func toTopicJSON(st redisdelay.TopicStats, overdue time.Duration) topicJSON {
 	out := topicJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Leased: st.Leased,
 		Alert: schedulingAlert(st, overdue), Groups: []groupJSON{}}
 	for _, g := range st.Groups {
-		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers, g.Paused})
+		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers, g.Paused, g.Grouped, g.ActiveGroups})
 	}
 	slices.SortFunc(out.Groups, func(a, b groupJSON) int { return strings.Compare(a.Group, b.Group) })
 	return out

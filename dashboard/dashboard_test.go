@@ -195,6 +195,35 @@ func TestTopicPageHistogramAndPaging(t *testing.T) {
 	assert.EqualValues(t, 36, counts["1–7 days"])
 	assert.Len(t, got.Histogram, 10)
 
+	// Grouped messages (SetGroup) a Manager queued in their groups for a
+	// consumer group nobody consumes: the Grouped and Active groups columns
+	// of the consumer group table, and the JSON the live refresh reads.
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: e.client, ConsumerGroup: "billing", DisableScheduler: true}, watermill.NopLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	require.NoError(t, sub.SubscribeInitialize("orders"))
+	_, page := e.get("/topic?t=orders")
+	assert.Regexp(t, `<th[^>]*>Grouped</th><th[^>]*>Active groups</th>`, page)
+	assert.Regexp(t, `<td class="n grouped">0</td><td class="n active-groups">0</td>`, page)
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: e.client, Topics: []string{"orders"}}, watermill.NopLogger{})
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(context.Background()) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	for i, tenant := range []string{"tenant-1", "tenant-1", "tenant-2"} {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint("job ", i)))
+		redisdelay.SetGroup(msg, tenant)
+		e.publish("orders", msg)
+	}
+	require.Eventually(t, func() bool {
+		st, err := e.insp.Stats(context.Background(), "orders")
+		return err == nil && st.Waiting == 60 && len(st.Groups) == 1 && st.Groups[0].Grouped == 3
+	}, 10*time.Second, 20*time.Millisecond)
+	status, page = e.get("/topic?t=orders")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Regexp(t, `<td>billing</td><td class="n">0</td>.*<td class="n grouped">3</td><td class="n active-groups">2</td>`, page)
+	_, body = e.get("/api/topic?t=orders")
+	assert.Contains(t, body, `"grouped":3,"active_groups":2`)
+
 	status, body = e.get("/topic?t=nope")
 	assert.Equal(t, http.StatusNotFound, status)
 	assert.Contains(t, body, "topic &#34;nope&#34; is not known")

@@ -30,9 +30,11 @@ type CollectorConfig struct {
 // Collector is a prometheus.Collector of the queue sizes Redis holds, read
 // through an Inspector at each scrape: per topic the waiting messages and
 // how long the earliest of them is overdue, per topic and consumer group
-// the ready, pending, retry and dead messages and the consumers. The values
-// cover every process, unlike Metrics, which counts what this process did:
-// register it in one process (or several: each reads the same values).
+// the ready, pending, retry and dead messages, the consumers, and the
+// grouped messages queued and the active groups (see redisdelay.GroupKey).
+// The values cover every process, unlike Metrics, which counts what this
+// process did: register it in one process (or several: each reads the
+// same values).
 // Errors never fail a scrape: the topics that could not be read are left
 // out and counted in redisdelay_scrape_errors_total.
 type Collector struct {
@@ -41,7 +43,7 @@ type Collector struct {
 	timeout time.Duration
 	errors  prometheus.Counter
 
-	waiting, overdue, ready, pending, retry, dead, consumers *prometheus.Desc
+	waiting, overdue, ready, pending, retry, dead, consumers, grouped, activeGroups *prometheus.Desc
 }
 
 // NewCollector returns a Collector; register it, e.g. with
@@ -69,19 +71,21 @@ func NewCollector(config CollectorConfig) (*Collector, error) {
 		insp: config.Inspector, topics: config.Topics, timeout: config.Timeout,
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "redisdelay_scrape_errors_total",
 			Help: "Topics (or topic lists) the Collector could not read from Redis during a scrape; they were left out of it."}),
-		waiting:   desc("waiting_messages", "Delayed messages waiting for their due time, including due ones no scheduler has moved yet.", []string{"topic"}),
-		overdue:   desc("oldest_due_age_seconds", "How long the earliest waiting message is overdue (Redis clock); 0 when none is due. Grows when no scheduler runs or it falls behind.", []string{"topic"}),
-		ready:     desc("ready_messages", "Messages due and not yet fetched by a consumer of the group (new ones and redeliveries).", tg),
-		pending:   desc("pending_messages", "Messages fetched by a consumer of the group and not yet acknowledged.", tg),
-		retry:     desc("retry_messages", "Nacked or reclaimed messages waiting for their retry delay.", tg),
-		dead:      desc("dead_letters", "Dead letters held for the group.", tg),
-		consumers: desc("consumers", "Consumers of the group known to Redis (including crashed ones not removed yet); the most of any partition.", tg),
+		waiting:      desc("waiting_messages", "Delayed messages waiting for their due time, including due ones no scheduler has moved yet.", []string{"topic"}),
+		overdue:      desc("oldest_due_age_seconds", "How long the earliest waiting message is overdue (Redis clock); 0 when none is due. Grows when no scheduler runs or it falls behind.", []string{"topic"}),
+		ready:        desc("ready_messages", "Messages due and not yet fetched by a consumer of the group (new ones and redeliveries).", tg),
+		pending:      desc("pending_messages", "Messages fetched by a consumer of the group and not yet acknowledged.", tg),
+		retry:        desc("retry_messages", "Nacked or reclaimed messages waiting for their retry delay.", tg),
+		dead:         desc("dead_letters", "Dead letters held for the group.", tg),
+		consumers:    desc("consumers", "Consumers of the group known to Redis (including crashed ones not removed yet); the most of any partition.", tg),
+		grouped:      desc("grouped_messages", "Grouped messages (GroupKey) due and queued in their groups for the consumer group, not yet taken by a consumer (not in ready_messages).", tg),
+		activeGroups: desc("active_groups", "Groups (GroupKey) holding queued or unsettled messages of the consumer group, summed over partitions.", tg),
 	}, nil
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.waiting, c.overdue, c.ready, c.pending, c.retry, c.dead, c.consumers} {
+	for _, d := range []*prometheus.Desc{c.waiting, c.overdue, c.ready, c.pending, c.retry, c.dead, c.consumers, c.grouped, c.activeGroups} {
 		ch <- d
 	}
 	c.errors.Describe(ch)
@@ -125,6 +129,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.retry, float64(g.Retry), topic, g.Group)
 			gauge(c.dead, float64(g.Dead), topic, g.Group)
 			gauge(c.consumers, float64(g.Consumers), topic, g.Group)
+			gauge(c.grouped, float64(g.Grouped), topic, g.Group)
+			gauge(c.activeGroups, float64(g.ActiveGroups), topic, g.Group)
 		}
 	}
 	c.errors.Collect(ch)

@@ -4,10 +4,12 @@ package prommetrics_test
 // registry.
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -54,6 +56,8 @@ func TestCollector_GaugesAfterAScrape(t *testing.T) {
 	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_retry_messages", tg))
 	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_dead_letters", tg))
 	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_consumers", tg))
+	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_grouped_messages", tg), "no message has a group")
+	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_active_groups", tg))
 	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_scrape_errors_total", nil))
 	t.Logf("scrape:\n%s", scrape(t, reg))
 
@@ -61,6 +65,47 @@ func TestCollector_GaugesAfterAScrape(t *testing.T) {
 	all, err := prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: newInspector(t, client)})
 	require.NoError(t, err)
 	assert.Equal(t, 2.0, testutil.ToFloat64(gaugeCopy(t, all, "redisdelay_waiting_messages", tl)))
+}
+
+// Grouped messages (redisdelay.SetGroup) a scheduler queued in their groups
+// for a consumer group nobody consumes yet show in grouped_messages (and
+// not in ready_messages), their groups in active_groups; both go back to 0
+// once a subscriber has taken and acknowledged them.
+func TestCollector_GroupedMessagesAndActiveGroups(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	topic := topic()
+	pub := newPublisher(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	require.NoError(t, sub.SubscribeInitialize(topic))
+	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{topic}})
+	var msgs []*message.Message
+	for i, tenant := range []string{"tenant-1", "tenant-1", "tenant-1", "tenant-2", "tenant-2"} {
+		msg := newMessage(fmt.Sprint(tenant, "/", i))
+		redisdelay.SetGroup(msg, tenant)
+		msgs = append(msgs, msg)
+	}
+	msgs = append(msgs, newMessage("no group"))
+	require.NoError(t, pub.Publish(topic, msgs...))
+
+	c, err := prommetrics.NewCollector(prommetrics.CollectorConfig{Inspector: newInspector(t, client), Topics: []string{topic}})
+	require.NoError(t, err)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	tg := map[string]string{"topic": topic, "consumer_group": "g"}
+	awaitMetric(t, reg, "redisdelay_grouped_messages", tg, 5)
+	assert.Equal(t, 2.0, metricValue(t, reg, "redisdelay_active_groups", tg))
+	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_ready_messages", tg), "the message without a group")
+	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_waiting_messages", map[string]string{"topic": topic}))
+	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_scrape_errors_total", nil))
+	t.Logf("scrape:\n%s", scrape(t, reg))
+
+	ch := subscribe(t, sub, topic)
+	for range msgs {
+		receive(t, ch, 5*time.Second).Ack()
+	}
+	awaitMetric(t, reg, "redisdelay_active_groups", tg, 0)
+	assert.Equal(t, 0.0, metricValue(t, reg, "redisdelay_grouped_messages", tg))
 }
 
 // gaugeCopy gathers one collector and returns the named metric as a

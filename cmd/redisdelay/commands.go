@@ -93,7 +93,9 @@ func init() {
 			help: "Counts the messages of the topics (all topics when none is given): partitions, waiting (delayed,\n" +
 				"not due yet), stream (entries in the ready stream), and per consumer group: ready (due, not fetched),\n" +
 				"pending (fetched, not acked), retry (waiting for a retry delay), dead (dead letters now), dead total\n" +
-				"and evicted (ever moved to the dead letters; evicted to respect MaxDeadLetters), consumers.\n" +
+				"and evicted (ever moved to the dead letters; evicted to respect MaxDeadLetters), consumers,\n" +
+				"grouped (due messages with a group, see SetGroup, queued in their groups, not yet taken: not in ready)\n" +
+				"and active groups (groups with messages queued or not settled yet).\n" +
 				"Ready is \"?\" (-1 in JSON) when Redis cannot tell.",
 			maxArgs: -1, run: cmdStats,
 		},

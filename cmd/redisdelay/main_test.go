@@ -250,8 +250,8 @@ func TestStats(t *testing.T) {
 	assert.Equal(t, "1", r[1][4])
 	assert.Equal(t, []string{partTopic, "4", "3", "0", "0"}, r[2])
 	assert.Empty(t, r[3])
-	assert.Equal(t, []string{"TOPIC", "GROUP", "READY", "PENDING", "RETRY", "DEAD", "DEAD", "TOTAL", "EVICTED", "CONSUMERS", "PAUSED"}, r[4])
-	assert.Equal(t, []string{topic, group, "0", "0", "0", "2", "2", "0", "0", "no"}, r[5]) // the consumer left on Close
+	assert.Equal(t, []string{"TOPIC", "GROUP", "READY", "PENDING", "RETRY", "DEAD", "DEAD", "TOTAL", "EVICTED", "CONSUMERS", "GROUPED", "ACTIVE", "GROUPS", "PAUSED"}, r[4])
+	assert.Equal(t, []string{topic, group, "0", "0", "0", "2", "2", "0", "0", "0", "0", "no"}, r[5]) // the consumer left on Close
 
 	// One topic, as JSON.
 	st := s.stats(t, topic)
@@ -270,6 +270,59 @@ func TestStats(t *testing.T) {
 	assert.Equal(t, 1, r2.code)
 	assert.Contains(t, r2.stderr, `topic "orders.typo" is not known under prefix "`+s.prefix+`"`)
 	assert.Empty(t, r2.stdout)
+}
+
+// Grouped messages (SetGroup) a Manager queued in their groups for a
+// consumer group nobody consumes yet: the GROUPED and ACTIVE GROUPS
+// columns, "grouped" and "active_groups" in JSON, and not in READY.
+func TestStatsGrouped(t *testing.T) {
+	const tp = "tenant.jobs"
+	prefix := "cli-" + t.Name()
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	keys, err := client.Keys(ctx, prefix+":*").Result()
+	require.NoError(t, err)
+	if len(keys) > 0 {
+		require.NoError(t, client.Del(ctx, keys...).Err())
+	}
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{
+		Client: client, KeyPrefix: prefix, ConsumerGroup: group, DisableScheduler: true,
+	}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	require.NoError(t, sub.SubscribeInitialize(tp))
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, KeyPrefix: prefix, Topics: []string{tp}}, nil)
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(ctx) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, nil)
+	require.NoError(t, err)
+	defer pub.Close()
+	var msgs []*message.Message
+	for i, tenant := range []string{"tenant-1", "tenant-1", "tenant-1", "tenant-2"} {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(strconv.Itoa(i)))
+		redisdelay.SetGroup(msg, tenant)
+		msgs = append(msgs, msg)
+	}
+	msgs = append(msgs, message.NewMessage(watermill.NewUUID(), []byte("no group")))
+	require.NoError(t, pub.Publish(tp, msgs...))
+
+	s := sample{prefix: prefix, client: client}
+	require.Eventually(t, func() bool {
+		st := s.stats(t, tp)
+		return st.Waiting == 0 && len(st.Groups) == 1 && st.Groups[0].Grouped == 4
+	}, 10*time.Second, 20*time.Millisecond)
+	st := s.stats(t, tp)
+	assert.Equal(t, []groupJSON{{Group: group, Ready: 1, Grouped: 4, ActiveGroups: 2}}, st.Groups)
+	out := s.ok(t, "--json", "stats", tp)
+	assert.Contains(t, out, `"grouped": 4`)
+	assert.Contains(t, out, `"active_groups": 2`)
+
+	r := rows(s.ok(t, "stats", tp))
+	require.Len(t, r, 5)
+	assert.Equal(t, []string{"TOPIC", "GROUP", "READY", "PENDING", "RETRY", "DEAD", "DEAD", "TOTAL", "EVICTED", "CONSUMERS", "GROUPED", "ACTIVE", "GROUPS", "PAUSED"}, r[3])
+	assert.Equal(t, []string{tp, group, "1", "0", "0", "0", "0", "0", "0", "4", "2", "no"}, r[4])
 }
 
 func TestWaiting(t *testing.T) {

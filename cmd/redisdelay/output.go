@@ -38,7 +38,12 @@ type groupJSON struct {
 	DeadTotal   int64 `json:"dead_total"`
 	DeadEvicted int64 `json:"dead_evicted"`
 	Consumers   int64 `json:"consumers"`
-	Paused      bool  `json:"paused"`
+	// Grouped counts grouped messages (redisdelay.GroupKey) queued in their
+	// groups, not yet taken (not in Ready); ActiveGroups the groups holding
+	// queued or unsettled messages.
+	Grouped      int64 `json:"grouped"`
+	ActiveGroups int64 `json:"active_groups"`
+	Paused       bool  `json:"paused"`
 }
 
 type waitingJSON struct {
@@ -238,6 +243,7 @@ func toStatsJSON(st redisdelay.TopicStats) statsJSON {
 		out.Groups = append(out.Groups, groupJSON{
 			Group: g.Group, Ready: g.Ready, Pending: g.Pending, Retry: g.Retry, Dead: g.Dead,
 			DeadTotal: g.DeadTotal, DeadEvicted: g.DeadEvicted, Consumers: g.Consumers, Paused: g.Paused,
+			Grouped: g.Grouped, ActiveGroups: g.ActiveGroups,
 		})
 	}
 	return out
@@ -280,7 +286,7 @@ func writeStatsTable(w io.Writer, all []redisdelay.TopicStats) {
 	}
 	fmt.Fprintln(w)
 	tw = newTable(w)
-	fmt.Fprintln(tw, "TOPIC\tGROUP\tREADY\tPENDING\tRETRY\tDEAD\tDEAD TOTAL\tEVICTED\tCONSUMERS\tPAUSED")
+	fmt.Fprintln(tw, "TOPIC\tGROUP\tREADY\tPENDING\tRETRY\tDEAD\tDEAD TOTAL\tEVICTED\tCONSUMERS\tGROUPED\tACTIVE GROUPS\tPAUSED")
 	for _, st := range all {
 		for _, g := range st.Groups {
 			ready := strconv.FormatInt(g.Ready, 10)
@@ -291,7 +297,7 @@ func writeStatsTable(w io.Writer, all []redisdelay.TopicStats) {
 			if g.Paused {
 				paused = "yes"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", printable(st.Topic), printable(g.Group), ready, g.Pending, g.Retry, g.Dead, g.DeadTotal, g.DeadEvicted, g.Consumers, paused)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", printable(st.Topic), printable(g.Group), ready, g.Pending, g.Retry, g.Dead, g.DeadTotal, g.DeadEvicted, g.Consumers, g.Grouped, g.ActiveGroups, paused)
 		}
 	}
 	_ = tw.Flush()

@@ -577,6 +577,10 @@ func TestDashboardInChromium(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+		// The row the script drew has the server's columns, Grouped and Active groups included.
+		if got := eval[string](b, `Array.from(document.querySelector("#groups tbody tr").cells, c => c.className).join(" | ")`); got != " | n | n | n | n | n | n grouped | n active-groups | " {
+			t.Errorf("cells of the refreshed group row: %q", got)
+		}
 		// The Resume button the script drew works: no confirmation.
 		b.do(chromedp.Click(chromedp.CSS(resumeBtn)), chromedp.WaitVisible(chromedp.CSS("#result")))
 		if got := b.text("#result"); !strings.Contains(got, "Resumed") {

@@ -148,6 +148,8 @@
         tr.appendChild(num(g.retry));
         tr.appendChild(deadLink(st.topic, g.group, g.dead));
         tr.appendChild(num(g.consumers));
+        tr.appendChild(el("td", g.grouped, "n grouped"));
+        tr.appendChild(el("td", g.active_groups, "n active-groups"));
         if (groups.hasAttribute("data-csrf")) tr.appendChild(actionCell(groups, st.topic, g));
         body.appendChild(tr);
       });

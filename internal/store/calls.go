@@ -29,6 +29,10 @@ func replyShort(script string, got, want int) error {
 type PublishReply struct {
 	Statuses []any // one per call, in call order: see status
 	Lost     bool  // the partition's registration marker was gone
+	// GroupsStale: the consumer groups given were not the topic's, so
+	// immediate grouped messages waited for the scheduler: read them again
+	// (Groups) for the next calls.
+	GroupsStale bool
 }
 
 // Status decodes the status of call i: dup is the UUID of a message already
@@ -52,23 +56,35 @@ func (r PublishReply) Status(i int) (dup string, refusal []any, pulls []string) 
 
 // PubArgs is what publish.lua takes of one Publish call to a partition.
 type PubArgs struct {
-	Args []any // UUID, delay in ms, encoded body, business key argument, priority flag for each message
+	Args []any // UUID, delay in ms, encoded body, business key argument, priority flag, group for each message
 	Far  []FarArg
 	N    int // messages
 }
+
+// PubStride is the number of PubArgs.Args per message.
+const PubStride = 6
 
 // PubCall is a Publish call as the caller keeps it: its PubArgs, and what
 // else the caller needs (generic, so a batch is passed without a copy).
 type PubCall interface{ PublishArgs() *PubArgs }
 
 // Publish runs publish.lua for the calls of batch, all to partition sh,
-// whose capacity limits are maxWaiting and maxReady (0: none).
-func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, maxWaiting, maxReady int, batch []C) (PublishReply, error) {
+// whose capacity limits are maxWaiting and maxReady (0: none). groups are
+// the topic's consumer groups as the caller knows them: immediate grouped
+// messages go straight to their groups' queues when they are right (nil
+// when the batch has none).
+func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, maxWaiting, maxReady int, groups []string, batch []C) (PublishReply, error) {
 	msgs := 0
 	for _, call := range batch {
 		msgs += call.PublishArgs().N
 	}
-	keys := []string{sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.reg(), sh.dormant(), sh.Far(), sh.FarMeta(), sh.Bell()}
+	keys := make([]string, 0, 14+6*len(groups))
+	keys = append(keys, sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.reg(), sh.dormant(), sh.Far(), sh.FarMeta(), sh.Bell(), sh.GroupOf(), sh.Groups())
+	for _, g := range groups {
+		keys = append(keys, sh.Meta(g))
+		keys = append(keys, sh.fairKeys(g)...)
+		keys = append(keys, sh.Redelivery(g))
+	}
 	keyIndex := map[string]int{}
 	indexOf := func(key string) int {
 		i, ok := keyIndex[key]
@@ -79,9 +95,12 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, maxWait
 		}
 		return i
 	}
-	args := make([]any, 0, 7+len(batch)+11*msgs)
+	args := make([]any, 0, 8+len(groups)+len(batch)+12*msgs)
 	args = append(args, sh.Wake(), maxWaiting, maxReady, len(batch),
-		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds())
+		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds(), len(groups))
+	for _, g := range groups {
+		args = append(args, g)
+	}
 	for _, call := range batch {
 		args = append(args, call.PublishArgs().N)
 	}
@@ -89,7 +108,7 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, maxWait
 		call := pc.PublishArgs()
 		for m := range call.N {
 			f := call.Far[m]
-			args = append(args, call.Args[5*m:5*m+5]...)
+			args = append(args, call.Args[PubStride*m:PubStride*m+5]...)
 			shardIdx, bucketIdx := 0, 0
 			if f.Lookup {
 				shardIdx = indexOf(sh.farIndex(f.Index))
@@ -97,18 +116,19 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, maxWait
 			if f.Bucket >= 0 {
 				bucketIdx = indexOf(sh.FarBucket(f.Bucket))
 			}
-			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt)
+			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt, call.Args[PubStride*m+5])
 		}
 	}
 	res, err := publishScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return PublishReply{}, err
 	}
-	if len(res) != len(batch)+1 {
+	if len(res) != len(batch)+2 {
 		return PublishReply{}, fmt.Errorf("the publish script returned %d results for %d calls", len(res), len(batch))
 	}
 	lost, _ := res[len(batch)].(int64)
-	return PublishReply{Statuses: res[:len(batch)], Lost: lost == 1}, nil
+	stale, _ := res[len(batch)+1].(int64)
+	return PublishReply{Statuses: res[:len(batch)], Lost: lost == 1, GroupsStale: stale == 1}, nil
 }
 
 // PromoteReply is what promote.lua returns.
@@ -128,10 +148,11 @@ func Promote(ctx context.Context, c redis.Scripter, sh Shard, groups []string, b
 	if !mayTake {
 		take = "0"
 	}
-	k := make([]string, 0, 11+3*len(groups))
-	k = append(k, sh.Lease(), sh.Groups(), sh.Waiting(), sh.Bodies(), sh.Stream(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.Fanout(), sh.Bell())
+	k := make([]string, 0, 13+8*len(groups))
+	k = append(k, sh.Lease(), sh.Groups(), sh.Waiting(), sh.Bodies(), sh.Stream(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.Fanout(), sh.Bell(), sh.GroupOf(), sh.orphans())
 	for _, g := range groups {
-		k = append(k, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g))
+		k = append(k, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g), sh.Meta(g))
+		k = append(k, sh.fairKeys(g)...)
 	}
 	k = append(k, sh.Far())
 	res, err := promoteScript.Run(ctx, c, k, batch, owner, lease.Milliseconds(), take).Int64Slice()
@@ -250,7 +271,7 @@ func Reclaim(ctx context.Context, c redis.Scripter, sh Shard, group string, batc
 		flag = "1"
 	}
 	res, err := reclaimScript.Run(ctx, c,
-		[]string{sh.Stream(), sh.Redelivery(group), sh.Retry(group), sh.retryBodies(group), sh.Dead(group), sh.Meta(group), sh.Bell()},
+		append([]string{sh.Stream(), sh.Redelivery(group), sh.Retry(group), sh.retryBodies(group), sh.Dead(group), sh.Meta(group), sh.Bell()}, sh.fairKeys(group)...),
 		group, batch, sh.Wake(), flag, pos.Stream, pos.Last).Slice()
 	if err == nil {
 		err = replyShort("reclaim", len(res), 8)
@@ -316,6 +337,7 @@ func DropGroup(ctx context.Context, c redis.Scripter, sh Shard, group string) (b
 		sh.Stream(), sh.Groups(),
 		sh.Redelivery(group), sh.Retry(group), sh.retryBodies(group), sh.Dead(group), sh.Meta(group),
 		sh.Owner(group), sh.members(group), sh.ownedCounts(group), sh.Paused(group), sh.rate(group),
+		sh.Fair(group), sh.fairRing(group), sh.fairPrio(group), sh.fairWait(group),
 	}, group).Int()
 	return n == 1, err
 }
@@ -323,7 +345,7 @@ func DropGroup(ctx context.Context, c redis.Scripter, sh Shard, group string) (b
 // Cancel runs cancel.lua: removes a waiting message found by its UUID
 // (by "uuid") or business key (by "key"). It reports whether it was waiting.
 func Cancel(ctx context.Context, c redis.Scripter, sh Shard, by, value string) (bool, error) {
-	n, err := cancelScript.Run(ctx, c, []string{sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio()}, by, value).Int()
+	n, err := cancelScript.Run(ctx, c, []string{sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.GroupOf()}, by, value).Int()
 	return n == 1, err
 }
 
@@ -339,7 +361,7 @@ func Reschedule(ctx context.Context, c redis.Scripter, sh Shard, by, value strin
 // CancelMany runs cancel.lua for each of the UUIDs on one pipeline and
 // returns how many were waiting.
 func CancelMany(ctx context.Context, c redis.Cmdable, sh Shard, uuids []string) (int, error) {
-	return pipeEach(ctx, c, cancelScript, []string{sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio()}, uuids,
+	return pipeEach(ctx, c, cancelScript, []string{sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.GroupOf()}, uuids,
 		func(uuid string) []any { return []any{"uuid", uuid} })
 }
 
@@ -377,13 +399,28 @@ func pipeEach(ctx context.Context, c redis.Cmdable, script *redis.Script, keys, 
 // oldest, up to limit) of a group to its redelivery stream. It returns how
 // many it moved.
 func Requeue(ctx context.Context, c redis.Scripter, sh Shard, group string, limit int, ids []string) (int, error) {
-	args := make([]any, 0, 1+len(ids))
-	args = append(args, limit)
-	for _, id := range ids {
-		args = append(args, id)
+	keys := append([]string{sh.Dead(group), sh.Redelivery(group), sh.Bell(), sh.Meta(group)}, sh.fairKeys(group)...)
+	if len(ids) == 0 {
+		return requeueScript.Run(ctx, c, keys, limit).Int()
 	}
-	return requeueScript.Run(ctx, c, []string{sh.Dead(group), sh.Redelivery(group), sh.Bell()}, args...).Int()
+	// a bounded number per call (a grouped message costs more, see fair.lua)
+	moved := 0
+	for start := 0; start < len(ids); start += RequeueBatch {
+		args := []any{limit}
+		for _, id := range ids[start:min(start+RequeueBatch, len(ids))] {
+			args = append(args, id)
+		}
+		n, err := requeueScript.Run(ctx, c, keys, args...).Int()
+		moved += n
+		if err != nil {
+			return moved, err
+		}
+	}
+	return moved, nil
 }
+
+// RequeueBatch is the most dead letters one requeue.lua call moves.
+const RequeueBatch = 256
 
 // pipedScript is a script queued on a pipeline by its hash.
 type pipedScript struct {
@@ -415,13 +452,14 @@ func pipeAck(ctx context.Context, pipe redis.Pipeliner, sh Shard, group string, 
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return pipeScript(ctx, pipe, ackScript, []string{sh.Redelivery(group)}, args...)
+	keys := append([]string{sh.Redelivery(group)}, sh.fairKeys(group)...)
+	return pipeScript(ctx, pipe, ackScript, append(keys, sh.Meta(group), sh.Bell()), args...)
 }
 
 // pipePeek queues peek.lua on pipe: its result is 1 when group has entries
 // to read in the partition's ready stream or its redelivery stream.
 func pipePeek(ctx context.Context, pipe redis.Pipeliner, sh Shard, group string) pipedScript {
-	return pipeScript(ctx, pipe, peekScript, []string{sh.Stream(), sh.Redelivery(group)}, group)
+	return pipeScript(ctx, pipe, peekScript, []string{sh.Stream(), sh.Redelivery(group), sh.fairRing(group), sh.fairPrio(group), sh.fairWait(group)}, group)
 }
 
 // ExtendReply is what extend.lua returns.
@@ -480,7 +518,7 @@ func Nack(ctx context.Context, c redis.Scripter, sh Shard, a NackArgs) (NackRepl
 		keep = "1"
 	}
 	res, err := nackScript.Run(ctx, c,
-		[]string{a.Stream, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g), sh.Dead(g), sh.Meta(g), sh.Bell()},
+		append([]string{a.Stream, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g), sh.Dead(g), sh.Meta(g), sh.Bell()}, sh.fairKeys(g)...),
 		g, a.Id, source, a.Attempt, a.Delay.Milliseconds(), a.Body, sh.Wake(), a.Reason, max(a.MaxDead, 0), keep).Int64Slice()
 	if err == nil {
 		err = replyShort("nack", len(res), 2)
@@ -502,7 +540,7 @@ type ReleaseReply struct {
 // entries per stream pending for consumer, but the one kept (keepStream
 // "1" ready, "2" redelivery, "" none; keepID).
 func Release(ctx context.Context, c redis.Scripter, sh Shard, group, consumer string, batch int, keepStream, keepID string) (ReleaseReply, error) {
-	res, err := releaseScript.Run(ctx, c, []string{sh.Stream(), sh.Redelivery(group), sh.Bell()},
+	res, err := releaseScript.Run(ctx, c, append([]string{sh.Stream(), sh.Redelivery(group), sh.Bell(), sh.Meta(group)}, sh.fairKeys(group)...),
 		group, consumer, batch, keepStream, keepID).Int64Slice()
 	if err == nil {
 		err = replyShort("release", len(res), 3)
@@ -817,6 +855,8 @@ const (
 type ReadReply struct {
 	Status  ReadStatus
 	Vis     time.Duration // the group's stored visibility timeout (0: none stored)
+	Grouped bool          // the group has grouped messages queued or in flight: pick before reading (ReadGroup)
+	Wake    time.Time     // when a group asleep under its rate limit wakes (zero: none)
 	Streams []redis.XStream
 }
 
@@ -825,27 +865,26 @@ type ReadReply struct {
 // each it holds (acked, not yet acknowledged in Redis). paused is the
 // group's pause flag when it shares the partition's slot, else "".
 func Read(ctx context.Context, c redis.Scripter, sh Shard, paused, group, consumer string, count, heldRedo, heldReady int) (ReadReply, error) {
-	keys := []string{sh.Redelivery(group), sh.Stream(), sh.Bell(), sh.Meta(group)}
+	keys := append([]string{sh.Redelivery(group), sh.Stream(), sh.Bell(), sh.Meta(group)}, sh.fairKeys(group)...)
 	if paused != "" {
 		keys = append(keys, paused)
 	}
 	res, err := readArmScript.Run(ctx, c, keys, group, consumer, count, heldRedo, heldReady).Slice()
 	if err == nil {
-		err = replyShort("read", len(res), 2)
+		err = replyShort("read", len(res), 4)
 	}
 	if err != nil {
 		return ReadReply{}, err
 	}
 	status, _ := res[0].(int64)
 	vis, _ := res[1].(int64)
-	r := ReadReply{Status: ReadStatus(status), Vis: time.Duration(vis) * time.Millisecond}
-	if r.Status != ReadGot && r.Status != ReadAll {
+	grouped, _ := res[2].(int64)
+	wake, _ := res[3].(int64)
+	r := ReadReply{Status: ReadStatus(status), Vis: time.Duration(vis) * time.Millisecond, Grouped: grouped == 1, Wake: wakeTime(wake)}
+	if (r.Status != ReadGot && r.Status != ReadAll) || len(res) < 5 {
 		return r, nil
 	}
-	if err := replyShort("read", len(res), 3); err != nil {
-		return ReadReply{}, err
-	}
-	if r.Streams, err = xStreams(res[2]); err != nil {
+	if r.Streams, err = xStreams(res[4]); err != nil {
 		return ReadReply{}, fmt.Errorf("read.lua: %w", err)
 	}
 	return r, nil

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -23,6 +24,10 @@ type GroupCount struct {
 	Ready, Pending, Consumers int64
 	Retry, Dead               int64
 	DeadTotal, DeadEvicted    int64
+	// Grouped counts grouped messages due and queued in their groups (not
+	// yet picked); Active the groups holding queued or in-flight messages
+	// (or whose rate limiter has not caught up). See fair.lua.
+	Grouped, Active int64
 }
 
 // PartitionCount is what PartitionStats counts of one partition.
@@ -43,6 +48,7 @@ func PartitionStats(ctx context.Context, c Cmds, sh Shard) (PartitionCount, erro
 	}
 	pipe := c.Pipeline()
 	waiting := pipe.ZCard(ctx, sh.Waiting())
+	orphans := pipe.ZCard(ctx, sh.orphans())
 	far := pipe.HMGet(ctx, sh.FarMeta(), "n")
 	length := pipe.XLen(ctx, sh.Stream())
 	infos := pipe.XInfoGroups(ctx, sh.Stream())
@@ -53,6 +59,8 @@ func PartitionStats(ctx context.Context, c Cmds, sh Shard) (PartitionCount, erro
 		retry *redis.IntCmd
 		dead  *redis.IntCmd
 		meta  *redis.SliceCmd
+		fq    *redis.IntCmd
+		fqN   *redis.StringCmd
 	}
 	cmds := make([]groupCmds, len(groups))
 	for n, g := range groups {
@@ -62,19 +70,28 @@ func PartitionStats(ctx context.Context, c Cmds, sh Shard) (PartitionCount, erro
 			retry: pipe.ZCard(ctx, sh.Retry(g)),
 			dead:  pipe.XLen(ctx, sh.Dead(g)),
 			meta:  pipe.HMGet(ctx, sh.Meta(g), "dead_total", "dead_evicted"),
+			fq:    pipe.HLen(ctx, sh.Fair(g)),
+			fqN:   pipe.HGet(ctx, sh.Fair(g), fairQueued),
 		}
 	}
-	// A stream not created yet answers XINFO with an error: counted as empty.
-	if _, err := pipe.Exec(ctx); err != nil && !isNoSuchKey(err) {
+	// A stream not created yet answers XINFO with an error: counted as
+	// empty; so is a missing field (HGET: redis.Nil).
+	if _, err := pipe.Exec(ctx); err != nil && !isNoSuchKey(err) && !errors.Is(err, redis.Nil) {
 		return st, err
 	}
-	st.Waiting, st.Stream, st.Leased = waiting.Val()+farCount(far), length.Val(), lease.Val() == 1
+	st.Waiting, st.Stream, st.Leased = waiting.Val()+orphans.Val()+farCount(far), length.Val(), lease.Val() == 1
 	for n, g := range groups {
 		c := cmds[n]
 		gs := GroupCount{Group: g, Retry: c.retry.Val(), Dead: c.dead.Val()}
 		gs.Ready, gs.Pending, gs.Consumers = groupBacklog(infos.Val(), g, length.Val(), c.redo.Val(), c.redoN.Val())
 		m := c.meta.Val()
 		gs.DeadTotal, gs.DeadEvicted = parseCount(m[0]), parseCount(m[1])
+		// fq holds a field per group and per queued message, and the count
+		if n, err := c.fqN.Int64(); err == nil {
+			gs.Grouped, gs.Active = n, c.fq.Val()-n-1
+		} else {
+			gs.Active = c.fq.Val()
+		}
 		st.Groups = append(st.Groups, gs)
 	}
 	return st, nil

@@ -93,6 +93,7 @@ var (
 	farPullScript    = loadScript("farpull")
 	readArmScript    = loadScript("read")
 	peekScript       = loadScript("peek")
+	pickScript       = loadScript("pick")
 
 	schedAddScript   = loadScript("schedadd")
 	schedPauseScript = loadScript("schedpause")
@@ -117,11 +118,17 @@ var (
 //	<shard>:stream           stream  ready messages
 //	<shard>:bkeys            hash    business key -> UUID of the waiting message holding it
 //	<shard>:bkeyof           hash    UUID of a waiting message -> its business key (absent: none holds one)
+//	<shard>:grpof            hash    UUID of a waiting grouped message, in either tier -> its group (absent: none is grouped)
+//	<shard>:gorphan          zset    UUID of a grouped message due while the topic had no consumer group -> its score (see promote.lua)
 //	<shard>:groups           set     consumer groups
 //	<shard>:g:<group>:retry  zset    retry member -> due score
 //	<shard>:g:<group>:rbody  hash    retry member -> encoded message
 //	<shard>:g:<group>:redo   stream  redeliveries for the group
-//	<shard>:g:<group>:dead   stream  dead letters (fields m, a, r)
+//	<shard>:g:<group>:dead   stream  dead letters (fields m, a, r; k: a grouped message's group)
+//	<shard>:g:<group>:fq     hash    grouped messages queued per group, and the groups' states (see fair.lua)
+//	<shard>:g:<group>:fring  list    groups that may be served now, round-robin (see fair.lua)
+//	<shard>:g:<group>:fprio  list    groups with high-priority messages queued (see fair.lua)
+//	<shard>:g:<group>:fwait  zset    groups over their rate limit -> when they may go on (ms; see fair.lua)
 //	<shard>:g:<group>:meta   hash    group policy and counters
 //	<shard>:g:<group>:owner  string  consumer owning the partition (ordered; expires)
 //	<shard>:g:<group>:members zset   ordered subscriptions of the group -> expiry (partition 0 only)
@@ -237,6 +244,8 @@ func (s Shard) Bell() string    { return string(s) + ":bell" }
 func (s Shard) Lease() string   { return string(s) + ":lease" }
 func (s Shard) Bkeys() string   { return string(s) + ":bkeys" }
 func (s Shard) BkeyOf() string  { return string(s) + ":bkeyof" }
+func (s Shard) GroupOf() string { return string(s) + ":grpof" }
+func (s Shard) orphans() string { return string(s) + ":gorphan" }
 func (s Shard) reg() string     { return string(s) + ":reg" }
 func (s Shard) dormant() string { return string(s) + ":dormant" }
 func (s Shard) Far() string     { return string(s) + ":far" }
@@ -266,3 +275,17 @@ func (s Shard) Running(group string) string     { return s.group(group) + ":runn
 func (s Shard) slotQueue(group string) string   { return s.group(group) + ":squeue" }
 func (s Shard) slotSeen(group string) string    { return s.group(group) + ":sseen" }
 func (s Shard) Flow(group string) string        { return s.group(group) + ":flow" }
+func (s Shard) Fair(group string) string        { return s.group(group) + ":fq" }
+func (s Shard) fairRing(group string) string    { return s.group(group) + ":fring" }
+func (s Shard) fairPrio(group string) string    { return s.group(group) + ":fprio" }
+func (s Shard) fairWait(group string) string    { return s.group(group) + ":fwait" }
+
+// fairQueued is the field of a consumer group's fq hash that counts the
+// messages queued in its groups (fair.lua's "\0n").
+const fairQueued = "\x00n"
+
+// fairKeys are a consumer group's fair queues (see fair.lua): fq, fring,
+// fprio, fwait, in the order the scripts take them.
+func (s Shard) fairKeys(group string) []string {
+	return []string{s.Fair(group), s.fairRing(group), s.fairPrio(group), s.fairWait(group)}
+}

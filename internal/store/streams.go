@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -26,6 +27,60 @@ func ReadGroup(ctx context.Context, c Cmds, sh Shard, group, consumer string, co
 	return res, err
 }
 
+// PickReply is what pick.lua did.
+type PickReply struct {
+	Moved int64     // grouped messages moved into the redelivery stream
+	More  bool      // groups are left to serve: pick again before the next read
+	Wake  time.Time // when a group asleep under its rate limit wakes (zero: none)
+}
+
+// PickAndRead picks up to count of a consumer group's grouped messages
+// into its redelivery stream (pick.lua) and reads new entries as
+// ReadGroup does, in one round trip.
+func PickAndRead(ctx context.Context, c Cmds, sh Shard, group, consumer string, count int) ([]redis.XStream, PickReply, error) {
+	pipe := c.Pipeline()
+	keys := append([]string{sh.Redelivery(group), sh.Meta(group)}, sh.fairKeys(group)...)
+	pick := pipeScript(ctx, pipe, pickScript, append(keys, sh.Bell()), count)
+	read := pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group:    group,
+		Consumer: consumer,
+		Count:    int64(count),
+		Streams:  []string{sh.Redelivery(group), sh.Stream(), ">", ">"},
+		Block:    -1,
+	})
+	execPipe(ctx, pipe)
+	var r PickReply
+	res, err := pick.Result(ctx, c).Int64Slice()
+	if err == nil {
+		err = replyShort("pick", len(res), 3)
+	}
+	if err != nil {
+		return nil, r, err
+	}
+	r = PickReply{Moved: res[0], More: res[1] == 1, Wake: wakeTime(res[2])}
+	streams, err := read.Result()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	if err == nil && pick.Cmd.Err() != nil {
+		// pick.lua was not cached: it ran after the read, so what it
+		// moved is read next time.
+		r.More = true
+	}
+	return streams, r, err
+}
+
+// wakeTime is the time of a script's ms reply, the zero time for -1.
+func wakeTime(ms int64) time.Time {
+	if ms < 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// maxAckPerCall bounds the redelivery entries of one ack.lua call.
+const maxAckPerCall = 256
+
 // AckReply is what Ack did, per stream: how many entries were pending and
 // are now acknowledged, or the error.
 type AckReply struct {
@@ -40,19 +95,25 @@ func Ack(ctx context.Context, c Cmds, sh Shard, group string, ready, redo []stri
 	var r AckReply
 	pipe := c.Pipeline()
 	var readyCmd *redis.IntCmd
-	var redoAck pipedScript
+	var redoAcks []pipedScript
 	if len(ready) > 0 {
 		readyCmd = pipe.XAck(ctx, sh.Stream(), group, ready...)
 	}
-	if len(redo) > 0 {
-		redoAck = pipeAck(ctx, pipe, sh, group, redo)
+	// ack.lua reads each grouped entry and gives its slot back: a bounded
+	// number per call keeps every call short, whatever the batch.
+	for start := 0; start < len(redo); start += maxAckPerCall {
+		redoAcks = append(redoAcks, pipeAck(ctx, pipe, sh, group, redo[start:min(start+maxAckPerCall, len(redo))]))
 	}
 	execPipe(ctx, pipe)
 	if readyCmd != nil {
 		r.Ready, r.ReadyErr = readyCmd.Result()
 	}
-	if redoAck.Cmd != nil {
-		r.Redo, r.RedoErr = redoAck.Result(ctx, c).Int64()
+	for _, a := range redoAcks {
+		n, err := a.Result(ctx, c).Int64()
+		r.Redo += n
+		if err != nil && r.RedoErr == nil {
+			r.RedoErr = err
+		}
 	}
 	return r
 }

@@ -8,13 +8,14 @@
   KEYS[3] bkeys    hash  business key -> UUID of the waiting message holding it
   KEYS[4] bkeyof   hash  UUID of a waiting message -> its business key
   KEYS[5] prio     hash  message UUID -> 1 for high-priority messages
+  KEYS[6] grpof    hash  UUID of a waiting grouped message -> its group
   ARGV[1] "uuid" or "key": what ARGV[2] is
   ARGV[2] the message UUID, or the business key
 
   Returns 1 when the message was waiting and is removed, 0 otherwise
   (unknown, already delivered, or already cancelled).
 ]]
-local waiting, bodies, bkeys, bkeyof, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local waiting, bodies, bkeys, bkeyof, prio, grpof = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local by, ref = ARGV[1], ARGV[2]
 local id = lookup_id(bkeys, by, ref)
 if not id then
@@ -27,6 +28,7 @@ end
 -- by key, a holder no longer waiting (none should be) is freed all the same
 redis.call('HDEL', bodies, id)
 redis.call('HDEL', prio, id)
+redis.call('HDEL', grpof, id)
 local key = redis.call('HGET', bkeyof, id)
 if key then
   redis.call('HDEL', bkeyof, id)

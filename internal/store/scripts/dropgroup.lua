@@ -7,7 +7,8 @@
   KEYS[2] groups   set    consumer groups of the topic
   KEYS[3..] the group's own keys: redelivery stream, retry set, retry
           bodies, dead letters, meta, owner, members, owned (the last three
-          for ordered subscriptions), paused, rate (partition 0 only)
+          for ordered subscriptions), paused, rate (partition 0 only), and
+          its fair queues: fq, fring, fprio, fwait (see fair.lua)
 
   ARGV[1] consumer group
 

@@ -17,12 +17,18 @@
   ARGV[6] policy, idle: consumer idle timeout ms
   ARGV[7] policy, backoff: retry delays ms per attempt (comma-separated,
           last repeats)
+  ARGV[8] policy, gcap: most messages of one group in flight (0: no cap)
+  ARGV[9] policy, grate: per-group rate limit, "<messages>/<per ms>" ("": none)
+
+  Sets the meta field gv: the group's subscribers read grouped messages
+  (fair.lua), so schedulers queue them per group for it.
 
   Returns 1 when the group is new, 0 when it existed.
 ]]
 local stream, rstream, groups, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, wake = ARGV[1], ARGV[2]
 local max, vis, deadmax, idle, backoff = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local gcap, grate = ARGV[8], ARGV[9]
 local created = redis.call('SADD', groups, group)
 for _, key in ipairs({stream, rstream}) do
   local ok = redis.pcall('XGROUP', 'CREATE', key, group, '0', 'MKSTREAM')
@@ -30,7 +36,8 @@ for _, key in ipairs({stream, rstream}) do
     return redis.error_reply(ok.err)
   end
 end
-redis.call('HSET', meta, 'max', max, 'vis', vis, 'deadmax', deadmax, 'idle', idle, 'backoff', backoff)
+redis.call('HSET', meta, 'max', max, 'vis', vis, 'deadmax', deadmax, 'idle', idle, 'backoff', backoff,
+  'gcap', gcap, 'grate', grate, 'gv', 1)
 if created == 1 then
   redis.call('PUBLISH', wake, 'g')
 end

@@ -19,19 +19,11 @@ local function ring(bell)
   end
 end
 
--- Queues a message for redelivery to one consumer group: straight into the
--- group's redelivery stream when delay <= 0 (ringing the partition's
--- bell), else into its retry set, waking schedulers when it becomes the
--- earliest retry. member_suffix ("m" or "r" + entry id) makes the retry
--- member unique.
-local function requeue(retry, rbodies, rstream, bell, wake, member_suffix, attempt, delay, body)
-  if delay <= 0 then
-    redis.call('XADD', rstream, '*', 'm', body, 'a', attempt)
-    ring(bell)
-    return
-  end
+-- Puts a message in a consumer group's retry set until delay (ms) has
+-- passed, waking schedulers when it becomes the earliest retry. member
+-- ("<attempt>:" and a unique suffix) names it there.
+local function retry_later(retry, rbodies, wake, member, delay, body)
   local score = (now_ceil_ms() + delay) * 1024
-  local member = attempt .. ':' .. member_suffix
   local head = redis.call('ZRANGE', retry, 0, 0, 'WITHSCORES')[2]
   redis.call('HSET', rbodies, member, body)
   redis.call('ZADD', retry, score, member)
@@ -40,12 +32,29 @@ local function requeue(retry, rbodies, rstream, bell, wake, member_suffix, attem
   end
 end
 
--- Adds a dead letter (fields m = message, a = attempts, r = reason; the
--- entry id is the time it died) and evicts the oldest beyond limit
--- (<= 0: no limit). Evictions are counted in the group's meta hash and
--- returned, so callers can log them.
-local function bury(dead, meta, limit, body, attempts, reason)
-  redis.call('XADD', dead, '*', 'm', body, 'a', attempts, 'r', reason)
+-- Queues a message for redelivery to one consumer group: straight into the
+-- group's redelivery stream when delay <= 0 (ringing the partition's
+-- bell), else into its retry set. member_suffix ("m" or "r" + entry id)
+-- makes the retry member unique.
+local function requeue(retry, rbodies, rstream, bell, wake, member_suffix, attempt, delay, body)
+  if delay <= 0 then
+    redis.call('XADD', rstream, '*', 'm', body, 'a', attempt)
+    ring(bell)
+    return
+  end
+  retry_later(retry, rbodies, wake, attempt .. ':' .. member_suffix, delay, body)
+end
+
+-- Adds a dead letter (fields m = message, a = attempts, r = reason, k =
+-- the message's group when it has one; the entry id is the time it died)
+-- and evicts the oldest beyond limit (<= 0: no limit). Evictions are
+-- counted in the group's meta hash and returned, so callers can log them.
+local function bury(dead, meta, limit, body, attempts, reason, group)
+  if group then
+    redis.call('XADD', dead, '*', 'm', body, 'a', attempts, 'r', reason, 'k', group)
+  else
+    redis.call('XADD', dead, '*', 'm', body, 'a', attempts, 'r', reason)
+  end
   redis.call('HINCRBY', meta, 'dead_total', 1)
   if limit > 0 then
     local n = redis.call('XTRIM', dead, 'MAXLEN', limit)
@@ -57,17 +66,23 @@ local function bury(dead, meta, limit, body, attempts, reason)
   return 0
 end
 
--- The body and attempt number of a stream entry (nil body when the entry
--- is gone or has no field m).
+-- The body, attempt number and group (field k, nil for none) of a stream
+-- entry (nil body when the entry is gone or has no field m).
 local function entry_of(stream, id)
   local e = redis.call('XRANGE', stream, id, id)[1]
-  local body, attempt = nil, 1
+  local body, attempt, group = nil, 1, nil
   if e then
     local f = e[2]
     for i = 1, #f, 2 do
-      if f[i] == 'm' then body = f[i + 1] elseif f[i] == 'a' then attempt = tonumber(f[i + 1]) or 1 end
+      if f[i] == 'm' then
+        body = f[i + 1]
+      elseif f[i] == 'a' then
+        attempt = tonumber(f[i + 1]) or 1
+      elseif f[i] == 'k' then
+        group = f[i + 1]
+      end
     end
   end
-  return body, attempt
+  return body, attempt, group
 end
 

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: clock, lib
+-- include: clock, lib, fair
 --[[
   promote: one scheduler tick of a topic. It first takes or extends the
   topic's scheduling lease: only the scheduler holding it promotes, the
@@ -15,6 +15,14 @@
   (KEYS[9]), each finishing the one in progress before others move. The
   lease only saves work: a message is
   moved exactly once even when several schedulers call this at once.
+  A due grouped message (listed in grpof) goes to the end of its group's
+  queue in each listed consumer group instead (fair.lua; a consumer group
+  whose subscribers do not read groups yet, meta field gv unset, gets it
+  in its redelivery stream), counting one entry per consumer group; a due
+  retry of a grouped message goes to the front of its group's queue and
+  gives its slot back. A group asleep under its rate limit is put back in
+  its consumer group's ring when it may go on, and counts as the earliest
+  due time until then.
   Flagged allow-oom: it runs at maxmemory, since moving due messages on is
   what lets them be acknowledged and trimmed, freeing memory.
 
@@ -31,10 +39,24 @@
                           and each redelivery stream given a copy -> 1
   KEYS[10] bell    string the partition's bell, rung when entries were
                           added (see read.lua)
-  then for each consumer group g = 1, 2, ..., three keys:
-  KEYS[3g+8]  retry    zset   "<attempt>:<m|r><entry id>" -> due score
-  KEYS[3g+9]  rbodies  hash   same member -> encoded message
-  KEYS[3g+10] rstream  stream the group's redelivery stream, fields m, a (attempt)
+  KEYS[11] grpof   hash   UUID of a waiting grouped message -> its group
+  KEYS[12] gorphan zset   grouped messages that fell due while the topic had
+                          no consumer group -> their score (bodies and grpof
+                          kept): they wait for the first consumer group,
+                          then move back to the waiting set, a bounded
+                          number per call
+  then for each consumer group g = 1, 2, ..., eight keys:
+  KEYS[8g+5]  retry    zset   "<attempt>:<m|r><entry id>" or, for a grouped
+                              message, "<attempt>:g<entry id>:<group>" -> due score
+  KEYS[8g+6]  rbodies  hash   same member -> encoded message
+  KEYS[8g+7]  rstream  stream the group's redelivery stream, fields m, a (attempt)
+  KEYS[8g+8]  meta     hash   the group's policy (gv, per-group cap)
+  KEYS[8g+9]  fq       hash   the group's fair queues (see fair.lua)
+  KEYS[8g+10]  fring    list   the group's ring of groups to serve
+  KEYS[8g+11] fprio    list   the group's groups with high-priority messages
+  KEYS[8g+12] fwait    zset   the group's groups asleep under their rate limit:
+                              put back in the ring when they may go on (so the
+                              scheduler wakes for them, ringing the bell)
   and last:
   KEYS[#KEYS] far     zset   far bucket number -> when to unpack it (ms): see far.go
   ARGV[1]  most stream entries added per call from the waiting set (a
@@ -61,6 +83,7 @@
 ]]
 local lease, groups, waiting, bodies, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local bkeys, bkeyof, prio, fanout, bell = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local grpof, gorphan = KEYS[11], KEYS[12]
 local limit, owner, leaseMs, mayTake = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local ngroups = redis.call('SCARD', groups)
 local holder = redis.call('GET', lease)
@@ -88,11 +111,26 @@ end
 -- or the number of groups; the caller calls again at once when told
 -- (wait 0).
 local budget, rbudget = limit, limit
+-- Grouped copies cost several commands each (fair.lua): at most this many
+-- a call, whatever the batch, so a call stays short.
+local gbudget = math.min(limit, 256)
 
 -- the redelivery streams of the listed groups, for high-priority messages
 local rstreams = {}
-for g = 13, #KEYS - 1, 3 do
+for g = 15, #KEYS - 1, 8 do
   rstreams[#rstreams + 1] = KEYS[g]
+end
+
+-- The fair queues of the listed groups (fair.lua), opened when needed.
+local fairs = {}
+local function fair_of(g)
+  local c = fairs[g]
+  if not c then
+    local k = 13 + 8 * (g - 1)
+    c = fair_open(KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 3])
+    fairs[g] = c
+  end
+  return c
 end
 
 -- Goes on with the fan-out of the high-priority message in the fanout
@@ -131,7 +169,9 @@ local function resume_fanout()
   return true
 end
 
--- Moves the due messages of a set, oldest first, while the budget lasts.
+-- Moves the due messages of a set, oldest first, while the budget lasts;
+-- retry is the number of the group whose retry set it is (nil: the
+-- waiting set).
 local function move(set, hash, dest, retry)
   -- the head alone tells an idle set (the common case) apart cheaply
   local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
@@ -149,7 +189,7 @@ local function move(set, hash, dest, retry)
     return
   end
   local ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, left)
-  local high = {}
+  local high, grouped = {}, {}
   -- only when something is due: an idle tick stays at the head check
   if not retry and redis.call('EXISTS', prio) == 1 then
     local flags = redis.call('HMGET', prio, unpack(ids))
@@ -157,18 +197,54 @@ local function move(set, hash, dest, retry)
       high[k] = flags[k] == '1'
     end
   end
+  local anyGrouped = not retry and redis.call('EXISTS', grpof) == 1
+  if anyGrouped then
+    grouped = redis.call('HMGET', grpof, unpack(ids))
+  end
   -- n: how many of ids (the first) leave the set in this call
   local n = 0
+  local orphans, kept = {}, {} -- grouped messages with no consumer group (gorphan)
   for k, id in ipairs(ids) do
-    if left == 0 then
+    local gk = grouped[k]
+    -- a grouped message takes an entry per group: it waits for the next
+    -- call unless it is the call's first
+    if left == 0 or (gk and (#rstreams > left or #rstreams > gbudget) and left < limit) then
       break
     end
     n = k
     local body = redis.call('HGET', hash, id)
     if body then
+      local ga, gg = nil, nil
       if retry then
+        ga, gg = string.match(id, '^(%d+):g[^:]*:(.*)$')
+      end
+      if gg then
+        local c = fair_of(retry)
+        fair_release(c, gg)
+        fair_push(c, gg, tonumber(ga), body, 'front')
+        left = left - 1
+      elseif retry then
         redis.call('XADD', dest, '*', 'm', body, 'a', string.match(id, '^(%d+):'))
         left = left - 1
+      elseif gk and #rstreams > 0 then
+        for g, rs in ipairs(rstreams) do
+          local c = fair_of(g)
+          if c.gv then
+            local where = 'fresh'
+            if high[k] and string.byte(gk, 1) ~= 1 then where = 'prio' end
+            fair_push(c, gk, 1, body, where)
+          else
+            redis.call('XADD', rs, '*', 'm', body, 'a', 1)
+          end
+        end
+        left = math.max(left - #rstreams, 0)
+        gbudget = gbudget - #rstreams
+      elseif gk then
+        -- no consumer group to queue it for: it waits for the first
+        orphans[#orphans + 1] = redis.call('ZSCORE', set, id)
+        orphans[#orphans + 1] = id
+        kept[id] = true
+        moved = moved - 1
       elseif high[k] and #rstreams > 0 then
         if #rstreams <= left then
           for _, rs in ipairs(rstreams) do
@@ -197,9 +273,24 @@ local function move(set, hash, dest, retry)
   if n < #ids then
     done = {unpack(ids, 1, n)}
   end
-  redis.call('HDEL', hash, unpack(done))
-  if not retry and next(high) then
-    redis.call('HDEL', prio, unpack(done))
+  -- the bodies (and flags) of the messages moved; those kept for a
+  -- consumer group to come keep theirs
+  local gone = done
+  if #orphans > 0 then
+    redis.call('ZADD', gorphan, unpack(orphans))
+    gone = {}
+    for _, id in ipairs(done) do
+      if not kept[id] then gone[#gone + 1] = id end
+    end
+  end
+  if #gone > 0 then
+    redis.call('HDEL', hash, unpack(gone))
+    if not retry and next(high) then
+      redis.call('HDEL', prio, unpack(gone))
+    end
+    if anyGrouped then
+      redis.call('HDEL', grpof, unpack(gone))
+    end
   end
   -- messages leaving the waiting set release their business keys; the
   -- reverse hash exists only while a waiting message holds one
@@ -229,18 +320,45 @@ local function move(set, hash, dest, retry)
   end
 end
 
+-- grouped messages kept while the topic had no consumer group go back to
+-- the waiting set, due (moved on below), a bounded number per call
+if #rstreams > 0 and redis.call('EXISTS', gorphan) == 1 then
+  local back = redis.call('ZRANGE', gorphan, 0, math.min(limit, 1000) - 1, 'WITHSCORES')
+  local z = {}
+  for i = 1, #back, 2 do
+    z[#z + 1] = back[i + 1]
+    z[#z + 1] = back[i]
+  end
+  redis.call('ZADD', waiting, unpack(z))
+  redis.call('ZREMRANGEBYRANK', gorphan, 0, #back / 2 - 1)
+  earlier(0)
+end
 if resume_fanout() then
-  move(waiting, bodies, stream, false)
+  move(waiting, bodies, stream, nil)
 else
   earlier(0)
 end
 -- groups in turn, from one that changes with time, so none waits behind
 -- the others' backlogs for long
-local ng = (#KEYS - 11) / 3
+local ng = #rstreams
 local first = nowUs % math.max(ng, 1)
 for i = 0, ng - 1 do
-  local g = 11 + 3 * ((first + i) % ng)
-  move(KEYS[g], KEYS[g + 1], KEYS[g + 2], true)
+  local g = (first + i) % ng + 1
+  local k = 13 + 8 * (g - 1)
+  move(KEYS[k], KEYS[k + 1], KEYS[k + 2], g)
+  -- groups asleep under the rate limit: the head alone, as for the sets
+  local sleeper = redis.call('ZRANGE', KEYS[k + 7], 0, 0, 'WITHSCORES')[2]
+  if sleeper then
+    local w = tonumber(sleeper) * 1000 - nowUs
+    if w <= 0 then
+      w = fair_wake(fair_of(g), now, limit)
+      if w >= 0 then w = math.max(w * 1000 - nowUs, 0) end
+    end
+    if w >= 0 then earlier(w) end
+  end
+end
+for _, c in pairs(fairs) do
+  fair_close(c, bell, now)
 end
 -- the far tier's next bucket to unpack
 local far = -1

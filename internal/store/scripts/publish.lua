@@ -1,4 +1,4 @@
--- include: clock, lib
+-- include: clock, lib, fair
 --[[
   publish: stores the messages of one or more Publish calls to a topic.
   Each call is atomic on its own: all of its messages are stored, or none.
@@ -6,7 +6,13 @@
   waiting set, their encoded bodies into the hash beside it. A high-priority
   message always goes into the waiting set (due now when not delayed), so
   the scheduler hands it to each consumer group's redelivery stream, which
-  subscribers read first; it counts as waiting in every respect.
+  subscribers read first; it counts as waiting in every respect. So does a
+  grouped message (SetGroup, or the keep-last-if-active policy), which the
+  scheduler queues in its group (fair.lua); grpof names its group. An
+  immediate grouped message is queued in its group in each consumer group
+  at once instead, when the caller lists the topic's consumer groups
+  (ARGV[8..]), the list is right, and nothing due waits for the scheduler
+  (it would overtake it).
 
   KEYS[1] waiting  zset   message UUID -> score (due ms * 1024 + sequence)
   KEYS[2] bodies   hash   message UUID -> encoded message
@@ -21,7 +27,17 @@
   KEYS[11] fmeta   hash   far tier counters: n, p:<bucket>, l:<bucket>
   KEYS[12] bell    string the partition's bell, rung when ready entries were
                           added (see read.lua)
-  KEYS[13...]      the far index shards and far buckets the messages name (below)
+  KEYS[13] grpof   hash   UUID of a waiting grouped message -> its group
+  KEYS[14] cgroups set    consumer groups of the topic (only read)
+  then for each consumer group listed (ARGV[9..]), six keys:
+  KEYS[6g+9]  meta     hash   its policy (gv, per-group cap)
+  KEYS[6g+10] fq       hash   its fair queues (see fair.lua)
+  KEYS[6g+11] fring    list   its ring of groups to serve
+  KEYS[6g+12] fprio    list   its groups with high-priority messages
+  KEYS[6g+13] fwait    zset   its groups asleep under their rate limit
+  KEYS[6g+14] rstream  stream its redelivery stream (for a group whose
+                              subscribers do not read groups: gv unset)
+  then the far index shards and far buckets the messages name (below)
   ARGV[1]          wake channel, published to when the earliest due time moves
                    earlier, or a message is stored in a dormant partition
   ARGV[2]          most waiting messages (ZCARD waiting) a call may leave; 0: no bound
@@ -35,14 +51,18 @@
                    than a quarter of the width and than the unpacking lead, so
                    it is never unpacked after it is due, and Inspector's merge
                    (which reads one bucket more) keeps due order
-  ARGV[7+k]        number of messages of call k (k = 1..c)
-  then eleven arguments per message, the calls' messages in call order:
+  ARGV[8]          number of consumer groups listed, n (0: none; then every
+                   grouped message waits for the scheduler)
+  ARGV[9..8+n]     the consumer groups listed
+  ARGV[8+n+k]      number of messages of call k (k = 1..c)
+  then twelve arguments per message, the calls' messages in call order:
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
   ARGV[j+2]        encoded message
   ARGV[j+3]        business key: '' for none, else the policy's letter and
                    the key: r (reject), k (keep first), x (replace),
-                   d (replace, keeping the holder's due time)
+                   d (replace, keeping the holder's due time), l (keep last
+                   if active: replace while waiting; its group is ARGV[j+11])
   ARGV[j+4]        "1" for a high-priority message, "0" otherwise
   ARGV[j+5]        index in KEYS of the far index shard of the UUID, where a
                    waiting message is looked up first; 0: not looked up (an
@@ -58,9 +78,15 @@
                    bucket give or take the slack (by Redis's clock),
                    and ARGV[j+10] is after now + the margin: the bucket is
                    unpacked later, and before the message is due.
+  ARGV[j+11]       the message's group ("" for none): it waits even when due
+                   now, and grpof names its group while it waits (in either
+                   tier)
 
   Returns one status per call, in call order, then 1 when KEYS[8] was
-  missing (the caller registers the topic again), else 0. A status:
+  missing (the caller registers the topic again), else 0, then 1 when an
+  immediate grouped message found the consumer groups listed wrong (it
+  waited for the scheduler: the caller reads the list again), else 0. A
+  status:
     0                          its messages are stored (or dropped: keep first)
     {'pull', UUID, ...}        messages of the call are waiting in the far
                                tier: the caller moves them to the waiting set
@@ -95,11 +121,30 @@
 ]]
 local waiting, bodies, stream, seq, bkeys, bkeyof = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local prio, reg, dormant, far, fmeta, bell = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local grpof, cgroups = KEYS[13], KEYS[14]
 local wake, maxWaiting, maxReady, calls = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local farMargin, farWidth, farSlack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limited)
-local first = 8 + calls
-local STRIDE = 11 -- arguments per message
+local ng = tonumber(ARGV[8])
+local first = 9 + ng + calls
+local STRIDE = 12 -- arguments per message
+
+-- Whether immediate grouped messages go straight to their groups: the
+-- consumer groups listed are the topic's (listed), and no message is due
+-- and not yet moved by the scheduler, so they overtake none of their
+-- group's (due order within a group); else they wait for the scheduler.
+local listed = ng > 0 and redis.call('SCARD', cgroups) == ng
+for i = 1, ng do
+  if listed and redis.call('SISMEMBER', cgroups, ARGV[8 + i]) == 0 then
+    listed = false
+  end
+end
+local direct = listed
+if direct then
+  local head = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')[2]
+  direct = head == nil or tonumber(head) > now_ceil_ms() * 1024 + 1023
+end
+local stale = 0
 
 -- delays, which messages wait (delayed or high-priority), their UUIDs, the
 -- business keys
@@ -107,11 +152,19 @@ local delay, waits, uuids, msgKeys = {}, {}, {}, {}
 local fixed = {} -- message -> the score it takes from the holder it replaces (d)
 for j = first, #ARGV, STRIDE do
   local d = tonumber(ARGV[j + 1])
-  if ARGV[j + 4] == '1' and d < 0 then
+  local grouped = ARGV[j + 11] ~= ''
+  if grouped and d <= 0 and not listed then
+    -- through the scheduler; the caller's list is out of date unless
+    -- the topic has no consumer group
+    if ng > 0 or redis.call('SCARD', cgroups) > 0 then stale = 1 end
+  end
+  -- high priority, or grouped without the consumer groups to queue it in
+  local through = ARGV[j + 4] == '1' and not (grouped and direct) or grouped and not direct
+  if through and d < 0 then
     d = 0
   end
   delay[j] = d
-  waits[j] = d > 0 or ARGV[j + 4] == '1'
+  waits[j] = d > 0 or through
   if waits[j] then
     uuids[#uuids + 1] = ARGV[j]
   end
@@ -224,13 +277,17 @@ local function check(m)
     end
   end
   adds[#adds + 1] = m
-  if w then dWait = dWait + 1 else dReady = dReady + 1 end
+  if w then
+    dWait = dWait + 1
+  elseif ARGV[m + 11] == '' then
+    dReady = dReady + 1
+  end
   return nil
 end
 
 local j = first
 for k = 1, calls do
-  local stop = j + STRIDE * tonumber(ARGV[7 + k])
+  local stop = j + STRIDE * tonumber(ARGV[8 + ng + k])
   local bad = nil
   adds, removes, dWait, dReady, pulls = {}, {}, 0, 0, nil
   for m = j, stop - 1, STRIDE do
@@ -289,6 +346,7 @@ if #removed > 0 then
   redis.call('HDEL', bodies, unpack(removed))
   redis.call('HDEL', bkeyof, unpack(removed))
   redis.call('HDEL', prio, unpack(removed))
+  redis.call('HDEL', grpof, unpack(removed))
 end
 -- the final holder of every business key that changed hands
 for _, key in ipairs(touched) do
@@ -300,10 +358,37 @@ for _, key in ipairs(touched) do
   end
 end
 
+local fairs = {} -- the listed consumer groups' fair queues, opened when needed
+local streamed = false
 for _, m in ipairs(ready) do
-  redis.call('XADD', stream, '*', 'm', ARGV[m + 2])
+  local g = ARGV[m + 11]
+  if g == '' then
+    redis.call('XADD', stream, '*', 'm', ARGV[m + 2])
+    streamed = true
+  else
+    local where = 'fresh'
+    if ARGV[m + 4] == '1' and string.byte(g, 1) ~= 1 then where = 'prio' end
+    for i = 1, ng do
+      local k = 15 + 6 * (i - 1)
+      local c = fairs[i]
+      if not c then
+        c = fair_open(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k])
+        fairs[i] = c
+      end
+      if c.gv then
+        fair_push(c, g, 1, ARGV[m + 2], where)
+      else
+        redis.call('XADD', KEYS[k + 5], '*', 'm', ARGV[m + 2], 'a', 1)
+        streamed = true
+      end
+    end
+  end
 end
-if #ready > 0 then
+if #fairs > 0 then
+  local now_ = now or now_ceil_ms()
+  for _, c in pairs(fairs) do fair_close(c, bell, now_) end
+end
+if streamed then
   ring(bell)
 end
 
@@ -420,9 +505,13 @@ if #stored > 0 then
     end
   end
   for c = 1, #stored, CHUNK do
-    local h, z, o, pr = {}, {}, {}, {}
+    local h, z, o, pr, gr = {}, {}, {}, {}, {}
     for k = c, math.min(c + CHUNK - 1, #stored) do
       local m = stored[k]
+      if ARGV[m + 11] ~= '' then
+        gr[#gr + 1] = ARGV[m]
+        gr[#gr + 1] = ARGV[m + 11]
+      end
       if not isFar[m] then
         local score = scoreOf[m]
         h[#h + 1] = ARGV[m]
@@ -452,6 +541,9 @@ if #stored > 0 then
     if #pr > 0 then
       redis.call('HSET', prio, unpack(pr))
     end
+    if #gr > 0 then
+      redis.call('HSET', grpof, unpack(gr))
+    end
   end
   if nFar > 0 then
     redis.call('HINCRBY', fmeta, 'n', nFar)
@@ -472,4 +564,5 @@ if redis.call('EXISTS', reg) == 0 then
   new = 1
 end
 status[calls + 1] = new
+status[calls + 2] = stale
 return status

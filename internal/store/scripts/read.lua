@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: clock, lib, fair
 --[[
   read: a subscription's read of new messages when its last read found
   fewer than it asked for (its other reads are plain XREADGROUP calls). It
@@ -22,7 +23,11 @@
                           new entries; its name is also the bell's channel
   KEYS[4] meta     hash   the group's policy (vis: the visibility timeout
                           reclaim uses, in ms)
-  KEYS[5] paused   string the group's pause flag (optional: only partition 0
+  KEYS[5] fq       hash   the group's fair queues (see fair.lua)
+  KEYS[6] fring    list   the group's ring of groups to serve
+  KEYS[7] fprio    list   the group's groups with high-priority messages
+  KEYS[8] fwait    zset   the group's groups asleep under their rate limit
+  KEYS[9] paused   string the group's pause flag (optional: only partition 0
                           shares its slot)
   ARGV[1] consumer group
   ARGV[2] consumer name
@@ -31,7 +36,14 @@
           acknowledgement not yet in Redis)
   ARGV[5] same for the ready stream
 
-  Returns {status, vis, reply}: vis is the group's stored visibility
+  While the group has grouped messages queued or in flight (fq exists), it
+  first picks up to ARGV[3] of them into the redelivery stream (fair.lua's
+  fair_pick), and arms the bell only when no group is left to serve.
+
+  Returns {status, vis, grouped, wake, reply}: grouped is 1 when the group
+  has grouped messages queued or in flight (the subscription picks before
+  its plain reads then, pick.lua), wake the ms at which a group asleep under
+  its rate limit wakes (-1: none); vis is the group's stored visibility
   timeout in ms (0 when none is stored), so a subscription renews the
   lease of what it read often enough even when another subscriber of the
   group set a shorter one. status 0: read, reply is XREADGROUP's (the
@@ -41,7 +53,8 @@
   paused (nothing read); 3: the consumer has pending entries it does not
   hold (nothing read).
 ]]
-local rstream, stream, bell, meta, paused = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local rstream, stream, bell, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local fq, fring, fprio, fwait, paused = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local group, consumer, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local held = {tonumber(ARGV[4]), tonumber(ARGV[5])}
 
@@ -51,23 +64,40 @@ for s, key in ipairs({rstream, stream}) do
   -- The first held + 1 pending entries of the consumer are more than it
   -- holds when it has one it does not know of.
   if #redis.call('XPENDING', key, group, '-', '+', held[s] + 1, consumer) > held[s] then
-    return {3, vis}
+    return {3, vis, 0, -1}
   end
 end
 if paused and redis.call('EXISTS', paused) == 1 then
-  return {2, vis}
+  return {2, vis, 0, -1}
+end
+local grouped, wake, more = 0, -1, false
+if redis.call('EXISTS', fq) == 1 then
+  local c = fair_open(fq, fring, fprio, fwait, meta)
+  local now = now_ms()
+  local _
+  _, more, wake = fair_pick(c, rstream, count, now)
+  fair_close(c, bell, now)
+  grouped = 1
 end
 local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', rstream, stream, '>', '>')
 if r then
   for _, s in ipairs(r) do
     if #s[2] >= count then
-      return {0, vis, r}
+      return {0, vis, grouped, wake, r}
     end
   end
+end
+if more then
+  -- groups are left to serve: read again at once (a nil r would reach the
+  -- caller as a nil element)
+  if r then
+    return {0, vis, grouped, wake, r}
+  end
+  return {0, vis, grouped, wake}
 end
 -- NX: an armed bell stays as it is (no write to replicate)
 redis.call('SET', bell, '1', 'NX')
 if r then
-  return {4, vis, r}
+  return {4, vis, grouped, wake, r}
 end
-return {1, vis}
+return {1, vis, grouped, wake}

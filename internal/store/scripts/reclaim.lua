@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: clock, stream, lib
+-- include: clock, stream, lib, fair
 --[[
   reclaim: takes from a consumer group the messages its consumers have held
   longer than the group's visibility timeout without extending the lease
@@ -18,6 +18,10 @@
                           deadmax (0 = no limit), idle (ms), backoff
                           (comma-separated ms per attempt, last repeats)
   KEYS[7] bell     string the partition's bell (see read.lua)
+  KEYS[8] fq       hash   the group's fair queues (see fair.lua)
+  KEYS[9] fring    list   the group's ring of groups to serve
+  KEYS[10] fprio   list   the group's groups with high-priority messages
+  KEYS[11] fwait   zset   the group's groups asleep under their rate limit
   ARGV[1] consumer group
   ARGV[2] most pending entries looked at per call
   ARGV[3] wake channel
@@ -35,8 +39,12 @@
   away), removed the consumers deleted, vis is the group's visibility
   timeout in ms (schedulers pace their reclaims by it); stream and last
   tell where to go on (ARGV[5], ARGV[6]), stream 0 when the sweep is done.
+
+  A grouped message (a redelivery entry with field k) is queued again in
+  its group, or buried giving its group's slot back, as nack.lua does.
 ]]
 local stream, rstream, retry, rbodies, dead, meta, bell = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local fq, fring, fprio, fwait = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local group, limit, wake, cleanup = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local s, last = tonumber(ARGV[5]), ARGV[6]
 local p = redis.call('HMGET', meta, 'max', 'vis', 'deadmax', 'idle', 'backoff')
@@ -50,6 +58,7 @@ for d in string.gmatch(p[5] or '', '%d+') do
 end
 
 local requeued, buried, evicted, missing, removed = 0, 0, 0, 0, 0
+local c = nil -- the fair queues, opened at the first grouped message
 -- the streams by their place in KEYS, as ARGV[5] and the reply number them
 local streams = {stream, rstream}
 while s <= 2 do
@@ -63,7 +72,10 @@ while s <= 2 do
     local id, consumer, idle = e[1], e[2], e[3]
     last = id
     if idle >= vis then
-      local body, attempt = entry_of(key, id)
+      local body, attempt, g = entry_of(key, id)
+      if g and not c then
+        c = fair_open(fq, fring, fprio, fwait, meta)
+      end
       redis.call('XACK', key, group, id)
       if s == 2 then
         redis.call('XDEL', key, id)
@@ -72,11 +84,16 @@ while s <= 2 do
         missing = missing + 1
       elseif maxAttempts > 0 and attempt >= maxAttempts then
         evicted = evicted + bury(dead, meta, deadMax, body, attempt,
-          string.format('not acknowledged within %d ms by consumer %s on attempt %d of %d', vis, consumer, attempt, maxAttempts))
+          string.format('not acknowledged within %d ms by consumer %s on attempt %d of %d', vis, consumer, attempt, maxAttempts), g)
         buried = buried + 1
+        if g then fair_release(c, g) end
       else
         local delay = backoff[math.min(attempt, #backoff)] or 0
-        requeue(retry, rbodies, rstream, bell, wake, tag .. id, attempt + 1, delay, body)
+        if g then
+          fair_retry(c, retry, rbodies, wake, g, id, attempt + 1, delay, body)
+        else
+          requeue(retry, rbodies, rstream, bell, wake, tag .. id, attempt + 1, delay, body)
+        end
         requeued = requeued + 1
       end
     end
@@ -93,6 +110,7 @@ end
 if s > 2 then
   s = 0
 end
+if c then fair_close(c, bell, now_ceil_ms()) end
 
 if cleanup == '1' and s == 0 then
   for _, key in ipairs(streams) do
