@@ -78,9 +78,9 @@
                    bucket give or take the slack (by Redis's clock),
                    and ARGV[j+10] is after now + the margin: the bucket is
                    unpacked later, and before the message is due.
-  ARGV[j+11]       the message's group ("" for none): it waits even when due
-                   now, and grpof names its group while it waits (in either
-                   tier)
+  ARGV[j+11]       the message's group ("" for none): it waits, even when
+                   due now unless it goes straight to its group (above), and
+                   grpof names its group while it waits (in either tier)
 
   Returns one status per call, in call order, then 1 when KEYS[8] was
   missing (the caller registers the topic again), else 0, then 1 when an
