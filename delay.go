@@ -9,6 +9,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // untilLayout always has milliseconds, which Watermill's delay.Message (whole
@@ -49,7 +51,7 @@ func messageDelay(md message.Metadata, now time.Time) (time.Duration, error) {
 	d, hasFor := time.Duration(0), false
 	if v := md.Get(delay.DelayedForKey); v != "" {
 		var err error
-		if d, err = time.ParseDuration(v); err != nil {
+		if d, _, err = store.ParseFor(v); err != nil {
 			if durationSyntax.MatchString(v) {
 				return 0, fmt.Errorf("metadata %s=%q is out of range: a delay is at most %s (about 292 years); for a due time, use delay.Until",
 					delay.DelayedForKey, v, time.Duration(math.MaxInt64).Truncate(time.Hour))
@@ -60,7 +62,7 @@ func messageDelay(md message.Metadata, now time.Time) (time.Duration, error) {
 		hasFor = true
 	}
 	if v := md.Get(delay.DelayedUntilKey); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
+		t, _, err := store.ParseUntil(v)
 		if err != nil {
 			return 0, fmt.Errorf("metadata %s=%q is not an RFC 3339 time such as \"2006-01-02T15:04:05Z\" (set it with delay.Message(msg, delay.Until(t)))",
 				delay.DelayedUntilKey, v)
@@ -116,7 +118,7 @@ func markDelivered(md message.Metadata, attempt string, now time.Time) string {
 	until := md.Get(delay.DelayedUntilKey)
 	switch {
 	case until != "":
-		t, err := time.Parse(time.RFC3339Nano, until)
+		t, _, err := store.ParseUntil(until)
 		if err != nil {
 			return until // left as it is: Publish refuses it with ErrInvalidDelay
 		}

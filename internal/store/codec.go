@@ -94,21 +94,18 @@ func Encode(msg *message.Message) []byte {
 func appendWellKnown(b []byte, k, v string) ([]byte, bool) {
 	switch k {
 	case delay.DelayedForKey:
-		d, err := time.ParseDuration(v)
-		if err != nil || d.String() != v {
+		d, exact, err := ParseFor(v)
+		if err != nil || !exact {
 			return b, false
 		}
 		b = binary.AppendUvarint(b, 2*wellKnownDelayedFor+1)
 		return binary.AppendVarint(b, int64(d)), true
 	case delay.DelayedUntilKey:
-		t, err := time.Parse(time.RFC3339, v)
-		if err != nil {
+		t, exact, err := ParseUntil(v)
+		if err != nil || !exact {
 			return b, false
 		}
 		_, offset := t.Zone()
-		if FormatUntil(t.Unix(), offset) != v {
-			return b, false
-		}
 		b = binary.AppendUvarint(b, 2*wellKnownDelayedUntil+1)
 		b = binary.AppendVarint(b, t.Unix())
 		return binary.AppendVarint(b, int64(offset)), true
@@ -175,10 +172,10 @@ func Decode(b []byte) (*message.Message, error) {
 		}
 		switch k / 2 {
 		case wellKnownDelayedFor:
-			md[delay.DelayedForKey] = time.Duration(r.varint()).String()
+			md[delay.DelayedForKey] = formatForMemo(time.Duration(r.varint()))
 		case wellKnownDelayedUntil:
 			unix, offset := r.varint(), r.varint()
-			md[delay.DelayedUntilKey] = FormatUntil(unix, int(offset))
+			md[delay.DelayedUntilKey] = formatUntilMemo(unix, int(offset))
 		default:
 			if r.err == nil {
 				r.err = fmt.Errorf("%w: unknown metadata code %d (written by a newer version?)", ErrCorrupt, k/2)

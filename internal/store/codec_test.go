@@ -154,3 +154,25 @@ func TestCodecIDPrefix(t *testing.T) {
 		}
 	}
 }
+
+// A delayed message as delay.For makes it: the codec's hot path on both
+// sides of a delayed publish.
+func BenchmarkCodecDelayed(b *testing.B) {
+	msg := message.NewMessage("0193a4b2-7c1d-7e3f-8a9b-0c1d2e3f4a5b", make([]byte, 256))
+	delay.Message(msg, delay.For(50*time.Millisecond))
+	body := Encode(msg)
+	b.Run("encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			Encode(msg)
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := Decode(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
