@@ -169,6 +169,11 @@ local function resume_fanout()
   return true
 end
 
+-- Bodies fetched per HMGET while moving: a call per message costs Redis
+-- more than the lookup itself; a whole batch of bodies (up to a megabyte
+-- each) at once would all be in Lua's memory.
+local BODIES = 32
+
 -- Moves the due messages of a set, oldest first, while the budget lasts;
 -- retry is the number of the group whose retry set it is (nil: the
 -- waiting set).
@@ -201,6 +206,7 @@ local function move(set, hash, dest, retry)
   if anyGrouped then
     grouped = redis.call('HMGET', grpof, unpack(ids))
   end
+  local found, base = {}, 0 -- bodies of ids[base + 1 ..], BODIES at a time
   -- n: how many of ids (the first) leave the set in this call
   local n = 0
   local orphans, kept = {}, {} -- grouped messages with no consumer group (gorphan)
@@ -212,7 +218,10 @@ local function move(set, hash, dest, retry)
       break
     end
     n = k
-    local body = redis.call('HGET', hash, id)
+    if k > base + #found then
+      found, base = redis.call('HMGET', hash, unpack(ids, k, math.min(k + BODIES - 1, #ids))), k - 1
+    end
+    local body = found[k - base]
     if body then
       local ga, gg = nil, nil
       if retry then
