@@ -946,6 +946,9 @@ func (h *Hub) explain(err error) error {
 // ExplainPool returns err, when the client's pool gave no connection, with
 // what happened and what to set; any other error (or nil) as it is.
 func ExplainPool(client redis.UniversalClient, err error) error {
+	if err == nil {
+		return nil // and no allocation: it runs after every call
+	}
 	exhausted := errors.Is(err, redis.ErrPoolExhausted)
 	var explained *poolError
 	if !errors.Is(err, redis.ErrPoolTimeout) && !exhausted || errors.As(err, &explained) {
