@@ -413,8 +413,9 @@ func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payloa
 	defer pub.Close()
 	empty := emptyTopic(step.Size)
 	publish := func(topic, what string, round int, into *[]float64) bool {
-		rate := b.measure(fmt.Sprintf("publish delayed 1 ms, 500 per call × 8, %s %s (round %d)", what, at, round), n, func() (time.Duration, error) {
-			return publishUser(pub, topic, n, payload, nil, func() delay.Delay { return delay.For(time.Millisecond) }, nil)
+		due := b.opts.BacklogDue
+		rate := b.measure(fmt.Sprintf("publish delayed %v, 500 per call × 8, %s %s (round %d)", due, what, at, round), n, func() (time.Duration, error) {
+			return publishUser(pub, topic, n, payload, nil, func() delay.Delay { return delay.For(due) }, nil)
 		})
 		if rate != nil {
 			*into = append(*into, *rate)
@@ -439,7 +440,7 @@ func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payloa
 	step.PublishRate, step.EmptyPublishRate = ptr(median(step.PublishRates)), ptr(median(step.EmptyPublishRates))
 	progress("   publish: %s msg/s to the backlog topic, %s to a topic with no backlog (medians of %d; %.2f×)",
 		formatNumber(*step.PublishRate), formatNumber(*step.EmptyPublishRate), publishRounds, *step.PublishRate / *step.EmptyPublishRate)
-	time.Sleep(10 * time.Millisecond) // all due
+	time.Sleep(b.opts.BacklogDue + 10*time.Millisecond) // all due
 	moved := publishRounds * n
 	step.PromoteRate = b.measure(fmt.Sprintf("promote %s due, Manager alone, %s", count(moved), at), moved, func() (time.Duration, error) {
 		return promote(b.ctx, b.logger, client, backlogTopic, int64(step.Size))

@@ -88,8 +88,10 @@ func BenchmarkPublish(b *testing.B) {
 	}{
 		{"immediate", 1, 0},
 		{"delayed", 1, time.Hour},
+		{"delayed-near", 1, nearDelay},
 		{"immediate-batch100", batchSize, 0},
 		{"delayed-batch100", batchSize, time.Hour},
+		{"delayed-near-batch100", batchSize, nearDelay},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			pub := newPublisher(b, freshClient(b))

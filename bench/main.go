@@ -44,6 +44,7 @@ type options struct {
 	// each, and the Redis memory limit (bytes) that stops the ladder.
 	Backlogs   []int         `json:"backlogs"`
 	Scaling    int           `json:"scaling"`
+	BacklogDue time.Duration `json:"backlog_due"`
 	MaxMemory  int64         `json:"max_memory"`
 	Idle       time.Duration `json:"idle"`
 	IdleTopics int           `json:"idle_topics"`
@@ -145,6 +146,7 @@ func run() error {
 	intFlag(&opts.Memory, "memory", 1_000_000, 50_000, "waiting messages stored per system (scenario 6)")
 	quickOf["backlogs"] = "10000,100000"
 	intFlag(&opts.Scaling, "scaling", 200_000, 20_000, "messages published, promoted and delivered at each backlog (scenario 7)")
+	durFlag(&opts.BacklogDue, "backlog-due", time.Millisecond, time.Millisecond, "delay of the messages published at each backlog (scenario 7): from 5 s on, each publish looks its UUID up in the far index")
 	durFlag(&opts.Idle, "idle", time.Minute, 5*time.Second, "idle measurement per system (scenario 8)")
 	intFlag(&opts.IdleTopics, "idle-topics", 100, 100, "idle topics, one subscriber each (scenario 8)")
 	intFlag(&opts.ClusterN, "cluster-n", 300_000, 5_000, "messages per publish and subscribe run on each cluster setup (scenario 9)")
