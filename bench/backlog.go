@@ -50,7 +50,7 @@ type BacklogStep struct {
 	// StepBytesPerMsg that of this step's fill over the messages it added.
 	BytesPerMsg     float64 `json:"bytes_per_msg"`
 	StepBytesPerMsg float64 `json:"step_bytes_per_msg"`
-	// PublishRate: Scaling messages due in 1 ms, 500 per call from 8
+	// PublishRate: Scaling messages due in -backlog-due, 500 per call from 8
 	// goroutines, no scheduler running; the median of publishRounds
 	// rounds (PublishRates), each followed by the same publish to a topic
 	// that holds no backlog, in the same Redis (EmptyPublishRates, median
@@ -399,8 +399,9 @@ func scriptCalls(stats []CommandStat) (calls, usec int64) {
 const publishRounds = 3
 
 // measureAtBacklog measures one step of the ladder: publish of messages due
-// in 1 ms with no scheduler running (publishRounds times, alternating with
-// a topic that holds no backlog), their promotion by a Manager alone, then
+// in -backlog-due (1 ms by default) with no scheduler running
+// (publishRounds times, alternating with a topic that holds no backlog),
+// their promotion by a Manager alone, then
 // (after subscribers drained them) the delivery of messages all due at one
 // instant (publishRounds times).
 func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payload []byte) {
@@ -685,8 +686,9 @@ func (b *bench) backlogRows() {
 			return []Peer{peer(ref, v)}
 		}
 		b.rep.row("7", "Redis memory per waiting message"+at, "B/msg", "≤ 200 B", ptr(s.BytesPerMsg), peers(ptr(first.BytesPerMsg))...)
-		b.rep.row("7", "publish delayed, 500 per call × 8"+at, "msg/s", "≥ 0.8× the smallest backlog", s.PublishRate, peers(first.PublishRate)...)
-		b.rep.row("7", "publish delayed, 500 per call × 8, backlog topic against a topic with no backlog"+at, "msg/s", "≥ 0.8×", s.PublishRate,
+		pubRow := fmt.Sprintf("publish delayed %v, 500 per call × 8", b.opts.BacklogDue)
+		b.rep.row("7", pubRow+at, "msg/s", "≥ 0.8× the smallest backlog", s.PublishRate, peers(first.PublishRate)...)
+		b.rep.row("7", pubRow+", backlog topic against a topic with no backlog"+at, "msg/s", "≥ 0.8×", s.PublishRate,
 			peer("topic with no backlog, same Redis", s.EmptyPublishRate))
 		b.rep.row("7", "promote (Manager alone)"+at, "msg/s", "", s.PromoteRate, peers(first.PromoteRate)...)
 		b.rep.row("7", "promotion: script time per message"+at, "µs", "flat", ptr(s.PromoteScriptUsec), peers(ptr(first.PromoteScriptUsec))...)

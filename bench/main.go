@@ -197,6 +197,9 @@ func run() error {
 	}
 	slices.Sort(opts.Backlogs)
 	opts.Backlogs = slices.Compact(opts.Backlogs)
+	if opts.BacklogDue <= 0 {
+		return fmt.Errorf("-backlog-due: %v is not a delay: the ladder's publish rounds must wait (1ms by default; the benchmark issue's harness: 15s)", opts.BacklogDue)
+	}
 	if *maxMem <= 0 {
 		return fmt.Errorf("-max-memory: %v is not a positive number of GB", *maxMem)
 	}
