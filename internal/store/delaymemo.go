@@ -31,11 +31,16 @@ type forParsed struct {
 	exact bool // text is d.String(): stored compactly
 }
 
+type forFormatted struct {
+	d    time.Duration
+	text string
+}
+
 var (
 	lastUntilParsed    atomic.Pointer[untilParsed]
 	lastUntilFormatted atomic.Pointer[untilFormatted]
 	lastForParsed      atomic.Pointer[forParsed]
-	lastForFormatted   atomic.Pointer[forParsed]
+	lastForFormatted   atomic.Pointer[forFormatted]
 )
 
 // ParseUntil parses an RFC 3339 time (with or without a fraction of a
@@ -84,6 +89,6 @@ func formatForMemo(d time.Duration) string {
 		return m.text
 	}
 	s := d.String()
-	lastForFormatted.Store(&forParsed{text: s, d: d, exact: true})
+	lastForFormatted.Store(&forFormatted{d: d, text: s})
 	return s
 }
