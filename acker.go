@@ -17,7 +17,10 @@ import (
 // throughout) and the next message is handed out at once. The acker
 // goroutine writes the queue to Redis in one pipelined round trip per flush
 // (XACK with every ready-stream id, ack.lua with every redelivery-stream
-// id); acks made while a flush is in flight go into the next one.
+// id); acks made while a flush is in flight, or within ackEvery after it
+// started, go into the next one: an Ack after a quiet spell is written at
+// once, and a steady stream of them costs one write per ackEvery, not one
+// per message.
 //
 // Queued entries are still pending in Redis, so until their flush succeeds
 // they count as held: lease renewal keeps them, and the queue is flushed
@@ -62,9 +65,21 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 		}
 		// Errors are logged; what is not written stays queued for the next
 		// wake-up, or for the flush before a hand-back or re-read.
+		start := time.Now()
 		_ = sub.drainAcks(ctx)
+		if d := ackEvery - time.Since(start); d > 0 {
+			sleep(ctx, d)
+		}
 	}
 }
+
+// ackEvery is the shortest time between two flushes of a subscription's
+// ack queue (see the top of this file). An ack waiting for the next flush
+// is still held (its lease renewed) and is written before anything hands
+// back or re-reads what is pending: a crash loses at most this much of the
+// acks made, whose messages are then delivered again, as after any crash
+// between an Ack and its write.
+const ackEvery = 5 * time.Millisecond
 
 // flushAcks writes the acknowledgements queued so far to Redis in one
 // pipelined round trip and takes them off the queue once Redis has them;

@@ -797,13 +797,12 @@ func (c *pubCall) PublishArgs() *store.PubArgs { return &c.PubArgs }
 // those ran the script).
 func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (store.PublishReply, error) {
 	first := batch[0]
-	groups := p.groupsFor(ctx, batch)
+	o := store.PublishOpts{MaxWaiting: first.maxWaiting.perPart, MaxReady: first.maxReady.perPart, Groups: p.groupsFor(ctx, batch)}
 	if p.config.MinReplicas == 0 {
-		return store.Publish(ctx, p.redis, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, groups, batch)
+		return store.Publish(ctx, p.redis, first.shard, o, batch)
 	}
 	for {
-		res, acked, waitErr, err := store.PublishOnMaster(ctx, p.config.Client, first.shard, first.maxWaiting.perPart, first.maxReady.perPart,
-			groups, batch, p.config.MinReplicas, p.config.ReplicaTimeout)
+		res, acked, waitErr, err := store.PublishOnMaster(ctx, p.config.Client, first.shard, o, batch, p.config.MinReplicas, p.config.ReplicaTimeout)
 		if waitErr != nil {
 			err = fmt.Errorf("%w: the messages are stored on the master; WAIT for replicas failed: %w", ErrNotReplicated, waitErr)
 		} else if err == nil && acked < int64(p.config.MinReplicas) {
