@@ -15,7 +15,9 @@
 // itself when it has a fraction of a second, or comes without a duration).
 // So a fresh message waits its duration to the millisecond, and one
 // published late (an outbox forwarder behind) is due by its until second:
-// never early, at most a second late. No delay, or a due time in the past,
+// never early, at most a second late. For an instant to the millisecond,
+// use SetDueAt: delay.Until's duration, counted from its call, makes its
+// message late by the time until Publish. No delay, or a due time in the past,
 // is delivered at once. A value that does not parse, or a delay beyond
 // PublisherConfig.MaxDelay or 100 years, makes Publish fail with
 // ErrInvalidDelay, storing nothing.
