@@ -816,8 +816,8 @@ func (s *bulkScan) run(ctx context.Context, budget, _ int, found func(waitingMat
 // goes on to the next partition.
 func (s *bulkScan) nearStep(ctx context.Context, budget int, offer func(waitingMatch) bool) (read int, err error) {
 	sh := s.shards[s.part]
-	// ZSCAN's count is a number of slots to visit, about a third more
-	// than the members they hold: a batch takes what a few calls return.
+	// ZSCAN's count is of hash table slots to visit, not all of which
+	// hold a member: a batch takes what a few calls return.
 	n := min(budget, scanBatch)
 	var ms []store.WaitingMember
 	next := s.zcur
