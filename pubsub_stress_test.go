@@ -15,10 +15,10 @@ import (
 // Watermill's stress suite (build tag stress): the universal suite
 // STRESS_TEST_COUNT times at once (Watermill's default: 10), with
 // GOMAXPROCS doubled and every timeout of the suite 5 times longer
-// (Watermill's pubsub/tests/test_pubsub_stress.go). CI runs it with a
-// smaller count (see .ci/run). TestReconnect does not run here: each of
-// the copies would restart the server under the others; it runs in
-// TestPubSub_Delayed.
+// (Watermill's pubsub/tests/test_pubsub_stress.go). CI runs Watermill's
+// count, then 3 copies under -race (see .ci/run). TestReconnect does not
+// run here: each of the copies would restart the server under the others;
+// it runs in TestPubSub_Delayed.
 
 // Immediate messages, a fresh consumer group per pub/sub, as Watermill's
 // Redis Streams adapter is tested.
