@@ -3,7 +3,10 @@
 //
 // Delays come from Watermill's own metadata, so existing code needs no
 // changes: delay.Message(msg, delay.For(d)), delay.Until(t),
-// delay.NewPublisher and middleware.DelayOnError all work.
+// delay.NewPublisher and middleware.DelayOnError all work, and a delay put
+// in a message's context with delay.WithContext (a CQRS CommandBus or
+// EventBus, a Router handler's produced messages) is applied as
+// delay.NewPublisher applies it, without wrapping the Publisher in it.
 //
 // # Delay rule
 //
