@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -184,6 +185,9 @@ func TestBadConfig(t *testing.T) {
 	newMgr := func(c redisdelay.ManagerConfig) func() error {
 		return func() error { _, err := redisdelay.NewManager(c, nil); return err }
 	}
+	newRq := func(c redisdelay.DelayedRequeuerConfig) func() error {
+		return func() error { _, err := redisdelay.NewDelayedRequeuer(c, nil); return err }
+	}
 	for _, c := range []struct {
 		name string
 		new  func() error
@@ -240,6 +244,23 @@ func TestBadConfig(t *testing.T) {
 		{"retention below 1s", newMgr(redisdelay.ManagerConfig{Client: client, Retention: 500 * time.Millisecond}),
 			`redisdelay: ManagerConfig.Retention is 500ms: use at least 1s, or 0 to keep messages until a consumer group reads them`},
 
+		{"requeuer without client", newRq(redisdelay.DelayedRequeuerConfig{}),
+			`redisdelay: DelayedRequeuerConfig.Client is nil: pass a redis.UniversalClient, e.g. redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})`},
+		{"brace in requeuer key prefix", newRq(redisdelay.DelayedRequeuerConfig{Client: client, KeyPrefix: "a{b"}),
+			`redisdelay: invalid name: DelayedRequeuerConfig.KeyPrefix "a{b" contains "{" at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+		{"space in requeue topic", newRq(redisdelay.DelayedRequeuerConfig{Client: client, RequeueTopic: "re queue"}),
+			`redisdelay: invalid topic: DelayedRequeuerConfig.RequeueTopic "re queue" contains " " at byte 2: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+		{"brace in requeuer consumer group", newRq(redisdelay.DelayedRequeuerConfig{Client: client, ConsumerGroup: "g}"}),
+			`redisdelay: invalid name: DelayedRequeuerConfig.ConsumerGroup "g}" contains "}" at byte 1: braces, spaces and control characters are not allowed (they would break the Redis key layout)`},
+		{"requeue without initial interval", newRq(redisdelay.DelayedRequeuerConfig{Client: client, DelayOnError: &middleware.DelayOnError{MaxInterval: time.Minute, Multiplier: 2}}),
+			`redisdelay: DelayedRequeuerConfig.DelayOnError.InitialInterval is 0s: the first retry of a failed message would come at once; use at least 1ms (a nil DelayOnError: 10s doubling up to 10m0s)`},
+		{"requeue without max interval", newRq(redisdelay.DelayedRequeuerConfig{Client: client, DelayOnError: &middleware.DelayOnError{InitialInterval: time.Second, Multiplier: 2}}),
+			`redisdelay: DelayedRequeuerConfig.DelayOnError.MaxInterval is 0s: a failed message would be requeued at once from its second failure on, again and again; use at least 1ms (a nil DelayOnError: 10s doubling up to 10m0s)`},
+		{"requeue multiplier below 1", newRq(redisdelay.DelayedRequeuerConfig{Client: client, DelayOnError: &middleware.DelayOnError{InitialInterval: time.Second, MaxInterval: time.Minute, Multiplier: 0.5}}),
+			`redisdelay: DelayedRequeuerConfig.DelayOnError.Multiplier is 0.5: middleware.DelayOnError truncates it to a whole number (0), so use a whole number of at least 1 (1: the same delay every time)`},
+		{"fractional requeue multiplier", newRq(redisdelay.DelayedRequeuerConfig{Client: client, DelayOnError: &middleware.DelayOnError{InitialInterval: time.Second, MaxInterval: time.Minute, Multiplier: 1.5}}),
+			`redisdelay: DelayedRequeuerConfig.DelayOnError.Multiplier is 1.5: middleware.DelayOnError truncates it to a whole number (1), so use a whole number of at least 1 (1: the same delay every time)`},
+
 		{"inspector without client", func() error { _, err := redisdelay.NewInspector(redisdelay.InspectorConfig{}); return err },
 			`redisdelay: InspectorConfig.Client is nil: pass a redis.UniversalClient, e.g. redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})`},
 	} {
@@ -248,6 +269,9 @@ func TestBadConfig(t *testing.T) {
 			require.EqualError(t, err, c.want)
 			if strings.HasPrefix(c.want, "redisdelay: invalid name: ") {
 				require.ErrorIs(t, err, redisdelay.ErrInvalidName)
+			}
+			if strings.HasPrefix(c.want, "redisdelay: invalid topic: ") {
+				require.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
 			}
 		})
 	}

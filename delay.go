@@ -1,6 +1,7 @@
 package redisdelay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -184,3 +185,73 @@ func nackDelay(md message.Metadata, deliveredUntil string, attempt int, now time
 	}
 	return roundUpMs(backoff(attempt)), err
 }
+
+// applyContextDelays gives each message the delay that delay.WithContext
+// put in its context, as delay.NewPublisher does before publishing: a
+// message whose metadata already has a duration (delay.DelayedForKey)
+// keeps its own, any other gets both delay keys written from the context's
+// delay.Delay (delay.Message), on the caller's message. So code written for
+// watermill-sql's delayed publisher (a CommandBus or EventBus sending with
+// delay.WithContext, a handler returning messages with such a context) needs
+// no delay.NewPublisher around this Publisher. A message without a delay in
+// its context costs one map lookup and one context lookup, and is left
+// untouched.
+func applyContextDelays(messages []*message.Message) {
+	if contextDelayKey == nil {
+		return
+	}
+	for _, msg := range messages {
+		if msg == nil || msg.Metadata.Get(delay.DelayedForKey) != "" {
+			continue // nil: prepare refuses it with a clear error
+		}
+		if d, ok := msg.Context().Value(contextDelayKey).(delay.Delay); ok {
+			delay.Message(msg, d)
+		}
+	}
+}
+
+// contextDelayKey is the context key under which delay.WithContext stores
+// a delay. Watermill does not export it (its type is unexported), so it is
+// learnt once from Watermill's own delay publisher: asked to publish a
+// message whose context records the keys it is looked up by, it looks up
+// this one. Nil if that ever stops working (a Watermill upgrade), which
+// TestContextDelay catches.
+var contextDelayKey = learnContextDelayKey()
+
+func learnContextDelayKey() any {
+	rec := &keyRecorder{Context: context.Background()}
+	msg := message.NewMessage("learn-context-delay-key", nil)
+	msg.SetContext(rec)
+	pub, err := delay.NewPublisher(discardPublisher{}, delay.PublisherConfig{AllowNoDelay: true})
+	if err != nil {
+		return nil
+	}
+	if err := pub.Publish("learn-context-delay-key", msg); err != nil {
+		return nil
+	}
+	// The key found must be the one delay.WithContext uses.
+	probe := delay.WithContext(context.Background(), delay.For(time.Second))
+	for _, k := range rec.keys {
+		if _, ok := probe.Value(k).(delay.Delay); ok {
+			return k
+		}
+	}
+	return nil
+}
+
+// keyRecorder is a context that records every key it is asked for.
+type keyRecorder struct {
+	context.Context
+	keys []any
+}
+
+func (r *keyRecorder) Value(key any) any {
+	r.keys = append(r.keys, key)
+	return r.Context.Value(key)
+}
+
+// discardPublisher publishes nowhere.
+type discardPublisher struct{}
+
+func (discardPublisher) Publish(string, ...*message.Message) error { return nil }
+func (discardPublisher) Close() error                              { return nil }

@@ -1,6 +1,7 @@
 package redisdelay
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -96,6 +97,70 @@ func TestMarkDelivered(t *testing.T) {
 				d, err := messageDelay(md, now)
 				require.NoError(t, err)
 				assert.Zero(t, d, "published again, it would wait")
+			}
+		})
+	}
+}
+
+// The context key of delay.WithContext is learnt from Watermill at start
+// (a Watermill upgrade that changed how delay.NewPublisher reads it would
+// leave it nil, and context delays unapplied).
+func TestContextDelayKeyLearnt(t *testing.T) {
+	require.NotNil(t, contextDelayKey)
+	ctx := delay.WithContext(context.Background(), delay.For(time.Minute))
+	_, ok := ctx.Value(contextDelayKey).(delay.Delay)
+	require.True(t, ok)
+}
+
+// routerLikeContext is a message context as a Router handler's produced
+// messages have it: the subscription's cancelable context under the five
+// values the Router adds.
+func routerLikeContext(t testing.TB) context.Context {
+	type key int
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for i := range 5 {
+		ctx = context.WithValue(ctx, key(i), "v")
+	}
+	return ctx
+}
+
+// A message without a delay in its context costs the Publish path no
+// allocation (and is left untouched).
+func TestApplyContextDelays_NoDelayNoAllocation(t *testing.T) {
+	plain := message.NewMessage("a", nil)
+	routed := message.NewMessage("b", nil)
+	routed.SetContext(routerLikeContext(t))
+	msgs := []*message.Message{plain, routed}
+	allocs := testing.AllocsPerRun(100, func() { applyContextDelays(msgs) })
+	assert.Zero(t, allocs)
+	assert.Empty(t, plain.Metadata)
+	assert.Empty(t, routed.Metadata)
+}
+
+// BenchmarkApplyContextDelays is what Publish spends per message on
+// delay.WithContext: with no delay in a plain or a Router's context (the
+// hot path), and writing one.
+func BenchmarkApplyContextDelays(b *testing.B) {
+	routed := message.NewMessage("b", nil)
+	routed.SetContext(routerLikeContext(b))
+	withDelay := message.NewMessage("c", nil)
+	withDelay.SetContext(delay.WithContext(routerLikeContext(b), delay.For(time.Minute)))
+	for _, c := range []struct {
+		name string
+		msg  *message.Message
+	}{
+		{"none-background", message.NewMessage("a", nil)},
+		{"none-router-context", routed},
+		{"delay-in-context", withDelay},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			msgs := []*message.Message{c.msg}
+			b.ReportAllocs()
+			for range b.N {
+				// written again each time, as for a new message
+				delete(c.msg.Metadata, delay.DelayedForKey)
+				applyContextDelays(msgs)
 			}
 		})
 	}

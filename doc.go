@@ -3,7 +3,10 @@
 //
 // Delays come from Watermill's own metadata, so existing code needs no
 // changes: delay.Message(msg, delay.For(d)), delay.Until(t),
-// delay.NewPublisher and middleware.DelayOnError all work.
+// delay.NewPublisher and middleware.DelayOnError all work, and a delay put
+// in a message's context with delay.WithContext (a CQRS CommandBus or
+// EventBus, a Router handler's produced messages) is applied as
+// delay.NewPublisher applies it, without wrapping the Publisher in it.
 //
 // # Delay rule
 //
@@ -15,7 +18,9 @@
 // itself when it has a fraction of a second, or comes without a duration).
 // So a fresh message waits its duration to the millisecond, and one
 // published late (an outbox forwarder behind) is due by its until second:
-// never early, at most a second late. No delay, or a due time in the past,
+// never early, at most a second late. For an instant to the millisecond,
+// use SetDueAt: delay.Until's duration, counted from its call, makes its
+// message late by the time until Publish. No delay, or a due time in the past,
 // is delivered at once. A value that does not parse, or a delay beyond
 // PublisherConfig.MaxDelay or 100 years, makes Publish fail with
 // ErrInvalidDelay, storing nothing.

@@ -128,6 +128,64 @@ func UnpackFarOnce(ctx context.Context, client redis.UniversalClient, topic stri
 	return r.Moved, err
 }
 
+// UnpackFarNow unpacks every far bucket of partition part of topic into its
+// waiting set at once, whatever their due times, as the scheduler holding
+// the partition does a bucket at a time once its unpack time has come: tests
+// force an unpack at the moment of their choosing (between two batches of a
+// bulk action, between a cursor and its resume) instead of waiting for it.
+// The messages keep their due times. It reports how many moved.
+func UnpackFarNow(ctx context.Context, client redis.UniversalClient, topic string, part int) (moved int64, err error) {
+	sh := store.Keys{Prefix: DefaultKeyPrefix}.Shard(topic, part)
+	const owner = "test-unpacker"
+	if ok, err := client.SetNX(ctx, sh.Lease(), owner, time.Minute).Result(); err != nil || !ok {
+		return 0, fmt.Errorf("take the lease of partition %d: %v (held by a scheduler?)", part, err)
+	}
+	defer func() { _, _ = store.Unlease(context.WithoutCancel(ctx), client, sh, owner, "l") }()
+	buckets, err := client.ZRange(ctx, sh.Far(), 0, -1).Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range buckets {
+		b, err := strconv.ParseInt(m, 10, 64)
+		if err != nil {
+			return moved, err
+		}
+		// Its time to unpack has come.
+		if err := client.ZAddXX(ctx, sh.Far(), redis.Z{Score: 0, Member: m}).Err(); err != nil {
+			return moved, err
+		}
+		for more := true; more; {
+			popped, els, err := store.FarHead(ctx, client, sh, b, store.FarUnpackBatch)
+			if err != nil {
+				return moved, err
+			}
+			r, err := store.Unpack(ctx, client, sh, owner, b, popped, els)
+			if err == nil && r.Stale {
+				err = fmt.Errorf("unpack of bucket %d: stale (the lease of partition %d is another's)", b, part)
+			}
+			if err != nil {
+				return moved, err
+			}
+			moved, more = moved+r.Moved, r.More
+		}
+	}
+	return moved, nil
+}
+
+// PromoteNow runs one promote.lua call on partition part of topic, as the
+// scheduler holding the partition would: the due messages of the waiting
+// set move to the ready stream. It reports how many moved.
+func PromoteNow(ctx context.Context, client redis.UniversalClient, topic string, part int) (moved int64, err error) {
+	sh := store.Keys{Prefix: DefaultKeyPrefix}.Shard(topic, part)
+	const owner = "test-promoter"
+	r, err := store.Promote(ctx, client, sh, nil, 1000, owner, time.Minute, true)
+	if err == nil && !r.Held {
+		return 0, fmt.Errorf("promote: the lease of partition %d is another's (held by a scheduler?)", part)
+	}
+	_, _ = store.Unlease(context.WithoutCancel(ctx), client, sh, owner, "l")
+	return r.Moved, err
+}
+
 // Lanes is how many commands the library's background work runs at once
 // on a client (internal/store/conns.go).
 const Lanes = store.Lanes

@@ -90,7 +90,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer h.Release()
 	m.sched.start(ctx, !static, h)
 	close(m.running)
-	m.logger.Info("redisdelay manager running", watermill.LogFields{"topics": m.config.Topics})
+	m.logger.Info("redisdelay manager running", watermill.LogFields{"topics": managerTopics(m.config.Topics)})
 
 	ticks := startTicks(ctx, m.sched, m.logger)
 	m.discoverTopics(ctx, static)
@@ -99,6 +99,14 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.gone
+}
+
+// managerTopics is how the log names the topics a Manager schedules.
+func managerTopics(topics []string) any {
+	if len(topics) == 0 {
+		return "all topics"
+	}
+	return topics
 }
 
 // discoverTopics schedules every partition of the configured topics, or

@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // The metadata keys this package reads and writes, and typed setters for
 // those a publisher sets, so callers need not spell raw keys. Watermill's
-// delay.Message sets the delay.
+// delay.Message sets the delay; SetDueAt sets an exact due time.
 
 // BusinessKey is the metadata key that gives a delayed message a business
 // key (an order number, say): among the messages of a topic still waiting
@@ -104,6 +107,28 @@ func SetExpiresAt(msg *message.Message, t time.Time) {
 		return
 	}
 	msg.Metadata.Set(ExpiresAtKey, t.UTC().Format(untilLayout))
+}
+
+// SetDueAt makes a message due at t, to the millisecond (rounded up, so
+// never before t): it sets Watermill's _watermill_delayed_until to t, with
+// milliseconds, and removes _watermill_delayed_for, which Publish would
+// otherwise prefer. Use it instead of delay.Message(msg, delay.Until(t))
+// when the instant matters: delay.Until also writes a delay counted from
+// its own call, which Redis counts from the moment it stores the message,
+// so that message is due late by the time between the two (its until key
+// keeps whole seconds only). Like any until instant, t is read by the
+// publishing host's clock when Publish turns it into a delay: the message
+// is due at t, late only by Publish's own latency (a round trip, or the
+// wait for a script run in flight), early by as much as that host's clock
+// is ahead of Redis's. A zero t removes both keys: the message is due at
+// once.
+func SetDueAt(msg *message.Message, t time.Time) {
+	delete(msg.Metadata, delay.DelayedForKey)
+	if t.IsZero() {
+		delete(msg.Metadata, delay.DelayedUntilKey)
+		return
+	}
+	msg.Metadata.Set(delay.DelayedUntilKey, formatUntilMs(time.UnixMilli(store.CeilMs(t))))
 }
 
 // messageExpiry is a message's deadline (zero without one); a value that

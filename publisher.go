@@ -86,7 +86,11 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // safe for those; an immediate message retried may be delivered twice, and
 // so may one stored over a minute ago for two minutes or more ahead (the
 // far tier) and retried with delay.Until when due in under 5 s.
+//
+// A delay set with delay.WithContext in a message's context applies as
+// under delay.NewPublisher: the message's own delay metadata wins.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) (err error) {
+	applyContextDelays(messages)
 	if m := p.config.Metrics; m != nil {
 		defer observePublish(m, topic, messages, time.Now(), p.now(), &err)
 	}

@@ -20,8 +20,30 @@ import (
 // TestContinueAfterErrors nacks each message six times and waits at most
 // 15s for the next one, so nacked messages must come back at once: the
 // default backoff would wait 16s before the sixth attempt.
-func suitePubSub(t *testing.T, group string) (*redisdelay.Publisher, *redisdelay.Subscriber) {
-	return newPubSub(t, group, noRetryDelay, func(c *redisdelay.SubscriberConfig) { c.CloseTimeout = 100 * time.Millisecond })
+func suitePubSub(t *testing.T, group string, configure ...func(*redisdelay.SubscriberConfig)) (*redisdelay.Publisher, *redisdelay.Subscriber) {
+	configure = append([]func(*redisdelay.SubscriberConfig){noRetryDelay, func(c *redisdelay.SubscriberConfig) { c.CloseTimeout = 100 * time.Millisecond }}, configure...)
+	return newPubSub(t, group, configure...)
+}
+
+// suiteDelay is the delay of every message of the delayed configurations.
+const suiteDelay = 100 * time.Millisecond
+
+// suiteDelayed is suitePubSub whose Publisher delays every message by
+// suiteDelay (delay.NewPublisher's DefaultDelayGenerator), so the whole
+// suite goes through the waiting set and the scheduler.
+func suiteDelayed(t *testing.T, group string, configure ...func(*redisdelay.SubscriberConfig)) (message.Publisher, message.Subscriber) {
+	pub, sub := suitePubSub(t, group, configure...)
+	dp, err := delay.NewPublisher(pub, delay.PublisherConfig{
+		DefaultDelayGenerator: func(delay.DefaultDelayGeneratorParams) (delay.Delay, error) {
+			return delay.For(suiteDelay), nil
+		},
+	})
+	require.NoError(t, err)
+	return dp, sub
+}
+
+func delayedGroupPubSub(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+	return suiteDelayed(t, group)
 }
 
 func groupPubSub(t *testing.T, group string) (message.Publisher, message.Subscriber) {
@@ -57,20 +79,9 @@ func TestPubSub_Delayed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short runs the universal suite once (TestPubSub_FreshGroup); delays are covered by TestDelay*, reconnects by TestLifecycle_SubscriberAndSchedulerResumeAfterRedisOutage")
 	}
-	const d = 100 * time.Millisecond
-	delayed := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
-		pub, sub := suitePubSub(t, group)
-		dp, err := delay.NewPublisher(pub, delay.PublisherConfig{
-			DefaultDelayGenerator: func(delay.DefaultDelayGeneratorParams) (delay.Delay, error) {
-				return delay.For(d), nil
-			},
-		})
-		require.NoError(t, err)
-		return dp, sub
-	}
 	tests.TestPubSub(t, features(true, true),
 		func(t *testing.T) (message.Publisher, message.Subscriber) {
-			return delayed(t, "g-"+watermill.NewShortUUID())
+			return suiteDelayed(t, "g-"+watermill.NewShortUUID())
 		},
-		delayed)
+		delayedGroupPubSub)
 }

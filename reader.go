@@ -203,15 +203,15 @@ func (sub *subscription) waitBell(ctx context.Context) {
 // sweep peeks, once per BlockTime, at each subscription waiting for its
 // bell (peek.lua, many per pipeline, through the lanes), and rings
 // the bell of those that have something to read: entries a writer added
-// without ringing (an older version of this library). It runs until the
-// Subscriber closes.
-func (s *Subscriber) sweep() {
+// without ringing (an older version of this library). It runs until ctx
+// ends: the Subscriber's subscriptions all ended (see activate).
+func (s *Subscriber) sweep(ctx context.Context) {
 	every := min(max(s.config.BlockTime/10, 10*time.Millisecond), 5*time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.closing.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
@@ -236,7 +236,7 @@ func (s *Subscriber) sweep() {
 		}
 		for len(due) > 0 {
 			n := min(len(due), sweepBatch)
-			s.peek(due[:n])
+			s.peek(ctx, due[:n])
 			due = due[n:]
 		}
 	}
@@ -256,8 +256,8 @@ const sweepBatch = 1000
 
 // peek peeks at subs in one pipeline and rings those with something to
 // do, or whose peek failed (their read finds out why).
-func (s *Subscriber) peek(subs []*subscription) {
-	ctx, cancel := context.WithTimeout(s.closing, opTimeout)
+func (s *Subscriber) peek(ctx context.Context, subs []*subscription) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	shards := make([]store.Shard, len(subs))
 	consumers := make([]string, len(subs))

@@ -23,12 +23,14 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// Schedule is a recurring publish: at each tick of Spec, a Manager
-// publishes a message with Payload and Metadata to Topic. One message per
-// tick however many Managers run (a tick is claimed by a compare-and-set
-// in Redis); ticks missed while no Manager ran, or while Redis was
-// unreachable, are published when one runs again, within CatchUpWindow.
-// See docs/schedules.md.
+// Schedule is a recurring publish: at each tick of Spec, a scheduler
+// publishes a message with Payload and Metadata to Topic. Every scheduler
+// publishes ticks: each Manager, and each Subscriber (unless
+// DisableScheduler is set) while it has a subscription. One message per
+// tick however many run (a tick is claimed by a compare-and-set in Redis);
+// ticks missed while none ran, or while Redis was unreachable, are
+// published when one runs again, within CatchUpWindow. See
+// docs/schedules.md.
 type Schedule struct {
 	// ID names the schedule, unique under a KeyPrefix. Registering an ID
 	// again replaces its definition and keeps its next tick, unless Spec or
@@ -221,8 +223,9 @@ func (s *Schedule) catchUp() time.Duration {
 
 // Schedule registers a recurring publish, or replaces the one with its ID
 // (keeping its next tick unless Spec or Timezone changed), so every
-// process may register its schedules at start. Managers publish the ticks
-// (see Schedule); remove it with Inspector.RemoveSchedule. It fails with
+// process may register its schedules at start. The schedulers (Managers,
+// and Subscribers while subscribed) publish the ticks (see Schedule);
+// remove it with Inspector.RemoveSchedule. It fails with
 // ErrInvalidSchedule, storing nothing, for a schedule that cannot work.
 func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 	if p.closed.Load() {

@@ -61,6 +61,7 @@ type scheduler struct {
 	loops    map[store.Shard]chan string        // a loop per partition with work: its wake-ups
 	stops    map[store.Shard]context.CancelFunc // ends a loop
 	balances map[string]*balance                // topics of several partitions: their leases held
+	running  map[*loopRun]partition             // loops not yet returned (retired ones until their end ran)
 	refresh  chan struct{}                      // a topic was registered (discover only)
 	ticks    chan struct{}                      // wakes the tick loop of the schedules (see startTicks)
 	denied   atomic.Bool                        // Redis refuses the wake-up subscription (see watchACL)
@@ -72,6 +73,10 @@ type partition struct {
 	topic string
 	part  int
 }
+
+// loopRun is a loop of a partition; done is closed once it returned, its
+// end (lease released) done.
+type loopRun struct{ done chan struct{} }
 
 // groupsRefresh is how often a scheduler lists a topic's consumer groups
 // again even though their number did not change (a group deleted and
@@ -86,6 +91,7 @@ func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *schedul
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: watermill.NewUUID(),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
 		known: map[store.Shard]partition{}, loops: map[store.Shard]chan string{}, stops: map[store.Shard]context.CancelFunc{},
+		running:  map[*loopRun]partition{},
 		balances: map[string]*balance{}, refresh: make(chan struct{}, 1), ticks: make(chan struct{}, 1), limiter: newLogLimiter(),
 	}
 }
@@ -276,10 +282,23 @@ func (s *scheduler) addPartition(topic string, part int) {
 }
 
 // remove stops scheduling every partition of a topic: their loops end and
-// their wake channels are unsubscribed.
-func (s *scheduler) remove(topic string) {
+// their wake channels are unsubscribed. The returned func waits until the
+// loops returned, their leases released: call it without holding a lock
+// the loops take.
+func (s *scheduler) remove(topic string) (wait func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var runs []*loopRun
+	for r, p := range s.running {
+		if p.topic == topic {
+			runs = append(runs, r) // retired ones too: their end may run still
+		}
+	}
+	wait = func() {
+		for _, r := range runs {
+			<-r.done
+		}
+	}
 	for sh, p := range s.known {
 		if p.topic != topic {
 			continue
@@ -292,6 +311,7 @@ func (s *scheduler) remove(topic string) {
 		delete(s.loops, sh)
 		delete(s.stops, sh)
 	}
+	return wait
 }
 
 // startLoop starts the loop of a partition; quiet delays its first trim
@@ -301,9 +321,17 @@ func (s *scheduler) startLoop(sh store.Shard, p partition, quiet bool) {
 	wake := make(chan string, 1)
 	s.loops[sh] = wake
 	s.stops[sh] = stop
+	r := &loopRun{done: make(chan struct{})}
+	s.running[r] = p
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.running, r)
+			s.mu.Unlock()
+			close(r.done)
+		}()
 		defer stop()
 		s.loop(ctx, p.topic, p.part, wake, quiet)
 	}()

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
@@ -92,7 +92,8 @@ const scanBatch = 1000
 // Partitions are read one after another, each in due order up to the far
 // tier, then the far tier minute by minute. A message that falls due,
 // moves from the far tier into the waiting set or is rescheduled during a
-// search may be missed or returned twice.
+// search may be missed or returned twice (the bulk actions read otherwise,
+// and miss none: see BulkOptions).
 func (i *Inspector) SearchWaiting(ctx context.Context, topic string, f Filter, cursor string, limit int) ([]WaitingMessage, string, error) {
 	if err := validatePage(0, limit); err != nil {
 		return nil, "", err
@@ -134,10 +135,14 @@ type BulkOptions struct {
 	// DryRun counts the matching messages and changes nothing.
 	DryRun bool
 	// Cursor resumes a run that was interrupted (a cancelled context, an
-	// error): pass the Cursor of the BulkProgress it returned. Messages
-	// already acted on are gone from where the run reads, or no longer
-	// match, so none is acted on twice (a dead letter requeued, dead again
-	// and met by the resumed run is another death).
+	// error): pass the Cursor of the BulkProgress it returned, however
+	// much later. Messages already acted on are gone from where the run
+	// reads, or no longer match, so none is acted on twice (a dead letter
+	// requeued, dead again and met by the resumed run is another death).
+	// A cursor of SearchWaiting, or of a bulk action of an earlier version
+	// (the same form), is taken too: the run goes on from the start of the
+	// partition it names (its far tier from the bucket it names, if it
+	// names one), and acts on none twice.
 	Cursor string
 	// Progress, when set, is called after every batch of up to 1,000
 	// messages read, with the counts so far.
@@ -145,11 +150,29 @@ type BulkOptions struct {
 }
 
 // BulkProgress counts what a bulk action did.
+//
+// CancelWhere and RescheduleWhere act on every message that waits, in
+// either tier, and matches the filter from the start of the run to its
+// end (the run resumed from its cursors included, however much later),
+// however it moves meanwhile: unpacked by the scheduler from the far tier
+// into the waiting set, pulled there by a Cancel, Reschedule or retried
+// Publish, rescheduled by anyone. Each partition's far tier is read
+// before its waiting set, and a far message leaves the far tier only for
+// the waiting set (or for good); the waiting set is read with ZSCAN,
+// which returns every member that stays in it through the read, whatever
+// its due time does. A message that stops waiting before its turn (falls
+// due, is cancelled or replaced) is matched, not done; one published
+// during the run may be left. A run that fails returns the cursor to
+// resume it from, which loses nothing.
 type BulkProgress struct {
 	// Scanned is how many stored messages were read, Matched how many of
 	// them the filter selected, Done how many of those were acted on (0 in
 	// a dry run). A message that changed in between (fell due, was
-	// cancelled) is matched but not done.
+	// cancelled) is matched but not done. A message read twice is counted
+	// twice in Scanned; in Matched only by a dry run, which changes
+	// nothing: one the scheduler moves from the far tier into the waiting
+	// set during a dry run may be counted in both, and one the waiting
+	// set's ZSCAN returns twice (Redis resized the set meanwhile) too.
 	Scanned, Matched, Done int64
 	// Cursor is where the run is: "" once it is complete (nil error).
 	// With an error, it is the value for BulkOptions.Cursor to resume the
@@ -159,18 +182,20 @@ type BulkProgress struct {
 }
 
 // CancelWhere cancels the waiting messages of a topic that match f, as
-// Cancel does one, far tier included, and returns the counts. It reads
-// the topic as SearchWaiting does, 1,000 messages at a time, and cancels
-// the matches of each batch on one pipeline per partition (two more for
-// those of the far tier): its cost is a read of every message the
-// filter's due range covers, and a script call per match. A message
-// published during the run may be left.
+// Cancel does one, far tier included, and returns the counts: every match
+// that waits from the start of the run to its end, however it moves
+// meanwhile (see BulkProgress). It reads each partition's far tier, then
+// its waiting set, 1,000 messages at a time, and cancels the matches of
+// each batch on one pipeline per partition (two more for those of the far
+// tier): its cost is a read of the far buckets the filter's due range
+// covers, of the whole waiting set (members and due times; the bodies of
+// those in the range), and a script call per match.
 func (i *Inspector) CancelWhere(ctx context.Context, topic string, f Filter, o BulkOptions) (BulkProgress, error) {
 	s, err := i.waitingBulk(ctx, topic, f, o)
 	if err != nil {
 		return BulkProgress{Cursor: o.Cursor}, err
 	}
-	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, s, func(ctx context.Context, sh store.Shard, uuids []string) (int, error) {
+	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, func(ctx context.Context, sh store.Shard, uuids []string) (int, error) {
 		return store.CancelMany(ctx, i.client, sh, uuids)
 	}))
 	return p, wrapErr(err, "cancel waiting messages of topic %q", topic)
@@ -201,7 +226,7 @@ func (i *Inspector) RescheduleWhere(ctx context.Context, topic string, f Filter,
 	}
 	at := due.UnixMilli()
 	s.skip = func(w waitingMatch) bool { return w.Due.UnixMilli() == at }
-	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, s, func(ctx context.Context, sh store.Shard, uuids []string) (int, error) {
+	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, func(ctx context.Context, sh store.Shard, uuids []string) (int, error) {
 		return store.RescheduleMany(ctx, i.client, sh, uuids, at)
 	}))
 	return p, wrapErr(err, "reschedule waiting messages of topic %q", topic)
@@ -246,9 +271,6 @@ type scan[T any] interface {
 	run(ctx context.Context, budget, want int, found func(T)) error
 	cursor() string
 	scanned() int64
-	// resume is where a run resumes after an action on the batch read
-	// last failed, given where that batch began.
-	resume(batchStart string) string
 }
 
 // runBulk reads s a batch at a time and runs act on each batch's matches.
@@ -265,8 +287,8 @@ func runBulk[T any](ctx context.Context, s scan[T], o BulkOptions, act func([]T)
 		}
 		if err != nil {
 			// From the batch's start: those acted on are gone or no
-			// longer match.
-			p.Cursor = s.resume(p.Cursor)
+			// longer match, and far messages pulled into the waiting set
+			// and not acted on are read there, after the far tier.
 			return p, err
 		}
 		p.Cursor = s.cursor()
@@ -282,15 +304,14 @@ func runBulk[T any](ctx context.Context, s scan[T], o BulkOptions, act func([]T)
 	}
 }
 
-// eachWaiting acts on a batch of waiting messages read by s: for each
+// eachWaiting acts on a batch of waiting messages a bulkScan read: for each
 // partition, it pulls the far tier's messages into the waiting set, where
 // cancel.lua and reschedule.lua find them, then runs many on the UUIDs (one
 // pipeline each); it counts what many reports done. The pull and the
-// action run to their end once begun, whatever ctx says: messages pulled
-// and not acted on would wait behind the run's cursor. Should Redis fail
-// between the two, the run resumes from the start of that partition's
-// waiting set (s.rewind), where the pulled messages now are.
-func (i *Inspector) eachWaiting(ctx context.Context, s *waitingScan, many func(context.Context, store.Shard, []string) (int, error)) func([]waitingMatch) (int64, error) {
+// action run to their end once begun, whatever ctx says. Should Redis fail
+// between the two, the run resumes from the batch's start, and the pulled
+// messages are read in the partition's waiting set, after its far tier.
+func (i *Inspector) eachWaiting(ctx context.Context, many func(context.Context, store.Shard, []string) (int, error)) func([]waitingMatch) (int64, error) {
 	ctx = context.WithoutCancel(ctx)
 	return func(ws []waitingMatch) (int64, error) {
 		ids, far := map[store.Shard][]string{}, map[store.Shard][]string{}
@@ -308,15 +329,10 @@ func (i *Inspector) eachWaiting(ctx context.Context, s *waitingScan, many func(c
 			if len(far[sh]) == 0 {
 				return many(ctx, sh, uuids)
 			}
-			err := store.FarPullMany(ctx, i.client, sh, far[sh])
-			n := 0
-			if err == nil {
-				n, err = many(ctx, sh, uuids)
+			if err := store.FarPullMany(ctx, i.client, sh, far[sh]); err != nil {
+				return 0, err
 			}
-			if err != nil {
-				s.rewind(sh)
-			}
-			return n, err
+			return many(ctx, sh, uuids)
 		})
 	}
 }
@@ -359,11 +375,11 @@ func checkBulk(f Filter, o BulkOptions) error {
 	return nil
 }
 
-func (i *Inspector) waitingBulk(ctx context.Context, topic string, f Filter, o BulkOptions) (*waitingScan, error) {
+func (i *Inspector) waitingBulk(ctx context.Context, topic string, f Filter, o BulkOptions) (*bulkScan, error) {
 	if err := checkBulk(f, o); err != nil {
 		return nil, err
 	}
-	return i.waitingScan(ctx, topic, f, o.Cursor)
+	return i.bulkScan(ctx, topic, f, o.Cursor)
 }
 
 // deadBulk is the scan of a bulk action on dead letters: those that died
@@ -390,6 +406,13 @@ func badCursor(c string) error {
 	return fmt.Errorf("redisdelay: cursor %q is not one a search or bulk action returned: pass the cursor of the previous call unchanged, or \"\" to start", c)
 }
 
+// cursorPartition is the error for a cursor naming a partition the topic
+// lacks.
+func cursorPartition(c string, part int, topic string, parts int) error {
+	return fmt.Errorf("redisdelay: cursor %q names partition %d, but topic %q has %d: pass the cursor of the previous call unchanged, or \"\" to start",
+		c, part, topic, parts)
+}
+
 // waitingMatch is a waiting message a scan selected, and where it is.
 type waitingMatch struct {
 	WaitingMessage
@@ -397,147 +420,31 @@ type waitingMatch struct {
 	far   bool
 }
 
-// waitingScan reads the waiting messages of a topic: partition by
-// partition, the waiting set in (score, member) order from score on, then
-// the far buckets from bucket on, each from position pos on.
-type waitingScan struct {
-	i      *Inspector
-	shards []store.Shard
-	f      Filter
-	skip   func(waitingMatch) bool // matches left alone, not counted
-	read   int64
-
-	part   int
-	far    bool
-	score  float64 // near: the last score read (-Inf: none yet)
-	member string  // near: the last member read at that score
-	bucket int64   // far: the bucket being read
-	pos    int64   // far: the next position in it
-
-	rewound int // >= 0: the partition to resume from the start of (see eachWaiting)
-}
-
-func (i *Inspector) waitingScan(ctx context.Context, topic string, f Filter, cursor string) (*waitingScan, error) {
-	if err := validateTopic(topic); err != nil {
-		return nil, err
-	}
-	if err := f.validate(); err != nil {
-		return nil, err
-	}
-	shards, err := i.shards(ctx, topic)
-	if err != nil {
-		return nil, wrapErr(err, "search waiting messages of topic %q", topic)
-	}
-	s := &waitingScan{i: i, shards: shards, f: f, score: math.Inf(-1), rewound: -1}
-	if cursor == "" {
-		s.far, s.bucket = false, s.firstBucket()
-		return s, nil
-	}
-	// <partition>:n:<score>:<member> or <partition>:f:<bucket>:<position>
-	parts := strings.SplitN(cursor, ":", 4)
-	if len(parts) != 4 {
-		return nil, badCursor(cursor)
-	}
-	var errs [3]error
-	s.part, errs[0] = strconv.Atoi(parts[0])
-	switch parts[1] {
-	case "n":
-		s.score, errs[1] = strconv.ParseFloat(parts[2], 64)
-		s.member = parts[3]
-		s.bucket = s.firstBucket()
-	case "f":
-		s.far = true
-		s.bucket, errs[1] = strconv.ParseInt(parts[2], 10, 64)
-		s.pos, errs[2] = strconv.ParseInt(parts[3], 10, 64)
-	default:
-		return nil, badCursor(cursor)
-	}
-	if errors.Join(errs[:]...) != nil || s.part < 0 || s.pos < 0 || math.IsNaN(s.score) {
-		return nil, badCursor(cursor)
-	}
-	if s.part >= len(shards) {
-		return nil, fmt.Errorf("redisdelay: cursor %q names partition %d, but topic %q has %d: pass the cursor of the previous call unchanged, or \"\" to start",
-			cursor, s.part, topic, len(shards))
-	}
-	return s, nil
-}
-
-// firstBucket is the first far bucket the filter's due range can reach.
-func (s *waitingScan) firstBucket() int64 {
-	if s.f.From.IsZero() {
-		return 0
-	}
-	return max(store.FarBucketOf(s.f.From.Add(-store.FarSlack())), 0)
-}
-
-func (s *waitingScan) cursor() string {
-	switch {
-	case s.part >= len(s.shards):
-		return ""
-	case s.far:
-		return fmt.Sprintf("%d:f:%d:%d", s.part, s.bucket, s.pos)
-	}
-	return fmt.Sprintf("%d:n:%s:%s", s.part, strconv.FormatFloat(s.score, 'g', -1, 64), s.member)
-}
-
-func (s *waitingScan) scanned() int64 { return s.read }
-
-// rewind makes a failed run resume from the start of partition sh's
-// waiting set, or an earlier partition's.
-func (s *waitingScan) rewind(sh store.Shard) {
-	part := slices.Index(s.shards, sh)
-	if part >= 0 && (s.rewound < 0 || part < s.rewound) {
-		s.rewound = part
-	}
-}
-
-func (s *waitingScan) resume(batchStart string) string {
-	if s.rewound < 0 {
-		return batchStart
-	}
-	return fmt.Sprintf("%d:n:%s:", s.rewound, strconv.FormatFloat(math.Inf(-1), 'g', -1, 64))
-}
-
-// next moves on to the next partition.
-func (s *waitingScan) next() {
-	s.part++
-	s.far, s.score, s.member, s.bucket, s.pos = false, math.Inf(-1), "", s.firstBucket(), 0
-}
-
-func (s *waitingScan) run(ctx context.Context, budget, want int, found func(waitingMatch)) error {
-	matched := 0
-	for s.part < len(s.shards) && budget > 0 && (want == 0 || matched < want) {
-		var n, m int
-		var err error
-		rest := 0 // no bound
-		if want > 0 {
-			rest = want - matched
-		}
-		if s.far {
-			n, m, err = s.farStep(ctx, budget, rest, found)
-		} else {
-			n, m, err = s.nearStep(ctx, budget, rest, found)
-		}
-		if err != nil {
-			return err
-		}
-		budget -= n
-		matched += m
-	}
-	return nil
+// waitingFilter is what selects the waiting messages a scan hands on.
+type waitingFilter struct {
+	f    Filter
+	skip func(waitingMatch) bool // matches left alone, not counted
 }
 
 // offer hands a message read on when it matches; it reports whether it did.
-func (s *waitingScan) offer(w waitingMatch, found func(waitingMatch)) bool {
+func (wf waitingFilter) offer(w waitingMatch, found func(waitingMatch)) bool {
 	var msg *message.Message
 	if w.Corrupt == "" {
 		msg = w.Message
 	}
-	if !s.f.match(msg, w.Due) || (s.skip != nil && s.skip(w)) {
+	if !wf.f.match(msg, w.Due) || (wf.skip != nil && wf.skip(w)) {
 		return false
 	}
 	found(w)
 	return true
+}
+
+// firstFarBucket is the first far bucket the filter's due range can reach.
+func (f Filter) firstFarBucket() int64 {
+	if f.From.IsZero() {
+		return 0
+	}
+	return max(store.FarBucketOf(f.From.Add(-store.FarSlack())), 0)
 }
 
 func decodeWaiting(id string, score float64, body string) WaitingMessage {
@@ -547,6 +454,178 @@ func decodeWaiting(id string, score float64, body string) WaitingMessage {
 		w.Message, w.Corrupt = message.NewMessage(id, nil), err.Error()
 	}
 	return w
+}
+
+// farPos is a position in a partition's far tier.
+type farPos struct {
+	bucket int64 // the bucket being read
+	pos    int64 // the next position in it
+}
+
+// farStep reads one batch of up to budget elements of partition sh's far
+// tier from p on, handing each message to offer until want (0: no bound)
+// of them matched, and moves p on; end reports that the tier was read
+// through already (past the filter's due range or the last bucket), read
+// how many elements the batch took.
+func farStep(ctx context.Context, c redis.Cmdable, sh store.Shard, f Filter, p *farPos, budget, want int, offer func(waitingMatch) bool) (read, matched int, end bool, err error) {
+	buckets, err := store.FarBuckets(ctx, c, sh, p.bucket, 1)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	// A message is due within FarSlack of its bucket (see far.go).
+	if len(buckets) == 0 || (!f.To.IsZero() && store.FarBucketOf(f.To.Add(store.FarSlack())) < buckets[0]) {
+		return 0, 0, true, nil
+	}
+	if buckets[0] != p.bucket {
+		p.bucket, p.pos = buckets[0], 0
+	}
+	ms, next, done, err := store.FarRange(ctx, c, sh, p.bucket, p.pos, min(budget, scanBatch))
+	if err != nil {
+		return 0, 0, false, err
+	}
+	from := p.pos
+	p.pos = next
+	for _, m := range ms {
+		w := waitingMatch{WaitingMessage: decodeWaiting(m.ID, m.Score, *m.Body), shard: sh, far: true}
+		if offer(w) {
+			if matched++; matched == want {
+				p.pos, done = m.Pos+1, false // go on from just after it
+				break
+			}
+		}
+	}
+	read = int(max(p.pos-from, 0))
+	if done {
+		p.bucket, p.pos = p.bucket+1, 0
+	}
+	return read, matched, false, nil
+}
+
+// waitingScan reads the waiting messages of a topic for SearchWaiting:
+// partition by partition, the waiting set in (score, member) order from
+// score on, then the far buckets from far on. Results come in due order
+// (up to the far tier), at the price of missing a message that moves
+// behind the position (see SearchWaiting); bulkScan misses none.
+type waitingScan struct {
+	i      *Inspector
+	shards []store.Shard
+	waitingFilter
+	read int64
+
+	part   int
+	isFar  bool
+	score  float64 // near: the last score read (-Inf: none yet)
+	member string  // near: the last member read at that score
+	far    farPos
+}
+
+func (i *Inspector) waitingScan(ctx context.Context, topic string, f Filter, cursor string) (*waitingScan, error) {
+	shards, err := i.waitingShards(ctx, topic, f)
+	if err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(cursor, bulkCursorPrefix) {
+		return nil, fmt.Errorf("redisdelay: cursor %q is a bulk action's (BulkOptions.Cursor), not a search's: pass the cursor the previous search returned, unchanged, or \"\" to start", cursor)
+	}
+	s := &waitingScan{i: i, shards: shards, waitingFilter: waitingFilter{f: f}}
+	s.start(0)
+	if err := s.parse(cursor, topic); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitingShards checks a topic and filter and returns the topic's
+// partitions.
+func (i *Inspector) waitingShards(ctx context.Context, topic string, f Filter) ([]store.Shard, error) {
+	if err := validateTopic(topic); err != nil {
+		return nil, err
+	}
+	if err := f.validate(); err != nil {
+		return nil, err
+	}
+	shards, err := i.shards(ctx, topic)
+	return shards, wrapErr(err, "search waiting messages of topic %q", topic)
+}
+
+// parse sets the position to the cursor's: <partition>:n:<score>:<member>
+// or <partition>:f:<bucket>:<position> ("": the start).
+func (s *waitingScan) parse(cursor, topic string) error {
+	if cursor == "" {
+		return nil
+	}
+	parts := strings.SplitN(cursor, ":", 4)
+	if len(parts) != 4 {
+		return badCursor(cursor)
+	}
+	var errs [3]error
+	s.part, errs[0] = strconv.Atoi(parts[0])
+	switch parts[1] {
+	case "n":
+		s.score, errs[1] = strconv.ParseFloat(parts[2], 64)
+		s.member = parts[3]
+	case "f":
+		s.isFar = true
+		s.far.bucket, errs[1] = strconv.ParseInt(parts[2], 10, 64)
+		s.far.pos, errs[2] = strconv.ParseInt(parts[3], 10, 64)
+	default:
+		return badCursor(cursor)
+	}
+	if errors.Join(errs[:]...) != nil || s.part < 0 || s.far.pos < 0 || math.IsNaN(s.score) {
+		return badCursor(cursor)
+	}
+	if s.part >= len(s.shards) {
+		return cursorPartition(cursor, s.part, topic, len(s.shards))
+	}
+	return nil
+}
+
+func (s *waitingScan) cursor() string {
+	switch {
+	case s.part >= len(s.shards):
+		return ""
+	case s.isFar:
+		return fmt.Sprintf("%d:f:%d:%d", s.part, s.far.bucket, s.far.pos)
+	}
+	return fmt.Sprintf("%d:n:%s:%s", s.part, strconv.FormatFloat(s.score, 'g', -1, 64), s.member)
+}
+
+func (s *waitingScan) scanned() int64 { return s.read }
+
+// start moves to the start of partition part.
+func (s *waitingScan) start(part int) {
+	s.part, s.isFar, s.score, s.member, s.far = part, false, math.Inf(-1), "", farPos{bucket: s.f.firstFarBucket()}
+}
+
+func (s *waitingScan) run(ctx context.Context, budget, want int, found func(waitingMatch)) error {
+	matched := 0
+	offer := func(w waitingMatch) bool { return s.offer(w, found) }
+	for s.part < len(s.shards) && budget > 0 && (want == 0 || matched < want) {
+		rest := 0 // no bound
+		if want > 0 {
+			rest = want - matched
+		}
+		if s.isFar {
+			n, m, end, err := farStep(ctx, s.i.client, s.shards[s.part], s.f, &s.far, budget, rest, offer)
+			if err != nil {
+				return err
+			}
+			if end {
+				s.start(s.part + 1)
+			}
+			s.read += int64(n)
+			budget -= max(n, 1)
+			matched += m
+			continue
+		}
+		n, m, err := s.nearStep(ctx, budget, rest, found)
+		if err != nil {
+			return err
+		}
+		budget -= n
+		matched += m
+	}
+	return nil
 }
 
 // nearStep reads one batch of the waiting set; once it is read through,
@@ -573,7 +652,7 @@ func (s *waitingScan) nearStep(ctx context.Context, budget, want int, found func
 		}
 	}
 	if len(ms) == 0 {
-		s.far, s.pos = true, 0
+		s.isFar, s.far.pos = true, 0
 		return 0, 0, nil
 	}
 	ids := make([]string, len(ms))
@@ -602,43 +681,185 @@ func (s *waitingScan) nearStep(ctx context.Context, budget, want int, found func
 	return read, matched, nil
 }
 
-// farStep reads one batch of the far tier; past the filter's due range or
-// the last bucket, the scan goes on to the next partition.
-func (s *waitingScan) farStep(ctx context.Context, budget, want int, found func(waitingMatch)) (read, matched int, err error) {
+// bulkScan reads the waiting messages of a topic for a bulk action:
+// partition by partition, the far tier bucket by bucket from its first
+// bucket the filter's due range reaches, then the waiting set with ZSCAN.
+//
+// So it meets every message that waits through the run, however it moves
+// (see BulkProgress): a message leaves the far tier only for the waiting
+// set of its partition (unpacked, or pulled by a cancel, a reschedule or
+// a retried publish), which is read after; once the far tier is read,
+// none of the messages it held at the start is left unread in it; and
+// ZSCAN returns every member that stays in the set from its first call to
+// its last, however its score changes (a read by due time, as
+// SearchWaiting's, passes over one moved behind its position). The price:
+// the waiting set is read whole, members and scores, whatever the
+// filter's due range (bodies only of those in it); it holds what falls due
+// within about two minutes, and messages with a business key or priority.
+//
+// Its cursor is bulk:<partition>:far:<bucket>:<position> or
+// bulk:<partition>:near:<ZSCAN cursor>; ZSCAN cursors stay valid across
+// calls however far apart (Redis keeps no state for them).
+type bulkScan struct {
+	i      *Inspector
+	shards []store.Shard
+	waitingFilter
+	read int64
+
+	part int
+	near bool   // reading the waiting set (else the far tier)
+	far  farPos // far: where
+	zcur uint64 // near: the ZSCAN cursor
+}
+
+// bulkCursorPrefix starts a bulkScan's cursors.
+const bulkCursorPrefix = "bulk:"
+
+func (i *Inspector) bulkScan(ctx context.Context, topic string, f Filter, cursor string) (*bulkScan, error) {
+	shards, err := i.waitingShards(ctx, topic, f)
+	if err != nil {
+		return nil, err
+	}
+	return newBulkScan(i, shards, f, topic, cursor)
+}
+
+func newBulkScan(i *Inspector, shards []store.Shard, f Filter, topic, cursor string) (*bulkScan, error) {
+	s := &bulkScan{i: i, shards: shards, waitingFilter: waitingFilter{f: f}}
+	s.start(0)
+	switch {
+	case cursor == "":
+	case strings.HasPrefix(cursor, bulkCursorPrefix):
+		if err := s.parse(cursor, topic); err != nil {
+			return nil, err
+		}
+	default:
+		// SearchWaiting's form, which bulk actions wrote before: from the
+		// start of its partition, or from its far position.
+		old := &waitingScan{shards: shards, waitingFilter: s.waitingFilter}
+		if err := old.parse(cursor, topic); err != nil {
+			return nil, err
+		}
+		s.start(old.part)
+		if old.isFar {
+			s.far = old.far
+		}
+	}
+	return s, nil
+}
+
+// parse sets the position to a bulk cursor's.
+func (s *bulkScan) parse(cursor, topic string) error {
+	parts := strings.Split(strings.TrimPrefix(cursor, bulkCursorPrefix), ":")
+	var errs [3]error
+	s.part, errs[0] = strconv.Atoi(parts[0])
+	switch {
+	case len(parts) == 3 && parts[1] == "near":
+		s.near = true
+		s.zcur, errs[1] = strconv.ParseUint(parts[2], 10, 64)
+	case len(parts) == 4 && parts[1] == "far":
+		s.far.bucket, errs[1] = strconv.ParseInt(parts[2], 10, 64)
+		s.far.pos, errs[2] = strconv.ParseInt(parts[3], 10, 64)
+	default:
+		return badCursor(cursor)
+	}
+	if errors.Join(errs[:]...) != nil || s.part < 0 || s.far.bucket < 0 || s.far.pos < 0 {
+		return badCursor(cursor)
+	}
+	if s.part >= len(s.shards) {
+		return cursorPartition(cursor, s.part, topic, len(s.shards))
+	}
+	return nil
+}
+
+func (s *bulkScan) cursor() string {
+	switch {
+	case s.part >= len(s.shards):
+		return ""
+	case s.near:
+		return fmt.Sprintf("%s%d:near:%d", bulkCursorPrefix, s.part, s.zcur)
+	}
+	return fmt.Sprintf("%s%d:far:%d:%d", bulkCursorPrefix, s.part, s.far.bucket, s.far.pos)
+}
+
+func (s *bulkScan) scanned() int64 { return s.read }
+
+// start moves to the start of partition part: its far tier.
+func (s *bulkScan) start(part int) {
+	s.part, s.near, s.far, s.zcur = part, false, farPos{bucket: s.f.firstFarBucket()}, 0
+}
+
+// run reads whole batches: a bulk action takes every match (want is 0).
+func (s *bulkScan) run(ctx context.Context, budget, _ int, found func(waitingMatch)) error {
+	offer := func(w waitingMatch) bool { return s.offer(w, found) }
+	for s.part < len(s.shards) && budget > 0 {
+		var n int
+		var err error
+		if s.near {
+			n, err = s.nearStep(ctx, budget, offer)
+		} else {
+			var end bool
+			if n, _, end, err = farStep(ctx, s.i.client, s.shards[s.part], s.f, &s.far, budget, 0, offer); end {
+				s.near, s.zcur = true, 0
+			}
+		}
+		if err != nil {
+			return err
+		}
+		s.read += int64(n)
+		budget -= max(n, 1)
+	}
+	return nil
+}
+
+// nearStep reads one ZSCAN batch of the waiting set, and the bodies of the
+// members due in the filter's range; once the scan went round, the run
+// goes on to the next partition.
+func (s *bulkScan) nearStep(ctx context.Context, budget int, offer func(waitingMatch) bool) (read int, err error) {
 	sh := s.shards[s.part]
-	buckets, err := store.FarBuckets(ctx, s.i.client, sh, s.bucket, 1)
-	if err != nil {
-		return 0, 0, err
+	// ZSCAN's count is of hash table slots to visit, not all of which
+	// hold a member: a batch takes what a few calls return.
+	n := min(budget, scanBatch)
+	var ms []store.WaitingMember
+	next := s.zcur
+	for len(ms) < n {
+		got, after, err := store.NearScan(ctx, s.i.client, sh, next, n-len(ms))
+		if err != nil {
+			return 0, err
+		}
+		ms, next = append(ms, got...), after
+		if next == 0 {
+			break
+		}
 	}
-	// A message is due within FarSlack of its bucket (see far.go).
-	if len(buckets) == 0 || (!s.f.To.IsZero() && store.FarBucketOf(s.f.To.Add(store.FarSlack())) < buckets[0]) {
-		s.next()
-		return 0, 0, nil
-	}
-	if buckets[0] != s.bucket {
-		s.bucket, s.pos = buckets[0], 0
-	}
-	ms, next, done, err := store.FarRange(ctx, s.i.client, sh, s.bucket, s.pos, min(budget, scanBatch))
-	if err != nil {
-		return 0, 0, err
-	}
-	from := s.pos
-	s.pos = next
+	lo, hi := store.ScoreMin(s.f.From), store.ScoreMax(s.f.To)
+	in := ms[:0:0]
 	for _, m := range ms {
-		w := waitingMatch{WaitingMessage: decodeWaiting(m.ID, m.Score, *m.Body), shard: sh, far: true}
-		if s.offer(w, found) {
-			if matched++; matched == want {
-				s.pos, done = m.Pos+1, false // go on from just after it
-				break
+		if m.Score >= lo && m.Score <= hi {
+			in = append(in, m)
+		}
+	}
+	// A set kept packed comes back whole: its bodies are read in batches.
+	for len(in) > 0 {
+		batch := in[:min(len(in), scanBatch)]
+		in = in[len(batch):]
+		ids := make([]string, len(batch))
+		for k, m := range batch {
+			ids[k] = m.ID
+		}
+		bodies, err := store.Bodies(ctx, s.i.client, sh, ids)
+		if err != nil {
+			return 0, err
+		}
+		for k, m := range batch {
+			if body, ok := bodies[k].(string); ok { // else fell due or was cancelled since
+				offer(waitingMatch{WaitingMessage: decodeWaiting(m.ID, m.Score, body), shard: sh})
 			}
 		}
 	}
-	read = int(max(s.pos-from, 0))
-	s.read += int64(read)
-	if done {
-		s.bucket, s.pos = s.bucket+1, 0
+	if s.zcur = next; next == 0 {
+		s.start(s.part + 1)
 	}
-	return max(read, 1), matched, nil
+	return len(ms), nil
 }
 
 // deadMatch is a dead letter a scan selected, and where it is.
@@ -696,8 +917,6 @@ func (s *deadScan) cursor() string {
 }
 
 func (s *deadScan) scanned() int64 { return s.read }
-
-func (s *deadScan) resume(batchStart string) string { return batchStart }
 
 func (s *deadScan) run(ctx context.Context, budget, want int, found func(deadMatch)) error {
 	matched := 0

@@ -179,6 +179,7 @@ func TestSearch_BadInput(t *testing.T) {
 		{"cursor kind", redisdelay.Filter{}, "0:x:1:2", 10, `cursor "0:x:1:2" is not one`},
 		{"cursor score", redisdelay.Filter{}, "0:n:NaN:x", 10, `cursor "0:n:NaN:x" is not one`},
 		{"cursor partition", redisdelay.Filter{}, "3:f:1:2", 10, `cursor "3:f:1:2" names partition 3, but topic "` + tp + `" has 1`},
+		{"bulk cursor", redisdelay.Filter{}, "bulk:0:near:12", 10, `cursor "bulk:0:near:12" is a bulk action's (BulkOptions.Cursor), not a search's`},
 	} {
 		_, _, err := insp.SearchWaiting(ctx, tp, c.f, c.cursor, c.limit)
 		if assert.Error(t, err, c.name) {

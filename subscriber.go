@@ -62,12 +62,18 @@ type Subscriber struct {
 	bellsDenied atomic.Bool // Redis refuses them: subscriptions poll (see pollEvery)
 
 	// Subscriptions waiting for their bell -> when they last read or were
-	// peeked at (see sweep, started once).
-	idleMu    sync.Mutex
-	idle      map[*subscription]time.Time
-	sweepOnce sync.Once
-	// The sweep and watchGrant, which Close waits for: nothing of a
-	// closed Subscriber talks to Redis.
+	// peeked at (see sweep).
+	idleMu sync.Mutex
+	idle   map[*subscription]time.Time
+	// The sweep runs while subscriptions run (active of them, under mu):
+	// quiet ends it, and sweepDone is closed once it returned (see
+	// activate), so that nothing of a Subscriber whose subscriptions all
+	// ended talks to Redis, closed or not.
+	active    int
+	quiet     context.CancelFunc
+	sweepDone chan struct{}
+	// watchGrant, which Close waits for: nothing of a closed Subscriber
+	// talks to Redis.
 	background sync.WaitGroup
 
 	// Test hooks (export_test.go): ackGate runs before each flush of the
@@ -192,7 +198,10 @@ func (s *Subscriber) partitions(topic string) int {
 // group, one per partition of the topic, all delivering to the returned
 // channel. The channel is closed when ctx is cancelled or the Subscriber is
 // closed; messages it fetched but did not get acked by then are handed back
-// to the group at once.
+// to the group at once. Either way, once the channel is closed nothing of
+// the subscription uses Redis: the topic's scheduling, unless another
+// subscription of the Subscriber needs it, has ended and released its
+// lease, so another process takes the topic over at once.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := validateTopic(topic); err != nil {
 		return nil, err
@@ -211,13 +220,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	parts := s.partitions(topic)
 	s.watchGrant()
-	s.sweepOnce.Do(func() {
-		s.background.Add(1)
-		go func() {
-			defer s.background.Done()
-			s.sweep()
-		}()
-	})
+	s.activate()
 	if !s.config.DisableScheduler {
 		s.schedule(topic, parts)
 	}
@@ -263,14 +266,53 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	go func() {
 		defer s.subs.Done()
 		wg.Wait()
+		// Before the channel closes, however the subscription ended
+		// (Close, or its ctx): its scheduling ends, leases released.
 		if !s.config.DisableScheduler {
 			s.unschedule(topic)
 		}
+		s.deactivate()
 		stop()
 		cancel()
 		close(out)
 	}()
 	return out, nil
+}
+
+// activate counts a subscription that starts, starting the sweep with the
+// first.
+func (s *Subscriber) activate() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active++; s.active > 1 {
+		return
+	}
+	ctx, quiet := context.WithCancel(s.closing)
+	done := make(chan struct{})
+	s.quiet, s.sweepDone = quiet, done
+	go func() {
+		defer close(done)
+		s.sweep(ctx)
+	}()
+}
+
+// deactivate counts a subscription that ended; after the last, it ends
+// the sweep and returns once the sweep returned (a peek it sends runs to
+// its end). A subscription starting meanwhile starts another.
+func (s *Subscriber) deactivate() {
+	s.mu.Lock()
+	s.active--
+	quiet, done := s.quiet, s.sweepDone
+	if s.active > 0 {
+		quiet = nil
+	} else {
+		s.quiet, s.sweepDone = nil, nil
+	}
+	s.mu.Unlock()
+	if quiet != nil {
+		quiet()
+		<-done
+	}
 }
 
 // schedule starts scheduling the topic for a subscription, unless another
@@ -285,22 +327,38 @@ func (s *Subscriber) schedule(topic string, parts int) {
 		s.sched = newScheduler(config, s.logger)
 		s.sched.gone = s.clientGone
 		s.sched.start(s.closing, false, s.hub)
-		s.ticks = startTicks(s.closing, s.sched, s.logger)
+		// The schedules' ticks end with the scheduler (see unschedule).
+		s.ticks = startTicks(s.sched.ctx, s.sched, s.logger)
 	}
 	s.scheduled[topic]++
 	s.sched.add(topic, parts)
 }
 
 // unschedule ends the scheduling of the topic when the last subscription
-// that needed it ended.
+// that needed it ended, and returns once its loops ended, their leases
+// released, so a process that ends then leaves none behind (another
+// scheduler would wait for it to expire). After the Subscriber's last
+// scheduled topic the scheduler stops: its schedule ticks and ACL watch
+// too. A subscription starting meanwhile starts another.
 func (s *Subscriber) unschedule(topic string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.scheduled[topic]--; s.scheduled[topic] > 0 {
+		s.mu.Unlock()
 		return
 	}
 	delete(s.scheduled, topic)
-	s.sched.remove(topic)
+	sched, ticks := s.sched, s.ticks
+	wait := sched.remove(topic)
+	last := len(s.scheduled) == 0
+	if last {
+		s.sched, s.ticks = nil, nil
+	}
+	s.mu.Unlock()
+	wait()
+	if last {
+		sched.stop()
+		<-ticks
+	}
 }
 
 // clientGone stops every subscription and the scheduler when the Redis

@@ -552,7 +552,7 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	}
 	text += fmt.Sprintf(" (%s matched, %s stored messages read).", thousands(total.Matched), thousands(total.Scanned))
 	if left := total.Matched - total.Done; left > 0 {
-		text += fmt.Sprintf(" %s matched but had changed before their turn (fell due, cancelled, moved or gone): left alone.", thousands(left))
+		text += fmt.Sprintf(" %s matched but had changed before their turn (fell due, or cancelled or replaced elsewhere): left alone.", thousands(left))
 	}
 	h.render(w, r, http.StatusOK, "result", verb.done, f.Topic, resultData{text, back})
 }

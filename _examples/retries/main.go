@@ -31,10 +31,12 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer pub.Close()
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "mailer"}, logger)
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer sub.Close() // after the Router, before the client: see the README's quick start
 
 	router, err := message.NewRouter(message.RouterConfig{}, logger)
 	if err != nil {

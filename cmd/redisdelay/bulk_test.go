@@ -197,7 +197,9 @@ func TestBulkUsageErrors(t *testing.T) {
 		{[]string{"cancel", topic, "id", "--yes"}, "--yes goes with"},
 		{[]string{"cancel", topic, "--meta", "tenant"}, `invalid value "tenant" for flag -meta: no '=' in "tenant"`},
 		{[]string{"cancel", topic, "--from", "yesterday"}, `--from "yesterday" is not a time`},
-		{[]string{"cancel", topic, "--meta", "a=b", "--resume", "nope"}, `--resume "nope" is not a cursor over waiting messages`},
+		{[]string{"cancel", topic, "--meta", "a=b", "--resume", "nope"}, `--resume "nope" is not a cursor of a bulk action as redisdelay prints them ("bulk:0:near:1382")`},
+		{[]string{"cancel", topic, "--meta", "a=b", "--resume", "bulk:0:near:x"}, `--resume "bulk:0:near:x" is not a cursor of a bulk action`},
+		{[]string{"cancel", topic, "--meta", "a=b", "--resume", "bulk:0:far:1"}, `--resume "bulk:0:far:1" is not a cursor of a bulk action`},
 		{[]string{"reschedule", topic, "--in", "1m"}, "reschedule: give the UUID of the message to reschedule, --key K, " + waitingForms},
 		{[]string{"reschedule", topic, "--meta", "a=b"}, "give the new due time: --in D (from now) or --at T (RFC 3339)"},
 		{[]string{"reschedule", topic, "--all", "--key-prefix", "o", "--in", "1m"}, "give --all or a filter, not both: --all reschedules every waiting message"},
@@ -296,12 +298,13 @@ func TestBulkResume(t *testing.T) {
 	assert.Equal(t, 1, r.code)
 	first := decode[bulkJSON](t, r.stdout)
 	require.NotEmpty(t, first.Cursor)
-	assert.EqualValues(t, 1000, first.Scanned, "one batch")
+	// One batch: the waiting set's ZSCAN takes about 1,000.
+	assert.InDelta(t, 1000, first.Scanned, 200, "one batch")
 	assert.Equal(t, first.Matched, first.Done)
 	assert.Positive(t, first.Done)
-	assert.Equal(t, fmt.Sprintf("redisdelay: cancel: read 1000, matched %d, cancelled %d so far\n"+
-		"redisdelay: cancel stopped (interrupted): read 1000, matched %d, cancelled %d; to go on, run the same command with --resume %s\n",
-		first.Matched, first.Done, first.Matched, first.Done, first.Cursor), r.stderr)
+	assert.Equal(t, fmt.Sprintf("redisdelay: cancel: read %d, matched %d, cancelled %d so far\n"+
+		"redisdelay: cancel stopped (interrupted): read %d, matched %d, cancelled %d; to go on, run the same command with --resume %s\n",
+		first.Scanned, first.Matched, first.Done, first.Scanned, first.Matched, first.Done, first.Cursor), r.stderr)
 	assert.EqualValues(t, 2510-first.Done, s.stats(t, tp).Waiting)
 
 	rest := decode[bulkJSON](t, s.ok(t, "cancel", tp, "--meta", "tenant=acme", "--resume", first.Cursor, "--json"))

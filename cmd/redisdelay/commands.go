@@ -470,7 +470,7 @@ func checkWaitingForm(name string, pos []string, f *cmdFlags) error {
 		return err
 	}
 	if f.resume != "" {
-		return checkWaitingCursor("--resume", f.resume)
+		return checkBulkCursor("--resume", f.resume)
 	}
 	return nil
 }

@@ -114,34 +114,69 @@ func checkBulkExtras(f *cmdFlags, one, bulk string) error {
 	return nil
 }
 
-// checkWaitingCursor checks the form of a cursor over waiting messages
-// ("<partition>:n:<score>:<member>" or "<partition>:f:<bucket>:<position>",
-// as the Inspector writes them), so that a mangled one is a usage error;
-// one naming a partition the topic lacks is left to the Inspector.
+// checkWaitingCursor checks the form of a cursor of a search of waiting
+// messages ("<partition>:n:<score>:<member>" or
+// "<partition>:f:<bucket>:<position>", as the Inspector writes them), so
+// that a mangled one is a usage error; one naming a partition the topic
+// lacks is left to the Inspector.
 func checkWaitingCursor(name, c string) error {
-	parts := strings.SplitN(c, ":", 4)
-	ok := len(parts) == 4
-	if ok {
-		_, err := strconv.ParseUint(parts[0], 10, 31)
-		ok = err == nil
+	if strings.HasPrefix(c, "bulk:") {
+		return fmt.Errorf("%s %q is the cursor of a bulk action (cancel, reschedule: for their --resume), not of a search: pass the one the search printed, unchanged", name, c)
 	}
-	if ok {
-		switch parts[1] {
-		case "n":
-			_, err := strconv.ParseFloat(parts[2], 64)
-			ok = err == nil
-		case "f":
-			_, err1 := strconv.ParseInt(parts[2], 10, 64)
-			_, err2 := strconv.ParseUint(parts[3], 10, 63)
-			ok = err1 == nil && err2 == nil
+	if !searchCursor(c) {
+		return fmt.Errorf("%s %q is not a cursor over waiting messages as redisdelay prints them (\"0:n:1795400834527:<uuid>\"): pass the one printed, unchanged", name, c)
+	}
+	return nil
+}
+
+// checkBulkCursor checks the form of the cursor of a bulk action on
+// waiting messages ("bulk:<partition>:far:<bucket>:<position>" or
+// "bulk:<partition>:near:<n>"; a search's, which they printed before,
+// is taken too).
+func checkBulkCursor(name, c string) error {
+	parts := strings.Split(c, ":")
+	ok := searchCursor(c)
+	if !ok && len(parts) >= 4 && parts[0] == "bulk" {
+		_, err := strconv.ParseUint(parts[1], 10, 31)
+		ok = err == nil
+		switch {
+		case len(parts) == 4 && parts[2] == "near":
+			_, err := strconv.ParseUint(parts[3], 10, 64)
+			ok = ok && err == nil
+		case len(parts) == 5 && parts[2] == "far":
+			_, err1 := strconv.ParseUint(parts[3], 10, 63)
+			_, err2 := strconv.ParseUint(parts[4], 10, 63)
+			ok = ok && err1 == nil && err2 == nil
 		default:
 			ok = false
 		}
 	}
 	if !ok {
-		return fmt.Errorf("%s %q is not a cursor over waiting messages as redisdelay prints them (\"0:n:1795400834527:<uuid>\"): pass the one printed, unchanged", name, c)
+		return fmt.Errorf("%s %q is not a cursor of a bulk action as redisdelay prints them (\"bulk:0:near:1382\"): pass the one printed, unchanged", name, c)
 	}
 	return nil
+}
+
+// searchCursor reports whether c has the form of a search's cursor over
+// waiting messages.
+func searchCursor(c string) bool {
+	parts := strings.SplitN(c, ":", 4)
+	if len(parts) != 4 {
+		return false
+	}
+	if _, err := strconv.ParseUint(parts[0], 10, 31); err != nil {
+		return false
+	}
+	switch parts[1] {
+	case "n":
+		_, err := strconv.ParseFloat(parts[2], 64)
+		return err == nil
+	case "f":
+		_, err1 := strconv.ParseInt(parts[2], 10, 64)
+		_, err2 := strconv.ParseUint(parts[3], 10, 63)
+		return err1 == nil && err2 == nil
+	}
+	return false
 }
 
 // checkDeadCursor checks the form of a cursor over dead letters: the ID of

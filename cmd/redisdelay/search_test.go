@@ -257,6 +257,7 @@ func TestSearchBadInput(t *testing.T) {
 		{[]string{"search", topic, "--cursor", "garbage"}, `--cursor "garbage" is not a cursor over waiting messages as redisdelay prints them`},
 		{[]string{"search", topic, "--cursor", "0:x:1:a"}, `--cursor "0:x:1:a" is not a cursor over waiting messages`},
 		{[]string{"search", topic, "--cursor", "1-0"}, `--cursor "1-0" is not a cursor over waiting messages`},
+		{[]string{"search", topic, "--cursor", "bulk:0:near:12"}, `--cursor "bulk:0:near:12" is the cursor of a bulk action (cancel, reschedule: for their --resume), not of a search`},
 		{[]string{"search", topic, "--group", group, "--cursor", "0:n:1:x"}, `--cursor "0:n:1:x" is not a cursor over dead letters as redisdelay prints them`},
 		{[]string{"search"}, "search: wrong number of arguments (0)"},
 	} {

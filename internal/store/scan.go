@@ -12,11 +12,12 @@ import (
 )
 
 // Scanning a partition's waiting messages in bounded steps, for searches
-// and bulk actions: the waiting set by (score, member), then the far tier
-// bucket by bucket, each bucket by position. A position survives changes
-// between steps: the waiting set is read from a score on, and a far
+// and bulk actions: the waiting set by (score, member) (NearRange) or with
+// ZSCAN (NearScan), and the far tier bucket by bucket, each bucket by
+// position (FarRange). A position survives changes between steps: the
+// waiting set is read from a score on, or from a ZSCAN cursor, and a far
 // bucket's positions count from its first element ever (its popped count
-// plus the index), so neither shifts as messages are removed or unpacked.
+// plus the index), so none shifts as messages are removed or unpacked.
 
 // ScoreMin and ScoreMax are the score bounds of the messages due in
 // [from, to): the zero time leaves a side open.
@@ -70,6 +71,31 @@ func NearRange(ctx context.Context, c redis.Cmdable, sh Shard, min, max float64,
 		out[k] = WaitingMember{ID: id, Score: z.Score, Shard: sh}
 	}
 	return out, nil
+}
+
+// NearScan reads about n members of the waiting set, with their scores,
+// with ZSCAN from cursor on (0: the start), and returns the cursor to go on
+// from, 0 once the scan went round. Unlike a read by score, a full scan
+// (from cursor 0 back to 0, in any number of calls, however far apart)
+// returns every member that stays in the set from its first call to its
+// last, whatever scores change meanwhile: a member rescheduled to a score
+// a read by score has passed would be missed. It may return a member
+// twice (when Redis resized the set in between). A set small enough to be
+// kept packed comes back whole in one call.
+func NearScan(ctx context.Context, c redis.Cmdable, sh Shard, cursor uint64, n int) ([]WaitingMember, uint64, error) {
+	kv, next, err := c.ZScan(ctx, sh.Waiting(), cursor, "", int64(n)).Result()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]WaitingMember, 0, len(kv)/2)
+	for k := 0; k+1 < len(kv); k += 2 {
+		score, err := strconv.ParseFloat(kv[k+1], 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("waiting set member %q has the score %q: %w", kv[k], kv[k+1], err)
+		}
+		out = append(out, WaitingMember{ID: kv[k], Score: score, Shard: sh})
+	}
+	return out, next, nil
 }
 
 // FarBuckets returns up to n far bucket numbers of a partition from bucket
