@@ -17,10 +17,10 @@ import (
 // throughout) and the next message is handed out at once. The acker
 // goroutine writes the queue to Redis in one pipelined round trip per flush
 // (XACK with every ready-stream id, ack.lua with every redelivery-stream
-// id); acks made while a flush is in flight, or within ackEvery after it
-// started, go into the next one: an Ack after a quiet spell is written at
-// once, and a steady stream of them costs one write per ackEvery, not one
-// per message.
+// id) at the next multiple of ackEvery on the clock; acks made meanwhile,
+// or while a flush is in flight, go into the next one. So a steady stream
+// of acks costs one write per ackEvery, not one per message, and the acks
+// of all the subscriptions of a process share those writes.
 //
 // Queued entries are still pending in Redis, so until their flush succeeds
 // they count as held: lease renewal keeps them, and the queue is flushed
@@ -60,23 +60,25 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 			return
 		case <-sub.ackWake:
 		}
+		// Flushes happen at multiples of ackEvery on the clock, the same
+		// instants for every subscription of the process: the hub's lanes
+		// then carry the acks of many subscriptions in one pipeline.
+		sleep(ctx, time.Until(time.Now().Truncate(ackEvery).Add(ackEvery)))
 		if gate := sub.s.ackGate; gate != nil {
 			gate(ctx)
 		}
 		// Errors are logged; what is not written stays queued for the next
 		// wake-up, or for the flush before a hand-back or re-read.
-		start := time.Now()
 		_ = sub.drainAcks(ctx)
-		if d := ackEvery - time.Since(start); d > 0 {
-			sleep(ctx, d)
-		}
 	}
 }
 
-// ackEvery is the shortest time between two flushes of a subscription's
-// ack queue (see the top of this file). An ack waiting for the next flush
-// is still held (its lease renewed) and is written before anything hands
-// back or re-reads what is pending: a crash loses at most this much of the
+// ackEvery is how often a subscription's ack queue is flushed while acks
+// are made (see the top of this file): at the multiples of ackEvery, so a
+// steady stream of acks costs one round trip per ackEvery, shared by
+// every subscription of the process. An ack waiting for the next flush is
+// still held (its lease renewed) and is written before anything hands back
+// or re-reads what is pending: a crash loses at most this much of the
 // acks made, whose messages are then delivered again, as after any crash
 // between an Ack and its write.
 const ackEvery = 5 * time.Millisecond

@@ -349,7 +349,7 @@ func (p *Publisher) send(ctx context.Context, calls []*pubCall, nCalls int) erro
 		if c == nil {
 			continue
 		}
-		if p.sendPart(ctx, c); c.err != nil && nCalls == 1 {
+		if p.sendPart(ctx, c, nCalls == 1); c.err != nil && nCalls == 1 {
 			return c.err
 		}
 	}
@@ -376,7 +376,7 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 		var err error
 		for q := c; q != nil && err == nil; q = q.next {
 			if q != c {
-				p.sendPart(ctx, q)
+				p.sendPart(ctx, q, true)
 			}
 			if q.err == nil {
 				q.err = p.await(ctx, q)
@@ -410,14 +410,23 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 
 // sendPart hands (a part of) a call to its partition's batcher, unless the
 // call's context is over: the script run is shared with other calls, so
-// the call's context could not stop it once sent.
-func (p *Publisher) sendPart(ctx context.Context, c *pubCall) {
+// the call's context could not stop it once sent. With inline (the call
+// waits for nothing else of its Publish meanwhile), a call sent at once is
+// stored by the caller's goroutine, without a hand-off to another.
+func (p *Publisher) sendPart(ctx context.Context, c *pubCall, inline bool) {
 	c.ctx = ctx
 	if err := ctx.Err(); err != nil {
 		c.err = notSent(c.N, c.where(), err)
 		return
 	}
-	c.b, c.err = p.enqueue(c)
+	var run bool
+	if c.b, run, c.err = p.enqueue(c); run {
+		if inline {
+			p.flushFirst(c.b, c)
+		} else {
+			go p.flush(c.b, []*pubCall{c})
+		}
+	}
 }
 
 // await waits for the result of a call handed to a batcher.
@@ -561,14 +570,14 @@ type batcher struct {
 	queue    []*pubCall
 }
 
-// enqueue hands the call to its partition's batcher: sent at once when
-// fewer than maxFlushes runs are in flight and none is queued, queued
-// otherwise.
-func (p *Publisher) enqueue(c *pubCall) (*batcher, error) {
+// enqueue hands the call to its partition's batcher: queued when
+// maxFlushes runs are in flight or calls wait already, else the caller is
+// to run it at once (run).
+func (p *Publisher) enqueue(c *pubCall) (b *batcher, run bool, err error) {
 	p.closeMu.RLock()
 	if p.closed.Load() {
 		p.closeMu.RUnlock()
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	p.pending.Add(1)
 	p.closeMu.RUnlock()
@@ -577,36 +586,49 @@ func (p *Publisher) enqueue(c *pubCall) (*batcher, error) {
 	if !ok {
 		v, _ = p.batchers.LoadOrStore(c.shard, &batcher{})
 	}
-	b := v.(*batcher)
+	b = v.(*batcher)
 	b.mu.Lock()
 	if b.flushing >= maxFlushes || len(b.queue) > 0 {
 		b.queue = append(b.queue, c)
 		b.mu.Unlock()
-		return b, nil
+		return b, false, nil
 	}
 	b.flushing++
 	c.taken = true
 	b.mu.Unlock()
-	go p.flush(b, []*pubCall{c})
-	return b, nil
+	return b, true, nil
 }
 
 // flush runs the script for batch, then for the calls queued meanwhile,
 // until none is left.
 func (p *Publisher) flush(b *batcher, batch []*pubCall) {
-	for {
+	for len(batch) > 0 {
 		p.store(batch)
-		b.mu.Lock()
-		var skipped int
-		batch, skipped = b.next()
-		p.pending.Add(-skipped)
-		if len(batch) == 0 {
-			b.flushing--
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
+		batch = p.queued(b)
 	}
+}
+
+// flushFirst runs the script for a call its caller sends at once (see
+// sendPart), then hands the calls queued meanwhile, if any, to a flush
+// of their own: the caller does not wait for others' calls.
+func (p *Publisher) flushFirst(b *batcher, c *pubCall) {
+	p.store([]*pubCall{c})
+	if batch := p.queued(b); len(batch) > 0 {
+		go p.flush(b, batch)
+	}
+}
+
+// queued takes the calls of the next run from b's queue; none when the
+// run just made was the last (it then counts as ended).
+func (p *Publisher) queued(b *batcher) []*pubCall {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	batch, skipped := b.next()
+	p.pending.Add(-skipped)
+	if len(batch) == 0 {
+		b.flushing--
+	}
+	return batch
 }
 
 // next takes the calls of the next run from the queue, in order, within

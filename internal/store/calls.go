@@ -186,11 +186,14 @@ type PromoteReply struct {
 }
 
 // Promote runs promote.lua on a partition for the consumer groups
-// listed.
-func Promote(ctx context.Context, c redis.Scripter, sh Shard, groups []string, batch int, owner string, lease time.Duration, mayTake bool) (PromoteReply, error) {
-	take := "1"
+// listed; extend renews the lease the caller holds.
+func Promote(ctx context.Context, c redis.Scripter, sh Shard, groups []string, batch int, owner string, lease time.Duration, mayTake, extend bool) (PromoteReply, error) {
+	take, ext := "1", "0"
 	if !mayTake {
 		take = "0"
+	}
+	if extend {
+		ext = "1"
 	}
 	k := make([]string, 0, 13+8*len(groups))
 	k = append(k, sh.Lease(), sh.Groups(), sh.Waiting(), sh.Bodies(), sh.Stream(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.Fanout(), sh.Bell(), sh.GroupOf(), sh.orphans())
@@ -199,7 +202,7 @@ func Promote(ctx context.Context, c redis.Scripter, sh Shard, groups []string, b
 		k = append(k, sh.fairKeys(g)...)
 	}
 	k = append(k, sh.Far())
-	res, err := promoteScript.Run(ctx, c, k, batch, owner, lease.Milliseconds(), take).Int64Slice()
+	res, err := promoteScript.Run(ctx, c, k, batch, owner, lease.Milliseconds(), take, ext).Int64Slice()
 	if err == nil {
 		err = replyShort("promote", len(res), 6)
 	}

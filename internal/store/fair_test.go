@@ -160,7 +160,7 @@ func (e *fairEnv) promote() {
 	e.t.Helper()
 	for range 1000 {
 		e.step()
-		r, err := Promote(e.ctx, e.c, e.sh, []string{e.cg}, 256, "owner", time.Minute, true)
+		r, err := Promote(e.ctx, e.c, e.sh, []string{e.cg}, 256, "owner", time.Minute, true, true)
 		require.NoError(e.t, err)
 		require.True(e.t, r.Held)
 		e.check("promote")
@@ -639,12 +639,12 @@ func TestFair_DueOrderAndOlderSubscribers(t *testing.T) {
 	require.NoError(t, e.c.HSet(e.ctx, e.sh.Meta(old), "vis", 60_000).Err())
 	e.publish(&fairMsg{payload: "A1", group: "A", delay: 300 * time.Millisecond}, &fairMsg{payload: "A2", group: "A"})
 	promote := func() {
-		r, err := Promote(e.ctx, e.c, e.sh, []string{e.cg, old}, 256, "owner", time.Minute, true)
+		r, err := Promote(e.ctx, e.c, e.sh, []string{e.cg, old}, 256, "owner", time.Minute, true, true)
 		require.NoError(t, err)
 		e.check("promote")
 		if r.Wait > 0 && r.Wait < 5000 {
 			time.Sleep(time.Duration(r.Wait) * time.Microsecond)
-			_, err = Promote(e.ctx, e.c, e.sh, []string{e.cg, old}, 256, "owner", time.Minute, true)
+			_, err = Promote(e.ctx, e.c, e.sh, []string{e.cg, old}, 256, "owner", time.Minute, true, true)
 			require.NoError(t, err)
 			e.check("promote")
 		}

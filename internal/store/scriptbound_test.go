@@ -252,7 +252,7 @@ return 0`)
 	lap("1,000,000 or more grouped messages waiting")
 
 	promote := func(batch int) PromoteReply {
-		r, err := Promote(ctx, c, sh, cgs, batch, "owner", time.Minute, true)
+		r, err := Promote(ctx, c, sh, cgs, batch, "owner", time.Minute, true, true)
 		require.NoError(t, err)
 		require.True(t, r.Held)
 		return r
@@ -527,7 +527,7 @@ return 0`)
 		if grouped {
 			require.NoError(t, fill.Run(ctx, c, []string{sh.Waiting(), sh.Bodies(), sh.GroupOf()}, 0, 3*n, 10, body).Err())
 			for c.ZCard(ctx, sh.Waiting()).Val() > 0 {
-				r, err := Promote(ctx, c, sh, []string{fair}, 4096, "owner", time.Minute, true)
+				r, err := Promote(ctx, c, sh, []string{fair}, 4096, "owner", time.Minute, true, true)
 				require.NoError(t, err)
 				if r.Wait > 0 {
 					time.Sleep(time.Duration(r.Wait) * time.Microsecond)
