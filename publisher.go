@@ -349,7 +349,7 @@ func (p *Publisher) send(ctx context.Context, calls []*pubCall, nCalls int) erro
 		if c == nil {
 			continue
 		}
-		if p.sendPart(ctx, c, nCalls == 1); c.err != nil && nCalls == 1 {
+		if p.sendPart(ctx, c); c.err != nil && nCalls == 1 {
 			return c.err
 		}
 	}
@@ -376,7 +376,7 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 		var err error
 		for q := c; q != nil && err == nil; q = q.next {
 			if q != c {
-				p.sendPart(ctx, q, true)
+				p.sendPart(ctx, q)
 			}
 			if q.err == nil {
 				q.err = p.await(ctx, q)
@@ -410,10 +410,10 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 
 // sendPart hands (a part of) a call to its partition's batcher, unless the
 // call's context is over: the script run is shared with other calls, so
-// the call's context could not stop it once sent. With inline (the call
-// waits for nothing else of its Publish meanwhile), a call sent at once is
-// stored by the caller's goroutine, without a hand-off to another.
-func (p *Publisher) sendPart(ctx context.Context, c *pubCall, inline bool) {
+// the call's context could not stop it once sent. A run goes on in a
+// goroutine of its own, so that the caller stops waiting when its context
+// ends (go-redis reads a stalled socket until its ReadTimeout).
+func (p *Publisher) sendPart(ctx context.Context, c *pubCall) {
 	c.ctx = ctx
 	if err := ctx.Err(); err != nil {
 		c.err = notSent(c.N, c.where(), err)
@@ -421,11 +421,7 @@ func (p *Publisher) sendPart(ctx context.Context, c *pubCall, inline bool) {
 	}
 	var run bool
 	if c.b, run, c.err = p.enqueue(c); run {
-		if inline {
-			p.flushFirst(c.b, c)
-		} else {
-			go p.flush(c.b, []*pubCall{c})
-		}
+		go p.flush(c.b, []*pubCall{c})
 	}
 }
 
@@ -605,16 +601,6 @@ func (p *Publisher) flush(b *batcher, batch []*pubCall) {
 	for len(batch) > 0 {
 		p.store(batch)
 		batch = p.queued(b)
-	}
-}
-
-// flushFirst runs the script for a call its caller sends at once (see
-// sendPart), then hands the calls queued meanwhile, if any, to a flush
-// of their own: the caller does not wait for others' calls.
-func (p *Publisher) flushFirst(b *batcher, c *pubCall) {
-	p.store([]*pubCall{c})
-	if batch := p.queued(b); len(batch) > 0 {
-		go p.flush(b, batch)
 	}
 }
 

@@ -71,6 +71,7 @@ func readScript(name string) string {
 var (
 	publishScript    = loadScript("publish")
 	appendScript     = loadScript("append")
+	delayedScript    = loadScript("delayed")
 	promoteScript    = loadScript("promote")
 	unleaseScript    = loadScript("unlease")
 	nackScript       = loadScript("nack")

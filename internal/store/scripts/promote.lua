@@ -185,7 +185,7 @@ local BODIES = 32
 -- How many members of a set one read at its head takes: enough for the
 -- due messages of a tick at a steady rate, and the head after them, in
 -- one command.
-local PROBE = 8
+local PROBE = 4
 
 local function move(set, hash, dest, retry)
   -- the head alone tells an idle set (the common case) apart cheaply; at
