@@ -64,7 +64,7 @@
 //
 // A subscription hands out the next message as soon as the previous one is
 // acked: acknowledgements are written to Redis in the background, many per
-// round trip, normally within a round trip of the Ack (retried while Redis
+// round trip, within 5 ms and a round trip of the Ack (retried while Redis
 // is unreachable; Close writes them before returning). A process that dies
 // in between leaves those messages pending: they are delivered again, never
 // lost. Nack is written before the next message is handed out.
