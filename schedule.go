@@ -89,6 +89,13 @@ type Schedule struct {
 	// reads them. Publisher.Schedule ignores them.
 	Skipped     int64     `json:"-"`
 	LastSkipped time.Time `json:"-"`
+
+	// LastTick is the tick published last, by a tick loop or
+	// Inspector.TriggerSchedule (its ScheduleTickKey), as
+	// Inspector.Schedules reads it; zero when none was recorded (none
+	// published yet, or only by processes of versions before it was).
+	// Publisher.Schedule ignores it.
+	LastTick time.Time `json:"-"`
 }
 
 // Overlap is a schedule's overlap policy: what a tick does while the
@@ -290,7 +297,7 @@ func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
 			return nil, fmt.Errorf("redisdelay: schedule %q does not decode: %v; remove it with Inspector.RemoveSchedule", id, err)
 		}
 		st := state[id]
-		s.ID, s.Next, s.Paused, s.Skipped, s.LastSkipped = id, st.Next, st.Paused, st.Skipped, st.LastSkipped
+		s.ID, s.Next, s.Paused, s.Skipped, s.LastSkipped, s.LastTick = id, st.Next, st.Paused, st.Skipped, st.LastSkipped, st.LastTick
 		if !s.Paused.IsZero() {
 			s.Next = time.Time{}
 		}
@@ -383,7 +390,7 @@ func (i *Inspector) TriggerSchedule(ctx context.Context, id string) error {
 	if err := pub.Publish(s.Topic, msg); err != nil {
 		return fail(err)
 	}
-	return nil
+	return wrapErr(store.RecordTick(ctx, i.client, i.keys, id, now.Truncate(time.Millisecond)), "trigger schedule %q: record the tick", id)
 }
 
 // schedule reads a stored schedule's definition for an action (what).
@@ -636,7 +643,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 			if err != nil {
 				l.tickRefused(err, id, tick)
 			}
-			if err := store.DropClaim(pctx, l.redis, l.keys, member); err != nil {
+			if err := store.TickDone(pctx, l.redis, l.keys, member, id, tick, err == nil); err != nil {
 				delete(l.mine, member)
 				return 0, err
 			}
