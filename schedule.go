@@ -370,10 +370,20 @@ func (i *Inspector) TriggerSchedule(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	fail := func(err error) error { return fmt.Errorf("redisdelay: trigger schedule %q: %w", id, err) }
 	now, err := store.RedisTime(ctx, i.client)
 	if err != nil {
-		return fail(err)
+		return fmt.Errorf("redisdelay: trigger schedule %q: %w", id, err)
+	}
+	return i.publishTicks(ctx, "trigger", s, now.Truncate(time.Millisecond))
+}
+
+// publishTicks publishes ticks of a schedule outside its tick loops (a
+// trigger, an advance of the clock in a test), with the topic's stored
+// partition count, and records the last as the schedule's last tick.
+func (i *Inspector) publishTicks(ctx context.Context, what string, s Schedule, ticks ...time.Time) error {
+	fail := func(err error) error { return fmt.Errorf("redisdelay: %s schedule %q: %w", what, s.ID, err) }
+	if len(ticks) == 0 {
+		return nil
 	}
 	parts, err := storedPartitions(ctx, i.client, i.keys, s.Topic)
 	if err != nil {
@@ -385,12 +395,17 @@ func (i *Inspector) TriggerSchedule(ctx context.Context, id string) error {
 		return fail(err)
 	}
 	defer pub.Close()
-	msg := tickMessage(i.keys.Prefix, &s, now.Truncate(time.Millisecond))
-	msg.SetContext(ctx)
-	if err := pub.Publish(s.Topic, msg); err != nil {
+	for _, tick := range ticks {
+		msg := tickMessage(i.keys.Prefix, &s, tick)
+		msg.SetContext(ctx)
+		if err := pub.Publish(s.Topic, msg); err != nil {
+			return fail(err)
+		}
+	}
+	if err := store.RecordTick(ctx, i.client, i.keys, s.ID, ticks[len(ticks)-1]); err != nil {
 		return fail(err)
 	}
-	return wrapErr(store.RecordTick(ctx, i.client, i.keys, id, now.Truncate(time.Millisecond)), "trigger schedule %q: record the tick", id)
+	return nil
 }
 
 // schedule reads a stored schedule's definition for an action (what).
