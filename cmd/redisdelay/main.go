@@ -280,15 +280,15 @@ func timedOut(ctx context.Context, opts *options) string {
 	return ""
 }
 
-// usageFail prints a usage error with the relevant usage text.
+// usageFail prints a usage error on one line, and on the next where to
+// read the usage (rather than all of it: the error would scroll away).
 func usageFail(stderr io.Writer, err error) int {
 	var ue *usageError
-	var cmd *command
-	if errors.As(err, &ue) {
-		cmd = ue.cmd
+	hint := `run "redisdelay -h" for the commands and global flags`
+	if errors.As(err, &ue) && ue.cmd != nil {
+		hint = fmt.Sprintf(`usage: redisdelay [flags] %s %s (run "redisdelay help %s" for its flags)`, ue.cmd.name, ue.cmd.args, ue.cmd.name)
 	}
-	fmt.Fprintf(stderr, "redisdelay: %v\n\n", err)
-	printUsage(stderr, cmd)
+	fmt.Fprintf(stderr, "redisdelay: %s\n%s\n", strings.TrimPrefix(oneLine(err.Error()), "redisdelay: "), hint)
 	return exitUsage
 }
 
@@ -497,8 +497,12 @@ Shows and manages the topics of watermill-redisdelay.
 
 commands:
 `)
+	width := 0
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 global flags (before or after the command):
