@@ -39,6 +39,9 @@ type cmdFlags struct {
 	listen        string
 	readOnly      bool
 	allowedHosts  []string      // ui --allowed-host
+	basicAuthFile string        // ui --basic-auth-file
+	tokenFile     string        // ui --token-file
+	insecure      bool          // ui --insecure
 	in            time.Duration // reschedule --in
 	inSet         bool          // --in was given (--in 0s: due now)
 	at            string        // reschedule --at ("now" too)
@@ -510,19 +513,22 @@ func init() {
 			minArgs: 1, maxArgs: 1, run: cmdTrigger,
 		},
 		{
-			name: "ui", args: "[--addr-listen HOST:PORT] [--read-only] [--allowed-host HOST]...", summary: "serve the web dashboard",
+			name: "ui", args: "[--addr-listen HOST:PORT] [--basic-auth-file F | --token-file F] [--read-only] [--allowed-host HOST]... [--insecure]", summary: "serve the web dashboard",
 			help: "Serves the operator dashboard (see docs/dashboard.md) until interrupted: topics and groups\n" +
-				"refreshing live, when waiting messages fall due, waiting messages searched by UUID or business\n" +
-				"key, cancelled or rescheduled, dead letters requeued or deleted after a confirmation, consumer\n" +
-				"groups paused and resumed, recurring schedules paused, resumed, triggered and removed. It has\n" +
-				"no login of its own: keep it on loopback (the default) or put it behind an authenticating\n" +
-				"proxy; --read-only hides and refuses every action. Against DNS rebinding it answers only to\n" +
-				"loopback names, the --addr-listen address (the machine's addresses for 0.0.0.0 or ::) and each\n" +
-				"--allowed-host: give the names you open it with.",
+				"refreshing live, the messages of each state (waiting, ready, pending, retrying, dead) and the\n" +
+				"consumers, waiting messages run now, cancelled or rescheduled, dead letters requeued or deleted after a\n" +
+				"confirmation, consumer groups paused and resumed, recurring schedules paused, resumed, triggered and\n" +
+				"removed. Authentication, never from the command line: HTTP basic from --basic-auth-file (lines\n" +
+				"user:password) or $REDISDELAY_UI_BASIC_AUTH (user:password), bearer tokens from --token-file (one a\n" +
+				"line) or $REDISDELAY_UI_TOKEN; passwords and tokens of 12 characters or more. --read-only hides and\n" +
+				"refuses every action. On an address other than loopback it refuses to start without authentication or\n" +
+				"--read-only, unless --insecure says something else protects it (a firewall, an authenticating proxy).\n" +
+				"Against DNS rebinding it answers only to loopback names, the --addr-listen address (the machine's\n" +
+				"addresses for 0.0.0.0 or ::) and each --allowed-host: give the names you open it with.",
 			maxArgs: 0, serve: true,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
 				fs.StringVar(&f.listen, "addr-listen", "127.0.0.1:8080", "serve on this `host:port` (port 0: any free port)")
-				fs.BoolVar(&f.readOnly, "read-only", false, "show only: no cancel, reschedule, requeue, delete, pause, resume, trigger or remove")
+				fs.BoolVar(&f.readOnly, "read-only", false, "show only: no cancel, reschedule, run now, requeue, delete, pause, resume, trigger or remove")
 				fs.Func("allowed-host", "also answer to this `host` or host:port (repeat, or separate with commas; \"*\": any), besides loopback and the --addr-listen address", func(v string) error {
 					for _, h := range strings.Split(v, ",") {
 						if h = strings.TrimSpace(h); h != "" {
@@ -531,6 +537,9 @@ func init() {
 					}
 					return nil
 				})
+				fs.StringVar(&f.basicAuthFile, "basic-auth-file", "", "require HTTP basic authentication by the users of `file` (lines user:password; # comments)")
+				fs.StringVar(&f.tokenFile, "token-file", "", "accept the bearer tokens of `file` (one a line), as Authorization: Bearer <token>")
+				fs.BoolVar(&f.insecure, "insecure", false, "serve an address other than loopback with neither authentication nor --read-only (something else protects it)")
 			},
 			run: cmdUI,
 		},
