@@ -1,11 +1,13 @@
 // Package dashboard is a web page for operators of watermill-redisdelay:
-// topics and consumer groups with their depths, refreshing live, paused
-// and resumed; when the waiting messages fall due; waiting messages paged,
-// searched by UUID or business key, shown, rescheduled and cancelled; dead
-// letters shown, found by UUID, requeued and deleted, one or in bulk, after
-// a confirmation; waiting messages and dead letters searched by metadata,
-// business-key prefix and due (or death) time, and what such a search
-// selects cancelled, rescheduled, requeued or deleted after a counted
+// the Redis server; topics and consumer groups with their depths and
+// throughput, refreshing live, paused and resumed; when the waiting
+// messages fall due; waiting messages paged, searched by UUID or business
+// key, shown, run now, rescheduled and cancelled; a group's ready, pending
+// and retrying messages and its consumers; dead letters shown, found by
+// UUID, requeued and deleted, one or in bulk, after a confirmation;
+// waiting messages and dead letters searched by metadata, business-key
+// prefix and due (or death) time, and what such a search selects run now,
+// cancelled, rescheduled, requeued or deleted after a counted
 // confirmation; recurring schedules listed, paused, resumed, triggered and
 // removed.
 //
@@ -22,7 +24,8 @@
 // or run it with the CLI: redisdelay ui --addr-listen 127.0.0.1:8080.
 //
 // It answers only to loopback Hosts and those of Options.AllowedHosts
-// (against DNS rebinding). Mutating actions are POST requests carrying a
+// (against DNS rebinding), and with Options.BasicAuth or BearerTokens only
+// to requests that log in. Mutating actions are POST requests carrying a
 // token from a cookie of the page (double-submit), refused unless their
 // Origin, or without one their Referer, names the dashboard; ReadOnly
 // refuses them all and hides their buttons.

@@ -1,9 +1,11 @@
 // Command redisdelay shows what the topics of watermill-redisdelay hold and
-// lets an operator act on them: list topics, count messages, list delayed
-// messages and dead letters, search them by metadata, business key or time,
-// cancel or reschedule delayed messages, requeue, delete or purge dead
-// letters (one, or all a filter selects), or serve all that as a web
-// dashboard ("ui").
+// lets an operator act on them: list topics, count messages (and see when
+// no scheduler moves them), list a group's messages in every state and its
+// consumers, show the Redis server, measure throughput, check health,
+// search messages by metadata, business key or time, cancel, reschedule or
+// run delayed messages now, requeue, delete or purge dead letters (one, or
+// all a filter selects), delete a group, or serve all that as a web
+// dashboard ("ui", with a login from a file or the environment).
 //
 //	redisdelay [flags] <command> [arguments]
 //
