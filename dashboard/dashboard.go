@@ -1092,21 +1092,31 @@ func parseDue(in, at string, now time.Time) (time.Time, string, error) {
 	return time.Time{}, "", errors.New(`no new due time given: fill "deliver in" (such as 10m) or "at" (a UTC time)`)
 }
 
-func (h *handler) reschedule(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+// messageRef reads the waiting message a form names, by UUID or business
+// key, for an action (verb), and answers the request itself when it names
+// none or an unknown topic (ok false).
+func (h *handler) messageRef(w http.ResponseWriter, r *http.Request, ctx context.Context, verb string) (topic, by, value, what string, ok bool) {
 	topic, uuid, key := r.PostFormValue("t"), strings.TrimSpace(r.PostFormValue("uuid")), strings.TrimSpace(r.PostFormValue("key"))
-	in, at := r.PostFormValue("in"), r.PostFormValue("at")
 	if status, err := h.knownTopic(ctx, topic); err != nil {
 		h.fail(w, r, status, err)
-		return
+		return "", "", "", "", false
 	}
-	by, value, what := "uuid", uuid, "message "+uuid
 	switch {
 	case uuid == "" && key == "":
-		h.fail(w, r, http.StatusBadRequest, errors.New("no message UUID or business key given to reschedule"))
-		return
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("no message UUID or business key given to %s", verb))
+		return "", "", "", "", false
 	case uuid == "":
-		by, value, what = "key", key, fmt.Sprintf("the message holding business key %q", key)
+		return topic, "key", key, fmt.Sprintf("the message holding business key %q", key), true
 	}
+	return topic, "uuid", uuid, "message " + uuid, true
+}
+
+func (h *handler) reschedule(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+	topic, by, value, what, ok := h.messageRef(w, r, ctx, "reschedule")
+	if !ok {
+		return
+	}
+	in, at := r.PostFormValue("in"), r.PostFormValue("at")
 	// The duration counts from the confirmation, not from the first step:
 	// the confirmation page carries what the operator typed.
 	due, when, err := parseDue(in, at, time.Now())
@@ -1165,18 +1175,9 @@ func (h *handler) reschedule(w http.ResponseWriter, r *http.Request, ctx context
 // runNow makes one waiting message due now (Inspector.RunNow, RunNowKey),
 // after a confirmation.
 func (h *handler) runNow(w http.ResponseWriter, r *http.Request, ctx context.Context) {
-	topic, uuid, key := r.PostFormValue("t"), strings.TrimSpace(r.PostFormValue("uuid")), strings.TrimSpace(r.PostFormValue("key"))
-	if status, err := h.knownTopic(ctx, topic); err != nil {
-		h.fail(w, r, status, err)
+	topic, by, value, what, ok := h.messageRef(w, r, ctx, "run now")
+	if !ok {
 		return
-	}
-	by, value, what := "uuid", uuid, "message "+uuid
-	switch {
-	case uuid == "" && key == "":
-		h.fail(w, r, http.StatusBadRequest, errors.New("no message UUID or business key given to run now"))
-		return
-	case uuid == "":
-		by, value, what = "key", key, fmt.Sprintf("the message holding business key %q", key)
 	}
 	if r.PostFormValue("confirm") != "yes" {
 		h.confirm(w, r, topic, confirmData{
