@@ -214,6 +214,13 @@ func TestRunNow(t *testing.T) {
 		assert.True(t, e.waitingNow("orders", id))
 	}
 
+	status, page = e.post("/runnow", url.Values{"csrf": {form.Get("csrf")}, "t": {"orders"}})
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, page, "no message UUID or business key given to run now")
+	status, page = e.post("/runnow", url.Values{"csrf": {form.Get("csrf")}, "t": {"orders"}, "key": {"nope"}, "confirm": {"yes"}})
+	assert.Equal(t, http.StatusOK, status)
+	assert.Contains(t, page, "Nothing changed: the message holding business key &#34;nope&#34; is no longer waiting")
+
 	ro := newEnv(t, dashboard.Options{ReadOnly: true})
 	ro.publish("orders", msg)
 	_, page = ro.get("/message?t=orders&q=" + msg.UUID)
