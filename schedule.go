@@ -89,6 +89,13 @@ type Schedule struct {
 	// reads them. Publisher.Schedule ignores them.
 	Skipped     int64     `json:"-"`
 	LastSkipped time.Time `json:"-"`
+
+	// LastTick is the tick published last, by a tick loop or
+	// Inspector.TriggerSchedule (its ScheduleTickKey), as
+	// Inspector.Schedules reads it; zero when none was recorded (none
+	// published yet, or only by processes of versions before it was).
+	// Publisher.Schedule ignores it.
+	LastTick time.Time `json:"-"`
 }
 
 // Overlap is a schedule's overlap policy: what a tick does while the
@@ -290,7 +297,7 @@ func (i *Inspector) Schedules(ctx context.Context) ([]Schedule, error) {
 			return nil, fmt.Errorf("redisdelay: schedule %q does not decode: %v; remove it with Inspector.RemoveSchedule", id, err)
 		}
 		st := state[id]
-		s.ID, s.Next, s.Paused, s.Skipped, s.LastSkipped = id, st.Next, st.Paused, st.Skipped, st.LastSkipped
+		s.ID, s.Next, s.Paused, s.Skipped, s.LastSkipped, s.LastTick = id, st.Next, st.Paused, st.Skipped, st.LastSkipped, st.LastTick
 		if !s.Paused.IsZero() {
 			s.Next = time.Time{}
 		}
@@ -363,10 +370,20 @@ func (i *Inspector) TriggerSchedule(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	fail := func(err error) error { return fmt.Errorf("redisdelay: trigger schedule %q: %w", id, err) }
 	now, err := store.RedisTime(ctx, i.client)
 	if err != nil {
-		return fail(err)
+		return fmt.Errorf("redisdelay: trigger schedule %q: %w", id, err)
+	}
+	return i.publishTicks(ctx, "trigger", s, now.Truncate(time.Millisecond))
+}
+
+// publishTicks publishes ticks of a schedule outside its tick loops (a
+// trigger, an advance of the clock in a test), with the topic's stored
+// partition count, and records the last as the schedule's last tick.
+func (i *Inspector) publishTicks(ctx context.Context, what string, s Schedule, ticks ...time.Time) error {
+	fail := func(err error) error { return fmt.Errorf("redisdelay: %s schedule %q: %w", what, s.ID, err) }
+	if len(ticks) == 0 {
+		return nil
 	}
 	parts, err := storedPartitions(ctx, i.client, i.keys, s.Topic)
 	if err != nil {
@@ -378,9 +395,14 @@ func (i *Inspector) TriggerSchedule(ctx context.Context, id string) error {
 		return fail(err)
 	}
 	defer pub.Close()
-	msg := tickMessage(i.keys.Prefix, &s, now.Truncate(time.Millisecond))
-	msg.SetContext(ctx)
-	if err := pub.Publish(s.Topic, msg); err != nil {
+	for _, tick := range ticks {
+		msg := tickMessage(i.keys.Prefix, &s, tick)
+		msg.SetContext(ctx)
+		if err := pub.Publish(s.Topic, msg); err != nil {
+			return fail(err)
+		}
+	}
+	if err := store.RecordTick(ctx, i.client, i.keys, s.ID, ticks[len(ticks)-1]); err != nil {
 		return fail(err)
 	}
 	return nil
@@ -636,7 +658,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 			if err != nil {
 				l.tickRefused(err, id, tick)
 			}
-			if err := store.DropClaim(pctx, l.redis, l.keys, member); err != nil {
+			if err := store.TickDone(pctx, l.redis, l.keys, member, id, tick, err == nil); err != nil {
 				delete(l.mine, member)
 				return 0, err
 			}

@@ -630,8 +630,13 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 	assert.Zero(t, afterPause(), "no tick while paused")
 	paused := len(col.snapshot())
 
+	assert.False(t, list[0].LastTick.IsZero(), "the tick loop records the tick it published last")
+	assert.False(t, list[0].LastTick.After(pausedAt), "no tick after the pause")
 	require.NoError(t, insp.TriggerSchedule(ctx, "s"))
 	require.Eventually(t, func() bool { return afterPause() == 1 }, 5*time.Second, 20*time.Millisecond, "the triggered tick")
+	list, err = insp.Schedules(ctx)
+	require.NoError(t, err)
+	assert.True(t, list[0].LastTick.After(pausedAt), "a trigger is recorded as the last tick")
 
 	was, err = insp.ResumeSchedule(ctx, "s")
 	require.NoError(t, err)
@@ -657,7 +662,7 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 	removed, err := insp.RemoveSchedule(ctx, "s")
 	require.NoError(t, err)
 	assert.True(t, removed)
-	n, err := client.Exists(ctx, store.Keys{Prefix: prefix}.Schedules().Paused()).Result()
+	n, err := client.Exists(ctx, store.Keys{Prefix: prefix}.Schedules().Paused(), store.Keys{Prefix: prefix}.Schedules().Last()).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "no pause flag left behind")
 }

@@ -587,7 +587,7 @@ func (s *waitingScan) cursor() string {
 	case s.isFar:
 		return fmt.Sprintf("%d:f:%d:%d", s.part, s.far.bucket, s.far.pos)
 	}
-	return fmt.Sprintf("%d:n:%s:%s", s.part, strconv.FormatFloat(s.score, 'g', -1, 64), s.member)
+	return fmt.Sprintf("%d:n:%s:%s", s.part, strconv.FormatFloat(s.score, 'f', -1, 64), s.member)
 }
 
 func (s *waitingScan) scanned() int64 { return s.read }

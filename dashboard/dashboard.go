@@ -1,11 +1,13 @@
 // Package dashboard is a web page for operators of watermill-redisdelay:
-// topics and consumer groups with their depths, refreshing live, paused
-// and resumed; when the waiting messages fall due; waiting messages paged,
-// searched by UUID or business key, shown, rescheduled and cancelled; dead
-// letters shown, found by UUID, requeued and deleted, one or in bulk, after
-// a confirmation; waiting messages and dead letters searched by metadata,
-// business-key prefix and due (or death) time, and what such a search
-// selects cancelled, rescheduled, requeued or deleted after a counted
+// the Redis server; topics and consumer groups with their depths and
+// throughput, refreshing live, paused and resumed; when the waiting
+// messages fall due; waiting messages paged, searched by UUID or business
+// key, shown, run now, rescheduled and cancelled; a group's ready, pending
+// and retrying messages and its consumers; dead letters shown, found by
+// UUID, requeued and deleted, one or in bulk, after a confirmation;
+// waiting messages and dead letters searched by metadata, business-key
+// prefix and due (or death) time, and what such a search selects run now,
+// cancelled, rescheduled, requeued or deleted after a counted
 // confirmation; recurring schedules listed, paused, resumed, triggered and
 // removed.
 //
@@ -22,7 +24,8 @@
 // or run it with the CLI: redisdelay ui --addr-listen 127.0.0.1:8080.
 //
 // It answers only to loopback Hosts and those of Options.AllowedHosts
-// (against DNS rebinding). Mutating actions are POST requests carrying a
+// (against DNS rebinding), and with Options.BasicAuth or BearerTokens only
+// to requests that log in. Mutating actions are POST requests carrying a
 // token from a cookie of the page (double-submit), refused unless their
 // Origin, or without one their Referer, names the dashboard; ReadOnly
 // refuses them all and hides their buttons.
@@ -58,11 +61,24 @@ type Options struct {
 	// requests with 403.
 	ReadOnly bool
 
-	// Authorize is called first on every request; an error answers 403
-	// with the error's text. Use it to plug in the host service's
+	// Authorize is called on every request, after the Host check and the
+	// built-in authentication (BasicAuth, BearerTokens); an error answers
+	// 403 with the error's text. Use it to plug in the host service's
 	// authentication (session cookie, header set by a proxy...), and to
 	// refuse actions to some users: mutating requests are POSTs.
 	Authorize func(*http.Request) error
+
+	// BasicAuth, when not empty, requires every request to carry HTTP basic
+	// credentials of one of these users (name -> password), or a bearer
+	// token of BearerTokens; others get 401, and a browser asks for a
+	// login. BearerTokens, when not empty, accept requests with
+	// "Authorization: Bearer <token>" (scripts reading /api/topics). Names
+	// must be non-empty without ':', passwords and tokens at least 12
+	// characters (see Validate). Compared in constant time. Serve over
+	// https (or behind a TLS-terminating proxy) beyond loopback: basic
+	// credentials and tokens travel in the clear over http.
+	BasicAuth    map[string]string
+	BearerTokens []string
 
 	// BasePath is the path the handler is mounted at, e.g. "/delay" for
 	// mux.Handle("/delay/", ...): the handler strips it from requests and
@@ -148,8 +164,38 @@ type handler struct {
 	hosts allowedHosts
 }
 
-// New returns the dashboard on insp.
+// minSecret is the shortest password or token Validate accepts: the
+// dashboard may be reachable by anyone on a network, which can try
+// passwords as fast as it answers.
+const minSecret = 12
+
+// Validate reports the first setting that cannot work: a BasicAuth user
+// with an empty name, a ':' in it (basic authentication splits there), or
+// a password shorter than 12 characters; a bearer token shorter than that.
+func (o Options) Validate() error {
+	for user, pw := range o.BasicAuth {
+		switch {
+		case user == "" || strings.Contains(user, ":"):
+			return fmt.Errorf("dashboard: BasicAuth user %q: give a name that is not empty and has no ':'", user)
+		case len(pw) < minSecret:
+			return fmt.Errorf("dashboard: BasicAuth password of user %q has %d characters: use at least %d (a long random one: anyone who reaches the dashboard may try passwords)", user, len(pw), minSecret)
+		}
+	}
+	for n, tok := range o.BearerTokens {
+		if len(tok) < minSecret {
+			return fmt.Errorf("dashboard: BearerTokens[%d] has %d characters: use at least %d (a long random one)", n, len(tok), minSecret)
+		}
+	}
+	return nil
+}
+
+// New returns the dashboard on insp. It panics when opts.Validate fails:
+// a dashboard meant to require a login must not start without one; call
+// Validate first to handle the error.
 func New(insp *redisdelay.Inspector, opts Options) http.Handler {
+	if err := opts.Validate(); err != nil {
+		panic(err)
+	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 15 * time.Second
 	}
@@ -172,9 +218,12 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 		"percent": percent,
 		"add":     func(a, b int) int { return a + b },
 		"count":   thousands,
+		"vis":     visible,
+		"human":   human,
+		"bytes":   bytesText,
 	}
 	h.pages = map[string]*template.Template{}
-	for _, name := range []string{"topics", "topic", "message", "dead", "schedules", "search", "bulk", "confirm", "result", "error"} {
+	for _, name := range []string{"topics", "topic", "group", "message", "dead", "schedules", "search", "bulk", "confirm", "result", "error"} {
 		h.pages[name] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+name+".html"))
 	}
 	static, _ := fs.Sub(files, "static")
@@ -184,6 +233,7 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	mux.HandleFunc("GET /api/topics", h.apiTopics)
 	mux.HandleFunc("GET /topic", h.topic)
 	mux.HandleFunc("GET /api/topic", h.apiTopic)
+	mux.HandleFunc("GET /group", h.group)
 	mux.HandleFunc("GET /message", h.message)
 	mux.HandleFunc("GET /dead", h.dead)
 	mux.HandleFunc("GET /schedules", h.schedules)
@@ -191,6 +241,7 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	mux.HandleFunc("POST /cancel", h.action(h.cancel))
 	mux.HandleFunc("POST /dead/action", h.action(h.deadAction))
 	mux.HandleFunc("POST /reschedule", h.action(h.reschedule))
+	mux.HandleFunc("POST /runnow", h.action(h.runNow))
 	mux.HandleFunc("POST /group", h.action(h.groupAction))
 	mux.HandleFunc("POST /schedule", h.action(h.scheduleAction))
 	mux.HandleFunc("POST /bulk", h.action(h.bulk))
@@ -206,6 +257,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"and the hosts listed in its AllowedHosts option (redisdelay ui --allowed-host), so that another site's name pointed at "+
 			"its address (DNS rebinding) cannot use it. If this is the name you open the dashboard with, add %q to AllowedHosts.",
 			r.Host, hostOnly(r.Host)), http.StatusForbidden)
+		return
+	}
+	if !h.authenticated(r) {
+		h.challenge(w)
 		return
 	}
 	if h.opts.Authorize != nil {
@@ -328,10 +383,13 @@ func (h *handler) checkOrigin(r *http.Request) error {
 		if sameHost(u.Host, r.Host) || h.hosts.listed(u.Host) {
 			return nil
 		}
-		return fmt.Errorf("%w: the %s header names host %q but the request's Host is %q, so the form does not come from this dashboard. "+
-			"Either another site sent it, or a reverse proxy in front of the dashboard rewrote Host (nginx's proxy_pass does by default): "+
-			"pass the browser's Host on (nginx: proxy_set_header Host $host;), or list the public name in the dashboard's AllowedHosts "+
-			"(redisdelay ui --allowed-host %s)", errForbidden, header, u.Host, r.Host, hostOnly(u.Host))
+		// The host named is whoever sent the form, maybe another site: the
+		// advice names none, so it cannot talk the operator into trusting
+		// the sender.
+		return fmt.Errorf("%w: the %s header names host %q but the request's Host is %q, so the form does not come from this dashboard, "+
+			"and nothing was done. Another site may have sent it. If you opened the dashboard through a reverse proxy that rewrites Host "+
+			"(nginx's proxy_pass does by default), pass the browser's Host on (nginx: proxy_set_header Host $host;), or list the name "+
+			"you open the dashboard with in its AllowedHosts (redisdelay ui --allowed-host NAME)", errForbidden, header, u.Host, r.Host)
 	}
 	return fmt.Errorf("%w: the request carries no Origin or Referer header naming this dashboard (Origin %q, Referer %q): "+
 		"browsers send them with the dashboard's forms; a script must send Origin: http://%s",
@@ -391,6 +449,10 @@ type groupJSON struct {
 	// queued or unsettled messages.
 	Grouped      int64 `json:"grouped"`
 	ActiveGroups int64 `json:"active_groups"`
+	// Delivered and DeadLettered are the group's rates over the topic
+	// page's last sampling interval ("12.5/s"), "–" until two samples.
+	Delivered    string `json:"delivered_rate"`
+	DeadLettered string `json:"dead_rate"`
 }
 
 type topicJSON struct {
@@ -409,7 +471,7 @@ func toTopicJSON(st redisdelay.TopicStats, overdue time.Duration) topicJSON {
 	out := topicJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Leased: st.Leased,
 		Alert: schedulingAlert(st, overdue), Groups: []groupJSON{}}
 	for _, g := range st.Groups {
-		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers, g.Paused, g.Grouped, g.ActiveGroups})
+		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers, g.Paused, g.Grouped, g.ActiveGroups, "–", "–"})
 	}
 	slices.SortFunc(out.Groups, func(a, b groupJSON) int { return strings.Compare(a.Group, b.Group) })
 	return out
@@ -466,6 +528,11 @@ func (h *handler) allStats(ctx context.Context) ([]topicJSON, error) {
 	return out, nil
 }
 
+type topicsData struct {
+	Topics  []topicJSON
+	Servers []redisdelay.RedisServer
+}
+
 func (h *handler) topics(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := h.ctx(r)
 	defer cancel()
@@ -474,7 +541,27 @@ func (h *handler) topics(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "topics", "Topics", "", all)
+	// The server's version, memory and maxmemory policy: one INFO per
+	// server, read with the page (not refreshed live).
+	servers, err := h.insp.Servers(ctx)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "topics", "Topics", "", topicsData{all, servers})
+}
+
+// bytesText is a size in bytes for people: 1.5 MB.
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -569,7 +656,7 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	d := topicData{Stats: toTopicJSON(st, overdue), Offset: offset, Prev: max(offset-waitingPage, 0), Now: now, Charts: h.hist.charts(topic)}
+	d := topicData{Stats: h.withRates(toTopicJSON(st, overdue)), Offset: offset, Prev: max(offset-waitingPage, 0), Now: now, Charts: h.hist.charts(topic)}
 	if d.Histogram, err = h.histogram(ctx, topic, now); err != nil {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
@@ -618,7 +705,26 @@ func (h *handler) apiTopic(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"stats": toTopicJSON(st, overdue), "histogram": hist, "charts": h.hist.charts(topic)})
+	writeJSON(w, http.StatusOK, map[string]any{"stats": h.withRates(toTopicJSON(st, overdue)), "histogram": hist, "charts": h.hist.charts(topic)})
+}
+
+// withRates adds the consumer groups' throughput the sampler measured.
+func (h *handler) withRates(t topicJSON) topicJSON {
+	rates := h.hist.groupRates(t.Topic)
+	for n := range t.Groups {
+		if r, ok := rates[t.Groups[n].Group]; ok {
+			t.Groups[n].Delivered, t.Groups[n].DeadLettered = rateText(r.delivered), rateText(r.dead)
+		}
+	}
+	return t
+}
+
+// rateText is a rate per second, "?" when unknown.
+func rateText(r float64) string {
+	if r < 0 {
+		return "?"
+	}
+	return formatValue(r) + "/s"
 }
 
 // overdue is how late the topic's earliest waiting message is, read only
@@ -986,21 +1092,31 @@ func parseDue(in, at string, now time.Time) (time.Time, string, error) {
 	return time.Time{}, "", errors.New(`no new due time given: fill "deliver in" (such as 10m) or "at" (a UTC time)`)
 }
 
-func (h *handler) reschedule(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+// messageRef reads the waiting message a form names, by UUID or business
+// key, for an action (verb), and answers the request itself when it names
+// none or an unknown topic (ok false).
+func (h *handler) messageRef(w http.ResponseWriter, r *http.Request, ctx context.Context, verb string) (topic, by, value, what string, ok bool) {
 	topic, uuid, key := r.PostFormValue("t"), strings.TrimSpace(r.PostFormValue("uuid")), strings.TrimSpace(r.PostFormValue("key"))
-	in, at := r.PostFormValue("in"), r.PostFormValue("at")
 	if status, err := h.knownTopic(ctx, topic); err != nil {
 		h.fail(w, r, status, err)
-		return
+		return "", "", "", "", false
 	}
-	by, value, what := "uuid", uuid, "message "+uuid
 	switch {
 	case uuid == "" && key == "":
-		h.fail(w, r, http.StatusBadRequest, errors.New("no message UUID or business key given to reschedule"))
-		return
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("no message UUID or business key given to %s", verb))
+		return "", "", "", "", false
 	case uuid == "":
-		by, value, what = "key", key, fmt.Sprintf("the message holding business key %q", key)
+		return topic, "key", key, fmt.Sprintf("the message holding business key %q", key), true
 	}
+	return topic, "uuid", uuid, "message " + uuid, true
+}
+
+func (h *handler) reschedule(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+	topic, by, value, what, ok := h.messageRef(w, r, ctx, "reschedule")
+	if !ok {
+		return
+	}
+	in, at := r.PostFormValue("in"), r.PostFormValue("at")
 	// The duration counts from the confirmation, not from the first step:
 	// the confirmation page carries what the operator typed.
 	due, when, err := parseDue(in, at, time.Now())
@@ -1050,8 +1166,71 @@ func (h *handler) reschedule(w http.ResponseWriter, r *http.Request, ctx context
 	if err == nil && still {
 		due = m.Due
 	}
-	text := fmt.Sprintf("Moved: %s rescheduled, now due at %s (%s).", what, due.UTC().Format("2006-01-02 15:04:05.000 UTC"), since(due))
+	text := fmt.Sprintf("Moved: %s rescheduled, now due at %s (%s).", what, due.UTC().Format("2006-01-02 15:04:05.000 UTC"), since(due)) + h.schedulerMissing(ctx, topic)
 	h.render(w, r, http.StatusOK, "result", "Reschedule", topic, resultData{text, msgLink})
+}
+
+// Run now.
+
+// runNow makes one waiting message due now (Inspector.RunNow, RunNowKey),
+// after a confirmation.
+func (h *handler) runNow(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+	topic, by, value, what, ok := h.messageRef(w, r, ctx, "run now")
+	if !ok {
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		h.confirm(w, r, topic, confirmData{
+			Action: h.link("/runnow"), Fields: [][2]string{{"t", topic}, {by, value}}, Items: []string{value},
+			Back:   h.link("/message", "t", topic, "by", by, "q", value),
+			Prompt: fmt.Sprintf("Run %s of topic %q now? It becomes due at once: a scheduler moves it to the consumer groups, which act on it.", what, topic),
+		})
+		return
+	}
+	var ran bool
+	var err error
+	if by == "uuid" {
+		ran, err = h.insp.RunNow(ctx, topic, value)
+	} else {
+		ran, err = h.insp.RunNowKey(ctx, topic, value)
+	}
+	if err != nil {
+		h.fail(w, r, inspectorStatus(err), err)
+		return
+	}
+	text := fmt.Sprintf("Nothing changed: %s is no longer waiting in topic %q (already due and on its way to subscribers, delivered, or cancelled).", what, topic)
+	if ran {
+		text = fmt.Sprintf("Run now: %s is due now; a scheduler moves it to the consumer groups.", what) + h.schedulerMissing(ctx, topic)
+	}
+	h.render(w, r, http.StatusOK, "result", "Run now", topic, resultData{text, h.link("/topic", "t", topic)})
+}
+
+// schedulerWait is how long an action that made messages due waits for a
+// scheduler to hold the topic's lease before saying that none does: the
+// action woke the schedulers, and one whose loop retired takes the lease
+// within milliseconds, a standby within 1.5 CheckInterval (3 s).
+var schedulerWait = 3 * time.Second
+
+// schedulerMissing says, after an action that made messages due, that no
+// scheduler holds the topic's lease and so nothing delivers them; "" when
+// one took it within schedulerWait.
+func (h *handler) schedulerMissing(ctx context.Context, topic string) string {
+	deadline := time.Now().Add(schedulerWait)
+	for {
+		st, err := h.insp.Stats(ctx, topic)
+		if err != nil || st.Leased > 0 {
+			return ""
+		}
+		if time.Now().After(deadline) {
+			return " But no scheduler holds this topic's lease: nothing moves due messages to the consumer groups. " +
+				"Run a redisdelay Manager, or a subscriber without DisableScheduler, for this topic."
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Pause and resume a consumer group.

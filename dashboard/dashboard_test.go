@@ -220,7 +220,7 @@ func TestTopicPageHistogramAndPaging(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	status, page = e.get("/topic?t=orders")
 	require.Equal(t, http.StatusOK, status, page)
-	assert.Regexp(t, `<td>billing</td><td class="n">0</td>.*<td class="n grouped">3</td><td class="n active-groups">2</td>`, page)
+	assert.Regexp(t, `<td><a class="group-link" href="/group\?g=billing&amp;t=orders">billing</a></td><td class="n"><a href="[^"]+">0</a></td>.*<td class="n grouped">3</td><td class="n active-groups">2</td>`, page)
 	_, body = e.get("/api/topic?t=orders")
 	assert.Contains(t, body, `"grouped":3,"active_groups":2`)
 

@@ -1,5 +1,7 @@
 package dashboard
 
+import "time"
+
 // SetDeadScan bounds the search of dead letters by UUID to n per group, in
 // pages of page, until the returned function restores the bounds.
 func SetDeadScan(n, page int) (restore func()) {
@@ -15,4 +17,13 @@ func SetSearchBounds(page, calls int) (restore func()) {
 	wasPage, wasCalls := searchPage, searchCalls
 	searchPage, searchCalls = page, calls
 	return func() { searchPage, searchCalls = wasPage, wasCalls }
+}
+
+// SetSchedulerWait sets how long an action waits for a scheduler to hold
+// the topic's lease before saying that none does, until the returned
+// function restores it.
+func SetSchedulerWait(d time.Duration) (restore func()) {
+	was := schedulerWait
+	schedulerWait = d
+	return func() { schedulerWait = was }
 }

@@ -59,6 +59,9 @@ func (r *ring) all() []sample {
 type series struct {
 	ring *ring
 	seen time.Time // last request for the topic's page
+	// prev and cur are the last two readings of the counters, for the
+	// rates of each consumer group (the ring sums the groups).
+	prev, cur *redisdelay.TopicCounters
 }
 
 // history samples the watched topics.
@@ -156,8 +159,47 @@ func (h *history) sample(topic string) {
 	defer h.mu.Unlock()
 	if ser := h.topics[topic]; ser != nil {
 		ser.ring.add(s)
+		ser.prev, ser.cur = ser.cur, &c
 		h.samples++
 	}
+}
+
+// groupRate is a consumer group's throughput between the last two
+// samples: messages per second delivered for the first time and moved to
+// its dead letters; -1 when unknown.
+type groupRate struct{ delivered, dead float64 }
+
+// groupRates are the consumer groups' rates between the topic's last two
+// samples, by group: none until two were taken.
+func (h *history) groupRates(topic string) map[string]groupRate {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ser := h.topics[topic]
+	if ser == nil || ser.prev == nil || ser.cur == nil {
+		return nil
+	}
+	a, b := ser.prev, ser.cur
+	dt := b.Time.Sub(a.Time).Seconds()
+	if dt <= 0 {
+		return nil
+	}
+	out := map[string]groupRate{}
+	for _, g := range b.Groups {
+		r := groupRate{-1, -1}
+		for _, was := range a.Groups {
+			if was.Group != g.Group {
+				continue
+			}
+			if was.Delivered >= 0 && g.Delivered >= was.Delivered {
+				r.delivered = float64(g.Delivered-was.Delivered) / dt
+			}
+			if g.DeadTotal >= was.DeadTotal {
+				r.dead = float64(g.DeadTotal-was.DeadTotal) / dt
+			}
+		}
+		out[g.Group] = r
+	}
+	return out
 }
 
 func (h *history) points(topic string) []sample {

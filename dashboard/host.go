@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"net"
 	"net/http"
 	"net/url"
@@ -125,4 +127,42 @@ func viaHTTPS(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// authenticated tells whether a request carries credentials of
+// Options.BasicAuth or a token of Options.BearerTokens; true when neither
+// is set. Every candidate is compared, in constant time over SHA-256
+// digests, so the time taken tells nothing of which part was wrong.
+func (h *handler) authenticated(r *http.Request) bool {
+	if len(h.opts.BasicAuth) == 0 && len(h.opts.BearerTokens) == 0 {
+		return true
+	}
+	ok := 0
+	if user, pw, has := r.BasicAuth(); has {
+		for u, p := range h.opts.BasicAuth {
+			ok |= sameSecret(u, user) & sameSecret(p, pw)
+		}
+	}
+	if tok, has := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); has {
+		for _, t := range h.opts.BearerTokens {
+			ok |= sameSecret(t, strings.TrimSpace(tok))
+		}
+	}
+	return ok == 1
+}
+
+func sameSecret(a, b string) int {
+	x, y := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+	return subtle.ConstantTimeCompare(x[:], y[:])
+}
+
+// challenge answers a request without valid credentials: 401, with the
+// scheme to use (a browser asks for a login when it is Basic).
+func (h *handler) challenge(w http.ResponseWriter) {
+	scheme := `Bearer realm="redisdelay dashboard"`
+	if len(h.opts.BasicAuth) > 0 {
+		scheme = `Basic realm="redisdelay dashboard", charset="UTF-8"`
+	}
+	w.Header().Set("WWW-Authenticate", scheme)
+	http.Error(w, "unauthorized: the dashboard needs a login (basic authentication) or a bearer token (Authorization: Bearer <token>)", http.StatusUnauthorized)
 }

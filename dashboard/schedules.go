@@ -29,11 +29,25 @@ type scheduleRow struct {
 	Overlap     string
 	Skipped     int64
 	LastSkipped time.Time
+	// LastTick is the tick published last (zero: none recorded); Overdue
+	// how long ago the next tick was due while it is not published, from
+	// tickOverdue on (0 otherwise).
+	LastTick time.Time
+	Overdue  time.Duration
 }
 
-func toScheduleRow(s redisdelay.Schedule) scheduleRow {
+// tickOverdue is how late a schedule's next tick must be for the page to
+// warn: a tick loop publishes a tick as it falls due, and one takes over
+// from a stopped process within a minute (its read of the schedules).
+const tickOverdue = time.Minute
+
+func toScheduleRow(s redisdelay.Schedule, now time.Time) scheduleRow {
 	row := scheduleRow{ID: s.ID, Spec: s.Spec, Timezone: s.Timezone, Topic: s.Topic, Next: s.Next, Paused: s.Paused,
-		Jitter: s.Jitter, CatchUp: s.CatchUpWindow, Overlap: string(s.Overlap), Skipped: s.Skipped, LastSkipped: s.LastSkipped}
+		Jitter: s.Jitter, CatchUp: s.CatchUpWindow, Overlap: string(s.Overlap), Skipped: s.Skipped, LastSkipped: s.LastSkipped,
+		LastTick: s.LastTick}
+	if late := now.Sub(s.Next); s.Paused.IsZero() && !s.Next.IsZero() && late >= tickOverdue {
+		row.Overdue = late
+	}
 	if row.Overlap == "" {
 		row.Overlap = "allow"
 	}
@@ -55,6 +69,9 @@ func toScheduleRow(s redisdelay.Schedule) scheduleRow {
 
 type schedulesData struct {
 	Rows []scheduleRow
+	// Overdue counts the schedules whose next tick is overdue: no
+	// scheduler publishes ticks.
+	Overdue int
 }
 
 func (h *handler) schedules(w http.ResponseWriter, r *http.Request) {
@@ -66,8 +83,13 @@ func (h *handler) schedules(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := schedulesData{}
+	now := time.Now()
 	for _, s := range all {
-		d.Rows = append(d.Rows, toScheduleRow(s))
+		row := toScheduleRow(s, now)
+		if row.Overdue > 0 {
+			d.Overdue++
+		}
+		d.Rows = append(d.Rows, row)
 	}
 	h.render(w, r, http.StatusOK, "schedules", "Schedules", "", d)
 }

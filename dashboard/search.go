@@ -374,6 +374,7 @@ var bulkVerbs = map[string]struct{ ask, doing, done string }{
 	"reschedule": {"Reschedule", "Rescheduling", "Rescheduled"},
 	"requeue":    {"Requeue", "Requeuing", "Requeued"},
 	"delete":     {"Delete", "Deleting", "Deleted"},
+	"runnow":     {"Run now", "Running now", "Made due now"},
 }
 
 // errChunkDone stops a bulk request between two batches once it has
@@ -410,7 +411,7 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	action, phase, cursor := v.Get("action"), v.Get("phase"), v.Get("cursor")
 	verb, ok := bulkVerbs[action]
 	if !ok {
-		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown bulk action %q: use cancel or reschedule (waiting messages), requeue or delete (dead letters)", action))
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown bulk action %q: use cancel, reschedule or runnow (waiting messages), requeue or delete (dead letters)", action))
 		return
 	}
 	group, _, status, err := h.searchTarget(ctx, f)
@@ -422,7 +423,7 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	case group == "" && (action == "requeue" || action == "delete"):
 		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%s acts on dead letters: search the dead letters of a consumer group (target dead:<group>), not waiting messages", action))
 		return
-	case group != "" && (action == "cancel" || action == "reschedule"):
+	case group != "" && (action == "cancel" || action == "reschedule" || action == "runnow"):
 		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%s acts on waiting messages: search them (target waiting), not dead letters", action))
 		return
 	}
@@ -482,6 +483,8 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request, ctx context.Conte
 			return h.insp.RescheduleWhere(ctx, f.Topic, filter, due, o)
 		case "requeue":
 			return h.insp.RequeueDeadLettersWhere(ctx, f.Topic, group, filter, o)
+		case "runnow":
+			return h.insp.RunNowWhere(ctx, f.Topic, filter, o)
 		}
 		return h.insp.DeleteDeadLettersWhere(ctx, f.Topic, group, filter, o)
 	}
@@ -539,6 +542,8 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request, ctx context.Conte
 			prompt += fmt.Sprintf(" to group %q as a new first attempt?", group)
 		case "delete":
 			prompt += " for good?"
+		case "runnow":
+			prompt += "? Each becomes due at once: a scheduler moves it to the consumer groups, which act on it."
 		}
 		prompt += " The action reads them again: what matches then is acted on, whatever this count."
 		fields = append(fields, [2]string{"expect", strconv.FormatInt(total.Matched, 10)})
@@ -553,6 +558,9 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request, ctx context.Conte
 	text += fmt.Sprintf(" (%s matched, %s stored messages read).", thousands(total.Matched), thousands(total.Scanned))
 	if left := total.Matched - total.Done; left > 0 {
 		text += fmt.Sprintf(" %s matched but had changed before their turn (fell due, or cancelled or replaced elsewhere): left alone.", thousands(left))
+	}
+	if action == "runnow" || action == "reschedule" {
+		text += h.schedulerMissing(ctx, f.Topic)
 	}
 	h.render(w, r, http.StatusOK, "result", verb.done, f.Topic, resultData{text, back})
 }

@@ -608,7 +608,7 @@ func TestSearchBadInput(t *testing.T) {
 		code   int
 		want   string
 	}{
-		{"unknown action", []string{"action", "explode"}, 400, "unknown bulk action &#34;explode&#34;: use cancel or reschedule (waiting messages), requeue or delete (dead letters)"},
+		{"unknown action", []string{"action", "explode"}, 400, "unknown bulk action &#34;explode&#34;: use cancel, reschedule or runnow (waiting messages), requeue or delete (dead letters)"},
 		{"requeue waiting", []string{"action", "requeue"}, 400, "requeue acts on dead letters"},
 		{"cancel dead letters", []string{"target", "dead:billing"}, 400, "cancel acts on waiting messages"},
 		{"unknown group", []string{"target", "dead:nope", "action", "delete"}, 404, "has no consumer group &#34;nope&#34;"},

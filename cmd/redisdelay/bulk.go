@@ -127,8 +127,12 @@ func (e *env) confirmAll(name, topic string) error {
 	if err != nil {
 		return err
 	}
+	verb := name
+	if name == "run-now" {
+		verb = "run now"
+	}
 	return usagef(lookup(name), "%s: --all would %s every waiting message of topic %q, %s now (see \"redisdelay waiting %s\"); nothing changed: add --yes to go ahead, or --dry-run to count them",
-		name, name, topic, waitingMessages(st.Waiting), topic)
+		name, verb, topic, waitingMessages(st.Waiting), topic)
 }
 
 func (e *env) cancelWhere(topic string) error {
@@ -161,7 +165,7 @@ func (e *env) rescheduleWhere(topic string, due time.Time) error {
 			return e.insp.RescheduleWhere(ctx, topic, filter, at, o)
 		},
 	}
-	if f.in != 0 {
+	if f.inSet {
 		// Messages already at the new due time are left alone: going on
 		// with the same instant, not another "--in" from a later now,
 		// moves none of them twice.

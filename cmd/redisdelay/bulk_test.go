@@ -201,7 +201,7 @@ func TestBulkUsageErrors(t *testing.T) {
 		{[]string{"cancel", topic, "--meta", "a=b", "--resume", "bulk:0:near:x"}, `--resume "bulk:0:near:x" is not a cursor of a bulk action`},
 		{[]string{"cancel", topic, "--meta", "a=b", "--resume", "bulk:0:far:1"}, `--resume "bulk:0:far:1" is not a cursor of a bulk action`},
 		{[]string{"reschedule", topic, "--in", "1m"}, "reschedule: give the UUID of the message to reschedule, --key K, " + waitingForms},
-		{[]string{"reschedule", topic, "--meta", "a=b"}, "give the new due time: --in D (from now) or --at T (RFC 3339)"},
+		{[]string{"reschedule", topic, "--meta", "a=b"}, "give the new due time: --in D (from now; 0s: now) or --at T (RFC 3339, or now)"},
 		{[]string{"reschedule", topic, "--all", "--key-prefix", "o", "--in", "1m"}, "give --all or a filter, not both: --all reschedules every waiting message"},
 		{[]string{"requeue", topic, group}, "give the IDs of the dead letters to requeue, " + waitingForms},
 		{[]string{"requeue", topic, group, "1-0", "--meta", "a=b"}, "give dead letter IDs or a filter, not both"},
@@ -217,6 +217,7 @@ func TestBulkUsageErrors(t *testing.T) {
 		assert.Equal(t, 2, r.code, c.args)
 		assert.Contains(t, r.stderr, c.want, c.args)
 		assert.Contains(t, r.stderr, "usage: redisdelay [flags] "+c.args[0]+" <topic>", c.args)
+		usageLines(t, r, c.args)
 		assert.Empty(t, r.stdout, c.args)
 	}
 

@@ -39,8 +39,12 @@ type cmdFlags struct {
 	listen        string
 	readOnly      bool
 	allowedHosts  []string      // ui --allowed-host
+	basicAuthFile string        // ui --basic-auth-file
+	tokenFile     string        // ui --token-file
+	insecure      bool          // ui --insecure
 	in            time.Duration // reschedule --in
-	at            string        // reschedule --at
+	inSet         bool          // --in was given (--in 0s: due now)
+	at            string        // reschedule --at ("now" too)
 	group         string        // search --group
 	cursor        string        // search --cursor
 
@@ -53,6 +57,9 @@ type cmdFlags struct {
 
 	dryRun bool   // --dry-run of a bulk action
 	resume string // --resume of a bulk action
+
+	over                                 time.Duration // throughput --over
+	maxOverdue, stuckAfter, consumerIdle time.Duration // health's limits
 }
 
 // payloadFlags are the flags of the commands that can print payloads.
@@ -100,6 +107,51 @@ func init() {
 			maxArgs: -1, run: cmdStats,
 		},
 		{
+			name: "server", summary: "show the Redis server: version, memory, maxmemory policy",
+			help: "Shows the Redis (or Valkey) server, or each master of a Cluster: its version, uptime, memory used\n" +
+				"and its limit, and the maxmemory policy, with a warning (stderr) when it is not noeviction:\n" +
+				"allkeys-* policies evict messages without an error at maxmemory (docs/operations.md).",
+			maxArgs: 0, run: cmdServer,
+		},
+		{
+			name: "throughput", args: "[topic...] [--over D]", summary: "measure messages per second, per topic and group",
+			help: "Reads each topic's counters twice, --over apart (default 5s), and prints the rates between the\n" +
+				"reads, by Redis's clock: messages made ready (delayed ones falling due, immediate ones published),\n" +
+				"and per consumer group delivered (first deliveries) and dead-lettered. \"?\" when Redis cannot tell\n" +
+				"(a stream was deleted, or entries deleted from its middle, meanwhile).",
+			maxArgs: -1,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.DurationVar(&f.over, "over", 5*time.Second, "measure over `D`")
+			},
+			check: func(_ []string, f *cmdFlags) error {
+				if f.over < 100*time.Millisecond || f.over > 10*time.Minute {
+					return fmt.Errorf("--over is %s: give 100ms to 10m", f.over)
+				}
+				return nil
+			},
+			run: cmdThroughput,
+		},
+		{
+			name: "health", args: "[topic...] [--max-overdue D] [--stuck-after D] [--consumer-idle D]", summary: "check the topics and the server; exit 1 when unhealthy",
+			help: "Runs Inspector.Health on the topics (all by default) and the server: waiting messages overdue (no\n" +
+				"scheduler), messages stuck with a consumer, ready messages with no active consumer, handler\n" +
+				"timeouts, a maxmemory policy that evicts messages, schedulers refused wake-ups (ACL). Prints\n" +
+				"\"healthy\" and exits 0, or the problems and exits 1 (with --json, the report either way).",
+			maxArgs: -1,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.DurationVar(&f.maxOverdue, "max-overdue", 0, "a topic whose earliest waiting message is overdue by more than `D` has no working scheduler (default 1m)")
+				fs.DurationVar(&f.stuckAfter, "stuck-after", 0, "a message held by a consumer with no sign of life for `D` is stuck (default: twice the group's visibility timeout)")
+				fs.DurationVar(&f.consumerIdle, "consumer-idle", 0, "ready messages and no consumer active within `D` is a group that stopped (default: twice the visibility timeout)")
+			},
+			check: func(_ []string, f *cmdFlags) error {
+				if f.maxOverdue < 0 || f.stuckAfter < 0 || f.consumerIdle < 0 {
+					return errors.New("--max-overdue, --stuck-after and --consumer-idle take positive durations (0: the default)")
+				}
+				return nil
+			},
+			run: cmdHealth,
+		},
+		{
 			name: "waiting", args: "<topic> [--offset N] [--limit N] [--payload]", summary: "list a topic's delayed messages, in due order",
 			help: "Lists delayed messages not due yet, in due order: UUID, due time, payload size, metadata.\n" +
 				"With --payload, each message in full (see \"redisdelay help show\" for how payloads are printed).",
@@ -139,6 +191,41 @@ func init() {
 				return checkPage(0, f.limit)
 			},
 			run: cmdDead,
+		},
+		{
+			name: "ready", args: "<topic> <group> [--limit N] [--cursor C] [--payload]", summary: "list a group's messages due and not fetched yet",
+			help: "Lists the messages of a consumer group that are due and not yet fetched by its consumers: partition by\n" +
+				"partition, the group's redelivery stream first (retries, requeued dead letters, grouped and\n" +
+				"high-priority messages: its consumers fetch it first), then the topic's ready stream, each oldest\n" +
+				"first. ID is <partition>:<r|m>:<entry ID>; QUEUED is when it was added to the stream. Grouped\n" +
+				"messages queued in their groups (GROUPED in stats) are listed once a consumer's turn takes them.\n" +
+				"A page reads at most --limit entries, whatever the backlog; the next page: --cursor C (on stderr).",
+			minArgs: 2, maxArgs: 2, flags: listFlags, check: checkList, run: cmdReady,
+		},
+		{
+			name: "pending", args: "<topic> <group> [--limit N] [--cursor C] [--payload]", summary: "list a group's messages held by its consumers",
+			help: "Lists the messages consumers of the group fetched and have not settled (acked or nacked): the\n" +
+				"consumer holding each, when it fetched it or last renewed its lease (a live subscription renews every\n" +
+				"third of the visibility timeout), when the lease expires (then a scheduler reclaims it as a new\n" +
+				"attempt: \"expired 4m0s ago\" means none runs, or the consumer is alive but cut off), the attempt.\n" +
+				"Paged as \"redisdelay ready\".",
+			minArgs: 2, maxArgs: 2, flags: listFlags, check: checkList, run: cmdPending,
+		},
+		{
+			name: "retrying", args: "<topic> <group> [--limit N] [--cursor C] [--payload]", summary: "list a group's messages waiting for a retry delay",
+			help: "Lists the messages of the group waiting in its retry set for their retry delay (after a Nack, a\n" +
+				"handler timeout or a reclaim), partition by partition in due order: when each is due, and the attempt\n" +
+				"it will be. Paged with --cursor; a message falling due between pages is not listed.",
+			minArgs: 2, maxArgs: 2, flags: listFlags, check: checkList, run: cmdRetrying,
+		},
+		{
+			name: "consumers", args: "<topic> [group]", summary: "list a topic's consumers: pending messages, last seen",
+			help: "Lists the consumers Redis knows of each consumer group of the topic (or of one group): how many\n" +
+				"messages each holds, how long it has been idle, and when it was last seen (it read or renewed a\n" +
+				"lease). A live subscription reads at least every BlockTime (30 s) unless paused, and renews leases\n" +
+				"while its handlers run: a consumer idle for minutes stopped (crashed, or hangs). Schedulers remove\n" +
+				"consumers idle past the group's ConsumerIdleTimeout (1 h) once they hold nothing.",
+			minArgs: 1, maxArgs: 2, run: cmdConsumers,
 		},
 		{
 			name: "search", args: "<topic> [--group G] [--meta K=V]... [--key-prefix P] [--from T] [--to T] [--limit N] [--cursor C] [--payload]",
@@ -223,8 +310,15 @@ func init() {
 			minArgs: 1, maxArgs: 2,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
 				fs.StringVar(&f.key, "key", "", "reschedule the waiting message holding business key `K`")
-				fs.DurationVar(&f.in, "in", 0, "due `D` from now (e.g. 90s, 10m, 2h)")
-				fs.StringVar(&f.at, "at", "", "due at `T`, an RFC 3339 time")
+				fs.Func("in", "due `D` from now (e.g. 90s, 10m, 2h; 0s: now, as run-now)", func(v string) error {
+					d, err := time.ParseDuration(v)
+					if err != nil {
+						return errors.New("parse error: give a duration such as 90s, 10m or 2h (0s: now)")
+					}
+					f.in, f.inSet = d, true
+					return nil
+				})
+				fs.StringVar(&f.at, "at", "", "due at `T`, an RFC 3339 time, or now")
 				filterFlags(fs, f, "due")
 				fs.BoolVar(&f.all, "all", false, "reschedule every waiting message of the topic (with --yes)")
 				fs.BoolVar(&f.yes, "yes", false, "really reschedule them all, with --all")
@@ -235,21 +329,39 @@ func init() {
 					return err
 				}
 				switch {
-				case f.at != "" && f.in != 0:
+				case f.at != "" && f.inSet:
 					return errors.New("give --in or --at, not both")
-				case f.at == "" && f.in == 0:
-					return errors.New("give the new due time: --in D (from now) or --at T (RFC 3339)")
+				case f.at == "" && !f.inSet:
+					return errors.New("give the new due time: --in D (from now; 0s: now) or --at T (RFC 3339, or now)")
 				case f.in < 0:
-					return fmt.Errorf("--in is %s: use a positive duration, or --at for a time", f.in)
+					return fmt.Errorf("--in is %s: give a duration from now, 0s or more (0s: due now), or --at for a time", f.in)
 				}
-				if f.at != "" {
+				if f.at != "" && f.at != "now" {
 					if _, err := time.Parse(time.RFC3339Nano, f.at); err != nil {
-						return fmt.Errorf("--at %q is not an RFC 3339 time such as 2030-01-02T15:04:05Z", f.at)
+						return fmt.Errorf("--at %q is not a time: give RFC 3339 (2030-01-02T15:04:05Z) or now", f.at)
 					}
 				}
 				return nil
 			},
 			run: cmdReschedule,
+		},
+		{
+			name: "run-now", args: "<topic> (<uuid> | --key K | filter | --all) [--dry-run] [--resume C]", summary: "make waiting messages due now: one, or those a filter selects",
+			help: "Makes a delayed message that is still waiting due now, by its UUID or by its business key (--key),\n" +
+				"in place (same UUID, body and key), by Redis's clock: the scheduler moves it to the consumer groups at\n" +
+				"once, as at its due time (the same as \"reschedule --in 0s\"). Reports whether it was waiting (exit\n" +
+				"status 0 either way; \"ran\": false in JSON). Warns when no scheduler holds the topic.\n" +
+				"\n" + bulkHelp("makes due now", "waiting message of the topic", "a due time", "; with --all and --yes, every one"),
+			minArgs: 1, maxArgs: 2,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.StringVar(&f.key, "key", "", "run the waiting message holding business key `K`")
+				filterFlags(fs, f, "due")
+				fs.BoolVar(&f.all, "all", false, "run every waiting message of the topic now (with --yes)")
+				fs.BoolVar(&f.yes, "yes", false, "really run them all, with --all")
+				bulkFlags(fs, f)
+			},
+			check: func(pos []string, f *cmdFlags) error { return checkWaitingForm("run-now", pos, f) },
+			run:   cmdRunNow,
 		},
 		{
 			name: "requeue", args: "<topic> <group> (<id>... | --all | filter) [--dry-run] [--resume C]", summary: "send dead letters back to their group",
@@ -355,6 +467,19 @@ func init() {
 			run: cmdDeleteDead,
 		},
 		{
+			name: "delete-group", args: "<topic> <group> --yes", summary: "delete a consumer group with everything it holds",
+			help: "Deletes a consumer group of the topic with its position in the ready stream, pending messages,\n" +
+				"retries and dead letters (Inspector.DeleteGroup): for a group no service consumes any more, which\n" +
+				"keeps every later message in the ready stream. Stop its subscribers first: a running one creates\n" +
+				"it again and reads everything still in the ready stream. Without --yes it says what it would\n" +
+				"delete, deletes nothing and exits with status 2.",
+			minArgs: 2, maxArgs: 2,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.BoolVar(&f.yes, "yes", false, "really delete")
+			},
+			run: cmdDeleteGroup,
+		},
+		{
 			name: "schedules", summary: "list the recurring schedules",
 			help: "Lists the recurring schedules (Publisher.Schedule): ID, spec, time zone, topic, the next tick\n" +
 				"not yet published (UTC) and how long until it, the overlap policy (allow, or skip: a tick is\n" +
@@ -388,19 +513,22 @@ func init() {
 			minArgs: 1, maxArgs: 1, run: cmdTrigger,
 		},
 		{
-			name: "ui", args: "[--addr-listen HOST:PORT] [--read-only] [--allowed-host HOST]...", summary: "serve the web dashboard",
+			name: "ui", args: "[--addr-listen HOST:PORT] [--basic-auth-file F | --token-file F] [--read-only] [--allowed-host HOST]... [--insecure]", summary: "serve the web dashboard",
 			help: "Serves the operator dashboard (see docs/dashboard.md) until interrupted: topics and groups\n" +
-				"refreshing live, when waiting messages fall due, waiting messages searched by UUID or business\n" +
-				"key, cancelled or rescheduled, dead letters requeued or deleted after a confirmation, consumer\n" +
-				"groups paused and resumed, recurring schedules paused, resumed, triggered and removed. It has\n" +
-				"no login of its own: keep it on loopback (the default) or put it behind an authenticating\n" +
-				"proxy; --read-only hides and refuses every action. Against DNS rebinding it answers only to\n" +
-				"loopback names, the --addr-listen address (the machine's addresses for 0.0.0.0 or ::) and each\n" +
-				"--allowed-host: give the names you open it with.",
+				"refreshing live, the messages of each state (waiting, ready, pending, retrying, dead) and the\n" +
+				"consumers, waiting messages run now, cancelled or rescheduled, dead letters requeued or deleted after a\n" +
+				"confirmation, consumer groups paused and resumed, recurring schedules paused, resumed, triggered and\n" +
+				"removed. Authentication, never from the command line: HTTP basic from --basic-auth-file (lines\n" +
+				"user:password) or $REDISDELAY_UI_BASIC_AUTH (user:password), bearer tokens from --token-file (one a\n" +
+				"line) or $REDISDELAY_UI_TOKEN; passwords and tokens of 12 characters or more. --read-only hides and\n" +
+				"refuses every action. On an address other than loopback it refuses to start without authentication or\n" +
+				"--read-only, unless --insecure says something else protects it (a firewall, an authenticating proxy).\n" +
+				"Against DNS rebinding it answers only to loopback names, the --addr-listen address (the machine's\n" +
+				"addresses for 0.0.0.0 or ::) and each --allowed-host: give the names you open it with.",
 			maxArgs: 0, serve: true,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
 				fs.StringVar(&f.listen, "addr-listen", "127.0.0.1:8080", "serve on this `host:port` (port 0: any free port)")
-				fs.BoolVar(&f.readOnly, "read-only", false, "show only: no cancel, reschedule, requeue, delete, pause, resume, trigger or remove")
+				fs.BoolVar(&f.readOnly, "read-only", false, "show only: no cancel, reschedule, run now, requeue, delete, pause, resume, trigger or remove")
 				fs.Func("allowed-host", "also answer to this `host` or host:port (repeat, or separate with commas; \"*\": any), besides loopback and the --addr-listen address", func(v string) error {
 					for _, h := range strings.Split(v, ",") {
 						if h = strings.TrimSpace(h); h != "" {
@@ -409,6 +537,9 @@ func init() {
 					}
 					return nil
 				})
+				fs.StringVar(&f.basicAuthFile, "basic-auth-file", "", "require HTTP basic authentication by the users of `file` (lines user:password; # comments)")
+				fs.StringVar(&f.tokenFile, "token-file", "", "accept the bearer tokens of `file` (one a line), as Authorization: Bearer <token>")
+				fs.BoolVar(&f.insecure, "insecure", false, "serve an address other than loopback with neither authentication nor --read-only (something else protects it)")
 			},
 			run: cmdUI,
 		},
@@ -452,19 +583,23 @@ func checkWaitingForm(name string, pos []string, f *cmdFlags) error {
 		return err
 	}
 	uuid := len(pos) > 1
+	does, verb := name+"s", name
+	if name == "run-now" {
+		does, verb = "makes due now", "run now"
+	}
 	switch {
 	case f.key != "" && uuid:
 		return errors.New("give a UUID or --key, not both")
 	case f.all && (uuid || f.key != ""):
-		return fmt.Errorf("--all %ss every waiting message: give it without a UUID or --key", name)
+		return fmt.Errorf("--all %s every waiting message: give it without a UUID or --key", does)
 	case f.all && f.hasFilter():
-		return fmt.Errorf("give --all or a filter, not both: --all %ss every waiting message, a filter those it selects", name)
+		return fmt.Errorf("give --all or a filter, not both: --all %s every waiting message, a filter those it selects", does)
 	case f.hasFilter() && uuid:
 		return errors.New("give a UUID or a filter, not both: a filter selects messages by what they carry")
 	case f.hasFilter() && f.key != "":
 		return errors.New("give --key or a filter, not both (--key-prefix selects messages by the start of their business key)")
 	case !uuid && f.key == "" && !f.bulk():
-		return fmt.Errorf("give the UUID of the message to %s, --key K, %s or --all", name, filterHelp)
+		return fmt.Errorf("give the UUID of the message to %s, --key K, %s or --all", verb, filterHelp)
 	}
 	if err := checkBulkExtras(f, "a UUID or --key", filterHelp+" or --all"); err != nil {
 		return err
@@ -608,15 +743,22 @@ func cmdStats(e *env, topics []string) error {
 	} else if err := e.knownTopics(topics...); err != nil {
 		return err
 	}
-	all := make([]redisdelay.TopicStats, 0, len(topics))
+	all := make([]topicStatus, 0, len(topics))
 	for _, t := range topics {
 		st, err := e.insp.Stats(e.ctx, t)
 		if err != nil {
 			return err
 		}
 		slices.SortFunc(st.Groups, func(a, b redisdelay.GroupStats) int { return strings.Compare(a.Group, b.Group) })
-		all = append(all, st)
+		ts := topicStatus{TopicStats: st}
+		if st.Waiting > 0 {
+			if ts.overdue, err = e.insp.Overdue(e.ctx, t); err != nil {
+				return err
+			}
+		}
+		all = append(all, ts)
 	}
+	defer e.warnStalled(all)
 	if e.opts.json {
 		out := make([]statsJSON, 0, len(all))
 		for _, st := range all {
@@ -744,11 +886,15 @@ func cmdReschedule(e *env, pos []string) error {
 	}
 	f := e.flags
 	due := time.Now().Add(f.in)
-	if f.at != "" {
+	if f.at != "" && f.at != "now" {
 		due, _ = time.Parse(time.RFC3339Nano, f.at) // checked
 	}
 	if f.bulk() {
-		return e.rescheduleWhere(topic, due)
+		err := e.rescheduleWhere(topic, due)
+		if err == nil && !f.dryRun {
+			e.warnUnscheduled(topic)
+		}
+		return err
 	}
 	out := rescheduleJSON{Topic: topic, Key: f.key, Due: due.UTC()}
 	var err error
@@ -772,6 +918,9 @@ func cmdReschedule(e *env, pos []string) error {
 		}
 	}
 	when := out.Due.Format(dueLayout)
+	if err == nil && out.Rescheduled {
+		e.warnUnscheduled(topic)
+	}
 	switch {
 	case err != nil:
 		return err
@@ -862,8 +1011,11 @@ func cmdPurge(e *env, pos []string) error {
 
 func cmdPause(e *env, pos []string) error {
 	topic, group := pos[0], pos[1]
+	// As Inspector.Pause: a group may be paused before its first
+	// subscriber starts (docs/flow-control.md). Say so, in case of a typo.
 	if _, err := e.knownGroup(topic, group); err != nil {
-		return err
+		fmt.Fprintf(e.stderr, "redisdelay: note: %s; it is paused all the same, before its first subscriber starts: check the name\n",
+			strings.TrimPrefix(err.Error(), "redisdelay: "))
 	}
 	was, err := e.insp.Paused(e.ctx, topic, group)
 	if err != nil {
@@ -1048,7 +1200,8 @@ func cmdSchedules(e *env, _ []string) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := e.now()
+	defer e.warnLateTicks(all, now)
 	if e.opts.json {
 		out := make([]scheduleJSON, 0, len(all))
 		for _, s := range all {
@@ -1064,11 +1217,27 @@ func cmdSchedules(e *env, _ []string) error {
 	return nil
 }
 
+// warnLateTicks warns, on stderr, of schedules whose next tick is overdue:
+// no scheduler runs under the prefix.
+func (e *env) warnLateTicks(all []redisdelay.Schedule, now time.Time) {
+	for _, s := range all {
+		if late := now.Sub(s.Next); s.Paused.IsZero() && late >= tickOverdue {
+			fmt.Fprintf(e.stderr, "redisdelay: warning: schedule %q's next tick is overdue by %s: no scheduler publishes ticks under prefix %q "+
+				"(run a redisdelay Manager, or a Subscriber without DisableScheduler)\n", printable(s.ID), human(late), e.opts.prefix)
+		}
+	}
+}
+
+// tickOverdue is how late a schedule's next tick must be for schedules to
+// warn: a tick loop publishes a due tick at once, and takes over from a
+// stopped one within a minute (its read of the schedules).
+const tickOverdue = time.Minute
+
 func cmdPauseSchedule(e *env, pos []string) error {
 	was, err := e.insp.PauseSchedule(e.ctx, pos[0])
 	switch {
 	case err != nil:
-		return err
+		return e.scheduleErr(err, pos[0])
 	case e.opts.json:
 		return writeJSON(e.stdout, schedulePauseJSON{ID: pos[0], Paused: true, WasPaused: !was})
 	case was:
@@ -1081,28 +1250,64 @@ func cmdPauseSchedule(e *env, pos []string) error {
 
 func cmdResumeSchedule(e *env, pos []string) error {
 	was, err := e.insp.ResumeSchedule(e.ctx, pos[0])
-	switch {
-	case err != nil:
+	if err != nil {
+		return e.scheduleErr(err, pos[0])
+	}
+	// The next tick as stored: counted from Redis's clock.
+	out := schedulePauseJSON{ID: pos[0], Paused: false, WasPaused: was}
+	all, err := e.insp.Schedules(e.ctx)
+	if err != nil {
 		return err
+	}
+	for _, s := range all {
+		if s.ID == pos[0] && !s.Next.IsZero() {
+			next := s.Next.UTC()
+			out.Next = &next
+		}
+	}
+	next := ""
+	if out.Next != nil {
+		next = fmt.Sprintf(": next tick at %s (%s)", out.Next.Format(time.RFC3339), dueIn(*out.Next, e.now()))
+	}
+	switch {
 	case e.opts.json:
-		return writeJSON(e.stdout, schedulePauseJSON{ID: pos[0], Paused: false, WasPaused: was})
+		return writeJSON(e.stdout, out)
 	case was:
-		fmt.Fprintf(e.stdout, "resumed schedule %q\n", pos[0])
+		fmt.Fprintf(e.stdout, "resumed schedule %q%s; the ticks it missed while paused are not published\n", pos[0], next)
 	default:
-		fmt.Fprintf(e.stdout, "schedule %q was not paused\n", pos[0])
+		fmt.Fprintf(e.stdout, "schedule %q was not paused%s\n", pos[0], next)
 	}
 	return nil
 }
 
 func cmdTrigger(e *env, pos []string) error {
 	if err := e.insp.TriggerSchedule(e.ctx, pos[0]); err != nil {
-		return err
+		return e.scheduleErr(err, pos[0])
 	}
 	if e.opts.json {
-		return writeJSON(e.stdout, triggerJSON{ID: pos[0], Triggered: true})
+		if err := writeJSON(e.stdout, triggerJSON{ID: pos[0], Triggered: true}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(e.stdout, "published a tick of schedule %q\n", pos[0])
 	}
-	fmt.Fprintf(e.stdout, "published a tick of schedule %q\n", pos[0])
+	if all, err := e.insp.Schedules(e.ctx); err == nil {
+		for _, s := range all {
+			if s.ID == pos[0] {
+				e.warnUnscheduled(s.Topic)
+			}
+		}
+	}
 	return nil
+}
+
+// scheduleErr words an error of an action on a schedule for the CLI: an
+// unknown ID points to the listing.
+func (e *env) scheduleErr(err error, id string) error {
+	if errors.Is(err, redisdelay.ErrUnknownSchedule) {
+		return fmt.Errorf("redisdelay: no schedule %q under prefix %q: see \"redisdelay schedules\" for their IDs", id, e.opts.prefix)
+	}
+	return err
 }
 
 func cmdUnschedule(e *env, pos []string) error {

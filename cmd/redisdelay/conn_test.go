@@ -67,7 +67,7 @@ func TestConnectionUsageErrors(t *testing.T) {
 		r := runCLI(t, c.args...)
 		assert.Equal(t, 2, r.code, c.args)
 		assert.Contains(t, r.stderr, c.want, c.args)
-		assert.Contains(t, r.stderr, "usage: redisdelay [flags] ", c.args)
+		usageLines(t, r, c.args)
 		assert.Empty(t, r.stdout, c.args)
 	}
 }

@@ -124,7 +124,7 @@ func checkWaitingCursor(name, c string) error {
 		return fmt.Errorf("%s %q is the cursor of a bulk action (cancel, reschedule: for their --resume), not of a search: pass the one the search printed, unchanged", name, c)
 	}
 	if !searchCursor(c) {
-		return fmt.Errorf("%s %q is not a cursor over waiting messages as redisdelay prints them (\"0:n:1795400834527:<uuid>\"): pass the one printed, unchanged", name, c)
+		return fmt.Errorf("%s %q is not a cursor over waiting messages as redisdelay prints them (\"0:n:1838490454556672:<uuid>\"): pass the one printed, unchanged", name, c)
 	}
 	return nil
 }

@@ -1,9 +1,11 @@
 // Command redisdelay shows what the topics of watermill-redisdelay hold and
-// lets an operator act on them: list topics, count messages, list delayed
-// messages and dead letters, search them by metadata, business key or time,
-// cancel or reschedule delayed messages, requeue, delete or purge dead
-// letters (one, or all a filter selects), or serve all that as a web
-// dashboard ("ui").
+// lets an operator act on them: list topics, count messages (and see when
+// no scheduler moves them), list a group's messages in every state and its
+// consumers, show the Redis server, measure throughput, check health,
+// search messages by metadata, business key or time, cancel, reschedule or
+// run delayed messages now, requeue, delete or purge dead letters (one, or
+// all a filter selects), delete a group, or serve all that as a web
+// dashboard ("ui", with a login from a file or the environment).
 //
 //	redisdelay [flags] <command> [arguments]
 //
@@ -280,15 +282,15 @@ func timedOut(ctx context.Context, opts *options) string {
 	return ""
 }
 
-// usageFail prints a usage error with the relevant usage text.
+// usageFail prints a usage error on one line, and on the next where to
+// read the usage (rather than all of it: the error would scroll away).
 func usageFail(stderr io.Writer, err error) int {
 	var ue *usageError
-	var cmd *command
-	if errors.As(err, &ue) {
-		cmd = ue.cmd
+	hint := `run "redisdelay -h" for the commands and global flags`
+	if errors.As(err, &ue) && ue.cmd != nil {
+		hint = fmt.Sprintf(`usage: redisdelay [flags] %s %s (run "redisdelay help %s" for its flags)`, ue.cmd.name, ue.cmd.args, ue.cmd.name)
 	}
-	fmt.Fprintf(stderr, "redisdelay: %v\n\n", err)
-	printUsage(stderr, cmd)
+	fmt.Fprintf(stderr, "redisdelay: %s\n%s\n", strings.TrimPrefix(oneLine(err.Error()), "redisdelay: "), hint)
 	return exitUsage
 }
 
@@ -497,8 +499,12 @@ Shows and manages the topics of watermill-redisdelay.
 
 commands:
 `)
+	width := 0
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 global flags (before or after the command):

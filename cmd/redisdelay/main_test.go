@@ -35,6 +35,10 @@ var redisAddr string
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{})
+	// Actions warn when no scheduler took the topic's lease within this:
+	// the tests without one would wait 3 s each; those with one run it
+	// already, holding the lease.
+	schedulerWait = 300 * time.Millisecond
 	stop, err := setupRedis()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "redisdelay CLI tests:", err)
@@ -197,6 +201,16 @@ func (s sample) ok(t *testing.T, args ...string) string {
 	return r.stdout
 }
 
+// usageLines checks that a usage error is one line and a hint: where the
+// command's usage (or the global one) is, not all of it.
+func usageLines(t *testing.T, r result, args []string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	require.Len(t, lines, 2, "a usage error is an error line and a hint: %q (%v)", r.stderr, args)
+	assert.True(t, strings.HasPrefix(lines[0], "redisdelay: "), lines[0])
+	assert.Regexp(t, `^(usage: redisdelay \[flags\] \S+ .*\(run "redisdelay help \S+" for its flags\)|run "redisdelay -h" for the commands and global flags)$`, lines[1], args)
+}
+
 func decode[T any](t *testing.T, s string) T {
 	t.Helper()
 	var v T
@@ -245,10 +259,10 @@ func TestStats(t *testing.T) {
 	out := s.ok(t, "stats")
 	r := rows(out)
 	require.GreaterOrEqual(t, len(r), 6, out)
-	assert.Equal(t, []string{"TOPIC", "PARTITIONS", "WAITING", "STREAM", "GROUPS"}, r[0])
+	assert.Equal(t, []string{"TOPIC", "PARTITIONS", "WAITING", "STREAM", "GROUPS", "SCHEDULER", "OVERDUE"}, r[0])
 	assert.Equal(t, []string{topic, "1", "3"}, r[1][:3]) // the stream may be trimmed already
-	assert.Equal(t, "1", r[1][4])
-	assert.Equal(t, []string{partTopic, "4", "3", "0", "0"}, r[2])
+	assert.Equal(t, []string{"1", "no", "-"}, r[1][4:], "the sample's subscriber stopped: no scheduler, nothing due yet")
+	assert.Equal(t, []string{partTopic, "4", "3", "0", "0", "no", "-"}, r[2])
 	assert.Empty(t, r[3])
 	assert.Equal(t, []string{"TOPIC", "GROUP", "READY", "PENDING", "RETRY", "DEAD", "DEAD", "TOTAL", "EVICTED", "CONSUMERS", "GROUPED", "ACTIVE", "GROUPS", "PAUSED"}, r[4])
 	assert.Equal(t, []string{topic, group, "0", "0", "0", "2", "2", "0", "0", "0", "0", "no"}, r[5]) // the consumer left on Close
@@ -258,6 +272,8 @@ func TestStats(t *testing.T) {
 	assert.Equal(t, topic, st.Topic)
 	assert.Equal(t, 1, st.Partitions)
 	assert.EqualValues(t, 3, st.Waiting)
+	assert.Equal(t, 0, st.Leased)
+	assert.Equal(t, "no", st.Scheduler)
 	assert.Equal(t, []groupJSON{{Group: group, Ready: 0, Pending: 0, Retry: 0, Dead: 2, DeadTotal: 2, DeadEvicted: 0, Consumers: 0}}, st.Groups)
 	all := decode[[]statsJSON](t, s.ok(t, "stats", "--json"))
 	require.Len(t, all, 2)
@@ -376,13 +392,13 @@ func TestDead(t *testing.T) {
 	out := s.ok(t, "dead", topic, group)
 	r := rows(out)
 	require.Len(t, r, 3, out)
-	assert.Equal(t, []string{"ID", "TIME", "ATTEMPTS", "UUID", "REASON"}, r[0])
+	assert.Equal(t, []string{"ID", "TIME", "ATTEMPTS", "UUID", "REASON", "METADATA"}, r[0])
 	for i, row := range r[1:] {
 		assert.Regexp(t, `^\d+-\d+$`, row[0])
 		tm, err := time.Parse(time.RFC3339, row[1])
 		require.NoError(t, err)
 		assert.WithinDuration(t, time.Now(), tm, time.Minute)
-		assert.Equal(t, []string{"1", s.failed[i], "card", "declined"}, row[2:])
+		assert.Equal(t, []string{"1", s.failed[i], "card", "declined", "fail=yes"}, row[2:], "metadata as in waiting, the error (in REASON) left out")
 	}
 
 	dead := decode[[]deadJSON](t, s.ok(t, "--json", "dead", topic, group))
@@ -535,6 +551,7 @@ func TestRequeue(t *testing.T) {
 		r := s.cli(t, bad...)
 		assert.Equal(t, 2, r.code, bad)
 		assert.Contains(t, r.stderr, "usage: redisdelay [flags] requeue <topic> <group> (<id>... | --all | filter)")
+		usageLines(t, r, nil)
 	}
 }
 
@@ -584,11 +601,17 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"cancel", topic, "id", "--key", "k"}, "give a UUID or --key, not both"},
 		{[]string{"reschedule", topic, "--in", "1m"}, "give the UUID of the message to reschedule, --key K, a filter (--meta K=V, --key-prefix P, --from T, --to T) or --all"},
 		{[]string{"reschedule", topic, "id", "--key", "k", "--in", "1m"}, "give a UUID or --key, not both"},
-		{[]string{"reschedule", topic, "id"}, "give the new due time: --in D (from now) or --at T (RFC 3339)"},
+		{[]string{"reschedule", topic, "id"}, "give the new due time: --in D (from now; 0s: now) or --at T (RFC 3339, or now)"},
 		{[]string{"reschedule", topic, "id", "--in", "1m", "--at", "2030-01-02T15:04:05Z"}, "give --in or --at, not both"},
-		{[]string{"reschedule", topic, "id", "--in", "-1m"}, "--in is -1m0s: use a positive duration, or --at for a time"},
-		{[]string{"reschedule", topic, "id", "--at", "tomorrow"}, `--at "tomorrow" is not an RFC 3339 time such as 2030-01-02T15:04:05Z`},
-		{[]string{"reschedule", topic, "id", "--in", "soon"}, `invalid value "soon" for flag -in`},
+		{[]string{"reschedule", topic, "id", "--in", "-1m"}, "--in is -1m0s: give a duration from now, 0s or more (0s: due now), or --at for a time"},
+		{[]string{"reschedule", topic, "id", "--at", "tomorrow"}, `--at "tomorrow" is not a time: give RFC 3339 (2030-01-02T15:04:05Z) or now`},
+		{[]string{"reschedule", topic, "id", "--in", "soon"}, `invalid value "soon" for flag -in: parse error: give a duration such as 90s, 10m or 2h (0s: now)`},
+		{[]string{"run-now", topic}, "give the UUID of the message to run now, --key K, a filter"},
+		{[]string{"run-now", topic, "id", "--all"}, "--all makes due now every waiting message: give it without a UUID or --key"},
+		{[]string{"delete-group", topic}, "delete-group: wrong number of arguments (1)"},
+		{[]string{"ready", topic, group, "--limit", "0"}, "--limit is 0: use 1 to 10000"},
+		{[]string{"throughput", "--over", "1h"}, "--over is 1h0m0s: give 100ms to 10m"},
+		{[]string{"health", "--max-overdue", "-1s"}, "--max-overdue, --stuck-after and --consumer-idle take positive durations"},
 		{[]string{"delete-dead", topic, group}, "give the ID of the dead letter to delete or a filter (--meta K=V, --key-prefix P, --from T, --to T); to delete every dead letter of the group: redisdelay purge <topic> <group> --yes"},
 		{[]string{"delete-dead", topic, group, "1-0", "2-0"}, "delete-dead: wrong number of arguments (4)"},
 		{[]string{"--cluster", "127.0.0.1:7000", "--addr", "127.0.0.1:7001", "topics"}, "--cluster and --addr exclude each other"},
@@ -597,7 +620,7 @@ func TestUsageErrors(t *testing.T) {
 		r := runCLI(t, c.args...)
 		assert.Equal(t, 2, r.code, c.args)
 		assert.Contains(t, r.stderr, c.want, c.args)
-		assert.Contains(t, r.stderr, "usage: redisdelay [flags] ", c.args)
+		usageLines(t, r, c.args)
 		assert.Empty(t, r.stdout, c.args)
 	}
 
@@ -776,9 +799,18 @@ func TestPauseResume(t *testing.T) {
 	assert.False(t, s.stats(t, topic).Groups[0].Paused)
 	assert.Contains(t, s.ok(t, "resume", topic, group), "was not paused")
 
-	bad := s.cli(t, "pause", topic, "nope")
-	assert.Equal(t, 1, bad.code)
-	assert.Contains(t, bad.stderr, `has no consumer group "nope" (its groups: `+group+")")
+	// Before its first subscriber, as Inspector.Pause: with a note, in
+	// case the name is a typo.
+	early := s.cli(t, "pause", topic, "reporting")
+	assert.Equal(t, 0, early.code)
+	assert.Contains(t, early.stdout, `paused group "reporting"`)
+	assert.Contains(t, early.stderr, `redisdelay: note: topic "orders.close-unpaid" has no consumer group "reporting" (its groups: `+group+"); it is paused all the same, before its first subscriber starts: check the name")
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: s.client, KeyPrefix: s.prefix})
+	require.NoError(t, err)
+	paused, err := insp.Paused(context.Background(), topic, "reporting")
+	require.NoError(t, err)
+	assert.True(t, paused)
+	assert.Contains(t, s.ok(t, "resume", topic, "reporting"), "resumed")
 	usage := s.cli(t, "pause", topic)
 	assert.Equal(t, 2, usage.code)
 }

@@ -21,11 +21,20 @@ import (
 // an object for the actions. Times are RFC 3339 in UTC.
 
 type statsJSON struct {
-	Topic      string      `json:"topic"`
-	Partitions int         `json:"partitions"`
-	Waiting    int64       `json:"waiting"`
-	Stream     int64       `json:"stream"`
-	Groups     []groupJSON `json:"groups"`
+	Topic      string `json:"topic"`
+	Partitions int    `json:"partitions"`
+	Waiting    int64  `json:"waiting"`
+	Stream     int64  `json:"stream"`
+	// Leased counts the partitions whose scheduling lease a scheduler
+	// holds; Scheduler says it in a word: "yes" (all), "partial", "no"
+	// (none while messages wait: they are not delivered), "idle" (none,
+	// nothing waiting: no fault).
+	Leased    int    `json:"leased"`
+	Scheduler string `json:"scheduler"`
+	// OverdueMs is how long ago the earliest waiting message fell due (0:
+	// none did): more than a second or so means no scheduler moves it.
+	OverdueMs int64       `json:"overdue_ms"`
+	Groups    []groupJSON `json:"groups"`
 }
 
 type groupJSON struct {
@@ -132,9 +141,11 @@ type scheduleJSON struct {
 	JitterMs        int64      `json:"jitter_ms,omitempty"`
 	// Overlap is the overlap policy in effect: "allow" (the default) or
 	// "skip"; Skipped counts the ticks it skipped, the last at LastSkipped.
-	Overlap      string            `json:"overlap"`
-	Skipped      int64             `json:"skipped"`
-	LastSkipped  *time.Time        `json:"last_skipped,omitempty"`
+	Overlap     string     `json:"overlap"`
+	Skipped     int64      `json:"skipped"`
+	LastSkipped *time.Time `json:"last_skipped,omitempty"`
+	// LastTick is the tick published last (by a scheduler, or a trigger).
+	LastTick     *time.Time        `json:"last_tick,omitempty"`
 	PayloadBytes int               `json:"payload_bytes"`
 	Metadata     map[string]string `json:"metadata"`
 }
@@ -144,6 +155,8 @@ type schedulePauseJSON struct {
 	Paused bool   `json:"paused"`
 	// WasPaused is whether it was paused before the command.
 	WasPaused bool `json:"was_paused"`
+	// Next is the next tick, set by resume-schedule.
+	Next *time.Time `json:"next,omitempty"`
 }
 
 type triggerJSON struct {
@@ -179,6 +192,10 @@ func toScheduleJSON(s redisdelay.Schedule) scheduleJSON {
 		at := s.LastSkipped.UTC()
 		out.LastSkipped = &at
 	}
+	if !s.LastTick.IsZero() {
+		at := s.LastTick.UTC()
+		out.LastTick = &at
+	}
 	return out
 }
 
@@ -201,7 +218,7 @@ func skippedCell(s redisdelay.Schedule) string {
 
 func writeSchedulesTable(w io.Writer, all []redisdelay.Schedule, now time.Time) {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tSPEC\tTIMEZONE\tTOPIC\tNEXT\tIN\tOVERLAP\tSKIPPED")
+	fmt.Fprintln(tw, "ID\tSPEC\tTIMEZONE\tTOPIC\tNEXT\tIN\tLAST TICK\tOVERLAP\tSKIPPED")
 	for _, s := range all {
 		tz := s.Timezone
 		if tz == "" {
@@ -211,8 +228,12 @@ func writeSchedulesTable(w io.Writer, all []redisdelay.Schedule, now time.Time) 
 		if !s.Paused.IsZero() {
 			next, in = "paused", "since "+s.Paused.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(s.ID), printable(s.Spec), printable(tz), printable(s.Topic), next, in,
-			printable(overlapName(s.Overlap)), skippedCell(s))
+		last := "-"
+		if !s.LastTick.IsZero() {
+			last = s.LastTick.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(s.ID), printable(s.Spec), printable(tz), printable(s.Topic), next, in,
+			last, printable(overlapName(s.Overlap)), skippedCell(s))
 	}
 	_ = tw.Flush()
 }
@@ -237,8 +258,14 @@ func nonNilMap(m message.Metadata) map[string]string {
 	return m
 }
 
-func toStatsJSON(st redisdelay.TopicStats) statsJSON {
-	out := statsJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Groups: []groupJSON{}}
+func toStatsJSON(ts topicStatus) statsJSON {
+	st := ts.TopicStats
+	word := schedulerCell(st)
+	if strings.Contains(word, "/") {
+		word = "partial"
+	}
+	out := statsJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Groups: []groupJSON{},
+		Leased: st.Leased, Scheduler: word, OverdueMs: ts.overdue.Milliseconds()}
 	for _, g := range st.Groups {
 		out.Groups = append(out.Groups, groupJSON{
 			Group: g.Group, Ready: g.Ready, Pending: g.Pending, Retry: g.Retry, Dead: g.Dead,
@@ -270,11 +297,12 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }
 
-func writeStatsTable(w io.Writer, all []redisdelay.TopicStats) {
+func writeStatsTable(w io.Writer, all []topicStatus) {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tWAITING\tSTREAM\tGROUPS")
+	fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tWAITING\tSTREAM\tGROUPS\tSCHEDULER\tOVERDUE")
 	for _, st := range all {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", printable(st.Topic), st.Partitions, st.Waiting, st.Stream, len(st.Groups))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", printable(st.Topic), st.Partitions, st.Waiting, st.Stream, len(st.Groups),
+			schedulerCell(st.TopicStats), overdueCell(st.overdue))
 	}
 	_ = tw.Flush()
 	groups := 0
@@ -322,28 +350,47 @@ func writeWaitingTable(w io.Writer, msgs []redisdelay.WaitingMessage, now time.T
 
 func writeDeadTable(w io.Writer, dead []redisdelay.DeadLetter) {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "ID\tTIME\tATTEMPTS\tUUID\tREASON")
+	fmt.Fprintln(tw, "ID\tTIME\tATTEMPTS\tUUID\tREASON\tMETADATA")
 	for _, d := range dead {
-		uuid := "-"
+		uuid, md := "-", "-"
 		if d.Message != nil {
-			uuid = printable(d.Message.UUID)
+			uuid, md = printable(d.Message.UUID), metadataSummary(withoutError(d.Message.Metadata))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.ID, d.Time.UTC().Format(time.RFC3339), d.Attempts, uuid, truncate(printable(oneLine(d.Reason)), 100))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, d.Time.UTC().Format(time.RFC3339), d.Attempts, uuid, truncate(printable(oneLine(d.Reason)), 60), md)
 	}
 	_ = tw.Flush()
 }
 
-// dueIn says how long until due, rounded to the second: "in 5m3s", or
-// "due now" once due (the scheduler is moving it to the ready stream).
+// dueIn says how long until due, rounded to the second: "in 5m3s"; once
+// passed, "overdue by 4m33s": a scheduler moves a due message within
+// milliseconds, so one still listed a second after is not being moved
+// (see the SCHEDULER column of stats).
 func dueIn(due, now time.Time) string {
 	d := due.Sub(now)
-	if d <= 0 {
+	switch {
+	case d <= -time.Second:
+		return "overdue by " + human(-d)
+	case d <= 0:
 		return "due now"
-	}
-	if d < time.Second {
+	case d < time.Second:
 		return "in <1s"
 	}
-	return "in " + d.Round(time.Second).String()
+	return "in " + human(d)
+}
+
+// withoutError leaves out RecordError's metadata, which the REASON column
+// shows already.
+func withoutError(md message.Metadata) message.Metadata {
+	if _, ok := md[redisdelay.ErrorKey]; !ok {
+		return md
+	}
+	out := make(message.Metadata, len(md))
+	for k, v := range md {
+		if k != redisdelay.ErrorKey {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // hiddenMetadata are keys the table leaves out: the due time is shown on

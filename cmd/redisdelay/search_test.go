@@ -174,7 +174,7 @@ func TestSearchDeadLetters(t *testing.T) {
 
 	table := rows(s.ok(t, "search", topic, "--group", group, "--from", "-1h"))
 	require.Len(t, table, 3)
-	assert.Equal(t, []string{"ID", "TIME", "ATTEMPTS", "UUID", "REASON"}, table[0])
+	assert.Equal(t, []string{"ID", "TIME", "ATTEMPTS", "UUID", "REASON", "METADATA"}, table[0])
 	assert.Equal(t, ids[0], table[1][0])
 	assert.Equal(t, fmt.Sprintf("no dead letter of group %q in topic %q matches\n", group, topic),
 		s.ok(t, "search", topic, "--group", group, "--to", "-1h"))
@@ -265,6 +265,7 @@ func TestSearchBadInput(t *testing.T) {
 		assert.Equal(t, 2, r.code, c.args)
 		assert.Contains(t, r.stderr, c.want, c.args)
 		assert.Contains(t, r.stderr, "usage: redisdelay [flags] search <topic>", c.args)
+		usageLines(t, r, c.args)
 		assert.Empty(t, r.stdout, c.args)
 	}
 

@@ -6,7 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,20 +123,7 @@ type uiRun struct {
 // serves, and interrupts it when the test ends if the test did not.
 func startUI(t *testing.T, s sample, args ...string) *uiRun {
 	t.Helper()
-	ctx, stop := context.WithCancel(context.Background())
-	t.Cleanup(stop)
-	ui := &uiRun{stop: stop, code: make(chan int, 1)}
-	go func() {
-		ui.code <- run(ctx, append([]string{"--addr", redisAddr, "--prefix", s.prefix}, args...), &ui.out, &ui.errOut)
-	}()
-	require.Eventually(t, func() bool {
-		m := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+/)`).FindStringSubmatch(ui.out.String())
-		if m != nil {
-			ui.url = m[1]
-		}
-		return m != nil
-	}, 5*time.Second, 10*time.Millisecond, "stdout: %s stderr: %s", ui.out.String(), ui.errOut.String())
-	return ui
+	return startUIAt(t, s, `on (http://127\.0\.0\.1:\d+/)`, args...)
 }
 
 // interrupt stops the command as an interrupt would: it exits with status
@@ -147,4 +137,91 @@ func (ui *uiRun) interrupt(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("ui did not stop within 5 s of the interrupt")
 	}
+}
+
+// TestUIRefusesOpenAddress: on an address other than loopback, the
+// dashboard needs a login or --read-only, or an explicit --insecure.
+func TestUIRefusesOpenAddress(t *testing.T) {
+	s := setupSample(t)
+	r := s.cli(t, "ui", "--addr-listen", "0.0.0.0:0")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, "ui: --addr-listen 0.0.0.0:0 is not a loopback address, and the dashboard would have no login")
+	usageLines(t, r, nil)
+
+	ui := startUIAt(t, s, `on (http://\[::\]:\d+/|http://0\.0\.0\.0:\d+/)`, "ui", "--addr-listen", "0.0.0.0:0", "--insecure")
+	assert.Contains(t, ui.errOut.String(), "warning: --addr-listen 0.0.0.0:0 is not a loopback address and the dashboard has no login")
+	ui.interrupt(t)
+	ui = startUIAt(t, s, `on (http://\[::\]:\d+/|http://0\.0\.0\.0:\d+/)`, "ui", "--addr-listen", "0.0.0.0:0", "--read-only")
+	assert.Contains(t, ui.errOut.String(), "can see the payloads (read-only)")
+	ui.interrupt(t)
+}
+
+// TestUIAuthentication: users from a file, a token from the environment;
+// no secret on the command line.
+func TestUIAuthentication(t *testing.T) {
+	s := setupSample(t)
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users")
+	require.NoError(t, os.WriteFile(users, []byte("# operators\nalice:correct-horse-battery\n\nbob:staple-staple-staple\n"), 0o600))
+	t.Setenv(tokenEnv, "token-of-the-monitoring-script")
+	ui := startUIAt(t, s, `on (http://\[::\]:\d+/|http://0\.0\.0\.0:\d+/)`, "ui", "--addr-listen", "0.0.0.0:0", "--basic-auth-file", users)
+	assert.Contains(t, ui.out.String(), "(login: 2 user(s) of "+users+", $REDISDELAY_UI_TOKEN)")
+	url := strings.NewReplacer("0.0.0.0", "127.0.0.1", "[::]", "127.0.0.1").Replace(ui.url)
+	get := func(set func(*http.Request)) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, url+"api/topics", nil)
+		set(req)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		_, _ = io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("WWW-Authenticate")
+	}
+	status, challenge := get(func(*http.Request) {})
+	assert.Equal(t, http.StatusUnauthorized, status)
+	assert.Contains(t, challenge, "Basic realm=")
+	status, _ = get(func(r *http.Request) { r.SetBasicAuth("alice", "wrong-password-12") })
+	assert.Equal(t, http.StatusUnauthorized, status)
+	status, _ = get(func(r *http.Request) { r.SetBasicAuth("bob", "staple-staple-staple") })
+	assert.Equal(t, http.StatusOK, status)
+	status, _ = get(func(r *http.Request) { r.Header.Set("Authorization", "Bearer token-of-the-monitoring-script") })
+	assert.Equal(t, http.StatusOK, status)
+	ui.interrupt(t)
+
+	for _, c := range []struct {
+		file, want string
+	}{
+		{"alice:short\n", `BasicAuth password of user "alice" has 5 characters: use at least 12`},
+		{"no colon here\n", `line 1: "*************" is not user:password`},
+		{"# nothing\n", "holds no user: write lines user:password"},
+	} {
+		require.NoError(t, os.WriteFile(users, []byte(c.file), 0o600))
+		r := s.cli(t, "ui", "--basic-auth-file", users)
+		assert.Equal(t, exitUsage, r.code, c.file)
+		assert.Contains(t, r.stderr, c.want)
+		assert.NotContains(t, r.stderr, "short", "no password in the message")
+	}
+	r := s.cli(t, "ui", "--basic-auth-file", filepath.Join(dir, "missing"))
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, "no such file")
+	r = s.cli(t, "ui", "--password-of-ui", "x")
+	assert.Equal(t, exitUsage, r.code, "no flag takes a secret")
+}
+
+// startUIAt is startUI for an address printed as re matches.
+func startUIAt(t *testing.T, s sample, re string, args ...string) *uiRun {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	ui := &uiRun{stop: stop, code: make(chan int, 1)}
+	go func() {
+		ui.code <- run(ctx, append([]string{"--addr", redisAddr, "--prefix", s.prefix}, args...), &ui.out, &ui.errOut)
+	}()
+	require.Eventually(t, func() bool {
+		m := regexp.MustCompile(re).FindStringSubmatch(ui.out.String())
+		if m != nil {
+			ui.url = m[1]
+		}
+		return m != nil
+	}, 5*time.Second, 10*time.Millisecond, "stdout: %s stderr: %s", ui.out.String(), ui.errOut.String())
+	return ui
 }

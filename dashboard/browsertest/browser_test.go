@@ -578,7 +578,7 @@ func TestDashboardInChromium(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		// The row the script drew has the server's columns, Grouped and Active groups included.
-		if got := eval[string](b, `Array.from(document.querySelector("#groups tbody tr").cells, c => c.className).join(" | ")`); got != " | n | n | n | n | n | n grouped | n active-groups | " {
+		if got := eval[string](b, `Array.from(document.querySelector("#groups tbody tr").cells, c => c.className).join(" | ")`); got != " | n | n | n | n | n | n grouped | n active-groups | n rate delivered-rate | n rate dead-rate | " {
 			t.Errorf("cells of the refreshed group row: %q", got)
 		}
 		// The Resume button the script drew works: no confirmation.

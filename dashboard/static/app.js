@@ -38,9 +38,17 @@
     setTimeout(tick, every);
   }
 
-  // groupCell is a group's name, with a badge while it is paused.
-  function groupCell(g) {
-    var td = el("td", g.group);
+  // groupCell is a group's name (a link to its page on a topic's page),
+  // with a badge while it is paused.
+  function groupCell(g, topic) {
+    var td = el("td");
+    if (topic) {
+      var a = link(base + "/group?" + q({ t: topic, g: g.group }), g.group);
+      a.className = "group-link";
+      td.appendChild(a);
+    } else {
+      td.textContent = g.group;
+    }
     if (g.paused) {
       var tag = el("span", "paused", "tag paused");
       tag.title = "paused: its subscribers fetch no new messages";
@@ -72,6 +80,12 @@
     b.setAttribute("data-group", g.group);
     form.appendChild(b);
     td.appendChild(form);
+    return td;
+  }
+
+  function groupLink(topic, group, view, n) {
+    var td = el("td", null, "n");
+    td.appendChild(link(base + "/group?" + q({ t: topic, g: group, view: view }), n));
     return td;
   }
 
@@ -142,14 +156,16 @@
       var body = el("tbody");
       st.groups.forEach(function (g) {
         var tr = el("tr");
-        tr.appendChild(groupCell(g));
-        tr.appendChild(num(ready(g.ready)));
-        tr.appendChild(num(g.pending));
-        tr.appendChild(num(g.retry));
+        tr.appendChild(groupCell(g, st.topic));
+        tr.appendChild(groupLink(st.topic, g.group, "ready", ready(g.ready)));
+        tr.appendChild(groupLink(st.topic, g.group, "pending", g.pending));
+        tr.appendChild(groupLink(st.topic, g.group, "retrying", g.retry));
         tr.appendChild(deadLink(st.topic, g.group, g.dead));
-        tr.appendChild(num(g.consumers));
+        tr.appendChild(groupLink(st.topic, g.group, "consumers", g.consumers));
         tr.appendChild(el("td", g.grouped, "n grouped"));
         tr.appendChild(el("td", g.active_groups, "n active-groups"));
+        tr.appendChild(el("td", g.delivered_rate, "n rate delivered-rate"));
+        tr.appendChild(el("td", g.dead_rate, "n rate dead-rate"));
         if (groups.hasAttribute("data-csrf")) tr.appendChild(actionCell(groups, st.topic, g));
         body.appendChild(tr);
       });
@@ -166,6 +182,8 @@
       (data.charts || []).forEach(function (c) {
         var fig = document.getElementById(c.id);
         if (!fig) return;
+        fig.classList.toggle("collecting", !!c.empty);
+        fig.querySelector(".collect-note").textContent = c.empty;
         fig.querySelector(".ymax").textContent = c.ymax;
         fig.querySelector(".since").textContent = c.since;
         fig.querySelector(".empty").textContent = c.empty;

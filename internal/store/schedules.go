@@ -17,6 +17,7 @@ type ScheduleState struct {
 	Paused      time.Time // when it was paused; zero: running
 	Skipped     int64     // ticks skipped by its overlap policy
 	LastSkipped time.Time // the last of them; zero: none
+	LastTick    time.Time // the tick published last (TickDone); zero: none recorded
 }
 
 // ScheduleDefs reads every recurring schedule's JSON definition and state,
@@ -28,6 +29,7 @@ func ScheduleDefs(ctx context.Context, c Cmds, k Keys) (defs map[string]string, 
 	n := pipe.ZRangeWithScores(ctx, sk.Next(), 0, -1)
 	p := pipe.HGetAll(ctx, sk.Paused())
 	sc := pipe.HGetAll(ctx, sk.Skips())
+	last := pipe.HGetAll(ctx, sk.Last())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -53,6 +55,11 @@ func ScheduleDefs(ctx context.Context, c Cmds, k Keys) (defs map[string]string, 
 		}
 		state[id] = st
 	}
+	for id, ms := range last.Val() {
+		st := state[id]
+		st.LastTick = time.UnixMilli(parseCount(ms))
+		state[id] = st
+	}
 	return d.Val(), state, nil
 }
 
@@ -65,6 +72,7 @@ func RemoveSchedule(ctx context.Context, c redis.Cmdable, k Keys, id string) (bo
 	pipe.ZRem(ctx, sk.Next(), id)
 	pipe.HDel(ctx, sk.Paused(), id)
 	pipe.HDel(ctx, sk.Skips(), id, id+"@last")
+	pipe.HDel(ctx, sk.Last(), id)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, err
 	}
@@ -158,6 +166,27 @@ func ParseClaim(member string) (id string, tick time.Time, ok bool) {
 // DropClaim removes a tick's claim once it is published (or cannot be).
 func DropClaim(ctx context.Context, c Cmds, k Keys, member string) error {
 	return c.ZRem(ctx, k.Schedules().Claims(), member).Err()
+}
+
+// TickDone drops a tick's claim (DropClaim) and, when its message was
+// published, records the tick as the schedule's last (read by
+// ScheduleDefs), in one round trip.
+func TickDone(ctx context.Context, c Cmds, k Keys, member, id string, tick time.Time, published bool) error {
+	if !published {
+		return DropClaim(ctx, c, k, member)
+	}
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, k.Schedules().Claims(), member)
+		p.HSet(ctx, k.Schedules().Last(), id, tick.UnixMilli())
+		return nil
+	})
+	return err
+}
+
+// RecordTick records a tick published outside the tick loops (a trigger)
+// as the schedule's last.
+func RecordTick(ctx context.Context, c redis.Cmdable, k Keys, id string, tick time.Time) error {
+	return c.HSet(ctx, k.Schedules().Last(), id, tick.UnixMilli()).Err()
 }
 
 // ClaimHeld reports whether a tick's claim (ClaimMember) is held: the

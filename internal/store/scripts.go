@@ -163,6 +163,7 @@ var (
 //	<prefix>:{schedules}:claims zset  "<schedule ID>@<tick ms>" -> claim expiry: ticks being published (see schedclaim.lua)
 //	<prefix>:{schedules}:paused hash  schedule ID -> when it was paused (Unix ms); its next tick is parked (see schedpause.lua)
 //	<prefix>:{schedules}:skips  hash  schedule ID -> ticks skipped by its overlap policy; "<schedule ID>@last" -> the last one (Unix ms)
+//	<prefix>:{schedules}:last   hash  schedule ID -> the tick published last, by its tick loop or TriggerSchedule (Unix ms)
 //	<prefix>:{schedules}:wake   pub/sub channel that wakes the schedulers' tick loops when a schedule's next tick was set
 //	<prefix>:dedup:<namespace>:{<key>} string  a deduplication key seen within its window (expires; see DedupKey)
 //
@@ -200,6 +201,7 @@ func (s scheduleKeys) Next() string   { return string(s) + ":next" }
 func (s scheduleKeys) Claims() string { return string(s) + ":claims" }
 func (s scheduleKeys) Paused() string { return string(s) + ":paused" }
 func (s scheduleKeys) Skips() string  { return string(s) + ":skips" }
+func (s scheduleKeys) Last() string   { return string(s) + ":last" }
 func (s scheduleKeys) Wake() string   { return string(s) + ":wake" }
 
 func (k Keys) Registered() string { return k.Prefix + ":registered" }

@@ -1,0 +1,382 @@
+package redisdelay
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
+)
+
+// A consumer group's messages where they are, besides waiting (Waiting)
+// and dead (DeadLetters): ready for its consumers, pending with one, and
+// retrying after a failure; and its consumers. Each listing reads one
+// page, at most its limit of entries from Redis whatever the backlog, and
+// returns a cursor for the next page. Pages go partition by partition;
+// within a partition the group's redelivery stream (retries, requeued dead
+// letters, grouped and high-priority messages, fetched first) comes before
+// the ready stream.
+
+// GroupMessage is a message of a consumer group in one of its streams:
+// ready for its consumers, or pending with one.
+type GroupMessage struct {
+	// ID identifies the entry within the group and topic: "<partition>:<stream>:<entry ID>",
+	// stream "r" for the group's redelivery stream, "m" for the topic's
+	// ready stream. The entry ID's time part is when the message was queued.
+	ID string
+	// Message is the message as stored; nil when it could not be decoded
+	// (Body then holds the stored bytes) or, for a pending message, when
+	// its entry was settled since the page was read.
+	Message *message.Message
+	Body    []byte
+	// Attempt is the delivery attempt it is (or will be), from 1.
+	Attempt int
+	// Group is the message's group (SetGroup), "" for none.
+	Group string
+	// Queued is when the message was added to the stream: when it fell
+	// due, was published, or was queued for its retry.
+	Queued time.Time
+}
+
+// PendingMessage is a message a consumer of the group fetched and has not
+// settled (acked, nacked) yet.
+type PendingMessage struct {
+	GroupMessage
+	// Consumer is the name of the consumer holding it (SubscriberConfig.Consumer).
+	Consumer string
+	// Renewed is when the consumer fetched it or last renewed its lease,
+	// by Redis's clock; a live subscription renews every third of the
+	// visibility timeout while its handler runs.
+	Renewed time.Time
+	// LeaseExpires is Renewed plus the group's visibility timeout: after
+	// it, a scheduler reclaims the message as a new attempt (its consumer
+	// stopped renewing: died, or lost Redis). Zero when the group has
+	// stored no visibility timeout (no subscriber of this version yet).
+	LeaseExpires time.Time
+	// Deliveries counts Redis's deliveries of the entry: more than 1 when
+	// a subscription read its own pending entries again.
+	Deliveries int64
+}
+
+// RetryingMessage is a message waiting in a group's retry set for its
+// retry delay (after a Nack, a handler timeout, or a reclaim).
+type RetryingMessage struct {
+	// ID identifies it in the group and topic: "<partition>:<member>".
+	ID string
+	// Message as stored; nil when it could not be decoded (Body holds
+	// it), or when it fell due since the page was read.
+	Message *message.Message
+	Body    []byte
+	// Attempt is the attempt it will be delivered as.
+	Attempt int
+	// Due is when it is moved to the group's redelivery stream.
+	Due time.Time
+
+	cursor string // of the page after this message
+}
+
+// Consumer is a consumer of a group as Redis knows it, over the topic's
+// partitions and both of the group's streams.
+type Consumer struct {
+	Name string
+	// Pending counts the messages it holds, fetched and not settled.
+	Pending int64
+	// LastSeen is the last time it read, or renewed a lease, by Redis's
+	// clock; Idle how long ago that was. A subscription waiting for new
+	// messages reads at least once per BlockTime (30 s), unless its group
+	// is paused; one whose handlers hold messages renews every third of
+	// the visibility timeout. Consumers silent longer than the group's
+	// ConsumerIdleTimeout (1 h) are removed by the schedulers once they
+	// hold nothing.
+	LastSeen time.Time
+	Idle     time.Duration
+	// Active is the last time it got or renewed a message (Redis 7.2 and
+	// later; zero before, or when it never got one).
+	Active time.Time
+
+	inactive time.Duration // how long ago Active was; -1: unknown
+}
+
+// checkGroupPage checks a group listing's arguments.
+func (i *Inspector) checkGroupPage(topic, group string, limit int) error {
+	if err := i.validateGroup(topic, group); err != nil {
+		return err
+	}
+	return validatePage(0, limit)
+}
+
+// streamCursor is where a listing of a group's streams goes on: after the
+// entry id of stream which ("r", then "m") of partition part.
+type streamCursor struct {
+	part  int
+	which string
+	after string
+}
+
+func (c streamCursor) String() string {
+	return strconv.Itoa(c.part) + ":" + c.which + ":" + c.after
+}
+
+// parseStreamCursor reads a cursor of Ready or Pending ("" for the start).
+func parseStreamCursor(s string, parts int) (streamCursor, error) {
+	c := streamCursor{which: "r"}
+	if s == "" {
+		return c, nil
+	}
+	p, rest, ok1 := strings.Cut(s, ":")
+	which, id, ok2 := strings.Cut(rest, ":")
+	n, err := strconv.Atoi(p)
+	if !ok1 || !ok2 || err != nil || (which != "r" && which != "m") || (id != "" && !validStreamID(id)) {
+		return c, fmt.Errorf("redisdelay: cursor %q is not one a listing of a group's messages returned (\"<partition>:<r|m>:<entry ID>\"): pass the previous page's cursor unchanged, or \"\" to start", s)
+	}
+	if n < 0 || n >= parts {
+		return c, fmt.Errorf("redisdelay: cursor %q names partition %d, but the topic has %d: pass the previous page's cursor unchanged, or \"\" to start", s, n, parts)
+	}
+	return streamCursor{part: n, which: which, after: id}, nil
+}
+
+// next is the start of the stream after c's: the ready stream of the same
+// partition, or the next partition's redelivery stream; ok false at the end.
+func (c streamCursor) next(parts int) (streamCursor, bool) {
+	if c.which == "r" {
+		return streamCursor{part: c.part, which: "m"}, true
+	}
+	return streamCursor{part: c.part + 1, which: "r"}, c.part+1 < parts
+}
+
+// groupMessageOf decodes a stream entry of partition part.
+func groupMessageOf(part int, which string, e store.StreamEntry) GroupMessage {
+	g := GroupMessage{ID: streamCursor{part, which, e.ID}.String(), Attempt: e.Attempt, Group: e.Group, Queued: entryTime(e.ID)}
+	if e.Body == nil {
+		return g
+	}
+	if msg, err := store.Decode(e.Body); err == nil {
+		g.Message = msg
+	} else {
+		g.Body = e.Body
+	}
+	return g
+}
+
+// entryTime is the time part of a stream entry ID.
+func entryTime(id string) time.Time {
+	ms, _, _ := strings.Cut(id, "-")
+	n, _ := strconv.ParseInt(ms, 10, 64)
+	return time.UnixMilli(n)
+}
+
+// streamPages reads a group's streams from cursor until limit entries were
+// read or every stream was, with read reading one stream from its cursor;
+// it returns the cursor of the next page, "" at the end.
+func (i *Inspector) streamPages(ctx context.Context, topic, group, cursor string, limit int, read func(sh store.Shard, c streamCursor, n int) (last string, got int, err error)) (string, error) {
+	if err := i.checkGroupPage(topic, group, limit); err != nil {
+		return "", err
+	}
+	shards, err := i.shards(ctx, topic)
+	if err != nil {
+		return "", err
+	}
+	c, err := parseStreamCursor(cursor, len(shards))
+	if err != nil {
+		return "", err
+	}
+	for left := limit; ; {
+		last, got, err := read(shards[c.part], c, left)
+		if err != nil {
+			return "", err
+		}
+		if got > 0 {
+			c.after = last
+		}
+		if left -= got; left == 0 {
+			return c.String(), nil
+		}
+		var more bool
+		if c, more = c.next(len(shards)); !more {
+			return "", nil
+		}
+	}
+}
+
+// Ready lists messages of a consumer group due and not yet fetched by its
+// consumers, at most limit (1 to 10,000), from cursor ("" for the first
+// page), and returns the cursor of the next page ("" after the last). In a
+// partition, the group's redelivery stream comes first (its consumers
+// fetch it first), then the topic's ready stream, each oldest first.
+// Grouped messages (SetGroup) queued in their groups are not listed until
+// a consumer's turn takes them (see GroupStats.Grouped).
+func (i *Inspector) Ready(ctx context.Context, topic, group, cursor string, limit int) ([]GroupMessage, string, error) {
+	var out []GroupMessage
+	next, err := i.streamPages(ctx, topic, group, cursor, limit, func(sh store.Shard, c streamCursor, n int) (string, int, error) {
+		es, err := store.ReadyEntries(ctx, i.client, sh, group, c.which, c.after, n)
+		for _, e := range es {
+			out = append(out, groupMessageOf(c.part, c.which, e))
+		}
+		return lastID(es), len(es), err
+	})
+	return out, next, wrapErr(err, "list ready messages of group %q in topic %q", group, topic)
+}
+
+func lastID(es []store.StreamEntry) string {
+	if len(es) == 0 {
+		return ""
+	}
+	return es[len(es)-1].ID
+}
+
+// Pending lists messages a consumer of the group fetched and has not
+// settled yet, with who holds each, since when, and when its lease
+// expires: at most limit (1 to 10,000) from cursor ("" for the first
+// page), and the cursor of the next page ("" after the last). The order is
+// Ready's. A page costs two round trips per stream read.
+func (i *Inspector) Pending(ctx context.Context, topic, group, cursor string, limit int) ([]PendingMessage, string, error) {
+	var out []PendingMessage
+	now, err := store.RedisTime(ctx, i.client)
+	if err != nil {
+		return nil, "", wrapErr(err, "list pending messages of group %q in topic %q", group, topic)
+	}
+	vis := map[store.Shard]time.Duration{}
+	next, err := i.streamPages(ctx, topic, group, cursor, limit, func(sh store.Shard, c streamCursor, n int) (string, int, error) {
+		ps, err := store.PendingEntries(ctx, i.client, sh, group, c.which, c.after, n)
+		if err != nil || len(ps) == 0 {
+			return "", 0, err
+		}
+		v, ok := vis[sh]
+		if !ok {
+			p, err := store.ReadGroupPolicy(ctx, i.client, sh, group)
+			if err != nil {
+				return "", 0, err
+			}
+			v, vis[sh] = p.Visibility, p.Visibility
+		}
+		for _, p := range ps {
+			pm := PendingMessage{GroupMessage: groupMessageOf(c.part, c.which, p.StreamEntry), Consumer: p.Consumer,
+				Renewed: now.Add(-p.Idle), Deliveries: p.Deliveries}
+			if v > 0 {
+				pm.LeaseExpires = pm.Renewed.Add(v)
+			}
+			out = append(out, pm)
+		}
+		return ps[len(ps)-1].ID, len(ps), nil
+	})
+	return out, next, wrapErr(err, "list pending messages of group %q in topic %q", group, topic)
+}
+
+// Retrying lists messages of a consumer group waiting for their retry
+// delay, each partition in due order: at most limit (1 to 10,000) from
+// cursor ("" for the first page), and the cursor of the next page (""
+// after the last). Messages fall due meanwhile: one that does between two
+// pages is not listed, nor one due in the same millisecond as the page's
+// last when that one fell due between the pages.
+func (i *Inspector) Retrying(ctx context.Context, topic, group, cursor string, limit int) ([]RetryingMessage, string, error) {
+	if err := i.checkGroupPage(topic, group, limit); err != nil {
+		return nil, "", err
+	}
+	fail := func(err error) ([]RetryingMessage, string, error) {
+		return nil, "", wrapErr(err, "list retrying messages of group %q in topic %q", group, topic)
+	}
+	shards, err := i.shards(ctx, topic)
+	if err != nil {
+		return fail(err)
+	}
+	part, from := 0, store.RetryCursor{}
+	if cursor != "" {
+		p, rest, ok := strings.Cut(cursor, ":")
+		n, err := strconv.Atoi(p)
+		if ok && err == nil {
+			from, ok = store.ParseRetryCursor(rest)
+		}
+		if !ok || err != nil {
+			return nil, "", fmt.Errorf("redisdelay: cursor %q is not one Retrying returned (\"<partition>:<score>:<member>\"): pass the previous page's cursor unchanged, or \"\" to start", cursor)
+		}
+		if n < 0 || n >= len(shards) {
+			return nil, "", fmt.Errorf("redisdelay: cursor %q names partition %d, but topic %q has %d: pass the previous page's cursor unchanged, or \"\" to start", cursor, n, topic, len(shards))
+		}
+		part = n
+	}
+	var out []RetryingMessage
+	for left := limit; part < len(shards); part, from = part+1, (store.RetryCursor{}) {
+		rs, err := store.RetryEntriesAfter(ctx, i.client, shards[part], group, from, left)
+		if err != nil {
+			return fail(err)
+		}
+		for _, r := range rs {
+			rm := RetryingMessage{ID: strconv.Itoa(part) + ":" + r.Member, Attempt: r.Attempt, Due: r.Due, cursor: strconv.Itoa(part) + ":" + r.Cursor.String()}
+			if r.Body != nil {
+				if msg, err := store.Decode(r.Body); err == nil {
+					rm.Message = msg
+				} else {
+					rm.Body = r.Body
+				}
+			}
+			out = append(out, rm)
+		}
+		if left -= len(rs); left == 0 {
+			return out, out[len(out)-1].cursor, nil
+		}
+	}
+	return out, "", nil
+}
+
+// Consumers lists a consumer group's consumers as Redis knows them, over
+// the topic's partitions, by name: how many messages each holds and when
+// it was last seen. A consumer that crashed stays listed, ever idler,
+// until the schedulers remove it (ConsumerIdleTimeout, once it holds
+// nothing): a dead or stuck instance shows as a large Idle.
+func (i *Inspector) Consumers(ctx context.Context, topic, group string) ([]Consumer, error) {
+	if err := i.validateGroup(topic, group); err != nil {
+		return nil, err
+	}
+	fail := func(err error) ([]Consumer, error) {
+		return nil, wrapErr(err, "list consumers of group %q in topic %q", group, topic)
+	}
+	shards, err := i.shards(ctx, topic)
+	if err != nil {
+		return fail(err)
+	}
+	now, err := store.RedisTime(ctx, i.client)
+	if err != nil {
+		return fail(err)
+	}
+	var out []Consumer
+	index := map[string]int{}
+	for _, sh := range shards {
+		cs, err := store.Consumers(ctx, i.client, sh, group)
+		if err != nil {
+			return fail(err)
+		}
+		for _, c := range cs {
+			k, ok := index[c.Name]
+			if !ok {
+				k = len(out)
+				index[c.Name] = k
+				out = append(out, Consumer{Name: c.Name, Idle: c.Idle, inactive: -1})
+			}
+			o := &out[k]
+			o.Pending += c.Pending
+			o.Idle = min(o.Idle, c.Idle)
+			if c.Inactive >= 0 && (o.inactive < 0 || c.Inactive < o.inactive) {
+				o.inactive = c.Inactive
+			}
+		}
+	}
+	for k := range out {
+		o := &out[k]
+		o.LastSeen = now.Add(-o.Idle)
+		if o.inactive >= 0 {
+			o.Active = now.Add(-o.inactive)
+		}
+	}
+	sortConsumers(out)
+	return out, nil
+}
+
+// sortConsumers orders consumers by name.
+func sortConsumers(cs []Consumer) {
+	slices.SortFunc(cs, func(a, b Consumer) int { return strings.Compare(a.Name, b.Name) })
+}

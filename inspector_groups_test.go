@@ -1,0 +1,273 @@
+package redisdelay_test
+
+// The Inspector's listings of a consumer group's messages (ready, pending,
+// retrying), its consumers, run now, and the Redis server's INFO.
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
+)
+
+func TestInspector_GroupStates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+
+	// Groups "late" and "crashed" exist but have no running consumer:
+	// what is published after they subscribed once is ready for them.
+	for _, g := range []string{"late", "crashed"} {
+		idle := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: g, DisableScheduler: true})
+		idleCtx, stop := context.WithCancel(ctx)
+		_, err := idle.Subscribe(idleCtx, tp)
+		require.NoError(t, err)
+		stop()
+		require.NoError(t, idle.Close())
+	}
+
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Consumer: "worker-1",
+		// A retry an hour away stays in the retry set for the test.
+		RetryDelay: func(int) time.Duration { return time.Hour }})
+	ch := subscribe(t, sub, tp)
+	var published []string
+	for n := range 5 {
+		msg := newMessage(strconv.Itoa(n))
+		msg.Metadata.Set("n", strconv.Itoa(n))
+		published = append(published, msg.UUID)
+		require.NoError(t, pub.Publish(tp, msg))
+	}
+	for n := range 5 {
+		if m := receive(t, ch, 5*time.Second); n == 1 || n == 2 {
+			m.Nack()
+		} else {
+			m.Ack()
+		}
+	}
+	// "crashed" has two messages pending with a consumer that died.
+	held := []string{crashedRead(t, client, tp, "crashed", "worker-9").ID, crashedRead(t, client, tp, "crashed", "worker-9").ID}
+	require.Eventually(t, func() bool {
+		g := groupStats(t, insp, tp, "g")
+		return g.Retry == 2 && g.Pending == 0
+	}, 5*time.Second, 10*time.Millisecond)
+
+	// Ready, paged: the five, in publish order, for "late" only.
+	var ready []redisdelay.GroupMessage
+	cursor := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 5)
+		page, next, err := insp.Ready(ctx, tp, "late", cursor, 2)
+		require.NoError(t, err)
+		assert.LessOrEqual(t, len(page), 2)
+		ready = append(ready, page...)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	require.Len(t, ready, 5)
+	for n, m := range ready {
+		assert.Equal(t, published[n], m.Message.UUID)
+		assert.Equal(t, strconv.Itoa(n), m.Message.Metadata.Get("n"))
+		assert.Equal(t, 1, m.Attempt)
+		assert.WithinDuration(t, time.Now(), m.Queued, time.Minute)
+	}
+	none, next, err := insp.Ready(ctx, tp, "g", "", 10)
+	require.NoError(t, err)
+	assert.Empty(t, none, "g fetched everything")
+	assert.Empty(t, next)
+
+	// Pending: the two held, with their consumer and lease.
+	pending, next, err := insp.Pending(ctx, tp, "crashed", "", 10)
+	require.NoError(t, err)
+	assert.Empty(t, next)
+	require.Len(t, pending, 2)
+	for n, p := range pending {
+		assert.Equal(t, "0:m:"+held[n], p.ID)
+		assert.Equal(t, published[n], p.Message.UUID)
+		assert.Equal(t, "worker-9", p.Consumer)
+		assert.Equal(t, 1, p.Attempt)
+		assert.WithinDuration(t, time.Now(), p.Renewed, time.Minute)
+		assert.Equal(t, 30*time.Second, p.LeaseExpires.Sub(p.Renewed), "the default visibility timeout")
+	}
+	first, next, err := insp.Pending(ctx, tp, "crashed", "", 1)
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	second, _, err := insp.Pending(ctx, tp, "crashed", next, 1)
+	require.NoError(t, err)
+	require.Len(t, second, 1)
+	assert.Equal(t, pending[1].ID, second[0].ID)
+	rest3, _, err := insp.Ready(ctx, tp, "crashed", "", 10)
+	require.NoError(t, err)
+	assert.Len(t, rest3, 3, "what the dead consumer did not fetch")
+	settled, _, err := insp.Pending(ctx, tp, "g", "", 10)
+	require.NoError(t, err)
+	assert.Empty(t, settled, "g settled everything")
+
+	// Retrying: the two nacked, as attempt 2, due in an hour.
+	retrying, next, err := insp.Retrying(ctx, tp, "g", "", 10)
+	require.NoError(t, err)
+	assert.Empty(t, next)
+	require.Len(t, retrying, 2)
+	got := map[string]bool{}
+	for _, r := range retrying {
+		got[r.Message.UUID] = true
+		assert.Equal(t, 2, r.Attempt)
+		assert.WithinDuration(t, time.Now().Add(time.Hour), r.Due, time.Minute)
+	}
+	assert.Equal(t, map[string]bool{published[1]: true, published[2]: true}, got)
+	one, next, err := insp.Retrying(ctx, tp, "g", "", 1)
+	require.NoError(t, err)
+	require.Len(t, one, 1)
+	two, last, err := insp.Retrying(ctx, tp, "g", next, 1)
+	require.NoError(t, err)
+	require.Len(t, two, 1)
+	assert.NotEqual(t, one[0].ID, two[0].ID)
+	rest, _, err := insp.Retrying(ctx, tp, "g", last, 1)
+	require.NoError(t, err)
+	assert.Empty(t, rest)
+
+	// Consumers: the dead worker, holding two, seen when it read; and
+	// the live one of "g".
+	consumers, err := insp.Consumers(ctx, tp, "crashed")
+	require.NoError(t, err)
+	require.Len(t, consumers, 1)
+	assert.Equal(t, "worker-9", consumers[0].Name)
+	assert.Equal(t, int64(2), consumers[0].Pending)
+	assert.WithinDuration(t, time.Now(), consumers[0].LastSeen, time.Minute)
+	consumers, err = insp.Consumers(ctx, tp, "g")
+	require.NoError(t, err)
+	require.Len(t, consumers, 1)
+	assert.True(t, strings.HasPrefix(consumers[0].Name, "worker-1-"), "the Consumer name and the subscription's suffix: %s", consumers[0].Name)
+	assert.Zero(t, consumers[0].Pending)
+
+	// Bad arguments.
+	for _, call := range []func() error{
+		func() error { _, _, err := insp.Ready(ctx, tp, "g", "nonsense", 10); return err },
+		func() error { _, _, err := insp.Ready(ctx, tp, "g", "7:m:1-0", 10); return err },
+		func() error { _, _, err := insp.Pending(ctx, tp, "g", "0:x:1-0", 10); return err },
+		func() error { _, _, err := insp.Retrying(ctx, tp, "g", "0:nonsense", 10); return err },
+		func() error { _, _, err := insp.Retrying(ctx, tp, "g", "3:1:m", 10); return err },
+	} {
+		err := call()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "cursor")
+	}
+	_, _, err = insp.Ready(ctx, tp, "g", "", 0)
+	assert.ErrorContains(t, err, "limit is 0: use 1 to 10000")
+	_, err = insp.Consumers(ctx, tp, "")
+	assert.ErrorIs(t, err, redisdelay.ErrInvalidName)
+}
+
+func TestInspector_RunNow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, tp)
+
+	byUUID := delayed(delay.For(time.Hour), "by uuid")
+	byKey := businessKeyMessage("order-1", time.Hour, "by key", "")
+	far := delayed(delay.For(48*time.Hour), "far tier")
+	var tenants []*message.Message
+	for n := range 3 {
+		m := delayed(delay.For(time.Hour), "tenant "+strconv.Itoa(n))
+		m.Metadata.Set("tenant", "acme")
+		tenants = append(tenants, m)
+	}
+	require.NoError(t, pub.Publish(tp, append([]*message.Message{byUUID, byKey, far}, tenants...)...))
+
+	ok, err := insp.RunNow(ctx, tp, byUUID.UUID)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	got := receive(t, ch, 5*time.Second)
+	assert.Equal(t, byUUID.UUID, got.UUID)
+	got.Ack()
+	ok, err = insp.RunNow(ctx, tp, byUUID.UUID)
+	require.NoError(t, err)
+	assert.False(t, ok, "no longer waiting")
+
+	ok, err = insp.RunNowKey(ctx, tp, "order-1")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	got = receive(t, ch, 5*time.Second)
+	assert.Equal(t, byKey.UUID, got.UUID)
+	got.Ack()
+
+	ok, err = insp.RunNow(ctx, tp, far.UUID)
+	require.NoError(t, err)
+	assert.True(t, ok, "a message of the far tier")
+	got = receive(t, ch, 5*time.Second)
+	assert.Equal(t, far.UUID, got.UUID)
+	got.Ack()
+
+	_, err = insp.RunNowWhere(ctx, tp, redisdelay.Filter{}, redisdelay.BulkOptions{})
+	assert.ErrorIs(t, err, redisdelay.ErrEmptyFilter)
+	_, err = insp.RunNow(ctx, tp, "")
+	assert.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
+
+	acme := redisdelay.Filter{Metadata: map[string]string{"tenant": "acme"}}
+	p, err := insp.RunNowWhere(ctx, tp, acme, redisdelay.BulkOptions{DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), p.Matched)
+	assert.Zero(t, p.Done)
+	p, err = insp.RunNowWhere(ctx, tp, acme, redisdelay.BulkOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), p.Done)
+	all := map[string]bool{}
+	for range 3 {
+		m := receive(t, ch, 5*time.Second)
+		all[m.UUID] = true
+		m.Ack()
+	}
+	assert.Equal(t, map[string]bool{tenants[0].UUID: true, tenants[1].UUID: true, tenants[2].UUID: true}, all)
+}
+
+func TestInspector_Servers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	servers, err := newInspector(t, newClient(t)).Servers(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, servers)
+	for _, s := range servers {
+		assert.NotEmpty(t, s.Version)
+		assert.Contains(t, []string{"redis", "valkey"}, s.Name)
+		assert.Positive(t, s.UsedMemory)
+	}
+
+	needSingle(t, "its own server, to set the policy")
+	own := ownRedis(t)
+	insp := newInspector(t, own)
+	require.NoError(t, own.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	servers, err = insp.Servers(ctx)
+	require.NoError(t, err)
+	require.Len(t, servers, 1)
+	assert.Equal(t, "allkeys-lru", servers[0].MaxMemoryPolicy)
+	assert.Contains(t, servers[0].Warning, "lost without an error")
+	assert.Contains(t, servers[0].Warning, "maxmemory is not set")
+	require.NoError(t, own.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	servers, err = insp.Servers(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, servers[0].Warning)
+
+	// A user without +info: the rest is unknown, not an error.
+	user, _ := newACLUser(t, "allcommands", "-info", "allkeys")
+	servers, err = newInspector(t, user).Servers(ctx)
+	require.NoError(t, err)
+	require.Len(t, servers, 1)
+	assert.True(t, servers[0].InfoDenied)
+}
