@@ -113,7 +113,19 @@ func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStrea
 		// subscriber of the group is followed within a period.
 		Vis: now.Sub(sub.visRead) >= sub.renewEvery(),
 	}
+	// The acks queued ride along (see ackLoop; not while a test holds
+	// them: ackGate); one write of the queue at a time.
+	sub.flushMu.Lock()
+	if s.ackGate == nil {
+		a.AckReady, a.AckRedo = sub.queuedSnapshot()
+	}
 	r, err := store.ReadNew(ctx, s.redis, sub.shard, a)
+	if len(a.AckReady)+len(a.AckRedo) > 0 {
+		if _, ackErr := sub.acked(a.AckReady, a.AckRedo, r.Acked); ackErr != nil && err == nil {
+			s.limiter.errorf(s.logger, "redisdelay: cannot write acknowledgements to Redis; retrying", ackErr, sub.fields())
+		}
+	}
+	sub.flushMu.Unlock()
 	if err != nil {
 		if a.Pick {
 			sub.groupsRung.Store(true) // still to be picked
@@ -184,6 +196,8 @@ func (sub *subscription) waitBell(ctx context.Context) {
 		defer t.Stop()
 		poll = t.C
 	}
+	sub.waiting.Store(true) // its queued acks wait for its next read (ackLoop)
+	defer sub.waiting.Store(false)
 	var wake <-chan time.Time
 	if !sub.groupWake.IsZero() {
 		// A group asleep under its rate limit wakes then: nothing rings.

@@ -412,8 +412,10 @@ type subscription struct {
 	since    time.Time // when it got it
 	recheck  bool      // Redis holds entries for this consumer it did not receive
 	// Acked entries not yet acknowledged in Redis (see acker.go): ids in
-	// the ready and in the redelivery stream. Still held.
+	// the ready and in the redelivery stream, still held, queued since
+	// ackSince (zero while none is).
 	ackReady, ackRedo []string
+	ackSince          time.Time
 
 	ackWake chan struct{} // wakes the acker; capacity 1
 	flushMu sync.Mutex    // one flush of the ack queue at a time
@@ -446,6 +448,7 @@ type subscription struct {
 	// refused to arm it, so it polls). bell (capacity 1) is rung by the
 	// hub. visRead is when a read last read the stored visibility timeout.
 	drained, armed, unarmed bool
+	waiting                 atomic.Bool // waiting for the bell (waitBell), read by the acker
 	bell                    chan struct{}
 	visRead                 time.Time
 	// Grouped messages (see fair.lua): groupsRung, set by the bell's

@@ -392,20 +392,22 @@ func (q *watermillCost) close() {
 	}
 }
 
-// openRedisdelayCost is what a new user writes: a Publisher and a
-// Subscriber with the library's defaults (the Subscriber's embedded
-// scheduler included), each on a default client (the publishing service
-// and the consuming one; the connections counted are the consumer's).
-func openRedisdelayCost(b *bench, topics []string, deliver func([]byte)) (costQueue, error) {
-	client, pubClient := costDefaultClient(b), redis.NewClient(&redis.Options{Addr: b.addr})
-	q := &watermillCost{closers: []func() error{client.Close, pubClient.Close}}
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: pubClient}, b.logger)
+// openWatermillCost opens a Watermill Pub/Sub for scenario 13: a publisher
+// on a default client of its own (the publishing service), and a
+// subscriber on costDefaultClient (the consuming one, whose connections are
+// counted) behind a Router with an ack-only handler per topic.
+func openWatermillCost(b *bench, topics []string, deliver func([]byte),
+	newPub func(*redis.Client) (message.Publisher, error), newSub func(*redis.Client) (message.Subscriber, error),
+) (costQueue, error) {
+	pubClient, subClient := redis.NewClient(&redis.Options{Addr: b.addr}), costDefaultClient(b)
+	q := &watermillCost{closers: []func() error{pubClient.Close, subClient.Close}}
+	pub, err := newPub(pubClient)
 	if err != nil {
 		q.close()
 		return nil, err
 	}
 	q.pub, q.closers = pub, append(q.closers, pub.Close)
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: consumerGroup}, b.logger)
+	sub, err := newSub(subClient)
 	if err != nil {
 		q.close()
 		return nil, err
@@ -420,31 +422,29 @@ func openRedisdelayCost(b *bench, topics []string, deliver func([]byte)) (costQu
 	return q, nil
 }
 
-// openRedisstreamCost is watermill-redisstream with its defaults: a default
-// client for the publisher and one for the subscriber (whose blocking reads
-// take a connection each; the connections counted).
+// openRedisdelayCost is what a new user writes: a Publisher and a
+// Subscriber with the library's defaults (the Subscriber's embedded
+// scheduler included), each on a default client.
+func openRedisdelayCost(b *bench, topics []string, deliver func([]byte)) (costQueue, error) {
+	return openWatermillCost(b, topics, deliver,
+		func(c *redis.Client) (message.Publisher, error) {
+			return redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: c}, b.logger)
+		},
+		func(c *redis.Client) (message.Subscriber, error) {
+			return redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: c, ConsumerGroup: consumerGroup}, b.logger)
+		})
+}
+
+// openRedisstreamCost is watermill-redisstream with its defaults (its
+// subscriber's blocking reads take a connection each).
 func openRedisstreamCost(b *bench, topics []string, deliver func([]byte)) (costQueue, error) {
-	pubClient, subClient := redis.NewClient(&redis.Options{Addr: b.addr}), costDefaultClient(b)
-	q := &watermillCost{closers: []func() error{pubClient.Close, subClient.Close}}
-	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: pubClient}, b.logger)
-	if err != nil {
-		q.close()
-		return nil, err
-	}
-	q.pub, q.closers = pub, append(q.closers, pub.Close)
-	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: subClient, ConsumerGroup: consumerGroup}, b.logger)
-	if err != nil {
-		q.close()
-		return nil, err
-	}
-	q.closers = append(q.closers, sub.Close)
-	stop, err := costRouter(b, sub, topics, deliver)
-	if err != nil {
-		q.close()
-		return nil, err
-	}
-	q.closers = append(q.closers, stop)
-	return q, nil
+	return openWatermillCost(b, topics, deliver,
+		func(c *redis.Client) (message.Publisher, error) {
+			return redisstream.NewPublisher(redisstream.PublisherConfig{Client: c}, b.logger)
+		},
+		func(c *redis.Client) (message.Subscriber, error) {
+			return redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: c, ConsumerGroup: consumerGroup}, b.logger)
+		})
 }
 
 // asynqCost is asynq with its defaults (a server on one default queue,

@@ -54,6 +54,10 @@ type ReadArgs struct {
 	// Vis reads the group's stored visibility timeout too (see
 	// ReadReply.Vis).
 	Vis bool
+	// AckReady and AckRedo are acknowledged first, as Ack does
+	// (ReadReply.Acked): the acks a subscription queued since its last
+	// write ride on its next read instead of a round trip of their own.
+	AckReady, AckRedo []string
 }
 
 // ReadReply is what ReadNew read.
@@ -65,6 +69,7 @@ type ReadReply struct {
 	Armed bool
 	Pick  PickReply     // with ReadArgs.Pick
 	Vis   time.Duration // with ReadArgs.Vis: the group's stored visibility timeout (0: none stored)
+	Acked AckReply      // with ReadArgs.AckReady or AckRedo
 }
 
 // ReadNew reads new entries as a ReadArgs says, in one round trip; nothing
@@ -74,6 +79,7 @@ type ReadReply struct {
 // on every read.
 func ReadNew(ctx context.Context, c Cmds, sh Shard, a ReadArgs) (ReadReply, error) {
 	pipe := c.Pipeline()
+	acked := queueAcks(ctx, pipe, sh, a.Group, a.AckReady, a.AckRedo)
 	var pick pipedScript
 	if a.Pick {
 		keys := append([]string{sh.Redelivery(a.Group), sh.Meta(a.Group)}, sh.fairKeys(a.Group)...)
@@ -96,6 +102,7 @@ func ReadNew(ctx context.Context, c Cmds, sh Shard, a ReadArgs) (ReadReply, erro
 	})
 	execPipe(ctx, pipe)
 	var r ReadReply
+	r.Acked = acked.reply(ctx, c)
 	r.Armed = arm != nil && arm.Err() == nil
 	if a.Pick {
 		res, err := pick.Result(ctx, c).Int64Slice()
@@ -149,24 +156,40 @@ type AckReply struct {
 // and of the redelivery stream (ack.lua, which deletes them) in one round
 // trip. Each stream's write counts on its own.
 func Ack(ctx context.Context, c Cmds, sh Shard, group string, ready, redo []string) AckReply {
-	var r AckReply
 	pipe := c.Pipeline()
-	var readyCmd *redis.IntCmd
-	var redoAcks []pipedScript
+	a := queueAcks(ctx, pipe, sh, group, ready, redo)
+	execPipe(ctx, pipe)
+	return a.reply(ctx, c)
+}
+
+// acks are the acknowledgements queued on a pipeline (see queueAcks).
+type acks struct {
+	ready *redis.IntCmd
+	redo  []pipedScript
+}
+
+// queueAcks queues on pipe the acknowledgements Ack sends.
+func queueAcks(ctx context.Context, pipe redis.Pipeliner, sh Shard, group string, ready, redo []string) acks {
+	var a acks
 	if len(ready) > 0 {
-		readyCmd = pipe.XAck(ctx, sh.Stream(), group, ready...)
+		a.ready = pipe.XAck(ctx, sh.Stream(), group, ready...)
 	}
 	// ack.lua reads each grouped entry and gives its slot back: a bounded
 	// number per call keeps every call short, whatever the batch.
 	for start := 0; start < len(redo); start += maxAckPerCall {
-		redoAcks = append(redoAcks, pipeAck(ctx, pipe, sh, group, redo[start:min(start+maxAckPerCall, len(redo))]))
+		a.redo = append(a.redo, pipeAck(ctx, pipe, sh, group, redo[start:min(start+maxAckPerCall, len(redo))]))
 	}
-	execPipe(ctx, pipe)
-	if readyCmd != nil {
-		r.Ready, r.ReadyErr = readyCmd.Result()
+	return a
+}
+
+// reply is what the pipeline's acknowledgements did, once it ran.
+func (a acks) reply(ctx context.Context, c Cmds) AckReply {
+	var r AckReply
+	if a.ready != nil {
+		r.Ready, r.ReadyErr = a.ready.Result()
 	}
-	for _, a := range redoAcks {
-		n, err := a.Result(ctx, c).Int64()
+	for _, p := range a.redo {
+		n, err := p.Result(ctx, c).Int64()
 		r.Redo += n
 		if err != nil && r.RedoErr == nil {
 			r.RedoErr = err
