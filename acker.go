@@ -17,7 +17,13 @@ import (
 // throughout) and the next message is handed out at once. The acker
 // goroutine writes the queue to Redis in one pipelined round trip per flush
 // (XACK with every ready-stream id, ack.lua with every redelivery-stream
-// id); acks made while a flush is in flight go into the next one.
+// id) at the next multiple of ackEvery on the clock; acks made meanwhile,
+// or while a flush is in flight, go into the next one. So a steady stream
+// of acks costs one write per ackEvery, not one per message, and the acks
+// of all the subscriptions of a process share those writes. The acks of a
+// subscription waiting for its bell ride on its next read instead, when
+// that comes within ackLinger: at a low rate a message then costs no
+// round trip of its own for its ack.
 //
 // Queued entries are still pending in Redis, so until their flush succeeds
 // they count as held: lease renewal keeps them, and the queue is flushed
@@ -30,6 +36,9 @@ import (
 // queueAck adds an acknowledged entry to the ack queue. sub.mu is held.
 func (sub *subscription) queueAck(e entry) {
 	sub.m.ackQueued(e.redo)
+	if len(sub.ackReady)+len(sub.ackRedo) == 0 {
+		sub.ackSince = time.Now()
+	}
 	if e.redo {
 		sub.ackRedo = append(sub.ackRedo, e.msg.ID)
 	} else {
@@ -57,6 +66,20 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 			return
 		case <-sub.ackWake:
 		}
+		// Flushes happen at multiples of ackEvery on the clock, the same
+		// instants for every subscription of the process: the hub's lanes
+		// then carry the acks of many subscriptions in one pipeline.
+		sleep(ctx, time.Until(time.Now().Truncate(ackEvery).Add(ackEvery)))
+		// A subscription waiting for its bell sends its queued acks with
+		// its next read (readNew), when a message comes within ackLinger
+		// of the oldest: a round trip saved per message at a low rate.
+		for sub.waiting.Load() && ctx.Err() == nil {
+			d := ackLinger - sub.queuedFor()
+			if d <= 0 {
+				break
+			}
+			sleep(ctx, min(d, ackEvery)) // the wait may end sooner
+		}
 		if gate := sub.s.ackGate; gate != nil {
 			gate(ctx)
 		}
@@ -66,26 +89,60 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 	}
 }
 
+// ackEvery is how often a subscription's ack queue is flushed while acks
+// are made (see the top of this file): at the multiples of ackEvery, so a
+// steady stream of acks costs one round trip per ackEvery, shared by
+// every subscription of the process. ackLinger bounds how long the acks
+// of a subscription waiting for its bell wait for its next read to carry
+// them. An ack waiting for a write is still held (its lease renewed) and
+// is written before anything hands back or re-reads what is pending: a
+// crash loses at most this much of the acks made, whose messages are then
+// delivered again, as after any crash between an Ack and its write.
+const (
+	ackEvery  = 5 * time.Millisecond
+	ackLinger = 50 * time.Millisecond
+)
+
+// queuedFor is how long the oldest queued ack has waited (0: none).
+func (sub *subscription) queuedFor() time.Duration {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if sub.ackSince.IsZero() {
+		return ackLinger // nothing to wait for
+	}
+	return time.Since(sub.ackSince)
+}
+
 // flushAcks writes the acknowledgements queued so far to Redis in one
 // pipelined round trip and takes them off the queue once Redis has them;
 // on error they stay queued. It returns how many are still queued (acked
-// meanwhile). One flush runs at a time.
+// meanwhile). One write of the queue runs at a time (flushMu: a flush, or
+// a read carrying the acks, see readNew).
 func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 	sub.flushMu.Lock()
 	defer sub.flushMu.Unlock()
-	sub.mu.Lock()
-	// Appends during the flush write beyond these lengths, so the snapshot
-	// stays valid without a copy.
-	ready, redo := sub.ackReady[:len(sub.ackReady):len(sub.ackReady)], sub.ackRedo[:len(sub.ackRedo):len(sub.ackRedo)]
-	sub.mu.Unlock()
+	ready, redo := sub.queuedSnapshot()
 	if len(ready)+len(redo) == 0 {
 		return 0, nil
 	}
-
 	s := sub.s
-	group := s.config.ConsumerGroup
-	r := store.Ack(ctx, s.redis, sub.shard, group, ready, redo)
+	return sub.acked(ready, redo, store.Ack(ctx, s.redis, sub.shard, s.config.ConsumerGroup, ready, redo))
+}
 
+// queuedSnapshot returns the ids of the ack queue, for a write of them.
+// Called with flushMu held.
+func (sub *subscription) queuedSnapshot() (ready, redo []string) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	// Appends during the write go beyond these lengths, so the snapshot
+	// stays valid without a copy.
+	return sub.ackReady[:len(sub.ackReady):len(sub.ackReady)], sub.ackRedo[:len(sub.ackRedo):len(sub.ackRedo)]
+}
+
+// acked takes off the ack queue what a write of the snapshot ready, redo
+// had Redis take, and returns how many are still queued and the write's
+// errors. Called with flushMu held.
+func (sub *subscription) acked(ready, redo []string, r store.AckReply) (int, error) {
 	// Each command counts on its own: what Redis took leaves the queue,
 	// the rest is tried again.
 	acked, doneReady, doneRedo := 0, 0, 0
@@ -120,7 +177,11 @@ func (sub *subscription) dequeueAcks(ready, redo int) int {
 	sub.m.acksWritten(ready, redo)
 	sub.ackReady = shift(sub.ackReady, ready)
 	sub.ackRedo = shift(sub.ackRedo, redo)
-	return len(sub.ackReady) + len(sub.ackRedo)
+	left := len(sub.ackReady) + len(sub.ackRedo)
+	if left == 0 {
+		sub.ackSince = time.Time{}
+	}
+	return left
 }
 
 // shift drops the first n ids, reusing the array.

@@ -64,8 +64,10 @@
 //
 // A subscription hands out the next message as soon as the previous one is
 // acked: acknowledgements are written to Redis in the background, many per
-// round trip, normally within a round trip of the Ack (retried while Redis
-// is unreachable; Close writes them before returning). A process that dies
+// round trip, within 5 ms (50 ms for a subscription waiting for new
+// messages, whose next read carries them) and a round trip of the Ack
+// (retried while Redis is unreachable; Close writes them before
+// returning). A process that dies
 // in between leaves those messages pending: they are delivered again, never
 // lost. Nack is written before the next message is handed out.
 //

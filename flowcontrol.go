@@ -182,9 +182,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	limit := s.config.rateLimit(sub.topic)
 	want := limit.batch(s.config.BatchSize)
 	notified := sub.flowNotified.Swap(false)
-	// The read after one that found too little is read.lua's, which on
-	// partition 0 checks the pause itself.
-	checkDue := time.Since(sub.flowChecked) >= s.config.BlockTime && !(sub.drained && sub.part == 0)
+	checkDue := time.Since(sub.flowChecked) >= s.config.BlockTime
 	if limit.Messages == 0 && !sub.paused && !notified && !checkDue {
 		return want, nil
 	}

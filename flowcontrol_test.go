@@ -176,7 +176,10 @@ func TestRateLimitValidate(t *testing.T) {
 
 // rateRun consumes tp with subs subscribers of group g, each on its own
 // client, until want messages arrived; it returns how long that took from
-// the first message and how many each subscriber received.
+// the first message and how many each subscriber received. It closes the
+// subscribers before it returns, so a message one of them fetched beyond
+// want goes back to the group for the next run (left open, it would hold
+// it, its receiver gone).
 func rateRun(t *testing.T, tp string, subs int, config redisdelay.SubscriberConfig, want int, within time.Duration) (time.Duration, []int) {
 	t.Helper()
 	var total atomic.Int64
@@ -187,6 +190,7 @@ func rateRun(t *testing.T, tp string, subs int, config redisdelay.SubscriberConf
 	defer cancel()
 	for k := range subs {
 		sub := newSubscriber(t, newClient(t), config)
+		defer sub.Close()
 		ch := subscribe(t, sub, tp)
 		go func() {
 			for {

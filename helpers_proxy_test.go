@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -307,9 +308,27 @@ func gatedPublisher(t *testing.T, topic string, config redisdelay.PublisherConfi
 	pub, err := redisdelay.NewPublisher(config, logger)
 	require.NoError(t, err)
 	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), nil)))
+	loadPublishScripts(t, pub)
 	counter := &scriptCounter{}
 	client.AddHook(counter)
 	return pub, proxy, counter
+}
+
+// loadPublishScripts has Redis load every script a Publish may run
+// (publish.lua and the short ones for plain messages: see store.Publish),
+// publishing a message of each kind to a topic of its own, so that the
+// test's first Publish of each kind runs its script once (no NOSCRIPT and
+// EVAL).
+func loadPublishScripts(t *testing.T, pub *redisdelay.Publisher) {
+	t.Helper()
+	warm := topic()
+	for _, d := range []time.Duration{0, time.Second, time.Hour} {
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		if d > 0 {
+			delay.Message(msg, delay.For(d))
+		}
+		require.NoError(t, pub.Publish(warm, msg))
+	}
 }
 
 // inFlight starts publish in a goroutine and returns once its round trip is

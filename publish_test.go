@@ -319,6 +319,7 @@ func partsPublisher(t *testing.T, topic string) (*redisdelay.Publisher, *scriptC
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), nil)))
+	loadPublishScripts(t, pub)
 	counter := &scriptCounter{}
 	client.AddHook(counter)
 	return pub, counter

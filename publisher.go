@@ -410,14 +410,19 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 
 // sendPart hands (a part of) a call to its partition's batcher, unless the
 // call's context is over: the script run is shared with other calls, so
-// the call's context could not stop it once sent.
+// the call's context could not stop it once sent. A run goes on in a
+// goroutine of its own, so that the caller stops waiting when its context
+// ends (go-redis reads a stalled socket until its ReadTimeout).
 func (p *Publisher) sendPart(ctx context.Context, c *pubCall) {
 	c.ctx = ctx
 	if err := ctx.Err(); err != nil {
 		c.err = notSent(c.N, c.where(), err)
 		return
 	}
-	c.b, c.err = p.enqueue(c)
+	var run bool
+	if c.b, run, c.err = p.enqueue(c); run {
+		go p.flush(c.b, []*pubCall{c})
+	}
 }
 
 // await waits for the result of a call handed to a batcher.
@@ -561,14 +566,14 @@ type batcher struct {
 	queue    []*pubCall
 }
 
-// enqueue hands the call to its partition's batcher: sent at once when
-// fewer than maxFlushes runs are in flight and none is queued, queued
-// otherwise.
-func (p *Publisher) enqueue(c *pubCall) (*batcher, error) {
+// enqueue hands the call to its partition's batcher: queued when
+// maxFlushes runs are in flight or calls wait already, else the caller is
+// to run it at once (run).
+func (p *Publisher) enqueue(c *pubCall) (b *batcher, run bool, err error) {
 	p.closeMu.RLock()
 	if p.closed.Load() {
 		p.closeMu.RUnlock()
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	p.pending.Add(1)
 	p.closeMu.RUnlock()
@@ -577,36 +582,39 @@ func (p *Publisher) enqueue(c *pubCall) (*batcher, error) {
 	if !ok {
 		v, _ = p.batchers.LoadOrStore(c.shard, &batcher{})
 	}
-	b := v.(*batcher)
+	b = v.(*batcher)
 	b.mu.Lock()
 	if b.flushing >= maxFlushes || len(b.queue) > 0 {
 		b.queue = append(b.queue, c)
 		b.mu.Unlock()
-		return b, nil
+		return b, false, nil
 	}
 	b.flushing++
 	c.taken = true
 	b.mu.Unlock()
-	go p.flush(b, []*pubCall{c})
-	return b, nil
+	return b, true, nil
 }
 
 // flush runs the script for batch, then for the calls queued meanwhile,
 // until none is left.
 func (p *Publisher) flush(b *batcher, batch []*pubCall) {
-	for {
+	for len(batch) > 0 {
 		p.store(batch)
-		b.mu.Lock()
-		var skipped int
-		batch, skipped = b.next()
-		p.pending.Add(-skipped)
-		if len(batch) == 0 {
-			b.flushing--
-			b.mu.Unlock()
-			return
-		}
-		b.mu.Unlock()
+		batch = p.queued(b)
 	}
+}
+
+// queued takes the calls of the next run from b's queue; none when the
+// run just made was the last (it then counts as ended).
+func (p *Publisher) queued(b *batcher) []*pubCall {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	batch, skipped := b.next()
+	p.pending.Add(-skipped)
+	if len(batch) == 0 {
+		b.flushing--
+	}
+	return batch
 }
 
 // next takes the calls of the next run from the queue, in order, within
@@ -801,13 +809,12 @@ func (c *pubCall) PublishArgs() *store.PubArgs { return &c.PubArgs }
 // those ran the script).
 func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (store.PublishReply, error) {
 	first := batch[0]
-	groups := p.groupsFor(ctx, batch)
+	o := store.PublishOpts{MaxWaiting: first.maxWaiting.perPart, MaxReady: first.maxReady.perPart, Groups: p.groupsFor(ctx, batch)}
 	if p.config.MinReplicas == 0 {
-		return store.Publish(ctx, p.redis, first.shard, first.maxWaiting.perPart, first.maxReady.perPart, groups, batch)
+		return store.Publish(ctx, p.redis, first.shard, o, batch)
 	}
 	for {
-		res, acked, waitErr, err := store.PublishOnMaster(ctx, p.config.Client, first.shard, first.maxWaiting.perPart, first.maxReady.perPart,
-			groups, batch, p.config.MinReplicas, p.config.ReplicaTimeout)
+		res, acked, waitErr, err := store.PublishOnMaster(ctx, p.config.Client, first.shard, o, batch, p.config.MinReplicas, p.config.ReplicaTimeout)
 		if waitErr != nil {
 			err = fmt.Errorf("%w: the messages are stored on the master; WAIT for replicas failed: %w", ErrNotReplicated, waitErr)
 		} else if err == nil && acked < int64(p.config.MinReplicas) {

@@ -13,16 +13,24 @@ import (
 
 // Reads of new messages never block a connection (see internal/store/conns.go). While a
 // subscription finds as many messages as it asks for it reads again at
-// once with a plain XREADGROUP. Once a read finds fewer, the next is
-// read.lua, which arms the partition's bell when it takes all there is:
-// the subscription then handles what it read and waits for the bell: a
-// note on the bell's channel (any script that adds entries rings it once
-// armed, see lib.lua's ring), its (re)subscription, a pause change, or
-// the Subscriber's sweep, which peeks at idle subscriptions once per
-// BlockTime for entries a writer added without ringing. A message
-// published to an idle topic so costs the subscription one script call,
-// an idle subscription one pipelined peek per BlockTime, and Close never
-// waits for a read longer than one command takes.
+// once. Once a read finds fewer, the next read arms the partition's bell
+// first, in the same pipeline (store.ReadNew): when that read too takes
+// all there is, the subscription handles what it read and waits for the
+// bell: a note on the bell's channel (any script that adds entries rings
+// it once armed, see lib.lua's ring), its (re)subscription, a pause
+// change, or the Subscriber's sweep, which peeks at idle subscriptions
+// once per BlockTime for entries a writer added without ringing. A message
+// published to an idle topic so costs the subscription one pipelined read
+// (SET NX and XREADGROUP), an idle subscription one pipelined peek per
+// BlockTime, and Close never waits for a read longer than one command
+// takes.
+//
+// Grouped messages (fair.lua) are not in the streams until a pick
+// (pick.lua) moves them there: a read picks first after a note "g" on the
+// bell's channel (a group may be served: rung whether the bell is armed or
+// not), while the last pick left groups to serve, once a group asleep
+// under its rate limit may wake, after a (re)subscription or a sweep, and
+// at least every groupCheckEvery while the subscription reads a backlog.
 //
 // When Redis refuses the client the channels of the key prefix (an ACL
 // without &<prefix>:*, or SUBSCRIBE denied), or the client is a
@@ -33,8 +41,9 @@ import (
 const defaultBlockTime = 30 * time.Second
 
 // groupCheckEvery is how often a subscription that reads a backlog of
-// plain messages looks for grouped messages queued meanwhile (pick.lua), so
-// they do not wait for the backlog; an idle subscription is rung for them.
+// plain messages looks for grouped messages queued meanwhile (pick.lua)
+// without being told ("g" on the bell's channel), so they do not wait for
+// the backlog.
 const groupCheckEvery = 100 * time.Millisecond
 
 // deniedPoll is how often an idle subscription reads when Redis refuses
@@ -47,7 +56,14 @@ const deniedPoll = 100 * time.Millisecond
 // Redis before it returns when no other listener needs the channels.
 func (sub *subscription) listen() (unlisten func()) {
 	h := sub.s.hub
-	bell := &store.Listener{Fn: func(store.Note) { wakeUp(sub.bell) }}
+	bell := &store.Listener{Fn: func(n store.Note) {
+		// "g": a group of grouped messages may be served; a
+		// (re)subscription: notes published meanwhile are lost.
+		if n.Payload == "g" || n.Subscribed {
+			sub.groupsRung.Store(true)
+		}
+		wakeUp(sub.bell)
+	}}
 	flow := &store.Listener{Fn: func(store.Note) {
 		// A pause change, or the (re)subscription of its channel: changes
 		// published while not subscribed are lost, so check.
@@ -79,60 +95,65 @@ func wakeUp(c chan struct{}) {
 }
 
 // readNew reads up to count new entries of each of the subscription's two
-// streams (the redelivery stream first). When it took all there was, it
-// armed the bell: the caller waits for it before reading again (see
-// waitBell).
+// streams (the redelivery stream first), picking grouped messages first
+// when it must (see the top of this file). When it took all there was
+// after arming the bell, the caller waits for the bell before reading
+// again (see waitBell).
 func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStream, error) {
 	s := sub.s
-	if !sub.drained && (sub.grouped || time.Since(sub.groupsChecked) >= groupCheckEvery) {
-		sub.groupsChecked = time.Now()
-		res, p, err := store.PickAndRead(ctx, s.redis, sub.shard, s.config.ConsumerGroup, sub.consumer, count)
-		if err == nil {
-			sub.grouped, sub.groupWake = p.More || !p.Wake.IsZero(), p.Wake
-			if !p.More && entryCount(res) < count {
-				sub.drained = true
-			}
+	now := time.Now()
+	a := store.ReadArgs{
+		Group: s.config.ConsumerGroup, Consumer: sub.consumer, Count: count,
+		Pick: sub.groupsRung.Swap(false) || sub.groupMore ||
+			!sub.groupWake.IsZero() && !now.Before(sub.groupWake) ||
+			!sub.drained && now.Sub(sub.groupsChecked) >= groupCheckEvery,
+		Arm: sub.drained,
+		// The stored timeout paces lease renewal (see renewEvery): read
+		// once per renewal period, so a shorter one set by another
+		// subscriber of the group is followed within a period.
+		Vis: now.Sub(sub.visRead) >= sub.renewEvery(),
+	}
+	// The acks queued ride along (see ackLoop; not while a test holds
+	// them: ackGate); one write of the queue at a time.
+	sub.flushMu.Lock()
+	if s.ackGate == nil {
+		a.AckReady, a.AckRedo = sub.queuedSnapshot()
+	}
+	r, err := store.ReadNew(ctx, s.redis, sub.shard, a)
+	if len(a.AckReady)+len(a.AckRedo) > 0 {
+		if _, ackErr := sub.acked(a.AckReady, a.AckRedo, r.Acked); ackErr != nil && err == nil {
+			s.limiter.errorf(s.logger, "redisdelay: cannot write acknowledgements to Redis; retrying", ackErr, sub.fields())
 		}
-		return res, err
 	}
-	if !sub.drained {
-		res, err := sub.readGroup(ctx, count, ">", ">")
-		if err == nil && entryCount(res) < count {
-			sub.drained = true
-		}
-		return res, err
-	}
-	paused := ""
-	if sub.part == 0 {
-		paused = s.keys.Shard(sub.topic, 0).Paused(s.config.ConsumerGroup)
-	}
-	sub.mu.Lock()
-	heldRedo, heldReady := len(sub.ackRedo), len(sub.ackReady)
-	sub.mu.Unlock()
-	r, err := store.Read(ctx, s.redis, sub.shard, paused, s.config.ConsumerGroup, sub.consumer, count, heldRedo, heldReady)
+	sub.flushMu.Unlock()
 	if err != nil {
+		if a.Pick {
+			sub.groupsRung.Store(true) // still to be picked
+		}
 		return nil, err
 	}
-	if paused != "" {
-		sub.flowChecked = time.Now()
+	if a.Pick {
+		sub.groupsChecked = now
+		sub.groupMore, sub.groupWake = r.Pick.More, r.Pick.Wake
 	}
-	sub.storedVis.Store(int64(r.Vis))
-	if r.Status != store.ReadPaused && r.Status != store.ReadUnheld {
-		sub.grouped, sub.groupWake = r.Grouped, r.Wake
+	if a.Vis {
+		sub.visRead = now
+		sub.storedVis.Store(int64(r.Vis))
 	}
-	switch r.Status {
-	case store.ReadGot:
+	short := true // no stream gave all that was asked for: it took all there was
+	for _, xs := range r.Streams {
+		if len(xs.Messages) >= count {
+			short = false
+		}
+	}
+	switch {
+	case !short || sub.groupMore:
 		sub.drained = false
-	case store.ReadAll, store.ReadNone:
-		sub.armed = true
-	case store.ReadPaused:
-		sub.flowNotified.Store(true) // the gate logs it and waits
-	case store.ReadUnheld:
-		// A read whose reply was lost left entries pending for this
-		// consumer: read them first.
-		sub.mu.Lock()
-		sub.recheck = true
-		sub.mu.Unlock()
+	case a.Arm:
+		// Refused at maxmemory: poll until a read arms it again.
+		sub.armed, sub.unarmed = true, !r.Armed
+	default:
+		sub.drained = true
 	}
 	return r.Streams, nil
 }
@@ -156,11 +177,12 @@ func entryCount(res []redis.XStream) int {
 // change is notified, a group asleep under its rate limit wakes (see
 // fair.lua) or ctx ends. The Subscriber's sweep peeks at it once
 // per BlockTime, ringing it when there is something to read all the same;
-// an ordered subscription, and any while Redis refuses the bell's channel,
-// read again after pollEvery instead.
+// an ordered subscription, any while Redis refuses the bell's channel,
+// and one whose read could not arm the bell (maxmemory) read again after
+// pollEvery instead.
 func (sub *subscription) waitBell(ctx context.Context) {
 	var poll <-chan time.Time
-	if sub.order == nil && !sub.s.bellsDenied.Load() {
+	if sub.order == nil && !sub.s.bellsDenied.Load() && !sub.unarmed {
 		sub.s.idleMu.Lock()
 		sub.s.idle[sub] = time.Now()
 		sub.s.idleMu.Unlock()
@@ -174,6 +196,8 @@ func (sub *subscription) waitBell(ctx context.Context) {
 		defer t.Stop()
 		poll = t.C
 	}
+	sub.waiting.Store(true) // its queued acks wait for its next read (ackLoop)
+	defer sub.waiting.Store(false)
 	var wake <-chan time.Time
 	if !sub.groupWake.IsZero() {
 		// A group asleep under its rate limit wakes then: nothing rings.
@@ -245,17 +269,29 @@ func (s *Subscriber) wakeIdle() {
 const sweepBatch = 1000
 
 // peek peeks at subs in one pipeline and rings those with something to
-// read, or whose peek failed (their read finds out why).
+// do, or whose peek failed (their read finds out why).
 func (s *Subscriber) peek(ctx context.Context, subs []*subscription) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	shards := make([]store.Shard, len(subs))
+	consumers := make([]string, len(subs))
 	for i, sub := range subs {
-		shards[i] = sub.shard
+		shards[i], consumers[i] = sub.shard, sub.consumer
 	}
-	for i, ring := range store.Peek(ctx, s.redis, shards, s.config.ConsumerGroup) {
-		if ring {
-			wakeUp(subs[i].bell)
+	for i, p := range store.Peek(ctx, s.redis, shards, s.config.ConsumerGroup, consumers) {
+		sub := subs[i]
+		if p.Groups {
+			sub.groupsRung.Store(true)
+		}
+		if p.Pending {
+			// It holds nothing: a read whose reply was lost (go-redis
+			// retried it) took them. Its next read reads them first.
+			sub.mu.Lock()
+			sub.recheck = true
+			sub.mu.Unlock()
+		}
+		if p.Read || p.Groups || p.Pending {
+			wakeUp(sub.bell)
 		}
 	}
 }
@@ -268,7 +304,7 @@ func (s *Subscriber) peek(ctx context.Context, subs []*subscription) {
 func (sub *subscription) pollEvery() time.Duration {
 	s := sub.s
 	d := s.config.BlockTime
-	if s.bellsDenied.Load() {
+	if s.bellsDenied.Load() || sub.unarmed {
 		d = min(d, deniedPoll)
 	}
 	if sub.order != nil {

@@ -456,6 +456,7 @@ type partLoop struct {
 	listed   time.Time // when groups was read
 	relist   bool      // read groups before the next tick
 	held     bool      // this scheduler holds the topic's lease
+	extended time.Time // when a tick last took or renewed it (at the tick's start)
 	declined bool      // the last tick declined the free lease (see balance.mayTake)
 	// When the partition was last trimmed, and checked for work (see
 	// retire): zero at the loop's start, so its first tick trims and
@@ -499,9 +500,16 @@ func (l *partLoop) tick(ctx context.Context) (tick, error) {
 	if err != nil {
 		return tick{}, err
 	}
-	t, err := l.s.promote(ctx, l.sh, l.fields, l.groups, take)
+	// The lease is renewed once half its spare time (beyond the check
+	// interval, within which the next tick comes) has passed, not at every
+	// tick: a tick within the interval renews it before it expires.
+	extend := time.Since(l.extended) >= (l.s.lease-l.s.interval)/2
+	t, err := l.s.promote(ctx, l.sh, l.fields, l.groups, take, extend)
 	if err != nil {
 		return t, err
+	}
+	if t.held && (extend || !l.held) {
+		l.extended = started
 	}
 	if t.held && t.far >= 0 {
 		// A failure here must not keep the rest of the tick (reclaim, trim)
@@ -754,8 +762,8 @@ type tick struct {
 // due and returns how long to sleep: until the next due message, capped at
 // the check interval; 0 when more is due now. A standby sleeps until the
 // lease expires, at most the check interval.
-func (s *scheduler) promote(ctx context.Context, sh store.Shard, fields watermill.LogFields, groups []string, take bool) (tick, error) {
-	r, err := store.Promote(ctx, s.redis, sh, groups, s.batch, s.owner, s.lease, take)
+func (s *scheduler) promote(ctx context.Context, sh store.Shard, fields watermill.LogFields, groups []string, take, extend bool) (tick, error) {
+	r, err := store.Promote(ctx, s.redis, sh, groups, s.batch, s.owner, s.lease, take, extend)
 	if err != nil {
 		return tick{}, fmt.Errorf("promote due messages: %w", err)
 	}

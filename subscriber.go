@@ -412,8 +412,10 @@ type subscription struct {
 	since    time.Time // when it got it
 	recheck  bool      // Redis holds entries for this consumer it did not receive
 	// Acked entries not yet acknowledged in Redis (see acker.go): ids in
-	// the ready and in the redelivery stream. Still held.
+	// the ready and in the redelivery stream, still held, queued since
+	// ackSince (zero while none is).
 	ackReady, ackRedo []string
+	ackSince          time.Time
 
 	ackWake chan struct{} // wakes the acker; capacity 1
 	flushMu sync.Mutex    // one flush of the ack queue at a time
@@ -421,7 +423,7 @@ type subscription struct {
 	// Lease renewal (see extendLeases): renewals were skipped since the
 	// last one (and the ticker stopped); renewNow (capacity 1) starts it
 	// again. storedVis is the group's stored visibility timeout as last
-	// read (renewal, read.lua), 0 before.
+	// read (renewal, or a read of new entries: see readNew), 0 before.
 	skipped   atomic.Bool
 	renewNow  chan struct{}
 	storedVis atomic.Int64
@@ -441,16 +443,21 @@ type subscription struct {
 	unstick chan struct{}
 
 	// Reads of new messages (reader.go), run goroutine only: the last
-	// read found fewer than it asked for, so the next is read.lua's; that
-	// read armed the bell, so the next waits for it. bell (capacity 1) is
-	// rung by the hub.
-	drained, armed bool
-	bell           chan struct{}
-	// The consumer group has grouped messages queued or in flight in the
-	// partition (see fair.lua): reads pick them first (store.PickAndRead);
-	// groupWake is when a group asleep under its rate limit wakes;
-	// groupsChecked when a read last picked (see groupCheckEvery).
-	grouped       bool
+	// read found fewer than it asked for, so the next arms the bell; that
+	// read found fewer too, so the next waits for it (unarmed: Redis
+	// refused to arm it, so it polls). bell (capacity 1) is rung by the
+	// hub. visRead is when a read last read the stored visibility timeout.
+	drained, armed, unarmed bool
+	waiting                 atomic.Bool // waiting for the bell (waitBell), read by the acker
+	bell                    chan struct{}
+	visRead                 time.Time
+	// Grouped messages (see fair.lua): groupsRung, set by the bell's
+	// listener, says a group may be served; groupMore that the last pick
+	// left groups to serve; groupWake when a group asleep under its rate
+	// limit wakes; groupsChecked when a read last picked (see
+	// groupCheckEvery).
+	groupsRung    atomic.Bool
+	groupMore     bool
 	groupWake     time.Time
 	groupsChecked time.Time
 
@@ -860,11 +867,12 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 // A renewal with nothing to do is skipped (see needless), and the ticker
 // stopped, so an idle subscription costs nothing here; the first read that
 // fetches messages after a skipped renewal starts it again (renewNow), at
-// the pace of the stored timeout that read saw (read.lua returns it).
+// the pace of the stored timeout reads follow (see readNew).
 func (sub *subscription) extendLeases(ctx context.Context) {
 	every := sub.renewEvery()
 	t := time.NewTicker(every)
 	defer t.Stop()
+	last := time.Now() // the last renewal that ran (the start counts as one)
 	for {
 		select {
 		case <-ctx.Done():
@@ -873,7 +881,7 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 			// skipped is set before needless looks: a fetch either finds
 			// it set (and starts the ticker) or is seen by needless.
 			sub.skipped.Store(true)
-			if sub.needless() {
+			if sub.needless(last) {
 				t.Stop()
 				continue
 			}
@@ -884,6 +892,7 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 			continue
 		}
 		sub.s.renewals.Add(1)
+		last = time.Now()
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 		stored, err := sub.renewLeases(opCtx, every)
 		cancel()
@@ -912,13 +921,15 @@ func (sub *subscription) renewEvery() time.Duration {
 }
 
 // needless reports whether a lease renewal has nothing to do: the
-// subscription is not ordered (those renew their ownership with it) and
-// holds nothing (no lease to extend, no slow handler to unburden). Entries
-// a read whose reply was lost left pending for it are found by its next
-// read, which is read.lua's (see readNew), as the subscription holds
-// nothing.
-func (sub *subscription) needless() bool {
-	if sub.order != nil {
+// subscription is not ordered (those renew their ownership with it), holds
+// nothing (no lease to extend, no slow handler to unburden), and renewed
+// within BlockTime (last). A renewal also finds entries pending for the
+// consumer that it does not hold, which a read whose reply was lost (and
+// which go-redis retried) left: so a subscription that fetches looks at
+// least once per BlockTime plus a renewal period, and an idle one is
+// looked at by the Subscriber's sweep (peek.lua).
+func (sub *subscription) needless(last time.Time) bool {
+	if sub.order != nil || time.Since(last) >= sub.s.config.BlockTime {
 		return false
 	}
 	sub.mu.Lock()

@@ -324,3 +324,42 @@ func TestIdleWaitSweepFindsEntriesAddedWithoutBell(t *testing.T) {
 	got.Ack()
 	t.Logf("FIGURE an entry added without the bell: received %s after (BlockTime %s)", time.Since(start).Round(time.Millisecond), block)
 }
+
+// A read whose reply was lost (go-redis retried it, so the subscription saw
+// no error) leaves entries pending for a consumer that does not know them.
+// Reads no longer look for such entries each time: an idle subscription,
+// which holds nothing, is told by the Subscriber's sweep (once per
+// BlockTime) and reads them, as the same attempt, long before the
+// visibility timeout would have them reclaimed as the next one.
+func TestIdleWaitSweepFindsEntriesPendingForTheConsumer(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	tp := topic()
+	// BlockTime: the sweep peeks once per BlockTime; the visibility timeout
+	// is far beyond the test, so a reclaim cannot be what delivers.
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 300 * time.Millisecond,
+		VisibilityTimeout: time.Minute})
+	ch := subscribe(t, sub, tp)
+	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("first")))
+	receive(t, ch, 2*time.Second).Ack()
+
+	ctx := context.Background()
+	stream := shardOf(tp, 0).Stream()
+	consumers, err := client.XInfoConsumers(ctx, stream, "g").Result()
+	require.NoError(t, err)
+	require.Len(t, consumers, 1)
+	// The lost read: an entry added and read for the consumer at once (the
+	// subscription is not rung, and cannot read it itself first).
+	lost := newMessage("reply lost")
+	pipe := client.TxPipeline()
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"m", redisdelay.EncodeForTest(lost)}})
+	pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: consumers[0].Name, Streams: []string{stream, ">"}, Count: 1, Block: -1})
+	_, err = pipe.Exec(ctx)
+	require.NoError(t, err)
+
+	m := receive(t, ch, 3*time.Second)
+	assert.Equal(t, lost.UUID, m.UUID)
+	assert.Equal(t, "1", m.Metadata.Get(redisdelay.AttemptKey), "read again, not reclaimed as the next attempt")
+	m.Ack()
+	nothing(t, ch, 300*time.Millisecond)
+}

@@ -47,6 +47,9 @@ var seriesColors = []struct {
 	name  string
 	color color.RGBA
 }{
+	// before the systems they start with: scenario 13's delayed messages
+	{sysRedisdelay + " " + costDelayed, color.RGBA{0x9e, 0xca, 0xe1, 0xff}},
+	{sysAsynq + " " + costDelayed, color.RGBA{0xc7, 0xe9, 0xc0, 0xff}},
 	{sysRedisdelay, color.RGBA{0x1f, 0x6f, 0xc5, 0xff}},
 	{sysRedisstream, color.RGBA{0xe8, 0x7d, 0x1e, 0xff}},
 	{sysGoChannel, color.RGBA{0x8c, 0x8c, 0x8c, 0xff}},

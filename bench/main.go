@@ -71,6 +71,12 @@ type options struct {
 	GroupsSubs  []int `json:"groups_subs"`
 	GroupsN     int   `json:"groups_n"`
 	GroupCounts []int `json:"group_counts"`
+	// Scenario 13: the one-topic rates, the many-topics step's rate and
+	// topic count, and each run's measured window.
+	CostRates    []int         `json:"cost_rates"`
+	CostManyRate int           `json:"cost_many_rate"`
+	CostTopics   int           `json:"cost_topics"`
+	CostWindow   time.Duration `json:"cost_window"`
 }
 
 // scenario is a part of the bench; throughput covers two numbers because
@@ -93,6 +99,7 @@ var scenarios = []scenario{
 	{[]int{10}, "midnight spike", (*bench).spike},
 	{[]int{11}, "topics on one default client", (*bench).topicScaling},
 	{[]int{12}, "groups: fairness and cost", (*bench).groups},
+	{[]int{13}, "cost at steady rates", (*bench).cost},
 }
 
 // bench is the state shared by the scenarios.
@@ -126,6 +133,7 @@ func run() error {
 		tcounts = flag.String("topics", "1,100,1000,10000", "topic counts of one Subscriber (scenario 11)")
 		gsubs   = flag.String("groups-subs", "1,4", "subscriber counts of the fairness runs (scenario 12)")
 		gcounts = flag.String("group-counts", "1,100,10000", "group counts of the cost runs (scenario 12)")
+		crates  = flag.String("cost-rates", "100,1000,5000,10000", "steady rates of the one-topic cost runs, messages/s (scenario 13)")
 		maxMem  = flag.Float64("max-memory", 12, "GB of Redis memory (maxmemory, noeviction) the ladder stops short of (scenario 7)")
 		quickOf = map[string]string{}
 	)
@@ -161,6 +169,10 @@ func run() error {
 	intFlag(&opts.GroupsSmall, "groups-small", 100, 100, "small tenants publishing after the burst (scenario 12)")
 	intFlag(&opts.GroupsEach, "groups-each", 10, 10, "messages of each small tenant (scenario 12)")
 	intFlag(&opts.GroupsN, "groups-n", 100_000, 10_000, "messages of each cost run, published and consumed end to end (scenario 12)")
+	intFlag(&opts.CostManyRate, "cost-many-rate", 1000, 1000, "steady rate of the many-topics cost runs, messages/s over all topics (scenario 13)")
+	intFlag(&opts.CostTopics, "cost-topics", 1000, 100, "topics of the many-topics cost runs (scenario 13)")
+	durFlag(&opts.CostWindow, "cost-window", 10*time.Second, 2*time.Second, "measured window of each cost run, after a 3 s warm-up (scenario 13)")
+	quickOf["cost-rates"] = "100,1000"
 	flag.Parse()
 	if *redraw != "" {
 		return redrawReport(*redraw, *out)
@@ -194,6 +206,12 @@ func run() error {
 	}
 	if opts.GroupCounts, err = parseInts(*gcounts); err != nil {
 		return fmt.Errorf("-group-counts: %w", err)
+	}
+	if opts.CostRates, err = parseInts(*crates); err != nil {
+		return fmt.Errorf("-cost-rates: %w", err)
+	}
+	if opts.CostWindow < time.Second {
+		return fmt.Errorf("-cost-window: %v is too short to measure a steady rate: give 1s or more", opts.CostWindow)
 	}
 	slices.Sort(opts.Backlogs)
 	opts.Backlogs = slices.Compact(opts.Backlogs)

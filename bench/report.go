@@ -27,6 +27,7 @@ type Report struct {
 	Spikes       []*SpikeRun    `json:"spikes,omitempty"`
 	Topics       []*TopicStep   `json:"topics,omitempty"` // scenario 11
 	Groups       *GroupsReport  `json:"groups,omitempty"` // scenario 12
+	Cost         []*CostRun     `json:"cost,omitempty"`   // scenario 13
 	Errors       []string       `json:"errors,omitempty"`
 }
 
@@ -119,6 +120,7 @@ var sectionTitles = map[string]string{
 	"10": "10. Midnight spike: messages due at one instant",
 	"11": "11. Topics on one Subscriber and a default go-redis client",
 	"12": "12. Groups: fairness across tenants, and what groups cost",
+	"13": "13. Cost per delivered message at steady rates (default clients and configs; ratios: redisdelay ÷ peer)",
 }
 
 func (r *Report) row(section, figure, unit, target string, ours *float64, peers ...Peer) {
@@ -228,6 +230,9 @@ func (r *Report) write(dir, md string) error {
 	if err := r.topicCharts(dir); err != nil {
 		return err
 	}
+	if err := r.costCharts(dir); err != nil {
+		return err
+	}
 	return r.backlogCharts(dir)
 }
 
@@ -257,6 +262,8 @@ func (r *Report) sectionEnd(sb *strings.Builder, section string) {
 		r.backlogMarkdown(sb)
 	case "12":
 		r.groupsMarkdown(sb)
+	case "13":
+		r.costMarkdown(sb)
 	}
 }
 

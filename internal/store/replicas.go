@@ -20,7 +20,7 @@ import (
 // WAIT's error, the messages being stored on the master then. The
 // connection goes back to the pool afterwards (go-redis drops it instead
 // when it failed, or ctx ended with a reply pending).
-func PublishOnMaster[C PubCall](ctx context.Context, client redis.UniversalClient, sh Shard, maxWaiting, maxReady int, groups []string, batch []C, replicas int, timeout time.Duration) (r PublishReply, acked int64, waitErr, err error) {
+func PublishOnMaster[C PubCall](ctx context.Context, client redis.UniversalClient, sh Shard, o PublishOpts, batch []C, replicas int, timeout time.Duration) (r PublishReply, acked int64, waitErr, err error) {
 	master, ok := client.(*redis.Client)
 	if cluster, isCluster := client.(*redis.ClusterClient); isCluster {
 		if master, err = cluster.MasterForKey(ctx, sh.Waiting()); err != nil {
@@ -31,7 +31,7 @@ func PublishOnMaster[C PubCall](ctx context.Context, client redis.UniversalClien
 	}
 	conn := master.Conn()
 	defer conn.Close()
-	if r, err = Publish(ctx, conn, sh, maxWaiting, maxReady, groups, batch); err != nil {
+	if r, err = Publish(ctx, conn, sh, o, batch); err != nil {
 		return r, 0, nil, err
 	}
 	acked, waitErr = conn.Wait(ctx, replicas, timeout).Result()

@@ -242,7 +242,7 @@ return 0`)
 		}
 	}, func() {
 		for _, call := range calls {
-			r, err := Publish(ctx, c, sh, 0, 0, nil, []*fairCall{call})
+			r, err := Publish(ctx, c, sh, PublishOpts{}, []*fairCall{call})
 			require.NoError(t, err)
 			require.EqualValues(t, 0, r.Statuses[0])
 		}
@@ -252,7 +252,7 @@ return 0`)
 	lap("1,000,000 or more grouped messages waiting")
 
 	promote := func(batch int) PromoteReply {
-		r, err := Promote(ctx, c, sh, cgs, batch, "owner", time.Minute, true)
+		r, err := Promote(ctx, c, sh, cgs, batch, "owner", time.Minute, true, true)
 		require.NoError(t, err)
 		require.True(t, r.Held)
 		return r
@@ -287,12 +287,12 @@ return 0`)
 	}
 
 	// Reads as a subscription makes them: pick.lua and XREADGROUP in one
-	// pipeline, or read.lua.
+	// pipeline.
 	pick := func(cg, consumer string, count int) []redis.XMessage {
-		streams, _, err := PickAndRead(ctx, c, sh, cg, consumer, count)
+		r, err := ReadNew(ctx, c, sh, ReadArgs{Group: cg, Consumer: consumer, Count: count, Pick: true})
 		require.NoError(t, err)
 		var got []redis.XMessage
-		for _, s := range streams {
+		for _, s := range r.Streams {
 			got = append(got, s.Messages...)
 		}
 		return got
@@ -368,14 +368,11 @@ return 0`)
 			c1 = append(c1, got...)
 		}
 	})
-	// read.lua first checks that the consumer has no pending entries
-	// beyond those it holds (acknowledged, not yet in Redis): a
-	// subscription acknowledges what it handled, as here.
-	st.bound("read.lua, count 32, then ack", nil, func() {
+	// An idle subscription's read: it arms the bell, picks and reads.
+	st.bound("armed read with pick, count 32, then ack", nil, func() {
 		for range 100 {
-			r, err := Read(ctx, c, sh, "", fair, "c2", 32, 0, 0)
+			r, err := ReadNew(ctx, c, sh, ReadArgs{Group: fair, Consumer: "c2", Count: 32, Pick: true, Arm: true})
 			require.NoError(t, err)
-			require.Equal(t, ReadGot, r.Status)
 			require.Len(t, r.Streams, 1)
 			ack(fair, r.Streams[0].Messages)
 		}
@@ -530,7 +527,7 @@ return 0`)
 		if grouped {
 			require.NoError(t, fill.Run(ctx, c, []string{sh.Waiting(), sh.Bodies(), sh.GroupOf()}, 0, 3*n, 10, body).Err())
 			for c.ZCard(ctx, sh.Waiting()).Val() > 0 {
-				r, err := Promote(ctx, c, sh, []string{fair}, 4096, "owner", time.Minute, true)
+				r, err := Promote(ctx, c, sh, []string{fair}, 4096, "owner", time.Minute, true, true)
 				require.NoError(t, err)
 				if r.Wait > 0 {
 					time.Sleep(time.Duration(r.Wait) * time.Microsecond)
@@ -551,7 +548,9 @@ return 0`)
 				var streams []redis.XStream
 				var err error
 				if grouped {
-					streams, _, err = PickAndRead(ctx, c, sh, fair, consumer, min(1000, n-len(got)))
+					var r ReadReply
+					r, err = ReadNew(ctx, c, sh, ReadArgs{Group: fair, Consumer: consumer, Count: min(1000, n-len(got)), Pick: true})
+					streams = r.Streams
 				} else {
 					streams, err = c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: fair, Consumer: consumer, Count: int64(min(1000, n-len(got))),
 						Streams: []string{sh.Stream(), ">"}}).Result()

@@ -70,6 +70,8 @@ func readScript(name string) string {
 
 var (
 	publishScript    = loadScript("publish")
+	appendScript     = loadScript("append")
+	delayedScript    = loadScript("delayed")
 	promoteScript    = loadScript("promote")
 	unleaseScript    = loadScript("unlease")
 	nackScript       = loadScript("nack")
@@ -91,7 +93,6 @@ var (
 	rescheduleScript = loadScript("reschedule")
 	unpackScript     = loadScript("unpack")
 	farPullScript    = loadScript("farpull")
-	readArmScript    = loadScript("read")
 	peekScript       = loadScript("peek")
 	pickScript       = loadScript("pick")
 
@@ -145,8 +146,8 @@ var (
 //	<shard>:fmeta            hash    far tier counters: n (messages), p:<bucket> (popped), l:<bucket> (live)
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
-//	<shard>:bell             string  "1" while a consumer waits for new entries of the partition (read.lua);
-//	                         also the pub/sub channel that tells it of them (lib.lua's ring)
+//	<shard>:bell             string  "1" while a consumer waits for new entries of the partition (armed by ReadNew);
+//	                         also the pub/sub channel that tells it of them (lib.lua's ring; "g": groups to serve)
 //	<shard>:reg              string  "1" once a publish ran; gone after Redis lost its data (the publisher registers the topic again)
 //	<shard>:dormant          string  "1" while no scheduler loop runs: nothing to schedule (publish wakes the schedulers)
 //	<shard>:overlap          hash    schedule ID -> the tick of a schedule with Overlap "skip" let through last, in the

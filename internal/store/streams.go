@@ -34,40 +34,104 @@ type PickReply struct {
 	Wake  time.Time // when a group asleep under its rate limit wakes (zero: none)
 }
 
-// PickAndRead picks up to count of a consumer group's grouped messages
-// into its redelivery stream (pick.lua) and reads new entries as
-// ReadGroup does, in one round trip.
-func PickAndRead(ctx context.Context, c Cmds, sh Shard, group, consumer string, count int) ([]redis.XStream, PickReply, error) {
+// ReadArgs is a subscription's read of new entries: up to Count of each of
+// its two streams, the redelivery stream first, after what the flags ask
+// for, all in one pipeline.
+type ReadArgs struct {
+	Group, Consumer string
+	Count           int
+	// Pick moves up to Count of the consumer group's grouped messages into
+	// its redelivery stream first (pick.lua), where the read finds them.
+	Pick bool
+	// Arm arms the partition's bell before the read (SET NX), so that a
+	// script adding entries from then on rings it (lib.lua's ring): the
+	// read's caller, finding it took all there was, waits for the bell and
+	// misses nothing added after the read. A read taking all it asked for
+	// leaves it armed: the next entry added rings it, which costs a
+	// needless read at most. Redis refuses the SET at maxmemory (see
+	// ReadReply.Armed).
+	Arm bool
+	// Vis reads the group's stored visibility timeout too (see
+	// ReadReply.Vis).
+	Vis bool
+	// AckReady and AckRedo are acknowledged first, as Ack does
+	// (ReadReply.Acked): the acks a subscription queued since its last
+	// write ride on its next read instead of a round trip of their own.
+	AckReady, AckRedo []string
+}
+
+// ReadReply is what ReadNew read.
+type ReadReply struct {
+	Streams []redis.XStream
+	// Armed: with ReadArgs.Arm, the bell is armed. Not when Redis refused
+	// the SET (at maxmemory with noeviction): the caller polls instead of
+	// waiting for the bell.
+	Armed bool
+	Pick  PickReply     // with ReadArgs.Pick
+	Vis   time.Duration // with ReadArgs.Vis: the group's stored visibility timeout (0: none stored)
+	Acked AckReply      // with ReadArgs.AckReady or AckRedo
+}
+
+// ReadNew reads new entries as a ReadArgs says, in one round trip; nothing
+// to read is no error. The read is a plain XREADGROUP: what only matters
+// now and then (whether the group is paused, or the consumer has entries
+// pending that a read whose reply was lost took) is checked elsewhere, not
+// on every read.
+func ReadNew(ctx context.Context, c Cmds, sh Shard, a ReadArgs) (ReadReply, error) {
 	pipe := c.Pipeline()
-	keys := append([]string{sh.Redelivery(group), sh.Meta(group)}, sh.fairKeys(group)...)
-	pick := pipeScript(ctx, pipe, pickScript, append(keys, sh.Bell()), count)
+	acked := queueAcks(ctx, pipe, sh, a.Group, a.AckReady, a.AckRedo)
+	var pick pipedScript
+	if a.Pick {
+		keys := append([]string{sh.Redelivery(a.Group), sh.Meta(a.Group)}, sh.fairKeys(a.Group)...)
+		pick = pipeScript(ctx, pipe, pickScript, append(keys, sh.Bell()), a.Count)
+	}
+	var arm *redis.BoolCmd
+	if a.Arm {
+		arm = pipe.SetNX(ctx, sh.Bell(), "1", 0)
+	}
+	var vis *redis.StringCmd
+	if a.Vis {
+		vis = pipe.HGet(ctx, sh.Meta(a.Group), "vis")
+	}
 	read := pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group:    group,
-		Consumer: consumer,
-		Count:    int64(count),
-		Streams:  []string{sh.Redelivery(group), sh.Stream(), ">", ">"},
+		Group:    a.Group,
+		Consumer: a.Consumer,
+		Count:    int64(a.Count),
+		Streams:  []string{sh.Redelivery(a.Group), sh.Stream(), ">", ">"},
 		Block:    -1,
 	})
 	execPipe(ctx, pipe)
-	var r PickReply
-	res, err := pick.Result(ctx, c).Int64Slice()
-	if err == nil {
-		err = replyShort("pick", len(res), 3)
+	var r ReadReply
+	r.Acked = acked.reply(ctx, c)
+	r.Armed = arm != nil && arm.Err() == nil
+	if a.Pick {
+		res, err := pick.Result(ctx, c).Int64Slice()
+		if err == nil {
+			err = replyShort("pick", len(res), 3)
+		}
+		if err != nil {
+			return r, err
+		}
+		r.Pick = PickReply{Moved: res[0], More: res[1] == 1, Wake: wakeTime(res[2])}
+		if pick.Cmd.Err() != nil {
+			// pick.lua was not cached: it ran after the read, so what it
+			// moved is read next time.
+			r.Pick.More = true
+		}
 	}
-	if err != nil {
-		return nil, r, err
+	if vis != nil {
+		ms, err := vis.Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return r, err
+		}
+		r.Vis = time.Duration(ms) * time.Millisecond
 	}
-	r = PickReply{Moved: res[0], More: res[1] == 1, Wake: wakeTime(res[2])}
 	streams, err := read.Result()
 	if errors.Is(err, redis.Nil) {
 		err = nil
 	}
-	if err == nil && pick.Cmd.Err() != nil {
-		// pick.lua was not cached: it ran after the read, so what it
-		// moved is read next time.
-		r.More = true
-	}
-	return streams, r, err
+	r.Streams = streams
+	return r, err
 }
 
 // wakeTime is the time of a script's ms reply, the zero time for -1.
@@ -92,24 +156,40 @@ type AckReply struct {
 // and of the redelivery stream (ack.lua, which deletes them) in one round
 // trip. Each stream's write counts on its own.
 func Ack(ctx context.Context, c Cmds, sh Shard, group string, ready, redo []string) AckReply {
-	var r AckReply
 	pipe := c.Pipeline()
-	var readyCmd *redis.IntCmd
-	var redoAcks []pipedScript
+	a := queueAcks(ctx, pipe, sh, group, ready, redo)
+	execPipe(ctx, pipe)
+	return a.reply(ctx, c)
+}
+
+// acks are the acknowledgements queued on a pipeline (see queueAcks).
+type acks struct {
+	ready *redis.IntCmd
+	redo  []pipedScript
+}
+
+// queueAcks queues on pipe the acknowledgements Ack sends.
+func queueAcks(ctx context.Context, pipe redis.Pipeliner, sh Shard, group string, ready, redo []string) acks {
+	var a acks
 	if len(ready) > 0 {
-		readyCmd = pipe.XAck(ctx, sh.Stream(), group, ready...)
+		a.ready = pipe.XAck(ctx, sh.Stream(), group, ready...)
 	}
 	// ack.lua reads each grouped entry and gives its slot back: a bounded
 	// number per call keeps every call short, whatever the batch.
 	for start := 0; start < len(redo); start += maxAckPerCall {
-		redoAcks = append(redoAcks, pipeAck(ctx, pipe, sh, group, redo[start:min(start+maxAckPerCall, len(redo))]))
+		a.redo = append(a.redo, pipeAck(ctx, pipe, sh, group, redo[start:min(start+maxAckPerCall, len(redo))]))
 	}
-	execPipe(ctx, pipe)
-	if readyCmd != nil {
-		r.Ready, r.ReadyErr = readyCmd.Result()
+	return a
+}
+
+// reply is what the pipeline's acknowledgements did, once it ran.
+func (a acks) reply(ctx context.Context, c Cmds) AckReply {
+	var r AckReply
+	if a.ready != nil {
+		r.Ready, r.ReadyErr = a.ready.Result()
 	}
-	for _, a := range redoAcks {
-		n, err := a.Result(ctx, c).Int64()
+	for _, p := range a.redo {
+		n, err := p.Result(ctx, c).Int64()
 		r.Redo += n
 		if err != nil && r.RedoErr == nil {
 			r.RedoErr = err
@@ -172,25 +252,32 @@ func EntryAttempt(e redis.XMessage) int {
 	return 1
 }
 
-// Peek asks, in one round trip, whether group has entries to read in each
-// partition's ready or redelivery stream (peek.lua); an error counts as
-// yes, so the caller's read finds out why.
-func Peek(ctx context.Context, c Cmds, shards []Shard, group string) []bool {
+// PeekReply is what peek.lua found for an idle subscription.
+type PeekReply struct {
+	Read    bool // entries to read (or a stream or the group is gone: the read finds out)
+	Groups  bool // a group of grouped messages may be served: pick
+	Pending bool // entries are pending for the consumer: it holds none, so a read whose reply was lost took them
+}
+
+// Peek asks, in one round trip, what each consumer's idle subscription of
+// a partition should do (peek.lua; consumers[i] reads shards[i]); an error
+// counts as Read, so the caller's read finds out why.
+func Peek(ctx context.Context, c Cmds, shards []Shard, group string, consumers []string) []PeekReply {
 	run := func() []pipedScript {
 		pipe := c.Pipeline()
 		peeks := make([]pipedScript, len(shards))
 		for i, sh := range shards {
-			peeks[i] = pipePeek(ctx, pipe, sh, group)
+			peeks[i] = pipePeek(ctx, pipe, sh, group, consumers[i])
 		}
 		execPipe(ctx, pipe)
 		return peeks
 	}
 	// Where Redis did not have the script (its first use, or Redis
 	// restarted), Result runs it on its own, loading it on that node.
-	out := make([]bool, len(shards))
+	out := make([]PeekReply, len(shards))
 	for i, p := range run() {
 		n, err := p.Result(ctx, c).Int()
-		out[i] = err != nil || n == 1
+		out[i] = PeekReply{Read: err != nil || n&1 != 0, Groups: n&2 != 0, Pending: n&4 != 0}
 	}
 	return out
 }

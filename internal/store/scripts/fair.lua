@@ -282,7 +282,7 @@ local function fair_close(c, bell, now)
     redis.call('HDEL', c.fq, '\0n')
   end
   if c.rang then
-    ring(bell)
+    ring_groups(bell)
   end
   c.st, c.dq, c.rang = {}, 0, false
 end

@@ -8,8 +8,8 @@
   now_ceil_ms: a script naming lib names clock before it.
 ]]
 
--- Tells the consumers of a partition waiting for new entries (read.lua
--- armed the bell) that entries were added: once per arming, so a script
+-- Tells the consumers of a partition waiting for new entries (a read armed
+-- the bell: store.ReadNew) that entries were added: once per arming, so a script
 -- adding many rings once and a busy partition not at all. The bell's key
 -- and channel share a name. A user without the channel (ACL) stores all
 -- the same: its consumers then find the entries at their next poll.
@@ -17,6 +17,15 @@ local function ring(bell)
   if redis.call('DEL', bell) == 1 then
     redis.pcall('PUBLISH', bell, '')
   end
+end
+
+-- Tells the consumers of a partition that a group of grouped messages may
+-- now be served (fair.lua): all of them, waiting for the bell or not,
+-- since only a pick (pick.lua) serves it and a busy consumer's plain reads
+-- do not pick. The payload "g" says so.
+local function ring_groups(bell)
+  redis.call('DEL', bell)
+  redis.pcall('PUBLISH', bell, 'g')
 end
 
 -- Puts a message in a consumer group's retry set until delay (ms) has

@@ -66,6 +66,9 @@
   ARGV[3]  lease time in ms
   ARGV[4]  "0" when the caller must not take a free lease (it holds its
            share of the topic's partitions already), "1" otherwise
+  ARGV[5]  "1" to extend the lease the caller holds (it does so a few times
+           per lease time, not at every call: a write saved per tick), "0"
+           to leave its expiry
 
   Returns {moved, wait, missing, groups, held, far}:
     moved    messages moved
@@ -84,7 +87,7 @@
 local lease, groups, waiting, bodies, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local bkeys, bkeyof, prio, fanout, bell = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local grpof, gorphan = KEYS[11], KEYS[12]
-local limit, owner, leaseMs, mayTake = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
+local limit, owner, leaseMs, mayTake, extend = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local ngroups = redis.call('SCARD', groups)
 local holder = redis.call('GET', lease)
 if holder and holder ~= owner then
@@ -93,7 +96,9 @@ end
 if not holder and mayTake == '0' then
   return {0, -1, 0, ngroups, 0, -1}
 end
-redis.call('SET', lease, owner, 'PX', leaseMs)
+if not holder or extend == '1' then
+  redis.call('SET', lease, owner, 'PX', leaseMs)
+end
 
 local nowUs = now_us()
 local now = math.floor(nowUs / 1000)
@@ -177,32 +182,61 @@ local BODIES = 32
 -- Moves the due messages of a set, oldest first, while the budget lasts;
 -- retry is the number of the group whose retry set it is (nil: the
 -- waiting set).
+-- How many members of a set one read at its head takes: enough for the
+-- due messages of a tick at a steady rate, and the head after them, in
+-- one command.
+local PROBE = 4
+
 local function move(set, hash, dest, retry)
-  -- the head alone tells an idle set (the common case) apart cheaply
-  local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
-  if not head then
+  -- the head alone tells an idle set (the common case) apart cheaply; at
+  -- a steady rate the first few members are the tick's due messages and
+  -- the next head
+  local left = retry and rbudget or budget
+  local probe = redis.call('ZRANGE', set, 0, PROBE - 1, 'WITHSCORES')
+  if not probe[1] then
     return
   end
-  head = tonumber(head)
+  local head = tonumber(probe[2])
   if head > maxScore then
     earlier(math.floor(head / 1024) * 1000 - nowUs)
     return
   end
-  local left = retry and rbudget or budget
   if left == 0 then
     earlier(0)
     return
   end
-  local ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, left)
+  -- the due members of the probe, and the score of the first one not due
+  -- (nil: all are due); whole: the probe read the whole set
+  local ids, after = {}, nil
+  for i = 1, #probe, 2 do
+    if tonumber(probe[i + 1]) > maxScore then
+      after = tonumber(probe[i + 1])
+      break
+    end
+    ids[#ids + 1] = probe[i]
+  end
+  local whole = after == nil and #probe < 2 * PROBE
+  if after == nil and not whole then
+    -- more may be due than the probe took
+    ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, left)
+  elseif #ids > left then
+    ids = {unpack(ids, 1, left)}
+    after, whole = nil, false
+  end
   local high, grouped = {}, {}
-  -- only when something is due: an idle tick stays at the head check
-  if not retry and redis.call('EXISTS', prio) == 1 then
-    local flags = redis.call('HMGET', prio, unpack(ids))
+  -- only when something is due: an idle tick stays at the head check;
+  -- one EXISTS tells the common case (none of the three) apart
+  local flags = 0
+  if not retry then
+    flags = redis.call('EXISTS', prio, grpof, bkeyof)
+  end
+  if flags > 0 and redis.call('EXISTS', prio) == 1 then
+    local f = redis.call('HMGET', prio, unpack(ids))
     for k = 1, #ids do
-      high[k] = flags[k] == '1'
+      high[k] = f[k] == '1'
     end
   end
-  local anyGrouped = not retry and redis.call('EXISTS', grpof) == 1
+  local anyGrouped = flags > 0 and redis.call('EXISTS', grpof) == 1
   if anyGrouped then
     grouped = redis.call('HMGET', grpof, unpack(ids))
   end
@@ -303,7 +337,7 @@ local function move(set, hash, dest, retry)
   end
   -- messages leaving the waiting set release their business keys; the
   -- reverse hash exists only while a waiting message holds one
-  if not retry and redis.call('EXISTS', bkeyof) == 1 then
+  if flags > 0 and redis.call('EXISTS', bkeyof) == 1 then
     local held = redis.call('HMGET', bkeyof, unpack(done))
     local freed = {}
     for k, key in ipairs(held) do
@@ -321,9 +355,11 @@ local function move(set, hash, dest, retry)
     earlier(0)
     return
   end
-  head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
-  if head then
-    local w = math.floor(tonumber(head) / 1024) * 1000 - nowUs
+  if after == nil and not whole then
+    after = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
+  end
+  if after then
+    local w = math.floor(tonumber(after) / 1024) * 1000 - nowUs
     if w < 0 then w = 0 end
     earlier(w)
   end

@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
+)
+
+// The short scripts a Publish of plain messages runs (append.lua: due now;
+// delayed.lua: delayed, before the far tier) store what publish.lua stores
+// and answer what it answers, call by call: each case runs once through a
+// short script and once through publish.lua (a capacity bound high enough
+// never to refuse makes Publish use it), on two partitions, and the
+// replies and the partitions' contents are compared.
+func TestPublish_ShortScriptsMatchPublishLua(t *testing.T) {
+	srv := redistest.ForTest(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+
+	type msg struct {
+		uuid, body string
+		delayMs    int64
+	}
+	call := func(ms ...msg) *fairCall {
+		fc := &fairCall{}
+		for _, m := range ms {
+			fc.Args = append(fc.Args, m.uuid, m.delayMs, []byte(m.body), "", "0", "")
+			fc.Far = append(fc.Far, FarArg{Bucket: -1})
+			fc.N++
+		}
+		return fc
+	}
+	cases := []struct {
+		name  string
+		runs  [][]*fairCall // runs of Publish, each a batch of calls
+		delay bool
+	}{
+		{"due now, one call", [][]*fairCall{{call(msg{"a", "A", 0})}}, false},
+		{"due now, calls coalesced, a UUID twice", [][]*fairCall{{call(msg{"a", "A", 0}, msg{"b", "B", 0}), call(msg{"a", "X", 0})}}, false},
+		{"delayed, one call", [][]*fairCall{{call(msg{"a", "A", 1000})}}, true},
+		{"delayed, several messages and calls", [][]*fairCall{{call(msg{"a", "A", 1000}, msg{"b", "B", 500}), call(msg{"c", "C", 2000})}}, true},
+		{"delayed, republished byte-identical: a no-op", [][]*fairCall{{call(msg{"a", "A", 1000})}, {call(msg{"a", "A", 3000})}}, true},
+		{"delayed, republished with another body: refused", [][]*fairCall{{call(msg{"a", "A", 1000})}, {call(msg{"b", "B", 1000}, msg{"a", "X", 1000})}}, true},
+		{"delayed, a call of the run takes a UUID a call before it stored", [][]*fairCall{{call(msg{"a", "A", 1000}), call(msg{"a", "X", 1000}), call(msg{"a", "A", 1000}), call(msg{"b", "B", 1000})}}, true},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			short, general := Shard(fmt.Sprintf("t:{short%d}", i)), Shard(fmt.Sprintf("t:{general%d}", i))
+			bound := PublishOpts{MaxReady: 1 << 30}
+			if tc.delay {
+				bound = PublishOpts{MaxWaiting: 1 << 30}
+			}
+			for _, batch := range tc.runs {
+				rs, err := Publish(ctx, c, short, PublishOpts{}, batch)
+				require.NoError(t, err)
+				rg, err := Publish(ctx, c, general, bound, batch)
+				require.NoError(t, err)
+				require.Equal(t, rg.Statuses, rs.Statuses, "statuses")
+				require.Equal(t, rg.Lost, rs.Lost, "registration marker")
+			}
+			require.Equal(t, contents(t, c, general), contents(t, c, short))
+		})
+	}
+}
+
+// contents is what a partition holds that a publish writes: the ready
+// stream's bodies, the waiting set's members in due order with their
+// bodies, and the sequence counter.
+func contents(t *testing.T, c *redis.Client, sh Shard) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	entries, err := c.XRange(ctx, sh.Stream(), "-", "+").Result()
+	require.NoError(t, err)
+	for _, e := range entries {
+		out = append(out, fmt.Sprint("ready ", e.Values))
+	}
+	ids, err := c.ZRange(ctx, sh.Waiting(), 0, -1).Result()
+	require.NoError(t, err)
+	for _, id := range ids {
+		body, err := c.HGet(ctx, sh.Bodies(), id).Result()
+		require.NoError(t, err)
+		out = append(out, "waiting "+id+" "+body)
+	}
+	n, err := c.HLen(ctx, sh.Bodies()).Result()
+	require.NoError(t, err)
+	seq, _ := c.Get(ctx, sh.seq()).Result()
+	return append(out, fmt.Sprint("bodies ", n, " seq ", seq))
+}
