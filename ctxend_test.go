@@ -221,3 +221,33 @@ func TestLifecycle_RestartAfterContextEndIsOnTime(t *testing.T) {
 		require.NoError(t, sub.Close())
 	}
 }
+
+// While Redis refuses the client the notification channels, the Subscriber
+// probes the grant every second; that too ends with its last subscription,
+// however it ended (here its context), not only at Close.
+func TestLifecycle_ContextEndedSubscriptionStopsProbingChannels(t *testing.T) {
+	t.Parallel()
+	needSingle(t, "it creates Redis users")
+	restricted, _ := newACLUser(t, "~"+redisdelay.DefaultKeyPrefix+":*", "resetchannels", "+@all", "-@dangerous")
+	late := &lateCommands{}
+	restricted.AddHook(late)
+	tp := topic()
+	// Registering a topic tells the Managers on a channel: done by a
+	// user who may.
+	require.NoError(t, newSubscriber(t, newClient(t), redisdelay.SubscriberConfig{ConsumerGroup: "g"}).SubscribeInitialize(tp))
+	logs := &recLogger{}
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: restricted, ConsumerGroup: "g", DisableScheduler: true}, logs)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := sub.Subscribe(ctx, tp)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(logs.logged()) > 0 }, 5*time.Second, 10*time.Millisecond,
+		"the refusal of the channels was not logged")
+	cancel()
+	for range ch {
+	}
+	late.mark()
+	time.Sleep(2500 * time.Millisecond) // over two probe periods (store.ProbeEvery)
+	assert.Empty(t, late.list(), "commands sent after the subscription ended")
+}

@@ -313,45 +313,39 @@ func (sub *subscription) pollEvery() time.Duration {
 	return d
 }
 
-// watchGrant checks, from the first subscription on, that Redis lets the
-// client subscribe to the channels of the key prefix (see channelGrant),
-// probing until it knows. While it refuses, subscriptions poll (see
-// pollEvery; the sweep wakes those already waiting) and the refusal is
-// logged once and checked again every second.
-func (s *Subscriber) watchGrant() {
-	s.grantOnce.Do(func() {
-		s.background.Add(1)
-		go func() {
-			defer s.background.Done()
-			t := time.NewTicker(store.ProbeEvery)
-			defer t.Stop()
-			for {
-				err := s.hub.ChannelsGranted(s.closing, s.keys.Prefix)
-				refused := store.IsNoPerm(err) || errors.Is(err, store.ErrRing)
-				switch {
-				case err == nil && s.bellsDenied.Swap(false):
-					s.logger.Info("redisdelay: Redis now grants the Subscriber the notification channels", watermill.LogFields{"key_prefix": s.keys.Prefix})
-					return
-				case err == nil:
-					return
-				case refused && !s.bellsDenied.Swap(true):
-					s.wakeIdle() // to poll from now on
-					what := "grant its Redis user the channels: ACL SETUSER <user> &" + s.keys.Prefix + ":*"
-					if errors.Is(err, store.ErrRing) {
-						what = "or use another kind of client"
-					}
-					s.logger.Error("redisdelay: the Subscriber cannot be told of new messages: idle subscriptions read every "+deniedPoll.String()+
-						" instead; "+what, err, nil)
-					if errors.Is(err, store.ErrRing) {
-						return // for good
-					}
-				}
-				select {
-				case <-s.closing.Done():
-					return
-				case <-t.C:
-				}
+// watchGrant checks, while subscriptions run (see activate), that Redis
+// lets the client subscribe to the channels of the key prefix (see
+// channelGrant), probing until it knows or ctx ends. While it refuses,
+// subscriptions poll (see pollEvery; the sweep wakes those already
+// waiting) and the refusal is logged once and checked again every second.
+func (s *Subscriber) watchGrant(ctx context.Context) {
+	t := time.NewTicker(store.ProbeEvery)
+	defer t.Stop()
+	for {
+		err := s.hub.ChannelsGranted(ctx, s.keys.Prefix)
+		refused := store.IsNoPerm(err) || errors.Is(err, store.ErrRing)
+		switch {
+		case err == nil && s.bellsDenied.Swap(false):
+			s.logger.Info("redisdelay: Redis now grants the Subscriber the notification channels", watermill.LogFields{"key_prefix": s.keys.Prefix})
+			return
+		case err == nil:
+			return
+		case refused && !s.bellsDenied.Swap(true):
+			s.wakeIdle() // to poll from now on
+			what := "grant its Redis user the channels: ACL SETUSER <user> &" + s.keys.Prefix + ":*"
+			if errors.Is(err, store.ErrRing) {
+				what = "or use another kind of client"
 			}
-		}()
-	})
+			s.logger.Error("redisdelay: the Subscriber cannot be told of new messages: idle subscriptions read every "+deniedPoll.String()+
+				" instead; "+what, err, nil)
+		}
+		if errors.Is(err, store.ErrRing) {
+			return // for good
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

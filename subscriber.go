@@ -58,7 +58,6 @@ type Subscriber struct {
 	// (internal/store/conns.go): background commands go through redis.
 	hub         *store.Hub
 	redis       *store.Gated
-	grantOnce   sync.Once   // the grant of the notification channels was checked
 	bellsDenied atomic.Bool // Redis refuses them: subscriptions poll (see pollEvery)
 
 	// Subscriptions waiting for their bell -> when they last read or were
@@ -72,9 +71,6 @@ type Subscriber struct {
 	active    int
 	quiet     context.CancelFunc
 	sweepDone chan struct{}
-	// watchGrant, which Close waits for: nothing of a closed Subscriber
-	// talks to Redis.
-	background sync.WaitGroup
 
 	// Test hooks (export_test.go): ackGate runs before each flush of the
 	// acker goroutine; unheld counts lease renewals that found entries
@@ -219,7 +215,6 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, err
 	}
 	parts := s.partitions(topic)
-	s.watchGrant()
 	s.activate()
 	if !s.config.DisableScheduler {
 		s.schedule(topic, parts)
@@ -279,8 +274,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return out, nil
 }
 
-// activate counts a subscription that starts, starting the sweep with the
-// first.
+// activate counts a subscription that starts, starting the sweep and the
+// watch of the notification channels' grant (watchGrant) with the first.
 func (s *Subscriber) activate() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -290,15 +285,26 @@ func (s *Subscriber) activate() {
 	ctx, quiet := context.WithCancel(s.closing)
 	done := make(chan struct{})
 	s.quiet, s.sweepDone = quiet, done
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		s.sweep(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.watchGrant(ctx)
+	}()
+	go func() {
+		wg.Wait()
+		close(done)
 	}()
 }
 
 // deactivate counts a subscription that ended; after the last, it ends
-// the sweep and returns once the sweep returned (a peek it sends runs to
-// its end). A subscription starting meanwhile starts another.
+// the sweep and the watch of the channels' grant and returns once they
+// returned (a peek or a probe under way runs to its end). A subscription
+// starting meanwhile starts them again.
 func (s *Subscriber) deactivate() {
 	s.mu.Lock()
 	s.active--
@@ -388,7 +394,6 @@ func (s *Subscriber) Close() error {
 			sched.stop()
 			<-ticks
 		}
-		s.background.Wait()
 		s.hub.Release()
 	})
 	return nil
