@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -11,6 +12,16 @@ import (
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
+
+// acks is a subscription's ack queue: entries acked, not yet acknowledged
+// in Redis (ids in the ready and in the redelivery stream), still held.
+// ackReady, ackRedo and ackSince are guarded by the subscription's mu.
+type acks struct {
+	ackReady, ackRedo []string
+	ackSince          time.Time     // when the oldest queued ack was queued; zero while none is
+	ackWake           chan struct{} // wakes the acker; capacity 1
+	flushMu           sync.Mutex    // one write of the queue at a time (a flush, or a read carrying it)
+}
 
 // Acknowledgements are asynchronous: an Ack moves the entry from the
 // subscription's batch to its ack queue (under sub.mu, so the entry is held

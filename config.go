@@ -3,7 +3,6 @@ package redisdelay
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"time"
 
@@ -35,34 +34,6 @@ const (
 	defaultMaxMessageSize      = 1 << 20
 	defaultReplicaTimeout      = time.Second
 )
-
-// Retry backoff defaults; see DefaultRetryDelay.
-const (
-	retryDelayBase   = time.Second
-	retryDelayCap    = 10 * time.Minute
-	retryDelayJitter = 0.2
-)
-
-// DefaultRetryDelay is the SubscriberConfig.RetryDelay used when none is
-// set: 1s before the second attempt, doubling with each attempt up to 10
-// minutes, each value varied at random by up to ±20%.
-//
-// A handler that fails because something it needs is down then retries
-// within a second of a blip, yet does not burn the default 16 attempts in
-// seconds: they span about 67 minutes (1s+2s+...+512s, then 600s five
-// times) before the message goes to the dead letters, so an outage of up to
-// an hour is ridden out. The cap bounds how late a message comes back after
-// the outage ends. The jitter spreads messages that failed together, so
-// they do not all come back in the same instant and fail again together.
-func DefaultRetryDelay(attempt int) time.Duration {
-	d := retryDelayCap
-	if attempt >= 1 && attempt <= 20 { // 2^19 s is far past the cap
-		d = min(retryDelayBase<<(attempt-1), retryDelayCap)
-	} else if attempt < 1 {
-		d = retryDelayBase
-	}
-	return time.Duration(float64(d) * (1 + retryDelayJitter*(2*rand.Float64()-1)))
-}
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {

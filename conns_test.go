@@ -23,7 +23,7 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// The connection model (conns.go) with the client a new user creates:
+// The connection model (internal/store/hub.go) with the client a new user creates:
 // redis.NewClient(&redis.Options{Addr: addr}), go-redis's default pool of
 // 10 connections per GOMAXPROCS. Before it, each subscription held a
 // pooled connection per partition for its blocking reads, and the
@@ -309,7 +309,7 @@ func ctConnections(t *testing.T, admin redis.UniversalClient, name string) int {
 }
 
 // The library's connections per process and Redis node stay within the
-// pub/sub connection and the lanes (conns.go), whatever the number of
+// pub/sub connection and the lanes (internal/store/hub.go), whatever the number of
 // topics, partitions and Subscribers: three Subscribers on 300 topics (50
 // of them of 4 partitions, on every node of a Cluster) and a Manager,
 // while messages flow and once idle. Publishing goes through a client of

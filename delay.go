@@ -2,7 +2,6 @@ package redisdelay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -153,37 +152,6 @@ func formatUntilMs(t time.Time) string {
 	ms := t.Nanosecond() / int(time.Millisecond)
 	b = append(b[:19], '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
 	return string(b)
-}
-
-// errDelayTooFar marks a Nack whose delay metadata asks for more than
-// maxDelayLimit: such a message goes to the dead letters, with the error as
-// the reason, rather than waiting for centuries (or, once the delay
-// overflowed, coming back at once).
-var errDelayTooFar = errors.New("redisdelay: nack delay too far")
-
-// nackDelay picks the redelivery delay of a nacked message: the delay its
-// metadata asks for when the handler (e.g. middleware.DelayOnError) set one
-// after delivery, otherwise the configured backoff for the failed attempt.
-// When the new delay metadata does not parse, the backoff is used and the
-// parse error returned for logging: the message is requeued either way.
-// When it asks for more than maxDelayLimit, the error wraps errDelayTooFar
-// and the message is to be dead-lettered.
-func nackDelay(md message.Metadata, deliveredUntil string, attempt int, now time.Time, backoff func(int) time.Duration) (time.Duration, error) {
-	var err error
-	if until := md.Get(delay.DelayedUntilKey); until != "" && until != deliveredUntil {
-		var d time.Duration
-		if d, err = messageDelay(md, now); err == nil {
-			if d > maxDelayLimit {
-				return 0, fmt.Errorf("%w: the handler asked for a redelivery delay of %s (metadata %s=%q, %s=%q), beyond the limit of 100 years: set a shorter delay (e.g. DelayOnError's MaxInterval), then requeue the dead letter",
-					errDelayTooFar, describeDelay(d), delay.DelayedUntilKey, until, delay.DelayedForKey, md.Get(delay.DelayedForKey))
-			}
-			return d, nil
-		}
-	}
-	if backoff == nil {
-		return 0, err
-	}
-	return roundUpMs(backoff(attempt)), err
 }
 
 // applyContextDelays gives each message the delay that delay.WithContext

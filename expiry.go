@@ -1,14 +1,10 @@
 package redisdelay
 
 import (
-	"context"
 	"fmt"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // ExpiredPolicy is what a subscription does with a message whose deadline
@@ -38,30 +34,4 @@ func expiredReason(md message.Metadata, now time.Time) (string, error) {
 	}
 	return fmt.Sprintf("expired: its deadline %s (metadata %s) passed %s before it could be delivered",
 		md.Get(ExpiresAtKey), ExpiresAtKey, now.Sub(t).Round(time.Millisecond)), nil
-}
-
-// expire settles, instead of delivering it, a message whose deadline has
-// passed, as SubscriberConfig.ExpiredMessages says: checked before each
-// attempt, so an expired message is never handled nor retried. It reports
-// whether it did, and whether the entry is to be acknowledged (dropped).
-func (sub *subscription) expire(ctx context.Context, e entry, msg *message.Message, attempt int) (expired, acked bool) {
-	s := sub.s
-	reason, err := expiredReason(msg.Metadata, s.now())
-	if err != nil {
-		s.limiter.errorf(s.logger, "redisdelay: message has an unreadable deadline; delivering it", err,
-			sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "message_uuid": msg.UUID}))
-	}
-	if reason == "" {
-		return false, false
-	}
-	if s.config.ExpiredMessages == DropExpired {
-		s.logger.Info("redisdelay: message expired; dropping it (ExpiredMessages is DropExpired)",
-			sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "message_uuid": msg.UUID, "reason": reason}))
-		sub.m.expired(false)
-		return true, true
-	}
-	sub.settle(ctx, func(ctx context.Context) error {
-		return sub.settleNack(ctx, e, attempt, 0, store.Encode(msg), reason, nackExpired)
-	})
-	return true, false
 }

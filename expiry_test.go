@@ -186,7 +186,7 @@ func TestExpiry_UnreadableStoredDeadlineDelivers(t *testing.T) {
 	topic := topic()
 	pub := newPublisher(t, client)
 	// An entry added by hand, as another tool writes it, rings no bell
-	// (see read.lua): the Subscriber's sweep finds it within BlockTime.
+	// (see store.ReadNew): the Subscriber's sweep finds it within BlockTime.
 	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 200 * time.Millisecond})
 	ch := subscribe(t, sub, topic)
 	msg := newMessage("x")

@@ -187,9 +187,9 @@ func PromoteNow(ctx context.Context, client redis.UniversalClient, topic string,
 }
 
 // Lanes is how many commands the library's background work runs at once
-// on a client (internal/store/conns.go).
+// on a client (internal/store/hub.go).
 const Lanes = store.Lanes
 
 // HubShared reports whether the components of the process hold a hub of
-// the client (internal/store/conns.go).
+// the client (internal/store/hub.go).
 func HubShared(client redis.UniversalClient) bool { return store.HubShared(client) }

@@ -4,10 +4,28 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
+
+// flow is a subscription's flow control state. Run goroutine only unless
+// atomic: the group was paused at the last check, made at flowChecked;
+// messages of the last rate-limit reservation not fetched (negative:
+// fetched beyond it), and the end of that reservation (gate.lua).
+// flowNotified: a pause or resume was published (or the notifications
+// resubscribed) since; flowWake wakes a paused subscription for it.
+type flow struct {
+	paused       bool
+	flowChecked  time.Time
+	unused       int
+	reserved     int64
+	holdsSlot    atomic.Bool   // a concurrency slot
+	slotWake     chan struct{} // a slot was released; capacity 1
+	flowNotified atomic.Bool
+	flowWake     chan struct{}
+}
 
 // RateLimit is a number of messages per interval: see
 // SubscriberConfig.RateLimit.

@@ -135,7 +135,7 @@ func waitingScore(t *testing.T, topic, uuid string) float64 {
 }
 
 // awaitIdleSubscriptions waits until the subscriptions of the topic's first
-// parts partitions wait for their bell (read.lua armed it: nothing left to
+// parts partitions wait for their bell (a read armed it: nothing left to
 // read).
 func awaitIdleSubscriptions(t *testing.T, client redis.UniversalClient, topic string, parts int) {
 	t.Helper()

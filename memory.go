@@ -70,7 +70,7 @@ func (s *scheduler) warnEviction() {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		defer cancel()
-		// In a lane (internal/store/conns.go), as every command of the scheduler: on a
+		// In a lane (internal/store/hub.go), as every command of the scheduler: on a
 		// cluster, of each master's.
 		risks, err := readEvictionRisksWithin(ctx, s.client, s.hub.Exclusive)
 		if err != nil {

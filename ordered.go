@@ -6,11 +6,23 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
+
+// ordering is an ordered subscription's state (see Ordered): the balance
+// shared with the topic's other partitions; whether this one owns its
+// partition; set by lease renewal when the ownership ran out; whether own
+// skipped a take last time (run goroutine only); what the run goroutine is
+// doing, and since when (see enter and stuck); unstick (capacity 1) wakes
+// a send to out once the partition is lost, so that it is given up.
+type ordering struct {
+	order      *balance
+	owns, lost atomic.Bool
+	declined   bool
+	phase      atomic.Int64
+	unstick    chan struct{}
+}
 
 // Ordered subscriptions (SubscriberConfig.Ordered). One consumer of a group
 // at a time owns a partition of a topic and is the only one reading it,
@@ -24,55 +36,6 @@ import (
 // heartbeat in the group's member list (members.lua) and owns at most
 // partitions / members (rounded up), giving surplus partitions up when
 // members join.
-
-// balance shares the partitions of a topic evenly among its members: the
-// ordered subscriptions of a consumer group, or the schedulers of the
-// topic. One is shared by the partition subscriptions of one ordered
-// Subscribe call, or by the partition loops of one scheduler; owned counts
-// the partitions (or scheduling leases) they hold, and live and fewest come
-// from the member list (members.lua).
-type balance struct {
-	parts  int
-	owned  atomic.Int32 // partitions owned
-	live   atomic.Int32 // members alive, as last read
-	fewest atomic.Int32 // the fewest partitions another member owns, as last read; -1: no other
-
-	// A partition was given up as stuck (see abandon): until benchedUntil
-	// (unix ns) the member is out of the member list and takes none, so the
-	// others share them all. stalls counts the give-ups since a message
-	// was last handed out; each doubles the time out.
-	benchedUntil atomic.Int64
-	stalls       atomic.Int32
-}
-
-func newBalance(parts int) *balance {
-	b := &balance{parts: parts}
-	b.fewest.Store(-1)
-	return b
-}
-
-// share is how many partitions one member may own.
-func (o *balance) share() int32 {
-	n := max(o.live.Load(), 1)
-	return (int32(o.parts) + n - 1) / n
-}
-
-// surplus reports whether a member owning owned partitions should
-// give one up: it owns more than its share, or two more than another.
-func (o *balance) surplus(owned int32) bool {
-	f := o.fewest.Load()
-	return owned > o.share() || (f >= 0 && owned >= f+2)
-}
-
-// mayTake reports whether a member owning owned partitions may take a
-// free one: below its share, and owning no more than the others, so free
-// partitions go to the members owning fewest first. A partition left free
-// for a round (overdue: the member declined it last time) goes to any
-// member below its share, so stale counts never leave one unowned.
-func (o *balance) mayTake(owned int32, overdue bool) bool {
-	f := o.fewest.Load()
-	return owned < o.share() && (overdue || f < 0 || owned <= f)
-}
 
 // ownLease is how long a partition's ownership lasts without renewal. The
 // owner renews it with its message leases, every third of the visibility
@@ -115,18 +78,6 @@ func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string)
 			}
 		}
 	}
-}
-
-// beat renews a member's heartbeat in a member list (members.lua) for ttl,
-// or with ttl 0 removes it, and reads the list's state into o.
-func (o *balance) beat(ctx context.Context, client redis.Scripter, l store.MemberList, member string, ttl time.Duration) error {
-	r, err := store.Members(ctx, client, l, member, ttl, o.owned.Load())
-	if err != nil {
-		return err
-	}
-	o.live.Store(int32(r.Live))
-	o.fewest.Store(int32(r.Fewest))
-	return nil
 }
 
 // orderedPace is how often an ordered subscription checks its share of
@@ -211,14 +162,6 @@ func (sub *subscription) ownOp(ctx context.Context, op string) (int64, error) {
 		return 0, err
 	}
 	return r.Status, nil
-}
-
-// retriesInPlace reports whether a nacked message is retried by the
-// subscription itself: in ordered subscriptions, unless it was the last
-// attempt.
-func (sub *subscription) retriesInPlace(attempt int) bool {
-	max := sub.s.config.MaxAttempts
-	return sub.order != nil && (max <= 0 || attempt < max)
 }
 
 // Liveness. An owner must be reading its partition, or give it up: the
@@ -310,43 +253,19 @@ func (sub *subscription) abandon(ctx context.Context, since time.Duration) {
 	}
 }
 
-// bench takes the member out of the member list after a partition was
-// given up as stuck: for a lease, doubling with each give-up in a row (up
-// to 32 leases), so an application that stopped receiving leaves its
-// partitions to the group's other members.
-func (o *balance) bench(lease time.Duration) {
-	n := o.stalls.Add(1)
-	o.benchedUntil.Store(time.Now().Add(lease << min(n-1, 5)).UnixNano())
-}
-
-func (o *balance) benched() bool {
-	return time.Now().UnixNano() < o.benchedUntil.Load()
-}
-
-// handOut hands msg to the application; false when ctx ended first or,
-// for an ordered subscription, the partition was lost meanwhile: the
-// message stays pending and goes to the new owner, which took over.
-func (sub *subscription) handOut(ctx context.Context, msg *message.Message) bool {
-	if sub.order == nil {
-		select {
-		case sub.out <- msg:
-			return true
-		case <-ctx.Done():
-			return false
+// takeOwnership makes an ordered subscription own its partition before it
+// reads (see own); a partition just taken over is read from its pending
+// entries first.
+func (sub *subscription) takeOwnership(ctx context.Context, pos *readPos) (owns, stop bool) {
+	owns, taken, err := sub.own(ctx)
+	if err != nil {
+		if sub.ended(ctx, err) {
+			return false, true
 		}
+		sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot take the ownership of a partition; retrying", err, sub.fields())
 	}
-	sub.enter(phaseSend)
-	for !sub.lost.Load() {
-		select {
-		case sub.out <- msg:
-			if sub.order.stalls.Load() != 0 {
-				sub.order.stalls.Store(0)
-			}
-			return true
-		case <-ctx.Done():
-			return false
-		case <-sub.unstick:
-		}
+	if owns && taken {
+		pos.rewind()
 	}
-	return false
+	return owns, false
 }

@@ -12,7 +12,7 @@ import (
 // HandlerTimeout; never while it waits on something bounded or wanted.
 func TestOrderedOwnerStuck(t *testing.T) {
 	s := &Subscriber{config: SubscriberConfig{VisibilityTimeout: 30 * time.Second, HandlerTimeout: time.Minute}}
-	sub := &subscription{s: s, order: newBalance(1)}
+	sub := &subscription{s: s, ordering: ordering{order: newBalance(1)}}
 	at := func(phase int64, ago time.Duration) bool {
 		sub.phase.Store(time.Now().Add(-ago).UnixMilli()<<2 | phase)
 		_, stuck := sub.stuck()

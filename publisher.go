@@ -24,7 +24,7 @@ type Publisher struct {
 	logger watermill.LoggerAdapter
 	now    func() time.Time // the host clock; tests skew it
 	// redis runs the publish path's commands: the client, or for a
-	// schedule's ticks the gated client of the scheduler (internal/store/conns.go).
+	// schedule's ticks the gated client of the scheduler (internal/store/hub.go).
 	redis store.Cmds
 
 	registered sync.Map // topics already added to the topic registry

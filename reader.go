@@ -2,16 +2,37 @@ package redisdelay
 
 import (
 	"context"
-	"errors"
+	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// Reads of new messages never block a connection (see internal/store/conns.go). While a
+// reads is the state of a subscription's reads of new messages, run
+// goroutine only unless atomic: the last read found fewer than it asked
+// for, so the next arms the bell (drained); that read found fewer too, so
+// the next waits for it (armed; unarmed: Redis refused to arm it, so it
+// polls). bell (capacity 1) is rung by the hub. visRead is when a read
+// last read the stored visibility timeout. Grouped messages (see
+// fair.lua): groupsRung, set by the bell's listener, says a group may be
+// served; groupMore that the last pick left groups to serve; groupWake
+// when a group asleep under its rate limit wakes; groupsChecked when a
+// read last picked (see groupCheckEvery).
+type reads struct {
+	drained, armed, unarmed bool
+	waiting                 atomic.Bool // waiting for the bell (waitBell), read by the acker
+	bell                    chan struct{}
+	visRead                 time.Time
+
+	groupsRung    atomic.Bool
+	groupMore     bool
+	groupWake     time.Time
+	groupsChecked time.Time
+}
+
+// Reads of new messages never block a connection (see internal/store/hub.go). While a
 // subscription finds as many messages as it asks for it reads again at
 // once. Once a read finds fewer, the next read arms the partition's bell
 // first, in the same pipeline (store.ReadNew): when that read too takes
@@ -214,88 +235,6 @@ func (sub *subscription) waitBell(ctx context.Context) {
 	}
 }
 
-// sweep peeks, once per BlockTime, at each subscription waiting for its
-// bell (peek.lua, many per pipeline, through the lanes), and rings
-// the bell of those that have something to read: entries a writer added
-// without ringing (an older version of this library). It runs until ctx
-// ends: the Subscriber's subscriptions all ended (see activate).
-func (s *Subscriber) sweep(ctx context.Context) {
-	every := min(max(s.config.BlockTime/10, 10*time.Millisecond), 5*time.Second)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		now := time.Now()
-		denied := s.bellsDenied.Load()
-		var due []*subscription
-		s.idleMu.Lock()
-		for sub, last := range s.idle {
-			if denied || now.Sub(last) >= s.config.BlockTime {
-				due = append(due, sub)
-				s.idle[sub] = now
-			}
-		}
-		s.idleMu.Unlock()
-		if denied {
-			// They wait without a poll: wake them to poll (watchGrant did,
-			// unless they started waiting as it found the refusal).
-			for _, sub := range due {
-				wakeUp(sub.bell)
-			}
-			continue
-		}
-		for len(due) > 0 {
-			n := min(len(due), sweepBatch)
-			s.peek(ctx, due[:n])
-			due = due[n:]
-		}
-	}
-}
-
-// wakeIdle wakes every subscription waiting for its bell.
-func (s *Subscriber) wakeIdle() {
-	s.idleMu.Lock()
-	defer s.idleMu.Unlock()
-	for sub := range s.idle {
-		wakeUp(sub.bell)
-	}
-}
-
-// sweepBatch is how many subscriptions one pipeline of peeks covers.
-const sweepBatch = 1000
-
-// peek peeks at subs in one pipeline and rings those with something to
-// do, or whose peek failed (their read finds out why).
-func (s *Subscriber) peek(ctx context.Context, subs []*subscription) {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	shards := make([]store.Shard, len(subs))
-	consumers := make([]string, len(subs))
-	for i, sub := range subs {
-		shards[i], consumers[i] = sub.shard, sub.consumer
-	}
-	for i, p := range store.Peek(ctx, s.redis, shards, s.config.ConsumerGroup, consumers) {
-		sub := subs[i]
-		if p.Groups {
-			sub.groupsRung.Store(true)
-		}
-		if p.Pending {
-			// It holds nothing: a read whose reply was lost (go-redis
-			// retried it) took them. Its next read reads them first.
-			sub.mu.Lock()
-			sub.recheck = true
-			sub.mu.Unlock()
-		}
-		if p.Read || p.Groups || p.Pending {
-			wakeUp(sub.bell)
-		}
-	}
-}
-
 // pollEvery is how long a subscription that waits for its bell without
 // the sweep (see waitBell) waits before it reads anyway: BlockTime;
 // deniedPoll while Redis refuses the bell's channel; an ordered
@@ -313,39 +252,26 @@ func (sub *subscription) pollEvery() time.Duration {
 	return d
 }
 
-// watchGrant checks, while subscriptions run (see activate), that Redis
-// lets the client subscribe to the channels of the key prefix (see
-// channelGrant), probing until it knows or ctx ends. While it refuses,
-// subscriptions poll (see pollEvery; the sweep wakes those already
-// waiting) and the refusal is logged once and checked again every second.
-func (s *Subscriber) watchGrant(ctx context.Context) {
-	t := time.NewTicker(store.ProbeEvery)
-	defer t.Stop()
-	for {
-		err := s.hub.ChannelsGranted(ctx, s.keys.Prefix)
-		refused := store.IsNoPerm(err) || errors.Is(err, store.ErrRing)
-		switch {
-		case err == nil && s.bellsDenied.Swap(false):
-			s.logger.Info("redisdelay: Redis now grants the Subscriber the notification channels", watermill.LogFields{"key_prefix": s.keys.Prefix})
-			return
-		case err == nil:
-			return
-		case refused && !s.bellsDenied.Swap(true):
-			s.wakeIdle() // to poll from now on
-			what := "grant its Redis user the channels: ACL SETUSER <user> &" + s.keys.Prefix + ":*"
-			if errors.Is(err, store.ErrRing) {
-				what = "or use another kind of client"
-			}
-			s.logger.Error("redisdelay: the Subscriber cannot be told of new messages: idle subscriptions read every "+deniedPoll.String()+
-				" instead; "+what, err, nil)
-		}
-		if errors.Is(err, store.ErrRing) {
-			return // for good
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+// read reads new entries (waiting for them, see reader.go) or, with history, the
+// consumer's own pending entries from cursor on.
+func (sub *subscription) read(ctx context.Context, history bool, cursor [2]string, count int) ([]entry, error) {
+	var res []redis.XStream
+	var err error
+	if history {
+		res, err = sub.readGroup(ctx, count, cursor[1], cursor[0])
+	} else {
+		res, err = sub.readNew(ctx, count)
+	}
+	if err != nil {
+		return nil, err
+	}
+	redo := sub.shard.Redelivery(sub.s.config.ConsumerGroup)
+	entries := make([]entry, 0, entryCount(res))
+	// Redeliveries come first: they were due earlier.
+	for _, xs := range res {
+		for _, m := range xs.Messages {
+			entries = append(entries, entry{stream: xs.Stream, redo: xs.Stream == redo, msg: m})
 		}
 	}
+	return entries, nil
 }

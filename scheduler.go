@@ -26,7 +26,7 @@ import (
 // The lease only saves work: every move is atomic, so schedulers that both
 // believe they hold it (after a pause longer than the lease) stay correct.
 //
-// The scheduler listens, on its client's hub (internal/store/conns.go), to the wake
+// The scheduler listens, on its client's hub (internal/store/hub.go), to the wake
 // channel of each partition it schedules, by name: no pattern, so an ACL
 // granting the channels &<prefix>:* suffices, and wake-ups of unknown
 // topics reach it not. A loop

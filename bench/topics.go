@@ -170,7 +170,7 @@ func (b *bench) topicStep(n int) (*TopicStep, error) {
 }
 
 // awaitArmed waits until every topic's subscription waits for its bell
-// (read.lua armed it), at most 30s.
+// (a read armed it), at most 30s.
 func (b *bench) awaitArmed(topics []string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// The library's own pauses: after a failure of Redis (a read, a flush, a
+// tick) and before trying again. Not the retry policy of messages, which is
+// in retry.go.
+
 // backoff is the pause after the n-th consecutive failure: 100ms more each
 // time, up to limit.
 func backoff(n int, limit time.Duration) time.Duration {

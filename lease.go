@@ -1,0 +1,195 @@
+package redisdelay
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
+)
+
+// leases is a subscription's lease renewal (see extendLeases): renewals
+// were skipped since the last one (and the ticker stopped); renewNow
+// (capacity 1) starts it again. storedVis is the group's stored
+// visibility timeout as last read (renewal, or a read of new entries: see
+// readNew), 0 before.
+type leases struct {
+	skipped   atomic.Bool
+	renewNow  chan struct{}
+	storedVis atomic.Int64
+}
+
+// renewLeases extends the lease of what the subscription holds and returns
+// the group's stored visibility timeout. First, if a handler has run longer
+// than slow, the messages fetched behind it go back to the group (attempt
+// unchanged) for other consumers to take while it runs on.
+func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (time.Duration, error) {
+	s := sub.s
+	sub.mu.Lock()
+	// An ordered subscription keeps what waits behind a slow handler:
+	// nobody else may handle its partition's messages meanwhile.
+	slowNow := sub.order == nil && sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow
+	queued := len(sub.ackReady)+len(sub.ackRedo) > 0
+	sub.mu.Unlock()
+	if slowNow && queued {
+		// The hand-back returns everything pending but the handled entry:
+		// acked ones must be acknowledged in Redis first. If that fails,
+		// the hand-back waits for the next renewal.
+		_, _ = sub.flushAcks(ctx)
+	}
+	sub.mu.Lock()
+	// Acks queued meanwhile mean the handler moved on (since changed).
+	if slowNow && sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow && len(sub.ackReady)+len(sub.ackRedo) == 0 {
+		if sub.release(strconv.Itoa(sub.batch[0].streamIndex()), sub.batch[0].msg.ID) != nil {
+			// Some may have gone back before the error: whatever is still
+			// pending for this consumer is read again after this message.
+			sub.recheck = true
+		}
+		sub.batch = sub.batch[:1]
+	}
+	// Held: the batch (unless the partition was lost: the new owner took
+	// it over), and acked entries whose acknowledgement is not in Redis
+	// yet.
+	var ready, redo []any
+	held := sub.batch
+	if sub.lost.Load() {
+		held = nil
+	}
+	for _, e := range held {
+		if e.redo {
+			redo = append(redo, e.msg.ID)
+		} else {
+			ready = append(ready, e.msg.ID)
+		}
+	}
+	for _, id := range sub.ackReady {
+		ready = append(ready, id)
+	}
+	for _, id := range sub.ackRedo {
+		redo = append(redo, id)
+	}
+	sub.mu.Unlock()
+
+	group := s.config.ConsumerGroup
+	r, err := store.Extend(ctx, s.redis, sub.shard, group, sub.consumer, ready, redo)
+	if err != nil {
+		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
+	}
+	if sub.holdsSlot.Load() {
+		group := s.config.ConsumerGroup
+		if _, err := store.Slot(ctx, s.redis, s.keys.Shard(sub.topic, 0), group, "renew", sub.slotHolder(), 0, 3*sub.renewEvery()); err != nil {
+			return 0, fmt.Errorf("renew the lease of a concurrency slot: %w", err)
+		}
+	}
+	if sub.owns.Load() && !sub.lost.Load() {
+		if since, stuck := sub.stuck(); stuck {
+			sub.abandon(ctx, since)
+			return r.Vis, nil
+		}
+		if n, err := sub.ownOp(ctx, "renew"); err != nil {
+			return 0, fmt.Errorf("renew the ownership of the partition: %w", err)
+		} else if n == 0 {
+			sub.loseOwnership()
+		}
+	}
+	if r.Unheld > 0 {
+		s.unheld.Add(1)
+		sub.mu.Lock()
+		sub.recheck = true
+		sub.mu.Unlock()
+	}
+	return r.Vis, nil
+}
+
+// extendLeases renews the lease of every message the subscription holds
+// three times per VisibilityTimeout, until ctx ends. Reclaim uses the
+// group's stored timeout, written by the subscriber of the group that
+// started last; when that is shorter (a rollout changing it), renewals
+// follow it (see renewEvery), so live consumers keep their messages
+// either way.
+//
+// A renewal with nothing to do is skipped (see needless), and the ticker
+// stopped, so an idle subscription costs nothing here; the first read that
+// fetches messages after a skipped renewal starts it again (renewNow), at
+// the pace of the stored timeout reads follow (see readNew).
+func (sub *subscription) extendLeases(ctx context.Context) {
+	every := sub.renewEvery()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := time.Now() // the last renewal that ran (the start counts as one)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			// skipped is set before needless looks: a fetch either finds
+			// it set (and starts the ticker) or is seen by needless.
+			sub.skipped.Store(true)
+			if sub.needless(last) {
+				t.Stop()
+				continue
+			}
+			sub.skipped.Store(false)
+		case <-sub.renewNow:
+			every = sub.renewEvery()
+			t.Reset(every)
+			continue
+		}
+		sub.s.renewals.Add(1)
+		last = time.Now()
+		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
+		stored, err := sub.renewLeases(opCtx, every)
+		cancel()
+		if err != nil && ctx.Err() == nil && !store.IsClientClosed(err) {
+			sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
+				sub.fields())
+		}
+		if stored > 0 {
+			sub.storedVis.Store(int64(stored))
+		}
+		if want := sub.renewEvery(); want != every {
+			every = want
+			t.Reset(every)
+		}
+	}
+}
+
+// renewEvery is how often held messages' leases are renewed: three times
+// per visibility timeout, the group's stored one when that is shorter.
+func (sub *subscription) renewEvery() time.Duration {
+	vis := sub.s.config.VisibilityTimeout
+	if stored := time.Duration(sub.storedVis.Load()); stored > 0 {
+		vis = min(vis, stored)
+	}
+	return vis / 3
+}
+
+// needless reports whether a lease renewal has nothing to do: the
+// subscription is not ordered (those renew their ownership with it), holds
+// nothing (no lease to extend, no slow handler to unburden), and renewed
+// within BlockTime (last). A renewal also finds entries pending for the
+// consumer that it does not hold, which a read whose reply was lost (and
+// which go-redis retried) left: so a subscription that fetches looks at
+// least once per BlockTime plus a renewal period, and an idle one is
+// looked at by the Subscriber's sweep (peek.lua).
+func (sub *subscription) needless(last time.Time) bool {
+	if sub.order != nil || time.Since(last) >= sub.s.config.BlockTime {
+		return false
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return len(sub.batch) == 0 && len(sub.ackReady)+len(sub.ackRedo) == 0
+}
+
+// fetched is called once the entries of a read are held: the renewals
+// start again if they were skipped meanwhile (see extendLeases).
+func (sub *subscription) fetched() {
+	if sub.skipped.Swap(false) {
+		select {
+		case sub.renewNow <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,258 @@
+package redisdelay
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
+)
+
+// subscription is one consumer of a consumer group.
+type subscription struct {
+	s        *Subscriber
+	topic    string
+	part     int         // partition of the topic
+	shard    store.Shard // its keys
+	consumer string
+	out      chan *message.Message // shared by the topic's partitions
+
+	// What the subscription holds, for lease renewal and for handing back
+	// what waits behind a slow handler (see delivery.go). mu serialises
+	// handing out the next message with that hand-back, and guards the ack
+	// queue too (acks), whose entries are still held.
+	mu       sync.Mutex
+	batch    []entry   // fetched, not settled; batch[0] is handled or next
+	handling bool      // a handler has batch[0]
+	since    time.Time // when it got it
+	recheck  bool      // Redis holds entries for this consumer it did not receive
+
+	deadline *time.Timer // the handler's (see startDeadline; run goroutine only)
+
+	// The state of each concern, declared beside its code.
+	acks     // acker.go: acked entries not yet acknowledged in Redis
+	leases   // lease.go: renewal of what the subscription holds
+	reads    // reader.go: reads of new messages, and the bell
+	flow     // flowcontrol.go: pause, rate limit, concurrency slots
+	ordering // ordered.go: the partition's ownership, for Ordered
+
+	m *subMetrics // nil without SubscriberConfig.Metrics
+}
+
+// entry is a message read from one of the two streams a consumer reads:
+// the topic's ready stream and its group's redelivery stream.
+type entry struct {
+	stream string
+	redo   bool
+	msg    redis.XMessage
+}
+
+// run reads and delivers the subscription's messages until ctx ends or
+// the client is closed, then hands back what it holds.
+func (sub *subscription) run(ctx context.Context) {
+	sub.s.logger.Debug("redisdelay: subscribed", sub.fields())
+	defer sub.listen()()
+	defer sub.startBackground().stop()
+
+	pos := readPos{cursor: fromStart}
+	for ctx.Err() == nil {
+		if sub.order != nil {
+			sub.enter(phaseStep)
+			owns, stop := sub.takeOwnership(ctx, &pos)
+			if stop {
+				return
+			}
+			if !owns {
+				sleep(ctx, sub.s.orderedPace())
+				continue
+			}
+		}
+		if pos.history && sub.flushBeforeHistory(ctx) {
+			return
+		}
+		if sub.armed && !pos.history {
+			// Read all there was: wait until there is more, then check
+			// the ownership and the gate again.
+			sub.armed = false
+			sub.waitBell(ctx)
+			continue
+		}
+		count := sub.s.config.BatchSize
+		if !pos.history {
+			// Pause and rate limit (flowcontrol.go): only new messages.
+			var err error
+			count, err = sub.gate(ctx)
+			sub.enter(phaseStep)
+			if err != nil {
+				if sub.readFailed(ctx, err, &pos) {
+					return
+				}
+				continue
+			}
+			if count == 0 {
+				continue
+			}
+		}
+		entries, err := sub.read(ctx, pos.history, pos.cursor, count)
+		if !pos.history {
+			// A read takes up to count from each of its two streams: an
+			// excess is charged to the next reservation.
+			sub.unused -= len(entries)
+		}
+		if err != nil {
+			if sub.readFailed(ctx, err, &pos) {
+				return
+			}
+			continue
+		}
+		pos.failures = 0
+		if pos.history && len(entries) == 0 {
+			pos.history = false
+		}
+		if !sub.deliverAll(ctx, entries, &pos) {
+			return
+		}
+		if sub.takeRecheck() {
+			// A read whose reply was lost (go-redis retried it on a new
+			// connection) left entries pending for this consumer.
+			pos.rewind()
+		}
+	}
+}
+
+// readPos is where a subscription reads next. After a connection error, or
+// when lease renewal finds entries pending for this consumer that it never
+// received (a read whose reply was lost and which go-redis retried), the
+// consumer reads its own pending entries ("history", from cursor: an id
+// per stream) before new ones.
+type readPos struct {
+	history  bool
+	cursor   [2]string
+	failures int // consecutive failed reads
+}
+
+// fromStart is the cursor of a history read from the first pending entry.
+var fromStart = [2]string{"0", "0"}
+
+func (r *readPos) rewind() { r.history, r.cursor = true, fromStart }
+
+// ended reports whether the subscription must stop after err: its ctx
+// ended, or the client was closed under it (the Subscriber is told).
+func (sub *subscription) ended(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	if store.IsClientClosed(err) {
+		sub.s.clientGone(sub.topic)
+		return true
+	}
+	return false
+}
+
+// background is the lease renewal and the acker of a subscription, which
+// run beside its reads.
+type background struct {
+	sub                 *subscription
+	stopLease, stopAcks context.CancelFunc
+	leaseDone, ackDone  chan struct{}
+}
+
+// startBackground starts the lease renewal and the acker. The lease
+// outlives the subscription's ctx: a handler finishing during Close keeps
+// its message until the final hand-back, which waits for the renewals to
+// stop so none runs after it.
+func (sub *subscription) startBackground() *background {
+	b := &background{sub: sub, leaseDone: make(chan struct{}), ackDone: make(chan struct{})}
+	var leaseCtx, ackCtx context.Context
+	leaseCtx, b.stopLease = context.WithCancel(context.Background())
+	go func() {
+		defer close(b.leaseDone)
+		sub.extendLeases(leaseCtx)
+	}()
+	ackCtx, b.stopAcks = context.WithCancel(context.Background())
+	go func() {
+		defer close(b.ackDone)
+		sub.ackLoop(ackCtx)
+	}()
+	return b
+}
+
+// stop ends the acker and the lease renewal, then hands back what the
+// subscription holds. The acks go to Redis before the hand-back, which
+// would otherwise return acked messages to the group.
+func (b *background) stop() {
+	sub, s := b.sub, b.sub.s
+	b.stopAcks()
+	<-b.ackDone
+	flushCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	err := sub.drainAcks(flushCtx)
+	cancel()
+	if err != nil && !store.IsClientClosed(err) {
+		s.logger.Error("redisdelay: cannot write acknowledgements to Redis before closing; those messages stay pending and are delivered again", err,
+			sub.fields().Add(watermill.LogFields{"count": sub.queuedAcks()}))
+	}
+	b.stopLease()
+	<-b.leaseDone
+	if sub.owns.Load() {
+		sub.disown()
+	} else {
+		_ = sub.release("", "")
+	}
+}
+
+// flushBeforeHistory writes the queued acks before a history read: what is
+// pending for this consumer includes acked entries until their
+// acknowledgement is in Redis. It reports whether the subscription must
+// stop.
+func (sub *subscription) flushBeforeHistory(ctx context.Context) (stop bool) {
+	err := sub.drainAcks(ctx)
+	if err == nil {
+		return false
+	}
+	if sub.ended(ctx, err) {
+		return true
+	}
+	sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
+	return false
+}
+
+// readFailed handles a failed read: it recreates a vanished consumer
+// group, and pauses before the next read, which reads the history. It
+// reports whether the subscription must stop.
+func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos) (stop bool) {
+	s := sub.s
+	if sub.ended(ctx, err) {
+		return true
+	}
+	pos.failures++
+	wait := backoff(pos.failures, 2*time.Second)
+	s.limiter.errorf(s.logger, "redisdelay: read failed; retrying", err, sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
+	if strings.HasPrefix(err.Error(), "NOGROUP") {
+		// The group vanished (Redis restarted without persistence, or
+		// someone deleted the keys): create it again.
+		s.mu.Lock()
+		delete(s.initialized, sub.topic)
+		s.mu.Unlock()
+		if err := s.initialize(ctx, sub.topic); err != nil {
+			s.limiter.errorf(s.logger, "redisdelay: cannot recreate consumer group", err, sub.fields())
+		}
+	}
+	pos.rewind()
+	sub.enter(phaseWait)
+	sleep(ctx, wait)
+	return false
+}
+
+// fields identify the subscription in logs.
+func (sub *subscription) fields() watermill.LogFields {
+	f := watermill.LogFields{"topic": sub.topic, "consumer_group": sub.s.config.ConsumerGroup, "consumer": sub.consumer}
+	if sub.part > 0 {
+		f["partition"] = sub.part
+	}
+	return f
+}
