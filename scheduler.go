@@ -1,3 +1,9 @@
+// The scheduler: per partition of a topic, a loop that moves due messages
+// from the waiting and retry sets to the consumer groups (promote.lua),
+// reclaims messages of consumers that stopped, and trims the stream. The
+// recurring schedules (Publisher.Schedule) are another feature: see
+// recurring.go.
+
 package redisdelay
 
 import (
@@ -66,12 +72,6 @@ type scheduler struct {
 	ticks    chan struct{}                      // wakes the tick loop of the schedules (see startTicks)
 	denied   atomic.Bool                        // Redis refuses the wake-up subscription (see watchACL)
 	wg       sync.WaitGroup
-}
-
-// partition names one partition of a topic.
-type partition struct {
-	topic string
-	part  int
 }
 
 // loopRun is a loop of a partition; done is closed once it returned, its
