@@ -2,6 +2,7 @@ package redisdelay
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -40,21 +41,50 @@ const (
 	KeepLastIfActive BusinessKeyPolicy = "keep-last-if-active"
 )
 
-// policyLetter is how publish.lua names a policy.
+// businessKeyPolicies is the one list of the policies: validation, the
+// error texts and the letter publish.lua matches (the first of its business
+// key argument) all read it. The first is the default.
+var businessKeyPolicies = []struct {
+	policy BusinessKeyPolicy
+	letter string
+}{
+	{RejectDuplicateKey, "r"},
+	{KeepFirst, "k"},
+	{ReplaceWaiting, "x"},
+	{ReplaceKeepDue, "d"},
+	{KeepLastIfActive, "l"},
+}
+
+// policyLetter is how publish.lua names a policy ("" is the default).
 func policyLetter(p BusinessKeyPolicy) (string, bool) {
-	switch p {
-	case "", RejectDuplicateKey:
-		return "r", true
-	case KeepFirst:
-		return "k", true
-	case ReplaceWaiting:
-		return "x", true
-	case ReplaceKeepDue:
-		return "d", true
-	case KeepLastIfActive:
-		return "l", true
+	if p == "" {
+		p = businessKeyPolicies[0].policy
+	}
+	for _, bp := range businessKeyPolicies {
+		if bp.policy == p {
+			return bp.letter, true
+		}
 	}
 	return "", false
+}
+
+// policyChoices lists the policies for an error message, e.g. `"reject",
+// "keep-first" or "replace"`, the first marked as the default if asked.
+func policyChoices(markDefault bool) string {
+	var b strings.Builder
+	for i, bp := range businessKeyPolicies {
+		switch {
+		case i == len(businessKeyPolicies)-1:
+			b.WriteString(" or ")
+		case i > 0:
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q", bp.policy)
+		if i == 0 && markDefault {
+			b.WriteString(" (the default)")
+		}
+	}
+	return b.String()
 }
 
 // businessKeyArg is the publish script's business key argument for msg:
@@ -73,8 +103,8 @@ func businessKeyArg(msg *message.Message, topicPolicy BusinessKeyPolicy) (key, a
 	}
 	letter, ok := policyLetter(policy)
 	if !ok {
-		return "", "", fmt.Errorf("metadata %s=%q is not a business key policy: use %q, %q, %q, %q or %q",
-			BusinessKeyPolicyKey, policy, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue, KeepLastIfActive)
+		return "", "", fmt.Errorf("metadata %s=%q is not a business key policy: use %s",
+			BusinessKeyPolicyKey, policy, policyChoices(false))
 	}
 	return key, letter + key, nil
 }
@@ -82,16 +112,14 @@ func businessKeyArg(msg *message.Message, topicPolicy BusinessKeyPolicy) (key, a
 // validatePolicies checks the business key policies of a PublisherConfig.
 func validatePolicies(def BusinessKeyPolicy, perTopic map[string]BusinessKeyPolicy) error {
 	if _, ok := policyLetter(def); !ok {
-		return fmt.Errorf("redisdelay: PublisherConfig.BusinessKeyPolicy is %q: use %q (the default), %q, %q, %q or %q",
-			def, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue, KeepLastIfActive)
+		return fmt.Errorf("redisdelay: PublisherConfig.BusinessKeyPolicy is %q: use %s", def, policyChoices(true))
 	}
 	for topic, p := range perTopic {
 		if pr := nameProblem("PublisherConfig.TopicBusinessKeyPolicy key", topic); pr != "" {
 			return fmt.Errorf("%w: %s", ErrInvalidTopic, pr)
 		}
 		if _, ok := policyLetter(p); !ok {
-			return fmt.Errorf("redisdelay: PublisherConfig.TopicBusinessKeyPolicy[%q] is %q: use %q, %q, %q, %q or %q",
-				topic, p, RejectDuplicateKey, KeepFirst, ReplaceWaiting, ReplaceKeepDue, KeepLastIfActive)
+			return fmt.Errorf("redisdelay: PublisherConfig.TopicBusinessKeyPolicy[%q] is %q: use %s", topic, p, policyChoices(false))
 		}
 	}
 	return nil

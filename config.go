@@ -97,8 +97,8 @@ type PublisherConfig struct {
 
 	// BusinessKeyPolicy is what Publish does with a message whose
 	// BusinessKey metadata is held by another waiting message of the topic:
-	// RejectDuplicateKey (the default), KeepFirst, ReplaceWaiting or
-	// ReplaceKeepDue.
+	// RejectDuplicateKey (the default), KeepFirst, ReplaceWaiting,
+	// ReplaceKeepDue or KeepLastIfActive.
 	// TopicBusinessKeyPolicy sets it per topic; the BusinessKeyPolicyKey
 	// metadata of a message overrides both.
 	BusinessKeyPolicy      BusinessKeyPolicy

@@ -59,7 +59,8 @@
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
   ARGV[j+2]        encoded message
-  ARGV[j+3]        business key: '' for none, else the policy's letter and
+  ARGV[j+3]        business key: '' for none, else the policy's letter (the
+                   table businessKeyPolicies in businesskey.go) and
                    the key: r (reject), k (keep first), x (replace),
                    d (replace, keeping the holder's due time), l (keep last
                    if active: replace while waiting; its group is ARGV[j+11])
