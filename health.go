@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -301,7 +299,7 @@ func groupProblems(topic string, snap store.HealthSnapshot, k, end int, config H
 			stuck[g.Name] = stuckDetail(g.Stuck, config.ShowConsumers) + where + fmt.Sprintf(" (limit %s): its consumer stopped and no scheduler reclaims it (run a Manager, or subscribers without DisableScheduler)", g.StuckLimit)
 		}
 		if _, ok := stopped[g.Name]; !ok && g.Ready != 0 && !g.Paused {
-			if d := idleDetail(g.Consumers, g.IdleLimit); d != "" {
+			if d := idleDetail(g.ConsumerIdle, g.IdleLimit); d != "" {
 				stopped[g.Name] = fmt.Sprintf("%d message(s) ready%s and %s (limit %s): the group's subscribers stopped; if the group is abandoned, delete it with Inspector.DeleteGroup",
 					g.Ready, where, d, g.IdleLimit)
 			}
@@ -327,7 +325,7 @@ func groupProblems(topic string, snap store.HealthSnapshot, k, end int, config H
 }
 
 // stuckDetail describes an entry pending past its limit.
-func stuckDetail(p *redis.XPendingExt, showConsumer bool) string {
+func stuckDetail(p *store.StuckEntry, showConsumer bool) string {
 	whose := ""
 	if showConsumer {
 		whose = fmt.Sprintf(" for consumer %q", p.Consumer)
@@ -337,18 +335,15 @@ func stuckDetail(p *redis.XPendingExt, showConsumer bool) string {
 
 // idleDetail describes a partition's consumers of a group when none read
 // within limit, or returns "".
-func idleDetail(cs []redis.XInfoConsumer, limit time.Duration) string {
-	if len(cs) == 0 {
+func idleDetail(idle []time.Duration, limit time.Duration) string {
+	if len(idle) == 0 {
 		return "the group has no consumer"
 	}
-	least := cs[0].Idle
-	for _, c := range cs[1:] {
-		least = min(least, c.Idle)
-	}
+	least := slices.Min(idle)
 	if least <= limit {
 		return ""
 	}
-	return fmt.Sprintf("none of its %d consumer(s) read for %s", len(cs), least.Round(time.Millisecond))
+	return fmt.Sprintf("none of its %d consumer(s) read for %s", len(idle), least.Round(time.Millisecond))
 }
 
 // HealthHandler returns an http.Handler that answers with the last health

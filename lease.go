@@ -88,9 +88,9 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 			sub.abandon(ctx, since)
 			return r.Vis, nil
 		}
-		if n, err := sub.ownOp(ctx, "renew"); err != nil {
+		if st, err := sub.ownOp(ctx, store.OwnRenew); err != nil {
 			return 0, fmt.Errorf("renew the ownership of the partition: %w", err)
-		} else if n == 0 {
+		} else if st == store.NotOwner {
 			sub.loseOwnership()
 		}
 	}

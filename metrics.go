@@ -135,12 +135,12 @@ func (sm *subMetrics) delivered(attempt int, entryID string) {
 	sm.rec.Delivered(attempt, lag)
 }
 
-// nacked records the outcome of a nack script: 1 requeued, 2 dead letter.
-func (sm *subMetrics) nacked(outcome int64) {
-	if sm == nil || (outcome != 1 && outcome != 2) {
+// nacked records the outcome of a nack script: requeued or buried.
+func (sm *subMetrics) nacked(outcome store.NackStatus) {
+	if sm == nil || (outcome != store.NackRequeued && outcome != store.NackBuried) {
 		return
 	}
-	sm.rec.Nacked(outcome == 2)
+	sm.rec.Nacked(outcome == store.NackBuried)
 }
 
 // expired records a message settled unhandled, past its deadline.

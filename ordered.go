@@ -120,8 +120,8 @@ func (sub *subscription) own(ctx context.Context) (owns, taken bool, err error) 
 		return false, false, nil
 	}
 	sub.declined = false
-	n, err := sub.ownOp(ctx, "take")
-	if err != nil || n == 0 {
+	st, err := sub.ownOp(ctx, store.OwnTake)
+	if err != nil || st == store.NotOwner {
 		return false, false, err
 	}
 	sub.owns.Store(true)
@@ -139,7 +139,7 @@ func (sub *subscription) disown() {
 		sub.s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
 	}
 	_ = sub.release("", "")
-	if _, err := sub.ownOp(ctx, "drop"); err != nil && !store.IsClientClosed(err) {
+	if _, err := sub.ownOp(ctx, store.OwnDrop); err != nil && !store.IsClientClosed(err) {
 		sub.s.logger.Error("redisdelay: cannot give up the ownership of a partition; another consumer takes it over when it expires", err, sub.fields())
 	}
 	sub.owns.Store(false)
@@ -151,12 +151,12 @@ const claimBatch = 1000
 
 // ownOp runs own.lua for the subscription's partition. A take claims the
 // previous owner's pending entries over as many calls as it needs.
-func (sub *subscription) ownOp(ctx context.Context, op string) (int64, error) {
+func (sub *subscription) ownOp(ctx context.Context, op store.OwnOp) (store.OwnStatus, error) {
 	s, group := sub.s, sub.s.config.ConsumerGroup
 	lease := s.ownLease()
 	r, err := store.Own(ctx, s.redis, sub.shard, group, sub.consumer, lease, op, store.OwnPos{}, claimBatch)
-	for err == nil && op == "take" && r.Status != 0 && r.Next.Stream != 0 {
-		r, err = store.Own(ctx, s.redis, sub.shard, group, sub.consumer, lease, "claim", r.Next, claimBatch)
+	for err == nil && op == store.OwnTake && r.Status != store.NotOwner && r.Next.Stream != 0 {
+		r, err = store.Own(ctx, s.redis, sub.shard, group, sub.consumer, lease, store.OwnClaim, r.Next, claimBatch)
 	}
 	if err != nil {
 		return 0, err
@@ -248,7 +248,7 @@ func (sub *subscription) abandon(ctx context.Context, since time.Duration) {
 	}
 	sub.loseOwnership()
 	sub.order.bench(s.ownLease())
-	if _, err := sub.ownOp(ctx, "drop"); err != nil && !store.IsClientClosed(err) {
+	if _, err := sub.ownOp(ctx, store.OwnDrop); err != nil && !store.IsClientClosed(err) {
 		s.logger.Error("redisdelay: cannot give up the ownership of a stuck partition; another consumer takes it over when it expires", err, sub.fields())
 	}
 }

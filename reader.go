@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -120,7 +118,7 @@ func wakeUp(c chan struct{}) {
 // when it must (see the top of this file). When it took all there was
 // after arming the bell, the caller waits for the bell before reading
 // again (see waitBell).
-func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStream, error) {
+func (sub *subscription) readNew(ctx context.Context, count int) ([]store.Batch, error) {
 	s := sub.s
 	now := time.Now()
 	a := store.ReadArgs{
@@ -163,7 +161,7 @@ func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStrea
 	}
 	short := true // no stream gave all that was asked for: it took all there was
 	for _, xs := range r.Streams {
-		if len(xs.Messages) >= count {
+		if len(xs.Entries) >= count {
 			short = false
 		}
 	}
@@ -181,14 +179,14 @@ func (sub *subscription) readNew(ctx context.Context, count int) ([]redis.XStrea
 
 // readArgs are the arguments of a non-blocking read of the subscription's
 // streams from the given ids (">": new entries).
-func (sub *subscription) readGroup(ctx context.Context, count int, redo, ready string) ([]redis.XStream, error) {
+func (sub *subscription) readGroup(ctx context.Context, count int, redo, ready string) ([]store.Batch, error) {
 	return store.ReadGroup(ctx, sub.s.redis, sub.shard, sub.s.config.ConsumerGroup, sub.consumer, count, redo, ready)
 }
 
-func entryCount(res []redis.XStream) int {
+func entryCount(res []store.Batch) int {
 	n := 0
 	for _, xs := range res {
-		n += len(xs.Messages)
+		n += len(xs.Entries)
 	}
 	return n
 }
@@ -255,7 +253,7 @@ func (sub *subscription) pollEvery() time.Duration {
 // read reads new entries (waiting for them, see reader.go) or, with history, the
 // consumer's own pending entries from cursor on.
 func (sub *subscription) read(ctx context.Context, history bool, cursor [2]string, count int) ([]entry, error) {
-	var res []redis.XStream
+	var res []store.Batch
 	var err error
 	if history {
 		res, err = sub.readGroup(ctx, count, cursor[1], cursor[0])
@@ -269,7 +267,7 @@ func (sub *subscription) read(ctx context.Context, history bool, cursor [2]strin
 	entries := make([]entry, 0, entryCount(res))
 	// Redeliveries come first: they were due earlier.
 	for _, xs := range res {
-		for _, m := range xs.Messages {
+		for _, m := range xs.Entries {
 			entries = append(entries, entry{stream: xs.Stream, redo: xs.Stream == redo, msg: m})
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -44,30 +42,22 @@ import (
 // their own (they may run in a Manager that never saw this config): the
 // limits and the retry delays per attempt, with RetryDelay evaluated for
 // the first attempts (the last value repeats).
-func groupPolicy(c SubscriberConfig) []any {
-	var delays []string
+func groupPolicy(c SubscriberConfig) store.GroupPolicy {
+	p := store.GroupPolicy{
+		MaxAttempts: c.MaxAttempts, Visibility: c.VisibilityTimeout, MaxDead: c.MaxDeadLetters,
+		IdleTimeout: c.ConsumerIdleTimeout, Concurrency: c.GroupConcurrency,
+		RateMessages: c.GroupRateLimit.Messages, RatePer: c.GroupRateLimit.Per,
+	}
 	if c.RetryDelay != nil {
 		n := 64
 		if c.MaxAttempts > 0 {
 			n = min(c.MaxAttempts, n)
 		}
 		for attempt := 1; attempt <= n; attempt++ {
-			delays = append(delays, strconv.FormatInt(roundUpMs(c.RetryDelay(attempt)).Milliseconds(), 10))
+			p.RetryDelays = append(p.RetryDelays, roundUpMs(c.RetryDelay(attempt)))
 		}
 	}
-	rate := ""
-	if c.GroupRateLimit.Messages > 0 {
-		rate = strconv.Itoa(c.GroupRateLimit.Messages) + "/" + strconv.FormatInt(c.GroupRateLimit.Per.Milliseconds(), 10)
-	}
-	return []any{
-		max(c.MaxAttempts, 0),
-		c.VisibilityTimeout.Milliseconds(),
-		max(c.MaxDeadLetters, 0),
-		c.ConsumerIdleTimeout.Milliseconds(),
-		strings.Join(delays, ","),
-		c.GroupConcurrency,
-		rate,
-	}
+	return p
 }
 
 func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message, attempt int, deliveredUntil string) error {

@@ -69,17 +69,17 @@ func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, d
 	case nackFailed:
 		sub.m.nacked(r.Status)
 	case nackExpired:
-		if r.Status == 2 {
+		if r.Status == store.NackBuried {
 			sub.m.expired(true)
 		}
 	}
 	fields := sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "attempt": attempt})
 	switch {
-	case r.Status == 0:
+	case r.Status == store.NackNotPending:
 		sub.notPending(e, "Nack")
-	case r.Status == 2 && kind == nackExpired:
+	case r.Status == store.NackBuried && kind == nackExpired:
 		s.logger.Info("redisdelay: message expired; moved to the dead letters", fields.Add(watermill.LogFields{"reason": reason}))
-	case r.Status == 2:
+	case r.Status == store.NackBuried:
 		s.logger.Error("redisdelay: message moved to the dead letters", errors.New(reason), fields)
 	}
 	if r.Evicted > 0 {

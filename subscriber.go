@@ -36,7 +36,7 @@ type Subscriber struct {
 	closeOnce sync.Once
 	subs      sync.WaitGroup
 
-	policy []any // the group's policy, as init.lua stores it for reclaim
+	policy store.GroupPolicy // the group's policy, as init.lua stores it for reclaim
 
 	mu          sync.Mutex
 	closed      bool

@@ -2,13 +2,11 @@ package redisdelay
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
@@ -49,7 +47,7 @@ type subscription struct {
 type entry struct {
 	stream string
 	redo   bool
-	msg    redis.XMessage
+	msg    store.Entry
 }
 
 // run reads and delivers the subscription's messages until ctx ends or
@@ -232,7 +230,7 @@ func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos
 	pos.failures++
 	wait := backoff(pos.failures, 2*time.Second)
 	s.limiter.errorf(s.logger, "redisdelay: read failed; retrying", err, sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
-	if strings.HasPrefix(err.Error(), "NOGROUP") {
+	if store.IsNoGroup(err) {
 		// The group vanished (Redis restarted without persistence, or
 		// someone deleted the keys): create it again.
 		s.mu.Lock()

@@ -405,13 +405,44 @@ func Idle(ctx context.Context, c redis.Scripter, sh Shard, groups []string, rete
 	return n == 1, err
 }
 
+// GroupPolicy is a consumer group's retry policy and limits, as init.lua
+// stores them for the schedulers, which reclaim the group's messages on
+// their own (they may run in a Manager that never saw the subscriber's
+// config).
+type GroupPolicy struct {
+	MaxAttempts int // <= 0: no limit
+	// Visibility is the visibility timeout: a pending message whose lease
+	// was not renewed for this long is reclaimed by a scheduler.
+	Visibility  time.Duration
+	MaxDead     int           // most dead letters kept (<= 0: no limit)
+	IdleTimeout time.Duration // consumers idle longer are removed
+	// RetryDelays are the delays before attempts 2, 3, ... (the last
+	// repeats); empty: the scripts' default.
+	RetryDelays []time.Duration
+	Concurrency int // messages of one group handled at once (0: no limit)
+	// RateMessages per RatePer is the group rate limit (0: none).
+	RateMessages int
+	RatePer      time.Duration
+}
+
+// args is the policy as init.lua's ARGV[3..9].
+func (p GroupPolicy) args() []any {
+	delays := make([]string, len(p.RetryDelays))
+	for i, d := range p.RetryDelays {
+		delays[i] = strconv.FormatInt(d.Milliseconds(), 10)
+	}
+	rate := ""
+	if p.RateMessages > 0 {
+		rate = strconv.Itoa(p.RateMessages) + "/" + strconv.FormatInt(p.RatePer.Milliseconds(), 10)
+	}
+	return []any{max(p.MaxAttempts, 0), p.Visibility.Milliseconds(), max(p.MaxDead, 0), p.IdleTimeout.Milliseconds(),
+		strings.Join(delays, ","), p.Concurrency, rate}
+}
+
 // InitGroup runs init.lua: creates the consumer group on a partition (both
-// streams) and stores its policy (see groupPolicy). It reports whether the
-// group is new.
-func InitGroup(ctx context.Context, c redis.Scripter, sh Shard, group string, policy []any) (bool, error) {
-	args := make([]any, 0, 2+len(policy))
-	args = append(args, group, sh.Wake())
-	args = append(args, policy...)
+// streams) and stores its policy. It reports whether the group is new.
+func InitGroup(ctx context.Context, c redis.Scripter, sh Shard, group string, policy GroupPolicy) (bool, error) {
+	args := append([]any{group, sh.Wake()}, policy.args()...)
 	n, err := initScript.Run(ctx, c, []string{sh.Stream(), sh.Redelivery(group), sh.Groups(), sh.Meta(group)}, args...).Int()
 	return n == 1, err
 }
@@ -585,9 +616,18 @@ type NackArgs struct {
 	KeepAttempt bool // requeue as the same attempt (Snooze), not the next
 }
 
+// NackStatus is what nack.lua did with an entry.
+type NackStatus int64
+
+const (
+	NackNotPending NackStatus = 0 // no longer pending for the group (settled elsewhere, or reclaimed)
+	NackRequeued   NackStatus = 1 // in the retry set, for its next attempt
+	NackBuried     NackStatus = 2 // in the dead letters
+)
+
 // NackReply is what nack.lua returns.
 type NackReply struct {
-	Status  int64 // 0 no longer pending, 1 requeued, 2 buried
+	Status  NackStatus
 	Evicted int64 // dead letters evicted to make room
 }
 
@@ -611,7 +651,7 @@ func Nack(ctx context.Context, c redis.Scripter, sh Shard, a NackArgs) (NackRepl
 	if err != nil {
 		return NackReply{}, err
 	}
-	return NackReply{Status: res[0], Evicted: res[1]}, nil
+	return NackReply{Status: NackStatus(res[0]), Evicted: res[1]}, nil
 }
 
 // ReleaseReply is what one release.lua call returns.
@@ -644,17 +684,36 @@ type OwnPos struct {
 	Cursor string
 }
 
+// OwnOp is what own.lua is asked to do with a partition's ownership.
+type OwnOp string
+
+const (
+	OwnTake  OwnOp = "take"  // take it if free or expired, then claim the previous owner's entries
+	OwnRenew OwnOp = "renew" // extend it if still held
+	OwnDrop  OwnOp = "drop"  // give it up
+	OwnClaim OwnOp = "claim" // go on claiming from an OwnPos
+)
+
+// OwnStatus is what own.lua reports of the ownership.
+type OwnStatus int64
+
+const (
+	NotOwner     OwnStatus = 0 // another consumer owns the partition (or it was dropped)
+	Owner        OwnStatus = 1 // the consumer owns it
+	OwnerClaimed OwnStatus = 2 // the consumer owns it and took the previous owner's pending entries over
+)
+
 // OwnReply is what own.lua returns.
 type OwnReply struct {
-	Status int64 // see own.lua: 0 not the owner, 1 the owner, 2 the owner and entries were claimed
+	Status OwnStatus
 	Next   OwnPos
 }
 
-// Own runs own.lua on a partition for an ordered subscription: op is
-// "take", "renew", "drop" or "claim" (go on from pos).
-func Own(ctx context.Context, c redis.Scripter, sh Shard, group, consumer string, lease time.Duration, op string, pos OwnPos, batch int) (OwnReply, error) {
+// Own runs own.lua on a partition for an ordered subscription (pos: where
+// an OwnClaim goes on).
+func Own(ctx context.Context, c redis.Scripter, sh Shard, group, consumer string, lease time.Duration, op OwnOp, pos OwnPos, batch int) (OwnReply, error) {
 	res, err := ownScript.Run(ctx, c, []string{sh.Owner(group), sh.Stream(), sh.Redelivery(group)},
-		group, consumer, lease.Milliseconds(), op, pos.Stream, pos.Cursor, batch).Slice()
+		group, consumer, lease.Milliseconds(), string(op), pos.Stream, pos.Cursor, batch).Slice()
 	if err == nil {
 		err = replyShort("own", len(res), 3)
 	}
@@ -662,7 +721,8 @@ func Own(ctx context.Context, c redis.Scripter, sh Shard, group, consumer string
 		return OwnReply{}, err
 	}
 	var r OwnReply
-	r.Status, _ = res[0].(int64)
+	st, _ := res[0].(int64)
+	r.Status = OwnStatus(st)
 	r.Next.Stream, _ = res[1].(int64)
 	r.Next.Cursor, _ = res[2].(string)
 	return r, nil

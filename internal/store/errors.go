@@ -41,7 +41,9 @@ func IsNoPerm(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOPERM")
 }
 
-func isNoGroup(err error) bool {
+// IsNoGroup reports Redis's NOGROUP error: a consumer group (or its
+// stream) is gone, e.g. after a restart without persistence.
+func IsNoGroup(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
 

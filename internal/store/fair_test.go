@@ -59,6 +59,22 @@ type fairPolicy struct {
 	backoff string // ms per attempt, comma-separated
 }
 
+// group is the policy as InitGroup stores it.
+func (p fairPolicy) group() GroupPolicy {
+	g := GroupPolicy{MaxAttempts: p.max, Visibility: time.Duration(p.vis) * time.Millisecond, IdleTimeout: time.Hour, Concurrency: p.cap}
+	if n, per, ok := strings.Cut(p.rate, "/"); ok {
+		g.RateMessages, _ = strconv.Atoi(n)
+		ms, _ := strconv.Atoi(per)
+		g.RatePer = time.Duration(ms) * time.Millisecond
+	}
+	for _, d := range strings.Split(p.backoff, ",") {
+		if ms, err := strconv.Atoi(d); err == nil {
+			g.RetryDelays = append(g.RetryDelays, time.Duration(ms)*time.Millisecond)
+		}
+	}
+	return g
+}
+
 // fairEnv is one consumer group ("cg") of one partition on a server of its own.
 type fairEnv struct {
 	t      *testing.T
@@ -111,7 +127,7 @@ func (e *fairEnv) init() {
 	if e.policy.vis == 0 {
 		e.policy.vis = 60_000
 	}
-	_, err := InitGroup(e.ctx, e.c, e.sh, e.cg, []any{e.policy.max, e.policy.vis, 0, 3_600_000, e.policy.backoff, e.policy.cap, e.policy.rate})
+	_, err := InitGroup(e.ctx, e.c, e.sh, e.cg, e.policy.group())
 	require.NoError(e.t, err)
 }
 
@@ -178,11 +194,11 @@ type fairGot struct {
 	attempt                  int
 }
 
-func (e *fairEnv) entries(streams []redis.XStream) []fairGot {
+func (e *fairEnv) entries(streams []Batch) []fairGot {
 	e.t.Helper()
 	var got []fairGot
 	for _, s := range streams {
-		for _, m := range s.Messages {
+		for _, m := range s.Entries {
 			require.Equal(e.t, e.sh.Redelivery(e.cg), s.Stream, "grouped messages come from the redelivery stream")
 			body, _ := m.Values["m"].(string)
 			msg, err := Decode([]byte(body))
@@ -250,7 +266,7 @@ func (e *fairEnv) ack(got ...fairGot) {
 
 // nack nacks a message read: requeued after delay, or buried when reason
 // is set. It returns nack.lua's status.
-func (e *fairEnv) nack(g fairGot, delay time.Duration, reason string) int64 {
+func (e *fairEnv) nack(g fairGot, delay time.Duration, reason string) NackStatus {
 	e.t.Helper()
 	e.step()
 	r, err := Nack(e.ctx, e.c, e.sh, NackArgs{Group: e.cg, Stream: e.sh.Redelivery(e.cg), Id: g.id, Redo: true,
@@ -1089,7 +1105,7 @@ func TestFair_RandomSteps(t *testing.T) {
 				for _, id := range e.pendingOf(consumer) {
 					es, err := e.c.XRange(e.ctx, e.sh.Redelivery(e.cg), id, id).Result()
 					require.NoError(t, err)
-					got = append(got, e.entries([]redis.XStream{{Stream: e.sh.Redelivery(e.cg), Messages: es}})...)
+					got = append(got, e.entries([]Batch{{Stream: e.sh.Redelivery(e.cg), Entries: batches([]redis.XStream{{Messages: es}})[0].Entries}})...)
 				}
 				return got
 			}

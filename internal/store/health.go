@@ -24,11 +24,18 @@ type HealthGroup struct {
 	StuckLimit, IdleLimit time.Duration
 	// Stuck is the first entry pending past StuckLimit in the ready stream,
 	// else in the redelivery stream; nil when none (or none pending).
-	Stuck *redis.XPendingExt
-	// Consumers are the ready stream's consumers of the group, read when
-	// the group has messages ready; Ready != 0 tells whether they were.
-	Consumers []redis.XInfoConsumer
-	Paused    bool
+	Stuck *StuckEntry
+	// ConsumerIdle is how long each of the ready stream's consumers of the
+	// group has not read, read when the group has messages ready; Ready !=
+	// 0 tells whether they were.
+	ConsumerIdle []time.Duration
+	Paused       bool
+}
+
+// StuckEntry is an entry pending past its limit.
+type StuckEntry struct {
+	ID, Consumer string
+	Idle         time.Duration // since its last delivery or lease renewal
 }
 
 // HealthSnapshot is what ReadHealth read.
@@ -144,12 +151,15 @@ func ReadHealth(ctx context.Context, c Cmds, k Keys, topics []string, counts []i
 		if gc.stuck != nil {
 			for _, c := range []*redis.XPendingExtCmd{gc.stuck, gc.stuckRedo} {
 				if res := c.Val(); len(res) > 0 && g.Stuck == nil {
-					g.Stuck = &res[0]
+					g.Stuck = &StuckEntry{ID: res[0].ID, Consumer: res[0].Consumer, Idle: res[0].Idle}
 				}
 			}
 		}
 		if gc.consumers != nil {
-			g.Consumers, g.Paused = gc.consumers.Val(), gc.paused.Val() == 1
+			for _, c := range gc.consumers.Val() {
+				g.ConsumerIdle = append(g.ConsumerIdle, c.Idle)
+			}
+			g.Paused = gc.paused.Val() == 1
 		}
 	}
 	return snap, nil
@@ -160,7 +170,7 @@ func ReadHealth(ctx context.Context, c Cmds, k Keys, topics []string, counts []i
 func execRead(ctx context.Context, pipe redis.Pipeliner) error {
 	cmds, _ := pipe.Exec(ctx)
 	for _, c := range cmds {
-		if err := c.Err(); err != nil && err != redis.Nil && !isNoSuchKey(err) && !isNoGroup(err) {
+		if err := c.Err(); err != nil && err != redis.Nil && !isNoSuchKey(err) && !IsNoGroup(err) {
 			return err
 		}
 	}

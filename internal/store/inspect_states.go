@@ -133,7 +133,7 @@ func PendingEntries(ctx context.Context, c redis.Cmdable, sh Shard, group, which
 	}
 	pending, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: group, Start: start, End: "+", Count: int64(limit)}).Result()
 	if err != nil {
-		if isNoSuchKey(err) || isNoGroup(err) {
+		if isNoSuchKey(err) || IsNoGroup(err) {
 			return nil, nil
 		}
 		return nil, err
@@ -160,23 +160,14 @@ func PendingEntries(ctx context.Context, c redis.Cmdable, sh Shard, group, which
 	return out, nil
 }
 
-// GroupPolicy is what a group's subscribers stored of their policy (its
-// meta hash): 0 when not stored.
-type GroupPolicy struct {
-	// Visibility is the visibility timeout: a pending message whose lease
-	// was not renewed for this long is reclaimed by a scheduler.
-	Visibility time.Duration
-	// MaxAttempts bounds the deliveries (0: no limit).
-	MaxAttempts int64
-}
-
-// ReadGroupPolicy reads a group's stored policy.
+// ReadGroupPolicy reads a group's stored policy: its Visibility and
+// MaxAttempts (0 when not stored).
 func ReadGroupPolicy(ctx context.Context, c redis.Cmdable, sh Shard, group string) (GroupPolicy, error) {
 	v, err := c.HMGet(ctx, sh.Meta(group), "vis", "max").Result()
 	if err != nil {
 		return GroupPolicy{}, err
 	}
-	return GroupPolicy{Visibility: time.Duration(parseCount(v[0])) * time.Millisecond, MaxAttempts: parseCount(v[1])}, nil
+	return GroupPolicy{Visibility: time.Duration(parseCount(v[0])) * time.Millisecond, MaxAttempts: int(parseCount(v[1]))}, nil
 }
 
 // RetryEntry is a message waiting in a group's retry set.

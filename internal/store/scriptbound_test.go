@@ -173,9 +173,10 @@ func TestScriptBound_Groups(t *testing.T) {
 	sh := Keys{Prefix: "bound"}.Shard("t", 0)
 	const fair, capped = "fair", "capped"
 	// fair: 3 attempts, visibility timeout 200 ms, no retry delay
-	_, err := InitGroup(ctx, c, sh, fair, []any{3, 200, 0, 3_600_000, "", 0, ""})
+	_, err := InitGroup(ctx, c, sh, fair, GroupPolicy{MaxAttempts: 3, Visibility: 200 * time.Millisecond, IdleTimeout: time.Hour})
 	require.NoError(t, err)
-	_, err = InitGroup(ctx, c, sh, capped, []any{16, 60_000, 0, 3_600_000, "50", 1, "1/10000"})
+	_, err = InitGroup(ctx, c, sh, capped, GroupPolicy{MaxAttempts: 16, Visibility: time.Minute, IdleTimeout: time.Hour,
+		RetryDelays: []time.Duration{50 * time.Millisecond}, Concurrency: 1, RateMessages: 1, RatePer: 10 * time.Second})
 	require.NoError(t, err)
 	cgs := []string{fair, capped}
 	start := time.Now()
@@ -288,17 +289,17 @@ return 0`)
 
 	// Reads as a subscription makes them: pick.lua and XREADGROUP in one
 	// pipeline.
-	pick := func(cg, consumer string, count int) []redis.XMessage {
+	pick := func(cg, consumer string, count int) []Entry {
 		r, err := ReadNew(ctx, c, sh, ReadArgs{Group: cg, Consumer: consumer, Count: count, Pick: true})
 		require.NoError(t, err)
-		var got []redis.XMessage
+		var got []Entry
 		for _, s := range r.Streams {
-			got = append(got, s.Messages...)
+			got = append(got, s.Entries...)
 		}
 		return got
 	}
-	pickN := func(cg, consumer string, n int) []redis.XMessage {
-		var got []redis.XMessage
+	pickN := func(cg, consumer string, n int) []Entry {
+		var got []Entry
 		for len(got) < n {
 			more := pick(cg, consumer, min(1000, n-len(got)))
 			require.NotEmpty(t, more)
@@ -306,7 +307,7 @@ return 0`)
 		}
 		return got
 	}
-	ack := func(cg string, ms []redis.XMessage) {
+	ack := func(cg string, ms []Entry) {
 		ids := make([]string, len(ms))
 		for i, m := range ms {
 			ids[i] = m.ID
@@ -315,7 +316,7 @@ return 0`)
 		require.NoError(t, r.RedoErr)
 		require.EqualValues(t, len(ms), r.Redo)
 	}
-	nack := func(cg string, m redis.XMessage, delay time.Duration, reason string) {
+	nack := func(cg string, m Entry, delay time.Duration, reason string) {
 		body, _ := m.Values["m"].(string)
 		r, err := Nack(ctx, c, sh, NackArgs{Group: cg, Stream: sh.Redelivery(cg), Id: m.ID, Redo: true, Attempt: 1, Delay: delay, Body: []byte(body), Reason: reason})
 		require.NoError(t, err)
@@ -325,7 +326,7 @@ return 0`)
 	// The capped consumer group first: each group's first message goes,
 	// then the group is over its rate for 10 s, while the other consumer
 	// group is measured.
-	var first []redis.XMessage
+	var first []Entry
 	st.bound("capped: pick, count 32", nil, func() {
 		for range 100 {
 			got := pick(capped, "c1", 32)
@@ -349,7 +350,7 @@ return 0`)
 		ack(capped, first[acked:min(acked+1000, len(first))])
 	}
 	lap("capped: all acknowledged")
-	var second []redis.XMessage
+	var second []Entry
 	st.bound("capped: pick, count 32, groups over their rate", nil, func() {
 		for range 300 {
 			second = append(second, pick(capped, "c1", 32)...)
@@ -360,7 +361,7 @@ return 0`)
 	require.Positive(t, asleep, "the groups' first messages were picked more than 10 s ago: make the build faster")
 
 	// The consumer group without bounds meanwhile.
-	var c1 []redis.XMessage
+	var c1 []Entry
 	st.bound("pick, count 32, 100,000 groups in the ring", nil, func() {
 		for range 300 {
 			got := pick(fair, "c1", 32)
@@ -374,10 +375,10 @@ return 0`)
 			r, err := ReadNew(ctx, c, sh, ReadArgs{Group: fair, Consumer: "c2", Count: 32, Pick: true, Arm: true})
 			require.NoError(t, err)
 			require.Len(t, r.Streams, 1)
-			ack(fair, r.Streams[0].Messages)
+			ack(fair, r.Streams[0].Entries)
 		}
 	})
-	var big []redis.XMessage
+	var big []Entry
 	st.phase("pick, count 10,000 (the largest BatchSize)", func() {
 		for range 2 {
 			big = append(big, pick(fair, "big", 10_000)...)
@@ -394,7 +395,7 @@ return 0`)
 			ack(fair, big[i:i+1000])
 		}
 	})
-	var c2 []redis.XMessage
+	var c2 []Entry
 	st.bound("nack: now, later, buried", func() {
 		c2 = pickN(fair, "c2", 3_000)
 	}, func() {
@@ -522,7 +523,7 @@ return 0`)
 	// own.
 	batches := func(name string, sh Shard, grouped bool) {
 		const n = 3_000
-		_, err := InitGroup(ctx, c, sh, fair, []any{3, 200, 0, 3_600_000, "", 0, ""})
+		_, err := InitGroup(ctx, c, sh, fair, GroupPolicy{MaxAttempts: 3, Visibility: 200 * time.Millisecond, IdleTimeout: time.Hour})
 		require.NoError(t, err)
 		if grouped {
 			require.NoError(t, fill.Run(ctx, c, []string{sh.Waiting(), sh.Bodies(), sh.GroupOf()}, 0, 3*n, 10, body).Err())
@@ -542,22 +543,24 @@ return 0`)
 			require.NoError(t, err)
 		}
 		// n messages for consumer (from the ready stream when not grouped)
-		read := func(consumer string) []redis.XMessage {
-			var got []redis.XMessage
+		read := func(consumer string) []Entry {
+			var got []Entry
 			for len(got) < n {
-				var streams []redis.XStream
+				var streams []Batch
 				var err error
 				if grouped {
 					var r ReadReply
 					r, err = ReadNew(ctx, c, sh, ReadArgs{Group: fair, Consumer: consumer, Count: min(1000, n-len(got)), Pick: true})
 					streams = r.Streams
 				} else {
-					streams, err = c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: fair, Consumer: consumer, Count: int64(min(1000, n-len(got))),
+					var xs []redis.XStream
+					xs, err = c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: fair, Consumer: consumer, Count: int64(min(1000, n-len(got))),
 						Streams: []string{sh.Stream(), ">"}}).Result()
+					streams = batches(xs)
 				}
 				require.NoError(t, err)
 				for _, s := range streams {
-					got = append(got, s.Messages...)
+					got = append(got, s.Entries...)
 				}
 			}
 			return got

@@ -9,11 +9,40 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Entry is a stream entry as a consumer reads it: its ID and fields (see
+// EntryBody and EntryAttempt).
+type Entry struct {
+	ID     string
+	Values map[string]any
+}
+
+// Batch is what one read took from one stream: Stream is the key.
+type Batch struct {
+	Stream  string
+	Entries []Entry
+}
+
+// batches converts go-redis's reply of a read.
+func batches(xs []redis.XStream) []Batch {
+	if len(xs) == 0 {
+		return nil
+	}
+	out := make([]Batch, len(xs))
+	for i, x := range xs {
+		es := make([]Entry, len(x.Messages))
+		for j, m := range x.Messages {
+			es[j] = Entry{ID: m.ID, Values: m.Values}
+		}
+		out[i] = Batch{Stream: x.Stream, Entries: es}
+	}
+	return out
+}
+
 // ReadGroup reads up to count entries of each of a consumer's two streams
 // of a partition, the redelivery stream first, from the entry IDs redo
 // and ready (">" for new entries, "0" for the consumer's pending ones).
 // Nothing to read is no error.
-func ReadGroup(ctx context.Context, c Cmds, sh Shard, group, consumer string, count int, redo, ready string) ([]redis.XStream, error) {
+func ReadGroup(ctx context.Context, c Cmds, sh Shard, group, consumer string, count int, redo, ready string) ([]Batch, error) {
 	res, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group:    group,
 		Consumer: consumer,
@@ -24,7 +53,7 @@ func ReadGroup(ctx context.Context, c Cmds, sh Shard, group, consumer string, co
 	if errors.Is(err, redis.Nil) {
 		err = nil
 	}
-	return res, err
+	return batches(res), err
 }
 
 // PickReply is what pick.lua did.
@@ -62,7 +91,7 @@ type ReadArgs struct {
 
 // ReadReply is what ReadNew read.
 type ReadReply struct {
-	Streams []redis.XStream
+	Streams []Batch
 	// Armed: with ReadArgs.Arm, the bell is armed. Not when Redis refused
 	// the SET (at maxmemory with noeviction): the caller polls instead of
 	// waiting for the bell.
@@ -130,7 +159,7 @@ func ReadNew(ctx context.Context, c Cmds, sh Shard, a ReadArgs) (ReadReply, erro
 	if errors.Is(err, redis.Nil) {
 		err = nil
 	}
-	r.Streams = streams
+	r.Streams = batches(streams)
 	return r, err
 }
 
@@ -235,7 +264,7 @@ func FarHead(ctx context.Context, c Cmds, sh Shard, b int64, n int) (popped int6
 
 // EntryBody is the encoded message of a stream entry (field m); ok is
 // false when the entry has none (written by another tool).
-func EntryBody(e redis.XMessage) (body string, ok bool) {
+func EntryBody(e Entry) (body string, ok bool) {
 	v, ok := e.Values["m"]
 	body, _ = v.(string)
 	return body, ok
@@ -243,7 +272,7 @@ func EntryBody(e redis.XMessage) (body string, ok bool) {
 
 // EntryAttempt is the delivery attempt of a stream entry: field a on
 // redeliveries, 1 otherwise.
-func EntryAttempt(e redis.XMessage) int {
+func EntryAttempt(e Entry) int {
 	if a, ok := e.Values["a"].(string); ok {
 		if n, err := strconv.Atoi(a); err == nil && n > 0 {
 			return n
