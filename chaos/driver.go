@@ -67,7 +67,7 @@ func (d *driver) logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "chaos: %5.1fs "+format+"\n", append([]any{time.Since(d.start).Seconds()}, args...)...)
 }
 
-// key is a key of partition part of the topic (see internal/store/scripts.go).
+// key is a key of partition part of the topic (see internal/store/keys.go).
 func (d *driver) key(part int, suffix string) string {
 	if part == 0 {
 		return keyPrefix + ":{" + topic + "}:" + suffix
