@@ -33,20 +33,10 @@ func TestMain(m *testing.M) {
 }
 
 func startRedis() (stop func(), err error) {
-	addr, release, err := redistest.External()
-	if err != nil {
+	if redisAddr, stop, err = redistest.ForPackage(); err != nil {
 		return nil, err
 	}
-	if addr != "" {
-		redisAddr = addr
-		return release, ping()
-	}
-	server, err := redistest.Start(redistest.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("%w (or set REDISDELAY_TEST_ADDR)", err)
-	}
-	redisAddr = server.Addr
-	return server.Stop, ping()
+	return stop, ping()
 }
 
 func ping() error {

@@ -25,13 +25,7 @@ import (
 var redisAddr string
 
 func TestMain(m *testing.M) {
-	addr, release, err := redistest.External()
-	if err == nil && addr == "" {
-		var s *redistest.Server
-		if s, err = redistest.Start(redistest.Options{KillWithParent: true}); err == nil {
-			addr, release = s.Addr, s.Stop
-		}
-	}
+	addr, release, err := redistest.ForPackage()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "redisdelaytest tests:", err)
 		os.Exit(1)

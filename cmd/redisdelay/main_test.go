@@ -50,20 +50,10 @@ func TestMain(m *testing.M) {
 }
 
 func setupRedis() (stop func(), err error) {
-	addr, release, err := redistest.External()
-	if err != nil {
+	if redisAddr, stop, err = redistest.ForPackage(); err != nil {
 		return nil, err
 	}
-	if addr != "" {
-		redisAddr = addr
-		return release, waitPing()
-	}
-	server, err := redistest.Start(redistest.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("%w (or set REDISDELAY_TEST_ADDR)", err)
-	}
-	redisAddr = server.Addr
-	return server.Stop, nil
+	return stop, waitPing()
 }
 
 func waitPing() error {

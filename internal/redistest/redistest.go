@@ -313,6 +313,25 @@ func ForTest(t TB, o Options) *Server {
 	return s
 }
 
+// ForPackage is the server of a package's tests, for its TestMain: the one
+// at REDISDELAY_TEST_ADDR (see External), or one started on a free loopback
+// port, without persistence, killed with the test process if it dies.
+// stop releases or stops it.
+func ForPackage() (addr string, stop func(), err error) {
+	addr, release, err := External()
+	if err != nil {
+		return "", nil, err
+	}
+	if addr != "" {
+		return addr, release, nil
+	}
+	s, err := Start(Options{KillWithParent: true})
+	if err != nil {
+		return "", nil, fmt.Errorf("%w (or set %s)", err, AddrEnv)
+	}
+	return s.Addr, s.Stop, nil
+}
+
 // AddrEnv names a server the tests use instead of starting their own.
 const AddrEnv = "REDISDELAY_TEST_ADDR"
 

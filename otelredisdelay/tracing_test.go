@@ -1,4 +1,4 @@
-package redisdelay_test
+package otelredisdelay_test
 
 import (
 	"context"
@@ -21,10 +21,6 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 	"github.com/redisdelay/watermill-redisdelay/otelredisdelay"
 )
-
-// The tests of the otelredisdelay subpackage live here, beside the Redis
-// test harness; the core package itself links no OpenTelemetry
-// (TestDeps_CoreImportsNoOpenTelemetry).
 
 func tracingSetup(t *testing.T) (*sdktrace.TracerProvider, *tracetest.SpanRecorder, otelredisdelay.Tracing) {
 	sr := tracetest.NewSpanRecorder()
