@@ -16,22 +16,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redisdelay/watermill-redisdelay"
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
 
 // The far tier (far.go) with the test binary's short buckets (TestMain):
 // messages due more than about 2.5 s ahead go there.
-
-// farKeys counts what a topic holds in the far tier: buckets, and the
-// messages its counter says are there.
-func farKeys(t *testing.T, topic string) (buckets int64, messages int64) {
-	t.Helper()
-	client := newClient(t)
-	ctx := context.Background()
-	buckets = client.ZCard(ctx, shardOf(topic, 0).Far()).Val()
-	messages, _ = client.HGet(ctx, shardOf(topic, 0).FarMeta(), "n").Int64()
-	return buckets, messages
-}
 
 // Far messages are unpacked ahead of their due time and delivered on time,
 // never early, each once; the near and far ones interleave in due order.

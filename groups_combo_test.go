@@ -89,55 +89,6 @@ func redoGroups(t *testing.T, client redis.UniversalClient, tp, group string, pa
 	return out
 }
 
-// handled is what the handlers of a test saw: per group, the payloads in
-// the order they were handled, and the most messages of a group handled at
-// once.
-type handled struct {
-	mu      sync.Mutex
-	running map[string]int
-	most    map[string]int
-	order   map[string][]int
-	total   int
-}
-
-func newHandled() *handled {
-	return &handled{running: map[string]int{}, most: map[string]int{}, order: map[string][]int{}}
-}
-
-// start records that a handler began with msg and returns its group.
-func (h *handled) start(t *testing.T, msg *message.Message) string {
-	g, seq := splitPayload(t, msg)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.running[g]++
-	h.most[g] = max(h.most[g], h.running[g])
-	h.order[g] = append(h.order[g], seq)
-	return g
-}
-
-// end records that the handler of a message of group g is done.
-func (h *handled) end(g string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.running[g]--
-	h.total++
-}
-
-func (h *handled) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.total
-}
-
-// seqs is 0, 1, ..., n-1.
-func seqs(n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = i
-	}
-	return s
-}
-
 // GroupRateLimit: each group takes a burst of Messages, then one message
 // per Per/Messages (GCRA, fair.lua), whatever the other groups do. So by
 // the time e after the publish, a group has delivered at most Messages +

@@ -3,7 +3,6 @@ package redisdelay_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,51 +15,6 @@ import (
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
-
-// groupedMessage is a message of group g whose payload is "g/seq".
-func groupedMessage(g string, seq int) *message.Message {
-	msg := newMessage(g + "/" + strconv.Itoa(seq))
-	redisdelay.SetGroup(msg, g)
-	return msg
-}
-
-// splitPayload is the group and sequence number of a groupedMessage.
-func splitPayload(t *testing.T, msg *message.Message) (string, int) {
-	t.Helper()
-	g, seq, ok := strings.Cut(string(msg.Payload), "/")
-	require.True(t, ok, "payload %q", msg.Payload)
-	n, err := strconv.Atoi(seq)
-	require.NoError(t, err)
-	return g, n
-}
-
-// awaitQueuedInGroups waits until the scheduler has queued n grouped
-// messages of the topic in the consumer group's group queues and nothing
-// waits.
-func awaitQueuedInGroups(t *testing.T, insp *redisdelay.Inspector, tp, group string, n int64) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		st := topicStats(t, insp, tp)
-		return st.Waiting == 0 && groupStats(t, insp, tp, group).Grouped == n
-	}, 10*time.Second, 10*time.Millisecond, "want %d messages queued in groups", n)
-}
-
-// awaitGroupsSettled waits until the consumer group holds no group state
-// in any partition: every slot taken was given back (the invariant of the
-// per-group counts, see fair.lua).
-func awaitGroupsSettled(t *testing.T, client redis.UniversalClient, tp, group string, parts int) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		for p := range parts {
-			sh := shardOf(tp, p)
-			n, err := client.Exists(context.Background(), sh.Fair(group)).Result()
-			if err != nil || n != 0 {
-				return false
-			}
-		}
-		return true
-	}, 10*time.Second, 20*time.Millisecond, "group state left behind: %v", groupState(t, client, tp, group, parts))
-}
 
 // groupState is what the consumer group's fair queues hold, for messages.
 func groupState(t *testing.T, client redis.UniversalClient, tp, group string, parts int) map[string]string {

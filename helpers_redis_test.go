@@ -275,3 +275,14 @@ func newACLUser(t *testing.T, rules ...string) (*redis.Client, string) {
 	require.NoError(t, c.Ping(ctx).Err())
 	return c, name
 }
+
+// farKeys counts what a topic holds in the far tier: buckets, and the
+// messages its counter says are there.
+func farKeys(t *testing.T, topic string) (buckets int64, messages int64) {
+	t.Helper()
+	client := newClient(t)
+	ctx := context.Background()
+	buckets = client.ZCard(ctx, shardOf(topic, 0).Far()).Val()
+	messages, _ = client.HGet(ctx, shardOf(topic, 0).FarMeta(), "n").Int64()
+	return buckets, messages
+}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,3 +272,87 @@ var (
 	nothing      = testkit.Nothing
 	crashedRead  = testkit.CrashedRead
 )
+
+// recLogger records the errors logged through it, and logs nothing else.
+type recLogger struct {
+	mu     sync.Mutex
+	errors []string
+}
+
+func (l *recLogger) Error(msg string, err error, fields watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errors = append(l.errors, fmt.Sprintf("%s: %v %v", msg, err, fields))
+}
+
+func (l *recLogger) Info(string, watermill.LogFields) {}
+
+func (l *recLogger) Debug(string, watermill.LogFields) {}
+
+func (l *recLogger) Trace(string, watermill.LogFields) {}
+
+func (l *recLogger) With(watermill.LogFields) watermill.LoggerAdapter {
+	return l
+}
+
+func (l *recLogger) logged() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.errors...)
+}
+
+// runRouter runs r until the test ends.
+func runRouter(t *testing.T, r *message.Router) {
+	t.Helper()
+	go func() { _ = r.Run(context.Background()) }()
+	t.Cleanup(func() { _ = r.Close() })
+	<-r.Running()
+}
+
+func newRouter(t *testing.T) *message.Router {
+	t.Helper()
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, logger)
+	require.NoError(t, err)
+	return r
+}
+
+// checkGap asserts a gap is not shorter than intended, nor longer than
+// intended by more than half of it plus slack (a second delay applied on top
+// doubles it).
+func checkGap(t *testing.T, what string, gap, intended, slack time.Duration) {
+	t.Helper()
+	t.Logf("%s: gap %s, intended %s (%.3fx)", what, gap.Round(time.Millisecond), intended, float64(gap)/float64(intended))
+	assert.GreaterOrEqual(t, gap, intended, "%s: early", what)
+	assert.Less(t, gap, intended+intended/2+slack, "%s: late", what)
+}
+
+func receiveTime(t *testing.T, ch <-chan time.Time, within time.Duration) time.Time {
+	t.Helper()
+	select {
+	case at := <-ch:
+		return at
+	case <-time.After(within):
+		t.Fatalf("nothing within %s", within)
+		return time.Time{}
+	}
+}
+
+// publishN publishes the n messages msg makes (given 0 to n-1) to tp,
+// 1,000 a call.
+func publishN(tb testing.TB, pub *redisdelay.Publisher, tp string, n int, msg func(i int) *message.Message) {
+	tb.Helper()
+	for b := 0; b < n; b += 1000 {
+		msgs := make([]*message.Message, 0, 1000)
+		for i := b; i < min(b+1000, n); i++ {
+			msgs = append(msgs, msg(i))
+		}
+		require.NoError(tb, pub.Publish(tp, msgs...))
+	}
+}
+
+func scPublisher(t *testing.T, client redis.UniversalClient, prefix string) *redisdelay.Publisher {
+	t.Helper()
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, logger)
+	require.NoError(t, err)
+	return pub
+}

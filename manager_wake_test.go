@@ -6,17 +6,15 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redisdelay/watermill-redisdelay"
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -34,30 +32,6 @@ func wkPartitionKeys(parts int) []string {
 		}
 	}
 	return keys
-}
-
-// recLogger records the errors logged through it, and logs nothing else.
-type recLogger struct {
-	mu     sync.Mutex
-	errors []string
-}
-
-func (l *recLogger) Error(msg string, err error, fields watermill.LogFields) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.errors = append(l.errors, fmt.Sprintf("%s: %v %v", msg, err, fields))
-}
-func (l *recLogger) Info(string, watermill.LogFields)  {}
-func (l *recLogger) Debug(string, watermill.LogFields) {}
-func (l *recLogger) Trace(string, watermill.LogFields) {}
-func (l *recLogger) With(watermill.LogFields) watermill.LoggerAdapter {
-	return l
-}
-
-func (l *recLogger) logged() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.errors...)
 }
 
 // wkLateness publishes one message due in 300ms to each partition of tp

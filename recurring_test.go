@@ -85,13 +85,6 @@ func scManager(t *testing.T, client redis.UniversalClient, prefix, topic string)
 	return runManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}})
 }
 
-func scPublisher(t *testing.T, client redis.UniversalClient, prefix string) *redisdelay.Publisher {
-	t.Helper()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, logger)
-	require.NoError(t, err)
-	return pub
-}
-
 // Three Managers compete for the ticks of one schedule: each tick is
 // published once, and none is missed.
 func TestScheduleOneTickPerManager(t *testing.T) {

@@ -27,31 +27,6 @@ import (
 // adapter and check each gap against the delay Watermill intends: never
 // early, and not a second delay on top.
 
-// runRouter runs r until the test ends.
-func runRouter(t *testing.T, r *message.Router) {
-	t.Helper()
-	go func() { _ = r.Run(context.Background()) }()
-	t.Cleanup(func() { _ = r.Close() })
-	<-r.Running()
-}
-
-func newRouter(t *testing.T) *message.Router {
-	t.Helper()
-	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, logger)
-	require.NoError(t, err)
-	return r
-}
-
-// checkGap asserts a gap is not shorter than intended, nor longer than
-// intended by more than half of it plus slack (a second delay applied on top
-// doubles it).
-func checkGap(t *testing.T, what string, gap, intended, slack time.Duration) {
-	t.Helper()
-	t.Logf("%s: gap %s, intended %s (%.3fx)", what, gap.Round(time.Millisecond), intended, float64(gap)/float64(intended))
-	assert.GreaterOrEqual(t, gap, intended, "%s: early", what)
-	assert.Less(t, gap, intended+intended/2+slack, "%s: late", what)
-}
-
 // The port of Watermill's _examples/real-world-examples/delayed-requeue:
 // PoisonQueue and DelayOnError on the handler send a failed message to a
 // requeue topic, delayed by DelayOnError; the requeuer publishes it back.
@@ -95,17 +70,6 @@ func TestRepublishRequeuerWithDelayOnError(t *testing.T) {
 		at := receiveTime(t, deliveries, 2*intended+2*time.Second)
 		checkGap(t, "retry "+strconv.Itoa(i+1), at.Sub(prev), intended, 100*time.Millisecond)
 		prev = at
-	}
-}
-
-func receiveTime(t *testing.T, ch <-chan time.Time, within time.Duration) time.Time {
-	t.Helper()
-	select {
-	case at := <-ch:
-		return at
-	case <-time.After(within):
-		t.Fatalf("nothing within %s", within)
-		return time.Time{}
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redisdelay/watermill-redisdelay"
+	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
 
 // searchAll pages through SearchWaiting with limit and returns the UUIDs
@@ -503,19 +503,6 @@ func searchBacklog(b *testing.B, pub *redisdelay.Publisher, tp string, d time.Du
 		return msg
 	})
 	return n
-}
-
-// publishN publishes the n messages msg makes (given 0 to n-1) to tp,
-// 1,000 a call.
-func publishN(tb testing.TB, pub *redisdelay.Publisher, tp string, n int, msg func(i int) *message.Message) {
-	tb.Helper()
-	for b := 0; b < n; b += 1000 {
-		msgs := make([]*message.Message, 0, 1000)
-		for i := b; i < min(b+1000, n); i++ {
-			msgs = append(msgs, msg(i))
-		}
-		require.NoError(tb, pub.Publish(tp, msgs...))
-	}
 }
 
 // A To bound inside a millisecond keeps what is due (or died) in that

@@ -57,14 +57,6 @@ func (s sample) publishTenants(t *testing.T, tp string, parts, n int) tenants {
 	return out
 }
 
-func uuidsOf(ms []waitingJSON) []string {
-	var ids []string
-	for _, m := range ms {
-		ids = append(ids, m.UUID)
-	}
-	return ids
-}
-
 // nextCursor returns the cursor of a search's paging hint, "" when none.
 var nextCursor = regexp.MustCompile(`next page: --cursor (\S+)\)\n$`)
 

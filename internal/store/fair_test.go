@@ -25,11 +25,6 @@ import (
 // group's fair queues, its redelivery stream and its retry set and checks
 // fair.lua's invariants (see its header, and check).
 
-// fairCall is a Publish call of the tests.
-type fairCall struct{ PubArgs }
-
-func (c *fairCall) PublishArgs() *PubArgs { return &c.PubArgs }
-
 // fairMsg is a message published by the tests: in group (SetGroup's
 // group), or with the keep-last-if-active business key key (its group is
 // then "\x01" + key), high-priority or not.
@@ -85,30 +80,6 @@ type fairEnv struct {
 	policy fairPolicy
 	before int64             // Redis's ms clock before the last step (see check)
 	prev   map[string]string // the groups' states as the last check read them
-}
-
-// loadScripts loads every script, so the pipelined ones (pick, ack) run at
-// their first use.
-func loadScripts(t testing.TB, c *redis.Client) {
-	t.Helper()
-	ctx := context.Background()
-	included := map[string]bool{}
-	entries, err := scriptFiles.ReadDir("scripts")
-	require.NoError(t, err)
-	var names []string
-	for _, e := range entries {
-		name := strings.TrimSuffix(e.Name(), ".lua")
-		names = append(names, name)
-		_, incs, _ := splitScript(readScript(name))
-		for _, inc := range incs {
-			included[inc] = true
-		}
-	}
-	for _, name := range names {
-		if !included[name] {
-			require.NoError(t, c.ScriptLoad(ctx, scriptSource(name)).Err(), name)
-		}
-	}
 }
 
 func newFairEnv(t *testing.T, p fairPolicy) *fairEnv {

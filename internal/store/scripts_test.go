@@ -25,24 +25,6 @@ func luaCode(src string) string {
 	return luaComment.ReplaceAllString(luaLongComment.ReplaceAllString(src, ""), "")
 }
 
-// splitScript cuts a script's source into its shebang line (with its
-// newline; "" for none), the includes its include line names, and the rest
-// (from the include line on).
-func splitScript(src string) (shebang string, includes []string, rest string) {
-	rest = src
-	if strings.HasPrefix(rest, "#!") {
-		line, after, _ := strings.Cut(rest, "\n")
-		shebang, rest = line+"\n", after
-	}
-	first, _, _ := strings.Cut(rest, "\n")
-	if list, ok := strings.CutPrefix(first, includeLine); ok {
-		for _, name := range strings.Split(list, ",") {
-			includes = append(includes, strings.TrimSpace(name))
-		}
-	}
-	return shebang, includes, rest
-}
-
 // scriptNames are the names of the embedded .lua files, scripts and
 // includes.
 func scriptNames(t *testing.T) []string {
