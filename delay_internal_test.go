@@ -9,6 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // The delay rule on its own, at a fixed instant: which of the two keys
@@ -164,4 +166,10 @@ func BenchmarkApplyContextDelays(b *testing.B) {
 			}
 		})
 	}
+}
+
+// The codec drops the attempt key when it stores a message, by its own
+// name of it: the two must be one key.
+func TestAttemptKeyIsTheCodecs(t *testing.T) {
+	require.Equal(t, AttemptKey, store.AttemptMeta)
 }

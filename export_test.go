@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
@@ -193,3 +194,7 @@ const Lanes = store.Lanes
 // HubShared reports whether the components of the process hold a hub of
 // the client (internal/store/hub.go).
 func HubShared(client redis.UniversalClient) bool { return store.HubShared(client) }
+
+// EncodeForTest is a message as stored, for tests that write entries
+// around Publish.
+func EncodeForTest(msg *message.Message) []byte { return store.Encode(msg) }

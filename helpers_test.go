@@ -6,7 +6,7 @@ package redisdelay_test
 // features' tests use. Beside this file: helpers_redis_test.go (keys and
 // what a topic holds in Redis, servers and ACL users of a test's own),
 // helpers_proxy_test.go (TCP proxies for outages and the publish gate) and
-// helpers_metrics_test.go (Prometheus metrics read back). The test
+// helpers_groups_test.go (the groups tests'). The test
 // deployment itself (TestMain, clients, needSingle) is in main_test.go.
 
 import (
@@ -27,7 +27,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay"
 	"github.com/redisdelay/watermill-redisdelay/internal/testkit"
 )
 
@@ -356,3 +356,11 @@ func scPublisher(t *testing.T, client redis.UniversalClient, prefix string) *red
 	require.NoError(t, err)
 	return pub
 }
+
+// The Prometheus metrics of prommetrics, read back by the tests of the
+// features that record them (internal/testkit, shared with prommetrics).
+var (
+	newMetrics  = testkit.NewMetrics
+	metricValue = testkit.MetricValue
+	awaitMetric = testkit.AwaitMetric
+)
