@@ -18,7 +18,7 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
-// Helpers of the groups tests (groups_test.go, groups_combo_test.go):
+// Helpers of the groups tests (groups_test.go and groups_*_test.go):
 // what the handlers saw, grouped messages, and waits for the groups'
 // queues.
 
