@@ -101,17 +101,15 @@ func TestAck_AckedMessagesNotRedeliveredAfterImmediateClose(t *testing.T) {
 func TestAck_AcksSurviveConnectionDrop(t *testing.T) {
 	t.Parallel()
 	proxy := newFaultProxy(t)
-	direct := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, direct)
+	env := setup(t)
 	sub := newSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", BatchSize: 20, CheckInterval: 200 * time.Millisecond, CloseTimeout: time.Second,
 	})
 	releaseAcks := redisdelay.HoldAcks(sub)
 	defer releaseAcks()
-	require.NoError(t, sub.SubscribeInitialize(topic))
-	msgs := ackPublish(t, pub, topic, 40) // two batches
-	ch := subscribe(t, sub, topic)
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	msgs := ackPublish(t, env.pub, env.topic, 40) // two batches
+	ch := subscribe(t, sub, env.topic)
 
 	got := map[string]int{}
 	take := func(n int, within time.Duration) {
@@ -123,7 +121,7 @@ func TestAck_AcksSurviveConnectionDrop(t *testing.T) {
 		}
 	}
 	take(10, 2*time.Second) // acks queued, not in Redis
-	require.EqualValues(t, 20, pendingCount(t, direct, topic, "g"))
+	require.EqualValues(t, 20, pendingCount(t, env.client, env.topic, "g"))
 	proxy.cut(0)
 	take(10, time.Second)               // the rest of the first batch, from memory
 	time.Sleep(2500 * time.Millisecond) // the next read fails (beyond the client's own retries)
@@ -138,7 +136,7 @@ func TestAck_AcksSurviveConnectionDrop(t *testing.T) {
 	for _, m := range msgs {
 		assert.Equal(t, 1, got[m.UUID], "message %s delivered %d times", m.Payload, got[m.UUID])
 	}
-	assert.Eventually(t, func() bool { return pendingCount(t, direct, topic, "g") == 0 }, 3*time.Second, 20*time.Millisecond)
+	assert.Eventually(t, func() bool { return pendingCount(t, env.client, env.topic, "g") == 0 }, 3*time.Second, 20*time.Millisecond)
 }
 
 // Acked entries whose acknowledgement is still queued are held: renewal
@@ -146,31 +144,29 @@ func TestAck_AcksSurviveConnectionDrop(t *testing.T) {
 // subscription lacks, so they are neither reclaimed nor re-read.
 func TestAck_LeaseRenewalCountsQueuedAcksAsHeld(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	config := redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	}
-	sub := newSubscriber(t, client, config)
-	other := newSubscriber(t, client, config)
+	sub := newSubscriber(t, env.client, config)
+	other := newSubscriber(t, env.client, config)
 	releaseAcks := redisdelay.HoldAcks(sub)
 	defer releaseAcks()
-	require.NoError(t, sub.SubscribeInitialize(topic))
-	ackPublish(t, pub, topic, 3)
-	ch := subscribe(t, sub, topic)
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	ackPublish(t, env.pub, env.topic, 3)
+	ch := subscribe(t, sub, env.topic)
 	receive(t, ch, 2*time.Second).Ack()
 	receive(t, ch, 2*time.Second).Ack()
 	last := receive(t, ch, 2*time.Second)
 
-	chOther := subscribe(t, other, topic)
+	chOther := subscribe(t, other, env.topic)
 	nothing(t, chOther, 2*time.Second) // > 3× VisibilityTimeout: the queued acks' lease is renewed
-	assert.EqualValues(t, 3, pendingCount(t, client, topic, "g"), "two acks queued, one handled")
+	assert.EqualValues(t, 3, pendingCount(t, env.client, env.topic, "g"), "two acks queued, one handled")
 	assert.Zero(t, redisdelay.UnheldReports(sub), "queued acks reported as not held")
 
 	last.Ack()
 	releaseAcks()
-	assert.Eventually(t, func() bool { return pendingCount(t, client, topic, "g") == 0 }, 2*time.Second, 20*time.Millisecond)
+	assert.Eventually(t, func() bool { return pendingCount(t, env.client, env.topic, "g") == 0 }, 2*time.Second, 20*time.Millisecond)
 	nothing(t, ch, 300*time.Millisecond)
 	nothing(t, chOther, 10*time.Millisecond)
 	assert.Zero(t, redisdelay.UnheldReports(sub))
@@ -183,29 +179,27 @@ func TestAck_LeaseRenewalCountsQueuedAcksAsHeld(t *testing.T) {
 func TestAck_CrashBetweenAckAndFlushRedelivers(t *testing.T) {
 	t.Parallel()
 	proxy := newFaultProxy(t)
-	direct := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, direct)
+	env := setup(t)
 	config := redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", VisibilityTimeout: 500 * time.Millisecond, CheckInterval: 100 * time.Millisecond, CloseTimeout: 100 * time.Millisecond,
 	}
 	crashing := newSubscriber(t, proxy.client(t), config)
 	releaseAcks := redisdelay.HoldAcks(crashing)
 	defer releaseAcks()
-	require.NoError(t, crashing.SubscribeInitialize(topic))
+	require.NoError(t, crashing.SubscribeInitialize(env.topic))
 	msg := newMessage("x")
-	require.NoError(t, pub.Publish(topic, msg))
-	got := receive(t, subscribe(t, crashing, topic), 2*time.Second)
+	require.NoError(t, env.pub.Publish(env.topic, msg))
+	got := receive(t, subscribe(t, crashing, env.topic), 2*time.Second)
 	got.Ack()
 	proxy.cut(0) // for good
 	releaseAcks()
 
-	other := newSubscriber(t, direct, config)
-	again := receive(t, subscribe(t, other, topic), 5*time.Second)
+	other := newSubscriber(t, env.client, config)
+	again := receive(t, subscribe(t, other, env.topic), 5*time.Second)
 	assert.Equal(t, msg.UUID, again.UUID)
 	assert.Equal(t, "2", again.Metadata.Get(redisdelay.AttemptKey), "reclaimed as the next attempt")
 	again.Ack()
-	assert.Eventually(t, func() bool { return pendingCount(t, direct, topic, "g") == 0 }, 2*time.Second, 20*time.Millisecond)
+	assert.Eventually(t, func() bool { return pendingCount(t, env.client, env.topic, "g") == 0 }, 2*time.Second, 20*time.Millisecond)
 }
 
 // An idle subscription skips lease renewals (it holds nothing, and its

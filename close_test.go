@@ -20,15 +20,13 @@ import (
 // counts: no one gets the message again.
 func TestLifecycle_CloseWaitsForRunningHandlersAck(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	config := redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", CloseTimeout: 5 * time.Second, VisibilityTimeout: 500 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	}
-	first := newSubscriber(t, client, config)
-	ch := subscribe(t, first, topic)
-	require.NoError(t, pub.Publish(topic, newMessage("x")))
+	first := newSubscriber(t, env.client, config)
+	ch := subscribe(t, first, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("x")))
 	msg := receive(t, ch, 2*time.Second)
 
 	cancelled := make(chan error, 1)
@@ -49,26 +47,24 @@ func TestLifecycle_CloseWaitsForRunningHandlersAck(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, took, 250*time.Millisecond, "Close did not wait for the handler")
 	assert.Less(t, took, 3*time.Second)
-	assert.Zero(t, pendingCount(t, client, topic, "g"), "the Ack was recorded before Close returned")
+	assert.Zero(t, pendingCount(t, env.client, env.topic, "g"), "the Ack was recorded before Close returned")
 
-	second := newSubscriber(t, client, config)
-	nothing(t, subscribe(t, second, topic), 1500*time.Millisecond) // > VisibilityTimeout + CheckInterval
+	second := newSubscriber(t, env.client, config)
+	nothing(t, subscribe(t, second, env.topic), 1500*time.Millisecond) // > VisibilityTimeout + CheckInterval
 }
 
 // A handler that never finishes: Close gives up after CloseTimeout and the
 // message goes to another consumer of the group at once, same attempt.
 func TestLifecycle_CloseHandsBackMessageOfStuckHandler(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	stuck := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CloseTimeout: 500 * time.Millisecond})
-	other := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}) // VisibilityTimeout 30s
-	ch := subscribe(t, stuck, topic)
+	env := setup(t)
+	stuck := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CloseTimeout: 500 * time.Millisecond})
+	other := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}) // VisibilityTimeout 30s
+	ch := subscribe(t, stuck, env.topic)
 	msg := newMessage("x")
-	require.NoError(t, pub.Publish(topic, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg))
 	held := receive(t, ch, 2*time.Second)
-	chOther := subscribe(t, other, topic)
+	chOther := subscribe(t, other, env.topic)
 
 	start := time.Now()
 	require.NoError(t, stuck.Close())
@@ -85,30 +81,28 @@ func TestLifecycle_CloseHandsBackMessageOfStuckHandler(t *testing.T) {
 	again.Ack()
 	held.Ack() // far too late: no effect
 	nothing(t, chOther, 300*time.Millisecond)
-	assert.Zero(t, pendingCount(t, client, topic, "g"))
+	assert.Zero(t, pendingCount(t, env.client, env.topic, "g"))
 }
 
 // Prefetched messages not yet handed to a handler go back to the group as
 // soon as Close starts, while the handler still finishes its own.
 func TestLifecycle_CloseHandsBackPrefetchedMessagesAtOnce(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	first := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 10, CloseTimeout: 5 * time.Second})
-	other := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	require.NoError(t, first.SubscribeInitialize(topic))
+	env := setup(t)
+	first := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 10, CloseTimeout: 5 * time.Second})
+	other := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	require.NoError(t, first.SubscribeInitialize(env.topic))
 	var msgs []*message.Message
 	for i := 0; i < 5; i++ {
 		msgs = append(msgs, newMessage(strconv.Itoa(i)))
 	}
-	require.NoError(t, pub.Publish(topic, msgs...))
-	ch := subscribe(t, first, topic)
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
+	ch := subscribe(t, first, env.topic)
 	handled := receive(t, ch, 2*time.Second)
 	require.Equal(t, msgs[0].UUID, handled.UUID)
-	chOther := subscribe(t, other, topic)
+	chOther := subscribe(t, other, env.topic)
 	nothing(t, chOther, 300*time.Millisecond) // the other four are prefetched
-	require.EqualValues(t, 5, pendingCount(t, client, topic, "g"))
+	require.EqualValues(t, 5, pendingCount(t, env.client, env.topic, "g"))
 
 	go func() {
 		<-handled.Context().Done()
@@ -135,5 +129,5 @@ func TestLifecycle_CloseHandsBackPrefetchedMessagesAtOnce(t *testing.T) {
 		t.Fatal("Close did not return")
 	}
 	nothing(t, chOther, 300*time.Millisecond) // the handled one was acked
-	assert.Zero(t, pendingCount(t, client, topic, "g"))
+	assert.Zero(t, pendingCount(t, env.client, env.topic, "g"))
 }

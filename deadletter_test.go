@@ -24,18 +24,15 @@ import (
 // letters as published, with the handler's last error as the reason.
 func TestLifecycle_FailingHandlerDeadLettersAfterMaxAttemptsWithItsError(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3, RetryDelay: noRetry})
-	insp := newInspector(t, client)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3, RetryDelay: noRetry})
 
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, logger)
 	require.NoError(t, err)
 	router.AddMiddleware(redisdelay.RecordError)
 	var mu sync.Mutex
 	var attempts []string
-	router.AddNoPublisherHandler("always-fails", topic, sub, func(msg *message.Message) error {
+	router.AddNoPublisherHandler("always-fails", env.topic, sub, func(msg *message.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		attempts = append(attempts, msg.Metadata.Get(redisdelay.AttemptKey))
@@ -47,9 +44,9 @@ func TestLifecycle_FailingHandlerDeadLettersAfterMaxAttemptsWithItsError(t *test
 
 	msg := newMessage("charge order 42")
 	msg.Metadata.Set("order", "42")
-	require.NoError(t, pub.Publish(topic, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg))
 
-	dead := awaitDeadLetters(t, insp, topic, "g", 1, 5*time.Second)
+	dead := awaitDeadLetters(t, env.insp, env.topic, "g", 1, 5*time.Second)
 	time.Sleep(300 * time.Millisecond) // time for a wrong fourth delivery
 	mu.Lock()
 	assert.Equal(t, []string{"1", "2", "3"}, attempts, "deliveries (attempt numbers)")
@@ -65,7 +62,7 @@ func TestLifecycle_FailingHandlerDeadLettersAfterMaxAttemptsWithItsError(t *test
 	assert.Equal(t, "payment service said no (try 3)", d.Reason)
 	assert.WithinDuration(t, time.Now(), d.Time, 5*time.Second)
 
-	g := groupStats(t, insp, topic, "g")
+	g := groupStats(t, env.insp, env.topic, "g")
 	assert.EqualValues(t, 1, g.Dead)
 	assert.EqualValues(t, 1, g.DeadTotal)
 	assert.Zero(t, g.Pending+g.Retry+g.Ready, "nothing left in flight: %+v", g)
@@ -75,21 +72,18 @@ func TestLifecycle_FailingHandlerDeadLettersAfterMaxAttemptsWithItsError(t *test
 // and points at ErrorKey.
 func TestLifecycle_NackedByHandDeadLetterReasonMentionsErrorKey(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3, RetryDelay: noRetry})
-	insp := newInspector(t, client)
-	ch := subscribe(t, sub, topic)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 3, RetryDelay: noRetry})
+	ch := subscribe(t, sub, env.topic)
 
 	msg := newMessage("x")
-	require.NoError(t, pub.Publish(topic, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg))
 	for attempt := 1; attempt <= 3; attempt++ {
 		got := receive(t, ch, 2*time.Second)
 		assert.Equal(t, strconv.Itoa(attempt), got.Metadata.Get(redisdelay.AttemptKey))
 		got.Nack()
 	}
-	dead := awaitDeadLetters(t, insp, topic, "g", 1, 2*time.Second)
+	dead := awaitDeadLetters(t, env.insp, env.topic, "g", 1, 2*time.Second)
 	nothing(t, ch, 300*time.Millisecond)
 	assert.Equal(t, msg.UUID, dead[0].Message.UUID)
 	assert.Equal(t, 3, dead[0].Attempts)
@@ -100,15 +94,12 @@ func TestLifecycle_NackedByHandDeadLetterReasonMentionsErrorKey(t *testing.T) {
 // MaxAttempts < 0: no limit, well past the default bound of 16.
 func TestLifecycle_NegativeMaxAttemptsRetriesForever(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: -1, RetryDelay: noRetry})
-	insp := newInspector(t, client)
-	ch := subscribe(t, sub, topic)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: -1, RetryDelay: noRetry})
+	ch := subscribe(t, sub, env.topic)
 
 	msg := newMessage("x")
-	require.NoError(t, pub.Publish(topic, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg))
 	for attempt := 1; attempt <= 20; attempt++ {
 		got := receive(t, ch, 2*time.Second)
 		require.Equal(t, msg.UUID, got.UUID)
@@ -120,7 +111,7 @@ func TestLifecycle_NegativeMaxAttemptsRetriesForever(t *testing.T) {
 		}
 	}
 	nothing(t, ch, 200*time.Millisecond)
-	g := groupStats(t, insp, topic, "g")
+	g := groupStats(t, env.insp, env.topic, "g")
 	assert.Zero(t, g.Dead)
 	assert.Zero(t, g.DeadTotal)
 }
@@ -129,25 +120,22 @@ func TestLifecycle_NegativeMaxAttemptsRetriesForever(t *testing.T) {
 // eviction is counted.
 func TestLifecycle_DeadLettersBeyondMaxDeadLettersEvictTheOldest(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1, MaxDeadLetters: 2})
-	insp := newInspector(t, client)
-	ch := subscribe(t, sub, topic)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1, MaxDeadLetters: 2})
+	ch := subscribe(t, sub, env.topic)
 
 	msgs := []*message.Message{newMessage("0"), newMessage("1"), newMessage("2")}
-	require.NoError(t, pub.Publish(topic, msgs...))
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
 	for range msgs {
 		receive(t, ch, 2*time.Second).Nack()
 	}
-	require.Eventually(t, func() bool { return groupStats(t, insp, topic, "g").DeadTotal == 3 }, 2*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return groupStats(t, env.insp, env.topic, "g").DeadTotal == 3 }, 2*time.Second, 20*time.Millisecond)
 
-	g := groupStats(t, insp, topic, "g")
+	g := groupStats(t, env.insp, env.topic, "g")
 	assert.EqualValues(t, 2, g.Dead)
 	assert.EqualValues(t, 3, g.DeadTotal)
 	assert.EqualValues(t, 1, g.DeadEvicted)
-	dead, err := insp.DeadLetters(context.Background(), topic, "g", "", 10)
+	dead, err := env.insp.DeadLetters(context.Background(), env.topic, "g", "", 10)
 	require.NoError(t, err)
 	require.Len(t, dead, 2)
 	assert.Equal(t, msgs[1].UUID, dead[0].Message.UUID, "the oldest was evicted")
@@ -159,25 +147,22 @@ func TestLifecycle_DeadLettersBeyondMaxDeadLettersEvictTheOldest(t *testing.T) {
 func TestLifecycle_UndecodableEntriesGoToDeadLettersAndDeliveryContinues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	topic := topic()
-	stream := shardOf(topic, 0).Stream()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	require.NoError(t, sub.SubscribeInitialize(topic))
-	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"m", "not a message"}}).Err())
-	require.NoError(t, client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"x", "y"}}).Err())
+	env := setup(t)
+	stream := shardOf(env.topic, 0).Stream()
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	require.NoError(t, env.client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"m", "not a message"}}).Err())
+	require.NoError(t, env.client.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"x", "y"}}).Err())
 	valid := newMessage("valid")
-	require.NoError(t, pub.Publish(topic, valid))
+	require.NoError(t, env.pub.Publish(env.topic, valid))
 
-	ch := subscribe(t, sub, topic)
+	ch := subscribe(t, sub, env.topic)
 	got := receive(t, ch, 2*time.Second)
 	assert.Equal(t, valid.UUID, got.UUID)
 	got.Ack()
 	nothing(t, ch, 200*time.Millisecond)
 
-	dead := awaitDeadLetters(t, insp, topic, "g", 2, 2*time.Second)
+	dead := awaitDeadLetters(t, env.insp, env.topic, "g", 2, 2*time.Second)
 	assert.Nil(t, dead[0].Message)
 	assert.Equal(t, "not a message", string(dead[0].Body))
 	assert.Contains(t, dead[0].Reason, "corrupt")
@@ -186,5 +171,5 @@ func TestLifecycle_UndecodableEntriesGoToDeadLettersAndDeliveryContinues(t *test
 	assert.Empty(t, dead[1].Body)
 	assert.Contains(t, dead[1].Reason, "corrupt")
 	assert.Contains(t, dead[1].Reason, "no field m")
-	assert.Zero(t, pendingCount(t, client, topic, "g"))
+	assert.Zero(t, pendingCount(t, env.client, env.topic, "g"))
 }

@@ -87,37 +87,35 @@ func burst(t *testing.T, policy redisdelay.BusinessKeyPolicy, parts int) {
 func TestBusinessKeyReplaceKeepDue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.ReplaceKeepDue})
-	insp := newInspector(t, client)
 
 	first := businessKeyMessage("order-1", time.Hour, "first", "")
-	require.NoError(t, pub.Publish(tp, first))
-	due := waitingScore(t, tp, first.UUID)
+	require.NoError(t, pub.Publish(env.topic, first))
+	due := waitingScore(t, env.topic, first.UUID)
 	now := businessKeyMessage("order-1", 0, "now", "")
-	require.NoError(t, pub.Publish(tp, now))
-	got := content(t, tp)
+	require.NoError(t, pub.Publish(env.topic, now))
+	got := content(t, env.topic)
 	require.Equal(t, []string{now.UUID}, got.waiting, "the immediate message waits in the holder's place")
 	require.EqualValues(t, 0, got.ready)
-	require.Equal(t, due, waitingScore(t, tp, now.UUID), "the holder's score, exactly")
-	require.Equal(t, map[string]string{"order-1": now.UUID}, businessKeyState(t, tp, 0))
+	require.Equal(t, due, waitingScore(t, env.topic, now.UUID), "the holder's score, exactly")
+	require.Equal(t, map[string]string{"order-1": now.UUID}, businessKeyState(t, env.topic, 0))
 
-	require.NoError(t, pub.Publish(tp, businessKeyMessage("order-2", 0, "free", "")))
-	require.EqualValues(t, 1, content(t, tp).ready, "no holder: sent at once")
+	require.NoError(t, pub.Publish(env.topic, businessKeyMessage("order-2", 0, "free", "")))
+	require.EqualValues(t, 1, content(t, env.topic).ready, "no holder: sent at once")
 	own := businessKeyMessage("order-3", 2*time.Hour, "own", "")
-	require.NoError(t, pub.Publish(tp, own))
-	w, _, err := insp.FindWaiting(ctx, tp, own.UUID)
+	require.NoError(t, pub.Publish(env.topic, own))
+	w, _, err := env.insp.FindWaiting(ctx, env.topic, own.UUID)
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(2*time.Hour), w.Due, time.Second, "no holder: its own due time")
 
 	// an immediate message with order-3 and the UUID of the order-1 holder
 	clash := businessKeyMessage("order-3", 0, "clash", "")
 	clash.UUID = now.UUID
-	before := topicState(t, tp)
-	err = pub.Publish(tp, clash)
+	before := topicState(t, env.topic)
+	err = pub.Publish(env.topic, clash)
 	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
-	require.Equal(t, before, topicState(t, tp))
+	require.Equal(t, before, topicState(t, env.topic))
 }
 
 // ReplaceKeepDue within one script run: a message replacing one accepted

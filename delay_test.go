@@ -458,10 +458,7 @@ func TestSetDueAt_Metadata(t *testing.T) {
 func TestSetDueAt_IsDueAtTheInstant(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	tp := topic()
+	env := setup(t)
 	// Instants just after a whole second: delay.Until's until key (the end
 	// of its second) then comes after its duration, which decides.
 	for _, ahead := range []time.Duration{2 * time.Second, time.Minute} {
@@ -473,10 +470,10 @@ func TestSetDueAt_IsDueAtTheInstant(t *testing.T) {
 		const gap = 100 * time.Millisecond // between delay.Until and Publish
 		time.Sleep(gap)
 		start := time.Now()
-		require.NoError(t, pub.Publish(tp, exact, until))
+		require.NoError(t, env.pub.Publish(env.topic, exact, until))
 		took := time.Since(start)
 
-		w, ok, err := insp.FindWaiting(ctx, tp, exact.UUID)
+		w, ok, err := env.insp.FindWaiting(ctx, env.topic, exact.UUID)
 		require.NoError(t, err)
 		require.True(t, ok)
 		ceil := at.Truncate(time.Millisecond).Add(time.Millisecond)
@@ -485,7 +482,7 @@ func TestSetDueAt_IsDueAtTheInstant(t *testing.T) {
 		// that Redis counts from its own ms, rounded up too.
 		assert.LessOrEqual(t, w.Due.Sub(ceil), took+2*time.Millisecond, "%s ahead: due %s, %s after %s; Publish took %s", ahead, w.Due, w.Due.Sub(at), at, took)
 
-		w, ok, err = insp.FindWaiting(ctx, tp, until.UUID)
+		w, ok, err = env.insp.FindWaiting(ctx, env.topic, until.UUID)
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.GreaterOrEqual(t, w.Due.Sub(at), gap, "%s ahead: delay.Until is late by the time before Publish", ahead)

@@ -19,15 +19,13 @@ type ctxKey struct{}
 // context.Cause and context.AfterFunc see it end too.
 func TestDelivery_MessageContextEndsWithTheDelivery(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
 	defer cancel()
-	ch, err := sub.Subscribe(ctx, topic)
+	ch, err := sub.Subscribe(ctx, env.topic)
 	require.NoError(t, err)
-	require.NoError(t, pub.Publish(topic, newMessage("early"), newMessage("late")))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("early"), newMessage("late")))
 
 	// Done asked for before the Ack.
 	early := receive(t, ch, 2*time.Second)

@@ -26,9 +26,7 @@ import (
 // never early, each once; the near and far ones interleave in due order.
 func TestFar_DeliveredOnTimeNeverEarly(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	due := map[string]time.Time{}
 	var msgs []*message.Message
 	start := time.Now()
@@ -38,15 +36,15 @@ func TestFar_DeliveredOnTimeNeverEarly(t *testing.T) {
 		due[msg.UUID] = start.Add(d)
 		msgs = append(msgs, msg)
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
-	buckets, far := farKeys(t, tp)
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
+	buckets, far := farKeys(t, env.topic)
 	require.Positive(t, buckets, "some went to the far tier")
 	require.Positive(t, far)
 	require.Less(t, far, int64(40), "some stayed near")
-	assert.EqualValues(t, 40, topicStats(t, newInspector(t, client), tp).Waiting, "Stats counts both tiers")
+	assert.EqualValues(t, 40, topicStats(t, newInspector(t, env.client), env.topic).Waiting, "Stats counts both tiers")
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
 	seen := map[string]bool{}
 	for range 40 {
 		msg := receive(t, ch, 6*time.Second)
@@ -58,10 +56,10 @@ func TestFar_DeliveredOnTimeNeverEarly(t *testing.T) {
 		msg.Ack()
 	}
 	nothing(t, ch, 300*time.Millisecond)
-	buckets, far = farKeys(t, tp)
+	buckets, far = farKeys(t, env.topic)
 	assert.Zero(t, buckets)
 	assert.Zero(t, far)
-	keys, err := client.Keys(context.Background(), shardKey(tp, 0, "f*")).Result()
+	keys, err := env.client.Keys(context.Background(), shardKey(env.topic, 0, "f*")).Result()
 	require.NoError(t, err)
 	assert.Empty(t, keys, "the far tier leaves no key behind")
 }
@@ -71,10 +69,7 @@ func TestFar_DeliveredOnTimeNeverEarly(t *testing.T) {
 // message keeps its place: Find does not move it.
 func TestFar_Inspector(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
+	env := setup(t)
 	ctx := context.Background()
 	var want []string
 	for i := range 12 {
@@ -85,11 +80,11 @@ func TestFar_Inspector(t *testing.T) {
 			redisdelay.SetBusinessKey(msg, "k"+strconv.Itoa(i))
 		}
 		want = append([]string{msg.UUID}, want...)
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, env.pub.Publish(env.topic, msg))
 	}
-	_, far := farKeys(t, tp)
+	_, far := farKeys(t, env.topic)
 	require.Positive(t, far)
-	page, err := insp.Waiting(ctx, tp, 0, 100)
+	page, err := env.insp.Waiting(ctx, env.topic, 0, 100)
 	require.NoError(t, err)
 	var got []string
 	for _, w := range page {
@@ -97,23 +92,23 @@ func TestFar_Inspector(t *testing.T) {
 		assert.Empty(t, w.Corrupt)
 	}
 	assert.Equal(t, want, got, "both tiers in due order")
-	page, err = insp.Waiting(ctx, tp, 3, 4)
+	page, err = env.insp.Waiting(ctx, env.topic, 3, 4)
 	require.NoError(t, err)
 	require.Len(t, page, 4)
 	assert.Equal(t, want[3], page[0].Message.UUID)
 	assert.Equal(t, want[6], page[3].Message.UUID)
 
 	last := want[len(want)-1] // due in 6.5 s: far
-	w, ok, err := insp.FindWaiting(ctx, tp, last)
+	w, ok, err := env.insp.FindWaiting(ctx, env.topic, last)
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, "w0", string(w.Message.Payload))
 	assert.WithinDuration(t, time.Now().Add(6500*time.Millisecond), w.Due, time.Second)
-	_, after := farKeys(t, tp)
+	_, after := farKeys(t, env.topic)
 	assert.Equal(t, far, after, "finding a far message leaves it there")
 
 	now := time.Now()
-	counts, err := insp.DueHistogram(ctx, tp, []time.Time{now, now.Add(3 * time.Second), now.Add(time.Hour)})
+	counts, err := env.insp.DueHistogram(ctx, env.topic, []time.Time{now, now.Add(3 * time.Second), now.Add(time.Hour)})
 	require.NoError(t, err)
 	require.Len(t, counts, 4)
 	assert.EqualValues(t, 12, counts[0]+counts[1]+counts[2]+counts[3])
@@ -121,7 +116,7 @@ func TestFar_Inspector(t *testing.T) {
 
 	// no scheduler runs: the first far bucket's time passes packed
 	require.Eventually(t, func() bool {
-		o, err := insp.Overdue(ctx, tp)
+		o, err := env.insp.Overdue(ctx, env.topic)
 		return err == nil && o > 0
 	}, 8*time.Second, 100*time.Millisecond, "Overdue sees far messages nobody unpacked")
 }
@@ -130,35 +125,33 @@ func TestFar_Inspector(t *testing.T) {
 // is never delivered, one rescheduled is delivered at its new time.
 func TestFar_CancelAndReschedule(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	gone := delayed(delay.For(4*time.Second), "cancelled")
 	moved := delayed(delay.For(time.Hour), "rescheduled")
 	later := delayed(delay.For(5*time.Second), "moved later")
 	stays := delayed(delay.For(4*time.Second), "stays")
-	require.NoError(t, pub.Publish(tp, gone, moved, later, stays))
-	_, far := farKeys(t, tp)
+	require.NoError(t, env.pub.Publish(env.topic, gone, moved, later, stays))
+	_, far := farKeys(t, env.topic)
 	require.EqualValues(t, 4, far)
 
 	ctx := context.Background()
-	ok, err := pub.Cancel(ctx, tp, gone.UUID)
+	ok, err := env.pub.Cancel(ctx, env.topic, gone.UUID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = pub.Cancel(ctx, tp, gone.UUID)
+	ok, err = env.pub.Cancel(ctx, env.topic, gone.UUID)
 	require.NoError(t, err)
 	require.False(t, ok, "cancelled once")
 	start := time.Now()
-	ok, err = pub.Reschedule(ctx, tp, moved.UUID, start.Add(time.Second))
+	ok, err = env.pub.Reschedule(ctx, env.topic, moved.UUID, start.Add(time.Second))
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = pub.Reschedule(ctx, tp, later.UUID, start.Add(time.Hour))
+	ok, err = env.pub.Reschedule(ctx, env.topic, later.UUID, start.Add(time.Hour))
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.EqualValues(t, 3, topicStats(t, newInspector(t, client), tp).Waiting)
+	assert.EqualValues(t, 3, topicStats(t, newInspector(t, env.client), env.topic).Waiting)
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
 	msg := receive(t, ch, 3*time.Second)
 	require.Equal(t, moved.UUID, msg.UUID)
 	assert.False(t, time.Now().Before(start.Add(time.Second)), "early")
@@ -167,7 +160,7 @@ func TestFar_CancelAndReschedule(t *testing.T) {
 	require.Equal(t, stays.UUID, msg.UUID)
 	msg.Ack()
 	nothing(t, ch, time.Second)
-	assert.EqualValues(t, 1, topicStats(t, newInspector(t, client), tp).Waiting, "the one moved an hour on")
+	assert.EqualValues(t, 1, topicStats(t, newInspector(t, env.client), env.topic).Waiting, "the one moved an hour on")
 }
 
 // A bucket takes messages in several calls: a later call adds to a bucket
@@ -175,33 +168,31 @@ func TestFar_CancelAndReschedule(t *testing.T) {
 // alone), and one that a Cancel emptied and removed is set up again.
 func TestFar_BucketTakesLaterCalls(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	ctx := context.Background()
 	at := time.Now().Add(4 * time.Second).Truncate(time.Second) // one bucket (1 s wide)
 	if time.Until(at) < 3500*time.Millisecond {
 		at = at.Add(time.Second)
 	}
 	gone := delayed(delay.Until(at), "cancelled")
-	require.NoError(t, pub.Publish(tp, gone))
-	ok, err := pub.Cancel(ctx, tp, gone.UUID)
+	require.NoError(t, env.pub.Publish(env.topic, gone))
+	ok, err := env.pub.Cancel(ctx, env.topic, gone.UUID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	buckets, far := farKeys(t, tp)
+	buckets, far := farKeys(t, env.topic)
 	require.Zero(t, buckets, "the emptied bucket left the far set")
 	require.Zero(t, far)
 
 	first := delayed(delay.Until(at), "first")
-	require.NoError(t, pub.Publish(tp, first))
+	require.NoError(t, env.pub.Publish(env.topic, first))
 	second := delayed(delay.Until(at), "second")
-	require.NoError(t, pub.Publish(tp, second))
-	buckets, far = farKeys(t, tp)
+	require.NoError(t, env.pub.Publish(env.topic, second))
+	buckets, far = farKeys(t, env.topic)
 	require.EqualValues(t, 1, buckets, "both calls in one bucket")
 	require.EqualValues(t, 2, far)
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
 	got := map[string]bool{}
 	for range 2 {
 		msg := receive(t, ch, 6*time.Second)
@@ -218,30 +209,28 @@ func TestFar_BucketTakesLaterCalls(t *testing.T) {
 // message is delivered once.
 func TestFarRepublish(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	msg := delayed(delay.For(3*time.Second), "original")
-	require.NoError(t, pub.Publish(tp, msg))
-	_, far := farKeys(t, tp)
+	require.NoError(t, env.pub.Publish(env.topic, msg))
+	_, far := farKeys(t, env.topic)
 	require.EqualValues(t, 1, far)
 
-	require.NoError(t, pub.Publish(tp, msg.Copy()), "identical: a no-op")
+	require.NoError(t, env.pub.Publish(env.topic, msg.Copy()), "identical: a no-op")
 	changed := msg.Copy()
 	changed.Payload = []byte("changed")
-	err := pub.Publish(tp, changed, newMessage("bystander"))
+	err := env.pub.Publish(env.topic, changed, newMessage("bystander"))
 	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
 	// with a delay that puts it in the waiting set this time: the far copy
 	// is found all the same (from farMargin on, see farArgOf)
 	near := msg.Copy()
 	near.Metadata = message.Metadata{}
 	delay.Message(near, delay.For(time.Second))
-	require.ErrorIs(t, pub.Publish(tp, near), redisdelay.ErrDuplicateMessage)
-	assert.EqualValues(t, 1, topicStats(t, newInspector(t, client), tp).Waiting)
-	assert.Zero(t, topicStats(t, newInspector(t, client), tp).Stream, "nothing of the refused calls was stored")
+	require.ErrorIs(t, env.pub.Publish(env.topic, near), redisdelay.ErrDuplicateMessage)
+	assert.EqualValues(t, 1, topicStats(t, newInspector(t, env.client), env.topic).Waiting)
+	assert.Zero(t, topicStats(t, newInspector(t, env.client), env.topic).Stream, "nothing of the refused calls was stored")
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
 	got := receive(t, ch, 5*time.Second)
 	assert.Equal(t, msg.UUID, got.UUID)
 	assert.Equal(t, "original", string(got.Payload))
@@ -334,8 +323,7 @@ func TestFar_SpikeUnpackedInBatches(t *testing.T) {
 // text) is delivered after an upgrade, beside new far messages.
 func TestFar_UpgradeFromWaitingSetLayout(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	ctx := context.Background()
 	old := watermill.NewUUID()
 	// version 2: UUID as text, one text metadata entry, payload
@@ -348,18 +336,17 @@ func TestFar_UpgradeFromWaitingSetLayout(t *testing.T) {
 	body = binary.AppendUvarint(body, 1)
 	body = append(body, 'v')
 	body = append(body, "written by the old layout"...)
-	now, err := client.Time(ctx).Result()
+	now, err := env.client.Time(ctx).Result()
 	require.NoError(t, err)
 	due := now.Add(500 * time.Millisecond).UnixMilli()
-	require.NoError(t, client.ZAdd(ctx, shardOf(tp, 0).Waiting(), redis.Z{Score: float64(due*1024 + 1), Member: old}).Err())
-	require.NoError(t, client.HSet(ctx, shardOf(tp, 0).Bodies(), old, body).Err())
-	require.NoError(t, client.SAdd(ctx, defaultKeys.Topics(), tp).Err())
+	require.NoError(t, env.client.ZAdd(ctx, shardOf(env.topic, 0).Waiting(), redis.Z{Score: float64(due*1024 + 1), Member: old}).Err())
+	require.NoError(t, env.client.HSet(ctx, shardOf(env.topic, 0).Bodies(), old, body).Err())
+	require.NoError(t, env.client.SAdd(ctx, defaultKeys.Topics(), env.topic).Err())
 
-	pub := newPublisher(t, client)
 	fresh := delayed(delay.For(3*time.Second), "new, far")
-	require.NoError(t, pub.Publish(tp, fresh))
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	ch := subscribe(t, sub, tp)
+	require.NoError(t, env.pub.Publish(env.topic, fresh))
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
 	msg := receive(t, ch, 3*time.Second)
 	assert.Equal(t, old, msg.UUID)
 	assert.Equal(t, "v", msg.Metadata.Get("k"))
@@ -374,29 +361,26 @@ func TestFar_UpgradeFromWaitingSetLayout(t *testing.T) {
 // too, keyed by its text.
 func TestFar_NonCanonicalUUIDs(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	ids := []string{"0B1E6C1A-7D7E-4C6F-9D3B-2F6A1E9C0D11", watermill.NewULID(), "order-42"}
 	for _, id := range ids {
 		msg := message.NewMessage(id, []byte(id))
 		delay.Message(msg, delay.For(3*time.Second))
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, env.pub.Publish(env.topic, msg))
 	}
-	_, far := farKeys(t, tp)
+	_, far := farKeys(t, env.topic)
 	require.EqualValues(t, len(ids), far)
-	insp := newInspector(t, client)
 	for _, id := range ids {
-		w, ok, err := insp.FindWaiting(context.Background(), tp, id)
+		w, ok, err := env.insp.FindWaiting(context.Background(), env.topic, id)
 		require.NoError(t, err)
 		require.True(t, ok, id)
 		assert.Equal(t, id, w.Message.UUID)
 	}
-	ok, err := pub.Cancel(context.Background(), tp, ids[2])
+	ok, err := env.pub.Cancel(context.Background(), env.topic, ids[2])
 	require.NoError(t, err)
 	require.True(t, ok)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
 	got := map[string]bool{}
 	for range 2 {
 		msg := receive(t, ch, 5*time.Second)
@@ -411,33 +395,31 @@ func TestFar_NonCanonicalUUIDs(t *testing.T) {
 // logged; the bucket's other messages are delivered.
 func TestFar_CorruptElementDroppedAndLogged(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	ctx := context.Background()
-	pub := newPublisher(t, client)
 	var msgs []*message.Message
 	for i := range 3 {
 		msgs = append(msgs, delayed(delay.For(3*time.Second), strconv.Itoa(i)))
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
-	buckets, err := client.ZRange(ctx, shardOf(tp, 0).Far(), 0, -1).Result()
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
+	buckets, err := env.client.ZRange(ctx, shardOf(env.topic, 0).Far(), 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, buckets, 1)
-	bucket := shardOf(tp, 0).FarBucket(mustInt(t, buckets[0]))
-	first, err := client.LIndex(ctx, bucket, 0).Result()
+	bucket := shardOf(env.topic, 0).FarBucket(mustInt(t, buckets[0]))
+	first, err := env.client.LIndex(ctx, bucket, 0).Result()
 	require.NoError(t, err)
-	require.NoError(t, client.LSet(ctx, bucket, 0, first[:8]+"\x07garbage").Err())
+	require.NoError(t, env.client.LSet(ctx, bucket, 0, first[:8]+"\x07garbage").Err())
 
-	logs, mgr, ch := farLoggedManager(t, client, tp)
+	logs, mgr, ch := farLoggedManager(t, env.client, env.topic)
 	for range 2 {
 		receive(t, ch, 6*time.Second).Ack()
 	}
 	nothing(t, ch, 300*time.Millisecond)
 	require.NoError(t, mgr.Close()) // the capture's map is read below: no more logging
 	require.True(t, logs.Has(watermill.CapturedMessage{Level: watermill.ErrorLogLevel,
-		Fields: watermill.LogFields{"topic": tp, "count": int64(1), "bucket": mustInt(t, buckets[0])},
+		Fields: watermill.LogFields{"topic": env.topic, "count": int64(1), "bucket": mustInt(t, buckets[0])},
 		Msg:    "redisdelay: far messages that cannot be read were dropped"}), "the drop is logged")
-	_, far := farKeys(t, tp)
+	_, far := farKeys(t, env.topic)
 	assert.Zero(t, far)
 }
 
@@ -456,10 +438,8 @@ func mustInt(t *testing.T, s string) int64 {
 // message.
 func TestFar_CancelBetweenUnpackBatches(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	ctx := context.Background()
-	pub := newPublisher(t, client)
 	at := time.Now().Add(4 * time.Second).Truncate(time.Second)
 	var ids []string
 	var msgs []*message.Message
@@ -468,41 +448,40 @@ func TestFar_CancelBetweenUnpackBatches(t *testing.T) {
 		ids = append(ids, msg.UUID)
 		msgs = append(msgs, msg)
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
-	buckets, far := farKeys(t, tp)
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
+	buckets, far := farKeys(t, env.topic)
 	require.EqualValues(t, 1, buckets)
 	require.EqualValues(t, 6, far)
 	for _, id := range ids[:2] {
-		ok, err := pub.Cancel(ctx, tp, id)
+		ok, err := env.pub.Cancel(ctx, env.topic, id)
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
 	// the bucket is unpacked from a second (the tests' lead) before at; no
 	// scheduler runs, the test unpacks
 	time.Sleep(time.Until(at.Add(-900 * time.Millisecond)))
-	moved, err := redisdelay.UnpackFarOnce(ctx, client, tp, 2) // the two blanks
+	moved, err := redisdelay.UnpackFarOnce(ctx, env.client, env.topic, 2) // the two blanks
 	require.NoError(t, err)
 	require.Zero(t, moved)
-	moved, err = redisdelay.UnpackFarOnce(ctx, client, tp, 1) // ids[2]
+	moved, err = redisdelay.UnpackFarOnce(ctx, env.client, env.topic, 1) // ids[2]
 	require.NoError(t, err)
 	require.EqualValues(t, 1, moved)
-	ok, err := pub.Cancel(ctx, tp, ids[4]) // still far, behind popped elements
+	ok, err := env.pub.Cancel(ctx, env.topic, ids[4]) // still far, behind popped elements
 	require.NoError(t, err)
 	require.True(t, ok)
-	insp := newInspector(t, client)
 	for _, id := range []string{ids[3], ids[5]} {
-		w, ok, err := insp.FindWaiting(ctx, tp, id)
+		w, ok, err := env.insp.FindWaiting(ctx, env.topic, id)
 		require.NoError(t, err)
 		require.True(t, ok, "the far message is still found")
 		assert.Equal(t, id, w.Message.UUID)
 	}
-	moved, err = redisdelay.UnpackFarOnce(ctx, client, tp, 10)
+	moved, err = redisdelay.UnpackFarOnce(ctx, env.client, env.topic, 10)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, moved)
-	buckets, far = farKeys(t, tp)
+	buckets, far = farKeys(t, env.topic)
 	assert.Zero(t, buckets)
 	assert.Zero(t, far)
-	assert.ElementsMatch(t, []string{ids[2], ids[3], ids[5]}, content(t, tp).waiting)
+	assert.ElementsMatch(t, []string{ids[2], ids[3], ids[5]}, content(t, env.topic).waiting)
 }
 
 // One Publish of messages in 4,500 different far buckets (one per second
@@ -519,9 +498,7 @@ func TestFar_CancelBetweenUnpackBatches(t *testing.T) {
 // a count.
 func TestFar_OneCallManyBuckets(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	var msgs []*message.Message
 	delays := map[string]time.Duration{}
 	for i := range 4500 {
@@ -531,10 +508,10 @@ func TestFar_OneCallManyBuckets(t *testing.T) {
 	}
 	msgs = append(msgs, newMessage("immediate"))
 	placed := time.Now() // the Publisher places them a little later: never earlier
-	require.NoError(t, pub.Publish(tp, msgs...))
-	buckets, far := farKeys(t, tp)
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
+	buckets, far := farKeys(t, env.topic)
 	assert.Equal(t, buckets, far, "one message a bucket")
-	near, err := client.ZRangeWithScores(context.Background(), shardOf(tp, 0).Waiting(), 0, -1).Result()
+	near, err := env.client.ZRangeWithScores(context.Background(), shardOf(env.topic, 0).Waiting(), 0, -1).Result()
 	require.NoError(t, err)
 	assert.EqualValues(t, 4500, far+int64(len(near)))
 	// A message due at its bucket's end misses it by more than the slack once
@@ -547,7 +524,7 @@ func TestFar_OneCallManyBuckets(t *testing.T) {
 			break
 		}
 	}
-	st := topicStats(t, newInspector(t, client), tp)
+	st := topicStats(t, newInspector(t, env.client), env.topic)
 	assert.EqualValues(t, 4500, st.Waiting)
 	assert.EqualValues(t, 1, st.Stream)
 	t.Logf("FIGURE one Publish of 4,500 messages due in 4,500 far buckets: %d in the far tier, %d kept near by late parts", far, len(near))
@@ -557,17 +534,15 @@ func TestFar_OneCallManyBuckets(t *testing.T) {
 // is dropped: Cancel does not remove the other message.
 func TestFar_IndexPointingElsewhereIsIgnored(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	ctx := context.Background()
-	pub := newPublisher(t, client)
 	x, y := delayed(delay.For(time.Hour), "x"), delayed(delay.For(time.Hour), "y")
-	require.NoError(t, pub.Publish(tp, x, y))
+	require.NoError(t, env.pub.Publish(env.topic, x, y))
 	loc := map[string][2]string{} // message -> index key, field
-	keys, err := client.Keys(ctx, shardKey(tp, 0, "fx:*")).Result()
+	keys, err := env.client.Keys(ctx, shardKey(env.topic, 0, "fx:*")).Result()
 	require.NoError(t, err)
 	for _, k := range keys {
-		for field := range client.HGetAll(ctx, k).Val() {
+		for field := range env.client.HGetAll(ctx, k).Val() {
 			for _, m := range []*message.Message{x, y} {
 				id := uuid.MustParse(m.UUID)
 				if field == string(id[:]) {
@@ -577,12 +552,12 @@ func TestFar_IndexPointingElsewhereIsIgnored(t *testing.T) {
 		}
 	}
 	require.Len(t, loc, 2)
-	yLoc := client.HGet(ctx, loc[y.UUID][0], loc[y.UUID][1]).Val()
-	require.NoError(t, client.HSet(ctx, loc[x.UUID][0], loc[x.UUID][1], yLoc).Err())
-	ok, err := pub.Cancel(ctx, tp, x.UUID)
+	yLoc := env.client.HGet(ctx, loc[y.UUID][0], loc[y.UUID][1]).Val()
+	require.NoError(t, env.client.HSet(ctx, loc[x.UUID][0], loc[x.UUID][1], yLoc).Err())
+	ok, err := env.pub.Cancel(ctx, env.topic, x.UUID)
 	require.NoError(t, err)
 	assert.False(t, ok, "x's entry names y's element: nothing is cancelled")
-	w, ok, err := newInspector(t, client).FindWaiting(ctx, tp, y.UUID)
+	w, ok, err := newInspector(t, env.client).FindWaiting(ctx, env.topic, y.UUID)
 	require.NoError(t, err)
 	require.True(t, ok, "y is untouched")
 	assert.Equal(t, "y", string(w.Message.Payload))
@@ -593,20 +568,18 @@ func TestFar_IndexPointingElsewhereIsIgnored(t *testing.T) {
 // messages.
 func TestFar_UnreadableBucketIsLoggedAndSchedulingGoesOn(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	ctx := context.Background()
-	pub := newPublisher(t, client)
-	require.NoError(t, pub.Publish(tp, delayed(delay.For(3*time.Second), "far")))
-	buckets, err := client.ZRange(ctx, shardOf(tp, 0).Far(), 0, -1).Result()
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(3*time.Second), "far")))
+	buckets, err := env.client.ZRange(ctx, shardOf(env.topic, 0).Far(), 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, buckets, 1)
-	require.NoError(t, client.Set(ctx, shardOf(tp, 0).FarBucket(mustInt(t, buckets[0])), "not a list", 0).Err())
+	require.NoError(t, env.client.Set(ctx, shardOf(env.topic, 0).FarBucket(mustInt(t, buckets[0])), "not a list", 0).Err())
 	near := delayed(delay.For(4*time.Second), "near")
 	redisdelay.SetBusinessKey(near, "k") // keyed: in the waiting set
-	require.NoError(t, pub.Publish(tp, near))
+	require.NoError(t, env.pub.Publish(env.topic, near))
 
-	logs, mgr, ch := farLoggedManager(t, client, tp)
+	logs, mgr, ch := farLoggedManager(t, env.client, env.topic)
 	msg := receive(t, ch, 7*time.Second)
 	assert.Equal(t, "near", string(msg.Payload))
 	msg.Ack()

@@ -48,29 +48,27 @@ func count(mu *sync.Mutex, got map[string]int) int {
 func TestPauseGroupAccumulatesAndResumeDeliversAll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const parts, n = 2, 40
-	pub := newPartitionedPublisher(t, client, parts)
-	insp := newInspector(t, client)
+	pub := newPartitionedPublisher(t, env.client, parts)
 	config := func(group string) redisdelay.SubscriberConfig {
 		return redisdelay.SubscriberConfig{ConsumerGroup: group, Partitions: parts, BlockTime: 100 * time.Millisecond, CheckInterval: 100 * time.Millisecond}
 	}
-	subA := newSubscriber(t, client, config("a"))
-	subB := newSubscriber(t, client, config("b"))
+	subA := newSubscriber(t, env.client, config("a"))
+	subB := newSubscriber(t, env.client, config("b"))
 	var muA, muB sync.Mutex
 	gotA, gotB := map[string]int{}, map[string]int{}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go collect(runCtx, subscribe(t, subA, tp), &muA, gotA)
-	go collect(runCtx, subscribe(t, subB, tp), &muB, gotB)
+	go collect(runCtx, subscribe(t, subA, env.topic), &muA, gotA)
+	go collect(runCtx, subscribe(t, subB, env.topic), &muB, gotB)
 
-	require.NoError(t, pub.Publish(tp, newMessage("before")))
+	require.NoError(t, pub.Publish(env.topic, newMessage("before")))
 	require.Eventually(t, func() bool { return count(&muA, gotA) == 1 && count(&muB, gotB) == 1 }, 3*time.Second, 10*time.Millisecond)
 
-	require.NoError(t, insp.Pause(ctx, tp, "a"))
-	require.NoError(t, insp.Pause(ctx, tp, "a"), "pausing a paused group")
-	paused, err := insp.Paused(ctx, tp, "a")
+	require.NoError(t, env.insp.Pause(ctx, env.topic, "a"))
+	require.NoError(t, env.insp.Pause(ctx, env.topic, "a"), "pausing a paused group")
+	paused, err := env.insp.Paused(ctx, env.topic, "a")
 	require.NoError(t, err)
 	require.True(t, paused)
 	// A read waiting when Pause ran may still return one batch: let it end.
@@ -81,25 +79,25 @@ func TestPauseGroupAccumulatesAndResumeDeliversAll(t *testing.T) {
 		if i%2 == 1 {
 			delay.Message(msg, delay.For(200*time.Millisecond))
 		}
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, pub.Publish(env.topic, msg))
 	}
 	require.Eventually(t, func() bool { return count(&muB, gotB) == n+1 }, 5*time.Second, 10*time.Millisecond, "the other group keeps receiving")
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, 1, count(&muA, gotA), "the paused group received messages")
-	ga := groupStats(t, insp, tp, "a")
+	ga := groupStats(t, env.insp, env.topic, "a")
 	require.True(t, ga.Paused)
 	require.EqualValues(t, n, ga.Ready, "the paused group's messages accumulate")
-	require.False(t, groupStats(t, insp, tp, "b").Paused)
+	require.False(t, groupStats(t, env.insp, env.topic, "b").Paused)
 
 	// The pause is in Redis: a new subscriber of the group stays paused.
 	require.NoError(t, subA.Close())
-	subA2 := newSubscriber(t, client, config("a"))
-	go collect(runCtx, subscribe(t, subA2, tp), &muA, gotA)
+	subA2 := newSubscriber(t, env.client, config("a"))
+	go collect(runCtx, subscribe(t, subA2, env.topic), &muA, gotA)
 	time.Sleep(500 * time.Millisecond)
 	require.Equal(t, 1, count(&muA, gotA), "the paused group received messages after its subscriber restarted")
 
 	resumed := time.Now()
-	was, err := insp.Resume(ctx, tp, "a")
+	was, err := env.insp.Resume(ctx, env.topic, "a")
 	require.NoError(t, err)
 	require.True(t, was)
 	require.Eventually(t, func() bool { return count(&muA, gotA) == n+1 }, 5*time.Second, 5*time.Millisecond, "resume delivers everything")
@@ -109,8 +107,11 @@ func TestPauseGroupAccumulatesAndResumeDeliversAll(t *testing.T) {
 		require.Equal(t, 1, k, "message %s delivered %d times", id, k)
 	}
 	muA.Unlock()
-	require.Eventually(t, func() bool { g := groupStats(t, insp, tp, "a"); return g.Ready == 0 && g.Pending == 0 && !g.Paused }, 3*time.Second, 20*time.Millisecond)
-	was, err = insp.Resume(ctx, tp, "a")
+	require.Eventually(t, func() bool {
+		g := groupStats(t, env.insp, env.topic, "a")
+		return g.Ready == 0 && g.Pending == 0 && !g.Paused
+	}, 3*time.Second, 20*time.Millisecond)
+	was, err = env.insp.Resume(ctx, env.topic, "a")
 	require.NoError(t, err)
 	require.False(t, was, "resuming a group that is not paused")
 }
@@ -119,14 +120,12 @@ func TestPauseGroupAccumulatesAndResumeDeliversAll(t *testing.T) {
 func TestPauseDeleteGroupRemovesIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	insp := newInspector(t, client)
-	require.NoError(t, newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}).SubscribeInitialize(tp))
-	require.NoError(t, insp.Pause(ctx, tp, "g"))
-	_, err := insp.DeleteGroup(ctx, tp, "g")
+	env := setup(t)
+	require.NoError(t, newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}).SubscribeInitialize(env.topic))
+	require.NoError(t, env.insp.Pause(ctx, env.topic, "g"))
+	_, err := env.insp.DeleteGroup(ctx, env.topic, "g")
 	require.NoError(t, err)
-	paused, err := insp.Paused(ctx, tp, "g")
+	paused, err := env.insp.Paused(ctx, env.topic, "g")
 	require.NoError(t, err)
 	require.False(t, paused)
 }
@@ -309,17 +308,15 @@ func TestPauseCheckSurvivesRedisOutage(t *testing.T) {
 func TestPausedGroupIsHealthy(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	insp := newInspector(t, client)
-	require.NoError(t, insp.Pause(ctx, tp, "g"))
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 50 * time.Millisecond})
-	ch := subscribe(t, sub, tp)
-	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("m")))
+	env := setup(t)
+	require.NoError(t, env.insp.Pause(ctx, env.topic, "g"))
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 50 * time.Millisecond})
+	ch := subscribe(t, sub, env.topic)
+	require.NoError(t, newPublisher(t, env.client).Publish(env.topic, newMessage("m")))
 	time.Sleep(600 * time.Millisecond)
-	rep := healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{tp}, ConsumerIdle: 200 * time.Millisecond})
+	rep := healthReport(t, env.insp, redisdelay.HealthConfig{Topics: []string{env.topic}, ConsumerIdle: 200 * time.Millisecond})
 	require.Empty(t, rep.Problems)
-	_, err := insp.Resume(ctx, tp, "g")
+	_, err := env.insp.Resume(ctx, env.topic, "g")
 	require.NoError(t, err)
 	receive(t, ch, 3*time.Second).Ack()
 }
@@ -330,29 +327,27 @@ func TestPausedGroupIsHealthy(t *testing.T) {
 func TestPausePromptWithLongReads(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const parts = 2
-	pub := newPartitionedPublisher(t, client, parts)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
+	pub := newPartitionedPublisher(t, env.client, parts)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
 	var mu sync.Mutex
 	got := map[string]int{}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go collect(runCtx, subscribe(t, sub, tp), &mu, got)
-	awaitIdleSubscriptions(t, client, tp, parts)
+	go collect(runCtx, subscribe(t, sub, env.topic), &mu, got)
+	awaitIdleSubscriptions(t, env.client, env.topic, parts)
 
-	require.NoError(t, insp.Pause(ctx, tp, "g"))
+	require.NoError(t, env.insp.Pause(ctx, env.topic, "g"))
 	time.Sleep(200 * time.Millisecond) // the notification's way
 	for i := range 10 {
-		require.NoError(t, pub.Publish(tp, newMessage(fmt.Sprint(i))))
+		require.NoError(t, pub.Publish(env.topic, newMessage(fmt.Sprint(i))))
 	}
 	time.Sleep(time.Second)
 	require.Equal(t, 0, count(&mu, got), "the paused group received messages")
 
 	resumed := time.Now()
-	_, err := insp.Resume(ctx, tp, "g")
+	_, err := env.insp.Resume(ctx, env.topic, "g")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return count(&mu, got) == 10 }, 2*time.Second, 5*time.Millisecond, "resume delivers at once")
 	t.Logf("FIGURE resume with reads blocked for 30s: all 10 delivered %s after Resume", time.Since(resumed).Round(time.Millisecond))
@@ -364,19 +359,17 @@ func TestPausePromptWithLongReads(t *testing.T) {
 func TestPauseWithoutNotificationSeenWithinBlockTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const block = 300 * time.Millisecond
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
-	ch := subscribe(t, sub, tp)
-	awaitIdleSubscriptions(t, client, tp, 1)
-	paused := shardOf(tp, 0).Paused("g")
-	require.NoError(t, client.Set(ctx, paused, "1", 0).Err())
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
+	ch := subscribe(t, sub, env.topic)
+	awaitIdleSubscriptions(t, env.client, env.topic, 1)
+	paused := shardOf(env.topic, 0).Paused("g")
+	require.NoError(t, env.client.Set(ctx, paused, "1", 0).Err())
 	time.Sleep(3 * block) // a read timed out, then the check
-	pub := newPublisher(t, client)
-	require.NoError(t, pub.Publish(tp, newMessage("m")))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("m")))
 	nothing(t, ch, 3*block)
-	require.NoError(t, client.Del(ctx, paused).Err())
+	require.NoError(t, env.client.Del(ctx, paused).Err())
 	receive(t, ch, 5*block).Ack()
 }
 

@@ -178,16 +178,14 @@ drain:
 func TestGroupsCombo_HandlerTimeout(t *testing.T) {
 	t.Parallel()
 	tp := topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	env := setup(t)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{tp}})
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1, MaxAttempts: 2,
 		HandlerTimeout: 300 * time.Millisecond}
 	ch := fanIn(t,
-		subscribe(t, newSubscriber(t, client, config), tp),
+		subscribe(t, newSubscriber(t, env.client, config), tp),
 		subscribe(t, newSubscriber(t, newClient(t), config), tp))
-	require.NoError(t, pub.Publish(tp, groupedMessage("a", 0), groupedMessage("a", 1), groupedMessage("b", 0)))
+	require.NoError(t, env.pub.Publish(tp, groupedMessage("a", 0), groupedMessage("a", 1), groupedMessage("b", 0)))
 
 	var hung []*message.Message // never acked nor nacked by their handler
 	var seen []string
@@ -208,7 +206,7 @@ func TestGroupsCombo_HandlerTimeout(t *testing.T) {
 	}
 	require.Equal(t, []string{"a/0#1", "a/0#2", "a/1#1"}, ofA, "all deliveries: %v", seen)
 	require.Contains(t, seen, "b/0#1")
-	dead := awaitDeadLetters(t, insp, tp, "g", 1, 5*time.Second)
+	dead := awaitDeadLetters(t, env.insp, tp, "g", 1, 5*time.Second)
 	require.Equal(t, "a/0", string(dead[0].Message.Payload))
 	require.Equal(t, "a", dead[0].Message.Metadata.Get(redisdelay.GroupKey))
 	require.Contains(t, dead[0].Reason, "handler timed out after 300ms")
@@ -216,6 +214,6 @@ func TestGroupsCombo_HandlerTimeout(t *testing.T) {
 		msg.Ack() // late: ignored
 	}
 	nothing(t, ch, 300*time.Millisecond)
-	require.Len(t, awaitDeadLetters(t, insp, tp, "g", 1, time.Second), 1)
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	require.Len(t, awaitDeadLetters(t, env.insp, tp, "g", 1, time.Second), 1)
+	awaitGroupsSettled(t, env.client, tp, "g", 1)
 }

@@ -39,32 +39,29 @@ func TestGroups_RoundRobin(t *testing.T) {
 	// big + small*each < 1,024: the tie-break of equal due times wraps at
 	// 1,024 messages (docs/guarantees.md), which would reorder a group.
 	const big, small, each = 900, 10, 5
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	require.NoError(t, sub.SubscribeInitialize(tp))
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
 
 	var msgs []*message.Message
 	for i := range big {
 		msgs = append(msgs, groupedMessage("big", i))
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
 	for s := range small {
 		msgs = msgs[:0]
 		for i := range each {
 			msgs = append(msgs, groupedMessage(fmt.Sprint("small", s), i))
 		}
-		require.NoError(t, pub.Publish(tp, msgs...))
+		require.NoError(t, env.pub.Publish(env.topic, msgs...))
 	}
-	awaitQueuedInGroups(t, insp, tp, "g", big+small*each)
-	st := groupStats(t, insp, tp, "g")
+	awaitQueuedInGroups(t, env.insp, env.topic, "g", big+small*each)
+	st := groupStats(t, env.insp, env.topic, "g")
 	require.EqualValues(t, small+1, st.ActiveGroups)
 	require.EqualValues(t, 0, st.Ready)
 
-	ch := subscribe(t, sub, tp)
+	ch := subscribe(t, sub, env.topic)
 	next := map[string]int{}
 	lastSmall := 0
 	for n := 1; n <= big+small*each; n++ {
@@ -82,7 +79,7 @@ func TestGroups_RoundRobin(t *testing.T) {
 	// groups are done within their 5 turns, plus the batch in flight.
 	require.LessOrEqual(t, lastSmall, (small+1)*each+2*32)
 	nothing(t, ch, 200*time.Millisecond)
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	awaitGroupsSettled(t, env.client, env.topic, "g", 1)
 }
 
 // With GroupConcurrency 1, subscribers in three processes (clients of
@@ -142,16 +139,14 @@ func TestGroups_ConcurrencyOne(t *testing.T) {
 func TestGroups_RetryKeepsGroupOrder(t *testing.T) {
 	t.Parallel()
 	tp := topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1,
+	env := setup(t)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1,
 		MaxAttempts: 3,
 		// a short retry delay, so the test sees other groups overtake it
 		RetryDelay: func(int) time.Duration { return 150 * time.Millisecond }})
 	ch := subscribe(t, sub, tp)
-	require.NoError(t, pub.Publish(tp, groupedMessage("a", 0), groupedMessage("a", 1)))
+	require.NoError(t, env.pub.Publish(tp, groupedMessage("a", 0), groupedMessage("a", 1)))
 	var seen []string
 	for len(seen) < 5 {
 		msg := receive(t, ch, 5*time.Second)
@@ -162,25 +157,25 @@ func TestGroups_RetryKeepsGroupOrder(t *testing.T) {
 		}
 		if len(seen) == 1 {
 			// during its retry delay, another group's message goes on
-			require.NoError(t, pub.Publish(tp, groupedMessage("b", 0)))
+			require.NoError(t, env.pub.Publish(tp, groupedMessage("b", 0)))
 		}
 		msg.Nack()
 	}
 	require.Equal(t, []string{"a/0#1", "b/0#1", "a/0#2", "a/0#3", "a/1#1"}, seen)
 
-	dead, err := insp.DeadLetters(context.Background(), tp, "g", "", 10)
+	dead, err := env.insp.DeadLetters(context.Background(), tp, "g", "", 10)
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, "a", dead[0].Message.Metadata.Get(redisdelay.GroupKey))
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	awaitGroupsSettled(t, env.client, tp, "g", 1)
 
-	ok, err := insp.RequeueDeadLetter(context.Background(), tp, "g", dead[0].ID)
+	ok, err := env.insp.RequeueDeadLetter(context.Background(), tp, "g", dead[0].ID)
 	require.NoError(t, err)
 	require.True(t, ok)
 	msg := receive(t, ch, 5*time.Second)
 	require.Equal(t, "a/0", string(msg.Payload))
 	msg.Ack()
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	awaitGroupsSettled(t, env.client, tp, "g", 1)
 }
 
 // KeepLastIfActive: while a message of a key is being handled, the
@@ -273,9 +268,7 @@ func TestGroups_ReclaimAndClose(t *testing.T) {
 // Bad groups and limits are refused with what to do.
 func TestGroups_BadInput(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	tp := topic()
+	env := setup(t)
 	for _, tc := range []struct {
 		msg  *message.Message
 		want string
@@ -290,7 +283,7 @@ func TestGroups_BadInput(t *testing.T) {
 			return m
 		}(), "drop one of them"},
 	} {
-		err := pub.Publish(tp, tc.msg)
+		err := env.pub.Publish(env.topic, tc.msg)
 		require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
 		require.ErrorContains(t, err, tc.want)
 	}
@@ -301,7 +294,7 @@ func TestGroups_BadInput(t *testing.T) {
 		{redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: -1}, "SubscriberConfig.GroupConcurrency is -1"},
 		{redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupRateLimit: redisdelay.RateLimit{Messages: 1}}, "SubscriberConfig.GroupRateLimit.Per is 0s"},
 	} {
-		tc.config.Client = client
+		tc.config.Client = env.client
 		_, err := redisdelay.NewSubscriber(tc.config, logger)
 		require.ErrorContains(t, err, tc.want)
 	}
@@ -314,21 +307,19 @@ func TestGroups_BadInput(t *testing.T) {
 func TestGroups_NotBehindPlainBacklog(t *testing.T) {
 	t.Parallel()
 	const plain = 50_000
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	require.NoError(t, sub.SubscribeInitialize(tp))
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
 	msgs := make([]*message.Message, plain)
 	for i := range msgs {
 		msgs[i] = newMessage("plain")
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
-	ch := subscribe(t, sub, tp)
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
+	ch := subscribe(t, sub, env.topic)
 	first := receive(t, ch, 5*time.Second)
 	first.Ack()
-	require.NoError(t, pub.Publish(tp, groupedMessage("a", 0)))
+	require.NoError(t, env.pub.Publish(env.topic, groupedMessage("a", 0)))
 	for n := 2; n <= plain+1; n++ {
 		msg := receive(t, ch, 5*time.Second)
 		msg.Ack()

@@ -31,35 +31,33 @@ func TestGroupsCombo_FarTier(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tp := topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1})
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1})
 	require.NoError(t, sub.SubscribeInitialize(tp))
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{tp}})
 
 	soon := groupedDelayed("a", 2, 4*time.Second)
 	later := groupedDelayed("a", 1, time.Hour)
-	require.NoError(t, pub.Publish(tp, soon, later))
+	require.NoError(t, env.pub.Publish(tp, soon, later))
 	_, far := farKeys(t, tp)
 	require.EqualValues(t, 2, far, "both went to the far tier")
-	require.Equal(t, "a", groupOf(t, client, tp, 0, soon.UUID))
-	require.Equal(t, "a", groupOf(t, client, tp, 0, later.UUID))
+	require.Equal(t, "a", groupOf(t, env.client, tp, 0, soon.UUID))
+	require.Equal(t, "a", groupOf(t, env.client, tp, 0, later.UUID))
 
-	require.NoError(t, pub.Publish(tp, groupedMessage("a", 0)))
+	require.NoError(t, env.pub.Publish(tp, groupedMessage("a", 0)))
 	ch := subscribe(t, sub, tp)
 	held := receive(t, ch, 5*time.Second)
 	require.Equal(t, "a/0", string(held.Payload))
 
-	ok, err := insp.Reschedule(ctx, tp, later.UUID, time.Now())
+	ok, err := env.insp.Reschedule(ctx, tp, later.UUID, time.Now())
 	require.NoError(t, err)
 	require.True(t, ok)
 	// due now: queued in its group behind the slot a/0 holds
 	require.Eventually(t, func() bool {
-		st := groupStats(t, insp, tp, "g")
+		st := groupStats(t, env.insp, tp, "g")
 		return st.Grouped == 1 && st.ActiveGroups == 1
 	}, 5*time.Second, 10*time.Millisecond, "the rescheduled message is queued in its group")
-	require.Empty(t, groupOf(t, client, tp, 0, later.UUID), "grpof names only waiting messages")
+	require.Empty(t, groupOf(t, env.client, tp, 0, later.UUID), "grpof names only waiting messages")
 	nothing(t, ch, 200*time.Millisecond)
 
 	held.Ack()
@@ -67,19 +65,19 @@ func TestGroupsCombo_FarTier(t *testing.T) {
 	require.Equal(t, later.UUID, msg.UUID)
 	require.Equal(t, "a", msg.Metadata.Get(redisdelay.GroupKey))
 	require.Equal(t, "1", msg.Metadata.Get(redisdelay.AttemptKey))
-	require.Equal(t, map[string]string{later.UUID: "a"}, redoGroups(t, client, tp, "g", 0), "delivered through its group's redelivery entry")
+	require.Equal(t, map[string]string{later.UUID: "a"}, redoGroups(t, env.client, tp, "g", 0), "delivered through its group's redelivery entry")
 	msg.Ack()
 
 	msg = receive(t, ch, 8*time.Second)
 	require.Equal(t, soon.UUID, msg.UUID, "the one unpacked from the far tier")
-	require.Equal(t, "a", redoGroups(t, client, tp, "g", 0)[soon.UUID])
+	require.Equal(t, "a", redoGroups(t, env.client, tp, "g", 0)[soon.UUID])
 	msg.Ack()
 	nothing(t, ch, 200*time.Millisecond)
 	buckets, far := farKeys(t, tp)
 	assert.Zero(t, buckets)
 	assert.Zero(t, far)
-	assert.Zero(t, client.Exists(ctx, shardOf(tp, 0).GroupOf()).Val(), "grpof left behind")
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	assert.Zero(t, env.client.Exists(ctx, shardOf(tp, 0).GroupOf()).Val(), "grpof left behind")
+	awaitGroupsSettled(t, env.client, tp, "g", 1)
 }
 
 // A high-priority grouped message (SetHighPriority) goes before the
@@ -90,27 +88,25 @@ func TestGroupsCombo_FarTier(t *testing.T) {
 func TestGroupsCombo_HighPriority(t *testing.T) {
 	t.Parallel()
 	tp := topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
+	env := setup(t)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1}
-	first := newSubscriber(t, client, config)
+	first := newSubscriber(t, env.client, config)
 	require.NoError(t, first.SubscribeInitialize(tp))
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{tp}})
 
 	var msgs []*message.Message
 	for i := range 4 {
 		msgs = append(msgs, groupedMessage("a", i))
 	}
 	msgs = append(msgs, groupedMessage("b", 0), groupedMessage("b", 1))
-	require.NoError(t, pub.Publish(tp, msgs...))
-	awaitQueuedInGroups(t, insp, tp, "g", 6)
+	require.NoError(t, env.pub.Publish(tp, msgs...))
+	awaitQueuedInGroups(t, env.insp, tp, "g", 6)
 	for _, seq := range []int{100, 101} { // published after the others, due after them
 		msg := groupedMessage("a", seq)
 		redisdelay.SetHighPriority(msg)
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, env.pub.Publish(tp, msg))
 	}
-	awaitQueuedInGroups(t, insp, tp, "g", 8)
+	awaitQueuedInGroups(t, env.insp, tp, "g", 8)
 
 	h := newHandled()
 	done := make(chan struct{}, 8)
@@ -139,7 +135,7 @@ func TestGroupsCombo_HighPriority(t *testing.T) {
 	assert.Equal(t, 1, h.most["a"], "group a ran more than one at once")
 	assert.Equal(t, 1, h.most["b"], "group b ran more than one at once")
 	h.mu.Unlock()
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	awaitGroupsSettled(t, env.client, tp, "g", 1)
 }
 
 // Inspector.Cancel and Reschedule reach waiting grouped messages in both
@@ -153,12 +149,10 @@ func TestGroupsCombo_CancelAndReschedule(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tp := topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1})
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1})
 	require.NoError(t, sub.SubscribeInitialize(tp))
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{tp}})
 
 	keyed := func(msg *message.Message, key string) *message.Message {
 		redisdelay.SetBusinessKey(msg, key)
@@ -168,36 +162,36 @@ func TestGroupsCombo_CancelAndReschedule(t *testing.T) {
 	farGone := groupedDelayed("a", 99, time.Hour)
 	farMoved := groupedDelayed("a", 1, time.Hour)
 	nearMoved := keyed(groupedDelayed("a", 2, time.Hour), "near-moved")
-	require.NoError(t, pub.Publish(tp, nearGone, farGone, farMoved, nearMoved))
+	require.NoError(t, env.pub.Publish(tp, nearGone, farGone, farMoved, nearMoved))
 	_, far := farKeys(t, tp)
 	require.EqualValues(t, 2, far, "the two without a business key are in the far tier")
 	for _, m := range []*message.Message{nearGone, farGone, farMoved, nearMoved} {
-		require.Equal(t, "a", groupOf(t, client, tp, 0, m.UUID), "grpof of %s", m.Payload)
+		require.Equal(t, "a", groupOf(t, env.client, tp, 0, m.UUID), "grpof of %s", m.Payload)
 	}
 
 	for _, m := range []*message.Message{nearGone, farGone} {
-		ok, err := insp.Cancel(ctx, tp, m.UUID)
+		ok, err := env.insp.Cancel(ctx, tp, m.UUID)
 		require.NoError(t, err)
 		require.True(t, ok, "cancel %s", m.Payload)
-		require.Empty(t, groupOf(t, client, tp, 0, m.UUID), "cancelled %s keeps its grpof field", m.Payload)
+		require.Empty(t, groupOf(t, env.client, tp, 0, m.UUID), "cancelled %s keeps its grpof field", m.Payload)
 	}
-	require.EqualValues(t, 2, topicStats(t, insp, tp).Waiting)
+	require.EqualValues(t, 2, topicStats(t, env.insp, tp).Waiting)
 
-	require.NoError(t, pub.Publish(tp, groupedMessage("a", 0)))
+	require.NoError(t, env.pub.Publish(tp, groupedMessage("a", 0)))
 	ch := subscribe(t, sub, tp)
 	held := receive(t, ch, 5*time.Second)
 	require.Equal(t, "a/0", string(held.Payload))
 	now := time.Now()
 	for k, m := range []*message.Message{farMoved, nearMoved} {
-		ok, err := insp.Reschedule(ctx, tp, m.UUID, now.Add(time.Duration(k)*100*time.Millisecond))
+		ok, err := env.insp.Reschedule(ctx, tp, m.UUID, now.Add(time.Duration(k)*100*time.Millisecond))
 		require.NoError(t, err)
 		require.True(t, ok, "reschedule %s", m.Payload)
 	}
 	require.Eventually(t, func() bool {
-		st := groupStats(t, insp, tp, "g")
-		return st.Grouped == 2 && topicStats(t, insp, tp).Waiting == 0
+		st := groupStats(t, env.insp, tp, "g")
+		return st.Grouped == 2 && topicStats(t, env.insp, tp).Waiting == 0
 	}, 5*time.Second, 10*time.Millisecond, "the rescheduled messages are queued in their group")
-	ok, err := insp.Cancel(ctx, tp, farMoved.UUID)
+	ok, err := env.insp.Cancel(ctx, tp, farMoved.UUID)
 	require.NoError(t, err)
 	require.False(t, ok, "a message queued in its group is no longer waiting")
 	nothing(t, ch, 200*time.Millisecond)
@@ -210,8 +204,8 @@ func TestGroupsCombo_CancelAndReschedule(t *testing.T) {
 		msg.Ack()
 	}
 	nothing(t, ch, 300*time.Millisecond)
-	assert.Zero(t, client.Exists(ctx, shardOf(tp, 0).GroupOf()).Val(), "grpof left behind: %v",
-		client.HGetAll(ctx, shardOf(tp, 0).GroupOf()).Val())
+	assert.Zero(t, env.client.Exists(ctx, shardOf(tp, 0).GroupOf()).Val(), "grpof left behind: %v",
+		env.client.HGetAll(ctx, shardOf(tp, 0).GroupOf()).Val())
 	assert.Empty(t, businessKeyState(t, tp, 0))
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	awaitGroupsSettled(t, env.client, tp, "g", 1)
 }

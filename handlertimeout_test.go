@@ -28,12 +28,9 @@ import (
 // metrics and in Inspector.Health.
 func TestHandlerTimeout_RouterRetriesAStuckHandler(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	m, reg := newMetrics(t)
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Metrics: m,
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Metrics: m,
 		HandlerTimeout: 300 * time.Millisecond, RetryDelay: func(int) time.Duration { return 0 }})
 
 	release := make(chan struct{})
@@ -44,7 +41,7 @@ func TestHandlerTimeout_RouterRetriesAStuckHandler(t *testing.T) {
 	router, err := message.NewRouter(message.RouterConfig{}, logger)
 	require.NoError(t, err)
 	router.AddMiddleware(redisdelay.RecordError)
-	router.AddNoPublisherHandler("h", tp, sub, func(msg *message.Message) error {
+	router.AddNoPublisherHandler("h", env.topic, sub, func(msg *message.Message) error {
 		attempt := msg.Metadata.Get(redisdelay.AttemptKey)
 		mu.Lock()
 		attempts = append(attempts, attempt)
@@ -66,7 +63,7 @@ func TestHandlerTimeout_RouterRetriesAStuckHandler(t *testing.T) {
 	})
 	<-router.Running()
 
-	require.NoError(t, pub.Publish(tp, newMessage("stuck")))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("stuck")))
 	select {
 	case <-cancelled:
 	case <-time.After(10 * time.Second):
@@ -84,14 +81,14 @@ func TestHandlerTimeout_RouterRetriesAStuckHandler(t *testing.T) {
 	close(release) // the stuck handler returns: the Router acks a message already retried
 
 	require.Eventually(t, func() bool {
-		g := groupStats(t, insp, tp, "g")
+		g := groupStats(t, env.insp, env.topic, "g")
 		return g.Pending+g.Retry+g.Ready == 0
 	}, 10*time.Second, 20*time.Millisecond, "nothing left in flight")
-	tg := map[string]string{"topic": tp, "consumer_group": "g"}
+	tg := map[string]string{"topic": env.topic, "consumer_group": "g"}
 	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_handler_timeouts_total", tg))
 	assert.Equal(t, 1.0, metricValue(t, reg, "redisdelay_retries_total", tg))
 
-	report, err := insp.Health(context.Background(), redisdelay.HealthConfig{Topics: []string{tp}})
+	report, err := env.insp.Health(context.Background(), redisdelay.HealthConfig{Topics: []string{env.topic}})
 	require.NoError(t, err)
 	require.False(t, report.Healthy)
 	require.Len(t, report.Problems, 1, "%+v", report.Problems)
@@ -101,7 +98,7 @@ func TestHandlerTimeout_RouterRetriesAStuckHandler(t *testing.T) {
 	assert.Contains(t, report.Problems[0].Detail, "HandlerTimeout")
 	t.Logf("health: %s", report.Problems[0].Detail)
 
-	report, err = insp.Health(context.Background(), redisdelay.HealthConfig{Topics: []string{tp}, TimedOutWithin: time.Millisecond})
+	report, err = env.insp.Health(context.Background(), redisdelay.HealthConfig{Topics: []string{env.topic}, TimedOutWithin: time.Millisecond})
 	require.NoError(t, err)
 	assert.True(t, report.Healthy, "a timeout older than TimedOutWithin is not a problem: %+v", report.Problems)
 }
@@ -112,15 +109,13 @@ func TestHandlerTimeout_RouterRetriesAStuckHandler(t *testing.T) {
 // of its key are handled, in order.
 func TestHandlerTimeout_OrderedPartitionMovesOn(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPartitionedPublisher(t, client, 1)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 2,
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, 1)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 2,
 		HandlerTimeout: 200 * time.Millisecond, RetryDelay: func(int) time.Duration { return 0 }})
-	ch := subscribe(t, sub, tp)
+	ch := subscribe(t, sub, env.topic)
 	for seq := range 3 {
-		require.NoError(t, pub.Publish(tp, keyedMessage("k", seq)))
+		require.NoError(t, pub.Publish(env.topic, keyedMessage("k", seq)))
 	}
 	var got []string
 	for len(got) < 4 {
@@ -131,7 +126,7 @@ func TestHandlerTimeout_OrderedPartitionMovesOn(t *testing.T) {
 		} // "0" is never acked nor nacked
 	}
 	assert.Equal(t, []string{"0/1", "0/2", "1/1", "2/1"}, got)
-	dead := awaitDeadLetters(t, insp, tp, "g", 1, 5*time.Second)
+	dead := awaitDeadLetters(t, env.insp, env.topic, "g", 1, 5*time.Second)
 	assert.Equal(t, "0", string(dead[0].Message.Payload))
 	assert.Equal(t, 2, dead[0].Attempts)
 	assert.Contains(t, dead[0].Reason, "handler timed out after 200ms")
@@ -143,22 +138,20 @@ func TestHandlerTimeout_OrderedPartitionMovesOn(t *testing.T) {
 // duration, saying how to set one.
 func TestHandlerTimeout_PerMessage(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", RetryDelay: func(int) time.Duration { return 0 }})
-	ch := subscribe(t, sub, tp)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", RetryDelay: func(int) time.Duration { return 0 }})
+	ch := subscribe(t, sub, env.topic)
 
 	bad := newMessage("bad")
 	bad.Metadata.Set(redisdelay.HandlerTimeoutKey, "soon")
-	err := pub.Publish(tp, bad)
+	err := env.pub.Publish(env.topic, bad)
 	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
 	assert.Contains(t, err.Error(), redisdelay.HandlerTimeoutKey)
 	assert.Contains(t, err.Error(), "SetHandlerTimeout")
 
 	msg := newMessage("short")
 	redisdelay.SetHandlerTimeout(msg, 200*time.Millisecond)
-	require.NoError(t, pub.Publish(tp, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg))
 	first := receive(t, ch, 5*time.Second)
 	assert.Equal(t, "200ms", first.Metadata.Get(redisdelay.HandlerTimeoutKey))
 	// Not acked: the second attempt comes once the message's timeout passed.

@@ -23,29 +23,26 @@ import (
 
 func TestHealth_HealthyTopic(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond})
-	ch := subscribe(t, sub, topic)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond})
+	ch := subscribe(t, sub, env.topic)
 	msg := newMessage("x")
 	delay.Message(msg, delay.For(100*time.Millisecond))
-	require.NoError(t, pub.Publish(topic, msg, newMessage("y")))
+	require.NoError(t, env.pub.Publish(env.topic, msg, newMessage("y")))
 	receive(t, ch, 3*time.Second).Ack()
 	receive(t, ch, 3*time.Second).Ack()
 	later := newMessage("later")
 	delay.Message(later, delay.For(time.Hour))
-	require.NoError(t, pub.Publish(topic, later))
+	require.NoError(t, env.pub.Publish(env.topic, later))
 	time.Sleep(300 * time.Millisecond)
 
-	insp := newInspector(t, client)
-	config := redisdelay.HealthConfig{Topics: []string{topic}, StuckAfter: 200 * time.Millisecond,
+	config := redisdelay.HealthConfig{Topics: []string{env.topic}, StuckAfter: 200 * time.Millisecond,
 		ConsumerIdle: 200 * time.Millisecond, MaxOverdue: 200 * time.Millisecond}
-	rep := healthReport(t, insp, config)
+	rep := healthReport(t, env.insp, config)
 	assert.True(t, rep.Healthy, "%+v", rep.Problems)
 	assert.Equal(t, 1, rep.Topics)
 
-	srv := httptest.NewServer(redisdelay.HealthHandler(insp, config, 0))
+	srv := httptest.NewServer(redisdelay.HealthHandler(env.insp, config, 0))
 	defer srv.Close()
 	res, err := http.Get(srv.URL)
 	require.NoError(t, err)
@@ -60,34 +57,31 @@ func TestHealth_HealthyTopic(t *testing.T) {
 // it: the message is stuck.
 func TestHealth_StuckPendingMessage(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
-	require.NoError(t, sub.SubscribeInitialize(topic))
-	require.NoError(t, pub.Publish(topic, newMessage("x")))
-	e := crashedRead(t, client, topic, "g", "crashed")
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("x")))
+	e := crashedRead(t, env.client, env.topic, "g", "crashed")
 	time.Sleep(300 * time.Millisecond)
 
-	insp := newInspector(t, client)
-	config := redisdelay.HealthConfig{Topics: []string{topic}, StuckAfter: 200 * time.Millisecond}
-	rep := healthReport(t, insp, config)
+	config := redisdelay.HealthConfig{Topics: []string{env.topic}, StuckAfter: 200 * time.Millisecond}
+	rep := healthReport(t, env.insp, config)
 	require.False(t, rep.Healthy)
 	require.Len(t, rep.Problems, 1, "%+v", rep.Problems)
 	p := rep.Problems[0]
 	assert.Equal(t, redisdelay.ProblemStuckPending, p.Kind)
-	assert.Equal(t, topic, p.Topic)
+	assert.Equal(t, env.topic, p.Topic)
 	assert.Equal(t, "g", p.Group)
 	assert.Contains(t, p.Detail, e.ID)
 	assert.NotContains(t, p.Detail, "crashed", "consumer names are shown only with ShowConsumers")
 	t.Log(p.Detail)
 	config.ShowConsumers = true
-	assert.Contains(t, healthReport(t, insp, config).Problems[0].Detail, `for consumer "crashed"`)
+	assert.Contains(t, healthReport(t, env.insp, config).Problems[0].Detail, `for consumer "crashed"`)
 
 	// The default limit is twice the group's stored VisibilityTimeout (30s).
-	assert.True(t, healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}}).Healthy)
+	assert.True(t, healthReport(t, env.insp, redisdelay.HealthConfig{Topics: []string{env.topic}}).Healthy)
 
-	srv := httptest.NewServer(redisdelay.HealthHandler(insp, config, time.Second))
+	srv := httptest.NewServer(redisdelay.HealthHandler(env.insp, config, time.Second))
 	defer srv.Close()
 	res, err := http.Get(srv.URL)
 	require.NoError(t, err)
@@ -100,26 +94,23 @@ func TestHealth_StuckPendingMessage(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &body))
 	assert.False(t, body.Healthy)
 	require.Len(t, body.Problems, 1)
-	assert.Equal(t, redisdelay.HealthProblem{Topic: topic, Group: "g", Kind: redisdelay.ProblemStuckPending, Detail: body.Problems[0].Detail}, body.Problems[0])
+	assert.Equal(t, redisdelay.HealthProblem{Topic: env.topic, Group: "g", Kind: redisdelay.ProblemStuckPending, Detail: body.Problems[0].Detail}, body.Problems[0])
 }
 
 // Messages ready and no consumer: a group created and never consumed, and
 // one whose consumer stopped reading.
 func TestHealth_ReadyMessagesAndNoActiveConsumer(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	for _, g := range []string{"never", "stopped"} {
-		sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: g, DisableScheduler: true})
-		require.NoError(t, sub.SubscribeInitialize(topic))
+		sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: g, DisableScheduler: true})
+		require.NoError(t, sub.SubscribeInitialize(env.topic))
 	}
-	require.NoError(t, pub.Publish(topic, newMessage("1"), newMessage("2")))
-	crashedRead(t, client, topic, "stopped", "gone")
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("1"), newMessage("2")))
+	crashedRead(t, env.client, env.topic, "stopped", "gone")
 	time.Sleep(300 * time.Millisecond)
 
-	insp := newInspector(t, client)
-	rep := healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}, ConsumerIdle: 200 * time.Millisecond, StuckAfter: time.Hour})
+	rep := healthReport(t, env.insp, redisdelay.HealthConfig{Topics: []string{env.topic}, ConsumerIdle: 200 * time.Millisecond, StuckAfter: time.Hour})
 	require.Len(t, rep.Problems, 2, "%+v", rep.Problems)
 	byGroup := map[string]redisdelay.HealthProblem{}
 	for _, p := range rep.Problems {
@@ -131,11 +122,11 @@ func TestHealth_ReadyMessagesAndNoActiveConsumer(t *testing.T) {
 	assert.Contains(t, byGroup["stopped"].Detail, "1 message(s) ready and none of its 1 consumer(s) read for")
 
 	// A live subscription reads every BlockTime: healthy again.
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "never", DisableScheduler: true, BlockTime: 50 * time.Millisecond})
-	ch := subscribe(t, sub, topic)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "never", DisableScheduler: true, BlockTime: 50 * time.Millisecond})
+	ch := subscribe(t, sub, env.topic)
 	receive(t, ch, 3*time.Second).Ack()
 	receive(t, ch, 3*time.Second).Ack()
-	rep = healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}, ConsumerIdle: 200 * time.Millisecond, StuckAfter: time.Hour})
+	rep = healthReport(t, env.insp, redisdelay.HealthConfig{Topics: []string{env.topic}, ConsumerIdle: 200 * time.Millisecond, StuckAfter: time.Hour})
 	require.Len(t, rep.Problems, 1, "%+v", rep.Problems)
 	assert.Equal(t, "stopped", rep.Problems[0].Group)
 }
@@ -144,21 +135,18 @@ func TestHealth_ReadyMessagesAndNoActiveConsumer(t *testing.T) {
 // waiting and the topic is reported.
 func TestHealth_SchedulerNotRunning(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true, BlockTime: 50 * time.Millisecond})
-	ch := subscribe(t, sub, topic)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true, BlockTime: 50 * time.Millisecond})
+	ch := subscribe(t, sub, env.topic)
 	msg := newMessage("x")
 	delay.Message(msg, delay.For(50*time.Millisecond))
-	require.NoError(t, pub.Publish(topic, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg))
 	nothing(t, ch, 400*time.Millisecond)
 
-	insp := newInspector(t, client)
-	overdue, err := insp.Overdue(context.Background(), topic)
+	overdue, err := env.insp.Overdue(context.Background(), env.topic)
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, overdue, 300*time.Millisecond)
-	rep := healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}, MaxOverdue: 200 * time.Millisecond})
+	rep := healthReport(t, env.insp, redisdelay.HealthConfig{Topics: []string{env.topic}, MaxOverdue: 200 * time.Millisecond})
 	require.Len(t, rep.Problems, 1, "%+v", rep.Problems)
 	p := rep.Problems[0]
 	assert.Equal(t, redisdelay.ProblemSchedulerBehind, p.Kind)
@@ -166,7 +154,7 @@ func TestHealth_SchedulerNotRunning(t *testing.T) {
 	assert.Contains(t, p.Detail, "no scheduler runs")
 	t.Log(p.Detail)
 	// The default MaxOverdue is a minute.
-	assert.True(t, healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}}).Healthy)
+	assert.True(t, healthReport(t, env.insp, redisdelay.HealthConfig{Topics: []string{env.topic}}).Healthy)
 }
 
 func TestHealth_Errors(t *testing.T) {
@@ -323,9 +311,8 @@ func TestHealth_HandlerIsCheapWithManyIdleTopics(t *testing.T) {
 // The handler's errors: a bad config, and Redis stalled during the first
 // check and the PING after it.
 func TestHealth_HandlerErrors(t *testing.T) {
-	client := newClient(t)
-	insp := newInspector(t, client)
-	srv := httptest.NewServer(redisdelay.HealthHandler(insp, redisdelay.HealthConfig{CheckEvery: -time.Second}, 0))
+	env := setup(t)
+	srv := httptest.NewServer(redisdelay.HealthHandler(env.insp, redisdelay.HealthConfig{CheckEvery: -time.Second}, 0))
 	defer srv.Close()
 	status, body, _ := healthGet(t, srv.URL)
 	assert.Equal(t, http.StatusServiceUnavailable, status)
@@ -333,9 +320,8 @@ func TestHealth_HandlerErrors(t *testing.T) {
 
 	p := newFaultProxy(t)
 	stalled := newInspector(t, p.client(t))
-	topic := topic()
 	p.stall()
-	srv2 := httptest.NewServer(redisdelay.HealthHandler(stalled, redisdelay.HealthConfig{Topics: []string{topic}}, 300*time.Millisecond))
+	srv2 := httptest.NewServer(redisdelay.HealthHandler(stalled, redisdelay.HealthConfig{Topics: []string{env.topic}}, 300*time.Millisecond))
 	defer srv2.Close()
 	status, body, took := healthGet(t, srv2.URL)
 	assert.Equal(t, http.StatusServiceUnavailable, status, "%v", body)
@@ -371,24 +357,22 @@ func TestHealth_InfoDeniedSkipsTheEvictionCheck(t *testing.T) {
 // where it shows first.
 func TestHealth_PartitionedTopic(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
+	env := setup(t)
 	ctx := context.Background()
-	topic := topic()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: 3}, logger)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client, Partitions: 3}, logger)
 	require.NoError(t, err)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true, Partitions: 3})
-	require.NoError(t, sub.SubscribeInitialize(topic))
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true, Partitions: 3})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
 	for i := range 30 {
-		require.NoError(t, pub.Publish(topic, newMessage(strconv.Itoa(i))))
+		require.NoError(t, pub.Publish(env.topic, newMessage(strconv.Itoa(i))))
 	}
-	stream := shardOf(topic, 2).Stream()
-	res, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "crashed", Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
+	stream := shardOf(env.topic, 2).Stream()
+	res, err := env.client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "crashed", Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
 	require.NoError(t, err)
 	require.Len(t, res, 1)
 	time.Sleep(300 * time.Millisecond)
 
-	insp := newInspector(t, client)
-	rep := healthReport(t, insp, redisdelay.HealthConfig{Topics: []string{topic}, StuckAfter: 200 * time.Millisecond, ConsumerIdle: 200 * time.Millisecond})
+	rep := healthReport(t, env.insp, redisdelay.HealthConfig{Topics: []string{env.topic}, StuckAfter: 200 * time.Millisecond, ConsumerIdle: 200 * time.Millisecond})
 	require.Len(t, rep.Problems, 2, "%+v", rep.Problems)
 	assert.Equal(t, redisdelay.ProblemStuckPending, rep.Problems[0].Kind)
 	assert.Contains(t, rep.Problems[0].Detail, "entry "+res[0].Messages[0].ID+" has been pending for ")

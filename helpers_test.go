@@ -364,3 +364,20 @@ var (
 	metricValue = testkit.MetricValue
 	awaitMetric = testkit.AwaitMetric
 )
+
+// env is what most tests start with (River's test bundle): a client of the
+// test deployment with go-redis's defaults, a topic of the test's own, and
+// a Publisher and an Inspector on that client with the default config.
+type env struct {
+	client redis.UniversalClient
+	topic  string
+	pub    *redisdelay.Publisher
+	insp   *redisdelay.Inspector
+}
+
+// setup returns a test's env; the client is closed when the test ends.
+func setup(t *testing.T) *env {
+	t.Helper()
+	client := newClient(t)
+	return &env{client: client, topic: topic(), pub: newPublisher(t, client), insp: newInspector(t, client)}
+}

@@ -16,19 +16,17 @@ import (
 // A page far past the end of a partitioned topic is empty: offset + limit
 // overflowed and panicked.
 func TestInspector_WaitingOffsetNearMaxInt(t *testing.T) {
-	client := newClient(t)
-	tp := topic()
-	pub := newPartitionedPublisher(t, client, 3)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, 3)
 	for range 3 {
-		require.NoError(t, pub.Publish(tp, delayed(delay.For(time.Hour), "x")))
+		require.NoError(t, pub.Publish(env.topic, delayed(delay.For(time.Hour), "x")))
 	}
-	insp := newInspector(t, client)
 	for _, offset := range []int{math.MaxInt, math.MaxInt - 5, math.MaxInt / 2} {
-		page, err := insp.Waiting(context.Background(), tp, offset, 10)
+		page, err := env.insp.Waiting(context.Background(), env.topic, offset, 10)
 		require.NoError(t, err)
 		assert.Empty(t, page)
 	}
-	page, err := insp.Waiting(context.Background(), tp, 1, 10_000)
+	page, err := env.insp.Waiting(context.Background(), env.topic, 1, 10_000)
 	require.NoError(t, err)
 	assert.Len(t, page, 2)
 }
@@ -36,18 +34,16 @@ func TestInspector_WaitingOffsetNearMaxInt(t *testing.T) {
 // A waiting body that cannot be decoded is listed as corrupt instead of
 // failing the page.
 func TestInspector_WaitingCorruptBody(t *testing.T) {
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	var ids []string
 	for i := range 3 {
 		// due within a second: in the waiting set, not the far tier
 		msg := delayed(delay.For(time.Duration(i+1)*300*time.Millisecond), "x")
 		ids = append(ids, msg.UUID)
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, env.pub.Publish(env.topic, msg))
 	}
-	require.NoError(t, client.HSet(context.Background(), shardOf(tp, 0).Bodies(), ids[1], "garbage").Err())
-	page, err := newInspector(t, client).Waiting(context.Background(), tp, 0, 10)
+	require.NoError(t, env.client.HSet(context.Background(), shardOf(env.topic, 0).Bodies(), ids[1], "garbage").Err())
+	page, err := newInspector(t, env.client).Waiting(context.Background(), env.topic, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, page, 3)
 	for i, w := range page {
@@ -63,22 +59,20 @@ func TestInspector_WaitingCorruptBody(t *testing.T) {
 // (and so of Health and the Collector) and listed by InvalidTopics.
 func TestInspector_InvalidRegistryEntries(t *testing.T) {
 	needSingle(t, "reads the whole registry of the default prefix")
-	client := newClient(t)
-	tp := topic()
-	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("x")))
+	env := setup(t)
+	require.NoError(t, newPublisher(t, env.client).Publish(env.topic, newMessage("x")))
 	reg := defaultKeys.Topics()
-	require.NoError(t, client.SAdd(context.Background(), reg, "bad{name}", "").Err())
-	t.Cleanup(func() { client.SRem(context.Background(), reg, "bad{name}", "") })
+	require.NoError(t, env.client.SAdd(context.Background(), reg, "bad{name}", "").Err())
+	t.Cleanup(func() { env.client.SRem(context.Background(), reg, "bad{name}", "") })
 
-	insp := newInspector(t, client)
-	topics, err := insp.Topics(context.Background())
+	topics, err := env.insp.Topics(context.Background())
 	require.NoError(t, err)
-	assert.Contains(t, topics, tp)
+	assert.Contains(t, topics, env.topic)
 	assert.NotContains(t, topics, "bad{name}")
 	assert.NotContains(t, topics, "")
-	bad, err := insp.InvalidTopics(context.Background())
+	bad, err := env.insp.InvalidTopics(context.Background())
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{"bad{name}", ""}, bad)
-	_, err = insp.Health(context.Background(), redisdelay.HealthConfig{})
+	_, err = env.insp.Health(context.Background(), redisdelay.HealthConfig{})
 	require.NoError(t, err)
 }

@@ -21,32 +21,29 @@ import (
 func TestInspector_GroupStates(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
+	env := setup(t)
 
 	// Groups "late" and "crashed" exist but have no running consumer:
 	// what is published after they subscribed once is ready for them.
 	for _, g := range []string{"late", "crashed"} {
-		idle := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: g, DisableScheduler: true})
+		idle := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: g, DisableScheduler: true})
 		idleCtx, stop := context.WithCancel(ctx)
-		_, err := idle.Subscribe(idleCtx, tp)
+		_, err := idle.Subscribe(idleCtx, env.topic)
 		require.NoError(t, err)
 		stop()
 		require.NoError(t, idle.Close())
 	}
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Consumer: "worker-1",
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Consumer: "worker-1",
 		// A retry an hour away stays in the retry set for the test.
 		RetryDelay: func(int) time.Duration { return time.Hour }})
-	ch := subscribe(t, sub, tp)
+	ch := subscribe(t, sub, env.topic)
 	var published []string
 	for n := range 5 {
 		msg := newMessage(strconv.Itoa(n))
 		msg.Metadata.Set("n", strconv.Itoa(n))
 		published = append(published, msg.UUID)
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, env.pub.Publish(env.topic, msg))
 	}
 	for n := range 5 {
 		if m := receive(t, ch, 5*time.Second); n == 1 || n == 2 {
@@ -56,9 +53,9 @@ func TestInspector_GroupStates(t *testing.T) {
 		}
 	}
 	// "crashed" has two messages pending with a consumer that died.
-	held := []string{crashedRead(t, client, tp, "crashed", "worker-9").ID, crashedRead(t, client, tp, "crashed", "worker-9").ID}
+	held := []string{crashedRead(t, env.client, env.topic, "crashed", "worker-9").ID, crashedRead(t, env.client, env.topic, "crashed", "worker-9").ID}
 	require.Eventually(t, func() bool {
-		g := groupStats(t, insp, tp, "g")
+		g := groupStats(t, env.insp, env.topic, "g")
 		return g.Retry == 2 && g.Pending == 0
 	}, 5*time.Second, 10*time.Millisecond)
 
@@ -67,7 +64,7 @@ func TestInspector_GroupStates(t *testing.T) {
 	cursor := ""
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 5)
-		page, next, err := insp.Ready(ctx, tp, "late", cursor, 2)
+		page, next, err := env.insp.Ready(ctx, env.topic, "late", cursor, 2)
 		require.NoError(t, err)
 		assert.LessOrEqual(t, len(page), 2)
 		ready = append(ready, page...)
@@ -83,13 +80,13 @@ func TestInspector_GroupStates(t *testing.T) {
 		assert.Equal(t, 1, m.Attempt)
 		assert.WithinDuration(t, time.Now(), m.Queued, time.Minute)
 	}
-	none, next, err := insp.Ready(ctx, tp, "g", "", 10)
+	none, next, err := env.insp.Ready(ctx, env.topic, "g", "", 10)
 	require.NoError(t, err)
 	assert.Empty(t, none, "g fetched everything")
 	assert.Empty(t, next)
 
 	// Pending: the two held, with their consumer and lease.
-	pending, next, err := insp.Pending(ctx, tp, "crashed", "", 10)
+	pending, next, err := env.insp.Pending(ctx, env.topic, "crashed", "", 10)
 	require.NoError(t, err)
 	assert.Empty(t, next)
 	require.Len(t, pending, 2)
@@ -101,22 +98,22 @@ func TestInspector_GroupStates(t *testing.T) {
 		assert.WithinDuration(t, time.Now(), p.Renewed, time.Minute)
 		assert.Equal(t, 30*time.Second, p.LeaseExpires.Sub(p.Renewed), "the default visibility timeout")
 	}
-	first, next, err := insp.Pending(ctx, tp, "crashed", "", 1)
+	first, next, err := env.insp.Pending(ctx, env.topic, "crashed", "", 1)
 	require.NoError(t, err)
 	require.Len(t, first, 1)
-	second, _, err := insp.Pending(ctx, tp, "crashed", next, 1)
+	second, _, err := env.insp.Pending(ctx, env.topic, "crashed", next, 1)
 	require.NoError(t, err)
 	require.Len(t, second, 1)
 	assert.Equal(t, pending[1].ID, second[0].ID)
-	rest3, _, err := insp.Ready(ctx, tp, "crashed", "", 10)
+	rest3, _, err := env.insp.Ready(ctx, env.topic, "crashed", "", 10)
 	require.NoError(t, err)
 	assert.Len(t, rest3, 3, "what the dead consumer did not fetch")
-	settled, _, err := insp.Pending(ctx, tp, "g", "", 10)
+	settled, _, err := env.insp.Pending(ctx, env.topic, "g", "", 10)
 	require.NoError(t, err)
 	assert.Empty(t, settled, "g settled everything")
 
 	// Retrying: the two nacked, as attempt 2, due in an hour.
-	retrying, next, err := insp.Retrying(ctx, tp, "g", "", 10)
+	retrying, next, err := env.insp.Retrying(ctx, env.topic, "g", "", 10)
 	require.NoError(t, err)
 	assert.Empty(t, next)
 	require.Len(t, retrying, 2)
@@ -127,26 +124,26 @@ func TestInspector_GroupStates(t *testing.T) {
 		assert.WithinDuration(t, time.Now().Add(time.Hour), r.Due, time.Minute)
 	}
 	assert.Equal(t, map[string]bool{published[1]: true, published[2]: true}, got)
-	one, next, err := insp.Retrying(ctx, tp, "g", "", 1)
+	one, next, err := env.insp.Retrying(ctx, env.topic, "g", "", 1)
 	require.NoError(t, err)
 	require.Len(t, one, 1)
-	two, last, err := insp.Retrying(ctx, tp, "g", next, 1)
+	two, last, err := env.insp.Retrying(ctx, env.topic, "g", next, 1)
 	require.NoError(t, err)
 	require.Len(t, two, 1)
 	assert.NotEqual(t, one[0].ID, two[0].ID)
-	rest, _, err := insp.Retrying(ctx, tp, "g", last, 1)
+	rest, _, err := env.insp.Retrying(ctx, env.topic, "g", last, 1)
 	require.NoError(t, err)
 	assert.Empty(t, rest)
 
 	// Consumers: the dead worker, holding two, seen when it read; and
 	// the live one of "g".
-	consumers, err := insp.Consumers(ctx, tp, "crashed")
+	consumers, err := env.insp.Consumers(ctx, env.topic, "crashed")
 	require.NoError(t, err)
 	require.Len(t, consumers, 1)
 	assert.Equal(t, "worker-9", consumers[0].Name)
 	assert.Equal(t, int64(2), consumers[0].Pending)
 	assert.WithinDuration(t, time.Now(), consumers[0].LastSeen, time.Minute)
-	consumers, err = insp.Consumers(ctx, tp, "g")
+	consumers, err = env.insp.Consumers(ctx, env.topic, "g")
 	require.NoError(t, err)
 	require.Len(t, consumers, 1)
 	assert.True(t, strings.HasPrefix(consumers[0].Name, "worker-1-"), "the Consumer name and the subscription's suffix: %s", consumers[0].Name)
@@ -154,31 +151,28 @@ func TestInspector_GroupStates(t *testing.T) {
 
 	// Bad arguments.
 	for _, call := range []func() error{
-		func() error { _, _, err := insp.Ready(ctx, tp, "g", "nonsense", 10); return err },
-		func() error { _, _, err := insp.Ready(ctx, tp, "g", "7:m:1-0", 10); return err },
-		func() error { _, _, err := insp.Pending(ctx, tp, "g", "0:x:1-0", 10); return err },
-		func() error { _, _, err := insp.Retrying(ctx, tp, "g", "0:nonsense", 10); return err },
-		func() error { _, _, err := insp.Retrying(ctx, tp, "g", "3:1:m", 10); return err },
+		func() error { _, _, err := env.insp.Ready(ctx, env.topic, "g", "nonsense", 10); return err },
+		func() error { _, _, err := env.insp.Ready(ctx, env.topic, "g", "7:m:1-0", 10); return err },
+		func() error { _, _, err := env.insp.Pending(ctx, env.topic, "g", "0:x:1-0", 10); return err },
+		func() error { _, _, err := env.insp.Retrying(ctx, env.topic, "g", "0:nonsense", 10); return err },
+		func() error { _, _, err := env.insp.Retrying(ctx, env.topic, "g", "3:1:m", 10); return err },
 	} {
 		err := call()
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "cursor")
 	}
-	_, _, err = insp.Ready(ctx, tp, "g", "", 0)
+	_, _, err = env.insp.Ready(ctx, env.topic, "g", "", 0)
 	assert.ErrorContains(t, err, "limit is 0: use 1 to 10000")
-	_, err = insp.Consumers(ctx, tp, "")
+	_, err = env.insp.Consumers(ctx, env.topic, "")
 	assert.ErrorIs(t, err, redisdelay.ErrInvalidName)
 }
 
 func TestInspector_RunNow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	ch := subscribe(t, sub, tp)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
 
 	byUUID := delayed(delay.For(time.Hour), "by uuid")
 	byKey := businessKeyMessage("order-1", time.Hour, "by key", "")
@@ -189,43 +183,43 @@ func TestInspector_RunNow(t *testing.T) {
 		m.Metadata.Set("tenant", "acme")
 		tenants = append(tenants, m)
 	}
-	require.NoError(t, pub.Publish(tp, append([]*message.Message{byUUID, byKey, far}, tenants...)...))
+	require.NoError(t, env.pub.Publish(env.topic, append([]*message.Message{byUUID, byKey, far}, tenants...)...))
 
-	ok, err := insp.RunNow(ctx, tp, byUUID.UUID)
+	ok, err := env.insp.RunNow(ctx, env.topic, byUUID.UUID)
 	require.NoError(t, err)
 	assert.True(t, ok)
 	got := receive(t, ch, 5*time.Second)
 	assert.Equal(t, byUUID.UUID, got.UUID)
 	got.Ack()
-	ok, err = insp.RunNow(ctx, tp, byUUID.UUID)
+	ok, err = env.insp.RunNow(ctx, env.topic, byUUID.UUID)
 	require.NoError(t, err)
 	assert.False(t, ok, "no longer waiting")
 
-	ok, err = insp.RunNowKey(ctx, tp, "order-1")
+	ok, err = env.insp.RunNowKey(ctx, env.topic, "order-1")
 	require.NoError(t, err)
 	assert.True(t, ok)
 	got = receive(t, ch, 5*time.Second)
 	assert.Equal(t, byKey.UUID, got.UUID)
 	got.Ack()
 
-	ok, err = insp.RunNow(ctx, tp, far.UUID)
+	ok, err = env.insp.RunNow(ctx, env.topic, far.UUID)
 	require.NoError(t, err)
 	assert.True(t, ok, "a message of the far tier")
 	got = receive(t, ch, 5*time.Second)
 	assert.Equal(t, far.UUID, got.UUID)
 	got.Ack()
 
-	_, err = insp.RunNowWhere(ctx, tp, redisdelay.Filter{}, redisdelay.BulkOptions{})
+	_, err = env.insp.RunNowWhere(ctx, env.topic, redisdelay.Filter{}, redisdelay.BulkOptions{})
 	assert.ErrorIs(t, err, redisdelay.ErrEmptyFilter)
-	_, err = insp.RunNow(ctx, tp, "")
+	_, err = env.insp.RunNow(ctx, env.topic, "")
 	assert.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
 
 	acme := redisdelay.Filter{Metadata: map[string]string{"tenant": "acme"}}
-	p, err := insp.RunNowWhere(ctx, tp, acme, redisdelay.BulkOptions{DryRun: true})
+	p, err := env.insp.RunNowWhere(ctx, env.topic, acme, redisdelay.BulkOptions{DryRun: true})
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), p.Matched)
 	assert.Zero(t, p.Done)
-	p, err = insp.RunNowWhere(ctx, tp, acme, redisdelay.BulkOptions{})
+	p, err = env.insp.RunNowWhere(ctx, env.topic, acme, redisdelay.BulkOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), p.Done)
 	all := map[string]bool{}

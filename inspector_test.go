@@ -22,47 +22,44 @@ import (
 func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
-	insp := newInspector(t, client)
-	ch := subscribe(t, sub, topic)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
+	ch := subscribe(t, sub, env.topic)
 
 	var msgs []*message.Message
 	for i := 0; i < 5; i++ {
 		msgs = append(msgs, newMessage(strconv.Itoa(i)))
 	}
-	require.NoError(t, pub.Publish(topic, msgs...))
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
 	for i := range msgs {
 		got := receive(t, ch, 2*time.Second)
 		require.Equal(t, msgs[i].UUID, got.UUID, "delivery order")
 		got.Nack()
 	}
-	all := awaitDeadLetters(t, insp, topic, "g", 5, 2*time.Second)
+	all := awaitDeadLetters(t, env.insp, env.topic, "g", 5, 2*time.Second)
 	for i, d := range all {
 		assert.Equal(t, msgs[i].UUID, d.Message.UUID, "dead letters oldest first")
 	}
 
 	// Paging: after the last ID of a page comes the next page.
-	page, err := insp.DeadLetters(ctx, topic, "g", "", 2)
+	page, err := env.insp.DeadLetters(ctx, env.topic, "g", "", 2)
 	require.NoError(t, err)
 	require.Len(t, page, 2)
 	assert.Equal(t, []string{all[0].ID, all[1].ID}, []string{page[0].ID, page[1].ID})
-	page, err = insp.DeadLetters(ctx, topic, "g", page[1].ID, 2)
+	page, err = env.insp.DeadLetters(ctx, env.topic, "g", page[1].ID, 2)
 	require.NoError(t, err)
 	require.Len(t, page, 2)
 	assert.Equal(t, []string{all[2].ID, all[3].ID}, []string{page[0].ID, page[1].ID})
-	page, err = insp.DeadLetters(ctx, topic, "g", page[1].ID, 2)
+	page, err = env.insp.DeadLetters(ctx, env.topic, "g", page[1].ID, 2)
 	require.NoError(t, err)
 	require.Len(t, page, 1)
 	assert.Equal(t, all[4].ID, page[0].ID)
-	page, err = insp.DeadLetters(ctx, topic, "g", all[4].ID, 2)
+	page, err = env.insp.DeadLetters(ctx, env.topic, "g", all[4].ID, 2)
 	require.NoError(t, err)
 	assert.Empty(t, page)
 
 	// Requeue one: delivered again as attempt 1, gone from the dead letters.
-	ok, err := insp.RequeueDeadLetter(ctx, topic, "g", all[0].ID)
+	ok, err := env.insp.RequeueDeadLetter(ctx, env.topic, "g", all[0].ID)
 	require.NoError(t, err)
 	assert.True(t, ok)
 	got := receive(t, ch, 2*time.Second)
@@ -70,25 +67,25 @@ func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
 	assert.Equal(t, "1", got.Metadata.Get(redisdelay.AttemptKey))
 	assert.Equal(t, "0", string(got.Payload))
 	got.Ack()
-	ok, err = insp.RequeueDeadLetter(ctx, topic, "g", all[0].ID)
+	ok, err = env.insp.RequeueDeadLetter(ctx, env.topic, "g", all[0].ID)
 	require.NoError(t, err)
 	assert.False(t, ok, "already requeued")
-	ok, err = insp.RequeueDeadLetter(ctx, topic, "g", "1-1")
+	ok, err = env.insp.RequeueDeadLetter(ctx, env.topic, "g", "1-1")
 	require.NoError(t, err)
 	assert.False(t, ok, "unknown id")
 
 	// Delete one.
-	ok, err = insp.DeleteDeadLetter(ctx, topic, "g", all[1].ID)
+	ok, err = env.insp.DeleteDeadLetter(ctx, env.topic, "g", all[1].ID)
 	require.NoError(t, err)
 	assert.True(t, ok)
-	ok, err = insp.DeleteDeadLetter(ctx, topic, "g", all[1].ID)
+	ok, err = env.insp.DeleteDeadLetter(ctx, env.topic, "g", all[1].ID)
 	require.NoError(t, err)
 	assert.False(t, ok, "already deleted")
-	rest := awaitDeadLetters(t, insp, topic, "g", 3, time.Second)
+	rest := awaitDeadLetters(t, env.insp, env.topic, "g", 3, time.Second)
 	assert.Equal(t, []string{all[2].ID, all[3].ID, all[4].ID}, []string{rest[0].ID, rest[1].ID, rest[2].ID})
 
 	// Requeue all: each delivered once more as attempt 1; nacked, they die again.
-	n, err := insp.RequeueDeadLetters(ctx, topic, "g")
+	n, err := env.insp.RequeueDeadLetters(ctx, env.topic, "g")
 	require.NoError(t, err)
 	assert.Equal(t, 3, n)
 	var again []string
@@ -99,46 +96,46 @@ func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
 		got.Nack()
 	}
 	assert.ElementsMatch(t, []string{msgs[2].UUID, msgs[3].UUID, msgs[4].UUID}, again)
-	awaitDeadLetters(t, insp, topic, "g", 3, 2*time.Second)
-	n, err = insp.RequeueDeadLetters(ctx, topic, "g")
+	awaitDeadLetters(t, env.insp, env.topic, "g", 3, 2*time.Second)
+	n, err = env.insp.RequeueDeadLetters(ctx, env.topic, "g")
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	for i := 0; i < 3; i++ {
 		receive(t, ch, 2*time.Second).Nack()
 	}
-	awaitDeadLetters(t, insp, topic, "g", 3, 2*time.Second)
+	awaitDeadLetters(t, env.insp, env.topic, "g", 3, 2*time.Second)
 
 	// Purge.
-	purged, err := insp.PurgeDeadLetters(ctx, topic, "g")
+	purged, err := env.insp.PurgeDeadLetters(ctx, env.topic, "g")
 	require.NoError(t, err)
 	assert.EqualValues(t, 3, purged)
-	purged, err = insp.PurgeDeadLetters(ctx, topic, "g")
+	purged, err = env.insp.PurgeDeadLetters(ctx, env.topic, "g")
 	require.NoError(t, err)
 	assert.Zero(t, purged)
-	g := groupStats(t, insp, topic, "g")
+	g := groupStats(t, env.insp, env.topic, "g")
 	assert.Zero(t, g.Dead)
 	assert.EqualValues(t, 11, g.DeadTotal, "5 + 3 + 3 burials")
 	nothing(t, ch, 200*time.Millisecond)
 
 	// Delete the group (its subscriber gone first).
 	require.NoError(t, sub.Close())
-	ok, err = insp.DeleteGroup(ctx, topic, "g")
+	ok, err = env.insp.DeleteGroup(ctx, env.topic, "g")
 	require.NoError(t, err)
 	assert.True(t, ok)
-	st := topicStats(t, insp, topic)
+	st := topicStats(t, env.insp, env.topic)
 	assert.Empty(t, st.Groups)
-	groups, err := client.XInfoGroups(ctx, shardOf(topic, 0).Stream()).Result()
+	groups, err := env.client.XInfoGroups(ctx, shardOf(env.topic, 0).Stream()).Result()
 	require.NoError(t, err)
 	assert.Empty(t, groups, "group destroyed on the ready stream")
-	left, err := client.Exists(ctx, shardOf(topic, 0).Dead("g"), shardOf(topic, 0).Meta("g"), shardOf(topic, 0).Redelivery("g")).Result()
+	left, err := env.client.Exists(ctx, shardOf(env.topic, 0).Dead("g"), shardOf(env.topic, 0).Meta("g"), shardOf(env.topic, 0).Redelivery("g")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, left, "the group's keys are deleted")
-	ok, err = insp.DeleteGroup(ctx, topic, "g")
+	ok, err = env.insp.DeleteGroup(ctx, env.topic, "g")
 	require.NoError(t, err)
 	assert.False(t, ok, "already deleted")
-	topics, err := insp.Topics(ctx)
+	topics, err := env.insp.Topics(ctx)
 	require.NoError(t, err)
-	assert.Contains(t, topics, topic, "the topic itself stays")
+	assert.Contains(t, topics, env.topic, "the topic itself stays")
 }
 
 func TestLifecycle_InspectorRejectsBadArguments(t *testing.T) {
@@ -188,15 +185,12 @@ func TestLifecycle_InspectorRejectsBadArguments(t *testing.T) {
 func TestLifecycle_StatsAndWaitingShowWhereMessagesAre(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 2, BatchSize: 1})
-	idle := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "h"})
-	require.NoError(t, sub.SubscribeInitialize(topic))
-	require.NoError(t, idle.SubscribeInitialize(topic)) // a group that reads nothing
-	ch := subscribe(t, sub, topic)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 2, BatchSize: 1})
+	idle := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "h"})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	require.NoError(t, idle.SubscribeInitialize(env.topic)) // a group that reads nothing
+	ch := subscribe(t, sub, env.topic)
 
 	// Waiting: published out of due order.
 	type published struct {
@@ -209,33 +203,33 @@ func TestLifecycle_StatsAndWaitingShowWhereMessagesAre(t *testing.T) {
 		d := time.Duration(h) * time.Hour
 		m := delayed(delay.For(d), "in "+strconv.Itoa(h)+"h")
 		before := time.Now()
-		require.NoError(t, pub.Publish(topic, m))
+		require.NoError(t, env.pub.Publish(env.topic, m))
 		waiting = append(waiting, published{m.UUID, before, time.Now(), d})
 	}
 	sort.Slice(waiting, func(i, j int) bool { return waiting[i].delay < waiting[j].delay })
 
 	// Dead: nacked on both attempts.
-	require.NoError(t, pub.Publish(topic, newMessage("dead")))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("dead")))
 	for i := 0; i < 2; i++ {
 		m := receive(t, ch, 2*time.Second)
 		require.Equal(t, "dead", string(m.Payload))
 		m.Nack()
 	}
-	awaitDeadLetters(t, insp, topic, "g", 1, 2*time.Second)
+	awaitDeadLetters(t, env.insp, env.topic, "g", 1, 2*time.Second)
 	// Retry: the handler asks for a redelivery in an hour.
-	require.NoError(t, pub.Publish(topic, newMessage("retry")))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("retry")))
 	m := receive(t, ch, 2*time.Second)
 	require.Equal(t, "retry", string(m.Payload))
 	delay.Message(m, delay.For(time.Hour))
 	m.Nack()
-	require.Eventually(t, func() bool { return groupStats(t, insp, topic, "g").Retry == 1 }, 2*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return groupStats(t, env.insp, env.topic, "g").Retry == 1 }, 2*time.Second, 20*time.Millisecond)
 	// Pending: held by the handler; ready: not fetched (BatchSize 1).
-	require.NoError(t, pub.Publish(topic, newMessage("held"), newMessage("ready 1"), newMessage("ready 2")))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("held"), newMessage("ready 1"), newMessage("ready 2")))
 	held := receive(t, ch, 2*time.Second)
 	require.Equal(t, "held", string(held.Payload))
 
-	st := topicStats(t, insp, topic)
-	assert.Equal(t, topic, st.Topic)
+	st := topicStats(t, env.insp, env.topic)
+	assert.Equal(t, env.topic, st.Topic)
 	assert.EqualValues(t, 3, st.Waiting)
 	assert.EqualValues(t, 5, st.Stream, "dead, retry, held, ready 1, ready 2")
 	byGroup := map[string]redisdelay.GroupStats{}
@@ -247,7 +241,7 @@ func TestLifecycle_StatsAndWaitingShowWhereMessagesAre(t *testing.T) {
 	assert.Equal(t, redisdelay.GroupStats{Group: "h", Ready: 5}, byGroup["h"])
 
 	// Waiting, in due order, with due times and paging.
-	list, err := insp.Waiting(ctx, topic, 0, 10)
+	list, err := env.insp.Waiting(ctx, env.topic, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, list, 3)
 	for i, w := range list {
@@ -257,17 +251,17 @@ func TestLifecycle_StatsAndWaitingShowWhereMessagesAre(t *testing.T) {
 		lo, hi := p.before.Add(p.delay).Add(-5*time.Millisecond), p.after.Add(p.delay).Add(5*time.Millisecond)
 		assert.True(t, !w.Due.Before(lo) && !w.Due.After(hi), "due %s not in [%s, %s]", w.Due, lo, hi)
 	}
-	list, err = insp.Waiting(ctx, topic, 1, 1)
+	list, err = env.insp.Waiting(ctx, env.topic, 1, 1)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	assert.Equal(t, waiting[1].uuid, list[0].Message.UUID)
-	list, err = insp.Waiting(ctx, topic, 3, 10)
+	list, err = env.insp.Waiting(ctx, env.topic, 3, 10)
 	require.NoError(t, err)
 	assert.Empty(t, list)
 
-	topics, err := insp.Topics(ctx)
+	topics, err := env.insp.Topics(ctx)
 	require.NoError(t, err)
-	assert.Contains(t, topics, topic)
+	assert.Contains(t, topics, env.topic)
 
 	// Acked, the held message leaves the pending count.
 	held.Ack()
@@ -277,7 +271,7 @@ func TestLifecycle_StatsAndWaitingShowWhereMessagesAre(t *testing.T) {
 		m.Ack()
 	}
 	require.Eventually(t, func() bool {
-		g := groupStats(t, insp, topic, "g")
+		g := groupStats(t, env.insp, env.topic, "g")
 		return g.Ready == 0 && g.Pending == 0
 	}, 2*time.Second, 20*time.Millisecond)
 }
@@ -287,34 +281,32 @@ func TestLifecycle_StatsAndWaitingShowWhereMessagesAre(t *testing.T) {
 // with waiting messages while a Manager runs, none once it stopped.
 func TestInspectorStatsLeased(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPartitionedPublisher(t, client, 2)
-	insp := newInspector(t, client)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, 2)
 	// Near and far (the far tier) messages, enough to fill both partitions.
 	for n := range 8 {
 		d := 30 * time.Second
 		if n%2 == 1 {
 			d = time.Hour
 		}
-		require.NoError(t, pub.Publish(tp, delayed(delay.For(d), "x")))
+		require.NoError(t, pub.Publish(env.topic, delayed(delay.For(d), "x")))
 	}
-	st := topicStats(t, insp, tp)
+	st := topicStats(t, env.insp, env.topic)
 	require.Equal(t, 2, st.Partitions)
 	require.EqualValues(t, 8, st.Waiting)
 	assert.Equal(t, 0, st.Leased, "no scheduler runs")
 
-	mgr := runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
-	require.Eventually(t, func() bool { return topicStats(t, insp, tp).Leased == 2 }, 5*time.Second, 20*time.Millisecond)
+	mgr := runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond})
+	require.Eventually(t, func() bool { return topicStats(t, env.insp, env.topic).Leased == 2 }, 5*time.Second, 20*time.Millisecond)
 	// Held all along while messages wait, not only right after a tick.
 	for range 15 {
 		time.Sleep(30 * time.Millisecond)
-		require.Equal(t, 2, topicStats(t, insp, tp).Leased)
+		require.Equal(t, 2, topicStats(t, env.insp, env.topic).Leased)
 	}
 
 	require.NoError(t, mgr.Close())
-	assert.Equal(t, 0, topicStats(t, insp, tp).Leased, "a stopping scheduler releases its leases")
-	overdue, err := insp.Overdue(context.Background(), tp)
+	assert.Equal(t, 0, topicStats(t, env.insp, env.topic).Leased, "a stopping scheduler releases its leases")
+	overdue, err := env.insp.Overdue(context.Background(), env.topic)
 	require.NoError(t, err)
 	assert.Zero(t, overdue)
 }

@@ -348,16 +348,14 @@ func TestSubscriptionSchedulerLoopsEndWithIt(t *testing.T) {
 // A loop does not retire while a stream no group reads holds entries the
 // Retention will remove: it stays to remove them.
 func TestLoopStaysForRetention(t *testing.T) {
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	for i := range 3 {
-		require.NoError(t, pub.Publish(tp, newMessage(strconv.Itoa(i))))
+		require.NoError(t, env.pub.Publish(env.topic, newMessage(strconv.Itoa(i))))
 	}
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond,
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond,
 		TrimInterval: 100 * time.Millisecond, Retention: time.Second})
 	require.Eventually(t, func() bool {
-		n, _ := client.XLen(context.Background(), shardOf(tp, 0).Stream()).Result()
+		n, _ := env.client.XLen(context.Background(), shardOf(env.topic, 0).Stream()).Result()
 		return n == 0
 	}, 5*time.Second, 20*time.Millisecond, "the retention removed the entries")
 }

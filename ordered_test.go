@@ -232,15 +232,13 @@ func TestOrderedTakeoverFromDeadOwner(t *testing.T) {
 func TestOrderedOwnersReadAfterPauseResume(t *testing.T) {
 	t.Parallel()
 	const parts = 8
-	client := newClient(t)
-	tp := topic()
-	pub := newPartitionedPublisher(t, client, parts)
-	insp := newInspector(t, client)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, parts)
 	var mu sync.Mutex
 	got := map[string]bool{}
 	for range 2 {
 		sub := newSubscriber(t, newClient(t), redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true})
-		ch := subscribe(t, sub, tp)
+		ch := subscribe(t, sub, env.topic)
 		go func() {
 			for msg := range ch {
 				mu.Lock()
@@ -253,13 +251,13 @@ func TestOrderedOwnersReadAfterPauseResume(t *testing.T) {
 	ctx := context.Background()
 	sent := 0
 	for round := range 5 {
-		require.NoError(t, insp.Pause(ctx, tp, "g"))
+		require.NoError(t, env.insp.Pause(ctx, env.topic, "g"))
 		for i := range 40 {
-			require.NoError(t, pub.Publish(tp, keyedMessage(strconv.Itoa(i), round*40+i)))
+			require.NoError(t, pub.Publish(env.topic, keyedMessage(strconv.Itoa(i), round*40+i)))
 			sent++
 		}
 		time.Sleep(50 * time.Millisecond)
-		_, err := insp.Resume(ctx, tp, "g")
+		_, err := env.insp.Resume(ctx, env.topic, "g")
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
 			mu.Lock()

@@ -195,29 +195,27 @@ func TestManagerSchedulesEveryPartition(t *testing.T) {
 // Cancel finds a waiting message in whichever partition it is, and the
 // Inspector lists the waiting messages of all partitions in due order.
 func TestPartitionsCancelAndWaiting(t *testing.T) {
-	client := newClient(t)
-	tp := topic()
-	pub := newPartitionedPublisher(t, client, 4)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, 4)
 	var uuids []string
 	for i := range 12 {
 		msg := delayed(delay.For(time.Duration(10+i)*time.Minute), strconv.Itoa(i))
 		msg.Metadata.Set(redisdelay.PartitionKey, "k"+strconv.Itoa(i))
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, pub.Publish(env.topic, msg))
 		uuids = append(uuids, msg.UUID)
 	}
-	insp := newInspector(t, client)
-	page, err := insp.Waiting(context.Background(), tp, 2, 5)
+	page, err := env.insp.Waiting(context.Background(), env.topic, 2, 5)
 	require.NoError(t, err)
 	require.Len(t, page, 5)
 	for j, w := range page {
 		require.Equal(t, uuids[2+j], w.Message.UUID, "due order across partitions")
 	}
 	for _, id := range uuids {
-		ok, err := pub.Cancel(context.Background(), tp, id)
+		ok, err := pub.Cancel(context.Background(), env.topic, id)
 		require.NoError(t, err)
 		require.True(t, ok, id)
 	}
-	require.EqualValues(t, 0, topicStats(t, insp, tp).Waiting)
+	require.EqualValues(t, 0, topicStats(t, env.insp, env.topic).Waiting)
 }
 
 // Dead letters of a partitioned topic are listed across partitions, oldest
@@ -225,20 +223,18 @@ func TestPartitionsCancelAndWaiting(t *testing.T) {
 // and deleted by those IDs.
 func TestPartitionsDeadLetters(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const parts, n = 3, 9
-	pub := newPartitionedPublisher(t, client, parts)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, MaxAttempts: 1})
-	ch := subscribe(t, sub, tp)
+	pub := newPartitionedPublisher(t, env.client, parts)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, MaxAttempts: 1})
+	ch := subscribe(t, sub, env.topic)
 	for i := range n {
-		require.NoError(t, pub.Publish(tp, newMessage(strconv.Itoa(i))))
+		require.NoError(t, pub.Publish(env.topic, newMessage(strconv.Itoa(i))))
 	}
 	for range n {
 		receive(t, ch, 5*time.Second).Nack()
 	}
-	insp := newInspector(t, client)
-	dead := awaitDeadLetters(t, insp, tp, "g", n, 5*time.Second)
+	dead := awaitDeadLetters(t, env.insp, env.topic, "g", n, 5*time.Second)
 	partitioned := 0
 	for j, d := range dead {
 		if j > 0 {
@@ -253,7 +249,7 @@ func TestPartitionsDeadLetters(t *testing.T) {
 	var paged []string
 	after := ""
 	for {
-		page, err := insp.DeadLetters(context.Background(), tp, "g", after, 2)
+		page, err := env.insp.DeadLetters(context.Background(), env.topic, "g", after, 2)
 		require.NoError(t, err)
 		if len(page) == 0 {
 			break
@@ -269,23 +265,23 @@ func TestPartitionsDeadLetters(t *testing.T) {
 	}
 	require.Equal(t, all, paged)
 
-	ok, err := insp.DeleteDeadLetter(context.Background(), tp, "g", all[0])
+	ok, err := env.insp.DeleteDeadLetter(context.Background(), env.topic, "g", all[0])
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = insp.RequeueDeadLetter(context.Background(), tp, "g", all[1])
+	ok, err = env.insp.RequeueDeadLetter(context.Background(), env.topic, "g", all[1])
 	require.NoError(t, err)
 	require.True(t, ok)
 	receive(t, ch, 5*time.Second).Ack()
-	n2, err := insp.RequeueDeadLetters(context.Background(), tp, "g")
+	n2, err := env.insp.RequeueDeadLetters(context.Background(), env.topic, "g")
 	require.NoError(t, err)
 	require.Equal(t, n-2, n2)
 	for range n - 2 {
 		receive(t, ch, 5*time.Second).Ack()
 	}
 
-	_, err = insp.RequeueDeadLetter(context.Background(), tp, "g", "7/1-0")
+	_, err = env.insp.RequeueDeadLetter(context.Background(), env.topic, "g", "7/1-0")
 	require.ErrorContains(t, err, `dead letter ID "7/1-0" names partition "7", but the topic has 3: pass an ID from DeadLetters`)
-	_, err = insp.DeadLetters(context.Background(), tp, "g", "x/1-0", 10)
+	_, err = env.insp.DeadLetters(context.Background(), env.topic, "g", "x/1-0", 10)
 	require.ErrorContains(t, err, `names partition "x"`)
 }
 

@@ -24,19 +24,17 @@ func awaitRedo(t *testing.T, client redis.UniversalClient, tp string, n int64) {
 // A high-priority message overtakes a backlog of normal ones: it is
 // handed out after the fetch in progress at most.
 func TestPriorityOvertakesBacklog(t *testing.T) {
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	const batch, backlog = 8, 200
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, CheckInterval: 100 * time.Millisecond})
-	require.NoError(t, sub.SubscribeInitialize(tp))
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, CheckInterval: 100 * time.Millisecond})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
 	for i := range backlog {
-		require.NoError(t, pub.Publish(tp, newMessage(strconv.Itoa(i))))
+		require.NoError(t, env.pub.Publish(env.topic, newMessage(strconv.Itoa(i))))
 	}
-	ch := subscribe(t, sub, tp)
+	ch := subscribe(t, sub, env.topic)
 	urgent := high(newMessage("urgent"))
-	require.NoError(t, pub.Publish(tp, urgent))
-	awaitRedo(t, client, tp, 1) // the scheduler moved it to the group's redelivery stream
+	require.NoError(t, env.pub.Publish(env.topic, urgent))
+	awaitRedo(t, env.client, env.topic, 1) // the scheduler moved it to the group's redelivery stream
 	for pos := 1; pos <= backlog+1; pos++ {
 		msg := receive(t, ch, 5*time.Second)
 		msg.Ack()
@@ -53,19 +51,17 @@ func TestPriorityOvertakesBacklog(t *testing.T) {
 // fetch takes up to BatchSize of each.
 func TestPriorityDoesNotStarveNormal(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	const batch, n = 8, 60
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, DisableScheduler: true})
-	require.NoError(t, sub.SubscribeInitialize(tp))
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, DisableScheduler: true})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond})
 	for i := range n {
-		require.NoError(t, pub.Publish(tp, newMessage("n"+strconv.Itoa(i)), high(newMessage("h"+strconv.Itoa(i)))))
+		require.NoError(t, env.pub.Publish(env.topic, newMessage("n"+strconv.Itoa(i)), high(newMessage("h"+strconv.Itoa(i)))))
 	}
 	// Both kinds queue before consumption starts.
-	awaitRedo(t, client, tp, n)
-	ch := subscribe(t, sub, tp)
+	awaitRedo(t, env.client, env.topic, n)
+	ch := subscribe(t, sub, env.topic)
 	var order []byte
 	for range 2 * n {
 		msg := receive(t, ch, 5*time.Second)
@@ -87,22 +83,20 @@ func TestPriorityDoesNotStarveNormal(t *testing.T) {
 // waits in the ready stream for the first.
 func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 
 	// Moved while no group exists (a Manager schedules the topic), it goes
 	// to the ready stream, where every group created later finds it.
-	mgr := runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
+	mgr := runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond})
 	early := high(newMessage("before any group"))
-	require.NoError(t, pub.Publish(tp, early))
-	require.Eventually(t, func() bool { return client.XLen(context.Background(), shardOf(tp, 0).Stream()).Val() == 1 },
+	require.NoError(t, env.pub.Publish(env.topic, early))
+	require.Eventually(t, func() bool { return env.client.XLen(context.Background(), shardOf(env.topic, 0).Stream()).Val() == 1 },
 		5*time.Second, 10*time.Millisecond)
 	require.NoError(t, mgr.Close())
 
-	subA := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "a", CheckInterval: 100 * time.Millisecond})
-	subB := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "b", DisableScheduler: true})
-	chA, chB := subscribe(t, subA, tp), subscribe(t, subB, tp)
+	subA := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "a", CheckInterval: 100 * time.Millisecond})
+	subB := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "b", DisableScheduler: true})
+	chA, chB := subscribe(t, subA, env.topic), subscribe(t, subB, env.topic)
 	m := receive(t, chA, 5*time.Second)
 	require.Equal(t, early.UUID, m.UUID)
 	m.Ack()
@@ -112,7 +106,7 @@ func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
 
 	msg := high(delayed(delay.For(400*time.Millisecond), "later"))
 	start := time.Now()
-	require.NoError(t, pub.Publish(tp, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg))
 	for _, ch := range []<-chan *message.Message{chA, chB} {
 		got := receive(t, ch, 5*time.Second)
 		require.Equal(t, msg.UUID, got.UUID)
@@ -121,27 +115,25 @@ func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
 	}
 	nothing(t, chA, 200*time.Millisecond)
 	nothing(t, chB, 10*time.Millisecond)
-	exists, err := client.Exists(context.Background(), shardOf(tp, 0).Prio()).Result()
+	exists, err := env.client.Exists(context.Background(), shardOf(env.topic, 0).Prio()).Result()
 	require.NoError(t, err)
 	require.Zero(t, exists, "the priority marks are removed when the messages move")
 }
 
 func TestPriorityCancelAndBadValue(t *testing.T) {
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	msg := high(delayed(delay.For(time.Hour), "x"))
-	require.NoError(t, pub.Publish(tp, msg))
-	ok, err := pub.Cancel(context.Background(), tp, msg.UUID)
+	require.NoError(t, env.pub.Publish(env.topic, msg))
+	ok, err := env.pub.Cancel(context.Background(), env.topic, msg.UUID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	exists, err := client.Exists(context.Background(), shardOf(tp, 0).Prio()).Result()
+	exists, err := env.client.Exists(context.Background(), shardOf(env.topic, 0).Prio()).Result()
 	require.NoError(t, err)
 	require.Zero(t, exists, "a cancelled message leaves no priority mark behind")
 
 	bad := newMessage("y")
 	bad.Metadata.Set(redisdelay.PriorityKey, "urgent")
-	err = pub.Publish(tp, bad)
+	err = env.pub.Publish(env.topic, bad)
 	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
 	require.ErrorContains(t, err, `metadata _redisdelay_priority is "urgent": use "high", or leave it empty (or "normal") for normal priority`)
 }

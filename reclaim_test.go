@@ -19,19 +19,17 @@ import (
 
 func TestLifecycle_CrashedConsumersMessageReclaimedAfterVisibilityTimeout(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	})
-	require.NoError(t, sub.SubscribeInitialize(topic))
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
 	msg := newMessage("x")
-	require.NoError(t, pub.Publish(topic, msg))
-	crashedRead(t, client, topic, "g", "crashed-1")
+	require.NoError(t, env.pub.Publish(env.topic, msg))
+	crashedRead(t, env.client, env.topic, "g", "crashed-1")
 	readAt := time.Now()
 
-	ch := subscribe(t, sub, topic)
+	ch := subscribe(t, sub, env.topic)
 	got := receive(t, ch, 3*time.Second)
 	took := time.Since(readAt)
 	assert.Equal(t, msg.UUID, got.UUID)
@@ -42,8 +40,8 @@ func TestLifecycle_CrashedConsumersMessageReclaimedAfterVisibilityTimeout(t *tes
 	got.Ack()
 	nothing(t, ch, 300*time.Millisecond)
 
-	held, err := client.XPendingExt(context.Background(), &redis.XPendingExtArgs{
-		Stream: shardOf(topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 10, Consumer: "crashed-1",
+	held, err := env.client.XPendingExt(context.Background(), &redis.XPendingExtArgs{
+		Stream: shardOf(env.topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 10, Consumer: "crashed-1",
 	}).Result()
 	require.NoError(t, err)
 	assert.Empty(t, held, "the crashed consumer holds nothing any more")
@@ -51,20 +49,17 @@ func TestLifecycle_CrashedConsumersMessageReclaimedAfterVisibilityTimeout(t *tes
 
 func TestLifecycle_CrashedConsumersLastAttemptGoesToDeadLetters(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", MaxAttempts: 1, VisibilityTimeout: 600 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	})
-	require.NoError(t, sub.SubscribeInitialize(topic))
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
 	msg := newMessage("x")
-	require.NoError(t, pub.Publish(topic, msg))
-	crashedRead(t, client, topic, "g", "crashed-1")
-	ch := subscribe(t, sub, topic) // runs the scheduler that reclaims
+	require.NoError(t, env.pub.Publish(env.topic, msg))
+	crashedRead(t, env.client, env.topic, "g", "crashed-1")
+	ch := subscribe(t, sub, env.topic) // runs the scheduler that reclaims
 
-	dead := awaitDeadLetters(t, insp, topic, "g", 1, 3*time.Second)
+	dead := awaitDeadLetters(t, env.insp, env.topic, "g", 1, 3*time.Second)
 	nothing(t, ch, 300*time.Millisecond)
 	d := dead[0]
 	assert.Equal(t, msg.UUID, d.Message.UUID)
@@ -72,7 +67,7 @@ func TestLifecycle_CrashedConsumersLastAttemptGoesToDeadLetters(t *testing.T) {
 	assert.Contains(t, d.Reason, "not acknowledged within 600 ms")
 	assert.Contains(t, d.Reason, "crashed-1")
 	assert.Contains(t, d.Reason, "attempt 1 of 1")
-	assert.Zero(t, pendingCount(t, client, topic, "g"))
+	assert.Zero(t, pendingCount(t, env.client, env.topic, "g"))
 }
 
 // A live subscription's slow handler keeps its message past several
@@ -80,28 +75,25 @@ func TestLifecycle_CrashedConsumersLastAttemptGoesToDeadLetters(t *testing.T) {
 // Ack settles it for good.
 func TestLifecycle_SlowHandlerKeepsItsMessageByLeaseExtension(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
+	env := setup(t)
 	config := redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", VisibilityTimeout: 500 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	}
-	slow := newSubscriber(t, client, config)
-	other := newSubscriber(t, client, config)
-	chSlow := subscribe(t, slow, topic)
+	slow := newSubscriber(t, env.client, config)
+	other := newSubscriber(t, env.client, config)
+	chSlow := subscribe(t, slow, env.topic)
 
 	msg := newMessage("slow")
-	require.NoError(t, pub.Publish(topic, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg))
 	got := receive(t, chSlow, 2*time.Second)
-	chOther := subscribe(t, other, topic)
+	chOther := subscribe(t, other, env.topic)
 	nothing(t, chOther, 2*time.Second) // 4× VisibilityTimeout
 	assert.NoError(t, got.Context().Err(), "the handler's context stays alive")
 	got.Ack()
 
 	nothing(t, chOther, time.Second)
 	nothing(t, chSlow, 10*time.Millisecond)
-	g := groupStats(t, insp, topic, "g")
+	g := groupStats(t, env.insp, env.topic, "g")
 	assert.Zero(t, g.Pending+g.Ready+g.Retry+g.Dead, "settled once: %+v", g)
 }
 
@@ -109,22 +101,20 @@ func TestLifecycle_SlowHandlerKeepsItsMessageByLeaseExtension(t *testing.T) {
 // (attempt unchanged) instead of waiting for it; the slow one stays put.
 func TestLifecycle_MessagesFetchedBehindSlowHandlerGoToOtherConsumers(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	config := redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", BatchSize: 10, VisibilityTimeout: 600 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 	}
-	slow := newSubscriber(t, client, config)
-	other := newSubscriber(t, client, config)
-	require.NoError(t, slow.SubscribeInitialize(topic))
+	slow := newSubscriber(t, env.client, config)
+	other := newSubscriber(t, env.client, config)
+	require.NoError(t, slow.SubscribeInitialize(env.topic))
 	msgs := []*message.Message{newMessage("slow"), newMessage("b"), newMessage("c"), newMessage("d")}
-	require.NoError(t, pub.Publish(topic, msgs...))
-	chSlow := subscribe(t, slow, topic) // fetches all four in one read
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
+	chSlow := subscribe(t, slow, env.topic) // fetches all four in one read
 	first := receive(t, chSlow, 2*time.Second)
 	require.Equal(t, "slow", string(first.Payload))
 
-	chOther := subscribe(t, other, topic)
+	chOther := subscribe(t, other, env.topic)
 	start := time.Now()
 	for _, want := range []string{"b", "c", "d"} {
 		got := receive(t, chOther, 2*time.Second) // within 2/3 VisibilityTimeout + a read
@@ -136,7 +126,7 @@ func TestLifecycle_MessagesFetchedBehindSlowHandlerGoToOtherConsumers(t *testing
 	nothing(t, chOther, 900*time.Millisecond) // the slow handler's message stays leased
 	first.Ack()
 	nothing(t, chSlow, 300*time.Millisecond)
-	g := groupStats(t, newInspector(t, client), topic, "g")
+	g := groupStats(t, newInspector(t, env.client), env.topic, "g")
 	assert.Zero(t, g.Pending+g.Ready+g.Retry+g.Dead, "each settled once: %+v", g)
 }
 
@@ -145,21 +135,19 @@ func TestLifecycle_MessagesFetchedBehindSlowHandlerGoToOtherConsumers(t *testing
 func TestLifecycle_IdleConsumersWithoutMessagesAreRemoved(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	topic := topic()
-	stream := shardOf(topic, 0).Stream()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{
+	env := setup(t)
+	stream := shardOf(env.topic, 0).Stream()
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", ConsumerIdleTimeout: time.Second, VisibilityTimeout: time.Minute, DisableScheduler: true,
 	})
-	require.NoError(t, sub.SubscribeInitialize(topic))
-	require.NoError(t, pub.Publish(topic, newMessage("held")))
-	crashedRead(t, client, topic, "g", "holder")
-	require.NoError(t, client.XGroupCreateConsumer(ctx, stream, "g", "idler").Err())
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("held")))
+	crashedRead(t, env.client, env.topic, "g", "holder")
+	require.NoError(t, env.client.XGroupCreateConsumer(ctx, stream, "g", "idler").Err())
 	created := time.Now()
 
 	consumers := func() map[string]int64 {
-		cs, err := client.XInfoConsumers(ctx, stream, "g").Result()
+		cs, err := env.client.XInfoConsumers(ctx, stream, "g").Result()
 		require.NoError(t, err)
 		out := map[string]int64{}
 		for _, c := range cs {
@@ -169,8 +157,8 @@ func TestLifecycle_IdleConsumersWithoutMessagesAreRemoved(t *testing.T) {
 	}
 	require.Equal(t, map[string]int64{"holder": 1, "idler": 0}, consumers())
 
-	runManager(t, client, redisdelay.ManagerConfig{
-		Topics: []string{topic}, CheckInterval: 100 * time.Millisecond, TrimInterval: 200 * time.Millisecond,
+	runManager(t, env.client, redisdelay.ManagerConfig{
+		Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond, TrimInterval: 200 * time.Millisecond,
 	})
 	require.Eventually(t, func() bool {
 		_, ok := consumers()["idler"]

@@ -41,12 +41,11 @@ func runRequeuer(t *testing.T, rq *redisdelay.DelayedRequeuer) {
 func TestDelayedRequeuer_RetriesWithGrowingDelayUntilSuccess(t *testing.T) {
 	t.Parallel()
 	const fails = 4
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 2})
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 2})
 	tp, requeueTopic := topic(), topic()
 	rq, err := redisdelay.NewDelayedRequeuer(redisdelay.DelayedRequeuerConfig{
-		Client:       client,
+		Client:       env.client,
 		RequeueTopic: requeueTopic, // the default "requeue" would be shared with other tests running at once
 		DelayOnError: &middleware.DelayOnError{InitialInterval: 200 * time.Millisecond, MaxInterval: 10 * time.Second, Multiplier: 2},
 	}, logger)
@@ -61,8 +60,7 @@ func TestDelayedRequeuer_RetriesWithGrowingDelayUntilSuccess(t *testing.T) {
 	var mu sync.Mutex
 	failed := map[string]int{}
 	errHopeless := errors.New("hopeless")
-	poisonTopic := topic()
-	poison, err := middleware.PoisonQueueWithFilter(pub, poisonTopic, func(err error) bool { return errors.Is(err, errHopeless) })
+	poison, err := middleware.PoisonQueueWithFilter(env.pub, env.topic, func(err error) bool { return errors.Is(err, errHopeless) })
 	require.NoError(t, err)
 	router := newRouter(t)
 	router.AddMiddleware(rq.Middleware()...)
@@ -84,8 +82,8 @@ func TestDelayedRequeuer_RetriesWithGrowingDelayUntilSuccess(t *testing.T) {
 	runRouter(t, router)
 	runRequeuer(t, rq)
 
-	poisoned := subscribe(t, sub, poisonTopic)
-	require.NoError(t, pub.Publish(tp, newMessage("flaky"), newMessage("fine"), newMessage("hopeless")))
+	poisoned := subscribe(t, sub, env.topic)
+	require.NoError(t, env.pub.Publish(tp, newMessage("flaky"), newMessage("fine"), newMessage("hopeless")))
 	var flakyAt []time.Time
 	hopeless := 0
 	for len(flakyAt) < fails+1 {
@@ -121,9 +119,8 @@ func TestDelayedRequeuer_RetriesWithGrowingDelayUntilSuccess(t *testing.T) {
 	p.Ack()
 	assert.Equal(t, "hopeless", string(p.Payload))
 	assert.Equal(t, 1, hopeless, "deliveries of the poisoned message: it was requeued")
-	insp := newInspector(t, client)
-	assert.Zero(t, groupStats(t, insp, tp, "g").DeadTotal, "dead letters of the handler's group")
-	assert.Zero(t, topicStats(t, insp, requeueTopic).Waiting, "still waiting on the requeue topic")
+	assert.Zero(t, groupStats(t, env.insp, tp, "g").DeadTotal, "dead letters of the handler's group")
+	assert.Zero(t, topicStats(t, env.insp, requeueTopic).Waiting, "still waiting on the requeue topic")
 }
 
 // A message on the requeue topic without PoisonQueue's topic metadata
@@ -132,16 +129,14 @@ func TestDelayedRequeuer_RetriesWithGrowingDelayUntilSuccess(t *testing.T) {
 // in its dead letters), nothing lost.
 func TestDelayedRequeuer_MessageWithoutTopicIsRetriedNotLost(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	requeueTopic := topic()
-	rq, err := redisdelay.NewDelayedRequeuer(redisdelay.DelayedRequeuerConfig{Client: client, RequeueTopic: requeueTopic}, logger)
+	env := setup(t)
+	rq, err := redisdelay.NewDelayedRequeuer(redisdelay.DelayedRequeuerConfig{Client: env.client, RequeueTopic: env.topic}, logger)
 	require.NoError(t, err)
 	runRequeuer(t, rq)
 
-	require.NoError(t, newPublisher(t, client).Publish(requeueTopic, newMessage("no topic")))
-	insp := newInspector(t, client)
+	require.NoError(t, newPublisher(t, env.client).Publish(env.topic, newMessage("no topic")))
 	require.Eventually(t, func() bool {
-		return groupStats(t, insp, requeueTopic, "requeuer").Retry == 1
+		return groupStats(t, env.insp, env.topic, "requeuer").Retry == 1
 	}, 10*time.Second, 20*time.Millisecond, "the message is waiting for its retry in the requeuer's group")
 }
 

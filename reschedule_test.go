@@ -39,28 +39,26 @@ func waitingDue(t *testing.T, insp *redisdelay.Inspector, tp, uuid string) time.
 func TestRescheduleInPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
-	insp := newInspector(t, client)
 	early := businessKeyMessage("order-1", time.Hour, "early", "")
 	late := delayed(delay.For(2*time.Hour), "late")
-	require.NoError(t, pub.Publish(tp, early, late))
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 10 * time.Second})
-	ch := subscribe(t, sub, tp)
+	require.NoError(t, pub.Publish(env.topic, early, late))
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 10 * time.Second})
+	ch := subscribe(t, sub, env.topic)
 	nothing(t, ch, 200*time.Millisecond) // the scheduler is asleep for its CheckInterval
 
-	ok, err := pub.Reschedule(ctx, tp, late.UUID, time.Now().Add(time.Hour))
+	ok, err := pub.Reschedule(ctx, env.topic, late.UUID, time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.WithinDuration(t, time.Now().Add(time.Hour), waitingDue(t, insp, tp, late.UUID), time.Second)
+	require.WithinDuration(t, time.Now().Add(time.Hour), waitingDue(t, env.insp, env.topic, late.UUID), time.Second)
 
 	due := time.Now().Add(200 * time.Millisecond)
-	ok, err = pub.Reschedule(ctx, tp, early.UUID, due)
+	ok, err = pub.Reschedule(ctx, env.topic, early.UUID, due)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.False(t, waitingDue(t, insp, tp, early.UUID).Before(due.Truncate(time.Millisecond)), "rounded up, never early")
-	require.Equal(t, map[string]string{"order-1": early.UUID}, businessKeyState(t, tp, 0), "keeps its business key")
+	require.False(t, waitingDue(t, env.insp, env.topic, early.UUID).Before(due.Truncate(time.Millisecond)), "rounded up, never early")
+	require.Equal(t, map[string]string{"order-1": early.UUID}, businessKeyState(t, env.topic, 0), "keeps its business key")
 
 	got := receive(t, ch, time.Second)
 	at := time.Now()
@@ -71,7 +69,7 @@ func TestRescheduleInPlace(t *testing.T) {
 	t.Logf("delivered %s after the new due time", at.Sub(due))
 	got.Ack()
 	nothing(t, ch, 500*time.Millisecond) // once; late is an hour away now
-	require.Equal(t, []string{late.UUID}, content(t, tp).waiting)
+	require.Equal(t, []string{late.UUID}, content(t, env.topic).waiting)
 }
 
 // dueWithin checks a rescheduled message's due time: not before the one
@@ -89,38 +87,36 @@ func dueWithin(t *testing.T, want, got time.Time) {
 func TestRescheduleKeyAndPriority(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
-	insp := newInspector(t, client)
 	keyed := businessKeyMessage("order-1", time.Hour, "keyed", "")
 	urgent := high(delayed(delay.For(time.Hour), "urgent"))
-	require.NoError(t, pub.Publish(tp, keyed))
-	require.NoError(t, pub.Publish(tp, urgent))
+	require.NoError(t, pub.Publish(env.topic, keyed))
+	require.NoError(t, pub.Publish(env.topic, urgent))
 
 	later := time.Now().Add(2 * time.Hour)
-	ok, err := insp.RescheduleKey(ctx, tp, "order-1", later)
+	ok, err := env.insp.RescheduleKey(ctx, env.topic, "order-1", later)
 	require.NoError(t, err)
 	require.True(t, ok)
-	dueWithin(t, later, waitingDue(t, insp, tp, keyed.UUID))
-	ok, err = pub.RescheduleKey(ctx, tp, "order-1", later.Add(time.Hour))
+	dueWithin(t, later, waitingDue(t, env.insp, env.topic, keyed.UUID))
+	ok, err = pub.RescheduleKey(ctx, env.topic, "order-1", later.Add(time.Hour))
 	require.NoError(t, err)
 	require.True(t, ok)
-	dueWithin(t, later.Add(time.Hour), waitingDue(t, insp, tp, keyed.UUID))
+	dueWithin(t, later.Add(time.Hour), waitingDue(t, env.insp, env.topic, keyed.UUID))
 
-	ok, err = insp.Reschedule(ctx, tp, urgent.UUID, time.Now().Add(-time.Hour))
+	ok, err = env.insp.Reschedule(ctx, env.topic, urgent.UUID, time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	require.True(t, ok)
-	prio, err := client.HGet(ctx, shardOf(tp, 0).Prio(), urgent.UUID).Result()
+	prio, err := env.client.HGet(ctx, shardOf(env.topic, 0).Prio(), urgent.UUID).Result()
 	require.NoError(t, err)
 	require.Equal(t, "1", prio, "still high priority")
 
-	ch := rescheduleSub(t, client, tp)
+	ch := rescheduleSub(t, env.client, env.topic)
 	got := receive(t, ch, 2*time.Second)
 	require.Equal(t, urgent.UUID, got.UUID)
 	require.Equal(t, "1", got.Metadata.Get(redisdelay.AttemptKey))
 	got.Ack()
-	require.Equal(t, []string{keyed.UUID}, content(t, tp).waiting)
+	require.Equal(t, []string{keyed.UUID}, content(t, env.topic).waiting)
 }
 
 // A message that is not waiting (unknown, delivered, cancelled, or in a
@@ -128,84 +124,80 @@ func TestRescheduleKeyAndPriority(t *testing.T) {
 func TestRescheduleNotWaiting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
-	insp := newInspector(t, client)
 	now := delayed(delay.For(50*time.Millisecond), "soon")
 	gone := businessKeyMessage("order-1", time.Hour, "gone", "")
 	stays := delayed(delay.For(time.Hour), "stays")
-	require.NoError(t, pub.Publish(tp, now, gone, stays))
-	ok, err := pub.Cancel(ctx, tp, gone.UUID)
+	require.NoError(t, pub.Publish(env.topic, now, gone, stays))
+	ok, err := pub.Cancel(ctx, env.topic, gone.UUID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	ch := rescheduleSub(t, client, tp)
+	ch := rescheduleSub(t, env.client, env.topic)
 	got := receive(t, ch, 2*time.Second)
 	require.Equal(t, now.UUID, got.UUID)
 	got.Nack() // in the group's retry set or redelivery stream: not waiting
-	stayDue := waitingDue(t, insp, tp, stays.UUID)
+	stayDue := waitingDue(t, env.insp, env.topic, stays.UUID)
 
 	at := time.Now().Add(time.Minute)
 	for name, try := range map[string]func() (bool, error){
-		"unknown":        func() (bool, error) { return pub.Reschedule(ctx, tp, "nope", at) },
-		"unknown key":    func() (bool, error) { return insp.RescheduleKey(ctx, tp, "nope", at) },
-		"delivered":      func() (bool, error) { return pub.Reschedule(ctx, tp, now.UUID, at) },
-		"cancelled":      func() (bool, error) { return insp.Reschedule(ctx, tp, gone.UUID, at) },
-		"cancelled key":  func() (bool, error) { return pub.RescheduleKey(ctx, tp, "order-1", at) },
-		"unknown topic":  func() (bool, error) { return insp.Reschedule(ctx, topic(), stays.UUID, at) },
+		"unknown":        func() (bool, error) { return pub.Reschedule(ctx, env.topic, "nope", at) },
+		"unknown key":    func() (bool, error) { return env.insp.RescheduleKey(ctx, env.topic, "nope", at) },
+		"delivered":      func() (bool, error) { return pub.Reschedule(ctx, env.topic, now.UUID, at) },
+		"cancelled":      func() (bool, error) { return env.insp.Reschedule(ctx, env.topic, gone.UUID, at) },
+		"cancelled key":  func() (bool, error) { return pub.RescheduleKey(ctx, env.topic, "order-1", at) },
+		"unknown topic":  func() (bool, error) { return env.insp.Reschedule(ctx, topic(), stays.UUID, at) },
 		"other topic id": func() (bool, error) { return pub.Reschedule(ctx, topic(), stays.UUID, at) },
 	} {
 		ok, err := try()
 		require.NoError(t, err, name)
 		require.False(t, ok, name)
 	}
-	require.Equal(t, []string{stays.UUID}, content(t, tp).waiting, "nothing changed")
-	require.Equal(t, stayDue, waitingDue(t, insp, tp, stays.UUID))
-	require.Empty(t, businessKeyState(t, tp, 0))
+	require.Equal(t, []string{stays.UUID}, content(t, env.topic).waiting, "nothing changed")
+	require.Equal(t, stayDue, waitingDue(t, env.insp, env.topic, stays.UUID))
+	require.Empty(t, businessKeyState(t, env.topic, 0))
 }
 
 // Bad input fails with an error saying what to fix, and changes nothing.
 func TestRescheduleBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{MaxDelay: 24 * time.Hour})
-	insp := newInspector(t, client)
 	msg := businessKeyMessage("k", time.Hour, "x", "")
-	require.NoError(t, pub.Publish(tp, msg))
-	before := topicState(t, tp)
+	require.NoError(t, pub.Publish(env.topic, msg))
+	before := topicState(t, env.topic)
 	soon := time.Now().Add(time.Minute)
 
-	_, err := pub.Reschedule(ctx, tp, "", soon)
+	_, err := pub.Reschedule(ctx, env.topic, "", soon)
 	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
-	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: reschedule in topic %q: the message UUID is empty`, tp))
-	_, err = insp.RescheduleKey(ctx, tp, "", soon)
-	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: reschedule in topic %q: the business key is empty`, tp))
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: reschedule in topic %q: the message UUID is empty`, env.topic))
+	_, err = env.insp.RescheduleKey(ctx, env.topic, "", soon)
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: reschedule in topic %q: the business key is empty`, env.topic))
 	_, err = pub.Reschedule(ctx, "a{b", msg.UUID, soon)
 	require.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
-	_, err = insp.Reschedule(ctx, tp, msg.UUID, time.Time{})
+	_, err = env.insp.Reschedule(ctx, env.topic, msg.UUID, time.Time{})
 	require.ErrorIs(t, err, redisdelay.ErrInvalidDelay)
-	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid delay metadata: reschedule message %q in topic %q: the due time is the zero time.Time: give the instant it is to be delivered (time.Now().Add(d) to delay it by d)`, msg.UUID, tp))
-	_, err = pub.RescheduleKey(ctx, tp, "k", time.Now().Add(25*time.Hour))
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid delay metadata: reschedule message %q in topic %q: the due time is the zero time.Time: give the instant it is to be delivered (time.Now().Add(d) to delay it by d)`, msg.UUID, env.topic))
+	_, err = pub.RescheduleKey(ctx, env.topic, "k", time.Now().Add(25*time.Hour))
 	require.ErrorIs(t, err, redisdelay.ErrInvalidDelay)
-	require.ErrorContains(t, err, fmt.Sprintf(`redisdelay: invalid delay metadata: reschedule business key "k" in topic %q: due in 25h0m0`, tp))
+	require.ErrorContains(t, err, fmt.Sprintf(`redisdelay: invalid delay metadata: reschedule business key "k" in topic %q: due in 25h0m0`, env.topic))
 	require.ErrorContains(t, err, `beyond PublisherConfig.MaxDelay (24h0m0s): use a nearer due time, or raise PublisherConfig.MaxDelay if that is intended`)
-	ok, err := insp.RescheduleKey(ctx, tp, "k", time.Now().Add(25*time.Hour))
+	ok, err := env.insp.RescheduleKey(ctx, env.topic, "k", time.Now().Add(25*time.Hour))
 	require.NoError(t, err, "the Inspector knows no MaxDelay")
 	require.True(t, ok)
-	before = topicState(t, tp)
-	_, err = insp.Reschedule(ctx, tp, msg.UUID, time.Now().AddDate(101, 0, 0))
+	before = topicState(t, env.topic)
+	_, err = env.insp.Reschedule(ctx, env.topic, msg.UUID, time.Now().AddDate(101, 0, 0))
 	require.ErrorIs(t, err, redisdelay.ErrInvalidDelay)
 	require.ErrorContains(t, err, "beyond the limit of 100 years: use a nearer due time")
-	_, err = pub.Reschedule(ctx, tp, msg.UUID, time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC))
+	_, err = pub.Reschedule(ctx, env.topic, msg.UUID, time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC))
 	require.ErrorContains(t, err, "due in more than 292 years, beyond the limit of 100 years")
-	require.Equal(t, before, topicState(t, tp), "nothing changed")
+	require.Equal(t, before, topicState(t, env.topic), "nothing changed")
 
 	require.NoError(t, pub.Close())
-	_, err = pub.Reschedule(ctx, tp, msg.UUID, soon)
+	_, err = pub.Reschedule(ctx, env.topic, msg.UUID, soon)
 	require.ErrorIs(t, err, redisdelay.ErrClosed)
-	_, err = pub.RescheduleKey(ctx, tp, "k", soon)
+	_, err = pub.RescheduleKey(ctx, env.topic, "k", soon)
 	require.ErrorIs(t, err, redisdelay.ErrClosed)
 }
 
@@ -229,18 +221,17 @@ func TestReschedulePartitioned(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const parts = 4
-	client := newClient(t)
-	tp := topic()
-	pub := newPartitionedPublisher(t, client, parts)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, parts)
 	var msgs []*message.Message
 	for i := range 8 {
 		msgs = append(msgs, delayed(delay.For(time.Hour), fmt.Sprint("m", i)))
 	}
-	require.NoError(t, pub.Publish(tp, msgs...)) // all in the partition of msgs[0]
+	require.NoError(t, pub.Publish(env.topic, msgs...)) // all in the partition of msgs[0]
 	var keyed []*message.Message
 	for i := range 8 {
 		m := businessKeyMessage(fmt.Sprint("order-", i), time.Hour, fmt.Sprint("k", i), "")
-		require.NoError(t, pub.Publish(tp, m))
+		require.NoError(t, pub.Publish(env.topic, m))
 		keyed = append(keyed, m)
 	}
 	withPK := businessKeyMessage("pk-order", time.Hour, "pk", "")
@@ -249,8 +240,7 @@ func TestReschedulePartitioned(t *testing.T) {
 		pk = fmt.Sprint("customer-", i)
 	}
 	withPK.Metadata.Set(redisdelay.PartitionKey, pk)
-	require.NoError(t, pub.Publish(tp, withPK))
-	insp := newInspector(t, client)
+	require.NoError(t, pub.Publish(env.topic, withPK))
 
 	due := time.Now().Add(300 * time.Millisecond)
 	want := map[string]bool{}
@@ -258,28 +248,28 @@ func TestReschedulePartitioned(t *testing.T) {
 		var ok bool
 		var err error
 		if i%2 == 0 {
-			ok, err = pub.Reschedule(ctx, tp, m.UUID, due)
+			ok, err = pub.Reschedule(ctx, env.topic, m.UUID, due)
 		} else {
-			ok, err = insp.Reschedule(ctx, tp, m.UUID, due)
+			ok, err = env.insp.Reschedule(ctx, env.topic, m.UUID, due)
 		}
 		require.NoError(t, err)
 		require.True(t, ok, m.UUID)
 		want[m.UUID] = true
 	}
 	for i, m := range keyed {
-		ok, err := pub.RescheduleKey(ctx, tp, fmt.Sprint("order-", i), due)
+		ok, err := pub.RescheduleKey(ctx, env.topic, fmt.Sprint("order-", i), due)
 		require.NoError(t, err)
 		require.True(t, ok)
 		want[m.UUID] = true
 	}
-	ok, err := insp.RescheduleKey(ctx, tp, "pk-order", due)
+	ok, err := env.insp.RescheduleKey(ctx, env.topic, "pk-order", due)
 	require.NoError(t, err)
 	require.True(t, ok, "found outside the partition of the key")
 	want[withPK.UUID] = true
-	require.Equal(t, withPK.UUID, businessKeyState(t, tp, redisdelay.PartitionOf(pk, parts))["pk-order"], "stays in its partition")
+	require.Equal(t, withPK.UUID, businessKeyState(t, env.topic, redisdelay.PartitionOf(pk, parts))["pk-order"], "stays in its partition")
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
+	ch := subscribe(t, sub, env.topic)
 	require.Len(t, want, 17)
 	for range 17 {
 		got := receive(t, ch, 3*time.Second)
@@ -289,5 +279,5 @@ func TestReschedulePartitioned(t *testing.T) {
 		got.Ack()
 	}
 	nothing(t, ch, 300*time.Millisecond)
-	require.EqualValues(t, 0, topicStats(t, insp, tp).Waiting)
+	require.EqualValues(t, 0, topicStats(t, env.insp, env.topic).Waiting)
 }

@@ -30,22 +30,20 @@ func schedLease(t *testing.T, client redis.UniversalClient, topic string, within
 // it; the others stand by, and everything is delivered once, on time.
 func TestScheduler_OneLeaseHolderPerTopic(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 200 * time.Millisecond}
-	first := newSubscriber(t, client, config)
-	chs := []<-chan *message.Message{subscribe(t, first, topic)}
-	keepSchedulersBusy(t, client, pub, topic, 1)
-	owner := schedLease(t, client, topic, 2*time.Second)
+	first := newSubscriber(t, env.client, config)
+	chs := []<-chan *message.Message{subscribe(t, first, env.topic)}
+	keepSchedulersBusy(t, env.client, env.pub, env.topic, 1)
+	owner := schedLease(t, env.client, env.topic, 2*time.Second)
 	for range 3 {
-		chs = append(chs, subscribe(t, newSubscriber(t, client, config), topic))
+		chs = append(chs, subscribe(t, newSubscriber(t, env.client, config), env.topic))
 	}
 
 	const n = 20
 	sent := time.Now()
 	for i := range n {
-		require.NoError(t, pub.Publish(topic, delayed(delay.For(time.Duration(200+10*i)*time.Millisecond), "x")))
+		require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(time.Duration(200+10*i)*time.Millisecond), "x")))
 	}
 	got := map[string]int{}
 	deadline := time.After(3 * time.Second)
@@ -75,7 +73,7 @@ func TestScheduler_OneLeaseHolderPerTopic(t *testing.T) {
 	// Over many check intervals the lease stayed with its first holder.
 	for range 10 {
 		time.Sleep(50 * time.Millisecond)
-		now, err := client.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
+		now, err := env.client.Get(context.Background(), shardOf(env.topic, 0).Lease()).Result()
 		require.NoError(t, err)
 		assert.Equal(t, owner, now, "the lease changed hands while its holder lived")
 	}
@@ -85,27 +83,25 @@ func TestScheduler_OneLeaseHolderPerTopic(t *testing.T) {
 // delayed messages stay on time.
 func TestScheduler_CloseHandsLeaseOverAtOnce(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 2 * time.Second}
-	holder := newSubscriber(t, client, config)
-	subscribe(t, holder, topic)
-	keepSchedulersBusy(t, client, pub, topic, 1)
-	owner := schedLease(t, client, topic, 2*time.Second)
-	standby := newSubscriber(t, client, config)
-	ch := subscribe(t, standby, topic)
+	holder := newSubscriber(t, env.client, config)
+	subscribe(t, holder, env.topic)
+	keepSchedulersBusy(t, env.client, env.pub, env.topic, 1)
+	owner := schedLease(t, env.client, env.topic, 2*time.Second)
+	standby := newSubscriber(t, env.client, config)
+	ch := subscribe(t, standby, env.topic)
 	time.Sleep(100 * time.Millisecond) // the standby has ticked once
 	require.NoError(t, holder.Close())
 
 	closed := time.Now()
 	require.Eventually(t, func() bool {
-		o, _ := client.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
+		o, _ := env.client.Get(context.Background(), shardOf(env.topic, 0).Lease()).Result()
 		return o != "" && o != owner
 	}, 500*time.Millisecond, 5*time.Millisecond, "the standby did not take over the released lease")
 	t.Logf("taken over %s after Close", time.Since(closed))
 
-	require.NoError(t, pub.Publish(topic, delayed(delay.For(300*time.Millisecond), "after")))
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(300*time.Millisecond), "after")))
 	start := time.Now()
 	m := receive(t, ch, 2*time.Second)
 	took := time.Since(start)
@@ -118,27 +114,25 @@ func TestScheduler_CloseHandsLeaseOverAtOnce(t *testing.T) {
 func TestScheduler_StandbyTakesOverFromDeadHolder(t *testing.T) {
 	t.Parallel()
 	proxy := newFaultProxy(t)
-	direct := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, direct)
+	env := setup(t)
 	interval := 400 * time.Millisecond
 	// The holder: a Manager reaching Redis through the proxy.
-	keepSchedulersBusy(t, direct, pub, topic, 1)
-	runManager(t, proxy.client(t), redisdelay.ManagerConfig{Topics: []string{topic}, CheckInterval: interval})
-	owner := schedLease(t, direct, topic, 2*time.Second)
-	sub := newSubscriber(t, direct, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: interval})
-	ch := subscribe(t, sub, topic)
+	keepSchedulersBusy(t, env.client, env.pub, env.topic, 1)
+	runManager(t, proxy.client(t), redisdelay.ManagerConfig{Topics: []string{env.topic}, CheckInterval: interval})
+	owner := schedLease(t, env.client, env.topic, 2*time.Second)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: interval})
+	ch := subscribe(t, sub, env.topic)
 
 	// While the holder lives, it promotes and keeps the lease.
-	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "before")))
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(100*time.Millisecond), "before")))
 	receive(t, ch, 2*time.Second).Ack()
-	o, err := direct.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
+	o, err := env.client.Get(context.Background(), shardOf(env.topic, 0).Lease()).Result()
 	require.NoError(t, err)
 	assert.Equal(t, owner, o, "the standby took the lease from a live holder")
 
 	proxy.cut(0)
 	cut := time.Now()
-	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "after")))
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(100*time.Millisecond), "after")))
 	m := receive(t, ch, 3*time.Second)
 	took := time.Since(cut)
 	m.Ack()
@@ -146,7 +140,7 @@ func TestScheduler_StandbyTakesOverFromDeadHolder(t *testing.T) {
 	// The lease lasts 1.5 check intervals after the holder's last tick.
 	assert.Less(t, took, 2*interval+200*time.Millisecond, "taken over %s after the holder died", took)
 	t.Logf("delivered %s after the holder died", took)
-	o, err = direct.Get(context.Background(), shardOf(topic, 0).Lease()).Result()
+	o, err = env.client.Get(context.Background(), shardOf(env.topic, 0).Lease()).Result()
 	require.NoError(t, err)
 	assert.NotEqual(t, owner, o)
 }
@@ -155,17 +149,15 @@ func TestScheduler_StandbyTakesOverFromDeadHolder(t *testing.T) {
 // groups whose subscribers run no scheduler.
 func TestScheduler_HolderSchedulesOtherGroupsRetries(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	a := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "a", CheckInterval: 100 * time.Millisecond})
-	b := newSubscriber(t, client, redisdelay.SubscriberConfig{
+	env := setup(t)
+	a := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "a", CheckInterval: 100 * time.Millisecond})
+	b := newSubscriber(t, env.client, redisdelay.SubscriberConfig{
 		ConsumerGroup: "b", DisableScheduler: true,
 		RetryDelay: func(int) time.Duration { return 300 * time.Millisecond },
 	})
-	chA := subscribe(t, a, topic)
-	chB := subscribe(t, b, topic)
-	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "x")))
+	chA := subscribe(t, a, env.topic)
+	chB := subscribe(t, b, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(100*time.Millisecond), "x")))
 	receive(t, chA, 2*time.Second).Ack()
 	first := receive(t, chB, 2*time.Second)
 	nacked := time.Now()
@@ -185,19 +177,17 @@ func TestScheduler_HolderSchedulesOtherGroupsRetries(t *testing.T) {
 func TestScheduler_ResubscribeCatchesLostWakeUps(t *testing.T) {
 	t.Parallel()
 	proxy := newFaultProxy(t)
-	direct := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, direct)
+	env := setup(t)
 	sub := newSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", CheckInterval: time.Minute, CloseTimeout: time.Second,
 	})
-	ch := subscribe(t, sub, topic)
-	require.NoError(t, pub.Publish(topic, delayed(delay.For(time.Hour), "later")))
-	schedLease(t, direct, topic, 2*time.Second)
+	ch := subscribe(t, sub, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(time.Hour), "later")))
+	schedLease(t, env.client, env.topic, 2*time.Second)
 	time.Sleep(200 * time.Millisecond) // the scheduler sleeps for the check interval
 
 	proxy.cut(0)
-	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "due"))) // its wake-up is lost
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(100*time.Millisecond), "due"))) // its wake-up is lost
 	time.Sleep(300 * time.Millisecond)
 	proxy.restore(t)
 	restored := time.Now()

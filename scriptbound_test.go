@@ -116,26 +116,24 @@ return 0`)
 // after the other: every group gets every message once, in order, and
 // normal messages behind them still reach the ready stream.
 func TestScriptBound_FanOutOverSeveralCallsKeepsOrder(t *testing.T) {
-	client := newClient(t)
+	env := setup(t)
 	ctx := context.Background()
-	tp := topic()
 	const groups, msgs = 10, 6
 	for g := range groups {
-		require.NoError(t, client.SAdd(ctx, shardOf(tp, 0).Groups(), "g"+strconv.Itoa(g)).Err())
+		require.NoError(t, env.client.SAdd(ctx, shardOf(env.topic, 0).Groups(), "g"+strconv.Itoa(g)).Err())
 	}
-	pub := newPublisher(t, client)
 	var want []string
 	for i := range msgs {
 		msg := high(newMessage(strconv.Itoa(i)))
 		want = append(want, msg.UUID)
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, env.pub.Publish(env.topic, msg))
 	}
-	require.NoError(t, pub.Publish(tp, delayedNow(newMessage("normal"))))
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 3, CheckInterval: 100 * time.Millisecond})
+	require.NoError(t, env.pub.Publish(env.topic, delayedNow(newMessage("normal"))))
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, BatchSize: 3, CheckInterval: 100 * time.Millisecond})
 	for g := range groups {
-		key := shardOf(tp, 0).Redelivery("g" + strconv.Itoa(g))
-		require.Eventually(t, func() bool { return client.XLen(ctx, key).Val() >= msgs }, 5*time.Second, 10*time.Millisecond)
-		entries, err := client.XRange(ctx, key, "-", "+").Result()
+		key := shardOf(env.topic, 0).Redelivery("g" + strconv.Itoa(g))
+		require.Eventually(t, func() bool { return env.client.XLen(ctx, key).Val() >= msgs }, 5*time.Second, 10*time.Millisecond)
+		entries, err := env.client.XRange(ctx, key, "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, entries, msgs, "group g%d", g)
 		for i, e := range entries {
@@ -144,8 +142,8 @@ func TestScriptBound_FanOutOverSeveralCallsKeepsOrder(t *testing.T) {
 			require.Equal(t, want[i], msg.UUID, "group g%d, message %d", g, i)
 		}
 	}
-	require.Eventually(t, func() bool { return client.XLen(ctx, shardOf(tp, 0).Stream()).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
-	require.Zero(t, client.Exists(ctx, shardOf(tp, 0).Fanout()).Val())
+	require.Eventually(t, func() bool { return env.client.XLen(ctx, shardOf(env.topic, 0).Stream()).Val() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Zero(t, env.client.Exists(ctx, shardOf(env.topic, 0).Fanout()).Val())
 }
 
 // delayedNow makes a message go through the waiting set, due at once.

@@ -69,40 +69,37 @@ func searchFixture(t *testing.T, pub *redisdelay.Publisher, tp string) (byTenant
 
 func TestSearchWaiting_Filters(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
+	env := setup(t)
 	start := time.Now()
-	byTenant, far := searchFixture(t, pub, tp)
-	buckets, inFar := farKeys(t, tp)
+	byTenant, far := searchFixture(t, env.pub, env.topic)
+	buckets, inFar := farKeys(t, env.topic)
 	require.Positive(t, buckets)
 	require.EqualValues(t, len(far), inFar, "the fixture's far messages are in the far tier")
 
-	all, _ := searchAll(t, insp, tp, redisdelay.Filter{}, 100)
+	all, _ := searchAll(t, env.insp, env.topic, redisdelay.Filter{}, 100)
 	assert.Len(t, all, 40, "the zero filter finds every message, both tiers")
 
 	for _, limit := range []int{1, 3, 100} {
-		got, _ := searchAll(t, insp, tp, redisdelay.Filter{Metadata: map[string]string{"tenant": "a"}}, limit)
+		got, _ := searchAll(t, env.insp, env.topic, redisdelay.Filter{Metadata: map[string]string{"tenant": "a"}}, limit)
 		assert.ElementsMatch(t, byTenant["a"], got, "tenant a, %d per page", limit)
 	}
-	got, _ := searchAll(t, insp, tp, redisdelay.Filter{Metadata: map[string]string{"tenant": "a", "other": "x"}}, 100)
+	got, _ := searchAll(t, env.insp, env.topic, redisdelay.Filter{Metadata: map[string]string{"tenant": "a", "other": "x"}}, 100)
 	assert.Empty(t, got, "every metadata criterion must hold")
 
-	got, _ = searchAll(t, insp, tp, redisdelay.Filter{BusinessKeyPrefix: "order:b:"}, 100)
+	got, _ = searchAll(t, env.insp, env.topic, redisdelay.Filter{BusinessKeyPrefix: "order:b:"}, 100)
 	assert.Len(t, got, 4, "business keys order:b:10, 15, 30, 35")
-	got, _ = searchAll(t, insp, tp, redisdelay.Filter{BusinessKeyPrefix: "order:"}, 100)
+	got, _ = searchAll(t, env.insp, env.topic, redisdelay.Filter{BusinessKeyPrefix: "order:"}, 100)
 	assert.Len(t, got, 8)
 
 	// Due ranges: the near ones are due within seconds, the far ones in an hour.
-	got, _ = searchAll(t, insp, tp, redisdelay.Filter{To: start.Add(time.Minute)}, 100)
+	got, _ = searchAll(t, env.insp, env.topic, redisdelay.Filter{To: start.Add(time.Minute)}, 100)
 	assert.Len(t, got, 20, "due within a minute: the near half")
-	got, _ = searchAll(t, insp, tp, redisdelay.Filter{From: start.Add(time.Minute)}, 100)
+	got, _ = searchAll(t, env.insp, env.topic, redisdelay.Filter{From: start.Add(time.Minute)}, 100)
 	assert.Len(t, got, 20, "due later: the far half (and the keyed ones kept near)")
-	got, _ = searchAll(t, insp, tp, redisdelay.Filter{From: start.Add(time.Hour + 10*time.Second), To: start.Add(time.Hour + 20*time.Second),
+	got, _ = searchAll(t, env.insp, env.topic, redisdelay.Filter{From: start.Add(time.Hour + 10*time.Second), To: start.Add(time.Hour + 20*time.Second),
 		Metadata: map[string]string{"tenant": "b"}}, 100)
 	for _, id := range got {
-		w, ok, err := insp.FindWaiting(context.Background(), tp, id)
+		w, ok, err := env.insp.FindWaiting(context.Background(), env.topic, id)
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.False(t, w.Due.Before(start.Add(time.Hour+10*time.Second)))
@@ -116,12 +113,9 @@ func TestSearchWaiting_Filters(t *testing.T) {
 // message at the end of 25,000 takes three calls, the first two empty.
 func TestSearchWaiting_BoundedPerCall(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
+	env := setup(t)
 	const n = 25000
-	publishN(t, pub, tp, n, func(i int) *message.Message {
+	publishN(t, env.pub, env.topic, n, func(i int) *message.Message {
 		msg := delayed(delay.For(time.Hour+time.Duration(i)*time.Millisecond), "x")
 		if i == n-1 {
 			msg.Metadata.Set("needle", "1")
@@ -132,7 +126,7 @@ func TestSearchWaiting_BoundedPerCall(t *testing.T) {
 	var pages []int
 	cursor := ""
 	for {
-		page, next, err := insp.SearchWaiting(context.Background(), tp, f, cursor, 10)
+		page, next, err := env.insp.SearchWaiting(context.Background(), env.topic, f, cursor, 10)
 		require.NoError(t, err)
 		pages = append(pages, len(page))
 		if next == "" {
@@ -146,12 +140,10 @@ func TestSearchWaiting_BoundedPerCall(t *testing.T) {
 // A topic of several partitions is searched partition by partition.
 func TestSearchWaiting_Partitions(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPartitionedPublisher(t, client, 3)
-	insp := newInspector(t, client)
-	byTenant, _ := searchFixture(t, pub, tp)
-	got, calls := searchAll(t, insp, tp, redisdelay.Filter{Metadata: map[string]string{"tenant": "b"}}, 2)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, 3)
+	byTenant, _ := searchFixture(t, pub, env.topic)
+	got, calls := searchAll(t, env.insp, env.topic, redisdelay.Filter{Metadata: map[string]string{"tenant": "b"}}, 2)
 	assert.ElementsMatch(t, byTenant["b"], got)
 	assert.GreaterOrEqual(t, calls, 10)
 }
@@ -159,11 +151,8 @@ func TestSearchWaiting_Partitions(t *testing.T) {
 func TestSearch_BadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	insp := newInspector(t, client)
-	pub := newPublisher(t, client)
-	require.NoError(t, pub.Publish(tp, delayed(delay.For(time.Hour), "x")))
+	env := setup(t)
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(time.Hour), "x")))
 	now := time.Now()
 	for _, c := range []struct {
 		name   string
@@ -178,86 +167,80 @@ func TestSearch_BadInput(t *testing.T) {
 		{"cursor", redisdelay.Filter{}, "nonsense", 10, `cursor "nonsense" is not one a search or bulk action returned`},
 		{"cursor kind", redisdelay.Filter{}, "0:x:1:2", 10, `cursor "0:x:1:2" is not one`},
 		{"cursor score", redisdelay.Filter{}, "0:n:NaN:x", 10, `cursor "0:n:NaN:x" is not one`},
-		{"cursor partition", redisdelay.Filter{}, "3:f:1:2", 10, `cursor "3:f:1:2" names partition 3, but topic "` + tp + `" has 1`},
+		{"cursor partition", redisdelay.Filter{}, "3:f:1:2", 10, `cursor "3:f:1:2" names partition 3, but topic "` + env.topic + `" has 1`},
 		{"bulk cursor", redisdelay.Filter{}, "bulk:0:near:12", 10, `cursor "bulk:0:near:12" is a bulk action's (BulkOptions.Cursor), not a search's`},
 	} {
-		_, _, err := insp.SearchWaiting(ctx, tp, c.f, c.cursor, c.limit)
+		_, _, err := env.insp.SearchWaiting(ctx, env.topic, c.f, c.cursor, c.limit)
 		if assert.Error(t, err, c.name) {
 			assert.Contains(t, err.Error(), c.want, c.name)
 		}
 	}
-	_, _, err := insp.SearchWaiting(ctx, "", redisdelay.Filter{}, "", 10)
+	_, _, err := env.insp.SearchWaiting(ctx, "", redisdelay.Filter{}, "", 10)
 	assert.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
-	_, _, err = insp.SearchDeadLetters(ctx, tp, "", redisdelay.Filter{}, "", 10)
+	_, _, err = env.insp.SearchDeadLetters(ctx, env.topic, "", redisdelay.Filter{}, "", 10)
 	assert.ErrorIs(t, err, redisdelay.ErrInvalidName)
-	_, _, err = insp.SearchDeadLetters(ctx, tp, "g", redisdelay.Filter{}, "5/1-1", 10)
+	_, _, err = env.insp.SearchDeadLetters(ctx, env.topic, "g", redisdelay.Filter{}, "5/1-1", 10)
 	assert.ErrorContains(t, err, `cursor "5/1-1" is not one`)
 
 	// Bulk actions refuse the zero filter unless All is set.
-	_, err = insp.CancelWhere(ctx, tp, redisdelay.Filter{}, redisdelay.BulkOptions{})
+	_, err = env.insp.CancelWhere(ctx, env.topic, redisdelay.Filter{}, redisdelay.BulkOptions{})
 	assert.ErrorIs(t, err, redisdelay.ErrEmptyFilter)
-	_, err = insp.RescheduleWhere(ctx, tp, redisdelay.Filter{}, now, redisdelay.BulkOptions{DryRun: true})
+	_, err = env.insp.RescheduleWhere(ctx, env.topic, redisdelay.Filter{}, now, redisdelay.BulkOptions{DryRun: true})
 	assert.ErrorIs(t, err, redisdelay.ErrEmptyFilter, "even in a dry run")
-	_, err = insp.RequeueDeadLettersWhere(ctx, tp, "g", redisdelay.Filter{}, redisdelay.BulkOptions{})
+	_, err = env.insp.RequeueDeadLettersWhere(ctx, env.topic, "g", redisdelay.Filter{}, redisdelay.BulkOptions{})
 	assert.ErrorIs(t, err, redisdelay.ErrEmptyFilter)
-	_, err = insp.DeleteDeadLettersWhere(ctx, tp, "g", redisdelay.Filter{}, redisdelay.BulkOptions{})
+	_, err = env.insp.DeleteDeadLettersWhere(ctx, env.topic, "g", redisdelay.Filter{}, redisdelay.BulkOptions{})
 	assert.ErrorIs(t, err, redisdelay.ErrEmptyFilter)
-	_, err = insp.RescheduleWhere(ctx, tp, redisdelay.Filter{BusinessKeyPrefix: "k"}, time.Time{}, redisdelay.BulkOptions{})
+	_, err = env.insp.RescheduleWhere(ctx, env.topic, redisdelay.Filter{BusinessKeyPrefix: "k"}, time.Time{}, redisdelay.BulkOptions{})
 	assert.ErrorIs(t, err, redisdelay.ErrInvalidDelay)
 	assert.ErrorContains(t, err, "the due time is the zero time.Time")
-	_, err = insp.RescheduleWhere(ctx, tp, redisdelay.Filter{BusinessKeyPrefix: "k"}, now.Add(101*365*24*time.Hour), redisdelay.BulkOptions{})
+	_, err = env.insp.RescheduleWhere(ctx, env.topic, redisdelay.Filter{BusinessKeyPrefix: "k"}, now.Add(101*365*24*time.Hour), redisdelay.BulkOptions{})
 	assert.ErrorContains(t, err, "beyond the limit of 100 years")
-	st := topicStats(t, insp, tp)
+	st := topicStats(t, env.insp, env.topic)
 	assert.EqualValues(t, 1, st.Waiting, "nothing was touched")
 }
 
 func TestCancelWhere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	byTenant, _ := searchFixture(t, pub, tp)
+	env := setup(t)
+	byTenant, _ := searchFixture(t, env.pub, env.topic)
 	a := redisdelay.Filter{Metadata: map[string]string{"tenant": "a"}}
 
-	p, err := insp.CancelWhere(ctx, tp, a, redisdelay.BulkOptions{DryRun: true})
+	p, err := env.insp.CancelWhere(ctx, env.topic, a, redisdelay.BulkOptions{DryRun: true})
 	require.NoError(t, err)
 	assert.Equal(t, redisdelay.BulkProgress{Scanned: 40, Matched: 20}, p, "a dry run counts")
-	assert.EqualValues(t, 40, topicStats(t, insp, tp).Waiting, "and changes nothing")
+	assert.EqualValues(t, 40, topicStats(t, env.insp, env.topic).Waiting, "and changes nothing")
 
 	var reports []redisdelay.BulkProgress
-	p, err = insp.CancelWhere(ctx, tp, a, redisdelay.BulkOptions{Progress: func(p redisdelay.BulkProgress) { reports = append(reports, p) }})
+	p, err = env.insp.CancelWhere(ctx, env.topic, a, redisdelay.BulkOptions{Progress: func(p redisdelay.BulkProgress) { reports = append(reports, p) }})
 	require.NoError(t, err)
 	assert.Equal(t, redisdelay.BulkProgress{Scanned: 40, Matched: 20, Done: 20}, p)
 	require.NotEmpty(t, reports)
 	assert.Equal(t, p, reports[len(reports)-1])
-	left, _ := searchAll(t, insp, tp, redisdelay.Filter{}, 100)
+	left, _ := searchAll(t, env.insp, env.topic, redisdelay.Filter{}, 100)
 	assert.ElementsMatch(t, byTenant["b"], left, "only tenant b waits, near and far")
 	for _, id := range byTenant["a"] {
-		_, ok, err := insp.FindWaiting(ctx, tp, id)
+		_, ok, err := env.insp.FindWaiting(ctx, env.topic, id)
 		require.NoError(t, err)
 		assert.False(t, ok)
 	}
-	_, inFar := farKeys(t, tp)
+	_, inFar := farKeys(t, env.topic)
 	assert.EqualValues(t, 8, inFar, "the far counter follows")
 
-	p, err = insp.CancelWhere(ctx, tp, redisdelay.Filter{}, redisdelay.BulkOptions{All: true})
+	p, err = env.insp.CancelWhere(ctx, env.topic, redisdelay.Filter{}, redisdelay.BulkOptions{All: true})
 	require.NoError(t, err)
 	assert.EqualValues(t, 20, p.Done, "All cancels the rest")
-	assert.Zero(t, topicStats(t, insp, tp).Waiting)
+	assert.Zero(t, topicStats(t, env.insp, env.topic).Waiting)
 }
 
 // A run stopped (here by its context, after the first batch) resumes from
 // the cursor of its last report, and nothing is acted on twice.
 func TestCancelWhere_Resumes(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
+	env := setup(t)
 	const n = 3500
-	publishN(t, pub, tp, n, func(i int) *message.Message {
+	publishN(t, env.pub, env.topic, n, func(i int) *message.Message {
 		msg := delayed(delay.For(time.Hour+time.Duration(i)*10*time.Millisecond), "x")
 		msg.Metadata.Set("even", strconv.FormatBool(i%2 == 0))
 		return msg
@@ -265,12 +248,12 @@ func TestCancelWhere_Resumes(t *testing.T) {
 	f := redisdelay.Filter{Metadata: map[string]string{"even": "true"}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	p, err := insp.CancelWhere(ctx, tp, f, redisdelay.BulkOptions{Cursor: "0:f:0:0"})
+	p, err := env.insp.CancelWhere(ctx, env.topic, f, redisdelay.BulkOptions{Cursor: "0:f:0:0"})
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, "0:f:0:0", p.Cursor, "failed before reading: the cursor it was given")
 	ctx, cancel = context.WithCancel(context.Background())
 	var last redisdelay.BulkProgress
-	p, err = insp.CancelWhere(ctx, tp, f, redisdelay.BulkOptions{Progress: func(p redisdelay.BulkProgress) {
+	p, err = env.insp.CancelWhere(ctx, env.topic, f, redisdelay.BulkOptions{Progress: func(p redisdelay.BulkProgress) {
 		last = p
 		cancel()
 	}})
@@ -280,42 +263,39 @@ func TestCancelWhere_Resumes(t *testing.T) {
 	assert.EqualValues(t, 1000, p.Scanned, "one batch")
 	assert.EqualValues(t, 500, p.Done)
 
-	q, err := insp.CancelWhere(context.Background(), tp, f, redisdelay.BulkOptions{Cursor: p.Cursor})
+	q, err := env.insp.CancelWhere(context.Background(), env.topic, f, redisdelay.BulkOptions{Cursor: p.Cursor})
 	require.NoError(t, err)
 	assert.EqualValues(t, n/2-500, q.Done, "the rest")
 	assert.Equal(t, q.Matched, q.Done)
-	assert.EqualValues(t, n/2, topicStats(t, insp, tp).Waiting)
-	left, _ := searchAll(t, insp, tp, f, 100)
+	assert.EqualValues(t, n/2, topicStats(t, env.insp, env.topic).Waiting)
+	left, _ := searchAll(t, env.insp, env.topic, f, 100)
 	assert.Empty(t, left)
 }
 
 func TestRescheduleWhere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	byTenant, _ := searchFixture(t, pub, tp)
+	env := setup(t)
+	byTenant, _ := searchFixture(t, env.pub, env.topic)
 	due := time.Now().Add(30 * time.Minute).Truncate(time.Millisecond)
 	b := redisdelay.Filter{Metadata: map[string]string{"tenant": "b"}}
-	p, err := insp.RescheduleWhere(ctx, tp, b, due, redisdelay.BulkOptions{})
+	p, err := env.insp.RescheduleWhere(ctx, env.topic, b, due, redisdelay.BulkOptions{})
 	require.NoError(t, err)
 	assert.EqualValues(t, 20, p.Done)
 	assert.Equal(t, p.Matched, p.Done, "each once, though moved ahead of the run")
 	for _, id := range byTenant["b"] {
-		w, ok, err := insp.FindWaiting(ctx, tp, id)
+		w, ok, err := env.insp.FindWaiting(ctx, env.topic, id)
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, due.UnixMilli(), w.Due.UnixMilli())
 	}
 	for _, id := range byTenant["a"] {
-		w, ok, err := insp.FindWaiting(ctx, tp, id)
+		w, ok, err := env.insp.FindWaiting(ctx, env.topic, id)
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.NotEqual(t, due.UnixMilli(), w.Due.UnixMilli(), "tenant a untouched")
 	}
-	p, err = insp.RescheduleWhere(ctx, tp, b, due, redisdelay.BulkOptions{})
+	p, err = env.insp.RescheduleWhere(ctx, env.topic, b, due, redisdelay.BulkOptions{})
 	require.NoError(t, err)
 	assert.Zero(t, p.Matched, "already due then")
 }
@@ -325,28 +305,25 @@ func TestRescheduleWhere(t *testing.T) {
 func TestDeadLettersWhere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
-	insp := newInspector(t, client)
-	ch := subscribe(t, sub, tp)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
+	ch := subscribe(t, sub, env.topic)
 	var msgs []*message.Message
 	for i := range 12 {
 		msg := newMessage(strconv.Itoa(i))
 		msg.Metadata.Set("tenant", []string{"a", "b", "c"}[i%3])
 		msgs = append(msgs, msg)
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
 	for range msgs {
 		receive(t, ch, 5*time.Second).Nack()
 	}
-	dead := awaitDeadLetters(t, insp, tp, "g", 12, 5*time.Second)
+	dead := awaitDeadLetters(t, env.insp, env.topic, "g", 12, 5*time.Second)
 
 	search := func(f redisdelay.Filter) (ids []string) {
 		cursor := ""
 		for {
-			page, next, err := insp.SearchDeadLetters(ctx, tp, "g", f, cursor, 2)
+			page, next, err := env.insp.SearchDeadLetters(ctx, env.topic, "g", f, cursor, 2)
 			require.NoError(t, err)
 			for _, d := range page {
 				ids = append(ids, d.Message.UUID)
@@ -365,15 +342,15 @@ func TestDeadLettersWhere(t *testing.T) {
 	assert.Len(t, search(redisdelay.Filter{From: dead[0].Time, To: dead[11].Time.Add(time.Millisecond)}), 12, "died in the range")
 	assert.Empty(t, search(redisdelay.Filter{From: dead[11].Time.Add(time.Millisecond)}), "none died later")
 
-	p, err := insp.DeleteDeadLettersWhere(ctx, tp, "g", tenant("c"), redisdelay.BulkOptions{DryRun: true})
+	p, err := env.insp.DeleteDeadLettersWhere(ctx, env.topic, "g", tenant("c"), redisdelay.BulkOptions{DryRun: true})
 	require.NoError(t, err)
 	assert.Equal(t, redisdelay.BulkProgress{Scanned: 12, Matched: 4}, p)
-	p, err = insp.DeleteDeadLettersWhere(ctx, tp, "g", tenant("c"), redisdelay.BulkOptions{})
+	p, err = env.insp.DeleteDeadLettersWhere(ctx, env.topic, "g", tenant("c"), redisdelay.BulkOptions{})
 	require.NoError(t, err)
 	assert.EqualValues(t, 4, p.Done)
 	assert.Empty(t, search(tenant("c")))
 
-	p, err = insp.RequeueDeadLettersWhere(ctx, tp, "g", tenant("b"), redisdelay.BulkOptions{})
+	p, err = env.insp.RequeueDeadLettersWhere(ctx, env.topic, "g", tenant("b"), redisdelay.BulkOptions{})
 	require.NoError(t, err)
 	assert.EqualValues(t, 4, p.Done)
 	var again []string
@@ -392,25 +369,23 @@ func TestDeadLettersWhere(t *testing.T) {
 func TestDeadLettersWhere_PartitionsAndErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	insp := newInspector(t, client)
-	pub := newPartitionedPublisher(t, client, 2)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1, Partitions: 2})
-	ch := subscribe(t, sub, tp)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, 2)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1, Partitions: 2})
+	ch := subscribe(t, sub, env.topic)
 	for i := range 10 {
 		msg := newMessage(strconv.Itoa(i))
 		msg.Metadata.Set("n", fmt.Sprint(i%2))
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, pub.Publish(env.topic, msg))
 	}
 	for range 10 {
 		receive(t, ch, 5*time.Second).Nack()
 	}
-	awaitDeadLetters(t, insp, tp, "g", 10, 5*time.Second)
+	awaitDeadLetters(t, env.insp, env.topic, "g", 10, 5*time.Second)
 	var found []redisdelay.DeadLetter
 	cursor := ""
 	for {
-		page, next, err := insp.SearchDeadLetters(ctx, tp, "g", redisdelay.Filter{Metadata: map[string]string{"n": "1"}}, cursor, 1)
+		page, next, err := env.insp.SearchDeadLetters(ctx, env.topic, "g", redisdelay.Filter{Metadata: map[string]string{"n": "1"}}, cursor, 1)
 		require.NoError(t, err)
 		found = append(found, page...)
 		if next == "" {
@@ -424,10 +399,10 @@ func TestDeadLettersWhere_PartitionsAndErrors(t *testing.T) {
 		ids[k] = d.ID
 	}
 	assert.Len(t, slices.Compact(slices.Clone(ids)), 5)
-	p, err := insp.DeleteDeadLettersWhere(ctx, tp, "g", redisdelay.Filter{}, redisdelay.BulkOptions{All: true})
+	p, err := env.insp.DeleteDeadLettersWhere(ctx, env.topic, "g", redisdelay.Filter{}, redisdelay.BulkOptions{All: true})
 	require.NoError(t, err)
 	assert.EqualValues(t, 10, p.Done, "both partitions")
-	_, err = insp.DeleteDeadLettersWhere(ctx, tp, "g", redisdelay.Filter{Metadata: map[string]string{"n": "1"}}, redisdelay.BulkOptions{Cursor: "bad"})
+	_, err = env.insp.DeleteDeadLettersWhere(ctx, env.topic, "g", redisdelay.Filter{Metadata: map[string]string{"n": "1"}}, redisdelay.BulkOptions{Cursor: "bad"})
 	assert.ErrorContains(t, err, `cursor "bad" is not one`)
 }
 
@@ -510,26 +485,23 @@ func searchBacklog(b *testing.B, pub *redisdelay.Publisher, tp string, d time.Du
 func TestSearch_ToWithinAMillisecond(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
+	env := setup(t)
 	msg := delayed(delay.For(time.Second), "near")
-	require.NoError(t, pub.Publish(tp, msg))
-	w, ok, err := insp.FindWaiting(ctx, tp, msg.UUID)
+	require.NoError(t, env.pub.Publish(env.topic, msg))
+	w, ok, err := env.insp.FindWaiting(ctx, env.topic, msg.UUID)
 	require.NoError(t, err)
 	require.True(t, ok)
-	got, _ := searchAll(t, insp, tp, redisdelay.Filter{To: w.Due.Add(500 * time.Microsecond)}, 10)
+	got, _ := searchAll(t, env.insp, env.topic, redisdelay.Filter{To: w.Due.Add(500 * time.Microsecond)}, 10)
 	assert.Equal(t, []string{msg.UUID}, got)
-	got, _ = searchAll(t, insp, tp, redisdelay.Filter{To: w.Due}, 10)
+	got, _ = searchAll(t, env.insp, env.topic, redisdelay.Filter{To: w.Due}, 10)
 	assert.Empty(t, got, "To is exclusive")
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
-	ch := subscribe(t, sub, tp)
-	require.NoError(t, pub.Publish(tp, newMessage("dies")))
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
+	ch := subscribe(t, sub, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("dies")))
 	receive(t, ch, 5*time.Second).Nack()
-	dead := awaitDeadLetters(t, insp, tp, "g", 1, 5*time.Second)
-	page, _, err := insp.SearchDeadLetters(ctx, tp, "g", redisdelay.Filter{To: dead[0].Time.Add(500 * time.Microsecond)}, "", 10)
+	dead := awaitDeadLetters(t, env.insp, env.topic, "g", 1, 5*time.Second)
+	page, _, err := env.insp.SearchDeadLetters(ctx, env.topic, "g", redisdelay.Filter{To: dead[0].Time.Add(500 * time.Microsecond)}, "", 10)
 	require.NoError(t, err)
 	assert.Len(t, page, 1)
 }
@@ -539,33 +511,30 @@ func TestSearch_ToWithinAMillisecond(t *testing.T) {
 func TestDeadLettersWhere_OnlyThoseDeadAtTheStart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
-	insp := newInspector(t, client)
-	ch := subscribe(t, sub, tp)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1})
+	ch := subscribe(t, sub, env.topic)
 	nackAll := func(n int) {
 		for range n {
 			receive(t, ch, 5*time.Second).Nack()
 		}
 	}
 	const n = 1200 // two batches
-	publishN(t, pub, tp, n, func(int) *message.Message { return newMessage("x") })
+	publishN(t, env.pub, env.topic, n, func(int) *message.Message { return newMessage("x") })
 	nackAll(n)
-	require.Eventually(t, func() bool { return groupStats(t, insp, tp, "g").Dead == n }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return groupStats(t, env.insp, env.topic, "g").Dead == n }, 20*time.Second, 20*time.Millisecond)
 	late := newMessage("late")
-	p, err := insp.DeleteDeadLettersWhere(ctx, tp, "g", redisdelay.Filter{}, redisdelay.BulkOptions{All: true, Progress: func(p redisdelay.BulkProgress) {
+	p, err := env.insp.DeleteDeadLettersWhere(ctx, env.topic, "g", redisdelay.Filter{}, redisdelay.BulkOptions{All: true, Progress: func(p redisdelay.BulkProgress) {
 		if p.Cursor != "" && p.Done == 1000 {
 			// between the batches: a letter dies after the run started
-			require.NoError(t, pub.Publish(tp, late))
+			require.NoError(t, env.pub.Publish(env.topic, late))
 			nackAll(1)
-			require.Eventually(t, func() bool { return groupStats(t, insp, tp, "g").Dead == n-1000+1 }, 5*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return groupStats(t, env.insp, env.topic, "g").Dead == n-1000+1 }, 5*time.Second, 10*time.Millisecond)
 		}
 	}})
 	require.NoError(t, err)
 	assert.EqualValues(t, n, p.Done)
-	left, _, err := insp.SearchDeadLetters(ctx, tp, "g", redisdelay.Filter{}, "", 10)
+	left, _, err := env.insp.SearchDeadLetters(ctx, env.topic, "g", redisdelay.Filter{}, "", 10)
 	require.NoError(t, err)
 	require.Len(t, left, 1)
 	assert.Equal(t, late.UUID, left[0].Message.UUID)

@@ -23,14 +23,11 @@ import (
 // dead-letter it.
 func TestSnooze_KeepsTheAttempt(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 2, RetryDelay: noRetry,
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 2, RetryDelay: noRetry,
 		CheckInterval: 100 * time.Millisecond})
-	insp := newInspector(t, client)
-	ch := subscribe(t, sub, topic)
-	require.NoError(t, pub.Publish(topic, newMessage("x")))
+	ch := subscribe(t, sub, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("x")))
 
 	var attempts []string
 	for i := range 6 {
@@ -47,19 +44,17 @@ func TestSnooze_KeepsTheAttempt(t *testing.T) {
 	}
 	nothing(t, ch, 300*time.Millisecond)
 	assert.Equal(t, []string{"1", "1", "1", "1", "2", "2"}, attempts)
-	assert.EqualValues(t, 0, groupStats(t, insp, topic, "g").DeadTotal)
+	assert.EqualValues(t, 0, groupStats(t, env.insp, env.topic, "g").DeadTotal)
 }
 
 // The snoozed message comes back after its delay, never early, and not
 // much later.
 func TestSnooze_DelayHonoured(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond})
-	ch := subscribe(t, sub, topic)
-	require.NoError(t, pub.Publish(topic, newMessage("x")))
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond})
+	ch := subscribe(t, sub, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("x")))
 
 	const d = 400 * time.Millisecond
 	var lates []time.Duration
@@ -85,20 +80,18 @@ func TestSnooze_DelayHonoured(t *testing.T) {
 // message comes back with its attempt unchanged.
 func TestSnooze_InARouter(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond})
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond})
 
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, logger)
 	require.NoError(t, err)
-	poison, err := middleware.PoisonQueue(pub, topic+"-poison")
+	poison, err := middleware.PoisonQueue(env.pub, env.topic+"-poison")
 	require.NoError(t, err)
 	router.AddMiddleware(redisdelay.RecordError, poison, middleware.Retry{MaxRetries: 3}.Middleware)
 	var mu sync.Mutex
 	var calls []string
 	done := make(chan struct{})
-	router.AddNoPublisherHandler("snoozer", topic, sub, func(msg *message.Message) error {
+	router.AddNoPublisherHandler("snoozer", env.topic, sub, func(msg *message.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		calls = append(calls, msg.Metadata.Get(redisdelay.AttemptKey))
@@ -112,7 +105,7 @@ func TestSnooze_InARouter(t *testing.T) {
 	t.Cleanup(func() { _ = router.Close() })
 	<-router.Running()
 
-	require.NoError(t, pub.Publish(topic, newMessage("x")))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("x")))
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -122,8 +115,7 @@ func TestSnooze_InARouter(t *testing.T) {
 	mu.Lock()
 	assert.Equal(t, []string{"1", "1", "1"}, calls)
 	mu.Unlock()
-	insp := newInspector(t, client)
-	st := topicStats(t, insp, topic+"-poison")
+	st := topicStats(t, env.insp, env.topic+"-poison")
 	assert.Zero(t, st.Stream+st.Waiting, "nothing poisoned")
 }
 
@@ -131,13 +123,11 @@ func TestSnooze_InARouter(t *testing.T) {
 // waits, and delivers it again, attempt unchanged, before what follows.
 func TestSnooze_Ordered(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 1})
-	ch := subscribe(t, sub, topic)
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 1})
+	ch := subscribe(t, sub, env.topic)
 	first := newMessage("first")
-	require.NoError(t, pub.Publish(topic, first, newMessage("second")))
+	require.NoError(t, env.pub.Publish(env.topic, first, newMessage("second")))
 
 	got := receive(t, ch, 3*time.Second)
 	require.Equal(t, first.UUID, got.UUID)

@@ -22,13 +22,11 @@ import (
 func TestLifecycle_TrimKeepsEntriesAGroupHasNotAcknowledged(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	topic := topic()
-	stream := shardOf(topic, 0).Stream()
-	pub := newPublisher(t, client)
+	env := setup(t)
+	stream := shardOf(env.topic, 0).Stream()
 	for _, g := range []string{"a", "b"} {
-		s := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: g, VisibilityTimeout: time.Minute, DisableScheduler: true})
-		require.NoError(t, s.SubscribeInitialize(topic))
+		s := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: g, VisibilityTimeout: time.Minute, DisableScheduler: true})
+		require.NoError(t, s.SubscribeInitialize(env.topic))
 	}
 	// Enough entries for several stream nodes: trimming removes whole nodes.
 	const n = 300
@@ -36,8 +34,8 @@ func TestLifecycle_TrimKeepsEntriesAGroupHasNotAcknowledged(t *testing.T) {
 	for i := 0; i < n; i++ {
 		msgs = append(msgs, newMessage(strconv.Itoa(i)))
 	}
-	require.NoError(t, pub.Publish(topic, msgs...))
-	entries, err := client.XRange(ctx, stream, "-", "+").Result()
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
+	entries, err := env.client.XRange(ctx, stream, "-", "+").Result()
 	require.NoError(t, err)
 	require.Len(t, entries, n)
 	ids := make([]string, n)
@@ -46,7 +44,7 @@ func TestLifecycle_TrimKeepsEntriesAGroupHasNotAcknowledged(t *testing.T) {
 	}
 
 	readAs := func(group, consumer string, count int64) []string {
-		res, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{
+		res, err := env.client.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: group, Consumer: consumer, Streams: []string{stream, ">"}, Count: count, Block: -1,
 		}).Result()
 		require.NoError(t, err)
@@ -60,18 +58,18 @@ func TestLifecycle_TrimKeepsEntriesAGroupHasNotAcknowledged(t *testing.T) {
 	// and has not read the last 50.
 	readA := readAs("a", "ca", n)
 	require.Len(t, readA, n)
-	require.NoError(t, client.XAck(ctx, stream, "a", readA...).Err())
+	require.NoError(t, env.client.XAck(ctx, stream, "a", readA...).Err())
 	readB := readAs("b", "cb", 250)
 	require.Len(t, readB, 250)
-	require.NoError(t, client.XAck(ctx, stream, "b", readB[:200]...).Err())
+	require.NoError(t, env.client.XAck(ctx, stream, "b", readB[:200]...).Err())
 
-	runManager(t, client, redisdelay.ManagerConfig{
-		Topics: []string{topic}, CheckInterval: 100 * time.Millisecond, TrimInterval: 200 * time.Millisecond,
+	runManager(t, env.client, redisdelay.ManagerConfig{
+		Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond, TrimInterval: 200 * time.Millisecond,
 	})
-	require.Eventually(t, func() bool { return client.XLen(ctx, stream).Val() < n }, 3*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return env.client.XLen(ctx, stream).Val() < n }, 3*time.Second, 20*time.Millisecond,
 		"nothing trimmed although both groups acked the first 200 entries")
 	time.Sleep(500 * time.Millisecond) // more trim rounds
-	left, err := client.XRange(ctx, stream, "-", "+").Result()
+	left, err := env.client.XRange(ctx, stream, "-", "+").Result()
 	require.NoError(t, err)
 	kept := map[string]bool{}
 	for _, e := range left {
@@ -85,8 +83,8 @@ func TestLifecycle_TrimKeepsEntriesAGroupHasNotAcknowledged(t *testing.T) {
 	// The pending (reclaimed from the silent consumer cb, once a subscriber
 	// lowers the group's visibility timeout) and the unread entries are all
 	// delivered.
-	b := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "b", VisibilityTimeout: 300 * time.Millisecond, DisableScheduler: true})
-	ch := subscribe(t, b, topic)
+	b := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "b", VisibilityTimeout: 300 * time.Millisecond, DisableScheduler: true})
+	ch := subscribe(t, b, env.topic)
 	got := map[string]int{}
 	deadline := time.After(5 * time.Second)
 	for len(got) < 100 {
@@ -108,17 +106,15 @@ func TestLifecycle_TrimKeepsEntriesAGroupHasNotAcknowledged(t *testing.T) {
 func TestLifecycle_TrimWithoutGroupsKeepsEverything(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	topic := topic()
-	pub := newPublisher(t, client)
+	env := setup(t)
 	var msgs []*message.Message
 	for i := 0; i < 300; i++ {
 		msgs = append(msgs, newMessage(strconv.Itoa(i)))
 	}
-	require.NoError(t, pub.Publish(topic, msgs...))
-	runManager(t, client, redisdelay.ManagerConfig{
-		Topics: []string{topic}, CheckInterval: 50 * time.Millisecond, TrimInterval: 100 * time.Millisecond,
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
+	runManager(t, env.client, redisdelay.ManagerConfig{
+		Topics: []string{env.topic}, CheckInterval: 50 * time.Millisecond, TrimInterval: 100 * time.Millisecond,
 	})
-	require.Never(t, func() bool { return client.XLen(ctx, shardOf(topic, 0).Stream()).Val() != 300 },
+	require.Never(t, func() bool { return env.client.XLen(ctx, shardOf(env.topic, 0).Stream()).Val() != 300 },
 		time.Second, 50*time.Millisecond, "entries trimmed with no group")
 }

@@ -83,14 +83,12 @@ func TestIdleWaitContextCancel(t *testing.T) {
 func TestIdleWaitEveryWriterRings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
+	env := setup(t)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: time.Minute, RetryDelay: noRetry,
 		CloseTimeout: 100 * time.Millisecond} // hand-back: Close waits no longer for the handler that never acks
 	idle := func(t *testing.T, tp string) <-chan *message.Message {
-		ch := subscribe(t, newSubscriber(t, client, config), tp)
-		awaitIdleSubscriptions(t, client, tp, 1)
+		ch := subscribe(t, newSubscriber(t, env.client, config), tp)
+		awaitIdleSubscriptions(t, env.client, tp, 1)
 		return ch
 	}
 	prompt := func(t *testing.T, ch <-chan *message.Message, since time.Time, what string) *message.Message {
@@ -104,21 +102,21 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 		tp := topic()
 		ch := idle(t, tp)
 		start := time.Now()
-		require.NoError(t, pub.Publish(tp, newMessage("m")))
+		require.NoError(t, env.pub.Publish(tp, newMessage("m")))
 		prompt(t, ch, start, "publish").Ack()
 	})
 	t.Run("promote", func(t *testing.T) {
 		tp := topic()
 		ch := idle(t, tp)
 		start := time.Now()
-		require.NoError(t, pub.Publish(tp, delayed(delay.For(50*time.Millisecond), "m")))
+		require.NoError(t, env.pub.Publish(tp, delayed(delay.For(50*time.Millisecond), "m")))
 		prompt(t, ch, start, "a delay of 50ms").Ack()
 	})
 	t.Run("nack", func(t *testing.T) {
 		tp := topic()
-		first := subscribe(t, newSubscriber(t, client, config), tp)
+		first := subscribe(t, newSubscriber(t, env.client, config), tp)
 		second := idle(t, tp)
-		require.NoError(t, pub.Publish(tp, newMessage("m")))
+		require.NoError(t, env.pub.Publish(tp, newMessage("m")))
 		var msg *message.Message
 		select {
 		case msg = <-first:
@@ -127,7 +125,7 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatal("no message")
 		}
-		awaitIdleSubscriptions(t, client, tp, 1)
+		awaitIdleSubscriptions(t, env.client, tp, 1)
 		start := time.Now()
 		msg.Nack()
 		select {
@@ -141,9 +139,9 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 	})
 	t.Run("hand-back", func(t *testing.T) {
 		tp := topic()
-		closing := newSubscriber(t, client, config)
+		closing := newSubscriber(t, env.client, config)
 		held := subscribe(t, closing, tp)
-		require.NoError(t, pub.Publish(tp, newMessage("handled"), newMessage("prefetched")))
+		require.NoError(t, env.pub.Publish(tp, newMessage("handled"), newMessage("prefetched")))
 		receive(t, held, 2*time.Second) // never acked: the other is handed back at once
 		other := idle(t, tp)
 		start := time.Now()
@@ -154,13 +152,13 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 		tp := topic()
 		dying := config
 		dying.MaxAttempts = 1
-		ch := subscribe(t, newSubscriber(t, client, dying), tp)
-		require.NoError(t, pub.Publish(tp, newMessage("m")))
+		ch := subscribe(t, newSubscriber(t, env.client, dying), tp)
+		require.NoError(t, env.pub.Publish(tp, newMessage("m")))
 		receive(t, ch, 2*time.Second).Nack()
-		awaitDeadLetters(t, insp, tp, "g", 1, 2*time.Second)
-		awaitIdleSubscriptions(t, client, tp, 1)
+		awaitDeadLetters(t, env.insp, tp, "g", 1, 2*time.Second)
+		awaitIdleSubscriptions(t, env.client, tp, 1)
 		start := time.Now()
-		n, err := insp.RequeueDeadLetters(ctx, tp, "g")
+		n, err := env.insp.RequeueDeadLetters(ctx, tp, "g")
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		prompt(t, ch, start, "dead letter requeued").Ack()
