@@ -206,7 +206,7 @@ func TestAck_CrashBetweenAckAndFlushRedelivers(t *testing.T) {
 // reads, on a connection of its own, cannot leave entries pending
 // unnoticed): after the first, which reads the group's stored timeout,
 // none run while idle; they run while it holds a message.
-func TestLeaseRenewalSkippedWhileIdle(t *testing.T) {
+func TestAck_LeaseRenewalSkippedWhileIdle(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
@@ -232,7 +232,7 @@ func TestLeaseRenewalSkippedWhileIdle(t *testing.T) {
 // shorter (a subscriber configured with 600ms started): the first message
 // fetched after that is renewed at once and at the new pace, so a handler
 // holding it for 2s keeps it (it is not reclaimed and delivered again).
-func TestLeaseRenewalAfterIdleFollowsShorterStoredTimeout(t *testing.T) {
+func TestAck_LeaseRenewalAfterIdleFollowsShorterStoredTimeout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for renewals 2s apart")
 	}

@@ -20,7 +20,7 @@ import (
 
 // Every Publish input a user can get wrong: the exact error, and proof that
 // nothing of the call was stored and nothing already there was touched.
-func TestBadPublishInput(t *testing.T) {
+func TestBadInput_Publish(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{
@@ -132,7 +132,7 @@ func TestBadPublishInput(t *testing.T) {
 }
 
 // Inputs that look wrong but have a defined, documented meaning.
-func TestAcceptedOddPublishInput(t *testing.T) {
+func TestBadInput_OddPublishInputAccepted(t *testing.T) {
 	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	defer sub.Close()
@@ -160,7 +160,7 @@ func TestAcceptedOddPublishInput(t *testing.T) {
 	got.Ack()
 }
 
-func TestBadSubscribeInput(t *testing.T) {
+func TestBadInput_Subscribe(t *testing.T) {
 	t.Parallel()
 	_, sub := newPubSub(t, "g")
 	defer sub.Close()
@@ -170,7 +170,7 @@ func TestBadSubscribeInput(t *testing.T) {
 }
 
 // Every config a user can get wrong, with the exact error.
-func TestBadConfig(t *testing.T) {
+func TestBadInput_Config(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	group := func(c redisdelay.SubscriberConfig) redisdelay.SubscriberConfig {
@@ -290,7 +290,7 @@ func delayed9999(uuid string) *message.Message {
 // package once ("redisdelay: publish ...: register topic ...", not
 // "redisdelay: publish ...: redisdelay: register topic ..."), and keeps
 // its sentinel reachable.
-func TestErrorTextHasThePrefixOnce(t *testing.T) {
+func TestBadInput_ErrorTextHasThePrefixOnce(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	require.NoError(t, newPartitionedPublisher(t, client, 4).Publish(tp, newMessage("x")))

@@ -18,7 +18,7 @@ import (
 // Reject (the default): a second waiting message with the key fails with
 // the holder named, storing nothing of its call; an identical re-publish is
 // a no-op; an immediate message with a held key is rejected too.
-func TestBusinessKeyReject(t *testing.T) {
+func TestBusinessKey_Reject(t *testing.T) {
 	t.Parallel()
 	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
 	tp := topic()
@@ -48,7 +48,7 @@ func TestBusinessKeyReject(t *testing.T) {
 // Keep first: the waiting message keeps its body and due time, the new one
 // is dropped and Publish returns nil; per topic by config, overridden per
 // message.
-func TestBusinessKeyKeepFirst(t *testing.T) {
+func TestBusinessKey_KeepFirst(t *testing.T) {
 	t.Parallel()
 	tp := topic()
 	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{tp: redisdelay.KeepFirst}})
@@ -73,7 +73,7 @@ func TestBusinessKeyKeepFirst(t *testing.T) {
 
 // Replace: the waiting message is removed and the new one stored with its
 // own body and due time; an immediate one removes it and is sent at once.
-func TestBusinessKeyReplace(t *testing.T) {
+func TestBusinessKey_Replace(t *testing.T) {
 	t.Parallel()
 	tp := topic()
 	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.KeepFirst})
@@ -102,7 +102,7 @@ func TestBusinessKeyReplace(t *testing.T) {
 // CancelKey (Publisher and Inspector) recalls the waiting message holding a
 // key and frees the key; Cancel by UUID frees it too; after the message
 // became due the key is free and CancelKey reports false.
-func TestBusinessKeyCancelAndRelease(t *testing.T) {
+func TestBusinessKey_CancelAndRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -166,7 +166,7 @@ func keysOf(m map[string]string) []string {
 // goes to the partition of its key, where the uniqueness check runs;
 // CancelKey finds it there, and in another partition when a PartitionKey
 // placed it.
-func TestBusinessKeyPartitions(t *testing.T) {
+func TestBusinessKey_Partitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const parts = 4
@@ -213,7 +213,7 @@ func TestBusinessKeyPartitions(t *testing.T) {
 
 // Bad business key input: two messages of one call with the same key, an
 // unknown per-message policy, and config errors.
-func TestBusinessKeyBadInput(t *testing.T) {
+func TestBusinessKey_BadInput(t *testing.T) {
 	t.Parallel()
 	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
 	tp := topic()
@@ -256,7 +256,7 @@ func TestBusinessKeyBadInput(t *testing.T) {
 // The waiting and ready bounds: a call beyond one fails with ErrQueueFull,
 // naming the bound and the count, storing nothing; per-topic overrides; in
 // a partitioned topic each partition holds ceil(bound / partitions).
-func TestQueueFull(t *testing.T) {
+func TestBusinessKey_QueueFull(t *testing.T) {
 	t.Parallel()
 	tp, free, small := topic(), topic(), topic()
 	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{MaxWaiting: 2, MaxReady: 3,
@@ -322,7 +322,7 @@ func TestQueueFull(t *testing.T) {
 // Coalesced calls in one script run keep their own results: each is
 // checked against the bound and the business keys as left by the calls
 // before it, as if they had run one after another.
-func TestCoalescedBusinessKeysAndBounds(t *testing.T) {
+func TestBusinessKey_CoalescedKeysAndBounds(t *testing.T) {
 	t.Parallel()
 	tp := topic()
 	pub, proxy, counter := gatedPublisher(t, tp, redisdelay.PublisherConfig{MaxWaiting: 3})
@@ -365,7 +365,7 @@ func TestCoalescedBusinessKeysAndBounds(t *testing.T) {
 }
 
 // CancelKey on a closed Publisher fails with ErrClosed.
-func TestBusinessKeyCancelAfterClose(t *testing.T) {
+func TestBusinessKey_CancelAfterClose(t *testing.T) {
 	t.Parallel()
 	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
 	require.NoError(t, pub.Close())
@@ -374,7 +374,7 @@ func TestBusinessKeyCancelAfterClose(t *testing.T) {
 }
 
 // Redis unreachable: both recalls say what they were doing and why.
-func TestBusinessKeyCancelRedisDown(t *testing.T) {
+func TestBusinessKey_CancelRedisDown(t *testing.T) {
 	t.Parallel()
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = dead.Close() })

@@ -17,7 +17,7 @@ import (
 // ReplaceWaiting (debounce) due after the last publish's delay, each
 // publish moving the due time; under ReplaceKeepDue (throttle) due exactly
 // when the first was. In topics of 1 and 4 partitions.
-func TestBusinessKeyBurst(t *testing.T) {
+func TestBusinessKey_Burst(t *testing.T) {
 	t.Parallel()
 	for _, policy := range []redisdelay.BusinessKeyPolicy{redisdelay.ReplaceWaiting, redisdelay.ReplaceKeepDue} {
 		for _, parts := range []int{1, 4} {
@@ -84,7 +84,7 @@ func burst(t *testing.T, policy redisdelay.BusinessKeyPolicy, parts int) {
 // holder's due time and holds the key; without a holder a message keeps
 // its own due time (an immediate one is sent at once); an immediate
 // message whose UUID waits under another key is refused.
-func TestBusinessKeyReplaceKeepDue(t *testing.T) {
+func TestBusinessKey_ReplaceKeepDue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -121,7 +121,7 @@ func TestBusinessKeyReplaceKeepDue(t *testing.T) {
 // ReplaceKeepDue within one script run: a message replacing one accepted
 // earlier in the same run takes the score that one took, whether it came
 // from a holder waiting before the run or from its own delay.
-func TestBusinessKeyReplaceKeepDueCoalesced(t *testing.T) {
+func TestBusinessKey_ReplaceKeepDueCoalesced(t *testing.T) {
 	t.Parallel()
 	tp := topic()
 	pub, proxy, _ := gatedPublisher(t, tp, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.ReplaceKeepDue})

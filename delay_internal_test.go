@@ -15,7 +15,7 @@ import (
 
 // The delay rule on its own, at a fixed instant: which of the two keys
 // decides, to the millisecond.
-func TestMessageDelayRule(t *testing.T) {
+func TestDelay_MessageDelayRule(t *testing.T) {
 	now := time.Date(2030, 1, 2, 3, 4, 5, 300_000_000, time.UTC) // 03:04:05.300
 	whole := func(d time.Duration) string { return now.Add(d).Truncate(time.Second).Format(time.RFC3339) }
 	for _, c := range []struct {
@@ -56,7 +56,7 @@ func TestMessageDelayRule(t *testing.T) {
 	}
 }
 
-func TestRoundUpMsSaturates(t *testing.T) {
+func TestDelay_RoundUpMsSaturates(t *testing.T) {
 	assert.Equal(t, time.Millisecond, roundUpMs(time.Nanosecond))
 	assert.Equal(t, time.Duration(0), roundUpMs(-time.Hour))
 	assert.Equal(t, maxDuration, roundUpMs(maxDuration))
@@ -66,7 +66,7 @@ func TestRoundUpMsSaturates(t *testing.T) {
 
 // A delivered message's until key is the instant it became due, never after
 // the delivery: a handler publishing it again sends it due at once.
-func TestMarkDelivered(t *testing.T) {
+func TestDelay_MarkDelivered(t *testing.T) {
 	now := time.Date(2030, 1, 2, 3, 4, 5, 300_000_000, time.UTC)
 	for _, c := range []struct {
 		name       string
@@ -107,7 +107,7 @@ func TestMarkDelivered(t *testing.T) {
 // The context key of delay.WithContext is learnt from Watermill at start
 // (a Watermill upgrade that changed how delay.NewPublisher reads it would
 // leave it nil, and context delays unapplied).
-func TestContextDelayKeyLearnt(t *testing.T) {
+func TestDelay_ContextDelayKeyLearnt(t *testing.T) {
 	require.NotNil(t, contextDelayKey)
 	ctx := delay.WithContext(context.Background(), delay.For(time.Minute))
 	_, ok := ctx.Value(contextDelayKey).(delay.Delay)
@@ -170,6 +170,6 @@ func BenchmarkApplyContextDelays(b *testing.B) {
 
 // The codec drops the attempt key when it stores a message, by its own
 // name of it: the two must be one key.
-func TestAttemptKeyIsTheCodecs(t *testing.T) {
+func TestDelay_AttemptKeyIsTheCodecs(t *testing.T) {
 	require.Equal(t, AttemptKey, store.AttemptMeta)
 }

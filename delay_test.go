@@ -19,7 +19,7 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
-func TestDelayFor(t *testing.T) {
+func TestDelay_For(t *testing.T) {
 	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
@@ -35,7 +35,7 @@ func TestDelayFor(t *testing.T) {
 	t.Logf("delay 1.5s delivered after %s", took)
 }
 
-func TestDelayUntil(t *testing.T) {
+func TestDelay_Until(t *testing.T) {
 	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
@@ -60,10 +60,10 @@ func TestDelayUntil(t *testing.T) {
 
 // A thousand messages with random delays, published from several goroutines:
 // each arrives, once, never before its due time.
-func TestDelayMixOfThousand(t *testing.T) {
+func TestDelay_MixOfThousand(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("1,000 mixed delays; TestDelayFor and TestDelayUntil cover both kinds of delay")
+		t.Skip("1,000 mixed delays; TestDelay_For and TestDelay_Until cover both kinds of delay")
 	}
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
@@ -123,7 +123,7 @@ func TestDelayMixOfThousand(t *testing.T) {
 
 // middleware.DelayOnError in a real Router: a failed message comes back only
 // after the delay, with its attempt number.
-func TestDelayOnErrorInRouter(t *testing.T) {
+func TestDelay_OnErrorInRouter(t *testing.T) {
 	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
@@ -169,7 +169,7 @@ func TestDelayOnErrorInRouter(t *testing.T) {
 }
 
 // Without delay metadata from the handler, a Nack waits RetryDelay.
-func TestNackUsesRetryDelay(t *testing.T) {
+func TestDelay_NackUsesRetryDelay(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
@@ -206,7 +206,7 @@ func TestNackUsesRetryDelay(t *testing.T) {
 // that overflows a time.Duration) or anything beyond 100 years: the message
 // goes to the dead letters with a reason saying so, in plain and ordered
 // subscriptions, rather than coming back at once.
-func TestNackWithFarDelayIsDeadLettered(t *testing.T) {
+func TestDelay_NackWithFarDelayIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name    string
@@ -246,7 +246,7 @@ func TestNackWithFarDelayIsDeadLettered(t *testing.T) {
 	}
 }
 
-func TestNackStaysInItsGroup(t *testing.T) {
+func TestDelay_NackStaysInItsGroup(t *testing.T) {
 	t.Parallel()
 	pub, subA := newPubSub(t, "a", noRetryDelay)
 	_, subB := newPubSub(t, "b", noRetryDelay)
@@ -266,7 +266,7 @@ func TestNackStaysInItsGroup(t *testing.T) {
 	nothing(t, b, 500*time.Millisecond)
 }
 
-func TestCancel(t *testing.T) {
+func TestDelay_Cancel(t *testing.T) {
 	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	topic := topic()
@@ -298,7 +298,7 @@ func TestCancel(t *testing.T) {
 // still fires on time: due times are stored as durations from Redis's clock,
 // and the scheduler compares them with Redis's TIME only (it reads no wall
 // clock of its host, so its skew cannot matter either).
-func TestSkewedClockFiresOnTime(t *testing.T) {
+func TestSkew_ClockFiresOnTime(t *testing.T) {
 	t.Parallel()
 	skew := -7 * time.Minute
 	client := newClient(t)
@@ -337,7 +337,7 @@ func TestSkewedClockFiresOnTime(t *testing.T) {
 }
 
 // Several Managers and embedded schedulers on one topic: every message once.
-func TestManySchedulersNoDoublePromotion(t *testing.T) {
+func TestDelay_ManySchedulersNoDoublePromotion(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	topic := topic()
@@ -380,7 +380,7 @@ func TestManySchedulersNoDoublePromotion(t *testing.T) {
 	}
 }
 
-func TestRepublishWaitingMessage(t *testing.T) {
+func TestDelay_RepublishWaitingMessage(t *testing.T) {
 	pub, _ := newPubSub(t, "g")
 	topic := topic()
 	msg := delayed(delay.For(time.Hour), "x")
@@ -398,7 +398,7 @@ func TestRepublishWaitingMessage(t *testing.T) {
 	require.NoError(t, pub.Publish(topic, changed), "allowed again after cancel")
 }
 
-func TestCloseLeavesClientOpenAndRejectsUse(t *testing.T) {
+func TestDelay_CloseLeavesClientOpenAndRejectsUse(t *testing.T) {
 	client := newClient(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
 	require.NoError(t, err)
@@ -421,7 +421,7 @@ func TestCloseLeavesClientOpenAndRejectsUse(t *testing.T) {
 	assert.NoError(t, client.Ping(context.Background()).Err(), "the client stays open")
 }
 
-func TestManagerLifecycle(t *testing.T) {
+func TestDelay_ManagerLifecycle(t *testing.T) {
 	// A prefix of its own: discovering, it would schedule other tests' topics.
 	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: newClient(t), KeyPrefix: uniquePrefix()}, logger)
 	require.NoError(t, err)

@@ -16,7 +16,7 @@ import (
 
 // Idle cost of a discovering Manager with registered, empty topics
 // (REDISDELAY_FIGURES=1; the defaults: CheckInterval 2s, TrimInterval 10s).
-func TestFiguresIdleManager(t *testing.T) {
+func TestFigures_IdleManager(t *testing.T) {
 	if os.Getenv("REDISDELAY_FIGURES") == "" {
 		t.Skip("set REDISDELAY_FIGURES=1")
 	}
@@ -42,7 +42,7 @@ func TestFiguresIdleManager(t *testing.T) {
 // (INFO commandstats: the scripts' own calls included) per tick published.
 // With a group, one Subscriber acks every tick, its reads and acks
 // included.
-func TestFiguresScheduleTickCost(t *testing.T) {
+func TestFigures_ScheduleTickCost(t *testing.T) {
 	if os.Getenv("REDISDELAY_FIGURES") == "" {
 		t.Skip("set REDISDELAY_FIGURES=1")
 	}

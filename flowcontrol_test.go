@@ -45,7 +45,7 @@ func count(mu *sync.Mutex, got map[string]int) int {
 // receiving; its messages accumulate (immediate and delayed ones), the
 // pause outlives a restart of its subscriber, and Resume delivers them all.
 // Two partitions: the partition 1 subscription reads the flag on partition 0.
-func TestPauseGroupAccumulatesAndResumeDeliversAll(t *testing.T) {
+func TestPause_GroupAccumulatesAndResumeDeliversAll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -117,7 +117,7 @@ func TestPauseGroupAccumulatesAndResumeDeliversAll(t *testing.T) {
 }
 
 // DeleteGroup removes the group's pause with the rest of it.
-func TestPauseDeleteGroupRemovesIt(t *testing.T) {
+func TestPause_DeleteGroupRemovesIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -130,7 +130,7 @@ func TestPauseDeleteGroupRemovesIt(t *testing.T) {
 	require.False(t, paused)
 }
 
-func TestPauseRejectsInvalidNames(t *testing.T) {
+func TestPause_RejectsInvalidNames(t *testing.T) {
 	ctx := context.Background()
 	insp := newInspector(t, newClient(t))
 	require.ErrorIs(t, insp.Pause(ctx, "a{b", "g"), redisdelay.ErrInvalidTopic)
@@ -140,7 +140,7 @@ func TestPauseRejectsInvalidNames(t *testing.T) {
 	require.ErrorContains(t, err, "consumer group")
 }
 
-func TestRateLimitValidate(t *testing.T) {
+func TestRateLimit_Validate(t *testing.T) {
 	base := redisdelay.SubscriberConfig{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), ConsumerGroup: "g"}
 	for _, c := range []struct {
 		name      string
@@ -227,7 +227,7 @@ func rateRun(t *testing.T, tp string, subs int, config redisdelay.SubscriberConf
 // Three subscribers (own clients: as three processes) of one group share
 // one limit: 100 messages take about (100-5)/50 s at 50 msg/s (a read
 // takes a tenth of the limit), and each subscriber gets turns.
-func TestRateLimitHoldsAcrossSubscribers(t *testing.T) {
+func TestRateLimit_HoldsAcrossSubscribers(t *testing.T) {
 	t.Parallel()
 	tp := topic()
 	publishBacklog(t, tp, 300)
@@ -245,7 +245,7 @@ func TestRateLimitHoldsAcrossSubscribers(t *testing.T) {
 
 // A subscriber started with another limit applies it at once, even when
 // reservations under the old, slower one reach far ahead.
-func TestRateLimitChangeApplies(t *testing.T) {
+func TestRateLimit_ChangeApplies(t *testing.T) {
 	t.Parallel()
 	tp := topic()
 	publishBacklog(t, tp, 100)
@@ -262,7 +262,7 @@ func TestRateLimitChangeApplies(t *testing.T) {
 
 // The accuracy figure (REDISDELAY_FIGURES=1): 3 subscribers, each with its
 // own client, consume a backlog at 200 msg/s for 10 s.
-func TestFiguresRateLimitAccuracy(t *testing.T) {
+func TestFigures_RateLimitAccuracy(t *testing.T) {
 	if os.Getenv("REDISDELAY_FIGURES") == "" {
 		t.Skip("set REDISDELAY_FIGURES=1")
 	}
@@ -283,7 +283,7 @@ func TestFiguresRateLimitAccuracy(t *testing.T) {
 // Redis unreachable while the group is paused (the pause check fails):
 // the subscription retries, and after Redis is back and the group resumed
 // it delivers what accumulated.
-func TestPauseCheckSurvivesRedisOutage(t *testing.T) {
+func TestPause_CheckSurvivesRedisOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	proxy := newFaultProxy(t)
@@ -305,7 +305,7 @@ func TestPauseCheckSurvivesRedisOutage(t *testing.T) {
 
 // A paused group's subscribers do not read, by design: Health does not
 // report them as stopped (no_active_consumer) while messages accumulate.
-func TestPausedGroupIsHealthy(t *testing.T) {
+func TestPause_PausedGroupIsHealthy(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -324,7 +324,7 @@ func TestPausedGroupIsHealthy(t *testing.T) {
 // With the default BlockTime (30s) the subscriptions are blocked in long
 // reads: Pause and Resume reach them at once through their notification,
 // on every partition.
-func TestPausePromptWithLongReads(t *testing.T) {
+func TestPause_PromptWithLongReads(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -356,7 +356,7 @@ func TestPausePromptWithLongReads(t *testing.T) {
 // A pause set without a notification (by a version before notifications,
 // or while the subscriber's notification connection was down) is seen at
 // the latest within BlockTime, and so is its end.
-func TestPauseWithoutNotificationSeenWithinBlockTime(t *testing.T) {
+func TestPause_WithoutNotificationSeenWithinBlockTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -376,7 +376,7 @@ func TestPauseWithoutNotificationSeenWithinBlockTime(t *testing.T) {
 // Pause and Resume store the change even when Redis refuses them the
 // notification (a user without the channels): they say so, and
 // subscribers see it within BlockTime.
-func TestPauseNotificationRefused(t *testing.T) {
+func TestPause_NotificationRefused(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users")
 	ctx := context.Background()

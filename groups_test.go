@@ -182,7 +182,7 @@ func TestGroups_RetryKeepsGroupOrder(t *testing.T) {
 // messages published with that key become one follow-up, the latest,
 // delivered once the running one is acked; with nothing running a message
 // goes at once.
-func TestKeepLastIfActive(t *testing.T) {
+func TestKeepLastIfActive_Debounces(t *testing.T) {
 	t.Parallel()
 	tp := topic()
 	client := newClient(t)

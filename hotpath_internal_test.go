@@ -58,7 +58,7 @@ func TestDeliveryPrep_Allocs(t *testing.T) {
 }
 
 // The fast formatters give exactly what the time package's layouts give.
-func TestFastTimeFormatsMatchTimePackage(t *testing.T) {
+func TestHotPath_FastTimeFormatsMatchTimePackage(t *testing.T) {
 	offsets := []int{0, 3600, -3600, 5*3600 + 1800, -(9*3600 + 30*60), 14 * 3600, 45, -59, 3600 + 7}
 	unixes := []int64{0, 1, -1, 1_700_000_000, 1_900_000_123, 253402300799, -62135596800, 253402300800, -62135596801, 1e12, -1e12}
 	for i := range 2000 {

@@ -15,7 +15,7 @@ import (
 
 // FindWaiting and FindWaitingKey read one waiting message, in any
 // partition; DueHistogram counts by due time on the server.
-func TestInspectorFindWaiting(t *testing.T) {
+func TestInspector_FindWaiting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := newClient(t)
@@ -67,7 +67,7 @@ func TestInspectorFindWaiting(t *testing.T) {
 	}
 }
 
-func TestInspectorFindWaitingBadInput(t *testing.T) {
+func TestInspector_FindWaitingBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	insp := newInspector(t, newClient(t))

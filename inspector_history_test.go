@@ -12,11 +12,11 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
-// TestInspectorCounters: the growing counters of a topic of two partitions
+// TestInspector_Counters: the growing counters of a topic of two partitions
 // count messages made ready (published immediate, and delayed ones when
 // due), first deliveries per group and dead letters, and do not shrink
 // when the messages are acknowledged.
-func TestInspectorCounters(t *testing.T) {
+func TestInspector_Counters(t *testing.T) {
 	env := setup(t)
 	ctx := context.Background()
 

@@ -279,7 +279,7 @@ func TestLifecycle_StatsAndWaitingShowWhereMessagesAre(t *testing.T) {
 // TopicStats.Leased tells whether a scheduler runs for a topic: none
 // without one (subscribers with DisableScheduler only), every partition
 // with waiting messages while a Manager runs, none once it stopped.
-func TestInspectorStatsLeased(t *testing.T) {
+func TestInspector_StatsLeased(t *testing.T) {
 	t.Parallel()
 	env := setup(t)
 	pub := newPartitionedPublisher(t, env.client, 2)

@@ -51,7 +51,7 @@ func (l *countingLogger) count() int {
 // While Redis is down, a Subscriber of 20 topics (with its scheduler) logs
 // a bounded number of lines, not some per topic per second: repeats of an
 // error are counted and logged again every so often.
-func TestLogVolumeWhileRedisDown(t *testing.T) {
+func TestLogVolume_WhileRedisDown(t *testing.T) {
 	t.Parallel()
 	proxy := newFaultProxy(t)
 	client := proxy.client(t)
@@ -82,7 +82,7 @@ func TestLogVolumeWhileRedisDown(t *testing.T) {
 
 // A Subscriber whose go-redis client was closed under it stops: its
 // channel closes and the cause is logged once.
-func TestClosedClientEndsSubscription(t *testing.T) {
+func TestLogVolume_ClosedClientEndsSubscription(t *testing.T) {
 	client := openClient("")
 	log := &countingLogger{}
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g",
@@ -118,7 +118,7 @@ func TestClosedClientEndsSubscription(t *testing.T) {
 }
 
 // A Manager whose client is closed under it stops Run with an error.
-func TestClosedClientEndsManager(t *testing.T) {
+func TestLogVolume_ClosedClientEndsManager(t *testing.T) {
 	client := openClient("")
 	log := &countingLogger{}
 	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic()},

@@ -21,7 +21,7 @@ import (
 
 // A Manager says at start which topics it schedules: "all topics" without
 // a list (it schedules every topic of the registry), not an empty one.
-func TestManagerLogsTheTopicsItSchedules(t *testing.T) {
+func TestManager_LogsTheTopicsItSchedules(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	for _, c := range []struct {
@@ -92,7 +92,7 @@ func wkLateness(t *testing.T, pub *redisdelay.Publisher, tp string, parts int, c
 // (<prefix>:{t~1}:p1:wake) does not match: those partitions waited for the
 // check interval. With a 5s check interval only a wake-up explains a
 // message delivered within 500ms of its due time.
-func TestDiscoveringManagerWakesEveryPartition(t *testing.T) {
+func TestManager_DiscoveringWakesEveryPartition(t *testing.T) {
 	client := newClient(t)
 	prefix, tp := uniquePrefix(), topic()
 	const parts = 4
@@ -117,7 +117,7 @@ func TestDiscoveringManagerWakesEveryPartition(t *testing.T) {
 // that had registered a topic never registered it again, so a new Manager
 // never learnt about it (and the pattern subscription found partition 0
 // only): the due messages of partitions 1-3 stayed waiting.
-func TestManagerSchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
+func TestManager_SchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
 	client := singleClient(t, "FLUSHALL")
 	prefix, tp := uniquePrefix(), topic()
 	const parts = 4
@@ -184,7 +184,7 @@ func wkACLDenials(t *testing.T, user string) []string {
 // patterns literally), and the Manager lost every wake-up without a word.
 // Under the minimal ACL the README documents it is woken, and logs no
 // error.
-func TestManagerUnderMinimalACLUser(t *testing.T) {
+func TestManager_UnderMinimalACLUser(t *testing.T) {
 	prefix, tp := uniquePrefix(), topic()
 	restricted, user := newACLUser(t, strings.Fields(strings.ReplaceAll(minimalACL, "<prefix>", prefix))...)
 	const parts = 2
@@ -217,7 +217,7 @@ func TestManagerUnderMinimalACLUser(t *testing.T) {
 
 // Found in review (issue 13, 5): a Manager whose user may not subscribe to
 // the wake channels must say so, loudly, and Health must report it.
-func TestManagerDeniedWakeUpsSaysSo(t *testing.T) {
+func TestManager_DeniedWakeUpsSaysSo(t *testing.T) {
 	client := newClient(t)
 	prefix := uniquePrefix()
 	restricted, _ := newACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
@@ -246,7 +246,7 @@ func TestManagerDeniedWakeUpsSaysSo(t *testing.T) {
 // woken: it keeps the loops of its quiet partitions (they would retire at
 // their first tick) and so promotes a delayed message published to one
 // later within about a CheckInterval of its due time.
-func TestManagerDeniedWakeUpsKeepsLoops(t *testing.T) {
+func TestManager_DeniedWakeUpsKeepsLoops(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users")
 	client := newClient(t)
@@ -268,7 +268,7 @@ func TestManagerDeniedWakeUpsKeepsLoops(t *testing.T) {
 // Found in review (issue 13, 6): a discovering Manager started a loop for
 // every topic named on any wake channel, for good: 5,000 spoofed wake-ups
 // made 5,000 goroutines. Wake-ups of unregistered topics start nothing.
-func TestSpoofedWakeUpsStartNoLoops(t *testing.T) {
+func TestManager_SpoofedWakeUpsStartNoLoops(t *testing.T) {
 	client := newClient(t)
 	prefix := uniquePrefix()
 	runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: time.Second}, logger)
@@ -292,7 +292,7 @@ func TestSpoofedWakeUpsStartNoLoops(t *testing.T) {
 // topic, so its idle cost grew with every topic ever registered. Loops
 // retire when their partition holds nothing, and a wake-up starts them
 // again.
-func TestIdleLoopsRetire(t *testing.T) {
+func TestManager_IdleLoopsRetire(t *testing.T) {
 	client := singleClient(t, "counts the commands of the whole server")
 	prefix := uniquePrefix()
 	const topics = 200
@@ -321,7 +321,7 @@ func TestIdleLoopsRetire(t *testing.T) {
 // Found in review (issue 13, 6): a subscription's scheduler loops ran on
 // until Subscriber.Close. They end with the last subscription of their
 // topic.
-func TestSubscriptionSchedulerLoopsEndWithIt(t *testing.T) {
+func TestManager_SubscriptionSchedulerLoopsEndWithIt(t *testing.T) {
 	client := newClient(t)
 	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: 3})
 	tp := topic()
@@ -347,7 +347,7 @@ func TestSubscriptionSchedulerLoopsEndWithIt(t *testing.T) {
 
 // A loop does not retire while a stream no group reads holds entries the
 // Retention will remove: it stays to remove them.
-func TestLoopStaysForRetention(t *testing.T) {
+func TestManager_LoopStaysForRetention(t *testing.T) {
 	env := setup(t)
 	for i := range 3 {
 		require.NoError(t, env.pub.Publish(env.topic, newMessage(strconv.Itoa(i))))
@@ -363,7 +363,7 @@ func TestLoopStaysForRetention(t *testing.T) {
 // A publish that finds its partition new to Redis registers the topic
 // again. When that fails the messages are stored all the same, the
 // failure is logged, and the next publish registers first.
-func TestPublisherLogsAFailedReregistration(t *testing.T) {
+func TestManager_PublisherLogsAFailedReregistration(t *testing.T) {
 	prefix, tp := uniquePrefix(), topic()
 	restricted, user := newACLUser(t, strings.Fields(strings.ReplaceAll(minimalACL, "<prefix>", prefix))...)
 	log := &recLogger{}

@@ -19,7 +19,7 @@ import (
 // first; the partition key and high priority are stored with the messages
 // (where they lead is tested in partition_test.go and priority_test.go).
 // Empty values remove the keys.
-func TestMetadataSetters(t *testing.T) {
+func TestMetadata_Setters(t *testing.T) {
 	client := newClient(t)
 	pub := newPartitionedPublisher(t, client, 8)
 	tp := topic()

@@ -10,7 +10,7 @@ import (
 // An owner is stuck when a step outlasts half its ownership lease (a
 // second at least), or a message waits for the application past
 // HandlerTimeout; never while it waits on something bounded or wanted.
-func TestOrderedOwnerStuck(t *testing.T) {
+func TestOrdered_OwnerStuck(t *testing.T) {
 	s := &Subscriber{config: SubscriberConfig{VisibilityTimeout: 30 * time.Second, HandlerTimeout: time.Minute}}
 	sub := &subscription{s: s, ordering: ordering{order: newBalance(1)}}
 	at := func(phase int64, ago time.Duration) bool {

@@ -18,7 +18,7 @@ import (
 // Three ordered subscribers share four partitions: every key's messages
 // are handled one at a time, in publish order, each exactly once, and the
 // work is shared.
-func TestOrderedKeysHandledSeriallyInOrder(t *testing.T) {
+func TestOrdered_KeysHandledSeriallyInOrder(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
@@ -103,7 +103,7 @@ func TestOrderedKeysHandledSeriallyInOrder(t *testing.T) {
 // A nacked message is retried in place, after its retry delay, before the
 // next message of its partition; at MaxAttempts it goes to the dead
 // letters and the partition moves on.
-func TestOrderedNackRetriesInPlace(t *testing.T) {
+func TestOrdered_NackRetriesInPlace(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
@@ -145,7 +145,7 @@ func TestOrderedNackRetriesInPlace(t *testing.T) {
 
 // A second ordered subscriber takes half the partitions from the first,
 // and all of them when the first closes; messages keep their order.
-func TestOrderedPartitionsRebalance(t *testing.T) {
+func TestOrdered_PartitionsRebalance(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
@@ -195,7 +195,7 @@ func firstKey(m map[string]int) string {
 
 // When an owner dies, the next owner takes its partition over once the
 // ownership expires, and first delivers what the dead one held, in order.
-func TestOrderedTakeoverFromDeadOwner(t *testing.T) {
+func TestOrdered_TakeoverFromDeadOwner(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
@@ -229,7 +229,7 @@ func TestOrderedTakeoverFromDeadOwner(t *testing.T) {
 // many partitions on few subscriptions (the shape of an ordered stall seen
 // in CI, where one process owned every partition and read none): every
 // message published meanwhile is delivered once the group is resumed.
-func TestOrderedOwnersReadAfterPauseResume(t *testing.T) {
+func TestOrdered_OwnersReadAfterPauseResume(t *testing.T) {
 	t.Parallel()
 	const parts = 8
 	env := setup(t)
@@ -273,7 +273,7 @@ func TestOrderedOwnersReadAfterPauseResume(t *testing.T) {
 // its process lives: the group's other member then delivers everything,
 // the stuck delivery included (after its HandlerTimeout), each key in
 // order.
-func TestOrderedStuckOwnerGivesUp(t *testing.T) {
+func TestOrdered_StuckOwnerGivesUp(t *testing.T) {
 	t.Parallel()
 	const parts, keys, perKey = 4, 8, 5
 	client := newClient(t)

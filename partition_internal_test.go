@@ -11,7 +11,7 @@ import (
 // Every partition's keys carry a hash tag of their own, partition 0 keeps
 // the layout of an unpartitioned topic, and a wake channel names its
 // partition unambiguously, even for topics whose names look like partitions.
-func TestShardKeysAndWakeChannels(t *testing.T) {
+func TestPartition_ShardKeysAndWakeChannels(t *testing.T) {
 	k := store.Keys{Prefix: "rd"}
 	require.Equal(t, "rd:{orders}:waiting", k.Shard("orders", 0).Waiting())
 	require.Equal(t, "rd:{orders~3}:p3:waiting", k.Shard("orders", 3).Waiting())
@@ -39,7 +39,7 @@ func TestShardKeysAndWakeChannels(t *testing.T) {
 
 // The partition of a key is stable (other languages can compute it: FNV-1a
 // 32 of the key, modulo the count) and spreads keys evenly.
-func TestPartitionOfIsStableAndEven(t *testing.T) {
+func TestPartition_OfIsStableAndEven(t *testing.T) {
 	require.Equal(t, 0, partitionOf("anything", 1))
 	require.Equal(t, int(0x811c9dc5%8), partitionOf("", 8)) // FNV-1a offset basis
 	counts := make([]int, 8)

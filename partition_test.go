@@ -43,7 +43,7 @@ func ptCollect(t *testing.T, ch <-chan *message.Message, n int, within time.Dura
 // Messages without a PartitionKey spread over the partitions (by the UUID
 // of their call's first message), and a subscription reads all of them:
 // every message once, immediate and delayed.
-func TestPartitionsSpreadAndAreAllConsumed(t *testing.T) {
+func TestPartition_SpreadAndAreAllConsumed(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
@@ -76,7 +76,7 @@ func TestPartitionsSpreadAndAreAllConsumed(t *testing.T) {
 
 // Messages with the same PartitionKey go to the same partition; a call
 // whose messages go to several partitions is stored per partition.
-func TestPartitionKeyPlacesMessages(t *testing.T) {
+func TestPartition_KeyPlacesMessages(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts = 8
@@ -120,7 +120,7 @@ func TestPartitionKeyPlacesMessages(t *testing.T) {
 // The first user of a topic stores its partition count; a Publisher or
 // Subscriber configured with another count is refused, storing nothing,
 // with an error that says what to do.
-func TestPartitionCountMismatchIsRefused(t *testing.T) {
+func TestPartition_CountMismatchIsRefused(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	require.NoError(t, newPartitionedPublisher(t, client, 4).Publish(tp, newMessage("x")))
@@ -151,7 +151,7 @@ func TestPartitionCountMismatchIsRefused(t *testing.T) {
 	require.Equal(t, 1, topicStats(t, newInspector(t, client), old).Partitions)
 }
 
-func TestPartitionConfigValidation(t *testing.T) {
+func TestPartition_ConfigValidation(t *testing.T) {
 	client := newClient(t)
 	for _, c := range []struct {
 		pub  redisdelay.PublisherConfig
@@ -175,7 +175,7 @@ func TestPartitionConfigValidation(t *testing.T) {
 // A Manager reads each topic's partition count from Redis and schedules
 // every partition: delayed messages of all partitions are delivered with
 // the subscribers' schedulers off. Several Managers share the partitions.
-func TestManagerSchedulesEveryPartition(t *testing.T) {
+func TestPartition_ManagerSchedulesEvery(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
@@ -194,7 +194,7 @@ func TestManagerSchedulesEveryPartition(t *testing.T) {
 
 // Cancel finds a waiting message in whichever partition it is, and the
 // Inspector lists the waiting messages of all partitions in due order.
-func TestPartitionsCancelAndWaiting(t *testing.T) {
+func TestPartition_CancelAndWaiting(t *testing.T) {
 	env := setup(t)
 	pub := newPartitionedPublisher(t, env.client, 4)
 	var uuids []string
@@ -221,7 +221,7 @@ func TestPartitionsCancelAndWaiting(t *testing.T) {
 // Dead letters of a partitioned topic are listed across partitions, oldest
 // first, with IDs that name their partition, and can be paged, requeued
 // and deleted by those IDs.
-func TestPartitionsDeadLetters(t *testing.T) {
+func TestPartition_DeadLetters(t *testing.T) {
 	t.Parallel()
 	env := setup(t)
 	const parts, n = 3, 9
@@ -288,7 +288,7 @@ func TestPartitionsDeadLetters(t *testing.T) {
 // A call whose messages go to several partitions is atomic per partition:
 // a duplicate in one fails that partition's messages only, and the error
 // says which partitions are stored.
-func TestPartitionsCallSpanningPartitionsFailsPerPartition(t *testing.T) {
+func TestPartition_CallSpanningPartitionsFailsPerPartition(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts = 8
@@ -341,7 +341,7 @@ func TestPubSub_Partitioned(t *testing.T) {
 
 // Schedulers share a topic's partitions evenly, and take over those of
 // one that stops.
-func TestManagersSharePartitions(t *testing.T) {
+func TestPartition_ManagersShare(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
@@ -384,7 +384,7 @@ func TestManagersSharePartitions(t *testing.T) {
 // for no heartbeat when there is nobody to share with. (It took one
 // partition per heartbeat, so a Manager scheduled the eighth partition
 // only after about eight check intervals.)
-func TestLoneSchedulerTakesEveryPartition(t *testing.T) {
+func TestPartition_LoneSchedulerTakesEvery(t *testing.T) {
 	client := newClient(t)
 	tp := topic()
 	const parts = 8

@@ -23,7 +23,7 @@ func awaitRedo(t *testing.T, client redis.UniversalClient, tp string, n int64) {
 
 // A high-priority message overtakes a backlog of normal ones: it is
 // handed out after the fetch in progress at most.
-func TestPriorityOvertakesBacklog(t *testing.T) {
+func TestPriority_OvertakesBacklog(t *testing.T) {
 	env := setup(t)
 	const batch, backlog = 8, 200
 	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: batch, CheckInterval: 100 * time.Millisecond})
@@ -49,7 +49,7 @@ func TestPriorityOvertakesBacklog(t *testing.T) {
 
 // While both kinds queue, normal messages keep getting delivered: every
 // fetch takes up to BatchSize of each.
-func TestPriorityDoesNotStarveNormal(t *testing.T) {
+func TestPriority_DoesNotStarveNormal(t *testing.T) {
 	t.Parallel()
 	env := setup(t)
 	const batch, n = 8, 60
@@ -81,7 +81,7 @@ func TestPriorityDoesNotStarveNormal(t *testing.T) {
 // A delayed high-priority message is due when its delay says, reaches
 // every consumer group once, and one published before any group exists
 // waits in the ready stream for the first.
-func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
+func TestPriority_DelayedGroupsAndNoGroup(t *testing.T) {
 	t.Parallel()
 	env := setup(t)
 
@@ -120,7 +120,7 @@ func TestPriorityDelayedGroupsAndNoGroup(t *testing.T) {
 	require.Zero(t, exists, "the priority marks are removed when the messages move")
 }
 
-func TestPriorityCancelAndBadValue(t *testing.T) {
+func TestPriority_CancelAndBadValue(t *testing.T) {
 	env := setup(t)
 	msg := high(delayed(delay.For(time.Hour), "x"))
 	require.NoError(t, env.pub.Publish(env.topic, msg))

@@ -19,7 +19,7 @@ import (
 
 // Many goroutines publishing at once, one message or several per call,
 // delayed and immediate: everything is stored exactly once.
-func TestPublishConcurrentStoresEverythingOnce(t *testing.T) {
+func TestPublish_ConcurrentStoresEverythingOnce(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
@@ -84,7 +84,7 @@ func TestPublishConcurrentStoresEverythingOnce(t *testing.T) {
 
 // Messages due at the same instant keep their publish order, within a call
 // and across calls queued into one round trip.
-func TestPublishKeepsOrderWithinEqualDueTimes(t *testing.T) {
+func TestPublish_KeepsOrderWithinEqualDueTimes(t *testing.T) {
 	t.Parallel()
 	topic := topic()
 	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
@@ -123,12 +123,12 @@ func TestPublishKeepsOrderWithinEqualDueTimes(t *testing.T) {
 // Calls that queue behind a round trip in flight go together in the next
 // one; a call whose UUID clashes with another's waiting message fails
 // alone, storing none of its messages, and the others succeed.
-func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
+func TestPublish_CoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 	t.Parallel()
 	topic := topic()
 	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
 	// due within a second: in the waiting set (a far message re-published
-	// costs another round trip: TestFarRepublish); no scheduler runs
+	// costs another round trip: TestFar_Republish); no scheduler runs
 	waiting := delayed(delay.For(time.Second), "original")
 	require.NoError(t, pub.Publish(topic, waiting))
 	counter.n.Store(0)
@@ -200,7 +200,7 @@ func TestPublishCoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 
 // A call that gives up while queued returns its timeout error, is never
 // sent, and the calls around it succeed.
-func TestPublishTimeoutWhileOthersSucceed(t *testing.T) {
+func TestPublish_TimeoutWhileOthersSucceed(t *testing.T) {
 	t.Parallel()
 	topic := topic()
 	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
@@ -250,7 +250,7 @@ func TestPublishTimeoutWhileOthersSucceed(t *testing.T) {
 
 // Close loses no queued call: it waits until they are sent and answered;
 // calls after Close fail with ErrClosed.
-func TestPublishCloseFlushesQueuedCalls(t *testing.T) {
+func TestPublish_CloseFlushesQueuedCalls(t *testing.T) {
 	t.Parallel()
 	topic := topic()
 	pub, proxy, _ := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
@@ -282,7 +282,7 @@ func TestPublishCloseFlushesQueuedCalls(t *testing.T) {
 // A run carries at most 512 messages: a larger queued call is stored in
 // parts, the first alone, the calls queued after it together in the next
 // run, then its other part.
-func TestPublishBoundsCoalescedRuns(t *testing.T) {
+func TestPublish_BoundsCoalescedRuns(t *testing.T) {
 	t.Parallel()
 	topic := topic()
 	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
@@ -342,11 +342,11 @@ func waitingUUIDs(t *testing.T, topic string) []string {
 // order: messages published with the same delay keep their order across
 // the parts (delay.For, not delay.Until: Watermill sets both keys for
 // Until, the For one from the clock of each message's creation).
-func TestPublishLargeCallGoesInParts(t *testing.T) {
+func TestPublish_LargeCallGoesInParts(t *testing.T) {
 	t.Parallel()
 	topic := topic()
 	pub, counter := partsPublisher(t, topic)
-	msgs := make([]*message.Message, 1000) // fewer than 1024: see TestPublishKeepsOrderWithinEqualDueTimes
+	msgs := make([]*message.Message, 1000) // fewer than 1024: see TestPublish_KeepsOrderWithinEqualDueTimes
 	want := make([]string, len(msgs))
 	for i := range msgs {
 		msgs[i] = delayed(delay.For(time.Hour), "x")
@@ -359,7 +359,7 @@ func TestPublishLargeCallGoesInParts(t *testing.T) {
 
 // A part holds far messages of at most 128 far buckets: 200 messages due
 // in 200 different buckets go in two parts, 200 in one bucket in one.
-func TestPublishPartsBoundFarBuckets(t *testing.T) {
+func TestPublish_PartsBoundFarBuckets(t *testing.T) {
 	t.Parallel()
 	width, _, _ := redisdelay.FarTier()
 	for _, spread := range []bool{true, false} {
@@ -387,7 +387,7 @@ func TestPublishPartsBoundFarBuckets(t *testing.T) {
 
 // When a part fails, the parts after it are not sent, and the error says
 // how many of the call's messages are stored.
-func TestPublishPartFailureSaysWhatIsStored(t *testing.T) {
+func TestPublish_PartFailureSaysWhatIsStored(t *testing.T) {
 	t.Parallel()
 	topic := topic()
 	pub, counter := partsPublisher(t, topic)
@@ -418,7 +418,7 @@ func TestPublishPartFailureSaysWhatIsStored(t *testing.T) {
 // A call whose context has already ended is not sent: coalesced runs are
 // shared, so its context could not stop the run once it was. Found in
 // review: such calls used to be stored while reporting that they may not be.
-func TestPublishWithEndedContextStoresNothing(t *testing.T) {
+func TestPublish_WithEndedContextStoresNothing(t *testing.T) {
 	t.Parallel()
 	topic := topic()
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: newClient(t)}, nil)

@@ -129,7 +129,7 @@ func TestRateLimit_BusiestSecond(t *testing.T) {
 
 // The 10-second average of a group of 3 subscribers consuming a backlog
 // at the limit (REDISDELAY_FIGURES=1: it takes 12 s).
-func TestFiguresRateLimitAverage(t *testing.T) {
+func TestFigures_RateLimitAverage(t *testing.T) {
 	if os.Getenv("REDISDELAY_FIGURES") == "" {
 		t.Skip("set REDISDELAY_FIGURES=1")
 	}

@@ -12,13 +12,13 @@ import (
 	"testing"
 )
 
-// TestReadmeQuickStartCompiles builds the README's quick start as a user
+// TestReadme_QuickStartCompiles builds the README's quick start as a user
 // pastes it: the first ```go block under "## Quick start", as main.go of a
 // fresh module that uses this repository through a replace directive. It
 // resolves nothing over the network (GOPROXY=off): the quick start may only
 // import modules this repository already requires, which the module cache
 // holds whenever the repository's own tests build.
-func TestReadmeQuickStartCompiles(t *testing.T) {
+func TestReadme_QuickStartCompiles(t *testing.T) {
 	root, err := filepath.Abs(".")
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 // A cron spec ticks in its schedule's time zone, daylight saving included:
 // 9:00 in New York is 14:00 UTC in winter and 13:00 UTC from 8 March 2026.
-func TestScheduleNextTimezone(t *testing.T) {
+func TestSchedule_NextTimezone(t *testing.T) {
 	tk, err := parseSpec("0 9 * * *", "America/New_York")
 	require.NoError(t, err)
 	utc := func(s string) time.Time {
@@ -39,7 +39,7 @@ func TestScheduleNextTimezone(t *testing.T) {
 
 // A tick's jitter is the same in every process (from the tick's UUID),
 // within [0, Jitter), and adds to the delay metadata of the schedule.
-func TestScheduleJitter(t *testing.T) {
+func TestSchedule_Jitter(t *testing.T) {
 	s := &Schedule{ID: "s", Topic: "t", Jitter: 10 * time.Second}
 	tick := time.UnixMilli(1_800_000_000_000)
 	a, b := tickMessage("p", s, tick), tickMessage("p", s, tick)

@@ -156,7 +156,7 @@ func (e *ovEnv) waitingTicks() []redisdelay.WaitingMessage {
 // Skipped while the previous tick's message waits for its due time (no
 // consumer group: finished once it left the waiting set), and not caught up
 // later: the next tick published is the first after that.
-func TestScheduleOverlapSkipWhileWaiting(t *testing.T) {
+func TestSchedule_OverlapSkipWhileWaiting(t *testing.T) {
 	t.Parallel()
 	e := ovStart(t)
 	const period, wait = 200 * time.Millisecond, 3 * time.Second
@@ -196,7 +196,7 @@ func TestScheduleOverlapSkipWhileWaiting(t *testing.T) {
 // Skipped while the previous tick's message is delivered and not acked;
 // the next tick is published once it is acked. Three Managers compete for
 // the ticks: one in flight at a time all the same.
-func TestScheduleOverlapSkipWhileUnacked(t *testing.T) {
+func TestSchedule_OverlapSkipWhileUnacked(t *testing.T) {
 	t.Parallel()
 	e := ovStart(t)
 	ch := subscribe(t, e.subscriber("g"), e.topic)
@@ -224,7 +224,7 @@ func TestScheduleOverlapSkipWhileUnacked(t *testing.T) {
 
 // A nacked tick waiting in the group's retry set, then redelivered, keeps
 // the schedule skipping; once dead-lettered, the next tick is published.
-func TestScheduleOverlapDeadLetter(t *testing.T) {
+func TestSchedule_OverlapDeadLetter(t *testing.T) {
 	t.Parallel()
 	e := ovStart(t)
 	ch := subscribe(t, e.subscriber("g", func(c *redisdelay.SubscriberConfig) {
@@ -256,7 +256,7 @@ func TestScheduleOverlapDeadLetter(t *testing.T) {
 
 // A waiting tick cancelled (Inspector.Cancel) is finished: the next tick
 // is published, though the group never saw the cancelled one.
-func TestScheduleOverlapCancelledTick(t *testing.T) {
+func TestSchedule_OverlapCancelledTick(t *testing.T) {
 	t.Parallel()
 	e := ovStart(t)
 	e.subscriber("g")
@@ -282,7 +282,7 @@ func TestScheduleOverlapCancelledTick(t *testing.T) {
 
 // With two consumer groups, both must finish the tick's message: one
 // acking it is not enough.
-func TestScheduleOverlapTwoGroups(t *testing.T) {
+func TestSchedule_OverlapTwoGroups(t *testing.T) {
 	t.Parallel()
 	e := ovStart(t)
 	fast := subscribe(t, e.subscriber("fast"), e.topic)
@@ -309,7 +309,7 @@ func TestScheduleOverlapTwoGroups(t *testing.T) {
 // A consumer that crashed holding the tick's message: it is reclaimed
 // after the visibility timeout and delivered again, in flight throughout;
 // the next tick comes after its Ack.
-func TestScheduleOverlapConsumerCrash(t *testing.T) {
+func TestSchedule_OverlapConsumerCrash(t *testing.T) {
 	t.Parallel()
 	e := ovStart(t)
 	sub := e.subscriber("g", func(c *redisdelay.SubscriberConfig) {
@@ -341,7 +341,7 @@ func TestScheduleOverlapConsumerCrash(t *testing.T) {
 // previous tick's message, not marks left along the way, so a message
 // gone by any path (lost with its keys, its group deleted, a record naming
 // a message that never existed) lets the next tick through.
-func TestScheduleOverlapSelfHealing(t *testing.T) {
+func TestSchedule_OverlapSelfHealing(t *testing.T) {
 	t.Parallel()
 	t.Run("waiting message lost", func(t *testing.T) {
 		t.Parallel()
@@ -411,7 +411,7 @@ func TestScheduleOverlapSelfHealing(t *testing.T) {
 
 // OverlapAllow (the default) publishes every tick while earlier ones are
 // unacked, and counts no skip.
-func TestScheduleOverlapAllowUnchanged(t *testing.T) {
+func TestSchedule_OverlapAllowUnchanged(t *testing.T) {
 	t.Parallel()
 	e := ovStart(t)
 	ch := subscribe(t, e.subscriber("g"), e.topic)
@@ -429,7 +429,7 @@ func TestScheduleOverlapAllowUnchanged(t *testing.T) {
 
 // In a topic of several partitions every tick of an OverlapSkip schedule
 // goes to one partition (its ID's), where the check finds the previous one.
-func TestScheduleOverlapPartitionedTopic(t *testing.T) {
+func TestSchedule_OverlapPartitionedTopic(t *testing.T) {
 	t.Parallel()
 	e := ovStart(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: e.client, KeyPrefix: e.prefix, Partitions: 4}, logger)
@@ -449,7 +449,7 @@ func TestScheduleOverlapPartitionedTopic(t *testing.T) {
 }
 
 // An Overlap that is not a policy is refused with what to use.
-func TestScheduleOverlapInvalid(t *testing.T) {
+func TestSchedule_OverlapInvalid(t *testing.T) {
 	t.Parallel()
 	e := ovStart(t)
 	err := e.pub.Schedule(e.ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: e.topic, Overlap: "sometimes"})

@@ -87,7 +87,7 @@ func scManager(t *testing.T, client redis.UniversalClient, prefix, topic string)
 
 // Three Managers compete for the ticks of one schedule: each tick is
 // published once, and none is missed.
-func TestScheduleOneTickPerManager(t *testing.T) {
+func TestSchedule_OneTickPerManager(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
@@ -114,7 +114,7 @@ func TestScheduleOneTickPerManager(t *testing.T) {
 // A Manager stopped for two ticks and started again publishes the ticks it
 // missed (within the catch-up window), each once; with a window shorter
 // than the downtime, the older ones are skipped.
-func TestScheduleCatchUpAfterRestart(t *testing.T) {
+func TestSchedule_CatchUpAfterRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Managers for seconds")
 	}
@@ -184,7 +184,7 @@ func TestScheduleCatchUpAfterRestart(t *testing.T) {
 
 // Redis unreachable across a tick instant, for less than a tick: the tick
 // is published when Redis answers again, once.
-func TestScheduleRedisOutage(t *testing.T) {
+func TestSchedule_RedisOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cuts Redis for seconds")
 	}
@@ -232,7 +232,7 @@ func TestScheduleRedisOutage(t *testing.T) {
 
 // A claim left by a process that died between claiming a tick and
 // publishing it is published by another once it expired.
-func TestScheduleExpiredClaim(t *testing.T) {
+func TestSchedule_ExpiredClaim(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
@@ -252,7 +252,7 @@ func TestScheduleExpiredClaim(t *testing.T) {
 
 // Inspector lists and removes schedules; registering one again keeps its
 // next tick unless its timing changed.
-func TestScheduleListRemove(t *testing.T) {
+func TestSchedule_ListRemove(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := newClient(t)
@@ -310,7 +310,7 @@ func TestScheduleListRemove(t *testing.T) {
 }
 
 // A schedule that cannot work is refused, naming what is wrong.
-func TestScheduleInvalid(t *testing.T) {
+func TestSchedule_Invalid(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
@@ -354,7 +354,7 @@ func TestScheduleInvalid(t *testing.T) {
 
 // Without a Manager, the scheduler a Subscriber runs publishes the ticks
 // (of every schedule under its prefix, whatever topics it subscribed to).
-func TestScheduleSubscriberPublishesTicks(t *testing.T) {
+func TestSchedule_SubscriberPublishesTicks(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
@@ -371,7 +371,7 @@ func TestScheduleSubscriberPublishesTicks(t *testing.T) {
 
 // Redis errors name the schedule; a stored definition that does not
 // decode (written by hand) makes Schedules fail naming it and the fix.
-func TestScheduleErrors(t *testing.T) {
+func TestSchedule_Errors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := newClient(t)
@@ -403,7 +403,7 @@ func TestScheduleErrors(t *testing.T) {
 
 // A stored definition that does not decode (written by hand) is skipped,
 // logged, while the other schedules keep ticking.
-func TestScheduleBrokenDefinitionSkipped(t *testing.T) {
+func TestSchedule_BrokenDefinitionSkipped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := newClient(t)
@@ -420,7 +420,7 @@ func TestScheduleBrokenDefinitionSkipped(t *testing.T) {
 // A tick loop with no schedule sleeps up to a minute: a schedule
 // registered meanwhile wakes it (schedadd.lua publishes), so its first
 // tick is published on time.
-func TestScheduleRegisteredWakesIdleTickLoops(t *testing.T) {
+func TestSchedule_RegisteredWakesIdleTickLoops(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
@@ -442,7 +442,7 @@ func TestScheduleRegisteredWakesIdleTickLoops(t *testing.T) {
 // loop reads the schedules once per CheckInterval instead, so a new
 // schedule still ticks. A user refused the channel still registers a
 // schedule (the wake-up is left out).
-func TestScheduleTicksWithoutWakeUps(t *testing.T) {
+func TestSchedule_TicksWithoutWakeUps(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users")
 	client := newClient(t)
@@ -462,7 +462,7 @@ func TestScheduleTicksWithoutWakeUps(t *testing.T) {
 
 // A closed Publisher registers no schedule, and a closed Subscriber
 // initializes no topic: both say ErrClosed.
-func TestScheduleAndInitializeAfterClose(t *testing.T) {
+func TestSchedule_AndInitializeAfterClose(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
@@ -481,7 +481,7 @@ func TestScheduleAndInitializeAfterClose(t *testing.T) {
 // A Publisher of 4 partitions schedules to a fresh topic: the topic gets 4
 // partitions, so the ticks and the Publisher's own messages both go in,
 // rather than the first tick fixing the topic at one partition.
-func TestSchedulePartitionedTopic(t *testing.T) {
+func TestSchedule_PartitionedTopic(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := newClient(t)
@@ -527,7 +527,7 @@ func scCollect4(t *testing.T, client redis.UniversalClient, prefix, topic string
 // A schedule whose ticks would refuse one another (each holds its business
 // key for a delay longer than the gap between ticks) is refused by
 // Schedule, naming the fix; with a policy that replaces, it is accepted.
-func TestScheduleBusinessKeyOverlapRefused(t *testing.T) {
+func TestSchedule_BusinessKeyOverlapRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := newClient(t)
@@ -549,7 +549,7 @@ func TestScheduleBusinessKeyOverlapRefused(t *testing.T) {
 // A tick Publish refuses (its business key is held by another waiting
 // message) is skipped and logged, not retried: the claims do not pile up
 // as the later ticks come due.
-func TestScheduleRefusedTicksSkipped(t *testing.T) {
+func TestSchedule_RefusedTicksSkipped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := newClient(t)
@@ -582,7 +582,7 @@ func TestScheduleRefusedTicksSkipped(t *testing.T) {
 // A paused schedule publishes no tick, stays paused when registered again
 // (as every process does at start), can still be triggered by hand, and
 // resumes at its next tick after now.
-func TestSchedulePauseResumeTrigger(t *testing.T) {
+func TestSchedule_PauseResumeTrigger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := newClient(t)
@@ -662,7 +662,7 @@ func TestSchedulePauseResumeTrigger(t *testing.T) {
 
 // Jitter spreads the ticks' messages over the window: they wait, due
 // within Jitter of their tick; the business-key check counts the jitter.
-func TestScheduleJitterDelaysTicks(t *testing.T) {
+func TestSchedule_JitterDelaysTicks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := newClient(t)

@@ -31,7 +31,7 @@ import (
 // PoisonQueue and DelayOnError on the handler send a failed message to a
 // requeue topic, delayed by DelayOnError; the requeuer publishes it back.
 // Each retry comes after the DelayOnError interval, which doubles.
-func TestRepublishRequeuerWithDelayOnError(t *testing.T) {
+func TestRepublish_RequeuerWithDelayOnError(t *testing.T) {
 	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	t.Cleanup(func() { _ = sub.Close() })
@@ -75,7 +75,7 @@ func TestRepublishRequeuerWithDelayOnError(t *testing.T) {
 
 // components/fanin republishes what it receives: a message delayed 1s is
 // delivered on the target topic 1s after it was published, not 2s.
-func TestRepublishFanIn(t *testing.T) {
+func TestRepublish_FanIn(t *testing.T) {
 	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	t.Cleanup(func() { _ = sub.Close() })
@@ -117,7 +117,7 @@ func (p *laggingPublisher) Publish(topic string, msgs ...*message.Message) error
 // delivered at its instant, or at most by the end of its until second (the
 // metadata does not say where in that second the instant was), never
 // before.
-func TestRepublishForwarderWithLag(t *testing.T) {
+func TestRepublish_ForwarderWithLag(t *testing.T) {
 	t.Parallel()
 	const lag = 2 * time.Second
 	pub, sub := newPubSub(t, "g")
@@ -163,7 +163,7 @@ func TestRepublishForwarderWithLag(t *testing.T) {
 
 // PoisonQueue publishes a failed message as it was received: its copy is
 // due at once, though the message had been delayed.
-func TestRepublishPoisonQueueCopyIsDueAtOnce(t *testing.T) {
+func TestRepublish_PoisonQueueCopyIsDueAtOnce(t *testing.T) {
 	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	t.Cleanup(func() { _ = sub.Close() })
@@ -207,7 +207,7 @@ func signalAfter(failed chan<- time.Time) message.HandlerMiddleware {
 // DelayOnError's interval), where the second used to be refused with
 // ErrDuplicateBusinessKey, nacked, and (MaxAttempts 1) dead-lettered. The
 // copies keep the key in their metadata.
-func TestRepublishPoisonedCopiesDoNotHoldBusinessKey(t *testing.T) {
+func TestRepublish_PoisonedCopiesDoNotHoldBusinessKey(t *testing.T) {
 	t.Parallel()
 	pub, sub := newPubSub(t, "g", func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 1 })
 	t.Cleanup(func() { _ = sub.Close() })
@@ -266,7 +266,7 @@ func TestRepublishPoisonedCopiesDoNotHoldBusinessKey(t *testing.T) {
 
 // middleware.DelayOnError on Nack: the retry intervals grow 1x, 2x, 4x, 8x,
 // each measured from the failure.
-func TestRepublishDelayOnErrorGrowsOnNack(t *testing.T) {
+func TestRepublish_DelayOnErrorGrowsOnNack(t *testing.T) {
 	t.Parallel()
 	pub, sub := newPubSub(t, "g")
 	t.Cleanup(func() { _ = sub.Close() })

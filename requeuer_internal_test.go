@@ -29,7 +29,7 @@ func TestDelayedRequeuerConfig_SetDefaults(t *testing.T) {
 
 // The default GeneratePublishTopic reads PoisonQueue's metadata, and says
 // what to do when it is missing.
-func TestPoisonedTopic(t *testing.T) {
+func TestRequeuer_PoisonedTopic(t *testing.T) {
 	msg := message.NewMessage("m1", nil)
 	_, err := poisonedTopic(requeuer.GeneratePublishTopicParams{Message: msg})
 	require.EqualError(t, err, `redisdelay: message "m1" on the requeue topic has no topic_poisoned metadata, which middleware.PoisonQueue sets: send failed messages there through DelayedRequeuer.Middleware, or set DelayedRequeuerConfig.GeneratePublishTopic`)

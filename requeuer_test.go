@@ -142,7 +142,7 @@ func TestDelayedRequeuer_MessageWithoutTopicIsRetriedNotLost(t *testing.T) {
 
 // The zero value plus Client works, and so does DelayOnError with a
 // multiplier of 1 (watermill-sql's default: the same delay every time).
-// Every setting that cannot work is in TestBadConfig.
+// Every setting that cannot work is in TestBadInput_Config.
 func TestDelayedRequeuerConfig_Defaults(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)

@@ -36,7 +36,7 @@ func waitingDue(t *testing.T, insp *redisdelay.Inspector, tp, uuid string) time.
 // within a second of it: the scheduler, whose CheckInterval is 10 s and
 // whose earliest message was an hour away, is woken. Moving one later
 // keeps it from being delivered at its old time.
-func TestRescheduleInPlace(t *testing.T) {
+func TestReschedule_InPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -84,7 +84,7 @@ func dueWithin(t *testing.T, want, got time.Time) {
 // RescheduleKey (Publisher and Inspector) finds the message by its
 // business key; a high-priority message keeps its priority; a due time in
 // the past makes the message due at once.
-func TestRescheduleKeyAndPriority(t *testing.T) {
+func TestReschedule_KeyAndPriority(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -121,7 +121,7 @@ func TestRescheduleKeyAndPriority(t *testing.T) {
 
 // A message that is not waiting (unknown, delivered, cancelled, or in a
 // retry set) is not rescheduled: false, and nothing changes.
-func TestRescheduleNotWaiting(t *testing.T) {
+func TestReschedule_NotWaiting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -159,7 +159,7 @@ func TestRescheduleNotWaiting(t *testing.T) {
 }
 
 // Bad input fails with an error saying what to fix, and changes nothing.
-func TestRescheduleBadInput(t *testing.T) {
+func TestReschedule_BadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -202,7 +202,7 @@ func TestRescheduleBadInput(t *testing.T) {
 }
 
 // Redis unreachable: the error names what was being rescheduled.
-func TestRescheduleRedisDown(t *testing.T) {
+func TestReschedule_RedisDown(t *testing.T) {
 	t.Parallel()
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = dead.Close() })
@@ -217,7 +217,7 @@ func TestRescheduleRedisDown(t *testing.T) {
 // waits: by UUID (a multi-message call puts all its messages in the
 // partition of its first UUID), by business key, and by key with a
 // PartitionKey elsewhere; it stays in its partition, and is delivered once.
-func TestReschedulePartitioned(t *testing.T) {
+func TestReschedule_Partitioned(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const parts = 4

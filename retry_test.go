@@ -15,7 +15,7 @@ import (
 
 // DefaultRetryDelay doubles from 1s, is capped at 10 min, and every value is
 // within ±20% of its nominal delay; jitter makes equal attempts differ.
-func TestDefaultRetryDelay(t *testing.T) {
+func TestRetry_DefaultRetryDelay(t *testing.T) {
 	for attempt := 1; attempt <= 40; attempt++ {
 		nominal := min(time.Second<<min(attempt-1, 20), 10*time.Minute)
 		seen := map[time.Duration]bool{}
@@ -43,7 +43,7 @@ func TestDefaultRetryDelay(t *testing.T) {
 // A Subscriber with no RetryDelay does not redeliver a nacked message at
 // once (it did before: 16 attempts burnt in about two seconds), and one that
 // asks for no delay gets it back at once.
-func TestNackWithDefaultRetryDelayWaits(t *testing.T) {
+func TestRetry_NackWithDefaultRetryDelayWaits(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name      string

@@ -11,7 +11,7 @@ import (
 // A loop holds one pending wake-up. Found in review: a lease release that
 // arrived while an ordinary wake-up was pending was dropped, so a standby
 // took over only at its next check interval.
-func TestWakeKeepsTheWakeUpThatMattersMost(t *testing.T) {
+func TestScheduler_WakeKeepsTheWakeUpThatMattersMost(t *testing.T) {
 	for _, c := range []struct{ first, second, want string }{
 		{"d", wakeRelease, wakeRelease},
 		{wakeRelease, "d", wakeRelease},

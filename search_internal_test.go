@@ -15,7 +15,7 @@ import (
 // of SearchWaiting's form, which bulk actions wrote before, is taken: the
 // run goes on from the start of its partition, far tier first, or from the
 // far position it names. Others are refused, saying what to pass.
-func TestBulkScanCursor(t *testing.T) {
+func TestSearch_BulkScanCursor(t *testing.T) {
 	k := store.Keys{Prefix: "p"}
 	shards := []store.Shard{k.Shard("t", 0), k.Shard("t", 1), k.Shard("t", 2)}
 	from := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

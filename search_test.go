@@ -200,7 +200,7 @@ func TestSearch_BadInput(t *testing.T) {
 	assert.EqualValues(t, 1, st.Waiting, "nothing was touched")
 }
 
-func TestCancelWhere(t *testing.T) {
+func TestSearch_CancelWhere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -236,7 +236,7 @@ func TestCancelWhere(t *testing.T) {
 
 // A run stopped (here by its context, after the first batch) resumes from
 // the cursor of its last report, and nothing is acted on twice.
-func TestCancelWhere_Resumes(t *testing.T) {
+func TestSearch_CancelWhereResumes(t *testing.T) {
 	t.Parallel()
 	env := setup(t)
 	const n = 3500
@@ -272,7 +272,7 @@ func TestCancelWhere_Resumes(t *testing.T) {
 	assert.Empty(t, left)
 }
 
-func TestRescheduleWhere(t *testing.T) {
+func TestSearch_RescheduleWhere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -302,7 +302,7 @@ func TestRescheduleWhere(t *testing.T) {
 
 // Dead letters: searched by metadata and time of death, requeued and
 // deleted by filter.
-func TestDeadLettersWhere(t *testing.T) {
+func TestSearch_DeadLettersWhere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -366,7 +366,7 @@ func TestDeadLettersWhere(t *testing.T) {
 
 // Dead letters of a topic of two partitions: the search and the bulk
 // actions read both.
-func TestDeadLettersWhere_PartitionsAndErrors(t *testing.T) {
+func TestSearch_DeadLettersWherePartitionsAndErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -508,7 +508,7 @@ func TestSearch_ToWithinAMillisecond(t *testing.T) {
 
 // A bulk action on dead letters acts on those that died before it
 // started: one requeued and dead again during the run is not met again.
-func TestDeadLettersWhere_OnlyThoseDeadAtTheStart(t *testing.T) {
+func TestSearch_DeadLettersWhereOnlyThoseDeadAtTheStart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)

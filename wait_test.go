@@ -29,7 +29,7 @@ const iwBound = 2 * time.Second
 
 // Close returns at once, on every partition, with the embedded scheduler
 // on and a BlockTime of 30s.
-func TestIdleWaitCloseReturnsAtOnce(t *testing.T) {
+func TestIdleWait_CloseReturnsAtOnce(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
@@ -50,7 +50,7 @@ func TestIdleWaitCloseReturnsAtOnce(t *testing.T) {
 
 // The end of a Subscribe context closes its channel at once, and the
 // Subscriber's other subscriptions read on.
-func TestIdleWaitContextCancel(t *testing.T) {
+func TestIdleWait_ContextCancel(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp, other := topic(), topic()
@@ -80,7 +80,7 @@ func TestIdleWaitContextCancel(t *testing.T) {
 // minute here): a publish, a delayed message promoted, a Nack redelivered
 // at once, a hand-back by a closing subscription, and a dead letter
 // requeued by the Inspector.
-func TestIdleWaitEveryWriterRings(t *testing.T) {
+func TestIdleWait_EveryWriterRings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
@@ -168,7 +168,7 @@ func TestIdleWaitEveryWriterRings(t *testing.T) {
 // A subscription that found nothing costs one script call per BlockTime,
 // not a loop: 100 idle topics with a subscriber each, on a server of the
 // test's own, cost Redis 50 script calls per second with a BlockTime of 2s.
-func TestIdleWaitCostsNearlyNothing(t *testing.T) {
+func TestIdleWait_CostsNearlyNothing(t *testing.T) {
 	t.Parallel()
 	client := ownRedis(t)
 	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 2 * time.Second})
@@ -209,7 +209,7 @@ func TestIdleWaitCostsNearlyNothing(t *testing.T) {
 
 // A wrapper of the application's around a go-redis client (neither a
 // *redis.Client nor a *redis.ClusterClient) works as any client.
-func TestIdleWaitWrappedClient(t *testing.T) {
+func TestIdleWait_WrappedClient(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
@@ -246,7 +246,7 @@ func (l *iwLog) logged() []string {
 // A Redis user that may not subscribe to channels: the Subscriber says
 // once what to grant, its idle subscriptions read every 100ms, so messages
 // come promptly all the same, and Close is prompt.
-func TestIdleWaitWithoutSubscribe(t *testing.T) {
+func TestIdleWait_WithoutSubscribe(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users")
 	acl := strings.Fields(strings.ReplaceAll(minimalACL, "<prefix>", redisdelay.DefaultKeyPrefix))
@@ -280,7 +280,7 @@ func TestIdleWaitWithoutSubscribe(t *testing.T) {
 // Redis stops answering (a partition without resets) while every
 // subscription is idle: Close does not wait on Redis for long (the
 // hand-back and the scheduler's lease release time out, 5s and 1s).
-func TestIdleWaitCloseOnSilentRedis(t *testing.T) {
+func TestIdleWait_CloseOnSilentRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for timeouts (about 6s)")
 	}
@@ -306,7 +306,7 @@ func TestIdleWaitCloseOnSilentRedis(t *testing.T) {
 // An entry added without ringing the bell (by another tool, or a writer
 // of an older version) is found by the Subscriber's sweep, which peeks at
 // idle subscriptions once per BlockTime: not at once, but within it.
-func TestIdleWaitSweepFindsEntriesAddedWithoutBell(t *testing.T) {
+func TestIdleWait_SweepFindsEntriesAddedWithoutBell(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
@@ -329,7 +329,7 @@ func TestIdleWaitSweepFindsEntriesAddedWithoutBell(t *testing.T) {
 // which holds nothing, is told by the Subscriber's sweep (once per
 // BlockTime) and reads them, as the same attempt, long before the
 // visibility timeout would have them reclaimed as the next one.
-func TestIdleWaitSweepFindsEntriesPendingForTheConsumer(t *testing.T) {
+func TestIdleWait_SweepFindsEntriesPendingForTheConsumer(t *testing.T) {
 	t.Parallel()
 	client := newClient(t)
 	tp := topic()
