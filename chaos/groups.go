@@ -20,7 +20,7 @@ func (d *driver) shard(part int) store.Shard {
 
 // fair is the consumer group's fair queue hash in partition part: the
 // states of its active groups and their queued messages (see
-// internal/store/scripts/fair.lua).
+// internal/store/scripts/include/fair.lua).
 func (d *driver) fair(part int) string { return d.shard(part).Fair(group) }
 
 // fairState describes what a consumer group's fair queue hash holds: the

@@ -18,42 +18,27 @@ type fairCall struct{ PubArgs }
 // their first use.
 func loadScripts(t testing.TB, c *redis.Client) {
 	t.Helper()
-	ctx := context.Background()
-	included := map[string]bool{}
-	entries, err := scriptFiles.ReadDir("scripts")
-	require.NoError(t, err)
-	var names []string
-	for _, e := range entries {
-		name := strings.TrimSuffix(e.Name(), ".lua")
-		names = append(names, name)
-		_, incs, _ := splitScript(readScript(name))
-		for _, inc := range incs {
-			included[inc] = true
-		}
-	}
-	for _, name := range names {
-		if !included[name] {
-			require.NoError(t, c.ScriptLoad(ctx, scriptSource(name)).Err(), name)
-		}
+	for _, name := range scriptNames(t) {
+		require.NoError(t, c.ScriptLoad(context.Background(), scriptSource(name)).Err(), name)
 	}
 }
 
-// splitScript cuts a script's source into its shebang line (with its
-// newline; "" for none), the includes its include line names, and the rest
-// (from the include line on).
-func splitScript(src string) (shebang string, includes []string, rest string) {
-	rest = src
-	if strings.HasPrefix(rest, "#!") {
-		line, after, _ := strings.Cut(rest, "\n")
-		shebang, rest = line+"\n", after
-	}
-	first, _, _ := strings.Cut(rest, "\n")
-	if list, ok := strings.CutPrefix(first, includeLine); ok {
-		for _, name := range strings.Split(list, ",") {
-			includes = append(includes, strings.TrimSpace(name))
+// scriptNames are the names of the scripts (scripts/*.lua), includeNames
+// those of the includes (scripts/include/*.lua).
+func scriptNames(t testing.TB) []string  { return luaNames(t, "scripts") }
+func includeNames(t testing.TB) []string { return luaNames(t, "scripts/include") }
+
+func luaNames(t testing.TB, dir string) []string {
+	t.Helper()
+	entries, err := scriptFiles.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		if name, ok := strings.CutSuffix(e.Name(), ".lua"); ok {
+			names = append(names, name)
 		}
 	}
-	return shebang, includes, rest
+	return names
 }
 
 func (c *fairCall) PublishArgs() *PubArgs { return &c.PubArgs }

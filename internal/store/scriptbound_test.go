@@ -47,10 +47,7 @@ type scriptTimes struct {
 
 func newScriptTimes(t *testing.T, c *redis.Client) *scriptTimes {
 	st := &scriptTimes{t: t, c: c, names: map[string]string{}, worst: map[string]time.Duration{}, worstP: map[string]string{}, calls: map[string]int{}}
-	entries, err := scriptFiles.ReadDir("scripts")
-	require.NoError(t, err)
-	for _, e := range entries {
-		name := strings.TrimSuffix(e.Name(), ".lua")
+	for _, name := range scriptNames(t) {
 		sum := sha1.Sum([]byte(scriptSource(name)))
 		st.names[hex.EncodeToString(sum[:])] = name
 	}

@@ -19,7 +19,7 @@ import (
 // frees memory. publish (new messages) keeps Redis's default and fails
 // cleanly with OOM. Script flags need Redis 7.0 or later.
 //
-//go:embed scripts/*.lua
+//go:embed scripts/*.lua scripts/include/*.lua
 var scriptFiles embed.FS
 
 // loadScript returns an embedded script.
@@ -27,42 +27,71 @@ func loadScript(name string) *redis.Script { return redis.NewScript(scriptSource
 
 // scriptSource is the source of an embedded script as Redis runs it.
 //
-// Includes: a script that calls helpers of other files (clock.lua,
-// lib.lua, ...) names them on its first line after the shebang (which
-// Redis reads only as the first line), comma-separated, as in
-// "-- include: clock, lib". Each named file is put in front of the script,
-// in the order named, so an include may call the helpers of those named
-// before it: lib's requeue reads clock's now_ceil_ms, so a script naming
-// lib names clock before it. An include only defines local functions: it
-// has no shebang, no include line and no top-level return.
-// TestScriptIncludes checks that every helper a script or its includes call
-// is defined by an include named (before the caller), and that each include
-// named is used.
+// Includes (scripts/include/*.lua: clock, lib, ...) hold helpers that
+// several scripts call. A file that calls the helpers of an include names
+// it on its first line (after the shebang, which Redis reads only as the
+// first line), comma-separated, as in "-- include: clock, stream"; an
+// include does the same for the includes it calls (lib names clock: its
+// requeue reads clock's now_ceil_ms). scriptSource puts in front of the
+// script every include it needs, transitively, each once and after those
+// it names (as BullMQ's @include loader does), so a script names only what
+// it calls itself. An include only defines local functions: no shebang and
+// no top-level return. TestScriptIncludes checks that every file names
+// exactly the includes whose helpers it calls, and that they form no
+// cycle.
 func scriptSource(name string) string {
-	src := readScript(name)
-	shebang := ""
-	if strings.HasPrefix(src, "#!") {
-		line, rest, _ := strings.Cut(src, "\n")
-		shebang, src = line+"\n", rest
-	}
-	first, _, _ := strings.Cut(src, "\n")
-	if list, ok := strings.CutPrefix(first, includeLine); ok {
-		var libs strings.Builder
-		for _, inc := range strings.Split(list, ",") {
-			libs.WriteString(readScript(strings.TrimSpace(inc)))
+	shebang, incs, rest := splitScript(readScript(name))
+	var b strings.Builder
+	b.WriteString(shebang)
+	added := map[string]bool{}
+	var add func(inc string)
+	add = func(inc string) {
+		if added[inc] {
+			return
 		}
-		src = libs.String() + src
+		added[inc] = true
+		_, deps, src := splitScript(readInclude(inc))
+		for _, d := range deps {
+			add(d)
+		}
+		b.WriteString(src)
 	}
-	return shebang + src
+	for _, inc := range incs {
+		add(inc)
+	}
+	b.WriteString(rest)
+	return b.String()
 }
 
-// includeLine starts the line by which a script names its includes.
+// splitScript splits a file into its shebang line ("" when it has none),
+// the includes its include line names, and the rest (the include line
+// included: a comment).
+func splitScript(src string) (shebang string, includes []string, rest string) {
+	rest = src
+	if strings.HasPrefix(rest, "#!") {
+		line, after, _ := strings.Cut(rest, "\n")
+		shebang, rest = line+"\n", after
+	}
+	first, _, _ := strings.Cut(rest, "\n")
+	if list, ok := strings.CutPrefix(first, includeLine); ok {
+		for _, name := range strings.Split(list, ",") {
+			includes = append(includes, strings.TrimSpace(name))
+		}
+	}
+	return shebang, includes, rest
+}
+
+// includeLine starts the line by which a file names its includes.
 const includeLine = "-- include: "
 
-func readScript(name string) string {
-	src, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
+func readScript(name string) string { return readEmbedded("scripts/" + name + ".lua") }
+
+func readInclude(name string) string { return readEmbedded("scripts/include/" + name + ".lua") }
+
+func readEmbedded(path string) string {
+	src, err := scriptFiles.ReadFile(path)
 	if err != nil {
-		panic("redisdelay: missing embedded script " + name)
+		panic("redisdelay: missing embedded script " + path)
 	}
 	return string(src)
 }

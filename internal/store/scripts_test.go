@@ -25,33 +25,6 @@ func luaCode(src string) string {
 	return luaComment.ReplaceAllString(luaLongComment.ReplaceAllString(src, ""), "")
 }
 
-// scriptNames are the names of the embedded .lua files, scripts and
-// includes.
-func scriptNames(t *testing.T) []string {
-	entries, err := scriptFiles.ReadDir("scripts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, strings.TrimSuffix(e.Name(), ".lua"))
-	}
-	return names
-}
-
-// includedScripts are the names of the includes: the files some include
-// line names.
-func includedScripts(t *testing.T) map[string]bool {
-	included := map[string]bool{}
-	for _, name := range scriptNames(t) {
-		_, incs, _ := splitScript(readScript(name))
-		for _, inc := range incs {
-			included[inc] = true
-		}
-	}
-	return included
-}
-
 // calledOf returns the helpers of defined (helper -> its include) that code
 // calls, in order of first call.
 func calledOf(code string, defined map[string]string) []string {
@@ -67,107 +40,141 @@ func calledOf(code string, defined map[string]string) []string {
 // TestScriptIncludes guards the include lines (see scriptSource): a script
 // that calls a helper its includes do not define fails only when it runs
 // (attempt to call a nil value), and one that names an include it does not
-// use sends Redis code for nothing, so check every script here.
+// use sends Redis code for nothing, so check every file here. Each file,
+// script or include, names exactly the includes whose helpers it calls
+// itself (those they call come with them); the includes form no cycle; and
+// scriptSource puts each include the script needs once, after those it
+// names, before the script.
 func TestScriptIncludes(t *testing.T) {
-	names := scriptNames(t)
-	// The includes are the files some include line names.
-	included := map[string]bool{}
-	for _, name := range names {
-		_, incs, _ := splitScript(readScript(name))
-		for _, inc := range incs {
-			if !slices.Contains(names, inc) {
-				t.Errorf("%s.lua includes %q: there is no %s.lua", name, inc, inc)
-				continue
-			}
-			included[inc] = true
-		}
-	}
+	includes := includeNames(t)
 	defined := map[string]string{} // helper -> the include defining it
-	uses := map[string][]string{}  // include -> the helpers of others it calls
-	for _, inc := range names {
-		if !included[inc] {
-			continue
+	for _, inc := range includes {
+		src := readInclude(inc)
+		shebang, _, rest := splitScript(src)
+		if shebang != "" {
+			t.Errorf("include/%s.lua is an include: it may have no shebang", inc)
 		}
-		src := readScript(inc)
-		shebang, incs, _ := splitScript(src)
-		if shebang != "" || incs != nil {
-			t.Errorf("%s.lua is an include: it may have no shebang or include line of its own", inc)
-		}
-		if luaReturn.MatchString(luaCode(src)) {
-			t.Errorf("%s.lua is an include: a top-level return would end the scripts that name it", inc)
+		if luaReturn.MatchString(luaCode(rest)) {
+			t.Errorf("include/%s.lua is an include: a top-level return would end the scripts that name it", inc)
 		}
 		if !strings.HasSuffix(src, "\n") {
-			t.Errorf("%s.lua does not end with a newline: the next file would continue its last line", inc)
+			t.Errorf("include/%s.lua does not end with a newline: the next file would continue its last line", inc)
 		}
-		fns := luaFunction.FindAllStringSubmatch(src, -1)
+		fns := luaFunction.FindAllStringSubmatch(rest, -1)
 		if len(fns) == 0 {
-			t.Errorf("%s.lua is an include but defines no helper", inc)
+			t.Errorf("include/%s.lua is an include but defines no helper", inc)
 		}
 		for _, m := range fns {
 			if other, ok := defined[m[1]]; ok {
-				t.Errorf("%s is defined by both %s.lua and %s.lua", m[1], other, inc)
+				t.Errorf("%s is defined by both include/%s.lua and include/%s.lua", m[1], other, inc)
 			}
 			defined[m[1]] = inc
 		}
 	}
-	for inc := range included {
-		for _, fn := range calledOf(luaCode(readScript(inc)), defined) {
-			if defined[fn] != inc {
-				uses[inc] = append(uses[inc], fn)
-			}
-		}
+	if len(defined) == 0 {
+		t.Fatal("no include defines a helper")
 	}
-
-	for _, name := range names {
-		if included[name] {
-			continue
-		}
-		src := readScript(name)
-		shebang, incs, rest := splitScript(src)
+	// direct checks one file's include line against the helpers it calls.
+	direct := func(what, own, src string) []string {
+		_, incs, rest := splitScript(src)
 		code := luaCode(rest)
-		for _, m := range luaFunction.FindAllStringSubmatch(code, -1) {
-			if inc, ok := defined[m[1]]; ok {
-				t.Errorf("%s.lua defines %s, a helper of %s.lua: give it another name", name, m[1], inc)
-			}
-		}
-		// Each include may call those named before it; the script, all.
-		used := map[string]bool{}
-		for i, inc := range incs {
-			if slices.Contains(incs[:i], inc) {
-				t.Errorf("%s.lua names %s twice", name, inc)
-			}
-			for _, fn := range uses[inc] {
-				if !slices.Contains(incs[:i], defined[fn]) {
-					t.Errorf("%s.lua: its include %s calls %s, so %s must be named before %s", name, inc, fn, defined[fn], inc)
+		if own == "" {
+			for _, m := range luaFunction.FindAllStringSubmatch(code, -1) {
+				if inc, ok := defined[m[1]]; ok {
+					t.Errorf("%s defines %s, a helper of include/%s.lua: give it another name", what, m[1], inc)
 				}
 			}
 		}
+		calls := map[string]bool{}
 		for _, fn := range calledOf(code, defined) {
-			if !slices.Contains(incs, defined[fn]) {
-				t.Errorf("%s.lua calls %s of %s.lua but its include line does not name %s", name, fn, defined[fn], defined[fn])
-			}
-			used[defined[fn]] = true
-		}
-		// An include is used when the script or a used include (one named
-		// after it) calls one of its helpers.
-		for i := len(incs) - 1; i >= 0; i-- {
-			if !used[incs[i]] {
-				t.Errorf("%s.lua names %s but calls none of its helpers (nor do its other includes)", name, incs[i])
+			if defined[fn] == own {
 				continue
 			}
-			for _, fn := range uses[incs[i]] {
-				used[defined[fn]] = true
+			calls[defined[fn]] = true
+			if !slices.Contains(incs, defined[fn]) {
+				t.Errorf("%s calls %s of include/%s.lua but its include line does not name %s", what, fn, defined[fn], defined[fn])
 			}
 		}
-
-		// What Redis runs: the shebang, the includes in order, the script.
-		want := shebang
-		for _, inc := range incs {
-			want += readScript(inc)
+		for i, inc := range incs {
+			switch {
+			case !slices.Contains(includes, inc):
+				t.Errorf("%s names %q: there is no include/%s.lua", what, inc, inc)
+			case slices.Contains(incs[:i], inc):
+				t.Errorf("%s names %s twice", what, inc)
+			case !calls[inc]:
+				t.Errorf("%s names %s but calls none of its helpers (the includes it needs come with those it names)", what, inc)
+			}
 		}
-		want += rest
-		if got := scriptSource(name); got != want {
-			t.Errorf("%s.lua: scriptSource does not put the shebang, then %v in order, then the script", name, incs)
+		return incs
+	}
+	deps := map[string][]string{}
+	for _, inc := range includes {
+		deps[inc] = direct("include/"+inc+".lua", inc, readInclude(inc))
+	}
+	// No cycle: a depth-first walk never meets an include it is inside.
+	state := map[string]int{} // 1 inside, 2 done
+	var walk func(inc string, path []string)
+	walk = func(inc string, path []string) {
+		switch state[inc] {
+		case 1:
+			t.Errorf("the includes form a cycle: %s", strings.Join(append(path, inc), " -> "))
+			return
+		case 2:
+			return
+		}
+		state[inc] = 1
+		for _, d := range deps[inc] {
+			walk(d, append(path, inc))
+		}
+		state[inc] = 2
+	}
+	for _, inc := range includes {
+		walk(inc, nil)
+	}
+	if t.Failed() {
+		return
+	}
+
+	for _, name := range scriptNames(t) {
+		src := readScript(name)
+		incs := direct(name+".lua", "", src)
+		// What Redis runs: the shebang, the includes (each once, after those
+		// it names), the script.
+		shebang, _, rest := splitScript(src)
+		got := scriptSource(name)
+		if !strings.HasPrefix(got, shebang) || !strings.HasSuffix(got, rest) {
+			t.Errorf("%s.lua: scriptSource does not start with its shebang and end with the script", name)
+			continue
+		}
+		body := got[len(shebang) : len(got)-len(rest)]
+		pos := map[string]int{}
+		var need func(inc string)
+		need = func(inc string) {
+			if _, ok := pos[inc]; ok {
+				return
+			}
+			_, _, incRest := splitScript(readInclude(inc))
+			pos[inc] = strings.Index(body, incRest)
+			if pos[inc] < 0 || strings.Count(body, incRest) != 1 {
+				t.Errorf("%s.lua: scriptSource does not hold include/%s.lua exactly once", name, inc)
+			}
+			for _, d := range deps[inc] {
+				need(d)
+				if pos[d] > pos[inc] {
+					t.Errorf("%s.lua: scriptSource puts include/%s.lua after include/%s.lua, which calls it", name, d, inc)
+				}
+			}
+		}
+		for _, inc := range incs {
+			need(inc)
+		}
+		total := 0
+		for inc := range pos {
+			_, _, incRest := splitScript(readInclude(inc))
+			total += len(incRest)
+		}
+		if total != len(body) {
+			t.Errorf("%s.lua: scriptSource holds more than the includes it needs", name)
 		}
 	}
 }
@@ -181,11 +188,7 @@ func TestScriptsLoad(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	ctx := context.Background()
-	included := includedScripts(t)
 	for _, name := range scriptNames(t) {
-		if included[name] {
-			continue
-		}
 		if err := c.ScriptLoad(ctx, scriptSource(name)).Err(); err != nil {
 			t.Errorf("%s.lua: %v", name, err)
 		}
@@ -229,15 +232,14 @@ func splitTopLevel(exprs string) []string {
 // removed or moved in the header cannot leave the body reading the wrong
 // one. Tails keep index arithmetic (KEYS[g], ARGV[j + 2]).
 func TestScriptLocals(t *testing.T) {
-	included := includedScripts(t)
+	for _, inc := range includeNames(t) {
+		_, _, rest := splitScript(readInclude(inc))
+		if luaFixedIndex.MatchString(luaCode(rest)) {
+			t.Errorf("include/%s.lua is an include: its helpers take keys and arguments as parameters", inc)
+		}
+	}
 	for _, name := range scriptNames(t) {
 		_, _, rest := splitScript(readScript(name))
-		if included[name] {
-			if luaFixedIndex.MatchString(luaCode(rest)) {
-				t.Errorf("%s.lua is an include: its helpers take keys and arguments as parameters", name)
-			}
-			continue
-		}
 		start := strings.Index(rest, "--[[")
 		end := strings.Index(rest, "\n]]\n")
 		if start < 0 || end < start {

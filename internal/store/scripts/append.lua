@@ -1,4 +1,4 @@
--- include: clock, lib
+-- include: lib
 --[[
   append: stores the messages of one or more Publish calls to a partition
   that are all plain and due now (no delay, business key, priority or

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: clock, lib, fair
+-- include: clock, fair
 --[[
   pick: moves up to count of a consumer group's grouped messages,
   round-robin across their groups, into its redelivery stream (fair.lua's

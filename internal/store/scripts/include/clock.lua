@@ -1,7 +1,7 @@
 --[[
   clock: Redis's clock (TIME: seconds and microseconds) in the units the
   scripts count in. An include (see scriptSource in scripts.go): put in
-  front of the scripts that name it, not a script of its own.
+  front of the scripts that need it, not a script of its own.
 ]]
 
 -- Redis's clock in µs.

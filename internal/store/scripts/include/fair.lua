@@ -1,8 +1,9 @@
+-- include: lib
 --[[
   fair: a consumer group's queues of grouped messages (SetGroup, and the
   keep-last-if-active business key policy) and their round-robin pick. An
-  include (see scriptSource in scripts.go); it calls lib's ring, so a
-  script naming fair names clock and lib before it.
+  include (see scriptSource in scripts.go); it calls lib's ring and
+  retry_later, so it names lib, which comes with it.
 
   Per partition and consumer group, four keys (see docs/internals.md):
     fq     hash   the groups' states and queues:

@@ -1,6 +1,6 @@
 --[[
   stream: reading stream entry ids and XINFO replies. An include (see
-  scriptSource in scripts.go): put in front of the scripts that name it,
+  scriptSource in scripts.go): put in front of the scripts that need it,
   not a script of its own.
 ]]
 

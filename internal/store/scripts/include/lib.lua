@@ -1,11 +1,10 @@
+-- include: clock
 --[[
   lib: helpers of the scripts that deliver, redeliver and bury messages.
-  An include: put in front of the scripts that name it on their include
-  line, the first line after the shebang ("-- include: clock, lib"), in
-  the order named, so an include calls only helpers of those named before
-  it; it defines local functions only (see scriptSource in scripts.go, and
-  TestScriptIncludes, which checks the include lines). lib calls clock's
-  now_ceil_ms: a script naming lib names clock before it.
+  An include: put in front of the scripts that need it (see scriptSource
+  in scripts.go, and TestScriptIncludes, which checks the include lines);
+  it defines local functions only. lib calls clock's now_ceil_ms, so it
+  names clock, which comes with it.
 ]]
 
 -- Tells the consumers of a partition waiting for new entries (a read armed

@@ -1,7 +1,7 @@
 --[[
   lookup: finding a waiting message by its UUID or by its business key, as
   Inspector and Publisher calls name it. An include (see scriptSource in
-  scripts.go): put in front of the scripts that name it, not a script of
+  scripts.go): put in front of the scripts that need it, not a script of
   its own.
 ]]
 
