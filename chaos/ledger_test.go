@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// TestGroupOverlaps feeds event lines of two consumer processes to a ledger
+// TestLedger_GroupOverlaps feeds event lines of two consumer processes to a ledger
 // and checks which runs the group cap check compares and what it reports.
 // An event "1: D 2 1 @11" is process 1's line "D <uuid of message 2> 1
 // <t0 + 11ms>". Message i is in group i%2: g0 holds 0, 2, 4; g1 1, 3, 5.
-func TestGroupOverlaps(t *testing.T) {
+func TestLedger_GroupOverlaps(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	cases := []struct {
 		name              string

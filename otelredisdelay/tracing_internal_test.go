@@ -18,7 +18,7 @@ func md(kv ...string) message.Metadata {
 
 // scheduledAt follows the redisdelay delay rule: the earlier of the
 // duration and the end of the until second.
-func TestScheduledAt(t *testing.T) {
+func TestTracing_ScheduledAt(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 600e6, time.UTC)
 	for name, tc := range map[string]struct {
 		md   message.Metadata
@@ -42,7 +42,7 @@ func TestScheduledAt(t *testing.T) {
 
 // deliveredDue prefers ScheduledAtKey (milliseconds) when the until key the
 // Subscriber delivered agrees with it, else the until key.
-func TestDeliveredDue(t *testing.T) {
+func TestTracing_DeliveredDue(t *testing.T) {
 	at := func(s string) time.Time { v, _ := time.Parse(time.RFC3339Nano, s); return v }
 	for name, tc := range map[string]struct {
 		md   message.Metadata

@@ -12,7 +12,7 @@ import (
 
 // What the chaos suite relies on: with AOF "always", a SIGKILLed server
 // started again has every acknowledged write.
-func TestKillAndStartKeepAcknowledgedWrites(t *testing.T) {
+func TestServer_KillAndStartKeepAcknowledgedWrites(t *testing.T) {
 	s := ForTest(t, Options{AppendFsync: "always", KillWithParent: true})
 	if _, err := do(s.Addr, 0, "SET", "k", "v"); err != nil {
 		t.Fatal(err)
@@ -31,7 +31,7 @@ func TestKillAndStartKeepAcknowledgedWrites(t *testing.T) {
 
 // The launcher's own round trip: start without persistence, restart with
 // AOF keeping nothing lost, stop removing the temporary directory.
-func TestStartRestartStop(t *testing.T) {
+func TestServer_StartRestartStop(t *testing.T) {
 	if _, err := ServerBin(); err != nil {
 		t.Skip(err)
 	}
@@ -64,7 +64,7 @@ func TestStartRestartStop(t *testing.T) {
 	}
 }
 
-func TestCheckLoopback(t *testing.T) {
+func TestServer_CheckLoopback(t *testing.T) {
 	for _, a := range []string{"127.0.0.1:6379", "[::1]:6379", "localhost:6379"} {
 		if err := CheckLoopback("X", a); err != nil {
 			t.Errorf("%s: %v", a, err)
@@ -79,7 +79,7 @@ func TestCheckLoopback(t *testing.T) {
 
 // A server that cannot start says why: a binary that is not there, or a
 // redis-server that exits at once (its redis.log has the reason).
-func TestStartErrors(t *testing.T) {
+func TestServer_StartErrors(t *testing.T) {
 	if _, err := Start(Options{Bin: "/nonexistent/redis-server"}); err == nil || !strings.Contains(err.Error(), "/nonexistent/redis-server") {
 		t.Errorf("missing binary: got %v, want an error naming it", err)
 	}
@@ -95,7 +95,7 @@ func TestStartErrors(t *testing.T) {
 // Which binaries the tests start: the variables first, then Redis's names
 // on the PATH, then Valkey's (whose packages need not ship redis-* names);
 // the CLI beside the server comes before one on the PATH.
-func TestServerBinAndCLIBin(t *testing.T) {
+func TestServer_BinAndCLIBin(t *testing.T) {
 	exe := func(dir string, names ...string) {
 		t.Helper()
 		for _, n := range names {
@@ -151,7 +151,7 @@ func TestServerBinAndCLIBin(t *testing.T) {
 
 // Two holds of one address: the second waits, told who holds it, until the
 // first is released; another address is not held up.
-func TestHoldWaitsForTheHolder(t *testing.T) {
+func TestExternal_HoldWaitsForTheHolder(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
 	first, err := hold("127.0.0.1:6379", func(string) { t.Error("the first hold waited") })
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 
 // Shift moves every member once, members tied at a batch's end included,
 // and keeps a score that would go below 0 due at the epoch.
-func TestShiftMovesEachMemberOnce(t *testing.T) {
+func TestShift_MovesEachMemberOnce(t *testing.T) {
 	srv := redistest.ForTest(t, redistest.Options{})
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = c.Close() })

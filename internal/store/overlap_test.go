@@ -18,7 +18,7 @@ import (
 // found behind more entries than a call reads (looked for on at the next
 // call), in a group's retry set or redelivery stream, acknowledged, and
 // the caller's stale view of the groups.
-func TestSchedOverlapStates(t *testing.T) {
+func TestSchedOverlap_States(t *testing.T) {
 	srv := redistest.ForTest(t, redistest.Options{})
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
@@ -138,7 +138,7 @@ func TestSchedOverlapStates(t *testing.T) {
 // to the groups' redelivery streams; a cancelled one nowhere), on a stream
 // that grows faster than a call reads: the search ends at the entry that
 // was last when it began, so the schedule is not skipped for good.
-func TestSchedOverlapSearchEndsOnAGrowingStream(t *testing.T) {
+func TestSchedOverlap_SearchEndsOnAGrowingStream(t *testing.T) {
 	srv := redistest.ForTest(t, redistest.Options{})
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()

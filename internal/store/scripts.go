@@ -36,7 +36,7 @@ func loadScript(name string) *redis.Script { return redis.NewScript(scriptSource
 // script every include it needs, transitively, each once and after those
 // it names (as BullMQ's @include loader does), so a script names only what
 // it calls itself. An include only defines local functions: no shebang and
-// no top-level return. TestScriptIncludes checks that every file names
+// no top-level return. TestScripts_Includes checks that every file names
 // exactly the includes whose helpers it calls, and that they form no
 // cycle.
 func scriptSource(name string) string {

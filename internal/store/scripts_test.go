@@ -37,7 +37,7 @@ func calledOf(code string, defined map[string]string) []string {
 	return called
 }
 
-// TestScriptIncludes guards the include lines (see scriptSource): a script
+// TestScripts_Includes guards the include lines (see scriptSource): a script
 // that calls a helper its includes do not define fails only when it runs
 // (attempt to call a nil value), and one that names an include it does not
 // use sends Redis code for nothing, so check every file here. Each file,
@@ -45,7 +45,7 @@ func calledOf(code string, defined map[string]string) []string {
 // itself (those they call come with them); the includes form no cycle; and
 // scriptSource puts each include the script needs once, after those it
 // names, before the script.
-func TestScriptIncludes(t *testing.T) {
+func TestScripts_Includes(t *testing.T) {
 	includes := includeNames(t)
 	defined := map[string]string{} // helper -> the include defining it
 	for _, inc := range includes {
@@ -179,11 +179,11 @@ func TestScriptIncludes(t *testing.T) {
 	}
 }
 
-// TestScriptsLoad has a server compile every script as Redis runs it
+// TestScripts_Load has a server compile every script as Redis runs it
 // (SCRIPT LOAD): a syntax error, a shebang flag the server does not know,
 // or a function over Lua's limits (200 locals, 60 upvalues) fails here
 // rather than in the first test that runs the script.
-func TestScriptsLoad(t *testing.T) {
+func TestScripts_Load(t *testing.T) {
 	srv := redistest.ForTest(t, redistest.Options{})
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
@@ -221,7 +221,7 @@ func splitTopLevel(exprs string) []string {
 	return append(parts, strings.TrimSpace(exprs[start:]))
 }
 
-// TestScriptLocals guards the scripts' named keys and arguments. Each
+// TestScripts_Locals guards the scripts' named keys and arguments. Each
 // script's header lists its fixed keys and arguments, KEYS[1] name ...,
 // ARGV[1] ..., in order (a variable tail, as KEYS[13...], KEYS[3g+8] or
 // ARGV[j+1], is not counted). Right after the header, a block of local
@@ -231,7 +231,7 @@ func splitTopLevel(exprs string) []string {
 // KEYS[<digits>] or ARGV[<digits>] outside the block, so a key added,
 // removed or moved in the header cannot leave the body reading the wrong
 // one. Tails keep index arithmetic (KEYS[g], ARGV[j + 2]).
-func TestScriptLocals(t *testing.T) {
+func TestScripts_Locals(t *testing.T) {
 	for _, inc := range includeNames(t) {
 		_, _, rest := splitScript(readInclude(inc))
 		if luaFixedIndex.MatchString(luaCode(rest)) {

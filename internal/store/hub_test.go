@@ -12,7 +12,7 @@ import (
 
 // The lanes of a cluster group commands by the node of their first key:
 // firstKey finds it for every command the background work sends.
-func TestFirstKey(t *testing.T) {
+func TestLanes_FirstKey(t *testing.T) {
 	ctx := context.Background()
 	p := redis.NewClient(&redis.Options{}).Pipeline()
 	cases := []struct {
@@ -36,7 +36,7 @@ func TestFirstKey(t *testing.T) {
 // An UNSUBSCRIBE whose connection broke before Redis confirmed it is never
 // confirmed (go-redis does not send it again): it holds up the Close that
 // wrote it for settleWait at most, and no later one.
-func TestSettleForgetsAnUnconfirmedUnsubscribe(t *testing.T) {
+func TestNotify_SettleForgetsAnUnconfirmedUnsubscribe(t *testing.T) {
 	h := &Hub{}
 	h.unsubscribing(true) // written; the connection broke before the reply
 	start := time.Now()
