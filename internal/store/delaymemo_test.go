@@ -10,7 +10,7 @@ import (
 
 // The memos give what parsing and formatting afresh give, for every text
 // and value, whether it repeats the last one or not, from any goroutine.
-func TestDelayMemo_ParsesAndFormatsOnce(t *testing.T) {
+func TestDelayMemo_MatchesFreshParseAndFormat(t *testing.T) {
 	untils := []string{
 		"2030-01-02T03:04:05Z", "2030-01-02T03:04:05Z", "2030-01-02T03:04:06Z",
 		"2030-01-02T03:04:05+01:00", "2030-01-02T03:04:05.123Z", "2030-01-02T03:04:05-00:00",
