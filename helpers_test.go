@@ -245,16 +245,7 @@ func noRetryDelay(c *redisdelay.SubscriberConfig) { c.RetryDelay = noRetry }
 
 // receiveHandled returns what a handler reported on ch (a payload, or what
 // the test's handler makes of it), failing the test after within.
-func receiveHandled(t *testing.T, ch <-chan string, within time.Duration) string {
-	t.Helper()
-	select {
-	case s := <-ch:
-		return s
-	case <-time.After(within):
-		t.Fatalf("nothing handled within %s", within)
-		return ""
-	}
-}
+var receiveHandled = testkit.ReceiveHandled
 
 // wrappedClient is an application's wrapper around a go-redis client:
 // neither a *redis.Client nor a *redis.ClusterClient.

@@ -4,16 +4,15 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
 	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
+	"github.com/redisdelay/watermill-redisdelay/internal/testkit"
 )
 
 // The tests run against a real redis-server: the one at
@@ -35,7 +34,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var logger = watermill.NewStdLogger(false, false)
+var logger = testkit.Logger
 
 func topic() string { return "t-" + watermill.NewShortUUID() }
 
@@ -53,29 +52,14 @@ func delayed(d delay.Delay, payload string) *message.Message {
 // go-redis's defaults, all closed when the test ends.
 func newPubSub(t *testing.T, group string, configure ...func(*redisdelay.SubscriberConfig)) (*redisdelay.Publisher, *redisdelay.Subscriber) {
 	client := redis.NewClient(&redis.Options{Addr: redisAddr})
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
-	require.NoError(t, err)
-	config := redisdelay.SubscriberConfig{Client: client, ConsumerGroup: group}
+	t.Cleanup(func() { _ = client.Close() })
+	pub := testkit.NewPublisher(t, client)
+	t.Cleanup(func() { _ = pub.Close() })
+	config := redisdelay.SubscriberConfig{ConsumerGroup: group}
 	for _, c := range configure {
 		c(&config)
 	}
-	sub, err := redisdelay.NewSubscriber(config, logger)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = sub.Close()
-		_ = pub.Close()
-		_ = client.Close()
-	})
-	return pub, sub
+	return pub, testkit.NewSubscriber(t, client, config)
 }
 
-func receiveHandled(t *testing.T, ch <-chan string, within time.Duration) string {
-	t.Helper()
-	select {
-	case s := <-ch:
-		return s
-	case <-time.After(within):
-		t.Fatalf("nothing handled within %s", within)
-		return ""
-	}
-}
+var receiveHandled = testkit.ReceiveHandled

@@ -173,3 +173,16 @@ func CrashedRead(t testing.TB, client redis.UniversalClient, topic, group, consu
 	require.Len(t, res[0].Messages, 1)
 	return res[0].Messages[0]
 }
+
+// ReceiveHandled returns what a test's handler sent on ch, failing the test
+// when nothing came within the time given.
+func ReceiveHandled(t testing.TB, ch <-chan string, within time.Duration) string {
+	t.Helper()
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(within):
+		t.Fatalf("nothing handled within %s", within)
+		return ""
+	}
+}
