@@ -386,6 +386,7 @@ type consumerJSON struct {
 	IdleMs   int64      `json:"idle_ms"`
 	LastSeen time.Time  `json:"last_seen"`
 	Active   *time.Time `json:"active,omitempty"`
+	Stuck    bool       `json:"stuck"` // see redisdelay.Consumer.Stuck
 }
 
 func cmdConsumers(e *env, pos []string) error {
@@ -416,7 +417,7 @@ func cmdConsumers(e *env, pos []string) error {
 			return err
 		}
 		for _, c := range cs {
-			j := consumerJSON{Group: g, Name: c.Name, Pending: c.Pending, IdleMs: c.Idle.Milliseconds(), LastSeen: c.LastSeen.UTC()}
+			j := consumerJSON{Group: g, Name: c.Name, Pending: c.Pending, IdleMs: c.Idle.Milliseconds(), LastSeen: c.LastSeen.UTC(), Stuck: c.Stuck}
 			if !c.Active.IsZero() {
 				at := c.Active.UTC()
 				j.Active = &at
@@ -432,9 +433,13 @@ func cmdConsumers(e *env, pos []string) error {
 		return nil
 	}
 	tw := newTable(e.stdout)
-	fmt.Fprintln(tw, "GROUP\tCONSUMER\tPENDING\tIDLE\tLAST SEEN")
+	fmt.Fprintln(tw, "GROUP\tCONSUMER\tPENDING\tIDLE\tLAST SEEN\tSTUCK")
 	for _, c := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", printable(c.Group), printable(c.Name), c.Pending, human(time.Duration(c.IdleMs)*time.Millisecond), c.LastSeen.Format(time.RFC3339))
+		stuck := "no"
+		if c.Stuck {
+			stuck = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(c.Group), printable(c.Name), c.Pending, human(time.Duration(c.IdleMs)*time.Millisecond), c.LastSeen.Format(time.RFC3339), stuck)
 	}
 	_ = tw.Flush()
 	return nil

@@ -272,17 +272,23 @@ type ConsumerInfo struct {
 	// (XINFO CONSUMERS idle: any attempt); Inactive how long since it last
 	// got or renewed an entry (Redis 7.2 and later; -1 before, or never).
 	Idle, Inactive time.Duration
+	// Silent is, of its streams in which it holds entries, the longest
+	// idle time (0 when it holds none): how long its oldest unrenewed
+	// lease has gone without a sign of life from it at most.
+	Silent time.Duration
 }
 
 // Consumers reads a group's consumers on a partition: those of its ready
 // stream and of its redelivery stream, merged by name (the lowest idle
-// times, the pending entries summed).
-func Consumers(ctx context.Context, c redis.Cmdable, sh Shard, group string) ([]ConsumerInfo, error) {
+// times, the pending entries summed), and the group's stored visibility
+// timeout (0 when none is stored).
+func Consumers(ctx context.Context, c redis.Cmdable, sh Shard, group string) ([]ConsumerInfo, time.Duration, error) {
 	pipe := c.Pipeline()
 	ready := pipe.XInfoConsumers(ctx, sh.Stream(), group)
 	redo := pipe.XInfoConsumers(ctx, sh.Redelivery(group), group)
+	vis := pipe.HGet(ctx, sh.Meta(group), "vis")
 	if err := execRead(ctx, pipe); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var out []ConsumerInfo
 	index := map[string]int{}
@@ -292,21 +298,26 @@ func Consumers(ctx context.Context, c redis.Cmdable, sh Shard, group string) ([]
 			if inactive < 0 {
 				inactive = -1
 			}
+			var silent time.Duration
+			if x.Pending > 0 {
+				silent = x.Idle
+			}
 			k, ok := index[x.Name]
 			if !ok {
 				index[x.Name] = len(out)
-				out = append(out, ConsumerInfo{Name: x.Name, Pending: x.Pending, Idle: x.Idle, Inactive: inactive})
+				out = append(out, ConsumerInfo{Name: x.Name, Pending: x.Pending, Idle: x.Idle, Inactive: inactive, Silent: silent})
 				continue
 			}
 			ci := &out[k]
 			ci.Pending += x.Pending
 			ci.Idle = min(ci.Idle, x.Idle)
+			ci.Silent = max(ci.Silent, silent)
 			if inactive >= 0 && (ci.Inactive < 0 || inactive < ci.Inactive) {
 				ci.Inactive = inactive
 			}
 		}
 	}
-	return out, nil
+	return out, time.Duration(parseCount(vis.Val())) * time.Millisecond, nil
 }
 
 // ServerInfo is what INFO tells of a Redis (or Valkey) server.
