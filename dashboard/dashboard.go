@@ -493,7 +493,10 @@ const overdueAlert = 10 * time.Second
 // for a few seconds). Messages overdue by overdueAlert despite a lease
 // mean a partition nobody schedules or a scheduler that cannot keep up.
 func schedulingAlert(st redisdelay.TopicStats, overdue time.Duration) string {
-	if st.Waiting == 0 {
+	// Grouped messages waiting for the topic's first consumer group need
+	// no scheduler until then: a partition holding only them has no lease.
+	waiting := st.Waiting - st.WaitingForGroup
+	if waiting <= 0 {
 		return ""
 	}
 	late := ""
@@ -502,7 +505,7 @@ func schedulingAlert(st redisdelay.TopicStats, overdue time.Duration) string {
 	}
 	if st.Leased == 0 {
 		return fmt.Sprintf("No scheduler holds this topic's lease: its %d waiting message(s) are not moved to the consumer groups when due%s. "+
-			"Run a redisdelay Manager, or a subscriber without DisableScheduler, for this topic.", st.Waiting, late)
+			"Run a redisdelay Manager, or a subscriber without DisableScheduler, for this topic.", waiting, late)
 	}
 	if overdue >= overdueAlert {
 		return fmt.Sprintf("Waiting messages are late: the earliest is overdue by %s, although a scheduler holds the lease of %d of %d partition(s). "+

@@ -60,14 +60,15 @@ func noSchedulerText(topic string, waiting int64) string {
 // schedulerCell is the SCHEDULER column of stats: "yes" while a scheduler
 // holds every partition's lease, "2/4" some, "no" none while messages
 // wait (they are not delivered), "idle" none with nothing waiting (a
-// scheduler lets the lease of such a partition lapse: no fault).
+// scheduler lets the lease of such a partition lapse: no fault), nor with
+// only grouped messages waiting for the topic's first consumer group.
 func schedulerCell(st redisdelay.TopicStats) string {
 	switch {
 	case st.Leased >= st.Partitions:
 		return "yes"
 	case st.Leased > 0:
 		return fmt.Sprintf("%d/%d", st.Leased, st.Partitions)
-	case st.Waiting > 0:
+	case st.Waiting > st.WaitingForGroup:
 		return "no"
 	}
 	return "idle"
@@ -98,15 +99,16 @@ func human(d time.Duration) string {
 }
 
 // warnStalled reports, on stderr, the topics whose waiting messages no
-// scheduler moves, from the stats just printed.
+// scheduler moves, from the stats just printed. Grouped messages waiting
+// for the topic's first consumer group need no scheduler until then.
 func (e *env) warnStalled(all []topicStatus) {
 	for _, st := range all {
-		if st.Leased == 0 && st.Waiting > 0 {
+		if waiting := st.Waiting - st.WaitingForGroup; st.Leased == 0 && waiting > 0 {
 			late := ""
 			if st.overdue >= time.Second {
 				late = fmt.Sprintf("; the earliest is overdue by %s", human(st.overdue))
 			}
-			fmt.Fprintf(e.stderr, "redisdelay: warning: %s%s\n", noSchedulerText(st.Topic, st.Waiting), late)
+			fmt.Fprintf(e.stderr, "redisdelay: warning: %s%s\n", noSchedulerText(st.Topic, waiting), late)
 		}
 	}
 }

@@ -259,3 +259,23 @@ func TestHelpAligned(t *testing.T) {
 		assert.Equal(t, col, at, "summary of %s", name)
 	}
 }
+
+// Grouped messages waiting for a topic's first consumer group need no
+// scheduler: stats do not warn of one missing, while a scheduler runs and
+// has let the idle partition's lease lapse.
+func TestStats_WaitingForGroupNoWarning(t *testing.T) {
+	s := setupSample(t)
+	const tp = "tenants.no-group-yet"
+	s.manager(t, tp)
+	msg := message.NewMessage(watermill.NewUUID(), []byte("grouped"))
+	redisdelay.SetGroup(msg, "tenant-1")
+	require.NoError(t, s.publisher(t).Publish(tp, msg))
+	require.Eventually(t, func() bool {
+		st := s.stats(t, tp)
+		return st.Waiting == 1 && st.WaitingForGroup == 1 && st.Leased == 0
+	}, 20*time.Second, 20*time.Millisecond)
+	r := s.cli(t, "stats", tp)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.NotContains(t, r.stderr, "warning", "no scheduler is missing")
+	assert.Equal(t, "idle", rows(r.stdout)[1][5])
+}
