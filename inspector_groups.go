@@ -279,11 +279,13 @@ func (i *Inspector) Pending(ctx context.Context, topic, group, cursor string, li
 }
 
 // Retrying lists messages of a consumer group waiting for their retry
-// delay, each partition in due order: at most limit (1 to 10,000) from
-// cursor ("" for the first page), and the cursor of the next page (""
-// after the last). Messages fall due meanwhile: one that does between two
-// pages is not listed, nor one due in the same millisecond as the page's
-// last when that one fell due between the pages.
+// delay, each partition in due order (equal due times in a fixed order):
+// at most limit (1 to 10,000) from cursor ("" for the first page), and
+// the cursor of the next page ("" after the last). A page goes on from
+// the due time and message the last one ended at, so none is listed twice
+// and none skipped, whatever falls due between pages; one that falls due
+// before its page is read is not listed, nor one added before the
+// position.
 func (i *Inspector) Retrying(ctx context.Context, topic, group, cursor string, limit int) ([]RetryingMessage, string, error) {
 	if err := i.checkGroupPage(topic, group, limit); err != nil {
 		return nil, "", err
