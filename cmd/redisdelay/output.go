@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/present"
 )
 
 // The JSON output, one document per command: an array for the listings,
@@ -372,13 +373,13 @@ func dueIn(due, now time.Time) string {
 	d := due.Sub(now)
 	switch {
 	case d <= -time.Second:
-		return "overdue by " + human(-d)
+		return present.Overdue(-d)
 	case d <= 0:
 		return "due now"
 	case d < time.Second:
 		return "in <1s"
 	}
-	return "in " + human(d)
+	return "in " + present.Duration(d)
 }
 
 // withoutError leaves out RecordError's metadata, which the REASON column
