@@ -58,3 +58,27 @@ func TestInspector_ConsumersStuck(t *testing.T) {
 	assert.Equal(t, int64(1), cs["live"].Pending)
 	assert.False(t, cs["idle"].Stuck, "holds nothing: %+v", cs["idle"])
 }
+
+// Consumer.Active is zero where Redis does not tell it (before 7.2), not
+// "now": never after LastSeen (a success is an attempt too).
+func TestInspector_ConsumersActiveNotNow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	insp := newInspector(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	require.NoError(t, sub.SubscribeInitialize(tp))
+	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("1")))
+	crashedRead(t, client, tp, "g", "crashed")
+	require.Eventually(t, func() bool {
+		cs, err := insp.Consumers(ctx, tp, "g")
+		require.NoError(t, err)
+		require.Len(t, cs, 1)
+		if cs[0].Idle < 200*time.Millisecond {
+			return false
+		}
+		assert.True(t, cs[0].Active.IsZero() || !cs[0].Active.After(cs[0].LastSeen), "active %v, last seen %v", cs[0].Active, cs[0].LastSeen)
+		return true
+	}, 10*time.Second, 20*time.Millisecond)
+}

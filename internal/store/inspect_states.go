@@ -310,8 +310,11 @@ func Consumers(ctx context.Context, c redis.Cmdable, sh Shard, group string) ([]
 	index := map[string]int{}
 	for _, list := range [][]redis.XInfoConsumer{ready.Val(), redo.Val()} {
 		for _, x := range list {
+			// go-redis leaves Inactive 0 when the server does not send it
+			// (before Redis 7.2); from 7.2 on it is never below Idle (a
+			// success is an attempt too), or -1 when it never got one.
 			inactive := x.Inactive
-			if inactive < 0 {
+			if inactive < x.Idle {
 				inactive = -1
 			}
 			var silent time.Duration
