@@ -316,6 +316,9 @@ type bulkScan struct {
 	near bool   // reading the waiting set (else the far tier)
 	far  farPos // far: where
 	zcur uint64 // near: the ZSCAN cursor
+
+	readNow bool  // read Redis's time into now before each batch
+	now     int64 // Redis's time in ms, rounded up, at the batch's start
 }
 
 func (i *Inspector) bulkScan(ctx context.Context, topic string, f Filter, cursor string) (*bulkScan, error) {
@@ -392,8 +395,33 @@ func (s *bulkScan) start(part int) {
 }
 
 // run reads whole batches: a bulk action takes every match (want is 0).
+// A message met twice in one batch (unpacked from the far tier into the
+// waiting set while read, or returned twice by ZSCAN as Redis resized the
+// set) is handed on once.
 func (s *bulkScan) run(ctx context.Context, budget, _ int, found func(waitingMatch)) error {
-	offer := func(w waitingMatch) bool { return s.offer(w, found) }
+	if s.readNow {
+		t, err := store.RedisTime(ctx, s.i.client)
+		if err != nil {
+			return wrapErr(err, "read Redis's time")
+		}
+		s.now = store.CeilMs(t)
+	}
+	type seenKey struct {
+		sh   store.Shard
+		uuid string
+	}
+	seen := map[seenKey]bool{}
+	offer := func(w waitingMatch) bool {
+		k := seenKey{w.shard, w.Message.UUID}
+		if seen[k] {
+			return false
+		}
+		if !s.offer(w, found) {
+			return false
+		}
+		seen[k] = true
+		return true
+	}
 	for s.part < len(s.shards) && budget > 0 {
 		var n int
 		var err error

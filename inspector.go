@@ -61,6 +61,11 @@ type TopicStats struct {
 	// (see GroupKey) due while the topic had no consumer group, which wait
 	// for the first.
 	Waiting int64
+	// WaitingForGroup counts those grouped messages (of Waiting) that wait
+	// for the topic's first consumer group: no scheduler has anything to
+	// do with them until a group is created, so a partition holding only
+	// them has no lease.
+	WaitingForGroup int64
 	// Stream counts entries in the ready streams, read or not: it shrinks
 	// when every group has acknowledged an entry and a scheduler trims it.
 	Stream int64
@@ -70,8 +75,9 @@ type TopicStats struct {
 	// messages, give or take a handover (up to 1.5 CheckInterval after its
 	// holder stopped); a partition with nothing waiting may have none: its
 	// scheduler's loop retired (dormant) or lets the lease lapse between
-	// checks. So Leased == 0 with Waiting > 0 means that no scheduler runs
-	// for the topic, and due messages stay waiting: see Overdue.
+	// checks. So Leased == 0 with Waiting > WaitingForGroup means that no
+	// scheduler runs for the topic, and due messages stay waiting: see
+	// Overdue.
 	Leased int
 	Groups []GroupStats
 }
@@ -174,6 +180,7 @@ func (i *Inspector) Stats(ctx context.Context, topic string) (TopicStats, error)
 			return fail(err)
 		}
 		st.Waiting += part.Waiting
+		st.WaitingForGroup += part.WaitingForGroup
 		st.Stream += part.Stream
 		st.Leased += part.Leased
 		for _, g := range part.Groups {
@@ -230,7 +237,7 @@ func (i *Inspector) partitionStats(ctx context.Context, sh store.Shard) (TopicSt
 	if err != nil {
 		return TopicStats{}, err
 	}
-	st := TopicStats{Waiting: c.Waiting, Stream: c.Stream}
+	st := TopicStats{Waiting: c.Waiting, WaitingForGroup: c.Orphans, Stream: c.Stream}
 	if c.Leased {
 		st.Leased = 1
 	}

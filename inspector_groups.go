@@ -98,6 +98,17 @@ type Consumer struct {
 	// Active is the last time it got or renewed a message (Redis 7.2 and
 	// later; zero before, or when it never got one).
 	Active time.Time
+	// Stuck reports that it holds messages (Pending > 0) and, on a stream
+	// of a partition where it holds some, has shown no sign of life (no
+	// read, no lease renewal) for twice the group's VisibilityTimeout as
+	// stored in Redis or longer: the limit past which Health reports
+	// stuck_pending by default. A live subscription renews the leases of
+	// what it holds every third of the timeout, however long its handlers
+	// run, so such a consumer stopped or lost Redis, and no scheduler
+	// reclaimed its messages (a running one does after the timeout). A
+	// silent consumer holding nothing is not stuck: it may be stopped, or
+	// its group paused (see Idle).
+	Stuck bool
 
 	inactive time.Duration // how long ago Active was; -1: unknown
 }
@@ -268,11 +279,13 @@ func (i *Inspector) Pending(ctx context.Context, topic, group, cursor string, li
 }
 
 // Retrying lists messages of a consumer group waiting for their retry
-// delay, each partition in due order: at most limit (1 to 10,000) from
-// cursor ("" for the first page), and the cursor of the next page (""
-// after the last). Messages fall due meanwhile: one that does between two
-// pages is not listed, nor one due in the same millisecond as the page's
-// last when that one fell due between the pages.
+// delay, each partition in due order (equal due times in a fixed order):
+// at most limit (1 to 10,000) from cursor ("" for the first page), and
+// the cursor of the next page ("" after the last). A page goes on from
+// the due time and message the last one ended at, so none is listed twice
+// and none skipped, whatever falls due between pages; one that falls due
+// before its page is read is not listed, nor one added before the
+// position.
 func (i *Inspector) Retrying(ctx context.Context, topic, group, cursor string, limit int) ([]RetryingMessage, string, error) {
 	if err := i.checkGroupPage(topic, group, limit); err != nil {
 		return nil, "", err
@@ -324,10 +337,10 @@ func (i *Inspector) Retrying(ctx context.Context, topic, group, cursor string, l
 }
 
 // Consumers lists a consumer group's consumers as Redis knows them, over
-// the topic's partitions, by name: how many messages each holds and when
-// it was last seen. A consumer that crashed stays listed, ever idler,
-// until the schedulers remove it (ConsumerIdleTimeout, once it holds
-// nothing): a dead or stuck instance shows as a large Idle.
+// the topic's partitions, by name: how many messages each holds, when it
+// was last seen, and whether it is stuck with messages (Consumer.Stuck).
+// A consumer that crashed stays listed, ever idler, until the schedulers
+// remove it (ConsumerIdleTimeout, once it holds nothing).
 func (i *Inspector) Consumers(ctx context.Context, topic, group string) ([]Consumer, error) {
 	if err := i.validateGroup(topic, group); err != nil {
 		return nil, err
@@ -346,9 +359,12 @@ func (i *Inspector) Consumers(ctx context.Context, topic, group string) ([]Consu
 	var out []Consumer
 	index := map[string]int{}
 	for _, sh := range shards {
-		cs, err := store.Consumers(ctx, i.client, sh, group)
+		cs, vis, err := store.Consumers(ctx, i.client, sh, group)
 		if err != nil {
 			return fail(err)
+		}
+		if vis <= 0 {
+			vis = defaultVisibilityTimeout
 		}
 		for _, c := range cs {
 			k, ok := index[c.Name]
@@ -360,6 +376,10 @@ func (i *Inspector) Consumers(ctx context.Context, topic, group string) ([]Consu
 			o := &out[k]
 			o.Pending += c.Pending
 			o.Idle = min(o.Idle, c.Idle)
+			// As Health's default limit (HealthConfig.groupLimits).
+			if c.Pending > 0 && c.Silent >= 2*vis {
+				o.Stuck = true
+			}
 			if c.Inactive >= 0 && (o.inactive < 0 || c.Inactive < o.inactive) {
 				o.inactive = c.Inactive
 			}

@@ -37,13 +37,20 @@ func (i *Inspector) runNow(ctx context.Context, topic, by, value string) (bool, 
 // as RunNow does one, and returns the counts. It reads and acts as
 // CancelWhere does, with the same guards: the zero Filter needs
 // BulkOptions.All, DryRun counts and changes nothing, and a run that
-// stopped goes on from its Cursor. A message made due leaves the waiting
-// set once a scheduler moves it, so a run resumed meets it no more.
+// stopped goes on from its Cursor. Messages already due when read (by
+// Redis's clock) are left alone and not counted, as RescheduleWhere leaves
+// those due at its time: so each is counted once, though one it made due
+// (or pulled from the far tier and made due) is met again in the waiting
+// set until a scheduler moves it on, and a run repeated does nothing.
 func (i *Inspector) RunNowWhere(ctx context.Context, topic string, f Filter, o BulkOptions) (BulkProgress, error) {
 	s, err := i.waitingBulk(ctx, topic, f, o)
 	if err != nil {
 		return BulkProgress{Cursor: o.Cursor}, err
 	}
+	// s.now is Redis's time (ms, rounded up) read before each batch: a
+	// message this run made due in an earlier batch is due by then.
+	s.readNow = true
+	s.skip = func(w waitingMatch) bool { return w.Due.UnixMilli() <= s.now }
 	p, err := runBulk(ctx, s, o, i.eachWaiting(ctx, func(ctx context.Context, sh store.Shard, uuids []string) (int, error) {
 		return store.RunNowMany(ctx, i.client, sh, uuids)
 	}))

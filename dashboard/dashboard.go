@@ -50,6 +50,7 @@ import (
 	"time"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/present"
 )
 
 // Options configure the dashboard. The zero value serves everything at the
@@ -219,8 +220,8 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 		"add":     func(a, b int) int { return a + b },
 		"count":   thousands,
 		"vis":     visible,
-		"human":   human,
-		"bytes":   bytesText,
+		"human":   present.Duration,
+		"bytes":   present.Bytes,
 	}
 	h.pages = map[string]*template.Template{}
 	for _, name := range []string{"topics", "topic", "group", "message", "dead", "schedules", "search", "bulk", "confirm", "result", "error"} {
@@ -493,20 +494,23 @@ const overdueAlert = 10 * time.Second
 // for a few seconds). Messages overdue by overdueAlert despite a lease
 // mean a partition nobody schedules or a scheduler that cannot keep up.
 func schedulingAlert(st redisdelay.TopicStats, overdue time.Duration) string {
-	if st.Waiting == 0 {
+	// Grouped messages waiting for the topic's first consumer group need
+	// no scheduler until then: a partition holding only them has no lease.
+	waiting := st.Waiting - st.WaitingForGroup
+	if waiting <= 0 {
 		return ""
 	}
 	late := ""
 	if overdue >= time.Second {
-		late = fmt.Sprintf(", and the earliest is overdue by %s", human(overdue))
+		late = fmt.Sprintf(", and the earliest is overdue by %s", present.Duration(overdue))
 	}
 	if st.Leased == 0 {
 		return fmt.Sprintf("No scheduler holds this topic's lease: its %d waiting message(s) are not moved to the consumer groups when due%s. "+
-			"Run a redisdelay Manager, or a subscriber without DisableScheduler, for this topic.", st.Waiting, late)
+			"Run a redisdelay Manager, or a subscriber without DisableScheduler, for this topic.", waiting, late)
 	}
 	if overdue >= overdueAlert {
 		return fmt.Sprintf("Waiting messages are late: the earliest is overdue by %s, although a scheduler holds the lease of %d of %d partition(s). "+
-			"A partition without one is not scheduled, or the scheduler cannot keep up: see its logs.", human(overdue), st.Leased, st.Partitions)
+			"A partition without one is not scheduled, or the scheduler cannot keep up: see its logs.", present.Duration(overdue), st.Leased, st.Partitions)
 	}
 	return ""
 }
@@ -549,19 +553,6 @@ func (h *handler) topics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, http.StatusOK, "topics", "Topics", "", topicsData{all, servers})
-}
-
-// bytesText is a size in bytes for people: 1.5 MB.
-func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -1076,7 +1067,7 @@ func parseDue(in, at string, now time.Time) (time.Time, string, error) {
 		if d < 0 {
 			return time.Time{}, "", fmt.Errorf("%q is negative: give how long from now, such as 10m (0s delivers at once)", in)
 		}
-		return now.Add(d), fmt.Sprintf("in %s from when you confirm (about %s)", human(d), now.Add(d).UTC().Format("2006-01-02 15:04:05 UTC")), nil
+		return now.Add(d), fmt.Sprintf("in %s from when you confirm (about %s)", present.Duration(d), now.Add(d).UTC().Format("2006-01-02 15:04:05 UTC")), nil
 	case at != "":
 		for _, layout := range atLayouts {
 			if t, err := time.Parse(layout, at); err == nil {
@@ -1215,22 +1206,11 @@ var schedulerWait = 3 * time.Second
 // scheduler holds the topic's lease and so nothing delivers them; "" when
 // one took it within schedulerWait.
 func (h *handler) schedulerMissing(ctx context.Context, topic string) string {
-	deadline := time.Now().Add(schedulerWait)
-	for {
-		st, err := h.insp.Stats(ctx, topic)
-		if err != nil || st.Leased > 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return " But no scheduler holds this topic's lease: nothing moves due messages to the consumer groups. " +
-				"Run a redisdelay Manager, or a subscriber without DisableScheduler, for this topic."
-		}
-		select {
-		case <-ctx.Done():
-			return ""
-		case <-time.After(50 * time.Millisecond):
-		}
+	if missing, _ := present.SchedulerMissing(ctx, h.insp, topic, schedulerWait); !missing {
+		return ""
 	}
+	return " But no scheduler holds this topic's lease: nothing moves due messages to the consumer groups. " +
+		"Run a redisdelay Manager, or a subscriber without DisableScheduler, for this topic."
 }
 
 // Pause and resume a consumer group.

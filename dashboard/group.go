@@ -51,6 +51,7 @@ type consumerRow struct {
 	Idle     time.Duration
 	LastSeen time.Time
 	Silent   bool
+	Stuck    bool // see redisdelay.Consumer.Stuck
 }
 
 type groupData struct {
@@ -138,7 +139,7 @@ func (h *handler) group(w http.ResponseWriter, r *http.Request) {
 		var cs []redisdelay.Consumer
 		cs, err = h.insp.Consumers(ctx, topic, group)
 		for _, c := range cs {
-			d.Consumers = append(d.Consumers, consumerRow{Name: c.Name, Pending: c.Pending, Idle: c.Idle, LastSeen: c.LastSeen, Silent: c.Idle >= silentAfter})
+			d.Consumers = append(d.Consumers, consumerRow{Name: c.Name, Pending: c.Pending, Idle: c.Idle, LastSeen: c.LastSeen, Silent: c.Idle >= silentAfter, Stuck: c.Stuck})
 		}
 	}
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/present"
 )
 
 // The Inspector keeps no history, so the dashboard samples what it charts:
@@ -300,7 +301,7 @@ func draw(c *chart, from, to int64, unit string, names, classes []string, lines 
 	c.YMax = formatValue(top)
 	c.Since = "now"
 	if span := time.Duration(to-from) * time.Millisecond; span > 0 {
-		c.Since = "−" + human(span)
+		c.Since = "−" + present.Duration(span)
 	}
 	for n, l := range lines {
 		var b strings.Builder

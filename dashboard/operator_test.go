@@ -143,3 +143,26 @@ func TestSearchFindsDeadLetter(t *testing.T) {
 	status, _ = e.get("/message?t=orders&q=" + uuids[0])
 	assert.Equal(t, http.StatusOK, status)
 }
+
+// TestNoSchedulerBanner_WaitingForGroup: a grouped message waiting for the
+// topic's first consumer group needs no scheduler (a running one has let
+// the idle partition's lease lapse): no banner.
+func TestNoSchedulerBanner_WaitingForGroup(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: e.client, Topics: []string{"tenants"}}, watermill.NopLogger{})
+	require.NoError(t, err)
+	go func() { _ = mgr.Run(context.Background()) }()
+	t.Cleanup(func() { _ = mgr.Close() })
+	msg := later(0, "grouped")
+	redisdelay.SetGroup(msg, "tenant-1")
+	e.publish("tenants", msg)
+	require.Eventually(t, func() bool {
+		st, err := e.insp.Stats(context.Background(), "tenants")
+		require.NoError(t, err)
+		return st.WaitingForGroup == 1 && st.Leased == 0
+	}, 20*time.Second, 20*time.Millisecond)
+	alert, _ := e.alertOf("tenants")
+	assert.Empty(t, alert)
+	_, body := e.get("/")
+	assert.NotContains(t, body, "no scheduler</span>")
+}

@@ -151,6 +151,14 @@ func TestGroupPage(t *testing.T) {
 	assert.Contains(t, page, "expires in ")
 	_, page = e.get("/group?t=orders&g=audit&view=consumers")
 	assert.Contains(t, page, "<code>worker-9</code>")
+	assert.NotContains(t, page, `class="tag stuck"`, "its lease is new")
+	// Stuck past twice the group's stored visibility timeout, shortened
+	// here so that it passes within the test.
+	require.NoError(t, e.client.HSet(ctx, store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard("orders", 0).Meta("audit"), "vis", 50).Err())
+	require.Eventually(t, func() bool {
+		_, page = e.get("/group?t=orders&g=audit&view=consumers")
+		return strings.Contains(page, `<code>worker-9</code> <span class="tag stuck"`)
+	}, 10*time.Second, 20*time.Millisecond)
 	_, page = e.get("/group?t=orders&g=audit&view=retrying")
 	assert.Contains(t, page, "Nothing waits for a retry.")
 

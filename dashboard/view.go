@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redisdelay/watermill-redisdelay/internal/present"
 )
 
 // payloadView is a payload as a page shows it: text, or a hex dump of
@@ -97,31 +98,9 @@ func sortedMetadata(m message.Metadata) [][2]string {
 func since(t time.Time) string {
 	d := time.Until(t)
 	if d >= 0 {
-		return "in " + human(d)
+		return "in " + present.Duration(d)
 	}
-	return human(-d) + " ago"
-}
-
-// human formats a duration for a person, to the second: as Go does
-// ("5m0s", "23h59m59s") under a day, in days, hours and minutes from a
-// day up ("1d0h0m", "1500d13h55m"), where seconds no longer matter and
-// Go's "36013h55m34s" is hard to read.
-func human(d time.Duration) string {
-	neg := d < 0
-	if neg {
-		d = -d
-	}
-	var s string
-	if d < 24*time.Hour-time.Second/2 {
-		s = d.Round(time.Second).String()
-	} else {
-		m := int64(d.Round(time.Minute) / time.Minute)
-		s = fmt.Sprintf("%dd%dh%dm", m/(24*60), m/60%24, m%60)
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
+	return present.Duration(-d) + " ago"
 }
 
 // percent is n as a share of max, for bar widths.

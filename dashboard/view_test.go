@@ -6,6 +6,7 @@ import (
 	"time"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/present"
 )
 
 func TestHuman(t *testing.T) {
@@ -19,8 +20,8 @@ func TestHuman(t *testing.T) {
 		36013*time.Hour + 55*time.Minute + 34*time.Second: "1500d13h56m",
 		-(50*time.Hour + 29*time.Second):                  "-2d2h0m",
 	} {
-		if got := human(d); got != want {
-			t.Errorf("human(%v) = %q, want %q", d, got, want)
+		if got := present.Duration(d); got != want {
+			t.Errorf("present.Duration(%v) = %q, want %q", d, got, want)
 		}
 	}
 	if got := since(time.Now().Add(-3 * 24 * time.Hour)); got != "3d0h0m ago" {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/present"
 )
 
 // command is one subcommand.
@@ -1223,7 +1224,7 @@ func (e *env) warnLateTicks(all []redisdelay.Schedule, now time.Time) {
 	for _, s := range all {
 		if late := now.Sub(s.Next); s.Paused.IsZero() && late >= tickOverdue {
 			fmt.Fprintf(e.stderr, "redisdelay: warning: schedule %q's next tick is overdue by %s: no scheduler publishes ticks under prefix %q "+
-				"(run a redisdelay Manager, or a Subscriber without DisableScheduler)\n", printable(s.ID), human(late), e.opts.prefix)
+				"(run a redisdelay Manager, or a Subscriber without DisableScheduler)\n", printable(s.ID), present.Duration(late), e.opts.prefix)
 		}
 	}
 }

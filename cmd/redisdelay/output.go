@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/present"
 )
 
 // The JSON output, one document per command: an array for the listings,
@@ -24,7 +25,10 @@ type statsJSON struct {
 	Topic      string `json:"topic"`
 	Partitions int    `json:"partitions"`
 	Waiting    int64  `json:"waiting"`
-	Stream     int64  `json:"stream"`
+	// WaitingForGroup counts the grouped messages of Waiting that wait for
+	// the topic's first consumer group (no scheduler needed until then).
+	WaitingForGroup int64 `json:"waiting_for_group"`
+	Stream          int64 `json:"stream"`
 	// Leased counts the partitions whose scheduling lease a scheduler
 	// holds; Scheduler says it in a word: "yes" (all), "partial", "no"
 	// (none while messages wait: they are not delivered), "idle" (none,
@@ -264,7 +268,7 @@ func toStatsJSON(ts topicStatus) statsJSON {
 	if strings.Contains(word, "/") {
 		word = "partial"
 	}
-	out := statsJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Groups: []groupJSON{},
+	out := statsJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, WaitingForGroup: st.WaitingForGroup, Stream: st.Stream, Groups: []groupJSON{},
 		Leased: st.Leased, Scheduler: word, OverdueMs: ts.overdue.Milliseconds()}
 	for _, g := range st.Groups {
 		out.Groups = append(out.Groups, groupJSON{
@@ -369,13 +373,13 @@ func dueIn(due, now time.Time) string {
 	d := due.Sub(now)
 	switch {
 	case d <= -time.Second:
-		return "overdue by " + human(-d)
+		return present.Overdue(-d)
 	case d <= 0:
 		return "due now"
 	case d < time.Second:
 		return "in <1s"
 	}
-	return "in " + human(d)
+	return "in " + present.Duration(d)
 }
 
 // withoutError leaves out RecordError's metadata, which the REASON column

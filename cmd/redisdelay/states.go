@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/present"
 )
 
 // The commands that show where a group's messages are (ready, pending,
@@ -33,21 +34,8 @@ var schedulerWait = 3 * time.Second
 // scheduler whose loop retired on an idle partition takes the lease
 // again at once), so it waits up to schedulerWait for one to take it.
 func (e *env) warnUnscheduled(topic string) {
-	deadline := time.Now().Add(schedulerWait)
-	for {
-		st, err := e.insp.Stats(e.ctx, topic)
-		if err != nil || st.Leased > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			fmt.Fprintf(e.stderr, "redisdelay: warning: %s\n", noSchedulerText(topic, st.Waiting))
-			return
-		}
-		select {
-		case <-e.ctx.Done():
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
+	if missing, st := present.SchedulerMissing(e.ctx, e.insp, topic, schedulerWait); missing {
+		fmt.Fprintf(e.stderr, "redisdelay: warning: %s\n", noSchedulerText(topic, st.Waiting))
 	}
 }
 
@@ -60,14 +48,15 @@ func noSchedulerText(topic string, waiting int64) string {
 // schedulerCell is the SCHEDULER column of stats: "yes" while a scheduler
 // holds every partition's lease, "2/4" some, "no" none while messages
 // wait (they are not delivered), "idle" none with nothing waiting (a
-// scheduler lets the lease of such a partition lapse: no fault).
+// scheduler lets the lease of such a partition lapse: no fault), nor with
+// only grouped messages waiting for the topic's first consumer group.
 func schedulerCell(st redisdelay.TopicStats) string {
 	switch {
 	case st.Leased >= st.Partitions:
 		return "yes"
 	case st.Leased > 0:
 		return fmt.Sprintf("%d/%d", st.Leased, st.Partitions)
-	case st.Waiting > 0:
+	case st.Waiting > st.WaitingForGroup:
 		return "no"
 	}
 	return "idle"
@@ -85,28 +74,20 @@ func overdueCell(d time.Duration) string {
 	if d < time.Second {
 		return "-"
 	}
-	return human(d)
-}
-
-// human formats a duration to the second, in days from a day up.
-func human(d time.Duration) string {
-	if d < 24*time.Hour-time.Second/2 {
-		return d.Round(time.Second).String()
-	}
-	m := int64(d.Round(time.Minute) / time.Minute)
-	return fmt.Sprintf("%dd%dh%dm", m/(24*60), m/60%24, m%60)
+	return present.Duration(d)
 }
 
 // warnStalled reports, on stderr, the topics whose waiting messages no
-// scheduler moves, from the stats just printed.
+// scheduler moves, from the stats just printed. Grouped messages waiting
+// for the topic's first consumer group need no scheduler until then.
 func (e *env) warnStalled(all []topicStatus) {
 	for _, st := range all {
-		if st.Leased == 0 && st.Waiting > 0 {
+		if waiting := st.Waiting - st.WaitingForGroup; st.Leased == 0 && waiting > 0 {
 			late := ""
 			if st.overdue >= time.Second {
-				late = fmt.Sprintf("; the earliest is overdue by %s", human(st.overdue))
+				late = fmt.Sprintf("; the earliest is overdue by %s", present.Duration(st.overdue))
 			}
-			fmt.Fprintf(e.stderr, "redisdelay: warning: %s%s\n", noSchedulerText(st.Topic, st.Waiting), late)
+			fmt.Fprintf(e.stderr, "redisdelay: warning: %s%s\n", noSchedulerText(st.Topic, waiting), late)
 		}
 	}
 }
@@ -319,7 +300,7 @@ func ago(t, now time.Time) string {
 	if d < time.Second {
 		return "just now"
 	}
-	return human(d) + " ago"
+	return present.Duration(d) + " ago"
 }
 
 // leaseCell says when a pending message's lease expires: "expires in 18s",
@@ -329,9 +310,9 @@ func leaseCell(at, now time.Time) string {
 	case at.IsZero():
 		return "unknown"
 	case d >= 0:
-		return "expires in " + human(d)
+		return "expires in " + present.Duration(d)
 	default:
-		return "expired " + human(-d) + " ago"
+		return "expired " + present.Duration(-d) + " ago"
 	}
 }
 
@@ -386,6 +367,7 @@ type consumerJSON struct {
 	IdleMs   int64      `json:"idle_ms"`
 	LastSeen time.Time  `json:"last_seen"`
 	Active   *time.Time `json:"active,omitempty"`
+	Stuck    bool       `json:"stuck"` // see redisdelay.Consumer.Stuck
 }
 
 func cmdConsumers(e *env, pos []string) error {
@@ -416,7 +398,7 @@ func cmdConsumers(e *env, pos []string) error {
 			return err
 		}
 		for _, c := range cs {
-			j := consumerJSON{Group: g, Name: c.Name, Pending: c.Pending, IdleMs: c.Idle.Milliseconds(), LastSeen: c.LastSeen.UTC()}
+			j := consumerJSON{Group: g, Name: c.Name, Pending: c.Pending, IdleMs: c.Idle.Milliseconds(), LastSeen: c.LastSeen.UTC(), Stuck: c.Stuck}
 			if !c.Active.IsZero() {
 				at := c.Active.UTC()
 				j.Active = &at
@@ -432,9 +414,13 @@ func cmdConsumers(e *env, pos []string) error {
 		return nil
 	}
 	tw := newTable(e.stdout)
-	fmt.Fprintln(tw, "GROUP\tCONSUMER\tPENDING\tIDLE\tLAST SEEN")
+	fmt.Fprintln(tw, "GROUP\tCONSUMER\tPENDING\tIDLE\tLAST SEEN\tSTUCK")
 	for _, c := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", printable(c.Group), printable(c.Name), c.Pending, human(time.Duration(c.IdleMs)*time.Millisecond), c.LastSeen.Format(time.RFC3339))
+		stuck := "no"
+		if c.Stuck {
+			stuck = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(c.Group), printable(c.Name), c.Pending, present.Duration(time.Duration(c.IdleMs)*time.Millisecond), c.LastSeen.Format(time.RFC3339), stuck)
 	}
 	_ = tw.Flush()
 	return nil
@@ -494,31 +480,18 @@ func writeServer(w io.Writer, s redisdelay.RedisServer, target string) {
 	if s.Mode != "" {
 		mode = ", " + s.Mode
 	}
-	fmt.Fprintf(w, "version:           %s %s%s, up %s\n", s.Name, printable(s.Version), mode, human(s.Uptime))
+	fmt.Fprintf(w, "version:           %s %s%s, up %s\n", s.Name, printable(s.Version), mode, present.Duration(s.Uptime))
 	limit := "no limit (maxmemory 0)"
 	if s.MaxMemory > 0 {
-		limit = fmt.Sprintf("%s (%.0f%% used)", bytesText(s.MaxMemory), 100*float64(s.UsedMemory)/float64(s.MaxMemory))
+		limit = fmt.Sprintf("%s (%.0f%% used)", present.Bytes(s.MaxMemory), 100*float64(s.UsedMemory)/float64(s.MaxMemory))
 	}
-	fmt.Fprintf(w, "memory:            %s used, peak %s\n", bytesText(s.UsedMemory), bytesText(s.PeakMemory))
+	fmt.Fprintf(w, "memory:            %s used, peak %s\n", present.Bytes(s.UsedMemory), present.Bytes(s.PeakMemory))
 	fmt.Fprintf(w, "maxmemory:         %s\n", limit)
 	ok := "ok"
 	if s.Warning != "" {
 		ok = "WARNING: not noeviction (see stderr)"
 	}
 	fmt.Fprintf(w, "maxmemory-policy:  %s (%s)\n", printable(s.MaxMemoryPolicy), ok)
-}
-
-// bytesText is a size in bytes for people: 1.5 MB.
-func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 type throughputJSON struct {

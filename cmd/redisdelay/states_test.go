@@ -88,11 +88,25 @@ func TestGroupListings(t *testing.T) {
 	out = s.ok(t, "consumers", topic)
 	r = rows(out)
 	require.Len(t, r, 2, out)
-	assert.Equal(t, []string{"GROUP", "CONSUMER", "PENDING", "IDLE", "LAST", "SEEN"}, r[0])
+	assert.Equal(t, []string{"GROUP", "CONSUMER", "PENDING", "IDLE", "LAST", "SEEN", "STUCK"}, r[0])
 	assert.Equal(t, []string{group, "worker-9", "1"}, r[1][:3])
+	assert.Equal(t, "no", r[1][len(r[1])-1], "its lease is new")
 	cj := decode[[]consumerJSON](t, s.ok(t, "--json", "consumers", topic, group))
 	require.Len(t, cj, 1)
 	assert.Equal(t, int64(1), cj[0].Pending)
+	assert.False(t, cj[0].Stuck)
+	// Stuck past twice the group's stored visibility timeout, shortened
+	// here so that it passes within the test (put back for what follows).
+	meta := store.Keys{Prefix: s.prefix}.Shard(topic, 0).Meta(group)
+	vis, err := s.client.HGet(context.Background(), meta, "vis").Result()
+	require.NoError(t, err)
+	require.NoError(t, s.client.HSet(context.Background(), meta, "vis", 50).Err())
+	require.Eventually(t, func() bool {
+		return decode[[]consumerJSON](t, s.ok(t, "--json", "consumers", topic, group))[0].Stuck
+	}, 10*time.Second, 20*time.Millisecond)
+	r = rows(s.ok(t, "consumers", topic))
+	assert.Equal(t, "yes", r[1][len(r[1])-1])
+	require.NoError(t, s.client.HSet(context.Background(), meta, "vis", vis).Err())
 
 	// retrying: a message nacked with an hour of backoff.
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: s.client, KeyPrefix: s.prefix, ConsumerGroup: "jobs",
@@ -244,4 +258,24 @@ func TestHelpAligned(t *testing.T) {
 		}
 		assert.Equal(t, col, at, "summary of %s", name)
 	}
+}
+
+// Grouped messages waiting for a topic's first consumer group need no
+// scheduler: stats do not warn of one missing, while a scheduler runs and
+// has let the idle partition's lease lapse.
+func TestStats_WaitingForGroupNoWarning(t *testing.T) {
+	s := setupSample(t)
+	const tp = "tenants.no-group-yet"
+	s.manager(t, tp)
+	msg := message.NewMessage(watermill.NewUUID(), []byte("grouped"))
+	redisdelay.SetGroup(msg, "tenant-1")
+	require.NoError(t, s.publisher(t).Publish(tp, msg))
+	require.Eventually(t, func() bool {
+		st := s.stats(t, tp)
+		return st.Waiting == 1 && st.WaitingForGroup == 1 && st.Leased == 0
+	}, 20*time.Second, 20*time.Millisecond)
+	r := s.cli(t, "stats", tp)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.NotContains(t, r.stderr, "warning", "no scheduler is missing")
+	assert.Equal(t, "idle", rows(r.stdout)[1][5])
 }

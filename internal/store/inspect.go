@@ -33,6 +33,9 @@ type GroupCount struct {
 // PartitionCount is what PartitionStats counts of one partition.
 type PartitionCount struct {
 	Waiting, Stream int64 // waiting counts the far tier too
+	// Orphans counts the grouped messages that fell due while the topic
+	// had no consumer group (gorphan), counted in Waiting too.
+	Orphans int64
 	// Leased is whether a scheduler holds the partition's lease (the key
 	// <shard>:lease, which expires when its holder stops ticking).
 	Leased bool
@@ -80,6 +83,7 @@ func PartitionStats(ctx context.Context, c Cmds, sh Shard) (PartitionCount, erro
 		return st, err
 	}
 	st.Waiting, st.Stream, st.Leased = waiting.Val()+orphans.Val()+farCount(far), length.Val(), lease.Val() == 1
+	st.Orphans = orphans.Val()
 	for n, g := range groups {
 		c := cmds[n]
 		gs := GroupCount{Group: g, Retry: c.retry.Val(), Dead: c.dead.Val()}

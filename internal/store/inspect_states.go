@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -198,32 +197,49 @@ func ParseRetryCursor(s string) (RetryCursor, bool) {
 }
 
 // RetryEntriesAfter returns up to limit members of a group's retry set
-// after the cursor, in due order, with their bodies: two or three round
-// trips. A cursor whose member fell due meanwhile goes on after its score:
-// members due in the same millisecond after it are skipped.
+// after the cursor, in (score, member) order (Redis's: due order, equal
+// due times by member), with their bodies. The position is the cursor's
+// score and member, not a rank, so what falls due or is added between two
+// pages shifts nothing: the cursor's member need not be in the set any
+// more, and members due in the same millisecond after it are still read.
 func RetryEntriesAfter(ctx context.Context, c redis.Cmdable, sh Shard, group string, from RetryCursor, limit int) ([]RetryEntry, error) {
 	key := sh.Retry(group)
-	var (
-		zs   []redis.Z
-		err  error
-		rank int64
-		rerr error = redis.Nil
-	)
-	if from.Member != "" {
-		rank, rerr = c.ZRank(ctx, key, from.Member).Result()
+	var zs []redis.Z
+	if from.Member == "" {
+		var err error
+		if zs, err = c.ZRangeWithScores(ctx, key, 0, int64(limit-1)).Result(); err != nil {
+			return nil, err
+		}
+	} else {
+		// From the cursor's score on; members at that score up to the
+		// cursor's were read already (a few, unless many retries share a
+		// due millisecond: then read past a batch at a time). A page is
+		// full unless the set ends: Retrying goes on to the next
+		// partition after a short one.
+		at := float64(from.Score)
+		n := int64(limit) + 1
+		for offset := int64(0); ; offset += n {
+			batch, err := c.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+				Key: key, Start: strconv.FormatInt(from.Score, 10), Stop: "+inf", ByScore: true, Offset: offset, Count: n,
+			}).Result()
+			if err != nil {
+				return nil, err
+			}
+			for _, z := range batch {
+				if m, _ := z.Member.(string); z.Score == at && m <= from.Member {
+					continue
+				}
+				if len(zs) < limit {
+					zs = append(zs, z)
+				}
+			}
+			if len(zs) == limit || int64(len(batch)) < n {
+				break
+			}
+		}
 	}
-	switch {
-	case from.Member == "":
-		zs, err = c.ZRangeWithScores(ctx, key, 0, int64(limit-1)).Result()
-	case rerr == nil:
-		zs, err = c.ZRangeWithScores(ctx, key, rank+1, rank+int64(limit)).Result()
-	case errors.Is(rerr, redis.Nil):
-		zs, err = c.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: "(" + strconv.FormatInt(from.Score, 10), Max: "+inf", Count: int64(limit)}).Result()
-	default:
-		err = rerr
-	}
-	if err != nil || len(zs) == 0 {
-		return nil, err
+	if len(zs) == 0 {
+		return nil, nil
 	}
 	members := make([]string, len(zs))
 	for n, z := range zs {
@@ -263,41 +279,55 @@ type ConsumerInfo struct {
 	// (XINFO CONSUMERS idle: any attempt); Inactive how long since it last
 	// got or renewed an entry (Redis 7.2 and later; -1 before, or never).
 	Idle, Inactive time.Duration
+	// Silent is, of its streams in which it holds entries, the longest
+	// idle time (0 when it holds none): how long its oldest unrenewed
+	// lease has gone without a sign of life from it at most.
+	Silent time.Duration
 }
 
 // Consumers reads a group's consumers on a partition: those of its ready
 // stream and of its redelivery stream, merged by name (the lowest idle
-// times, the pending entries summed).
-func Consumers(ctx context.Context, c redis.Cmdable, sh Shard, group string) ([]ConsumerInfo, error) {
+// times, the pending entries summed), and the group's stored visibility
+// timeout (0 when none is stored).
+func Consumers(ctx context.Context, c redis.Cmdable, sh Shard, group string) ([]ConsumerInfo, time.Duration, error) {
 	pipe := c.Pipeline()
 	ready := pipe.XInfoConsumers(ctx, sh.Stream(), group)
 	redo := pipe.XInfoConsumers(ctx, sh.Redelivery(group), group)
+	vis := pipe.HGet(ctx, sh.Meta(group), "vis")
 	if err := execRead(ctx, pipe); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var out []ConsumerInfo
 	index := map[string]int{}
 	for _, list := range [][]redis.XInfoConsumer{ready.Val(), redo.Val()} {
 		for _, x := range list {
+			// go-redis leaves Inactive 0 when the server does not send it
+			// (before Redis 7.2); from 7.2 on it is never below Idle (a
+			// success is an attempt too), or -1 when it never got one.
 			inactive := x.Inactive
-			if inactive < 0 {
+			if inactive < x.Idle {
 				inactive = -1
+			}
+			var silent time.Duration
+			if x.Pending > 0 {
+				silent = x.Idle
 			}
 			k, ok := index[x.Name]
 			if !ok {
 				index[x.Name] = len(out)
-				out = append(out, ConsumerInfo{Name: x.Name, Pending: x.Pending, Idle: x.Idle, Inactive: inactive})
+				out = append(out, ConsumerInfo{Name: x.Name, Pending: x.Pending, Idle: x.Idle, Inactive: inactive, Silent: silent})
 				continue
 			}
 			ci := &out[k]
 			ci.Pending += x.Pending
 			ci.Idle = min(ci.Idle, x.Idle)
+			ci.Silent = max(ci.Silent, silent)
 			if inactive >= 0 && (ci.Inactive < 0 || inactive < ci.Inactive) {
 				ci.Inactive = inactive
 			}
 		}
 	}
-	return out, nil
+	return out, time.Duration(parseCount(vis.Val())) * time.Millisecond, nil
 }
 
 // ServerInfo is what INFO tells of a Redis (or Valkey) server.

@@ -1,0 +1,34 @@
+package present
+
+import (
+	"testing"
+	"time"
+)
+
+func TestDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0:                       "0s",
+		1500 * time.Millisecond: "2s",
+		5 * time.Minute:         "5m0s",
+		23*time.Hour + 59*time.Minute + 59*time.Second:    "23h59m59s",
+		24*time.Hour - 100*time.Millisecond:               "1d0h0m",
+		24 * time.Hour:                                    "1d0h0m",
+		36013*time.Hour + 55*time.Minute + 34*time.Second: "1500d13h56m",
+		-(50*time.Hour + 29*time.Second):                  "-2d2h0m",
+	} {
+		if got := Duration(d); got != want {
+			t.Errorf("Duration(%v) = %q, want %q", d, got, want)
+		}
+	}
+	if got := Overdue(273 * time.Second); got != "overdue by 4m33s" {
+		t.Errorf("Overdue = %q", got)
+	}
+}
+
+func TestBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1536: "1.5 KB", 3 << 20: "3.0 MB", 5 << 30: "5.0 GB"} {
+		if got := Bytes(n); got != want {
+			t.Errorf("Bytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
