@@ -5,6 +5,7 @@ package redisdelay_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,10 +13,13 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
+
+	"github.com/redisdelay/watermill-redisdelay"
 )
 
 func TestInspector_GroupStates(t *testing.T) {
@@ -264,4 +268,164 @@ func TestInspector_Servers(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, servers, 1)
 	assert.True(t, servers[0].InfoDenied)
+}
+
+// Consumer.Stuck: a consumer holding a message with no sign of life for
+// twice the group's visibility timeout is stuck; a live one holding a
+// message its handler has not settled renews its lease and is not, nor is
+// one silent and holding nothing.
+func TestInspector_ConsumersStuck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	// A short visibility timeout, stored for the group, so "twice of it"
+	// passes within the test; no scheduler, which would reclaim the
+	// crashed consumer's message.
+	cfg := redisdelay.SubscriberConfig{ConsumerGroup: "g", Consumer: "live", DisableScheduler: true, VisibilityTimeout: 100 * time.Millisecond}
+	live := newSubscriber(t, client, cfg)
+	require.NoError(t, live.SubscribeInitialize(tp))
+	require.NoError(t, pub.Publish(tp, newMessage("1"), newMessage("2"), newMessage("3")))
+	crashedRead(t, client, tp, "g", "crashed")
+	idle := crashedRead(t, client, tp, "g", "idle")
+	require.NoError(t, client.XAck(ctx, store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard(tp, 0).Stream(), "g", idle.ID).Err()) // holds nothing now
+	ch := subscribe(t, live, tp)
+	held := receive(t, ch, 5*time.Second) // not settled while the test runs
+	defer held.Ack()
+
+	byName := func() map[string]redisdelay.Consumer {
+		cs, err := insp.Consumers(ctx, tp, "g")
+		require.NoError(t, err)
+		out := map[string]redisdelay.Consumer{}
+		for _, c := range cs {
+			name, _, _ := strings.Cut(c.Name, "-") // a Subscriber's name takes a unique suffix
+			out[name] = c
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return byName()["crashed"].Stuck }, 10*time.Second, 10*time.Millisecond)
+	// Past twice the timeout for all three: only the crashed one is stuck.
+	require.Eventually(t, func() bool { return byName()["idle"].Idle >= 500*time.Millisecond }, 10*time.Second, 10*time.Millisecond)
+	cs := byName()
+	assert.True(t, cs["crashed"].Stuck)
+	assert.Equal(t, int64(1), cs["crashed"].Pending)
+	assert.False(t, cs["live"].Stuck, "a live consumer renews what it holds: %+v", cs["live"])
+	assert.Equal(t, int64(1), cs["live"].Pending)
+	assert.False(t, cs["idle"].Stuck, "holds nothing: %+v", cs["idle"])
+}
+
+// Consumer.Active is zero where Redis does not tell it (before 7.2), not
+// "now": never after LastSeen (a success is an attempt too).
+func TestInspector_ConsumersActiveNotNow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	insp := newInspector(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	require.NoError(t, sub.SubscribeInitialize(tp))
+	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("1")))
+	crashedRead(t, client, tp, "g", "crashed")
+	require.Eventually(t, func() bool {
+		cs, err := insp.Consumers(ctx, tp, "g")
+		require.NoError(t, err)
+		require.Len(t, cs, 1)
+		if cs[0].Idle < 200*time.Millisecond {
+			return false
+		}
+		assert.True(t, cs[0].Active.IsZero() || !cs[0].Active.After(cs[0].LastSeen), "active %v, last seen %v", cs[0].Active, cs[0].LastSeen)
+		return true
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// Retrying pages by (due time, member): retries due in the same
+// millisecond (the retry set's score is the due ms: common for messages
+// nacked together) are listed once each, across pages, whatever leaves
+// the set or joins it between pages: the page's last member falling due,
+// members before it falling due, a new retry due earlier.
+func TestInspector_RetryingPagesEqualDueTimes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	insp := newInspector(t, client)
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	require.NoError(t, sub.SubscribeInitialize(tp))
+
+	// The retry set as retry_later writes it (lib.lua): score = due ms *
+	// 1024, member "<attempt>:<id>"; written here so that they share a due
+	// millisecond for sure, an hour ahead.
+	key := store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard(tp, 0).Retry("g")
+	score := float64(time.Now().Add(time.Hour).UnixMilli() * 1024)
+	var all []string
+	for n := range 9 {
+		m := fmt.Sprintf("2:1-%d", n)
+		all = append(all, m)
+		require.NoError(t, client.ZAdd(ctx, key, redis.Z{Score: score, Member: m}).Err())
+	}
+	var seen []string
+	page := func(cursor string) string {
+		msgs, next, err := insp.Retrying(ctx, tp, "g", cursor, 2)
+		require.NoError(t, err)
+		for _, m := range msgs {
+			seen = append(seen, m.ID[len("0:"):])
+		}
+		return next
+	}
+
+	cursor := page("") // 1-0, 1-1
+	// The page's last falls due (leaves the set) before the next page.
+	require.NoError(t, client.ZRem(ctx, key, "2:1-1").Err())
+	cursor = page(cursor) // 1-2, 1-3
+	// A member before the cursor falls due, and a retry due earlier joins.
+	require.NoError(t, client.ZRem(ctx, key, "2:1-0").Err())
+	require.NoError(t, client.ZAdd(ctx, key, redis.Z{Score: score - 1024, Member: "2:0-new"}).Err())
+	for cursor != "" {
+		cursor = page(cursor)
+	}
+	assert.Equal(t, all, seen, "each once, in order")
+}
+
+// RunNowWhere counts each message once: a far-tier message it pulls into
+// the waiting set and makes due is met there again by the same run (no
+// scheduler moves it on: none runs), and a run repeated finds only
+// messages already due, which it leaves alone.
+func TestInspector_RunNowWhereCountsEachOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+
+	// More far messages than one batch reads (1,000): the second batch
+	// reads the waiting set the first one's far messages were pulled to.
+	const far, near = 1200, 10
+	var msgs []*message.Message
+	for n := range far + near {
+		d := 48 * time.Hour // the far tier
+		if n >= far {
+			d = time.Hour // the waiting set
+		}
+		m := delayed(delay.For(d), "m"+strconv.Itoa(n))
+		m.Metadata.Set("tenant", "acme")
+		msgs = append(msgs, m)
+	}
+	require.NoError(t, pub.Publish(tp, msgs...))
+	acme := redisdelay.Filter{Metadata: map[string]string{"tenant": "acme"}}
+
+	p, err := insp.RunNowWhere(ctx, tp, acme, redisdelay.BulkOptions{DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, int64(far+near), p.Matched)
+	p, err = insp.RunNowWhere(ctx, tp, acme, redisdelay.BulkOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(far+near), p.Matched, "matched")
+	assert.Equal(t, int64(far+near), p.Done, "made due")
+
+	p, err = insp.RunNowWhere(ctx, tp, acme, redisdelay.BulkOptions{})
+	require.NoError(t, err)
+	assert.Zero(t, p.Matched, "a run repeated: all are due already")
+	assert.Zero(t, p.Done)
 }

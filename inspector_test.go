@@ -6,6 +6,7 @@ package redisdelay_test
 
 import (
 	"context"
+	"math"
 	"sort"
 	"strconv"
 	"testing"
@@ -16,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay"
 )
 
 func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
@@ -309,4 +310,139 @@ func TestInspector_StatsLeased(t *testing.T) {
 	overdue, err := env.insp.Overdue(context.Background(), env.topic)
 	require.NoError(t, err)
 	assert.Zero(t, overdue)
+}
+
+// Grouped messages due while a topic has no consumer group wait for the
+// first group, not for a scheduler: a running scheduler lets the lease of
+// such a partition lapse (nothing for it to do), and the stats tell them
+// apart from waiting messages no scheduler moves.
+func TestInspector_StatsWaitingForGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	tp := topic()
+	pub := newPublisher(t, client)
+	insp := newInspector(t, client)
+	runManagerWithLogger(t, client, redisdelay.ManagerConfig{Topics: []string{tp}}, logger)
+
+	msg := newMessage("grouped")
+	redisdelay.SetGroup(msg, "tenant-1")
+	require.NoError(t, pub.Publish(tp, msg))
+	var st redisdelay.TopicStats
+	require.Eventually(t, func() bool {
+		var err error
+		st, err = insp.Stats(ctx, tp)
+		require.NoError(t, err)
+		return st.WaitingForGroup == 1 && st.Leased == 0
+	}, 20*time.Second, 20*time.Millisecond, "moved aside for a group to come; the scheduler lets the lease of the idle partition lapse")
+	assert.Equal(t, int64(1), st.Waiting)
+}
+
+// TestInspector_Counters: the growing counters of a topic of two partitions
+// count messages made ready (published immediate, and delayed ones when
+// due), first deliveries per group and dead letters, and do not shrink
+// when the messages are acknowledged.
+func TestInspector_Counters(t *testing.T) {
+	env := setup(t)
+	ctx := context.Background()
+
+	c, err := env.insp.Counters(ctx, env.topic)
+	require.NoError(t, err, "a topic nothing used yet")
+	assert.Zero(t, c.Ready)
+	assert.Empty(t, c.Groups)
+	assert.WithinDuration(t, time.Now(), c.Time, 5*time.Second, "Redis's clock")
+
+	_, err = env.insp.Counters(ctx, "bad topic\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "topic")
+
+	pub := newPartitionedPublisher(t, env.client, 2)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", MaxAttempts: 1, Partitions: 2})
+	ch := subscribe(t, sub, env.topic)
+	for n := range 5 {
+		require.NoError(t, pub.Publish(env.topic, newMessage("now "+string(rune('a'+n)))))
+	}
+	require.NoError(t, pub.Publish(env.topic, delayed(delay.For(300*time.Millisecond), "soon")))
+	for n := range 6 {
+		m := receive(t, ch, 5*time.Second)
+		if n == 0 {
+			m.Nack()
+		} else {
+			m.Ack()
+		}
+	}
+	awaitDeadLetters(t, env.insp, env.topic, "g", 1, 5*time.Second)
+
+	c, err = env.insp.Counters(ctx, env.topic)
+	require.NoError(t, err)
+	assert.Equal(t, env.topic, c.Topic)
+	assert.EqualValues(t, 6, c.Ready, "5 immediate + 1 delayed made ready, over both partitions")
+	require.Len(t, c.Groups, 1)
+	assert.Equal(t, redisdelay.GroupCounters{Group: "g", Delivered: 6, DeadTotal: 1}, c.Groups[0])
+	st := topicStats(t, env.insp, env.topic)
+	assert.Less(t, st.Stream, int64(7), "the stream itself may be trimmed; the counter is not")
+}
+
+// A page far past the end of a partitioned topic is empty: offset + limit
+// overflowed and panicked.
+func TestInspector_WaitingOffsetNearMaxInt(t *testing.T) {
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, 3)
+	for range 3 {
+		require.NoError(t, pub.Publish(env.topic, delayed(delay.For(time.Hour), "x")))
+	}
+	for _, offset := range []int{math.MaxInt, math.MaxInt - 5, math.MaxInt / 2} {
+		page, err := env.insp.Waiting(context.Background(), env.topic, offset, 10)
+		require.NoError(t, err)
+		assert.Empty(t, page)
+	}
+	page, err := env.insp.Waiting(context.Background(), env.topic, 1, 10_000)
+	require.NoError(t, err)
+	assert.Len(t, page, 2)
+}
+
+// A waiting body that cannot be decoded is listed as corrupt instead of
+// failing the page.
+func TestInspector_WaitingCorruptBody(t *testing.T) {
+	env := setup(t)
+	var ids []string
+	for i := range 3 {
+		// due within a second: in the waiting set, not the far tier
+		msg := delayed(delay.For(time.Duration(i+1)*300*time.Millisecond), "x")
+		ids = append(ids, msg.UUID)
+		require.NoError(t, env.pub.Publish(env.topic, msg))
+	}
+	require.NoError(t, env.client.HSet(context.Background(), shardOf(env.topic, 0).Bodies(), ids[1], "garbage").Err())
+	page, err := newInspector(t, env.client).Waiting(context.Background(), env.topic, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, page, 3)
+	for i, w := range page {
+		assert.Equal(t, ids[i], w.Message.UUID)
+	}
+	assert.Empty(t, page[0].Corrupt)
+	assert.Contains(t, page[1].Corrupt, "corrupt")
+	assert.Empty(t, page[1].Message.Payload)
+	assert.WithinDuration(t, time.Now().Add(600*time.Millisecond), page[1].Due, time.Second)
+}
+
+// Registry entries that are not valid topic names are left out of Topics
+// (and so of Health and the Collector) and listed by InvalidTopics.
+func TestInspector_InvalidRegistryEntries(t *testing.T) {
+	needSingle(t, "reads the whole registry of the default prefix")
+	env := setup(t)
+	require.NoError(t, newPublisher(t, env.client).Publish(env.topic, newMessage("x")))
+	reg := defaultKeys.Topics()
+	require.NoError(t, env.client.SAdd(context.Background(), reg, "bad{name}", "").Err())
+	t.Cleanup(func() { env.client.SRem(context.Background(), reg, "bad{name}", "") })
+
+	topics, err := env.insp.Topics(context.Background())
+	require.NoError(t, err)
+	assert.Contains(t, topics, env.topic)
+	assert.NotContains(t, topics, "bad{name}")
+	assert.NotContains(t, topics, "")
+	bad, err := env.insp.InvalidTopics(context.Background())
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"bad{name}", ""}, bad)
+	_, err = env.insp.Health(context.Background(), redisdelay.HealthConfig{})
+	require.NoError(t, err)
 }
