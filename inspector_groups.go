@@ -400,3 +400,36 @@ func (i *Inspector) Consumers(ctx context.Context, topic, group string) ([]Consu
 func sortConsumers(cs []Consumer) {
 	slices.SortFunc(cs, func(a, b Consumer) int { return strings.Compare(a.Name, b.Name) })
 }
+
+// DeleteGroup removes a consumer group from a topic with everything it
+// holds: its position in the ready stream, pending messages, retries and
+// dead letters. Use it for a group no service consumes in any more, which
+// would otherwise keep every later message in the ready stream (trimming
+// never drops what a group has not read). Stop the group's subscribers
+// first: a running one recreates the group and reads again everything
+// still in the ready stream. It reports whether the group existed.
+func (i *Inspector) DeleteGroup(ctx context.Context, topic, group string) (bool, error) {
+	if err := i.validateGroup(topic, group); err != nil {
+		return false, err
+	}
+	shards, err := i.shards(ctx, topic)
+	if err != nil {
+		return false, wrapErr(err, "delete group %q of topic %q", group, topic)
+	}
+	existed := false
+	for _, sh := range shards {
+		dropped, err := store.DropGroup(ctx, i.client, sh, group)
+		if err != nil {
+			return existed, wrapErr(err, "delete group %q of topic %q", group, topic)
+		}
+		existed = existed || dropped
+	}
+	return existed, nil
+}
+
+func (i *Inspector) validateGroup(topic, group string) error {
+	if err := validateTopic(topic); err != nil {
+		return err
+	}
+	return validateName("consumer group", group)
+}
