@@ -6,6 +6,7 @@ package dashboard
 // backlog (Inspector.Ready, Pending, Retrying, Consumers).
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -147,4 +148,55 @@ func (h *handler) group(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, http.StatusOK, "group", "Group "+group+" of "+topic, topic, d)
+}
+
+func (h *handler) groupAction(ctx context.Context, w http.ResponseWriter, r *http.Request) {
+	topic, group, action := r.PostFormValue("t"), r.PostFormValue("g"), r.PostFormValue("action")
+	if status, err := h.knownTopic(ctx, topic); err != nil {
+		h.fail(w, r, status, err)
+		return
+	}
+	if action != "pause" && action != "resume" {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown action %q on a consumer group: use pause or resume", action))
+		return
+	}
+	// Only a listed group: the Inspector would pause a group that does not
+	// exist yet, and a typo would then pause nothing visible.
+	st, err := h.insp.Stats(ctx, topic)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	if !slices.ContainsFunc(st.Groups, func(g redisdelay.GroupStats) bool { return g.Group == group }) {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("topic %q has no consumer group %q: pick one on the topic's page", topic, group))
+		return
+	}
+	back := h.link("/topic", "t", topic)
+	// Resume only undoes a pause: no confirmation.
+	if action == "pause" && r.PostFormValue("confirm") != "yes" {
+		h.confirm(w, r, topic, confirmData{
+			Action: h.link("/group"), Fields: [][2]string{{"t", topic}, {"g", group}, {"action", action}}, Back: back,
+			Prompt: fmt.Sprintf("Pause consumer group %q of topic %q? Its subscribers, in every process, stop fetching new messages until it is resumed; due messages accumulate as ready.", group, topic),
+		})
+		return
+	}
+	var text string
+	if action == "pause" {
+		if err = h.insp.Pause(ctx, topic, group); err == nil {
+			text = fmt.Sprintf("Paused consumer group %q of topic %q: its subscribers fetch no new messages until it is resumed.", group, topic)
+		}
+	} else {
+		var was bool
+		if was, err = h.insp.Resume(ctx, topic, group); err == nil {
+			text = fmt.Sprintf("Resumed consumer group %q of topic %q: its subscribers fetch again at once.", group, topic)
+			if !was {
+				text = fmt.Sprintf("Consumer group %q of topic %q was not paused: nothing changed.", group, topic)
+			}
+		}
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "result", "Consumer group", topic, resultData{text, back})
 }

@@ -102,7 +102,7 @@ func unknownSchedule(id string) error {
 		"or it was never registered; reload the schedules page", id)
 }
 
-func (h *handler) scheduleAction(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+func (h *handler) scheduleAction(ctx context.Context, w http.ResponseWriter, r *http.Request) {
 	id, action := r.PostFormValue("id"), r.PostFormValue("action")
 	switch action {
 	case "pause", "resume", "trigger", "remove":

@@ -405,7 +405,7 @@ type bulkData struct {
 	Chunk    time.Duration
 }
 
-func (h *handler) bulk(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+func (h *handler) bulk(ctx context.Context, w http.ResponseWriter, r *http.Request) {
 	v := r.PostForm
 	f := readFilterForm(v)
 	action, phase, cursor := v.Get("action"), v.Get("phase"), v.Get("cursor")
