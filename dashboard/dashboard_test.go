@@ -43,7 +43,7 @@ type env struct {
 func newEnv(t *testing.T, opts dashboard.Options) *env {
 	t.Helper()
 	s := redistest.ForTest(t, redistest.Options{KillWithParent: true})
-	client := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1}) // TestErrors stops Redis: fail at once
+	client := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1}) // TestPages_Errors stops Redis: fail at once
 	t.Cleanup(func() { _ = client.Close() })
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
 	require.NoError(t, err)
@@ -116,7 +116,7 @@ func (e *env) deadLetters(topic, group string, n int) []string {
 	return uuids
 }
 
-func TestTopicsPageAndAPI(t *testing.T) {
+func TestTopics_PageAndAPI(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	e.publish("orders", later(time.Hour, "a"), later(2*time.Hour, "b"))
 	e.deadLetters("orders", "billing", 1)
@@ -153,7 +153,7 @@ func TestTopicsPageAndAPI(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, status)
 }
 
-func TestTopicPageHistogramAndPaging(t *testing.T) {
+func TestTopic_HistogramAndPaging(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	var msgs []*message.Message
 	for i := range 60 {
@@ -233,7 +233,7 @@ func TestTopicPageHistogramAndPaging(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, status)
 }
 
-func TestMessageSearchEscapesPayload(t *testing.T) {
+func TestMessage_SearchEscapesPayload(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	evil := later(time.Hour, `<script>alert("x")</script>`)
 	evil.Metadata.Set(redisdelay.BusinessKey, `k<b>1</b>`)
@@ -268,7 +268,7 @@ func TestMessageSearchEscapesPayload(t *testing.T) {
 	assert.Contains(t, body, "use uuid or key")
 }
 
-func TestCancelConfirmAndToken(t *testing.T) {
+func TestMessage_CancelConfirmAndToken(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	msg := later(time.Hour, "x")
 	e.publish("orders", msg)
@@ -312,7 +312,7 @@ func TestCancelConfirmAndToken(t *testing.T) {
 	assert.Contains(t, body, "no message UUID given")
 }
 
-func TestDeadLettersRequeueDelete(t *testing.T) {
+func TestDead_RequeueDelete(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	e.deadLetters("orders", "billing", 4)
 	status, page := e.get("/dead?t=orders&g=billing")
@@ -359,7 +359,7 @@ func TestDeadLettersRequeueDelete(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, status)
 }
 
-func TestReadOnly(t *testing.T) {
+func TestSecurity_ReadOnly(t *testing.T) {
 	e := newEnv(t, dashboard.Options{ReadOnly: true})
 	msg := later(time.Hour, "x")
 	e.publish("orders", msg)
@@ -381,7 +381,7 @@ func TestReadOnly(t *testing.T) {
 	assert.True(t, ok)
 }
 
-func TestAuthorizeAndBasePath(t *testing.T) {
+func TestSecurity_AuthorizeAndBasePath(t *testing.T) {
 	calls := 0
 	e := newEnv(t, dashboard.Options{BasePath: "/ops/delay", Authorize: func(r *http.Request) error {
 		calls++
@@ -416,7 +416,7 @@ func TestAuthorizeAndBasePath(t *testing.T) {
 	assert.Equal(t, "/ops/delay", cookie.Path)
 }
 
-func TestErrors(t *testing.T) {
+func TestPages_Errors(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	msg := later(time.Hour, "x")
 	e.publish("orders", msg)
@@ -490,12 +490,12 @@ func (e *env) charts(topic string) []chartJSON {
 	return out.Charts
 }
 
-// TestChartsSampleOnlyWhileWatched: nothing is sampled before a topic page
+// TestCharts_SampleOnlyWhileWatched: nothing is sampled before a topic page
 // is requested (an idle dashboard sends Redis nothing); once it is, the
 // throughput and lateness charts fill with points at the sample interval
 // and show the rate messages are made ready; 60 intervals after the last
 // request the sampling stops again.
-func TestChartsSampleOnlyWhileWatched(t *testing.T) {
+func TestCharts_SampleOnlyWhileWatched(t *testing.T) {
 	const every = 50 * time.Millisecond
 	e := newEnv(t, dashboard.Options{SampleEvery: every})
 	const tp = "orders"
@@ -545,8 +545,8 @@ func TestChartsSampleOnlyWhileWatched(t *testing.T) {
 	assert.Equal(t, idle, e.xinfoStreamCalls(), "still sampling 60 intervals after the last request")
 }
 
-// TestChartsOff: a negative SampleEvery draws no lines and never samples.
-func TestChartsOff(t *testing.T) {
+// TestCharts_Off: a negative SampleEvery draws no lines and never samples.
+func TestCharts_Off(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	e.publish("orders", later(time.Hour, "x"))
 	status, page := e.get("/topic?t=orders")
@@ -564,10 +564,10 @@ func (e *env) due(topic, uuid string) (time.Time, bool) {
 	return m.Due, ok
 }
 
-// TestRescheduleConfirmAndResult: the message page's form, "deliver in" or
+// TestMessage_RescheduleConfirmAndResult: the message page's form, "deliver in" or
 // "at", goes through a confirmation page, then moves the message and shows
 // its new due time; a message no longer waiting is reported as such.
-func TestRescheduleConfirmAndResult(t *testing.T) {
+func TestMessage_RescheduleConfirmAndResult(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	msg := later(time.Hour, "x")
 	msg.Metadata.Set(redisdelay.BusinessKey, "order-7")
@@ -628,9 +628,9 @@ func TestRescheduleConfirmAndResult(t *testing.T) {
 	assert.Contains(t, body, "no longer waiting")
 }
 
-// TestRescheduleBadInput: what cannot be parsed answers 400 with what to
+// TestMessage_RescheduleBadInput: what cannot be parsed answers 400 with what to
 // type; a due time beyond the Inspector's limit shows its error.
-func TestRescheduleBadInput(t *testing.T) {
+func TestMessage_RescheduleBadInput(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	msg := later(time.Hour, "x")
 	e.publish("orders", msg)
@@ -684,9 +684,9 @@ func (e *env) subscribe(topic, group string) {
 	}, 5*time.Second, 20*time.Millisecond)
 }
 
-// TestPauseResume: pause after a confirmation, the badge on both pages and
+// TestGroup_PauseResume: pause after a confirmation, the badge on both pages and
 // in both JSON endpoints, resume at once.
-func TestPauseResume(t *testing.T) {
+func TestGroup_PauseResume(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	e.publish("orders", later(time.Hour, "x"))
 	e.subscribe("orders", "billing")
@@ -744,9 +744,9 @@ func TestPauseResume(t *testing.T) {
 	assert.False(t, paused())
 }
 
-// TestReadOnlyRescheduleAndPause: read-only hides the new forms, refuses
+// TestSecurity_ReadOnlyRescheduleAndPause: read-only hides the new forms, refuses
 // their requests with 403, and still shows the paused badge.
-func TestReadOnlyRescheduleAndPause(t *testing.T) {
+func TestSecurity_ReadOnlyRescheduleAndPause(t *testing.T) {
 	e := newEnv(t, dashboard.Options{ReadOnly: true})
 	msg := later(time.Hour, "x")
 	e.publish("orders", msg)

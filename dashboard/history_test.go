@@ -15,9 +15,9 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
-// TestRingBounded: a topic's ring never holds more than historyLen samples
+// TestCharts_RingBounded: a topic's ring never holds more than historyLen samples
 // (28.8 KB), whatever the number added, and gives them oldest first.
-func TestRingBounded(t *testing.T) {
+func TestCharts_RingBounded(t *testing.T) {
 	r := newRing(historyLen)
 	for k := range 3*historyLen + 7 {
 		r.add(sample{at: int64(k)})
@@ -42,10 +42,10 @@ func TestRingBounded(t *testing.T) {
 	}
 }
 
-// TestRateFromTwoSamples: a rate is the counter's growth over the time
+// TestCharts_RateFromTwoSamples: a rate is the counter's growth over the time
 // between two readings; a shrunk (restarted) or unknown counter gives no
 // point rather than a negative or made-up rate.
-func TestRateFromTwoSamples(t *testing.T) {
+func TestCharts_RateFromTwoSamples(t *testing.T) {
 	ready := func(s sample) int64 { return s.ready }
 	got := rate([]sample{{at: 10_000, ready: 100}, {at: 15_000, ready: 150}}, ready)
 	if len(got) != 1 || got[0].v != 10 || got[0].at != 15_000 {
@@ -66,10 +66,10 @@ func TestRateFromTwoSamples(t *testing.T) {
 	}
 }
 
-// TestChartGeometry: the y axis tops at a round value above the highest
+// TestCharts_Geometry: the y axis tops at a round value above the highest
 // point, the latest value is labelled with its unit, and x spans the
 // samples.
-func TestChartGeometry(t *testing.T) {
+func TestCharts_Geometry(t *testing.T) {
 	c := chart{}
 	draw(&c, 0, 10_000, "/s", []string{"a"}, []string{"l-a"}, []point{{0, 0}, {5000, 37}, {10_000, 12.5}})
 	if c.YMax != "50" || c.Since != "−10s" {
@@ -85,9 +85,9 @@ func TestChartGeometry(t *testing.T) {
 	}
 }
 
-// TestSampleCommands counts the Redis commands of one sample of a topic of
+// TestCharts_SampleCommands counts the Redis commands of one sample of a topic of
 // one partition and one consumer group, and of two partitions.
-func TestSampleCommands(t *testing.T) {
+func TestCharts_SampleCommands(t *testing.T) {
 	s := redistest.ForTest(t, redistest.Options{KillWithParent: true})
 	client := redis.NewClient(&redis.Options{Addr: s.Addr})
 	t.Cleanup(func() { _ = client.Close() })

@@ -35,12 +35,12 @@ func (e *env) alertOf(topic string) (alert string, leased int) {
 	return got.Stats.Alert, got.Stats.Leased
 }
 
-// TestNoSchedulerBanner: messages wait and nobody schedules them (no
+// TestTopics_NoSchedulerBanner: messages wait and nobody schedules them (no
 // Manager, no subscriber running a scheduler): the topic page says so in a
 // banner, with how late they are, and the topics page tags the topic; a
 // topic with nothing waiting (its scheduler gone, or dormant) has neither;
 // once a Manager runs, the banner goes.
-func TestNoSchedulerBanner(t *testing.T) {
+func TestTopics_NoSchedulerBanner(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	e.publish("orders", later(50*time.Millisecond, "late"), later(time.Hour, "later"))
 	e.deadLetters("billing", "g", 1) // its subscriber's scheduler stopped; nothing waits
@@ -82,9 +82,9 @@ func TestNoSchedulerBanner(t *testing.T) {
 	assert.Contains(t, body, `id="sched-alert" role="alert" hidden>`)
 }
 
-// TestFarDueInDays: a message due in 1500 days reads "in 1500d13h55m", not
+// TestTopic_FarDueInDays: a message due in 1500 days reads "in 1500d13h55m", not
 // "in 36013h55m0s", in the list and on its page.
-func TestFarDueInDays(t *testing.T) {
+func TestTopic_FarDueInDays(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	msg := later(time.Hour, "far")
 	e.publish("orders", msg)
@@ -102,11 +102,11 @@ func TestFarDueInDays(t *testing.T) {
 	assert.NotContains(t, body, "36013h")
 }
 
-// TestSearchFindsDeadLetter: the search by UUID finds a dead letter (with
+// TestSearch_FindsDeadLetter: the search by UUID finds a dead letter (with
 // its group, reason, payload and requeue/delete form) when no message with
 // that UUID waits; it reads a bounded number of each group's dead letters
 // and says which it left out.
-func TestSearchFindsDeadLetter(t *testing.T) {
+func TestSearch_FindsDeadLetter(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	uuids := e.deadLetters("orders", "billing", 3)
 	waiting := later(time.Hour, "still waiting")
@@ -144,10 +144,10 @@ func TestSearchFindsDeadLetter(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status)
 }
 
-// TestNoSchedulerBanner_WaitingForGroup: a grouped message waiting for the
+// TestTopics_NoSchedulerBannerWaitingForGroup: a grouped message waiting for the
 // topic's first consumer group needs no scheduler (a running one has let
 // the idle partition's lease lapse): no banner.
-func TestNoSchedulerBanner_WaitingForGroup(t *testing.T) {
+func TestTopics_NoSchedulerBannerWaitingForGroup(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: e.client, Topics: []string{"tenants"}}, watermill.NopLogger{})
 	require.NoError(t, err)

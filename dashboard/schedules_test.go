@@ -58,7 +58,7 @@ func (e *env) ticksWaiting(topic string) []string {
 	return ids
 }
 
-func TestSchedulesPage(t *testing.T) {
+func TestSchedules_Page(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	status, body := e.get("/schedules")
 	require.Equal(t, http.StatusOK, status, body)
@@ -137,9 +137,9 @@ func mustLoad(t *testing.T, name string) *time.Location {
 	return loc
 }
 
-// TestScheduleActions: pause (confirmed), resume, trigger (confirmed) and
+// TestSchedules_Actions: pause (confirmed), resume, trigger (confirmed) and
 // remove (confirmed), each read back from Redis.
-func TestScheduleActions(t *testing.T) {
+func TestSchedules_Actions(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	id, odd := "nightly", `<b>odd</b>"&'`
 	e.schedule(redisdelay.Schedule{ID: id, Spec: "0 3 * * *", Topic: "reports"})
@@ -231,9 +231,9 @@ func TestScheduleActions(t *testing.T) {
 	assert.False(t, s.Paused.IsZero())
 }
 
-// TestScheduleUnknownAndBadInput: an unknown ID is a 404 that says so,
+// TestSchedules_UnknownAndBadInput: an unknown ID is a 404 that says so,
 // before any confirmation; a bad action or a missing ID a 400.
-func TestScheduleUnknownAndBadInput(t *testing.T) {
+func TestSchedules_UnknownAndBadInput(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	e.schedule(redisdelay.Schedule{ID: "kept", Spec: "@every 1h", Topic: "reports"})
 	_, page := e.get("/schedules")
@@ -273,10 +273,10 @@ func TestScheduleUnknownAndBadInput(t *testing.T) {
 	assert.Equal(t, http.StatusBadGateway, status)
 }
 
-// TestScheduleActionsRefused: read-only mode hides the buttons and
+// TestSchedules_ActionsRefused: read-only mode hides the buttons and
 // refuses the requests; a missing or wrong token, or another site's
 // Origin, is refused; nothing changes in Redis.
-func TestScheduleActionsRefused(t *testing.T) {
+func TestSchedules_ActionsRefused(t *testing.T) {
 	ro := newEnv(t, dashboard.Options{ReadOnly: true, SampleEvery: -1})
 	ro.schedule(redisdelay.Schedule{ID: "a", Spec: "@every 1h", Topic: "reports"})
 	ro.schedule(redisdelay.Schedule{ID: "b", Spec: "@every 1h", Topic: "reports"})
@@ -338,9 +338,9 @@ func TestScheduleActionsRefused(t *testing.T) {
 	unchanged(e)
 }
 
-// TestSchedulesPageShowsSkips: the ticks an OverlapSkip schedule skipped
+// TestSchedules_PageShowsSkips: the ticks an OverlapSkip schedule skipped
 // (its first tick's message waits an hour) show beside its policy.
-func TestSchedulesPageShowsSkips(t *testing.T) {
+func TestSchedules_PageShowsSkips(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	e.schedule(redisdelay.Schedule{ID: "sync", Spec: "@every 200ms", Topic: "sync.run", Overlap: redisdelay.OverlapSkip})
 	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: e.client}, watermill.NopLogger{})

@@ -85,7 +85,7 @@ func (e *env) waitingNow(topic, uuid string) bool {
 	return ok
 }
 
-func TestSearchPageAndLinks(t *testing.T) {
+func TestSearch_PageAndLinks(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	e.searchFixture()
 	e.deadLetters("orders", "billing", 1)
@@ -119,10 +119,10 @@ func TestSearchPageAndLinks(t *testing.T) {
 	assert.Contains(t, body, `search &#34;waiting&#34; messages, or the dead letters of a consumer group as &#34;dead:&lt;group&gt;&#34;`)
 }
 
-// TestSearchByMetadata: near and far messages are found by metadata, and
+// TestSearch_ByMetadata: near and far messages are found by metadata, and
 // by several pairs, a key prefix and a due range; values with markup are
 // text.
-func TestSearchByMetadata(t *testing.T) {
+func TestSearch_ByMetadata(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	start := time.Now()
 	acme, others := e.searchFixture()
@@ -166,10 +166,10 @@ func TestSearchByMetadata(t *testing.T) {
 	assert.Contains(t, body, "no criterion: every waiting message of the topic")
 }
 
-// TestSearchPaging: the pages follow one another with the cursor, no
+// TestSearch_Paging: the pages follow one another with the cursor, no
 // match twice; a page that reads its bound without a match says so and
 // offers to go on.
-func TestSearchPaging(t *testing.T) {
+func TestSearch_Paging(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	acme, _ := e.searchFixture()
 	defer dashboard.SetSearchBounds(4, 5)()
@@ -278,7 +278,7 @@ func (e *env) deadTenants(n int) (acme, globex []string) {
 	return acme, globex
 }
 
-func TestSearchDeadLetters(t *testing.T) {
+func TestSearch_DeadLetters(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	acme, globex := e.deadTenants(6)
 	status, body := e.search(url.Values{"t": {"orders"}, "target": {"dead:billing"}, "meta": {"tenant=acme"}})
@@ -343,7 +343,7 @@ func (e *env) runBulk(form url.Values) (status int, page string, steps int) {
 	return status, page, steps
 }
 
-func TestBulkCancel(t *testing.T) {
+func TestBulk_Cancel(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	acme, others := e.searchFixture()
 	form := e.bulkForm(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}}, "cancel")
@@ -381,7 +381,7 @@ func TestBulkCancel(t *testing.T) {
 	assert.NotContains(t, page, "Please confirm")
 }
 
-func TestBulkReschedule(t *testing.T) {
+func TestBulk_Reschedule(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	acme, others := e.searchFixture()
 	at := time.Now().Add(5 * time.Hour).UTC().Truncate(time.Second)
@@ -418,7 +418,7 @@ func TestBulkReschedule(t *testing.T) {
 	assert.WithinRange(t, got, start.Add(30*time.Minute-time.Second), time.Now().Add(30*time.Minute+time.Second))
 }
 
-func TestBulkRequeueAndDeleteDeadLetters(t *testing.T) {
+func TestBulk_RequeueAndDeleteDeadLetters(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	e.deadTenants(6)
 	search := url.Values{"t": {"orders"}, "target": {"dead:billing"}, "meta": {"tenant=acme"}}
@@ -445,11 +445,11 @@ func TestBulkRequeueAndDeleteDeadLetters(t *testing.T) {
 	assert.EqualValues(t, 0, e.deadCount("orders", "billing"))
 }
 
-// TestBulkInSteps: a bulk request works for a bounded time (here one
+// TestBulk_InSteps: a bulk request works for a bounded time (here one
 // batch of about 1,000 stored messages) and answers a page that continues from
 // the cursor; followed to the end, the count and the action cover every
 // match once.
-func TestBulkInSteps(t *testing.T) {
+func TestBulk_InSteps(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1, BulkStep: time.Nanosecond})
 	var msgs []*message.Message
 	for i := range 2500 {
@@ -488,9 +488,9 @@ func TestBulkInSteps(t *testing.T) {
 	assert.EqualValues(t, 625, left.Waiting, "globex's")
 }
 
-// TestBulkAllGuard: an empty filter acts on nothing unless "all" is
+// TestBulk_AllGuard: an empty filter acts on nothing unless "all" is
 // ticked; ticked, it acts on every message.
-func TestBulkAllGuard(t *testing.T) {
+func TestBulk_AllGuard(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	e.searchFixture()
 	_, page := e.search(url.Values{"t": {"orders"}})
@@ -521,10 +521,10 @@ func TestBulkAllGuard(t *testing.T) {
 	assert.EqualValues(t, 0, st.Waiting)
 }
 
-// TestBulkRefused: read-only hides the bulk forms and refuses them; a
+// TestBulk_Refused: read-only hides the bulk forms and refuses them; a
 // missing or wrong token or another site's Origin is refused; nothing
 // changes.
-func TestBulkRefused(t *testing.T) {
+func TestBulk_Refused(t *testing.T) {
 	ro := newEnv(t, dashboard.Options{ReadOnly: true, SampleEvery: -1})
 	acme, _ := ro.searchFixture()
 	status, page := ro.search(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}})
@@ -563,9 +563,9 @@ func TestBulkRefused(t *testing.T) {
 	}
 }
 
-// TestSearchBadInput: what cannot be read answers 400 saying what to
+// TestSearch_BadInput: what cannot be read answers 400 saying what to
 // type, on the search page and for a bulk action, which changes nothing.
-func TestSearchBadInput(t *testing.T) {
+func TestSearch_BadInput(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	acme, _ := e.searchFixture()
 	e.deadLetters("orders", "billing", 1)

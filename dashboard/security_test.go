@@ -51,10 +51,10 @@ func (e *env) port() string {
 	return u.Port()
 }
 
-// TestHostRebinding: a page of another name that resolves to the
+// TestSecurity_HostRebinding: a page of another name that resolves to the
 // dashboard's address (DNS rebinding) gets neither the pages, nor the
 // token, nor the actions; loopback names and addresses are served.
-func TestHostRebinding(t *testing.T) {
+func TestSecurity_HostRebinding(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	msg := later(time.Hour, "secret payload")
 	e.publish("orders", msg)
@@ -90,9 +90,9 @@ func TestHostRebinding(t *testing.T) {
 	}
 }
 
-// TestHostRebindingBehindAuthorize: Authorize does not lift the Host check,
+// TestSecurity_HostRebindingBehindAuthorize: Authorize does not lift the Host check,
 // and is not consulted for a refused Host.
-func TestHostRebindingBehindAuthorize(t *testing.T) {
+func TestSecurity_HostRebindingBehindAuthorize(t *testing.T) {
 	calls := 0
 	e := newEnv(t, dashboard.Options{Authorize: func(*http.Request) error { calls++; return nil }})
 	resp, body := e.do(http.MethodGet, "/", "rebind.attacker.example", nil)
@@ -104,9 +104,9 @@ func TestHostRebindingBehindAuthorize(t *testing.T) {
 	assert.Equal(t, 1, calls)
 }
 
-// TestAllowedHosts: the names listed are served, with any port or the one
+// TestSecurity_AllowedHosts: the names listed are served, with any port or the one
 // given; "*" turns the check off.
-func TestAllowedHosts(t *testing.T) {
+func TestSecurity_AllowedHosts(t *testing.T) {
 	e := newEnv(t, dashboard.Options{AllowedHosts: []string{"ops.example.com", "Intranet.Example:8443", "2001:db8::1", "https://public.example"}})
 	for host, want := range map[string]int{
 		"ops.example.com":         http.StatusOK,
@@ -135,10 +135,10 @@ func TestAllowedHosts(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode, `"*"`)
 }
 
-// TestOriginNull: "Origin: null" (a sandboxed frame, a data: URL, a
+// TestSecurity_OriginNull: "Origin: null" (a sandboxed frame, a data: URL, a
 // redirect from another site) proves nothing: the Referer decides, and
 // without a matching one the action is refused, token or not.
-func TestOriginNull(t *testing.T) {
+func TestSecurity_OriginNull(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	e.publish("orders", later(time.Hour, "x"))
 	e.subscribe("orders", "billing")
@@ -179,10 +179,10 @@ func TestOriginNull(t *testing.T) {
 	assert.True(t, paused())
 }
 
-// TestOriginRewrittenHost: behind a proxy that rewrites Host to its
+// TestSecurity_OriginRewrittenHost: behind a proxy that rewrites Host to its
 // upstream (nginx's default), the refusal says what it compared and how to
 // fix it.
-func TestOriginRewrittenHost(t *testing.T) {
+func TestSecurity_OriginRewrittenHost(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	msg := later(time.Hour, "x")
 	e.publish("orders", msg)
@@ -204,10 +204,10 @@ func TestOriginRewrittenHost(t *testing.T) {
 	assert.Contains(t, body, "nothing was done")
 }
 
-// TestOriginAllowedHost: the public name listed in AllowedHosts is trusted
+// TestSecurity_OriginAllowedHost: the public name listed in AllowedHosts is trusted
 // as the Origin of a form behind a proxy that rewrites Host; "*" and
 // loopback are not.
-func TestOriginAllowedHost(t *testing.T) {
+func TestSecurity_OriginAllowedHost(t *testing.T) {
 	for _, c := range []struct {
 		allowed []string
 		origin  string
@@ -230,9 +230,9 @@ func TestOriginAllowedHost(t *testing.T) {
 	}
 }
 
-// TestCookieSecureBehindTLSProxy: the token's cookie is Secure when a
+// TestSecurity_CookieSecureBehindTLSProxy: the token's cookie is Secure when a
 // TLS-terminating proxy says the browser used https.
-func TestCookieSecureBehindTLSProxy(t *testing.T) {
+func TestSecurity_CookieSecureBehindTLSProxy(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	cookie := func(header ...string) *http.Cookie {
 		t.Helper()

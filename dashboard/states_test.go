@@ -30,9 +30,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestAuthentication: with BasicAuth or BearerTokens, every request needs
+// TestSecurity_Authentication: with BasicAuth or BearerTokens, every request needs
 // one of them, static files and the Host check's refusals aside.
-func TestAuthentication(t *testing.T) {
+func TestSecurity_Authentication(t *testing.T) {
 	e := newEnv(t, dashboard.Options{BasicAuth: map[string]string{"alice": "correct-horse-battery"}, BearerTokens: []string{"token-of-the-monitoring-script"}})
 	for _, path := range []string{"/", "/api/topics", "/static/app.js", "/schedules"} {
 		resp, _ := e.do(http.MethodGet, path, "", nil)
@@ -82,9 +82,9 @@ func basic(user, pw string) string {
 	return strings.TrimPrefix(r.Header.Get("Authorization"), "Basic ")
 }
 
-// TestControlCharactersShown: control and bidi characters of metadata,
+// TestPages_ControlCharactersShown: control and bidi characters of metadata,
 // keys and reasons show as escapes, not as boxes or reordered text.
-func TestControlCharactersShown(t *testing.T) {
+func TestPages_ControlCharactersShown(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	msg := later(time.Hour, "x")
 	msg.Metadata.Set("color\x07", "\x1b[31mred\u202etxt.exe")
@@ -100,9 +100,9 @@ func TestControlCharactersShown(t *testing.T) {
 	assert.NotContains(t, page, "\x00")
 }
 
-// TestGroupPage: a group's ready, pending and retrying messages and its
+// TestGroup_Page: a group's ready, pending and retrying messages and its
 // consumers, paged.
-func TestGroupPage(t *testing.T) {
+func TestGroup_Page(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	ctx := context.Background()
 	e.subscribe("orders", "billing") // the group, and its subscriber
@@ -175,9 +175,9 @@ func TestGroupPage(t *testing.T) {
 	assert.Contains(t, page, `href="/group?g=audit&amp;t=orders&amp;view=pending"`)
 }
 
-// TestRunNow: one message from its page, after a confirmation; matches of
+// TestMessage_RunNow: one message from its page, after a confirmation; matches of
 // a search in bulk; refused when read-only.
-func TestRunNow(t *testing.T) {
+func TestMessage_RunNow(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: -1})
 	msg := later(time.Hour, "x")
 	e.publish("orders", msg)
@@ -237,9 +237,9 @@ func TestRunNow(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, status)
 }
 
-// TestServerAndCharts: the topics page shows the server; the topic page's
+// TestCharts_ServerAndCharts: the topics page shows the server; the topic page's
 // charts are a line each until two samples exist.
-func TestServerAndCharts(t *testing.T) {
+func TestCharts_ServerAndCharts(t *testing.T) {
 	e := newEnv(t, dashboard.Options{SampleEvery: time.Hour})
 	e.publish("orders", later(time.Hour, "x"))
 	_, page := e.get("/")
@@ -264,9 +264,9 @@ func regexpFind(t *testing.T, s, re string) string {
 	return m[1]
 }
 
-// TestSchedulesOverdueAndLastTick: the schedules page warns of a next
+// TestSchedules_OverdueAndLastTick: the schedules page warns of a next
 // tick no scheduler published, and shows the tick published last.
-func TestSchedulesOverdueAndLastTick(t *testing.T) {
+func TestSchedules_OverdueAndLastTick(t *testing.T) {
 	e := newEnv(t, dashboard.Options{})
 	e.schedule(redisdelay.Schedule{ID: "report", Spec: "@every 1h", Topic: "reports"})
 	_, page := e.get("/schedules")

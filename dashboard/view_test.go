@@ -9,7 +9,7 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/present"
 )
 
-func TestHuman(t *testing.T) {
+func TestView_Human(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		0:                       "0s",
 		1500 * time.Millisecond: "2s",
@@ -32,7 +32,7 @@ func TestHuman(t *testing.T) {
 	}
 }
 
-func TestSchedulingAlert(t *testing.T) {
+func TestView_SchedulingAlert(t *testing.T) {
 	st := redisdelay.TopicStats{Topic: "t", Partitions: 2, Waiting: 5}
 	for _, c := range []struct {
 		leased  int

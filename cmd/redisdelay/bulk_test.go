@@ -57,7 +57,7 @@ func (s sample) killTenants(t *testing.T, tp string, n int) {
 
 // Cancel by metadata, business key prefix and due time, in a topic of 4
 // partitions; a dry run changes nothing.
-func TestBulkCancel(t *testing.T) {
+func TestBulk_Cancel(t *testing.T) {
 	s := setupSample(t)
 	m := s.publishTenants(t, tenantTopic, 4, 10)
 
@@ -85,7 +85,7 @@ func TestBulkCancel(t *testing.T) {
 
 // Reschedule by filter to an instant (--at) or from now (--in): messages
 // already at the new due time are left alone.
-func TestBulkReschedule(t *testing.T) {
+func TestBulk_Reschedule(t *testing.T) {
 	s := setupSample(t)
 	m := s.publishTenants(t, tenantTopic, 4, 6)
 	at := time.Now().Add(5 * time.Hour).UTC().Truncate(time.Millisecond)
@@ -117,7 +117,7 @@ func TestBulkReschedule(t *testing.T) {
 }
 
 // Requeue and delete dead letters by metadata and by the time they died.
-func TestBulkDeadLetters(t *testing.T) {
+func TestBulk_DeadLetters(t *testing.T) {
 	s := setupSample(t)
 	const tp = "orders.charge"
 	s.killTenants(t, tp, 6)
@@ -153,7 +153,7 @@ func TestBulkDeadLetters(t *testing.T) {
 
 // --all acts on every waiting message only with --yes; without it, it
 // says what it would do and does nothing, as purge does.
-func TestBulkAllGuard(t *testing.T) {
+func TestBulk_AllGuard(t *testing.T) {
 	s := setupSample(t)
 	s.publishTenants(t, tenantTopic, 4, 4)
 	for _, args := range [][]string{
@@ -180,7 +180,7 @@ func TestBulkAllGuard(t *testing.T) {
 // Mixed forms, missing criteria and malformed filters or cursors are
 // usage errors (exit 2) before Redis is asked; a cursor the topic cannot
 // have is the Inspector's error (exit 1), and changes nothing.
-func TestBulkUsageErrors(t *testing.T) {
+func TestBulk_UsageErrors(t *testing.T) {
 	s := setupSample(t)
 	const waitingForms = "a filter (--meta K=V, --key-prefix P, --from T, --to T) or --all"
 	for _, c := range []struct {
@@ -285,7 +285,7 @@ func (s sample) publishMany(t *testing.T, tp string, n int) {
 // An interrupted run prints its counts and the cursor to go on from, and
 // exits with status 1; going on from there acts on the rest, and on none
 // twice.
-func TestBulkResume(t *testing.T) {
+func TestBulk_Resume(t *testing.T) {
 	s := setupSample(t)
 	const tp = "orders.many"
 	s.publishMany(t, tp, 2500)

@@ -33,7 +33,7 @@ import (
 
 // Every mistake in the connection flags is a usage error (exit 2), found
 // before anything is dialled.
-func TestConnectionUsageErrors(t *testing.T) {
+func TestConnection_UsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	notPEM := filepath.Join(dir, "not.pem")
 	require.NoError(t, os.WriteFile(notPEM, []byte("hello"), 0o600))
@@ -86,7 +86,7 @@ func parseOptions(t *testing.T, env map[string]string, args ...string) *options 
 }
 
 // The flags reach the client's configuration.
-func TestConnectionConfig(t *testing.T) {
+func TestConnection_Config(t *testing.T) {
 	plain := func(o *options) *redis.Options {
 		t.Helper()
 		c, ok := o.client().(*redis.Client)
@@ -135,7 +135,7 @@ func TestConnectionConfig(t *testing.T) {
 	assert.Equal(t, `Redis master "mymaster" (Sentinels 127.0.0.1:26379)`, parseOptions(t, nil, "--sentinel", "127.0.0.1:26379", "--master", "mymaster").target())
 }
 
-func TestVersion(t *testing.T) {
+func TestConnection_Version(t *testing.T) {
 	r := runCLI(t, "--version")
 	assert.Equal(t, 0, r.code)
 	assert.True(t, strings.HasPrefix(r.stdout, "redisdelay "), r.stdout)
@@ -145,7 +145,7 @@ func TestVersion(t *testing.T) {
 
 // --db selects the database; --user and the password from the environment
 // log in as an ACL user.
-func TestDBAndACLUser(t *testing.T) {
+func TestConnection_DBAndACLUser(t *testing.T) {
 	s := setupSample(t)
 	assert.Contains(t, s.ok(t, "--db", "0", "topics"), topic+"\n")
 	assert.Equal(t, fmt.Sprintf("no topics under prefix %q\n", s.prefix), s.ok(t, "--db", "1", "topics"))
@@ -167,7 +167,7 @@ func TestDBAndACLUser(t *testing.T) {
 }
 
 // --sentinel and --master find the master through a real Sentinel.
-func TestSentinel(t *testing.T) {
+func TestConnection_Sentinel(t *testing.T) {
 	s := setupSample(t)
 	_, port, err := net.SplitHostPort(redisAddr)
 	require.NoError(t, err)
@@ -183,7 +183,7 @@ func TestSentinel(t *testing.T) {
 // A real TLS redis-server that verifies clients: the CLI connects with the
 // CA and a client certificate, not without them, and --tls-insecure
 // connects with a warning.
-func TestTLS(t *testing.T) {
+func TestConnection_TLS(t *testing.T) {
 	certs := writeCerts(t)
 	addr := startServer(t, fmt.Sprintf("tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients yes\n",
 		certs.serverCert, certs.serverKey, certs.ca), "--tls")

@@ -18,7 +18,7 @@ import (
 // A message's UUID and metadata come from whoever published it: control
 // characters in them (an OSC sequence that retitles the terminal, a
 // colour, a bell) are shown escaped, never sent to the terminal.
-func TestWaitingEscapesControlCharacters(t *testing.T) {
+func TestWaiting_EscapesControlCharacters(t *testing.T) {
 	s := setupSample(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: s.client, KeyPrefix: s.prefix}, nil)
 	require.NoError(t, err)
@@ -46,7 +46,7 @@ func TestWaitingEscapesControlCharacters(t *testing.T) {
 
 // One waiting body that cannot be decoded does not hide the rest of the
 // page: it is listed as corrupt.
-func TestWaitingShowsCorruptBody(t *testing.T) {
+func TestWaiting_ShowsCorruptBody(t *testing.T) {
 	s := setupSample(t)
 	// Due in hours, it is in the far tier (see far.go): a reschedule to its
 	// own due time moves it into the waiting set and its hash of bodies.
@@ -78,7 +78,7 @@ func TestWaitingShowsCorruptBody(t *testing.T) {
 // A registry entry that is not a valid topic name (written by hand or by
 // another tool) is skipped with a warning; the other topics are listed
 // and counted.
-func TestInvalidRegistryEntrySkipped(t *testing.T) {
+func TestTopics_InvalidRegistryEntrySkipped(t *testing.T) {
 	s := setupSample(t)
 	require.NoError(t, s.client.SAdd(context.Background(), s.prefix+":topics", "bad{topic}").Err())
 
@@ -94,7 +94,7 @@ func TestInvalidRegistryEntrySkipped(t *testing.T) {
 
 // Malformed dead letter IDs and page bounds are usage errors (exit 2),
 // caught before anything is changed.
-func TestBadIDsAndPagesAreUsageErrors(t *testing.T) {
+func TestUsage_BadIDsAndPagesAreErrors(t *testing.T) {
 	s := setupSample(t)
 	for _, c := range []struct {
 		args []string

@@ -233,7 +233,7 @@ func (s sample) deadIDs(t *testing.T) []string {
 	return ids
 }
 
-func TestTopics(t *testing.T) {
+func TestTopics_List(t *testing.T) {
 	s := setupSample(t)
 	assert.Equal(t, topic+"\n"+partTopic+"\n", s.ok(t, "topics"))
 	assert.Equal(t, []string{topic, partTopic}, decode[[]string](t, s.ok(t, "--json", "topics")))
@@ -244,7 +244,7 @@ func TestTopics(t *testing.T) {
 	assert.Equal(t, "[]\n", runCLI(t, "--addr", redisAddr, "--prefix", "cli-nothing-here", "--json", "topics").stdout)
 }
 
-func TestStats(t *testing.T) {
+func TestStats_PerGroup(t *testing.T) {
 	s := setupSample(t)
 	out := s.ok(t, "stats")
 	r := rows(out)
@@ -281,7 +281,7 @@ func TestStats(t *testing.T) {
 // Grouped messages (SetGroup) a Manager queued in their groups for a
 // consumer group nobody consumes yet: the GROUPED and ACTIVE GROUPS
 // columns, "grouped" and "active_groups" in JSON, and not in READY.
-func TestStatsGrouped(t *testing.T) {
+func TestStats_Grouped(t *testing.T) {
 	const tp = "tenant.jobs"
 	prefix := "cli-" + t.Name()
 	client := redis.NewClient(&redis.Options{Addr: redisAddr})
@@ -331,7 +331,7 @@ func TestStatsGrouped(t *testing.T) {
 	assert.Equal(t, []string{tp, group, "1", "0", "0", "0", "0", "0", "0", "4", "2", "no"}, r[4])
 }
 
-func TestWaiting(t *testing.T) {
+func TestWaiting_List(t *testing.T) {
 	s := setupSample(t)
 	out := s.ok(t, "waiting", topic)
 	r := rows(out)
@@ -377,7 +377,7 @@ func TestWaiting(t *testing.T) {
 	assert.Equal(t, "[]\n", s.ok(t, "waiting", topic, "--offset", "5", "--json"))
 }
 
-func TestDead(t *testing.T) {
+func TestDead_List(t *testing.T) {
 	s := setupSample(t)
 	out := s.ok(t, "dead", topic, group)
 	r := rows(out)
@@ -421,7 +421,7 @@ func TestDead(t *testing.T) {
 }
 
 // Cancel by business key, in a topic of 4 partitions.
-func TestCancelByKey(t *testing.T) {
+func TestCancel_ByKey(t *testing.T) {
 	s := setupSample(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{
 		Client: s.client, KeyPrefix: s.prefix, TopicPartitions: map[string]int{"orders.keyed": 4},
@@ -448,7 +448,7 @@ func TestCancelByKey(t *testing.T) {
 	assert.EqualValues(t, 1, s.stats(t, "orders.keyed").Waiting)
 }
 
-func TestCancel(t *testing.T) {
+func TestCancel_ByUUID(t *testing.T) {
 	s := setupSample(t)
 	assert.Equal(t, fmt.Sprintf("cancelled message %s in topic %q\n", s.delayed[0], topic), s.ok(t, "cancel", topic, s.delayed[0]))
 	assert.Equal(t, fmt.Sprintf("not cancelled: no message %s is waiting in topic %q (unknown, already cancelled, or already due)\n", s.delayed[0], topic),
@@ -467,7 +467,7 @@ func TestCancel(t *testing.T) {
 // Reschedule by UUID (--at) and by business key (--in), in topics of 1
 // and 4 partitions; the message keeps its UUID and moves, as FindWaiting
 // shows.
-func TestRescheduleCmd(t *testing.T) {
+func TestReschedule_OneMessage(t *testing.T) {
 	s := setupSample(t)
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: s.client, KeyPrefix: s.prefix})
 	require.NoError(t, err)
@@ -515,7 +515,7 @@ func TestRescheduleCmd(t *testing.T) {
 		s.ok(t, "reschedule", "orders.keyed", "--key", "order-2", "--in", "10m"))
 }
 
-func TestRequeue(t *testing.T) {
+func TestDead_Requeue(t *testing.T) {
 	s := setupSample(t)
 	ids := s.deadIDs(t)
 	require.Len(t, ids, 2)
@@ -545,7 +545,7 @@ func TestRequeue(t *testing.T) {
 	}
 }
 
-func TestPurge(t *testing.T) {
+func TestDead_Purge(t *testing.T) {
 	s := setupSample(t)
 	r := s.cli(t, "purge", topic, group)
 	assert.Equal(t, 2, r.code)
@@ -561,7 +561,7 @@ func TestPurge(t *testing.T) {
 	assert.Equal(t, fmt.Sprintf("purged 0 dead letters of group %q in topic %q\n", group, topic), s.ok(t, "purge", "--yes", topic, group))
 }
 
-func TestDeleteDead(t *testing.T) {
+func TestDead_Delete(t *testing.T) {
 	s := setupSample(t)
 	ids := s.deadIDs(t)
 	assert.Equal(t, fmt.Sprintf("deleted dead letter %s of group %q in topic %q\n", ids[0], group, topic), s.ok(t, "delete-dead", topic, group, ids[0]))
@@ -575,7 +575,7 @@ func TestDeleteDead(t *testing.T) {
 	assert.Equal(t, `redisdelay: dead letter ID "7/1-0" names partition "7", but the topic has 1: pass an ID from DeadLetters`+"\n", r.stderr)
 }
 
-func TestUsageErrors(t *testing.T) {
+func TestUsage_Errors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string
@@ -623,7 +623,7 @@ func TestUsageErrors(t *testing.T) {
 	assert.Contains(t, runCLI(t, "help", "dead").stdout, "-after ID")
 }
 
-func TestUnreachable(t *testing.T) {
+func TestConnection_Unreachable(t *testing.T) {
 	port, err := redistest.FreePort() // closed again: nothing listens there
 	require.NoError(t, err)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
@@ -658,9 +658,9 @@ func TestUnreachable(t *testing.T) {
 	assert.Contains(t, r.stderr, "redisdelay: cannot reach Redis Cluster (seeds "+addr+"): ")
 }
 
-// TestBinary builds the command and runs it, to prove main's wiring (exit
+// TestUsage_Binary builds the command and runs it, to prove main's wiring (exit
 // statuses, streams, $REDIS_PASSWORD).
-func TestBinary(t *testing.T) {
+func TestUsage_Binary(t *testing.T) {
 	s := setupSample(t)
 	bin := filepath.Join(t.TempDir(), "redisdelay")
 	build := exec.Command("go", "build", "-o", bin, ".")
@@ -729,10 +729,10 @@ func TestBinary(t *testing.T) {
 	}
 }
 
-// TestCluster runs the commands with --cluster against the Redis Cluster of
+// TestConnection_Cluster runs the commands with --cluster against the Redis Cluster of
 // REDISDELAY_TEST_CLUSTER (comma-separated loopback seeds, see
 // .ci/cluster.sh), with a topic's partitions on different nodes.
-func TestCluster(t *testing.T) {
+func TestConnection_Cluster(t *testing.T) {
 	seeds := os.Getenv("REDISDELAY_TEST_CLUSTER")
 	if seeds == "" {
 		t.Skip("set REDISDELAY_TEST_CLUSTER (see .ci/cluster.sh)")
@@ -777,7 +777,7 @@ func TestCluster(t *testing.T) {
 
 // pause and resume a group; the stats show it; an unknown group is an
 // error naming the known ones.
-func TestPauseResume(t *testing.T) {
+func TestGroups_PauseResume(t *testing.T) {
 	s := setupSample(t)
 	assert.Contains(t, s.ok(t, "pause", topic, group), "paused group")
 	assert.Equal(t, fmt.Sprintf("group %q of topic %q was already paused\n", group, topic), s.ok(t, "pause", topic, group))

@@ -16,7 +16,7 @@ import (
 )
 
 // show finds a message wherever it still is and prints its payload.
-func TestShow(t *testing.T) {
+func TestShow_WaitingAndDead(t *testing.T) {
 	s := setupSample(t)
 
 	out := s.ok(t, "show", topic, s.delayed[0])
@@ -51,7 +51,7 @@ func TestShow(t *testing.T) {
 
 // Payloads are printed safely: control characters escaped in text, binary
 // as a hex dump (base64 in JSON), at most --max-payload bytes.
-func TestPayloadIsPrintedSafely(t *testing.T) {
+func TestShow_PayloadIsPrintedSafely(t *testing.T) {
 	s := setupSample(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: s.client, KeyPrefix: s.prefix}, nil)
 	require.NoError(t, err)

@@ -14,7 +14,7 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-func TestSchedules(t *testing.T) {
+func TestSchedules_Commands(t *testing.T) {
 	prefix := "cli-" + t.Name()
 	client := redis.NewClient(&redis.Options{Addr: redisAddr})
 	t.Cleanup(func() { _ = client.Close() })

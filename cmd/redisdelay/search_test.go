@@ -62,7 +62,7 @@ var nextCursor = regexp.MustCompile(`next page: --cursor (\S+)\)\n$`)
 
 // Waiting messages by metadata, business key prefix and due time, in a
 // topic of 4 partitions, as a table and as JSON, a page at a time.
-func TestSearch(t *testing.T) {
+func TestSearch_Waiting(t *testing.T) {
 	s := setupSample(t)
 	m := s.publishTenants(t, tenantTopic, 4, 10)
 
@@ -148,7 +148,7 @@ func TestSearch(t *testing.T) {
 
 // With --group, the group's dead letters, by metadata and by the time they
 // died.
-func TestSearchDeadLetters(t *testing.T) {
+func TestSearch_DeadLetters(t *testing.T) {
 	s := setupSample(t)
 	ids := s.deadIDs(t)
 	require.Len(t, ids, 2)
@@ -188,7 +188,7 @@ func TestSearchDeadLetters(t *testing.T) {
 // One search reads on until it has --limit matches, so a match far down
 // is found at once; but it reads at most searchCalls Inspector calls'
 // worth, and then hands back the cursor to go on.
-func TestSearchReadBound(t *testing.T) {
+func TestSearch_ReadBound(t *testing.T) {
 	s := setupSample(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: s.client, KeyPrefix: s.prefix}, nil)
 	require.NoError(t, err)
@@ -231,7 +231,7 @@ func TestSearchReadBound(t *testing.T) {
 // Malformed filters and cursors are usage errors (exit 2), caught before
 // Redis is asked; a cursor of the right form that the topic cannot have
 // is the Inspector's error (exit 1).
-func TestSearchBadInput(t *testing.T) {
+func TestSearch_BadInput(t *testing.T) {
 	s := setupSample(t)
 	for _, c := range []struct {
 		args []string
@@ -271,7 +271,7 @@ func TestSearchBadInput(t *testing.T) {
 
 // Cursors hold message UUIDs, which the publisher chose: the hint quotes
 // them for the shell, and escapes what a terminal would act on.
-func TestShellWord(t *testing.T) {
+func TestSearch_ShellWord(t *testing.T) {
 	for in, want := range map[string]string{
 		"0:n:1.7954e+12:3e42c17c-67fa-499c-b635-09a1c3ce0795": "0:n:1.7954e+12:3e42c17c-67fa-499c-b635-09a1c3ce0795",
 		"2/1795400834527-0": "2/1795400834527-0",

@@ -36,7 +36,7 @@ func (s sample) manager(t *testing.T, topics ...string) {
 	t.Cleanup(func() { _ = mgr.Close() })
 }
 
-func TestGroupListings(t *testing.T) {
+func TestStates_GroupListings(t *testing.T) {
 	s := setupSample(t)
 	ctx := context.Background()
 	pub := s.publisher(t)
@@ -137,7 +137,7 @@ func TestGroupListings(t *testing.T) {
 	assert.Contains(t, bad.stderr, `has no consumer group "nope"`)
 }
 
-func TestServerThroughputHealth(t *testing.T) {
+func TestStates_ServerThroughputHealth(t *testing.T) {
 	s := setupSample(t)
 	out := s.ok(t, "server")
 	assert.Regexp(t, `(?m)^version: +(redis|valkey) \d+\.\d+`, out)
@@ -166,7 +166,7 @@ func TestServerThroughputHealth(t *testing.T) {
 	assert.Contains(t, s.ok(t, "health", partTopic), "healthy: 1 topic(s) checked")
 }
 
-func TestRunNowAndOverdue(t *testing.T) {
+func TestStates_RunNowAndOverdue(t *testing.T) {
 	s := setupSample(t)
 	pub := s.publisher(t)
 	keyed := message.NewMessage(watermill.NewUUID(), []byte("keyed"))
@@ -217,7 +217,7 @@ func TestRunNowAndOverdue(t *testing.T) {
 	assert.Contains(t, s.ok(t, "run-now", topic, s.delayed[0]), "not run: message "+s.delayed[0]+" is not waiting")
 }
 
-func TestDeleteGroup(t *testing.T) {
+func TestStates_DeleteGroup(t *testing.T) {
 	s := setupSample(t)
 	r := s.cli(t, "delete-group", topic, group)
 	assert.Equal(t, 2, r.code)
@@ -230,7 +230,7 @@ func TestDeleteGroup(t *testing.T) {
 }
 
 // Search cursors print as plain digits, as the usage's example does.
-func TestSearchCursorDigits(t *testing.T) {
+func TestSearch_CursorDigits(t *testing.T) {
 	s := setupSample(t)
 	pub := s.publisher(t)
 	for range 2 {
@@ -245,7 +245,7 @@ func TestSearchCursorDigits(t *testing.T) {
 	assert.Contains(t, bad.stderr, `("0:n:1838490454556672:<uuid>")`)
 }
 
-func TestHelpAligned(t *testing.T) {
+func TestUsage_HelpAligned(t *testing.T) {
 	out := runCLI(t, "-h").stdout
 	_, list, _ := strings.Cut(out, "commands:\n")
 	list, _, _ = strings.Cut(list, "\n\n")

@@ -36,9 +36,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestUI serves the dashboard past --timeout, read-only, and stops on
+// TestUI_Serves serves the dashboard past --timeout, read-only, and stops on
 // interrupt with status 0.
-func TestUI(t *testing.T) {
+func TestUI_Serves(t *testing.T) {
 	s := setupSample(t)
 	ui := startUI(t, s, "--timeout", "200ms", "ui", "--addr-listen", "127.0.0.1:0", "--read-only")
 	url := ui.url
@@ -56,7 +56,7 @@ func TestUI(t *testing.T) {
 	ui.interrupt(t)
 }
 
-func TestUIListenError(t *testing.T) {
+func TestUI_ListenError(t *testing.T) {
 	s := setupSample(t)
 	r := s.cli(t, "ui", "--addr-listen", "127.0.0.1:99999")
 	assert.Equal(t, exitError, r.code)
@@ -65,9 +65,9 @@ func TestUIListenError(t *testing.T) {
 	assert.Equal(t, exitUsage, r.code)
 }
 
-// TestUIAllowedHost: the dashboard refuses a Host it does not know (DNS
+// TestUI_AllowedHost: the dashboard refuses a Host it does not know (DNS
 // rebinding) and answers to the --allowed-host names.
-func TestUIAllowedHost(t *testing.T) {
+func TestUI_AllowedHost(t *testing.T) {
 	s := setupSample(t)
 	ui := startUI(t, s, "ui", "--addr-listen", "127.0.0.1:0",
 		"--allowed-host", "ops.example", "--allowed-host", "intranet.example:8443, other.example")
@@ -99,9 +99,9 @@ func TestUIAllowedHost(t *testing.T) {
 	ui.interrupt(t)
 }
 
-// TestListenHosts: the address listened on is allowed; all of the
+// TestUI_ListenHosts: the address listened on is allowed; all of the
 // machine's for 0.0.0.0.
-func TestListenHosts(t *testing.T) {
+func TestUI_ListenHosts(t *testing.T) {
 	assert.Equal(t, []string{"10.1.2.3"}, listenHosts(net.ParseIP("10.1.2.3")))
 	assert.Equal(t, []string{"2001:db8::1"}, listenHosts(net.ParseIP("2001:db8::1")))
 	all := listenHosts(net.IPv4zero)
@@ -139,9 +139,9 @@ func (ui *uiRun) interrupt(t *testing.T) {
 	}
 }
 
-// TestUIRefusesOpenAddress: on an address other than loopback, the
+// TestUI_RefusesOpenAddress: on an address other than loopback, the
 // dashboard needs a login or --read-only, or an explicit --insecure.
-func TestUIRefusesOpenAddress(t *testing.T) {
+func TestUI_RefusesOpenAddress(t *testing.T) {
 	s := setupSample(t)
 	r := s.cli(t, "ui", "--addr-listen", "0.0.0.0:0")
 	assert.Equal(t, exitUsage, r.code)
@@ -156,9 +156,9 @@ func TestUIRefusesOpenAddress(t *testing.T) {
 	ui.interrupt(t)
 }
 
-// TestUIAuthentication: users from a file, a token from the environment;
+// TestUI_Authentication: users from a file, a token from the environment;
 // no secret on the command line.
-func TestUIAuthentication(t *testing.T) {
+func TestUI_Authentication(t *testing.T) {
 	s := setupSample(t)
 	dir := t.TempDir()
 	users := filepath.Join(dir, "users")

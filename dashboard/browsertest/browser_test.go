@@ -292,7 +292,7 @@ func median(ds []time.Duration) time.Duration {
 	return ds[len(ds)/2]
 }
 
-func TestDashboardInChromium(t *testing.T) {
+func TestChromium_Dashboard(t *testing.T) {
 	path := chromium(t)
 	srv := redistest.ForTest(t, redistest.Options{KillWithParent: true})
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})

@@ -17,10 +17,10 @@ import (
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
 
-// TestSchedulesInChromium: the schedules page, its buttons through the
+// TestChromium_Schedules: the schedules page, its buttons through the
 // confirmation pages, read back from Redis; a schedule ID with markup;
 // read-only mode. No Manager runs, so only the triggered tick is published.
-func TestSchedulesInChromium(t *testing.T) {
+func TestChromium_Schedules(t *testing.T) {
 	path := chromium(t)
 	insp, pub := backend(t)
 	ctx := context.Background()

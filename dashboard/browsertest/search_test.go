@@ -19,12 +19,12 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/dashboard"
 )
 
-// TestSearchInChromium: search a topic by metadata from its page, near
+// TestChromium_Search: search a topic by metadata from its page, near
 // and far messages alike; cancel the matches through the dry run's count
 // and its confirmation, and see them gone; a run of many steps continues
 // by itself; markup in metadata is text; read-only mode has no bulk
 // actions. No scheduler runs, so nothing falls due meanwhile.
-func TestSearchInChromium(t *testing.T) {
+func TestChromium_Search(t *testing.T) {
 	path := chromium(t)
 	insp, pub := backend(t)
 	ctx := context.Background()

@@ -46,10 +46,10 @@ func jsString(s string) string {
 	return `"` + r.Replace(s) + `"`
 }
 
-// TestStatesInChromium: a dashboard behind a login; a consumer group's
+// TestChromium_States: a dashboard behind a login; a consumer group's
 // pages; run now; metadata with control characters; the charts while
 // they collect.
-func TestStatesInChromium(t *testing.T) {
+func TestChromium_States(t *testing.T) {
 	path := chromium(t)
 	srv := redistest.ForTest(t, redistest.Options{KillWithParent: true})
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
