@@ -17,7 +17,7 @@ import (
 // The service runs as in production (a Publisher, a Subscriber that also
 // schedules, a Router) against a real Redis: the test moves the topic's
 // clock instead of waiting 30 minutes.
-func TestUnpaidOrderClosesAfterThePaymentWindow(t *testing.T) {
+func TestOrderTimeout_UnpaidOrderClosesAfterThePaymentWindow(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client, release := redisconn.Client() // REDIS_ADDR, or a redis-server of its own

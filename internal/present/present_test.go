@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-func TestDuration(t *testing.T) {
+func TestPresent_Duration(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		0:                       "0s",
 		1500 * time.Millisecond: "2s",
@@ -25,7 +25,7 @@ func TestDuration(t *testing.T) {
 	}
 }
 
-func TestBytes(t *testing.T) {
+func TestPresent_Bytes(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1536: "1.5 KB", 3 << 20: "3.0 MB", 5 << 30: "5.0 GB"} {
 		if got := Bytes(n); got != want {
 			t.Errorf("Bytes(%d) = %q, want %q", n, got, want)
