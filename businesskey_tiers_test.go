@@ -155,3 +155,32 @@ func TestFar_KeyAndPriorityRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, prio)
 }
+
+// A far keyed message whose UUID is waiting already when it is unpacked
+// (published again due too soon to be looked up in the far tier: see
+// FarArgOf) leaves the waiting one in place, as before, and frees its key
+// rather than leaving it marked far with no far message behind it.
+func TestFar_UnpackedOverWaitingUUIDFreesKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	pub := newPublisher(t, client)
+	tp := topic()
+	far := businessKeyMessage("order-x", time.Hour, "far", "")
+	require.NoError(t, pub.Publish(tp, far))
+	require.True(t, inFar(t, tp, far.UUID))
+	_, _, margin := redisdelay.FarTier()
+	near := delayed(delay.For(margin/2), "near") // not looked up in the far tier
+	near.UUID = far.UUID
+	require.NoError(t, pub.Publish(tp, near))
+
+	moved, err := redisdelay.UnpackFarNow(ctx, client, tp, 0)
+	require.NoError(t, err)
+	assert.Zero(t, moved, "the waiting message stays")
+	assert.Empty(t, businessKeyState(t, tp, 0), "the key is free")
+	assert.Equal(t, []string{near.UUID}, content(t, tp).waiting)
+	w, ok, err := newInspector(t, client).FindWaiting(ctx, tp, near.UUID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, "near", string(w.Message.Payload))
+}

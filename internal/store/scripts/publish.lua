@@ -255,11 +255,12 @@ local function check(m)
     local h = holder[key]
     if h and string.byte(h, 1) == 0 then
       -- the holder waits in the far tier: rejected or kept first as any,
-      -- else moved to the waiting set first (a pull), and compared there
+      -- else (or when it has this UUID) moved to the waiting set first (a
+      -- pull), and compared there
       h = string.sub(h, 2)
-      if policy == 'r' then
+      if h ~= id and policy == 'r' then
         return {'key', key, h}
-      elseif policy == 'k' then
+      elseif h ~= id and policy == 'k' then
         return nil -- dropped
       end
       pulls = pulls or {'pull'}

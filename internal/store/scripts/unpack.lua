@@ -98,6 +98,8 @@ for i = 1, n do
       z[#z + 1] = id
       moved = moved + 1
       far_restore(bkeys, bkeyof, prio, id, key, isPrio)
+    elseif key and redis.call('HGET', bkeys, key) == '\0' .. id then
+      redis.call('HDEL', bkeys, key) -- its far holder is gone
     end
   end
 end
