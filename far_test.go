@@ -655,3 +655,42 @@ func farLoggedManager(t *testing.T, client redis.UniversalClient, topic string) 
 	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
 	return logs, mgr, subscribe(t, sub, topic)
 }
+
+// A publish due before the far tier starts does not read the far index
+// (issue 37). So a message that reuses the UUID of a far message due later
+// is stored; when the far one is unpacked while it waits, the waiting one
+// stays, the far one is not delivered, and the scheduler logs it. (A retry
+// of the far message has its due time, in the far tier: it is looked up
+// there as before: TestFarRepublish.)
+func TestFar_UUIDReusedBeforeTheFarTierIsLoggedAtUnpack(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	ctx := context.Background()
+	tp := topic()
+	pub := newPublisher(t, client)
+	far := delayed(delay.For(time.Hour), "far")
+	require.NoError(t, pub.Publish(tp, far))
+	_, inFar := farKeys(t, tp)
+	require.EqualValues(t, 1, inFar)
+	reuse := delayed(delay.For(1200*time.Millisecond), "reuse") // before the far tier starts: not looked up there
+	reuse.UUID = far.UUID
+	require.NoError(t, pub.Publish(tp, reuse))
+	// the far bucket's time to unpack has come, before reuse is due
+	buckets, err := client.ZRange(ctx, shardOf(tp, 0).FarZ(), 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, buckets, 1)
+	require.NoError(t, client.ZAddXX(ctx, shardOf(tp, 0).FarZ(), redis.Z{Score: 0, Member: buckets[0]}).Err())
+
+	logs, _, ch := farLoggedManager(t, client, tp)
+	require.Eventually(t, func() bool {
+		return logs.Has(watermill.CapturedMessage{Level: watermill.ErrorLogLevel,
+			Fields: watermill.LogFields{"topic": tp, "count": int64(1), "key": shardOf(tp, 0).FarList(mustInt(t, buckets[0]))},
+			Msg:    "redisdelay: far messages were not unpacked: a message with the same UUID was waiting already (published again, due before the far tier started); the waiting one stays. Give each message its own UUID"})
+	}, 5*time.Second, 10*time.Millisecond, "the skip is logged")
+	msg := receive(t, ch, 5*time.Second)
+	assert.Equal(t, "reuse", string(msg.Payload))
+	msg.Ack()
+	nothing(t, ch, 300*time.Millisecond)
+	_, inFar = farKeys(t, tp)
+	assert.Zero(t, inFar)
+}
