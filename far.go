@@ -26,10 +26,6 @@ func (s *scheduler) unpackFar(ctx context.Context, sh store.Shard, fields waterm
 	if err != nil {
 		return false, fmt.Errorf("unpack far bucket %d: %w", b, err)
 	}
-	if r.Skipped > 0 {
-		s.logger.Error("redisdelay: far messages were not unpacked: a message with the same UUID was waiting already (published again, due before the far tier started); the waiting one stays. Give each message its own UUID", nil,
-			fields.Add(watermill.LogFields{"count": r.Skipped, "key": store.FarBucketKey(sh, v, b)}))
-	}
 	if r.Refused {
 		// Never dropped: a process that reads it (a newer version) unpacks
 		// it; until then the bucket's later messages wait behind it.

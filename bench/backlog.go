@@ -668,11 +668,6 @@ func (b *bench) spikeRun(partitions int) *SpikeRun {
 		return nil
 	}
 	run := &SpikeRun{Messages: n, Partitions: partitions, Subscribers: b.opts.Subscribers, PublishRate: float64(sample) / d.Seconds()}
-	if b.opts.BacklogKeyed {
-		// the spike's messages each with a business key of its own
-		fillKeys = &b.keys
-		defer func() { fillKeys = nil }()
-	}
 	lat, rate, due := b.dueAtOnce(client, pub, spikeTopic, partitions, n, 0, payload, run.PublishRate, name)
 	if lat == nil {
 		return nil

@@ -160,7 +160,7 @@ func run() error {
 	quickOf["backlogs"] = "10000,100000"
 	intFlag(&opts.Scaling, "scaling", 200_000, 20_000, "messages published, promoted and delivered at each backlog (scenario 7)")
 	durFlag(&opts.BacklogDue, "backlog-due", time.Millisecond, time.Millisecond, "delay of the messages published at each backlog (scenario 7): from 5 s on, each publish looks its UUID up in the far index")
-	flag.BoolVar(&opts.BacklogKeyed, "backlog-keyed", false, "give every message of the ladder's fills (scenario 7) and of the spike (scenario 10) a business key of its own, order-<n>")
+	flag.BoolVar(&opts.BacklogKeyed, "backlog-keyed", false, "give every message of the ladder's fills a business key of its own, order-<n> (scenario 7)")
 	durFlag(&opts.Idle, "idle", time.Minute, 5*time.Second, "idle measurement per system (scenario 8)")
 	intFlag(&opts.IdleTopics, "idle-topics", 100, 100, "idle topics, one subscriber each (scenario 8)")
 	intFlag(&opts.ClusterN, "cluster-n", 300_000, 5_000, "messages per publish and subscribe run on each cluster setup (scenario 9)")

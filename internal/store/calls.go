@@ -120,10 +120,9 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 		}
 		return i
 	}
-	args := make([]any, 0, 10+len(groups)+len(batch)+12*msgs)
+	args := make([]any, 0, 8+len(groups)+len(batch)+12*msgs)
 	args = append(args, sh.Wake(), maxWaiting, maxReady, len(batch),
-		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds(), len(groups),
-		FarLead.Milliseconds(), indexOf(sh.Far()))
+		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds(), len(groups))
 	for _, g := range groups {
 		args = append(args, g)
 	}
@@ -258,9 +257,6 @@ func Promote(ctx context.Context, c redis.Scripter, sh Shard, groups []string, b
 type UnpackReply struct {
 	Moved   int64
 	Refused bool // stopped at an element it cannot read, left at the bucket's head
-	// Skipped counts far messages not moved: one with their UUID waited
-	// already (see unpack.lua).
-	Skipped int64
 	More    bool // the bucket has more elements
 	Stale   bool // nothing done: see unpack.lua
 }
@@ -299,11 +295,7 @@ func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, v int
 	if err != nil {
 		return UnpackReply{}, err
 	}
-	r := UnpackReply{Moved: max(res[0], 0), Refused: res[1] == 1, More: res[2] == 1, Stale: res[0] < 0}
-	if len(res) > 3 {
-		r.Skipped = res[3]
-	}
-	return r, nil
+	return UnpackReply{Moved: max(res[0], 0), Refused: res[1] == 1, More: res[2] == 1, Stale: res[0] < 0}, nil
 }
 
 // farPullReply is what farpull.lua returns.

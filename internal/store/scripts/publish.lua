@@ -11,7 +11,7 @@
   scheduler queues in its group (fair.lua); grpof names its group. An
   immediate grouped message is queued in its group in each consumer group
   at once instead, when the caller lists the topic's consumer groups
-  (ARGV[10..]), the list is right, and nothing due waits for the scheduler
+  (ARGV[8..]), the list is right, and nothing due waits for the scheduler
   (it would overtake it).
 
   KEYS[1] waiting  zset   message UUID -> score (due ms * 1024 + sequence)
@@ -56,12 +56,8 @@
                    (which reads one bucket more) keeps due order
   ARGV[8]          number of consumer groups listed, n (0: none; then every
                    grouped message waits for the scheduler)
-  ARGV[9]          far lead, ms: a far bucket is unpacked this long before
-                   its first due time
-  ARGV[10]         index in KEYS of the far buckets of format 1 (:far, what
-                   the previous version wrote)
-  ARGV[11..10+n]   the consumer groups listed
-  ARGV[10+n+k]     number of messages of call k (k = 1..c)
+  ARGV[9..8+n]     the consumer groups listed
+  ARGV[8+n+k]      number of messages of call k (k = 1..c)
   then twelve arguments per message, the calls' messages in call order:
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
@@ -137,8 +133,7 @@ local wake, maxWaiting, maxReady, calls = ARGV[1], tonumber(ARGV[2]), tonumber(A
 local farMargin, farWidth, farSlack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limited)
 local ng = tonumber(ARGV[8])
-local farLead, far1 = tonumber(ARGV[9]), KEYS[tonumber(ARGV[10])]
-local first = 11 + ng + calls
+local first = 9 + ng + calls
 local STRIDE = 12 -- arguments per message
 
 -- Whether immediate grouped messages go straight to their groups: the
@@ -147,7 +142,7 @@ local STRIDE = 12 -- arguments per message
 -- group's (due order within a group); else they wait for the scheduler.
 local listed = ng > 0 and redis.call('SCARD', cgroups) == ng
 for i = 1, ng do
-  if listed and redis.call('SISMEMBER', cgroups, ARGV[10 + i]) == 0 then
+  if listed and redis.call('SISMEMBER', cgroups, ARGV[8 + i]) == 0 then
     listed = false
   end
 end
@@ -206,28 +201,10 @@ end
 -- message -> its location in the far tier, for waiting messages whose UUID
 -- is there (the tiers never hold one UUID twice)
 local farLoc = {}
--- (fmeta's n counts the far messages of both formats: none, no lookup).
--- A message that cannot go to the far tier itself and is due before the
--- far tier starts (the first due time of its earliest bucket, of either
--- format, less the slack) is not looked up either: a far message with its
--- UUID would be due later, so it is not this message published again (a
--- retry has the due time of the first publish, or a later one), and a far
--- message unpacked or pulled already is in bodies. (Another message reusing
--- the UUID is not refused then: when the far one is unpacked, the waiting
--- one stays, and the scheduler logs it; see unpack.lua.) So a publish due
--- soon reads no far index however large the far tier.
+-- (fmeta's n counts the far messages of both formats: none, no lookup)
 if tonumber(redis.call('HGET', fmeta, 'n') or '0') > 0 then
-  local start = nil
-  for _, z in ipairs({far, far1}) do
-    local h = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')[2]
-    if h then
-      h = tonumber(h) + farLead - farSlack
-      if not start or h < start then start = h end
-    end
-  end
   for j = first, #ARGV, STRIDE do
-    if waits[j] and ARGV[j + 5] ~= '0' and not known[ARGV[j]]
-        and (ARGV[j + 7] ~= '0' or not start or now + delay[j] >= start) then
+    if waits[j] and ARGV[j + 5] ~= '0' and not known[ARGV[j]] then
       farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + 5])], ARGV[j + 6])
     end
   end
@@ -332,7 +309,7 @@ end
 
 local j = first
 for k = 1, calls do
-  local stop = j + STRIDE * tonumber(ARGV[10 + ng + k])
+  local stop = j + STRIDE * tonumber(ARGV[8 + ng + k])
   local bad = nil
   adds, removes, dWait, dReady, pulls = {}, {}, 0, 0, nil
   for m = j, stop - 1, STRIDE do

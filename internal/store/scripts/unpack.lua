@@ -37,13 +37,10 @@
   ARGV[j+1]        the message UUID
   ARGV[j+2]        index in KEYS of its far index shard
 
-  Returns {moved, refused, more, skipped}: messages moved into the waiting
-  set, 1 when the call stopped at an element it cannot read (left in
-  place) else 0, 1 when the bucket has more elements and the call did not
-  stop (the caller calls again) else 0, and far messages skipped because a
-  message with their UUID was waiting already (published again due before
-  the far tier started, so not looked up there: see publish.lua; the
-  waiting one stays, the caller logs it). {-1, 0, 0} when the caller does not
+  Returns {moved, refused, more}: messages moved into the waiting set, 1
+  when the call stopped at an element it cannot read (left in place) else
+  0, and 1 when the bucket has more elements and the call did not stop
+  (the caller calls again), else 0. {-1, 0, 0} when the caller does not
   hold the lease, the bucket is not due for unpacking, or the snapshot is
   stale (the caller reads again on its next tick).
 ]]
@@ -78,7 +75,7 @@ local els = redis.call('LRANGE', bucket, 0, n - 1)
 if #els ~= n then
   return {-1, 0, 0}
 end
-local moved, refused, live, skipped = 0, 0, 0, 0
+local moved, refused, live = 0, 0, 0
 local z, h = {}, {}
 for i = 1, n do
   local e, j = els[i], 7 + 3 * (i - 1)
@@ -101,11 +98,8 @@ for i = 1, n do
       z[#z + 1] = id
       moved = moved + 1
       far_restore(bkeys, bkeyof, prio, id, key, isPrio)
-    else
-      skipped = skipped + 1
-      if key and redis.call('HGET', bkeys, key) == '\0' .. id then
-        redis.call('HDEL', bkeys, key) -- its far holder is gone
-      end
+    elseif key and redis.call('HGET', bkeys, key) == '\0' .. id then
+      redis.call('HDEL', bkeys, key) -- its far holder is gone
     end
   end
 end
@@ -122,14 +116,14 @@ else
   redis.call('HDEL', fmeta, 'n')
 end
 if n == 0 then
-  return {0, refused, 0, 0}
+  return {0, refused, 0}
 end
 redis.call('LTRIM', bucket, n, -1)
 if redis.call('EXISTS', bucket) == 0 then
   redis.call('ZREM', far, b)
   redis.call('HDEL', fmeta, pf, lf)
-  return {moved, refused, 0, skipped}
+  return {moved, refused, 0}
 end
 local counts = redis.call('HMGET', fmeta, pf, lf)
 redis.call('HSET', fmeta, pf, tonumber(counts[1] or '0') + n, lf, tonumber(counts[2] or '0') - live)
-return {moved, refused, 1 - refused, skipped}
+return {moved, refused, 1 - refused}
