@@ -359,9 +359,10 @@ func TestBusinessKey_CoalescedKeysAndBounds(t *testing.T) {
 	require.ElementsMatch(t, []string{b.UUID, small[0].UUID, small[1].UUID}, got.waiting)
 	require.Equal(t, 3, got.bodies)
 	require.Equal(t, map[string]string{"k": b.UUID}, businessKeyState(t, tp, 0))
-	body, err := newClient(t).HGet(context.Background(), shardOf(tp, 0).Bodies(), b.UUID).Result()
+	w, ok, err := newInspector(t, newClient(t)).FindWaiting(context.Background(), tp, b.UUID)
 	require.NoError(t, err)
-	require.Contains(t, body, "b")
+	require.True(t, ok)
+	require.Equal(t, "b", string(w.Message.Payload))
 }
 
 // CancelKey on a closed Publisher fails with ErrClosed.

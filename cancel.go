@@ -43,10 +43,9 @@ func recall(ctx context.Context, client redis.UniversalClient, k store.Keys, top
 		return false, err
 	}
 	removed, err := inPartitions(k, topic, parts, value, func(sh store.Shard) (bool, error) {
-		if err := pullFar(ctx, client, sh, by, value); err != nil {
-			return false, err
-		}
-		return store.Cancel(ctx, client, sh, by, value)
+		return withFar(ctx, client, sh, by, value, func() (bool, error) {
+			return store.Cancel(ctx, client, sh, by, value)
+		})
 	})
 	if err != nil {
 		return false, wrap(err, "cancel %s in topic %q", recallWhat(by, value), topic)
@@ -54,15 +53,36 @@ func recall(ctx context.Context, client redis.UniversalClient, k store.Keys, top
 	return removed, nil
 }
 
-// pullFar moves the message with the UUID value (by "uuid") from the far
-// tier into the waiting set, if it is there, for a cancel or reschedule to
-// find it. A business key is never held in the far tier.
-func pullFar(ctx context.Context, client redis.UniversalClient, sh store.Shard, by, value string) error {
-	if by != "uuid" {
-		return nil
+// withFar runs try, a cancel or reschedule of the waiting message with the
+// UUID or business key value in partition sh, after moving that message
+// from the far tier into the waiting set if it is there (farpull.lua), for
+// try to find it. A business key whose holder waits in the far tier again
+// when try found nothing (a publish replaced the holder meanwhile) is
+// pulled and tried again.
+func withFar(ctx context.Context, client redis.UniversalClient, sh store.Shard, by, value string, try func() (bool, error)) (bool, error) {
+	for range 5 {
+		uuid := value
+		if by == "key" {
+			var err error
+			if uuid, err = store.FarKeyHolder(ctx, client, sh, value); err != nil {
+				return false, err
+			}
+		}
+		if uuid != "" {
+			if _, _, _, err := store.FarPull(ctx, client, sh, uuid, false); err != nil {
+				return false, err
+			}
+		}
+		done, err := try()
+		if done || err != nil || by != "key" {
+			return done, err
+		}
+		again, err := store.FarKeyHolder(ctx, client, sh, value)
+		if err != nil || again == "" {
+			return false, err
+		}
 	}
-	_, _, _, err := store.FarPull(ctx, client, sh, value, false)
-	return err
+	return false, fmt.Errorf("the holder of business key %q kept moving into the far tier", value)
 }
 
 // recallWhat names what a cancel looks for, in errors.

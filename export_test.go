@@ -110,7 +110,12 @@ func UnpackFarOnce(ctx context.Context, client redis.UniversalClient, topic stri
 	if err := client.Set(ctx, sh.Lease(), owner, time.Minute).Err(); err != nil {
 		return 0, err
 	}
-	buckets, err := client.ZRange(ctx, sh.Far(), 0, 0).Result()
+	v, key := 1, sh.Far()
+	buckets, err := client.ZRange(ctx, key, 0, 0).Result()
+	if err == nil && len(buckets) == 0 {
+		v, key = 2, sh.FarZ()
+		buckets, err = client.ZRange(ctx, key, 0, 0).Result()
+	}
 	if err != nil || len(buckets) == 0 {
 		return 0, err
 	}
@@ -118,11 +123,11 @@ func UnpackFarOnce(ctx context.Context, client redis.UniversalClient, topic stri
 	if err != nil {
 		return 0, err
 	}
-	popped, els, err := store.FarHead(ctx, client, sh, b, n)
+	popped, els, err := store.FarHead(ctx, client, sh, v, b, n)
 	if err != nil {
 		return 0, err
 	}
-	r, err := store.Unpack(ctx, client, sh, owner, b, popped, els)
+	r, err := store.Unpack(ctx, client, sh, owner, v, b, popped, els)
 	if err == nil && r.Stale {
 		err = fmt.Errorf("unpack of bucket %d: stale", b)
 	}
@@ -142,32 +147,37 @@ func UnpackFarNow(ctx context.Context, client redis.UniversalClient, topic strin
 		return 0, fmt.Errorf("take the lease of partition %d: %v (held by a scheduler?)", part, err)
 	}
 	defer func() { _, _ = store.Unlease(context.WithoutCancel(ctx), client, sh, owner, "l") }()
-	buckets, err := client.ZRange(ctx, sh.Far(), 0, -1).Result()
-	if err != nil {
-		return 0, err
-	}
-	for _, m := range buckets {
-		b, err := strconv.ParseInt(m, 10, 64)
+	for v, key := range map[int]string{1: sh.Far(), 2: sh.FarZ()} {
+		buckets, err := client.ZRange(ctx, key, 0, -1).Result()
 		if err != nil {
-			return moved, err
+			return 0, err
 		}
-		// Its time to unpack has come.
-		if err := client.ZAddXX(ctx, sh.Far(), redis.Z{Score: 0, Member: m}).Err(); err != nil {
-			return moved, err
-		}
-		for more := true; more; {
-			popped, els, err := store.FarHead(ctx, client, sh, b, store.FarUnpackBatch)
+		for _, m := range buckets {
+			b, err := strconv.ParseInt(m, 10, 64)
 			if err != nil {
 				return moved, err
 			}
-			r, err := store.Unpack(ctx, client, sh, owner, b, popped, els)
-			if err == nil && r.Stale {
-				err = fmt.Errorf("unpack of bucket %d: stale (the lease of partition %d is another's)", b, part)
-			}
-			if err != nil {
+			// Its time to unpack has come.
+			if err := client.ZAddXX(ctx, key, redis.Z{Score: 0, Member: m}).Err(); err != nil {
 				return moved, err
 			}
-			moved, more = moved+r.Moved, r.More
+			for more := true; more; {
+				popped, els, err := store.FarHead(ctx, client, sh, v, b, store.FarUnpackBatch)
+				if err != nil {
+					return moved, err
+				}
+				r, err := store.Unpack(ctx, client, sh, owner, v, b, popped, els)
+				if err == nil && r.Stale {
+					err = fmt.Errorf("unpack of bucket %d: stale (the lease of partition %d is another's)", b, part)
+				}
+				if err == nil && r.Refused {
+					err = fmt.Errorf("unpack of bucket %d: an element cannot be read", b)
+				}
+				if err != nil {
+					return moved, err
+				}
+				moved, more = moved+r.Moved, r.More
+			}
 		}
 	}
 	return moved, nil
@@ -198,3 +208,17 @@ func HubShared(client redis.UniversalClient) bool { return store.HubShared(clien
 // EncodeForTest is a message as stored, for tests that write entries
 // around Publish.
 func EncodeForTest(msg *message.Message) []byte { return store.Encode(msg) }
+
+// FarPeek reads the far message uuid of partition part of topic, if the far
+// tier holds it: its due score.
+func FarPeek(ctx context.Context, client redis.UniversalClient, topic string, part int, uuid string) (score float64, ok bool, err error) {
+	sh := store.Keys{Prefix: DefaultKeyPrefix}.Shard(topic, part)
+	_, score, ok, err = store.FarPull(ctx, client, sh, uuid, true)
+	return score, ok, err
+}
+
+// PullFarAll moves every far message of partition part of topic into its
+// waiting set (store.PullFarAll), keeping due times and order.
+func PullFarAll(ctx context.Context, client redis.UniversalClient, topic string, part int) (int, error) {
+	return store.PullFarAll(ctx, client, store.Keys{Prefix: DefaultKeyPrefix}.Shard(topic, part))
+}

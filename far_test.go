@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay"
 )
 
 // The far tier (far.go) with the test binary's short buckets (TestMain):
@@ -207,7 +207,7 @@ func TestFar_BucketTakesLaterCalls(t *testing.T) {
 // A retried Publish of a far message is a no-op; the same UUID with
 // another body is refused, as for any waiting message; either way the
 // message is delivered once.
-func TestFar_Republish(t *testing.T) {
+func TestFarRepublish(t *testing.T) {
 	t.Parallel()
 	env := setup(t)
 	msg := delayed(delay.For(3*time.Second), "original")
@@ -265,7 +265,7 @@ func TestFar_Partitions(t *testing.T) {
 	}
 	parts := 0
 	for p := range 4 {
-		if client.Exists(context.Background(), shardOf(tp, p).Far()).Val() == 1 {
+		if client.Exists(context.Background(), shardOf(tp, p).FarZ()).Val() == 1 {
 			parts++
 		}
 	}
@@ -391,9 +391,12 @@ func TestFar_NonCanonicalUUIDs(t *testing.T) {
 	nothing(t, ch, 300*time.Millisecond)
 }
 
-// A far element that cannot be read is dropped at unpacking, with an error
-// logged; the bucket's other messages are delivered.
-func TestFar_CorruptElementDroppedAndLogged(t *testing.T) {
+// A far element that cannot be read (an unknown format, or damaged) is
+// never dropped: unpacking stops there, leaving it at the head of its
+// bucket, with an error logged; the messages before it are delivered.
+// Once it is blanked (what the log line tells an operator to do, after
+// looking at it) the rest of the bucket goes on.
+func TestFar_UnreadableElementLeftInPlaceAndLogged(t *testing.T) {
 	t.Parallel()
 	env := setup(t)
 	ctx := context.Background()
@@ -402,25 +405,36 @@ func TestFar_CorruptElementDroppedAndLogged(t *testing.T) {
 		msgs = append(msgs, delayed(delay.For(3*time.Second), strconv.Itoa(i)))
 	}
 	require.NoError(t, env.pub.Publish(env.topic, msgs...))
-	buckets, err := env.client.ZRange(ctx, shardOf(env.topic, 0).Far(), 0, -1).Result()
+	buckets, err := env.client.ZRange(ctx, shardOf(env.topic, 0).FarZ(), 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, buckets, 1)
-	bucket := shardOf(env.topic, 0).FarBucket(mustInt(t, buckets[0]))
-	first, err := env.client.LIndex(ctx, bucket, 0).Result()
+	bucket := shardOf(env.topic, 0).FarList(mustInt(t, buckets[0]))
+	second, err := env.client.LIndex(ctx, bucket, 1).Result()
 	require.NoError(t, err)
-	require.NoError(t, env.client.LSet(ctx, bucket, 0, first[:8]+"\x07garbage").Err())
+	require.NoError(t, env.client.LSet(ctx, bucket, 1, "\x07"+second[1:]).Err()) // an unknown format
 
 	logs, mgr, ch := farLoggedManager(t, env.client, env.topic)
-	for range 2 {
-		receive(t, ch, 6*time.Second).Ack()
-	}
+	first := receive(t, ch, 6*time.Second)
+	assert.Equal(t, "0", string(first.Payload))
+	first.Ack()
+	const msg = "redisdelay: a far message cannot be read (an unknown format, or damaged) and is left in place at the head of its bucket; " +
+		"the bucket's later messages wait behind it. Run the newest version, or inspect the element and set it to \"\" (LSET key 0 \"\") to skip it"
+	require.Eventually(t, func() bool {
+		return logs.Has(watermill.CapturedMessage{Level: watermill.ErrorLogLevel,
+			Fields: watermill.LogFields{"topic": env.topic, "key": bucket, "moved": int64(1)}, Msg: msg})
+	}, 10*time.Second, 10*time.Millisecond, "the refusal is logged")
 	nothing(t, ch, 300*time.Millisecond)
-	require.NoError(t, mgr.Close()) // the capture's map is read below: no more logging
-	require.True(t, logs.Has(watermill.CapturedMessage{Level: watermill.ErrorLogLevel,
-		Fields: watermill.LogFields{"topic": env.topic, "count": int64(1), "bucket": mustInt(t, buckets[0])},
-		Msg:    "redisdelay: far messages that cannot be read were dropped"}), "the drop is logged")
+	got, err := env.client.LIndex(ctx, bucket, 0).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "\x07"+second[1:], got, "left in place, at the head")
 	_, far := farKeys(t, env.topic)
-	assert.Zero(t, far)
+	assert.Equal(t, int64(2), far)
+
+	require.NoError(t, env.client.LSet(ctx, bucket, 0, "").Err())
+	last := receive(t, ch, 6*time.Second)
+	assert.Equal(t, "2", string(last.Payload))
+	last.Ack()
+	require.NoError(t, mgr.Close())
 }
 
 func mustInt(t *testing.T, s string) int64 {
@@ -571,12 +585,12 @@ func TestFar_UnreadableBucketIsLoggedAndSchedulingGoesOn(t *testing.T) {
 	env := setup(t)
 	ctx := context.Background()
 	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(3*time.Second), "far")))
-	buckets, err := env.client.ZRange(ctx, shardOf(env.topic, 0).Far(), 0, -1).Result()
+	buckets, err := env.client.ZRange(ctx, shardOf(env.topic, 0).FarZ(), 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, buckets, 1)
-	require.NoError(t, env.client.Set(ctx, shardOf(env.topic, 0).FarBucket(mustInt(t, buckets[0])), "not a list", 0).Err())
+	require.NoError(t, env.client.Set(ctx, shardOf(env.topic, 0).FarList(mustInt(t, buckets[0])), "not a list", 0).Err())
 	near := delayed(delay.For(4*time.Second), "near")
-	redisdelay.SetBusinessKey(near, "k") // keyed: in the waiting set
+	redisdelay.SetBusinessKey(near, strings.Repeat("k", 300)) // a key of over 255 bytes: in the waiting set
 	require.NoError(t, env.pub.Publish(env.topic, near))
 
 	logs, mgr, ch := farLoggedManager(t, env.client, env.topic)

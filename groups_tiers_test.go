@@ -9,6 +9,7 @@ package redisdelay_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,8 +140,8 @@ func TestGroupsCombo_HighPriority(t *testing.T) {
 }
 
 // Inspector.Cancel and Reschedule reach waiting grouped messages in both
-// tiers (a business key keeps a message in the waiting set whatever its
-// due time; one without goes to the far tier): a cancelled one is never
+// tiers (a business key of over 255 bytes keeps a message in the waiting
+// set whatever its due time; one without goes to the far tier): a cancelled one is never
 // delivered and leaves no grpof field; a rescheduled one falls due and is
 // queued in its group, behind the message holding the group's slot
 // (GroupConcurrency 1), then delivered in due order. Once queued in its
@@ -158,10 +159,11 @@ func TestGroupsCombo_CancelAndReschedule(t *testing.T) {
 		redisdelay.SetBusinessKey(msg, key)
 		return msg
 	}
-	nearGone := keyed(groupedDelayed("a", 98, time.Hour), "near-gone")
+	// a key of over 255 bytes keeps a message in the waiting set
+	nearGone := keyed(groupedDelayed("a", 98, time.Hour), "near-gone"+strings.Repeat(".", 256))
 	farGone := groupedDelayed("a", 99, time.Hour)
 	farMoved := groupedDelayed("a", 1, time.Hour)
-	nearMoved := keyed(groupedDelayed("a", 2, time.Hour), "near-moved")
+	nearMoved := keyed(groupedDelayed("a", 2, time.Hour), "near-moved"+strings.Repeat(".", 256))
 	require.NoError(t, env.pub.Publish(tp, nearGone, farGone, farMoved, nearMoved))
 	_, far := farKeys(t, tp)
 	require.EqualValues(t, 2, far, "the two without a business key are in the far tier")

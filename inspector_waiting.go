@@ -159,12 +159,19 @@ func (i *Inspector) find(ctx context.Context, topic, by, value string) (WaitingM
 	if err == nil {
 		found, err = inPartitions(i.keys, topic, parts[0], value, func(sh store.Shard) (ok bool, err error) {
 			r, ok, err = store.Find(ctx, i.client, sh, by, value)
-			if ok || err != nil || by != "uuid" {
+			if ok || err != nil {
 				return ok, err
 			}
-			body, score, ok, err := store.FarPull(ctx, i.client, sh, value, true)
+			uuid := value
+			if by == "key" {
+				// a holder waiting in the far tier is read there
+				if uuid, err = store.FarKeyHolder(ctx, i.client, sh, value); err != nil || uuid == "" {
+					return false, err
+				}
+			}
+			body, score, ok, err := store.FarPull(ctx, i.client, sh, uuid, true)
 			if ok {
-				r = store.FindReply{Uuid: value, Score: score, Body: []byte(body)}
+				r = store.FindReply{Uuid: uuid, Score: score, Body: []byte(body)}
 			} else if err == nil {
 				// unpacked into the waiting set meanwhile?
 				r, ok, err = store.Find(ctx, i.client, sh, by, value)

@@ -160,7 +160,7 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 		c.grouped = c.grouped || m.group != "" && m.delay <= 0
 		c.Args = append(c.Args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio, m.group)
 		c.size += argBytes(c.Args[len(c.Args)-store.PubStride:])
-		c.Far = append(c.Far, store.FarArgOf(msg.UUID, m.delay, m.prio != "1" && m.key == ""))
+		c.Far = append(c.Far, store.FarArgOf(msg.UUID, m.delay, true))
 	}
 	// The far buckets are chosen by the clock of now, not of the start:
 	// encoding a large call takes time, and a message placed by a clock

@@ -39,10 +39,9 @@ func rescheduleDelay(topic, by, value string, due, now time.Time, maxDelay time.
 // partition's try is atomic, so the message is moved at most once.
 func reschedule(ctx context.Context, client redis.UniversalClient, k store.Keys, topic string, parts int, by, value string, d time.Duration) (bool, error) {
 	moved, err := inPartitions(k, topic, parts, value, func(sh store.Shard) (bool, error) {
-		if err := pullFar(ctx, client, sh, by, value); err != nil {
-			return false, err
-		}
-		return store.Reschedule(ctx, client, sh, by, value, d.Milliseconds())
+		return withFar(ctx, client, sh, by, value, func() (bool, error) {
+			return store.Reschedule(ctx, client, sh, by, value, d.Milliseconds())
+		})
 	})
 	if err != nil {
 		return false, wrap(err, "reschedule %s in topic %q", recallWhat(by, value), topic)

@@ -126,7 +126,7 @@ func (l *partLoop) tick(ctx context.Context) (tick, error) {
 	if t.held && t.far >= 0 {
 		// A failure here must not keep the rest of the tick (reclaim, trim)
 		// from running: it is logged, and the next tick tries again.
-		done, err := l.s.unpackFar(ctx, l.sh, l.fields, t.far)
+		done, err := l.s.unpackFar(ctx, l.sh, l.fields, t.farFormat, t.far)
 		if err != nil && ctx.Err() == nil {
 			l.s.limiter.errorf(l.s.logger, "redisdelay: cannot unpack far messages; retrying at the next tick", err, l.fields)
 		}
@@ -347,12 +347,13 @@ func reclaimEvery(vis, interval time.Duration) time.Duration {
 
 // tick is what one promote call found.
 type tick struct {
-	wait     time.Duration // until the next tick
-	held     bool          // the caller holds the topic's lease
-	declined bool          // the lease was free and the caller was not to take it
-	groups   int           // consumer groups registered for the topic
-	far      int64         // the far bucket due for unpacking; -1: none
-	empty    bool          // held, and nothing waits or is due to be retried
+	wait      time.Duration // until the next tick
+	held      bool          // the caller holds the topic's lease
+	declined  bool          // the lease was free and the caller was not to take it
+	groups    int           // consumer groups registered for the topic
+	far       int64         // the far bucket due for unpacking; -1: none
+	farFormat int           // its format (see internal/store/far.go)
+	empty     bool          // held, and nothing waits or is due to be retried
 }
 
 // promote takes or extends the topic's lease and, when held, moves what is
@@ -366,7 +367,7 @@ func (s *scheduler) promote(ctx context.Context, sh store.Shard, fields watermil
 	}
 	moved, wait, missing := r.Moved, r.Wait, r.Missing
 	s.metrics.promotedTick(sh, fields["topic"].(string), moved, wait, r.Held)
-	t := tick{held: r.Held, declined: !r.Held && wait == -1, groups: r.Groups, wait: s.interval, far: r.Far,
+	t := tick{held: r.Held, declined: !r.Held && wait == -1, groups: r.Groups, wait: s.interval, far: r.Far, farFormat: r.FarFormat,
 		empty: r.Held && wait == -1 && r.Far < 0}
 	if missing > 0 {
 		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,

@@ -163,12 +163,13 @@ func (wf waitingFilter) offer(w waitingMatch, found func(waitingMatch)) bool {
 	return true
 }
 
-// firstFarBucket is the first far bucket the filter's due range can reach.
+// firstFarBucket is the first far bucket reference (both formats, in due
+// order: see store.FarBuckets) the filter's due range can reach.
 func (f Filter) firstFarBucket() int64 {
 	if f.From.IsZero() {
 		return 0
 	}
-	return max(store.FarBucketOf(f.From.Add(-store.FarSlack())), 0)
+	return max(store.FarRefOf(f.From.Add(-store.FarSlack())), 0)
 }
 
 func decodeWaiting(id string, score float64, body string) WaitingMessage {
@@ -182,7 +183,7 @@ func decodeWaiting(id string, score float64, body string) WaitingMessage {
 
 // farPos is a position in a partition's far tier.
 type farPos struct {
-	bucket int64 // the bucket being read
+	bucket int64 // the bucket being read, a reference (store.FarBuckets)
 	pos    int64 // the next position in it
 }
 
@@ -197,7 +198,7 @@ func farStep(ctx context.Context, c redis.Cmdable, sh store.Shard, f Filter, p *
 		return 0, 0, false, err
 	}
 	// A message is due within FarSlack of its bucket (see far.go).
-	if len(buckets) == 0 || (!f.To.IsZero() && store.FarBucketOf(f.To.Add(store.FarSlack())) < buckets[0]) {
+	if len(buckets) == 0 || (!f.To.IsZero() && store.FarBucketOf(f.To.Add(store.FarSlack())) < store.FarRefBucket(buckets[0])) {
 		return 0, 0, true, nil
 	}
 	if buckets[0] != p.bucket {

@@ -159,6 +159,10 @@ func publishUser(pub message.Publisher, topic string, n int, payload []byte, t *
 	return publishUserFrom(userPublishers, pub, topic, n, payload, t, due, done)
 }
 
+// fillKeys, when set (-backlog-keyed, during a ladder's fill), numbers the
+// business keys publishUserFrom gives its messages.
+var fillKeys *atomic.Int64
+
 // publishUserFrom is publishUser from the given number of goroutines.
 func publishUserFrom(goroutines int, pub message.Publisher, topic string, n int, payload []byte, t *tracker, due func() delay.Delay, done *atomic.Int64) (time.Duration, error) {
 	shared := make([]byte, len(payload))
@@ -175,6 +179,9 @@ func publishUserFrom(goroutines int, pub message.Publisher, topic string, n int,
 			}
 			msgs[i] = message.NewMessage(watermill.NewUUID(), p)
 			delay.Message(msgs[i], due())
+			if fillKeys != nil {
+				msgs[i].Metadata.Set(redisdelay.BusinessKey, "order-"+strconv.FormatInt(fillKeys.Add(1), 10))
+			}
 		}
 		err := pub.Publish(topic, msgs...)
 		if done != nil && err == nil {
@@ -315,6 +322,10 @@ func (b *bench) fillBacklog(client *redis.Client, from, n int, payload []byte) (
 		progress("   %s of %s waiting (%s msg/s), used_memory %.2f GB", count(from+int(k)), count(from+n),
 			formatNumber(float64(k)/time.Since(start).Seconds()), float64(mem)/1e9)
 	})
+	if b.opts.BacklogKeyed {
+		fillKeys = &b.keys
+		defer func() { fillKeys = nil }()
+	}
 	d, err := publishUser(pub, backlogTopic, n, payload, nil, func() delay.Delay { return delay.For(backlogDelay()) }, &done)
 	stop()
 	return d, err
@@ -348,6 +359,10 @@ func (b *bench) farProbe(client *redis.Client, n int, payload []byte) (*FarProbe
 	cpu0, err := cpuSeconds(b.ctx, b.admin)
 	if err != nil {
 		return nil, err
+	}
+	if b.opts.BacklogKeyed {
+		fillKeys = &b.keys
+		defer func() { fillKeys = nil }()
 	}
 	if _, err := publishUserFrom(1, pub, backlogTopic, n, payload, nil, func() delay.Delay { return delay.For(backlogDelay()) }, nil); err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,9 +46,12 @@ type options struct {
 	Backlogs   []int         `json:"backlogs"`
 	Scaling    int           `json:"scaling"`
 	BacklogDue time.Duration `json:"backlog_due"`
-	MaxMemory  int64         `json:"max_memory"`
-	Idle       time.Duration `json:"idle"`
-	IdleTopics int           `json:"idle_topics"`
+	// BacklogKeyed gives every message of the ladder's fills a business
+	// key of its own ("order-<n>"), as the seeds' headline case does.
+	BacklogKeyed bool          `json:"backlog_keyed,omitempty"`
+	MaxMemory    int64         `json:"max_memory"`
+	Idle         time.Duration `json:"idle"`
+	IdleTopics   int           `json:"idle_topics"`
 	// Scenario 9 (Redis Cluster): messages per publish/subscribe run,
 	// messages promoted, Managers of the extra promotion run.
 	ClusterN        int `json:"cluster_n"`
@@ -110,6 +114,7 @@ type bench struct {
 	admin  *redis.Client // INFO, FLUSHALL, CONFIG RESETSTAT
 	logger watermill.LoggerAdapter
 	rep    *Report
+	keys   atomic.Int64 // business keys given by the keyed ladder (fillKeys)
 }
 
 func main() {
@@ -155,6 +160,7 @@ func run() error {
 	quickOf["backlogs"] = "10000,100000"
 	intFlag(&opts.Scaling, "scaling", 200_000, 20_000, "messages published, promoted and delivered at each backlog (scenario 7)")
 	durFlag(&opts.BacklogDue, "backlog-due", time.Millisecond, time.Millisecond, "delay of the messages published at each backlog (scenario 7): from 5 s on, each publish looks its UUID up in the far index")
+	flag.BoolVar(&opts.BacklogKeyed, "backlog-keyed", false, "give every message of the ladder's fills a business key of its own, order-<n> (scenario 7)")
 	durFlag(&opts.Idle, "idle", time.Minute, 5*time.Second, "idle measurement per system (scenario 8)")
 	intFlag(&opts.IdleTopics, "idle-topics", 100, 100, "idle topics, one subscriber each (scenario 8)")
 	intFlag(&opts.ClusterN, "cluster-n", 300_000, 5_000, "messages per publish and subscribe run on each cluster setup (scenario 9)")

@@ -45,7 +45,7 @@ func (e *env) searchFixture() (acme, others []string) {
 		others = append(others, other.UUID)
 	}
 	e.publish("orders", msgs...)
-	keys, err := e.client.Keys(context.Background(), "*:fb:*").Result()
+	keys, err := e.client.Keys(context.Background(), "*:fc:*").Result()
 	require.NoError(e.t, err)
 	require.NotEmpty(e.t, keys, "the far messages are in the far tier")
 	return acme, others

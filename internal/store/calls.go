@@ -106,7 +106,7 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 	}
 	maxWaiting, maxReady, groups := o.MaxWaiting, o.MaxReady, o.Groups
 	keys := make([]string, 0, 14+6*len(groups))
-	keys = append(keys, sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.reg(), sh.dormant(), sh.Far(), sh.FarMeta(), sh.Bell(), sh.GroupOf(), sh.Groups())
+	keys = append(keys, sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.reg(), sh.dormant(), sh.FarZ(), sh.FarMeta(), sh.Bell(), sh.GroupOf(), sh.Groups())
 	for _, g := range groups {
 		keys = append(keys, sh.Meta(g))
 		keys = append(keys, sh.fairKeys(g)...)
@@ -141,7 +141,7 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 				shardIdx = indexOf(sh.farIndex(f.Index))
 			}
 			if f.Bucket >= 0 {
-				bucketIdx = indexOf(sh.FarBucket(f.Bucket))
+				bucketIdx = indexOf(sh.FarList(f.Bucket))
 			}
 			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt, call.Args[PubStride*m+5])
 		}
@@ -224,6 +224,8 @@ type PromoteReply struct {
 	Groups  int   // consumer groups registered for the topic
 	Held    bool  // the caller holds the lease (and promoted)
 	Far     int64 // the far bucket due for unpacking; -1: none
+	// FarFormat is that bucket's format (1 or 2: see far.go).
+	FarFormat int
 }
 
 // Promote runs promote.lua on a partition for the consumer groups
@@ -242,35 +244,37 @@ func Promote(ctx context.Context, c redis.Scripter, sh Shard, groups []string, b
 		k = append(k, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g), sh.Meta(g))
 		k = append(k, sh.fairKeys(g)...)
 	}
-	k = append(k, sh.Far())
+	k = append(k, sh.Far(), sh.FarZ())
 	res, err := promoteScript.Run(ctx, c, k, batch, owner, lease.Milliseconds(), take, ext).Int64Slice()
 	if err == nil {
-		err = replyShort("promote", len(res), 6)
+		err = replyShort("promote", len(res), 7)
 	}
 	if err != nil {
 		return PromoteReply{}, err
 	}
-	return PromoteReply{Moved: res[0], Wait: res[1], Missing: res[2], Groups: int(res[3]), Held: res[4] == 1, Far: res[5]}, nil
+	return PromoteReply{Moved: res[0], Wait: res[1], Missing: res[2], Groups: int(res[3]), Held: res[4] == 1, Far: res[5], FarFormat: int(res[6])}, nil
 }
 
 // UnpackReply is what unpack.lua returns.
 type UnpackReply struct {
-	Moved, Corrupt int64
-	More           bool // the bucket has more elements
-	Stale          bool // nothing done: see unpack.lua
+	Moved   int64
+	Refused bool // stopped at an element it cannot read, left at the bucket's head
+	More    bool // the bucket has more elements
+	Stale   bool // nothing done: see unpack.lua
 }
 
-// Unpack runs unpack.lua for the head elements els of far bucket b,
-// read with the bucket's popped count.
-func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, b, popped int64, els []string) (UnpackReply, error) {
-	keys := []string{sh.Lease(), sh.Far(), sh.FarMeta(), sh.FarBucket(b), sh.Waiting(), sh.Bodies()}
+// Unpack runs unpack.lua for the head elements els of far bucket b of
+// format v, read with the bucket's popped count.
+func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, v int, b, popped int64, els []string) (UnpackReply, error) {
+	keys := []string{sh.Lease(), sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio()}
 	keyIndex := map[uint32]int{}
-	args := make([]any, 0, 4+3*len(els))
-	args = append(args, owner, b, popped, len(els))
+	start := farBucketStart(b).UnixMilli()
+	args := make([]any, 0, 6+3*len(els))
+	args = append(args, owner, b, popped, len(els), v, start)
 	for _, e := range els {
 		id, ok := "", false
-		if len(e) > 8 {
-			id, ok = storedUUID([]byte(e[8:]))
+		if m, read, _ := decodeFar(v, start, e); read {
+			id, ok = storedUUID([]byte(m.Body))
 		}
 		if !ok {
 			args = append(args, "", "", 0)
@@ -293,7 +297,7 @@ func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, b, po
 	if err != nil {
 		return UnpackReply{}, err
 	}
-	return UnpackReply{Moved: max(res[0], 0), Corrupt: res[1], More: res[2] == 1, Stale: res[0] < 0}, nil
+	return UnpackReply{Moved: max(res[0], 0), Refused: res[1] == 1, More: res[2] == 1, Stale: res[0] < 0}, nil
 }
 
 // farPullReply is what farpull.lua returns.
@@ -303,15 +307,22 @@ type farPullReply struct {
 	Score float64 // due ms × 1024 + sequence
 }
 
-// callFarPull runs farpull.lua for the far message at loc in bucket b.
-func callFarPull(ctx context.Context, c redis.Scripter, sh Shard, b int64, index, field, loc, uuid string, peek bool) (farPullReply, error) {
+// farPullArgs are the keys and arguments of farpull.lua for the far
+// message at loc in bucket b of format v.
+func farPullArgs(sh Shard, v int, b int64, index, field, loc, uuid string, peek bool) ([]string, []any) {
 	flag := "0"
 	if peek {
 		flag = "1"
 	}
-	res, err := farPullScript.Run(ctx, c,
-		[]string{sh.Far(), sh.FarMeta(), sh.FarBucket(b), index, sh.Waiting(), sh.Bodies()},
-		field, loc, uuid, b, sh.Wake(), flag).Slice()
+	return []string{sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), index, sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio()},
+		[]any{field, loc, uuid, b, sh.Wake(), flag, v, farBucketStart(b).UnixMilli()}
+}
+
+// callFarPull runs farpull.lua for the far message at loc in bucket b of
+// format v.
+func callFarPull(ctx context.Context, c redis.Scripter, sh Shard, v int, b int64, index, field, loc, uuid string, peek bool) (farPullReply, error) {
+	keys, args := farPullArgs(sh, v, b, index, field, loc, uuid, peek)
+	res, err := farPullScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return farPullReply{}, err
 	}
@@ -398,8 +409,8 @@ func Trim(ctx context.Context, c redis.Scripter, sh Shard, retention time.Durati
 // Idle runs idle.lua: whether the partition holds nothing to schedule
 // for the consumer groups listed, marking it dormant if so.
 func Idle(ctx context.Context, c redis.Scripter, sh Shard, groups []string, retention time.Duration) (bool, error) {
-	k := make([]string, 0, 5+2*len(groups))
-	k = append(k, sh.Waiting(), sh.Stream(), sh.dormant(), sh.Fanout(), sh.Far())
+	k := make([]string, 0, 6+2*len(groups))
+	k = append(k, sh.Waiting(), sh.Stream(), sh.dormant(), sh.Fanout(), sh.Far(), sh.FarZ())
 	for _, g := range groups {
 		k = append(k, sh.Retry(g), sh.Redelivery(g))
 	}

@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,21 +17,29 @@ import (
 // tens of millions costs a fraction of what the waiting set and its hash
 // of bodies cost per message, and the waiting set stays small and hot.
 //
-// A message due more than about farLead + farWidth ahead, with no business
-// key and no priority, goes into the far bucket of its due time: a list
-// (<shard>:fb:<bucket>, one per farWidth of due time) of its due score and
-// encoded body, in publish order. Lists pack their elements in listpacks
-// of 8 KB, a few bytes of overhead each. The far index (<shard>:fx:<n>, 2^19
-// small hashes, listpack-encoded up to 128 fields at Redis's defaults) maps
-// the message's UUID (16 bytes when canonical) to its bucket and position,
-// for Cancel, Reschedule, Find and the duplicate check of a retried
-// Publish. The scheduler holding the partition's lease unpacks a bucket
-// into the waiting set farLead before the bucket's first due time
-// (unpack.lua), at most a batch per call, so the waiting set only ever holds
-// what falls due within about farLead + farWidth, plus messages with
-// business keys or priority. Cancelling or moving a far message first pulls
-// it into the waiting set (farpull.lua), where it is handled like any
-// other; its list element becomes "" until the bucket is unpacked.
+// A message due more than about farLead + farWidth ahead (a business key of
+// at most 255 bytes and a priority allowed) goes into the far bucket of its
+// due time: a list (<shard>:fc:<bucket>, one per farWidth of due time) of
+// elements of format 2 (farElem, below: a 6-byte head with its due time
+// from the bucket's start, its key, then its encoded body), in publish
+// order. Lists pack their elements in listpacks of 8 KB, a few bytes of
+// overhead each. The far index (<shard>:fx:<n>, 2^19 small hashes,
+// listpack-encoded up to 128 fields at Redis's defaults) maps the
+// message's UUID (16 bytes when canonical) to its bucket and position, for
+// Cancel, Reschedule, Find and the duplicate check of a retried Publish. A
+// far message's business key points to "\0" + its UUID in bkeys, so a
+// lookup by key knows to pull it first. The scheduler holding the
+// partition's lease unpacks a bucket into the waiting set farLead before
+// the bucket's first due time (unpack.lua), at most a batch per call,
+// restoring its key (bkeyof, bkeys) and priority, so the waiting set only
+// ever holds what falls due within about farLead + farWidth. Cancelling or
+// moving a far message, or replacing it by its key, first pulls it into
+// the waiting set (farpull.lua), where it is handled like any other; its
+// list element becomes "" until the bucket is unpacked.
+//
+// Format 1, which the previous version wrote (<shard>:far, :fb:<bucket>),
+// is read, unpacked and pulled the same way until it drains; see farElem
+// and farLoc for what tells them apart.
 //
 // The far tier is invisible in the API: counts, Waiting, the histogram and
 // every lookup include it.
@@ -102,13 +113,85 @@ func farPlaceIn(width, lead, margin time.Duration, nowMs, dueMs int64) (b, start
 	return b, start, unpackAt, unpackAt > nowMs+margin.Milliseconds()
 }
 
-// farLoc splits a far index value into bucket and position.
-func farLoc(loc string) (b, pos int64, err error) {
-	v, err := strconv.ParseInt(loc, 10, 64)
-	if err != nil || v < 0 {
-		return 0, 0, fmt.Errorf("far index value %q is not a location", loc)
+// farLoc splits a far index value into the format of its bucket (1 or 2),
+// bucket and position. Format 1 stores bucket × 2^24 + position, format 2
+// the same negated, less one, so that a process of the previous version
+// refuses it as "not a location" (an error) instead of reading the wrong
+// list.
+func farLoc(loc string) (v int, b, pos int64, err error) {
+	x, err := strconv.ParseInt(loc, 10, 64)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("far index value %q is not a location", loc)
 	}
-	return v >> farPosBits, v & (1<<farPosBits - 1), nil
+	v = 1
+	if x < 0 {
+		v, x = 2, -x-1
+	}
+	return v, x >> farPosBits, x & (1<<farPosBits - 1), nil
+}
+
+// farPopped is the far meta field counting the elements popped from a
+// bucket by unpacking; farLive the one counting its live elements.
+func farPopped(v int, b int64) string {
+	if v == 2 {
+		return "P:" + strconv.FormatInt(b, 10)
+	}
+	return "p:" + strconv.FormatInt(b, 10)
+}
+
+// Far elements. Format 1 (lists :fb:<bucket>): the due score as an 8-byte
+// big-endian double, then the encoded message; its first byte is 0x43 for
+// any due time of this century. Format 2 (lists :fc:<bucket>):
+//
+//	byte 0      2, the format
+//	byte 1      flags: 1 high priority, 2 a business key follows
+//	bytes 2-5   the due score less the bucket's first due ms × 1024, a
+//	            big-endian signed 32-bit integer
+//	[key]       with flag 2: one byte of length, then the business key
+//	rest        the encoded message
+//
+// "" is an element cancelled or moved to the waiting set. Anything else is
+// refused, and left in place: see unpack.lua.
+const farFormat2 = 2
+
+// farElem is a decoded far element.
+type farElem struct {
+	Score float64
+	Body  string
+	Key   string // "" for none
+	Prio  bool
+}
+
+// decodeFar decodes element e of a far bucket of format v whose first due
+// ms is start; ok is false for a blank element or one that cannot be read
+// (bad true).
+func decodeFar(v int, start int64, e string) (m farElem, ok, bad bool) {
+	if e == "" {
+		return m, false, false
+	}
+	if v != farFormat2 {
+		if len(e) < 9 || e[0] == farFormat2 {
+			return m, false, true
+		}
+		return farElem{Score: math.Float64frombits(binary.BigEndian.Uint64([]byte(e[:8]))), Body: e[8:]}, true, false
+	}
+	if len(e) < 7 || e[0] != farFormat2 || e[1]&^3 != 0 {
+		return m, false, true
+	}
+	flags := e[1]
+	rel := int32(binary.BigEndian.Uint32([]byte(e[2:6])))
+	m.Score = float64(start*1024 + int64(rel))
+	m.Prio = flags&1 != 0
+	rest := e[6:]
+	if flags&2 != 0 {
+		n := int(rest[0])
+		if len(rest) < 1+n+1 {
+			return m, false, true
+		}
+		m.Key, rest = rest[1:1+n], rest[1+n:]
+	}
+	m.Body = rest
+	return m, true, false
 }
 
 // FarArg is where publish.lua may look up and store a message in the far
@@ -124,8 +207,7 @@ type FarArg struct {
 }
 
 // FarArgOf is where a message may be looked up and stored in the far
-// tier: one due far enough ahead, with no business key and no priority, may
-// be stored there, and a waiting message due farMargin or more ahead is
+// tier: one due far enough ahead may be stored there (mayFar), and a waiting message due farMargin or more ahead is
 // looked up there first, so the tiers never hold one UUID twice. Nearer
 // ones are not looked up: the lookup would cost every publish of a
 // message due soon a read of the far index, which grows with the far
@@ -174,11 +256,11 @@ func FarPull(ctx context.Context, c Cmds, sh Shard, uuid string, peek bool) (bod
 		if err != nil {
 			return "", 0, false, err
 		}
-		b, _, err := farLoc(loc)
+		v, b, _, err := farLoc(loc)
 		if err != nil {
 			return "", 0, false, err
 		}
-		r, err := callFarPull(ctx, c, sh, b, index, field, loc, uuid, peek)
+		r, err := callFarPull(ctx, c, sh, v, b, index, field, loc, uuid, peek)
 		if err != nil || r.Moved {
 			return r.Body, r.Score, r.Moved, err
 		}
@@ -208,13 +290,12 @@ func FarPullMany(ctx context.Context, c redis.Cmdable, sh Shard, uuids []string)
 		if err != nil {
 			return err
 		}
-		b, _, err := farLoc(loc)
+		v, b, _, err := farLoc(loc)
 		if err != nil {
 			return err
 		}
-		pulls[k] = pipeScript(ctx, pipe, farPullScript,
-			[]string{sh.Far(), sh.FarMeta(), sh.FarBucket(b), sh.farIndex(farShard(fields[k])), sh.Waiting(), sh.Bodies()},
-			fields[k], loc, uuid, b, sh.Wake(), "0")
+		keys, args := farPullArgs(sh, v, b, sh.farIndex(farShard(fields[k])), fields[k], loc, uuid, false)
+		pulls[k] = pipeScript(ctx, pipe, farPullScript, keys, args...)
 	}
 	execPipe(ctx, pipe)
 	for k, p := range pulls {
@@ -232,6 +313,23 @@ func FarPullMany(ctx context.Context, c redis.Cmdable, sh Shard, uuids []string)
 		}
 	}
 	return nil
+}
+
+// FarKeyHolder reads which message holds business key in a partition,
+// and reports whether it waits in the far tier (bkeys marks those: see
+// publish.lua): uuid is "" when none does or it is not far.
+func FarKeyHolder(ctx context.Context, c Cmds, sh Shard, key string) (uuid string, err error) {
+	h, err := c.HGet(ctx, sh.Bkeys(), key).Result()
+	if err == redis.Nil {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if id, ok := strings.CutPrefix(h, "\x00"); ok {
+		return id, nil
+	}
+	return "", nil
 }
 
 // farOverdue is how long ago the first due time of the partition's first far
@@ -255,3 +353,6 @@ func farOverdue(head *redis.ZSliceCmd, now time.Time) time.Duration {
 func farBucketStart(b int64) time.Time {
 	return time.UnixMilli(farEpoch + b*FarWidth.Milliseconds())
 }
+
+// FarBucketKey names far bucket b of format v, for logs.
+func FarBucketKey(sh Shard, v int, b int64) string { return sh.farBucketKey(v, b) }

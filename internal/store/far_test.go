@@ -1,6 +1,8 @@
 package store
 
 import (
+	"encoding/binary"
+	"math"
 	"testing"
 	"time"
 
@@ -41,13 +43,51 @@ func TestFarPlaceDefaults(t *testing.T) {
 }
 
 func TestFarLoc(t *testing.T) {
-	b, pos, err := farLoc("16777217")
+	v, b, pos, err := farLoc("16777217")
 	require.NoError(t, err)
-	require.Equal(t, [2]int64{1, 1}, [2]int64{b, pos})
-	for _, bad := range []string{"", "x", "-1", "1.5"} {
-		_, _, err := farLoc(bad)
+	require.Equal(t, [3]int64{1, 1, 1}, [3]int64{int64(v), b, pos})
+	v, b, pos, err = farLoc("-16777218") // format 2: negated, less one
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{2, 1, 1}, [3]int64{int64(v), b, pos})
+	for _, bad := range []string{"", "x", "1.5"} {
+		_, _, _, err := farLoc(bad)
 		require.ErrorContains(t, err, "is not a location", bad)
 	}
+}
+
+func TestDecodeFar(t *testing.T) {
+	body := string(Encode(message.NewMessage("0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", []byte("p"))))
+	start := int64(1_780_000_000_000)
+	// format 1: score as a double, then the body
+	var d [8]byte
+	binary.BigEndian.PutUint64(d[:], math.Float64bits(float64(start*1024+5)))
+	m, ok, bad := decodeFar(1, start, string(d[:])+body)
+	require.True(t, ok)
+	require.False(t, bad)
+	require.Equal(t, farElem{Score: float64(start*1024 + 5), Body: body}, m)
+	// format 2: relative score, flags, key
+	var rel [4]byte
+	minus7 := int32(-7)
+	binary.BigEndian.PutUint32(rel[:], uint32(minus7))
+	m, ok, _ = decodeFar(2, start, "\x02\x03"+string(rel[:])+"\x05order"+body)
+	require.True(t, ok)
+	require.Equal(t, farElem{Score: float64(start*1024 - 7), Body: body, Key: "order", Prio: true}, m)
+	m, ok, _ = decodeFar(2, start, "\x02\x00"+string(rel[:])+body)
+	require.True(t, ok)
+	require.Equal(t, farElem{Score: float64(start*1024 - 7), Body: body}, m)
+	// blank: skipped, not bad
+	_, ok, bad = decodeFar(2, start, "")
+	require.False(t, ok)
+	require.False(t, bad)
+	// unknown or damaged: refused
+	for _, e := range []string{"\x03\x00" + string(rel[:]) + body, "\x02\x04" + string(rel[:]) + body, "\x02\x02" + string(rel[:]) + "\x40ab", "\x02", string(d[:]) + body} {
+		_, ok, bad = decodeFar(2, start, e)
+		require.False(t, ok, "%q", e)
+		require.True(t, bad, "%q", e)
+	}
+	_, ok, bad = decodeFar(1, start, "\x02\x00"+string(rel[:])+body)
+	require.False(t, ok)
+	require.True(t, bad, "a format 2 element in a format 1 bucket")
 }
 
 func TestStoredUUID(t *testing.T) {

@@ -55,12 +55,13 @@ type HealthSnapshot struct {
 func ReadHealth(ctx context.Context, c Cmds, k Keys, topics []string, counts []int, limits func(vis time.Duration) (stuck, idle time.Duration)) (HealthSnapshot, error) {
 	var snap HealthSnapshot
 	type partition struct {
-		sh      Shard
-		head    *redis.ZSliceCmd
-		farHead *redis.ZSliceCmd
-		groups  *redis.StringSliceCmd
-		infos   *redis.XInfoGroupsCmd
-		length  *redis.IntCmd
+		sh       Shard
+		head     *redis.ZSliceCmd
+		farHead  *redis.ZSliceCmd
+		farHead2 *redis.ZSliceCmd
+		groups   *redis.StringSliceCmd
+		infos    *redis.XInfoGroupsCmd
+		length   *redis.IntCmd
 	}
 	var parts []partition
 	pipe := c.Pipeline()
@@ -70,11 +71,12 @@ func ReadHealth(ctx context.Context, c Cmds, k Keys, topics []string, counts []i
 			sh := k.Shard(topic, n)
 			snap.Partitions = append(snap.Partitions, HealthPartition{Topic: t, N: n})
 			parts = append(parts, partition{sh: sh,
-				head:    pipe.ZRangeWithScores(ctx, sh.Waiting(), 0, 0),
-				farHead: pipe.ZRangeWithScores(ctx, sh.Far(), 0, 0),
-				groups:  pipe.SMembers(ctx, sh.Groups()),
-				infos:   pipe.XInfoGroups(ctx, sh.Stream()),
-				length:  pipe.XLen(ctx, sh.Stream()),
+				head:     pipe.ZRangeWithScores(ctx, sh.Waiting(), 0, 0),
+				farHead:  pipe.ZRangeWithScores(ctx, sh.Far(), 0, 0),
+				farHead2: pipe.ZRangeWithScores(ctx, sh.FarZ(), 0, 0),
+				groups:   pipe.SMembers(ctx, sh.Groups()),
+				infos:    pipe.XInfoGroups(ctx, sh.Stream()),
+				length:   pipe.XLen(ctx, sh.Stream()),
 			})
 		}
 	}
@@ -83,7 +85,7 @@ func ReadHealth(ctx context.Context, c Cmds, k Keys, topics []string, counts []i
 	}
 	snap.Now = clock.Val()
 	for p, part := range parts {
-		snap.Partitions[p].Overdue = overdue(part.head, part.farHead, snap.Now)
+		snap.Partitions[p].Overdue = overdue(part.head, snap.Now, part.farHead, part.farHead2)
 	}
 
 	type groupCmds struct {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -166,22 +165,20 @@ func WaitingHead(ctx context.Context, c redis.Cmdable, sh Shard, from, end int) 
 	// Once the buckets read hold end messages, one more is read: a message
 	// may be due up to FarSlack outside its bucket (see publish.lua).
 	far, extra, done := 0, 1, false
-	for next := int64(0); !done; next += 100 {
-		buckets, err := c.ZRange(ctx, sh.Far(), next, next+99).Result()
+	for from := int64(0); !done; {
+		refs, err := FarBuckets(ctx, c, sh, from, 100)
 		if err != nil {
 			return nil, err
 		}
-		for _, b := range buckets {
-			n, err := strconv.ParseInt(b, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("far bucket %q is not a number", b)
-			}
-			els, err := c.LRange(ctx, sh.FarBucket(n), 0, -1).Result()
+		for _, ref := range refs {
+			v, n := farUnref(ref)
+			els, err := c.LRange(ctx, sh.farBucketKey(v, n), 0, -1).Result()
 			if err != nil {
 				return nil, err
 			}
+			start := farBucketStart(n).UnixMilli()
 			for _, e := range els {
-				if m, ok := farMember(sh, e); ok {
+				if m, ok := farMember(sh, v, start, e); ok {
 					out = append(out, m)
 					far++
 				}
@@ -194,9 +191,10 @@ func WaitingHead(ctx context.Context, c redis.Cmdable, sh Shard, from, end int) 
 				extra--
 			}
 		}
-		if len(buckets) < 100 {
+		if len(refs) < 100 {
 			break
 		}
+		from = refs[len(refs)-1] + 1
 	}
 	if far > 0 {
 		slices.SortStableFunc(out, func(a, b WaitingMember) int { return cmp.Compare(a.Score, b.Score) })
@@ -270,21 +268,26 @@ func Overdue(ctx context.Context, c Cmds, sh Shard) (time.Duration, error) {
 	pipe := c.Pipeline()
 	head := pipe.ZRangeWithScores(ctx, sh.Waiting(), 0, 0)
 	farHead := pipe.ZRangeWithScores(ctx, sh.Far(), 0, 0)
+	farHead2 := pipe.ZRangeWithScores(ctx, sh.FarZ(), 0, 0)
 	now := pipe.Time(ctx)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, err
 	}
-	return overdue(head, farHead, now.Val()), nil
+	return overdue(head, now.Val(), farHead, farHead2), nil
 }
 
 // overdue is how long ago the first waiting message (head: ZRANGE waiting
-// 0 0) or far bucket (farHead) fell due at now, 0 when none did.
-func overdue(head, farHead *redis.ZSliceCmd, now time.Time) time.Duration {
+// 0 0) or far bucket (farHeads, of each format) fell due at now, 0 when
+// none did.
+func overdue(head *redis.ZSliceCmd, now time.Time, farHeads ...*redis.ZSliceCmd) time.Duration {
 	var d time.Duration
 	if zs := head.Val(); len(zs) > 0 {
 		d = now.Sub(DueOf(zs[0].Score))
 	}
-	return max(d, farOverdue(farHead, now), 0)
+	for _, f := range farHeads {
+		d = max(d, farOverdue(f, now))
+	}
+	return max(d, 0)
 }
 
 // DueCounts adds to out the waiting messages of the partitions by due
@@ -321,15 +324,29 @@ func DueCounts(ctx context.Context, c redis.Cmdable, shards []Shard, edges []tim
 // farHistogram adds the far tier's messages of a partition to DueCounts's
 // bins, each bucket's in the bin of the bucket's first due time.
 func farHistogram(ctx context.Context, c redis.Cmdable, sh Shard, edges []time.Time, out []int64) error {
-	buckets, err := c.ZRange(ctx, sh.Far(), 0, -1).Result()
+	for v := 1; v <= 2; v++ {
+		if err := farHistogramOf(ctx, c, sh, v, edges, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// farHistogramOf is farHistogram for the buckets of format v.
+func farHistogramOf(ctx context.Context, c redis.Cmdable, sh Shard, v int, edges []time.Time, out []int64) error {
+	buckets, err := c.ZRange(ctx, sh.farZset(v), 0, -1).Result()
 	if err != nil || len(buckets) == 0 {
 		return err
+	}
+	live := "l:"
+	if v == 2 {
+		live = "L:"
 	}
 	for k := 0; k < len(buckets); k += 1000 {
 		part := buckets[k:min(k+1000, len(buckets))]
 		fields := make([]string, len(part))
 		for n, b := range part {
-			fields[n] = "l:" + b
+			fields[n] = live + b
 		}
 		live, err := c.HMGet(ctx, sh.FarMeta(), fields...).Result()
 		if err != nil {

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,47 +40,45 @@ func Shift(ctx context.Context, c redis.Scripter, key string, d time.Duration) (
 	}
 }
 
-// PullFarAll moves every message of a partition's far tier into its
-// waiting set (the path of Cancel and Reschedule: farpull.lua), bucket by
-// bucket, and returns how many it found there. A bucket the scheduler
-// unpacks meanwhile is moved by it instead.
+// PullFarAll moves every message of a partition's far tier (both formats)
+// into its waiting set (the path of Cancel and Reschedule: farpull.lua),
+// bucket by bucket, reading each with FarRange, and returns how many it
+// found there. A bucket the scheduler unpacks meanwhile is moved by it
+// instead.
 func PullFarAll(ctx context.Context, c redis.Cmdable, sh Shard) (int, error) {
-	buckets, err := c.ZRange(ctx, sh.Far(), 0, -1).Result()
-	if err != nil {
-		return 0, err
-	}
 	found := 0
-	for _, b := range buckets {
-		n, err := strconv.ParseInt(b, 10, 64)
+	for from := int64(0); ; {
+		refs, err := FarBuckets(ctx, c, sh, from, 100)
 		if err != nil {
-			continue // not a bucket of this library's
+			return found, err
 		}
-		for start := int64(0); ; start += FarUnpackBatch {
-			els, err := c.LRange(ctx, sh.FarBucket(n), start, start+FarUnpackBatch-1).Result()
-			if err != nil {
-				return found, err
-			}
-			var uuids []string
-			for _, e := range els {
-				if len(e) > 8 {
-					if id, ok := storedUUID([]byte(e[8:])); ok {
-						uuids = append(uuids, id)
-					}
-				}
-			}
-			if len(uuids) > 0 {
-				if err := FarPullMany(ctx, c, sh, uuids); err != nil {
+		for _, ref := range refs {
+			// Pulled elements turn "" in place: the positions stay.
+			for pos, done := int64(0), false; !done; {
+				var ms []FarMember
+				ms, pos, done, err = FarRange(ctx, c, sh, ref, pos, FarUnpackBatch)
+				if err != nil {
 					return found, err
 				}
-				found += len(uuids)
+				uuids := make([]string, 0, len(ms))
+				for _, m := range ms {
+					if m.ID != "" {
+						uuids = append(uuids, m.ID)
+					}
+				}
+				if len(uuids) > 0 {
+					if err := FarPullMany(ctx, c, sh, uuids); err != nil {
+						return found, err
+					}
+					found += len(uuids)
+				}
 			}
-			if len(els) < FarUnpackBatch {
-				break
-			}
-			// Pulled elements turn "" in place: the positions stay.
 		}
+		if len(refs) < 100 {
+			return found, nil
+		}
+		from = refs[len(refs)-1] + 1
 	}
-	return found, nil
 }
 
 // MoveNextTick sets a schedule's next tick to to when it is still from

@@ -42,8 +42,11 @@ import (
 //	<shard>:g:<group>:flow   pub/sub channel that tells the group's subscribers of a pause or resume (partition 0 only)
 //	<shard>:far              zset    far bucket number -> when to unpack it (ms): the far tier, see far.go
 //	<shard>:fb:<bucket>      list    a far bucket: due score (8 bytes) + encoded message, "" once cancelled
+//	<shard>:fz               zset    format 2 far buckets: bucket number -> when to unpack it (ms)
+//	<shard>:fc:<bucket>      list    a format 2 far bucket: elements as far.go describes (farElem), "" once cancelled
 //	<shard>:fx:<n>           hash    far index shard: UUID key (see farField) -> bucket × 2^24 + position
-//	<shard>:fmeta            hash    far tier counters: n (messages), p:<bucket> (popped), l:<bucket> (live)
+//	                                 (format 1), or -(bucket × 2^24 + position) - 1 (format 2)
+//	<shard>:fmeta            hash    far tier counters: n (messages, both formats), p:<bucket> (popped), l:<bucket> (live); P:, L: for format 2
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
 //	<shard>:bell             string  "1" while a consumer waits for new entries of the partition (armed by ReadNew);
@@ -156,6 +159,23 @@ func (s Shard) FarMeta() string { return string(s) + ":fmeta" }
 func (s Shard) Overlap() string { return string(s) + ":overlap" }
 
 func (s Shard) FarBucket(b int64) string { return string(s) + ":fb:" + strconv.FormatInt(b, 10) }
+
+// FarZ and FarList are the far tier's keys of format 2 (see far.go): the
+// buckets' zset and lists. Format 1's are Far and FarBucket.
+func (s Shard) FarZ() string           { return string(s) + ":fz" }
+func (s Shard) FarList(b int64) string { return string(s) + ":fc:" + strconv.FormatInt(b, 10) }
+func (s Shard) farZset(v int) string {
+	if v == 2 {
+		return s.FarZ()
+	}
+	return s.Far()
+}
+func (s Shard) farBucketKey(v int, b int64) string {
+	if v == 2 {
+		return s.FarList(b)
+	}
+	return s.FarBucket(b)
+}
 func (s Shard) farIndex(n uint32) string {
 	return string(s) + ":fx:" + strconv.FormatUint(uint64(n), 10)
 }

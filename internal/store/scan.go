@@ -2,9 +2,9 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -98,9 +98,43 @@ func NearScan(ctx context.Context, c redis.Cmdable, sh Shard, cursor uint64, n i
 	return out, next, nil
 }
 
-// FarBuckets returns up to n far bucket numbers of a partition from bucket
-// from on, in order.
+// A far bucket reference (ref) names a bucket of either format in due
+// order: 2 × its number for format 1 (written by the previous version),
+// 2 × its number + 1 for format 2. Cursors and pages carry refs.
+func farRef(v int, b int64) int64 { return 2*b + int64(v-1) }
+
+// FarRefOf is the first far bucket reference of the bucket of a due time.
+func FarRefOf(due time.Time) int64 { return 2 * FarBucketOf(due) }
+
+// FarRefBucket is the bucket number of a far bucket reference.
+func FarRefBucket(ref int64) int64 { return ref >> 1 }
+
+func farUnref(ref int64) (v int, b int64) { return int(ref&1) + 1, ref >> 1 }
+
+// FarBuckets returns up to n far bucket references (see farRef) of a
+// partition from reference from on, in order, of both formats.
 func FarBuckets(ctx context.Context, c redis.Cmdable, sh Shard, from int64, n int) ([]int64, error) {
+	var out []int64
+	for v := 1; v <= 2; v++ {
+		fromB := from / 2
+		if v == 1 {
+			fromB = (from + 1) / 2
+		}
+		bs, err := farBucketsOf(ctx, c, sh.farZset(v), fromB, n)
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range bs {
+			out = append(out, farRef(v, b))
+		}
+	}
+	slices.Sort(out)
+	return out[:min(n, len(out))], nil
+}
+
+// farBucketsOf returns up to n bucket numbers of the far zset key from
+// bucket from on, in order.
+func farBucketsOf(ctx context.Context, c redis.Cmdable, key string, from int64, n int) ([]int64, error) {
 	// The far set scores each bucket by when it is unpacked (its start
 	// less FarLead), which grows with the bucket number; read from a width
 	// earlier, for a bucket scored by other settings, and skip those.
@@ -111,7 +145,7 @@ func FarBuckets(ctx context.Context, c redis.Cmdable, sh Shard, from int64, n in
 	var out []int64
 	for offset := int64(0); len(out) < n; offset += int64(n) + 2 {
 		members, err := c.ZRangeArgs(ctx, redis.ZRangeArgs{
-			Key: sh.Far(), Start: min, Stop: "+inf", ByScore: true, Offset: offset, Count: int64(n) + 2,
+			Key: key, Start: min, Stop: "+inf", ByScore: true, Offset: offset, Count: int64(n) + 2,
 		}).Result()
 		if err != nil {
 			return nil, err
@@ -134,12 +168,16 @@ func FarBucketOf(due time.Time) int64 {
 	return (due.UnixMilli() - farEpoch) / FarWidth.Milliseconds()
 }
 
-// FarRange reads up to n elements of far bucket b from position pos on
-// (counted from the bucket's first element ever) and returns the messages
-// among them, each with its position; next is the position after the last
-// element read, and done reports that the bucket has no more.
-func FarRange(ctx context.Context, c redis.Cmdable, sh Shard, b, pos int64, n int) (ms []FarMember, next int64, done bool, err error) {
-	poppedField := "p:" + strconv.FormatInt(b, 10)
+// FarRange reads up to n elements of the far bucket of reference ref (see
+// farRef) from position pos on (counted from the bucket's first element
+// ever) and returns the messages among them, each with its position; next
+// is the position after the last element read, and done reports that the
+// bucket has no more.
+func FarRange(ctx context.Context, c redis.Cmdable, sh Shard, ref, pos int64, n int) (ms []FarMember, next int64, done bool, err error) {
+	v, b := farUnref(ref)
+	poppedField := farPopped(v, b)
+	key := sh.farBucketKey(v, b)
+	start := farBucketStart(b).UnixMilli()
 	readPopped := func(cmd *redis.StringCmd) (int64, error) {
 		if err := cmd.Err(); err != nil && err != redis.Nil {
 			return 0, err
@@ -152,7 +190,7 @@ func FarRange(ctx context.Context, c redis.Cmdable, sh Shard, b, pos int64, n in
 	for range 3 {
 		pipe := c.Pipeline()
 		popped := pipe.HGet(ctx, sh.FarMeta(), poppedField)
-		length := pipe.LLen(ctx, sh.FarBucket(b))
+		length := pipe.LLen(ctx, key)
 		_, _ = pipe.Exec(ctx)
 		p, err := readPopped(popped)
 		if err != nil {
@@ -161,13 +199,13 @@ func FarRange(ctx context.Context, c redis.Cmdable, sh Shard, b, pos int64, n in
 		if err := length.Err(); err != nil {
 			return nil, 0, false, err
 		}
-		start := max(pos-p, 0) // elements before p were unpacked meanwhile
-		if start >= length.Val() {
+		from := max(pos-p, 0) // elements before p were unpacked meanwhile
+		if from >= length.Val() {
 			return nil, max(p+length.Val(), pos), true, nil
 		}
 		pipe = c.Pipeline()
 		again := pipe.HGet(ctx, sh.FarMeta(), poppedField)
-		rng := pipe.LRange(ctx, sh.FarBucket(b), start, start+int64(n)-1)
+		rng := pipe.LRange(ctx, key, from, from+int64(n)-1)
 		_, _ = pipe.Exec(ctx)
 		p2, err := readPopped(again)
 		if err != nil {
@@ -181,11 +219,11 @@ func FarRange(ctx context.Context, c redis.Cmdable, sh Shard, b, pos int64, n in
 		}
 		els := rng.Val()
 		for k, e := range els {
-			if m, ok := farMember(sh, e); ok {
-				ms = append(ms, FarMember{WaitingMember: m, Pos: p + start + int64(k)})
+			if m, ok := farMember(sh, v, start, e); ok {
+				ms = append(ms, FarMember{WaitingMember: m, Pos: p + from + int64(k)})
 			}
 		}
-		next = p + start + int64(len(els))
+		next = p + from + int64(len(els))
 		return ms, next, len(els) == 0 || next >= p+length.Val(), nil
 	}
 	return nil, 0, false, fmt.Errorf("far bucket %d kept being unpacked while it was read", b)
@@ -197,14 +235,16 @@ type FarMember struct {
 	Pos int64
 }
 
-// farMember decodes a far bucket element: its due score and the encoded
-// message. An element of under 9 bytes was cancelled or moved to the
-// waiting set.
-func farMember(sh Shard, e string) (WaitingMember, bool) {
-	if len(e) < 9 {
+// farMember decodes element e of a far bucket of format v whose first due
+// ms is start: its due score and the encoded message. A blank element (a
+// message cancelled or moved to the waiting set) or one that cannot be
+// read is skipped (unpack.lua leaves the latter in place, and logs it).
+func farMember(sh Shard, v int, start int64, e string) (WaitingMember, bool) {
+	m, ok, _ := decodeFar(v, start, e)
+	if !ok {
 		return WaitingMember{}, false
 	}
-	body := e[8:]
+	body := m.Body
 	id, _ := storedUUID([]byte(body))
-	return WaitingMember{ID: id, Score: math.Float64frombits(binary.BigEndian.Uint64([]byte(e[:8]))), Shard: sh, Body: &body}, true
+	return WaitingMember{ID: id, Score: m.Score, Shard: sh, Body: &body}, true
 }

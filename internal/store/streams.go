@@ -239,17 +239,17 @@ func CountTimeout(ctx context.Context, c Cmds, sh Shard, group string, at int64)
 	return err
 }
 
-// FarHead reads the popped count of far bucket b and its first n
-// elements, as unpack.lua takes them.
-func FarHead(ctx context.Context, c Cmds, sh Shard, b int64, n int) (popped int64, els []string, err error) {
+// FarHead reads the popped count of far bucket b of format v and its first
+// n elements, as unpack.lua takes them.
+func FarHead(ctx context.Context, c Cmds, sh Shard, v int, b int64, n int) (popped int64, els []string, err error) {
 	var p *redis.StringCmd
 	var e *redis.StringSliceCmd
 	// A pipeline rather than MULTI, which Redis refuses at maxmemory; each
 	// command's error is checked below (the pipeline's is the first one,
 	// which for a bucket never unpacked is HGET's redis.Nil).
 	_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		p = pipe.HGet(ctx, sh.FarMeta(), "p:"+strconv.FormatInt(b, 10))
-		e = pipe.LRange(ctx, sh.FarBucket(b), 0, int64(min(n, FarUnpackBatch))-1)
+		p = pipe.HGet(ctx, sh.FarMeta(), farPopped(v, b))
+		e = pipe.LRange(ctx, sh.farBucketKey(v, b), 0, int64(min(n, FarUnpackBatch))-1)
 		return nil
 	})
 	if err := e.Err(); err != nil {

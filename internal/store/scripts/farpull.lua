@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- include: farel
 --[[
   farpull: moves one far message (see far.go), found by its UUID's far
   index entry, into the waiting set with its due time, so Cancel,
@@ -13,33 +14,55 @@
   KEYS[4] index    hash   the far index shard of the UUID
   KEYS[5] waiting  zset   message UUID -> due score
   KEYS[6] bodies   hash   message UUID -> encoded message
+  KEYS[7] bkeys    hash   business key -> UUID of the waiting message holding
+                          it ("\0" .. UUID while it waits in the far tier)
+  KEYS[8] bkeyof   hash   UUID of a waiting message -> its business key
+  KEYS[9] prio     hash   UUID of a waiting high-priority message -> 1
   ARGV[1] the UUID's far index field
-  ARGV[2] the location the caller read for it (bucket * 2^24 + position)
+  ARGV[2] the location the caller read for it (format 1: bucket * 2^24 +
+          position; format 2: minus that, less one)
   ARGV[3] the message UUID
   ARGV[4] the bucket's number
   ARGV[5] wake channel, published to when the message becomes the earliest
   ARGV[6] "1": only read the message
+  ARGV[7] the bucket's format, 1 or 2 (see far.go; KEYS[1] and KEYS[3] are
+          that format's)
+  ARGV[8] the bucket's first due ms (format 2 stores due times from it)
 
   Returns {1, body, due score} when the message was there (and, unless read
   only, is moved), {0} when the index no longer holds that location (moved
   or unpacked meanwhile: the caller looks again).
 ]]
 local far, fmeta, bucket, index, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local bkeys, bkeyof, prio = KEYS[7], KEYS[8], KEYS[9]
 local field, readLoc, uuid, b, wake, readOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local v, start = tonumber(ARGV[7]), tonumber(ARGV[8])
+local pf, lf = 'p:' .. b, 'l:' .. b
+if v == 2 then
+  pf, lf = 'P:' .. b, 'L:' .. b
+end
 local loc = redis.call('HGET', index, field)
 if loc ~= readLoc then
   return {0}
 end
-local pos = tonumber(loc) % 16777216 - tonumber(redis.call('HGET', fmeta, 'p:' .. b) or '0')
+local x = tonumber(loc)
+if v == 2 then
+  x = -x - 1
+end
+local pos = x % 16777216 - tonumber(redis.call('HGET', fmeta, pf) or '0')
 local e = pos >= 0 and redis.call('LINDEX', bucket, pos)
-local body = e and string.sub(e, 9) or ''
+local score, body, key, isPrio
+if e and e ~= '' then
+  score, body, key, isPrio = far_decode(v, start, e)
+end
+body = body or ''
 -- The element must be the message asked for: its UUID is the index field
 -- (version 3: its 16 bytes) or, as text, the UUID given.
 local id = nil
-local v = string.byte(body, 1)
-if v == 3 then
+local cv = string.byte(body, 1)
+if cv == 3 then
   id = string.sub(body, 2, 17) == field and uuid
-elseif v == 1 or v == 2 then
+elseif cv == 1 or cv == 2 then
   local n, at = string.byte(body, 2), 3
   if n and n >= 128 then
     n, at = (n - 128) + 128 * (string.byte(body, 3) or 0), 4
@@ -53,7 +76,6 @@ if id ~= uuid then
   redis.call('HDEL', index, field)
   return {0}
 end
-local score = struct.unpack('>d', e)
 if readOnly == '1' then
   return {1, body, score}
 end
@@ -62,14 +84,15 @@ redis.call('HDEL', index, field)
 if redis.call('HINCRBY', fmeta, 'n', -1) <= 0 then
   redis.call('HDEL', fmeta, 'n')
 end
-if redis.call('HINCRBY', fmeta, 'l:' .. b, -1) <= 0 then
+if redis.call('HINCRBY', fmeta, lf, -1) <= 0 then
   redis.call('DEL', bucket)
   redis.call('ZREM', far, b)
-  redis.call('HDEL', fmeta, 'p:' .. b, 'l:' .. b)
+  redis.call('HDEL', fmeta, pf, lf)
 end
 local head = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')[2]
 redis.call('ZADD', waiting, score, uuid)
 redis.call('HSET', bodies, uuid, body)
+far_restore(bkeys, bkeyof, prio, uuid, key, isPrio)
 if not head or score < tonumber(head) then
   redis.call('PUBLISH', wake, 'd')
 end

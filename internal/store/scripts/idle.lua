@@ -15,19 +15,20 @@
   KEYS[3] dormant  string set here when idle
   KEYS[4] fanout   hash   a high-priority message part-way through its fan-out
   KEYS[5] far      zset   the far tier's buckets (see far.go)
+  KEYS[6] fz       zset   the same of format 2
   then for each consumer group g = 1, 2, ..., two keys:
-  KEYS[2g+4] retry    zset   the group's retry set
-  KEYS[2g+5] rstream  stream the group's redelivery stream
+  KEYS[2g+5] retry    zset   the group's retry set
+  KEYS[2g+6] rstream  stream the group's redelivery stream
   ARGV[1] retention in ms for a stream without consumer groups (0: keep all)
 
   Returns 1 when idle (and marked dormant), 0 otherwise.
 ]]
-local waiting, stream, dormant, fanout, far = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local waiting, stream, dormant, fanout, far, fz = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local retention = tonumber(ARGV[1])
-if redis.call('ZCARD', waiting) > 0 or redis.call('EXISTS', fanout) == 1 or redis.call('EXISTS', far) == 1 then
+if redis.call('ZCARD', waiting) > 0 or redis.call('EXISTS', fanout) == 1 or redis.call('EXISTS', far, fz) > 0 then
   return 0
 end
-for k = 6, #KEYS, 2 do
+for k = 7, #KEYS, 2 do
   if redis.call('ZCARD', KEYS[k]) > 0 or redis.call('XLEN', KEYS[k + 1]) > 0 then
     return 0
   end

@@ -58,7 +58,8 @@
                               put back in the ring when they may go on (so the
                               scheduler wakes for them, ringing the bell)
   and last:
-  KEYS[#KEYS] far     zset   far bucket number -> when to unpack it (ms): see far.go
+  KEYS[#KEYS-1] far   zset   far bucket number -> when to unpack it (ms): see far.go
+  KEYS[#KEYS] fz      zset   the same for the far tier's format 2
   ARGV[1]  most stream entries added per call from the waiting set (a
            high-priority message adds one per group), and as many from the
            retry sets of all groups together
@@ -70,7 +71,7 @@
            per lease time, not at every call: a write saved per tick), "0"
            to leave its expiry
 
-  Returns {moved, wait, missing, groups, held, far}:
+  Returns {moved, wait, missing, groups, held, far, format}:
     moved    messages moved
     wait     held: µs until the earliest message still waiting is due;
              0 when more is due than the call moved; -1 when all sets are empty.
@@ -83,6 +84,7 @@
     far      held: the number of the far bucket due for unpacking (the
              caller unpacks it, unpack.lua), -1 when none is; wait counts
              the time until the next one is
+    format   that bucket's format (1: KEYS[#KEYS-1], 2: KEYS[#KEYS])
 ]]
 local lease, groups, waiting, bodies, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local bkeys, bkeyof, prio, fanout, bell = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
@@ -91,10 +93,10 @@ local limit, owner, leaseMs, mayTake, extend = tonumber(ARGV[1]), ARGV[2], ARGV[
 local ngroups = redis.call('SCARD', groups)
 local holder = redis.call('GET', lease)
 if holder and holder ~= owner then
-  return {0, redis.call('PTTL', lease) * 1000, 0, ngroups, 0, -1}
+  return {0, redis.call('PTTL', lease) * 1000, 0, ngroups, 0, -1, 0}
 end
 if not holder and mayTake == '0' then
-  return {0, -1, 0, ngroups, 0, -1}
+  return {0, -1, 0, ngroups, 0, -1, 0}
 end
 if not holder or extend == '1' then
   redis.call('SET', lease, owner, 'PX', leaseMs)
@@ -122,7 +124,7 @@ local gbudget = math.min(limit, 256)
 
 -- the redelivery streams of the listed groups, for high-priority messages
 local rstreams = {}
-for g = 15, #KEYS - 1, 8 do
+for g = 15, #KEYS - 2, 8 do
   rstreams[#rstreams + 1] = KEYS[g]
 end
 
@@ -406,17 +408,20 @@ for _, c in pairs(fairs) do
   fair_close(c, bell, now)
 end
 -- the far tier's next bucket to unpack
-local far = -1
-local fhead = redis.call('ZRANGE', KEYS[#KEYS], 0, 0, 'WITHSCORES')
-if fhead[1] then
-  local w = tonumber(fhead[2]) * 1000 - nowUs
-  if w <= 0 then
-    far = tonumber(fhead[1])
-  else
-    earlier(w)
+-- (format 1's first: it holds what processes of the previous version wrote)
+local far, farFormat = -1, 0
+for f = 1, 2 do
+  local fhead = redis.call('ZRANGE', KEYS[#KEYS - 2 + f], 0, 0, 'WITHSCORES')
+  if fhead[1] then
+    local w = tonumber(fhead[2]) * 1000 - nowUs
+    if w > 0 then
+      earlier(w)
+    elseif far < 0 then
+      far, farFormat = tonumber(fhead[1]), f
+    end
   end
 end
 if added then
   ring(bell)
 end
-return {moved, wait, missing, ngroups, 1, far}
+return {moved, wait, missing, ngroups, 1, far, farFormat}

@@ -18,13 +18,16 @@
   KEYS[2] bodies   hash   message UUID -> encoded message
   KEYS[3] stream   stream ready messages, field m = encoded message
   KEYS[4] seq      string counter that keeps equal due times in publish order
-  KEYS[5] bkeys    hash   business key -> UUID of the waiting message holding it
+  KEYS[5] bkeys    hash   business key -> UUID of the waiting message holding
+                          it; "\0" .. UUID while that message is in the far tier
   KEYS[6] bkeyof   hash   UUID of a waiting message -> its business key
   KEYS[7] prio     hash   UUID of a waiting high-priority message -> 1
   KEYS[8] reg      string set by the first publish: gone, Redis lost the topic registry too
   KEYS[9] dormant  string set while no scheduler loop runs for the partition (idle.lua)
-  KEYS[10] far     zset   far bucket number -> when to unpack it (ms): see far.go
-  KEYS[11] fmeta   hash   far tier counters: n, p:<bucket>, l:<bucket>
+  KEYS[10] far     zset   far bucket number -> when to unpack it (ms), of the
+                          far tier's format 2 (:fz): see far.go
+  KEYS[11] fmeta   hash   far tier counters: n (both formats), P:<bucket>,
+                          L:<bucket> (format 2's)
   KEYS[12] bell    string the partition's bell, rung when ready entries were
                           added (see read.lua)
   KEYS[13] grpof   hash   UUID of a waiting grouped message -> its group
@@ -74,11 +77,13 @@
   ARGV[j+8]        that bucket's number
   ARGV[j+9]        the first due ms of the bucket
   ARGV[j+10]       when the bucket is unpacked (ms)
-                   The message goes to the bucket when it has no business key,
-                   no priority and no holder's score, is due within the
-                   bucket give or take the slack (by Redis's clock),
-                   and ARGV[j+10] is after now + the margin: the bucket is
-                   unpacked later, and before the message is due.
+                   The message goes to the bucket (format 2, far.go) when it
+                   has no holder's score and a business key of under 256
+                   bytes if any, is due within the bucket give or take the
+                   slack (by Redis's clock), and ARGV[j+10] is after now +
+                   the margin: the bucket is unpacked later, and before the
+                   message is due. Its business key and priority travel in
+                   its element; bkeys marks it as a far holder.
   ARGV[j+11]       the message's group ("" for none): it waits, even when
                    due now unless it goes straight to its group (above), and
                    grpof names its group while it waits (in either tier)
@@ -89,8 +94,10 @@
   waited for the scheduler: the caller reads the list again), else 0. A
   status:
     0                          its messages are stored (or dropped: keep first)
-    {'pull', UUID, ...}        messages of the call are waiting in the far
-                               tier: the caller moves them to the waiting set
+    {'pull', UUID, ...}        messages of the call, or holders of its
+                               business keys that it replaces, are waiting
+                               in the far tier: the caller moves them to the
+                               waiting set
                                (farpull.lua, which looks each up) and sends
                                the call again, so they are compared there like
                                any waiting message. All of the call's are
@@ -195,7 +202,8 @@ end
 -- message -> its location in the far tier, for waiting messages whose UUID
 -- is there (the tiers never hold one UUID twice)
 local farLoc = {}
-if redis.call('EXISTS', far) == 1 then
+-- (fmeta's n counts the far messages of both formats: none, no lookup)
+if tonumber(redis.call('HGET', fmeta, 'n') or '0') > 0 then
   for j = first, #ARGV, STRIDE do
     if waits[j] and ARGV[j + 5] ~= '0' and not known[ARGV[j]] then
       farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + 5])], ARGV[j + 6])
@@ -246,6 +254,20 @@ local function check(m)
   if bk ~= '' then
     local policy, key = string.sub(bk, 1, 1), string.sub(bk, 2)
     local h = holder[key]
+    if h and string.byte(h, 1) == 0 then
+      -- the holder waits in the far tier: rejected or kept first as any,
+      -- else (or when it has this UUID) moved to the waiting set first (a
+      -- pull), and compared there
+      h = string.sub(h, 2)
+      if h ~= id and policy == 'r' then
+        return {'key', key, h}
+      elseif h ~= id and policy == 'k' then
+        return nil -- dropped
+      end
+      pulls = pulls or {'pull'}
+      pulls[#pulls + 1] = h
+      return nil
+    end
     if h and (h ~= id or not w) then
       if policy == 'r' then
         return {'key', key, h}
@@ -423,7 +445,7 @@ if #stored > 0 then
   -- + its position in the bucket, exact in a Lua number.
   local byBucket, farOrder, farFields = {}, {}, {}
   for _, m in ipairs(stored) do
-    if ARGV[m + 7] ~= '0' and not fixed[m] and ARGV[m + 3] == '' and ARGV[m + 4] ~= '1' then
+    if ARGV[m + 7] ~= '0' and not fixed[m] and #ARGV[m + 3] <= 256 then
       local due, first = now + delay[m], tonumber(ARGV[m + 9])
       if due >= first - farSlack and due < first + farWidth + farSlack and tonumber(ARGV[m + 10]) > now + farMargin then
         local b = ARGV[m + 8]
@@ -433,7 +455,7 @@ if #stored > 0 then
           byBucket[b] = list
           local k = #farOrder
           farOrder[k + 1] = b
-          farFields[2 * k + 1], farFields[2 * k + 2] = 'p:' .. b, 'l:' .. b
+          farFields[2 * k + 1], farFields[2 * k + 2] = 'P:' .. b, 'L:' .. b
         end
         list[#list + 1] = m
       end
@@ -452,11 +474,20 @@ if #stored > 0 then
       local list, live = byBucket[b], tonumber(meta[farFields[2 * k]] or '0')
       local bucket = KEYS[tonumber(ARGV[list[1] + 7])]
       local len = 0
+      local base1024 = tonumber(ARGV[list[1] + 9]) * 1024
       for c = 1, #list, CHUNK do
         local els = {}
         for i = c, math.min(c + CHUNK - 1, #list) do
+          -- the element of format 2 (far.go): its due time from the
+          -- bucket's first due ms, its business key and priority
           local m = list[i]
-          els[#els + 1] = struct.pack('>d', scoreOf[m]) .. ARGV[m + 2]
+          local flags, bk = 0, ARGV[m + 3]
+          if ARGV[m + 4] == '1' then flags = 1 end
+          if bk ~= '' then
+            flags = flags + 2
+            bk = string.char(#bk - 1) .. string.sub(bk, 2)
+          end
+          els[#els + 1] = string.char(2, flags) .. struct.pack('>i4', scoreOf[m] - base1024) .. bk .. ARGV[m + 2]
         end
         len = redis.call('RPUSH', bucket, unpack(els))
       end
@@ -471,8 +502,13 @@ if #stored > 0 then
         end
       else
         for i, m in ipairs(list) do
-          redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], loc + i - 1)
+          -- format 2's location: negated, less one (far.go's farLoc)
+          redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], -(loc + i - 1) - 1)
           isFar[m] = true
+          if ARGV[m + 3] ~= '' then
+            -- the final holder of its key (set above): marked far
+            redis.call('HSET', bkeys, string.sub(ARGV[m + 3], 2), '\0' .. ARGV[m])
+          end
         end
         counts[#counts + 1] = farFields[2 * k]
         counts[#counts + 1] = live + #list

@@ -1,0 +1,186 @@
+package redisdelay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay"
+)
+
+// keyTiers are due times that put a message in the waiting set (near: due
+// before the far tier starts, at the test binary's short far timing) and
+// in the far tier (issue 37: a business key or a priority no longer keeps a
+// message out of it).
+var keyTiers = []struct {
+	name string
+	due  time.Duration
+	far  bool
+}{
+	{"near", time.Second, false},
+	{"far", time.Hour, true},
+}
+
+// inFar reports whether the far tier of partition 0 holds uuid.
+func inFar(t *testing.T, tp, uuid string) bool {
+	t.Helper()
+	_, ok, err := redisdelay.FarPeek(context.Background(), newClient(t), tp, 0, uuid)
+	require.NoError(t, err)
+	return ok
+}
+
+// Every business-key policy, Find, Reschedule and Cancel by key mean the
+// same for a holder in either tier. No scheduler runs: what waits stays.
+func TestBusinessKeyPoliciesInBothTiers(t *testing.T) {
+	t.Parallel()
+	for _, tier := range keyTiers {
+		t.Run(tier.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			client := newClient(t)
+			pub := newPublisher(t, client)
+			insp := newInspector(t, client)
+			tp := topic()
+
+			first := businessKeyMessage("order", tier.due, "first", "")
+			require.NoError(t, pub.Publish(tp, first))
+			require.Equal(t, tier.far, inFar(t, tp, first.UUID), "the tier of a keyed message")
+			require.Equal(t, map[string]string{"order": first.UUID}, businessKeyState(t, tp, 0))
+			require.NoError(t, pub.Publish(tp, first.Copy()), "an identical re-publish is a no-op")
+
+			// reject (the default)
+			err := pub.Publish(tp, businessKeyMessage("order", tier.due, "second", ""))
+			require.ErrorIs(t, err, redisdelay.ErrDuplicateBusinessKey)
+			require.ErrorContains(t, err, first.UUID)
+			// keep first
+			require.NoError(t, pub.Publish(tp, businessKeyMessage("order", tier.due, "dropped", redisdelay.KeepFirst)))
+			w, ok, err := insp.FindWaitingKey(ctx, tp, "order")
+			require.NoError(t, err)
+			require.True(t, ok)
+			assert.Equal(t, "first", string(w.Message.Payload))
+
+			// replace
+			third := businessKeyMessage("order", tier.due, "third", redisdelay.ReplaceWaiting)
+			require.NoError(t, pub.Publish(tp, third))
+			_, ok, err = insp.FindWaiting(ctx, tp, first.UUID)
+			require.NoError(t, err)
+			assert.False(t, ok, "the holder is replaced")
+			require.Equal(t, tier.far, inFar(t, tp, third.UUID))
+			require.Equal(t, map[string]string{"order": third.UUID}, businessKeyState(t, tp, 0))
+			due := waitingScore(t, tp, third.UUID)
+
+			// replace, keeping the holder's due time: an immediate message waits in its place
+			now := businessKeyMessage("order", 0, "now", redisdelay.ReplaceKeepDue)
+			require.NoError(t, pub.Publish(tp, now))
+			require.Equal(t, due, waitingScore(t, tp, now.UUID), "the holder's score, exactly")
+			require.Equal(t, map[string]string{"order": now.UUID}, businessKeyState(t, tp, 0))
+			assert.EqualValues(t, 0, content(t, tp).ready)
+
+			// keep last if active, while waiting: replaces
+			last := businessKeyMessage("order", tier.due, "last", redisdelay.KeepLastIfActive)
+			require.NoError(t, pub.Publish(tp, last))
+			w, ok, err = insp.FindWaitingKey(ctx, tp, "order")
+			require.NoError(t, err)
+			require.True(t, ok)
+			assert.Equal(t, "last", string(w.Message.Payload))
+			assert.Equal(t, []string{last.UUID}, content(t, tp).waiting)
+
+			// reschedule and cancel by key
+			to := time.Now().Add(2 * time.Hour).Truncate(time.Millisecond)
+			moved, err := pub.RescheduleKey(ctx, tp, "order", to)
+			require.NoError(t, err)
+			require.True(t, moved)
+			w, ok, err = insp.FindWaitingKey(ctx, tp, "order")
+			require.NoError(t, err)
+			require.True(t, ok)
+			assert.WithinDuration(t, to, w.Due, time.Second)
+			cancelled, err := pub.CancelKey(ctx, tp, "order")
+			require.NoError(t, err)
+			require.True(t, cancelled)
+			cancelled, err = pub.CancelKey(ctx, tp, "order")
+			require.NoError(t, err)
+			require.False(t, cancelled, "once")
+			require.Empty(t, businessKeyState(t, tp, 0))
+			require.Empty(t, content(t, tp).waiting)
+			require.Zero(t, content(t, tp).bodies)
+		})
+	}
+}
+
+// A keyed, high-priority message in the far tier keeps both when it is
+// unpacked: delivered on time, first (high priority), and its key freed
+// once delivered; a UUID reused with another body is refused in either
+// tier, and an identical re-publish is delivered once.
+func TestFar_KeyAndPriorityRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	pub := newPublisher(t, client)
+	tp := topic()
+	at := time.Now().Add(4 * time.Second)
+	high := businessKeyMessage("order-h", 0, "high", "")
+	delay.Message(high, delay.Until(at))
+	high.Metadata.Set(redisdelay.PriorityKey, redisdelay.PriorityHigh)
+	plain := delayed(delay.Until(at.Add(-time.Millisecond)), "plain")
+	require.NoError(t, pub.Publish(tp, plain, high))
+	require.True(t, inFar(t, tp, high.UUID), "a keyed high-priority message waits in the far tier")
+
+	changed := high.Copy()
+	changed.Payload = message.Payload("changed")
+	require.ErrorIs(t, pub.Publish(tp, changed), redisdelay.ErrDuplicateMessage)
+	require.NoError(t, pub.Publish(tp, high.Copy()), "identical: a no-op")
+
+	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch, err := sub.Subscribe(ctx, tp)
+	require.NoError(t, err)
+	got := map[string]int{}
+	for range 2 {
+		msg := receive(t, ch, 10*time.Second)
+		got[string(msg.Payload)]++
+		assert.False(t, time.Now().Before(at.Add(-time.Millisecond)), "never early")
+		msg.Ack()
+	}
+	assert.Equal(t, map[string]int{"high": 1, "plain": 1}, got)
+	nothing(t, ch, 300*time.Millisecond)
+	require.Eventually(t, func() bool {
+		keys, err := client.HLen(ctx, shardOf(tp, 0).Bkeys()).Result()
+		return err == nil && keys == 0
+	}, 5*time.Second, 10*time.Millisecond, "the key is freed once delivered")
+	prio, err := client.HLen(ctx, shardOf(tp, 0).Prio()).Result()
+	require.NoError(t, err)
+	assert.Zero(t, prio)
+}
+
+// A far keyed message whose UUID is waiting already when it is unpacked
+// (published again due too soon to be looked up in the far tier: see
+// FarArgOf) leaves the waiting one in place, as before, and frees its key
+// rather than leaving it marked far with no far message behind it.
+func TestFar_UnpackedOverWaitingUUIDFreesKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+	pub := newPublisher(t, client)
+	tp := topic()
+	far := businessKeyMessage("order-x", time.Hour, "far", "")
+	require.NoError(t, pub.Publish(tp, far))
+	require.True(t, inFar(t, tp, far.UUID))
+	_, _, margin := redisdelay.FarTier()
+	near := delayed(delay.For(margin/2), "near") // not looked up in the far tier
+	near.UUID = far.UUID
+	require.NoError(t, pub.Publish(tp, near))
+
+	moved, err := redisdelay.UnpackFarNow(ctx, client, tp, 0)
+	require.NoError(t, err)
+	assert.Zero(t, moved, "the waiting message stays")
+	assert.Empty(t, businessKeyState(t, tp, 0), "the key is free")
+	assert.Equal(t, []string{near.UUID}, content(t, tp).waiting)
+	w, ok, err := newInspector(t, client).FindWaiting(ctx, tp, near.UUID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, "near", string(w.Message.Payload))
+}
