@@ -38,7 +38,7 @@
                           several calls: m = encoded message, id = UUID,
                           and each redelivery stream given a copy -> 1
   KEYS[10] bell    string the partition's bell, rung when entries were
-                          added (see read.lua)
+                          added (see lib.lua's ring)
   KEYS[11] grpof   hash   UUID of a waiting grouped message -> its group
   KEYS[12] gorphan zset   grouped messages that fell due while the topic had
                           no consumer group -> their score (bodies and grpof
@@ -52,7 +52,7 @@
   KEYS[8g+7]  rstream  stream the group's redelivery stream, fields m, a (attempt)
   KEYS[8g+8]  meta     hash   the group's policy (gv, per-group cap)
   KEYS[8g+9]  fq       hash   the group's fair queues (see fair.lua)
-  KEYS[8g+10]  fring    list   the group's ring of groups to serve
+  KEYS[8g+10] fring    list   the group's ring of groups to serve
   KEYS[8g+11] fprio    list   the group's groups with high-priority messages
   KEYS[8g+12] fwait    zset   the group's groups asleep under their rate limit:
                               put back in the ring when they may go on (so the
@@ -122,10 +122,15 @@ local budget, rbudget = limit, limit
 -- a call, whatever the batch, so a call stays short.
 local gbudget = math.min(limit, 256)
 
+-- A listed consumer group's keys are KEYS[k + <offset>], k = 13 + GSTRIDE (g - 1)
+-- (see the header):
+local GRETRY, GRBODIES, GREDO, GMETA, GFQ, GFRING, GFPRIO, GFWAIT, GSTRIDE = 0, 1, 2, 3, 4, 5, 6, 7, 8
+local function groupKeys(g) return 13 + GSTRIDE * (g - 1) end
+
 -- the redelivery streams of the listed groups, for high-priority messages
 local rstreams = {}
-for g = 15, #KEYS - 2, 8 do
-  rstreams[#rstreams + 1] = KEYS[g]
+for k = 13, #KEYS - 2 - GSTRIDE + 1, GSTRIDE do -- the last two keys: far, fz
+  rstreams[#rstreams + 1] = KEYS[k + GREDO]
 end
 
 -- The fair queues of the listed groups (fair.lua), opened when needed.
@@ -133,8 +138,8 @@ local fairs = {}
 local function fair_of(g)
   local c = fairs[g]
   if not c then
-    local k = 13 + 8 * (g - 1)
-    c = fair_open(KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 3])
+    local k = groupKeys(g)
+    c = fair_open(KEYS[k + GFQ], KEYS[k + GFRING], KEYS[k + GFPRIO], KEYS[k + GFWAIT], KEYS[k + GMETA])
     fairs[g] = c
   end
   return c
@@ -391,10 +396,10 @@ local ng = #rstreams
 local first = nowUs % math.max(ng, 1)
 for i = 0, ng - 1 do
   local g = (first + i) % ng + 1
-  local k = 13 + 8 * (g - 1)
-  move(KEYS[k], KEYS[k + 1], KEYS[k + 2], g)
+  local k = groupKeys(g)
+  move(KEYS[k + GRETRY], KEYS[k + GRBODIES], KEYS[k + GREDO], g)
   -- groups asleep under the rate limit: the head alone, as for the sets
-  local sleeper = redis.call('ZRANGE', KEYS[k + 7], 0, 0, 'WITHSCORES')[2]
+  local sleeper = redis.call('ZRANGE', KEYS[k + GFWAIT], 0, 0, 'WITHSCORES')[2]
   if sleeper then
     local w = tonumber(sleeper) * 1000 - nowUs
     if w <= 0 then

@@ -136,6 +136,11 @@ local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limite
 local ng = tonumber(ARGV[8])
 local first = 9 + ng + calls
 local STRIDE = 12 -- arguments per message
+-- A message's arguments are ARGV[j + <offset>] (see the header):
+local UUID, DELAY, BODY, BKEY, PRIO, FSHARD, FFIELD, FBUCKETKEY, FBUCKET, FSTART, FUNPACK, GROUP =
+  0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+-- A listed consumer group's keys are KEYS[k + <offset>], k = 15 + GSTRIDE (i - 1):
+local GMETA, GFQ, GFRING, GFPRIO, GFWAIT, GREDO, GSTRIDE = 0, 1, 2, 3, 4, 5, 6
 
 -- Whether immediate grouped messages go straight to their groups: the
 -- consumer groups listed are the topic's (listed), and no message is due
@@ -159,25 +164,25 @@ local stale = 0
 local delay, waits, uuids, msgKeys = {}, {}, {}, {}
 local fixed = {} -- message -> the score it takes from the holder it replaces (d)
 for j = first, #ARGV, STRIDE do
-  local d = tonumber(ARGV[j + 1])
-  local grouped = ARGV[j + 11] ~= ''
+  local d = tonumber(ARGV[j + DELAY])
+  local grouped = ARGV[j + GROUP] ~= ''
   if grouped and d <= 0 and not listed then
     -- through the scheduler; the caller's list is out of date unless
     -- the topic has no consumer group
     if ng > 0 or redis.call('SCARD', cgroups) > 0 then stale = 1 end
   end
   -- high priority, or grouped without the consumer groups to queue it in
-  local through = ARGV[j + 4] == '1' and not (grouped and direct) or grouped and not direct
+  local through = ARGV[j + PRIO] == '1' and not (grouped and direct) or grouped and not direct
   if through and d < 0 then
     d = 0
   end
   delay[j] = d
   waits[j] = d > 0 or through
   if waits[j] then
-    uuids[#uuids + 1] = ARGV[j]
+    uuids[#uuids + 1] = ARGV[j + UUID]
   end
-  if ARGV[j + 3] ~= '' then
-    msgKeys[#msgKeys + 1] = string.sub(ARGV[j + 3], 2)
+  if ARGV[j + BKEY] ~= '' then
+    msgKeys[#msgKeys + 1] = string.sub(ARGV[j + BKEY], 2)
   end
 end
 
@@ -205,8 +210,8 @@ local farLoc = {}
 -- (fmeta's n counts the far messages of both formats: none, no lookup)
 if tonumber(redis.call('HGET', fmeta, 'n') or '0') > 0 then
   for j = first, #ARGV, STRIDE do
-    if waits[j] and ARGV[j + 5] ~= '0' and not known[ARGV[j]] then
-      farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + 5])], ARGV[j + 6])
+    if waits[j] and ARGV[j + FSHARD] ~= '0' and not known[ARGV[j + UUID]] then
+      farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + FSHARD])], ARGV[j + FFIELD])
     end
   end
 end
@@ -237,7 +242,7 @@ local adds, removes, dWait, dReady, pulls
 -- and the calls accepted before, noting in the call's state what it
 -- stores. Returns the call's status when m fails it, else nil.
 local function check(m)
-  local id, w = ARGV[m], waits[m]
+  local id, w = ARGV[m + UUID], waits[m]
   local old = w and known[id]
   if w and farLoc[m] and not known[id] then
     pulls = pulls or {'pull'}
@@ -245,12 +250,12 @@ local function check(m)
     return nil
   end
   if old then
-    if old ~= ARGV[m + 2] then
+    if old ~= ARGV[m + BODY] then
       return id
     end
     return nil -- byte-identical and waiting: a no-op
   end
-  local bk = ARGV[m + 3]
+  local bk = ARGV[m + BKEY]
   if bk ~= '' then
     local policy, key = string.sub(bk, 1, 1), string.sub(bk, 2)
     local h = holder[key]
@@ -302,7 +307,7 @@ local function check(m)
   adds[#adds + 1] = m
   if w then
     dWait = dWait + 1
-  elseif ARGV[m + 11] == '' then
+  elseif ARGV[m + GROUP] == '' then
     dReady = dReady + 1
   end
   return nil
@@ -348,12 +353,12 @@ for k = 1, calls do
       if not waits[m] then
         ready[#ready + 1] = m
       else
-        local id = ARGV[m]
-        known[id] = ARGV[m + 2]
+        local id = ARGV[m + UUID]
+        known[id] = ARGV[m + BODY]
         toWait[#toWait + 1] = m
         pending[id] = #toWait
-        if ARGV[m + 3] ~= '' then
-          local key = string.sub(ARGV[m + 3], 2)
+        if ARGV[m + BKEY] ~= '' then
+          local key = string.sub(ARGV[m + BKEY], 2)
           holder[key] = id
           touched[#touched + 1] = key
         end
@@ -384,24 +389,24 @@ end
 local fairs = {} -- the listed consumer groups' fair queues, opened when needed
 local streamed = false
 for _, m in ipairs(ready) do
-  local g = ARGV[m + 11]
+  local g = ARGV[m + GROUP]
   if g == '' then
-    redis.call('XADD', stream, '*', 'm', ARGV[m + 2])
+    redis.call('XADD', stream, '*', 'm', ARGV[m + BODY])
     streamed = true
   else
     local where = 'fresh'
-    if ARGV[m + 4] == '1' and string.byte(g, 1) ~= 1 then where = 'prio' end
+    if ARGV[m + PRIO] == '1' and string.byte(g, 1) ~= 1 then where = 'prio' end
     for i = 1, ng do
-      local k = 15 + 6 * (i - 1)
+      local k = 15 + GSTRIDE * (i - 1)
       local c = fairs[i]
       if not c then
-        c = fair_open(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k])
+        c = fair_open(KEYS[k + GFQ], KEYS[k + GFRING], KEYS[k + GFPRIO], KEYS[k + GFWAIT], KEYS[k + GMETA])
         fairs[i] = c
       end
       if c.gv then
-        fair_push(c, g, 1, ARGV[m + 2], where)
+        fair_push(c, g, 1, ARGV[m + BODY], where)
       else
-        redis.call('XADD', KEYS[k + 5], '*', 'm', ARGV[m + 2], 'a', 1)
+        redis.call('XADD', KEYS[k + GREDO], '*', 'm', ARGV[m + BODY], 'a', 1)
         streamed = true
       end
     end
@@ -445,10 +450,10 @@ if #stored > 0 then
   -- + its position in the bucket, exact in a Lua number.
   local byBucket, farOrder, farFields = {}, {}, {}
   for _, m in ipairs(stored) do
-    if ARGV[m + 7] ~= '0' and not fixed[m] and #ARGV[m + 3] <= 256 then
-      local due, first = now + delay[m], tonumber(ARGV[m + 9])
-      if due >= first - farSlack and due < first + farWidth + farSlack and tonumber(ARGV[m + 10]) > now + farMargin then
-        local b = ARGV[m + 8]
+    if ARGV[m + FBUCKETKEY] ~= '0' and not fixed[m] and #ARGV[m + BKEY] <= 256 then
+      local due, first = now + delay[m], tonumber(ARGV[m + FSTART])
+      if due >= first - farSlack and due < first + farWidth + farSlack and tonumber(ARGV[m + FUNPACK]) > now + farMargin then
+        local b = ARGV[m + FBUCKET]
         local list = byBucket[b]
         if not list then
           list = {}
@@ -481,13 +486,13 @@ if #stored > 0 then
           -- the element of format 2 (far.go): its due time from the
           -- bucket's first due ms, its business key and priority
           local m = list[i]
-          local flags, bk = 0, ARGV[m + 3]
-          if ARGV[m + 4] == '1' then flags = 1 end
+          local flags, bk = 0, ARGV[m + BKEY]
+          if ARGV[m + PRIO] == '1' then flags = 1 end
           if bk ~= '' then
             flags = flags + 2
             bk = string.char(#bk - 1) .. string.sub(bk, 2)
           end
-          els[#els + 1] = string.char(2, flags) .. struct.pack('>i4', scoreOf[m] - base1024) .. bk .. ARGV[m + 2]
+          els[#els + 1] = string.char(2, flags) .. struct.pack('>i4', scoreOf[m] - base1024) .. bk .. ARGV[m + BODY]
         end
         len = redis.call('RPUSH', bucket, unpack(els))
       end
@@ -503,11 +508,11 @@ if #stored > 0 then
       else
         for i, m in ipairs(list) do
           -- format 2's location: negated, less one (far.go's farLoc)
-          redis.call('HSET', KEYS[tonumber(ARGV[m + 5])], ARGV[m + 6], -(loc + i - 1) - 1)
+          redis.call('HSET', KEYS[tonumber(ARGV[m + FSHARD])], ARGV[m + FFIELD], -(loc + i - 1) - 1)
           isFar[m] = true
-          if ARGV[m + 3] ~= '' then
+          if ARGV[m + BKEY] ~= '' then
             -- the final holder of its key (set above): marked far
-            redis.call('HSET', bkeys, string.sub(ARGV[m + 3], 2), '\0' .. ARGV[m])
+            redis.call('HSET', bkeys, string.sub(ARGV[m + BKEY], 2), '\0' .. ARGV[m + UUID])
           end
         end
         counts[#counts + 1] = farFields[2 * k]
@@ -545,22 +550,22 @@ if #stored > 0 then
     local h, z, o, pr, gr = {}, {}, {}, {}, {}
     for k = c, math.min(c + CHUNK - 1, #stored) do
       local m = stored[k]
-      if ARGV[m + 11] ~= '' then
-        gr[#gr + 1] = ARGV[m]
-        gr[#gr + 1] = ARGV[m + 11]
+      if ARGV[m + GROUP] ~= '' then
+        gr[#gr + 1] = ARGV[m + UUID]
+        gr[#gr + 1] = ARGV[m + GROUP]
       end
       if not isFar[m] then
         local score = scoreOf[m]
-        h[#h + 1] = ARGV[m]
-        h[#h + 1] = ARGV[m + 2]
+        h[#h + 1] = ARGV[m + UUID]
+        h[#h + 1] = ARGV[m + BODY]
         z[#z + 1] = score
-        z[#z + 1] = ARGV[m]
-        if ARGV[m + 3] ~= '' then
-          o[#o + 1] = ARGV[m]
-          o[#o + 1] = string.sub(ARGV[m + 3], 2)
+        z[#z + 1] = ARGV[m + UUID]
+        if ARGV[m + BKEY] ~= '' then
+          o[#o + 1] = ARGV[m + UUID]
+          o[#o + 1] = string.sub(ARGV[m + BKEY], 2)
         end
-        if ARGV[m + 4] == '1' then
-          pr[#pr + 1] = ARGV[m]
+        if ARGV[m + PRIO] == '1' then
+          pr[#pr + 1] = ARGV[m + UUID]
           pr[#pr + 1] = 1
         end
         if earliest == nil or score < earliest then
