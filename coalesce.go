@@ -20,12 +20,12 @@ import (
 // next, and returns the first.
 func (c *pubCall) split() *pubCall {
 	// The common case needs no map: at most one bucket a far message.
-	for _, f := range c.Far {
-		if f.Bucket >= 0 {
+	for _, m := range c.Msgs {
+		if m.Far.Bucket >= 0 {
 			c.buckets++
 		}
 	}
-	if c.N <= maxPartMessages && c.size <= maxPartBytes && c.buckets <= maxPartFarBuckets {
+	if len(c.Msgs) <= maxPartMessages && c.size <= maxPartBytes && c.buckets <= maxPartFarBuckets {
 		return c
 	}
 	first, tail := (*pubCall)(nil), (*pubCall)(nil)
@@ -33,8 +33,8 @@ func (c *pubCall) split() *pubCall {
 	from, size := 0, 0
 	cut := func(to int) {
 		part := *c
-		part.Args, part.Far = c.Args[store.PubStride*from:store.PubStride*to], c.Far[from:to]
-		part.N, part.size, part.buckets, part.next = to-from, size, len(seen), nil
+		part.Msgs = c.Msgs[from:to]
+		part.size, part.buckets, part.next = size, len(seen), nil
 		part.done = make(chan pubResult, 1)
 		if tail == nil {
 			first = &part
@@ -45,9 +45,9 @@ func (c *pubCall) split() *pubCall {
 		from, size = to, 0
 		clear(seen)
 	}
-	for m := range c.N {
-		bytes := argBytes(c.Args[store.PubStride*m : store.PubStride*(m+1)])
-		b := c.Far[m].Bucket
+	for m := range c.Msgs {
+		bytes := msgBytes(&c.Msgs[m])
+		b := c.Msgs[m].Far.Bucket
 		newBucket := b >= 0 && !seen[b]
 		if m > from && (m-from == maxPartMessages || size+bytes > maxPartBytes || newBucket && len(seen) == maxPartFarBuckets) {
 			cut(m)
@@ -57,14 +57,14 @@ func (c *pubCall) split() *pubCall {
 		}
 		size += bytes
 	}
-	cut(c.N)
+	cut(len(c.Msgs))
 	return first
 }
 
-// argBytes is the size a message counts for in a run's bounds: its UUID,
+// msgBytes is the size a message counts for in a run's bounds: its UUID,
 // encoded body, business key argument and group (see pubCall.args).
-func argBytes(a []any) int {
-	return len(a[0].(string)) + len(a[2].([]byte)) + len(a[3].(string)) + len(a[5].(string))
+func msgBytes(m *store.PubMessage) int {
+	return len(m.UUID) + len(m.Body) + len(m.Key) + len(m.Group)
 }
 
 // send hands the first part of each partition's call to its batcher (collect
@@ -97,7 +97,7 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 		}
 		n, total := 0, 0
 		for q := c; q != nil; q = q.next {
-			total += q.N
+			total += len(q.Msgs)
 		}
 		var err error
 		for q := c; q != nil && err == nil; q = q.next {
@@ -108,7 +108,7 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 				q.err = p.await(ctx, q)
 			}
 			if err = q.err; err == nil {
-				n += q.N
+				n += len(q.Msgs)
 			}
 		}
 		switch {
@@ -142,7 +142,7 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 func (p *Publisher) sendPart(ctx context.Context, c *pubCall) {
 	c.ctx = ctx
 	if err := ctx.Err(); err != nil {
-		c.err = notSent(c.N, c.where(), err)
+		c.err = notSent(len(c.Msgs), c.where(), err)
 		return
 	}
 	var run bool
@@ -165,7 +165,7 @@ func (p *Publisher) await(ctx context.Context, c *pubCall) error {
 			c.abandoned = !sent
 			c.b.mu.Unlock()
 			if !sent {
-				return notSent(c.N, c.where(), ctx.Err())
+				return notSent(len(c.Msgs), c.where(), ctx.Err())
 			}
 			r.err = ctx.Err()
 		}
@@ -179,7 +179,7 @@ func (p *Publisher) await(ctx context.Context, c *pubCall) error {
 		}
 	}
 	if r.err != nil {
-		return wrap(r.err, "publish %d message(s) to %s", c.N, c.where())
+		return wrap(r.err, "publish %d message(s) to %s", len(c.Msgs), c.where())
 	}
 	if r.dup != "" {
 		return fmt.Errorf("%w: message %q is already waiting in %s with a different body: cancel it first or use a new UUID",
@@ -188,31 +188,16 @@ func (p *Publisher) await(ctx context.Context, c *pubCall) error {
 	return r.refused
 }
 
-// refusal is the error of a call the publish script refused with a table
-// status ({'key', key, UUID} or {'full', which, count, added}).
-func (c *pubCall) refusal(status []any) error {
-	str := func(i int) string {
-		if i < len(status) {
-			s, _ := status[i].(string)
-			return s
-		}
-		return ""
-	}
-	num := func(i int) int64 {
-		if i < len(status) {
-			n, _ := status[i].(int64)
-			return n
-		}
-		return 0
-	}
-	switch str(0) {
-	case "key":
+// refusal is the error of a call the publish script refused.
+func (c *pubCall) refusal(r *store.Refusal) error {
+	switch r.Kind {
+	case store.RefusedKey:
 		return fmt.Errorf("%w: key %q is held by message %q waiting in %s: cancel it first (CancelKey), or publish with the %q or %q BusinessKeyPolicy",
-			ErrDuplicateBusinessKey, str(1), str(2), c.where(), KeepFirst, ReplaceWaiting)
-	case "full":
-		return fullError(c, str(1), num(2), num(3))
+			ErrDuplicateBusinessKey, r.Key, r.Holder, c.where(), KeepFirst, ReplaceWaiting)
+	case store.RefusedFull:
+		return fullError(c, r.Which, r.Count, r.Added)
 	}
-	return fmt.Errorf("redisdelay: publish %d message(s) to %s: unexpected status %v from the publish script", c.N, c.where(), status)
+	return fmt.Errorf("redisdelay: publish %d message(s) to %s: unexpected status %s from the publish script", len(c.Msgs), c.where(), r.Kind)
 }
 
 // notSent is the error of a call that gave up before its messages were sent.
@@ -356,12 +341,12 @@ func (b *batcher) next() (batch []*pubCall, skipped int) {
 			skipped++
 			continue
 		}
-		if len(batch) > 0 && (msgs+c.N > maxPartMessages || size+c.size > maxPartBytes || buckets+c.buckets > maxPartFarBuckets) {
+		if len(batch) > 0 && (msgs+len(c.Msgs) > maxPartMessages || size+c.size > maxPartBytes || buckets+c.buckets > maxPartFarBuckets) {
 			break
 		}
 		c.taken = true
 		batch = append(batch, c)
-		msgs += c.N
+		msgs += len(c.Msgs)
 		size += c.size
 		buckets += c.buckets
 	}
@@ -401,7 +386,7 @@ func (p *Publisher) store(batch []*pubCall) {
 	for i, c := range batch {
 		r := pubResult{err: err}
 		if err == nil {
-			var refusal []any
+			var refusal *store.Refusal
 			var pulls []string
 			r.dup, refusal, pulls = reply.Status(i)
 			if len(pulls) > 0 {
@@ -421,8 +406,8 @@ func (p *Publisher) store(batch []*pubCall) {
 // publish.lua compares them like any waiting message, and sends the call
 // again, until none is found there (a message may be stored in the far
 // tier meanwhile, by another call).
-func (p *Publisher) pullAndRetry(ctx context.Context, c *pubCall, uuids []string) (dup string, refusal []any, err error) {
-	for range c.N + 1 {
+func (p *Publisher) pullAndRetry(ctx context.Context, c *pubCall, uuids []string) (dup string, refusal *store.Refusal, err error) {
+	for range len(c.Msgs) + 1 {
 		for _, uuid := range uuids {
 			if _, _, _, err = store.FarPull(ctx, p.redis, c.shard, uuid, false); err != nil {
 				return "", nil, fmt.Errorf("move the far message %q to the waiting set: %w", uuid, err)

@@ -189,7 +189,7 @@ func UnpackFarNow(ctx context.Context, client redis.UniversalClient, topic strin
 func PromoteNow(ctx context.Context, client redis.UniversalClient, topic string, part int) (moved int64, err error) {
 	sh := store.Keys{Prefix: DefaultKeyPrefix}.Shard(topic, part)
 	const owner = "test-promoter"
-	r, err := store.Promote(ctx, client, sh, nil, 1000, owner, time.Minute, true, true)
+	r, err := store.Promote(ctx, client, sh, store.PromoteArgs{Batch: 1000, Owner: owner, Lease: time.Minute, MayTake: true, Extend: true})
 	if err == nil && !r.Held {
 		return 0, fmt.Errorf("promote: the lease of partition %d is another's (held by a scheduler?)", part)
 	}

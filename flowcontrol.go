@@ -207,7 +207,8 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	sh := s.keys.Shard(sub.topic, 0)
 	var r store.GateReply
 	if limit.Messages > 0 {
-		r, err = store.Gate(ctx, s.redis, sh, s.config.ConsumerGroup, limit.Messages, limit.Per, want, sub.unused, sub.reserved)
+		r, err = store.Gate(ctx, s.redis, sh, store.GateArgs{Group: s.config.ConsumerGroup, LimitMessages: limit.Messages, LimitPer: limit.Per,
+			Want: want, Unused: sub.unused, Reserved: sub.reserved})
 	} else {
 		r.Count = want
 		r.Paused, err = store.Paused(ctx, s.redis, sh, s.config.ConsumerGroup)

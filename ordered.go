@@ -154,9 +154,11 @@ const claimBatch = 1000
 func (sub *subscription) ownOp(ctx context.Context, op store.OwnOp) (store.OwnStatus, error) {
 	s, group := sub.s, sub.s.config.ConsumerGroup
 	lease := s.ownLease()
-	r, err := store.Own(ctx, s.redis, sub.shard, group, sub.consumer, lease, op, store.OwnPos{}, claimBatch)
+	a := store.OwnArgs{Group: group, Consumer: sub.consumer, Lease: lease, Op: op, Batch: claimBatch}
+	r, err := store.Own(ctx, s.redis, sub.shard, a)
 	for err == nil && op == store.OwnTake && r.Status != store.NotOwner && r.Next.Stream != 0 {
-		r, err = store.Own(ctx, s.redis, sub.shard, group, sub.consumer, lease, store.OwnClaim, r.Next, claimBatch)
+		a.Op, a.Pos = store.OwnClaim, r.Next
+		r, err = store.Own(ctx, s.redis, sub.shard, a)
 	}
 	if err != nil {
 		return 0, err

@@ -156,11 +156,10 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 			calls[part] = c
 			nCalls++
 		}
-		c.N++
 		c.grouped = c.grouped || m.group != "" && m.delay <= 0
-		c.Args = append(c.Args, msg.UUID, m.delay.Milliseconds(), m.body, m.keyArg, m.prio, m.group)
-		c.size += argBytes(c.Args[len(c.Args)-store.PubStride:])
-		c.Far = append(c.Far, store.FarArgOf(msg.UUID, m.delay, true))
+		c.Msgs = append(c.Msgs, store.PubMessage{UUID: msg.UUID, Delay: m.delay.Milliseconds(), Body: m.body, Key: m.keyArg,
+			Prio: m.prio == "1", Group: m.group, Far: store.FarArgOf(msg.UUID, m.delay, true)})
+		c.size += msgBytes(&c.Msgs[len(c.Msgs)-1])
 	}
 	// The far buckets are chosen by the clock of now, not of the start:
 	// encoding a large call takes time, and a message placed by a clock
@@ -169,8 +168,8 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 	nowMs := p.now().UnixMilli()
 	for part, c := range calls {
 		if c != nil {
-			for m := range c.Far {
-				c.Far[m].Place(nowMs)
+			for m := range c.Msgs {
+				c.Msgs[m].Far.Place(nowMs)
 			}
 			calls[part] = c.split()
 		}

@@ -361,7 +361,7 @@ type tick struct {
 // the check interval; 0 when more is due now. A standby sleeps until the
 // lease expires, at most the check interval.
 func (s *scheduler) promote(ctx context.Context, sh store.Shard, fields watermill.LogFields, groups []string, take, extend bool) (tick, error) {
-	r, err := store.Promote(ctx, s.redis, sh, groups, s.batch, s.owner, s.lease, take, extend)
+	r, err := store.Promote(ctx, s.redis, sh, store.PromoteArgs{Groups: groups, Batch: s.batch, Owner: s.owner, Lease: s.lease, MayTake: take, Extend: extend})
 	if err != nil {
 		return tick{}, fmt.Errorf("promote due messages: %w", err)
 	}

@@ -29,7 +29,7 @@ func replyShort(script string, got, want int) error {
 
 // PublishReply is what publish.lua returns for a batch of calls.
 type PublishReply struct {
-	Statuses []any // one per call, in call order: see status
+	Statuses []any // one per call, in call order: see Status
 	Lost     bool  // the partition's registration marker was gone
 	// GroupsStale: the consumer groups given were not the topic's, so
 	// immediate grouped messages waited for the scheduler: read them again
@@ -37,34 +37,87 @@ type PublishReply struct {
 	GroupsStale bool
 }
 
+// Refusal is why publish.lua refused a whole call.
+type Refusal struct {
+	// Kind is RefusedKey, RefusedFull, or the script's unexpected reply as
+	// text.
+	Kind string
+	// RefusedKey: the business key, and the UUID of the waiting message
+	// holding it.
+	Key, Holder string
+	// RefusedFull: the bound reached ("waiting" or "ready"), the count
+	// stored, and how many the call would have added.
+	Which        string
+	Count, Added int64
+}
+
+// The kinds of Refusal.
+const (
+	RefusedKey  = "key"
+	RefusedFull = "full"
+)
+
 // Status decodes the status of call i: dup is the UUID of a message already
-// waiting with another body; refusal a business key or capacity refusal
-// (see pubCall.refusal); pulls the UUIDs of messages of the call waiting in
-// the far tier, to move to the waiting set before sending the call again;
-// all empty: stored.
-func (r PublishReply) Status(i int) (dup string, refusal []any, pulls []string) {
+// waiting with another body; refusal a business key or capacity refusal;
+// pulls the UUIDs of messages of the call waiting in the far tier, to move
+// to the waiting set before sending the call again; all empty: stored.
+func (r PublishReply) Status(i int) (dup string, refusal *Refusal, pulls []string) {
 	dup, _ = r.Statuses[i].(string)
-	refusal, _ = r.Statuses[i].([]any)
-	if len(refusal) >= 2 && refusal[0] == "pull" {
-		for _, v := range refusal[1:] {
-			if id, _ := v.(string); id != "" {
+	table, _ := r.Statuses[i].([]any)
+	if len(table) == 0 {
+		return dup, nil, nil
+	}
+	str := func(i int) string {
+		if i < len(table) {
+			s, _ := table[i].(string)
+			return s
+		}
+		return ""
+	}
+	num := func(i int) int64 {
+		if i < len(table) {
+			n, _ := table[i].(int64)
+			return n
+		}
+		return 0
+	}
+	switch str(0) {
+	case "pull":
+		for i := 1; i < len(table); i++ {
+			if id := str(i); id != "" {
 				pulls = append(pulls, id)
 			}
 		}
 		return "", nil, pulls
+	case RefusedKey:
+		return "", &Refusal{Kind: RefusedKey, Key: str(1), Holder: str(2)}, nil
+	case RefusedFull:
+		return "", &Refusal{Kind: RefusedFull, Which: str(1), Count: num(2), Added: num(3)}, nil
 	}
-	return dup, refusal, nil
+	return "", &Refusal{Kind: fmt.Sprint(table)}, nil
 }
+
+// PubMessage is one message of a Publish call, as publish.lua takes it
+// (its per-message ARGV: see the script's header).
+type PubMessage struct {
+	UUID  string
+	Delay int64  // ms from now by Redis's clock; <= 0: due now
+	Body  []byte // the encoded message (Encode)
+	// Key is the business key argument: "" for none, else the policy's
+	// letter and the key.
+	Key   string
+	Prio  bool   // high priority
+	Group string // "" for none
+	Far   FarArg // where it may wait in the far tier
+}
+
+// plain reports a message with no business key, priority or group.
+func (m *PubMessage) plain() bool { return m.Key == "" && !m.Prio && m.Group == "" }
 
 // PubArgs is what publish.lua takes of one Publish call to a partition.
 type PubArgs struct {
-	Args []any // UUID, delay in ms, encoded body, business key argument, priority flag, group for each message
-	Far  []FarArg
-	N    int // messages
+	Msgs []PubMessage
 }
-
-// PubStride is the number of PubArgs.Args per message.
-const PubStride = 6
 
 // PubCall is a Publish call as the caller keeps it: its PubArgs, and what
 // else the caller needs (generic, so a batch is passed without a copy).
@@ -91,11 +144,11 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 	now, near := o.MaxReady == 0, o.MaxWaiting == 0
 	for _, call := range batch {
 		a := call.PublishArgs()
-		msgs += a.N
-		for m := 0; (now || near) && m < a.N; m++ {
-			delay, plain := plainArgs(a.Args[PubStride*m : PubStride*(m+1)])
-			now = now && plain && delay <= 0
-			near = near && plain && delay > 0 && !a.Far[m].Lookup && a.Far[m].Bucket < 0
+		msgs += len(a.Msgs)
+		for i := 0; (now || near) && i < len(a.Msgs); i++ {
+			m := &a.Msgs[i]
+			now = now && m.plain() && m.Delay <= 0
+			near = near && m.plain() && m.Delay > 0 && !m.Far.Lookup && m.Far.Bucket < 0
 		}
 	}
 	switch {
@@ -129,13 +182,18 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 		args = append(args, g)
 	}
 	for _, call := range batch {
-		args = append(args, call.PublishArgs().N)
+		args = append(args, len(call.PublishArgs().Msgs))
 	}
 	for _, pc := range batch {
 		call := pc.PublishArgs()
-		for m := range call.N {
-			f := call.Far[m]
-			args = append(args, call.Args[PubStride*m:PubStride*m+5]...)
+		for i := range call.Msgs {
+			m := &call.Msgs[i]
+			f := m.Far
+			prio := "0"
+			if m.Prio {
+				prio = "1"
+			}
+			args = append(args, m.UUID, m.Delay, m.Body, m.Key, prio)
 			shardIdx, bucketIdx := 0, 0
 			if f.Lookup {
 				shardIdx = indexOf(sh.farIndex(f.Index))
@@ -143,7 +201,7 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 			if f.Bucket >= 0 {
 				bucketIdx = indexOf(sh.FarList(f.Bucket))
 			}
-			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt, call.Args[PubStride*m+5])
+			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt, m.Group)
 		}
 	}
 	res, err := publishScript.Run(ctx, c, keys, args...).Slice()
@@ -164,24 +222,13 @@ func publishReply(res []any, calls int) (PublishReply, error) {
 	return PublishReply{Statuses: res[:calls], Lost: lost == 1, GroupsStale: stale == 1}, nil
 }
 
-// plainArgs reads a message's PubArgs.Args: its delay in ms, and whether
-// it is plain (no business key, priority or group).
-func plainArgs(a []any) (delay int64, plain bool) {
-	delay, _ = a[1].(int64)
-	key, _ := a[3].(string)
-	prio, _ := a[4].(string)
-	group, _ := a[5].(string)
-	return delay, key == "" && prio != "1" && group == ""
-}
-
 // appendNow runs append.lua for the msgs messages of batch (see Publish).
 func appendNow[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, msgs int, batch []C) (PublishReply, error) {
 	args := make([]any, 0, 1+msgs)
 	args = append(args, sh.Wake())
 	for _, call := range batch {
-		a := call.PublishArgs()
-		for m := range a.N {
-			args = append(args, a.Args[PubStride*m+2])
+		for _, m := range call.PublishArgs().Msgs {
+			args = append(args, m.Body)
 		}
 	}
 	lost, err := appendScript.Run(ctx, c, []string{sh.Stream(), sh.Bell(), sh.dormant(), sh.reg()}, args...).Int64()
@@ -201,12 +248,11 @@ func delayedNear[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, msg
 	args := make([]any, 0, 2+len(batch)+3*msgs)
 	args = append(args, sh.Wake(), len(batch))
 	for _, call := range batch {
-		args = append(args, call.PublishArgs().N)
+		args = append(args, len(call.PublishArgs().Msgs))
 	}
 	for _, call := range batch {
-		a := call.PublishArgs()
-		for m := range a.N {
-			args = append(args, a.Args[PubStride*m], a.Args[PubStride*m+1], a.Args[PubStride*m+2])
+		for _, m := range call.PublishArgs().Msgs {
+			args = append(args, m.UUID, m.Delay, m.Body)
 		}
 	}
 	res, err := delayedScript.Run(ctx, c, []string{sh.Waiting(), sh.Bodies(), sh.seq(), sh.dormant(), sh.reg()}, args...).Slice()
@@ -228,14 +274,24 @@ type PromoteReply struct {
 	FarFormat int
 }
 
-// Promote runs promote.lua on a partition for the consumer groups
-// listed; extend renews the lease the caller holds.
-func Promote(ctx context.Context, c redis.Scripter, sh Shard, groups []string, batch int, owner string, lease time.Duration, mayTake, extend bool) (PromoteReply, error) {
+// PromoteArgs is one scheduler tick of a partition.
+type PromoteArgs struct {
+	Groups  []string      // the topic's consumer groups, as the scheduler lists them
+	Batch   int           // most entries added per call (see promote.lua's ARGV[1])
+	Owner   string        // the scheduler, as the lease's holder
+	Lease   time.Duration // the lease's time
+	MayTake bool          // take the lease if it is free
+	Extend  bool          // renew the lease the caller holds
+}
+
+// Promote runs promote.lua on a partition.
+func Promote(ctx context.Context, c redis.Scripter, sh Shard, a PromoteArgs) (PromoteReply, error) {
+	groups, batch, owner, lease := a.Groups, a.Batch, a.Owner, a.Lease
 	take, ext := "1", "0"
-	if !mayTake {
+	if !a.MayTake {
 		take = "0"
 	}
-	if extend {
+	if a.Extend {
 		ext = "1"
 	}
 	k := make([]string, 0, 13+8*len(groups))

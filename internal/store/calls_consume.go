@@ -235,11 +235,20 @@ type OwnReply struct {
 	Next   OwnPos
 }
 
+// OwnArgs is an ordered subscription's call of own.lua.
+type OwnArgs struct {
+	Group, Consumer string
+	Lease           time.Duration // the ownership's time
+	Op              OwnOp
+	Pos             OwnPos // where an OwnClaim goes on
+	Batch           int    // most entries claimed per call
+}
+
 // Own runs own.lua on a partition for an ordered subscription (pos: where
 // an OwnClaim goes on).
-func Own(ctx context.Context, c redis.Scripter, sh Shard, group, consumer string, lease time.Duration, op OwnOp, pos OwnPos, batch int) (OwnReply, error) {
-	res, err := ownScript.Run(ctx, c, []string{sh.Owner(group), sh.Stream(), sh.Redelivery(group)},
-		group, consumer, lease.Milliseconds(), string(op), pos.Stream, pos.Cursor, batch).Slice()
+func Own(ctx context.Context, c redis.Scripter, sh Shard, a OwnArgs) (OwnReply, error) {
+	res, err := ownScript.Run(ctx, c, []string{sh.Owner(a.Group), sh.Stream(), sh.Redelivery(a.Group)},
+		a.Group, a.Consumer, a.Lease.Milliseconds(), string(a.Op), a.Pos.Stream, a.Pos.Cursor, a.Batch).Slice()
 	if err == nil {
 		err = replyShort("own", len(res), 3)
 	}
@@ -293,20 +302,29 @@ type GateReply struct {
 	Paused bool
 	Count  int           // fetch at most this many
 	Wait   time.Duration // after this long
-	End    int64         // the reservation (callGate's reserved, next time)
+	End    int64         // the reservation (GateArgs.Reserved, next time)
+}
+
+// GateArgs is a subscription's question to gate.lua before a read.
+type GateArgs struct {
+	Group string
+	// LimitMessages per LimitPer is the group's rate limit (0: none).
+	LimitMessages int
+	LimitPer      time.Duration
+	Want          int   // messages the read would fetch
+	Unused        int   // what the caller's previous reservation did not fetch, given back
+	Reserved      int64 // that reservation's end (GateReply.End); 0: none
 }
 
 // Gate runs gate.lua on partition 0 (sh) of a topic: whether the group
-// is paused, and under its rate limit (limitMessages per limitPer; 0: none) when a read of want
-// messages may start. unused gives back what the caller's previous
-// reservation (reserved: its end, 0 for none) did not fetch.
-func Gate(ctx context.Context, c redis.Scripter, sh Shard, group string, limitMessages int, limitPer time.Duration, want, unused int, reserved int64) (GateReply, error) {
+// is paused, and under its rate limit when a read may start.
+func Gate(ctx context.Context, c redis.Scripter, sh Shard, a GateArgs) (GateReply, error) {
 	prev := ""
-	if reserved > 0 {
-		prev = strconv.FormatInt(reserved, 10)
+	if a.Reserved > 0 {
+		prev = strconv.FormatInt(a.Reserved, 10)
 	}
-	res, err := gateScript.Run(ctx, c, []string{sh.Paused(group), sh.rate(group)},
-		limitMessages, limitPer.Milliseconds(), want, unused, prev).Int64Slice()
+	res, err := gateScript.Run(ctx, c, []string{sh.Paused(a.Group), sh.rate(a.Group)},
+		a.LimitMessages, a.LimitPer.Milliseconds(), a.Want, a.Unused, prev).Int64Slice()
 	if err != nil {
 		return GateReply{}, err
 	}

@@ -89,12 +89,12 @@ func TestFair_DueOrderAndOlderSubscribers(t *testing.T) {
 	require.NoError(t, e.c.HSet(e.ctx, e.sh.Meta(old), "vis", 60_000).Err())
 	e.publish(&fairMsg{payload: "A1", group: "A", delay: 300 * time.Millisecond}, &fairMsg{payload: "A2", group: "A"})
 	promote := func() {
-		r, err := Promote(e.ctx, e.c, e.sh, []string{e.cg, old}, 256, "owner", time.Minute, true, true)
+		r, err := Promote(e.ctx, e.c, e.sh, PromoteArgs{Groups: []string{e.cg, old}, Batch: 256, Owner: "owner", Lease: time.Minute, MayTake: true, Extend: true})
 		require.NoError(t, err)
 		e.check("promote")
 		if r.Wait > 0 && r.Wait < 5000 {
 			time.Sleep(time.Duration(r.Wait) * time.Microsecond)
-			_, err = Promote(e.ctx, e.c, e.sh, []string{e.cg, old}, 256, "owner", time.Minute, true, true)
+			_, err = Promote(e.ctx, e.c, e.sh, PromoteArgs{Groups: []string{e.cg, old}, Batch: 256, Owner: "owner", Lease: time.Minute, MayTake: true, Extend: true})
 			require.NoError(t, err)
 			e.check("promote")
 		}

@@ -30,9 +30,7 @@ func TestPublish_ShortScriptsMatchPublishLua(t *testing.T) {
 	call := func(ms ...msg) *fairCall {
 		fc := &fairCall{}
 		for _, m := range ms {
-			fc.Args = append(fc.Args, m.uuid, m.delayMs, []byte(m.body), "", "0", "")
-			fc.Far = append(fc.Far, FarArg{Bucket: -1})
-			fc.N++
+			fc.Msgs = append(fc.Msgs, PubMessage{UUID: m.uuid, Delay: m.delayMs, Body: []byte(m.body), Far: FarArg{Bucket: -1}})
 		}
 		return fc
 	}

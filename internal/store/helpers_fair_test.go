@@ -124,13 +124,8 @@ func (e *fairEnv) publish(msgs ...*fairMsg) {
 		} else {
 			msg.Metadata.Set("_redisdelay_group", m.group)
 		}
-		prio := "0"
-		if m.high {
-			prio = "1"
-		}
-		call.Args = append(call.Args, m.uuid, m.delay.Milliseconds(), Encode(msg), keyArg, prio, m.fairGroup())
-		call.Far = append(call.Far, FarArgOf(m.uuid, m.delay, !m.high && keyArg == ""))
-		call.N++
+		call.Msgs = append(call.Msgs, PubMessage{UUID: m.uuid, Delay: m.delay.Milliseconds(), Body: Encode(msg), Key: keyArg,
+			Prio: m.high, Group: m.fairGroup(), Far: FarArgOf(m.uuid, m.delay, !m.high && keyArg == "")})
 	}
 	r, err := Publish(e.ctx, e.c, e.sh, PublishOpts{}, []*fairCall{call})
 	require.NoError(e.t, err)
@@ -144,7 +139,7 @@ func (e *fairEnv) promote() {
 	e.t.Helper()
 	for range 1000 {
 		e.step()
-		r, err := Promote(e.ctx, e.c, e.sh, []string{e.cg}, 256, "owner", time.Minute, true, true)
+		r, err := Promote(e.ctx, e.c, e.sh, PromoteArgs{Groups: []string{e.cg}, Batch: 256, Owner: "owner", Lease: time.Minute, MayTake: true, Extend: true})
 		require.NoError(e.t, err)
 		require.True(e.t, r.Held)
 		e.check("promote")

@@ -231,9 +231,7 @@ return 0`)
 				g := fmt.Sprintf("tenant-%06d", i%groups)
 				msg := message.NewMessage(uuid, []byte(fmt.Sprintf("payload %07d", i)))
 				msg.Metadata.Set("_redisdelay_group", g)
-				call.Args = append(call.Args, uuid, 0, Encode(msg), "", "0", g)
-				call.Far = append(call.Far, FarArg{Bucket: -1})
-				call.N++
+				call.Msgs = append(call.Msgs, PubMessage{UUID: uuid, Body: Encode(msg), Group: g, Far: FarArg{Bucket: -1}})
 			}
 			calls = append(calls, call)
 			published += 512
@@ -250,7 +248,7 @@ return 0`)
 	lap("1,000,000 or more grouped messages waiting")
 
 	promote := func(batch int) PromoteReply {
-		r, err := Promote(ctx, c, sh, cgs, batch, "owner", time.Minute, true, true)
+		r, err := Promote(ctx, c, sh, PromoteArgs{Groups: cgs, Batch: batch, Owner: "owner", Lease: time.Minute, MayTake: true, Extend: true})
 		require.NoError(t, err)
 		require.True(t, r.Held)
 		return r
@@ -525,7 +523,7 @@ return 0`)
 		if grouped {
 			require.NoError(t, fill.Run(ctx, c, []string{sh.Waiting(), sh.Bodies(), sh.GroupOf()}, 0, 3*n, 10, body).Err())
 			for c.ZCard(ctx, sh.Waiting()).Val() > 0 {
-				r, err := Promote(ctx, c, sh, []string{fair}, 4096, "owner", time.Minute, true, true)
+				r, err := Promote(ctx, c, sh, PromoteArgs{Groups: []string{fair}, Batch: 4096, Owner: "owner", Lease: time.Minute, MayTake: true, Extend: true})
 				require.NoError(t, err)
 				if r.Wait > 0 {
 					time.Sleep(time.Duration(r.Wait) * time.Microsecond)
