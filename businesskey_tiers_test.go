@@ -36,7 +36,7 @@ func inFar(t *testing.T, tp, uuid string) bool {
 
 // Every business-key policy, Find, Reschedule and Cancel by key mean the
 // same for a holder in either tier. No scheduler runs: what waits stays.
-func TestBusinessKeyPoliciesInBothTiers(t *testing.T) {
+func TestBusinessKey_PoliciesInBothTiers(t *testing.T) {
 	t.Parallel()
 	for _, tier := range keyTiers {
 		t.Run(tier.name, func(t *testing.T) {

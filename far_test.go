@@ -207,7 +207,7 @@ func TestFar_BucketTakesLaterCalls(t *testing.T) {
 // A retried Publish of a far message is a no-op; the same UUID with
 // another body is refused, as for any waiting message; either way the
 // message is delivered once.
-func TestFarRepublish(t *testing.T) {
+func TestFar_Republish(t *testing.T) {
 	t.Parallel()
 	env := setup(t)
 	msg := delayed(delay.For(3*time.Second), "original")

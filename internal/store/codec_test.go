@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestCodecRoundTrip(t *testing.T) {
+func TestCodec_RoundTrip(t *testing.T) {
 	berlin := time.FixedZone("CET", 3600)
 	india := time.FixedZone("IST", 5*3600+1800)
 	cases := map[string]message.Metadata{
@@ -51,13 +51,13 @@ func delayMetadata(d delay.Delay) message.Metadata {
 
 // Watermill's delay keys are the bulk of a delayed message's metadata: they
 // must shrink to a few bytes, which is what keeps a waiting message small.
-func TestCodecDelayKeysAreCompact(t *testing.T) {
+func TestCodec_DelayKeysAreCompact(t *testing.T) {
 	msg := message.NewMessage("01JDZ3V6Q6R8Z0Y1X2W3V4T5S6", make([]byte, 100))
 	delay.Message(msg, delay.For(time.Hour))
 	require.LessOrEqual(t, len(Encode(msg)), 1+1+26+1+100+16)
 }
 
-func TestCodecDecodesVersion1(t *testing.T) {
+func TestCodec_DecodesVersion1(t *testing.T) {
 	// As the previous release stored it: every key as text.
 	b := []byte{codecVersionV1}
 	b = appendString(b, "id-1")
@@ -72,7 +72,7 @@ func TestCodecDecodesVersion1(t *testing.T) {
 	require.Equal(t, map[string]string{delay.DelayedForKey: "1h0m0s", "k": "v"}, map[string]string(msg.Metadata))
 }
 
-func TestCodecRejectsCorruptInput(t *testing.T) {
+func TestCodec_RejectsCorruptInput(t *testing.T) {
 	valid := Encode(func() *message.Message {
 		m := message.NewMessage("id", []byte("p"))
 		delay.Message(m, delay.For(time.Second))
@@ -113,7 +113,7 @@ func FuzzCodec(f *testing.F) {
 	})
 }
 
-func TestCodecBinaryUUID(t *testing.T) {
+func TestCodec_BinaryUUID(t *testing.T) {
 	for _, id := range []string{"0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", "ffffffff-ffff-ffff-ffff-ffffffffffff", "00000000-0000-0000-0000-000000000000"} {
 		msg := message.NewMessage(id, []byte("p"))
 		b := Encode(msg)
@@ -139,7 +139,7 @@ func TestCodecBinaryUUID(t *testing.T) {
 // Every encoding of a message begins with idPrefix of its UUID, and the
 // prefixes of two UUIDs differ, whatever the metadata and payload: what
 // schedoverlap.lua recognises a tick's message by.
-func TestCodecIDPrefix(t *testing.T) {
+func TestCodec_IDPrefix(t *testing.T) {
 	ids := []string{"0e5b6a3c-1f2d-5a4b-9c8d-7e6f5a4b3c2d", "0e5b6a3c-1f2d-5a4b-9c8d-7e6f5a4b3c2e", "01JDZ3V6Q6R8Z0Y1X2W3V4T5S6", "0E5B6A3C-1F2D-5A4B-9C8D-7E6F5A4B3C2D", ""}
 	for _, id := range ids {
 		for _, md := range []message.Metadata{{}, {"k": "v", delay.DelayedForKey: "1s"}} {

@@ -14,7 +14,7 @@ import (
 // in the waiting set, one due two minutes or more ahead always goes far,
 // and a far bucket is unpacked before its messages are due; locations stay
 // exact in a Lua number for a century.
-func TestFarPlaceDefaults(t *testing.T) {
+func TestFar_PlaceDefaults(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixMilli()
 	for ms := int64(0); ms < 3*60_000; ms += 250 {
 		for _, offset := range []int64{0, 1, 499, 59_999} {
@@ -42,7 +42,7 @@ func TestFarPlaceDefaults(t *testing.T) {
 	require.False(t, ok)
 }
 
-func TestFarLoc(t *testing.T) {
+func TestFar_Loc(t *testing.T) {
 	v, b, pos, err := farLoc("16777217")
 	require.NoError(t, err)
 	require.Equal(t, [3]int64{1, 1, 1}, [3]int64{int64(v), b, pos})
@@ -55,7 +55,7 @@ func TestFarLoc(t *testing.T) {
 	}
 }
 
-func TestDecodeFar(t *testing.T) {
+func TestFar_Decode(t *testing.T) {
 	body := string(Encode(message.NewMessage("0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", []byte("p"))))
 	start := int64(1_780_000_000_000)
 	// format 1: score as a double, then the body
@@ -90,7 +90,7 @@ func TestDecodeFar(t *testing.T) {
 	require.True(t, bad, "a format 2 element in a format 1 bucket")
 }
 
-func TestStoredUUID(t *testing.T) {
+func TestFar_StoredUUID(t *testing.T) {
 	for _, id := range []string{"0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", "ORDER-1", ""} {
 		body := Encode(message.NewMessage(id, []byte("p")))
 		got, ok := storedUUID(body)
