@@ -119,24 +119,22 @@ func TestBusinessKey_PoliciesInBothTiers(t *testing.T) {
 func TestFar_KeyAndPriorityRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	tp := topic()
+	env := setup(t)
 	at := time.Now().Add(4 * time.Second)
 	high := businessKeyMessage("order-h", 0, "high", "")
 	delay.Message(high, delay.Until(at))
 	high.Metadata.Set(redisdelay.PriorityKey, redisdelay.PriorityHigh)
 	plain := delayed(delay.Until(at.Add(-time.Millisecond)), "plain")
-	require.NoError(t, pub.Publish(tp, plain, high))
-	require.True(t, inFar(t, tp, high.UUID), "a keyed high-priority message waits in the far tier")
+	require.NoError(t, env.pub.Publish(env.topic, plain, high))
+	require.True(t, inFar(t, env.topic, high.UUID), "a keyed high-priority message waits in the far tier")
 
 	changed := high.Copy()
 	changed.Payload = message.Payload("changed")
-	require.ErrorIs(t, pub.Publish(tp, changed), redisdelay.ErrDuplicateMessage)
-	require.NoError(t, pub.Publish(tp, high.Copy()), "identical: a no-op")
+	require.ErrorIs(t, env.pub.Publish(env.topic, changed), redisdelay.ErrDuplicateMessage)
+	require.NoError(t, env.pub.Publish(env.topic, high.Copy()), "identical: a no-op")
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	ch, err := sub.Subscribe(ctx, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch, err := sub.Subscribe(ctx, env.topic)
 	require.NoError(t, err)
 	got := map[string]int{}
 	for range 2 {
@@ -148,10 +146,10 @@ func TestFar_KeyAndPriorityRoundTrip(t *testing.T) {
 	assert.Equal(t, map[string]int{"high": 1, "plain": 1}, got)
 	nothing(t, ch, 300*time.Millisecond)
 	require.Eventually(t, func() bool {
-		keys, err := client.HLen(ctx, shardOf(tp, 0).Bkeys()).Result()
+		keys, err := env.client.HLen(ctx, shardOf(env.topic, 0).Bkeys()).Result()
 		return err == nil && keys == 0
 	}, 5*time.Second, 10*time.Millisecond, "the key is freed once delivered")
-	prio, err := client.HLen(ctx, shardOf(tp, 0).Prio()).Result()
+	prio, err := env.client.HLen(ctx, shardOf(env.topic, 0).Prio()).Result()
 	require.NoError(t, err)
 	assert.Zero(t, prio)
 }
@@ -163,23 +161,21 @@ func TestFar_KeyAndPriorityRoundTrip(t *testing.T) {
 func TestFar_UnpackedOverWaitingUUIDFreesKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	tp := topic()
+	env := setup(t)
 	far := businessKeyMessage("order-x", time.Hour, "far", "")
-	require.NoError(t, pub.Publish(tp, far))
-	require.True(t, inFar(t, tp, far.UUID))
+	require.NoError(t, env.pub.Publish(env.topic, far))
+	require.True(t, inFar(t, env.topic, far.UUID))
 	_, _, margin := redisdelay.FarTier()
 	near := delayed(delay.For(margin/2), "near") // not looked up in the far tier
 	near.UUID = far.UUID
-	require.NoError(t, pub.Publish(tp, near))
+	require.NoError(t, env.pub.Publish(env.topic, near))
 
-	moved, err := redisdelay.UnpackFarNow(ctx, client, tp, 0)
+	moved, err := redisdelay.UnpackFarNow(ctx, env.client, env.topic, 0)
 	require.NoError(t, err)
 	assert.Zero(t, moved, "the waiting message stays")
-	assert.Empty(t, businessKeyState(t, tp, 0), "the key is free")
-	assert.Equal(t, []string{near.UUID}, content(t, tp).waiting)
-	w, ok, err := newInspector(t, client).FindWaiting(ctx, tp, near.UUID)
+	assert.Empty(t, businessKeyState(t, env.topic, 0), "the key is free")
+	assert.Equal(t, []string{near.UUID}, content(t, env.topic).waiting)
+	w, ok, err := newInspector(t, env.client).FindWaiting(ctx, env.topic, near.UUID)
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, "near", string(w.Message.Payload))

@@ -277,26 +277,23 @@ func TestInspector_Servers(t *testing.T) {
 func TestInspector_ConsumersStuck(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
+	env := setup(t)
 	// A short visibility timeout, stored for the group, so "twice of it"
 	// passes within the test; no scheduler, which would reclaim the
 	// crashed consumer's message.
 	cfg := redisdelay.SubscriberConfig{ConsumerGroup: "g", Consumer: "live", DisableScheduler: true, VisibilityTimeout: 100 * time.Millisecond}
-	live := newSubscriber(t, client, cfg)
-	require.NoError(t, live.SubscribeInitialize(tp))
-	require.NoError(t, pub.Publish(tp, newMessage("1"), newMessage("2"), newMessage("3")))
-	crashedRead(t, client, tp, "g", "crashed")
-	idle := crashedRead(t, client, tp, "g", "idle")
-	require.NoError(t, client.XAck(ctx, store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard(tp, 0).Stream(), "g", idle.ID).Err()) // holds nothing now
-	ch := subscribe(t, live, tp)
+	live := newSubscriber(t, env.client, cfg)
+	require.NoError(t, live.SubscribeInitialize(env.topic))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("1"), newMessage("2"), newMessage("3")))
+	crashedRead(t, env.client, env.topic, "g", "crashed")
+	idle := crashedRead(t, env.client, env.topic, "g", "idle")
+	require.NoError(t, env.client.XAck(ctx, store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard(env.topic, 0).Stream(), "g", idle.ID).Err()) // holds nothing now
+	ch := subscribe(t, live, env.topic)
 	held := receive(t, ch, 5*time.Second) // not settled while the test runs
 	defer held.Ack()
 
 	byName := func() map[string]redisdelay.Consumer {
-		cs, err := insp.Consumers(ctx, tp, "g")
+		cs, err := env.insp.Consumers(ctx, env.topic, "g")
 		require.NoError(t, err)
 		out := map[string]redisdelay.Consumer{}
 		for _, c := range cs {
@@ -321,15 +318,13 @@ func TestInspector_ConsumersStuck(t *testing.T) {
 func TestInspector_ConsumersActiveNotNow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
-	require.NoError(t, sub.SubscribeInitialize(tp))
-	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("1")))
-	crashedRead(t, client, tp, "g", "crashed")
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	require.NoError(t, newPublisher(t, env.client).Publish(env.topic, newMessage("1")))
+	crashedRead(t, env.client, env.topic, "g", "crashed")
 	require.Eventually(t, func() bool {
-		cs, err := insp.Consumers(ctx, tp, "g")
+		cs, err := env.insp.Consumers(ctx, env.topic, "g")
 		require.NoError(t, err)
 		require.Len(t, cs, 1)
 		if cs[0].Idle < 200*time.Millisecond {
@@ -348,26 +343,24 @@ func TestInspector_ConsumersActiveNotNow(t *testing.T) {
 func TestInspector_RetryingPagesEqualDueTimes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
-	require.NoError(t, sub.SubscribeInitialize(tp))
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
 
 	// The retry set as retry_later writes it (lib.lua): score = due ms *
 	// 1024, member "<attempt>:<id>"; written here so that they share a due
 	// millisecond for sure, an hour ahead.
-	key := store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard(tp, 0).Retry("g")
+	key := store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard(env.topic, 0).Retry("g")
 	score := float64(time.Now().Add(time.Hour).UnixMilli() * 1024)
 	var all []string
 	for n := range 9 {
 		m := fmt.Sprintf("2:1-%d", n)
 		all = append(all, m)
-		require.NoError(t, client.ZAdd(ctx, key, redis.Z{Score: score, Member: m}).Err())
+		require.NoError(t, env.client.ZAdd(ctx, key, redis.Z{Score: score, Member: m}).Err())
 	}
 	var seen []string
 	page := func(cursor string) string {
-		msgs, next, err := insp.Retrying(ctx, tp, "g", cursor, 2)
+		msgs, next, err := env.insp.Retrying(ctx, env.topic, "g", cursor, 2)
 		require.NoError(t, err)
 		for _, m := range msgs {
 			seen = append(seen, m.ID[len("0:"):])
@@ -377,11 +370,11 @@ func TestInspector_RetryingPagesEqualDueTimes(t *testing.T) {
 
 	cursor := page("") // 1-0, 1-1
 	// The page's last falls due (leaves the set) before the next page.
-	require.NoError(t, client.ZRem(ctx, key, "2:1-1").Err())
+	require.NoError(t, env.client.ZRem(ctx, key, "2:1-1").Err())
 	cursor = page(cursor) // 1-2, 1-3
 	// A member before the cursor falls due, and a retry due earlier joins.
-	require.NoError(t, client.ZRem(ctx, key, "2:1-0").Err())
-	require.NoError(t, client.ZAdd(ctx, key, redis.Z{Score: score - 1024, Member: "2:0-new"}).Err())
+	require.NoError(t, env.client.ZRem(ctx, key, "2:1-0").Err())
+	require.NoError(t, env.client.ZAdd(ctx, key, redis.Z{Score: score - 1024, Member: "2:0-new"}).Err())
 	for cursor != "" {
 		cursor = page(cursor)
 	}
@@ -395,10 +388,7 @@ func TestInspector_RetryingPagesEqualDueTimes(t *testing.T) {
 func TestInspector_RunNowWhereCountsEachOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
+	env := setup(t)
 
 	// More far messages than one batch reads (1,000): the second batch
 	// reads the waiting set the first one's far messages were pulled to.
@@ -413,18 +403,18 @@ func TestInspector_RunNowWhereCountsEachOnce(t *testing.T) {
 		m.Metadata.Set("tenant", "acme")
 		msgs = append(msgs, m)
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
 	acme := redisdelay.Filter{Metadata: map[string]string{"tenant": "acme"}}
 
-	p, err := insp.RunNowWhere(ctx, tp, acme, redisdelay.BulkOptions{DryRun: true})
+	p, err := env.insp.RunNowWhere(ctx, env.topic, acme, redisdelay.BulkOptions{DryRun: true})
 	require.NoError(t, err)
 	assert.Equal(t, int64(far+near), p.Matched)
-	p, err = insp.RunNowWhere(ctx, tp, acme, redisdelay.BulkOptions{})
+	p, err = env.insp.RunNowWhere(ctx, env.topic, acme, redisdelay.BulkOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, int64(far+near), p.Matched, "matched")
 	assert.Equal(t, int64(far+near), p.Done, "made due")
 
-	p, err = insp.RunNowWhere(ctx, tp, acme, redisdelay.BulkOptions{})
+	p, err = env.insp.RunNowWhere(ctx, env.topic, acme, redisdelay.BulkOptions{})
 	require.NoError(t, err)
 	assert.Zero(t, p.Matched, "a run repeated: all are due already")
 	assert.Zero(t, p.Done)

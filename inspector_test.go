@@ -319,19 +319,16 @@ func TestInspector_StatsLeased(t *testing.T) {
 func TestInspector_StatsWaitingForGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisher(t, client)
-	insp := newInspector(t, client)
-	runManagerWithLogger(t, client, redisdelay.ManagerConfig{Topics: []string{tp}}, logger)
+	env := setup(t)
+	runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}}, logger)
 
 	msg := newMessage("grouped")
 	redisdelay.SetGroup(msg, "tenant-1")
-	require.NoError(t, pub.Publish(tp, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg))
 	var st redisdelay.TopicStats
 	require.Eventually(t, func() bool {
 		var err error
-		st, err = insp.Stats(ctx, tp)
+		st, err = env.insp.Stats(ctx, env.topic)
 		require.NoError(t, err)
 		return st.WaitingForGroup == 1 && st.Leased == 0
 	}, 20*time.Second, 20*time.Millisecond, "moved aside for a group to come; the scheduler lets the lease of the idle partition lapse")

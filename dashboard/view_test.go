@@ -6,24 +6,10 @@ import (
 	"time"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
-	"github.com/redisdelay/watermill-redisdelay/internal/present"
 )
 
-func TestView_Human(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		0:                       "0s",
-		1500 * time.Millisecond: "2s",
-		5 * time.Minute:         "5m0s",
-		23*time.Hour + 59*time.Minute + 59*time.Second:    "23h59m59s",
-		24*time.Hour - 100*time.Millisecond:               "1d0h0m",
-		24 * time.Hour:                                    "1d0h0m",
-		36013*time.Hour + 55*time.Minute + 34*time.Second: "1500d13h56m",
-		-(50*time.Hour + 29*time.Second):                  "-2d2h0m",
-	} {
-		if got := present.Duration(d); got != want {
-			t.Errorf("present.Duration(%v) = %q, want %q", d, got, want)
-		}
-	}
+func TestView_Since(t *testing.T) {
+	// The duration format itself is internal/present's (TestPresent_Duration).
 	if got := since(time.Now().Add(-3 * 24 * time.Hour)); got != "3d0h0m ago" {
 		t.Errorf("since 3 days ago = %q", got)
 	}
