@@ -14,7 +14,7 @@
   KEYS[4] fprio    list   the group's groups with high-priority messages
   KEYS[5] fwait    zset   the group's groups asleep under their rate limit
   KEYS[6] meta     hash   the group's policy (per-group cap and rate)
-  KEYS[7] bell     string the partition's bell (see read.lua)
+  KEYS[7] bell     string the partition's bell (see lib.lua's ring)
   ARGV[1] consumer group
   ARGV[2..] entry ids
 

@@ -13,7 +13,7 @@
   KEYS[4] rstream  stream the group's redelivery stream
   KEYS[5] dead     stream the group's dead letters
   KEYS[6] meta     hash   the group's policy and counters
-  KEYS[7] bell     string the partition's bell (see read.lua)
+  KEYS[7] bell     string the partition's bell (see lib.lua's ring)
   KEYS[8] fq       hash   the group's fair queues (see fair.lua)
   KEYS[9] fring    list   the group's ring of groups to serve
   KEYS[10] fprio   list   the group's groups with high-priority messages

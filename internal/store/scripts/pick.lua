@@ -5,7 +5,7 @@
   round-robin across their groups, into its redelivery stream (fair.lua's
   fair_pick), where the XREADGROUP sent in the same pipeline reads them. A
   subscription sends it before each plain read while its last read found
-  groups to serve (read.lua tells it when to start).
+  groups to serve, and when told of new ones (g on the bell's channel).
 
   KEYS[1] rstream  stream the group's redelivery stream
   KEYS[2] meta     hash   the group's policy (per-group cap and rate)
@@ -13,7 +13,7 @@
   KEYS[4] fring    list   the group's ring of groups to serve
   KEYS[5] fprio    list   the group's groups with high-priority messages
   KEYS[6] fwait    zset   the group's groups asleep under their rate limit
-  KEYS[7] bell     string the partition's bell (see read.lua)
+  KEYS[7] bell     string the partition's bell (see lib.lua's ring)
   ARGV[1] most messages moved
 
   Returns {moved, more, wake}: more is 1 while groups are left to serve

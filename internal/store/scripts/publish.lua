@@ -29,7 +29,7 @@
   KEYS[11] fmeta   hash   far tier counters: n (both formats), P:<bucket>,
                           L:<bucket> (format 2's)
   KEYS[12] bell    string the partition's bell, rung when ready entries were
-                          added (see read.lua)
+                          added (see lib.lua's ring)
   KEYS[13] grpof   hash   UUID of a waiting grouped message -> its group
   KEYS[14] cgroups set    consumer groups of the topic (only read)
   then for each consumer group listed (ARGV[9..]), six keys:

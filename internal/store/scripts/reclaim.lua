@@ -17,7 +17,7 @@
   KEYS[6] meta     hash   policy: max (attempts, 0 = no limit), vis (ms),
                           deadmax (0 = no limit), idle (ms), backoff
                           (comma-separated ms per attempt, last repeats)
-  KEYS[7] bell     string the partition's bell (see read.lua)
+  KEYS[7] bell     string the partition's bell (see lib.lua's ring)
   KEYS[8] fq       hash   the group's fair queues (see fair.lua)
   KEYS[9] fring    list   the group's ring of groups to serve
   KEYS[10] fprio   list   the group's groups with high-priority messages

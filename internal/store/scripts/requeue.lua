@@ -6,7 +6,7 @@
 
   KEYS[1] dead     stream the group's dead letters
   KEYS[2] rstream  stream the group's redelivery stream
-  KEYS[3] bell     string the partition's bell (see read.lua)
+  KEYS[3] bell     string the partition's bell (see lib.lua's ring)
   KEYS[4] meta     hash   the group's policy (per-group cap and rate)
   KEYS[5] fq       hash   the group's fair queues (see fair.lua)
   KEYS[6] fring    list   the group's ring of groups to serve
