@@ -134,8 +134,7 @@ func TestFar_KeyAndPriorityRoundTrip(t *testing.T) {
 	require.NoError(t, env.pub.Publish(env.topic, high.Copy()), "identical: a no-op")
 
 	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	ch, err := sub.Subscribe(ctx, env.topic)
-	require.NoError(t, err)
+	ch := subscribe(t, sub, env.topic)
 	got := map[string]int{}
 	for range 2 {
 		msg := receive(t, ch, 10*time.Second)

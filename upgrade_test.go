@@ -194,8 +194,7 @@ func TestUpgrade_FarFormat1(t *testing.T) {
 	assert.Len(t, page, 5, "both formats listed")
 
 	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	ch, err := sub.Subscribe(ctx, env.topic)
-	require.NoError(t, err)
+	ch := subscribe(t, sub, env.topic)
 	got := map[string]int{}
 	for range 5 {
 		msg := receive(t, ch, 10*time.Second)
