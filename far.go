@@ -3,6 +3,7 @@ package redisdelay
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 
@@ -35,4 +36,28 @@ func (s *scheduler) unpackFar(ctx context.Context, sh store.Shard, fields waterm
 		return false, nil
 	}
 	return !r.Stale, nil
+}
+
+// rebuildFarFilter rebuilds the far filter of a partition (see
+// internal/store/farfilter.go) in the background, as trim.lua asked: reading
+// a far index of millions takes seconds, which the partition's ticks must
+// not wait for. One partition at a time per scheduler; until it is done,
+// publishes look their UUIDs up in the far index, as without a filter.
+func (s *scheduler) rebuildFarFilter(sh store.Shard, fields watermill.LogFields) {
+	if !s.filtering.CompareAndSwap(false, true) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.filtering.Store(false)
+		started := time.Now()
+		if err := store.RebuildFarFilter(s.ctx, s.redis, sh, watermill.NewUUID()); err != nil {
+			if s.ctx.Err() == nil {
+				s.limiter.errorf(s.logger, "redisdelay: cannot rebuild the far filter; publishes look their messages up in the far index until a later try succeeds", err, fields)
+			}
+			return
+		}
+		s.logger.Debug("redisdelay: rebuilt the far filter", fields.Add(watermill.LogFields{"took": time.Since(started).String()}))
+	}()
 }

@@ -617,3 +617,52 @@ func farLoggedManager(t *testing.T, client redis.UniversalClient, topic string) 
 	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
 	return logs, mgr, subscribe(t, sub, topic)
 }
+
+// A far tier that outgrows its far filter (internal/store/farfilter.go) is
+// rebuilt by its scheduler at its trim, after which a near publish that
+// reuses a far message's UUID is still refused, and the far message is
+// still delivered once.
+func TestFar_FilterRebuiltBySchedulerMissesNoReuse(t *testing.T) {
+	t.Parallel()
+	env := setup(t)
+	var msgs []*message.Message
+	for i := range 3000 {
+		msgs = append(msgs, delayed(delay.For(time.Hour), "far "+strconv.Itoa(i)))
+	}
+	for i := 0; i < len(msgs); i += 500 {
+		require.NoError(t, env.pub.Publish(env.topic, msgs[i:i+500]...))
+	}
+	client, meta := newClient(t), shardOf(env.topic, 0).FarMeta()
+	require.Equal(t, "64", client.HGet(context.Background(), meta, "fb").Val(), "the filter made with the first far message")
+
+	// A short TrimInterval: the rebuild comes at a trim (10 s by default).
+	runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, TrimInterval: 100 * time.Millisecond}, logger)
+	require.Eventually(t, func() bool {
+		m := client.HGetAll(context.Background(), meta).Val()
+		fb, _ := strconv.Atoi(m["fb"])
+		return fb > 64 && m["fr"] == ""
+	}, 20*time.Second, 50*time.Millisecond, "the scheduler did not rebuild the full filter")
+
+	// far in the tests' timing, unpacked by the Manager at once: fm counts
+	// as n does through the unpacking (else the filter would stay untrusted)
+	var soon []*message.Message
+	for i := range 10 {
+		soon = append(soon, delayed(delay.For(3*time.Second), "soon "+strconv.Itoa(i)))
+	}
+	require.NoError(t, env.pub.Publish(env.topic, soon...))
+	require.Eventually(t, func() bool {
+		_, far := farKeys(t, env.topic)
+		return far == 3000
+	}, 10*time.Second, 20*time.Millisecond, "the 3 s messages were not unpacked")
+	require.Equal(t, "3000", client.HGet(context.Background(), meta, "fm").Val())
+
+	reused := msgs[1234].Copy()
+	reused.Metadata = message.Metadata{}
+	reused.Payload = []byte("changed")
+	delay.Message(reused, delay.For(time.Second))
+	require.ErrorIs(t, env.pub.Publish(env.topic, reused), redisdelay.ErrDuplicateMessage)
+	w, ok, err := newInspector(t, env.client).FindWaiting(context.Background(), env.topic, reused.UUID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, "far 1234", string(w.Message.Payload), "the far message is kept as it was")
+}

@@ -59,19 +59,20 @@ type scheduler struct {
 	redis *store.Gated
 	l     *store.Listener
 
-	mu       sync.Mutex
-	ctx      context.Context
-	cancel   context.CancelFunc
-	discover bool                               // listen to topic registrations (a Manager with no topic list)
-	known    map[store.Shard]partition          // scheduled partitions: l listens to their wake channels
-	loops    map[store.Shard]chan string        // a loop per partition with work: its wake-ups
-	stops    map[store.Shard]context.CancelFunc // ends a loop
-	balances map[string]*balance                // topics of several partitions: their leases held
-	running  map[*loopRun]partition             // loops not yet returned (retired ones until their end ran)
-	refresh  chan struct{}                      // a topic was registered (discover only)
-	ticks    chan struct{}                      // wakes the tick loop of the schedules (see startTicks)
-	denied   atomic.Bool                        // Redis refuses the wake-up subscription (see watchACL)
-	wg       sync.WaitGroup
+	mu        sync.Mutex
+	ctx       context.Context
+	cancel    context.CancelFunc
+	discover  bool                               // listen to topic registrations (a Manager with no topic list)
+	known     map[store.Shard]partition          // scheduled partitions: l listens to their wake channels
+	loops     map[store.Shard]chan string        // a loop per partition with work: its wake-ups
+	stops     map[store.Shard]context.CancelFunc // ends a loop
+	balances  map[string]*balance                // topics of several partitions: their leases held
+	running   map[*loopRun]partition             // loops not yet returned (retired ones until their end ran)
+	refresh   chan struct{}                      // a topic was registered (discover only)
+	ticks     chan struct{}                      // wakes the tick loop of the schedules (see startTicks)
+	denied    atomic.Bool                        // Redis refuses the wake-up subscription (see watchACL)
+	filtering atomic.Bool                        // a far filter is being rebuilt (rebuildFarFilter)
+	wg        sync.WaitGroup
 }
 
 // loopRun is a loop of a partition; done is closed once it returned, its

@@ -445,6 +445,9 @@ func (s *scheduler) trimStream(ctx context.Context, sh store.Shard, fields water
 	if err != nil {
 		return fmt.Errorf("trim the ready stream: %w", err)
 	}
+	if r.FarFilter {
+		s.rebuildFarFilter(sh, fields)
+	}
 	fields = fields.Add(watermill.LogFields{"count": r.Removed})
 	switch {
 	case r.Removed > 0 && r.ByRetention:

@@ -7,19 +7,27 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // upgradeBase is the last commit whose far tier is format 1 only (issue
 // 37's base): TestUpgrade_FarFormat1 builds a publisher from it.
-const upgradeBase = "992aff8"
+// filterBase is the last one without the far filter (format 2, no bits):
+// TestUpgrade_FarFilter's.
+const (
+	upgradeBase = "992aff8"
+	filterBase  = "86accb0"
+)
 
 // upgradeWriter is a program built from upgradeBase's tree: it publishes
 // far messages with that version's code and prints their UUIDs, one a
@@ -91,10 +99,10 @@ func main() {
 }
 `
 
-// buildUpgradeWriter builds upgradeWriter from upgradeBase's tree (git
-// archive: the repository's worktrees are not touched) and returns the
-// binary's path.
-func buildUpgradeWriter(t *testing.T) string {
+// buildUpgradeWriter builds upgradeWriter from the tree of commit base
+// (git archive: the repository's worktrees are not touched) and returns
+// the binary's path.
+func buildUpgradeWriter(t *testing.T, base string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the previous version: not with -short")
@@ -107,11 +115,11 @@ func buildUpgradeWriter(t *testing.T) string {
 	dir := t.TempDir()
 	tree := filepath.Join(dir, "tree")
 	require.NoError(t, os.Mkdir(tree, 0o755))
-	archive := exec.Command("git", "archive", "--format=tar", upgradeBase)
+	archive := exec.Command("git", "archive", "--format=tar", base)
 	var tarball, stderr bytes.Buffer
 	archive.Stdout, archive.Stderr = &tarball, &stderr
 	if err := archive.Run(); err != nil {
-		t.Skipf("commit %s is not in this repository (a shallow clone?): %v %s", upgradeBase, err, stderr.String())
+		t.Skipf("commit %s is not in this repository (a shallow clone?): %v %s", base, err, stderr.String())
 	}
 	untar := exec.Command("tar", "-x", "-C", tree)
 	untar.Stdin = &tarball
@@ -127,6 +135,18 @@ func buildUpgradeWriter(t *testing.T) string {
 	out, err = build.CombinedOutput()
 	require.NoError(t, err, "build the previous version: %s", out)
 	return bin
+}
+
+// payloads receives and acks n messages and counts their payloads.
+func payloads(t *testing.T, ch <-chan *message.Message, n int) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for range n {
+		msg := receive(t, ch, 10*time.Second)
+		got[string(msg.Payload)]++
+		msg.Ack()
+	}
+	return got
 }
 
 // runUpgradeWriter runs the previous version's writer with args and returns
@@ -157,7 +177,7 @@ func runUpgradeWriter(t *testing.T, bin string, args ...string) []string {
 // value (nothing is removed or delivered wrongly).
 func TestUpgrade_FarFormat1(t *testing.T) {
 	t.Parallel()
-	bin := buildUpgradeWriter(t)
+	bin := buildUpgradeWriter(t, upgradeBase)
 	env := setup(t)
 	ctx := context.Background()
 	old := runUpgradeWriter(t, bin, "-topic", env.topic, "-n", "4", "-key", "order-old", "-due", "4s")
@@ -195,14 +215,48 @@ func TestUpgrade_FarFormat1(t *testing.T) {
 
 	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
 	ch := subscribe(t, sub, env.topic)
-	got := map[string]int{}
-	for range 5 {
-		msg := receive(t, ch, 10*time.Second)
-		got[string(msg.Payload)]++
-		msg.Ack()
-	}
-	assert.Equal(t, map[string]int{"old-0": 1, "old-2": 1, "old-3": 1, "new-0": 1, "new-keyed": 1}, got, "each once, the cancelled ones never")
+	assert.Equal(t, map[string]int{"old-0": 1, "old-2": 1, "old-3": 1, "new-0": 1, "new-keyed": 1}, payloads(t, ch, 5), "each once, the cancelled ones never")
 	nothing(t, ch, 500*time.Millisecond)
 	assert.Zero(t, env.client.Exists(ctx, sh.Far(), sh.FarZ()).Val(), "both tiers unpacked")
 	assert.Empty(t, businessKeyState(t, env.topic, 0), "the keys are free")
+}
+
+// Upgrade: far messages published by a process of the previous version
+// (format 2 without the far filter: it sets no bits) beside this one are
+// still seen by this version's publishes: one that reuses such a UUID with
+// another body is refused, before the scheduler's rebuild (the far count
+// moved without this version's count: the filter is not trusted) and after
+// it (the rebuild read them from the far index); each far message is
+// delivered once.
+func TestUpgrade_FarFilter(t *testing.T) {
+	t.Parallel()
+	bin := buildUpgradeWriter(t, filterBase)
+	env := setup(t)
+	ctx := context.Background()
+	sh := shardOf(env.topic, 0)
+	var mine []*message.Message
+	for i := range 3 {
+		mine = append(mine, delayed(delay.For(4*time.Second), "new-"+strconv.Itoa(i)))
+	}
+	require.NoError(t, env.pub.Publish(env.topic, mine...))
+	old := runUpgradeWriter(t, bin, "-topic", env.topic, "-n", "3", "-due", "4s")
+	require.Len(t, old, 3)
+	meta := env.client.HGetAll(ctx, sh.FarMeta()).Val()
+	require.Equal(t, "6", meta["n"])
+	require.Equal(t, "3", meta["fm"], "the previous version moved n alone")
+
+	reuse := func(id string) error {
+		msg := message.NewMessage(id, []byte("reused"))
+		delay.Message(msg, delay.For(time.Second))
+		return env.pub.Publish(env.topic, msg)
+	}
+	require.ErrorIs(t, reuse(old[0]), redisdelay.ErrDuplicateMessage, "before the rebuild")
+	require.NoError(t, store.RebuildFarFilter(ctx, env.client, sh, "test"))
+	require.Equal(t, "5", env.client.HGet(ctx, sh.FarMeta(), "fm").Val(), "n and fm agree after the rebuild (old[0] was pulled)")
+	require.ErrorIs(t, reuse(old[1]), redisdelay.ErrDuplicateMessage, "after the rebuild")
+
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
+	assert.Equal(t, map[string]int{"old-0": 1, "old-1": 1, "old-2": 1, "new-0": 1, "new-1": 1, "new-2": 1}, payloads(t, ch, 6), "each once, as first published")
+	nothing(t, ch, 500*time.Millisecond)
 }

@@ -158,8 +158,9 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 		return delayedNear(ctx, c, sh, msgs, batch)
 	}
 	maxWaiting, maxReady, groups := o.MaxWaiting, o.MaxReady, o.Groups
-	keys := make([]string, 0, 14+6*len(groups))
-	keys = append(keys, sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.reg(), sh.dormant(), sh.FarZ(), sh.FarMeta(), sh.Bell(), sh.GroupOf(), sh.Groups())
+	keys := make([]string, 0, 16+6*len(groups))
+	keys = append(keys, sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.reg(), sh.dormant(), sh.FarZ(), sh.FarMeta(), sh.Bell(), sh.GroupOf(), sh.Groups(),
+		sh.farFilter(), sh.farFilterNext())
 	for _, g := range groups {
 		keys = append(keys, sh.Meta(g))
 		keys = append(keys, sh.fairKeys(g)...)
@@ -175,7 +176,7 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 		}
 		return i
 	}
-	args := make([]any, 0, 8+len(groups)+len(batch)+12*msgs)
+	args := make([]any, 0, 8+len(groups)+len(batch)+13*msgs)
 	args = append(args, sh.Wake(), maxWaiting, maxReady, len(batch),
 		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds(), len(groups))
 	for _, g := range groups {
@@ -201,7 +202,7 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 			if f.Bucket >= 0 {
 				bucketIdx = indexOf(sh.FarList(f.Bucket))
 			}
-			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt, m.Group)
+			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt, m.Group, f.Filter)
 		}
 	}
 	res, err := publishScript.Run(ctx, c, keys, args...).Slice()
@@ -322,7 +323,7 @@ type UnpackReply struct {
 // Unpack runs unpack.lua for the head elements els of far bucket b of
 // format v, read with the bucket's popped count.
 func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, v int, b, popped int64, els []string) (UnpackReply, error) {
-	keys := []string{sh.Lease(), sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio()}
+	keys := []string{sh.Lease(), sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter()}
 	keyIndex := map[uint32]int{}
 	start := farBucketStart(b).UnixMilli()
 	args := make([]any, 0, 6+3*len(els))
@@ -370,7 +371,7 @@ func farPullArgs(sh Shard, v int, b int64, index, field, loc, uuid string, peek 
 	if peek {
 		flag = "1"
 	}
-	return []string{sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), index, sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio()},
+	return []string{sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), index, sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter()},
 		[]any{field, loc, uuid, b, sh.Wake(), flag, v, farBucketStart(b).UnixMilli()}
 }
 
@@ -448,18 +449,21 @@ func Reclaim(ctx context.Context, c redis.Scripter, sh Shard, group string, batc
 type TrimReply struct {
 	Removed     int64 // entries removed
 	ByRetention bool  // removed by the retention: no group reads the stream
+	// FarFilter: the partition's far filter needs a rebuild (RebuildFarFilter).
+	FarFilter bool
 }
 
 // Trim runs trim.lua on a partition's ready stream.
 func Trim(ctx context.Context, c redis.Scripter, sh Shard, retention time.Duration) (TrimReply, error) {
-	res, err := trimScript.Run(ctx, c, []string{sh.Stream()}, retention.Milliseconds()).Int64Slice()
+	res, err := trimScript.Run(ctx, c, []string{sh.Stream(), sh.FarMeta()}, retention.Milliseconds(),
+		farFilterPerBlock, farFilterMinBlocks, farFilterMaxBlocks, FarFilterStale.Milliseconds()).Int64Slice()
 	if err == nil {
-		err = replyShort("trim", len(res), 2)
+		err = replyShort("trim", len(res), 3)
 	}
 	if err != nil {
 		return TrimReply{}, err
 	}
-	return TrimReply{Removed: res[0], ByRetention: res[1] == 1}, nil
+	return TrimReply{Removed: res[0], ByRetention: res[1] == 1, FarFilter: res[2] == 1}, nil
 }
 
 // Idle runs idle.lua: whether the partition holds nothing to schedule

@@ -199,6 +199,7 @@ func decodeFar(v int, start int64, e string) (m farElem, ok, bad bool) {
 type FarArg struct {
 	Field    string        // the UUID's far index field
 	Index    uint32        // its far index shard
+	Filter   uint32        // where it is in the far filter (farSel)
 	Lookup   bool          // a waiting message: looked up in the far index
 	DueIn    time.Duration // its delay when it may go to the far tier, else 0
 	Bucket   int64         // far bucket (farArg.place); -1: not for the far tier
@@ -222,6 +223,7 @@ func FarArgOf(uuid string, delay time.Duration, mayFar bool) FarArg {
 	}
 	f.Field = farField(uuid)
 	f.Index = farShard(f.Field)
+	f.Filter = farSel(f.Field)
 	f.Lookup = true
 	if mayFar {
 		f.DueIn = delay

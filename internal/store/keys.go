@@ -46,7 +46,10 @@ import (
 //	<shard>:fc:<bucket>      list    a format 2 far bucket: elements as far.go describes (farElem), "" once cancelled
 //	<shard>:fx:<n>           hash    far index shard: UUID key (see farField) -> bucket × 2^24 + position
 //	                                 (format 1), or -(bucket × 2^24 + position) - 1 (format 2)
-//	<shard>:fmeta            hash    far tier counters: n (messages, both formats), p:<bucket> (popped), l:<bucket> (live); P:, L: for format 2
+//	<shard>:fmeta            hash    far tier counters: n (messages, both formats), p:<bucket> (popped), l:<bucket> (live); P:, L: for format 2;
+//	                                 the far filter's fb (blocks), fi (messages added); fr, ft, fj while it is rebuilt
+//	<shard>:ff               string  far filter: a bitmap of the far tier's UUIDs, one bit each (see farfilter.go)
+//	<shard>:ffn              string  the far filter being rebuilt
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
 //	<shard>:bell             string  "1" while a consumer waits for new entries of the partition (armed by ReadNew);
@@ -212,3 +215,8 @@ const fairQueued = "\x00n"
 func (s Shard) fairKeys(group string) []string {
 	return []string{s.Fair(group), s.fairRing(group), s.fairPrio(group), s.fairWait(group)}
 }
+
+// farFilter is the far filter of a partition (see farfilter.go), and
+// farFilterNext the one a rebuild fills.
+func (s Shard) farFilter() string     { return string(s) + ":ff" }
+func (s Shard) farFilterNext() string { return string(s) + ":ffn" }

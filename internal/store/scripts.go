@@ -123,6 +123,9 @@ var (
 	farPullScript    = loadScript("farpull")
 	peekScript       = loadScript("peek")
 	pickScript       = loadScript("pick")
+	ffBeginScript    = loadScript("ffbegin")
+	ffMergeScript    = loadScript("ffmerge")
+	ffSwapScript     = loadScript("ffswap")
 
 	schedAddScript   = loadScript("schedadd")
 	schedPauseScript = loadScript("schedpause")

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: farel
+-- include: farel, ffilter
 --[[
   farpull: moves one far message (see far.go), found by its UUID's far
   index entry, into the waiting set with its due time, so Cancel,
@@ -9,7 +9,8 @@
   is deleted. Flagged allow-oom: it frees more than it adds.
 
   KEYS[1] far      zset   far bucket number -> when to unpack it (ms)
-  KEYS[2] fmeta    hash   far counters: n, p:<bucket> (popped), l:<bucket> (live)
+  KEYS[2] fmeta    hash   far counters: n (and fm, the far filter's: see
+                          farfilter.go), p:<bucket> (popped), l:<bucket> (live)
   KEYS[3] bucket   list   the message's far bucket
   KEYS[4] index    hash   the far index shard of the UUID
   KEYS[5] waiting  zset   message UUID -> due score
@@ -18,6 +19,7 @@
                           it ("\0" .. UUID while it waits in the far tier)
   KEYS[8] bkeyof   hash   UUID of a waiting message -> its business key
   KEYS[9] prio     hash   UUID of a waiting high-priority message -> 1
+  KEYS[10] ff      string the far filter: dropped when the far tier empties
   ARGV[1] the UUID's far index field
   ARGV[2] the location the caller read for it (format 1: bucket * 2^24 +
           position; format 2: minus that, less one)
@@ -34,7 +36,7 @@
   or unpacked meanwhile: the caller looks again).
 ]]
 local far, fmeta, bucket, index, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local bkeys, bkeyof, prio = KEYS[7], KEYS[8], KEYS[9]
+local bkeys, bkeyof, prio, ff = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local field, readLoc, uuid, b, wake, readOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local v, start = tonumber(ARGV[7]), tonumber(ARGV[8])
 local pf, lf = 'p:' .. b, 'l:' .. b
@@ -81,9 +83,7 @@ if readOnly == '1' then
 end
 redis.call('LSET', bucket, pos, '')
 redis.call('HDEL', index, field)
-if redis.call('HINCRBY', fmeta, 'n', -1) <= 0 then
-  redis.call('HDEL', fmeta, 'n')
-end
+ff_remove(fmeta, ff, 1)
 if redis.call('HINCRBY', fmeta, lf, -1) <= 0 then
   redis.call('DEL', bucket)
   redis.call('ZREM', far, b)

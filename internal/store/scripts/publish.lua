@@ -32,13 +32,15 @@
                           added (see lib.lua's ring)
   KEYS[13] grpof   hash   UUID of a waiting grouped message -> its group
   KEYS[14] cgroups set    consumer groups of the topic (only read)
+  KEYS[15] ff      string the far filter (farfilter.go): fmeta's fm, fb, fi
+  KEYS[16] ffn     string the far filter being rebuilt: fmeta's fr, fj
   then for each consumer group listed (ARGV[9..]), six keys:
-  KEYS[6g+9]  meta     hash   its policy (gv, per-group cap)
-  KEYS[6g+10] fq       hash   its fair queues (see fair.lua)
-  KEYS[6g+11] fring    list   its ring of groups to serve
-  KEYS[6g+12] fprio    list   its groups with high-priority messages
-  KEYS[6g+13] fwait    zset   its groups asleep under their rate limit
-  KEYS[6g+14] rstream  stream its redelivery stream (for a group whose
+  KEYS[6g+11] meta     hash   its policy (gv, per-group cap)
+  KEYS[6g+12] fq       hash   its fair queues (see fair.lua)
+  KEYS[6g+13] fring    list   its ring of groups to serve
+  KEYS[6g+14] fprio    list   its groups with high-priority messages
+  KEYS[6g+15] fwait    zset   its groups asleep under their rate limit
+  KEYS[6g+16] rstream  stream its redelivery stream (for a group whose
                               subscribers do not read groups: gv unset)
   then the far index shards and far buckets the messages name (below)
   ARGV[1]          wake channel, published to when the earliest due time moves
@@ -58,7 +60,7 @@
                    grouped message waits for the scheduler)
   ARGV[9..8+n]     the consumer groups listed
   ARGV[8+n+k]      number of messages of call k (k = 1..c)
-  then twelve arguments per message, the calls' messages in call order:
+  then thirteen arguments per message, the calls' messages in call order:
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
   ARGV[j+2]        encoded message
@@ -87,6 +89,11 @@
   ARGV[j+11]       the message's group ("" for none): it waits, even when
                    due now unless it goes straight to its group (above), and
                    grpof names its group while it waits (in either tier)
+  ARGV[j+12]       where its far index field is in the far filter
+                   (farfilter.go): its bit is this modulo the filter's
+                   bits; a lookup reads it first (with a trusted filter),
+                   and a message stored in the far tier sets it. 0 when
+                   ARGV[j+5] and ARGV[j+7] are 0
 
   Returns one status per call, in call order, then 1 when KEYS[8] was
   missing (the caller registers the topic again), else 0, then 1 when an
@@ -129,17 +136,17 @@
 ]]
 local waiting, bodies, stream, seq, bkeys, bkeyof = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local prio, reg, dormant, far, fmeta, bell = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local grpof, cgroups = KEYS[13], KEYS[14]
+local grpof, cgroups, ff, ffn = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local wake, maxWaiting, maxReady, calls = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local farMargin, farWidth, farSlack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limited)
 local ng = tonumber(ARGV[8])
 local first = 9 + ng + calls
-local STRIDE = 12 -- arguments per message
+local STRIDE = 13 -- arguments per message
 -- A message's arguments are ARGV[j + <offset>] (see the header):
-local UUID, DELAY, BODY, BKEY, PRIO, FSHARD, FFIELD, FBUCKETKEY, FBUCKET, FSTART, FUNPACK, GROUP =
-  0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
--- A listed consumer group's keys are KEYS[k + <offset>], k = 15 + GSTRIDE (i - 1):
+local UUID, DELAY, BODY, BKEY, PRIO, FSHARD, FFIELD, FBUCKETKEY, FBUCKET, FSTART, FUNPACK, GROUP, FSEL =
+  0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+-- A listed consumer group's keys are KEYS[k + <offset>], k = 17 + GSTRIDE (i - 1):
 local GMETA, GFQ, GFRING, GFPRIO, GFWAIT, GREDO, GSTRIDE = 0, 1, 2, 3, 4, 5, 6
 
 -- Whether immediate grouped messages go straight to their groups: the
@@ -204,15 +211,74 @@ if #uuids > 0 then
   now = now_ceil_ms()
   lookup(bodies, uuids, known)
 end
+-- The far filter (farfilter.go): fmeta's n counts the far messages of
+-- both formats, fm the same as this version's scripts count them; fb is
+-- the filter's size in blocks of 512 bits (none: no filter), fi
+-- the messages added to it, fr the size of the one a rebuild fills (none:
+-- no rebuild) and fj the messages added to that.
+local fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj')
+local farN, farM = tonumber(fst[1] or '0'), tonumber(fst[2] or '0')
+local ffBlocks, ffAdded = tonumber(fst[3] or '0'), tonumber(fst[4] or '0')
+local ffNext, ffJ = tonumber(fst[5] or '0'), tonumber(fst[6] or '0')
+local FF_PER, FF_MIN = 32, 64 -- farFilterPerBlock, farFilterMinBlocks
+
+-- sets the bits of the messages ms (ARGV offsets) in filter key of blocks
+-- blocks of 512 bits, 120 a call (bit offsets as numbers: Redis formats
+-- those without making Lua strings)
+local function ffadd(key, blocks, ms)
+  local n, set = blocks * 512, {}
+  for k, m in ipairs(ms) do
+    local i = #set
+    set[i + 1], set[i + 2], set[i + 3], set[i + 4] = 'SET', 'u1', tonumber(ARGV[m + FSEL]) % n, 1
+    if #set >= 480 or k == #ms then
+      redis.call('BITFIELD', key, unpack(set))
+      set = {}
+    end
+  end
+end
+
 -- message -> its location in the far tier, for waiting messages whose UUID
--- is there (the tiers never hold one UUID twice)
+-- is there (the tiers never hold one UUID twice). None: no lookup. A
+-- trusted filter (farfilter.go) whose bit for the message is 0: no lookup
+-- either; the bits are read in one BITFIELD per 120 messages.
 local farLoc = {}
--- (fmeta's n counts the far messages of both formats: none, no lookup)
-if tonumber(redis.call('HGET', fmeta, 'n') or '0') > 0 then
+local ffSet = {} -- messages whose bit in the far filter is set already
+if farN > 0 then
+  local ask = {}
   for j = first, #ARGV, STRIDE do
     if waits[j] and ARGV[j + FSHARD] ~= '0' and not known[ARGV[j + UUID]] then
-      farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + FSHARD])], ARGV[j + FFIELD])
+      ask[#ask + 1] = j
     end
+  end
+  local maybe = ask
+  if #ask > 0 and ffBlocks > 0 and ffAdded <= ffBlocks * FF_PER and farM == farN then
+    maybe = {}
+    local n = ffBlocks * 512
+    for c = 1, #ask, 120 do
+      -- a message that may go to the far tier has its bit set now, the
+      -- reply being the bit before (one that does not go only makes a
+      -- false 1 more)
+      local ops, write = {}, false
+      for k = c, math.min(c + 119, #ask) do
+        local m, i = ask[k], #ops
+        if ARGV[m + FBUCKETKEY] ~= '0' then
+          ops[i + 1], ops[i + 2], ops[i + 3], ops[i + 4] = 'SET', 'u1', tonumber(ARGV[m + FSEL]) % n, 1
+          ffSet[m], write = true, true
+        else
+          ops[i + 1], ops[i + 2], ops[i + 3] = 'GET', 'u1', tonumber(ARGV[m + FSEL]) % n
+        end
+      end
+      local cmd = 'BITFIELD_RO'
+      if write then cmd = 'BITFIELD' end
+      for k, b in ipairs(redis.call(cmd, ff, unpack(ops))) do
+        if b == 1 then
+          maybe[#maybe + 1] = ask[c + k - 1]
+        end
+      end
+    end
+  end
+  for _, j in ipairs(maybe) do
+    farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + FSHARD])], ARGV[j + FFIELD])
   end
 end
 -- business key -> UUID of the waiting message holding it; false when none
@@ -222,7 +288,7 @@ if #msgKeys > 0 then
 end
 local nWaiting, nReady = 0, 0
 if maxWaiting > 0 then
-  nWaiting = redis.call('ZCARD', waiting) + tonumber(redis.call('HGET', fmeta, 'n') or '0')
+  nWaiting = redis.call('ZCARD', waiting) + farN
 end
 if maxReady > 0 then
   nReady = redis.call('XLEN', stream)
@@ -397,7 +463,7 @@ for _, m in ipairs(ready) do
     local where = 'fresh'
     if ARGV[m + PRIO] == '1' and string.byte(g, 1) ~= 1 then where = 'prio' end
     for i = 1, ng do
-      local k = 15 + GSTRIDE * (i - 1)
+      local k = 17 + GSTRIDE * (i - 1)
       local c = fairs[i]
       if not c then
         c = fair_open(KEYS[k + GFQ], KEYS[k + GFRING], KEYS[k + GFPRIO], KEYS[k + GFWAIT], KEYS[k + GMETA])
@@ -466,7 +532,7 @@ if #stored > 0 then
       end
     end
   end
-  local isFar = {}
+  local isFar, farMsgs = {}, {}
   local nFar = 0
   if #farOrder > 0 then
     -- per bucket: the elements popped by unpacking (none, unless Redis's
@@ -510,6 +576,7 @@ if #stored > 0 then
           -- format 2's location: negated, less one (far.go's farLoc)
           redis.call('HSET', KEYS[tonumber(ARGV[m + FSHARD])], ARGV[m + FFIELD], -(loc + i - 1) - 1)
           isFar[m] = true
+          farMsgs[#farMsgs + 1] = m
           if ARGV[m + BKEY] ~= '' then
             -- the final holder of its key (set above): marked far
             redis.call('HSET', bkeys, string.sub(ARGV[m + BKEY], 2), '\0' .. ARGV[m + UUID])
@@ -588,7 +655,31 @@ if #stored > 0 then
     end
   end
   if nFar > 0 then
-    redis.call('HINCRBY', fmeta, 'n', nFar)
+    -- The far counts, in one write: n, fm (n as this version counts it),
+    -- and the far filter's. The filter: a new one when the far tier was
+    -- empty (nothing is in it to miss); the bits while within its capacity
+    -- (past it, it is not trusted until rebuilt: they would be wasted),
+    -- counted; and the bits in the one a rebuild fills.
+    if farN == 0 then
+      redis.call('DEL', ff)
+      ffBlocks, ffAdded, farM = FF_MIN, 0, 0
+    end
+    local counts = {'n', farN + nFar, 'fm', farM + nFar}
+    if ffBlocks > 0 then
+      if ffAdded <= ffBlocks * FF_PER then
+        local unset = {}
+        for _, m in ipairs(farMsgs) do
+          if not ffSet[m] then unset[#unset + 1] = m end
+        end
+        ffadd(ff, ffBlocks, unset)
+      end
+      counts[5], counts[6], counts[7], counts[8] = 'fb', ffBlocks, 'fi', ffAdded + nFar
+    end
+    if ffNext > 0 then
+      ffadd(ffn, ffNext, farMsgs)
+      counts[#counts + 1], counts[#counts + 2] = 'fj', ffJ + nFar
+    end
+    redis.call('HSET', fmeta, unpack(counts))
   end
   if earliest and (head == nil or earliest < tonumber(head)) then
     mustWake = true

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: clock, farel
+-- include: clock, farel, ffilter
 --[[
   unpack: moves the head of a far bucket (see far.go) into the waiting set,
   when the bucket's time to unpack has come and the caller holds the
@@ -15,7 +15,8 @@
   KEYS[1] lease    string owner of the partition's scheduling
   KEYS[2] far      zset   far bucket number -> when to unpack it (ms), of
                           the bucket's format (far.go: :far or :fz)
-  KEYS[3] fmeta    hash   far counters: n, p:<bucket> (popped), l:<bucket>
+  KEYS[3] fmeta    hash   far counters: n (and fm, the far filter's: see
+                          farfilter.go), p:<bucket> (popped), l:<bucket>
                           (live); P:, L: for format 2
   KEYS[4] bucket   list   the far bucket (far.go: the formats)
   KEYS[5] waiting  zset   message UUID -> due score
@@ -24,7 +25,8 @@
                           while in the far tier)
   KEYS[8] bkeyof   hash   UUID of a waiting message -> its business key
   KEYS[9] prio     hash   UUID of a waiting high-priority message -> 1
-  KEYS[10...]      far index shards, as the elements name them
+  KEYS[10] ff      string the far filter: dropped when the far tier empties
+  KEYS[11...]      far index shards, as the elements name them
   ARGV[1]          owner: the caller's scheduler id
   ARGV[2]          the bucket's number
   ARGV[3]          its popped count as the caller read it
@@ -45,7 +47,7 @@
   stale (the caller reads again on its next tick).
 ]]
 local lease, far, fmeta, bucket, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local bkeys, bkeyof, prio = KEYS[7], KEYS[8], KEYS[9]
+local bkeys, bkeyof, prio, ff = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local owner, b, popped, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local v, start = tonumber(ARGV[5]), tonumber(ARGV[6])
 local pf, lf = 'p:' .. b, 'l:' .. b
@@ -106,15 +108,9 @@ end
 for c = 1, #z, 1000 do
   redis.call('ZADD', waiting, unpack(z, c, math.min(c + 999, #z)))
 end
--- Counters are written as values, not HINCRBY by -live: Lua's -0 reaches
--- Redis as "-0", which HINCRBY refuses, and a script that fails after
--- LTRIM would leave the popped count behind the list.
-local left = tonumber(redis.call('HGET', fmeta, 'n') or '0') - live
-if left > 0 then
-  redis.call('HSET', fmeta, 'n', left)
-else
-  redis.call('HDEL', fmeta, 'n')
-end
+-- Counters are written as values (see ff_remove), and before LTRIM: a
+-- script that fails after it would leave the popped count behind the list.
+ff_remove(fmeta, ff, live)
 if n == 0 then
   return {0, refused, 0}
 end

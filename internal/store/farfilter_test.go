@@ -1,0 +1,285 @@
+package store
+
+import (
+	"context"
+	"hash/fnv"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
+)
+
+// ffEnv is a partition on a real Redis, and helpers to publish to it as
+// the Publisher does (FarArgOf, Place).
+type ffEnv struct {
+	t   *testing.T
+	ctx context.Context
+	c   *redis.Client
+	sh  Shard
+}
+
+func newFFEnv(t *testing.T) *ffEnv {
+	srv := redistest.ForTest(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return &ffEnv{t: t, ctx: context.Background(), c: c, sh: Shard("t:{ff}:0")}
+}
+
+// publish publishes each of uuids as a call of its own, delayed by delay,
+// and returns the statuses.
+func (e *ffEnv) publish(delay time.Duration, body string, uuids ...string) []any {
+	e.t.Helper()
+	now := time.Now().UnixMilli()
+	var calls []*fairCall
+	for _, id := range uuids {
+		f := FarArgOf(id, delay, true)
+		f.Place(now)
+		calls = append(calls, &fairCall{PubArgs: PubArgs{Msgs: []PubMessage{{UUID: id, Delay: delay.Milliseconds(), Body: Encode(message.NewMessage(id, []byte(body))), Far: f}}}})
+	}
+	var out []any
+	for c := 0; c < len(calls); c += 500 {
+		r, err := Publish(e.ctx, e.c, e.sh, PublishOpts{}, calls[c:min(c+500, len(calls))])
+		require.NoError(e.t, err)
+		out = append(out, r.Statuses...)
+	}
+	return out
+}
+
+// far publishes n new messages due in an hour (far) and returns their UUIDs.
+func (e *ffEnv) far(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = watermill.NewUUID()
+	}
+	for _, s := range e.publish(time.Hour, "far ", ids...) {
+		require.Equal(e.t, int64(0), s)
+	}
+	return ids
+}
+
+// indexReads counts the HGETs Redis ran (publish.lua's far index lookups:
+// nothing else of a test reads a hash field by field).
+func (e *ffEnv) indexReads() int64 {
+	e.t.Helper()
+	info, err := e.c.Info(e.ctx, "commandstats").Result()
+	require.NoError(e.t, err)
+	m := regexp.MustCompile(`cmdstat_hget:calls=(\d+)`).FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
+
+// nearFresh publishes n new messages due in 15 s (near, looked up in the far
+// index unless the filter says no) and returns how many index reads they
+// cost.
+func (e *ffEnv) nearFresh(n int) int64 {
+	e.t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = watermill.NewUUID()
+	}
+	before := e.indexReads()
+	for _, s := range e.publish(15*time.Second, "near ", ids...) {
+		require.Equal(e.t, int64(0), s)
+	}
+	return e.indexReads() - before
+}
+
+// requireAllFound checks that a near publish of each far UUID, with another
+// body, is told to pull it from the far tier first: the reuse is seen.
+func (e *ffEnv) requireAllFound(ids []string) {
+	e.t.Helper()
+	for i, s := range e.publish(15*time.Second, "other ", ids...) {
+		require.Equal(e.t, []any{"pull", ids[i]}, s, "a reused far UUID was not found")
+	}
+}
+
+func (e *ffEnv) meta() map[string]string {
+	m, err := e.c.HGetAll(e.ctx, e.sh.FarMeta()).Result()
+	require.NoError(e.t, err)
+	return m
+}
+
+func (e *ffEnv) trimSays() bool {
+	r, err := Trim(e.ctx, e.c, e.sh, 0)
+	require.NoError(e.t, err)
+	return r.FarFilter
+}
+
+// The filter's bits are where Go computes them (a rebuild sets them there,
+// publish.lua where it reads them), and a near publish into a partition
+// with far messages reads the far index only on the filter's rare "maybe",
+// yet every reuse of a far UUID is still seen.
+func TestFarFilter_SkipsLookupsAndMissesNoReuse(t *testing.T) {
+	e := newFFEnv(t)
+	ids := e.far(2000)
+	require.Equal(t, map[string]string{"n": "2000", "fm": "2000", "fb": "64", "fi": "2000"}, pick(e.meta(), "n", "fm", "fb", "fi"))
+	for _, id := range ids {
+		bit, err := e.c.GetBit(e.ctx, e.sh.farFilter(), int64(farSel(farField(id)))%(farFilterMinBlocks*512)).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), bit, "the bit of %s", id)
+	}
+	reads := e.nearFresh(2000)
+	require.Less(t, reads, int64(200), "a near publish read the far index though the filter says the UUID is not there")
+	e.requireAllFound(ids)
+	require.False(t, e.trimSays(), "a filter within its capacity needs no rebuild")
+}
+
+// Past its capacity the filter is not trusted (every near publish reads the
+// index, as without one); trim.lua asks for a rebuild, after which it is
+// trusted again, sized for the far tier, and holds every far message.
+func TestFarFilter_PastCapacityRebuilt(t *testing.T) {
+	e := newFFEnv(t)
+	ids := e.far(farFilterMinBlocks*farFilterPerBlock + 100)
+	require.Equal(t, int64(300), e.nearFresh(300), "an overfull filter was trusted")
+	require.True(t, e.trimSays())
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r1"))
+	m := e.meta()
+	require.Equal(t, strconv.FormatInt(farFilterBlocks(int64(len(ids))), 10), m["fb"])
+	require.Equal(t, strconv.Itoa(len(ids)), m["fi"])
+	require.NotContains(t, m, "fr")
+	require.NotContains(t, m, "ft")
+	require.False(t, e.trimSays())
+	require.Less(t, e.nearFresh(2000), int64(200))
+	e.requireAllFound(ids)
+}
+
+// Far messages published while a rebuild reads the index are in the filter
+// it makes, whether they came before or after the index was read; a
+// rebuild started later takes over from one under way.
+func TestFarFilter_RebuildKeepsPublishesMeanwhile(t *testing.T) {
+	e := newFFEnv(t)
+	ids := e.far(3000)
+	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1")
+	require.NoError(t, err)
+	ids = append(ids, e.far(500)...)
+	require.NoError(t, b.Scan(e.ctx, e.c))
+	ids = append(ids, e.far(500)...)
+	ok, err := b.Finish(e.ctx, e.c)
+	require.NoError(t, err)
+	require.True(t, ok)
+	// the 500 published before the index was read count twice: fi errs
+	// on the side of a rebuild too early
+	fi, _ := strconv.Atoi(e.meta()["fi"])
+	require.GreaterOrEqual(t, fi, 4000)
+	require.LessOrEqual(t, fi, 4500)
+	require.Less(t, e.nearFresh(2000), int64(200))
+	e.requireAllFound(ids)
+
+	// two at once: the later one wins, the earlier one stops
+	b1, err := BeginFarFilter(e.ctx, e.c, e.sh, "r2")
+	require.NoError(t, err)
+	b2, err := BeginFarFilter(e.ctx, e.c, e.sh, "r3")
+	require.NoError(t, err)
+	require.NoError(t, b1.Scan(e.ctx, e.c))
+	require.NoError(t, b2.Scan(e.ctx, e.c))
+	ok, err = b1.Finish(e.ctx, e.c)
+	require.NoError(t, err)
+	require.False(t, ok, "a rebuild taken over finished")
+	ok, err = b2.Finish(e.ctx, e.c)
+	require.NoError(t, err)
+	require.True(t, ok)
+	e.requireAllFound(ids)
+}
+
+// A far message added or removed by a process of an older version (n
+// moves, fm does not) makes the filter untrusted, and so does a filter
+// missing while the far tier holds messages (all written by an older
+// version, fm missing too): every near publish reads the index, and
+// trim.lua asks for a rebuild.
+func TestFarFilter_PreviousVersionMeansLookups(t *testing.T) {
+	e := newFFEnv(t)
+	ids := e.far(100)
+	require.Less(t, e.nearFresh(50), int64(20))
+
+	// the previous version's publish.lua adds a far message: n + 1 only
+	require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "n", 1).Err())
+	require.Equal(t, int64(50), e.nearFresh(50))
+	require.True(t, e.trimSays())
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r0"))
+	require.Less(t, e.nearFresh(50), int64(20))
+	// and its farpull.lua moves one out: n - 1 only
+	require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "n", -1).Err())
+	require.Equal(t, int64(50), e.nearFresh(50))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r1"))
+
+	require.NoError(t, e.c.Del(e.ctx, e.sh.farFilter()).Err())
+	require.NoError(t, e.c.HDel(e.ctx, e.sh.FarMeta(), "fb", "fi", "fm").Err())
+	require.Equal(t, int64(50), e.nearFresh(50))
+	require.True(t, e.trimSays())
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r2"))
+	require.Less(t, e.nearFresh(500), int64(50))
+	e.requireAllFound(ids)
+}
+
+// When the far tier empties the filter goes with it, and the next far
+// message starts a small one; one that a rebuild under way installs after
+// that is dropped at the next trim; a rebuild that never finished (its
+// process died) is started again after FarFilterStale.
+func TestFarFilter_EmptiedAndAbandoned(t *testing.T) {
+	e := newFFEnv(t)
+	noFilter := func() {
+		t.Helper()
+		n, err := e.c.Exists(e.ctx, e.sh.farFilter()).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "the far filter is left")
+		require.Empty(t, pick(e.meta(), "fb", "fi", "fm"))
+	}
+	ids := e.far(100)
+	require.NoError(t, FarPullMany(e.ctx, e.c, e.sh, ids))
+	noFilter()
+	require.False(t, e.trimSays())
+
+	ids = e.far(10)
+	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1")
+	require.NoError(t, err)
+	require.NoError(t, b.Scan(e.ctx, e.c))
+	require.NoError(t, FarPullMany(e.ctx, e.c, e.sh, ids))
+	ok, err := b.Finish(e.ctx, e.c)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, e.trimSays(), "an empty far tier's filter is kept")
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r2"))
+	noFilter()
+	require.False(t, e.trimSays())
+	ids = e.far(10)
+	require.Equal(t, map[string]string{"fb": "64", "fi": "10", "fm": "10"}, pick(e.meta(), "fb", "fi", "fm"))
+
+	_, err = BeginFarFilter(e.ctx, e.c, e.sh, "dead")
+	require.NoError(t, err)
+	require.False(t, e.trimSays(), "a rebuild under way was started again")
+	stale := FarFilterStale
+	FarFilterStale = 0
+	t.Cleanup(func() { FarFilterStale = stale })
+	require.True(t, e.trimSays(), "an abandoned rebuild was not started again")
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r3"))
+	e.requireAllFound(ids)
+}
+
+func pick(m map[string]string, keys ...string) map[string]string {
+	out := map[string]string{}
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// farSel's FNV-1a is hash/fnv's.
+func TestFarFilter_HashIsFNV1a(t *testing.T) {
+	for _, field := range []string{"", "a", "order-1", farField(watermill.NewUUID())} {
+		h := fnv.New64a()
+		h.Write([]byte(field))
+		require.Equal(t, uint32(h.Sum64()), farSel(field), "%q", field)
+	}
+}

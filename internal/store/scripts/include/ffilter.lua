@@ -1,0 +1,34 @@
+--[[
+  ffilter: the far filter's size (see farfilter.go). An include (see
+  scriptSource in scripts.go): put in front of the scripts that need it,
+  not a script of its own.
+]]
+
+-- The size in blocks of a far filter for n messages (farFilterBlocks):
+-- room for half as many again at per a block, in whole multiples of least,
+-- at most most.
+local function ff_blocks(n, per, least, most)
+  local b = math.ceil(math.floor(n * 3 / 2) / per)
+  return math.min(math.max(math.ceil(b / least) * least, least), most)
+end
+
+-- Takes d far messages off fmeta's count n, and off fm, which counts as n
+-- does (see farfilter.go); with none left, the far filter goes too. (A
+-- rebuild under way ends with a filter of its own, which the next trim
+-- drops if the far tier is still empty.) Written as values, not HINCRBY by
+-- -d: Lua's -0 reaches Redis as "-0", which HINCRBY refuses.
+local function ff_remove(fmeta, ff, d)
+  local nm = redis.call('HMGET', fmeta, 'n', 'fm')
+  local n, fm = tonumber(nm[1] or '0') - d, tonumber(nm[2] or '0') - d
+  if n <= 0 then
+    redis.call('HDEL', fmeta, 'n', 'fm', 'fb', 'fi')
+    redis.call('DEL', ff)
+    return
+  end
+  redis.call('HSET', fmeta, 'n', n)
+  if fm > 0 then
+    redis.call('HSET', fmeta, 'fm', fm)
+  else
+    redis.call('HDEL', fmeta, 'fm')
+  end
+end
