@@ -184,8 +184,10 @@ func allZero(b []byte) bool {
 }
 
 // RebuildFarFilter rebuilds the far filter of a partition (see above): what
-// a scheduler does when trim.lua says it is full, or missing while the far
-// tier holds messages (written by a previous version).
+// a scheduler does when trim.lua says so (a filter full, missing, not
+// trusted or far too big; or one left on an empty far tier, dropped). The
+// caller holds the new filter in memory meanwhile: 2 to 3 bytes per far
+// message of the partition.
 func RebuildFarFilter(ctx context.Context, c Cmds, sh Shard, token string) error {
 	b, err := BeginFarFilter(ctx, c, sh, token)
 	if err != nil || b == nil {
