@@ -70,15 +70,6 @@ func farSel(field string) uint32 {
 	return uint32(h)
 }
 
-// farFilterBlocks is the size of a filter rebuilt for n far messages
-// (ffilter.lua's ff_blocks): room for half as many again, in whole 4 KB
-// pages.
-func farFilterBlocks(n int64) int64 {
-	b := (n*3/2 + farFilterPerBlock - 1) / farFilterPerBlock
-	b = (b + farFilterMinBlocks - 1) / farFilterMinBlocks * farFilterMinBlocks
-	return min(max(b, farFilterMinBlocks), farFilterMaxBlocks)
-}
-
 // FarFilterBuild is a rebuild of a partition's far filter in progress.
 type FarFilterBuild struct {
 	sh     Shard

@@ -265,6 +265,15 @@ func TestFarFilter_EmptiedAndAbandoned(t *testing.T) {
 	e.requireAllFound(ids)
 }
 
+// farFilterBlocks is the size ffilter.lua's ff_blocks gives a filter
+// rebuilt for n far messages: room for half as many again, in whole 4 KB
+// pages.
+func farFilterBlocks(n int64) int64 {
+	b := (n*3/2 + farFilterPerBlock - 1) / farFilterPerBlock
+	b = (b + farFilterMinBlocks - 1) / farFilterMinBlocks * farFilterMinBlocks
+	return min(max(b, farFilterMinBlocks), farFilterMaxBlocks)
+}
+
 func pick(m map[string]string, keys ...string) map[string]string {
 	out := map[string]string{}
 	for _, k := range keys {

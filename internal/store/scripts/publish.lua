@@ -221,6 +221,9 @@ local farN, farM = tonumber(fst[1] or '0'), tonumber(fst[2] or '0')
 local ffBlocks, ffAdded = tonumber(fst[3] or '0'), tonumber(fst[4] or '0')
 local ffNext, ffJ = tonumber(fst[5] or '0'), tonumber(fst[6] or '0')
 local FF_PER, FF_MIN = 32, 64 -- farFilterPerBlock, farFilterMinBlocks
+-- whether the filter holds every message it counts (past its capacity new
+-- ones get no bit)
+local ffWithin = ffBlocks > 0 and ffAdded <= ffBlocks * FF_PER
 
 -- sets the bits of the messages ms (ARGV offsets) in filter key of blocks
 -- blocks of 512 bits, 120 a call (bit offsets as numbers: Redis formats
@@ -251,7 +254,7 @@ if farN > 0 then
     end
   end
   local maybe = ask
-  if #ask > 0 and ffBlocks > 0 and ffAdded <= ffBlocks * FF_PER and farM == farN then
+  if #ask > 0 and ffWithin and farM == farN then
     maybe = {}
     local n = ffBlocks * 512
     for c = 1, #ask, 120 do
@@ -662,11 +665,11 @@ if #stored > 0 then
     -- counted; and the bits in the one a rebuild fills.
     if farN == 0 then
       redis.call('DEL', ff)
-      ffBlocks, ffAdded, farM = FF_MIN, 0, 0
+      ffBlocks, ffAdded, farM, ffWithin = FF_MIN, 0, 0, true
     end
     local counts = {'n', farN + nFar, 'fm', farM + nFar}
     if ffBlocks > 0 then
-      if ffAdded <= ffBlocks * FF_PER then
+      if ffWithin then
         local unset = {}
         for _, m in ipairs(farMsgs) do
           if not ffSet[m] then unset[#unset + 1] = m end

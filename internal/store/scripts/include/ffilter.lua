@@ -4,7 +4,7 @@
   not a script of its own.
 ]]
 
--- The size in blocks of a far filter for n messages (farFilterBlocks):
+-- The size in blocks of a far filter for n messages:
 -- room for half as many again at per a block, in whole multiples of least,
 -- at most most.
 local function ff_blocks(n, per, least, most)
