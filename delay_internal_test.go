@@ -7,6 +7,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -172,4 +173,12 @@ func BenchmarkApplyContextDelays(b *testing.B) {
 // name of it: the two must be one key.
 func TestDelay_AttemptKeyIsTheCodecs(t *testing.T) {
 	require.Equal(t, AttemptKey, store.AttemptMeta)
+}
+
+// The codec stores the package's own metadata keys by code, from its own
+// list of their names: a key renamed here without a new code there would
+// come back under its old name.
+func TestDelay_CodecNamedKeysAreThePackages(t *testing.T) {
+	require.Subset(t, store.NamedKeys(), []string{BusinessKey, BusinessKeyPolicyKey, PartitionKey, PriorityKey, GroupKey,
+		ErrorKey, ExpiresAtKey, HandlerTimeoutKey, ScheduleIDKey, ScheduleTickKey, middleware.CorrelationIDMetadataKey})
 }

@@ -1,11 +1,14 @@
 package otelredisdelay
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 func md(kv ...string) message.Metadata {
@@ -62,5 +65,12 @@ func TestTracing_DeliveredDue(t *testing.T) {
 		if ok != tc.ok || !got.Equal(tc.want) {
 			t.Errorf("%s: deliveredDue = %s, %v; want %s, %v", name, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// The codec stores ScheduledAtKey by code, from its own copy of the name.
+func TestTracing_ScheduledAtKeyIsNamedInTheCodec(t *testing.T) {
+	if !slices.Contains(store.NamedKeys(), ScheduledAtKey) {
+		t.Fatalf("%q is not in the codec's named keys %q", ScheduledAtKey, store.NamedKeys())
 	}
 }

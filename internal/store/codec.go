@@ -20,13 +20,19 @@ import (
 //	uvarint len, UUID                                   (version 3: the 16 bytes of the UUID)
 //	uvarint count, then count metadata entries, each either
 //	  uvarint 2×len, key, uvarint len, value            (any key)
-//	  uvarint 2×code+1, compact value                    (a well-known key)
+//	  uvarint 2×code+1, compact value                    (a well-known key: see wellKnown*)
 //	payload (the rest)
 //
 // Watermill's delay keys travel with almost every delayed message and, as
-// text, take about 75 bytes; as well-known entries they take under 15. A
-// value is stored compactly only when formatting the compact form gives back
-// the exact text, so decoding always restores the metadata byte for byte.
+// text, take about 75 bytes; as well-known entries they take under 15 (under
+// 10 for a delay of whole seconds). The package's own metadata keys (a
+// business key, a partition key, ...) are well-known too: their values stay
+// text, their names become one byte. A value is stored compactly only when
+// formatting the compact form gives back the exact text, so decoding always
+// restores the metadata byte for byte. The codes are fixed forever (a new
+// key takes a new code): an older release refuses a code it does not know as
+// corrupt, which is why Subscribers and Managers are upgraded before
+// Publishers (CHANGELOG).
 // Version 3 is version 2 with the UUID as its 16 bytes, used when the UUID
 // is in the canonical lower-case text form (watermill.NewUUID's), which
 // decoding restores exactly: 20 bytes less per stored message. Versions 1
@@ -40,9 +46,48 @@ const (
 
 // Well-known metadata entries, by code.
 const (
-	wellKnownDelayedFor   = 0 // Go duration text → zigzag varint nanoseconds
-	wellKnownDelayedUntil = 1 // RFC 3339 in whole seconds → zigzag varint Unix seconds, zigzag varint zone offset in seconds
+	wellKnownDelayedFor     = 0 // Go duration text → zigzag varint nanoseconds
+	wellKnownDelayedUntil   = 1 // RFC 3339 in whole seconds → zigzag varint Unix seconds, zigzag varint zone offset in seconds
+	wellKnownDelayedForSecs = 2 // Go duration text of whole seconds → zigzag varint seconds
+	wellKnownNamed          = 3 // codes from 3: the key namedKeys[code-3], its value as text (uvarint len, value)
 )
+
+// namedKeys are the metadata keys stored as a code and their value: the
+// package's own (the root package's constants, checked by its tests) and
+// Watermill's correlation ID. Append only: a code, once written, keeps its
+// key.
+var namedKeys = [...]string{
+	"_redisdelay_business_key",
+	"_redisdelay_business_key_policy",
+	"_redisdelay_partition_key",
+	"_redisdelay_priority",
+	"_redisdelay_group",
+	"_redisdelay_error",
+	"_redisdelay_expires_at",
+	"_redisdelay_handler_timeout",
+	"_redisdelay_schedule",
+	"_redisdelay_schedule_tick",
+	"_redisdelay_scheduled_at",
+	"correlation_id", // middleware.CorrelationIDMetadataKey
+}
+
+// NamedKeys lists the metadata keys the codec stores by code (for the root
+// package's test that they match its constants).
+func NamedKeys() []string { return namedKeys[:] }
+
+func namedCode(k string) (uint64, bool) {
+	// Every named key but one begins with '_': the cheap test first, since
+	// this runs for every metadata entry of every stored message.
+	if k == "" || (k[0] != '_' && k != "correlation_id") {
+		return 0, false
+	}
+	for i, n := range namedKeys {
+		if n == k {
+			return wellKnownNamed + uint64(i), true
+		}
+	}
+	return 0, false
+}
 
 // AttemptMeta is the metadata key of the delivery attempt (the package's
 // AttemptKey): not stored, but set on each delivery from the stored count.
@@ -98,6 +143,10 @@ func appendWellKnown(b []byte, k, v string) ([]byte, bool) {
 		if err != nil || !exact {
 			return b, false
 		}
+		if d%time.Second == 0 {
+			b = binary.AppendUvarint(b, 2*wellKnownDelayedForSecs+1)
+			return binary.AppendVarint(b, int64(d/time.Second)), true
+		}
 		b = binary.AppendUvarint(b, 2*wellKnownDelayedFor+1)
 		return binary.AppendVarint(b, int64(d)), true
 	case delay.DelayedUntilKey:
@@ -109,6 +158,10 @@ func appendWellKnown(b []byte, k, v string) ([]byte, bool) {
 		b = binary.AppendUvarint(b, 2*wellKnownDelayedUntil+1)
 		b = binary.AppendVarint(b, t.Unix())
 		return binary.AppendVarint(b, int64(offset)), true
+	}
+	if c, ok := namedCode(k); ok {
+		b = binary.AppendUvarint(b, 2*c+1)
+		return appendString(b, v), true
 	}
 	return b, false
 }
@@ -176,7 +229,13 @@ func Decode(b []byte) (*message.Message, error) {
 		case wellKnownDelayedUntil:
 			unix, offset := r.varint(), r.varint()
 			md[delay.DelayedUntilKey] = formatUntilMemo(unix, int(offset))
+		case wellKnownDelayedForSecs:
+			md[delay.DelayedForKey] = formatForMemo(time.Duration(r.varint()) * time.Second)
 		default:
+			if c := k/2 - wellKnownNamed; k/2 >= wellKnownNamed && c < uint64(len(namedKeys)) {
+				md[namedKeys[c]] = r.string()
+				continue
+			}
 			if r.err == nil {
 				r.err = fmt.Errorf("%w: unknown metadata code %d (written by a newer version?)", ErrCorrupt, k/2)
 			}

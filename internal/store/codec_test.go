@@ -27,6 +27,10 @@ func TestCodec_RoundTrip(t *testing.T) {
 		"garbage delay values kept as text":   {delay.DelayedForKey: "soon", delay.DelayedUntilKey: "tomorrow"},
 		"empty key and value":                 {"": ""},
 		"ordinary keys":                       {"a": "1", "correlation_id": "x", "_redisdelay_error": "boom"},
+		"named keys":                          {"_redisdelay_business_key": "order-1", "_redisdelay_priority": "high", "correlation_id": "c", "_redisdelay_schedule_tick": ""},
+		"named keys with binary values":       {"_redisdelay_business_key": "\x00\xff", "_redisdelay_group": strings.Repeat("g", 300)},
+		"sub-second duration in nanoseconds":  {delay.DelayedForKey: "1.5s"},
+		"negative whole seconds":              {delay.DelayedForKey: "-1h0m0s"},
 		"more keys than a small map holds": {"k1": "1", "k2": "2", "k3": "3", "k4": "4", "k5": "5", "k6": "6", "k7": "7", "k8": "8", "k9": "9",
 			delay.DelayedForKey: "1s"},
 	}
@@ -57,6 +61,22 @@ func TestCodec_DelayKeysAreCompact(t *testing.T) {
 	require.LessOrEqual(t, len(Encode(msg)), 1+1+26+1+100+16)
 }
 
+// A delay of whole seconds, and the package's own keys, take a few bytes
+// (the sizes are the format: a change here breaks stored messages).
+func TestCodec_WellKnownSizes(t *testing.T) {
+	id := "0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11"
+	size := func(md message.Metadata) int {
+		msg := message.NewMessage(id, nil)
+		msg.Metadata = md
+		return len(Encode(msg)) - 1 - 16 - 1
+	}
+	require.Equal(t, 3, size(message.Metadata{delay.DelayedForKey: "1h30m0s"}))        // code, 2-byte varint of 5400 s
+	require.Equal(t, 8, size(message.Metadata{delay.DelayedForKey: "1h30m0.5s"}))      // code, 7-byte varint of ns
+	require.Equal(t, 9, size(message.Metadata{"_redisdelay_business_key": "order-1"})) // code, length, 7 bytes
+	require.Equal(t, 18, size(message.Metadata{"correlation_id": "abcdefghijklmnop"}))
+	require.Equal(t, 1+len("_redisdelay_business_key_x")+1+1, size(message.Metadata{"_redisdelay_business_key_x": "v"}))
+}
+
 func TestCodec_DecodesVersion1(t *testing.T) {
 	// As the previous release stored it: every key as text.
 	b := []byte{codecVersionV1}
@@ -78,7 +98,12 @@ func TestCodec_RejectsCorruptInput(t *testing.T) {
 		delay.Message(m, delay.For(time.Second))
 		return m
 	}())
-	unknownCode := append(appendString([]byte{codecVersion}, "id"), 1, 2*7+1)
+	unknownCode := append(appendString([]byte{codecVersion}, "id"), 1, 2*60+1)
+	named := Encode(func() *message.Message {
+		m := message.NewMessage("id", nil)
+		m.Metadata.Set("_redisdelay_business_key", "order-1")
+		return m
+	}())
 	for name, b := range map[string][]byte{
 		"empty":                  nil,
 		"unknown version":        {9, 1, 'x'},
@@ -88,6 +113,7 @@ func TestCodec_RejectsCorruptInput(t *testing.T) {
 		// Found by FuzzCodec: the count was trusted to size a map.
 		"huge entry count":      {codecVersion, 1, 'x', 0xb5, 0xe2, 0xdb, 0x1f, 0x52},
 		"truncated delay value": valid[:len(valid)-3],
+		"truncated named value": named[:len(named)-1],
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Decode(b)
@@ -102,6 +128,7 @@ func FuzzCodec(f *testing.F) {
 	f.Add("1h0m0s", "2030-01-02T03:04:05+01:00", "k", "v", []byte("payload"))
 	f.Add("-1ns", "2030-01-02T03:04:05Z", "", "", []byte{})
 	f.Add("1.5s", "2030-01-02T03:04:05.5-07:00", "\x00", "\xff", []byte{2, 0, 0})
+	f.Add("-2562047h47m16s", "2030-01-02T03:04:05Z", "_redisdelay_business_key", "order-1", []byte{3})
 	f.Fuzz(func(t *testing.T, forV, untilV, k, v string, payload []byte) {
 		msg := message.NewMessage("id", payload)
 		msg.Metadata = message.Metadata{delay.DelayedForKey: forV, delay.DelayedUntilKey: untilV, k: v}
