@@ -23,16 +23,19 @@ import (
 // upgradeBase is the last commit whose far tier is format 1 only (issue
 // 37's base): TestUpgrade_FarFormat1 builds a publisher from it.
 // filterBase is the last one without the far filter (format 2, no bits):
-// TestUpgrade_FarFilter's.
+// TestUpgrade_FarFilter's. markBase is the last one marking a far
+// holder of a business key with its UUID as text:
+// TestUpgrade_FarKeyMarks's.
 const (
 	upgradeBase = "992aff8"
 	filterBase  = "86accb0"
+	markBase    = "ffd89c2"
 )
 
 // upgradeWriter is a program built from upgradeBase's tree: it publishes
 // far messages with that version's code and prints their UUIDs, one a
-// line, then, with -cancel, tries to cancel a UUID with that version's code
-// and prints the outcome. It sets the far tier's timing to the test
+// line, then, with -cancel (-cancelkey), tries to cancel a UUID (a business
+// key) with that version's code and prints the outcome. It sets the far tier's timing to the test
 // binary's (TestMain), so both versions number buckets alike.
 const upgradeWriter = `package main
 
@@ -59,6 +62,8 @@ func main() {
 	key := flag.String("key", "", "business key of one more message")
 	due := flag.Duration("due", 0, "their delay")
 	cancel := flag.String("cancel", "", "a UUID to cancel instead")
+	cancelKey := flag.String("cancelkey", "", "a business key to cancel instead")
+	policy := flag.String("policy", "", "the business key policy of the keyed message")
 	width := flag.Duration("width", 0, "far width")
 	lead := flag.Duration("lead", 0, "far lead")
 	margin := flag.Duration("margin", 0, "far margin")
@@ -76,6 +81,11 @@ func main() {
 		fmt.Printf("cancel %v %v\n", ok, err)
 		return
 	}
+	if *cancelKey != "" {
+		ok, err := pub.CancelKey(context.Background(), *topic, *cancelKey)
+		fmt.Printf("cancel %v %v\n", ok, err)
+		return
+	}
 	var msgs []*message.Message
 	for i := range *n {
 		msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf("old-%d", i)))
@@ -85,6 +95,9 @@ func main() {
 	if *key != "" {
 		msg := message.NewMessage(watermill.NewUUID(), []byte("old-keyed"))
 		msg.Metadata.Set(redisdelay.BusinessKey, *key)
+		if *policy != "" {
+			msg.Metadata.Set(redisdelay.BusinessKeyPolicyKey, *policy)
+		}
 		delay.Message(msg, delay.For(*due))
 		msgs = append(msgs, msg)
 	}
@@ -149,13 +162,18 @@ func payloads(t *testing.T, ch <-chan *message.Message, n int) map[string]int {
 	return got
 }
 
+// upgradeWriterArgs is args with the Redis address and the far tier's
+// timing added.
+func upgradeWriterArgs(args ...string) []string {
+	width, lead, margin := redisdelay.FarTier()
+	return append(args, "-addr", redisAddr, "-width", width.String(), "-lead", lead.String(), "-margin", margin.String())
+}
+
 // runUpgradeWriter runs the previous version's writer with args and returns
 // its output lines.
 func runUpgradeWriter(t *testing.T, bin string, args ...string) []string {
 	t.Helper()
-	width, lead, margin := redisdelay.FarTier()
-	args = append(args, "-addr", redisAddr, "-width", width.String(), "-lead", lead.String(), "-margin", margin.String())
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, upgradeWriterArgs(args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -259,4 +277,65 @@ func TestUpgrade_FarFilter(t *testing.T) {
 	ch := subscribe(t, sub, env.topic)
 	assert.Equal(t, map[string]int{"old-0": 1, "old-1": 1, "old-2": 1, "new-0": 1, "new-1": 1, "new-2": 1}, payloads(t, ch, 6), "each once, as first published")
 	nothing(t, ch, 500*time.Millisecond)
+}
+
+// Upgrade: far holders of business keys that the previous version marked
+// in bkeys with their UUID as text ("\x00" and the 36 characters) are
+// still found by key beside this version's marks ("\x00\x01" and the 16
+// bytes): cancelled by key, named when a publish is refused by key, their
+// keys restored when they are unpacked and freed when delivered. The
+// previous version cannot find this version's far holder by key: its
+// CancelKey and its Publish with replace fail, changing nothing.
+func TestUpgrade_FarKeyMarks(t *testing.T) {
+	t.Parallel()
+	bin := buildUpgradeWriter(t, markBase)
+	env := setup(t)
+	ctx := context.Background()
+	sh := shardOf(env.topic, 0)
+	var old []string
+	for _, key := range []string{"order-a", "order-b", "order-c"} {
+		ids := runUpgradeWriter(t, bin, "-topic", env.topic, "-key", key, "-due", "4s")
+		require.Len(t, ids, 1)
+		old = append(old, ids[0])
+	}
+	require.Equal(t, "\x00"+old[0], env.client.HGet(ctx, sh.Bkeys(), "order-a").Val(), "the previous version's mark")
+	keyed := delayed(delay.For(4*time.Second), "new-keyed")
+	redisdelay.SetBusinessKey(keyed, "order-d")
+	require.NoError(t, env.pub.Publish(env.topic, keyed))
+	mark := env.client.HGet(ctx, sh.Bkeys(), "order-d").Val()
+	require.Len(t, mark, 18, "this version's mark: \\0\\1 and the UUID's 16 bytes")
+	id, far := store.FarHolderUUID(mark)
+	require.True(t, far)
+	require.Equal(t, keyed.UUID, id)
+
+	// the previous version cannot find this version's far holder by key:
+	// an error, nothing changed (the CHANGELOG's upgrade notes)
+	out := runUpgradeWriter(t, bin, "-topic", env.topic, "-cancelkey", "order-d")
+	require.Len(t, out, 1)
+	assert.Contains(t, out[0], "cancel false")
+	assert.Contains(t, out[0], "kept moving into the far tier")
+	cmd := exec.Command(bin, upgradeWriterArgs("-topic", env.topic, "-key", "order-d", "-policy", "replace", "-due", "4s")...)
+	output, err := cmd.CombinedOutput()
+	require.Error(t, err, "the previous version's replace of this version's far holder fails")
+	assert.Contains(t, string(output), "stay in the far tier")
+	assert.Equal(t, keyed.UUID, businessKeyState(t, env.topic, 0)["order-d"], "nothing changed")
+
+	ok, err := env.pub.CancelKey(ctx, env.topic, "order-a")
+	require.NoError(t, err)
+	require.True(t, ok, "the previous version's far holder is cancelled by key")
+	for key, holder := range map[string]string{"order-b": old[1], "order-d": keyed.UUID} {
+		rival := delayed(delay.For(4*time.Second), "rival")
+		redisdelay.SetBusinessKey(rival, key)
+		rival.Metadata.Set(redisdelay.BusinessKeyPolicyKey, "reject")
+		err = env.pub.Publish(env.topic, rival)
+		require.ErrorIs(t, err, redisdelay.ErrDuplicateBusinessKey)
+		require.ErrorContains(t, err, holder, "the refusal names the far holder of %s", key)
+	}
+
+	require.Equal(t, map[string]string{"order-b": old[1], "order-c": old[2], "order-d": keyed.UUID}, businessKeyState(t, env.topic, 0))
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
+	assert.Equal(t, map[string]int{"old-keyed": 2, "new-keyed": 1}, payloads(t, ch, 3), "each once, the cancelled one never")
+	nothing(t, ch, 500*time.Millisecond)
+	assert.Empty(t, businessKeyState(t, env.topic, 0), "the keys are free")
 }

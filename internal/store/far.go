@@ -27,8 +27,8 @@ import (
 // listpack-encoded up to 128 fields at Redis's defaults) maps the
 // message's UUID (16 bytes when canonical) to its bucket and position, for
 // Cancel, Reschedule, Find and the duplicate check of a retried Publish. A
-// far message's business key points to "\0" + its UUID in bkeys, so a
-// lookup by key knows to pull it first. The scheduler holding the
+// far message's business key points to a mark in bkeys (FarHolderUUID),
+// so a lookup by key knows to pull it first. The scheduler holding the
 // partition's lease unpacks a bucket into the waiting set farLead before
 // the bucket's first due time (unpack.lua), at most a batch per call,
 // restoring its key (bkeyof, bkeys) and priority, so the waiting set only
@@ -328,10 +328,25 @@ func FarKeyHolder(ctx context.Context, c Cmds, sh Shard, key string) (uuid strin
 	if err != nil {
 		return "", err
 	}
-	if id, ok := strings.CutPrefix(h, "\x00"); ok {
-		return id, nil
+	id, _ := FarHolderUUID(h)
+	return id, nil
+}
+
+// FarHolderUUID reads a bkeys value: the UUID of the far message it marks
+// as its key's holder, and true; or "", false for a value naming a message
+// in the waiting set. A far holder's mark (farel.lua's far_mark) is "\x00\x01"
+// and the UUID's 16 bytes when it is canonical, 24 bytes less than the
+// text form, which older versions wrote ("\x00" and the UUID) and which
+// stays for other UUIDs.
+func FarHolderUUID(h string) (string, bool) {
+	id, ok := strings.CutPrefix(h, "\x00")
+	if !ok {
+		return "", false
 	}
-	return "", nil
+	if len(id) == 17 && id[0] == 1 {
+		return textUUID([]byte(id[1:])), true
+	}
+	return id, true
 }
 
 // farOverdue is how long ago the first due time of the partition's first far

@@ -17,7 +17,7 @@ import (
 //	<shard>:prio             hash    UUID -> 1 for waiting high-priority messages
 //	<shard>:fanout           hash    the due high-priority message being copied to the groups (see promote.lua)
 //	<shard>:stream           stream  ready messages
-//	<shard>:bkeys            hash    business key -> UUID of the waiting message holding it
+//	<shard>:bkeys            hash    business key -> UUID of the waiting message holding it (a far mark, FarHolderUUID, while it is far)
 //	<shard>:bkeyof           hash    UUID of a waiting message -> its business key (absent: none holds one)
 //	<shard>:grpof            hash    UUID of a waiting grouped message, in either tier -> its group (absent: none is grouped)
 //	<shard>:gorphan          zset    UUID of a grouped message due while the topic had no consumer group -> its score (see promote.lua)

@@ -16,7 +16,7 @@
   KEYS[5] waiting  zset   message UUID -> due score
   KEYS[6] bodies   hash   message UUID -> encoded message
   KEYS[7] bkeys    hash   business key -> UUID of the waiting message holding
-                          it ("\0" .. UUID while it waits in the far tier)
+                          it (far_mark while it waits in the far tier)
   KEYS[8] bkeyof   hash   UUID of a waiting message -> its business key
   KEYS[9] prio     hash   UUID of a waiting high-priority message -> 1
   KEYS[10] ff      string the far filter: dropped when the far tier empties
@@ -92,7 +92,7 @@ end
 local head = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')[2]
 redis.call('ZADD', waiting, score, uuid)
 redis.call('HSET', bodies, uuid, body)
-far_restore(bkeys, bkeyof, prio, uuid, key, isPrio)
+far_restore(bkeys, bkeyof, prio, uuid, field, key, isPrio)
 if not head or score < tonumber(head) then
   redis.call('PUBLISH', wake, 'd')
 end

@@ -1,4 +1,4 @@
--- include: clock, lib, fair
+-- include: clock, lib, fair, farmark
 --[[
   publish: stores the messages of one or more Publish calls to a topic.
   Each call is atomic on its own: all of its messages are stored, or none.
@@ -19,7 +19,8 @@
   KEYS[3] stream   stream ready messages, field m = encoded message
   KEYS[4] seq      string counter that keeps equal due times in publish order
   KEYS[5] bkeys    hash   business key -> UUID of the waiting message holding
-                          it; "\0" .. UUID while that message is in the far tier
+                          it; a value beginning with "\0" (farel.lua's
+                          far_mark) while that message is in the far tier
   KEYS[6] bkeyof   hash   UUID of a waiting message -> its business key
   KEYS[7] prio     hash   UUID of a waiting high-priority message -> 1
   KEYS[8] reg      string set by the first publish: gone, Redis lost the topic registry too
@@ -332,7 +333,7 @@ local function check(m)
       -- the holder waits in the far tier: rejected or kept first as any,
       -- else (or when it has this UUID) moved to the waiting set first (a
       -- pull), and compared there
-      h = string.sub(h, 2)
+      h = far_holder_id(h)
       if h ~= id and policy == 'r' then
         return {'key', key, h}
       elseif h ~= id and policy == 'k' then
@@ -582,7 +583,7 @@ if #stored > 0 then
           farMsgs[#farMsgs + 1] = m
           if ARGV[m + BKEY] ~= '' then
             -- the final holder of its key (set above): marked far
-            redis.call('HSET', bkeys, string.sub(ARGV[m + BKEY], 2), '\0' .. ARGV[m + UUID])
+            redis.call('HSET', bkeys, string.sub(ARGV[m + BKEY], 2), far_mark(ARGV[m + UUID], ARGV[m + FFIELD]))
           end
         end
         counts[#counts + 1] = farFields[2 * k]

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: clock, farel, ffilter
+-- include: clock, farel, farmark, ffilter
 --[[
   unpack: moves the head of a far bucket (see far.go) into the waiting set,
   when the bucket's time to unpack has come and the caller holds the
@@ -21,8 +21,8 @@
   KEYS[4] bucket   list   the far bucket (far.go: the formats)
   KEYS[5] waiting  zset   message UUID -> due score
   KEYS[6] bodies   hash   message UUID -> encoded message
-  KEYS[7] bkeys    hash   business key -> UUID holding it ("\0" .. UUID
-                          while in the far tier)
+  KEYS[7] bkeys    hash   business key -> UUID holding it (far_mark while
+                          in the far tier)
   KEYS[8] bkeyof   hash   UUID of a waiting message -> its business key
   KEYS[9] prio     hash   UUID of a waiting high-priority message -> 1
   KEYS[10] ff      string the far filter: dropped when the far tier empties
@@ -99,8 +99,8 @@ for i = 1, n do
       z[#z + 1] = score
       z[#z + 1] = id
       moved = moved + 1
-      far_restore(bkeys, bkeyof, prio, id, key, isPrio)
-    elseif key and redis.call('HGET', bkeys, key) == '\0' .. id then
+      far_restore(bkeys, bkeyof, prio, id, ARGV[j], key, isPrio)
+    elseif key and is_far_mark(redis.call('HGET', bkeys, key), id, ARGV[j]) then
       redis.call('HDEL', bkeys, key) -- its far holder is gone
     end
   end

@@ -1,3 +1,4 @@
+-- include: farmark
 --[[
   farel: decoding far bucket elements (see far.go for both formats). An
   include (see scriptSource in scripts.go): put in front of the scripts that
@@ -35,13 +36,13 @@ local function far_decode(v, start, e)
 end
 
 -- Restores what a far message of format 2 keeps in its element, when it
--- moves to the waiting set as id: its business key (bkeyof; bkeys marks a
--- far holder "\0" .. id, and holds the UUID once it waits) and its
--- priority.
-local function far_restore(bkeys, bkeyof, prio, id, key, isPrio)
+-- moves to the waiting set as id (field its far index field): its business
+-- key (bkeyof; bkeys marks a far holder, far_mark, and holds the UUID once
+-- it waits) and its priority.
+local function far_restore(bkeys, bkeyof, prio, id, field, key, isPrio)
   if key then
     redis.call('HSET', bkeyof, id, key)
-    if redis.call('HGET', bkeys, key) == '\0' .. id then
+    if is_far_mark(redis.call('HGET', bkeys, key), id, field) then
       redis.call('HSET', bkeys, key, id)
     end
   end

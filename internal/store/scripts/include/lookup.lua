@@ -8,7 +8,7 @@
 -- The UUID of the message named by ref: by "uuid", ref itself; by "key",
 -- the UUID of the waiting message holding the business key ref in bkeys
 -- (business key -> UUID), false when none does, or when the holder waits
--- in the far tier (bkeys holds "\0" .. its UUID: the caller moves it to the
+-- in the far tier (bkeys holds "\0" and its UUID: the caller moves it to the
 -- waiting set first, farpull.lua, and calls again). Whether that message
 -- is still waiting is for the caller to check.
 local function lookup_id(bkeys, by, ref)
