@@ -53,11 +53,19 @@ func main() {
 
 func run(addr string, n, payloadLen, head, meta, field, value, bits, buckets int, keyed string, keyCopies int) error {
 	host, _, err := net.SplitHostPort(addr)
-	if err != nil || (host != "127.0.0.1" && host != "::1" && host != "localhost") {
-		return fmt.Errorf("-addr %q: give a loopback address such as 127.0.0.1:6379", addr)
-	}
-	if field > 16 || keyed != "" && keyed != "hash" && keyed != "shards" {
-		return fmt.Errorf("-field is at most 16, -keyed is \"\", \"hash\" or \"shards\"")
+	switch {
+	case err != nil || host != "127.0.0.1" && host != "::1":
+		return fmt.Errorf("-addr %q: give a loopback address and port, such as 127.0.0.1:6379", addr)
+	case field < 0 || field > 16:
+		return fmt.Errorf("-field %d: the index field is 0 to 16 bytes of the UUID", field)
+	case value < 0 || value > 8:
+		return fmt.Errorf("-value %d: 0 for an integer, or a string of 1 to 8 bytes", value)
+	case bits < 1 || bits > 24:
+		return fmt.Errorf("-bits %d: 1 to 24", bits)
+	case buckets < 1 || n < 1:
+		return fmt.Errorf("-buckets and -n must be at least 1")
+	case keyed != "" && keyed != "hash" && keyed != "shards":
+		return fmt.Errorf("-keyed %q: \"\" (none), \"hash\" or \"shards\"", keyed)
 	}
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: addr})
@@ -83,7 +91,7 @@ func run(addr string, n, payloadLen, head, meta, field, value, bits, buckets int
 			e = append(e, id[:]...)
 			e = append(e, 2)
 			e = append(e, make([]byte, meta)...)
-			for range keyCopies * min(len(keyed), 1) {
+			for i := 0; keyed != "" && i < keyCopies; i++ {
 				e = append(e, byte(len(key)))
 				e = append(e, key...)
 			}
