@@ -6,6 +6,7 @@ package redisdelay_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
@@ -284,13 +285,22 @@ func TestInspector_StatsLeased(t *testing.T) {
 	t.Parallel()
 	env := setup(t)
 	pub := newPartitionedPublisher(t, env.client, 2)
-	// Near and far (the far tier) messages, enough to fill both partitions.
+	// Near and far (the far tier) messages in both partitions (placed by
+	// PartitionKey: left to their UUIDs, all 8 land in one partition once in
+	// 128 runs, and a scheduler lets the lease of a partition with nothing
+	// waiting lapse).
+	keys := map[int]string{}
+	for i := 0; len(keys) < 2; i++ {
+		keys[redisdelay.PartitionOf(fmt.Sprint("p", i), 2)] = fmt.Sprint("p", i)
+	}
 	for n := range 8 {
 		d := 30 * time.Second
-		if n%2 == 1 {
+		if n/2%2 == 1 {
 			d = time.Hour
 		}
-		require.NoError(t, pub.Publish(env.topic, delayed(delay.For(d), "x")))
+		msg := delayed(delay.For(d), "x")
+		msg.Metadata.Set(redisdelay.PartitionKey, keys[n%2])
+		require.NoError(t, pub.Publish(env.topic, msg))
 	}
 	st := topicStats(t, env.insp, env.topic)
 	require.Equal(t, 2, st.Partitions)
