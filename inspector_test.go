@@ -291,7 +291,8 @@ func TestInspector_StatsLeased(t *testing.T) {
 	// waiting lapse).
 	keys := map[int]string{}
 	for i := 0; len(keys) < 2; i++ {
-		keys[redisdelay.PartitionOf(fmt.Sprint("p", i), 2)] = fmt.Sprint("p", i)
+		k := fmt.Sprint("p", i)
+		keys[redisdelay.PartitionOf(k, 2)] = k
 	}
 	for n := range 8 {
 		d := 30 * time.Second

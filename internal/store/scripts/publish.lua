@@ -19,7 +19,7 @@
   KEYS[3] stream   stream ready messages, field m = encoded message
   KEYS[4] seq      string counter that keeps equal due times in publish order
   KEYS[5] bkeys    hash   business key -> UUID of the waiting message holding
-                          it; a value beginning with "\0" (farel.lua's
+                          it; a value beginning with "\0" (farmark.lua's
                           far_mark) while that message is in the far tier
   KEYS[6] bkeyof   hash   UUID of a waiting message -> its business key
   KEYS[7] prio     hash   UUID of a waiting high-priority message -> 1
