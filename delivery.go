@@ -83,6 +83,11 @@ func (sub *subscription) takeRecheck() bool {
 	return r
 }
 
+// newerRetry is how long a stream entry of a newer release waits in the
+// group's retry set before it is read again (by whichever subscription of
+// the group gets it: one of a newer release delivers it).
+const newerRetry = 30 * time.Second
+
 // deliver hands one entry to the subscriber's channel and settles it when the
 // handler acks or nacks. It returns false when the subscription is closing,
 // and acked when the entry is to be acknowledged (queued by the caller). A
@@ -104,6 +109,18 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 	// string's bytes serve without a copy.
 	body := unsafe.Slice(unsafe.StringData(raw), len(raw))
 	msg, err := store.Decode(body)
+	if errors.Is(err, store.ErrNewer) {
+		// A newer release wrote it: never dead-lettered nor acked here.
+		// It goes back to the group for later, its attempt unchanged,
+		// so that this subscription reads on (no head-of-line stall) and
+		// a process that reads it, once there is one, delivers it.
+		sub.lvl.Unreadable(s.logger, "stream entry", err, fields())
+		sub.m.newer()
+		sub.settle(ctx, func(ctx context.Context) error {
+			return sub.settleNack(ctx, e, attempt, newerRetry, []byte(raw), "", nackSnoozed)
+		})
+		return ctx.Err() == nil, false
+	}
 	if err != nil {
 		// Poison input (another tool or version wrote it): it can never be
 		// delivered, so it goes to the dead letters, where it can be seen.
@@ -374,7 +391,7 @@ func (sub *subscription) expire(ctx context.Context, e entry, msg *message.Messa
 		return true, true
 	}
 	sub.settle(ctx, func(ctx context.Context) error {
-		return sub.settleNack(ctx, e, attempt, 0, store.Encode(msg), reason, nackExpired)
+		return sub.settleNack(ctx, e, attempt, 0, store.EncodeAt(msg, sub.lvl.Level()), reason, nackExpired)
 	})
 	return true, false
 }

@@ -222,3 +222,6 @@ func FarPeek(ctx context.Context, client redis.UniversalClient, topic string, pa
 func PullFarAll(ctx context.Context, client redis.UniversalClient, topic string, part int) (int, error) {
 	return store.PullFarAll(ctx, client, store.Keys{Prefix: DefaultKeyPrefix}.Shard(topic, part))
 }
+
+// SetLevelSettle sets the storage level's settle time (store.LevelSettle).
+func SetLevelSettle(d time.Duration) { store.LevelSettle = d }

@@ -75,6 +75,7 @@ const (
 	ProblemSchedulerBehind  = "scheduler_behind"   // waiting messages overdue past MaxOverdue
 	ProblemWakeUpsDenied    = "wake_ups_denied"    // a scheduler's Redis user may not subscribe to wake-ups (ACL)
 	ProblemHandlerTimeouts  = "handler_timeouts"   // a handler ran past its HandlerTimeout within TimedOutWithin
+	ProblemNewerStorage     = "newer_storage"      // a live process met stored items of a newer storage level and left them (docs/upgrading.md)
 	// The Redis server's maxmemory policy (allkeys-*) evicts message data
 	// at maxmemory: messages are lost without an error.
 	ProblemEvictionPolicy = "eviction_policy"
@@ -103,6 +104,26 @@ type HealthReport struct {
 var serverChecks = []func(ctx context.Context, i *Inspector, config HealthConfig) ([]HealthProblem, error){
 	evictionProblems,
 	wakeUpsDenied,
+	newerStorage,
+}
+
+// newerStorage reports the live processes that met stored items a newer
+// release wrote (Inspector.Storage): they left them for a process that
+// reads them, which none may be running.
+func newerStorage(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthProblem, error) {
+	s, err := i.Storage(ctx)
+	if err != nil {
+		return nil, wrap(err, "health")
+	}
+	var problems []HealthProblem
+	for _, p := range s.Processes {
+		if p.Unreadable > 0 {
+			problems = append(problems, HealthProblem{Kind: ProblemNewerStorage, Detail: fmt.Sprintf(
+				"process %s (%s, release %s, reads storage level %d) met %d stored items of a newer level and left them in place: run a release that reads them (redisdelay storage lists the live ones), or pin the level and rewrite (docs/upgrading.md)",
+				p.ID, p.Host, p.Version, p.Level, p.Unreadable)})
+		}
+	}
+	return problems, nil
 }
 
 // evictionProblems reports a server whose maxmemory policy evicts message

@@ -81,6 +81,15 @@ type SubscriptionMetrics interface {
 	AckWritten(latency time.Duration)
 }
 
+// NewerEntryMetrics is implemented by a SubscriptionMetrics that also
+// counts the stream entries a newer release wrote (a storage level above
+// this release's), which the subscription handed back for a process that
+// reads them rather than dead-lettering them (see docs/upgrading.md).
+// prommetrics' does.
+type NewerEntryMetrics interface {
+	NewerEntry()
+}
+
 // observePublish reports to m a Publish call that started at start and
 // ended with *err.
 func observePublish(m Metrics, topic string, messages []*message.Message, start, now time.Time, err *error) {
@@ -133,6 +142,16 @@ func (sm *subMetrics) delivered(attempt int, entryID string) {
 		lag = max(time.Since(time.UnixMilli(n)), 0)
 	}
 	sm.rec.Delivered(attempt, lag)
+}
+
+// newer records a stream entry of a newer release, handed back.
+func (sm *subMetrics) newer() {
+	if sm == nil {
+		return
+	}
+	if n, ok := sm.rec.(NewerEntryMetrics); ok {
+		n.NewerEntry()
+	}
 }
 
 // nacked records the outcome of a nack script: requeued or buried.

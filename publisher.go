@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/levels"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -35,6 +36,11 @@ type Publisher struct {
 	closeMu sync.RWMutex   // orders Close after the calls it must wait for
 	closed  atomic.Bool    // set under closeMu
 	pending sync.WaitGroup // calls handed to a batcher and not yet settled
+
+	// The hold on the process's storage level announcer (internal/levels),
+	// taken at the first Publish: what it writes, every live reader reads.
+	lvlMu sync.Mutex
+	lvl   atomic.Pointer[levels.Holder]
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -105,7 +111,7 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) (err err
 	// by partition; nil when none of its messages is here. Made here: a
 	// slice returned by prepare would be on the heap.
 	calls := make([]*pubCall, partitionCount(p.config.Partitions, p.config.TopicPartitions, topic))
-	nCalls, err := p.prepare(topic, messages, calls)
+	nCalls, err := p.prepare(topic, messages, calls, p.level(messages[0].Context()))
 	if err != nil {
 		return err
 	}
@@ -121,7 +127,7 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) (err err
 // into calls, one per partition of the topic (left nil for a partition none
 // of them goes to); it returns how many it set. Any refused message
 // refuses the whole Publish call, before anything is sent.
-func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*pubCall) (nCalls int, err error) {
+func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*pubCall, lvl int) (nCalls int, err error) {
 	now := p.now()
 	parts := len(calls)
 	var dupes callDupes
@@ -145,7 +151,7 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 		if err := dupes.key(topic, i, m.key); err != nil {
 			return 0, err
 		}
-		if m.body, err = p.encode(topic, msg); err != nil {
+		if m.body, err = p.encode(topic, msg, lvl); err != nil {
 			return 0, err
 		}
 		part := messagePartition(msg, messages[0].UUID, parts)
@@ -158,7 +164,7 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 		}
 		c.grouped = c.grouped || m.group != "" && m.delay <= 0
 		c.Msgs = append(c.Msgs, store.PubMessage{UUID: msg.UUID, Delay: m.delay.Milliseconds(), Body: m.body, Key: m.keyArg,
-			Prio: m.prio == "1", Group: m.group, Far: store.FarArgOf(msg.UUID, m.delay, true)})
+			Prio: m.prio == "1", Group: m.group, Far: store.FarArgOf(msg.UUID, m.delay, lvl >= store.Level2)})
 		c.size += msgBytes(&c.Msgs[len(c.Msgs)-1])
 	}
 	// The far buckets are chosen by the clock of now, not of the start:
@@ -261,9 +267,10 @@ func (p *Publisher) checkMetadata(topic string, msg *message.Message, now time.T
 	return m, nil
 }
 
-// encode encodes a message within PublisherConfig.MaxMessageSize.
-func (p *Publisher) encode(topic string, msg *message.Message) ([]byte, error) {
-	body := store.Encode(msg)
+// encode encodes a message at storage level lvl, within
+// PublisherConfig.MaxMessageSize.
+func (p *Publisher) encode(topic string, msg *message.Message, lvl int) ([]byte, error) {
+	body := store.EncodeAt(msg, lvl)
 	if len(body) > p.config.MaxMessageSize {
 		return nil, fmt.Errorf("%w: message %q to topic %q is %d bytes encoded (UUID, metadata and payload), over PublisherConfig.MaxMessageSize (%d): store large payloads elsewhere and publish a reference",
 			ErrMessageTooLarge, msg.UUID, topic, len(body), p.config.MaxMessageSize)
@@ -342,7 +349,31 @@ func (p *Publisher) Close() error {
 	p.closed.Store(true)
 	p.closeMu.Unlock()
 	p.pending.Wait()
+	p.lvlMu.Lock()
+	if h := p.lvl.Load(); h != nil {
+		h.Release()
+	}
+	p.lvlMu.Unlock()
 	return nil
+}
+
+// level is the storage level to write: the first Publish announces the
+// process (one round trip, once) and waits for the answer, at most until
+// ctx ends (then it writes level 1, which every release reads).
+func (p *Publisher) level(ctx context.Context) int {
+	h := p.lvl.Load()
+	if h == nil {
+		p.lvlMu.Lock()
+		if h = p.lvl.Load(); h == nil && !p.closed.Load() {
+			h = levels.Acquire(p.config.Client, p.keys.Prefix, "publisher", p.logger)
+			p.lvl.Store(h)
+		}
+		p.lvlMu.Unlock()
+		if h == nil {
+			return store.Level1
+		}
+	}
+	return h.Wait(ctx)
 }
 
 // CancelKey removes the waiting message holding businessKey in topic, so it

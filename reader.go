@@ -90,7 +90,7 @@ func (sub *subscription) listen() (unlisten func()) {
 		wakeUp(sub.flowWake)
 	}}
 	sh0, group := sub.s.keys.Shard(sub.topic, 0), sub.s.config.ConsumerGroup
-	channels := map[string]*store.Listener{sub.shard.Bell(): bell, sh0.Flow(group): flow}
+	channels := map[string]*store.Listener{sh0.Flow(group): flow}
 	if sub.s.config.concurrency(sub.topic) > 0 {
 		// A concurrency slot was released (slot.lua).
 		channels[sh0.Running(group)] = &store.Listener{Fn: func(store.Note) { wakeUp(sub.slotWake) }}
@@ -98,7 +98,9 @@ func (sub *subscription) listen() (unlisten func()) {
 	for channel, l := range channels {
 		h.Listen(channel, l)
 	}
+	unlistenBell := h.ListenMarked(sub.shard.Bell(), bell)
 	return func() {
+		unlistenBell()
 		for channel, l := range channels {
 			h.Unlisten(channel, l)
 		}

@@ -260,10 +260,11 @@ func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 	}
 	// The tick loop publishes with a default PublisherConfig: a message it
 	// would refuse (too large, bad delay metadata) is refused here, once,
-	// rather than at every tick.
+	// rather than at every tick. Level 1 encodes largest: checked at it,
+	// a message fits at every level.
 	check := &Publisher{config: PublisherConfig{KeyPrefix: p.keys.Prefix}, keys: p.keys, now: time.Now}
 	check.config.setDefaults()
-	if _, err := check.prepare(s.Topic, []*message.Message{tickMessage(p.keys.Prefix, &s, first)}, make([]*pubCall, 1)); err != nil {
+	if _, err := check.prepare(s.Topic, []*message.Message{tickMessage(p.keys.Prefix, &s, first)}, make([]*pubCall, 1), store.Level1); err != nil {
 		return fmt.Errorf("%w: schedule %q: its messages cannot be published: %w", ErrInvalidSchedule, s.ID, err)
 	}
 	def, err := json.Marshal(s)

@@ -63,7 +63,7 @@ func groupPolicy(c SubscriberConfig) store.GroupPolicy {
 func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message, attempt int, deliveredUntil string) error {
 	s := sub.s
 	if d, snoozed := takeSnooze(msg.Metadata); snoozed {
-		return sub.settleNack(ctx, e, attempt, d, store.Encode(msg), "", nackSnoozed)
+		return sub.settleNack(ctx, e, attempt, d, store.EncodeAt(msg, sub.lvl.Level()), "", nackSnoozed)
 	}
 	d, err := nackDelay(msg.Metadata, deliveredUntil, attempt, s.now(), s.config.RetryDelay)
 	reason := ""
@@ -81,7 +81,7 @@ func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message
 				attempt, max, ErrorKey)
 		}
 	}
-	return sub.settleNack(ctx, e, attempt, d, store.Encode(msg), reason, nackFailed)
+	return sub.settleNack(ctx, e, attempt, d, store.EncodeAt(msg, sub.lvl.Level()), reason, nackFailed)
 }
 
 // retriesInPlace reports whether a nacked message is retried by the

@@ -58,6 +58,7 @@ type scheduler struct {
 	hub   *store.Hub
 	redis *store.Gated
 	l     *store.Listener
+	mark  *store.Listener // listens to the wake channels' level marks (listenWake)
 
 	mu        sync.Mutex
 	ctx       context.Context
@@ -89,7 +90,7 @@ const groupsRefresh = time.Minute
 func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *scheduler {
 	return &scheduler{
 		client: config.Client, keys: store.Keys{Prefix: config.KeyPrefix}, logger: logger,
-		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: watermill.NewUUID(),
+		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: store.NameAtLevel(watermill.NewUUID(), store.LevelNewest),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
 		known: map[store.Shard]partition{}, loops: map[store.Shard]chan string{}, stops: map[store.Shard]context.CancelFunc{},
 		running:  map[*loopRun]partition{},
@@ -111,6 +112,7 @@ func (s *scheduler) start(ctx context.Context, discover bool, h *store.Hub) {
 	s.discover = discover
 	s.hub, s.redis = h, store.NewGated(h)
 	s.l = &store.Listener{Fn: s.notified}
+	s.mark = &store.Listener{Fn: func(store.Note) {}}
 	// Before listening: the channels of a refused prefix are held back
 	// (see channelGrant), and a refused SUBSCRIBE would slow the hub's
 	// pub/sub connection for every listener. A probe that fails otherwise
@@ -278,8 +280,21 @@ func (s *scheduler) addPartition(topic string, part int) {
 	}
 	p := partition{topic: topic, part: part}
 	s.known[sh] = p
-	s.hub.Listen(sh.Wake(), s.l)
+	s.listenWake(sh)
 	s.startLoop(sh, p, false)
+}
+
+// listenWake listens to a partition's wake channel and, first, to its
+// level mark (see store.LevelMark): the storage level scan counts the
+// schedulers that listen without one.
+func (s *scheduler) listenWake(sh store.Shard) {
+	s.hub.Listen(store.LevelMark(sh.Wake()), s.mark)
+	s.hub.Listen(sh.Wake(), s.l)
+}
+
+func (s *scheduler) unlistenWake(sh store.Shard) {
+	s.hub.Unlisten(sh.Wake(), s.l)
+	s.hub.Unlisten(store.LevelMark(sh.Wake()), s.mark)
 }
 
 // remove stops scheduling every partition of a topic: their loops end and
@@ -305,7 +320,7 @@ func (s *scheduler) remove(topic string) (wait func()) {
 			continue
 		}
 		delete(s.known, sh)
-		s.hub.Unlisten(sh.Wake(), s.l)
+		s.unlistenWake(sh)
 		if stop := s.stops[sh]; stop != nil {
 			stop()
 		}
@@ -387,7 +402,7 @@ func (s *scheduler) stop() {
 		s.hub.Unlisten(c, s.l)
 	}
 	for sh := range s.known {
-		s.hub.Unlisten(sh.Wake(), s.l)
+		s.unlistenWake(sh)
 	}
 	s.mu.Unlock()
 	s.wg.Wait()

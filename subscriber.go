@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/levels"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -189,7 +190,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.closing, cancel)
 	var wg sync.WaitGroup
-	consumer := s.config.Consumer + "-" + watermill.NewUUID()
+	// The consumer's name says which storage level it reads: the storage
+	// level scan (internal/levels) tells a live consumer of an older
+	// release by a name without it.
+	consumer := store.NameAtLevel(s.config.Consumer+"-"+watermill.NewUUID(), store.LevelNewest)
+	lvl := levels.Acquire(s.config.Client, s.keys.Prefix, "subscriber", s.logger)
 	var order *balance
 	if s.config.Ordered {
 		order = newBalance(parts)
@@ -207,6 +212,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			part:     part,
 			shard:    s.keys.Shard(topic, part),
 			consumer: consumer,
+			lvl:      lvl,
 			out:      out,
 			acks:     acks{ackWake: make(chan struct{}, 1)},
 			leases:   leases{renewNow: make(chan struct{}, 1)},
@@ -230,6 +236,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			s.unschedule(topic)
 		}
 		s.deactivate()
+		lvl.Release()
 		stop()
 		cancel()
 		close(out)

@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/levels"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -18,6 +19,7 @@ type subscription struct {
 	part     int         // partition of the topic
 	shard    store.Shard // its keys
 	consumer string
+	lvl      *levels.Holder        // the storage level a nack or expiry writes
 	out      chan *message.Message // shared by the topic's partitions
 
 	// What the subscription holds, for lease renewal and for handing back

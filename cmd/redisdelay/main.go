@@ -426,15 +426,17 @@ func (o *options) client() redis.UniversalClient {
 	})
 }
 
-// version describes the build: the module version (a tag when installed
+// version describes the build: the library's release and storage level,
+// the module version (a tag when installed
 // with go install ...@version, "(devel)" from a checkout), the VCS
 // revision when built from one, and the Go version.
 func version() string {
+	v := fmt.Sprintf("redisdelay %s (storage level %d)", redisdelay.Version, redisdelay.StorageLevel)
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "redisdelay (no build information)"
+		return v
 	}
-	v := "redisdelay " + info.Main.Version
+	v += " module " + info.Main.Version
 	var rev, when, dirty string
 	for _, s := range info.Settings {
 		switch s.Key {

@@ -463,6 +463,9 @@ func cmdServer(e *env, _ []string) error {
 			fmt.Fprintf(e.stderr, "redisdelay: warning: %s\n", s.Warning)
 		}
 	}
+	if st, err := e.insp.Storage(e.ctx); err == nil {
+		fmt.Fprintf(e.stdout, "storage level:     %s\n", storageSummary(st))
+	}
 	return nil
 }
 

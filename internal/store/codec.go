@@ -95,7 +95,25 @@ const AttemptMeta = "_redisdelay_attempt"
 
 var ErrCorrupt = errors.New("redisdelay: stored message is corrupt")
 
-func Encode(msg *message.Message) []byte {
+// ErrNewer is wrapped by Decode's error for a body a newer release wrote:
+// a format version or a metadata code this release does not know. Such a
+// body is not corrupt: a process that cannot read it leaves it for one that
+// can (see level.go), rather than dead-lettering it.
+var ErrNewer = errors.New("redisdelay: stored message was written by a newer release")
+
+// codecNewest is the highest format version byte a future release may
+// write; a first byte above codecVersionBinaryID and up to this is a newer
+// release's, above it, damage.
+const codecNewest = 15
+
+// Encode encodes msg at the newest storage level (tests and tools; the
+// library's writers call EncodeAt with the level in use).
+func Encode(msg *message.Message) []byte { return EncodeAt(msg, LevelNewest) }
+
+// EncodeAt encodes msg as storage level lvl reads it: level 1 (release
+// 0.1.0) knows the delay codes 0 and 1 only, so it gets every other key as
+// text and a delay of whole seconds in nanoseconds.
+func EncodeAt(msg *message.Message, lvl int) []byte {
 	size := 1 + binary.MaxVarintLen64*2 + len(msg.UUID) + len(msg.Payload)
 	keys := make([]string, 0, len(msg.Metadata))
 	for k, v := range msg.Metadata {
@@ -123,7 +141,7 @@ func Encode(msg *message.Message) []byte {
 	b = binary.AppendUvarint(b, uint64(len(keys)))
 	for _, k := range keys {
 		v := msg.Metadata[k]
-		if c, ok := appendWellKnown(b, k, v); ok {
+		if c, ok := appendWellKnown(b, k, v, lvl); ok {
 			b = c
 			continue
 		}
@@ -136,14 +154,14 @@ func Encode(msg *message.Message) []byte {
 
 // appendWellKnown appends k=v as a well-known entry if it is one and its
 // compact form restores v exactly.
-func appendWellKnown(b []byte, k, v string) ([]byte, bool) {
+func appendWellKnown(b []byte, k, v string, lvl int) ([]byte, bool) {
 	switch k {
 	case delay.DelayedForKey:
 		d, exact, err := ParseFor(v)
 		if err != nil || !exact {
 			return b, false
 		}
-		if d%time.Second == 0 {
+		if d%time.Second == 0 && lvl >= Level2 {
 			b = binary.AppendUvarint(b, 2*wellKnownDelayedForSecs+1)
 			return binary.AppendVarint(b, int64(d/time.Second)), true
 		}
@@ -158,6 +176,9 @@ func appendWellKnown(b []byte, k, v string) ([]byte, bool) {
 		b = binary.AppendUvarint(b, 2*wellKnownDelayedUntil+1)
 		b = binary.AppendVarint(b, t.Unix())
 		return binary.AppendVarint(b, int64(offset)), true
+	}
+	if lvl < Level2 {
+		return b, false
 	}
 	if c, ok := namedCode(k); ok {
 		b = binary.AppendUvarint(b, 2*c+1)
@@ -179,6 +200,9 @@ func appendString(b []byte, s string) []byte {
 // reference to it (everything it returns is copied), so callers may pass the
 // bytes of an immutable string without copying them.
 func Decode(b []byte) (*message.Message, error) {
+	if len(b) > 0 && b[0] > codecVersionBinaryID && b[0] <= codecNewest {
+		return nil, fmt.Errorf("%w: format %d (this release reads up to %d)", ErrNewer, b[0], codecVersionBinaryID)
+	}
 	if len(b) == 0 || b[0] < codecVersionV1 || b[0] > codecVersionBinaryID {
 		return nil, fmt.Errorf("%w: unknown format (first byte %v)", ErrCorrupt, b[:min(len(b), 1)])
 	}
@@ -237,7 +261,9 @@ func Decode(b []byte) (*message.Message, error) {
 				continue
 			}
 			if r.err == nil {
-				r.err = fmt.Errorf("%w: unknown metadata code %d (written by a newer version?)", ErrCorrupt, k/2)
+				// Codes are never reused, so an unknown one is a newer
+				// release's (or damage, which a newer release will see).
+				r.err = fmt.Errorf("%w: metadata code %d (this release knows up to %d)", ErrNewer, k/2, wellKnownNamed+len(namedKeys)-1)
 			}
 		}
 	}
@@ -370,4 +396,52 @@ func storedUUID(body []byte) (string, bool) {
 		return "", false
 	}
 	return string(body[1+k : 1+k+int(n)]), true
+}
+
+// BodyLevel is the oldest storage level that decodes b: 2 when it uses a
+// metadata code of level 2 (a named key, a delay in whole seconds), else 1;
+// 0 when this release cannot read it (damaged, or a newer release's).
+func BodyLevel(b []byte) int {
+	if len(b) == 0 || b[0] < codecVersionV1 || b[0] > codecVersionBinaryID {
+		return 0
+	}
+	if b[0] == codecVersionV1 {
+		return Level1
+	}
+	r := reader{b: b[1:]}
+	if b[0] == codecVersionBinaryID {
+		if len(r.b) < 16 {
+			return 0
+		}
+		r.b = r.b[16:]
+	} else {
+		r.string()
+	}
+	lvl := Level1
+	n := r.uvarint()
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		k := r.uvarint()
+		switch {
+		case k%2 == 0:
+			r.bytes(k / 2)
+			r.string()
+		case k/2 == wellKnownDelayedFor:
+			r.varint()
+		case k/2 == wellKnownDelayedUntil:
+			r.varint()
+			r.varint()
+		case k/2 == wellKnownDelayedForSecs:
+			r.varint()
+			lvl = Level2
+		case k/2 >= wellKnownNamed && k/2-wellKnownNamed < uint64(len(namedKeys)):
+			r.string()
+			lvl = Level2
+		default:
+			return 0
+		}
+	}
+	if r.err != nil {
+		return 0
+	}
+	return lvl
 }

@@ -98,7 +98,7 @@ func TestCodec_RejectsCorruptInput(t *testing.T) {
 		delay.Message(m, delay.For(time.Second))
 		return m
 	}())
-	unknownCode := append(appendString([]byte{codecVersion}, "id"), 1, 2*60+1)
+	unknownCode := append(appendString([]byte{codecVersion}, "id"), 1, 2*60+1, 0)
 	named := Encode(func() *message.Message {
 		m := message.NewMessage("id", nil)
 		m.Metadata.Set("_redisdelay_business_key", "order-1")
@@ -106,10 +106,9 @@ func TestCodec_RejectsCorruptInput(t *testing.T) {
 	}())
 	for name, b := range map[string][]byte{
 		"empty":                  nil,
-		"unknown version":        {9, 1, 'x'},
+		"unknown version":        {codecNewest + 1, 1, 'x'},
 		"UUID longer than input": {codecVersion, 50, 'x'},
 		"too many entries":       append(appendString([]byte{codecVersion}, "id"), 100),
-		"unknown well-known key": unknownCode,
 		// Found by FuzzCodec: the count was trusted to size a map.
 		"huge entry count":      {codecVersion, 1, 'x', 0xb5, 0xe2, 0xdb, 0x1f, 0x52},
 		"truncated delay value": valid[:len(valid)-3],
@@ -118,8 +117,59 @@ func TestCodec_RejectsCorruptInput(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, err := Decode(b)
 			require.ErrorIs(t, err, ErrCorrupt)
+			require.NotErrorIs(t, err, ErrNewer)
 		})
 	}
+	// What a newer release may write is not corrupt: a reader leaves it
+	// for a process that reads it (level.go) instead of dead-lettering it.
+	for name, b := range map[string][]byte{
+		"newer format":           {codecVersionBinaryID + 1, 1, 'x'},
+		"newest format":          {codecNewest, 1, 'x'},
+		"unknown well-known key": unknownCode,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Decode(b)
+			require.ErrorIs(t, err, ErrNewer)
+			require.NotErrorIs(t, err, ErrCorrupt)
+		})
+	}
+}
+
+// Level 1 is what release 0.1.0 decodes: the delay codes 0 and 1, every
+// other key as text; each level decodes to the same message.
+func TestCodec_Levels(t *testing.T) {
+	msg := message.NewMessage("0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", []byte("p"))
+	msg.Metadata = message.Metadata{delay.DelayedForKey: "1h0m0s", delay.DelayedUntilKey: "2030-01-02T03:04:05+01:00",
+		"_redisdelay_business_key": "order-1", "correlation_id": "c", "other": "x"}
+	old := EncodeAt(msg, Level1)
+	now := EncodeAt(msg, Level2)
+	require.Less(t, len(now), len(old))
+	for _, b := range [][]byte{old, now} {
+		got, err := Decode(b)
+		require.NoError(t, err)
+		require.Equal(t, map[string]string(msg.Metadata), map[string]string(got.Metadata))
+	}
+	// Level 1's entries: only codes 0 and 1 (odd uvarints 1 and 3).
+	r := reader{b: old[17:]}
+	n := r.uvarint()
+	codes := 0
+	for range n {
+		k := r.uvarint()
+		if k%2 == 1 {
+			require.LessOrEqual(t, k/2, uint64(wellKnownDelayedUntil))
+			codes++
+			r.varint()
+			if k/2 == wellKnownDelayedUntil {
+				r.varint()
+			}
+			continue
+		}
+		r.bytes(k / 2)
+		r.string()
+	}
+	require.NoError(t, r.err)
+	require.Equal(t, 2, codes)
+	require.Equal(t, EncodeAt(msg, LevelNewest), Encode(msg))
 }
 
 // FuzzCodec: whatever the metadata, decoding restores it exactly; whatever

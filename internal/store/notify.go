@@ -34,6 +34,19 @@ func (h *Hub) Listen(channel string, l *Listener) {
 	h.subscribe(channel)
 }
 
+// ListenMarked listens to channel as Listen does, and to its LevelMark
+// (before it, so that PUBSUB NUMSUB never counts this process on the
+// channel without its mark); the returned func undoes both, the mark last.
+func (h *Hub) ListenMarked(channel string, l *Listener) (unlisten func()) {
+	mark := &Listener{Fn: func(Note) {}} // its own: a listener set counts it once
+	h.Listen(LevelMark(channel), mark)
+	h.Listen(channel, l)
+	return func() {
+		h.Unlisten(channel, l)
+		h.Unlisten(LevelMark(channel), mark)
+	}
+}
+
 // Unlisten removes l; the last listener of a channel unsubscribes from it,
 // before unlisten returns.
 func (h *Hub) Unlisten(channel string, l *Listener) {

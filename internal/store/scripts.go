@@ -134,4 +134,6 @@ var (
 
 	schedOverlapScript = loadScript("schedoverlap")
 	schedSkipScript    = loadScript("schedskip")
+	announceScript     = loadScript("announce")
+	rewriteScript      = loadScript("rewrite")
 )

@@ -1,0 +1,370 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Storage levels. What a release writes is a contract with every release
+// that may run beside it: a body, far element or key mark that an older
+// reader cannot read would be dead-lettered or stranded by it. So each
+// release reads up to a level, announces it (announce.lua), and writes the
+// newest level that every live reader reads and has read for the settle
+// time; a process that announces nothing (release 0.1.0) counts as reading
+// level 1 while the scan sees it (ScanLegacy). A storage change takes a
+// new level: its writers check the level in use, its readers leave what
+// they cannot read for a process that can (ErrNewer).
+const (
+	// Level1 is release 0.1.0's: the codec's delay codes 0 and 1 only,
+	// every message in the waiting set (no far tier format 2, so no key
+	// marks of its own and no far filter bits).
+	Level1 = 1
+	// Level2 (release 0.2.0): the codec's named metadata codes and
+	// whole-second delays, the far tier's format 2 (business-keyed and
+	// high-priority messages too), far marks as 16 bytes, the far filter.
+	Level2 = 2
+	// LevelNewest is the newest level this release reads and writes.
+	LevelNewest = Level2
+)
+
+var (
+	// LevelSettle is how long every live reader must have read a level
+	// before it is written (unless the registry's settle field says
+	// otherwise): a rollback within it finds nothing it cannot read.
+	LevelSettle = 15 * time.Minute
+	// LevelTTL is how long a process counts as live after its last
+	// announcement; it announces every LevelTTL/6.
+	LevelTTL = time.Minute
+	// LegacyWindow is how recently a consumer of a release that announces
+	// nothing must have read to count as live, and how long a sighting
+	// counts at least (internal/levels: 2.5 scan cycles).
+	LegacyWindow = 5 * time.Minute
+)
+
+// levelSuffix marks a name (a consumer's, a scheduler's) with the level its
+// process reads, so the scan tells a live reader of an older release (a
+// name without it) from this one's.
+const levelSuffix = "~s"
+
+// NameAtLevel is name marked as a reader of level lvl.
+func NameAtLevel(name string, lvl int) string { return name + levelSuffix + strconv.Itoa(lvl) }
+
+// NameLevel is the level a consumer or scheduler name says its process
+// reads: 1 for a name without the mark (release 0.1.0 marked none).
+func NameLevel(name string) int {
+	i := strings.LastIndex(name, levelSuffix)
+	if i < 0 {
+		return Level1
+	}
+	n, err := strconv.Atoi(name[i+len(levelSuffix):])
+	if err != nil || n < 1 {
+		return Level1
+	}
+	return n
+}
+
+// levelKeys is the registry's key base: one hash tag, so announce.lua runs
+// on one Cluster slot. Its key names differ from every shard key's suffix,
+// so a topic named "storage" does not collide.
+type levelKeys string
+
+func (k Keys) levels() levelKeys     { return levelKeys(k.Prefix + ":{storage}") }
+func (l levelKeys) State() string    { return string(l) + ":levels" }
+func (l levelKeys) Procs() string    { return string(l) + ":procs" }
+func (l levelKeys) Info() string     { return string(l) + ":pinfo" }
+func (l levelKeys) ScanLock() string { return string(l) + ":scan" }
+
+// ProcInfo is what a process announces of itself.
+type ProcInfo struct {
+	ID         string
+	Level      int    // the newest level it reads
+	Version    string // its release
+	Role       string // publisher, subscriber, manager
+	Host       string
+	Unreadable int64 // stored items of a newer level it met and left in place
+	Expires    time.Time
+}
+
+func (p ProcInfo) encode() string {
+	return fmt.Sprintf("%d %s %s %s %d", p.Level, p.Version, p.Role, p.Host, p.Unreadable)
+}
+
+func decodeProcInfo(id, v string) ProcInfo {
+	p := ProcInfo{ID: id, Level: Level1}
+	f := strings.Fields(v)
+	if len(f) > 0 {
+		p.Level, _ = strconv.Atoi(f[0])
+	}
+	if len(f) > 1 {
+		p.Version = f[1]
+	}
+	if len(f) > 2 {
+		p.Role = f[2]
+	}
+	if len(f) > 3 {
+		p.Host = f[3]
+	}
+	if len(f) > 4 {
+		p.Unreadable, _ = strconv.ParseInt(f[4], 10, 64)
+	}
+	return p
+}
+
+// LevelState is announce.lua's reply.
+type LevelState struct {
+	Level  int       // the level to write now
+	Read   int       // the oldest level a live reader reads
+	Agreed int       // the level agreed before the pin
+	Pin    int       // an operator's ceiling (0: none)
+	Since  time.Time // when Read last changed
+	Live   int       // processes announced and live
+	Legacy time.Time // until when a reader of release 0.1.0 counts (zero: none seen)
+}
+
+// Announce renews (ttl > 0) or removes (ttl 0) p in the registry,
+// reports a legacy reader the scan saw (legacy not ""), to count for
+// legacyFor, and returns the level to write. fresh says the caller found
+// nothing stored (Fresh; see announce.lua).
+func Announce(ctx context.Context, c redis.Scripter, k Keys, p ProcInfo, ttl time.Duration, legacy string, legacyFor time.Duration, fresh bool) (LevelState, error) {
+	l := k.levels()
+	f := "0"
+	if fresh {
+		f = "1"
+	}
+	if legacy == "" {
+		legacyFor = 0
+	}
+	res, err := announceScript.Run(ctx, c, []string{l.State(), l.Procs(), l.Info()},
+		p.ID, ttl.Milliseconds(), p.encode(), LevelNewest, LevelSettle.Milliseconds(), legacyFor.Milliseconds(), legacy, f).Int64Slice()
+	if err == nil {
+		err = replyShort("announce", len(res), 7)
+	}
+	if err != nil {
+		return LevelState{}, err
+	}
+	s := LevelState{Level: int(res[0]), Read: int(res[1]), Agreed: int(res[2]), Pin: int(res[3]),
+		Since: time.UnixMilli(res[4]), Live: int(res[5])}
+	if res[6] > 0 {
+		s.Legacy = time.UnixMilli(res[6])
+	}
+	return s, nil
+}
+
+// Registry is the storage level registry as an operator reads it.
+type Registry struct {
+	Write      int           // the level agreed (before the pin); 1 when none was
+	Read       int           // the oldest level a live reader reads (0: not known yet)
+	Since      time.Time     // when Read last changed
+	Changed    time.Time     // when Write last changed
+	Pin        int           // 0: none
+	PinnedAt   time.Time     // when the pin was set
+	Settle     time.Duration // the settle time in force
+	Legacy     time.Time     // until when a legacy reader counts (zero: none)
+	LegacyWhat string        // what the scan saw last
+	Procs      []ProcInfo    // live processes, by ID
+}
+
+// Level is the level written now: Write under the pin.
+func (r Registry) Level() int {
+	if r.Pin > 0 && r.Pin < r.Write {
+		return r.Pin
+	}
+	return r.Write
+}
+
+// ReadRegistry reads the registry (live processes only).
+func ReadRegistry(ctx context.Context, c redis.Cmdable, k Keys) (Registry, error) {
+	l := k.levels()
+	pipe := c.Pipeline()
+	st := pipe.HGetAll(ctx, l.State())
+	procs := pipe.ZRangeWithScores(ctx, l.Procs(), 0, -1)
+	info := pipe.HGetAll(ctx, l.Info())
+	now := pipe.Time(ctx)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Registry{}, fmt.Errorf("read the storage level registry: %w", err)
+	}
+	m := st.Val()
+	num := func(f string) int64 { n, _ := strconv.ParseInt(m[f], 10, 64); return n }
+	at := func(f string) time.Time {
+		if n := num(f); n > 0 {
+			return time.UnixMilli(n)
+		}
+		return time.Time{}
+	}
+	r := Registry{Write: int(num("write")), Read: int(num("read")), Since: at("since"), Changed: at("changed"),
+		Pin: int(num("pin")), PinnedAt: at("pinat"), Settle: LevelSettle, LegacyWhat: m["legacywhat"]}
+	if r.Write == 0 {
+		r.Write = Level1
+	}
+	if _, ok := m["settle"]; ok {
+		r.Settle = time.Duration(num("settle")) * time.Millisecond
+	}
+	if l := at("legacy"); l.After(now.Val()) {
+		r.Legacy = l
+	}
+	for _, z := range procs.Val() {
+		exp := time.UnixMilli(int64(z.Score))
+		if !exp.After(now.Val()) {
+			continue
+		}
+		id := z.Member.(string)
+		p := decodeProcInfo(id, info.Val()[id])
+		p.Expires = exp
+		r.Procs = append(r.Procs, p)
+	}
+	return r, nil
+}
+
+// PinLevel sets (lvl > 0) or removes (lvl 0) the operator's ceiling on the
+// level written. Every process follows within its next announcement.
+func PinLevel(ctx context.Context, c redis.Cmdable, k Keys, lvl int) error {
+	if lvl < 0 || lvl > LevelNewest {
+		return fmt.Errorf("redisdelay: storage level %d: this release knows levels 1 to %d", lvl, LevelNewest)
+	}
+	if lvl == 0 {
+		return c.HDel(ctx, k.levels().State(), "pin", "pinat").Err()
+	}
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		return err
+	}
+	return c.HSet(ctx, k.levels().State(), "pin", lvl, "pinat", now.UnixMilli()).Err()
+}
+
+// SetSettle sets the settle time for every process (d < 0: back to each
+// release's default, LevelSettle).
+func SetSettle(ctx context.Context, c redis.Cmdable, k Keys, d time.Duration) error {
+	if d < 0 {
+		return c.HDel(ctx, k.levels().State(), "settle").Err()
+	}
+	return c.HSet(ctx, k.levels().State(), "settle", d.Milliseconds()).Err()
+}
+
+// Fresh reports whether nothing was ever stored under k's prefix: no
+// topic registered, or up to 100 registered (by SubscribeInitialize, say)
+// whose first partitions hold no stream, waiting set or far tier.
+func Fresh(ctx context.Context, c Cmds, k Keys) (bool, error) {
+	topics, err := c.SMembers(ctx, k.Topics()).Result()
+	if err != nil || len(topics) > 100 {
+		return false, err
+	}
+	pipe := c.Pipeline()
+	cmds := make([]*redis.IntCmd, 0, 3*len(topics))
+	for _, t := range topics {
+		sh := k.Shard(t, 0)
+		cmds = append(cmds, pipe.Exists(ctx, sh.Stream()), pipe.Exists(ctx, sh.Waiting()), pipe.Exists(ctx, sh.FarMeta()))
+	}
+	if len(cmds) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return false, err
+		}
+	}
+	for _, cmd := range cmds {
+		if cmd.Val() > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// TakeScan takes (or renews) the scan's lock for id, for ttl: one process
+// at a time scans the topics for legacy readers. Between the GET and the
+// PEXPIRE the lock may change hands: then two processes scan for a while,
+// which costs reads and changes nothing.
+func TakeScan(ctx context.Context, c Cmds, k Keys, id string, ttl time.Duration) (bool, error) {
+	l := k.levels().ScanLock()
+	pipe := c.Pipeline()
+	taken := pipe.SetNX(ctx, l, id, ttl)
+	owner := pipe.Get(ctx, l)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return false, err
+	}
+	if taken.Val() {
+		return true, nil
+	}
+	if owner.Val() != id {
+		return false, nil
+	}
+	pipe = c.Pipeline()
+	pipe.PExpire(ctx, l, ttl)
+	_, err := pipe.Exec(ctx)
+	return err == nil, err
+}
+
+// ScanLegacy looks at partitions for a live reader that marks its name
+// with no level (release 0.1.0): a consumer of one of their groups active
+// within window, or the holder of their scheduling lease. It returns what
+// it saw first ("" for nothing). Two pipelines, whatever the number of
+// partitions.
+func ScanLegacy(ctx context.Context, c Cmds, shards []Shard, window time.Duration) (string, error) {
+	if len(shards) == 0 {
+		return "", nil
+	}
+	pipe := c.Pipeline()
+	groups := make([]*redis.XInfoGroupsCmd, len(shards))
+	leases := make([]*redis.StringCmd, len(shards))
+	scheds := make([]*redis.StringSliceCmd, len(shards))
+	subs := make([]*redis.MapStringIntCmd, len(shards))
+	live := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	for i, sh := range shards {
+		groups[i] = pipe.XInfoGroups(ctx, sh.Stream())
+		leases[i] = pipe.Get(ctx, sh.Lease())
+		scheds[i] = pipe.ZRangeByScore(ctx, sh.schedulers(), &redis.ZRangeBy{Min: live, Max: "+inf"})
+		subs[i] = pipe.PubSubNumSub(ctx, sh.Bell(), LevelMark(sh.Bell()), sh.Wake(), LevelMark(sh.Wake()))
+	}
+	_, _ = pipe.Exec(ctx) // errors per command: a stream not created yet fails XINFO
+	type ref struct {
+		sh    Shard
+		group string
+		cmd   *redis.XInfoConsumersCmd
+	}
+	var refs []ref
+	pipe = c.Pipeline()
+	for i, sh := range shards {
+		if err := leases[i].Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return "", err
+		}
+		if owner := leases[i].Val(); owner != "" && NameLevel(owner) < Level2 {
+			return fmt.Sprintf("scheduler %s of %s", owner, sh), nil
+		}
+		for _, m := range scheds[i].Val() {
+			if NameLevel(m) < Level2 {
+				return fmt.Sprintf("scheduler %s of %s", m, sh), nil
+			}
+		}
+		n := subs[i].Val()
+		if d := n[sh.Bell()] - n[LevelMark(sh.Bell())]; d > 0 {
+			return fmt.Sprintf("%d subscriber process(es) waiting on %s", d, sh.Bell()), nil
+		}
+		if d := n[sh.Wake()] - n[LevelMark(sh.Wake())]; d > 0 {
+			return fmt.Sprintf("%d scheduler process(es) listening on %s", d, sh.Wake()), nil
+		}
+		for _, g := range groups[i].Val() {
+			refs = append(refs, ref{sh, g.Name, pipe.XInfoConsumers(ctx, sh.Stream(), g.Name)})
+		}
+	}
+	if len(refs) == 0 {
+		return "", nil
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, r := range refs {
+		for _, cs := range r.cmd.Val() { // a group dropped meanwhile has none
+			if cs.Idle < window && NameLevel(cs.Name) < Level2 {
+				return fmt.Sprintf("consumer %s of group %s on %s", cs.Name, r.group, r.sh), nil
+			}
+		}
+	}
+	return "", ctx.Err()
+}
+
+// LevelMark is the marker channel of a bell or wake channel: a process
+// of this release listens to it beside the channel (Hub.ListenMarked), so
+// PUBSUB NUMSUB of the two tells how many processes listening to the
+// channel announce no level (release 0.1.0), idle ones included.
+func LevelMark(channel string) string { return NameAtLevel(channel, LevelNewest) }
