@@ -170,7 +170,7 @@ func UnpackFarNow(ctx context.Context, client redis.UniversalClient, topic strin
 				if err == nil && r.Stale {
 					err = fmt.Errorf("unpack of bucket %d: stale (the lease of partition %d is another's)", b, part)
 				}
-				if err == nil && r.Refused {
+				if err == nil && r.Parked > 0 {
 					err = fmt.Errorf("unpack of bucket %d: an element cannot be read", b)
 				}
 				if err != nil {

@@ -27,13 +27,11 @@ func (s *scheduler) unpackFar(ctx context.Context, sh store.Shard, fields waterm
 	if err != nil {
 		return false, fmt.Errorf("unpack far bucket %d: %w", b, err)
 	}
-	if r.Refused {
-		// Never dropped: a process that reads it (a newer version) unpacks
-		// it; until then the bucket's later messages wait behind it.
-		s.limiter.errorf(s.logger, "redisdelay: a far message cannot be read (an unknown format, or damaged) and is left in place at the head of its bucket; "+
-			"the bucket's later messages wait behind it. Run the newest version, or inspect the element and set it to \"\" (LSET key 0 \"\") to skip it",
-			nil, fields.Add(watermill.LogFields{"key": store.FarBucketKey(sh, v, b), "moved": r.Moved}))
-		return false, nil
+	if r.Parked > 0 {
+		// Never dropped, and the rest of the bucket goes on: a release
+		// that reads it (a newer one) unpacks the park list.
+		s.lvl.Unreadable(s.logger, "far message", fmt.Errorf("%d element(s) of far bucket %s", r.Parked, store.FarBucketKey(sh, v, b)),
+			fields.Add(watermill.LogFields{"parked_in": sh.FarPark()}))
 	}
 	return !r.Stale, nil
 }

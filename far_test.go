@@ -3,6 +3,7 @@ package redisdelay_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // The far tier (far.go) with the test binary's short buckets (TestMain):
@@ -391,49 +393,58 @@ func TestFar_NonCanonicalUUIDs(t *testing.T) {
 	nothing(t, ch, 300*time.Millisecond)
 }
 
-// A far element that cannot be read (an unknown format, or damaged) is
-// never dropped: unpacking stops there, leaving it at the head of its
-// bucket, with an error logged; the messages before it are delivered.
-// Once it is blanked (what the log line tells an operator to do, after
-// looking at it) the rest of the bucket goes on.
-func TestFar_UnreadableElementLeftInPlaceAndLogged(t *testing.T) {
+// A far element that cannot be read (a newer release's format, or
+// damaged) is never dropped, nor does it hold up its bucket: it moves to
+// the partition's park list, for a release that reads it, logged and
+// counted (Storage, Health); the bucket's other messages are delivered.
+func TestFar_UnreadableElementParkedAndLogged(t *testing.T) {
 	t.Parallel()
-	env := setup(t)
+	env, prefix := ownKeys(t) // its count of unreadable items reaches Health: not the other tests'
 	ctx := context.Background()
 	var msgs []*message.Message
 	for i := range 3 {
 		msgs = append(msgs, delayed(delay.For(3*time.Second), strconv.Itoa(i)))
 	}
 	require.NoError(t, env.pub.Publish(env.topic, msgs...))
-	buckets, err := env.client.ZRange(ctx, shardOf(env.topic, 0).FarZ(), 0, -1).Result()
+	sh := store.Keys{Prefix: prefix}.Shard(env.topic, 0)
+	buckets, err := env.client.ZRange(ctx, sh.FarZ(), 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, buckets, 1)
-	bucket := shardOf(env.topic, 0).FarList(mustInt(t, buckets[0]))
+	b := mustInt(t, buckets[0])
+	bucket := sh.FarList(b)
 	second, err := env.client.LIndex(ctx, bucket, 1).Result()
 	require.NoError(t, err)
 	require.NoError(t, env.client.LSet(ctx, bucket, 1, "\x07"+second[1:]).Err()) // an unknown format
 
-	logs, mgr, ch := farLoggedManager(t, env.client, env.topic)
-	first := receive(t, ch, 6*time.Second)
-	assert.Equal(t, "0", string(first.Payload))
-	first.Ack()
-	const msg = "redisdelay: a far message cannot be read (an unknown format, or damaged) and is left in place at the head of its bucket; " +
-		"the bucket's later messages wait behind it. Run the newest version, or inspect the element and set it to \"\" (LSET key 0 \"\") to skip it"
-	require.Eventually(t, func() bool {
-		return logs.Has(watermill.CapturedMessage{Level: watermill.ErrorLogLevel,
-			Fields: watermill.LogFields{"topic": env.topic, "key": bucket, "moved": int64(1)}, Msg: msg})
-	}, 10*time.Second, 10*time.Millisecond, "the refusal is logged")
+	logs := watermill.NewCaptureLogger()
+	mgr := runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{env.topic}}, logs)
+	ch := subscribe(t, newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true}), env.topic)
+	got := map[string]bool{}
+	for range 2 {
+		m := receive(t, ch, 6*time.Second)
+		got[string(m.Payload)] = true
+		m.Ack()
+	}
+	assert.Equal(t, map[string]bool{"0": true, "2": true}, got, "the bucket's other messages, not held up")
 	nothing(t, ch, 300*time.Millisecond)
-	got, err := env.client.LIndex(ctx, bucket, 0).Result()
+	require.Eventually(t, func() bool {
+		for _, m := range logs.Captured()[watermill.ErrorLogLevel] {
+			if strings.Contains(m.Msg, "a far message written by a newer release") && m.Fields["parked_in"] == sh.FarPark() {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "the parking is logged")
+	parked, err := env.client.LRange(ctx, sh.FarPark(), 0, -1).Result()
 	require.NoError(t, err)
-	assert.Equal(t, "\x07"+second[1:], got, "left in place, at the head")
-	_, far := farKeys(t, env.topic)
-	assert.Equal(t, int64(2), far)
-
-	require.NoError(t, env.client.LSet(ctx, bucket, 0, "").Err())
-	last := receive(t, ch, 6*time.Second)
-	assert.Equal(t, "2", string(last.Payload))
-	last.Ack()
+	assert.Equal(t, []string{fmt.Sprintf("2:%d:%d:%s", b, store.FarBucketStartMs(b), "\x07"+second[1:])}, parked, "kept whole, with what reads it")
+	assert.Zero(t, env.client.Exists(ctx, bucket).Val(), "the bucket is done")
+	rep := healthReport(t, env.insp, redisdelay.HealthConfig{Topics: []string{env.topic}})
+	var kinds []string
+	for _, p := range rep.Problems {
+		kinds = append(kinds, p.Kind)
+	}
+	assert.Contains(t, kinds, redisdelay.ProblemNewerStorage)
 	require.NoError(t, mgr.Close())
 }
 

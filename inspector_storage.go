@@ -36,7 +36,7 @@ type StorageProcess struct {
 	ID      string
 	Version string // its release (Version)
 	Level   int    // the newest storage level it reads
-	Role    string // publisher, subscriber, manager, or several joined by "+"
+	Role    string // publisher, subscriber, scheduler (a Manager's or a Subscriber's), or several joined by "+"
 	Host    string // host name and process ID
 	// Unreadable counts the stored items of a newer storage level it met
 	// and left for a process that reads them (never dead-lettered).

@@ -24,10 +24,11 @@ import (
 func TestStorageLevel_NewerEntryIsLeftForANewerRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	env := setup(t)
-	stream := shardOf(env.topic, 0).Stream()
+	env, prefix := ownKeys(t)
+	sh := store.Keys{Prefix: prefix}.Shard(env.topic, 0)
+	stream := sh.Stream()
 	log := &recLogger{}
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g", MaxAttempts: 1}, log)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, KeyPrefix: prefix, ConsumerGroup: "g", MaxAttempts: 1}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	require.NoError(t, sub.SubscribeInitialize(env.topic))
@@ -44,15 +45,17 @@ func TestStorageLevel_NewerEntryIsLeftForANewerRelease(t *testing.T) {
 
 	// In the group's retry set, byte for byte, on its first attempt (the
 	// group's MaxAttempts is 1: a failed attempt would bury it).
-	retry := shardOf(env.topic, 0).Retry("g")
+	retry := sh.Retry("g")
 	require.Eventually(t, func() bool { return env.client.ZCard(ctx, retry).Val() == 1 }, 2*time.Second, 10*time.Millisecond)
 	member := env.client.ZRange(ctx, retry, 0, 0).Val()[0]
 	assert.True(t, strings.HasPrefix(member, "1:"), "attempt unchanged: %s", member)
-	assert.Equal(t, newer, env.client.HGet(ctx, shardKey(env.topic, 0, "g:g:rbody"), member).Val())
+	assert.Equal(t, newer, env.client.HGet(ctx, string(sh)+":g:g:rbody", member).Val())
 	dead, err := env.insp.DeadLetters(ctx, env.topic, "g", "", 10)
 	require.NoError(t, err)
 	assert.Empty(t, dead)
-	assert.Zero(t, pendingCount(t, env.client, env.topic, "g"))
+	pending, err := env.client.XPending(ctx, stream, "g").Result()
+	require.NoError(t, err)
+	assert.Zero(t, pending.Count)
 	assert.Contains(t, strings.Join(log.logged(), "\n"), "written by a newer release")
 
 	require.Eventually(t, func() bool {
@@ -126,9 +129,9 @@ func TestStorageLevel_WritesWhatTheOldestLiveReaderReads(t *testing.T) {
 func TestStorageLevel_RewriteToLevel1(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	env := setup(t)
-	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
-	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	env, prefix := ownKeys(t)
+	runManager(t, env.client, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{env.topic}})
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
 	var msgs []*message.Message
 	for i := range 6 {
 		m := delayed(delay.For(20*time.Second), fmt.Sprint(i)) // after the rewrite's wait
@@ -139,7 +142,7 @@ func TestStorageLevel_RewriteToLevel1(t *testing.T) {
 	}
 	require.NoError(t, env.pub.Publish(env.topic, msgs...))
 	ch := subscribe(t, sub, env.topic)
-	sh := shardOf(env.topic, 0)
+	sh := store.Keys{Prefix: prefix}.Shard(env.topic, 0)
 	require.Zero(t, env.client.ZCard(ctx, sh.Waiting()).Val(), "all in the far tier (TestMain's far timing)")
 
 	_, err := env.insp.RewriteStorage(ctx, 1)
@@ -161,4 +164,16 @@ func TestStorageLevel_RewriteToLevel1(t *testing.T) {
 		m.Ack()
 	}
 	assert.Len(t, got, len(msgs))
+}
+
+// ownKeys is an env on keys of the test's own (a KeyPrefix): what the test
+// does to the storage level registry (a pin, an unreadable item counted)
+// must not reach the package's other tests, which share the default
+// prefix's registry.
+func ownKeys(t *testing.T) (*env, string) {
+	t.Helper()
+	client := newClient(t)
+	prefix := uniquePrefix()
+	return &env{client: client, topic: topic(), pub: newPublisherWithConfig(t, redisdelay.PublisherConfig{KeyPrefix: prefix}),
+		insp: newInspectorPrefix(t, client, prefix)}, prefix
 }

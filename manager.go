@@ -9,7 +9,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/redisdelay/watermill-redisdelay/internal/levels"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -89,8 +88,6 @@ func (m *Manager) Run(ctx context.Context) error {
 	static := len(m.config.Topics) > 0
 	h := store.AcquireHub(m.config.Client)
 	defer h.Release()
-	// The scheduler reads the far tier: announced as a reader.
-	defer levels.Acquire(m.config.Client, m.config.KeyPrefix, "manager", m.logger).Release()
 	m.sched.start(ctx, !static, h)
 	close(m.running)
 	m.logger.Info("redisdelay manager running", watermill.LogFields{"topics": managerTopics(m.config.Topics)})

@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/levels"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -59,6 +60,9 @@ type scheduler struct {
 	redis *store.Gated
 	l     *store.Listener
 	mark  *store.Listener // listens to the wake channels' level marks (listenWake)
+	// The scheduler reads the far tier: announced as a reader of its
+	// storage level (internal/levels) while it runs.
+	lvl *levels.Holder
 
 	mu        sync.Mutex
 	ctx       context.Context
@@ -110,6 +114,7 @@ func leaseTime(interval time.Duration) time.Duration {
 func (s *scheduler) start(ctx context.Context, discover bool, h *store.Hub) {
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.discover = discover
+	s.lvl = levels.Acquire(s.client, s.keys.Prefix, "scheduler", s.logger)
 	s.hub, s.redis = h, store.NewGated(h)
 	s.l = &store.Listener{Fn: s.notified}
 	s.mark = &store.Listener{Fn: func(store.Note) {}}
@@ -406,6 +411,7 @@ func (s *scheduler) stop() {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.lvl.Release()
 }
 
 // Wake-up kinds (the payload on a topic's wake channel).

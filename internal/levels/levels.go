@@ -264,8 +264,12 @@ func (a *announcer) announce(ctx context.Context, legacy string, counts time.Dur
 		a.logger.Info("redisdelay: a process of release 0.1.0 or older is active; storage level 1 is written until it has gone for "+counts.String(),
 			watermill.LogFields{"seen": legacy})
 	}
-	if was := int(a.level.Swap(int32(st.Level))); was != st.Level {
-		a.logger.Info(fmt.Sprintf("redisdelay: writing storage level %d (was %d)", st.Level, was),
+	if was := int(a.level.Swap(int32(st.Level))); was != st.Level || first {
+		log := a.logger.Info
+		if first {
+			log = a.logger.Debug // every start: not worth a line
+		}
+		log(fmt.Sprintf("redisdelay: writing storage level %d (was %d)", st.Level, was),
 			watermill.LogFields{"oldest_reader_level": st.Read, "agreed": st.Agreed, "pin": st.Pin, "live_processes": st.Live})
 	}
 }

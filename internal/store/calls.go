@@ -314,16 +314,16 @@ func Promote(ctx context.Context, c redis.Scripter, sh Shard, a PromoteArgs) (Pr
 
 // UnpackReply is what unpack.lua returns.
 type UnpackReply struct {
-	Moved   int64
-	Refused bool // stopped at an element it cannot read, left at the bucket's head
-	More    bool // the bucket has more elements
-	Stale   bool // nothing done: see unpack.lua
+	Moved  int64
+	Parked int64 // elements it could not read, moved to the park list (FarPark)
+	More   bool  // the bucket has more elements
+	Stale  bool  // nothing done: see unpack.lua
 }
 
 // Unpack runs unpack.lua for the head elements els of far bucket b of
 // format v, read with the bucket's popped count.
 func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, v int, b, popped int64, els []string) (UnpackReply, error) {
-	keys := []string{sh.Lease(), sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter()}
+	keys := []string{sh.Lease(), sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter(), sh.FarPark()}
 	keyIndex := map[uint32]int{}
 	start := farBucketStart(b).UnixMilli()
 	args := make([]any, 0, 6+3*len(els))
@@ -354,7 +354,7 @@ func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, v int
 	if err != nil {
 		return UnpackReply{}, err
 	}
-	return UnpackReply{Moved: max(res[0], 0), Refused: res[1] == 1, More: res[2] == 1, Stale: res[0] < 0}, nil
+	return UnpackReply{Moved: max(res[0], 0), Parked: res[1], More: res[2] == 1, Stale: res[0] < 0}, nil
 }
 
 // farPullReply is what farpull.lua returns.

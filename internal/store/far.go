@@ -373,3 +373,7 @@ func farBucketStart(b int64) time.Time {
 
 // FarBucketKey names far bucket b of format v, for logs.
 func FarBucketKey(sh Shard, v int, b int64) string { return sh.farBucketKey(v, b) }
+
+// FarBucketStartMs is the first due ms of far bucket b, as a parked
+// element records it (unpack.lua).
+func FarBucketStartMs(b int64) int64 { return farBucketStart(b).UnixMilli() }

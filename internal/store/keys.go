@@ -49,6 +49,8 @@ import (
 //	<shard>:fmeta            hash    far tier counters: n (messages, both formats), p:<bucket> (popped), l:<bucket> (live); P:, L: for format 2;
 //	                                 the far filter's fb (blocks), fi (messages added); fr, ft, fj while it is rebuilt
 //	<shard>:ff               string  far filter: a bitmap of the far tier's UUIDs, one bit each (see farfilter.go)
+//	<shard>:fpark            list    far elements the scheduler could not read (a newer release's, or damaged), parked
+//	                                 for a release that reads them: "<format>:<bucket>:<first due ms>:<element>" (unpack.lua)
 //	<shard>:ffn              string  the far filter being rebuilt
 //	<shard>:lease            string  owner of the partition's scheduling (expires)
 //	<shard>:wake             pub/sub channel that wakes schedulers
@@ -165,6 +167,7 @@ func (s Shard) dormant() string { return string(s) + ":dormant" }
 func (s Shard) Far() string     { return string(s) + ":far" }
 func (s Shard) FarMeta() string { return string(s) + ":fmeta" }
 func (s Shard) Overlap() string { return string(s) + ":overlap" }
+func (s Shard) FarPark() string { return string(s) + ":fpark" }
 
 func (s Shard) FarBucket(b int64) string { return string(s) + ":fb:" + strconv.FormatInt(b, 10) }
 

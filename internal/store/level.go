@@ -69,6 +69,20 @@ func NameLevel(name string) int {
 	return n
 }
 
+// legacyName reports whether name is one release 0.1.0 gives a consumer
+// ("<SubscriberConfig.Consumer>-<UUID>") or a scheduler (a UUID), with no
+// level mark: consumers that other tools or tests name are not taken for
+// it.
+func legacyName(name string) bool {
+	if NameLevel(name) >= Level2 || len(name) < 36 {
+		return false
+	}
+	if _, ok := binaryUUID(name[len(name)-36:]); !ok {
+		return false
+	}
+	return len(name) == 36 || name[len(name)-37] == '-'
+}
+
 // levelKeys is the registry's key base: one hash tag, so announce.lua runs
 // on one Cluster slot. Its key names differ from every shard key's suffix,
 // so a topic named "storage" does not collide.
@@ -85,7 +99,7 @@ type ProcInfo struct {
 	ID         string
 	Level      int    // the newest level it reads
 	Version    string // its release
-	Role       string // publisher, subscriber, manager
+	Role       string // publisher, subscriber, scheduler (joined by "+")
 	Host       string
 	Unreadable int64 // stored items of a newer level it met and left in place
 	Expires    time.Time
@@ -246,9 +260,9 @@ func SetSettle(ctx context.Context, c redis.Cmdable, k Keys, d time.Duration) er
 	return c.HSet(ctx, k.levels().State(), "settle", d.Milliseconds()).Err()
 }
 
-// Fresh reports whether nothing was ever stored under k's prefix: no
-// topic registered, or up to 100 registered (by SubscribeInitialize, say)
-// whose first partitions hold no stream, waiting set or far tier.
+// Fresh reports whether nothing is stored under k's prefix: no topic
+// registered, or up to 100 registered (by SubscribeInitialize, say) whose
+// first partitions hold no stream entry, waiting set or far tier.
 func Fresh(ctx context.Context, c Cmds, k Keys) (bool, error) {
 	topics, err := c.SMembers(ctx, k.Topics()).Result()
 	if err != nil || len(topics) > 100 {
@@ -258,7 +272,8 @@ func Fresh(ctx context.Context, c Cmds, k Keys) (bool, error) {
 	cmds := make([]*redis.IntCmd, 0, 3*len(topics))
 	for _, t := range topics {
 		sh := k.Shard(t, 0)
-		cmds = append(cmds, pipe.Exists(ctx, sh.Stream()), pipe.Exists(ctx, sh.Waiting()), pipe.Exists(ctx, sh.FarMeta()))
+		// A stream SubscribeInitialize made holds nothing: XLEN, not EXISTS.
+		cmds = append(cmds, pipe.XLen(ctx, sh.Stream()), pipe.Exists(ctx, sh.Waiting()), pipe.Exists(ctx, sh.FarMeta()))
 	}
 	if len(cmds) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -297,9 +312,11 @@ func TakeScan(ctx context.Context, c Cmds, k Keys, id string, ttl time.Duration)
 	return err == nil, err
 }
 
-// ScanLegacy looks at partitions for a live reader that marks its name
-// with no level (release 0.1.0): a consumer of one of their groups active
-// within window, or the holder of their scheduling lease. It returns what
+// ScanLegacy looks at partitions for a live reader named as release 0.1.0
+// names them (legacyName): a consumer of one of their groups active within
+// window, the holder of their scheduling lease or a scheduler member; and
+// for processes listening to their bell or wake channel without the level
+// mark's channel (LevelMark). It returns what
 // it saw first ("" for nothing). Two pipelines, whatever the number of
 // partitions.
 func ScanLegacy(ctx context.Context, c Cmds, shards []Shard, window time.Duration) (string, error) {
@@ -330,11 +347,11 @@ func ScanLegacy(ctx context.Context, c Cmds, shards []Shard, window time.Duratio
 		if err := leases[i].Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return "", err
 		}
-		if owner := leases[i].Val(); owner != "" && NameLevel(owner) < Level2 {
+		if owner := leases[i].Val(); legacyName(owner) {
 			return fmt.Sprintf("scheduler %s of %s", owner, sh), nil
 		}
 		for _, m := range scheds[i].Val() {
-			if NameLevel(m) < Level2 {
+			if legacyName(m) {
 				return fmt.Sprintf("scheduler %s of %s", m, sh), nil
 			}
 		}
@@ -355,7 +372,7 @@ func ScanLegacy(ctx context.Context, c Cmds, shards []Shard, window time.Duratio
 	_, _ = pipe.Exec(ctx)
 	for _, r := range refs {
 		for _, cs := range r.cmd.Val() { // a group dropped meanwhile has none
-			if cs.Idle < window && NameLevel(cs.Name) < Level2 {
+			if cs.Idle < window && legacyName(cs.Name) {
 				return fmt.Sprintf("consumer %s of group %s on %s", cs.Name, r.group, r.sh), nil
 			}
 		}

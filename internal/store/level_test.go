@@ -12,6 +12,11 @@ import (
 )
 
 func TestLevel_Names(t *testing.T) {
+	require.True(t, legacyName("worker-0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11"))
+	require.True(t, legacyName("0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11"))
+	require.False(t, legacyName(NameAtLevel("worker-0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", 2)))
+	require.False(t, legacyName("worker-9"), "another tool's consumer")
+	require.False(t, legacyName("x0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11"))
 	require.Equal(t, Level1, NameLevel("worker-0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11"))
 	require.Equal(t, Level1, NameLevel("0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11"))
 	require.Equal(t, Level1, NameLevel("a~sx"))
@@ -131,9 +136,11 @@ func TestLevel_FreshStartsAtTheNewestLevel(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Level)
 
-	// Topics registered (SubscribeInitialize) but nothing stored: fresh.
+	// Topics registered and their groups created (SubscribeInitialize) but
+	// nothing stored: fresh.
 	used := Keys{Prefix: "used"}
 	require.NoError(t, c.SAdd(ctx, used.Topics(), "orders").Err())
+	require.NoError(t, c.XGroupCreateMkStream(ctx, used.Shard("orders", 0).Stream(), "g", "$").Err())
 	fresh, err = Fresh(ctx, c, used)
 	require.NoError(t, err)
 	require.True(t, fresh)
@@ -173,10 +180,14 @@ func TestLevel_ScanLegacy(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, seen)
 
-	read("w-old")
+	read("w-other") // not named as release 0.1.0 names its consumers
 	seen, err = ScanLegacy(ctx, c, []Shard{sh, sh1}, time.Minute)
 	require.NoError(t, err)
-	require.Contains(t, seen, "consumer w-old of group g")
+	require.Empty(t, seen)
+	read("w-old-0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11")
+	seen, err = ScanLegacy(ctx, c, []Shard{sh, sh1}, time.Minute)
+	require.NoError(t, err)
+	require.Contains(t, seen, "consumer w-old-0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11 of group g")
 	time.Sleep(20 * time.Millisecond)
 	seen, err = ScanLegacy(ctx, c, []Shard{sh, sh1}, 10*time.Millisecond)
 	require.NoError(t, err)
@@ -188,10 +199,10 @@ func TestLevel_ScanLegacy(t *testing.T) {
 	require.Contains(t, seen, "scheduler 0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11")
 	require.NoError(t, c.Set(ctx, sh1.Lease(), NameAtLevel("x", 2), time.Minute).Err())
 
-	require.NoError(t, c.ZAdd(ctx, sh.schedulers(), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "old-sched"}).Err())
+	require.NoError(t, c.ZAdd(ctx, sh.schedulers(), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "1b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11"}).Err())
 	seen, err = ScanLegacy(ctx, c, []Shard{sh, sh1}, 10*time.Millisecond)
 	require.NoError(t, err)
-	require.Contains(t, seen, "scheduler old-sched")
+	require.Contains(t, seen, "scheduler 1b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11")
 	require.NoError(t, c.Del(ctx, sh.schedulers()).Err())
 
 	// Idle processes, seen by what they listen to: a channel without its

@@ -7,10 +7,12 @@
   caller read the bucket's popped count and head in one snapshot and names
   the far index shard of each element, so every key is declared; an
   element blanked ("") since, by a cancel, is skipped. An element that
-  cannot be read (of an unknown format, or damaged) is never dropped: the
-  call unpacks the elements before it and stops there, leaving it at the
-  bucket's head, and the caller logs it. Flagged allow-oom like promote:
-  the messages only move on, towards being delivered.
+  cannot be read (of a newer release's format, or damaged) is never
+  dropped, nor does it hold up the rest of the bucket: it moves to the
+  partition's park list (KEYS[11]) as "<format>:<bucket>:<first due
+  ms>:<element>", for a release that reads it, and the caller logs it.
+  Flagged allow-oom like promote: the messages only move on, towards being
+  delivered.
 
   KEYS[1] lease    string owner of the partition's scheduling
   KEYS[2] far      zset   far bucket number -> when to unpack it (ms), of
@@ -26,7 +28,8 @@
   KEYS[8] bkeyof   hash   UUID of a waiting message -> its business key
   KEYS[9] prio     hash   UUID of a waiting high-priority message -> 1
   KEYS[10] ff      string the far filter: dropped when the far tier empties
-  KEYS[11...]      far index shards, as the elements name them
+  KEYS[11] fpark   list   far elements this release cannot read, parked
+  KEYS[12...]      far index shards, as the elements name them
   ARGV[1]          owner: the caller's scheduler id
   ARGV[2]          the bucket's number
   ARGV[3]          its popped count as the caller read it
@@ -39,15 +42,14 @@
   ARGV[j+1]        the message UUID
   ARGV[j+2]        index in KEYS of its far index shard
 
-  Returns {moved, refused, more}: messages moved into the waiting set, 1
-  when the call stopped at an element it cannot read (left in place) else
-  0, and 1 when the bucket has more elements and the call did not stop
-  (the caller calls again), else 0. {-1, 0, 0} when the caller does not
+  Returns {moved, parked, more}: messages moved into the waiting set,
+  elements it could not read (parked), and 1 when the bucket has more
+  elements (the caller calls again), else 0. {-1, 0, 0} when the caller does not
   hold the lease, the bucket is not due for unpacking, or the snapshot is
   stale (the caller reads again on its next tick).
 ]]
 local lease, far, fmeta, bucket, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local bkeys, bkeyof, prio, ff = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local bkeys, bkeyof, prio, ff, fpark = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local owner, b, popped, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local v, start = tonumber(ARGV[5]), tonumber(ARGV[6])
 local pf, lf = 'p:' .. b, 'l:' .. b
@@ -86,22 +88,22 @@ for i = 1, n do
     if ARGV[j] ~= '' then
       score, body, key, isPrio = far_decode(v, start, e)
     end
-    if not score then
-      -- left in place: the elements before it are unpacked
-      refused, n = 1, i - 1
-      break
-    end
     live = live + 1
-    redis.call('HDEL', KEYS[tonumber(ARGV[j + 2])], ARGV[j])
-    local id = ARGV[j + 1]
-    -- the tiers never hold one UUID twice; should they, the waiting one stays
-    if redis.call('HSETNX', bodies, id, body) == 1 then
-      z[#z + 1] = score
-      z[#z + 1] = id
-      moved = moved + 1
-      far_restore(bkeys, bkeyof, prio, id, ARGV[j], key, isPrio)
-    elseif key and is_far_mark(redis.call('HGET', bkeys, key), id, ARGV[j]) then
-      redis.call('HDEL', bkeys, key) -- its far holder is gone
+    if not score then
+      redis.call('RPUSH', fpark, v .. ':' .. b .. ':' .. start .. ':' .. e)
+      refused = refused + 1
+    else
+      redis.call('HDEL', KEYS[tonumber(ARGV[j + 2])], ARGV[j])
+      local id = ARGV[j + 1]
+      -- the tiers never hold one UUID twice; should they, the waiting one stays
+      if redis.call('HSETNX', bodies, id, body) == 1 then
+        z[#z + 1] = score
+        z[#z + 1] = id
+        moved = moved + 1
+        far_restore(bkeys, bkeyof, prio, id, ARGV[j], key, isPrio)
+      elseif key and is_far_mark(redis.call('HGET', bkeys, key), id, ARGV[j]) then
+        redis.call('HDEL', bkeys, key) -- its far holder is gone
+      end
     end
   end
 end
@@ -111,9 +113,6 @@ end
 -- Counters are written as values (see ff_remove), and before LTRIM: a
 -- script that fails after it would leave the popped count behind the list.
 ff_remove(fmeta, ff, live)
-if n == 0 then
-  return {0, refused, 0}
-end
 redis.call('LTRIM', bucket, n, -1)
 if redis.call('EXISTS', bucket) == 0 then
   redis.call('ZREM', far, b)
@@ -122,4 +121,4 @@ if redis.call('EXISTS', bucket) == 0 then
 end
 local counts = redis.call('HMGET', fmeta, pf, lf)
 redis.call('HSET', fmeta, pf, tonumber(counts[1] or '0') + n, lf, tonumber(counts[2] or '0') - live)
-return {moved, refused, 1 - refused}
+return {moved, refused, 1}
