@@ -90,14 +90,28 @@ func TestSecurity_PlantedToken(t *testing.T) {
 		require.True(t, waiting(), "cancelled with the planted token %s", tok)
 	}
 
+	// Planted beside the real one, sent first for its longer Path, it does
+	// not lock the operator out either.
+	form, waiting = e.cancelForm()
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/cancel", strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", e.srv.URL)
+	req.Header.Set("Cookie", "redisdelay_csrf="+planted+planted+"; redisdelay_csrf="+form.Get("csrf"))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.False(t, waiting(), "a planted cookie beside the real one locked the operator out")
+
 	// With a login, a token is bound to the credentials it was served with.
 	users := map[string]string{"alice": "correct-horse-battery", "mallory": "another-long-password"}
 	e = newEnv(t, dashboard.Options{BasicAuth: users})
 	msg := later(time.Hour, "x")
 	e.publish("orders", msg)
-	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/message?t=orders&q="+msg.UUID, nil)
+	req, _ = http.NewRequest(http.MethodGet, e.srv.URL+"/message?t=orders&q="+msg.UUID, nil)
 	req.SetBasicAuth("mallory", users["mallory"])
-	resp, err := e.http.Do(req)
+	resp, err = e.http.Do(req)
 	require.NoError(t, err)
 	var page bytes.Buffer
 	_, _ = page.ReadFrom(resp.Body)

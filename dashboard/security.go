@@ -58,8 +58,8 @@ func (h *handler) validToken(tok string, r *http.Request) bool {
 // none or one this handler did not sign (planted by another page, or
 // signed before a restart with another key).
 func (h *handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
-	if c, err := r.Cookie(csrfCookie); err == nil && h.validToken(c.Value, r) {
-		return c.Value
+	if tok := h.cookieToken(r, ""); tok != "" {
+		return tok
 	}
 	b := make([]byte, tokenNonce)
 	_, _ = rand.Read(b)
@@ -70,6 +70,23 @@ func (h *handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	}
 	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: tok, Path: path, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.opts.SecureCookie || viaHTTPS(r)})
 	return tok
+}
+
+// cookieToken returns the first token cookie of the request this handler
+// signed for its credentials, and equal to form unless form is empty; ""
+// for none. A page of another port may have planted a cookie of the same
+// name with a longer Path, which the browser sends first: it is skipped,
+// so that it does not lock the operator out of the actions either.
+func (h *handler) cookieToken(r *http.Request, form string) string {
+	for _, c := range r.CookiesNamed(csrfCookie) {
+		if form != "" && subtle.ConstantTimeCompare([]byte(c.Value), []byte(form)) != 1 {
+			continue
+		}
+		if h.validToken(c.Value, r) {
+			return c.Value
+		}
+	}
+	return ""
 }
 
 // checkAction refuses a mutating request: read-only mode, a request from
@@ -90,9 +107,8 @@ func (h *handler) checkAction(r *http.Request) error {
 	if err := h.checkOrigin(r); err != nil {
 		return err
 	}
-	c, err := r.Cookie(csrfCookie)
 	form := r.PostFormValue("csrf")
-	if err != nil || form == "" || subtle.ConstantTimeCompare([]byte(c.Value), []byte(form)) != 1 || !h.validToken(form, r) {
+	if form == "" || h.cookieToken(r, form) == "" {
 		return fmt.Errorf("%w: the form's token is missing or stale (cookies disabled, the dashboard restarted, or a form from another site): reload the page and try again", errForbidden)
 	}
 	return nil
