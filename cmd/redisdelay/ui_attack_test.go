@@ -136,6 +136,20 @@ func errorAs(err error, target *net.Error) bool {
 	return ok
 }
 
+// uiRefused runs the ui command line, which must refuse to start: past 5 s
+// it is stopped, so that a regression fails rather than serve forever.
+func (s sample) uiRefused(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var out, errOut syncBuffer
+	code := run(ctx, append([]string{"--addr", redisAddr, "--prefix", s.prefix}, args...), &out, &errOut)
+	r := result{code, out.String(), errOut.String()}
+	t.Logf("redisdelay %s → exit %d\n%s%s", strings.Join(args, " "), code, r.stdout, r.stderr)
+	require.NotEqual(t, exitOK, code, "served: %s", r.stdout)
+	return r
+}
+
 // TestUI_CredentialFilesPrivate: a users or token file that group or
 // others may read is refused, naming the file and chmod 600, as ssh does.
 func TestUI_CredentialFilesPrivate(t *testing.T) {
@@ -144,7 +158,7 @@ func TestUI_CredentialFilesPrivate(t *testing.T) {
 	users := filepath.Join(dir, "users")
 	require.NoError(t, os.WriteFile(users, []byte("alice:correct-horse-battery\n"), 0o644))
 	require.NoError(t, os.Chmod(users, 0o644))
-	r := s.cli(t, "ui", "--basic-auth-file", users)
+	r := s.uiRefused(t, "ui", "--addr-listen", "127.0.0.1:0", "--basic-auth-file", users)
 	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, "--basic-auth-file "+users+" is accessible by group or others (mode 0644)")
 	assert.Contains(t, r.stderr, "chmod 600 "+users)
@@ -153,7 +167,7 @@ func TestUI_CredentialFilesPrivate(t *testing.T) {
 	tokens := filepath.Join(dir, "tokens")
 	require.NoError(t, os.WriteFile(tokens, []byte("token-of-the-monitoring-script\n"), 0o640))
 	require.NoError(t, os.Chmod(tokens, 0o640))
-	r = s.cli(t, "ui", "--token-file", tokens)
+	r = s.uiRefused(t, "ui", "--addr-listen", "127.0.0.1:0", "--token-file", tokens)
 	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, "chmod 600 "+tokens)
 
@@ -173,7 +187,7 @@ func TestUI_WeakeningFlags(t *testing.T) {
 	assert.NotContains(t, ui.errOut.String(), "--allowed-host '*'")
 	ui.interrupt(t)
 
-	r := s.cli(t, "ui", "--addr-listen", "0.0.0.0:0", "--read-only")
+	r := s.uiRefused(t, "ui", "--addr-listen", "0.0.0.0:0", "--read-only")
 	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, "is not a loopback address, and the dashboard would have no login: anyone who reaches it could read every payload, read-only or not")
 	assert.Contains(t, r.stderr, "--insecure")
@@ -202,11 +216,11 @@ func TestUI_TLS(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain http on the https port")
 	ui.interrupt(t)
 
-	r := s.cli(t, "ui", "--ui-tls-cert", certFile)
+	r := s.uiRefused(t, "ui", "--addr-listen", "127.0.0.1:0", "--ui-tls-cert", certFile)
 	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, "--ui-tls-cert and --ui-tls-key go together")
 	require.NoError(t, os.Chmod(keyFile, 0o644))
-	r = s.cli(t, "ui", "--ui-tls-cert", certFile, "--ui-tls-key", keyFile)
+	r = s.uiRefused(t, "ui", "--addr-listen", "127.0.0.1:0", "--ui-tls-cert", certFile, "--ui-tls-key", keyFile)
 	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, "chmod 600 "+keyFile)
 }
