@@ -25,10 +25,13 @@
 //
 // It answers only to loopback Hosts and those of Options.AllowedHosts
 // (against DNS rebinding), and with Options.BasicAuth or BearerTokens only
-// to requests that log in. Mutating actions are POST requests carrying a
-// token from a cookie of the page (double-submit), refused unless their
-// Origin, or without one their Referer, names the dashboard; ReadOnly
-// refuses them all and hides their buttons.
+// to requests that log in (failures logged and slowed down). Mutating
+// actions are POST requests carrying a signed token from a cookie of the
+// page (double-submit), refused unless the browser's Sec-Fetch-Site says
+// same-origin where it is sent, and their Origin, or without one their
+// Referer, names the dashboard's origin, port included; ReadOnly refuses
+// them all and hides their buttons. The pages that read messages are
+// refused to other sites and run a few at a time.
 package dashboard
 
 import (
