@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 )
 
 // The CSRF token is a random nonce and an HMAC of it, under the handler's
@@ -51,7 +50,7 @@ func (h *handler) validToken(tok string, r *http.Request) bool {
 	if err != nil {
 		return false
 	}
-	return hmac.Equal([]byte(h.sign(nonce, r)), []byte(strings.ToLower(tok)))
+	return hmac.Equal([]byte(h.sign(nonce, r)), []byte(tok))
 }
 
 // csrfToken returns the browser's token, setting the cookie when it has
