@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -305,4 +306,31 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestSecurity_CSRFKeySharedByReplicas: replicas given the same CSRFKey
+// accept each other's tokens; another key refuses them; a short key is
+// invalid.
+func TestSecurity_CSRFKeySharedByReplicas(t *testing.T) {
+	key := []byte(strings.Repeat("k", 32))
+	e := newEnv(t, dashboard.Options{CSRFKey: key})
+	form, waiting := e.cancelForm()
+	post := func(h http.Handler) int {
+		srv := httptest.NewServer(h)
+		defer srv.Close()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/cancel", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", srv.URL)
+		req.AddCookie(&http.Cookie{Name: "redisdelay_csrf", Value: form.Get("csrf")})
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusForbidden, post(dashboard.New(e.insp, dashboard.Options{CSRFKey: []byte(strings.Repeat("o", 32))})), "another key")
+	assert.Equal(t, http.StatusForbidden, post(dashboard.New(e.insp, dashboard.Options{})), "a random key")
+	require.True(t, waiting())
+	assert.Equal(t, http.StatusOK, post(dashboard.New(e.insp, dashboard.Options{CSRFKey: key})), "the same key")
+	assert.False(t, waiting())
+	assert.ErrorContains(t, dashboard.Options{CSRFKey: []byte("short")}.Validate(), "CSRFKey has 5 bytes: use at least 32")
 }
