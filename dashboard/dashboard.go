@@ -25,19 +25,24 @@
 //
 // It answers only to loopback Hosts and those of Options.AllowedHosts
 // (against DNS rebinding), and with Options.BasicAuth or BearerTokens only
-// to requests that log in. Mutating actions are POST requests carrying a
-// token from a cookie of the page (double-submit), refused unless their
-// Origin, or without one their Referer, names the dashboard; ReadOnly
-// refuses them all and hides their buttons.
+// to requests that log in (failures logged and slowed down). Mutating
+// actions are POST requests carrying a signed token from a cookie of the
+// page (double-submit), refused unless the browser's Sec-Fetch-Site says
+// same-origin where it is sent, and their Origin, or without one their
+// Referer, names the dashboard's origin, port included; ReadOnly refuses
+// them all and hides their buttons. The pages that read messages are
+// refused to other sites and run a few at a time.
 package dashboard
 
 import (
 	"context"
+	"crypto/rand"
 	"embed"
 	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -129,6 +134,18 @@ type Options struct {
 	// http (loopback), where a Secure cookie would be dropped.
 	SecureCookie bool
 
+	// CSRFKey signs the tokens of the dashboard's forms (HMAC-SHA256), at
+	// least 32 bytes when set. Empty: a random key made by New, so a
+	// token lasts as long as the process (a page opened before a restart
+	// gets a new token when reloaded). Give replicas behind a load
+	// balancer the same key, so that a form of one is accepted by another.
+	CSRFKey []byte
+
+	// Logger receives the failed logins (BasicAuth, BearerTokens), at most
+	// one line per remote address every 10 s, with the count since the
+	// last. Nil: slog.Default().
+	Logger *slog.Logger
+
 	// SampleEvery is how often the throughput and lateness of a topic are
 	// sampled for its charts (default 5 s; negative: no charts, no
 	// sampling). The dashboard keeps the last 720 samples per topic (an
@@ -136,6 +153,13 @@ type Options struct {
 	// request for its page: an idle dashboard sends Redis nothing.
 	SampleEvery time.Duration
 }
+
+// maxOffset is the deepest offset of the topic page's list of waiting
+// messages (200 pages): Inspector.Waiting reads every message before the
+// page, bodies included (about 370 bytes each in the review's measure,
+// so 3.7 MB at the cap rather than 111 MB at 300,000). A variable for the
+// tests.
+var maxOffset = 10_000
 
 // Page sizes.
 const (
@@ -147,17 +171,23 @@ const (
 
 const csrfCookie = "redisdelay_csrf"
 
+// maxBody bounds the body of a request.
+const maxBody = 1 << 20
+
 //go:embed templates/*.html static/*
 var files embed.FS
 
 type handler struct {
-	insp  *redisdelay.Inspector
-	opts  Options
-	base  string
-	pages map[string]*template.Template
-	mux   *http.ServeMux
-	hist  *history
-	hosts allowedHosts
+	insp   *redisdelay.Inspector
+	opts   Options
+	base   string
+	pages  map[string]*template.Template
+	mux    *http.ServeMux
+	hist   *history
+	hosts  allowedHosts
+	key    []byte        // signs the CSRF tokens
+	slots  chan struct{} // the expensive reads running (heavy)
+	logins *failedLogins
 }
 
 // minSecret is the shortest password or token Validate accepts: the
@@ -182,6 +212,9 @@ func (o Options) Validate() error {
 			return fmt.Errorf("dashboard: BearerTokens[%d] has %d characters: use at least %d (a long random one)", n, len(tok), minSecret)
 		}
 	}
+	if len(o.CSRFKey) > 0 && len(o.CSRFKey) < 32 {
+		return fmt.Errorf("dashboard: CSRFKey has %d bytes: use at least 32 random bytes, or none for a random key per process", len(o.CSRFKey))
+	}
 	return nil
 }
 
@@ -205,6 +238,17 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	h := &handler{insp: insp, opts: opts, base: strings.TrimRight(opts.BasePath, "/")}
 	h.hist = newHistory(insp, opts.SampleEvery, opts.Timeout)
 	h.hosts = parseAllowedHosts(opts.AllowedHosts)
+	h.key = opts.CSRFKey
+	if len(h.key) == 0 {
+		h.key = make([]byte, 32)
+		_, _ = rand.Read(h.key)
+	}
+	h.slots = make(chan struct{}, maxHeavy)
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+		h.opts.Logger = opts.Logger
+	}
+	h.logins = newFailedLogins(opts.Logger)
 	if h.base != "" && !strings.HasPrefix(h.base, "/") {
 		h.base = "/" + h.base
 	}
@@ -227,13 +271,15 @@ func New(insp *redisdelay.Inspector, opts Options) http.Handler {
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /{$}", h.topics)
 	mux.HandleFunc("GET /api/topics", h.apiTopics)
-	mux.HandleFunc("GET /topic", h.topic)
-	mux.HandleFunc("GET /api/topic", h.apiTopic)
-	mux.HandleFunc("GET /group", h.group)
-	mux.HandleFunc("GET /message", h.message)
-	mux.HandleFunc("GET /dead", h.dead)
-	mux.HandleFunc("GET /schedules", h.schedules)
-	mux.HandleFunc("GET /search", h.search)
+	// The pages that read messages (bodies included) from Redis: refused
+	// to other sites, and a few at a time.
+	mux.HandleFunc("GET /topic", h.heavy(h.topic))
+	mux.HandleFunc("GET /api/topic", h.sameSite(h.apiTopic))
+	mux.HandleFunc("GET /group", h.heavy(h.group))
+	mux.HandleFunc("GET /message", h.heavy(h.message))
+	mux.HandleFunc("GET /dead", h.heavy(h.dead))
+	mux.HandleFunc("GET /schedules", h.sameSite(h.schedules))
+	mux.HandleFunc("GET /search", h.heavy(h.search))
 	mux.HandleFunc("POST /cancel", h.action(h.cancel))
 	mux.HandleFunc("POST /dead/action", h.action(h.deadAction))
 	mux.HandleFunc("POST /reschedule", h.action(h.reschedule))
@@ -255,8 +301,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Host, hostOnly(r.Host)), http.StatusForbidden)
 		return
 	}
+	// No form of the dashboard comes near this; a bigger body is not
+	// read past it, whoever sends it.
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	if !h.authenticated(r) {
-		h.challenge(w)
+		h.loginFailed(w, r)
 		return
 	}
 	if h.opts.Authorize != nil {
@@ -312,7 +361,7 @@ type page struct {
 }
 
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title, topic string, data any) {
-	p := page{Base: h.base, Title: title, ReadOnly: h.opts.ReadOnly, CSRF: h.csrfToken(w, r), Topic: topic, Data: data}
+	p := page{Base: h.base, Title: visible(title), ReadOnly: h.opts.ReadOnly, CSRF: h.csrfToken(w, r), Topic: topic, Data: data}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)

@@ -428,7 +428,7 @@ func TestPages_Errors(t *testing.T) {
 
 	big := url.Values{"csrf": {tok}, "t": {"orders"}, "uuid": {strings.Repeat("x", 2<<20)}}
 	status, body := e.post("/cancel", big)
-	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, status, "a body past 1 MiB is refused as too large (issue 47)")
 	assert.Contains(t, body, "cannot read the form")
 
 	e.redis.Stop()

@@ -27,3 +27,24 @@ func SetSchedulerWait(d time.Duration) (restore func()) {
 	schedulerWait = d
 	return func() { schedulerWait = was }
 }
+
+// SetHeavy lets n pages that read messages run at once, each later one
+// waiting at most wait for a slot, in the handlers made until the returned
+// function restores the bounds.
+func SetHeavy(n int, wait time.Duration) (restore func()) {
+	was, wasWait := maxHeavy, heavyWait
+	maxHeavy, heavyWait = n, wait
+	return func() { maxHeavy, heavyWait = was, wasWait }
+}
+
+// SetMaxOffset sets the deepest offset of a topic's list of waiting
+// messages until the returned function restores it.
+func SetMaxOffset(n int) (restore func()) {
+	was := maxOffset
+	maxOffset = n
+	return func() { maxOffset = was }
+}
+
+// FailDelay is the wait added to each failed login past the first few
+// from one address.
+func FailDelay() time.Duration { return failDelay }

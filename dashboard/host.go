@@ -10,37 +10,103 @@ import (
 )
 
 // allowedHosts is Options.AllowedHosts read: hosts allowed on any port,
-// and host:port pairs.
+// and host:port pairs, for the Host check; and the origins trusted as the
+// Origin of an action.
 type allowedHosts struct {
-	any   bool                // "*": no check
-	hosts map[string]bool     // host, any port
-	ports map[string][]string // host: the ports allowed
+	any     bool                // "*": no Host check
+	hosts   map[string]bool     // host, any port
+	ports   map[string][]string // host: the ports allowed
+	origins map[string][]origin // host: the origins trusted
 }
 
+// origin is an entry of AllowedHosts as the Origin check reads it: an
+// empty scheme fits http and https; an empty port is the scheme's default.
+type origin struct{ scheme, port string }
+
 func parseAllowedHosts(list []string) allowedHosts {
-	a := allowedHosts{hosts: map[string]bool{}, ports: map[string][]string{}}
+	a := allowedHosts{hosts: map[string]bool{}, ports: map[string][]string{}, origins: map[string][]origin{}}
 	for _, e := range list {
 		e = strings.TrimSpace(e)
 		if e == "*" {
 			a.any = true
 			continue
 		}
-		// Tolerate an origin ("https://ops.example.com"): its host counts.
+		// Tolerate an origin ("https://ops.example.com"): its host counts,
+		// and its scheme for the Origin check.
+		scheme := ""
 		if strings.Contains(e, "://") {
 			if u, err := url.Parse(e); err == nil {
-				e = u.Host
+				scheme, e = strings.ToLower(u.Scheme), u.Host
 			}
 		}
 		host, port := splitHost(e)
 		switch {
 		case host == "":
+			continue
 		case port == "":
 			a.hosts[host] = true
 		default:
 			a.ports[host] = append(a.ports[host], port)
 		}
+		a.origins[host] = append(a.origins[host], origin{scheme, withoutDefaultPort(scheme, port)})
 	}
 	return a
+}
+
+// withoutDefaultPort is port, or "" when it is the scheme's default
+// (browsers leave it out of Origin).
+func withoutDefaultPort(scheme, port string) string {
+	if scheme == "http" && port == "80" || scheme == "https" && port == "443" {
+		return ""
+	}
+	return port
+}
+
+// trusts tells whether an Origin (or Referer) URL is an origin of
+// AllowedHosts: its host, its port (none for an entry without one: the
+// scheme's default), and its scheme when the entry gives one. Unlike the
+// Host check, an entry without a port does not trust every port: another
+// port of the host is another origin, maybe another application.
+func (a allowedHosts) trusts(u *url.URL) bool {
+	host, port := splitHost(u.Host)
+	port = withoutDefaultPort(strings.ToLower(u.Scheme), port)
+	for _, o := range a.origins[host] {
+		if o.port == port && (o.scheme == "" || strings.EqualFold(o.scheme, u.Scheme)) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameOrigin tells whether an Origin (or Referer) URL is the origin of the
+// request: the same host and port as its Host header (which the browser
+// writes from the URL it requests, so they compare as written), and the
+// same scheme when the request tells it (TLS, or a proxy's
+// X-Forwarded-Proto or Forwarded header). Without those, the scheme of a
+// plain http request is unknown (a TLS-terminating proxy that says
+// nothing), and is not compared.
+func sameOrigin(u *url.URL, r *http.Request) bool {
+	if !sameHost(u.Host, r.Host) {
+		return false
+	}
+	if scheme, known := requestScheme(r); known {
+		return strings.EqualFold(u.Scheme, scheme)
+	}
+	return true
+}
+
+// requestScheme is the scheme the browser used, when the request says.
+func requestScheme(r *http.Request) (scheme string, known bool) {
+	switch {
+	case r.TLS != nil:
+		return "https", true
+	case r.Header.Get("X-Forwarded-Proto") != "" || r.Header.Get("Forwarded") != "" && strings.Contains(strings.ToLower(r.Header.Get("Forwarded")), "proto="):
+		if viaHTTPS(r) {
+			return "https", true
+		}
+		return "http", true
+	}
+	return "", false
 }
 
 // splitHost splits a Host header (or an entry of AllowedHosts) into its
@@ -143,7 +209,9 @@ func (h *handler) authenticated(r *http.Request) bool {
 			ok |= sameSecret(u, user) & sameSecret(p, pw)
 		}
 	}
-	if tok, has := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); has {
+	// The scheme's name is case-insensitive (RFC 7235, section 2.1):
+	// "bearer" and "BEARER" are Bearer.
+	if scheme, tok, has := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " "); has && strings.EqualFold(scheme, "Bearer") {
 		for _, t := range h.opts.BearerTokens {
 			ok |= sameSecret(t, strings.TrimSpace(tok))
 		}

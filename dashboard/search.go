@@ -295,7 +295,7 @@ func (h *handler) search(w http.ResponseWriter, r *http.Request) {
 		d.MetaRows = append(d.MetaRows, "")
 	}
 	for _, g := range groups {
-		d.Targets = append(d.Targets, targetOption{"dead:" + g.Group, fmt.Sprintf("dead letters of group %s (%d)", g.Group, g.Dead), g.Group == group})
+		d.Targets = append(d.Targets, targetOption{"dead:" + g.Group, fmt.Sprintf("dead letters of group %s (%d)", visible(g.Group), g.Dead), g.Group == group})
 	}
 	title := "Search " + f.Topic
 	if q.Get("s") == "" { // the form alone: nothing read yet

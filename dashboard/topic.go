@@ -5,6 +5,7 @@ package dashboard
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -63,6 +64,13 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 	h.hist.watch(topic)
 	offset, _ := strconv.Atoi(r.URL.Query().Get("offset"))
 	offset = max(offset, 0)
+	if offset > maxOffset {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("offset %d is past the deepest page the dashboard lists (offset %d): a page reads every "+
+			"waiting message before it, bodies included, so a deep one would move the whole backlog out of Redis. To see messages "+
+			"further ahead, search the topic by due time (the search page's from and to fields: %s)", offset, maxOffset,
+			h.link("/search", "t", topic, "s", "1", "from", time.Now().Add(time.Hour).UTC().Format("2006-01-02 15:04"))))
+		return
+	}
 	st, err := h.insp.Stats(ctx, topic)
 	if err != nil {
 		h.fail(w, r, http.StatusBadGateway, err)
@@ -93,7 +101,7 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 			Preview: preview(m.Message.Payload), Due: m.Due, Size: len(m.Message.Payload),
 		})
 	}
-	if len(msgs) == waitingPage {
+	if len(msgs) == waitingPage && offset+waitingPage <= maxOffset {
 		d.Next = offset + waitingPage
 	}
 	h.render(w, r, http.StatusOK, "topic", "Topic "+topic, topic, d)

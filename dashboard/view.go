@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -111,36 +110,7 @@ func percent(n, max int64) int64 {
 	return n * 100 / max
 }
 
-// visible writes what a page would not show as itself (control
-// characters, which browsers draw as boxes or not at all; bidirectional
-// controls, which reorder what the operator reads; invalid UTF-8) as Go
-// escapes: \x1b, \u202e. Texts from Redis (metadata, UUIDs, reasons,
-// consumer names) come from whoever published them; html/template escapes
-// the result as usual.
-func visible(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || !unicode.IsPrint(r) && r != ' ' || unicode.Is(unicode.Bidi_Control, r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i, w := 0, 0; i < len(s); i += w {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		w = n
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case unicode.IsPrint(r) && !unicode.Is(unicode.Bidi_Control, r):
-			b.WriteRune(r)
-		default:
-			q := strconv.QuoteRuneToASCII(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-	}
-	return b.String()
-}
+// visible is present.Visible, the CLI's escaping of what a screen would
+// not show as itself (control characters, Bidi controls, invalid UTF-8):
+// html/template escapes the result as usual.
+func visible(s string) string { return present.Visible(s) }

@@ -38,6 +38,8 @@ type cmdFlags struct {
 	basicAuthFile string        // ui --basic-auth-file
 	tokenFile     string        // ui --token-file
 	insecure      bool          // ui --insecure
+	uiTLSCert     string        // ui --ui-tls-cert
+	uiTLSKey      string        // ui --ui-tls-key
 	in            time.Duration // reschedule --in
 	inSet         bool          // --in was given (--in 0s: due now)
 	at            string        // reschedule --at ("now" too)
@@ -509,16 +511,18 @@ func init() {
 			minArgs: 1, maxArgs: 1, run: cmdTrigger,
 		},
 		{
-			name: "ui", args: "[--addr-listen HOST:PORT] [--basic-auth-file F | --token-file F] [--read-only] [--allowed-host HOST]... [--insecure]", summary: "serve the web dashboard",
+			name: "ui", args: "[--addr-listen HOST:PORT] [--basic-auth-file F | --token-file F] [--read-only] [--allowed-host HOST]... [--ui-tls-cert F --ui-tls-key F] [--insecure]", summary: "serve the web dashboard",
 			help: "Serves the operator dashboard (see docs/dashboard.md) until interrupted: topics and groups\n" +
 				"refreshing live, the messages of each state (waiting, ready, pending, retrying, dead) and the\n" +
 				"consumers, waiting messages run now, cancelled or rescheduled, dead letters requeued or deleted after a\n" +
 				"confirmation, consumer groups paused and resumed, recurring schedules paused, resumed, triggered and\n" +
 				"removed. Authentication, never from the command line: HTTP basic from --basic-auth-file (lines\n" +
 				"user:password) or $REDISDELAY_UI_BASIC_AUTH (user:password), bearer tokens from --token-file (one a\n" +
-				"line) or $REDISDELAY_UI_TOKEN; passwords and tokens of 12 characters or more. --read-only hides and\n" +
-				"refuses every action. On an address other than loopback it refuses to start without authentication or\n" +
-				"--read-only, unless --insecure says something else protects it (a firewall, an authenticating proxy).\n" +
+				"line) or $REDISDELAY_UI_TOKEN; passwords and tokens of 12 characters or more; files readable by group\n" +
+				"or others are refused (chmod 600), as ssh does. --read-only hides and refuses every action. On an\n" +
+				"address other than loopback it refuses to start without authentication, read-only or not (every\n" +
+				"payload shows), unless --insecure says something else protects it (a firewall, an authenticating\n" +
+				"proxy). --ui-tls-cert and --ui-tls-key serve https directly (--tls-cert and --tls-key are Redis's).\n" +
 				"Against DNS rebinding it answers only to loopback names, the --addr-listen address (the machine's\n" +
 				"addresses for 0.0.0.0 or ::) and each --allowed-host: give the names you open it with.",
 			maxArgs: 0, serve: true,
@@ -535,7 +539,9 @@ func init() {
 				})
 				fs.StringVar(&f.basicAuthFile, "basic-auth-file", "", "require HTTP basic authentication by the users of `file` (lines user:password; # comments)")
 				fs.StringVar(&f.tokenFile, "token-file", "", "accept the bearer tokens of `file` (one a line), as Authorization: Bearer <token>")
-				fs.BoolVar(&f.insecure, "insecure", false, "serve an address other than loopback with neither authentication nor --read-only (something else protects it)")
+				fs.BoolVar(&f.insecure, "insecure", false, "serve an address other than loopback without authentication (something else protects it)")
+				fs.StringVar(&f.uiTLSCert, "ui-tls-cert", "", "serve https with the PEM certificate (chain) of `file` (with --ui-tls-key)")
+				fs.StringVar(&f.uiTLSKey, "ui-tls-key", "", "PEM private key `file` of --ui-tls-cert (not readable by group or others)")
 			},
 			run: cmdUI,
 		},

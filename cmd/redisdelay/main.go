@@ -115,15 +115,16 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, "bound on the whole command, including connecting (a bulk action's run: on each batch of 1,000 messages)")
 }
 
-// target names the Redis deployment in messages.
+// target names the Redis deployment in messages, credentials redacted
+// (the ui prints it in its banner).
 func (o *options) target() string {
 	switch {
 	case o.cluster != "":
-		return "Redis Cluster (seeds " + o.cluster + ")"
+		return o.redact("Redis Cluster (seeds " + o.cluster + ")")
 	case o.sentinel != "":
-		return fmt.Sprintf("Redis master %q (Sentinels %s)", o.master, o.sentinel)
+		return o.redact(fmt.Sprintf("Redis master %q (Sentinels %s)", o.master, o.sentinel))
 	}
-	return "Redis at " + o.addr
+	return o.redact("Redis at " + o.addr)
 }
 
 // usageError is a mistake in the command line: exit status 2 with usage.
@@ -163,6 +164,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func runWith(ctx context.Context, opts *options, args []string, stdout, stderr io.Writer) int {
+	stderr = redactingWriter{w: stderr, opts: opts}
 	top := flag.NewFlagSet("redisdelay", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
 	opts.register(top)
@@ -224,6 +226,10 @@ func runWith(ctx context.Context, opts *options, args []string, stdout, stderr i
 	}
 	if err := opts.check(); err != nil {
 		return usageFail(stderr, usagef(cmd, "%v", err))
+	}
+	if opts.password != "" {
+		fmt.Fprintln(stderr, "redisdelay: warning: --password on the command line is visible to the other users of this machine (ps, /proc) "+
+			"and kept in the shell's history: give it in $REDISDELAY_PASSWORD instead")
 	}
 	if opts.tlsInsecure {
 		fmt.Fprintln(stderr, "redisdelay: warning: --tls-insecure: the server's certificate is not verified, so anyone on the network path can impersonate the server and read the password and the messages")
@@ -295,6 +301,14 @@ func usageFail(stderr io.Writer, err error) int {
 }
 
 func (o *options) check() error {
+	// Addresses are host:port. A URL (redis://user:password@host) would
+	// fail to connect with an error that echoes it, password included.
+	for _, a := range []struct{ flag, value string }{{"--addr", o.addr}, {"--cluster", o.cluster}, {"--sentinel", o.sentinel}} {
+		if strings.Contains(a.value, "://") {
+			return fmt.Errorf("%s takes host:port, not a URL (%s): give the user with --user and the password in $REDISDELAY_PASSWORD, "+
+				"--tls for rediss://, and --db for the database", a.flag, o.redact(a.value))
+		}
+	}
 	if o.cluster != "" && o.addr != defaultAddr {
 		return errors.New("--cluster and --addr exclude each other: give the cluster's seed addresses to --cluster only")
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -426,35 +425,8 @@ func metadataSummary(md message.Metadata) string {
 // printable escapes what a terminal would act on (control characters,
 // escape sequences, bidirectional overrides, invalid UTF-8) as in Go
 // literals (\x1b, \a, \u202e): texts from Redis come from whoever
-// published or registered them.
-func printable(s string) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i, w := 0, 0; i < len(s); i += w {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		w = n
-		if r == utf8.RuneError && n == 1 {
-			fmt.Fprintf(&b, "\\x%02x", s[i])
-			continue
-		}
-		if unicode.IsPrint(r) {
-			b.WriteRune(r)
-			continue
-		}
-		q := strconv.QuoteRuneToASCII(r)
-		b.WriteString(q[1 : len(q)-1])
-	}
-	return b.String()
-}
+// published or registered them. The dashboard shows them the same way.
+func printable(s string) string { return present.Visible(s) }
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")

@@ -3,11 +3,16 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +27,36 @@ const (
 	tokenEnv     = "REDISDELAY_UI_TOKEN"
 )
 
+// The dashboard's server bounds what a client may hold: a request must
+// arrive whole within uiReadTimeout (a client that declares a body and
+// never sends it is cut off), an answer is written within uiWriteTimeout
+// (past the dashboard's own 15 s bound on Redis work), and a kept-alive
+// connection idle for uiIdleTimeout is closed (also after a 401).
+// Variables for the tests.
+var (
+	uiReadHeaderTimeout = 10 * time.Second
+	uiReadTimeout       = 30 * time.Second
+	uiWriteTimeout      = 60 * time.Second
+	uiIdleTimeout       = 60 * time.Second
+)
+
+// uiMaxHeaderBytes bounds the request line and headers (net/http's default
+// is 1 MiB; the dashboard's requests need a few KiB).
+const uiMaxHeaderBytes = 64 << 10
+
+// newUIServer is the dashboard's http.Server.
+func newUIServer(h http.Handler, errorLog *log.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: uiReadHeaderTimeout,
+		ReadTimeout:       uiReadTimeout,
+		WriteTimeout:      uiWriteTimeout,
+		IdleTimeout:       uiIdleTimeout,
+		MaxHeaderBytes:    uiMaxHeaderBytes,
+		ErrorLog:          errorLog,
+	}
+}
+
 // cmdUI serves the dashboard until the context ends (Ctrl-C, SIGTERM).
 func cmdUI(e *env, _ []string) error {
 	f := e.flags
@@ -30,9 +65,23 @@ func cmdUI(e *env, _ []string) error {
 		return usagef(lookup("ui"), "ui: %v", err)
 	}
 	auth := len(users) > 0 || len(tokens) > 0
-	opts := dashboard.Options{ReadOnly: f.readOnly, BasicAuth: users, BearerTokens: tokens}
+	logger := slog.New(slog.NewTextHandler(e.stderr, nil))
+	opts := dashboard.Options{ReadOnly: f.readOnly, BasicAuth: users, BearerTokens: tokens, Logger: logger}
 	if err := opts.Validate(); err != nil {
 		return usagef(lookup("ui"), "ui: %v", strings.TrimPrefix(err.Error(), "dashboard: "))
+	}
+	var tlsConfig *tls.Config
+	if f.uiTLSCert != "" || f.uiTLSKey != "" {
+		if tlsConfig, err = uiTLS(f.uiTLSCert, f.uiTLSKey); err != nil {
+			return usagef(lookup("ui"), "ui: %v", err)
+		}
+	}
+	for _, h := range f.allowedHosts {
+		if h == "*" {
+			fmt.Fprintln(e.stderr, "redisdelay: warning: --allowed-host '*' turns off the Host check against DNS rebinding: a page of any site "+
+				"whose name its owner points at this address can read the dashboard and act on it. Use it only behind a proxy that forwards "+
+				"only the dashboard's own name; otherwise give the names you open the dashboard with")
+		}
 	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -41,22 +90,28 @@ func cmdUI(e *env, _ []string) error {
 	addr := ln.Addr().(*net.TCPAddr)
 	if !addr.IP.IsLoopback() {
 		switch {
-		case !auth && !f.readOnly && !f.insecure:
+		case !auth && !f.insecure:
+			// Read-only is no excuse: it still shows every payload to
+			// whoever reaches the address.
 			_ = ln.Close()
+			what := "could read the payloads and cancel, reschedule, run, requeue or delete messages"
+			if f.readOnly {
+				what = "could read every payload, read-only or not"
+			}
 			return usagef(lookup("ui"), "ui: --addr-listen %s is not a loopback address, and the dashboard would have no login: anyone who reaches it "+
-				"could read the payloads and cancel, reschedule, run, requeue or delete messages. Give it users (--basic-auth-file, or $%s) or "+
-				"tokens (--token-file, or $%s), or --read-only; or --insecure if something else protects it (a firewall, an authenticating proxy)",
-				f.listen, basicAuthEnv, tokenEnv)
+				"%s. Give it users (--basic-auth-file, or $%s) or tokens (--token-file, or $%s); or --insecure if something else protects it "+
+				"(a firewall, an authenticating proxy)",
+				f.listen, what, basicAuthEnv, tokenEnv)
 		case !auth:
-			fmt.Fprintf(e.stderr, "redisdelay: warning: --addr-listen %s is not a loopback address and the dashboard has no login: anyone who can reach it can see the payloads%s\n",
-				f.listen, map[bool]string{false: " and act on messages, groups and schedules (--insecure)", true: " (read-only)"}[f.readOnly])
+			fmt.Fprintf(e.stderr, "redisdelay: warning: --addr-listen %s is not a loopback address and the dashboard has no login (--insecure): anyone who can reach it can see the payloads%s\n",
+				f.listen, map[bool]string{false: " and act on messages, groups and schedules", true: " (read-only)"}[f.readOnly])
 		}
-		if auth {
-			fmt.Fprintln(e.stderr, "redisdelay: note: the dashboard serves plain http: beyond a trusted network, put a TLS-terminating proxy in front, as credentials travel with every request")
+		if auth && tlsConfig == nil {
+			fmt.Fprintln(e.stderr, "redisdelay: note: the dashboard serves plain http: beyond a trusted network, serve https (--ui-tls-cert, --ui-tls-key) or put a TLS-terminating proxy in front, as credentials travel with every request")
 		}
 	}
-	opts.AllowedHosts = append(listenHosts(addr.IP), f.allowedHosts...)
-	srv := &http.Server{Handler: dashboard.New(e.insp, opts), ReadHeaderTimeout: 10 * time.Second}
+	opts.AllowedHosts = append(listenHosts(addr.IP, addr.Port), f.allowedHosts...)
+	srv := newUIServer(dashboard.New(e.insp, opts), slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 	mode := ""
 	if f.readOnly {
 		mode = " (read-only)"
@@ -64,9 +119,20 @@ func cmdUI(e *env, _ []string) error {
 	if auth {
 		mode += " (login: " + strings.Join(sources, ", ") + ")"
 	}
-	fmt.Fprintf(e.stdout, "dashboard of %s on http://%s/%s; Ctrl-C to stop\n", e.opts.target(), addr, mode)
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+		srv.TLSConfig = tlsConfig
+	}
+	fmt.Fprintf(e.stdout, "dashboard of %s on %s://%s/%s; Ctrl-C to stop\n", e.opts.target(), scheme, addr, mode)
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() {
+		if tlsConfig != nil {
+			done <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		done <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-done:
 		return fmt.Errorf("redisdelay: dashboard stopped: %v", err)
@@ -76,6 +142,40 @@ func cmdUI(e *env, _ []string) error {
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	return nil
+}
+
+// uiTLS loads the dashboard's certificate and key, refusing a key file
+// others may read.
+func uiTLS(certFile, keyFile string) (*tls.Config, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("--ui-tls-cert and --ui-tls-key go together: give the dashboard's certificate and its private key")
+	}
+	if err := privateFile("--ui-tls-key", keyFile); err != nil {
+		return nil, err
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--ui-tls-cert/--ui-tls-key: %w", err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
+}
+
+// privateFile refuses a file of secrets that its group or others may read
+// or write, as ssh refuses such a private key: whoever else can read it
+// has the dashboard's logins. Windows has no such mode bits.
+func privateFile(flagName, path string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if mode := fi.Mode().Perm(); mode&0o077 != 0 {
+		return fmt.Errorf("%s %s is accessible by group or others (mode %04o), so other users of the machine may read the secrets in it: "+
+			"make it private with chmod 600 %s", flagName, path, mode, path)
 	}
 	return nil
 }
@@ -102,6 +202,9 @@ func uiCredentials(f *cmdFlags, getenv func(string) string) (users map[string]st
 		sources = append(sources, "$"+basicAuthEnv)
 	}
 	if f.basicAuthFile != "" {
+		if err := privateFile("--basic-auth-file", f.basicAuthFile); err != nil {
+			return nil, nil, nil, err
+		}
 		n := 0
 		if err := eachLine(f.basicAuthFile, func(line string, at int) error {
 			n++
@@ -119,6 +222,9 @@ func uiCredentials(f *cmdFlags, getenv func(string) string) (users map[string]st
 		sources = append(sources, "$"+tokenEnv)
 	}
 	if f.tokenFile != "" {
+		if err := privateFile("--token-file", f.tokenFile); err != nil {
+			return nil, nil, nil, err
+		}
 		n := 0
 		if err := eachLine(f.tokenFile, func(line string, _ int) error {
 			n++
@@ -158,17 +264,21 @@ func eachLine(path string, fn func(line string, at int) error) error {
 
 // listenHosts are the Hosts the dashboard answers to without
 // --allowed-host: the address it listens on, or every address of the
-// machine when it listens on all of them. An address is no rebinding risk
-// (a page of another site has a name), and loopback is allowed anyway.
-func listenHosts(ip net.IP) []string {
+// machine when it listens on all of them, each with the port it listens
+// on. An address is no rebinding risk (a page of another site has a name),
+// and loopback is allowed anyway. The port counts: the dashboard also
+// trusts these as the Origin of its forms, and without a port that would
+// be every port of the address, any other server of the machine.
+func listenHosts(ip net.IP, port int) []string {
+	p := strconv.Itoa(port)
 	if !ip.IsUnspecified() {
-		return []string{ip.String()}
+		return []string{net.JoinHostPort(ip.String(), p)}
 	}
 	var out []string
 	addrs, _ := net.InterfaceAddrs()
 	for _, a := range addrs {
 		if n, ok := a.(*net.IPNet); ok {
-			out = append(out, n.IP.String())
+			out = append(out, net.JoinHostPort(n.IP.String(), p))
 		}
 	}
 	return out

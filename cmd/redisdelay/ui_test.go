@@ -102,13 +102,13 @@ func TestUI_AllowedHost(t *testing.T) {
 // TestUI_ListenHosts: the address listened on is allowed; all of the
 // machine's for 0.0.0.0.
 func TestUI_ListenHosts(t *testing.T) {
-	assert.Equal(t, []string{"10.1.2.3"}, listenHosts(net.ParseIP("10.1.2.3")))
-	assert.Equal(t, []string{"2001:db8::1"}, listenHosts(net.ParseIP("2001:db8::1")))
-	all := listenHosts(net.IPv4zero)
+	assert.Equal(t, []string{"10.1.2.3:8080"}, listenHosts(net.ParseIP("10.1.2.3"), 8080))
+	assert.Equal(t, []string{"[2001:db8::1]:8080"}, listenHosts(net.ParseIP("2001:db8::1"), 8080))
+	all := listenHosts(net.IPv4zero, 8080)
 	addrs, err := net.InterfaceAddrs()
 	require.NoError(t, err)
 	require.Len(t, all, len(addrs))
-	assert.Contains(t, all, "127.0.0.1")
+	assert.Contains(t, all, "127.0.0.1:8080")
 }
 
 // uiRun is the ui command running in the test.
@@ -151,7 +151,7 @@ func TestUI_RefusesOpenAddress(t *testing.T) {
 	ui := startUIAt(t, s, `on (http://\[::\]:\d+/|http://0\.0\.0\.0:\d+/)`, "ui", "--addr-listen", "0.0.0.0:0", "--insecure")
 	assert.Contains(t, ui.errOut.String(), "warning: --addr-listen 0.0.0.0:0 is not a loopback address and the dashboard has no login")
 	ui.interrupt(t)
-	ui = startUIAt(t, s, `on (http://\[::\]:\d+/|http://0\.0\.0\.0:\d+/)`, "ui", "--addr-listen", "0.0.0.0:0", "--read-only")
+	ui = startUIAt(t, s, `on (http://\[::\]:\d+/|http://0\.0\.0\.0:\d+/)`, "ui", "--addr-listen", "0.0.0.0:0", "--read-only", "--insecure")
 	assert.Contains(t, ui.errOut.String(), "can see the payloads (read-only)")
 	ui.interrupt(t)
 }

@@ -13,8 +13,18 @@
     if (cls) e.className = cls;
     return e;
   }
+  // vis writes what a page would not show as itself (control characters,
+  // bidirectional controls, which reorder what the operator reads) as Go
+  // escapes (\x1b, \u202e), as the server's pages do: names come from
+  // whoever published.
+  function vis(s) {
+    return String(s).replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, function (c) {
+      var n = c.charCodeAt(0), h = n.toString(16);
+      return n < 0x100 ? "\\x" + ("0" + h).slice(-2) : "\\u" + ("000" + h).slice(-4);
+    });
+  }
   function link(href, text) {
-    var a = el("a", text);
+    var a = el("a", vis(text));
     a.href = href;
     return a;
   }
@@ -47,7 +57,7 @@
       a.className = "group-link";
       td.appendChild(a);
     } else {
-      td.textContent = g.group;
+      td.textContent = vis(g.group);
     }
     if (g.paused) {
       var tag = el("span", "paused", "tag paused");

@@ -1,13 +1,17 @@
 // Package present formats for people what the CLI (cmd/redisdelay) and
 // the dashboard both show, so the two say the same thing the same way:
-// durations, sizes, and whether a scheduler took a topic's lease after an
-// action.
+// durations, sizes, texts from Redis with what a screen would act on
+// escaped, and whether a scheduler took a topic's lease after an action.
 package present
 
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
@@ -73,4 +77,48 @@ func SchedulerMissing(ctx context.Context, insp *redisdelay.Inspector, topic str
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Visible writes what a terminal or a page would not show as itself as
+// Go escapes: control characters and escape sequences (\x1b, \a), which a
+// terminal acts on and a browser draws as boxes or not at all;
+// bidirectional controls (\u202e, \u2066, \u200f), which reorder what the
+// operator reads ("orders\u202egpj.exe" shows as "ordersexe.jpg"); other
+// characters that do not print; and invalid UTF-8 (\xff). Texts from
+// Redis (topic, group and schedule names, metadata, UUIDs, reasons) come
+// from whoever published or registered them.
+func Visible(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !shown(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i, w := 0, 0; i < len(s); i += w {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		w = n
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case shown(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+	}
+	return b.String()
+}
+
+// shown tells whether a rune shows as itself: printable (space included)
+// and no Bidi control. The Bidi controls are format characters, which
+// unicode.IsPrint already refuses; naming them keeps that so should
+// IsPrint change.
+func shown(r rune) bool {
+	return unicode.IsPrint(r) && !unicode.Is(unicode.Bidi_Control, r)
 }

@@ -32,3 +32,23 @@ func TestPresent_Bytes(t *testing.T) {
 		}
 	}
 }
+
+// TestVisible: what a screen would act on or reorder shows escaped, as Go
+// writes it; the rest as it is. The CLI and the dashboard both use it.
+func TestVisible(t *testing.T) {
+	for in, want := range map[string]string{
+		"orders.close-unpaid":         "orders.close-unpaid",
+		"café ünïcode 日本 a b":         "café ünïcode 日本 a b",
+		"orders\u202egpj.exe":         `orders\u202egpj.exe`,
+		"\u202a\u202b\u202c\u202d":    `\u202a\u202b\u202c\u202d`,
+		"\u2066x\u2067y\u2068z\u2069": `\u2066x\u2067y\u2068z\u2069`,
+		"a\u200eb\u200fc\u061cd":      `a\u200eb\u200fc\u061cd`,
+		"\x1b[31mred\a":               `\x1b[31mred\a`,
+		"tab\tnew\nline":              `tab\tnew\nline`,
+		"bad \xff byte":               `bad \xff byte`,
+	} {
+		if got := Visible(in); got != want {
+			t.Errorf("Visible(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
