@@ -222,3 +222,11 @@ func FarPeek(ctx context.Context, client redis.UniversalClient, topic string, pa
 func PullFarAll(ctx context.Context, client redis.UniversalClient, topic string, part int) (int, error) {
 	return store.PullFarAll(ctx, client, store.Keys{Prefix: DefaultKeyPrefix}.Shard(topic, part))
 }
+
+// SetLocateBudget lowers Locate's scan budget (LocateScan) until the
+// returned function is called. Not for parallel tests.
+func SetLocateBudget(n int) (restore func()) {
+	old := locateBudget
+	locateBudget = n
+	return func() { locateBudget = old }
+}
