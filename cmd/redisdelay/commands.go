@@ -266,17 +266,33 @@ func init() {
 			run: cmdSearch,
 		},
 		{
-			name: "show", args: "<topic> <uuid> [--max-payload N]", summary: "show a waiting message or dead letter in full, payload included",
-			help: "Shows the message with this UUID wherever it still is: waiting for its due time, or in the\n" +
-				"dead letters of any consumer group (delivered and acknowledged messages are not kept). It prints\n" +
-				"all metadata and the payload: text with control characters and other characters a terminal would\n" +
-				"act on escaped (\\x1b, \\u202e), anything that is not UTF-8 text as a hex dump, at most\n" +
-				"--max-payload bytes. With --json the payload is a string, or payload_base64 when not UTF-8.\n" +
-				"Exit status 1 when no such message is found.",
-			minArgs: 2, maxArgs: 2,
-			flags: func(fs *flag.FlagSet, f *cmdFlags) { payloadFlags(fs, f, false) },
-			check: func(_ []string, f *cmdFlags) error { return checkMaxPayload(f) },
-			run:   cmdShow,
+			name: "show", args: "<topic> (<uuid> | --key K) [--max-payload N]", summary: "find a message in any state and show it in full, with what happens next",
+			help: "Finds the message with this UUID (or holding business key K) wherever it is: waiting for its due\n" +
+				"time (near or far), waiting for the topic's first consumer group, and per consumer group ready,\n" +
+				"queued in its group (SetGroup), pending with a consumer (which, since when, which attempt),\n" +
+				"retrying (when, and why), dead, or acknowledged but still in the ready stream; it says what\n" +
+				"happens next to it. Waiting messages are found by index; the other states by reading at most\n" +
+				"10,000 entries of each stream (its oldest and newest), pending list, retry set, group queue and\n" +
+				"dead letters, whatever the backlog: what that leaves unread is noted on stderr. It prints all\n" +
+				"metadata and the payload: text with control characters and other characters a terminal would act\n" +
+				"on escaped (\\x1b, \\u202e), anything that is not UTF-8 text as a hex dump, at most --max-payload\n" +
+				"bytes. With --json the payload is a string, or payload_base64 when not UTF-8.\n" +
+				"Exit status 3 when no such message is found.",
+			minArgs: 1, maxArgs: 2,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				payloadFlags(fs, f, false)
+				fs.StringVar(&f.key, "key", "", "find the message holding business key `K`")
+			},
+			check: func(pos []string, f *cmdFlags) error {
+				switch {
+				case len(pos) == 2 && f.key != "":
+					return errors.New("give a UUID or --key, not both")
+				case len(pos) == 1 && f.key == "":
+					return errors.New("give the message's UUID, or --key K")
+				}
+				return checkMaxPayload(f)
+			},
+			run: cmdShow,
 		},
 		{
 			name: "cancel", args: "<topic> (<uuid> | --key K | filter | --all) [--dry-run] [--resume C]", summary: "recall waiting messages: one, or those a filter selects",

@@ -59,7 +59,7 @@ func TestConnection_UsageErrors(t *testing.T) {
 		{[]string{"topics", "--version"}, `--version takes no command (got "topics")`},
 		{[]string{"help", "frobnicate"}, `help: unknown command "frobnicate"`},
 		{[]string{"help", "dead", "waiting"}, "help takes one command at most"},
-		{[]string{"show", topic}, "show: wrong number of arguments (1)"},
+		{[]string{"show", topic}, "show: give the message's UUID, or --key K"},
 		{[]string{"show", topic, "u", "--max-payload", "-1"}, "--max-payload is -1: use 0 (no limit) or more"},
 		{[]string{"waiting", topic, "--max-payload", "-5"}, "--max-payload is -5"},
 		{[]string{"dead", topic, group, "--payload=maybe"}, `invalid boolean value "maybe" for -payload`},

@@ -17,7 +17,8 @@
 //
 // Run "redisdelay -h" for the commands and flags, "redisdelay --version"
 // for the build. Exit status: 0 done, 1 operational error (Redis
-// unreachable, unknown topic, ...), 2 usage error.
+// unreachable, unknown topic, ...), 2 usage error, 3 not found (show,
+// cancel, reschedule or run-now of a message that is not there).
 package main
 
 import (
@@ -59,7 +60,20 @@ const (
 	exitOK    = 0
 	exitError = 1 // operational: Redis unreachable, unknown topic, a library error
 	exitUsage = 2 // bad flags or arguments
+	// exitNotFound: the message (or group) the command names is not
+	// there, so a script can tell a typo or a message gone from a failure.
+	exitNotFound = 3
 )
+
+// notFoundError is a command's "no such message" (or group): exit status
+// exitNotFound, with its message on stderr.
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string { return e.msg }
+
+func notFoundf(format string, args ...any) error {
+	return &notFoundError{msg: fmt.Sprintf(format, args...)}
+}
 
 const defaultAddr = "127.0.0.1:6379"
 
@@ -264,12 +278,17 @@ func runWith(ctx context.Context, opts *options, args []string, stdout, stderr i
 		if errors.Is(err, errReported) {
 			return exitError
 		}
+		code := exitError
+		var nf *notFoundError
+		if errors.As(err, &nf) {
+			code = exitNotFound
+		}
 		msg := err.Error() + timedOut(ctx, opts)
 		if !strings.HasPrefix(msg, "redisdelay") {
 			msg = "redisdelay: " + msg
 		}
 		fmt.Fprintln(stderr, msg)
-		return exitError
+		return code
 	}
 	return exitOK
 }
@@ -518,7 +537,8 @@ environment:
   REDISDELAY_PASSWORD           password of the Redis server, cluster or master (unless --password; REDIS_PASSWORD is read too)
   REDISDELAY_SENTINEL_PASSWORD  password of the Sentinels, with --sentinel
 
-exit status: 0 done, 1 operational error (Redis unreachable, unknown topic, ...), 2 usage error.
+exit status: 0 done, 1 operational error (Redis unreachable, unknown topic, ...), 2 usage error,
+3 not found (show, cancel, reschedule or run-now of a message that is not there; pause of an unknown group).
 Run "redisdelay help <command>" for a command's flags.
 `)
 }
