@@ -130,18 +130,43 @@ var locateBudget = LocateScan
 // left unread. Acknowledged messages leave no trace once trimmed from the
 // ready stream.
 func (i *Inspector) Locate(ctx context.Context, topic, messageUUID string) (LocateResult, error) {
-	return i.locate(ctx, topic, "uuid", messageUUID)
+	return i.LocateWith(ctx, topic, LocateQuery{UUID: messageUUID})
 }
 
 // LocateKey is Locate for the message holding businessKey (see
 // BusinessKey): found by index while waiting; in the other states, by
 // decoding each message read, within the same budget.
 func (i *Inspector) LocateKey(ctx context.Context, topic, businessKey string) (LocateResult, error) {
-	return i.locate(ctx, topic, "key", businessKey)
+	return i.LocateWith(ctx, topic, LocateQuery{BusinessKey: businessKey})
 }
 
-func (i *Inspector) locate(ctx context.Context, topic, by, value string) (LocateResult, error) {
+// LocateQuery is what LocateWith looks for: the message with UUID, or the
+// one holding BusinessKey (give one), reading at most Scan entries of each
+// structure without an index (0: LocateScan).
+type LocateQuery struct {
+	UUID, BusinessKey string
+	Scan              int
+}
+
+// LocateWith is Locate or LocateKey with a scan budget of its own: lower
+// it to answer faster on a loaded server, raise it to read a long backlog
+// whole.
+func (i *Inspector) LocateWith(ctx context.Context, topic string, q LocateQuery) (LocateResult, error) {
 	res := LocateResult{Topic: topic}
+	by, value := "uuid", q.UUID
+	switch {
+	case q.UUID != "" && q.BusinessKey != "":
+		return res, fmt.Errorf("%w: locate in topic %q: give a UUID or a business key, not both", ErrInvalidMessage, topic)
+	case q.BusinessKey != "":
+		by, value = "key", q.BusinessKey
+	}
+	if q.Scan < 0 {
+		return res, fmt.Errorf("redisdelay: locate in topic %q: scan budget %d: give 0 (the default, %d) or more", topic, q.Scan, LocateScan)
+	}
+	budget := q.Scan
+	if budget == 0 {
+		budget = locateBudget
+	}
 	if err := checkLookup("locate", topic, by, value); err != nil {
 		return res, err
 	}
@@ -173,7 +198,7 @@ func (i *Inspector) locate(ctx context.Context, topic, by, value string) (Locate
 		l.Far = w.Due.Sub(now) > 2*time.Minute // the far tier holds what is due past about two minutes
 		res.Locations = append(res.Locations, l)
 	}
-	loc := &locator{i: i, ctx: ctx, match: match, now: now, res: &res}
+	loc := &locator{i: i, ctx: ctx, match: match, now: now, res: &res, budget: budget}
 	for part, sh := range shards {
 		if err := loc.partition(part, sh, by, value); err != nil {
 			return fail(err)
@@ -216,13 +241,15 @@ type locator struct {
 	match store.Match
 	now   time.Time
 	res   *LocateResult
+	// budget is the scan budget: entries read of each structure at most.
+	budget int
 }
 
 // scanned counts a structure's scan and notes what its budget left unread.
 func (l *locator) scanned(sc store.Scanned, what string) {
 	l.res.Read += sc.Read
 	if sc.Unread > 0 {
-		l.res.Unsearched = append(l.res.Unsearched, fmt.Sprintf("%s: %d entries not read (scan budget %d)", what, sc.Unread, locateBudget))
+		l.res.Unsearched = append(l.res.Unsearched, fmt.Sprintf("%s: %d entries not read (scan budget %d)", what, sc.Unread, l.budget))
 	}
 }
 
@@ -258,7 +285,7 @@ func (l *locator) partition(part int, sh store.Shard, by, value string) error {
 	}
 	slices.Sort(groups)
 	// The ready stream, shared by the groups: read once.
-	hits, sc, err := store.ScanStream(l.ctx, c, sh.Stream(), l.match, locateBudget)
+	hits, sc, err := store.ScanStream(l.ctx, c, sh.Stream(), l.match, l.budget)
 	if err != nil {
 		return err
 	}
@@ -278,7 +305,7 @@ func (l *locator) partition(part int, sh store.Shard, by, value string) error {
 func (l *locator) group(part int, sh store.Shard, g string) error {
 	c, ctx := l.i.client, l.ctx
 	where := func(what string) string { return fmt.Sprintf("group %q's %s in partition %d", g, what, part) }
-	hits, sc, err := store.ScanStream(ctx, c, sh.Redelivery(g), l.match, locateBudget)
+	hits, sc, err := store.ScanStream(ctx, c, sh.Redelivery(g), l.match, l.budget)
 	if err != nil {
 		return err
 	}
@@ -289,7 +316,7 @@ func (l *locator) group(part int, sh store.Shard, g string) error {
 	// Pending entries anywhere in the streams (the ends read above may not
 	// reach them), unless found already.
 	for _, which := range []string{"r", "m"} {
-		ps, sc, err := store.ScanPending(ctx, c, sh, g, which, l.match, locateBudget)
+		ps, sc, err := store.ScanPending(ctx, c, sh, g, which, l.match, l.budget)
 		if err != nil {
 			return err
 		}
@@ -306,7 +333,7 @@ func (l *locator) group(part int, sh store.Shard, g string) error {
 			l.add(loc, p.Body)
 		}
 	}
-	rs, sc, err := store.ScanRetry(ctx, c, sh, g, l.match, locateBudget)
+	rs, sc, err := store.ScanRetry(ctx, c, sh, g, l.match, l.budget)
 	if err != nil {
 		return err
 	}
@@ -314,7 +341,7 @@ func (l *locator) group(part int, sh store.Shard, g string) error {
 	for _, r := range rs {
 		l.add(Location{State: StateRetrying, Group: g, Partition: part, ID: strconv.Itoa(part) + ":" + r.Member, Due: r.Due, Attempt: r.Attempt}, r.Body)
 	}
-	fs, sc, err := store.ScanFair(ctx, c, sh, g, l.match, locateBudget)
+	fs, sc, err := store.ScanFair(ctx, c, sh, g, l.match, l.budget)
 	if err != nil {
 		return err
 	}
@@ -322,7 +349,7 @@ func (l *locator) group(part int, sh store.Shard, g string) error {
 	for _, f := range fs {
 		l.add(Location{State: StateGrouped, Group: g, Partition: part, Attempt: f.Attempt, MessageGroup: f.Group}, f.Body)
 	}
-	ds, sc, err := store.ScanStream(ctx, c, sh.Dead(g), l.match, locateBudget)
+	ds, sc, err := store.ScanStream(ctx, c, sh.Dead(g), l.match, l.budget)
 	if err != nil {
 		return err
 	}
@@ -485,7 +512,8 @@ func nextOf(l Location, now time.Time) string {
 	case StateDead:
 		return fmt.Sprintf("Nothing: it stays a dead letter of group %q until requeued (redisdelay requeue) or deleted.", l.Group)
 	case StateAcknowledged:
-		return fmt.Sprintf("Nothing: group %q is done with it; the entry is trimmed once every group has acknowledged it.", l.Group)
+		return fmt.Sprintf("Nothing more from this entry: group %q acknowledged it (handled, or settled into a retry or a dead letter: "+
+			"look there if they are not listed). The entry is trimmed once every group has acknowledged it.", l.Group)
 	}
 	return ""
 }

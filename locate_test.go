@@ -146,6 +146,13 @@ func TestInspector_LocateWaiting(t *testing.T) {
 	assert.ErrorIs(t, err, redisdelay.ErrInvalidMessage, "an empty UUID is refused")
 	_, err = env.insp.Locate(ctx, "bad{topic", near.UUID)
 	assert.Error(t, err)
+	_, err = env.insp.LocateWith(ctx, env.topic, redisdelay.LocateQuery{UUID: near.UUID, BusinessKey: "far-key"})
+	assert.ErrorContains(t, err, "give a UUID or a business key, not both")
+	_, err = env.insp.LocateWith(ctx, env.topic, redisdelay.LocateQuery{UUID: near.UUID, Scan: -1})
+	assert.ErrorContains(t, err, "scan budget -1")
+	r, err = env.insp.LocateWith(ctx, env.topic, redisdelay.LocateQuery{UUID: near.UUID, Scan: 1})
+	require.NoError(t, err)
+	assert.Len(t, r.Locations, 1, "waiting messages need no scan")
 }
 
 // TestInspector_LocateBounded: a ready stream longer than the scan budget
