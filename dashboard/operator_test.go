@@ -188,6 +188,8 @@ func TestMessage_LocatesPendingAndReady(t *testing.T) {
 	assert.Contains(t, body, "lease expires ")
 	assert.Contains(t, body, " UTC")
 	assert.Contains(t, body, "holds it (attempt 1)")
+	_, body = e.get("/group?t=orders&g=billing&view=pending")
+	assert.Contains(t, body, `id="prefetch-note">Handed or buffered? Redis does not record which`)
 
 	require.NoError(t, e.insp.Pause(context.Background(), "orders", "billing"))
 	time.Sleep(100 * time.Millisecond) // the subscriber hears of the pause

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -291,7 +292,28 @@ func cmdPending(e *env, pos []string) error {
 		_ = tw.Flush()
 	}
 	e.pageHint(len(msgs), next)
+	e.prefetchNote(msgs)
 	return nil
+}
+
+// prefetchNote tells, on stderr, that a consumer holding several messages
+// of a partition has one at most with its handler: Redis does not record
+// which (see redisdelay.PendingMessage), so the listing cannot say.
+func (e *env) prefetchNote(msgs []redisdelay.PendingMessage) {
+	held := map[string]int{} // consumer and partition -> messages held
+	var most string
+	for _, m := range msgs {
+		part, _, _ := strings.Cut(m.ID, ":")
+		k := m.Consumer + " in partition " + part
+		if held[k]++; most == "" || held[k] > held[most] {
+			most = k
+		}
+	}
+	if most == "" || held[most] < 2 {
+		return
+	}
+	fmt.Fprintf(e.stderr, "note: consumer %s holds %d: a subscription hands its messages to its handler one at a time, in the order fetched; "+
+		"the others are prefetched (BatchSize), their lease renewed alike. Redis does not record which one the handler has.\n", printable(most), held[most])
 }
 
 // ago says how long before now t was: "12s ago".

@@ -279,3 +279,27 @@ func TestStats_WaitingForGroupNoWarning(t *testing.T) {
 	assert.NotContains(t, r.stderr, "warning", "no scheduler is missing")
 	assert.Equal(t, "idle", rows(r.stdout)[1][5])
 }
+
+// pending says that of several messages a consumer holds in a partition,
+// one at most is with its handler, the others prefetched.
+func TestPending_PrefetchNote(t *testing.T) {
+	s := setupSample(t)
+	ctx := context.Background()
+	pub := s.publisher(t)
+	for range 3 {
+		require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("new"))))
+	}
+	stream := store.Keys{Prefix: s.prefix}.Shard(topic, 0).Stream()
+	read := func(n int64) {
+		_, err := s.client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "worker-9", Streams: []string{stream, ">"}, Count: n, Block: -1}).Result()
+		require.NoError(t, err)
+	}
+	read(1)
+	r := s.cli(t, "pending", topic, group)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.NotContains(t, r.stderr, "note:", "one held: nothing to tell")
+	read(2)
+	r = s.cli(t, "pending", topic, group)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "note: consumer worker-9 in partition 0 holds 3: a subscription hands its messages to its handler one at a time")
+}
