@@ -31,6 +31,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -80,6 +81,7 @@ const defaultAddr = "127.0.0.1:6379"
 // options are the global flags; every command accepts them too, before or
 // after its own arguments.
 type options struct {
+	url      string
 	addr     string
 	cluster  string
 	sentinel string
@@ -102,6 +104,12 @@ type options struct {
 	getenv func(string) string
 	// tlsConfig is built by check from the --tls flags; nil without TLS.
 	tlsConfig *tls.Config
+	// urlOpts is --url (or $REDISDELAY_URL) as go-redis's ParseURL read
+	// it, set by check; nil without a URL. from names where the URL or
+	// the address came from, for messages: "--url", "$REDISDELAY_URL",
+	// "$REDISDELAY_ADDR", or "" (--addr, or the default).
+	urlOpts *redis.Options
+	from    string
 }
 
 func newOptions() *options {
@@ -111,7 +119,8 @@ func newOptions() *options {
 func (o *options) register(fs *flag.FlagSet) {
 	// The current values are the defaults, so registering the flags again on
 	// a command's flag set keeps what the global flags set.
-	fs.StringVar(&o.addr, "addr", o.addr, "Redis `address` (host:port)")
+	fs.StringVar(&o.url, "url", o.url, "Redis `URL`, redis://[user[:password]@]host[:port][/db] or rediss:// for TLS (instead of --addr; default $REDISDELAY_URL); prefer the password in $REDISDELAY_PASSWORD")
+	fs.StringVar(&o.addr, "addr", o.addr, "Redis `address` (host:port; default $REDISDELAY_ADDR, else 127.0.0.1:6379)")
 	fs.StringVar(&o.cluster, "cluster", o.cluster, "comma-separated seed `addresses` of a Redis Cluster (instead of --addr)")
 	fs.StringVar(&o.sentinel, "sentinel", o.sentinel, "comma-separated `addresses` of Redis Sentinels (instead of --addr; with --master)")
 	fs.StringVar(&o.master, "master", o.master, "`name` of the master the Sentinels monitor")
@@ -136,8 +145,49 @@ func (o *options) target() string {
 		return "Redis Cluster (seeds " + o.cluster + ")"
 	case o.sentinel != "":
 		return fmt.Sprintf("Redis master %q (Sentinels %s)", o.master, o.sentinel)
+	case o.urlOpts != nil:
+		// The address only: the URL may hold a password.
+		return "Redis at " + o.urlOpts.Addr + " (from " + o.from + ")"
+	case o.from != "":
+		return "Redis at " + o.addr + " (from " + o.from + ")"
 	}
 	return "Redis at " + o.addr
+}
+
+// passwordInURL matches the password of a URL's user information, to
+// redact it from messages.
+var passwordInURL = regexp.MustCompile(`(://[^/@:]*:)[^/@]*@`)
+
+// redactURL replaces the password in s (a URL, or a message quoting one)
+// with "xxxxx", as net/url's URL.Redacted does, but for text that may not
+// parse as a URL at all.
+func redactURL(s string) string { return passwordInURL.ReplaceAllString(s, "${1}xxxxx@") }
+
+// resolveTarget settles where to connect, in this order: --url, --addr,
+// --cluster or --sentinel given on the command line; else $REDISDELAY_URL;
+// else $REDISDELAY_ADDR; else 127.0.0.1:6379 (docs/cli.md).
+func (o *options) resolveTarget() error {
+	explicit := o.addr != defaultAddr || o.cluster != "" || o.sentinel != ""
+	switch {
+	case o.url != "" && explicit:
+		return errors.New("--url excludes --addr, --cluster and --sentinel: give the server once")
+	case o.url != "":
+		o.from = "--url"
+	case explicit:
+	case o.getenv("REDISDELAY_URL") != "":
+		o.url, o.from = o.getenv("REDISDELAY_URL"), "$REDISDELAY_URL"
+	case o.getenv("REDISDELAY_ADDR") != "":
+		o.addr, o.from = o.getenv("REDISDELAY_ADDR"), "$REDISDELAY_ADDR"
+	}
+	if o.url == "" {
+		return nil
+	}
+	opts, err := redis.ParseURL(o.url)
+	if err != nil {
+		return fmt.Errorf("%s %s: %s: give redis://[user[:password]@]host[:port][/db], or rediss:// for TLS", o.from, redactURL(o.url), redactURL(err.Error()))
+	}
+	o.urlOpts = opts
+	return nil
 }
 
 // usageError is a mistake in the command line: exit status 2 with usage.
@@ -314,6 +364,9 @@ func usageFail(stderr io.Writer, err error) int {
 }
 
 func (o *options) check() error {
+	if err := o.resolveTarget(); err != nil {
+		return err
+	}
 	if o.cluster != "" && o.addr != defaultAddr {
 		return errors.New("--cluster and --addr exclude each other: give the cluster's seed addresses to --cluster only")
 	}
@@ -424,6 +477,25 @@ func splitAddrs(list string) []string {
 func (o *options) client() redis.UniversalClient {
 	password := o.secret()
 	dial := min(o.timeout, 5*time.Second)
+	if u := o.urlOpts; u != nil {
+		// The flags and $REDISDELAY_PASSWORD override the URL's parts;
+		// rediss:// has set TLSConfig, which the --tls flags replace.
+		c := *u
+		if o.user != "" {
+			c.Username = o.user
+		}
+		if password != "" && (o.password != "" || o.getenv("REDISDELAY_PASSWORD") != "" || c.Password == "") {
+			c.Password = password
+		}
+		if o.db != 0 {
+			c.DB = o.db
+		}
+		if o.tlsConfig != nil {
+			c.TLSConfig = o.tlsConfig
+		}
+		c.DialTimeout, c.MaxRetries, c.ContextTimeoutEnabled = dial, 1, true
+		return redis.NewClient(&c)
+	}
 	switch {
 	case o.cluster != "":
 		return redis.NewClusterClient(&redis.ClusterOptions{
@@ -534,7 +606,10 @@ global flags (before or after the command):
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
 environment:
-  REDISDELAY_PASSWORD           password of the Redis server, cluster or master (unless --password; REDIS_PASSWORD is read too)
+  REDISDELAY_URL                Redis URL, as --url, when no --url, --addr, --cluster or --sentinel is given
+  REDISDELAY_ADDR               Redis address, as --addr, when none of those and no REDISDELAY_URL is given
+  REDISDELAY_PASSWORD           password of the Redis server, cluster or master (unless --password; it overrides a
+                                URL's password; REDIS_PASSWORD is read too)
   REDISDELAY_SENTINEL_PASSWORD  password of the Sentinels, with --sentinel
 
 exit status: 0 done, 1 operational error (Redis unreachable, unknown topic, ...), 2 usage error,
