@@ -29,6 +29,7 @@ type cmdFlags struct {
 	offset, limit int
 	after         string
 	all, yes      bool
+	create        bool // pause --create (--force)
 	key           string
 	payload       bool
 	maxPayload    int
@@ -297,8 +298,8 @@ func init() {
 		{
 			name: "cancel", args: "<topic> (<uuid> | --key K | filter | --all) [--dry-run] [--resume C]", summary: "recall waiting messages: one, or those a filter selects",
 			help: "Removes a delayed message that is still waiting, by its UUID or by its business key\n" +
-				"(--key), so it is never delivered. Reports whether it was waiting (exit status 0 either\n" +
-				"way; \"cancelled\": false in JSON): it is not when unknown, already cancelled, or already due.\n" +
+				"(--key), so it is never delivered. Reports whether it was waiting (exit status 3 when it\n" +
+				"was not; \"cancelled\": false in JSON): it is not when unknown, already cancelled, or already due.\n" +
 				"\n" + bulkHelp("cancels", "waiting message of the topic", "a due time", "; with --all and --yes, every one"),
 			minArgs: 1, maxArgs: 2,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
@@ -316,7 +317,7 @@ func init() {
 			help: "Moves a delayed message that is still waiting, by its UUID or by its business key (--key), to\n" +
 				"a new due time, in place: same UUID, body and key. --in 10m is due 10 minutes from now, --at an\n" +
 				"RFC 3339 time (2030-01-02T15:04:05Z); a time already passed is due at once. Reports whether it\n" +
-				"was waiting (exit status 0 either way; \"rescheduled\": false in JSON): it is not when unknown,\n" +
+				"was waiting (exit status 3 when not; \"rescheduled\": false in JSON): it is not when unknown,\n" +
 				"cancelled, or already due.\n" +
 				"\n" + bulkHelp("moves to the new due time (--in: from the run's start)", "waiting message of the topic", "a due time", "; with --all and --yes, every one"),
 			minArgs: 1, maxArgs: 2,
@@ -362,7 +363,7 @@ func init() {
 			help: "Makes a delayed message that is still waiting due now, by its UUID or by its business key (--key),\n" +
 				"in place (same UUID, body and key), by Redis's clock: the scheduler moves it to the consumer groups at\n" +
 				"once, as at its due time (the same as \"reschedule --in 0s\"). Reports whether it was waiting (exit\n" +
-				"status 0 either way; \"ran\": false in JSON). Warns when no scheduler holds the topic.\n" +
+				"status 3 when not; \"ran\": false in JSON). Warns when no scheduler holds the topic.\n" +
 				"\n" + bulkHelp("makes due now", "waiting message of the topic", "a due time", "; with --all and --yes, every one"),
 			minArgs: 1, maxArgs: 2,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
@@ -432,8 +433,13 @@ func init() {
 			help: "Pauses the consumer group on the topic, in every process, until \"redisdelay resume\": its\n" +
 				"subscribers fetch no new messages (those already fetched are still handled); messages keep\n" +
 				"becoming due and accumulate (READY in \"redisdelay stats\"). The pause is kept in Redis and\n" +
-				"outlasts restarts. The group must exist.",
+				"outlasts restarts. An unknown group is refused (exit status 3), in case of a typo, unless\n" +
+				"--create (or --force) asks to pause it before its first subscriber starts.",
 			minArgs: 2, maxArgs: 2,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.BoolVar(&f.create, "create", false, "pause the group even though no subscriber created it yet")
+				fs.BoolVar(&f.create, "force", false, "the same as --create")
+			},
 			run: cmdPause,
 		},
 		{

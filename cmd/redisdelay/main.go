@@ -76,6 +76,11 @@ func notFoundf(format string, args ...any) error {
 	return &notFoundError{msg: fmt.Sprintf(format, args...)}
 }
 
+// errNotFound is the not found of a command that printed its own report
+// (on stdout, as its JSON or its "not cancelled: ..." line): exit status
+// exitNotFound, nothing more printed.
+var errNotFound = &notFoundError{}
+
 const defaultAddr = "127.0.0.1:6379"
 
 // options are the global flags; every command accepts them too, before or
@@ -331,6 +336,9 @@ func runWith(ctx context.Context, opts *options, args []string, stdout, stderr i
 		code := exitError
 		var nf *notFoundError
 		if errors.As(err, &nf) {
+			if nf.msg == "" {
+				return exitNotFound
+			}
 			code = exitNotFound
 		}
 		msg := err.Error() + timedOut(ctx, opts)

@@ -734,11 +734,13 @@ func cmdRunNow(e *env, pos []string) error {
 	}
 	switch {
 	case e.opts.json:
-		return writeJSON(e.stdout, out)
+		if err := writeJSON(e.stdout, out); err != nil {
+			return err
+		}
 	case out.Ran:
 		fmt.Fprintf(e.stdout, "%s of topic %q is due now: the scheduler moves it to the consumer groups\n", what, topic)
 	default:
 		fmt.Fprintf(e.stdout, "not run: %s is not waiting in topic %q (unknown, cancelled, or already due)\n", what, topic)
 	}
-	return nil
+	return notFoundUnless(out.Ran)
 }

@@ -115,7 +115,10 @@ func cmdCancel(e *env, pos []string) error {
 	case err != nil:
 		return err
 	case e.opts.json:
-		return writeJSON(e.stdout, out)
+		if err := writeJSON(e.stdout, out); err != nil {
+			return err
+		}
+		return notFoundUnless(out.Cancelled)
 	case out.Key != "" && out.Cancelled:
 		fmt.Fprintf(e.stdout, "cancelled the message holding business key %q in topic %q\n", out.Key, topic)
 	case out.Key != "":
@@ -125,7 +128,17 @@ func cmdCancel(e *env, pos []string) error {
 	default:
 		fmt.Fprintf(e.stdout, "not cancelled: no message %s is waiting in topic %q (unknown, already cancelled, or already due)\n", out.UUID, topic)
 	}
-	return nil
+	return notFoundUnless(out.Cancelled)
+}
+
+// notFoundUnless is the exit of a command on one message: exit status 3
+// (errNotFound) when the message was not there, so a mistyped UUID or key
+// does not pass for done in a script.
+func notFoundUnless(found bool) error {
+	if found {
+		return nil
+	}
+	return errNotFound
 }
 
 func cmdReschedule(e *env, pos []string) error {
@@ -174,7 +187,10 @@ func cmdReschedule(e *env, pos []string) error {
 	case err != nil:
 		return err
 	case e.opts.json:
-		return writeJSON(e.stdout, out)
+		if err := writeJSON(e.stdout, out); err != nil {
+			return err
+		}
+		return notFoundUnless(out.Rescheduled)
 	case out.Key != "" && out.Rescheduled:
 		fmt.Fprintf(e.stdout, "rescheduled the message holding business key %q in topic %q to %s\n", out.Key, topic, when)
 	case out.Key != "":
@@ -184,7 +200,7 @@ func cmdReschedule(e *env, pos []string) error {
 	default:
 		fmt.Fprintf(e.stdout, "not rescheduled: no message %s is waiting in topic %q (unknown, cancelled, or already due)\n", out.UUID, topic)
 	}
-	return nil
+	return notFoundUnless(out.Rescheduled)
 }
 
 // waitingJSON and deadJSON add the payload when it was asked for.
