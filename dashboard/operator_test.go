@@ -202,3 +202,26 @@ func TestMessage_LocatesPendingAndReady(t *testing.T) {
 	assert.Contains(t, body, "group paused")
 	assert.Contains(t, body, "is paused: nothing of it is delivered until it is resumed")
 }
+
+// TestTopics_NoConsumerGroupFlagged: ready messages in a topic with no
+// consumer group (a schedule ticking into it) are flagged on both pages
+// and in the JSON the pages refresh from; group names link to their page.
+func TestTopics_NoConsumerGroupFlagged(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	e.publish("pings", later(0, "tick"), later(0, "tick"))
+	_, body := e.get("/")
+	assert.Contains(t, body, `<span class="tag unscheduled no-group" title="This topic has no consumer group: its 2 ready message(s) wait for the first, and pile up meanwhile.`)
+	assert.Contains(t, body, `2 ready, unread</span>`)
+	_, body = e.get("/topic?t=pings")
+	assert.Contains(t, body, `<p class="alert" id="group-alert" role="alert">This topic has no consumer group: its 2 ready message(s)`)
+	status, js := e.get("/api/topics")
+	require.Equal(t, http.StatusOK, status)
+	assert.Contains(t, js, `"no_group":"This topic has no consumer group`)
+
+	e.subscribe("pings", "audit")
+	_, body = e.get("/")
+	assert.NotContains(t, body, "no-group")
+	assert.Contains(t, body, `<a href="/group?g=audit&amp;t=pings" class="group-link">audit</a>`)
+	_, body = e.get("/topic?t=pings")
+	assert.Contains(t, body, `<p class="alert" id="group-alert" role="alert" hidden>`)
+}

@@ -41,9 +41,35 @@ func (e *env) warnUnscheduled(topic string) {
 }
 
 func noSchedulerText(topic string, waiting int64) string {
-	return fmt.Sprintf("no scheduler holds topic %q (%s): nothing moves them to the consumer groups when due, "+
-		"nor retries or reclaims; run a redisdelay Manager, or a Subscriber without DisableScheduler, for the topic",
-		topic, waitingMessages(waiting)+" waiting")
+	return fmt.Sprintf("no scheduler holds topic %q (%s): nothing moves waiting messages to the consumer groups when due, "+
+		"nor retries or reclaims, nor ticks its schedules; run a redisdelay Manager, or a Subscriber without DisableScheduler, for the topic",
+		topic, messagesWaiting(waiting))
+}
+
+// messagesWaiting says how many messages wait: "nothing waiting", "1
+// message waiting", "4 messages waiting".
+func messagesWaiting(n int64) string {
+	switch n {
+	case 0:
+		return "nothing waiting"
+	case 1:
+		return "1 message waiting"
+	}
+	return fmt.Sprintf("%d messages waiting", n)
+}
+
+// noGroupText is the warning for a topic holding ready messages with no
+// consumer group to read them, as Health's no_consumer_group: a schedule
+// ticking into a topic nobody subscribed to piles up unseen otherwise.
+// Grouped messages waiting for the first group alone are no warning: they
+// wait aside, by design, and need no scheduler meanwhile.
+func noGroupText(st redisdelay.TopicStats) string {
+	if len(st.Groups) > 0 || st.Stream == 0 {
+		return ""
+	}
+	return fmt.Sprintf("topic %q has no consumer group: %d message(s) in its ready stream wait for the first, "+
+		"and pile up meanwhile; start its subscribers, or stop what publishes to it (a schedule? redisdelay schedules)",
+		st.Topic, st.Stream)
 }
 
 // schedulerCell is the SCHEDULER column of stats: "yes" while a scheduler
@@ -89,6 +115,9 @@ func (e *env) warnStalled(all []topicStatus) {
 				late = fmt.Sprintf("; the earliest is overdue by %s", present.Duration(st.overdue))
 			}
 			fmt.Fprintf(e.stderr, "redisdelay: warning: %s%s\n", noSchedulerText(st.Topic, waiting), late)
+		}
+		if w := noGroupText(st.TopicStats); w != "" {
+			fmt.Fprintf(e.stderr, "redisdelay: warning: %s\n", w)
 		}
 	}
 }

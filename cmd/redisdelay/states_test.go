@@ -178,7 +178,7 @@ func TestStates_RunNowAndOverdue(t *testing.T) {
 	r := s.cli(t, "run-now", topic, s.delayed[0])
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Equal(t, fmt.Sprintf("message %s of topic %q is due now: the scheduler moves it to the consumer groups\n", s.delayed[0], topic), r.stdout)
-	assert.Contains(t, r.stderr, `redisdelay: warning: no scheduler holds topic "orders.close-unpaid" (4 waiting messages waiting)`)
+	assert.Contains(t, r.stderr, `redisdelay: warning: no scheduler holds topic "orders.close-unpaid" (4 messages waiting)`)
 	require.Eventually(t, func() bool {
 		return strings.Contains(s.ok(t, "waiting", topic), "overdue by 1s")
 	}, 10*time.Second, 50*time.Millisecond, "never \"due now\" for a past due time")

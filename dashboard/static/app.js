@@ -117,10 +117,16 @@
           }
           if (g === null) {
             var none = el("td", "no consumer group yet", "none");
+            if (t.no_group) {
+              var unread = el("span", t.stream + " ready, unread", "tag unscheduled no-group");
+              unread.title = t.no_group;
+              none.appendChild(document.createTextNode(" "));
+              none.appendChild(unread);
+            }
             none.colSpan = 6;
             tr.appendChild(none);
           } else {
-            tr.appendChild(groupCell(g));
+            tr.appendChild(groupCell(g, t.topic));
             tr.appendChild(num(ready(g.ready)));
             tr.appendChild(num(g.pending));
             tr.appendChild(num(g.retry));
@@ -151,6 +157,11 @@
       if (alert) {
         alert.textContent = st.alert;
         alert.hidden = !st.alert;
+      }
+      var noGroup = document.getElementById("group-alert");
+      if (noGroup) {
+        noGroup.textContent = st.no_group;
+        noGroup.hidden = !st.no_group;
       }
       var groups = document.getElementById("groups");
       var body = el("tbody");
