@@ -59,6 +59,36 @@ type cmdFlags struct {
 	maxOverdue, stuckAfter, consumerIdle time.Duration // health's limits
 }
 
+// durationHelp is what a malformed duration flag is told.
+const durationHelp = "parse error: give a duration such as 90s, 10m or 2h (a number and a unit: ns, us, ms, s, m, h)"
+
+// durationFlag is a duration flag whose parse error explains itself
+// (flag.DurationVar says only "parse error").
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return "0s" // the zero value flag.PrintDefaults compares with
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return errors.New(durationHelp)
+	}
+	*f.d = d
+	return nil
+}
+
+// durationVar defines a duration flag as flag.DurationVar does, with
+// durationFlag's error.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(durationFlag{p}, name, usage)
+}
+
 // payloadFlags are the flags of the commands that can print payloads.
 func payloadFlags(fs *flag.FlagSet, f *cmdFlags, toggle bool) {
 	if toggle {
@@ -118,7 +148,7 @@ func init() {
 				"(a stream was deleted, or entries deleted from its middle, meanwhile).",
 			maxArgs: -1,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
-				fs.DurationVar(&f.over, "over", 5*time.Second, "measure over `D`")
+				durationVar(fs, &f.over, "over", 5*time.Second, "measure over `D`")
 			},
 			check: func(_ []string, f *cmdFlags) error {
 				if f.over < 100*time.Millisecond || f.over > 10*time.Minute {
@@ -136,9 +166,9 @@ func init() {
 				"\"healthy\" and exits 0, or the problems and exits 1 (with --json, the report either way).",
 			maxArgs: -1,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
-				fs.DurationVar(&f.maxOverdue, "max-overdue", 0, "a topic whose earliest waiting message is overdue by more than `D` has no working scheduler (default 1m)")
-				fs.DurationVar(&f.stuckAfter, "stuck-after", 0, "a message held by a consumer with no sign of life for `D` is stuck (default: twice the group's visibility timeout)")
-				fs.DurationVar(&f.consumerIdle, "consumer-idle", 0, "ready messages and no consumer active within `D` is a group that stopped (default: twice the visibility timeout)")
+				durationVar(fs, &f.maxOverdue, "max-overdue", 0, "a topic whose earliest waiting message is overdue by more than `D` has no working scheduler (default 1m)")
+				durationVar(fs, &f.stuckAfter, "stuck-after", 0, "a message held by a consumer with no sign of life for `D` is stuck (default: twice the group's visibility timeout)")
+				durationVar(fs, &f.consumerIdle, "consumer-idle", 0, "ready messages and no consumer active within `D` is a group that stopped (default: twice the visibility timeout)")
 			},
 			check: func(_ []string, f *cmdFlags) error {
 				if f.maxOverdue < 0 || f.stuckAfter < 0 || f.consumerIdle < 0 {
@@ -326,7 +356,7 @@ func init() {
 				fs.Func("in", "due `D` from now (e.g. 90s, 10m, 2h; 0s: now, as run-now)", func(v string) error {
 					d, err := time.ParseDuration(v)
 					if err != nil {
-						return errors.New("parse error: give a duration such as 90s, 10m or 2h (0s: now)")
+						return errors.New(durationHelp + " (0s: now)")
 					}
 					f.in, f.inSet = d, true
 					return nil

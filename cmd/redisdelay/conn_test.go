@@ -404,3 +404,20 @@ func TestConnection_URLPasswordRedacted(t *testing.T) {
 		assert.NotContains(t, r.stderr+r.stdout, "hunter2", c.args)
 	}
 }
+
+// Every duration flag says what it wants, as --in does, not only "parse
+// error"; the help still shows the defaults.
+func TestConnection_DurationFlagsExplainThemselves(t *testing.T) {
+	for _, args := range [][]string{
+		{"health", "--max-overdue", "abc"}, {"health", "--stuck-after", "5"}, {"health", "--consumer-idle", "1x"},
+		{"throughput", "--over", "soon"}, {"--timeout", "ten", "topics"},
+	} {
+		r := runCLI(t, append([]string{"--addr", "127.0.0.1:1"}, args...)...)
+		assert.Equal(t, 2, r.code, args)
+		assert.Contains(t, r.stderr, "parse error: give a duration such as 90s, 10m or 2h (a number and a unit: ns, us, ms, s, m, h)", args)
+	}
+	help := runCLI(t, "help", "throughput")
+	assert.Contains(t, help.stdout, "measure over D (default 5s)")
+	assert.Contains(t, runCLI(t, "-h").stdout, "(default 10s)", "--timeout's default")
+	assert.NotContains(t, runCLI(t, "help", "health").stdout, "(default 0s)")
+}

@@ -140,7 +140,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.version, "version", o.version, "print the version and exit")
 	fs.StringVar(&o.prefix, "prefix", o.prefix, "key `prefix` of the Publishers and Subscribers")
 	fs.BoolVar(&o.json, "json", o.json, "machine-readable JSON output")
-	fs.DurationVar(&o.timeout, "timeout", o.timeout, "bound on the whole command, including connecting (a bulk action's run: on each batch of 1,000 messages)")
+	durationVar(fs, &o.timeout, "timeout", o.timeout, "bound on the whole command, including connecting (a bulk action's run: on each batch of 1,000 messages)")
 }
 
 // target names the Redis deployment in messages.

@@ -400,10 +400,18 @@ func cmdRetrying(e *env, pos []string) error {
 		}
 	} else {
 		tw := newTable(e.stdout)
-		fmt.Fprintln(tw, "DUE\tIN\tATTEMPT\tUUID\tSIZE\tMETADATA")
+		// As dead's table: the error RecordError kept (ErrorKey) in a
+		// REASON column rather than among the metadata.
+		fmt.Fprintln(tw, "DUE\tIN\tATTEMPT\tUUID\tSIZE\tREASON\tMETADATA")
 		for _, m := range msgs {
 			uuid, size, md := cell(m.Message, m.Body)
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", m.Due.UTC().Format(time.RFC3339), dueIn(m.Due, now), m.Attempt, uuid, size, md)
+			reason := "-"
+			if m.Message != nil {
+				if r := m.Message.Metadata.Get(redisdelay.ErrorKey); r != "" {
+					reason, md = truncate(printable(oneLine(r)), 60), metadataSummary(withoutError(m.Message.Metadata))
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", m.Due.UTC().Format(time.RFC3339), dueIn(m.Due, now), m.Attempt, uuid, size, reason, md)
 		}
 		_ = tw.Flush()
 	}

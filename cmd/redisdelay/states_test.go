@@ -118,6 +118,7 @@ func TestStates_GroupListings(t *testing.T) {
 	require.NoError(t, pub.Publish("flaky", message.NewMessage(watermill.NewUUID(), []byte("x"))))
 	select {
 	case m := <-ch:
+		m.Metadata.Set(redisdelay.ErrorKey, "upstream_503")
 		m.Nack()
 	case <-time.After(10 * time.Second):
 		t.Fatal("no delivery")
@@ -126,7 +127,9 @@ func TestStates_GroupListings(t *testing.T) {
 	out = s.ok(t, "retrying", "flaky", "jobs")
 	r = rows(out)
 	require.Len(t, r, 2, out)
-	assert.Equal(t, []string{"DUE", "IN", "ATTEMPT", "UUID", "SIZE", "METADATA"}, r[0])
+	assert.Equal(t, []string{"DUE", "IN", "ATTEMPT", "UUID", "SIZE", "REASON", "METADATA"}, r[0])
+	assert.Equal(t, "upstream_503", r[1][6], "the error recorded, in REASON")
+	assert.NotContains(t, out, redisdelay.ErrorKey, "not among the metadata")
 	assert.Regexp(t, `^in 59m5\ds$|^in 1h0m0s$`, r[1][1]+" "+r[1][2])
 	assert.Equal(t, "2", r[1][3])
 	assert.Contains(t, s.ok(t, "retrying", topic, group), "no messages of group")
