@@ -32,6 +32,9 @@ type groupJSON struct {
 	// page's last sampling interval ("12.5/s"), "–" until two samples.
 	Delivered    string `json:"delivered_rate"`
 	DeadLettered string `json:"dead_rate"`
+	// Stuck names the group's stuck consumers (redisdelay.Consumer.Stuck),
+	// read for the topic page only (see withStuck); empty otherwise.
+	Stuck []string `json:"stuck"`
 }
 
 type topicJSON struct {
@@ -53,7 +56,7 @@ func toTopicJSON(st redisdelay.TopicStats, overdue time.Duration) topicJSON {
 	out := topicJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Leased: st.Leased,
 		Alert: schedulingAlert(st, overdue), NoGroup: noGroupAlert(st), Groups: []groupJSON{}}
 	for _, g := range st.Groups {
-		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers, g.Paused, g.Grouped, g.ActiveGroups, "–", "–"})
+		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers, g.Paused, g.Grouped, g.ActiveGroups, "–", "–", []string{}})
 	}
 	slices.SortFunc(out.Groups, func(a, b groupJSON) int { return strings.Compare(a.Group, b.Group) })
 	return out

@@ -55,6 +55,13 @@
       td.appendChild(document.createTextNode(" "));
       td.appendChild(tag);
     }
+    if (g.stuck && g.stuck.length && topic) {
+      var stuck = link(base + "/group?" + q({ t: topic, g: g.group, view: "consumers" }), g.stuck.length + " stuck");
+      stuck.className = "tag stuck";
+      stuck.title = "consumers holding messages with no lease renewal for twice the visibility timeout: " + g.stuck.join(", ");
+      td.appendChild(document.createTextNode(" "));
+      td.appendChild(stuck);
+    }
     return td;
   }
   function hidden(form, name, value) {
