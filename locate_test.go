@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -180,4 +182,31 @@ func TestInspector_LocateBounded(t *testing.T) {
 		require.Len(t, r.Unsearched, 1, "message %d", n)
 		assert.Contains(t, r.Unsearched[0], "ready stream: 4 entries not read")
 	}
+}
+
+// A Redis error midway (here: an ACL user that may not scan hashes, which
+// the retry sets' bodies need) fails the lookup, saying what it was doing.
+func TestInspector_LocateRedisError(t *testing.T) {
+	admin := singleClient(t, "it creates an ACL user on the one server")
+	ctx := context.Background()
+	env := setup(t)
+	g := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	gctx, stop := context.WithCancel(ctx)
+	_, err := g.Subscribe(gctx, env.topic)
+	require.NoError(t, err)
+	stop()
+	require.NoError(t, g.Close())
+	msg := newMessage("x")
+	require.NoError(t, env.pub.Publish(env.topic, msg))
+
+	user := "nohscan-" + watermill.NewShortUUID()
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "on", "nopass", "~*", "&*", "+@all", "-hscan").Err())
+	t.Cleanup(func() { _ = admin.Do(context.Background(), "ACL", "DELUSER", user).Err() })
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "x"})
+	t.Cleanup(func() { _ = client.Close() })
+	insp := newInspector(t, client)
+	_, err = insp.Locate(ctx, env.topic, msg.UUID)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "NOPERM")
+	assert.ErrorContains(t, err, `locate message "`+msg.UUID+`" in topic`)
 }

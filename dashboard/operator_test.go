@@ -225,3 +225,28 @@ func TestTopics_NoConsumerGroupFlagged(t *testing.T) {
 	_, body = e.get("/topic?t=pings")
 	assert.Contains(t, body, `<p class="alert" id="group-alert" role="alert" hidden>`)
 }
+
+// TestPages_LocateAndStuckErrors: a Redis error in the message search's
+// lookup, or in reading the stuck consumers, fails the page with 502
+// (here: the Redis user may not HSCAN, nor run XINFO CONSUMERS).
+func TestPages_LocateAndStuckErrors(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	e.subscribe("orders", "billing") // nobody handles: pending
+	held := later(0, "held")
+	e.publish("orders", held)
+	require.Eventually(t, func() bool {
+		st, err := e.insp.Stats(context.Background(), "orders")
+		return err == nil && st.Groups[0].Pending == 1
+	}, 5*time.Second, 20*time.Millisecond)
+	require.NoError(t, e.client.Do(context.Background(), "ACL", "SETUSER", "default", "-hscan", "-xinfo|consumers").Err())
+
+	status, body := e.get("/message?t=orders&q=" + held.UUID)
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, "NOPERM")
+	status, body = e.get("/topic?t=orders")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, "NOPERM")
+	status, body = e.get("/api/topic?t=orders")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, `"error":`)
+}
