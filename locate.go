@@ -188,14 +188,13 @@ func (i *Inspector) LocateWith(ctx context.Context, topic string, q LocateQuery)
 	if err != nil {
 		return fail(err)
 	}
-	w, found, err := i.find(ctx, topic, by, value)
+	w, place, found, err := i.findWhere(ctx, topic, by, value)
 	if err != nil {
 		return res, err
 	}
 	if found {
-		l := Location{State: StateWaiting, Message: w.Message, Corrupt: w.Corrupt, Due: w.Due, Attempt: 1}
-		l.Partition = i.partitionOfWaiting(ctx, shards, w.Message.UUID)
-		l.Far = w.Due.Sub(now) > 2*time.Minute // the far tier holds what is due past about two minutes
+		l := Location{State: StateWaiting, Message: w.Message, Corrupt: w.Corrupt, Due: w.Due, Attempt: 1, Far: place.far}
+		l.Partition = slices.Index(shards, place.shard)
 		res.Locations = append(res.Locations, l)
 	}
 	loc := &locator{i: i, ctx: ctx, match: match, now: now, res: &res, budget: budget}
@@ -214,24 +213,6 @@ func (i *Inspector) LocateWith(ctx context.Context, topic string, q LocateQuery)
 		res.Locations[n].Next = nextOf(res.Locations[n], now)
 	}
 	return res, nil
-}
-
-// partitionOfWaiting tells which partition holds a waiting message, for
-// display: where find found it is not returned, so ask each (one ZSCORE
-// or far index lookup per partition, of a topic of several).
-func (i *Inspector) partitionOfWaiting(ctx context.Context, shards []store.Shard, uuid string) int {
-	if len(shards) < 2 {
-		return 0
-	}
-	for n, sh := range shards {
-		if _, ok, err := store.Find(ctx, i.client, sh, "uuid", uuid); err == nil && ok {
-			return n
-		}
-		if _, _, ok, err := store.FarPull(ctx, i.client, sh, uuid, true); err == nil && ok {
-			return n
-		}
-	}
-	return 0
 }
 
 // locator gathers what Locate finds, partition by partition.
