@@ -468,7 +468,7 @@ func nextOf(l Location, now time.Time) string {
 			s = "It is due: a running scheduler copies it to each consumer group within milliseconds; if it stays, no scheduler runs for the topic (redisdelay stats)."
 		}
 		if l.Far {
-			s += " Until about two minutes before, it is kept in the far tier."
+			s += " Until then it is kept in the far tier, which a scheduler unpacks about a minute before it is due."
 		}
 		return s
 	case StateWaitingForGroup:

@@ -131,6 +131,7 @@ func TestSearch_FindsDeadLetter(t *testing.T) {
 	status, body = e.get("/message?t=orders&q=" + waiting.UUID)
 	require.Equal(t, http.StatusOK, status, body)
 	assert.Contains(t, body, "<h1>Waiting message</h1>")
+	assert.Contains(t, body, `<td id="next">When due, a scheduler copies it to the ready queue`)
 	status, body = e.get("/message?t=orders&q=no-such-uuid")
 	assert.Equal(t, http.StatusNotFound, status)
 	assert.Contains(t, body, "in any state: waiting, ready, pending, retrying, queued in its group, or dead.")
