@@ -394,6 +394,7 @@ func TestConnection_URLPasswordRedacted(t *testing.T) {
 	}{
 		{[]string{"--url", "redis://ops:hunter2@127.0.0.1:notaport", "topics"}, 2, "--url redis://ops:xxxxx@127.0.0.1:notaport: "},
 		{[]string{"--url", "http://ops:hunter2@127.0.0.1", "topics"}, 2, "--url http://ops:xxxxx@127.0.0.1: redis: invalid URL scheme: http"},
+		{[]string{"--url", "redis://ops:hunter2/:x@127.0.0.1", "topics"}, 2, "--url redis://ops:xxxxx@127.0.0.1: "},
 		{[]string{"--url", "redis://ops:hunter2@127.0.0.1:6379", "--addr", "127.0.0.1:1", "topics"}, 2, "--url excludes --addr, --cluster and --sentinel"},
 		{[]string{"--url", "redis://ops:hunter2@127.0.0.1:1", "--timeout", "2s", "topics"}, 1, "cannot reach Redis at 127.0.0.1:1 (from --url)"},
 		{[]string{"--url", "redis://ops:hunter2@" + redisAddr, "topics"}, 1, "WRONGPASS"},

@@ -161,12 +161,38 @@ func (o *options) target() string {
 
 // passwordInURL matches the password of a URL's user information, to
 // redact it from messages.
-var passwordInURL = regexp.MustCompile(`(://[^/@:]*:)[^/@]*@`)
+// It runs to the last "@" of the word, so a password holding "/" or ":"
+// (which does not parse) is still hidden; hiding too much is harmless.
+var passwordInURL = regexp.MustCompile(`(://[^/@:\s"]*:)[^@\s"]*@`)
 
 // redactURL replaces the password in s (a URL, or a message quoting one)
 // with "xxxxx", as net/url's URL.Redacted does, but for text that may not
 // parse as a URL at all.
 func redactURL(s string) string { return passwordInURL.ReplaceAllString(s, "${1}xxxxx@") }
+
+// redactURLError hides the password of the URL raw in a parse error: the
+// URL as quoted, and the password or its parts wherever else the error
+// repeats them (net/url names the bad port, which is the password when
+// it holds a "/").
+func redactURLError(msg, raw string) string {
+	msg = redactURL(msg)
+	_, rest, ok := strings.Cut(raw, "://")
+	at := strings.LastIndex(rest, "@")
+	if !ok || at < 0 {
+		return msg
+	}
+	_, pw, ok := strings.Cut(rest[:at], ":")
+	if !ok || pw == "" {
+		return msg
+	}
+	msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	for _, part := range strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("/:?#", r) }) {
+		if len(part) > 1 {
+			msg = strings.ReplaceAll(msg, part, "xxxxx")
+		}
+	}
+	return msg
+}
 
 // resolveTarget settles where to connect, in this order: --url, --addr,
 // --cluster or --sentinel given on the command line; else $REDISDELAY_URL;
@@ -189,7 +215,7 @@ func (o *options) resolveTarget() error {
 	}
 	opts, err := redis.ParseURL(o.url)
 	if err != nil {
-		return fmt.Errorf("%s %s: %s: give redis://[user[:password]@]host[:port][/db], or rediss:// for TLS", o.from, redactURL(o.url), redactURL(err.Error()))
+		return fmt.Errorf("%s %s: %s: give redis://[user[:password]@]host[:port][/db], or rediss:// for TLS", o.from, redactURL(o.url), redactURLError(err.Error(), o.url))
 	}
 	o.urlOpts = opts
 	return nil
