@@ -4,10 +4,12 @@
 package redisdelay
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -124,7 +126,7 @@ var locateBudget = LocateScan
 // stream (wherever they sit), LocateScan of its retry set, of its queued
 // grouped messages and of its dead letters (oldest and newest). Each
 // read is a page of 500; a UUID is compared without decoding the message.
-// So a lookup reads at most about (2 + 7×groups)×LocateScan entries per
+// So a lookup reads at most about (2 + 8×groups)×LocateScan entries per
 // partition, a few MB per structure for messages of a few hundred bytes,
 // however large the backlog; LocateResult.Unsearched says what a budget
 // left unread. Acknowledged messages leave no trace once trimmed from the
@@ -135,7 +137,8 @@ func (i *Inspector) Locate(ctx context.Context, topic, messageUUID string) (Loca
 
 // LocateKey is Locate for the message holding businessKey (see
 // BusinessKey): found by index while waiting; in the other states, by
-// decoding each message read, within the same budget.
+// decoding each message read, within the same budget. A grouped message
+// waiting for the topic's first consumer group is found by UUID only.
 func (i *Inspector) LocateKey(ctx context.Context, topic, businessKey string) (LocateResult, error) {
 	return i.LocateWith(ctx, topic, LocateQuery{BusinessKey: businessKey})
 }
@@ -209,6 +212,12 @@ func (i *Inspector) LocateWith(ctx context.Context, topic string, q LocateQuery)
 		}
 	}
 	res.Locations = settledElsewhere(res.Locations)
+	slices.SortStableFunc(res.Locations, func(a, b Location) int {
+		if c := strings.Compare(a.Group, b.Group); c != 0 {
+			return c // "" (waiting) first
+		}
+		return cmp.Compare(stateRank[a.State], stateRank[b.State])
+	})
 	for n := range res.Locations {
 		res.Locations[n].Next = nextOf(res.Locations[n], now)
 	}
@@ -434,6 +443,10 @@ func (l *locator) paused(sh0 store.Shard) error {
 	}
 	return nil
 }
+
+// stateRank orders a group's locations as the states are listed above.
+var stateRank = map[MessageState]int{StateWaiting: 0, StateWaitingForGroup: 1, StateReady: 2, StateGrouped: 3,
+	StatePending: 4, StateRetrying: 5, StateDead: 6, StateAcknowledged: 7}
 
 // settledElsewhere drops an acknowledged ready-stream entry of a group
 // that holds the message elsewhere: a nack or a reclaim acknowledges the
