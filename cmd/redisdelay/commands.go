@@ -356,7 +356,7 @@ func init() {
 				fs.Func("in", "due `D` from now (e.g. 90s, 10m, 2h; 0s: now, as run-now)", func(v string) error {
 					d, err := time.ParseDuration(v)
 					if err != nil {
-						return errors.New(durationHelp + " (0s: now)")
+						return errors.New("parse error: give a duration such as 90s, 10m or 2h (0s: now)")
 					}
 					f.in, f.inSet = d, true
 					return nil
