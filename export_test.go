@@ -225,3 +225,11 @@ func PullFarAll(ctx context.Context, client redis.UniversalClient, topic string,
 
 // SetLevelSettle sets the storage level's settle time (store.LevelSettle).
 func SetLevelSettle(d time.Duration) { store.LevelSettle = d }
+
+// SetLocateBudget lowers Locate's scan budget (LocateScan) until the
+// returned function is called. Not for parallel tests.
+func SetLocateBudget(n int) (restore func()) {
+	old := locateBudget
+	locateBudget = n
+	return func() { locateBudget = old }
+}

@@ -76,6 +76,11 @@ const (
 	ProblemWakeUpsDenied    = "wake_ups_denied"    // a scheduler's Redis user may not subscribe to wake-ups (ACL)
 	ProblemHandlerTimeouts  = "handler_timeouts"   // a handler ran past its HandlerTimeout within TimedOutWithin
 	ProblemNewerStorage     = "newer_storage"      // a live process met stored items of a newer storage level and left them (docs/upgrading.md)
+	// ProblemNoConsumerGroup: messages made ready in a topic that has no
+	// consumer group (a schedule ticking into it, a publisher ahead of
+	// its subscribers): nothing reads them, and they pile up in the ready
+	// stream (or, grouped, wait for the first group).
+	ProblemNoConsumerGroup = "no_consumer_group"
 	// The Redis server's maxmemory policy (allkeys-*) evicts message data
 	// at maxmemory: messages are lost without an error.
 	ProblemEvictionPolicy = "eviction_policy"
@@ -177,9 +182,10 @@ const healthBatch = 1000
 
 // Health checks the topics for consumer groups whose pending messages are
 // stuck, whose consumers stopped while messages are ready, and for topics
-// whose due messages no scheduler moves; and the Redis server for a
-// maxmemory policy that evicts messages. It reads a thousand topics in a
-// few pipelined round trips, about seven commands per partition. An error
+// whose due messages no scheduler moves or that hold ready messages with
+// no consumer group to read them; and the Redis server for a maxmemory
+// policy that evicts messages. It reads a thousand topics in a few
+// pipelined round trips, about seven commands per partition. An error
 // means Redis could not be read (the report holds what was checked before).
 func (i *Inspector) Health(ctx context.Context, config HealthConfig) (HealthReport, error) {
 	rep := HealthReport{Healthy: true, Problems: []HealthProblem{}}
@@ -256,6 +262,9 @@ func (i *Inspector) checkTopics(ctx context.Context, topics []string, config Hea
 		if p, ok := overdueProblem(topic, parts[k:end], config); ok {
 			problems = append(problems, p)
 		}
+		if p, ok := noGroupProblem(topic, parts[k:end]); ok {
+			problems = append(problems, p)
+		}
 		problems = append(problems, groupProblems(topic, snap, k, end, config)...)
 		k = end
 	}
@@ -294,6 +303,27 @@ func overdueProblem(topic string, parts []store.HealthPartition, config HealthCo
 			overdue.Round(time.Millisecond), config.MaxOverdue)}, true
 }
 
+// noGroupProblem reports a topic (its partitions parts) holding ready
+// messages while it has no consumer group: nobody will read them until
+// one is created. (Grouped messages due meanwhile wait aside, counted by
+// TopicStats.WaitingForGroup: reading that count here would cost a
+// command more per partition.)
+func noGroupProblem(topic string, parts []store.HealthPartition) (HealthProblem, bool) {
+	var ready int64
+	for _, p := range parts {
+		if p.Groups > 0 {
+			return HealthProblem{}, false
+		}
+		ready += p.Stream
+	}
+	if ready == 0 {
+		return HealthProblem{}, false
+	}
+	return HealthProblem{Topic: topic, Kind: ProblemNoConsumerGroup,
+		Detail: fmt.Sprintf("%d message(s) in the ready stream, but the topic has no consumer group: nothing reads them and they pile up; start the topic's subscribers, or stop what publishes to it (a schedule? redisdelay schedules)",
+			ready)}, true
+}
+
 // groupProblems reports the problems of each group of a topic (partitions
 // k to end of snap), each by the first partition where it shows.
 func groupProblems(topic string, snap store.HealthSnapshot, k, end int, config HealthConfig) []HealthProblem {
@@ -321,8 +351,8 @@ func groupProblems(topic string, snap store.HealthSnapshot, k, end int, config H
 		}
 		if _, ok := stopped[g.Name]; !ok && g.Ready != 0 && !g.Paused {
 			if d := idleDetail(g.ConsumerIdle, g.IdleLimit); d != "" {
-				stopped[g.Name] = fmt.Sprintf("%d message(s) ready%s and %s (limit %s): the group's subscribers stopped; if the group is abandoned, delete it with Inspector.DeleteGroup",
-					g.Ready, where, d, g.IdleLimit)
+				stopped[g.Name] = fmt.Sprintf("%d message(s) ready%s and %s (limit %s): the group's subscribers stopped; if the group is abandoned, delete it: redisdelay delete-group %s %s --yes (Inspector.DeleteGroup)",
+					g.Ready, where, d, g.IdleLimit, topic, g.Name)
 			}
 		}
 	}

@@ -383,3 +383,26 @@ func TestHealth_PartitionedTopic(t *testing.T) {
 		t.Log(p.Detail)
 	}
 }
+
+// TestHealth_NoConsumerGroup: ready messages in a topic with no consumer
+// group (a schedule ticking into it) are a problem until a group exists.
+func TestHealth_NoConsumerGroup(t *testing.T) {
+	t.Parallel()
+	env := setup(t)
+	config := redisdelay.HealthConfig{Topics: []string{env.topic}}
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("tick 1"), newMessage("tick 2")))
+	rep := healthReport(t, env.insp, config)
+	require.False(t, rep.Healthy)
+	require.Len(t, rep.Problems, 1, "%+v", rep.Problems)
+	p := rep.Problems[0]
+	assert.Equal(t, redisdelay.ProblemNoConsumerGroup, p.Kind)
+	assert.Equal(t, env.topic, p.Topic)
+	assert.Contains(t, p.Detail, "2 message(s) in the ready stream, but the topic has no consumer group")
+
+	// A group, even one that has not read yet, is someone to read them.
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
+	receive(t, ch, 5*time.Second).Ack()
+	receive(t, ch, 5*time.Second).Ack()
+	assert.True(t, healthReport(t, env.insp, config).Healthy)
+}

@@ -44,7 +44,13 @@ type GroupMessage struct {
 }
 
 // PendingMessage is a message a consumer of the group fetched and has not
-// settled (acked, nacked) yet.
+// settled (acked, nacked) yet: with its handler, or prefetched behind it.
+// Redis does not record which (both hold the same lease, renewed alike,
+// and telling them apart would take a write per message): a subscription
+// hands its messages to the handler one at a time, per partition, in the
+// order fetched, and up to BatchSize-1 more wait prefetched. So of the
+// messages one consumer holds in a partition, one at most is with its
+// handler.
 type PendingMessage struct {
 	GroupMessage
 	// Consumer is the name of the consumer holding it (SubscriberConfig.Consumer).

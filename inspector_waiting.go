@@ -150,14 +150,29 @@ func (i *Inspector) FindWaitingKey(ctx context.Context, topic, businessKey strin
 // find looks in the partition the value hashes to first, then in the
 // others, as cancel does.
 func (i *Inspector) find(ctx context.Context, topic, by, value string) (WaitingMessage, bool, error) {
+	w, _, found, err := i.findWhere(ctx, topic, by, value)
+	return w, found, err
+}
+
+// waitingPlace is where find found a waiting message: its partition's
+// shard, and whether in the far tier.
+type waitingPlace struct {
+	shard store.Shard
+	far   bool
+}
+
+// findWhere is find, telling where it found the message.
+func (i *Inspector) findWhere(ctx context.Context, topic, by, value string) (WaitingMessage, waitingPlace, bool, error) {
+	var place waitingPlace
 	if err := checkLookup("find", topic, by, value); err != nil {
-		return WaitingMessage{}, false, err
+		return WaitingMessage{}, place, false, err
 	}
 	parts, err := storedPartitions(ctx, i.client, i.keys, topic)
 	var r store.FindReply
 	found := false
 	if err == nil {
 		found, err = inPartitions(i.keys, topic, parts[0], value, func(sh store.Shard) (ok bool, err error) {
+			place = waitingPlace{shard: sh}
 			r, ok, err = store.Find(ctx, i.client, sh, by, value)
 			if ok || err != nil {
 				return ok, err
@@ -171,7 +186,7 @@ func (i *Inspector) find(ctx context.Context, topic, by, value string) (WaitingM
 			}
 			body, score, ok, err := store.FarPull(ctx, i.client, sh, uuid, true)
 			if ok {
-				r = store.FindReply{Uuid: uuid, Score: score, Body: []byte(body)}
+				r, place.far = store.FindReply{Uuid: uuid, Score: score, Body: []byte(body)}, true
 			} else if err == nil {
 				// unpacked into the waiting set meanwhile?
 				r, ok, err = store.Find(ctx, i.client, sh, by, value)
@@ -180,13 +195,13 @@ func (i *Inspector) find(ctx context.Context, topic, by, value string) (WaitingM
 		})
 	}
 	if err != nil || !found {
-		return WaitingMessage{}, false, wrapErr(err, "find %s in topic %q", recallWhat(by, value), topic)
+		return WaitingMessage{}, place, false, wrapErr(err, "find %s in topic %q", recallWhat(by, value), topic)
 	}
 	w := WaitingMessage{Due: store.DueOf(r.Score)}
 	if w.Message, err = store.Decode(r.Body); err != nil {
 		w.Message, w.Corrupt = message.NewMessage(r.Uuid, nil), err.Error()
 	}
-	return w, true, nil
+	return w, place, true, nil
 }
 
 // Reschedule is Publisher.Reschedule, for the partition count stored in

@@ -293,3 +293,25 @@ func TestRepublish_DelayOnErrorGrowsOnNack(t *testing.T) {
 		prev = at
 	}
 }
+
+// A received message's context ends at its Ack (as in watermill-redisstream
+// and watermill-sql), and Publish runs with the first message's context: so
+// publishing a received message again after acking it fails with "context
+// canceled" (docs/coming-from.md). Publishing before the Ack, or with
+// another context, works.
+func TestRepublish_AfterAckNeedsAnotherContext(t *testing.T) {
+	t.Parallel()
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("x")))
+	msg := receive(t, ch, 5*time.Second)
+	require.True(t, msg.Ack())
+
+	err := env.pub.Publish(env.topic+"-copy", msg)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.ErrorContains(t, err, "context canceled")
+
+	msg.SetContext(context.Background())
+	require.NoError(t, env.pub.Publish(env.topic+"-copy", msg))
+}

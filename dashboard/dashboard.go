@@ -417,12 +417,11 @@ var histogramSpans = []struct {
 
 // A waiting message.
 
-// Bounds of the search of dead letters by UUID (findDead); variables for
-// the tests.
-var (
-	deadScan     = 10_000 // dead letters read per group at most
-	deadScanPage = 1_000
-)
+// deadScan is the scan budget of a message search that finds no waiting
+// message (see handler.locate): entries read at most of each structure
+// Redis indexes by time only (a stream, a group's dead letters); a
+// variable for the tests.
+var deadScan = redisdelay.LocateScan
 
 // Dead letters.
 

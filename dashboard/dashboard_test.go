@@ -262,7 +262,7 @@ func TestMessage_SearchEscapesPayload(t *testing.T) {
 
 	status, body = e.get("/message?t=orders&q=no-such")
 	assert.Equal(t, http.StatusNotFound, status)
-	assert.Contains(t, body, "No message is waiting")
+	assert.Contains(t, body, "is in topic <code>orders</code> in any state")
 	status, body = e.get("/message?t=orders&q=")
 	assert.Equal(t, http.StatusBadRequest, status)
 	assert.Contains(t, body, "nothing to search for")

@@ -2,12 +2,12 @@ package dashboard
 
 import "time"
 
-// SetDeadScan bounds the search of dead letters by UUID to n per group, in
-// pages of page, until the returned function restores the bounds.
-func SetDeadScan(n, page int) (restore func()) {
-	was, wasPage := deadScan, deadScanPage
-	deadScan, deadScanPage = n, page
-	return func() { deadScan, deadScanPage = was, wasPage }
+// SetDeadScan bounds a message search's scan (see handler.locate) to n
+// entries per structure, until the returned function restores the bound.
+func SetDeadScan(n int) (restore func()) {
+	was := deadScan
+	deadScan = n
+	return func() { deadScan = was }
 }
 
 // SetSearchBounds makes a search page show at most page matches and call

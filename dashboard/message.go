@@ -22,10 +22,12 @@ type messageData struct {
 	Message  waitingRow
 	Metadata [][2]string
 	Payload  payloadView
-	// Dead are the dead letters with the UUID searched, looked for when no
-	// message with it waits; Unsearched says which dead letters were not
-	// read (see findDead).
+	// Dead are the dead letters holding the message and Elsewhere its
+	// other places (ready, pending, retrying, ...), looked for with
+	// Inspector.Locate when it is not waiting; Unsearched says what the
+	// lookup's scan budget (DeadScan entries per structure) left unread.
 	Dead       []deadFound
+	Elsewhere  []locationRow
 	Unsearched []string
 	DeadScan   int
 }
@@ -36,42 +38,71 @@ type deadFound struct {
 	deadRow
 }
 
-// findDead looks for the dead letters of a message UUID in every group of
-// the topic, as "redisdelay show" does, but reads at most the oldest
-// deadScan of each group (a dead letter is found by reading it: Redis
-// indexes them by time only), which bounds a search to a few seconds of
-// Redis work and some MB of transfer per group however many are kept
-// (MaxDeadLetters, 100,000 by default). It returns what it found, and for
-// each group holding more, how many it left unread.
-func (h *handler) findDead(ctx context.Context, topic, uuid string) (found []deadFound, unsearched []string, err error) {
-	st, err := h.insp.Stats(ctx, topic)
+// locationRow is a place of the message other than waiting or dead.
+type locationRow struct {
+	State, Group, Detail, Next string
+	UUID                       string
+	Metadata                   [][2]string
+	Payload                    payloadView
+}
+
+// locate finds a message that is not waiting in every other state, reading
+// at most deadScan entries of each structure Redis indexes by time only
+// (see Inspector.Locate), which bounds a search to a few seconds of Redis
+// work and some MB of transfer per structure however long the backlog.
+func (h *handler) locate(ctx context.Context, topic, by, value string, now time.Time) (dead []deadFound, elsewhere []locationRow, unsearched []string, err error) {
+	q := redisdelay.LocateQuery{UUID: value, Scan: deadScan}
+	if by == "key" {
+		q = redisdelay.LocateQuery{BusinessKey: value, Scan: deadScan}
+	}
+	res, err := h.insp.LocateWith(ctx, topic, q)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	groups := toTopicJSON(st, 0).Groups // by name
-	for _, g := range groups {
-		read := 0
-		for after := ""; read < deadScan; {
-			page, err := h.insp.DeadLetters(ctx, topic, g.Group, after, deadScanPage)
-			if err != nil {
-				return nil, nil, err
-			}
-			for _, l := range page {
-				if l.Message != nil && l.Message.UUID == uuid {
-					found = append(found, deadFound{g.Group, toDeadRow(l)})
-				}
-			}
-			read += len(page)
-			if len(page) < deadScanPage {
-				break
-			}
-			after = page[len(page)-1].ID
+	for _, l := range res.Locations {
+		if l.State == redisdelay.StateDead {
+			dead = append(dead, deadFound{l.Group, toDeadRow(redisdelay.DeadLetter{ID: l.ID, Message: l.Message, Body: l.Body,
+				Attempts: l.Attempt, Reason: l.Reason, Time: l.Died})})
+			continue
 		}
-		if read >= deadScan && g.Dead > int64(read) {
-			unsearched = append(unsearched, fmt.Sprintf("group %q: the newest %d of its %d dead letters", g.Group, g.Dead-int64(read), g.Dead))
+		row := locationRow{State: string(l.State), Group: l.Group, Detail: locationDetail(l, now), Next: l.Next}
+		if l.Message != nil {
+			row.UUID, row.Metadata, row.Payload = l.Message.UUID, sortedMetadata(l.Message.Metadata), viewPayload(l.Message.Payload)
+		} else {
+			row.Payload = viewPayload(l.Body)
 		}
+		elsewhere = append(elsewhere, row)
 	}
-	return found, unsearched, nil
+	return dead, elsewhere, res.Unsearched, nil
+}
+
+// locationDetail describes a location in a line: its entry, attempt, and
+// the state's own facts, times with their zone.
+func locationDetail(l redisdelay.Location, now time.Time) string {
+	const layout = "2006-01-02 15:04:05 UTC"
+	var b strings.Builder
+	if l.ID != "" {
+		fmt.Fprintf(&b, "entry %s, ", l.ID)
+	}
+	fmt.Fprintf(&b, "attempt %d", l.Attempt)
+	switch l.State {
+	case redisdelay.StatePending:
+		fmt.Fprintf(&b, ", consumer %s, renewed %s ago", l.Consumer, present.Duration(now.Sub(l.Renewed)))
+		if !l.LeaseExpires.IsZero() {
+			fmt.Fprintf(&b, ", lease expires %s", l.LeaseExpires.UTC().Format(layout))
+		}
+	case redisdelay.StateRetrying, redisdelay.StateWaitingForGroup:
+		fmt.Fprintf(&b, ", due %s", l.Due.UTC().Format(layout))
+		if l.Reason != "" {
+			fmt.Fprintf(&b, ", after: %s", l.Reason)
+		}
+	case redisdelay.StateGrouped:
+		fmt.Fprintf(&b, ", in group %s", l.MessageGroup)
+	}
+	if l.Paused {
+		b.WriteString(", group paused")
+	}
+	return b.String()
 }
 
 func (h *handler) message(w http.ResponseWriter, r *http.Request) {
@@ -103,8 +134,8 @@ func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := messageData{Topic: topic, Found: ok, By: by, Q: value, DeadScan: deadScan}
-	if err == nil && !ok && by == "uuid" {
-		d.Dead, d.Unsearched, err = h.findDead(ctx, topic, value)
+	if err == nil && !ok {
+		d.Dead, d.Elsewhere, d.Unsearched, err = h.locate(ctx, topic, by, value, time.Now())
 	}
 	if err != nil {
 		h.fail(w, r, http.StatusBadGateway, err)
@@ -116,7 +147,7 @@ func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 		d.Payload = viewPayload(m.Message.Payload)
 	}
 	status := http.StatusOK
-	if !ok && len(d.Dead) == 0 {
+	if !ok && len(d.Dead) == 0 && len(d.Elsewhere) == 0 {
 		status = http.StatusNotFound
 	}
 	h.render(w, r, status, "message", "Message", topic, d)

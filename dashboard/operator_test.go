@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,16 +131,20 @@ func TestSearch_FindsDeadLetter(t *testing.T) {
 	status, body = e.get("/message?t=orders&q=" + waiting.UUID)
 	require.Equal(t, http.StatusOK, status, body)
 	assert.Contains(t, body, "<h1>Waiting message</h1>")
+	assert.Contains(t, body, `<td id="next">When due, a scheduler copies it to the ready queue`)
 	status, body = e.get("/message?t=orders&q=no-such-uuid")
 	assert.Equal(t, http.StatusNotFound, status)
-	assert.Contains(t, body, "and no dead letter of its consumer groups has it")
+	assert.Contains(t, body, "in any state: waiting, ready, pending, retrying, queued in its group, or dead.")
 	assert.NotContains(t, body, `id="unsearched"`)
 
-	// Bounded: past the bound, the page names what it did not read.
-	defer dashboard.SetDeadScan(1, 1)()
-	status, body = e.get("/message?t=orders&q=" + uuids[2])
-	assert.Equal(t, http.StatusNotFound, status)
-	assert.Contains(t, body, `The search reads the oldest 1 dead letters of each consumer group; not searched: group &#34;billing&#34;: the newest 1 of its 2 dead letters.`)
+	// Bounded: past the bound, the page names what it did not read. Five
+	// dead letters now: a budget of 1 reads the oldest and the newest.
+	more := e.deadLetters("orders", "billing", 3)
+	defer dashboard.SetDeadScan(1)()
+	_, body = e.get("/message?t=orders&q=" + more[0])
+	assert.NotContains(t, body, `<code class="uuid">`+more[0], "the dead letter was not read")
+	assert.Contains(t, body, `the search reads at most 1 entries of each (a stream's oldest and newest); not searched: `)
+	assert.Contains(t, body, `group &#34;billing&#34;&#39;s dead letters in partition 0: 3 entries not read (scan budget 1)`)
 	status, _ = e.get("/message?t=orders&q=" + uuids[0])
 	assert.Equal(t, http.StatusOK, status)
 }
@@ -165,4 +170,84 @@ func TestTopics_NoSchedulerBannerWaitingForGroup(t *testing.T) {
 	assert.Empty(t, alert)
 	_, body := e.get("/")
 	assert.NotContains(t, body, "no scheduler</span>")
+}
+
+// TestMessage_LocatesPendingAndReady: the search by UUID finds a message
+// that is no longer waiting in its group's states, with what happens next.
+func TestMessage_LocatesPendingAndReady(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	e.subscribe("orders", "billing") // its subscriber fetches and nobody handles: pending
+	held := later(0, "held")
+	e.publish("orders", held)
+	var body string
+	require.Eventually(t, func() bool {
+		_, body = e.get("/message?t=orders&q=" + held.UUID)
+		return strings.Contains(body, `<td class="state">pending</td>`)
+	}, 5*time.Second, 20*time.Millisecond)
+	assert.Contains(t, body, "<h1>Where message <code>"+held.UUID+"</code> is</h1>")
+	assert.Contains(t, body, `href="/group?g=billing&amp;t=orders">billing</a>`)
+	assert.Contains(t, body, "lease expires ")
+	assert.Contains(t, body, " UTC")
+	assert.Contains(t, body, "holds it (attempt 1)")
+	_, body = e.get("/group?t=orders&g=billing&view=pending")
+	assert.Contains(t, body, `id="prefetch-note">Handed or buffered? Redis does not record which`)
+
+	require.NoError(t, e.insp.Pause(context.Background(), "orders", "billing"))
+	time.Sleep(100 * time.Millisecond) // the subscriber hears of the pause
+	ready := later(0, "ready")
+	ready.Metadata.Set(redisdelay.BusinessKey, "order-1")
+	e.publish("orders", ready)
+	status, body := e.get("/message?t=orders&by=key&q=order-1")
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, `<td class="state">ready</td>`)
+	assert.Contains(t, body, "group paused")
+	assert.Contains(t, body, "is paused: nothing of it is delivered until it is resumed")
+}
+
+// TestTopics_NoConsumerGroupFlagged: ready messages in a topic with no
+// consumer group (a schedule ticking into it) are flagged on both pages
+// and in the JSON the pages refresh from; group names link to their page.
+func TestTopics_NoConsumerGroupFlagged(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	e.publish("pings", later(0, "tick"), later(0, "tick"))
+	_, body := e.get("/")
+	assert.Contains(t, body, `<span class="tag unscheduled no-group" title="This topic has no consumer group: its 2 ready message(s) wait for the first, and pile up meanwhile.`)
+	assert.Contains(t, body, `2 ready, unread</span>`)
+	_, body = e.get("/topic?t=pings")
+	assert.Contains(t, body, `<p class="alert" id="group-alert" role="alert">This topic has no consumer group: its 2 ready message(s)`)
+	status, js := e.get("/api/topics")
+	require.Equal(t, http.StatusOK, status)
+	assert.Contains(t, js, `"no_group":"This topic has no consumer group`)
+
+	e.subscribe("pings", "audit")
+	_, body = e.get("/")
+	assert.NotContains(t, body, "no-group")
+	assert.Contains(t, body, `<a href="/group?g=audit&amp;t=pings" class="group-link">audit</a>`)
+	_, body = e.get("/topic?t=pings")
+	assert.Contains(t, body, `<p class="alert" id="group-alert" role="alert" hidden>`)
+}
+
+// TestPages_LocateAndStuckErrors: a Redis error in the message search's
+// lookup, or in reading the stuck consumers, fails the page with 502
+// (here: the Redis user may not HSCAN, nor run XINFO CONSUMERS).
+func TestPages_LocateAndStuckErrors(t *testing.T) {
+	e := newEnv(t, dashboard.Options{SampleEvery: -1})
+	e.subscribe("orders", "billing") // nobody handles: pending
+	held := later(0, "held")
+	e.publish("orders", held)
+	require.Eventually(t, func() bool {
+		st, err := e.insp.Stats(context.Background(), "orders")
+		return err == nil && st.Groups[0].Pending == 1
+	}, 5*time.Second, 20*time.Millisecond)
+	require.NoError(t, e.client.Do(context.Background(), "ACL", "SETUSER", "default", "-hscan", "-xinfo|consumers").Err())
+
+	status, body := e.get("/message?t=orders&q=" + held.UUID)
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, "NOPERM")
+	status, body = e.get("/topic?t=orders")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, "NOPERM")
+	status, body = e.get("/api/topic?t=orders")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, body, `"error":`)
 }

@@ -159,6 +159,11 @@ func TestGroup_Page(t *testing.T) {
 		_, page = e.get("/group?t=orders&g=audit&view=consumers")
 		return strings.Contains(page, `<code>worker-9</code> <span class="tag stuck"`)
 	}, 10*time.Second, 20*time.Millisecond)
+	// The topic page and its JSON show the stuck consumer too.
+	_, page = e.get("/topic?t=orders")
+	assert.Contains(t, page, `<a class="tag stuck" href="/group?g=audit&amp;t=orders&amp;view=consumers" title="consumers holding messages with no lease renewal for twice the visibility timeout: worker-9">1 stuck</a>`)
+	_, js := e.get("/api/topic?t=orders")
+	assert.Contains(t, js, `"stuck":["worker-9"]`)
 	_, page = e.get("/group?t=orders&g=audit&view=retrying")
 	assert.Contains(t, page, "Nothing waits for a retry.")
 

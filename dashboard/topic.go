@@ -83,6 +83,10 @@ func (h *handler) topic(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	d := topicData{Stats: h.withRates(toTopicJSON(st, overdue)), Offset: offset, Prev: max(offset-waitingPage, 0), Now: now, Charts: h.hist.charts(topic)}
+	if err := h.withStuck(ctx, &d.Stats); err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
 	if d.Histogram, err = h.histogram(ctx, topic, now); err != nil {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
@@ -131,7 +135,35 @@ func (h *handler) apiTopic(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"stats": h.withRates(toTopicJSON(st, overdue)), "histogram": hist, "charts": h.hist.charts(topic)})
+	stats := h.withRates(toTopicJSON(st, overdue))
+	if err := h.withStuck(ctx, &stats); err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"stats": stats, "histogram": hist, "charts": h.hist.charts(topic)})
+}
+
+// withStuck names the stuck consumers of each group holding pending
+// messages (a consumer holding none is never stuck): one read of the
+// group's consumers per partition, for the groups with pending messages
+// only, so an idle topic costs nothing more.
+func (h *handler) withStuck(ctx context.Context, t *topicJSON) error {
+	for n := range t.Groups {
+		g := &t.Groups[n]
+		if g.Pending == 0 {
+			continue
+		}
+		cs, err := h.insp.Consumers(ctx, t.Topic, g.Group)
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			if c.Stuck {
+				g.Stuck = append(g.Stuck, c.Name)
+			}
+		}
+	}
+	return nil
 }
 
 // withRates adds the consumer groups' throughput the sampler measured.

@@ -32,25 +32,31 @@ type groupJSON struct {
 	// page's last sampling interval ("12.5/s"), "–" until two samples.
 	Delivered    string `json:"delivered_rate"`
 	DeadLettered string `json:"dead_rate"`
+	// Stuck names the group's stuck consumers (redisdelay.Consumer.Stuck),
+	// read for the topic page only (see withStuck); empty otherwise.
+	Stuck []string `json:"stuck"`
 }
 
 type topicJSON struct {
-	Topic      string      `json:"topic"`
-	Partitions int         `json:"partitions"`
-	Waiting    int64       `json:"waiting"`
-	Stream     int64       `json:"stream"`
-	Leased     int         `json:"leased"`
-	Alert      string      `json:"alert"` // see schedulingAlert; "" when all is well
-	Groups     []groupJSON `json:"groups"`
+	Topic      string `json:"topic"`
+	Partitions int    `json:"partitions"`
+	Waiting    int64  `json:"waiting"`
+	Stream     int64  `json:"stream"`
+	Leased     int    `json:"leased"`
+	Alert      string `json:"alert"` // see schedulingAlert; "" when all is well
+	// NoGroup says that ready messages pile up in a topic with no consumer
+	// group to read them (see noGroupAlert); "" otherwise.
+	NoGroup string      `json:"no_group"`
+	Groups  []groupJSON `json:"groups"`
 }
 
 // toTopicJSON is a topic's stats as the pages show them; overdue is
 // Inspector.Overdue's (0 when not read).
 func toTopicJSON(st redisdelay.TopicStats, overdue time.Duration) topicJSON {
 	out := topicJSON{Topic: st.Topic, Partitions: st.Partitions, Waiting: st.Waiting, Stream: st.Stream, Leased: st.Leased,
-		Alert: schedulingAlert(st, overdue), Groups: []groupJSON{}}
+		Alert: schedulingAlert(st, overdue), NoGroup: noGroupAlert(st), Groups: []groupJSON{}}
 	for _, g := range st.Groups {
-		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers, g.Paused, g.Grouped, g.ActiveGroups, "–", "–"})
+		out.Groups = append(out.Groups, groupJSON{g.Group, g.Ready, g.Pending, g.Retry, g.Dead, g.Consumers, g.Paused, g.Grouped, g.ActiveGroups, "–", "–", []string{}})
 	}
 	slices.SortFunc(out.Groups, func(a, b groupJSON) int { return strings.Compare(a.Group, b.Group) })
 	return out
@@ -85,6 +91,20 @@ func schedulingAlert(st redisdelay.TopicStats, overdue time.Duration) string {
 			"A partition without one is not scheduled, or the scheduler cannot keep up: see its logs.", present.Duration(overdue), st.Leased, st.Partitions)
 	}
 	return ""
+}
+
+// noGroupAlert says that a topic holds ready messages and no consumer
+// group (Health's no_consumer_group): a schedule ticking into a topic
+// nobody subscribed to, or a publisher ahead of its subscribers. Nothing
+// reads them until a group is created, and they pile up meanwhile.
+// Grouped messages waiting for the first group alone wait aside, by
+// design: no alert.
+func noGroupAlert(st redisdelay.TopicStats) string {
+	if len(st.Groups) > 0 || st.Stream == 0 {
+		return ""
+	}
+	return fmt.Sprintf("This topic has no consumer group: its %d ready message(s) wait for the first, and pile up meanwhile. "+
+		"Start its subscribers, or stop what publishes to it (a schedule? see Schedules).", st.Stream)
 }
 
 func (h *handler) allStats(ctx context.Context) ([]topicJSON, error) {

@@ -29,6 +29,7 @@ type cmdFlags struct {
 	offset, limit int
 	after         string
 	all, yes      bool
+	create        bool // pause --create (--force)
 	key           string
 	payload       bool
 	maxPayload    int
@@ -58,6 +59,36 @@ type cmdFlags struct {
 
 	over                                 time.Duration // throughput --over
 	maxOverdue, stuckAfter, consumerIdle time.Duration // health's limits
+}
+
+// durationHelp is what a malformed duration flag is told.
+const durationHelp = "parse error: give a duration such as 90s, 10m or 2h (a number and a unit: ns, us, ms, s, m, h)"
+
+// durationFlag is a duration flag whose parse error explains itself
+// (flag.DurationVar says only "parse error").
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return "0s" // the zero value flag.PrintDefaults compares with
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return errors.New(durationHelp)
+	}
+	*f.d = d
+	return nil
+}
+
+// durationVar defines a duration flag as flag.DurationVar does, with
+// durationFlag's error.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(durationFlag{p}, name, usage)
 }
 
 // payloadFlags are the flags of the commands that can print payloads.
@@ -119,7 +150,7 @@ func init() {
 				"(a stream was deleted, or entries deleted from its middle, meanwhile).",
 			maxArgs: -1,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
-				fs.DurationVar(&f.over, "over", 5*time.Second, "measure over `D`")
+				durationVar(fs, &f.over, "over", 5*time.Second, "measure over `D`")
 			},
 			check: func(_ []string, f *cmdFlags) error {
 				if f.over < 100*time.Millisecond || f.over > 10*time.Minute {
@@ -137,9 +168,9 @@ func init() {
 				"\"healthy\" and exits 0, or the problems and exits 1 (with --json, the report either way).",
 			maxArgs: -1,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
-				fs.DurationVar(&f.maxOverdue, "max-overdue", 0, "a topic whose earliest waiting message is overdue by more than `D` has no working scheduler (default 1m)")
-				fs.DurationVar(&f.stuckAfter, "stuck-after", 0, "a message held by a consumer with no sign of life for `D` is stuck (default: twice the group's visibility timeout)")
-				fs.DurationVar(&f.consumerIdle, "consumer-idle", 0, "ready messages and no consumer active within `D` is a group that stopped (default: twice the visibility timeout)")
+				durationVar(fs, &f.maxOverdue, "max-overdue", 0, "a topic whose earliest waiting message is overdue by more than `D` has no working scheduler (default 1m)")
+				durationVar(fs, &f.stuckAfter, "stuck-after", 0, "a message held by a consumer with no sign of life for `D` is stuck (default: twice the group's visibility timeout)")
+				durationVar(fs, &f.consumerIdle, "consumer-idle", 0, "ready messages and no consumer active within `D` is a group that stopped (default: twice the visibility timeout)")
 			},
 			check: func(_ []string, f *cmdFlags) error {
 				if f.maxOverdue < 0 || f.stuckAfter < 0 || f.consumerIdle < 0 {
@@ -268,23 +299,39 @@ func init() {
 			run: cmdSearch,
 		},
 		{
-			name: "show", args: "<topic> <uuid> [--max-payload N]", summary: "show a waiting message or dead letter in full, payload included",
-			help: "Shows the message with this UUID wherever it still is: waiting for its due time, or in the\n" +
-				"dead letters of any consumer group (delivered and acknowledged messages are not kept). It prints\n" +
-				"all metadata and the payload: text with control characters and other characters a terminal would\n" +
-				"act on escaped (\\x1b, \\u202e), anything that is not UTF-8 text as a hex dump, at most\n" +
-				"--max-payload bytes. With --json the payload is a string, or payload_base64 when not UTF-8.\n" +
-				"Exit status 1 when no such message is found.",
-			minArgs: 2, maxArgs: 2,
-			flags: func(fs *flag.FlagSet, f *cmdFlags) { payloadFlags(fs, f, false) },
-			check: func(_ []string, f *cmdFlags) error { return checkMaxPayload(f) },
-			run:   cmdShow,
+			name: "show", args: "<topic> (<uuid> | --key K) [--max-payload N]", summary: "find a message in any state and show it in full, with what happens next",
+			help: "Finds the message with this UUID (or holding business key K) wherever it is: waiting for its due\n" +
+				"time (near or far), waiting for the topic's first consumer group, and per consumer group ready,\n" +
+				"queued in its group (SetGroup), pending with a consumer (which, since when, which attempt),\n" +
+				"retrying (when, and why), dead, or acknowledged but still in the ready stream; it says what\n" +
+				"happens next to it. Waiting messages are found by index; the other states by reading at most\n" +
+				"10,000 entries of each stream (its oldest and newest), pending list, retry set, group queue and\n" +
+				"dead letters, whatever the backlog: what that leaves unread is noted on stderr. It prints all\n" +
+				"metadata and the payload: text with control characters and other characters a terminal would act\n" +
+				"on escaped (\\x1b, \\u202e), anything that is not UTF-8 text as a hex dump, at most --max-payload\n" +
+				"bytes. With --json the payload is a string, or payload_base64 when not UTF-8.\n" +
+				"Exit status 3 when no such message is found.",
+			minArgs: 1, maxArgs: 2,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				payloadFlags(fs, f, false)
+				fs.StringVar(&f.key, "key", "", "find the message holding business key `K`")
+			},
+			check: func(pos []string, f *cmdFlags) error {
+				switch {
+				case len(pos) == 2 && f.key != "":
+					return errors.New("give a UUID or --key, not both")
+				case len(pos) == 1 && f.key == "":
+					return errors.New("give the message's UUID, or --key K")
+				}
+				return checkMaxPayload(f)
+			},
+			run: cmdShow,
 		},
 		{
 			name: "cancel", args: "<topic> (<uuid> | --key K | filter | --all) [--dry-run] [--resume C]", summary: "recall waiting messages: one, or those a filter selects",
 			help: "Removes a delayed message that is still waiting, by its UUID or by its business key\n" +
-				"(--key), so it is never delivered. Reports whether it was waiting (exit status 0 either\n" +
-				"way; \"cancelled\": false in JSON): it is not when unknown, already cancelled, or already due.\n" +
+				"(--key), so it is never delivered. Reports whether it was waiting (exit status 3 when it\n" +
+				"was not; \"cancelled\": false in JSON): it is not when unknown, already cancelled, or already due.\n" +
 				"\n" + bulkHelp("cancels", "waiting message of the topic", "a due time", "; with --all and --yes, every one"),
 			minArgs: 1, maxArgs: 2,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
@@ -302,7 +349,7 @@ func init() {
 			help: "Moves a delayed message that is still waiting, by its UUID or by its business key (--key), to\n" +
 				"a new due time, in place: same UUID, body and key. --in 10m is due 10 minutes from now, --at an\n" +
 				"RFC 3339 time (2030-01-02T15:04:05Z); a time already passed is due at once. Reports whether it\n" +
-				"was waiting (exit status 0 either way; \"rescheduled\": false in JSON): it is not when unknown,\n" +
+				"was waiting (exit status 3 when not; \"rescheduled\": false in JSON): it is not when unknown,\n" +
 				"cancelled, or already due.\n" +
 				"\n" + bulkHelp("moves to the new due time (--in: from the run's start)", "waiting message of the topic", "a due time", "; with --all and --yes, every one"),
 			minArgs: 1, maxArgs: 2,
@@ -348,7 +395,7 @@ func init() {
 			help: "Makes a delayed message that is still waiting due now, by its UUID or by its business key (--key),\n" +
 				"in place (same UUID, body and key), by Redis's clock: the scheduler moves it to the consumer groups at\n" +
 				"once, as at its due time (the same as \"reschedule --in 0s\"). Reports whether it was waiting (exit\n" +
-				"status 0 either way; \"ran\": false in JSON). Warns when no scheduler holds the topic.\n" +
+				"status 3 when not; \"ran\": false in JSON). Warns when no scheduler holds the topic.\n" +
 				"\n" + bulkHelp("makes due now", "waiting message of the topic", "a due time", "; with --all and --yes, every one"),
 			minArgs: 1, maxArgs: 2,
 			flags: func(fs *flag.FlagSet, f *cmdFlags) {
@@ -418,8 +465,13 @@ func init() {
 			help: "Pauses the consumer group on the topic, in every process, until \"redisdelay resume\": its\n" +
 				"subscribers fetch no new messages (those already fetched are still handled); messages keep\n" +
 				"becoming due and accumulate (READY in \"redisdelay stats\"). The pause is kept in Redis and\n" +
-				"outlasts restarts. The group must exist.",
+				"outlasts restarts. An unknown group is refused (exit status 3), in case of a typo, unless\n" +
+				"--create (or --force) asks to pause it before its first subscriber starts.",
 			minArgs: 2, maxArgs: 2,
+			flags: func(fs *flag.FlagSet, f *cmdFlags) {
+				fs.BoolVar(&f.create, "create", false, "pause the group even though no subscriber created it yet")
+				fs.BoolVar(&f.create, "force", false, "the same as --create")
+			},
 			run: cmdPause,
 		},
 		{

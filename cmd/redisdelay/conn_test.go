@@ -59,7 +59,7 @@ func TestConnection_UsageErrors(t *testing.T) {
 		{[]string{"topics", "--version"}, `--version takes no command (got "topics")`},
 		{[]string{"help", "frobnicate"}, `help: unknown command "frobnicate"`},
 		{[]string{"help", "dead", "waiting"}, "help takes one command at most"},
-		{[]string{"show", topic}, "show: wrong number of arguments (1)"},
+		{[]string{"show", topic}, "show: give the message's UUID, or --key K"},
 		{[]string{"show", topic, "u", "--max-payload", "-1"}, "--max-payload is -1: use 0 (no limit) or more"},
 		{[]string{"waiting", topic, "--max-payload", "-5"}, "--max-payload is -5"},
 		{[]string{"dead", topic, group, "--payload=maybe"}, `invalid boolean value "maybe" for -payload`},
@@ -319,4 +319,106 @@ func writeCerts(t *testing.T) certFiles {
 	c.serverCert, c.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
 	c.clientCert, c.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth, nil)
 	return c
+}
+
+// --url and $REDISDELAY_URL take go-redis's URLs; $REDISDELAY_ADDR an
+// address; the flags come first, then the URL, then the address.
+func TestConnection_URLAndAddrFromEnvironment(t *testing.T) {
+	plain := func(o *options) *redis.Options {
+		t.Helper()
+		c, ok := o.client().(*redis.Client)
+		require.True(t, ok)
+		t.Cleanup(func() { _ = c.Close() })
+		return c.Options()
+	}
+	o := plain(parseOptions(t, nil, "--url", "redis://ops:pw@10.0.0.1:6380/4"))
+	assert.Equal(t, "10.0.0.1:6380", o.Addr)
+	assert.Equal(t, "ops", o.Username)
+	assert.Equal(t, "pw", o.Password)
+	assert.Equal(t, 4, o.DB)
+	assert.Nil(t, o.TLSConfig)
+	o = plain(parseOptions(t, nil, "--url", "rediss://10.0.0.1"))
+	require.NotNil(t, o.TLSConfig, "rediss:// is TLS")
+	assert.Equal(t, "10.0.0.1:6379", o.Addr)
+
+	// The flags and $REDISDELAY_PASSWORD override the URL's parts;
+	// $REDIS_PASSWORD does not.
+	o = plain(parseOptions(t, map[string]string{"REDISDELAY_PASSWORD": "env"}, "--url", "redis://ops:pw@10.0.0.1/4", "--db", "2", "--user", "other"))
+	assert.Equal(t, "env", o.Password)
+	assert.Equal(t, 2, o.DB)
+	assert.Equal(t, "other", o.Username)
+	assert.Equal(t, "pw", plain(parseOptions(t, map[string]string{"REDIS_PASSWORD": "old"}, "--url", "redis://ops:pw@10.0.0.1")).Password)
+
+	// The environment, when no flag names the server.
+	env := map[string]string{"REDISDELAY_URL": "redis://10.0.0.2:7000", "REDISDELAY_ADDR": "10.0.0.3:7001"}
+	assert.Equal(t, "10.0.0.2:7000", plain(parseOptions(t, env)).Addr)
+	assert.Equal(t, "Redis at 10.0.0.2:7000 (from $REDISDELAY_URL)", parseOptions(t, env).target())
+	assert.Equal(t, "10.0.0.4:1", plain(parseOptions(t, env, "--addr", "10.0.0.4:1")).Addr, "--addr before the environment")
+	assert.Equal(t, "10.0.0.5:1", plain(parseOptions(t, env, "--url", "redis://10.0.0.5:1")).Addr)
+	delete(env, "REDISDELAY_URL")
+	assert.Equal(t, "10.0.0.3:7001", plain(parseOptions(t, env)).Addr)
+	assert.Equal(t, "Redis at 10.0.0.3:7001 (from $REDISDELAY_ADDR)", parseOptions(t, env).target())
+	cl, ok := parseOptions(t, env, "--cluster", "127.0.0.1:7000").client().(*redis.ClusterClient)
+	require.True(t, ok, "--cluster before $REDISDELAY_ADDR")
+	_ = cl.Close()
+
+	// Against the test server: a URL with an ACL user's password, from
+	// the flag and from the environment.
+	s := setupSample(t)
+	user := "cli-url-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	ctx := context.Background()
+	require.NoError(t, s.client.Do(ctx, "ACL", "SETUSER", user, "on", ">s3cret", "~"+s.prefix+":*", "&*", "+@all").Err())
+	t.Cleanup(func() { _ = s.client.Do(ctx, "ACL", "DELUSER", user).Err() })
+	u := "redis://" + user + ":s3cret@" + redisAddr + "/0"
+	r := runCLI(t, "--url", u, "--prefix", s.prefix, "topics")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, topic+"\n")
+	t.Setenv("REDISDELAY_URL", u)
+	r = runCLI(t, "--prefix", s.prefix, "topics")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, topic+"\n")
+	t.Setenv("REDISDELAY_URL", "")
+	t.Setenv("REDISDELAY_ADDR", redisAddr)
+	r = runCLI(t, "--prefix", s.prefix, "topics")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, topic+"\n")
+}
+
+// A URL's password is never printed: not in a usage error, not when the
+// server cannot be reached, not when it refuses the login.
+func TestConnection_URLPasswordRedacted(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--url", "redis://ops:hunter2@127.0.0.1:notaport", "topics"}, 2, "--url redis://ops:xxxxx@127.0.0.1:notaport: "},
+		{[]string{"--url", "http://ops:hunter2@127.0.0.1", "topics"}, 2, "--url http://ops:xxxxx@127.0.0.1: redis: invalid URL scheme: http"},
+		{[]string{"--url", "redis://ops:hunter2/:x@127.0.0.1", "topics"}, 2, "--url redis://ops:xxxxx@127.0.0.1: "},
+		{[]string{"--url", "redis://ops:hunter2@127.0.0.1:6379", "--addr", "127.0.0.1:1", "topics"}, 2, "--url excludes --addr, --cluster and --sentinel"},
+		{[]string{"--url", "redis://ops:hunter2@127.0.0.1:1", "--timeout", "2s", "topics"}, 1, "cannot reach Redis at 127.0.0.1:1 (from --url)"},
+		{[]string{"--url", "redis://ops:hunter2@" + redisAddr, "topics"}, 1, "WRONGPASS"},
+	} {
+		r := runCLI(t, c.args...)
+		assert.Equal(t, c.code, r.code, "%v: %s", c.args, r.stderr)
+		assert.Contains(t, r.stderr, c.want, c.args)
+		assert.NotContains(t, r.stderr+r.stdout, "hunter2", c.args)
+	}
+}
+
+// Every duration flag says what it wants, as --in does, not only "parse
+// error"; the help still shows the defaults.
+func TestConnection_DurationFlagsExplainThemselves(t *testing.T) {
+	for _, args := range [][]string{
+		{"health", "--max-overdue", "abc"}, {"health", "--stuck-after", "5"}, {"health", "--consumer-idle", "1x"},
+		{"throughput", "--over", "soon"}, {"--timeout", "ten", "topics"},
+	} {
+		r := runCLI(t, append([]string{"--addr", "127.0.0.1:1"}, args...)...)
+		assert.Equal(t, 2, r.code, args)
+		assert.Contains(t, r.stderr, "parse error: give a duration such as 90s, 10m or 2h (a number and a unit: ns, us, ms, s, m, h)", args)
+	}
+	help := runCLI(t, "help", "throughput")
+	assert.Contains(t, help.stdout, "measure over D (default 5s)")
+	assert.Contains(t, runCLI(t, "-h").stdout, "(default 10s)", "--timeout's default")
+	assert.NotContains(t, runCLI(t, "help", "health").stdout, "(default 0s)")
 }

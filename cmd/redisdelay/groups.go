@@ -9,10 +9,14 @@ import (
 
 func cmdPause(e *env, pos []string) error {
 	topic, group := pos[0], pos[1]
-	// As Inspector.Pause: a group may be paused before its first
-	// subscriber starts (docs/flow-control.md). Say so, in case of a typo.
+	// As Inspector.Pause, a group may be paused before its first
+	// subscriber starts (docs/flow-control.md), but only when asked: a
+	// typo would otherwise pause nothing that runs, and say done.
 	if _, err := e.knownGroup(topic, group); err != nil {
-		fmt.Fprintf(e.stderr, "redisdelay: note: %s; it is paused all the same, before its first subscriber starts: check the name\n",
+		if !e.flags.create {
+			return notFoundf("%v: give --create to pause it before its first subscriber starts", err)
+		}
+		fmt.Fprintf(e.stderr, "redisdelay: note: %s; it is paused all the same (--create), before its first subscriber starts\n",
 			strings.TrimPrefix(err.Error(), "redisdelay: "))
 	}
 	was, err := e.insp.Paused(e.ctx, topic, group)

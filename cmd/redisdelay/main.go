@@ -17,7 +17,8 @@
 //
 // Run "redisdelay -h" for the commands and flags, "redisdelay --version"
 // for the build. Exit status: 0 done, 1 operational error (Redis
-// unreachable, unknown topic, ...), 2 usage error.
+// unreachable, unknown topic, ...), 2 usage error, 3 not found (show,
+// cancel, reschedule or run-now of a message that is not there).
 package main
 
 import (
@@ -30,6 +31,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -59,13 +61,32 @@ const (
 	exitOK    = 0
 	exitError = 1 // operational: Redis unreachable, unknown topic, a library error
 	exitUsage = 2 // bad flags or arguments
+	// exitNotFound: the message (or group) the command names is not
+	// there, so a script can tell a typo or a message gone from a failure.
+	exitNotFound = 3
 )
+
+// notFoundError is a command's "no such message" (or group): exit status
+// exitNotFound, with its message on stderr.
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string { return e.msg }
+
+func notFoundf(format string, args ...any) error {
+	return &notFoundError{msg: fmt.Sprintf(format, args...)}
+}
+
+// errNotFound is the not found of a command that printed its own report
+// (on stdout, as its JSON or its "not cancelled: ..." line): exit status
+// exitNotFound, nothing more printed.
+var errNotFound = &notFoundError{}
 
 const defaultAddr = "127.0.0.1:6379"
 
 // options are the global flags; every command accepts them too, before or
 // after its own arguments.
 type options struct {
+	url      string
 	addr     string
 	cluster  string
 	sentinel string
@@ -88,6 +109,12 @@ type options struct {
 	getenv func(string) string
 	// tlsConfig is built by check from the --tls flags; nil without TLS.
 	tlsConfig *tls.Config
+	// urlOpts is --url (or $REDISDELAY_URL) as go-redis's ParseURL read
+	// it, set by check; nil without a URL. from names where the URL or
+	// the address came from, for messages: "--url", "$REDISDELAY_URL",
+	// "$REDISDELAY_ADDR", or "" (--addr, or the default).
+	urlOpts *redis.Options
+	from    string
 }
 
 func newOptions() *options {
@@ -97,7 +124,8 @@ func newOptions() *options {
 func (o *options) register(fs *flag.FlagSet) {
 	// The current values are the defaults, so registering the flags again on
 	// a command's flag set keeps what the global flags set.
-	fs.StringVar(&o.addr, "addr", o.addr, "Redis `address` (host:port)")
+	fs.StringVar(&o.url, "url", o.url, "Redis `URL`, redis://[user[:password]@]host[:port][/db] or rediss:// for TLS (instead of --addr; default $REDISDELAY_URL); prefer the password in $REDISDELAY_PASSWORD")
+	fs.StringVar(&o.addr, "addr", o.addr, "Redis `address` (host:port; default $REDISDELAY_ADDR, else 127.0.0.1:6379)")
 	fs.StringVar(&o.cluster, "cluster", o.cluster, "comma-separated seed `addresses` of a Redis Cluster (instead of --addr)")
 	fs.StringVar(&o.sentinel, "sentinel", o.sentinel, "comma-separated `addresses` of Redis Sentinels (instead of --addr; with --master)")
 	fs.StringVar(&o.master, "master", o.master, "`name` of the master the Sentinels monitor")
@@ -112,7 +140,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.version, "version", o.version, "print the version and exit")
 	fs.StringVar(&o.prefix, "prefix", o.prefix, "key `prefix` of the Publishers and Subscribers")
 	fs.BoolVar(&o.json, "json", o.json, "machine-readable JSON output")
-	fs.DurationVar(&o.timeout, "timeout", o.timeout, "bound on the whole command, including connecting (a bulk action's run: on each batch of 1,000 messages)")
+	durationVar(fs, &o.timeout, "timeout", o.timeout, "bound on the whole command, including connecting (a bulk action's run: on each batch of 1,000 messages)")
 }
 
 // target names the Redis deployment in messages, credentials redacted
@@ -123,8 +151,75 @@ func (o *options) target() string {
 		return o.redact("Redis Cluster (seeds " + o.cluster + ")")
 	case o.sentinel != "":
 		return o.redact(fmt.Sprintf("Redis master %q (Sentinels %s)", o.master, o.sentinel))
+	case o.urlOpts != nil:
+		// The address only: the URL may hold a password.
+		return "Redis at " + o.urlOpts.Addr + " (from " + o.from + ")"
+	case o.from != "":
+		return o.redact("Redis at " + o.addr + " (from " + o.from + ")")
 	}
 	return o.redact("Redis at " + o.addr)
+}
+
+// passwordInURL matches the password of a URL's user information, to
+// redact it from messages.
+// It runs to the last "@" of the word, so a password holding "/" or ":"
+// (which does not parse) is still hidden; hiding too much is harmless.
+var passwordInURL = regexp.MustCompile(`(://[^/@:\s"]*:)[^@\s"]*@`)
+
+// redactURL replaces the password in s (a URL, or a message quoting one)
+// with "xxxxx", as net/url's URL.Redacted does, but for text that may not
+// parse as a URL at all.
+func redactURL(s string) string { return passwordInURL.ReplaceAllString(s, "${1}xxxxx@") }
+
+// redactURLError hides the password of the URL raw in a parse error: the
+// URL as quoted, and the password or its parts wherever else the error
+// repeats them (net/url names the bad port, which is the password when
+// it holds a "/").
+func redactURLError(msg, raw string) string {
+	msg = redactURL(msg)
+	_, rest, ok := strings.Cut(raw, "://")
+	at := strings.LastIndex(rest, "@")
+	if !ok || at < 0 {
+		return msg
+	}
+	_, pw, ok := strings.Cut(rest[:at], ":")
+	if !ok || pw == "" {
+		return msg
+	}
+	msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	for _, part := range strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("/:?#", r) }) {
+		if len(part) > 1 {
+			msg = strings.ReplaceAll(msg, part, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// resolveTarget settles where to connect, in this order: --url, --addr,
+// --cluster or --sentinel given on the command line; else $REDISDELAY_URL;
+// else $REDISDELAY_ADDR; else 127.0.0.1:6379 (docs/cli.md).
+func (o *options) resolveTarget() error {
+	explicit := o.addr != defaultAddr || o.cluster != "" || o.sentinel != ""
+	switch {
+	case o.url != "" && explicit:
+		return errors.New("--url excludes --addr, --cluster and --sentinel: give the server once")
+	case o.url != "":
+		o.from = "--url"
+	case explicit:
+	case o.getenv("REDISDELAY_URL") != "":
+		o.url, o.from = o.getenv("REDISDELAY_URL"), "$REDISDELAY_URL"
+	case o.getenv("REDISDELAY_ADDR") != "":
+		o.addr, o.from = o.getenv("REDISDELAY_ADDR"), "$REDISDELAY_ADDR"
+	}
+	if o.url == "" {
+		return nil
+	}
+	opts, err := redis.ParseURL(o.url)
+	if err != nil {
+		return fmt.Errorf("%s %s: %s: give redis://[user[:password]@]host[:port][/db], or rediss:// for TLS", o.from, redactURL(o.url), redactURLError(err.Error(), o.url))
+	}
+	o.urlOpts = opts
+	return nil
 }
 
 // usageError is a mistake in the command line: exit status 2 with usage.
@@ -270,12 +365,20 @@ func runWith(ctx context.Context, opts *options, args []string, stdout, stderr i
 		if errors.Is(err, errReported) {
 			return exitError
 		}
+		code := exitError
+		var nf *notFoundError
+		if errors.As(err, &nf) {
+			if nf.msg == "" {
+				return exitNotFound
+			}
+			code = exitNotFound
+		}
 		msg := err.Error() + timedOut(ctx, opts)
 		if !strings.HasPrefix(msg, "redisdelay") {
 			msg = "redisdelay: " + msg
 		}
 		fmt.Fprintln(stderr, msg)
-		return exitError
+		return code
 	}
 	return exitOK
 }
@@ -305,9 +408,11 @@ func (o *options) check() error {
 	// fail to connect with an error that echoes it, password included.
 	for _, a := range []struct{ flag, value string }{{"--addr", o.addr}, {"--cluster", o.cluster}, {"--sentinel", o.sentinel}} {
 		if strings.Contains(a.value, "://") {
-			return fmt.Errorf("%s takes host:port, not a URL (%s): give the user with --user and the password in $REDISDELAY_PASSWORD, "+
-				"--tls for rediss://, and --db for the database", a.flag, o.redact(a.value))
+			return fmt.Errorf("%s takes host:port, not a URL (%s): give a URL to --url (or $REDISDELAY_URL)", a.flag, o.redact(a.value))
 		}
+	}
+	if err := o.resolveTarget(); err != nil {
+		return err
 	}
 	if o.cluster != "" && o.addr != defaultAddr {
 		return errors.New("--cluster and --addr exclude each other: give the cluster's seed addresses to --cluster only")
@@ -419,6 +524,25 @@ func splitAddrs(list string) []string {
 func (o *options) client() redis.UniversalClient {
 	password := o.secret()
 	dial := min(o.timeout, 5*time.Second)
+	if u := o.urlOpts; u != nil {
+		// The flags and $REDISDELAY_PASSWORD override the URL's parts;
+		// rediss:// has set TLSConfig, which the --tls flags replace.
+		c := *u
+		if o.user != "" {
+			c.Username = o.user
+		}
+		if password != "" && (o.password != "" || o.getenv("REDISDELAY_PASSWORD") != "" || c.Password == "") {
+			c.Password = password
+		}
+		if o.db != 0 {
+			c.DB = o.db
+		}
+		if o.tlsConfig != nil {
+			c.TLSConfig = o.tlsConfig
+		}
+		c.DialTimeout, c.MaxRetries, c.ContextTimeoutEnabled = dial, 1, true
+		return redis.NewClient(&c)
+	}
 	switch {
 	case o.cluster != "":
 		return redis.NewClusterClient(&redis.ClusterOptions{
@@ -531,10 +655,14 @@ global flags (before or after the command):
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
 environment:
-  REDISDELAY_PASSWORD           password of the Redis server, cluster or master (unless --password; REDIS_PASSWORD is read too)
+  REDISDELAY_URL                Redis URL, as --url, when no --url, --addr, --cluster or --sentinel is given
+  REDISDELAY_ADDR               Redis address, as --addr, when none of those and no REDISDELAY_URL is given
+  REDISDELAY_PASSWORD           password of the Redis server, cluster or master (unless --password; it overrides a
+                                URL's password; REDIS_PASSWORD is read too)
   REDISDELAY_SENTINEL_PASSWORD  password of the Sentinels, with --sentinel
 
-exit status: 0 done, 1 operational error (Redis unreachable, unknown topic, ...), 2 usage error.
+exit status: 0 done, 1 operational error (Redis unreachable, unknown topic, ...), 2 usage error,
+3 not found (show, cancel, reschedule or run-now of a message that is not there; pause of an unknown group).
 Run "redisdelay help <command>" for a command's flags.
 `)
 }

@@ -184,6 +184,16 @@ func runCLI(t *testing.T, args ...string) result {
 }
 
 // ok runs a command that must succeed and returns its stdout.
+// notFound runs the CLI, requires exit status 3 (not found), and returns
+// its stdout.
+func (s sample) notFound(t *testing.T, args ...string) string {
+	t.Helper()
+	r := s.cli(t, args...)
+	require.Equal(t, exitNotFound, r.code, "stdout %q, stderr %q", r.stdout, r.stderr)
+	assert.Empty(t, r.stderr, "the report is on stdout")
+	return r.stdout
+}
+
 func (s sample) ok(t *testing.T, args ...string) string {
 	t.Helper()
 	r := s.cli(t, args...)
@@ -442,7 +452,7 @@ func TestCancel_ByKey(t *testing.T) {
 	assert.ElementsMatch(t, []string{"order-0", "order-1", "order-2"}, keys, "the KEY column")
 	assert.Equal(t, "cancelled the message holding business key \"order-1\" in topic \"orders.keyed\"\n", s.ok(t, "cancel", "orders.keyed", "--key", "order-1"))
 	assert.Equal(t, "not cancelled: no waiting message holds business key \"order-1\" in topic \"orders.keyed\" (unknown, already cancelled, or already due)\n",
-		s.ok(t, "cancel", "orders.keyed", "--key", "order-1"))
+		s.notFound(t, "cancel", "orders.keyed", "--key", "order-1"))
 	assert.Equal(t, cancelJSON{Topic: "orders.keyed", Key: "order-2", Cancelled: true},
 		decode[cancelJSON](t, s.ok(t, "--json", "cancel", "orders.keyed", "--key", "order-2")))
 	assert.EqualValues(t, 1, s.stats(t, "orders.keyed").Waiting)
@@ -452,9 +462,9 @@ func TestCancel_ByUUID(t *testing.T) {
 	s := setupSample(t)
 	assert.Equal(t, fmt.Sprintf("cancelled message %s in topic %q\n", s.delayed[0], topic), s.ok(t, "cancel", topic, s.delayed[0]))
 	assert.Equal(t, fmt.Sprintf("not cancelled: no message %s is waiting in topic %q (unknown, already cancelled, or already due)\n", s.delayed[0], topic),
-		s.ok(t, "cancel", topic, s.delayed[0]))
+		s.notFound(t, "cancel", topic, s.delayed[0]))
 	assert.Equal(t, cancelJSON{Topic: topic, UUID: s.delayed[1], Cancelled: true}, decode[cancelJSON](t, s.ok(t, "--json", "cancel", topic, s.delayed[1])))
-	assert.Equal(t, cancelJSON{Topic: topic, UUID: "nope", Cancelled: false}, decode[cancelJSON](t, s.ok(t, "--json", "cancel", topic, "nope")))
+	assert.Equal(t, cancelJSON{Topic: topic, UUID: "nope", Cancelled: false}, decode[cancelJSON](t, s.notFound(t, "--json", "cancel", topic, "nope")))
 	assert.EqualValues(t, 1, s.stats(t, topic).Waiting)
 
 	// In a topic of 4 partitions, every message is found, wherever it is.
@@ -489,7 +499,8 @@ func TestReschedule_OneMessage(t *testing.T) {
 	assert.False(t, dueOf(topic, s.delayed[0]).Before(at), "due %s, want %s", dueOf(topic, s.delayed[0]), at)
 	assert.WithinDuration(t, at, dueOf(topic, s.delayed[0]), time.Second)
 	assert.Equal(t, fmt.Sprintf("not rescheduled: no message %s is waiting in topic %q (unknown, cancelled, or already due)\n", "nope", topic),
-		s.ok(t, "reschedule", topic, "nope", "--in", "1m"))
+		s.notFound(t, "reschedule", topic, "nope", "--in", "1m"))
+	assert.False(t, decode[rescheduleJSON](t, s.notFound(t, "--json", "reschedule", topic, "nope", "--in", "1m")).Rescheduled)
 	out := decode[rescheduleJSON](t, s.ok(t, "--json", "reschedule", topic, s.delayed[1], "--in", "90m"))
 	assert.True(t, out.Rescheduled)
 	assert.Equal(t, s.delayed[1], out.UUID)
@@ -512,7 +523,7 @@ func TestReschedule_OneMessage(t *testing.T) {
 		`rescheduled the message holding business key "order-1" in topic "orders.keyed" to `)
 	assert.WithinDuration(t, time.Now().Add(10*time.Minute), dueOf("orders.keyed", msg.UUID), 5*time.Second)
 	assert.Equal(t, "not rescheduled: no waiting message holds business key \"order-2\" in topic \"orders.keyed\" (unknown, cancelled, or already due)\n",
-		s.ok(t, "reschedule", "orders.keyed", "--key", "order-2", "--in", "10m"))
+		s.notFound(t, "reschedule", "orders.keyed", "--key", "order-2", "--in", "10m"))
 }
 
 func TestDead_Requeue(t *testing.T) {
@@ -789,18 +800,29 @@ func TestGroups_PauseResume(t *testing.T) {
 	assert.False(t, s.stats(t, topic).Groups[0].Paused)
 	assert.Contains(t, s.ok(t, "resume", topic, group), "was not paused")
 
-	// Before its first subscriber, as Inspector.Pause: with a note, in
-	// case the name is a typo.
-	early := s.cli(t, "pause", topic, "reporting")
-	assert.Equal(t, 0, early.code)
-	assert.Contains(t, early.stdout, `paused group "reporting"`)
-	assert.Contains(t, early.stderr, `redisdelay: note: topic "orders.close-unpaid" has no consumer group "reporting" (its groups: `+group+"); it is paused all the same, before its first subscriber starts: check the name")
+	// An unknown group (a typo?) is refused with exit status 3, and
+	// nothing is paused.
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: s.client, KeyPrefix: s.prefix})
 	require.NoError(t, err)
+	typo := s.cli(t, "pause", topic, "reporting")
+	assert.Equal(t, exitNotFound, typo.code)
+	assert.Empty(t, typo.stdout)
+	assert.Contains(t, typo.stderr, `redisdelay: topic "orders.close-unpaid" has no consumer group "reporting" (its groups: `+group+"): give --create to pause it before its first subscriber starts")
 	paused, err := insp.Paused(context.Background(), topic, "reporting")
 	require.NoError(t, err)
-	assert.True(t, paused)
-	assert.Contains(t, s.ok(t, "resume", topic, "reporting"), "resumed")
+	assert.False(t, paused)
+
+	// Before its first subscriber, as Inspector.Pause, when asked.
+	for _, flag := range []string{"--create", "--force"} {
+		early := s.cli(t, "pause", topic, "reporting", flag)
+		assert.Equal(t, 0, early.code)
+		assert.Contains(t, early.stdout, `paused group "reporting"`)
+		assert.Contains(t, early.stderr, `redisdelay: note: topic "orders.close-unpaid" has no consumer group "reporting" (its groups: `+group+"); it is paused all the same (--create), before its first subscriber starts")
+		paused, err = insp.Paused(context.Background(), topic, "reporting")
+		require.NoError(t, err)
+		assert.True(t, paused)
+		assert.Contains(t, s.ok(t, "resume", topic, "reporting"), "resumed")
+	}
 	usage := s.cli(t, "pause", topic)
 	assert.Equal(t, 2, usage.code)
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,10 +11,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // show finds a message wherever it still is and prints its payload.
@@ -42,8 +46,8 @@ func TestShow_WaitingAndDead(t *testing.T) {
 	assert.Equal(t, "card declined", js.Dead[0].Reason)
 
 	r := s.cli(t, "show", topic, "no-such-uuid")
-	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stderr, `redisdelay: no waiting message and no dead letter has UUID "no-such-uuid" in topic "orders.close-unpaid"`)
+	assert.Equal(t, 3, r.code, "not found has its own exit status")
+	assert.Contains(t, r.stderr, `redisdelay: no message with UUID "no-such-uuid" is in topic "orders.close-unpaid" in any state`)
 	r = s.cli(t, "show", "no-such-topic", "x")
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, `topic "no-such-topic" is not known`)
@@ -115,4 +119,55 @@ func TestShow_PayloadIsPrintedSafely(t *testing.T) {
 	dead := decode[[]deadJSON](t, s.ok(t, "--json", "dead", topic, group, "--payload"))
 	require.Len(t, dead, 2)
 	assert.NotNil(t, dead[0].Payload)
+}
+
+// show finds a message in the group states too, by UUID or --key, and
+// says what happens next.
+func TestShow_EveryState(t *testing.T) {
+	s := setupSample(t)
+	ctx := context.Background()
+	pub := s.publisher(t)
+	var uuids []string
+	for n := range 2 {
+		msg := message.NewMessage(watermill.NewUUID(), []byte("new"))
+		msg.Metadata.Set(redisdelay.BusinessKey, fmt.Sprintf("order-%d", n))
+		require.NoError(t, pub.Publish(topic, msg))
+		uuids = append(uuids, msg.UUID)
+	}
+	// A consumer that read the first and died: pending; the second ready.
+	stream := store.Keys{Prefix: s.prefix}.Shard(topic, 0).Stream()
+	_, err := s.client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "worker-9", Streams: []string{stream, ">"}, Count: 1, Block: -1}).Result()
+	require.NoError(t, err)
+
+	out := s.ok(t, "show", topic, uuids[0])
+	assert.Contains(t, out, `state:    pending in group "billing" with consumer worker-9, entry 0:m:`)
+	assert.Contains(t, out, `next:     Consumer "worker-9" holds it (attempt 1).`)
+	assert.Contains(t, out, "uuid:     "+uuids[0]+"\n")
+	out = s.ok(t, "show", topic, "--key", "order-1")
+	assert.Contains(t, out, `state:    ready for group "billing", entry 0:m:`)
+	assert.Contains(t, out, `next:     The next consumer of group "billing" to read gets it, as attempt 1.`)
+
+	js := decode[showJSON](t, s.ok(t, "--json", "show", topic, uuids[0]))
+	require.Len(t, js.Locations, 1)
+	l := js.Locations[0]
+	assert.Equal(t, "pending", l.State)
+	assert.Equal(t, "worker-9", l.Consumer)
+	require.NotNil(t, l.LeaseExpires)
+	assert.Equal(t, uuids[0], l.UUID)
+	assert.Empty(t, js.Unsearched)
+	assert.Positive(t, js.Read)
+
+	// The delayed and dead ones have a next line too.
+	assert.Contains(t, s.ok(t, "show", topic, s.delayed[0]), "next:     A scheduler copies it to each consumer group's ready queue at ")
+	assert.Contains(t, s.ok(t, "show", topic, s.failed[0]), `next:     Nothing: it stays a dead letter of group "billing" until requeued`)
+
+	r := s.cli(t, "show", topic, "--key", "order-9")
+	assert.Equal(t, 3, r.code)
+	assert.Contains(t, r.stderr, `no message with business key "order-9" is in topic`)
+	r = s.cli(t, "show", topic, uuids[0], "--key", "order-1")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "give a UUID or --key, not both")
+	r = s.cli(t, "show", topic)
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "give the message's UUID, or --key K")
 }

@@ -107,6 +107,11 @@ func cmdTrigger(e *env, pos []string) error {
 		for _, s := range all {
 			if s.ID == pos[0] {
 				e.warnUnscheduled(s.Topic)
+				if st, err := e.insp.Stats(e.ctx, s.Topic); err == nil {
+					if w := noGroupText(st); w != "" {
+						fmt.Fprintf(e.stderr, "redisdelay: warning: %s\n", w)
+					}
+				}
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -40,9 +41,35 @@ func (e *env) warnUnscheduled(topic string) {
 }
 
 func noSchedulerText(topic string, waiting int64) string {
-	return fmt.Sprintf("no scheduler holds topic %q (%s): nothing moves them to the consumer groups when due, "+
-		"nor retries or reclaims; run a redisdelay Manager, or a Subscriber without DisableScheduler, for the topic",
-		topic, waitingMessages(waiting)+" waiting")
+	return fmt.Sprintf("no scheduler holds topic %q (%s): nothing moves waiting messages to the consumer groups when due, "+
+		"nor retries or reclaims, nor ticks its schedules; run a redisdelay Manager, or a Subscriber without DisableScheduler, for the topic",
+		topic, messagesWaiting(waiting))
+}
+
+// messagesWaiting says how many messages wait: "nothing waiting", "1
+// message waiting", "4 messages waiting".
+func messagesWaiting(n int64) string {
+	switch n {
+	case 0:
+		return "nothing waiting"
+	case 1:
+		return "1 message waiting"
+	}
+	return fmt.Sprintf("%d messages waiting", n)
+}
+
+// noGroupText is the warning for a topic holding ready messages with no
+// consumer group to read them, as Health's no_consumer_group: a schedule
+// ticking into a topic nobody subscribed to piles up unseen otherwise.
+// Grouped messages waiting for the first group alone are no warning: they
+// wait aside, by design, and need no scheduler meanwhile.
+func noGroupText(st redisdelay.TopicStats) string {
+	if len(st.Groups) > 0 || st.Stream == 0 {
+		return ""
+	}
+	return fmt.Sprintf("topic %q has no consumer group: %d message(s) in its ready stream wait for the first, "+
+		"and pile up meanwhile; start its subscribers, or stop what publishes to it (a schedule? redisdelay schedules)",
+		st.Topic, st.Stream)
 }
 
 // schedulerCell is the SCHEDULER column of stats: "yes" while a scheduler
@@ -88,6 +115,9 @@ func (e *env) warnStalled(all []topicStatus) {
 				late = fmt.Sprintf("; the earliest is overdue by %s", present.Duration(st.overdue))
 			}
 			fmt.Fprintf(e.stderr, "redisdelay: warning: %s%s\n", noSchedulerText(st.Topic, waiting), late)
+		}
+		if w := noGroupText(st.TopicStats); w != "" {
+			fmt.Fprintf(e.stderr, "redisdelay: warning: %s\n", w)
 		}
 	}
 }
@@ -291,7 +321,28 @@ func cmdPending(e *env, pos []string) error {
 		_ = tw.Flush()
 	}
 	e.pageHint(len(msgs), next)
+	e.prefetchNote(msgs)
 	return nil
+}
+
+// prefetchNote tells, on stderr, that a consumer holding several messages
+// of a partition has one at most with its handler: Redis does not record
+// which (see redisdelay.PendingMessage), so the listing cannot say.
+func (e *env) prefetchNote(msgs []redisdelay.PendingMessage) {
+	held := map[string]int{} // consumer and partition -> messages held
+	var most string
+	for _, m := range msgs {
+		part, _, _ := strings.Cut(m.ID, ":")
+		k := m.Consumer + " in partition " + part
+		if held[k]++; most == "" || held[k] > held[most] {
+			most = k
+		}
+	}
+	if most == "" || held[most] < 2 {
+		return
+	}
+	fmt.Fprintf(e.stderr, "note: consumer %s holds %d: a subscription hands its messages to its handler one at a time, in the order fetched; "+
+		"the others are prefetched (BatchSize), their lease renewed alike. Redis does not record which one the handler has.\n", printable(most), held[most])
 }
 
 // ago says how long before now t was: "12s ago".
@@ -349,10 +400,18 @@ func cmdRetrying(e *env, pos []string) error {
 		}
 	} else {
 		tw := newTable(e.stdout)
-		fmt.Fprintln(tw, "DUE\tIN\tATTEMPT\tUUID\tSIZE\tMETADATA")
+		// As dead's table: the error RecordError kept (ErrorKey) in a
+		// REASON column rather than among the metadata.
+		fmt.Fprintln(tw, "DUE\tIN\tATTEMPT\tUUID\tSIZE\tREASON\tMETADATA")
 		for _, m := range msgs {
 			uuid, size, md := cell(m.Message, m.Body)
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", m.Due.UTC().Format(time.RFC3339), dueIn(m.Due, now), m.Attempt, uuid, size, md)
+			reason := "-"
+			if m.Message != nil {
+				if r := m.Message.Metadata.Get(redisdelay.ErrorKey); r != "" {
+					reason, md = truncate(printable(oneLine(r)), 60), metadataSummary(withoutError(m.Message.Metadata))
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", m.Due.UTC().Format(time.RFC3339), dueIn(m.Due, now), m.Attempt, uuid, size, reason, md)
 		}
 		_ = tw.Flush()
 	}
@@ -715,11 +774,13 @@ func cmdRunNow(e *env, pos []string) error {
 	}
 	switch {
 	case e.opts.json:
-		return writeJSON(e.stdout, out)
+		if err := writeJSON(e.stdout, out); err != nil {
+			return err
+		}
 	case out.Ran:
 		fmt.Fprintf(e.stdout, "%s of topic %q is due now: the scheduler moves it to the consumer groups\n", what, topic)
 	default:
 		fmt.Fprintf(e.stdout, "not run: %s is not waiting in topic %q (unknown, cancelled, or already due)\n", what, topic)
 	}
-	return nil
+	return notFoundUnless(out.Ran)
 }

@@ -118,6 +118,7 @@ func TestStates_GroupListings(t *testing.T) {
 	require.NoError(t, pub.Publish("flaky", message.NewMessage(watermill.NewUUID(), []byte("x"))))
 	select {
 	case m := <-ch:
+		m.Metadata.Set(redisdelay.ErrorKey, "upstream_503")
 		m.Nack()
 	case <-time.After(10 * time.Second):
 		t.Fatal("no delivery")
@@ -126,7 +127,9 @@ func TestStates_GroupListings(t *testing.T) {
 	out = s.ok(t, "retrying", "flaky", "jobs")
 	r = rows(out)
 	require.Len(t, r, 2, out)
-	assert.Equal(t, []string{"DUE", "IN", "ATTEMPT", "UUID", "SIZE", "METADATA"}, r[0])
+	assert.Equal(t, []string{"DUE", "IN", "ATTEMPT", "UUID", "SIZE", "REASON", "METADATA"}, r[0])
+	assert.Equal(t, "upstream_503", r[1][6], "the error recorded, in REASON")
+	assert.NotContains(t, out, redisdelay.ErrorKey, "not among the metadata")
 	assert.Regexp(t, `^in 59m5\ds$|^in 1h0m0s$`, r[1][1]+" "+r[1][2])
 	assert.Equal(t, "2", r[1][3])
 	assert.Contains(t, s.ok(t, "retrying", topic, group), "no messages of group")
@@ -178,7 +181,7 @@ func TestStates_RunNowAndOverdue(t *testing.T) {
 	r := s.cli(t, "run-now", topic, s.delayed[0])
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Equal(t, fmt.Sprintf("message %s of topic %q is due now: the scheduler moves it to the consumer groups\n", s.delayed[0], topic), r.stdout)
-	assert.Contains(t, r.stderr, `redisdelay: warning: no scheduler holds topic "orders.close-unpaid" (4 waiting messages waiting)`)
+	assert.Contains(t, r.stderr, `redisdelay: warning: no scheduler holds topic "orders.close-unpaid" (4 messages waiting)`)
 	require.Eventually(t, func() bool {
 		return strings.Contains(s.ok(t, "waiting", topic), "overdue by 1s")
 	}, 10*time.Second, 50*time.Millisecond, "never \"due now\" for a past due time")
@@ -213,8 +216,8 @@ func TestStates_RunNowAndOverdue(t *testing.T) {
 	assert.NotContains(t, r.stderr, "warning")
 	require.Eventually(t, func() bool { return s.stats(t, topic).Waiting == 0 }, 10*time.Second, 20*time.Millisecond)
 	assert.Equal(t, "yes", s.stats(t, topic).Scheduler)
-	assert.Contains(t, s.ok(t, "reschedule", topic, s.delayed[2], "--at", "now"), "not rescheduled", "--at now is accepted")
-	assert.Contains(t, s.ok(t, "run-now", topic, s.delayed[0]), "not run: message "+s.delayed[0]+" is not waiting")
+	assert.Contains(t, s.notFound(t, "reschedule", topic, s.delayed[2], "--at", "now"), "not rescheduled", "--at now is accepted")
+	assert.Contains(t, s.notFound(t, "run-now", topic, s.delayed[0]), "not run: message "+s.delayed[0]+" is not waiting")
 }
 
 func TestStates_DeleteGroup(t *testing.T) {
@@ -278,4 +281,28 @@ func TestStats_WaitingForGroupNoWarning(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.NotContains(t, r.stderr, "warning", "no scheduler is missing")
 	assert.Equal(t, "idle", rows(r.stdout)[1][5])
+}
+
+// pending says that of several messages a consumer holds in a partition,
+// one at most is with its handler, the others prefetched.
+func TestPending_PrefetchNote(t *testing.T) {
+	s := setupSample(t)
+	ctx := context.Background()
+	pub := s.publisher(t)
+	for range 3 {
+		require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("new"))))
+	}
+	stream := store.Keys{Prefix: s.prefix}.Shard(topic, 0).Stream()
+	read := func(n int64) {
+		_, err := s.client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "worker-9", Streams: []string{stream, ">"}, Count: n, Block: -1}).Result()
+		require.NoError(t, err)
+	}
+	read(1)
+	r := s.cli(t, "pending", topic, group)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.NotContains(t, r.stderr, "note:", "one held: nothing to tell")
+	read(2)
+	r = s.cli(t, "pending", topic, group)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "note: consumer worker-9 in partition 0 holds 3: a subscription hands its messages to its handler one at a time")
 }

@@ -6,9 +6,9 @@ package main
 import (
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
 )
@@ -115,7 +115,10 @@ func cmdCancel(e *env, pos []string) error {
 	case err != nil:
 		return err
 	case e.opts.json:
-		return writeJSON(e.stdout, out)
+		if err := writeJSON(e.stdout, out); err != nil {
+			return err
+		}
+		return notFoundUnless(out.Cancelled)
 	case out.Key != "" && out.Cancelled:
 		fmt.Fprintf(e.stdout, "cancelled the message holding business key %q in topic %q\n", out.Key, topic)
 	case out.Key != "":
@@ -125,7 +128,17 @@ func cmdCancel(e *env, pos []string) error {
 	default:
 		fmt.Fprintf(e.stdout, "not cancelled: no message %s is waiting in topic %q (unknown, already cancelled, or already due)\n", out.UUID, topic)
 	}
-	return nil
+	return notFoundUnless(out.Cancelled)
+}
+
+// notFoundUnless is the exit of a command on one message: exit status 3
+// (errNotFound) when the message was not there, so a mistyped UUID or key
+// does not pass for done in a script.
+func notFoundUnless(found bool) error {
+	if found {
+		return nil
+	}
+	return errNotFound
 }
 
 func cmdReschedule(e *env, pos []string) error {
@@ -174,7 +187,10 @@ func cmdReschedule(e *env, pos []string) error {
 	case err != nil:
 		return err
 	case e.opts.json:
-		return writeJSON(e.stdout, out)
+		if err := writeJSON(e.stdout, out); err != nil {
+			return err
+		}
+		return notFoundUnless(out.Rescheduled)
 	case out.Key != "" && out.Rescheduled:
 		fmt.Fprintf(e.stdout, "rescheduled the message holding business key %q in topic %q to %s\n", out.Key, topic, when)
 	case out.Key != "":
@@ -184,7 +200,7 @@ func cmdReschedule(e *env, pos []string) error {
 	default:
 		fmt.Fprintf(e.stdout, "not rescheduled: no message %s is waiting in topic %q (unknown, cancelled, or already due)\n", out.UUID, topic)
 	}
-	return nil
+	return notFoundUnless(out.Rescheduled)
 }
 
 // waitingJSON and deadJSON add the payload when it was asked for.
@@ -196,12 +212,20 @@ func (e *env) waitingJSON(m redisdelay.WaitingMessage, now time.Time) waitingJSO
 	return out
 }
 
-// showJSON is show's output: where the message was found.
+// showJSON is show's output: where the message was found. Waiting and
+// Dead are the locations of those states in the form of the waiting and
+// dead listings (as before Locations existed); Locations has every state.
 type showJSON struct {
-	Topic   string        `json:"topic"`
-	UUID    string        `json:"uuid"`
-	Waiting []waitingJSON `json:"waiting"`
-	Dead    []groupDead   `json:"dead"`
+	Topic     string         `json:"topic"`
+	UUID      string         `json:"uuid,omitempty"`
+	Key       string         `json:"key,omitempty"`
+	Waiting   []waitingJSON  `json:"waiting"`
+	Dead      []groupDead    `json:"dead"`
+	Locations []locationJSON `json:"locations"`
+	// Read counts the stored entries read; Unsearched says what the
+	// lookup's scan budget left unread (see Inspector.Locate).
+	Read       int64    `json:"read"`
+	Unsearched []string `json:"unsearched"`
 }
 
 type groupDead struct {
@@ -209,77 +233,154 @@ type groupDead struct {
 	deadJSON
 }
 
-// cmdShow looks for the UUID among the topic's waiting messages and every
-// group's dead letters, a page at a time: the Inspector has no index by
-// UUID, and an operator's look-up can afford the scan.
+// locationJSON is one place show found the message (redisdelay.Location).
+type locationJSON struct {
+	State            string            `json:"state"`
+	Group            string            `json:"group,omitempty"`
+	Partition        int               `json:"partition"`
+	ID               string            `json:"id,omitempty"`
+	Far              bool              `json:"far,omitempty"`
+	Due              *time.Time        `json:"due,omitempty"`
+	Attempt          int               `json:"attempt"`
+	MessageGroup     string            `json:"message_group,omitempty"`
+	Consumer         string            `json:"consumer,omitempty"`
+	Renewed          *time.Time        `json:"renewed,omitempty"`
+	LeaseExpires     *time.Time        `json:"lease_expires,omitempty"`
+	Deliveries       int64             `json:"deliveries,omitempty"`
+	Reason           string            `json:"reason,omitempty"`
+	Died             *time.Time        `json:"died,omitempty"`
+	Paused           bool              `json:"paused,omitempty"`
+	Next             string            `json:"next"`
+	UUID             string            `json:"uuid"`
+	PayloadBytes     int               `json:"payload_bytes"`
+	Metadata         map[string]string `json:"metadata"`
+	UndecodableBytes int               `json:"undecodable_bytes,omitempty"`
+	payloadJSON
+}
+
+// utcPtr is t in UTC, nil for the zero time (omitted in JSON).
+func utcPtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func (e *env) locationJSON(l redisdelay.Location) locationJSON {
+	out := locationJSON{State: string(l.State), Group: l.Group, Partition: l.Partition, ID: l.ID, Far: l.Far, Due: utcPtr(l.Due),
+		Attempt: l.Attempt, MessageGroup: l.MessageGroup, Consumer: l.Consumer, Renewed: utcPtr(l.Renewed), LeaseExpires: utcPtr(l.LeaseExpires),
+		Deliveries: l.Deliveries, Reason: l.Reason, Died: utcPtr(l.Died), Paused: l.Paused, Next: l.Next}
+	out.UUID, out.PayloadBytes, out.Metadata, out.UndecodableBytes, out.payloadJSON = e.messageFields(l.Message, l.Body)
+	return out
+}
+
+// cmdShow finds the message in every state with Inspector.Locate: by index
+// while it waits, by a bounded scan of the group's structures after.
 func cmdShow(e *env, pos []string) error {
-	topic, uuid := pos[0], pos[1]
+	topic, key := pos[0], e.flags.key
 	if err := e.knownTopics(topic); err != nil {
 		return err
 	}
 	e.flags.payload = true
 	now := e.now()
-	var waiting []redisdelay.WaitingMessage
-	for offset := 0; ; offset += showPage {
-		page, err := e.insp.Waiting(e.ctx, topic, offset, showPage)
-		if err != nil {
-			return err
-		}
-		for _, m := range page {
-			if m.Message.UUID == uuid {
-				waiting = append(waiting, m)
-			}
-		}
-		if len(page) < showPage {
-			break
-		}
+	var (
+		res  redisdelay.LocateResult
+		err  error
+		uuid string
+	)
+	if key != "" {
+		res, err = e.insp.LocateKey(e.ctx, topic, key)
+	} else {
+		uuid = pos[1]
+		res, err = e.insp.Locate(e.ctx, topic, uuid)
 	}
-	st, err := e.insp.Stats(e.ctx, topic)
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(st.Groups, func(a, b redisdelay.GroupStats) int { return strings.Compare(a.Group, b.Group) })
-	type found struct {
-		group string
-		dead  redisdelay.DeadLetter
+	for _, u := range res.Unsearched {
+		fmt.Fprintf(e.stderr, "redisdelay: note: not searched: %s\n", u)
 	}
-	var dead []found
-	for _, g := range st.Groups {
-		for after := ""; ; {
-			page, err := e.insp.DeadLetters(e.ctx, topic, g.Group, after, showPage)
-			if err != nil {
-				return err
-			}
-			for _, d := range page {
-				if d.Message != nil && d.Message.UUID == uuid {
-					dead = append(dead, found{g.Group, d})
-				}
-			}
-			if len(page) < showPage {
-				break
-			}
-			after = page[len(page)-1].ID
+	if len(res.Locations) == 0 {
+		what := fmt.Sprintf("UUID %q", uuid)
+		if key != "" {
+			what = fmt.Sprintf("business key %q", key)
 		}
-	}
-	if len(waiting) == 0 && len(dead) == 0 {
-		return fmt.Errorf("redisdelay: no waiting message and no dead letter has UUID %q in topic %q (delivered and acknowledged messages are not kept; see \"redisdelay stats %s\")", uuid, topic, topic)
+		more := ""
+		if len(res.Unsearched) > 0 {
+			more = "; the scan budget left some entries unread (see the notes above)"
+		}
+		return notFoundf("redisdelay: no message with %s is in topic %q in any state (waiting, ready, pending, retrying, grouped or dead)%s: "+
+			"acknowledged messages are not kept once every group has them (see \"redisdelay stats %s\")", what, topic, more, topic)
 	}
 	if e.opts.json {
-		out := showJSON{Topic: topic, UUID: uuid, Waiting: []waitingJSON{}, Dead: []groupDead{}}
-		for _, m := range waiting {
-			out.Waiting = append(out.Waiting, e.waitingJSON(m, now))
-		}
-		for _, d := range dead {
-			out.Dead = append(out.Dead, groupDead{d.group, e.deadJSON(d.dead)})
+		out := showJSON{Topic: topic, UUID: uuid, Key: key, Waiting: []waitingJSON{}, Dead: []groupDead{}, Locations: []locationJSON{},
+			Read: res.Read, Unsearched: append([]string{}, res.Unsearched...)}
+		for _, l := range res.Locations {
+			out.Locations = append(out.Locations, e.locationJSON(l))
+			switch l.State {
+			case redisdelay.StateWaiting:
+				out.Waiting = append(out.Waiting, e.waitingJSON(redisdelay.WaitingMessage{Message: l.Message, Due: l.Due, Corrupt: l.Corrupt}, now))
+			case redisdelay.StateDead:
+				out.Dead = append(out.Dead, groupDead{l.Group, e.deadJSON(deadOf(l))})
+			}
 		}
 		return writeJSON(e.stdout, out)
 	}
-	writeWaitingRecords(e.stdout, waiting, now, e.flags.maxPayload)
-	for i, d := range dead {
-		if i > 0 || len(waiting) > 0 {
+	for n, l := range res.Locations {
+		if n > 0 {
 			fmt.Fprintln(e.stdout)
 		}
-		writeDeadRecords(e.stdout, d.group, []redisdelay.DeadLetter{d.dead}, e.flags.maxPayload)
+		e.writeLocation(l, now)
 	}
 	return nil
+}
+
+// deadOf is a dead letter's location as the dead listing has it.
+func deadOf(l redisdelay.Location) redisdelay.DeadLetter {
+	return redisdelay.DeadLetter{ID: l.ID, Message: l.Message, Body: l.Body, Attempts: l.Attempt, Reason: l.Reason, Time: l.Died}
+}
+
+// writeLocation prints one place a message was found, what happens next,
+// and the message in full.
+func (e *env) writeLocation(l redisdelay.Location, now time.Time) {
+	w := e.stdout
+	switch l.State {
+	case redisdelay.StateWaiting:
+		if l.Message == nil {
+			l.Message = message.NewMessage("-", nil)
+		}
+		writeWaitingRecords(w, []redisdelay.WaitingMessage{{Message: l.Message, Due: l.Due, Corrupt: l.Corrupt}}, now, e.flags.maxPayload)
+		fmt.Fprintf(w, "next:     %s\n", printable(l.Next))
+		return
+	case redisdelay.StateDead:
+		writeDeadRecords(w, l.Group, []redisdelay.DeadLetter{deadOf(l)}, e.flags.maxPayload)
+		fmt.Fprintf(w, "next:     %s\n", printable(l.Next))
+		return
+	}
+	group := printable(l.Group)
+	paused := ""
+	if l.Paused {
+		paused = ", group paused"
+	}
+	switch l.State {
+	case redisdelay.StateWaitingForGroup:
+		fmt.Fprintf(w, "state:    waiting for the topic's first consumer group (due %s)\n", l.Due.UTC().Format(time.RFC3339))
+	case redisdelay.StateReady:
+		fmt.Fprintf(w, "state:    ready for group %q, entry %s, attempt %d%s\n", group, l.ID, l.Attempt, paused)
+	case redisdelay.StateGrouped:
+		fmt.Fprintf(w, "state:    queued in group %q of consumer group %q, attempt %d%s\n", printable(l.MessageGroup), group, l.Attempt, paused)
+	case redisdelay.StatePending:
+		fmt.Fprintf(w, "state:    pending in group %q with consumer %s, entry %s, attempt %d, renewed %s, %s\n", group, printable(l.Consumer), l.ID, l.Attempt,
+			ago(l.Renewed, now), leaseCell(l.LeaseExpires, now))
+	case redisdelay.StateRetrying:
+		fmt.Fprintf(w, "state:    retrying in group %q as attempt %d, due %s (%s)%s\n", group, l.Attempt, l.Due.UTC().Format(time.RFC3339), dueIn(l.Due, now), paused)
+		if l.Reason != "" {
+			fmt.Fprintf(w, "reason:   %s\n", printable(oneLine(l.Reason)))
+		}
+	case redisdelay.StateAcknowledged:
+		fmt.Fprintf(w, "state:    acknowledged by group %q, entry %s\n", group, l.ID)
+	}
+	fmt.Fprintf(w, "next:     %s\n", printable(l.Next))
+	e.writeBody(l.Message, l.Body)
 }

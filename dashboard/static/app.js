@@ -65,6 +65,13 @@
       td.appendChild(document.createTextNode(" "));
       td.appendChild(tag);
     }
+    if (g.stuck && g.stuck.length && topic) {
+      var stuck = link(base + "/group?" + q({ t: topic, g: g.group, view: "consumers" }), g.stuck.length + " stuck");
+      stuck.className = "tag stuck";
+      stuck.title = "consumers holding messages with no lease renewal for twice the visibility timeout: " + g.stuck.join(", ");
+      td.appendChild(document.createTextNode(" "));
+      td.appendChild(stuck);
+    }
     return td;
   }
   function hidden(form, name, value) {
@@ -127,10 +134,16 @@
           }
           if (g === null) {
             var none = el("td", "no consumer group yet", "none");
+            if (t.no_group) {
+              var unread = el("span", t.stream + " ready, unread", "tag unscheduled no-group");
+              unread.title = t.no_group;
+              none.appendChild(document.createTextNode(" "));
+              none.appendChild(unread);
+            }
             none.colSpan = 6;
             tr.appendChild(none);
           } else {
-            tr.appendChild(groupCell(g));
+            tr.appendChild(groupCell(g, t.topic));
             tr.appendChild(num(ready(g.ready)));
             tr.appendChild(num(g.pending));
             tr.appendChild(num(g.retry));
@@ -161,6 +174,11 @@
       if (alert) {
         alert.textContent = st.alert;
         alert.hidden = !st.alert;
+      }
+      var noGroup = document.getElementById("group-alert");
+      if (noGroup) {
+        noGroup.textContent = st.no_group;
+        noGroup.hidden = !st.no_group;
       }
       var groups = document.getElementById("groups");
       var body = el("tbody");

@@ -12,6 +12,10 @@ import (
 type HealthPartition struct {
 	Topic, N int           // the topic's index in ReadHealth's topics, the partition
 	Overdue  time.Duration // of the earliest waiting message, far tier included
+	// Stream counts the ready stream's entries and Groups the partition's
+	// consumer groups (both read anyway: no command more per partition).
+	Stream int64
+	Groups int
 }
 
 // HealthGroup is what ReadHealth reads of a consumer group on one
@@ -86,6 +90,8 @@ func ReadHealth(ctx context.Context, c Cmds, k Keys, topics []string, counts []i
 	snap.Now = clock.Val()
 	for p, part := range parts {
 		snap.Partitions[p].Overdue = overdue(part.head, snap.Now, part.farHead, part.farHead2)
+		snap.Partitions[p].Stream = part.length.Val()
+		snap.Partitions[p].Groups = len(part.groups.Val())
 	}
 
 	type groupCmds struct {

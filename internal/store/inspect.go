@@ -6,7 +6,6 @@ import (
 	"errors"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -232,14 +231,7 @@ func DeadRange(ctx context.Context, c redis.Cmdable, sh Shard, group, start, end
 	}
 	out := make([]DeadEntry, len(entries))
 	for n, e := range entries {
-		body, _ := e.Values["m"].(string)
-		reason, _ := e.Values["r"].(string)
-		d := DeadEntry{ID: e.ID, Attempts: int(parseCount(e.Values["a"])), Reason: reason, Body: []byte(body)}
-		if ms, _, ok := strings.Cut(e.ID, "-"); ok {
-			t, _ := strconv.ParseInt(ms, 10, 64)
-			d.Time = time.UnixMilli(t)
-		}
-		out[n] = d
+		out[n] = DeadEntryOf(e)
 	}
 	return out, nil
 }
