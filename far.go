@@ -32,6 +32,9 @@ func (s *scheduler) unpackFar(ctx context.Context, sh store.Shard, fields waterm
 		// that reads it (a newer one) unpacks the park list.
 		s.lvl.Unreadable(s.logger, "far message", fmt.Errorf("%d element(s) of far bucket %s", r.Parked, store.FarBucketKey(sh, v, b)),
 			fields.Add(watermill.LogFields{"parked_in": sh.FarPark()}))
+		if err := store.NoteParked(ctx, s.redis, s.keys, sh, r.Parked); err != nil {
+			s.limiter.errorf(s.logger, "redisdelay: cannot record parked far messages for Inspector.Health (they are parked all the same)", err, fields)
+		}
 	}
 	return !r.Stale, nil
 }

@@ -121,6 +121,11 @@ func newerStorage(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthPr
 		return nil, wrap(err, "health")
 	}
 	var problems []HealthProblem
+	if s.Parked > 0 {
+		problems = append(problems, HealthProblem{Kind: ProblemNewerStorage, Detail: fmt.Sprintf(
+			"%d far message(s) could not be read by the schedulers (a newer release's, or damaged) and were parked, the last in %s:fpark: they wait there, not lost, for the release that wrote them (redisdelay storage lists the releases live; docs/upgrading.md)",
+			s.Parked, s.ParkedIn)})
+	}
 	for _, p := range s.Processes {
 		if p.Unreadable > 0 {
 			problems = append(problems, HealthProblem{Kind: ProblemNewerStorage, Detail: fmt.Sprintf(

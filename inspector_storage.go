@@ -28,6 +28,13 @@ type StorageInfo struct {
 	OlderRelease     time.Time
 	OlderReleaseSeen string
 
+	// Parked counts the far messages schedulers could not read (a newer
+	// release's format, or damaged) and parked for a release that reads
+	// them, ParkedIn the partition of the last (its key base: the list is
+	// ParkedIn + ":fpark"). Health reports them.
+	Parked   int64
+	ParkedIn string
+
 	Processes []StorageProcess // the live processes, by ID
 }
 
@@ -51,7 +58,7 @@ func (i *Inspector) Storage(ctx context.Context) (StorageInfo, error) {
 		return StorageInfo{}, err
 	}
 	info := StorageInfo{Level: r.Level(), Agreed: r.Write, OldestReader: r.Read, Since: r.Since, Changed: r.Changed,
-		Pinned: r.Pin, Settle: r.Settle, OlderRelease: r.Legacy}
+		Pinned: r.Pin, Settle: r.Settle, OlderRelease: r.Legacy, Parked: r.Parked, ParkedIn: r.ParkedIn}
 	if !r.Legacy.IsZero() {
 		info.OlderReleaseSeen = r.LegacyWhat
 	}

@@ -47,9 +47,8 @@ type Holder struct {
 	once sync.Once
 }
 
-// Level is the level to write now: 1 until the first announcement
-// answered, and whenever Redis cannot be asked (the level every release
-// reads).
+// Level is the level to write now: the last announcement's answer, 1
+// (what every release reads) until the first one answered.
 func (h *Holder) Level() int { return int(h.a.level.Load()) }
 
 // Wait waits, at most until ctx is done, for the first announcement, so
@@ -86,9 +85,6 @@ func (h *Holder) Unreadable(logger watermill.LoggerAdapter, kind string, err err
 			kind, store.LevelNewest, Version, n), err, fields)
 	}
 }
-
-// UnreadableCount is how many stored items of a newer level the process met.
-func (h *Holder) UnreadableCount() int64 { return h.a.unreadable.Load() }
 
 // Release gives the hold up; the last one stops the announcer and removes
 // the process from the registry.
@@ -169,6 +165,10 @@ type announcer struct {
 
 	mu     sync.Mutex
 	logged map[string]time.Time // kind -> last logged (Unreadable)
+
+	// Of the run goroutine: what was logged last, so that a state is
+	// logged when it begins, not at every announcement.
+	failing, legacyLogged bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -255,15 +255,21 @@ func (a *announcer) announce(ctx context.Context, legacy string, counts time.Dur
 	}
 	st, err := store.Announce(ctx, a.client, a.keys, a.info(), store.LevelTTL, legacy, counts, fresh)
 	if err != nil {
-		if ctx.Err() == nil {
-			a.logger.Error("redisdelay: cannot announce this process's storage level; writing as before", err, nil)
+		if ctx.Err() == nil && !a.failing {
+			a.logger.Error("redisdelay: cannot announce this process's storage level; writing as before until it can", err, nil)
 		}
+		a.failing = ctx.Err() == nil
 		return
 	}
-	if legacy != "" {
-		a.logger.Info("redisdelay: a process of release 0.1.0 or older is active; storage level 1 is written until it has gone for "+counts.String(),
-			watermill.LogFields{"seen": legacy})
+	a.failing = false
+	switch {
+	case !st.Legacy.IsZero() && !a.legacyLogged:
+		a.logger.Info("redisdelay: a process of release 0.1.0 or older is active; storage level 1 is written while it is, and for the settle time after",
+			watermill.LogFields{"seen": legacy, "counts_until": st.Legacy})
+	case st.Legacy.IsZero() && a.legacyLogged:
+		a.logger.Info("redisdelay: no process of release 0.1.0 or older seen any more", nil)
 	}
+	a.legacyLogged = !st.Legacy.IsZero()
 	if was := int(a.level.Swap(int32(st.Level))); was != st.Level || first {
 		log := a.logger.Info
 		if first {
@@ -274,9 +280,9 @@ func (a *announcer) announce(ctx context.Context, legacy string, counts time.Dur
 	}
 }
 
-// scan walks every partition of every registered topic once per
-// ScanCycle, a slice per announcement, while this process holds the scan's
-// lock.
+// scan walks every partition of every registered topic once per cycle
+// (scanCycle), a slice per announcement, while this process holds the
+// scan's lock.
 type scan struct {
 	shards  []store.Shard
 	next    int

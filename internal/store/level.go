@@ -181,6 +181,8 @@ type Registry struct {
 	Settle     time.Duration // the settle time in force
 	Legacy     time.Time     // until when a legacy reader counts (zero: none)
 	LegacyWhat string        // what the scan saw last
+	Parked     int64         // far elements parked (NoteParked)
+	ParkedIn   string        // the shard of the last
 	Procs      []ProcInfo    // live processes, by ID
 }
 
@@ -212,7 +214,8 @@ func ReadRegistry(ctx context.Context, c redis.Cmdable, k Keys) (Registry, error
 		return time.Time{}
 	}
 	r := Registry{Write: int(num("write")), Read: int(num("read")), Since: at("since"), Changed: at("changed"),
-		Pin: int(num("pin")), PinnedAt: at("pinat"), Settle: LevelSettle, LegacyWhat: m["legacywhat"]}
+		Pin: int(num("pin")), PinnedAt: at("pinat"), Settle: LevelSettle, LegacyWhat: m["legacywhat"],
+		Parked: num("parked"), ParkedIn: m["parkedin"]}
 	if r.Write == 0 {
 		r.Write = Level1
 	}
@@ -233,6 +236,17 @@ func ReadRegistry(ctx context.Context, c redis.Cmdable, k Keys) (Registry, error
 		r.Procs = append(r.Procs, p)
 	}
 	return r, nil
+}
+
+// NoteParked records in the registry that n far elements of sh were
+// parked (unpack.lua): Health reports them whichever process runs.
+func NoteParked(ctx context.Context, c Cmds, k Keys, sh Shard, n int64) error {
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HIncrBy(ctx, k.levels().State(), "parked", n)
+		p.HSet(ctx, k.levels().State(), "parkedin", string(sh))
+		return nil
+	})
+	return err
 }
 
 // PinLevel sets (lvl > 0) or removes (lvl 0) the operator's ceiling on the
