@@ -3,6 +3,8 @@ package redisdelay
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
@@ -36,6 +38,25 @@ type StorageInfo struct {
 	ParkedIn string
 
 	Processes []StorageProcess // the live processes, by ID
+}
+
+// Releases counts the live processes by release, oldest release first:
+// "2 of 0.2.0, 1 of 0.3.0"; "" for none.
+func (s StorageInfo) Releases() string {
+	count := map[string]int{}
+	var names []string
+	for _, p := range s.Processes {
+		if count[p.Version] == 0 {
+			names = append(names, p.Version)
+		}
+		count[p.Version]++
+	}
+	slices.Sort(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%d of %s", count[n], n)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // StorageProcess is a live process as it announced itself.

@@ -127,31 +127,7 @@ func (h *handler) allStats(ctx context.Context) ([]topicJSON, error) {
 type topicsData struct {
 	Topics  []topicJSON
 	Servers []redisdelay.RedisServer
-	Storage *storageView // nil when it cannot be read
-}
-
-// storageView is the storage level and the releases live
-// (docs/upgrading.md), under the server line.
-type storageView struct {
-	redisdelay.StorageInfo
-	Versions string // "3 of 0.2.0, 1 of 0.2.1"
-}
-
-func newStorageView(s redisdelay.StorageInfo) *storageView {
-	count := map[string]int{}
-	var names []string
-	for _, p := range s.Processes {
-		if count[p.Version] == 0 {
-			names = append(names, p.Version)
-		}
-		count[p.Version]++
-	}
-	slices.Sort(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = fmt.Sprintf("%d of %s", count[n], n)
-	}
-	return &storageView{StorageInfo: s, Versions: strings.Join(parts, ", ")}
+	Storage *redisdelay.StorageInfo // nil when it cannot be read
 }
 
 func (h *handler) topics(w http.ResponseWriter, r *http.Request) {
@@ -171,7 +147,7 @@ func (h *handler) topics(w http.ResponseWriter, r *http.Request) {
 	}
 	data := topicsData{Topics: all, Servers: servers}
 	if st, err := h.insp.Storage(ctx); err == nil {
-		data.Storage = newStorageView(st)
+		data.Storage = &st
 	}
 	h.render(w, r, http.StatusOK, "topics", "Topics", "", data)
 }

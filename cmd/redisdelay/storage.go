@@ -3,9 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
-	"sort"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -117,21 +115,8 @@ func storageSummary(s redisdelay.StorageInfo) string {
 	if s.Pinned > 0 {
 		out += fmt.Sprintf(" (pinned at %d)", s.Pinned)
 	}
-	versions := map[string]int{}
-	var names []string
-	for _, p := range s.Processes {
-		if versions[p.Version] == 0 {
-			names = append(names, p.Version)
-		}
-		versions[p.Version]++
-	}
-	sort.Strings(names)
-	var live []string
-	for _, v := range names {
-		live = append(live, fmt.Sprintf("%d of %s", versions[v], v))
-	}
-	if len(live) > 0 {
-		out += "; processes live: " + strings.Join(live, ", ")
+	if live := s.Releases(); live != "" {
+		out += "; processes live: " + live
 	}
 	if !s.OlderRelease.IsZero() {
 		out += "; and of release 0.1.0 or older"
