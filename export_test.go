@@ -223,8 +223,9 @@ func PullFarAll(ctx context.Context, client redis.UniversalClient, topic string,
 	return store.PullFarAll(ctx, client, store.Keys{Prefix: DefaultKeyPrefix}.Shard(topic, part))
 }
 
-// SetLevelSettle sets the storage level's settle time (store.LevelSettle).
-func SetLevelSettle(d time.Duration) { store.LevelSettle = d }
+// SetLevelTiming sets the storage level's settle time and how often
+// processes announce themselves (store.LevelSettle, AnnounceEvery).
+func SetLevelTiming(settle, every time.Duration) { store.LevelSettle, store.AnnounceEvery = settle, every }
 
 // SetLocateBudget lowers Locate's scan budget (LocateScan) until the
 // returned function is called. Not for parallel tests.

@@ -91,7 +91,7 @@ func (i *Inspector) Storage(ctx context.Context) (StorageInfo, error) {
 }
 
 // PinStorageLevel caps the storage level every process writes at level
-// (1 to StorageLevel), within one announcement (10 seconds); 0 removes
+// (1 to StorageLevel), within one announcement (30 seconds); 0 removes
 // the pin. Pin before rolling back to an older release once a newer level
 // was written, then RewriteStorage (docs/upgrading.md). A pin never raises
 // the level above what every live reader reads.
@@ -121,7 +121,7 @@ type StorageRewrite struct {
 
 // RewriteStorage rewrites what every topic holds at rest to storage level
 // (1: what release 0.1.0 reads), after PinStorageLevel(level) took effect,
-// for a rollback: see docs/upgrading.md. Within 12 seconds of the pin it
+// for a rollback: see docs/upgrading.md. Within 32 seconds of the pin it
 // first waits for every process to have learnt of it. It reads every waiting, retry and
 // dead-letter body of every topic: minutes for millions of messages.
 func (i *Inspector) RewriteStorage(ctx context.Context, level int) (StorageRewrite, error) {
@@ -138,7 +138,7 @@ func (i *Inspector) RewriteStorage(ctx context.Context, level int) (StorageRewri
 	}
 	// Every process learns of the pin at its next announcement: until
 	// then it may still write the newer level.
-	if wait := time.Until(r.PinnedAt.Add(store.LevelTTL/6 + 2*time.Second)); r.Pin > 0 && wait > 0 {
+	if wait := time.Until(r.PinnedAt.Add(store.AnnounceEvery + 2*time.Second)); r.Pin > 0 && wait > 0 {
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():

@@ -45,12 +45,14 @@ func TestMain(m *testing.M) {
 	// about 2.5s ahead (with no business key or priority) goes through the
 	// far tier, so the whole suite runs on it, unpacking included.
 	redisdelay.SetFarTier(time.Second, time.Second, 500*time.Millisecond)
-	// Every test starts on keys of its own, where its first process is
-	// alone: without a settle time, level 2 (far tier format 2, the codec's
-	// named codes) is written from the first announcement, as after a
-	// settled upgrade, rather than level 1 for 15 minutes. The settle
-	// time itself is TestStorageLevel_*'s.
-	redisdelay.SetLevelSettle(0)
+	// The package's tests share the default prefix's storage level
+	// registry: without a settle time, level 2 (far tier format 2, the
+	// codec's named codes) is written from the first announcement, as after
+	// a settled upgrade, whatever ran before. Announcements every 5s rather
+	// than 30s: a pin reaches every process, and RewriteStorage waits for
+	// it, within seconds (TestStorageLevel_RewriteToLevel1). The settle time
+	// itself is internal/store's TestLevel_*'s.
+	redisdelay.SetLevelTiming(0, 5*time.Second)
 	if err := setupRedis(); err != nil {
 		fmt.Fprintln(os.Stderr, "redisdelay tests:", err)
 		os.Exit(1)

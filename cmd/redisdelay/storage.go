@@ -17,7 +17,7 @@ func init() {
 		help: "Without arguments, shows the storage level every process with the key prefix writes, the oldest level a\n" +
 			"live reader reads, and the live processes with their release and level; a process of release 0.1.0 or\n" +
 			"older, which announces nothing, is shown when one was seen (docs/upgrading.md).\n" +
-			"  pin N      cap the level written at N, in every process within 10 seconds (before a rollback)\n" +
+			"  pin N      cap the level written at N, in every process within 30 seconds (before a rollback)\n" +
 			"  unpin      remove the cap\n" +
 			"  settle D   how long every live reader must have read a level before it is written (default 15m;\n" +
 			"             \"default\" restores it)\n" +
@@ -63,7 +63,7 @@ func cmdStorage(e *env, pos []string) error {
 		if err := e.insp.PinStorageLevel(e.ctx, n); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "pinned storage level %d: every process writes at most level %d from its next announcement (within 10s)\n", n, n)
+		fmt.Fprintf(e.stdout, "pinned storage level %d: every process writes at most level %d from its next announcement (within 30s)\n", n, n)
 	case "unpin":
 		if err := e.insp.PinStorageLevel(e.ctx, 0); err != nil {
 			return err

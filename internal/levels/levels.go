@@ -26,14 +26,14 @@ import (
 // Version is the release this code is, announced with the process.
 var Version = "dev"
 
-// The scan looks at every partition once per scanCycle, or at scanRate
-// partitions a second when there are more (10,000 partitions: 500 seconds,
-// within the settle time of 15 minutes a new level waits for); a process's
-// first step looks at up to scanFirst at once, so a process starting
-// beside a live one of release 0.1.0 sees it before it writes. A sighting
-// counts for 2.5 cycles, so a live process of release 0.1.0 stays counted
-// from one sighting to the next. An idle deployment of 100 partitions
-// costs Redis about four commands a second for it.
+// The scan, by one process at a time (the registry gives it), looks at
+// every partition once per scanCycle, or at scanRate partitions a second
+// when there are more (10,000 partitions: 500 seconds, within the settle
+// time of 15 minutes a new level waits for); its first step looks at up
+// to scanFirst. A sighting counts for 2.5 cycles, so a live process of
+// release 0.1.0 stays counted from one sighting to the next. An idle
+// deployment of 100 partitions costs Redis about four commands a second
+// for it.
 const (
 	scanCycle = 2 * time.Minute
 	scanRate  = 20
@@ -199,7 +199,7 @@ func (a *announcer) stop() {
 	defer cancel()
 	// Leaving at once lets the level move on without waiting for the TTL;
 	// a failure only means the entry expires.
-	_, _ = store.Announce(ctx, a.client, a.keys, a.info(), 0, "", 0, false)
+	_, _ = store.Announce(ctx, a.client, a.keys, a.info(), false, "", 0, false)
 }
 
 func (a *announcer) info() store.ProcInfo {
@@ -217,49 +217,53 @@ func (a *announcer) info() store.ProcInfo {
 	return store.ProcInfo{ID: a.id, Level: store.LevelNewest, Version: Version, Role: role, Host: a.host, Unreadable: a.unreadable.Load()}
 }
 
+// run announces the process every store.AnnounceEvery (and at once when
+// kicked). The process the registry gives the scan to scans a slice after
+// each announcement, and announces again at once what it saw.
 func (a *announcer) run(ctx context.Context) {
 	defer close(a.done)
-	interval := store.LevelTTL / 6
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var sc scan
-	firstDone := false
+	first := true
 	for {
 		select {
 		case <-ctx.Done():
-			if !firstDone {
+			if first {
 				close(a.first)
 			}
 			return
 		case <-t.C:
 		case <-a.kick:
 		}
-		// The scan first, the first time too: a process starting beside
-		// a live one of release 0.1.0 sees it before it writes anything.
-		legacy, counts := sc.step(ctx, a, interval)
-		a.announce(ctx, legacy, counts, !firstDone)
-		if !firstDone {
-			firstDone = true
+		st, ok := a.announce(ctx, "", 0, first)
+		if ok && st.Scan {
+			if seen, counts := sc.step(ctx, a); seen != "" {
+				a.announce(ctx, seen, counts, false)
+			}
+		}
+		if first {
+			first = false
 			close(a.first)
 		}
-		t.Reset(interval)
+		t.Reset(store.AnnounceEvery)
 	}
 }
 
-func (a *announcer) announce(ctx context.Context, legacy string, counts time.Duration, first bool) {
+func (a *announcer) announce(ctx context.Context, legacy string, counts time.Duration, first bool) (store.LevelState, bool) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	fresh := false
 	if first {
 		fresh, _ = store.Fresh(ctx, a.client, a.keys)
 	}
-	st, err := store.Announce(ctx, a.client, a.keys, a.info(), store.LevelTTL, legacy, counts, fresh)
+	st, err := store.Announce(ctx, a.client, a.keys, a.info(), true, legacy, counts, fresh)
 	if err != nil {
 		if ctx.Err() == nil && !a.failing {
 			a.logger.Error("redisdelay: cannot announce this process's storage level; writing as before until it can", err, nil)
 		}
 		a.failing = ctx.Err() == nil
-		return
+		return st, false
 	}
 	a.failing = false
 	switch {
@@ -278,6 +282,7 @@ func (a *announcer) announce(ctx context.Context, legacy string, counts time.Dur
 		log(fmt.Sprintf("redisdelay: writing storage level %d (was %d)", st.Level, was),
 			watermill.LogFields{"oldest_reader_level": st.Read, "agreed": st.Agreed, "pin": st.Pin, "live_processes": st.Live})
 	}
+	return st, true
 }
 
 // scan walks every partition of every registered topic once per cycle
@@ -289,23 +294,19 @@ type scan struct {
 	stepped bool // a first step was made
 }
 
-func (s *scan) step(ctx context.Context, a *announcer, interval time.Duration) (seen string, counts time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, interval)
+func (s *scan) step(ctx context.Context, a *announcer) (seen string, counts time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, store.AnnounceEvery)
 	defer cancel()
-	held, err := store.TakeScan(ctx, a.client, a.keys, a.id, 3*interval)
-	if err != nil || !held {
-		return "", 0
-	}
 	if s.next >= len(s.shards) && !s.reload(ctx, a) {
 		return "", 0
 	}
 	cycle := max(scanCycle, time.Duration(len(s.shards)/scanRate)*time.Second)
-	n := (len(s.shards)*int(interval/time.Millisecond) + int(cycle/time.Millisecond) - 1) / int(cycle/time.Millisecond)
+	n := int((int64(len(s.shards))*int64(store.AnnounceEvery) + int64(cycle) - 1) / int64(cycle))
 	if !s.stepped {
 		n, s.stepped = scanFirst, true
 	}
 	end := min(len(s.shards), s.next+max(n, 1))
-	seen, err = store.ScanLegacy(ctx, a.client, s.shards[s.next:end], store.LegacyWindow)
+	seen, err := store.ScanLegacy(ctx, a.client, s.shards[s.next:end], store.LegacyWindow)
 	s.next = end
 	if err != nil && ctx.Err() == nil {
 		a.logger.Debug("redisdelay: storage level scan", watermill.LogFields{"error": err.Error()})

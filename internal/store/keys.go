@@ -76,8 +76,8 @@ import (
 //	<prefix>:dedup:<namespace>:{<key>} string  a deduplication key seen within its window (expires; see DedupKey)
 //	<prefix>:{storage}:procs    zset  process ID -> when it stops counting: the storage level registry (level.go, announce.lua)
 //	<prefix>:{storage}:pinfo    hash  process ID -> "<level> <release> <role> <host> <unreadable>"
-//	<prefix>:{storage}:levels   hash  read, since, write, changed, pin, pinat, settle, legacy, legacywhat (announce.lua)
-//	<prefix>:{storage}:scan     string the process scanning for processes of release 0.1.0 (expires)
+//	<prefix>:{storage}:plevels  zset  process ID -> the storage level it reads
+//	<prefix>:{storage}:levels   hash  read, since, write, changed, pin, pinat, settle, legacy, legacywhat, scanner, scanuntil, parked, parkedin (announce.lua)
 //	<shard>:bell~s<level>, <shard>:wake~s<level>  pub/sub channels a process of that level listens to beside the bell and wake (LevelMark)
 //
 // The shard of partition 0 is <prefix>:{<topic>}, the layout of a topic

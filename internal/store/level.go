@@ -38,9 +38,10 @@ var (
 	// before it is written (unless the registry's settle field says
 	// otherwise): a rollback within it finds nothing it cannot read.
 	LevelSettle = 15 * time.Minute
-	// LevelTTL is how long a process counts as live after its last
-	// announcement; it announces every LevelTTL/6.
-	LevelTTL = time.Minute
+	// AnnounceEvery is how often a process announces itself (and learns
+	// the level to write, a pin included); it counts as live for
+	// 3 × AnnounceEvery after its last announcement.
+	AnnounceEvery = 30 * time.Second
 	// LegacyWindow is how recently a consumer of a release that announces
 	// nothing must have read to count as live, and how long a sighting
 	// counts at least (internal/levels: 2.5 scan cycles).
@@ -88,11 +89,11 @@ func legacyName(name string) bool {
 // so a topic named "storage" does not collide.
 type levelKeys string
 
-func (k Keys) levels() levelKeys     { return levelKeys(k.Prefix + ":{storage}") }
-func (l levelKeys) State() string    { return string(l) + ":levels" }
-func (l levelKeys) Procs() string    { return string(l) + ":procs" }
-func (l levelKeys) Info() string     { return string(l) + ":pinfo" }
-func (l levelKeys) ScanLock() string { return string(l) + ":scan" }
+func (k Keys) levels() levelKeys   { return levelKeys(k.Prefix + ":{storage}") }
+func (l levelKeys) State() string  { return string(l) + ":levels" }
+func (l levelKeys) Procs() string  { return string(l) + ":procs" }
+func (l levelKeys) Info() string   { return string(l) + ":pinfo" }
+func (l levelKeys) Levels() string { return string(l) + ":plevels" }
 
 // ProcInfo is what a process announces of itself.
 type ProcInfo struct {
@@ -139,13 +140,19 @@ type LevelState struct {
 	Since  time.Time // when Read last changed
 	Live   int       // processes announced and live
 	Legacy time.Time // until when a reader of release 0.1.0 counts (zero: none seen)
+	Scan   bool      // the caller is to scan for readers of release 0.1.0 (ScanLegacy)
 }
 
-// Announce renews (ttl > 0) or removes (ttl 0) p in the registry,
-// reports a legacy reader the scan saw (legacy not ""), to count for
-// legacyFor, and returns the level to write. fresh says the caller found
-// nothing stored (Fresh; see announce.lua).
-func Announce(ctx context.Context, c redis.Scripter, k Keys, p ProcInfo, ttl time.Duration, legacy string, legacyFor time.Duration, fresh bool) (LevelState, error) {
+// Announce renews (live) or removes p in the registry, reports a legacy
+// reader the scan saw (legacy not ""), to count for legacyFor, and returns
+// the level to write, and whether p is to scan (for the next
+// 3 × AnnounceEvery). fresh says the caller found nothing stored (Fresh;
+// see announce.lua).
+func Announce(ctx context.Context, c redis.Scripter, k Keys, p ProcInfo, live bool, legacy string, legacyFor time.Duration, fresh bool) (LevelState, error) {
+	ttl := time.Duration(0)
+	if live {
+		ttl = 3 * AnnounceEvery
+	}
 	l := k.levels()
 	f := "0"
 	if fresh {
@@ -154,10 +161,11 @@ func Announce(ctx context.Context, c redis.Scripter, k Keys, p ProcInfo, ttl tim
 	if legacy == "" {
 		legacyFor = 0
 	}
-	res, err := announceScript.Run(ctx, c, []string{l.State(), l.Procs(), l.Info()},
-		p.ID, ttl.Milliseconds(), p.encode(), LevelNewest, LevelSettle.Milliseconds(), legacyFor.Milliseconds(), legacy, f).Int64Slice()
+	res, err := announceScript.Run(ctx, c, []string{l.State(), l.Procs(), l.Info(), l.Levels()},
+		p.ID, ttl.Milliseconds(), p.encode(), LevelNewest, LevelSettle.Milliseconds(), legacyFor.Milliseconds(), legacy, f,
+		(3 * AnnounceEvery).Milliseconds()).Int64Slice()
 	if err == nil {
-		err = replyShort("announce", len(res), 7)
+		err = replyShort("announce", len(res), 8)
 	}
 	if err != nil {
 		return LevelState{}, err
@@ -167,6 +175,7 @@ func Announce(ctx context.Context, c redis.Scripter, k Keys, p ProcInfo, ttl tim
 	if res[6] > 0 {
 		s.Legacy = time.UnixMilli(res[6])
 	}
+	s.Scan = res[7] == 1
 	return s, nil
 }
 
@@ -300,30 +309,6 @@ func Fresh(ctx context.Context, c Cmds, k Keys) (bool, error) {
 		}
 	}
 	return true, nil
-}
-
-// TakeScan takes (or renews) the scan's lock for id, for ttl: one process
-// at a time scans the topics for legacy readers. Between the GET and the
-// PEXPIRE the lock may change hands: then two processes scan for a while,
-// which costs reads and changes nothing.
-func TakeScan(ctx context.Context, c Cmds, k Keys, id string, ttl time.Duration) (bool, error) {
-	l := k.levels().ScanLock()
-	pipe := c.Pipeline()
-	taken := pipe.SetNX(ctx, l, id, ttl)
-	owner := pipe.Get(ctx, l)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return false, err
-	}
-	if taken.Val() {
-		return true, nil
-	}
-	if owner.Val() != id {
-		return false, nil
-	}
-	pipe = c.Pipeline()
-	pipe.PExpire(ctx, l, ttl)
-	_, err := pipe.Exec(ctx)
-	return err == nil, err
 }
 
 // ScanLegacy looks at partitions for a live reader named as release 0.1.0

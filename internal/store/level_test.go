@@ -39,19 +39,19 @@ func TestLevel_Announce(t *testing.T) {
 	LevelSettle = time.Hour
 
 	newP := ProcInfo{ID: "new", Level: 2, Version: "0.2.0", Role: "publisher", Host: "h/1"}
-	st, err := Announce(ctx, c, k, newP, time.Minute, "", 0, false)
+	st, err := Announce(ctx, c, k, newP, true, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Level, "not settled: level 1, which every release reads")
 	require.Equal(t, 2, st.Read)
 
 	// The settle time passes (the operator's settle field: no restart).
 	require.NoError(t, SetSettle(ctx, c, k, 0))
-	st, err = Announce(ctx, c, k, newP, time.Minute, "", 0, false)
+	st, err = Announce(ctx, c, k, newP, true, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Level)
 
 	// A reader of release 0.1.0, seen by the scan: level 1 at once.
-	st, err = Announce(ctx, c, k, newP, time.Minute, "consumer x of group g on lv:{t}", LegacyWindow, false)
+	st, err = Announce(ctx, c, k, newP, true, "consumer x of group g on lv:{t}", LegacyWindow, false)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Level)
 	require.Equal(t, 1, st.Read)
@@ -65,38 +65,38 @@ func TestLevel_Announce(t *testing.T) {
 	// Its sighting lapses: back to 2 once settled again.
 	require.NoError(t, c.HDel(ctx, k.levels().State(), "legacy").Err())
 	require.NoError(t, SetSettle(ctx, c, k, time.Hour))
-	st, err = Announce(ctx, c, k, newP, time.Minute, "", 0, false)
+	st, err = Announce(ctx, c, k, newP, true, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Level, "settling again")
 	require.NoError(t, SetSettle(ctx, c, k, 0))
-	st, err = Announce(ctx, c, k, newP, time.Minute, "", 0, false)
+	st, err = Announce(ctx, c, k, newP, true, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Level)
 
 	// An announced reader of level 1 (a release between): 1 at once, until
 	// it leaves.
 	old := ProcInfo{ID: "old", Level: 1, Version: "0.1.5", Role: "subscriber", Host: "h/2"}
-	st, err = Announce(ctx, c, k, old, time.Minute, "", 0, false)
+	st, err = Announce(ctx, c, k, old, true, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Level)
 	require.Equal(t, 2, st.Live)
-	st, err = Announce(ctx, c, k, old, 0, "", 0, false)
+	st, err = Announce(ctx, c, k, old, false, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Level)
 	require.Equal(t, 1, st.Live)
 
 	// An expired process counts no more.
-	_, err = Announce(ctx, c, k, old, time.Millisecond, "", 0, false)
+	_, err = Announce(ctx, c, k, old, true, "", 0, false)
 	require.NoError(t, err)
-	time.Sleep(5 * time.Millisecond)
-	st, err = Announce(ctx, c, k, newP, time.Minute, "", 0, false)
+	require.NoError(t, c.ZAdd(ctx, k.levels().Procs(), redis.Z{Score: 1, Member: "old"}).Err())
+	st, err = Announce(ctx, c, k, newP, true, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Level)
 	require.Equal(t, 1, st.Live)
 
 	// A pin caps the level written, and never raises it.
 	require.NoError(t, PinLevel(ctx, c, k, 1))
-	st, err = Announce(ctx, c, k, newP, time.Minute, "", 0, false)
+	st, err = Announce(ctx, c, k, newP, true, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Level)
 	require.Equal(t, 2, st.Agreed)
@@ -104,14 +104,14 @@ func TestLevel_Announce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, r.Level())
 	require.NoError(t, PinLevel(ctx, c, k, 0))
-	st, err = Announce(ctx, c, k, newP, time.Minute, "", 0, false)
+	st, err = Announce(ctx, c, k, newP, true, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Level)
 	require.ErrorContains(t, PinLevel(ctx, c, k, LevelNewest+1), "this release knows levels 1 to 2")
 
 	// A newer release's process reads 3; this one writes at most 2.
 	newer := ProcInfo{ID: "newer", Level: 3, Version: "0.3.0", Role: "manager", Host: "h/3"}
-	st, err = Announce(ctx, c, k, newer, time.Minute, "", 0, false)
+	st, err = Announce(ctx, c, k, newer, true, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Level)
 	require.Equal(t, 2, st.Read)
@@ -132,7 +132,7 @@ func TestLevel_FreshStartsAtTheNewestLevel(t *testing.T) {
 	fresh, err := Fresh(ctx, c, k)
 	require.NoError(t, err)
 	require.True(t, fresh)
-	st, err := Announce(ctx, c, k, ProcInfo{ID: "a", Level: 2}, time.Minute, "", 0, fresh)
+	st, err := Announce(ctx, c, k, ProcInfo{ID: "a", Level: 2}, true, "", 0, fresh)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Level)
 
@@ -148,7 +148,7 @@ func TestLevel_FreshStartsAtTheNewestLevel(t *testing.T) {
 	fresh, err = Fresh(ctx, c, used)
 	require.NoError(t, err)
 	require.False(t, fresh)
-	st, err = Announce(ctx, c, used, ProcInfo{ID: "a", Level: 2}, time.Minute, "", 0, fresh)
+	st, err = Announce(ctx, c, used, ProcInfo{ID: "a", Level: 2}, true, "", 0, fresh)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Level)
 }
@@ -232,4 +232,33 @@ func TestLevel_ScanLegacy(t *testing.T) {
 	require.Contains(t, seen, "1 scheduler process(es) listening on scan:{t~1}:p1:wake")
 	require.NoError(t, oldSched.Close())
 	require.NoError(t, newSub.Close())
+}
+
+// One live process at a time is given the scan, until it leaves or stops
+// announcing.
+func TestLevel_ScanGivenToOne(t *testing.T) {
+	srv := redistest.ForTest(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	k := Keys{Prefix: "sc"}
+	a, b := ProcInfo{ID: "a", Level: 2}, ProcInfo{ID: "b", Level: 2}
+	st, err := Announce(ctx, c, k, a, true, "", 0, false)
+	require.NoError(t, err)
+	require.True(t, st.Scan)
+	st, err = Announce(ctx, c, k, b, true, "", 0, false)
+	require.NoError(t, err)
+	require.False(t, st.Scan)
+	st, err = Announce(ctx, c, k, a, true, "", 0, false)
+	require.NoError(t, err)
+	require.True(t, st.Scan, "kept by its holder")
+	_, err = Announce(ctx, c, k, a, false, "", 0, false)
+	require.NoError(t, err)
+	st, err = Announce(ctx, c, k, b, true, "", 0, false)
+	require.NoError(t, err)
+	require.True(t, st.Scan, "taken at once when its holder left")
+	require.NoError(t, c.HSet(ctx, k.levels().State(), "scanuntil", 1).Err())
+	st, err = Announce(ctx, c, k, a, true, "", 0, false)
+	require.NoError(t, err)
+	require.True(t, st.Scan, "taken when its holder stopped announcing")
 }

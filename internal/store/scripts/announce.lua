@@ -16,9 +16,11 @@
                           ceiling), settle (ms: overrides ARGV[5]),
                           legacy (ms: until when a legacy reader counts),
                           legacywhat (what the scan saw), changed (ms:
-                          when write last changed)
+                          when write last changed), scanner and scanuntil
+                          (the process given the scan, until when)
   KEYS[2] procs    zset   process id -> expiry (ms)
   KEYS[3] pinfo    hash   process id -> "<level> <version> <role> <host> <unreadable>"
+  KEYS[4] plevels  zset   process id -> the level it reads
   ARGV[1]          process id
   ARGV[2]          time to live in ms; 0 removes the process
   ARGV[3]          its info (pinfo's value; begins with the level it reads)
@@ -30,47 +32,45 @@
                    prefix (no topic registered): with no level agreed yet,
                    no release ever wrote here, so none can be rolled back
                    to that would need the settle time
+  ARGV[9]          how long the scan is the caller's when given it, ms
 
-  Returns {level, read, write, pin, since, live, legacy}: the level to
-  write now (write under the pin, and never above ARGV[4]), the oldest
+  Returns {level, read, write, pin, since, live, legacy, scan}: the level
+  to write now (write under the pin, and never above ARGV[4]), the oldest
   level a live reader reads, the level agreed before the pin, the pin (0:
-  none), since, the number of live processes, and until when a legacy
-  reader counts (0: none seen within the window).
+  none), since, the number of live processes, until when a legacy reader
+  counts (0: none seen within the window), and 1 when the caller is to
+  scan.
 ]]
-local levels, procs, pinfo = KEYS[1], KEYS[2], KEYS[3]
+local levels, procs, pinfo, plevels = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, ttl, info = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local newest, settle = tonumber(ARGV[4]), tonumber(ARGV[5])
 local legacyFor, legacyWhat, fresh = tonumber(ARGV[6]), ARGV[7], ARGV[8] == '1'
+local scanFor = tonumber(ARGV[9])
 local now = now_ms()
 
 if ttl > 0 then
   redis.call('ZADD', procs, now + ttl, id)
+  redis.call('ZADD', plevels, tonumber(string.match(info, '^(%d+)')) or 1, id)
   redis.call('HSET', pinfo, id, info)
 else
   redis.call('ZREM', procs, id)
+  redis.call('ZREM', plevels, id)
   redis.call('HDEL', pinfo, id)
 end
 local expired = redis.call('ZRANGEBYSCORE', procs, '-inf', now)
 if #expired > 0 then
   redis.call('ZREMRANGEBYSCORE', procs, '-inf', now)
+  redis.call('ZREM', plevels, unpack(expired))
   redis.call('HDEL', pinfo, unpack(expired))
 end
 if legacyFor > 0 then
   redis.call('HSET', levels, 'legacy', now + legacyFor, 'legacywhat', legacyWhat)
 end
 
-local st = redis.call('HMGET', levels, 'read', 'since', 'write', 'pin', 'settle', 'legacy')
-local read = nil
-local live = redis.call('ZRANGE', procs, 0, -1)
-if #live > 0 then
-  local infos = redis.call('HMGET', pinfo, unpack(live))
-  for _, v in ipairs(infos) do
-    local l = tonumber(string.match(v or '', '^(%d+)'))
-    if l and (read == nil or l < read) then
-      read = l
-    end
-  end
-end
+local st = redis.call('HMGET', levels, 'read', 'since', 'write', 'pin', 'settle', 'legacy', 'scanner', 'scanuntil')
+local oldest = redis.call('ZRANGE', plevels, 0, 0, 'WITHSCORES')
+local read = tonumber(oldest[2])
+local live = redis.call('ZCARD', procs)
 local legacy = tonumber(st[6]) or 0
 if legacy > now then
   read = 1
@@ -107,4 +107,11 @@ local level = math.min(write, newest)
 if pin > 0 and pin < level then
   level = pin
 end
-return {level, read, write, pin, since, #live, legacy}
+local scan = 0
+if ttl > 0 and (st[7] == id or (tonumber(st[8]) or 0) < now) then
+  scan = 1
+  redis.call('HSET', levels, 'scanner', id, 'scanuntil', now + scanFor)
+elseif ttl == 0 and st[7] == id then
+  redis.call('HDEL', levels, 'scanner', 'scanuntil') -- another takes it at once
+end
+return {level, read, write, pin, since, live, legacy, scan}
