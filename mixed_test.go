@@ -29,7 +29,7 @@ import (
 // testdata/mixdriver, publish, consume and schedule side by side on one
 // Redis, in the orders teams deploy in. Every storage change must pass it
 // (docs/upgrading.md). It builds both (about a minute the first time) and
-// runs four orders at once, about two minutes: CI runs it on Redis and on
+// runs four orders at once, about three minutes: CI runs it on Redis and on
 // Valkey, with REDISDELAY_MIXED_VERSIONS=1.
 
 // mixLateness bounds how late a message may be delivered across the
@@ -397,7 +397,8 @@ func (r *mixRun) finish() {
 	r.stop("old", "pub")
 	r.stop("new", "pub")
 	ctx := context.Background()
-	deadline := time.Now().Add(90 * time.Second)
+	// The last messages published are due up to 70s later ("long").
+	deadline := time.Now().Add(150 * time.Second)
 	var lost []string
 	for {
 		_, _ = r.insp.RequeueDeadLetters(ctx, "mix", "g")
@@ -458,6 +459,7 @@ func (r *mixRun) check(final bool) (lost []string) {
 	gone := map[string]bool{}
 	acks := map[string][]mixEvent{}
 	errs := map[string]int{}
+	firstErr := map[string]string{} // the whole message of each kind
 	ticks := 0
 	for _, e := range evs {
 		switch e.kind {
@@ -475,7 +477,10 @@ func (r *mixRun) check(final bool) (lost []string) {
 			}
 			// The version and the operation, and the error's first words.
 			msg := strings.Fields(e.what)
-			errs[strings.SplitN(e.proc, "-", 2)[0]+" "+strings.Join(msg[:min(len(msg), 5)], " ")]++
+			k := strings.SplitN(e.proc, "-", 2)[0] + " " + strings.Join(msg[:min(len(msg), 5)], " ")
+			if errs[k]++; errs[k] == 1 {
+				firstErr[k] = e.what
+			}
 		case "T":
 			ticks++
 		}
@@ -545,6 +550,9 @@ func (r *mixRun) check(final bool) (lost []string) {
 	t.Logf("MIXED %s: published %d (%d cancelled or replaced), delivered %d, lost %d, delivered though cancelled %d, duplicates %d (+%d in flight at a stop), decode failures %d, dead letters left %d (%d not on purpose), lateness p99 %s max %s (bound %s), schedule ticks %d; errors: %v",
 		t.Name(), len(due), len(gone), delivered, len(lost), unexpected, dups, inFlight, decodeFailures, len(dead), len(deadOther),
 		p99.Round(time.Millisecond), maxLate.Round(time.Millisecond), mixLateness, ticks, errs)
+	for k, msg := range firstErr {
+		t.Logf("errors %q: %d, the first: %s", k, errs[k], msg)
+	}
 	if decodeFailures > 0 {
 		t.Errorf("%d entries dead-lettered as undecodable by a process of the previous release", decodeFailures)
 	}

@@ -155,7 +155,7 @@ func jitter(rnd *rand.Rand, lo, hi time.Duration) time.Duration {
 }
 
 func publishOne(ctx context.Context, pub *redisdelay.Publisher, rnd *rand.Rand, id string, i int) {
-	switch i % 14 {
+	switch i % 16 {
 	case 0:
 		publish(pub, topicMix, "now", newMsg("ack"), 0)
 	case 1:
@@ -168,7 +168,7 @@ func publishOne(ctx context.Context, pub *redisdelay.Publisher, rnd *rand.Rand, 
 		publish(pub, topicMix, "keyed", m, jitter(rnd, 2*time.Second, 9*time.Second))
 	case 4:
 		// Two messages of one key: the second under a policy.
-		policy := policies[(i/14)%len(policies)]
+		policy := policies[(i/16)%len(policies)]
 		a := newMsg("ack")
 		redisdelay.SetBusinessKey(a, "p-"+id)
 		if !publish(pub, topicMix, "keyA", a, jitter(rnd, 5*time.Second, 9*time.Second)) {
@@ -203,7 +203,7 @@ func publishOne(ctx context.Context, pub *redisdelay.Publisher, rnd *rand.Rand, 
 		publish(pub, topicMix, "dead", newMsg("dead"), 0)
 	case 10, 11:
 		m := newMsg("ack")
-		byKey := i%14 == 11
+		byKey := i%16 == 11
 		if byKey {
 			redisdelay.SetBusinessKey(m, "c-"+id)
 		}
@@ -227,7 +227,7 @@ func publishOne(ctx context.Context, pub *redisdelay.Publisher, rnd *rand.Rand, 
 		}
 	case 12, 13:
 		m := newMsg("ack")
-		byKey := i%14 == 13
+		byKey := i%16 == 13
 		if byKey {
 			redisdelay.SetBusinessKey(m, "r-"+id)
 		}
@@ -250,6 +250,17 @@ func publishOne(ctx context.Context, pub *redisdelay.Publisher, rnd *rand.Rand, 
 		default:
 			logf("E reschedule %q", "not found")
 		}
+	case 14, 15:
+		// Still waiting a minute on: across the next steps of the
+		// order (a rollback's rewrite included), a business key or a
+		// high priority on every other one.
+		m := newMsg("ack")
+		if i%32 == 14 {
+			redisdelay.SetBusinessKey(m, "l-"+id)
+		} else if i%32 == 15 {
+			redisdelay.SetHighPriority(m)
+		}
+		publish(pub, topicMix, "long", m, jitter(rnd, 50*time.Second, 70*time.Second))
 	}
 }
 
