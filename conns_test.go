@@ -486,7 +486,8 @@ func TestConnections_ReleasedWithTheLastComponent(t *testing.T) {
 	require.NoError(t, err)
 	go func() { _ = mgr.Run(context.Background()) }()
 	<-mgr.Running()
-	require.NoError(t, newPublisher(t, client).Publish(tp, delayed(delay.For(20*time.Millisecond), "m")))
+	pub := newPublisher(t, client)
+	require.NoError(t, pub.Publish(tp, delayed(delay.For(20*time.Millisecond), "m")))
 	receive(t, ch, 2*time.Second).Ack()
 	assert.Len(t, ctPubSubConns(t, admin, name), 1, "one pub/sub connection for both")
 	assert.True(t, redisdelay.HubShared(client))
@@ -494,6 +495,10 @@ func TestConnections_ReleasedWithTheLastComponent(t *testing.T) {
 	require.NoError(t, sub.Close())
 	assert.True(t, redisdelay.HubShared(client), "the Manager still uses it")
 	require.NoError(t, mgr.Close())
+	// A Publisher announces its storage level through the hub (its lanes,
+	// no pub/sub) from its first Publish until Close.
+	assert.True(t, redisdelay.HubShared(client), "the Publisher still uses it")
+	require.NoError(t, pub.Close())
 	assert.False(t, redisdelay.HubShared(client))
 	require.Eventually(t, func() bool { return len(ctPubSubConns(t, admin, name)) == 0 }, 2*time.Second, 10*time.Millisecond,
 		"the pub/sub connection is closed with the last component")

@@ -149,6 +149,11 @@ func release(h *Holder) {
 
 type announcer struct {
 	client redis.UniversalClient
+	// Set by start: the client's hub, whose lanes carry the commands, so
+	// that announcing takes no connection beyond the library's own
+	// (internal/store/hub.go).
+	hub    *store.Hub
+	redis  *store.Gated
 	keys   store.Keys
 	logger watermill.LoggerAdapter
 	id     string
@@ -187,6 +192,8 @@ func newAnnouncer(client redis.UniversalClient, prefix string, logger watermill.
 }
 
 func (a *announcer) start() {
+	a.hub = store.AcquireHub(a.client)
+	a.redis = store.NewGated(a.hub)
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel, a.done = cancel, make(chan struct{})
 	go a.run(ctx)
@@ -199,7 +206,8 @@ func (a *announcer) stop() {
 	defer cancel()
 	// Leaving at once lets the level move on without waiting for the TTL;
 	// a failure only means the entry expires.
-	_, _ = store.Announce(ctx, a.client, a.keys, a.info(), false, "", 0, false)
+	_, _ = store.Announce(ctx, a.redis, a.keys, a.info(), false, "", 0, false)
+	a.hub.Release()
 }
 
 func (a *announcer) info() store.ProcInfo {
@@ -255,9 +263,9 @@ func (a *announcer) announce(ctx context.Context, legacy string, counts time.Dur
 	defer cancel()
 	fresh := false
 	if first {
-		fresh, _ = store.Fresh(ctx, a.client, a.keys)
+		fresh, _ = store.Fresh(ctx, a.redis, a.keys)
 	}
-	st, err := store.Announce(ctx, a.client, a.keys, a.info(), true, legacy, counts, fresh)
+	st, err := store.Announce(ctx, a.redis, a.keys, a.info(), true, legacy, counts, fresh)
 	if err != nil {
 		if ctx.Err() == nil && !a.failing {
 			a.logger.Error("redisdelay: cannot announce this process's storage level; writing as before until it can", err, nil)
@@ -306,7 +314,7 @@ func (s *scan) step(ctx context.Context, a *announcer) (seen string, counts time
 		n, s.stepped = scanFirst, true
 	}
 	end := min(len(s.shards), s.next+max(n, 1))
-	seen, err := store.ScanLegacy(ctx, a.client, s.shards[s.next:end], store.LegacyWindow)
+	seen, err := store.ScanLegacy(ctx, a.redis, s.shards[s.next:end], store.LegacyWindow)
 	s.next = end
 	if err != nil && ctx.Err() == nil {
 		a.logger.Debug("redisdelay: storage level scan", watermill.LogFields{"error": err.Error()})
@@ -317,11 +325,11 @@ func (s *scan) step(ctx context.Context, a *announcer) (seen string, counts time
 // reload lists the partitions of every registered topic.
 func (s *scan) reload(ctx context.Context, a *announcer) bool {
 	s.next = 0
-	topics, err := store.Topics(ctx, a.client, a.keys)
+	topics, err := store.Topics(ctx, a.redis, a.keys)
 	if err != nil {
 		return false
 	}
-	parts, err := store.Partitions(ctx, a.client, a.keys, 1<<16, topics...)
+	parts, err := store.Partitions(ctx, a.redis, a.keys, 1<<16, topics...)
 	if err != nil {
 		return false
 	}
