@@ -225,7 +225,9 @@ func PullFarAll(ctx context.Context, client redis.UniversalClient, topic string,
 
 // SetLevelTiming sets the storage level's settle time and how often
 // processes announce themselves (store.LevelSettle, AnnounceEvery).
-func SetLevelTiming(settle, every time.Duration) { store.LevelSettle, store.AnnounceEvery = settle, every }
+func SetLevelTiming(settle, every time.Duration) {
+	store.LevelSettle, store.AnnounceEvery = settle, every
+}
 
 // SetLocateBudget lowers Locate's scan budget (LocateScan) until the
 // returned function is called. Not for parallel tests.
