@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay/dashboard"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/testkit"
 )
 
 // cancelForm publishes a message and returns a cancel form for it with a
@@ -249,7 +251,7 @@ func TestSecurity_HeavyReadsCapped(t *testing.T) {
 // later; a right login is not slowed, a request without credentials is no
 // failure. "bearer" is Bearer in any case (RFC 7235).
 func TestSecurity_FailedLogins(t *testing.T) {
-	var logs syncBuf
+	var logs testkit.SyncBuffer
 	e := newEnv(t, dashboard.Options{BasicAuth: map[string]string{"alice": "correct-horse-battery"}, BearerTokens: []string{"token-of-the-monitoring-script"},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	get := func(set func(*http.Request)) (int, time.Duration) {
@@ -288,24 +290,6 @@ func TestSecurity_FailedLogins(t *testing.T) {
 	status, d := get(func(r *http.Request) { r.SetBasicAuth("alice", "correct-horse-battery") })
 	assert.Equal(t, http.StatusOK, status)
 	assert.Less(t, d, step, "a right login is not slowed")
-}
-
-// syncBuf is a bytes.Buffer written by the handler and read by the test.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestSecurity_CSRFKeySharedByReplicas: replicas given the same CSRFKey

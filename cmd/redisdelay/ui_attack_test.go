@@ -31,6 +31,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/testkit"
 )
 
 // TestUI_CrossPortOrigin: a form sent from a page on another port of the
@@ -142,7 +144,7 @@ func (s sample) uiRefused(t *testing.T, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testkit.SyncBuffer
 	code := run(ctx, append([]string{"--addr", redisAddr, "--prefix", s.prefix}, args...), &out, &errOut)
 	r := result{code, out.String(), errOut.String()}
 	t.Logf("redisdelay %s → exit %d\n%s%s", strings.Join(args, " "), code, r.stdout, r.stderr)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
@@ -10,31 +9,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/testkit"
 )
-
-// syncBuffer is a bytes.Buffer the test reads while the command writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestUI_Serves serves the dashboard past --timeout, read-only, and stops on
 // interrupt with status 0.
@@ -114,7 +96,7 @@ func TestUI_ListenHosts(t *testing.T) {
 // uiRun is the ui command running in the test.
 type uiRun struct {
 	url         string // where it serves
-	out, errOut syncBuffer
+	out, errOut testkit.SyncBuffer
 	stop        context.CancelFunc
 	code        chan int
 }

@@ -1,10 +1,13 @@
 // Package testkit holds the test helpers that the tests of several packages
-// share (the root package's and prommetrics's): components closed when the
-// test ends, and Prometheus metrics read back. Tests only.
+// share (the root package's, prommetrics', the CLI's and the dashboard's):
+// components closed when the test ends, Prometheus metrics read back, and
+// a buffer written and read at once. Tests only.
 package testkit
 
 import (
+	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,4 +188,23 @@ func ReceiveHandled(t testing.TB, ch <-chan string, within time.Duration) string
 		t.Fatalf("nothing handled within %s", within)
 		return ""
 	}
+}
+
+// SyncBuffer is a bytes.Buffer that one goroutine writes (a logger, a
+// command's output) while the test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
