@@ -8,6 +8,7 @@ package levels
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -244,7 +245,17 @@ func (a *announcer) run(ctx context.Context) {
 		case <-t.C:
 		case <-a.kick:
 		}
-		st, ok := a.announce(ctx, "", 0, first)
+		st, ok, err := a.announce(ctx, "", 0, first)
+		if errors.Is(err, redis.ErrClosed) {
+			// The client was closed under its publishers or subscribers:
+			// nothing can be announced again, and the entry expires by its
+			// TTL. Those components report the closed client themselves.
+			a.logger.Debug("redisdelay: storage level announcements stopped: the Redis client was closed", nil)
+			if first {
+				close(a.first)
+			}
+			return
+		}
 		if ok && st.Scan {
 			if seen, counts := sc.step(ctx, a); seen != "" {
 				a.announce(ctx, seen, counts, false)
@@ -258,7 +269,7 @@ func (a *announcer) run(ctx context.Context) {
 	}
 }
 
-func (a *announcer) announce(ctx context.Context, legacy string, counts time.Duration, first bool) (store.LevelState, bool) {
+func (a *announcer) announce(ctx context.Context, legacy string, counts time.Duration, first bool) (store.LevelState, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	fresh := false
@@ -266,12 +277,15 @@ func (a *announcer) announce(ctx context.Context, legacy string, counts time.Dur
 		fresh, _ = store.Fresh(ctx, a.redis, a.keys)
 	}
 	st, err := store.Announce(ctx, a.redis, a.keys, a.info(), true, legacy, counts, fresh)
+	if errors.Is(err, redis.ErrClosed) {
+		return st, false, err
+	}
 	if err != nil {
 		if ctx.Err() == nil && !a.failing {
 			a.logger.Error("redisdelay: cannot announce this process's storage level; writing as before until it can", err, nil)
 		}
 		a.failing = ctx.Err() == nil
-		return st, false
+		return st, false, err
 	}
 	a.failing = false
 	switch {
@@ -290,7 +304,7 @@ func (a *announcer) announce(ctx context.Context, legacy string, counts time.Dur
 		log(fmt.Sprintf("redisdelay: writing storage level %d (was %d)", st.Level, was),
 			watermill.LogFields{"oldest_reader_level": st.Read, "agreed": st.Agreed, "pin": st.Pin, "live_processes": st.Live})
 	}
-	return st, true
+	return st, true, nil
 }
 
 // scan walks every partition of every registered topic once per cycle

@@ -59,3 +59,26 @@ func TestLevels_Unreachable(t *testing.T) {
 	defer cancel()
 	require.Equal(t, store.Level1, h.Wait(ctx))
 }
+
+// The client closed under a holder (a program closing it before its
+// publisher): the announcements stop at the next tick, quietly, where
+// they would fail and log every 30 s for as long as the process runs.
+func TestLevels_ClientClosedStopsAnnouncements(t *testing.T) {
+	srv := redistest.ForTest(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	logger := watermill.NewCaptureLogger()
+	h := Acquire(c, "lv", "publisher", logger)
+	defer h.Release()
+	ctx := context.Background()
+	require.Equal(t, store.LevelNewest, h.Wait(ctx))
+
+	require.NoError(t, c.Close())
+	h.a.kick <- struct{}{}
+	select {
+	case <-h.a.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the announcer still runs on a closed client")
+	}
+	require.Empty(t, logger.Captured()[watermill.ErrorLogLevel])
+	require.Equal(t, store.LevelNewest, h.Level(), "the level last announced stays")
+}
