@@ -66,6 +66,7 @@ func (sub *subscription) settled(e entry, acked bool) {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	sub.handling = false
+	sub.handedAt.Store(0)
 	if len(sub.batch) > 0 {
 		sub.batch[0] = entry{}
 		sub.batch = sub.batch[1:]
@@ -349,6 +350,7 @@ func (sub *subscription) handOut(ctx context.Context, msg *message.Message) bool
 	if sub.order == nil {
 		select {
 		case sub.out <- msg:
+			sub.handedAt.Store(time.Now().UnixNano())
 			return true
 		case <-ctx.Done():
 			return false
@@ -358,6 +360,7 @@ func (sub *subscription) handOut(ctx context.Context, msg *message.Message) bool
 	for !sub.lost.Load() {
 		select {
 		case sub.out <- msg:
+			sub.handedAt.Store(time.Now().UnixNano())
 			if sub.order.stalls.Load() != 0 {
 				sub.order.stalls.Store(0)
 			}

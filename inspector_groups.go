@@ -67,6 +67,41 @@ type PendingMessage struct {
 	// Deliveries counts Redis's deliveries of the entry: more than 1 when
 	// a subscription read its own pending entries again.
 	Deliveries int64
+	// Handler says whether a handler has the message (HandlerRunning,
+	// since HandedAt) or it was fetched with it and waits behind it in
+	// the consumer (HandlerBuffered), as the consumer last reported.
+	Handler  HandlerState
+	HandedAt time.Time
+}
+
+// HandlerState tells a pending message a handler has from the messages
+// fetched with it (SubscriberConfig.BatchSize), which wait behind it in
+// the consumer and count as pending too. A consumer reports what its
+// handler has at each lease renewal, and once a handler has had a
+// message for a second: a message handled for less than that may show
+// as buffered.
+type HandlerState string
+
+const (
+	// HandlerRunning: handed to a handler, not acked or nacked yet.
+	HandlerRunning HandlerState = "handling"
+	// HandlerBuffered: fetched, waiting in the consumer for its turn.
+	HandlerBuffered HandlerState = "buffered"
+	// HandlerUnreported: no report of the consumer is current: it
+	// fetched the message less than a second ago, or it runs a release
+	// before 0.2.0 (which does not report), or it stopped renewing its
+	// leases (see LeaseExpires).
+	HandlerUnreported HandlerState = "unreported"
+)
+
+func handlerOf(p store.PendingEntry) (HandlerState, time.Time) {
+	switch p.Handler {
+	case store.HandlerRunning:
+		return HandlerRunning, p.HandedAt
+	case store.HandlerBuffered:
+		return HandlerBuffered, time.Time{}
+	}
+	return HandlerUnreported, time.Time{}
 }
 
 // RetryingMessage is a message waiting in a group's retry set for its
@@ -274,6 +309,7 @@ func (i *Inspector) Pending(ctx context.Context, topic, group, cursor string, li
 		for _, p := range ps {
 			pm := PendingMessage{GroupMessage: groupMessageOf(c.part, c.which, p.StreamEntry), Consumer: p.Consumer,
 				Renewed: now.Add(-p.Idle), Deliveries: p.Deliveries}
+			pm.Handler, pm.HandedAt = handlerOf(p)
 			if v > 0 {
 				pm.LeaseExpires = pm.Renewed.Add(v)
 			}

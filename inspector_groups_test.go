@@ -419,3 +419,67 @@ func TestInspector_RunNowWhereCountsEachOnce(t *testing.T) {
 	assert.Zero(t, p.Matched, "a run repeated: all are due already")
 	assert.Zero(t, p.Done)
 }
+
+// Pending tells the message a handler has from those fetched with it:
+// with one handler busy and the default batch, one is "handling" and the
+// rest "buffered"; a consumer that never reports (here a raw read, as a
+// release before 0.2.0 would) shows "unreported". The consumer reports a
+// handler's message once it has had it for a second (reportAfter), long
+// before the renewal every third of the visibility timeout (10 s here).
+func TestInspector_PendingTellsHandledFromBuffered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := setup(t)
+	// The group exists and the four are in its stream before its
+	// subscriber reads: one read fetches them all.
+	first := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", DisableScheduler: true})
+	_ = subscribe(t, first, env.topic)
+	require.NoError(t, first.Close())
+	for n := range 4 {
+		require.NoError(t, env.pub.Publish(env.topic, newMessage(strconv.Itoa(n))))
+	}
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	ch := subscribe(t, sub, env.topic)
+	// handled is what a handler has; buffered counts the others when
+	// all are reported.
+	states := func() (handled string, at time.Time, buffered int) {
+		ps, _, err := env.insp.Pending(ctx, env.topic, "g", "", 10)
+		require.NoError(t, err)
+		for _, p := range ps {
+			switch p.Handler {
+			case redisdelay.HandlerRunning:
+				require.Empty(t, handled, "one handler at a time")
+				handled, at = p.Message.UUID, p.HandedAt
+			case redisdelay.HandlerBuffered:
+				buffered++
+			default:
+				return "", at, -1
+			}
+		}
+		return handled, at, buffered
+	}
+	for n := range 2 {
+		m := receive(t, ch, 5*time.Second)
+		received := time.Now()
+		require.Eventually(t, func() bool {
+			h, at, buffered := states()
+			return h == m.UUID && buffered == 3-n && at.After(received.Add(-time.Second)) && !at.After(time.Now())
+		}, 5*time.Second, 50*time.Millisecond, "message %d: handling, those behind it buffered", n)
+		loc, err := env.insp.Locate(ctx, env.topic, m.UUID)
+		require.NoError(t, err)
+		require.Len(t, loc.Locations, 1)
+		assert.Equal(t, redisdelay.HandlerRunning, loc.Locations[0].Handler)
+		assert.Contains(t, loc.Locations[0].Next, "'s handler has it since ")
+		m.Ack()
+	}
+
+	raw := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "raw", DisableScheduler: true})
+	_ = subscribe(t, raw, env.topic) // creates the group
+	require.NoError(t, raw.Close())
+	crashedRead(t, env.client, env.topic, "raw", "worker-9")
+	ps, _, err := env.insp.Pending(ctx, env.topic, "raw", "", 10)
+	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	assert.Equal(t, redisdelay.HandlerUnreported, ps[0].Handler)
+	assert.True(t, ps[0].HandedAt.IsZero())
+}

@@ -19,7 +19,14 @@ type leases struct {
 	skipped   atomic.Bool
 	renewNow  chan struct{}
 	storedVis atomic.Int64
+	reported  string // the entry the last renewal reported handled (extendLeases' goroutine only)
 }
+
+// reportAfter is how long a handler has a message before the subscription
+// renews its leases early to report it (see reportDue): the Inspector
+// then tells it from the messages fetched with it, at most one renewal
+// more per message, and only for messages handled that long.
+const reportAfter = time.Second
 
 // renewLeases extends the lease of what the subscription holds and returns
 // the group's stored visibility timeout. First, if a handler has run longer
@@ -57,6 +64,10 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	if sub.lost.Load() {
 		held = nil
 	}
+	var handed store.Handed
+	if at := sub.handedAt.Load(); sub.handling && at != 0 && len(held) > 0 {
+		handed = store.Handed{Redo: held[0].redo, ID: held[0].msg.ID, At: time.Unix(0, at)}
+	}
 	for _, e := range held {
 		if e.redo {
 			redo = append(redo, e.msg.ID)
@@ -73,10 +84,11 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	sub.mu.Unlock()
 
 	group := s.config.ConsumerGroup
-	r, err := store.Extend(ctx, s.redis, sub.shard, group, sub.consumer, ready, redo)
+	r, err := store.Extend(ctx, s.redis, sub.shard, group, sub.consumer, handed, 3*slow, ready, redo)
 	if err != nil {
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
+	sub.reported = handed.ID
 	if sub.holdsSlot.Load() {
 		group := s.config.ConsumerGroup
 		if _, err := store.Slot(ctx, s.redis, s.keys.Shard(sub.topic, 0), group, "renew", sub.slotHolder(), 0, 3*sub.renewEvery()); err != nil {
@@ -118,6 +130,8 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 	every := sub.renewEvery()
 	t := time.NewTicker(every)
 	defer t.Stop()
+	report := time.NewTicker(reportAfter) // stopped and started with t
+	defer report.Stop()
 	last := time.Now() // the last renewal that ran (the start counts as one)
 	for {
 		select {
@@ -129,12 +143,18 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 			sub.skipped.Store(true)
 			if sub.needless(last) {
 				t.Stop()
+				report.Stop()
 				continue
 			}
 			sub.skipped.Store(false)
+		case <-report.C:
+			if !sub.reportDue() {
+				continue
+			}
 		case <-sub.renewNow:
 			every = sub.renewEvery()
 			t.Reset(every)
+			report.Reset(reportAfter)
 			continue
 		}
 		sub.s.renewals.Add(1)
@@ -154,6 +174,18 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 			t.Reset(every)
 		}
 	}
+}
+
+// reportDue reports whether a handler has had its message for
+// reportAfter and no renewal reported it yet.
+func (sub *subscription) reportDue() bool {
+	at := sub.handedAt.Load()
+	if at == 0 || time.Since(time.Unix(0, at)) < reportAfter {
+		return false
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	return sub.handling && len(sub.batch) > 0 && sub.batch[0].msg.ID != sub.reported && !sub.lost.Load()
 }
 
 // renewEvery is how often held messages' leases are renewed: three times

@@ -82,6 +82,11 @@ type Location struct {
 	Renewed      time.Time
 	LeaseExpires time.Time
 	Deliveries   int64
+	// Handler says whether a handler has a pending message or it waits
+	// in its consumer's batch, and HandedAt since when a handler has it
+	// (see PendingMessage).
+	Handler  HandlerState
+	HandedAt time.Time
 	// Reason says why: for a retrying message, the handler's error when
 	// the RecordError middleware recorded it (ErrorKey); for a dead letter,
 	// DeadLetter.Reason.
@@ -386,7 +391,7 @@ func (l *locator) streamHits(part int, sh store.Shard, groups []string, which st
 				l.add(base, e.Body)
 				continue
 			}
-			p, ok, err := store.PendingOf(l.ctx, l.i.client, key, g, e.ID)
+			p, ok, err := store.PendingOf(l.ctx, l.i.client, sh, g, which, e.ID)
 			if err != nil {
 				return err
 			}
@@ -410,6 +415,7 @@ func (l *locator) streamHits(part int, sh store.Shard, groups []string, which st
 func (l *locator) pending(part int, sh store.Shard, g, id string, p store.PendingEntry) (Location, error) {
 	loc := Location{State: StatePending, Group: g, Partition: part, ID: id, Attempt: p.Attempt, MessageGroup: p.Group,
 		Consumer: p.Consumer, Renewed: l.now.Add(-p.Idle), Deliveries: p.Deliveries}
+	loc.Handler, loc.HandedAt = handlerOf(p)
 	pol, err := store.ReadGroupPolicy(l.ctx, l.i.client, sh, g)
 	if err != nil {
 		return loc, err
@@ -492,7 +498,16 @@ func nextOf(l Location, now time.Time) string {
 		return fmt.Sprintf("Queued in group %q: delivered to group %q when that group's turn comes (its concurrency and rate limits), as attempt %d.%s",
 			l.MessageGroup, l.Group, l.Attempt, paused)
 	case StatePending:
-		s := fmt.Sprintf("Consumer %q holds it (attempt %d). Ack ends it for group %q; a Nack retries it or, past the attempts allowed, makes it a dead letter.", l.Consumer, l.Attempt, l.Group)
+		var holds string
+		switch l.Handler {
+		case HandlerRunning:
+			holds = fmt.Sprintf("Consumer %q's handler has it since %s (attempt %d).", l.Consumer, l.HandedAt.UTC().Format(time.RFC3339), l.Attempt)
+		case HandlerBuffered:
+			holds = fmt.Sprintf("Consumer %q fetched it (attempt %d); it waits there behind the message being handled.", l.Consumer, l.Attempt)
+		default:
+			holds = fmt.Sprintf("Consumer %q holds it (attempt %d).", l.Consumer, l.Attempt)
+		}
+		s := holds + fmt.Sprintf(" Ack ends it for group %q; a Nack retries it or, past the attempts allowed, makes it a dead letter.", l.Group)
 		if !l.LeaseExpires.IsZero() {
 			if l.LeaseExpires.After(now) {
 				s += " If the consumer stops renewing its lease, a scheduler reclaims it " + when(l.LeaseExpires) + " or later."

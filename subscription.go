@@ -3,6 +3,7 @@ package redisdelay
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -30,7 +31,10 @@ type subscription struct {
 	batch    []entry   // fetched, not settled; batch[0] is handled or next
 	handling bool      // a handler has batch[0]
 	since    time.Time // when it got it
-	recheck  bool      // Redis holds entries for this consumer it did not receive
+	// handedAt is when the application took batch[0] from the channel
+	// (UnixNano; 0: not yet), for the handler report (see reportDue).
+	handedAt atomic.Int64
+	recheck  bool // Redis holds entries for this consumer it did not receive
 
 	deadline *time.Timer // the handler's (see startDeadline; run goroutine only)
 

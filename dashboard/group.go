@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	redisdelay "github.com/redisdelay/watermill-redisdelay"
+	"github.com/redisdelay/watermill-redisdelay/internal/present"
 )
 
 // groupPage is how many messages a group's page lists.
@@ -40,8 +41,10 @@ type groupMsgRow struct {
 	Metadata               [][2]string
 	Payload                payloadView
 	Gone                   bool
-	// Pending messages: who holds it, since when, until when.
+	// Pending messages: who holds it, whether its handler has it, since
+	// when, until when.
 	Consumer     string
+	Handler      string
 	LeaseExpires time.Time
 	Expired      bool
 }
@@ -124,7 +127,10 @@ func (h *handler) group(w http.ResponseWriter, r *http.Request) {
 		for _, m := range msgs {
 			row := messageRow(m.Message, m.Body)
 			row.ID, row.Attempt, row.Group, row.At = m.ID, m.Attempt, m.Group, m.Renewed
-			row.Consumer, row.LeaseExpires = m.Consumer, m.LeaseExpires
+			row.Consumer, row.LeaseExpires, row.Handler = m.Consumer, m.LeaseExpires, string(m.Handler)
+			if m.Handler == redisdelay.HandlerRunning {
+				row.Handler = "handling for " + present.Duration(max(now.Sub(m.HandedAt), 0))
+			}
 			row.Expired = !m.LeaseExpires.IsZero() && m.LeaseExpires.Before(now)
 			d.Rows = append(d.Rows, row)
 		}

@@ -87,7 +87,13 @@ func locationDetail(l redisdelay.Location, now time.Time) string {
 	fmt.Fprintf(&b, "attempt %d", l.Attempt)
 	switch l.State {
 	case redisdelay.StatePending:
-		fmt.Fprintf(&b, ", consumer %s, renewed %s ago", l.Consumer, present.Duration(now.Sub(l.Renewed)))
+		fmt.Fprintf(&b, ", consumer %s, ", l.Consumer)
+		if l.Handler == redisdelay.HandlerRunning {
+			fmt.Fprintf(&b, "its handler has it since %s", l.HandedAt.UTC().Format(layout))
+		} else {
+			b.WriteString(string(l.Handler))
+		}
+		fmt.Fprintf(&b, ", renewed %s ago", present.Duration(now.Sub(l.Renewed)))
 		if !l.LeaseExpires.IsZero() {
 			fmt.Fprintf(&b, ", lease expires %s", l.LeaseExpires.UTC().Format(layout))
 		}

@@ -190,7 +190,12 @@ func TestMessage_LocatesPendingAndReady(t *testing.T) {
 	assert.Contains(t, body, " UTC")
 	assert.Contains(t, body, "holds it (attempt 1)")
 	_, body = e.get("/group?t=orders&g=billing&view=pending")
-	assert.Contains(t, body, `id="prefetch-note">Handed or buffered? Redis does not record which`)
+	assert.Contains(t, body, `id="prefetch-note">Handler: a subscription hands its messages to its handler one at a time`)
+	assert.Contains(t, body, `<th title="handling: its consumer's handler has it`)
+	// Nobody takes the message from the subscription's channel: buffered
+	// once the consumer reports (at its first lease renewal), unreported
+	// before.
+	assert.Regexp(t, `<td class="nowrap">(buffered|unreported)</td>`, body)
 
 	require.NoError(t, e.insp.Pause(context.Background(), "orders", "billing"))
 	time.Sleep(100 * time.Millisecond) // the subscriber hears of the pause

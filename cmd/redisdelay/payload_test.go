@@ -140,7 +140,7 @@ func TestShow_EveryState(t *testing.T) {
 	require.NoError(t, err)
 
 	out := s.ok(t, "show", topic, uuids[0])
-	assert.Contains(t, out, `state:    pending in group "billing" with consumer worker-9, entry 0:m:`)
+	assert.Contains(t, out, `state:    pending in group "billing" with consumer worker-9, unreported, entry 0:m:`)
 	assert.Contains(t, out, `next:     Consumer "worker-9" holds it (attempt 1).`)
 	assert.Contains(t, out, "uuid:     "+uuids[0]+"\n")
 	out = s.ok(t, "show", topic, "--key", "order-1")

@@ -146,6 +146,8 @@ type pendingJSON struct {
 	Renewed      time.Time  `json:"renewed"`
 	LeaseExpires *time.Time `json:"lease_expires,omitempty"`
 	Deliveries   int64      `json:"deliveries"`
+	Handler      string     `json:"handler"`
+	HandedAt     *time.Time `json:"handed_at,omitempty"`
 }
 
 type retryingJSON struct {
@@ -288,7 +290,8 @@ func cmdPending(e *env, pos []string) error {
 	if e.opts.json {
 		out := pageJSON[pendingJSON]{Topic: topic, Group: group, Messages: []pendingJSON{}, Cursor: next}
 		for _, m := range msgs {
-			p := pendingJSON{groupMessageJSON: e.groupMessageJSON(m.GroupMessage), Consumer: m.Consumer, Renewed: m.Renewed.UTC(), Deliveries: m.Deliveries}
+			p := pendingJSON{groupMessageJSON: e.groupMessageJSON(m.GroupMessage), Consumer: m.Consumer, Renewed: m.Renewed.UTC(), Deliveries: m.Deliveries,
+				Handler: string(m.Handler), HandedAt: utcPtr(m.HandedAt)}
 			if !m.LeaseExpires.IsZero() {
 				at := m.LeaseExpires.UTC()
 				p.LeaseExpires = &at
@@ -306,17 +309,17 @@ func cmdPending(e *env, pos []string) error {
 			if n > 0 {
 				fmt.Fprintln(e.stdout)
 			}
-			fmt.Fprintf(e.stdout, "id:       %s\nstate:    pending with consumer %s, attempt %d, renewed %s, %s\n", m.ID, printable(m.Consumer), m.Attempt,
-				ago(m.Renewed, now), leaseCell(m.LeaseExpires, now))
+			fmt.Fprintf(e.stdout, "id:       %s\nstate:    pending with consumer %s, %s, attempt %d, renewed %s, %s\n", m.ID, printable(m.Consumer),
+				handlerCell(m.Handler, m.HandedAt, now), m.Attempt, ago(m.Renewed, now), leaseCell(m.LeaseExpires, now))
 			e.writeBody(m.Message, m.Body)
 		}
 	} else {
 		tw := newTable(e.stdout)
-		fmt.Fprintln(tw, "ID\tCONSUMER\tRENEWED\tLEASE\tATTEMPT\tUUID\tSIZE\tMETADATA")
+		fmt.Fprintln(tw, "ID\tCONSUMER\tHANDLER\tRENEWED\tLEASE\tATTEMPT\tUUID\tSIZE\tMETADATA")
 		for _, m := range msgs {
 			uuid, size, md := cell(m.Message, m.Body)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, truncate(printable(m.Consumer), 40), ago(m.Renewed, now),
-				leaseCell(m.LeaseExpires, now), m.Attempt, uuid, size, md)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, truncate(printable(m.Consumer), 40), handlerCell(m.Handler, m.HandedAt, now),
+				ago(m.Renewed, now), leaseCell(m.LeaseExpires, now), m.Attempt, uuid, size, md)
 		}
 		_ = tw.Flush()
 	}
@@ -325,24 +328,38 @@ func cmdPending(e *env, pos []string) error {
 	return nil
 }
 
-// prefetchNote tells, on stderr, that a consumer holding several messages
-// of a partition has one at most with its handler: Redis does not record
-// which (see redisdelay.PendingMessage), so the listing cannot say.
+// prefetchNote explains the HANDLER column when a consumer holds more
+// than one message: one is handled, the others were fetched with it.
 func (e *env) prefetchNote(msgs []redisdelay.PendingMessage) {
 	held := map[string]int{} // consumer and partition -> messages held
 	var most string
+	unreported := false
 	for _, m := range msgs {
 		part, _, _ := strings.Cut(m.ID, ":")
 		k := m.Consumer + " in partition " + part
 		if held[k]++; most == "" || held[k] > held[most] {
 			most = k
 		}
+		unreported = unreported || m.Handler == redisdelay.HandlerUnreported
 	}
 	if most == "" || held[most] < 2 {
 		return
 	}
 	fmt.Fprintf(e.stderr, "note: consumer %s holds %d: a subscription hands its messages to its handler one at a time, in the order fetched; "+
-		"the others are prefetched (BatchSize), their lease renewed alike. Redis does not record which one the handler has.\n", printable(most), held[most])
+		"the others are buffered (BatchSize), their lease renewed alike.\n", printable(most), held[most])
+	if unreported {
+		fmt.Fprintln(e.stderr, "note: \"unreported\": a consumer reports what its handler has at each lease renewal and once a handler has had a message for a second; "+
+			"a release before 0.2.0 does not report.")
+	}
+}
+
+// handlerCell says whether a handler has a pending message: "handling 12s",
+// "buffered" or "unreported".
+func handlerCell(h redisdelay.HandlerState, at, now time.Time) string {
+	if h == redisdelay.HandlerRunning {
+		return "handling " + present.Duration(max(now.Sub(at), 0))
+	}
+	return string(h)
 }
 
 // ago says how long before now t was: "12s ago".

@@ -74,15 +74,18 @@ func TestStates_GroupListings(t *testing.T) {
 	out = s.ok(t, "pending", topic, group)
 	r = rows(out)
 	require.Len(t, r, 2, out)
-	assert.Equal(t, []string{"ID", "CONSUMER", "RENEWED", "LEASE", "ATTEMPT", "UUID", "SIZE", "METADATA"}, r[0])
+	assert.Equal(t, []string{"ID", "CONSUMER", "HANDLER", "RENEWED", "LEASE", "ATTEMPT", "UUID", "SIZE", "METADATA"}, r[0])
 	assert.Equal(t, "0:m:"+pendingID, r[1][0])
 	assert.Equal(t, "worker-9", r[1][1])
+	assert.Equal(t, "unreported", r[1][2], "a raw read reports nothing")
 	assert.Contains(t, out, "expires in ")
 	pj := decode[pageJSON[pendingJSON]](t, s.ok(t, "--json", "pending", topic, group))
 	require.Len(t, pj.Messages, 1)
 	assert.Equal(t, ready[0], pj.Messages[0].UUID)
 	require.NotNil(t, pj.Messages[0].LeaseExpires)
 	assert.Equal(t, 30*time.Second, pj.Messages[0].LeaseExpires.Sub(pj.Messages[0].Renewed))
+	assert.Equal(t, "unreported", pj.Messages[0].Handler)
+	assert.Nil(t, pj.Messages[0].HandedAt)
 
 	// consumers: the dead one, holding one message.
 	out = s.ok(t, "consumers", topic)
@@ -284,7 +287,9 @@ func TestStats_WaitingForGroupNoWarning(t *testing.T) {
 }
 
 // pending says that of several messages a consumer holds in a partition,
-// one at most is with its handler, the others prefetched.
+// one at most is with its handler, the others prefetched; a consumer that
+// does not report what its handler has (a raw read here, as a release
+// before 0.2.0) is "unreported", and the note says why.
 func TestPending_PrefetchNote(t *testing.T) {
 	s := setupSample(t)
 	ctx := context.Background()
@@ -305,4 +310,11 @@ func TestPending_PrefetchNote(t *testing.T) {
 	r = s.cli(t, "pending", topic, group)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "note: consumer worker-9 in partition 0 holds 3: a subscription hands its messages to its handler one at a time")
+	assert.Contains(t, r.stderr, `note: "unreported": a consumer reports what its handler has at each lease renewal`)
+	table := rows(r.stdout)
+	require.Len(t, table, 4)
+	assert.Equal(t, "HANDLER", table[0][2])
+	for _, row := range table[1:] {
+		assert.Equal(t, "unreported", row[2])
+	}
 }

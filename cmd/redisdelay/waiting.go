@@ -247,6 +247,8 @@ type locationJSON struct {
 	Renewed          *time.Time        `json:"renewed,omitempty"`
 	LeaseExpires     *time.Time        `json:"lease_expires,omitempty"`
 	Deliveries       int64             `json:"deliveries,omitempty"`
+	Handler          string            `json:"handler,omitempty"`
+	HandedAt         *time.Time        `json:"handed_at,omitempty"`
 	Reason           string            `json:"reason,omitempty"`
 	Died             *time.Time        `json:"died,omitempty"`
 	Paused           bool              `json:"paused,omitempty"`
@@ -270,7 +272,7 @@ func utcPtr(t time.Time) *time.Time {
 func (e *env) locationJSON(l redisdelay.Location) locationJSON {
 	out := locationJSON{State: string(l.State), Group: l.Group, Partition: l.Partition, ID: l.ID, Far: l.Far, Due: utcPtr(l.Due),
 		Attempt: l.Attempt, MessageGroup: l.MessageGroup, Consumer: l.Consumer, Renewed: utcPtr(l.Renewed), LeaseExpires: utcPtr(l.LeaseExpires),
-		Deliveries: l.Deliveries, Reason: l.Reason, Died: utcPtr(l.Died), Paused: l.Paused, Next: l.Next}
+		Deliveries: l.Deliveries, Handler: string(l.Handler), HandedAt: utcPtr(l.HandedAt), Reason: l.Reason, Died: utcPtr(l.Died), Paused: l.Paused, Next: l.Next}
 	out.UUID, out.PayloadBytes, out.Metadata, out.UndecodableBytes, out.payloadJSON = e.messageFields(l.Message, l.Body)
 	return out
 }
@@ -371,8 +373,8 @@ func (e *env) writeLocation(l redisdelay.Location, now time.Time) {
 	case redisdelay.StateGrouped:
 		fmt.Fprintf(w, "state:    queued in group %q of consumer group %q, attempt %d%s\n", printable(l.MessageGroup), group, l.Attempt, paused)
 	case redisdelay.StatePending:
-		fmt.Fprintf(w, "state:    pending in group %q with consumer %s, entry %s, attempt %d, renewed %s, %s\n", group, printable(l.Consumer), l.ID, l.Attempt,
-			ago(l.Renewed, now), leaseCell(l.LeaseExpires, now))
+		fmt.Fprintf(w, "state:    pending in group %q with consumer %s, %s, entry %s, attempt %d, renewed %s, %s\n", group, printable(l.Consumer),
+			handlerCell(l.Handler, l.HandedAt, now), l.ID, l.Attempt, ago(l.Renewed, now), leaseCell(l.LeaseExpires, now))
 	case redisdelay.StateRetrying:
 		fmt.Fprintf(w, "state:    retrying in group %q as attempt %d, due %s (%s)%s\n", group, l.Attempt, l.Due.UTC().Format(time.RFC3339), dueIn(l.Due, now), paused)
 		if l.Reason != "" {

@@ -110,14 +110,34 @@ type ExtendReply struct {
 	Vis    time.Duration // the group's stored visibility timeout (0: none stored)
 }
 
+// Handed is the entry a consumer's handler has (see Extend); the zero
+// Handed: none.
+type Handed struct {
+	Redo bool   // in the redelivery stream, else the ready stream
+	ID   string // its entry id
+	At   time.Time
+}
+
+func (h Handed) report() string {
+	if h.ID == "" {
+		return "-"
+	}
+	which := "m"
+	if h.Redo {
+		which = "r"
+	}
+	return which + " " + h.ID + " " + strconv.FormatInt(h.At.UnixMilli(), 10)
+}
+
 // Extend runs extend.lua: renews the lease of the entries a consumer
-// holds in the ready stream (ready) and the redelivery stream (redo).
-func Extend(ctx context.Context, c redis.Scripter, sh Shard, group, consumer string, ready, redo []any) (ExtendReply, error) {
-	args := make([]any, 0, 3+len(ready)+len(redo))
-	args = append(args, group, consumer, len(ready))
+// holds in the ready stream (ready) and the redelivery stream (redo), and
+// reports which of them its handler has (handed), for lease long.
+func Extend(ctx context.Context, c redis.Scripter, sh Shard, group, consumer string, handed Handed, lease time.Duration, ready, redo []any) (ExtendReply, error) {
+	args := make([]any, 0, 5+len(ready)+len(redo))
+	args = append(args, group, consumer, len(ready), handed.report(), max(lease.Milliseconds(), 1))
 	args = append(args, ready...)
 	args = append(args, redo...)
-	res, err := extendScript.Run(ctx, c, []string{sh.Stream(), sh.Redelivery(group), sh.Meta(group)}, args...).Int64Slice()
+	res, err := extendScript.Run(ctx, c, []string{sh.Stream(), sh.Redelivery(group), sh.Meta(group), sh.handling(group, consumer)}, args...).Int64Slice()
 	if err == nil {
 		err = replyShort("extend", len(res), 2)
 	}

@@ -118,6 +118,34 @@ type PendingEntry struct {
 	// Deliveries counts Redis's deliveries of the entry (a lease renewal
 	// does not count; a reclaim requeues the message as a new entry).
 	Deliveries int64
+	// Handler is what the consumer last reported of the entry (see
+	// Extend), and HandedAt when it handed it to a handler.
+	Handler  HandlerState
+	HandedAt time.Time
+}
+
+// HandlerState is what a consumer last reported of an entry it holds.
+type HandlerState uint8
+
+const (
+	HandlerUnreported HandlerState = iota // no report of the consumer's is current
+	HandlerBuffered                       // fetched, behind the one being handled
+	HandlerRunning                        // handed to a handler
+)
+
+// handedOf sets p's Handler from its consumer's report (report, a GET
+// of its handling key), p being an entry of the stream which.
+func (p *PendingEntry) handedOf(which string, report *redis.StringCmd) {
+	r, err := report.Result()
+	if err != nil {
+		return
+	}
+	p.Handler = HandlerBuffered
+	fs := strings.Fields(r)
+	if len(fs) == 3 && fs[0] == which && fs[1] == p.ID {
+		ms, _ := strconv.ParseInt(fs[2], 10, 64)
+		p.Handler, p.HandedAt = HandlerRunning, time.UnixMilli(ms)
+	}
 }
 
 // PendingEntries returns up to limit entries of a group's stream (which)
@@ -142,8 +170,12 @@ func PendingEntries(ctx context.Context, c redis.Cmdable, sh Shard, group, which
 	}
 	pipe := c.Pipeline()
 	reads := make([]*redis.XMessageSliceCmd, len(pending))
+	reports := map[string]*redis.StringCmd{} // per consumer
 	for n, p := range pending {
 		reads[n] = pipe.XRange(ctx, key, p.ID, p.ID)
+		if reports[p.Consumer] == nil {
+			reports[p.Consumer] = pipe.Get(ctx, sh.handling(group, p.Consumer))
+		}
 	}
 	if err := execRead(ctx, pipe); err != nil {
 		return nil, err
@@ -155,6 +187,7 @@ func PendingEntries(ctx context.Context, c redis.Cmdable, sh Shard, group, which
 			e = entryOf(ms[0])
 		}
 		out[n] = PendingEntry{StreamEntry: e, Consumer: p.Consumer, Idle: p.Idle, Deliveries: p.RetryCount}
+		out[n].handedOf(which, reports[p.Consumer])
 	}
 	return out, nil
 }

@@ -32,6 +32,8 @@ import (
 //	<shard>:g:<group>:fwait  zset    groups over their rate limit -> when they may go on (ms; see fair.lua)
 //	<shard>:g:<group>:meta   hash    group policy and counters
 //	<shard>:g:<group>:owner  string  consumer owning the partition (ordered; expires)
+//	<shard>:g:<group>:handling:<consumer> string  what the consumer's handler has, as its last lease renewal
+//	                         reported: "<m|r> <entry id> <handed ms>", "-" for nothing (expires; see extend.lua)
 //	<shard>:g:<group>:members zset   ordered subscriptions of the group -> expiry (partition 0 only)
 //	<shard>:g:<group>:owned  hash    ordered subscription -> partitions it owns (partition 0 only)
 //	<shard>:g:<group>:paused string  ms time of Inspector.Pause while the group is paused (partition 0 only)
@@ -201,6 +203,9 @@ func (s Shard) Redelivery(group string) string  { return s.group(group) + ":redo
 func (s Shard) Dead(group string) string        { return s.group(group) + ":dead" }
 func (s Shard) Meta(group string) string        { return s.group(group) + ":meta" }
 func (s Shard) Owner(group string) string       { return s.group(group) + ":owner" }
+func (s Shard) handling(group, consumer string) string {
+	return s.group(group) + ":handling:" + consumer
+}
 func (s Shard) members(group string) string     { return s.group(group) + ":members" }
 func (s Shard) ownedCounts(group string) string { return s.group(group) + ":owned" }
 func (s Shard) Paused(group string) string      { return s.group(group) + ":paused" }

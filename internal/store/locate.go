@@ -131,11 +131,12 @@ func LastDelivered(ctx context.Context, c redis.Cmdable, key string) (map[string
 // After reports whether stream entry ID a comes after b.
 func After(a, b string) bool { return compareIDs(a, b) > 0 }
 
-// PendingOf reads the pending entry id of a group's stream key: who holds
-// it, since when, how often Redis delivered it. ok is false when the
-// entry is not pending (acknowledged, or never fetched).
-func PendingOf(ctx context.Context, c redis.Cmdable, key, group, id string) (p PendingEntry, ok bool, err error) {
-	ps, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: group, Start: id, End: id, Count: 1}).Result()
+// PendingOf reads the pending entry id of a group's stream (which, see
+// StreamOf): who holds it, since when, how often Redis delivered it,
+// whether a handler has it. ok is false when the entry is not pending
+// (acknowledged, or never fetched).
+func PendingOf(ctx context.Context, c redis.Cmdable, sh Shard, group, which, id string) (p PendingEntry, ok bool, err error) {
+	ps, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: sh.StreamOf(group, which), Group: group, Start: id, End: id, Count: 1}).Result()
 	if err != nil {
 		if isNoSuchKey(err) || IsNoGroup(err) {
 			return p, false, nil
@@ -145,7 +146,13 @@ func PendingOf(ctx context.Context, c redis.Cmdable, key, group, id string) (p P
 	if len(ps) == 0 {
 		return p, false, nil
 	}
-	return PendingEntry{StreamEntry: StreamEntry{ID: id, Attempt: 1}, Consumer: ps[0].Consumer, Idle: ps[0].Idle, Deliveries: ps[0].RetryCount}, true, nil
+	p = PendingEntry{StreamEntry: StreamEntry{ID: id, Attempt: 1}, Consumer: ps[0].Consumer, Idle: ps[0].Idle, Deliveries: ps[0].RetryCount}
+	report := c.Get(ctx, sh.handling(group, p.Consumer))
+	if err := report.Err(); err != nil && err != redis.Nil {
+		return p, false, err
+	}
+	p.handedOf(which, report)
+	return p, true, nil
 }
 
 // ScanPending reads up to budget entries pending in a group's stream

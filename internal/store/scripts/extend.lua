@@ -12,10 +12,17 @@
   KEYS[2] rstream  stream the group's redelivery stream
   KEYS[3] meta     hash   the group's policy (vis: the visibility timeout
                           reclaim uses, in ms)
+  KEYS[4] handling string the consumer's report of what its handler has,
+                          for the Inspector to tell a message being handled
+                          from those fetched with it (buffered)
   ARGV[1] consumer group
   ARGV[2] consumer name
   ARGV[3] how many of the ids that follow are in the ready stream
-  ARGV[4..] ids held: first those in the ready stream, then those in the
+  ARGV[4] the report: "<m|r> <entry id> <ms handed>" (m: ready stream, r:
+          redelivery stream), or "-" when no handler has a message
+  ARGV[5] how long the report lasts (ms): the lease, so a consumer that
+          died leaves none behind it
+  ARGV[6..] ids held: first those in the ready stream, then those in the
           redelivery stream
 
   Returns {unheld, vis}: unheld > 0 when entries pending for the consumer
@@ -23,14 +30,15 @@
   in ms (0 when none is stored), so a subscription renews often enough
   even when another subscriber of the group set a shorter one.
 ]]
-local stream, rstream, meta = KEYS[1], KEYS[2], KEYS[3]
-local group, consumer, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local stream, rstream, meta, handling = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local group, consumer, n, report, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+redis.call('SET', handling, report, 'PX', ttl)
 local held = {}
-for i = 4, #ARGV do held[ARGV[i]] = true end
+for i = 6, #ARGV do held[ARGV[i]] = true end
 local unheld = 0
 for s, key in ipairs({stream, rstream}) do
-  local first, last = 4, 3 + n
-  if s == 2 then first, last = 4 + n, #ARGV end
+  local first, last = 6, 5 + n
+  if s == 2 then first, last = 6 + n, #ARGV end
   -- in chunks: unpack has a stack limit
   for i = first, last, 500 do
     local ids = {unpack(ARGV, i, math.min(i + 499, last))}
