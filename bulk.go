@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -104,7 +105,7 @@ func (i *Inspector) RescheduleWhere(ctx context.Context, topic string, f Filter,
 			ErrInvalidDelay, topic)
 	case time.Until(due) > maxDelayLimit:
 		return BulkProgress{Cursor: o.Cursor}, fmt.Errorf("%w: reschedule messages of topic %q: due in %s, beyond the limit of 100 years: use a nearer due time",
-			ErrInvalidDelay, topic, describeDelay(time.Until(due)))
+			ErrInvalidDelay, topic, meta.DescribeDelay(time.Until(due)))
 	}
 	s, err := i.waitingBulk(ctx, topic, f, o)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -27,7 +28,7 @@ func checkLookup(verb, topic, by, value string) error {
 // PartitionKey placed it), then on the others. A message waits in one
 // partition only, so a try that acts on it acts once.
 func inPartitions(k store.Keys, topic string, parts int, value string, try func(sh store.Shard) (done bool, err error)) (bool, error) {
-	home := partitionOf(value, parts)
+	home := meta.PartitionOf(value, parts)
 	for n := range parts {
 		if done, err := try(k.Shard(topic, (home+n)%parts)); err != nil || done {
 			return done, err

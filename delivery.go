@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -173,11 +174,11 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 
 // handle delivers one attempt of a message and waits until it is settled.
 // A nacked message that an ordered subscription retries in place is
-// returned, with its delivery mark (see markDelivered), instead of being
+// returned, with its delivery mark (see meta.MarkDelivered), instead of being
 // settled.
 func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Message, attempt int) (ok, acked bool, retry *message.Message, deliveredUntil string) {
 	s := sub.s
-	deliveredUntil = markDelivered(msg.Metadata, strconv.Itoa(attempt), s.now())
+	deliveredUntil = meta.MarkDelivered(msg.Metadata, strconv.Itoa(attempt), s.now())
 	delete(msg.Metadata, snoozeKey) // only a Snooze of this delivery counts
 
 	msgCtx := newMsgContext(ctx)
@@ -243,7 +244,7 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 // handlerTimeout is how long a handler may take with a message (see
 // SubscriberConfig.HandlerTimeout); negative: no bound.
 func (sub *subscription) handlerTimeout(md message.Metadata) time.Duration {
-	d, err := messageHandlerTimeout(md)
+	d, err := meta.HandlerTimeout(md)
 	if err != nil {
 		// Publish refuses it: another writer stored it.
 		sub.s.limiter.errorf(sub.s.logger, "redisdelay: message has an invalid handler timeout; using SubscriberConfig.HandlerTimeout", err, sub.fields())
@@ -286,7 +287,7 @@ func (sub *subscription) timedOut(ctx context.Context, e entry, msg *message.Mes
 		return ctx.Err() == nil, false, nil, ""
 	}
 	delete(failed.Metadata, snoozeKey)
-	deliveredUntil = markDelivered(failed.Metadata, strconv.Itoa(attempt), s.now())
+	deliveredUntil = meta.MarkDelivered(failed.Metadata, strconv.Itoa(attempt), s.now())
 	failed.Metadata.Set(ErrorKey, fmt.Sprintf("handler timed out after %s (SubscriberConfig.HandlerTimeout, or metadata %s)", limit, HandlerTimeoutKey))
 	if sub.retriesInPlace(attempt) {
 		return true, false, failed, deliveredUntil
@@ -379,7 +380,7 @@ func (sub *subscription) handOut(ctx context.Context, msg *message.Message) bool
 // whether it did, and whether the entry is to be acknowledged (dropped).
 func (sub *subscription) expire(ctx context.Context, e entry, msg *message.Message, attempt int) (expired, acked bool) {
 	s := sub.s
-	reason, err := expiredReason(msg.Metadata, s.now())
+	reason, err := meta.ExpiredReason(msg.Metadata, s.now())
 	if err != nil {
 		s.limiter.errorf(s.logger, "redisdelay: message has an unreadable deadline; delivering it", err,
 			sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "message_uuid": msg.UUID}))

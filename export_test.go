@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -70,7 +71,7 @@ func Closing(p *Publisher) bool {
 var DecodeMessage = store.Decode
 
 // PartitionOf is the partition a PartitionKey value hashes to.
-var PartitionOf = partitionOf
+var PartitionOf = meta.PartitionOf
 
 // SchedulerLoops is how many partitions the scheduler embedded in sub
 // schedules (their loops run or wait for a wake-up).

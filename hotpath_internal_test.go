@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -29,7 +30,7 @@ func prepareDelivery(b []byte, now time.Time) (*message.Message, string, error) 
 	if err != nil {
 		return nil, "", err
 	}
-	return msg, markDelivered(msg.Metadata, "1", now), nil
+	return msg, meta.MarkDelivered(msg.Metadata, "1", now), nil
 }
 
 // Decoding and marking a delivered message runs once per message on the
@@ -73,9 +74,9 @@ func TestHotPath_FastTimeFormatsMatchTimePackage(t *testing.T) {
 		}
 		for _, ns := range []int64{0, 1, 999_999, 1_000_000, 123_456_789, 999_999_999} {
 			tm := time.Unix(u, ns)
-			want := tm.UTC().Format(untilLayout)
-			if got := formatUntilMs(tm); got != want {
-				t.Fatalf("formatUntilMs(%s) = %q, want %q", tm, got, want)
+			want := tm.UTC().Format(meta.UntilLayout)
+			if got := meta.FormatUntilMs(tm); got != want {
+				t.Fatalf("meta.FormatUntilMs(%s) = %q, want %q", tm, got, want)
 			}
 		}
 	}

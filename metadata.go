@@ -1,12 +1,12 @@
 package redisdelay
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -99,6 +99,21 @@ const ErrorKey = "_redisdelay_error"
 // its deadline.
 const ExpiresAtKey = "_redisdelay_expires_at"
 
+// ExpiredPolicy is what a subscription does with a message whose deadline
+// (ExpiresAtKey) has passed; see SubscriberConfig.ExpiredMessages.
+type ExpiredPolicy string
+
+const (
+	// DeadLetterExpired (the default) moves an expired message to the
+	// group's dead letters, with a reason starting "expired", without
+	// handling it: it is not retried. The dead letter's Attempts counts
+	// the deliveries it had before it expired.
+	DeadLetterExpired ExpiredPolicy = "dead-letter"
+	// DropExpired acknowledges an expired message without handling it,
+	// logging it at Info level: nothing is kept.
+	DropExpired ExpiredPolicy = "drop"
+)
+
 // SetExpiresAt gives a message the deadline t (see ExpiresAtKey); a zero t
 // removes it.
 func SetExpiresAt(msg *message.Message, t time.Time) {
@@ -106,7 +121,7 @@ func SetExpiresAt(msg *message.Message, t time.Time) {
 		delete(msg.Metadata, ExpiresAtKey)
 		return
 	}
-	msg.Metadata.Set(ExpiresAtKey, t.UTC().Format(untilLayout))
+	msg.Metadata.Set(ExpiresAtKey, t.UTC().Format(meta.UntilLayout))
 }
 
 // SetDueAt makes a message due at t, to the millisecond (rounded up, so
@@ -128,22 +143,7 @@ func SetDueAt(msg *message.Message, t time.Time) {
 		delete(msg.Metadata, delay.DelayedUntilKey)
 		return
 	}
-	msg.Metadata.Set(delay.DelayedUntilKey, formatUntilMs(time.UnixMilli(store.CeilMs(t))))
-}
-
-// messageExpiry is a message's deadline (zero without one); a value that
-// does not parse is an error naming the key and how to set it.
-func messageExpiry(md message.Metadata) (time.Time, error) {
-	v := md.Get(ExpiresAtKey)
-	if v == "" {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("metadata %s=%q is not an RFC 3339 time such as \"2006-01-02T15:04:05.000Z\" (set it with redisdelay.SetExpiresAt)",
-			ExpiresAtKey, v)
-	}
-	return t, nil
+	msg.Metadata.Set(delay.DelayedUntilKey, meta.FormatUntilMs(time.UnixMilli(store.CeilMs(t))))
 }
 
 // HandlerTimeoutKey is the metadata key that gives a message its own
@@ -168,23 +168,27 @@ func SetHandlerTimeout(msg *message.Message, d time.Duration) {
 	}
 }
 
-// messageHandlerTimeout is a message's own handler deadline: 0 without
-// one, negative for "none"; a value that is neither is an error naming the
-// key and how to set it.
-func messageHandlerTimeout(md message.Metadata) (time.Duration, error) {
-	v := md.Get(HandlerTimeoutKey)
-	switch v {
-	case "":
-		return 0, nil
-	case "none":
-		return -1, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < time.Millisecond {
-		return 0, fmt.Errorf("metadata %s=%q is not a duration of at least 1ms such as \"90s\", nor \"none\" (set it with redisdelay.SetHandlerTimeout)",
-			HandlerTimeoutKey, v)
-	}
-	return d, nil
+// GroupKey is the metadata key that puts a message in a group: a tenant,
+// a customer, an entity, any key whose messages must not starve the
+// others' (SetGroup writes it). Each consumer group takes the due grouped
+// messages of a partition round-robin across their groups, one group per
+// turn, so a group with a million messages due and a group with ten both
+// make progress; within a group, in due order. SubscriberConfig's
+// GroupConcurrency and GroupRateLimit bound each group, across every
+// process. Without a PartitionKey a grouped message goes to its group's
+// partition, so a group's bounds hold exactly. See docs/lifecycle.md,
+// "Groups".
+//
+// A group is 1 to 256 bytes of UTF-8 with no control characters; Publish
+// refuses any other value (ErrInvalidMessage), and a message that also has
+// the KeepLastIfActive business key policy, which makes its business key
+// its group.
+const GroupKey = "_redisdelay_group"
+
+// SetGroup puts a message in the group (see GroupKey); an empty group
+// removes it.
+func SetGroup(msg *message.Message, group string) {
+	setOrDelete(msg, GroupKey, group)
 }
 
 // SetBusinessKey gives a message the business key key (see BusinessKey);

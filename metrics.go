@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -100,7 +101,7 @@ func observePublish(m Metrics, topic string, messages []*message.Message, start,
 	}
 	delayed := 0
 	for _, msg := range messages {
-		if d, _ := messageDelay(msg.Metadata, now); d > 0 {
+		if d, _ := meta.Delay(msg.Metadata, now); d > 0 {
 			delayed++
 		}
 	}

@@ -3,10 +3,7 @@ package redisdelay
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"strconv"
-
-	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
@@ -43,33 +40,6 @@ func validatePartitions(config string, def int, perTopic map[string]int) error {
 		}
 	}
 	return nil
-}
-
-// partitionOf returns the partition (0 to n-1) a partition key or UUID
-// hashes to.
-func partitionOf(key string, n int) int {
-	if n <= 1 {
-		return 0
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(n))
-}
-
-// messagePartition is the partition of a message published in a call whose
-// first message has the UUID first: that of its PartitionKey, else of its
-// GroupKey, else of its BusinessKey, else of first.
-func messagePartition(msg *message.Message, first string, n int) int {
-	if k := msg.Metadata.Get(PartitionKey); k != "" {
-		return partitionOf(k, n)
-	}
-	if k := msg.Metadata.Get(GroupKey); k != "" {
-		return partitionOf(k, n)
-	}
-	if k := msg.Metadata.Get(BusinessKey); k != "" {
-		return partitionOf(k, n)
-	}
-	return partitionOf(first, n)
 }
 
 // registerTopic adds the topic to the registry Managers discover topics

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/levels"
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -94,7 +95,7 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // A delay set with delay.WithContext in a message's context applies as
 // under delay.NewPublisher: the message's own delay metadata wins.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) (err error) {
-	applyContextDelays(messages)
+	meta.ApplyContextDelays(messages)
 	if m := p.config.Metrics; m != nil {
 		defer observePublish(m, topic, messages, time.Now(), p.now(), &err)
 	}
@@ -154,7 +155,7 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 		if m.body, err = p.encode(topic, msg, lvl); err != nil {
 			return 0, err
 		}
-		part := messagePartition(msg, messages[0].UUID, parts)
+		part := meta.Partition(msg, messages[0].UUID, parts)
 		c := calls[part]
 		if c == nil {
 			c = &pubCall{topic: topic, part: part, parts: parts, shard: p.keys.Shard(topic, part), done: make(chan pubResult, 1),
@@ -236,7 +237,7 @@ type pubMessage struct {
 	prio   string        // "1" for a high-priority message
 	key    string        // business key, "" for none
 	keyArg string        // the key with its policy's letter (see businessKeyArg)
-	group  string        // the group it is queued in when due (see messageGroup), "" for none
+	group  string        // the group it is queued in when due (see meta.Group), "" for none
 	body   []byte        // encoded message
 }
 
@@ -249,19 +250,19 @@ func (p *Publisher) checkMetadata(topic string, msg *message.Message, now time.T
 	if m.delay, err = p.delayOf(msg, now); err != nil {
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidDelay, msg.UUID, topic, err)
 	}
-	if m.prio, err = messagePriority(msg.Metadata); err != nil {
+	if m.prio, err = meta.Priority(msg.Metadata); err != nil {
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 	}
-	if _, err = messageExpiry(msg.Metadata); err != nil {
+	if _, err = meta.Expiry(msg.Metadata); err != nil {
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 	}
-	if _, err = messageHandlerTimeout(msg.Metadata); err != nil {
+	if _, err = meta.HandlerTimeout(msg.Metadata); err != nil {
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 	}
 	if m.key, m.keyArg, err = businessKeyArg(msg, policy); err != nil {
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 	}
-	if m.group, err = messageGroup(msg.Metadata, m.keyArg); err != nil {
+	if m.group, err = meta.Group(msg.Metadata, m.keyArg); err != nil {
 		return m, fmt.Errorf("%w: message %q to topic %q: %v", ErrInvalidMessage, msg.UUID, topic, err)
 	}
 	return m, nil
@@ -280,13 +281,13 @@ func (p *Publisher) encode(topic string, msg *message.Message, lvl int) ([]byte,
 
 // delayOf is a message's delay from now, within PublisherConfig.MaxDelay.
 func (p *Publisher) delayOf(msg *message.Message, now time.Time) (time.Duration, error) {
-	d, err := messageDelay(msg.Metadata, now)
+	d, err := meta.Delay(msg.Metadata, now)
 	switch {
 	case err != nil:
 		return 0, err
 	case d > maxDelayLimit:
 		return 0, fmt.Errorf("due in %s, beyond the limit of 100 years (PublisherConfig.MaxDelay is %s): use a nearer delay.Until or a shorter delay.For",
-			describeDelay(d), p.config.MaxDelay)
+			meta.DescribeDelay(d), p.config.MaxDelay)
 	case d > p.config.MaxDelay:
 		return 0, fmt.Errorf("due in %s, beyond PublisherConfig.MaxDelay (%s): raise MaxDelay if that is intended", d, p.config.MaxDelay)
 	}

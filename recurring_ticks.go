@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -423,7 +424,7 @@ var errTickSkipped = errors.New("tick skipped by the overlap policy")
 // let through, the groups), which the script corrects when another process
 // changed it.
 func (l *tickLoop) overlapSkips(ctx context.Context, s *Schedule, tick time.Time, msg *message.Message, parts int) (bool, error) {
-	sh := l.keys.Shard(s.Topic, messagePartition(msg, msg.UUID, parts))
+	sh := l.keys.Shard(s.Topic, meta.Partition(msg, msg.UUID, parts))
 	v := l.overlaps[s.ID]
 	if v == nil || v.shard != sh {
 		if len(l.overlaps) >= maxOverlapViews {
@@ -434,11 +435,11 @@ func (l *tickLoop) overlapSkips(ctx context.Context, s *Schedule, tick time.Time
 	}
 	// When it falls due, as Publish will compute it: no stream entry of
 	// it is older, so the next tick's check looks from there on.
-	d, err := messageDelay(msg.Metadata, time.Now())
+	d, err := meta.Delay(msg.Metadata, time.Now())
 	if err != nil {
 		d = 0 // Publish refuses it
 	}
-	prio, _ := messagePriority(msg.Metadata)
+	prio, _ := meta.Priority(msg.Metadata)
 	next := store.OverlapTick{UUID: msg.UUID, Tick: tick, Delay: d, High: prio == "1"}
 	for range 5 {
 		prev := v.Prev
@@ -500,7 +501,7 @@ func (s *Schedule) checkKeyOverlap(t ticker) error {
 		return nil
 	}
 	now := time.Now()
-	d, err := messageDelay(message.Metadata(s.Metadata), now)
+	d, err := meta.Delay(message.Metadata(s.Metadata), now)
 	if err != nil {
 		return nil // a bad delay is refused by the check of the message itself
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -22,11 +23,11 @@ func rescheduleDelay(topic, by, value string, due, now time.Time, maxDelay time.
 		return 0, fmt.Errorf("%w: reschedule %s in topic %q: the due time is the zero time.Time: give the instant it is to be delivered (time.Now().Add(d) to delay it by d)",
 			ErrInvalidDelay, recallWhat(by, value), topic)
 	}
-	d := roundUpMs(due.Sub(now))
+	d := meta.RoundUpMs(due.Sub(now))
 	switch {
 	case d > maxDelayLimit:
 		return 0, fmt.Errorf("%w: reschedule %s in topic %q: due in %s, beyond the limit of 100 years: use a nearer due time",
-			ErrInvalidDelay, recallWhat(by, value), topic, describeDelay(d))
+			ErrInvalidDelay, recallWhat(by, value), topic, meta.DescribeDelay(d))
 	case limitName != "" && d > maxDelay:
 		return 0, fmt.Errorf("%w: reschedule %s in topic %q: due in %s, beyond %s (%s): use a nearer due time, or raise %[5]s if that is intended",
 			ErrInvalidDelay, recallWhat(by, value), topic, d, limitName, maxDelay)

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -54,7 +55,7 @@ func groupPolicy(c SubscriberConfig) store.GroupPolicy {
 			n = min(c.MaxAttempts, n)
 		}
 		for attempt := 1; attempt <= n; attempt++ {
-			p.RetryDelays = append(p.RetryDelays, roundUpMs(c.RetryDelay(attempt)))
+			p.RetryDelays = append(p.RetryDelays, meta.RoundUpMs(c.RetryDelay(attempt)))
 		}
 	}
 	return p
@@ -109,10 +110,10 @@ func nackDelay(md message.Metadata, deliveredUntil string, attempt int, now time
 	var err error
 	if until := md.Get(delay.DelayedUntilKey); until != "" && until != deliveredUntil {
 		var d time.Duration
-		if d, err = messageDelay(md, now); err == nil {
+		if d, err = meta.Delay(md, now); err == nil {
 			if d > maxDelayLimit {
 				return 0, fmt.Errorf("%w: the handler asked for a redelivery delay of %s (metadata %s=%q, %s=%q), beyond the limit of 100 years: set a shorter delay (e.g. DelayOnError's MaxInterval), then requeue the dead letter",
-					errDelayTooFar, describeDelay(d), delay.DelayedUntilKey, until, delay.DelayedForKey, md.Get(delay.DelayedForKey))
+					errDelayTooFar, meta.DescribeDelay(d), delay.DelayedUntilKey, until, delay.DelayedForKey, md.Get(delay.DelayedForKey))
 			}
 			return d, nil
 		}
@@ -120,7 +121,7 @@ func nackDelay(md message.Metadata, deliveredUntil string, attempt int, now time
 	if backoff == nil {
 		return 0, err
 	}
-	return roundUpMs(backoff(attempt)), err
+	return meta.RoundUpMs(backoff(attempt)), err
 }
 
 // Retry backoff defaults; see DefaultRetryDelay.

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 )
 
 // snoozeKey carries, from Snooze to the subscription settling the Nack,
@@ -36,7 +38,7 @@ const snoozeKey = "_redisdelay_snooze"
 // failed attempt.
 func Snooze(msg *message.Message, d time.Duration) error {
 	if d < 0 || d > maxDelayLimit {
-		return fmt.Errorf("%w: Snooze of message %q for %s: use a delay from 0 to 100 years", ErrInvalidDelay, msg.UUID, describeDelay(d))
+		return fmt.Errorf("%w: Snooze of message %q for %s: use a delay from 0 to 100 years", ErrInvalidDelay, msg.UUID, meta.DescribeDelay(d))
 	}
 	msg.Metadata.Set(snoozeKey, d.String())
 	if !msg.Nack() {
@@ -59,5 +61,5 @@ func takeSnooze(md message.Metadata) (time.Duration, bool) {
 		// Set by hand, not by Snooze: a plain Nack.
 		return 0, false
 	}
-	return roundUpMs(d), true
+	return meta.RoundUpMs(d), true
 }

@@ -1,4 +1,4 @@
-package redisdelay
+package meta
 
 import (
 	"context"
@@ -7,11 +7,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
 // The delay rule on its own, at a fixed instant: which of the two keys
@@ -33,14 +30,14 @@ func TestDelay_MessageDelayRule(t *testing.T) {
 		// second ends before its duration would, from now.
 		{"late: the end of the until second", "3s", whole(time.Second), 1700 * time.Millisecond},
 		{"late past the until second: now", "1s", whole(-time.Second), 0},
-		// Delivered, then published again: markDelivered's exact instant,
+		// Delivered, then published again: MarkDelivered's exact instant,
 		// already reached, wins over a duration of 30 minutes.
-		{"delivered: due now", "30m0s", now.Add(-time.Minute).Format(untilLayout), 0},
-		{"delivered this very millisecond", "30m0s", now.Format(untilLayout), 0},
+		{"delivered: due now", "30m0s", now.Add(-time.Minute).Format(UntilLayout), 0},
+		{"delivered this very millisecond", "30m0s", now.Format(UntilLayout), 0},
 		{"past delay.Until", "-3s", whole(-3 * time.Second), 0},
-		{"year 9999 saturates", "2562047h47m16.854775807s", "9999-12-31T00:00:00Z", maxDuration},
-		{"year 9999 until only saturates", "", "9999-12-31T00:00:00Z", maxDuration},
-		{"largest duration only saturates", "2562047h47m16.854775807s", "", maxDuration},
+		{"year 9999 saturates", "2562047h47m16.854775807s", "9999-12-31T00:00:00Z", MaxDuration},
+		{"year 9999 until only saturates", "", "9999-12-31T00:00:00Z", MaxDuration},
+		{"largest duration only saturates", "2562047h47m16.854775807s", "", MaxDuration},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			md := message.Metadata{}
@@ -50,7 +47,7 @@ func TestDelay_MessageDelayRule(t *testing.T) {
 			if c.unto != "" {
 				md.Set(delay.DelayedUntilKey, c.unto)
 			}
-			d, err := messageDelay(md, now)
+			d, err := Delay(md, now)
 			require.NoError(t, err)
 			assert.Equal(t, c.want, d)
 		})
@@ -58,11 +55,11 @@ func TestDelay_MessageDelayRule(t *testing.T) {
 }
 
 func TestDelay_RoundUpMsSaturates(t *testing.T) {
-	assert.Equal(t, time.Millisecond, roundUpMs(time.Nanosecond))
-	assert.Equal(t, time.Duration(0), roundUpMs(-time.Hour))
-	assert.Equal(t, maxDuration, roundUpMs(maxDuration))
-	assert.Equal(t, maxDuration, roundUpMs(maxDuration-time.Microsecond))
-	assert.Equal(t, (maxDuration - time.Millisecond).Truncate(time.Millisecond), roundUpMs((maxDuration - time.Millisecond).Truncate(time.Millisecond)))
+	assert.Equal(t, time.Millisecond, RoundUpMs(time.Nanosecond))
+	assert.Equal(t, time.Duration(0), RoundUpMs(-time.Hour))
+	assert.Equal(t, MaxDuration, RoundUpMs(MaxDuration))
+	assert.Equal(t, MaxDuration, RoundUpMs(MaxDuration-time.Microsecond))
+	assert.Equal(t, (MaxDuration - time.Millisecond).Truncate(time.Millisecond), RoundUpMs((MaxDuration - time.Millisecond).Truncate(time.Millisecond)))
 }
 
 // A delivered message's until key is the instant it became due, never after
@@ -92,12 +89,12 @@ func TestDelay_MarkDelivered(t *testing.T) {
 			if c.unto != "" {
 				md.Set(delay.DelayedUntilKey, c.unto)
 			}
-			got := markDelivered(md, "2", now)
+			got := MarkDelivered(md, "2", now)
 			assert.Equal(t, c.want, got)
 			assert.Equal(t, c.want, md.Get(delay.DelayedUntilKey))
 			assert.Equal(t, "2", md.Get(AttemptKey))
 			if c.want != "" && c.want != "soon" {
-				d, err := messageDelay(md, now)
+				d, err := Delay(md, now)
 				require.NoError(t, err)
 				assert.Zero(t, d, "published again, it would wait")
 			}
@@ -109,9 +106,9 @@ func TestDelay_MarkDelivered(t *testing.T) {
 // (a Watermill upgrade that changed how delay.NewPublisher reads it would
 // leave it nil, and context delays unapplied).
 func TestDelay_ContextDelayKeyLearnt(t *testing.T) {
-	require.NotNil(t, contextDelayKey)
+	require.NotNil(t, ContextDelayKey)
 	ctx := delay.WithContext(context.Background(), delay.For(time.Minute))
-	_, ok := ctx.Value(contextDelayKey).(delay.Delay)
+	_, ok := ctx.Value(ContextDelayKey).(delay.Delay)
 	require.True(t, ok)
 }
 
@@ -135,7 +132,7 @@ func TestApplyContextDelays_NoDelayNoAllocation(t *testing.T) {
 	routed := message.NewMessage("b", nil)
 	routed.SetContext(routerLikeContext(t))
 	msgs := []*message.Message{plain, routed}
-	allocs := testing.AllocsPerRun(100, func() { applyContextDelays(msgs) })
+	allocs := testing.AllocsPerRun(100, func() { ApplyContextDelays(msgs) })
 	assert.Zero(t, allocs)
 	assert.Empty(t, plain.Metadata)
 	assert.Empty(t, routed.Metadata)
@@ -163,22 +160,8 @@ func BenchmarkApplyContextDelays(b *testing.B) {
 			for range b.N {
 				// written again each time, as for a new message
 				delete(c.msg.Metadata, delay.DelayedForKey)
-				applyContextDelays(msgs)
+				ApplyContextDelays(msgs)
 			}
 		})
 	}
-}
-
-// The codec drops the attempt key when it stores a message, by its own
-// name of it: the two must be one key.
-func TestDelay_AttemptKeyIsTheCodecs(t *testing.T) {
-	require.Equal(t, AttemptKey, store.AttemptMeta)
-}
-
-// The codec stores the package's own metadata keys by code, from its own
-// list of their names: a key renamed here without a new code there would
-// come back under its old name.
-func TestDelay_CodecNamedKeysAreThePackages(t *testing.T) {
-	require.Subset(t, store.NamedKeys(), []string{BusinessKey, BusinessKeyPolicyKey, PartitionKey, PriorityKey, GroupKey,
-		ErrorKey, ExpiresAtKey, HandlerTimeoutKey, ScheduleIDKey, ScheduleTickKey, middleware.CorrelationIDMetadataKey})
 }

@@ -1,4 +1,4 @@
-package redisdelay
+package meta
 
 import (
 	"context"
@@ -13,20 +13,20 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// untilLayout always has milliseconds, which Watermill's delay.Message (whole
+// UntilLayout always has milliseconds, which Watermill's delay.Message (whole
 // seconds) never writes: a delivered message carries its until key in this
 // layout, so a Nack can tell whether the handler set a new delay, and a
 // Publish of the message again reads it as an exact instant already reached.
-const untilLayout = "2006-01-02T15:04:05.000Z07:00"
+const UntilLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// maxDuration is what time.Time.Sub returns for instants too far apart.
-const maxDuration = time.Duration(math.MaxInt64)
+// MaxDuration is what time.Time.Sub returns for instants too far apart.
+const MaxDuration = time.Duration(math.MaxInt64)
 
 // durationSyntax is the form time.ParseDuration reads: a value of that
 // form it refuses is out of range, not malformed.
 var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
 
-// messageDelay returns how long after now the message is due, from
+// Delay returns how long after now the message is due, from
 // Watermill's delay metadata, rounded up to whole milliseconds so a message
 // is never early. Watermill's delay.Message writes both keys: the duration
 // (_watermill_delayed_for, exact) and the instant it ends
@@ -36,7 +36,7 @@ var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|
 //   - the duration, measured from the moment Redis stores the message, by
 //     Redis's clock;
 //   - the until instant, by this host's clock: exactly, when it has a
-//     fraction of a second (markDelivered writes one) or comes without a
+//     fraction of a second (MarkDelivered writes one) or comes without a
 //     duration; otherwise at the end of its second, as the intended instant
 //     lies somewhere within it.
 //
@@ -44,10 +44,10 @@ var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|
 // message published again later (forwarded from an outbox, fanned in,
 // requeued, poisoned) is due by its until instant and does not wait its
 // duration a second time. No metadata, or a due time in the past, is due
-// now. A delay too large for a time.Duration comes back as maxDuration. A
+// now. A delay too large for a time.Duration comes back as MaxDuration. A
 // value that does not parse is an error naming the key and the value
 // (Publish wraps it in ErrInvalidDelay).
-func messageDelay(md message.Metadata, now time.Time) (time.Duration, error) {
+func Delay(md message.Metadata, now time.Time) (time.Duration, error) {
 	d, hasFor := time.Duration(0), false
 	if v := md.Get(delay.DelayedForKey); v != "" {
 		var err error
@@ -74,7 +74,7 @@ func messageDelay(md message.Metadata, now time.Time) (time.Duration, error) {
 			d = u
 		}
 	}
-	return roundUpMs(d), nil
+	return RoundUpMs(d), nil
 }
 
 // hasFraction reports whether an RFC 3339 time has a fraction of a second
@@ -83,37 +83,37 @@ func hasFraction(v string) bool {
 	return len(v) > 19 && (v[19] == '.' || v[19] == ',')
 }
 
-// roundUpMs rounds d up to whole milliseconds, saturating instead of
-// overflowing: a delay of about 292 years or more stays maxDuration (beyond
+// RoundUpMs rounds d up to whole milliseconds, saturating instead of
+// overflowing: a delay of about 292 years or more stays MaxDuration (beyond
 // any limit), never wraps round to negative (due now).
-func roundUpMs(d time.Duration) time.Duration {
+func RoundUpMs(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	if d > maxDuration-time.Millisecond {
-		return maxDuration
+	if d > MaxDuration-time.Millisecond {
+		return MaxDuration
 	}
 	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
-// describeDelay is a delay for error messages.
-func describeDelay(d time.Duration) string {
-	if d == maxDuration {
+// DescribeDelay is a delay for error messages.
+func DescribeDelay(d time.Duration) string {
+	if d == MaxDuration {
 		return "more than 292 years"
 	}
 	return d.String()
 }
 
-// markDelivered prepares the metadata of a message about to be handed to a
+// MarkDelivered prepares the metadata of a message about to be handed to a
 // handler: the attempt number, and the until key set, in millisecond
 // layout, to an instant already reached and not before the message was due:
-// its until instant as messageDelay reads it (the end of a whole second
+// its until instant as Delay reads it (the end of a whole second
 // that came with a duration, as the due instant lies within that second),
 // but never after now, the delivery; or now when it had a duration only. A
 // received message published again is then due at once unless a handler
-// sets a new delay. It returns that until value so nackDelay can see
+// sets a new delay. It returns that until value so a Nack can tell
 // whether a handler or middleware wrote a new delay.
-func markDelivered(md message.Metadata, attempt string, now time.Time) string {
+func MarkDelivered(md message.Metadata, attempt string, now time.Time) string {
 	md.Set(AttemptKey, attempt)
 	until := md.Get(delay.DelayedUntilKey)
 	switch {
@@ -128,9 +128,9 @@ func markDelivered(md message.Metadata, attempt string, now time.Time) string {
 		if t.After(now) {
 			t = now
 		}
-		until = formatUntilMs(t)
+		until = FormatUntilMs(t)
 	case md.Get(delay.DelayedForKey) != "":
-		until = formatUntilMs(now)
+		until = FormatUntilMs(now)
 	default:
 		return ""
 	}
@@ -138,23 +138,23 @@ func markDelivered(md message.Metadata, attempt string, now time.Time) string {
 	return until
 }
 
-// formatUntilMs formats t in UTC in untilLayout, as time.Format would:
+// FormatUntilMs formats t in UTC in UntilLayout, as time.Format would:
 // it runs once per delivered message with delay metadata, so it takes the
 // time package's fast path for time.RFC3339 (whole seconds, "Z" in UTC)
-// and adds the milliseconds, instead of interpreting untilLayout.
-func formatUntilMs(t time.Time) string {
+// and adds the milliseconds, instead of interpreting UntilLayout.
+func FormatUntilMs(t time.Time) string {
 	t = t.UTC()
 	var buf [32]byte
 	b := t.AppendFormat(buf[:0], time.RFC3339)
 	if len(b) != 20 || b[19] != 'Z' {
-		return t.Format(untilLayout) // a year outside 0-9999
+		return t.Format(UntilLayout) // a year outside 0-9999
 	}
 	ms := t.Nanosecond() / int(time.Millisecond)
 	b = append(b[:19], '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
 	return string(b)
 }
 
-// applyContextDelays gives each message the delay that delay.WithContext
+// ApplyContextDelays gives each message the delay that delay.WithContext
 // put in its context, as delay.NewPublisher does before publishing: a
 // message whose metadata already has a duration (delay.DelayedForKey)
 // keeps its own, any other gets both delay keys written from the context's
@@ -164,27 +164,27 @@ func formatUntilMs(t time.Time) string {
 // no delay.NewPublisher around this Publisher. A message without a delay in
 // its context costs one map lookup and one context lookup, and is left
 // untouched.
-func applyContextDelays(messages []*message.Message) {
-	if contextDelayKey == nil {
+func ApplyContextDelays(messages []*message.Message) {
+	if ContextDelayKey == nil {
 		return
 	}
 	for _, msg := range messages {
 		if msg == nil || msg.Metadata.Get(delay.DelayedForKey) != "" {
 			continue // nil: prepare refuses it with a clear error
 		}
-		if d, ok := msg.Context().Value(contextDelayKey).(delay.Delay); ok {
+		if d, ok := msg.Context().Value(ContextDelayKey).(delay.Delay); ok {
 			delay.Message(msg, d)
 		}
 	}
 }
 
-// contextDelayKey is the context key under which delay.WithContext stores
+// ContextDelayKey is the context key under which delay.WithContext stores
 // a delay. Watermill does not export it (its type is unexported), so it is
 // learnt once from Watermill's own delay publisher: asked to publish a
 // message whose context records the keys it is looked up by, it looks up
 // this one. Nil if that ever stops working (a Watermill upgrade), which
 // TestContextDelay catches.
-var contextDelayKey = learnContextDelayKey()
+var ContextDelayKey = learnContextDelayKey()
 
 func learnContextDelayKey() any {
 	rec := &keyRecorder{Context: context.Background()}

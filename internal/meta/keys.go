@@ -1,0 +1,25 @@
+// Package meta is what redisdelay reads from a message's metadata, and
+// writes to it: the keys, and the rules that read them (delay, deadline,
+// handler timeout, priority, group, partition). It imports no other part
+// of the module but the store's time parsing, so the Publisher, the
+// consumption and the scheduling can all use it.
+package meta
+
+// The metadata keys, as the root package documents them for users (its
+// constants of the same names; TestMeta_KeysMatchRoot holds them equal).
+const (
+	BusinessKey          = "_redisdelay_business_key"
+	BusinessKeyPolicyKey = "_redisdelay_business_key_policy"
+	PartitionKey         = "_redisdelay_partition_key"
+	PriorityKey          = "_redisdelay_priority"
+	PriorityHigh         = "high"
+	AttemptKey           = "_redisdelay_attempt"
+	ErrorKey             = "_redisdelay_error"
+	ExpiresAtKey         = "_redisdelay_expires_at"
+	HandlerTimeoutKey    = "_redisdelay_handler_timeout"
+	GroupKey             = "_redisdelay_group"
+
+	// KeepLastIfActive is the business key policy that makes the business
+	// key a message's group (root: BusinessKeyPolicy KeepLastIfActive).
+	KeepLastIfActive = "keep-last-if-active"
+)
