@@ -279,10 +279,13 @@ func TestIdleWait_WithoutSubscribe(t *testing.T) {
 
 // Redis stops answering (a partition without resets) while every
 // subscription is idle: Close does not wait on Redis for long (the
-// hand-back and the scheduler's lease release time out, 5s and 1s).
+// hand-back and the scheduler's lease release time out, 5s and 1s, which
+// with go-redis's ReadTimeout of 3s comes to about 7s; the storage level
+// announcer is waited for 1s at most). It took 25-29s before the lanes
+// ended a pipeline's retries with its callers' contexts.
 func TestIdleWait_CloseOnSilentRedis(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits for timeouts (about 6s)")
+		t.Skip("waits for timeouts (about 7s)")
 	}
 	t.Parallel()
 	proxy := newFaultProxy(t)

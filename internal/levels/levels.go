@@ -175,6 +175,7 @@ type announcer struct {
 	// Of the run goroutine: what was logged last, so that a state is
 	// logged when it begins, not at every announcement.
 	failing, legacyLogged bool
+	answered              bool // the last announcement succeeded (read by stop once run ended)
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -200,15 +201,34 @@ func (a *announcer) start() {
 	go a.run(ctx)
 }
 
+// stopWait bounds how long the last release waits for the announcer to
+// stop: with Redis silent, an announcement in flight ends only with the
+// client's read timeouts and retries (about 12 s with go-redis's
+// defaults), which Close must not wait for. The announcer then ends in
+// the background.
+const stopWait = time.Second
+
 func (a *announcer) stop() {
 	a.cancel()
-	<-a.done
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	// Leaving at once lets the level move on without waiting for the TTL;
-	// a failure only means the entry expires.
-	_, _ = store.Announce(ctx, a.redis, a.keys, a.info(), false, "", 0, false)
-	a.hub.Release()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		<-a.done
+		// Leaving at once lets the level move on without waiting for the
+		// TTL; a failure only means the entry expires. Not tried when the
+		// last announcement failed: Redis would most likely not answer
+		// this one either.
+		if a.answered {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, _ = store.Announce(ctx, a.redis, a.keys, a.info(), false, "", 0, false)
+		}
+		a.hub.Release()
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(stopWait):
+	}
 }
 
 func (a *announcer) info() store.ProcInfo {
@@ -277,6 +297,7 @@ func (a *announcer) announce(ctx context.Context, legacy string, counts time.Dur
 		fresh, _ = store.Fresh(ctx, a.redis, a.keys)
 	}
 	st, err := store.Announce(ctx, a.redis, a.keys, a.info(), true, legacy, counts, fresh)
+	a.answered = err == nil
 	if errors.Is(err, redis.ErrClosed) {
 		return st, false, err
 	}

@@ -52,3 +52,35 @@ func TestNotify_SettleForgetsAnUnconfirmedUnsubscribe(t *testing.T) {
 	h.settle()
 	require.Less(t, time.Since(start), settleWait/2)
 }
+
+// A batch's pipeline runs until every job's caller has given up, then
+// ends (go-redis stops retrying it); one caller without an end keeps it.
+func TestLanes_PipelineContextEndsWithItsCallers(t *testing.T) {
+	type k struct{}
+	first, endFirst := context.WithCancel(context.WithValue(context.Background(), k{}, "v"))
+	second, endSecond := context.WithCancel(context.Background())
+	defer endSecond()
+	ctx, done := pipelineContext([]*job{{ctx: first}, {ctx: second}})
+	defer done()
+	assert.Equal(t, "v", ctx.Value(k{}), "the first job's values, for the client's hooks")
+	endFirst()
+	select {
+	case <-ctx.Done():
+		t.Fatal("ended while a caller still waits")
+	case <-time.After(50 * time.Millisecond):
+	}
+	endSecond()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("still running once every caller gave up")
+	}
+
+	forever, doneForever := pipelineContext([]*job{{ctx: context.Background()}, {ctx: first}})
+	defer doneForever()
+	select {
+	case <-forever.Done():
+		t.Fatal("ended though a caller waits for good")
+	case <-time.After(50 * time.Millisecond):
+	}
+}

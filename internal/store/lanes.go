@@ -235,8 +235,7 @@ func runAlone(j *job) {
 // send sends the commands of the batch's jobs that are still wanted in
 // one pipeline (two on a cluster node with commands without keys, one
 // after the other), and closes their done. It runs with the context of
-// the first (without its cancellation: the pipeline is shared), so the
-// client's hooks see its values.
+// the first (see pipelineContext), so the client's hooks see its values.
 func (h *Hub) send(ls *laneSet, batch []*job) {
 	pipe := h.client.Pipeline()
 	var direct redis.Pipeliner // keyless commands, straight to a cluster node
@@ -259,15 +258,48 @@ func (h *Hub) send(ls *laneSet, batch []*job) {
 		sent = append(sent, j)
 	}
 	if len(sent) > 0 {
-		ctx := context.WithoutCancel(sent[0].ctx)
+		ctx, done := pipelineContext(sent)
 		for _, p := range []redis.Pipeliner{pipe, direct} {
 			if p != nil && p.Len() > 0 {
 				h.exec(ctx, p)
 			}
 		}
+		done()
 	}
 	for _, j := range sent {
 		close(j.done)
+	}
+}
+
+// pipelineContext is the context a batch's pipeline runs with: the first
+// job's values without its cancellation (the pipeline is shared), ended
+// once every job's context has ended. go-redis reads a reply until its
+// ReadTimeout whatever the context (unless ContextTimeoutEnabled), but
+// stops retrying once the context ends: on a silent Redis, the jobs'
+// callers (a Close handing messages back, say) wait one or two read
+// timeouts, not the four attempts of MaxRetries. done releases it.
+func pipelineContext(sent []*job) (ctx context.Context, done func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(sent[0].ctx))
+	for _, j := range sent {
+		if j.ctx.Done() == nil {
+			return ctx, cancel // a caller that waits for good: full retries
+		}
+	}
+	var left atomic.Int32
+	left.Store(int32(len(sent)))
+	stops := make([]func() bool, len(sent))
+	for n, j := range sent {
+		stops[n] = context.AfterFunc(j.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
 	}
 }
 
