@@ -53,27 +53,23 @@ func TestNotify_SettleForgetsAnUnconfirmedUnsubscribe(t *testing.T) {
 	require.Less(t, time.Since(start), settleWait/2)
 }
 
-// A batch's pipeline runs until every job's caller has given up, then
-// ends (go-redis stops retrying it); one caller without an end keeps it.
+// A batch's pipeline runs until the last of its jobs' deadlines (go-redis
+// then stops retrying it); a job without one keeps it running.
 func TestLanes_PipelineContextEndsWithItsCallers(t *testing.T) {
 	type k struct{}
-	first, endFirst := context.WithCancel(context.WithValue(context.Background(), k{}, "v"))
-	second, endSecond := context.WithCancel(context.Background())
+	first, endFirst := context.WithTimeout(context.WithValue(context.Background(), k{}, "v"), 20*time.Millisecond)
+	defer endFirst()
+	second, endSecond := context.WithTimeout(context.Background(), 2*time.Second)
 	defer endSecond()
 	ctx, done := pipelineContext([]*job{{ctx: first}, {ctx: second}})
 	defer done()
 	assert.Equal(t, "v", ctx.Value(k{}), "the first job's values, for the client's hooks")
-	endFirst()
+	<-first.Done()
+	assert.NoError(t, ctx.Err(), "a caller still waits")
 	select {
 	case <-ctx.Done():
-		t.Fatal("ended while a caller still waits")
-	case <-time.After(50 * time.Millisecond):
-	}
-	endSecond()
-	select {
-	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("still running once every caller gave up")
+	case <-time.After(10 * time.Second):
+		t.Fatal("still running past every caller's deadline")
 	}
 
 	forever, doneForever := pipelineContext([]*job{{ctx: context.Background()}, {ctx: first}})

@@ -272,35 +272,26 @@ func (h *Hub) send(ls *laneSet, batch []*job) {
 }
 
 // pipelineContext is the context a batch's pipeline runs with: the first
-// job's values without its cancellation (the pipeline is shared), ended
-// once every job's context has ended. go-redis reads a reply until its
+// job's values without its cancellation (the pipeline is shared), ending
+// at the latest of the jobs' deadlines. go-redis reads a reply until its
 // ReadTimeout whatever the context (unless ContextTimeoutEnabled), but
 // stops retrying once the context ends: on a silent Redis, the jobs'
 // callers (a Close handing messages back, say) wait one or two read
-// timeouts, not the four attempts of MaxRetries. done releases it.
-func pipelineContext(sent []*job) (ctx context.Context, done func()) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(sent[0].ctx))
+// timeouts past their deadline, not the four attempts of MaxRetries. A
+// job without a deadline keeps every attempt.
+func pipelineContext(sent []*job) (context.Context, context.CancelFunc) {
+	base := context.WithoutCancel(sent[0].ctx)
+	var last time.Time
 	for _, j := range sent {
-		if j.ctx.Done() == nil {
-			return ctx, cancel // a caller that waits for good: full retries
+		d, ok := j.ctx.Deadline()
+		if !ok {
+			return base, func() {}
+		}
+		if d.After(last) {
+			last = d
 		}
 	}
-	var left atomic.Int32
-	left.Store(int32(len(sent)))
-	stops := make([]func() bool, len(sent))
-	for n, j := range sent {
-		stops[n] = context.AfterFunc(j.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
+	return context.WithDeadline(base, last)
 }
 
 // exec runs a pipeline of a lane and gives its commands their errors.
