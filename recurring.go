@@ -206,7 +206,7 @@ func (s *Schedule) validate() (ticker, error) {
 			ErrInvalidSchedule, s.ID, s.Overlap, OverlapSkip)
 	}
 	if s.Overlap == OverlapSkip && (s.Metadata[GroupKey] != "" || BusinessKeyPolicy(s.Metadata[BusinessKeyPolicyKey]) == KeepLastIfActive) {
-		// schedoverlap.lua finds a tick's message in the streams and sets
+		// recurringoverlap.lua finds a tick's message in the streams and sets
 		// where ungrouped messages go, not in the groups' queues.
 		return nil, fmt.Errorf("%w: schedule %q: Overlap %q does not combine with grouped ticks (metadata %s or business key policy %q): leave Overlap empty and give the ticks a business key with policy %q, which runs one at a time and keeps the latest tick while one runs",
 			ErrInvalidSchedule, s.ID, OverlapSkip, GroupKey, KeepLastIfActive, KeepLastIfActive)

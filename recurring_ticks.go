@@ -46,7 +46,7 @@ func startTicks(ctx context.Context, sched *scheduler, logger watermill.LoggerAd
 
 // scheduleRefresh is the longest a tick loop sleeps when it knows of no
 // earlier tick: a schedule registered or changed wakes the loops (a
-// wake-up published by schedadd.lua, or the resubscription after a lost
+// wake-up published by recurringadd.lua, or the resubscription after a lost
 // connection), so this only bounds what a wake-up that never came (a
 // schedule registered by a version that sent none) delays.
 const scheduleRefresh = time.Minute
@@ -417,7 +417,7 @@ var errTickSkipped = errors.New("tick skipped by the overlap policy")
 // when the tick is skipped (its claim dropped, the skip counted and
 // logged), false when it is to be published (recorded as the tick let
 // through). While the claim of the tick let through last is held, that
-// tick is being published; otherwise schedoverlap.lua tells from what is
+// tick is being published; otherwise recurringoverlap.lua tells from what is
 // stored whether its message is finished. The claim is read before the
 // script runs: once it is gone, that tick's message is stored (or never
 // will be). The loop keeps what it last learnt of the partition (the tick

@@ -14,7 +14,7 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
-// schedoverlap.lua on states built by hand: the previous tick's message
+// recurringoverlap.lua on states built by hand: the previous tick's message
 // found behind more entries than a call reads (looked for on at the next
 // call), in a group's retry set or redelivery stream, acknowledged, and
 // the caller's stale view of the groups.

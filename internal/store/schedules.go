@@ -199,7 +199,7 @@ func ClaimHeld(ctx context.Context, c Cmds, k Keys, member string) (bool, error)
 	return err == nil, err
 }
 
-// SchedAdd runs schedadd.lua; it reports whether the next tick was set.
+// SchedAdd runs recurringadd.lua; it reports whether the next tick was set.
 func SchedAdd(ctx context.Context, c redis.Scripter, k Keys, id string, def []byte, spec, timezone string, first time.Time) (bool, error) {
 	sk := k.Schedules()
 	n, err := schedAddScript.Run(ctx, c, []string{sk.Defs(), sk.Next(), sk.Paused()},
@@ -207,7 +207,7 @@ func SchedAdd(ctx context.Context, c redis.Scripter, k Keys, id string, def []by
 	return n == 1, err
 }
 
-// SchedPause runs schedpause.lua: pauses a schedule (pause true, at
+// SchedPause runs recurringpause.lua: pauses a schedule (pause true, at
 // Redis's now) or resumes it with its next tick at. It returns -1 when no such schedule
 // exists, 0 when it already was paused (or running), 1 when it changed.
 func SchedPause(ctx context.Context, c redis.Scripter, k Keys, id string, pause bool, at time.Time) (int64, error) {
@@ -220,7 +220,7 @@ func SchedPause(ctx context.Context, c redis.Scripter, k Keys, id string, pause 
 		id, op, at.UnixMilli(), ParkedTick, sk.Wake()).Int64()
 }
 
-// SchedClaim runs schedclaim.lua: status 1 claimed (exp is the claim's
+// SchedClaim runs recurringclaim.lua: status 1 claimed (exp is the claim's
 // expiry; zero when ttl is 0, a skip), 0 lost, -1 not due by Redis's clock.
 func SchedClaim(ctx context.Context, c redis.Scripter, k Keys, id string, tick, after time.Time, ttl time.Duration) (status int64, exp time.Time, err error) {
 	sk := k.Schedules()
@@ -229,7 +229,7 @@ func SchedClaim(ctx context.Context, c redis.Scripter, k Keys, id string, tick, 
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	if err := replyShort("schedclaim", len(res), 2); err != nil {
+	if err := replyShort("recurringclaim", len(res), 2); err != nil {
 		return 0, time.Time{}, err
 	}
 	if res[0] == 1 && res[1] > 0 {
@@ -238,7 +238,7 @@ func SchedClaim(ctx context.Context, c redis.Scripter, k Keys, id string, tick, 
 	return res[0], exp, nil
 }
 
-// SchedRetry runs schedretry.lua: held is the claim expiry the caller
+// SchedRetry runs recurringretry.lua: held is the claim expiry the caller
 // holds (zero: take the claim only if expired). It returns the new expiry
 // when the caller now holds the claim, zero otherwise.
 func SchedRetry(ctx context.Context, c redis.Scripter, k Keys, member string, held time.Time, ttl time.Duration) (time.Time, error) {
@@ -255,7 +255,7 @@ func SchedRetry(ctx context.Context, c redis.Scripter, k Keys, member string, he
 }
 
 // OverlapRecord is the tick of a schedule with the overlap policy "skip"
-// let through last (see schedoverlap.lua): its message's UUID ("" when none
+// let through last (see recurringoverlap.lua): its message's UUID ("" when none
 // is recorded) and the tick.
 type OverlapRecord struct {
 	UUID string
@@ -279,7 +279,7 @@ type OverlapTick struct {
 	High  bool
 }
 
-// SchedOverlap runs schedoverlap.lua on partition sh, where the ticks of
+// SchedOverlap runs recurringoverlap.lua on partition sh, where the ticks of
 // schedule id go: whether tick may be published. It returns "go" (publish
 // it: it is recorded as let through, and view says so), "skip" with the
 // reason, or "again" when view was wrong (it is corrected: call again).
@@ -310,7 +310,7 @@ func SchedOverlap(ctx context.Context, c redis.Scripter, sh Shard, id string, vi
 	}
 	res, err := schedOverlapScript.Run(ctx, c, keys, args...).StringSlice()
 	if err == nil {
-		err = replyShort("schedoverlap", len(res), 2)
+		err = replyShort("recurringoverlap", len(res), 2)
 	}
 	if err != nil {
 		return "", "", err
@@ -336,7 +336,7 @@ func parseOverlapRecord(v string) OverlapRecord {
 	return r
 }
 
-// SchedSkip runs schedskip.lua: drops the claim of a tick skipped by its
+// SchedSkip runs recurringskip.lua: drops the claim of a tick skipped by its
 // schedule's overlap policy and counts the skip. It returns how many ticks
 // of the schedule were skipped.
 func SchedSkip(ctx context.Context, c redis.Scripter, k Keys, id string, tick time.Time) (int64, error) {
