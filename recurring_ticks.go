@@ -106,7 +106,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 	// Own claims first: a publish that failed (Redis unreachable) is
 	// retried as soon as Redis answers, well before the claim expires.
 	for member, exp := range l.mine {
-		e, err := store.SchedRetry(ctx, l.redis, l.keys, member, exp, claimTTL)
+		e, err := store.RecurringRetry(ctx, l.redis, l.keys, member, exp, claimTTL)
 		if err != nil {
 			return 0, err
 		}
@@ -128,7 +128,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 			wait = min(wait, exp.Sub(now))
 			continue
 		}
-		e, err := store.SchedRetry(ctx, l.redis, l.keys, member, time.Time{}, claimTTL)
+		e, err := store.RecurringRetry(ctx, l.redis, l.keys, member, time.Time{}, claimTTL)
 		if err != nil {
 			return 0, err
 		}
@@ -222,7 +222,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		if after.IsZero() {
 			after = time.UnixMilli(maxScheduleMs)
 		}
-		status, exp, err := store.SchedClaim(ctx, l.redis, l.keys, id, tick, after, ttl)
+		status, exp, err := store.RecurringClaim(ctx, l.redis, l.keys, id, tick, after, ttl)
 		if err != nil {
 			return 0, err
 		}
@@ -454,7 +454,7 @@ func (l *tickLoop) overlapSkips(ctx context.Context, s *Schedule, tick time.Time
 			}
 		}
 		if reason == "" {
-			status, why, err := store.SchedOverlap(ctx, l.redis, sh, s.ID, &v.OverlapView, next)
+			status, why, err := store.RecurringOverlap(ctx, l.redis, sh, s.ID, &v.OverlapView, next)
 			if err != nil {
 				return false, err
 			}
@@ -466,7 +466,7 @@ func (l *tickLoop) overlapSkips(ctx context.Context, s *Schedule, tick time.Time
 			}
 			reason = why
 		}
-		n, err := store.SchedSkip(ctx, l.redis, l.keys, s.ID, tick)
+		n, err := store.RecurringSkip(ctx, l.redis, l.keys, s.ID, tick)
 		if err != nil {
 			return false, err
 		}
