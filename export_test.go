@@ -87,9 +87,10 @@ func SchedulerLoops(sub *Subscriber) int {
 	return len(sched.known)
 }
 
-// SetFarTier sets the far tier's bucket width, lead and margin (see far.go)
-// for the whole test binary: TestMain makes them short, so messages due a
-// few seconds ahead go through the far tier and its unpacking.
+// SetFarTier sets the far tier's bucket width, lead and margin (see
+// internal/store/far.go) for the whole test binary: TestMain makes them
+// short, so messages due a few seconds ahead go through the far tier and
+// its unpacking.
 func SetFarTier(width, lead, margin time.Duration) {
 	store.FarWidth, store.FarLead, store.FarMargin = width, lead, margin
 }

@@ -21,8 +21,8 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// The far tier (far.go) with the test binary's short buckets (TestMain):
-// messages due more than about 2.5 s ahead go there.
+// The far tier (internal/store/far.go) with the test binary's short
+// buckets (TestMain): messages due more than about 2.5 s ahead go there.
 
 // Far messages are unpacked ahead of their due time and delivered on time,
 // never early, each once; the near and far ones interleave in due order.

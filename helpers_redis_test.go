@@ -61,7 +61,7 @@ func content(t *testing.T, topic string) topicContent {
 	ctx := context.Background()
 	client := newClient(t)
 	sh := shardOf(topic, 0)
-	// in due order, the far tier's messages included (see far.go)
+	// in due order, the far tier's messages included (see internal/store/far.go)
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
 	require.NoError(t, err)
 	ws, err := insp.Waiting(ctx, topic, 0, 10000)

@@ -1,5 +1,6 @@
 // The Inspector's view of waiting messages: listing, finding, cancelling
-// and rescheduling one (searches and bulk actions: search.go, bulk.go).
+// and rescheduling one (searches and bulk actions: inspector_search.go,
+// inspector_bulk.go).
 
 package redisdelay
 

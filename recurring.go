@@ -206,7 +206,7 @@ func (s *Schedule) validate() (ticker, error) {
 			ErrInvalidSchedule, s.ID, s.Overlap, OverlapSkip)
 	}
 	if s.Overlap == OverlapSkip && (s.Metadata[GroupKey] != "" || BusinessKeyPolicy(s.Metadata[BusinessKeyPolicyKey]) == KeepLastIfActive) {
-		// schedoverlap.lua finds a tick's message in the streams and sets
+		// recurringoverlap.lua finds a tick's message in the streams and sets
 		// where ungrouped messages go, not in the groups' queues.
 		return nil, fmt.Errorf("%w: schedule %q: Overlap %q does not combine with grouped ticks (metadata %s or business key policy %q): leave Overlap empty and give the ticks a business key with policy %q, which runs one at a time and keeps the latest tick while one runs",
 			ErrInvalidSchedule, s.ID, OverlapSkip, GroupKey, KeepLastIfActive, KeepLastIfActive)
@@ -278,7 +278,7 @@ func (p *Publisher) Schedule(ctx context.Context, s Schedule) error {
 	if _, err := registerTopic(ctx, p.config.Client, p.keys, s.Topic, parts, "PublisherConfig.Partitions"); err != nil {
 		return fmt.Errorf("redisdelay: register schedule %q: %w", s.ID, err)
 	}
-	if _, err := store.SchedAdd(ctx, p.config.Client, p.keys, s.ID, def, s.Spec, s.Timezone, first); err != nil {
+	if _, err := store.RecurringAdd(ctx, p.config.Client, p.keys, s.ID, def, s.Spec, s.Timezone, first); err != nil {
 		return fmt.Errorf("redisdelay: register schedule %q: %w", s.ID, err)
 	}
 	return nil
@@ -325,7 +325,7 @@ func (i *Inspector) RemoveSchedule(ctx context.Context, id string) (bool, error)
 // schedule. Registering it again (Publisher.Schedule, as every process
 // does at start) keeps it paused.
 func (i *Inspector) PauseSchedule(ctx context.Context, id string) (bool, error) {
-	return i.schedPause(ctx, "pause", id, true, time.Time{})
+	return i.recurringPause(ctx, "pause", id, true, time.Time{})
 }
 
 // ResumeSchedule resumes a paused schedule at its first tick after now:
@@ -348,11 +348,11 @@ func (i *Inspector) ResumeSchedule(ctx context.Context, id string) (bool, error)
 	if next.IsZero() {
 		next = time.UnixMilli(maxScheduleMs)
 	}
-	return i.schedPause(ctx, "resume", id, false, next)
+	return i.recurringPause(ctx, "resume", id, false, next)
 }
 
-func (i *Inspector) schedPause(ctx context.Context, what, id string, pause bool, at time.Time) (bool, error) {
-	n, err := store.SchedPause(ctx, i.client, i.keys, id, pause, at)
+func (i *Inspector) recurringPause(ctx context.Context, what, id string, pause bool, at time.Time) (bool, error) {
+	n, err := store.RecurringPause(ctx, i.client, i.keys, id, pause, at)
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("redisdelay: %s schedule %q: %w", what, id, err)

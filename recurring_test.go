@@ -418,7 +418,7 @@ func TestSchedule_BrokenDefinitionSkipped(t *testing.T) {
 }
 
 // A tick loop with no schedule sleeps up to a minute: a schedule
-// registered meanwhile wakes it (schedadd.lua publishes), so its first
+// registered meanwhile wakes it (recurringadd.lua publishes), so its first
 // tick is published on time.
 func TestSchedule_RegisteredWakesIdleTickLoops(t *testing.T) {
 	t.Parallel()

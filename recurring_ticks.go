@@ -46,7 +46,7 @@ func startTicks(ctx context.Context, sched *scheduler, logger watermill.LoggerAd
 
 // scheduleRefresh is the longest a tick loop sleeps when it knows of no
 // earlier tick: a schedule registered or changed wakes the loops (a
-// wake-up published by schedadd.lua, or the resubscription after a lost
+// wake-up published by recurringadd.lua, or the resubscription after a lost
 // connection), so this only bounds what a wake-up that never came (a
 // schedule registered by a version that sent none) delays.
 const scheduleRefresh = time.Minute
@@ -106,7 +106,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 	// Own claims first: a publish that failed (Redis unreachable) is
 	// retried as soon as Redis answers, well before the claim expires.
 	for member, exp := range l.mine {
-		e, err := store.SchedRetry(ctx, l.redis, l.keys, member, exp, claimTTL)
+		e, err := store.RecurringRetry(ctx, l.redis, l.keys, member, exp, claimTTL)
 		if err != nil {
 			return 0, err
 		}
@@ -128,7 +128,7 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 			wait = min(wait, exp.Sub(now))
 			continue
 		}
-		e, err := store.SchedRetry(ctx, l.redis, l.keys, member, time.Time{}, claimTTL)
+		e, err := store.RecurringRetry(ctx, l.redis, l.keys, member, time.Time{}, claimTTL)
 		if err != nil {
 			return 0, err
 		}
@@ -222,7 +222,7 @@ func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, erro
 		if after.IsZero() {
 			after = time.UnixMilli(maxScheduleMs)
 		}
-		status, exp, err := store.SchedClaim(ctx, l.redis, l.keys, id, tick, after, ttl)
+		status, exp, err := store.RecurringClaim(ctx, l.redis, l.keys, id, tick, after, ttl)
 		if err != nil {
 			return 0, err
 		}
@@ -417,7 +417,7 @@ var errTickSkipped = errors.New("tick skipped by the overlap policy")
 // when the tick is skipped (its claim dropped, the skip counted and
 // logged), false when it is to be published (recorded as the tick let
 // through). While the claim of the tick let through last is held, that
-// tick is being published; otherwise schedoverlap.lua tells from what is
+// tick is being published; otherwise recurringoverlap.lua tells from what is
 // stored whether its message is finished. The claim is read before the
 // script runs: once it is gone, that tick's message is stored (or never
 // will be). The loop keeps what it last learnt of the partition (the tick
@@ -454,7 +454,7 @@ func (l *tickLoop) overlapSkips(ctx context.Context, s *Schedule, tick time.Time
 			}
 		}
 		if reason == "" {
-			status, why, err := store.SchedOverlap(ctx, l.redis, sh, s.ID, &v.OverlapView, next)
+			status, why, err := store.RecurringOverlap(ctx, l.redis, sh, s.ID, &v.OverlapView, next)
 			if err != nil {
 				return false, err
 			}
@@ -466,7 +466,7 @@ func (l *tickLoop) overlapSkips(ctx context.Context, s *Schedule, tick time.Time
 			}
 			reason = why
 		}
-		n, err := store.SchedSkip(ctx, l.redis, l.keys, s.ID, tick)
+		n, err := store.RecurringSkip(ctx, l.redis, l.keys, s.ID, tick)
 		if err != nil {
 			return false, err
 		}

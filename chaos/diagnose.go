@@ -144,7 +144,7 @@ func (d *driver) diagnose(ctx context.Context) {
 			start = "(" + es[len(es)-1].ID
 		}
 	}
-	// the far tier's buckets (see far.go): due score (8 bytes) + body each
+	// the far tier's buckets (see internal/store/far.go): due score (8 bytes) + body each
 	for part := range d.c.partitions {
 		buckets, _ := d.direct.ZRange(ctx, d.key(part, "far"), 0, -1).Result()
 		for _, b := range buckets {

@@ -396,7 +396,7 @@ func (d *driver) publish(ctx context.Context) error {
 				var us uint32
 				switch r := rand.Float64(); {
 				case r < c.far:
-					us = 125_000_000 + rand.Uint32N(25_000_000) // the far tier (see far.go), due before the drain deadline
+					us = 125_000_000 + rand.Uint32N(25_000_000) // the far tier (see internal/store/far.go), due before the drain deadline
 				case r >= c.far+c.zeroDelay:
 					us = 1 + rand.Uint32N(maxUs) // (0, max-delay], with sub-ms parts
 				}

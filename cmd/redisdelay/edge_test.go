@@ -48,8 +48,9 @@ func TestWaiting_EscapesControlCharacters(t *testing.T) {
 // page: it is listed as corrupt.
 func TestWaiting_ShowsCorruptBody(t *testing.T) {
 	s := setupSample(t)
-	// Due in hours, it is in the far tier (see far.go): a reschedule to its
-	// own due time moves it into the waiting set and its hash of bodies.
+	// Due in hours, it is in the far tier (see internal/store/far.go): a
+	// reschedule to its own due time moves it into the waiting set and its
+	// hash of bodies.
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: s.client, KeyPrefix: s.prefix})
 	require.NoError(t, err)
 	w, ok, err := insp.FindWaiting(context.Background(), topic, s.delayed[1])

@@ -485,7 +485,7 @@ const RequeueBatch = 256
 // which no tick loop finds due.
 const ParkedTick = 253402300799000
 
-// OverlapScan bounds what one schedoverlap.lua call reads: stream entries
+// OverlapScan bounds what one recurringoverlap.lua call reads: stream entries
 // per stream (and retry bodies per group), and retry members named per
 // group. Beyond them, a call skips the tick as undecided ("unknown") and the
 // next tick's call reads on.

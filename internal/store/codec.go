@@ -13,7 +13,7 @@ import (
 
 // A message is stored as one compact binary value (in the stream field "m"
 // and in the waiting and retry hashes), so moving it between structures is a
-// copy that Lua never has to parse (schedoverlap.lua only compares a body's
+// copy that Lua never has to parse (recurringoverlap.lua only compares a body's
 // first bytes with idPrefix, to recognise a message by its UUID):
 //
 //	version byte (2, or 3: see below)
@@ -323,7 +323,7 @@ func (r *reader) bytes(n uint64) string {
 // idPrefix is how every encoding of a message with this UUID begins (its
 // version byte and UUID, as Encode writes them), so a script can recognise
 // the message among stored ones by comparing the first bytes of their
-// bodies, without decoding them (see schedoverlap.lua).
+// bodies, without decoding them (see recurringoverlap.lua).
 func idPrefix(uuid string) string {
 	if id, ok := binaryUUID(uuid); ok {
 		return string(append([]byte{codecVersionBinaryID}, id[:]...))

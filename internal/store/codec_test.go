@@ -215,7 +215,7 @@ func TestCodec_BinaryUUID(t *testing.T) {
 
 // Every encoding of a message begins with idPrefix of its UUID, and the
 // prefixes of two UUIDs differ, whatever the metadata and payload: what
-// schedoverlap.lua recognises a tick's message by.
+// recurringoverlap.lua recognises a tick's message by.
 func TestCodec_IDPrefix(t *testing.T) {
 	ids := []string{"0e5b6a3c-1f2d-5a4b-9c8d-7e6f5a4b3c2d", "0e5b6a3c-1f2d-5a4b-9c8d-7e6f5a4b3c2e", "01JDZ3V6Q6R8Z0Y1X2W3V4T5S6", "0E5B6A3C-1F2D-5A4B-9C8D-7E6F5A4B3C2D", ""}
 	for _, id := range ids {

@@ -61,7 +61,7 @@ import (
 //	<shard>:reg              string  "1" once a publish ran; gone after Redis lost its data (the publisher registers the topic again)
 //	<shard>:dormant          string  "1" while no scheduler loop runs: nothing to schedule (publish wakes the schedulers)
 //	<shard>:overlap          hash    schedule ID -> the tick of a schedule with Overlap "skip" let through last, in the
-//	                         partition its ticks go to: "<UUID> <tick ms> <since ms> <entry> <cursor>" (see schedoverlap.lua)
+//	                         partition its ticks go to: "<UUID> <tick ms> <since ms> <entry> <cursor>" (see recurringoverlap.lua)
 //	<shard>:schedulers       zset    schedulers of the topic -> expiry (partition 0 only)
 //	<shard>:sleases          hash    scheduler -> leases it holds in the topic (partition 0 only)
 //	<prefix>:topics          set     known topics (for Managers)
@@ -70,8 +70,8 @@ import (
 //	<prefix>:wakedenied      string  why a scheduler may not subscribe to wake channels (expires; read by Health)
 //	<prefix>:{schedules}:defs   hash  schedule ID -> JSON definition (see Schedule)
 //	<prefix>:{schedules}:next   zset  schedule ID -> next tick not yet published (Unix ms)
-//	<prefix>:{schedules}:claims zset  "<schedule ID>@<tick ms>" -> claim expiry: ticks being published (see schedclaim.lua)
-//	<prefix>:{schedules}:paused hash  schedule ID -> when it was paused (Unix ms); its next tick is parked (see schedpause.lua)
+//	<prefix>:{schedules}:claims zset  "<schedule ID>@<tick ms>" -> claim expiry: ticks being published (see recurringclaim.lua)
+//	<prefix>:{schedules}:paused hash  schedule ID -> when it was paused (Unix ms); its next tick is parked (see recurringpause.lua)
 //	<prefix>:{schedules}:skips  hash  schedule ID -> ticks skipped by its overlap policy; "<schedule ID>@last" -> the last one (Unix ms)
 //	<prefix>:{schedules}:last   hash  schedule ID -> the tick published last, by its tick loop or TriggerSchedule (Unix ms)
 //	<prefix>:{schedules}:wake   pub/sub channel that wakes the schedulers' tick loops when a schedule's next tick was set
@@ -104,7 +104,7 @@ func (k Keys) Shard(topic string, partition int) Shard {
 }
 
 // Schedules is the key base of the recurring schedules: one hash tag, so
-// schedclaim.lua runs on one Cluster slot; a tick's message goes to its
+// recurringclaim.lua runs on one Cluster slot; a tick's message goes to its
 // topic's own keys in a separate call.
 func (k Keys) Schedules() scheduleKeys { return scheduleKeys(k.Prefix + ":{schedules}") }
 

@@ -14,11 +14,11 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
-// schedoverlap.lua on states built by hand: the previous tick's message
+// recurringoverlap.lua on states built by hand: the previous tick's message
 // found behind more entries than a call reads (looked for on at the next
 // call), in a group's retry set or redelivery stream, acknowledged, and
 // the caller's stale view of the groups.
-func TestSchedOverlap_States(t *testing.T) {
+func TestRecurringOverlap_States(t *testing.T) {
 	srv := redistest.ForTest(t, redistest.Options{})
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
@@ -34,7 +34,7 @@ func TestSchedOverlap_States(t *testing.T) {
 	check := func() (string, string) {
 		t.Helper()
 		for range 3 {
-			status, reason, err := SchedOverlap(ctx, c, sh, "s", &view, next)
+			status, reason, err := RecurringOverlap(ctx, c, sh, "s", &view, next)
 			require.NoError(t, err)
 			if status != "again" {
 				return status, reason
@@ -100,12 +100,12 @@ func TestSchedOverlap_States(t *testing.T) {
 	// A caller whose view is wrong is told what to believe, and nothing
 	// changes.
 	view.Groups = []string{"g", "other"}
-	status, _, err = SchedOverlap(ctx, c, sh, "s", &view, next)
+	status, _, err = RecurringOverlap(ctx, c, sh, "s", &view, next)
 	require.NoError(t, err)
 	require.Equal(t, "again", status)
 	require.Equal(t, []string{"g"}, view.Groups)
 	view.Prev = OverlapRecord{}
-	status, _, err = SchedOverlap(ctx, c, sh, "s", &view, next)
+	status, _, err = RecurringOverlap(ctx, c, sh, "s", &view, next)
 	require.NoError(t, err)
 	require.Equal(t, "again", status)
 	require.Equal(t, OverlapRecord{UUID: prevUUID, Tick: time.UnixMilli(1000)}, view.Prev)
@@ -138,7 +138,7 @@ func TestSchedOverlap_States(t *testing.T) {
 // to the groups' redelivery streams; a cancelled one nowhere), on a stream
 // that grows faster than a call reads: the search ends at the entry that
 // was last when it began, so the schedule is not skipped for good.
-func TestSchedOverlap_SearchEndsOnAGrowingStream(t *testing.T) {
+func TestRecurringOverlap_SearchEndsOnAGrowingStream(t *testing.T) {
 	srv := redistest.ForTest(t, redistest.Options{})
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
@@ -162,7 +162,7 @@ func TestSchedOverlap_SearchEndsOnAGrowingStream(t *testing.T) {
 	grow(12)
 	var reasons []string
 	for range 5 {
-		status, reason, err := SchedOverlap(ctx, c, sh, "s", &view, next)
+		status, reason, err := RecurringOverlap(ctx, c, sh, "s", &view, next)
 		require.NoError(t, err)
 		if status == "go" {
 			break

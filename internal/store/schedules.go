@@ -199,37 +199,37 @@ func ClaimHeld(ctx context.Context, c Cmds, k Keys, member string) (bool, error)
 	return err == nil, err
 }
 
-// SchedAdd runs schedadd.lua; it reports whether the next tick was set.
-func SchedAdd(ctx context.Context, c redis.Scripter, k Keys, id string, def []byte, spec, timezone string, first time.Time) (bool, error) {
+// RecurringAdd runs recurringadd.lua; it reports whether the next tick was set.
+func RecurringAdd(ctx context.Context, c redis.Scripter, k Keys, id string, def []byte, spec, timezone string, first time.Time) (bool, error) {
 	sk := k.Schedules()
-	n, err := schedAddScript.Run(ctx, c, []string{sk.Defs(), sk.Next(), sk.Paused()},
+	n, err := recurringAddScript.Run(ctx, c, []string{sk.Defs(), sk.Next(), sk.Paused()},
 		id, def, spec, timezone, first.UnixMilli(), sk.Wake()).Int64()
 	return n == 1, err
 }
 
-// SchedPause runs schedpause.lua: pauses a schedule (pause true, at
+// RecurringPause runs recurringpause.lua: pauses a schedule (pause true, at
 // Redis's now) or resumes it with its next tick at. It returns -1 when no such schedule
 // exists, 0 when it already was paused (or running), 1 when it changed.
-func SchedPause(ctx context.Context, c redis.Scripter, k Keys, id string, pause bool, at time.Time) (int64, error) {
+func RecurringPause(ctx context.Context, c redis.Scripter, k Keys, id string, pause bool, at time.Time) (int64, error) {
 	sk := k.Schedules()
 	op := "resume"
 	if pause {
 		op = "pause"
 	}
-	return schedPauseScript.Run(ctx, c, []string{sk.Defs(), sk.Next(), sk.Paused()},
+	return recurringPauseScript.Run(ctx, c, []string{sk.Defs(), sk.Next(), sk.Paused()},
 		id, op, at.UnixMilli(), ParkedTick, sk.Wake()).Int64()
 }
 
-// SchedClaim runs schedclaim.lua: status 1 claimed (exp is the claim's
+// RecurringClaim runs recurringclaim.lua: status 1 claimed (exp is the claim's
 // expiry; zero when ttl is 0, a skip), 0 lost, -1 not due by Redis's clock.
-func SchedClaim(ctx context.Context, c redis.Scripter, k Keys, id string, tick, after time.Time, ttl time.Duration) (status int64, exp time.Time, err error) {
+func RecurringClaim(ctx context.Context, c redis.Scripter, k Keys, id string, tick, after time.Time, ttl time.Duration) (status int64, exp time.Time, err error) {
 	sk := k.Schedules()
-	res, err := schedClaimScript.Run(ctx, c, []string{sk.Next(), sk.Claims()},
+	res, err := recurringClaimScript.Run(ctx, c, []string{sk.Next(), sk.Claims()},
 		id, tick.UnixMilli(), after.UnixMilli(), ttl.Milliseconds()).Int64Slice()
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	if err := replyShort("schedclaim", len(res), 2); err != nil {
+	if err := replyShort("recurringclaim", len(res), 2); err != nil {
 		return 0, time.Time{}, err
 	}
 	if res[0] == 1 && res[1] > 0 {
@@ -238,16 +238,16 @@ func SchedClaim(ctx context.Context, c redis.Scripter, k Keys, id string, tick, 
 	return res[0], exp, nil
 }
 
-// SchedRetry runs schedretry.lua: held is the claim expiry the caller
+// RecurringRetry runs recurringretry.lua: held is the claim expiry the caller
 // holds (zero: take the claim only if expired). It returns the new expiry
 // when the caller now holds the claim, zero otherwise.
-func SchedRetry(ctx context.Context, c redis.Scripter, k Keys, member string, held time.Time, ttl time.Duration) (time.Time, error) {
+func RecurringRetry(ctx context.Context, c redis.Scripter, k Keys, member string, held time.Time, ttl time.Duration) (time.Time, error) {
 	sk := k.Schedules()
 	heldArg := ""
 	if !held.IsZero() {
 		heldArg = strconv.FormatInt(held.UnixMilli(), 10)
 	}
-	n, err := schedRetryScript.Run(ctx, c, []string{sk.Claims()}, member, heldArg, ttl.Milliseconds()).Int64()
+	n, err := recurringRetryScript.Run(ctx, c, []string{sk.Claims()}, member, heldArg, ttl.Milliseconds()).Int64()
 	if err != nil || n == 0 {
 		return time.Time{}, err
 	}
@@ -255,14 +255,14 @@ func SchedRetry(ctx context.Context, c redis.Scripter, k Keys, member string, he
 }
 
 // OverlapRecord is the tick of a schedule with the overlap policy "skip"
-// let through last (see schedoverlap.lua): its message's UUID ("" when none
+// let through last (see recurringoverlap.lua): its message's UUID ("" when none
 // is recorded) and the tick.
 type OverlapRecord struct {
 	UUID string
 	Tick time.Time
 }
 
-// OverlapView is what the caller of SchedOverlap believes of the
+// OverlapView is what the caller of RecurringOverlap believes of the
 // partition a schedule's ticks go to: the tick let through last and the
 // consumer groups. A wrong belief costs a call: the script corrects it.
 type OverlapView struct {
@@ -270,7 +270,7 @@ type OverlapView struct {
 	Groups []string
 }
 
-// OverlapTick is a tick SchedOverlap may let through: its message's UUID,
+// OverlapTick is a tick RecurringOverlap may let through: its message's UUID,
 // the tick, the message's delay, and whether it is high-priority.
 type OverlapTick struct {
 	UUID  string
@@ -279,11 +279,11 @@ type OverlapTick struct {
 	High  bool
 }
 
-// SchedOverlap runs schedoverlap.lua on partition sh, where the ticks of
+// RecurringOverlap runs recurringoverlap.lua on partition sh, where the ticks of
 // schedule id go: whether tick may be published. It returns "go" (publish
 // it: it is recorded as let through, and view says so), "skip" with the
 // reason, or "again" when view was wrong (it is corrected: call again).
-func SchedOverlap(ctx context.Context, c redis.Scripter, sh Shard, id string, view *OverlapView, tick OverlapTick) (status, reason string, err error) {
+func RecurringOverlap(ctx context.Context, c redis.Scripter, sh Shard, id string, view *OverlapView, tick OverlapTick) (status, reason string, err error) {
 	looked := view.Prev.UUID
 	if looked == "" {
 		looked = tick.UUID // no far index to look in: any of the partition's will do
@@ -308,9 +308,9 @@ func SchedOverlap(ctx context.Context, c redis.Scripter, sh Shard, id string, vi
 		keys = append(keys, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g))
 		args = append(args, g)
 	}
-	res, err := schedOverlapScript.Run(ctx, c, keys, args...).StringSlice()
+	res, err := recurringOverlapScript.Run(ctx, c, keys, args...).StringSlice()
 	if err == nil {
-		err = replyShort("schedoverlap", len(res), 2)
+		err = replyShort("recurringoverlap", len(res), 2)
 	}
 	if err != nil {
 		return "", "", err
@@ -336,10 +336,10 @@ func parseOverlapRecord(v string) OverlapRecord {
 	return r
 }
 
-// SchedSkip runs schedskip.lua: drops the claim of a tick skipped by its
+// RecurringSkip runs recurringskip.lua: drops the claim of a tick skipped by its
 // schedule's overlap policy and counts the skip. It returns how many ticks
 // of the schedule were skipped.
-func SchedSkip(ctx context.Context, c redis.Scripter, k Keys, id string, tick time.Time) (int64, error) {
+func RecurringSkip(ctx context.Context, c redis.Scripter, k Keys, id string, tick time.Time) (int64, error) {
 	sk := k.Schedules()
-	return schedSkipScript.Run(ctx, c, []string{sk.Claims(), sk.Skips()}, ClaimMember(id, tick), id, tick.UnixMilli()).Int64()
+	return recurringSkipScript.Run(ctx, c, []string{sk.Claims(), sk.Skips()}, ClaimMember(id, tick), id, tick.UnixMilli()).Int64()
 }

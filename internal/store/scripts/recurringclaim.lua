@@ -1,6 +1,6 @@
 -- include: clock
 --[[
-  schedclaim: claims one due tick of a schedule, by compare-and-set on its
+  recurringclaim: claims one due tick of a schedule, by compare-and-set on its
   next tick, so that one process only, however many run, publishes it.
 
   KEYS[1] next    zset  schedule ID -> next tick not yet published (Unix ms)

@@ -1,6 +1,6 @@
 -- include: clock
 --[[
-  schedretry: takes over a claimed tick whose publish did not complete:
+  recurringretry: takes over a claimed tick whose publish did not complete:
   the claimer's own retry (it knows the expiry it holds), or any process's
   once the claim expired (its claimer died or lost Redis).
 

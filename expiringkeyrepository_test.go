@@ -21,9 +21,9 @@ import (
 
 const dedupField = "dedup_key"
 
-// Asserted here rather than in dedup.go, so that the core package does not
-// link Watermill's middleware package (with its circuit breaker and backoff
-// libraries) into every importer.
+// Asserted here rather than in expiringkeyrepository.go, so that the core
+// package does not link Watermill's middleware package (with its circuit
+// breaker and backoff libraries) into every importer.
 var _ middleware.ExpiringKeyRepository = (*redisdelay.ExpiringKeyRepository)(nil)
 
 func dedupRepo(t *testing.T, namespace string, window time.Duration) *redisdelay.ExpiringKeyRepository {

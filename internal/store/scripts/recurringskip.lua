@@ -1,6 +1,6 @@
 --[[
-  schedskip: a claimed tick skipped by its schedule's overlap policy (the
-  previous tick's message is not finished, see schedoverlap.lua): drops
+  recurringskip: a claimed tick skipped by its schedule's overlap policy (the
+  previous tick's message is not finished, see recurringoverlap.lua): drops
   the claim and counts the skip, with the tick, for Inspector.Schedules.
 
   KEYS[1] claims  zset  "<schedule ID>@<tick ms>" -> claim expiry (Redis ms)

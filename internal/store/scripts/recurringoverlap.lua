@@ -1,6 +1,6 @@
 -- include: clock, stream
 --[[
-  schedoverlap: whether a tick of a schedule with the overlap policy "skip"
+  recurringoverlap: whether a tick of a schedule with the overlap policy "skip"
   may be published. The partition records, per schedule, the last tick it
   let through; the new tick may go once that tick's message is finished:
   no longer waiting (nor being handed to the groups as a high-priority

@@ -1,6 +1,6 @@
 -- include: clock
 --[[
-  schedpause: pauses or resumes a recurring schedule. A paused schedule's
+  recurringpause: pauses or resumes a recurring schedule. A paused schedule's
   next tick is parked at the end of time, so no tick loop finds it due;
   resuming sets it to the first tick after now (the ticks missed while
   paused are not published) and wakes the tick loops.

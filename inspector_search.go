@@ -197,7 +197,7 @@ func farStep(ctx context.Context, c redis.Cmdable, sh store.Shard, f Filter, p *
 	if err != nil {
 		return 0, 0, false, err
 	}
-	// A message is due within FarSlack of its bucket (see far.go).
+	// A message is due within FarSlack of its bucket (see internal/store/far.go).
 	if len(buckets) == 0 || (!f.To.IsZero() && store.FarBucketOf(f.To.Add(store.FarSlack())) < store.FarRefBucket(buckets[0])) {
 		return 0, 0, true, nil
 	}

@@ -1,11 +1,11 @@
 --[[
-  schedadd: stores a recurring schedule, keeping its next tick when its
+  recurringadd: stores a recurring schedule, keeping its next tick when its
   timing (spec and time zone) is unchanged, so that every process may
   register the same schedule at start without losing or repeating a tick.
 
   KEYS[1] defs  hash  schedule ID -> JSON definition (fields spec, timezone, ...)
   KEYS[2] next  zset  schedule ID -> next tick not yet published (Unix ms)
-  KEYS[3] paused hash schedule ID -> when it was paused (see schedpause.lua):
+  KEYS[3] paused hash schedule ID -> when it was paused (see recurringpause.lua):
                       a paused schedule keeps its parked next tick
   ARGV[1] schedule ID
   ARGV[2] JSON definition
