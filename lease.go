@@ -38,7 +38,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	// An ordered subscription keeps what waits behind a slow handler:
 	// nobody else may handle its partition's messages meanwhile.
 	slowNow := sub.order == nil && sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow
-	queued := len(sub.ackReady)+len(sub.ackRedo) > 0
+	queued := sub.acks.count() > 0
 	sub.mu.Unlock()
 	if slowNow && queued {
 		// The hand-back returns everything pending but the handled entry:
@@ -47,8 +47,10 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 		_, _ = sub.flushAcks(ctx)
 	}
 	sub.mu.Lock()
-	// Acks queued meanwhile mean the handler moved on (since changed).
-	if slowNow && sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow && len(sub.ackReady)+len(sub.ackRedo) == 0 {
+	// Acks queued meanwhile mean the handler moved on (since changed). None
+	// is queued while mu is held (see acks): the hand-back returns no acked
+	// entry.
+	if slowNow && sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow && sub.acks.count() == 0 {
 		if sub.release(strconv.Itoa(sub.batch[0].streamIndex()), sub.batch[0].msg.ID) != nil {
 			// Some may have gone back before the error: whatever is still
 			// pending for this consumer is read again after this message.
@@ -75,12 +77,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 			ready = append(ready, e.msg.ID)
 		}
 	}
-	for _, id := range sub.ackReady {
-		ready = append(ready, id)
-	}
-	for _, id := range sub.ackRedo {
-		redo = append(redo, id)
-	}
+	ready, redo = sub.acks.appendHeld(ready, redo) // under mu: see acks
 	sub.mu.Unlock()
 
 	group := s.config.ConsumerGroup
@@ -212,7 +209,7 @@ func (sub *subscription) needless(last time.Time) bool {
 	}
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	return len(sub.batch) == 0 && len(sub.ackReady)+len(sub.ackRedo) == 0
+	return len(sub.batch) == 0 && sub.acks.count() == 0
 }
 
 // fetched is called once the entries of a read are held: the renewals

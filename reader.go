@@ -136,17 +136,14 @@ func (sub *subscription) readNew(ctx context.Context, count int) ([]store.Batch,
 	}
 	// The acks queued ride along (see ackLoop; not while a test holds
 	// them: ackGate); one write of the queue at a time.
-	sub.flushMu.Lock()
-	if s.ackGate == nil {
-		a.AckReady, a.AckRedo = sub.queuedSnapshot()
-	}
+	a.AckReady, a.AckRedo = sub.acks.startWrite(s.ackGate == nil)
 	r, err := store.ReadNew(ctx, s.redis, sub.shard, a)
 	if len(a.AckReady)+len(a.AckRedo) > 0 {
 		if _, ackErr := sub.acked(a.AckReady, a.AckRedo, r.Acked); ackErr != nil && err == nil {
 			s.limiter.errorf(s.logger, "redisdelay: cannot write acknowledgements to Redis; retrying", ackErr, sub.fields())
 		}
 	}
-	sub.flushMu.Unlock()
+	sub.acks.endWrite()
 	if err != nil {
 		if a.Pick {
 			sub.groupsRung.Store(true) // still to be picked

@@ -25,8 +25,10 @@ type subscription struct {
 
 	// What the subscription holds, for lease renewal and for handing back
 	// what waits behind a slow handler (see delivery.go). mu serialises
-	// handing out the next message with that hand-back, and guards the ack
-	// queue too (acks), whose entries are still held.
+	// handing out the next message with that hand-back, and guards the
+	// fields below down to recheck. An acked entry leaves the batch for the
+	// ack queue under mu (see settled), so whoever holds mu sees it in one
+	// or the other. Lock order: mu, then the ack queue's own (acks.mu).
 	mu       sync.Mutex
 	batch    []entry   // fetched, not settled; batch[0] is handled or next
 	handling bool      // a handler has batch[0]
@@ -38,8 +40,9 @@ type subscription struct {
 
 	deadline *time.Timer // the handler's (see startDeadline; run goroutine only)
 
+	acks acks // acker.go: acked entries not yet acknowledged in Redis; its own lock
+
 	// The state of each concern, declared beside its code.
-	acks     // acker.go: acked entries not yet acknowledged in Redis
 	leases   // lease.go: renewal of what the subscription holds
 	reads    // reader.go: reads of new messages, and the bell
 	flow     // flowcontrol.go: pause, rate limit, concurrency slots
@@ -158,7 +161,7 @@ func (sub *subscription) settled(e entry, acked bool) {
 		sub.batch = sub.batch[1:]
 	}
 	if acked {
-		sub.queueAck(e)
+		sub.acks.queue(e)
 	}
 }
 
@@ -239,7 +242,7 @@ func (b *background) stop() {
 	cancel()
 	if err != nil && !store.IsClientClosed(err) {
 		s.logger.Error("redisdelay: cannot write acknowledgements to Redis before closing; those messages stay pending and are delivered again", err,
-			sub.fields().Add(watermill.LogFields{"count": sub.queuedAcks()}))
+			sub.fields().Add(watermill.LogFields{"count": sub.acks.count()}))
 	}
 	b.stopLease()
 	<-b.leaseDone
