@@ -35,7 +35,7 @@ func (sub *subscription) deliverAll(ctx context.Context, entries []entry, pos *r
 		if pos.history {
 			pos.cursor[e.streamIndex()-1] = e.msg.ID
 		}
-		sub.enter(phaseStep)
+		sub.order.enter(phaseStep)
 		ok, acked := sub.deliver(ctx, e)
 		sub.settled(e, acked)
 		if !ok {
@@ -153,7 +153,7 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 		return ctx.Err() == nil, false, nil, ""
 	}
 	sub.m.delivered(attempt, e.msg.ID)
-	sub.enter(phaseWait) // bounded by the handler timeout
+	sub.order.enter(phaseWait) // bounded by the handler timeout
 	// Until ctx ends, wait for the handler. Then (closing) its context is
 	// cancelled: hand back what was fetched but not delivered at once, give
 	// the handler CloseTimeout to finish, and let run's release hand back
@@ -316,21 +316,7 @@ func (sub *subscription) handOut(ctx context.Context, msg *message.Message) bool
 			return false
 		}
 	}
-	sub.enter(phaseSend)
-	for !sub.lost.Load() {
-		select {
-		case sub.out <- msg:
-			sub.handedAt.Store(time.Now().UnixNano())
-			if sub.order.stalls.Load() != 0 {
-				sub.order.stalls.Store(0)
-			}
-			return true
-		case <-ctx.Done():
-			return false
-		case <-sub.unstick:
-		}
-	}
-	return false
+	return sub.handOutOwned(ctx, msg)
 }
 
 // expire settles, instead of delivering it, a message whose deadline has

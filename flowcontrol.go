@@ -74,7 +74,7 @@ func (sub *subscription) takeSlot(ctx context.Context) bool {
 	if limit == 0 {
 		return true
 	}
-	sub.enter(phaseWait) // for the group's other handlers
+	sub.order.enter(phaseWait) // for the group's other handlers
 	sh := s.keys.Shard(sub.topic, 0)
 	for failures := 0; ; {
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -233,7 +233,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 		// BlockTime.
 		t := time.NewTimer(s.config.BlockTime)
 		defer t.Stop()
-		sub.enter(phaseWait)
+		sub.order.enter(phaseWait)
 		select {
 		case <-ctx.Done():
 		case <-sub.flowWake:
@@ -248,7 +248,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 		sub.unused, sub.reserved = r.Count, r.End
 	}
 	if r.Wait > 0 {
-		sub.enter(phaseWait)
+		sub.order.enter(phaseWait)
 		sleep(ctx, r.Wait)
 	}
 	if ctx.Err() != nil {

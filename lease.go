@@ -63,7 +63,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	// yet.
 	var ready, redo []any
 	held := sub.batch
-	if sub.lost.Load() {
+	if sub.order.isLost() {
 		held = nil
 	}
 	var handed store.Handed
@@ -92,16 +92,10 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 			return 0, fmt.Errorf("renew the lease of a concurrency slot: %w", err)
 		}
 	}
-	if sub.owns.Load() && !sub.lost.Load() {
-		if since, stuck := sub.stuck(); stuck {
-			sub.abandon(ctx, since)
-			return r.Vis, nil
-		}
-		if st, err := sub.ownOp(ctx, store.OwnRenew); err != nil {
-			return 0, fmt.Errorf("renew the ownership of the partition: %w", err)
-		} else if st == store.NotOwner {
-			sub.loseOwnership()
-		}
+	if abandoned, err := sub.renewOwnership(ctx); err != nil {
+		return 0, err
+	} else if abandoned {
+		return r.Vis, nil
 	}
 	if r.Unheld > 0 {
 		s.unheld.Add(1)
@@ -182,7 +176,7 @@ func (sub *subscription) reportDue() bool {
 	}
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	return sub.handling && len(sub.batch) > 0 && sub.batch[0].msg.ID != sub.reported && !sub.lost.Load()
+	return sub.handling && len(sub.batch) > 0 && sub.batch[0].msg.ID != sub.reported && !sub.order.isLost()
 }
 
 // renewEvery is how often held messages' leases are renewed: three times

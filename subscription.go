@@ -43,10 +43,10 @@ type subscription struct {
 	acks acks // acker.go: acked entries not yet acknowledged in Redis; its own lock
 
 	// The state of each concern, declared beside its code.
-	leases   // lease.go: renewal of what the subscription holds
-	reads    // reader.go: reads of new messages, and the bell
-	flow     // flowcontrol.go: pause, rate limit, concurrency slots
-	ordering // ordered.go: the partition's ownership, for Ordered
+	leases           // lease.go: renewal of what the subscription holds
+	reads            // reader.go: reads of new messages, and the bell
+	flow             // flowcontrol.go: pause, rate limit, concurrency slots
+	order  *ordering // ordered.go: the partition's ownership, for Ordered; nil if not ordered
 
 	m *subMetrics // nil without SubscriberConfig.Metrics
 }
@@ -69,7 +69,7 @@ func (sub *subscription) run(ctx context.Context) {
 	pos := readPos{cursor: fromStart}
 	for ctx.Err() == nil {
 		if sub.order != nil {
-			sub.enter(phaseStep)
+			sub.order.enter(phaseStep)
 			owns, stop := sub.takeOwnership(ctx, &pos)
 			if stop {
 				return
@@ -94,7 +94,7 @@ func (sub *subscription) run(ctx context.Context) {
 			// Pause and rate limit (flowcontrol.go): only new messages.
 			var err error
 			count, err = sub.gate(ctx)
-			sub.enter(phaseStep)
+			sub.order.enter(phaseStep)
 			if err != nil {
 				if sub.readFailed(ctx, err, &pos) {
 					return
@@ -138,7 +138,7 @@ func (sub *subscription) run(ctx context.Context) {
 func (sub *subscription) next() (entry, bool) {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	if sub.lost.Load() {
+	if sub.order.isLost() {
 		clear(sub.batch)
 		sub.batch = nil
 	}
@@ -246,7 +246,7 @@ func (b *background) stop() {
 	}
 	b.stopLease()
 	<-b.leaseDone
-	if sub.owns.Load() {
+	if sub.order.owning() {
 		sub.disown()
 	} else {
 		_ = sub.release("", "")
@@ -291,7 +291,7 @@ func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos
 		}
 	}
 	pos.rewind()
-	sub.enter(phaseWait)
+	sub.order.enter(phaseWait)
 	sleep(ctx, wait)
 	return false
 }
