@@ -25,7 +25,7 @@ func (sub *subscription) deliverAll(ctx context.Context, entries []entry, pos *r
 	sub.mu.Unlock()
 	if len(entries) > 0 {
 		// Once held (see extendLeases).
-		sub.fetched()
+		sub.leases.fetched()
 	}
 	for {
 		e, ok := sub.next()

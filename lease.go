@@ -10,16 +10,16 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// leases is a subscription's lease renewal (see extendLeases): renewals
-// were skipped since the last one (and the ticker stopped); renewNow
-// (capacity 1) starts it again. storedVis is the group's stored
-// visibility timeout as last read (renewal, or a read of new entries: see
-// readNew), 0 before.
+// leases is the state of a subscription's lease renewal (see
+// extendLeases), held as subscription.leases. It needs no lock: skipped
+// and storedVis are atomic (set by the run goroutine's reads too), reported
+// is the renewal goroutine's. What the renewal extends (the batch, and the
+// ack queue) is the subscription's, under its mu.
 type leases struct {
-	skipped   atomic.Bool
-	renewNow  chan struct{}
-	storedVis atomic.Int64
-	reported  string // the entry the last renewal reported handled (extendLeases' goroutine only)
+	skipped   atomic.Bool   // renewals were skipped since the last one (and the ticker stopped)
+	renewNow  chan struct{} // starts them again (see fetched); capacity 1
+	storedVis atomic.Int64  // the group's stored visibility timeout as last read (renewal, or a read of new entries: see readNew); 0 before
+	reported  string        // the entry the last renewal reported handled (extendLeases' goroutine only)
 }
 
 // reportAfter is how long a handler has a message before the subscription
@@ -85,7 +85,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	if err != nil {
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
-	sub.reported = handed.ID
+	sub.leases.reported = handed.ID
 	if sub.holdsSlot.Load() {
 		group := s.config.ConsumerGroup
 		if _, err := store.Slot(ctx, s.redis, s.keys.Shard(sub.topic, 0), group, "renew", sub.slotHolder(), 0, 3*sub.renewEvery()); err != nil {
@@ -131,18 +131,18 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 		case <-t.C:
 			// skipped is set before needless looks: a fetch either finds
 			// it set (and starts the ticker) or is seen by needless.
-			sub.skipped.Store(true)
+			sub.leases.skipped.Store(true)
 			if sub.needless(last) {
 				t.Stop()
 				report.Stop()
 				continue
 			}
-			sub.skipped.Store(false)
+			sub.leases.skipped.Store(false)
 		case <-report.C:
 			if !sub.reportDue() {
 				continue
 			}
-		case <-sub.renewNow:
+		case <-sub.leases.renewNow:
 			every = sub.renewEvery()
 			t.Reset(every)
 			report.Reset(reportAfter)
@@ -158,7 +158,7 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 				sub.fields())
 		}
 		if stored > 0 {
-			sub.storedVis.Store(int64(stored))
+			sub.leases.learnVis(stored)
 		}
 		if want := sub.renewEvery(); want != every {
 			every = want
@@ -176,14 +176,14 @@ func (sub *subscription) reportDue() bool {
 	}
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	return sub.handling && len(sub.batch) > 0 && sub.batch[0].msg.ID != sub.reported && !sub.order.isLost()
+	return sub.handling && len(sub.batch) > 0 && sub.batch[0].msg.ID != sub.leases.reported && !sub.order.isLost()
 }
 
 // renewEvery is how often held messages' leases are renewed: three times
 // per visibility timeout, the group's stored one when that is shorter.
 func (sub *subscription) renewEvery() time.Duration {
 	vis := sub.s.config.VisibilityTimeout
-	if stored := time.Duration(sub.storedVis.Load()); stored > 0 {
+	if stored := time.Duration(sub.leases.storedVis.Load()); stored > 0 {
 		vis = min(vis, stored)
 	}
 	return vis / 3
@@ -206,13 +206,16 @@ func (sub *subscription) needless(last time.Time) bool {
 	return len(sub.batch) == 0 && sub.acks.count() == 0
 }
 
+// learnVis records the group's stored visibility timeout, as read by a
+// renewal or a read of new entries.
+func (l *leases) learnVis(stored time.Duration) {
+	l.storedVis.Store(int64(stored))
+}
+
 // fetched is called once the entries of a read are held: the renewals
 // start again if they were skipped meanwhile (see extendLeases).
-func (sub *subscription) fetched() {
-	if sub.skipped.Swap(false) {
-		select {
-		case sub.renewNow <- struct{}{}:
-		default:
-		}
+func (l *leases) fetched() {
+	if l.skipped.Swap(false) {
+		wakeUp(l.renewNow)
 	}
 }

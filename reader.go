@@ -156,7 +156,7 @@ func (sub *subscription) readNew(ctx context.Context, count int) ([]store.Batch,
 	}
 	if a.Vis {
 		sub.visRead = now
-		sub.storedVis.Store(int64(r.Vis))
+		sub.leases.learnVis(r.Vis)
 	}
 	short := true // no stream gave all that was asked for: it took all there was
 	for _, xs := range r.Streams {

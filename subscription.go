@@ -43,7 +43,7 @@ type subscription struct {
 	acks acks // acker.go: acked entries not yet acknowledged in Redis; its own lock
 
 	// The state of each concern, declared beside its code.
-	leases           // lease.go: renewal of what the subscription holds
+	leases leases    // lease.go: renewal of what the subscription holds
 	reads            // reader.go: reads of new messages, and the bell
 	flow             // flowcontrol.go: pause, rate limit, concurrency slots
 	order  *ordering // ordered.go: the partition's ownership, for Ordered; nil if not ordered
