@@ -114,7 +114,7 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 		// A subscription waiting for its bell sends its queued acks with
 		// its next read (readNew), when a message comes within ackLinger
 		// of the oldest: a round trip saved per message at a low rate.
-		for sub.waiting.Load() && ctx.Err() == nil {
+		for sub.reads.isWaiting() && ctx.Err() == nil {
 			d := ackLinger - sub.acks.queuedFor()
 			if d <= 0 {
 				break

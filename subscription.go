@@ -44,7 +44,7 @@ type subscription struct {
 
 	// The state of each concern, declared beside its code.
 	leases leases    // lease.go: renewal of what the subscription holds
-	reads            // reader.go: reads of new messages, and the bell
+	reads  reads     // reader.go: reads of new messages, and the bell
 	flow             // flowcontrol.go: pause, rate limit, concurrency slots
 	order  *ordering // ordered.go: the partition's ownership, for Ordered; nil if not ordered
 
@@ -82,10 +82,9 @@ func (sub *subscription) run(ctx context.Context) {
 		if pos.history && sub.flushBeforeHistory(ctx) {
 			return
 		}
-		if sub.armed && !pos.history {
+		if !pos.history && sub.reads.takeArmed() {
 			// Read all there was: wait until there is more, then check
 			// the ownership and the gate again.
-			sub.armed = false
 			sub.waitBell(ctx)
 			continue
 		}
