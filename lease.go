@@ -86,11 +86,8 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
 	sub.leases.reported = handed.ID
-	if sub.holdsSlot.Load() {
-		group := s.config.ConsumerGroup
-		if _, err := store.Slot(ctx, s.redis, s.keys.Shard(sub.topic, 0), group, "renew", sub.slotHolder(), 0, 3*sub.renewEvery()); err != nil {
-			return 0, fmt.Errorf("renew the lease of a concurrency slot: %w", err)
-		}
+	if err := sub.renewSlot(ctx); err != nil {
+		return 0, err
 	}
 	if abandoned, err := sub.renewOwnership(ctx); err != nil {
 		return 0, err

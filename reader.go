@@ -107,14 +107,13 @@ func (sub *subscription) listen() (unlisten func()) {
 	flow := &store.Listener{Fn: func(store.Note) {
 		// A pause change, or the (re)subscription of its channel: changes
 		// published while not subscribed are lost, so check.
-		sub.flowNotified.Store(true)
-		wakeUp(sub.flowWake)
+		sub.flow.notify()
 	}}
 	sh0, group := sub.s.keys.Shard(sub.topic, 0), sub.s.config.ConsumerGroup
 	channels := map[string]*store.Listener{sh0.Flow(group): flow}
 	if sub.s.config.concurrency(sub.topic) > 0 {
 		// A concurrency slot was released (slot.lua).
-		channels[sh0.Running(group)] = &store.Listener{Fn: func(store.Note) { wakeUp(sub.slotWake) }}
+		channels[sh0.Running(group)] = &store.Listener{Fn: func(store.Note) { sub.flow.slotReleased() }}
 	}
 	for channel, l := range channels {
 		h.Listen(channel, l)
@@ -264,7 +263,7 @@ func (sub *subscription) waitBell(ctx context.Context) {
 	case <-wake:
 	case <-ctx.Done():
 	case <-sub.reads.bell:
-	case <-sub.flowWake: // flowNotified tells the gate to check
+	case <-sub.flow.woken(): // flow.notified tells the gate to check
 	case <-poll:
 	}
 }

@@ -217,7 +217,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			out:      out,
 			leases:   leases{renewNow: make(chan struct{}, 1)},
 			reads:    reads{bell: make(chan struct{}, 1)},
-			flow:     flow{flowWake: make(chan struct{}, 1), slotWake: make(chan struct{}, 1)},
+			flow:     flow{wake: make(chan struct{}, 1), slotWake: make(chan struct{}, 1)},
 			order:    newOrdering(order),
 			acks:     acks{m: m, wake: make(chan struct{}, 1)},
 			m:        m,

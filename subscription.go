@@ -45,7 +45,7 @@ type subscription struct {
 	// The state of each concern, declared beside its code.
 	leases leases    // lease.go: renewal of what the subscription holds
 	reads  reads     // reader.go: reads of new messages, and the bell
-	flow             // flowcontrol.go: pause, rate limit, concurrency slots
+	flow   flow      // flowcontrol.go: pause, rate limit, concurrency slots
 	order  *ordering // ordered.go: the partition's ownership, for Ordered; nil if not ordered
 
 	m *subMetrics // nil without SubscriberConfig.Metrics
@@ -108,7 +108,7 @@ func (sub *subscription) run(ctx context.Context) {
 		if !pos.history {
 			// A read takes up to count from each of its two streams: an
 			// excess is charged to the next reservation.
-			sub.unused -= len(entries)
+			sub.flow.charge(len(entries))
 		}
 		if err != nil {
 			if sub.readFailed(ctx, err, &pos) {
