@@ -24,11 +24,14 @@ type subscription struct {
 	out      chan *message.Message // shared by the topic's partitions
 
 	// What the subscription holds, for lease renewal and for handing back
-	// what waits behind a slow handler (see delivery.go). mu serialises
-	// handing out the next message with that hand-back, and guards the
-	// fields below down to recheck. An acked entry leaves the batch for the
-	// ack queue under mu (see settled), so whoever holds mu sees it in one
-	// or the other. Lock order: mu, then the ack queue's own (acks.mu).
+	// what waits behind a slow handler (see renewLeases). mu serialises
+	// handing out the next message with that hand-back, and guards batch,
+	// handling, since and recheck. An acked entry leaves the batch for the
+	// ack queue under mu (see settled), and only so enters the queue:
+	// whoever holds mu sees every held entry in one or the other, and the
+	// queue cannot grow meanwhile. Lock order: mu, then the ack queue's
+	// own (acks.mu); flushMu (a write of the queue) is never taken under
+	// either.
 	mu       sync.Mutex
 	batch    []entry   // fetched, not settled; batch[0] is handled or next
 	handling bool      // a handler has batch[0]
@@ -40,9 +43,10 @@ type subscription struct {
 
 	deadline *time.Timer // the handler's (see startDeadline; run goroutine only)
 
-	acks acks // acker.go: acked entries not yet acknowledged in Redis; its own lock
-
-	// The state of each concern, declared beside its code.
+	// The state of each concern, declared beside its code; each type's
+	// doc says what guards it. Only acks has a lock of its own: the others
+	// are the run goroutine's, or atomic.
+	acks   acks      // acker.go: acked entries not yet acknowledged in Redis
 	leases leases    // lease.go: renewal of what the subscription holds
 	reads  reads     // reader.go: reads of new messages, and the bell
 	flow   flow      // flowcontrol.go: pause, rate limit, concurrency slots
