@@ -15,26 +15,41 @@ import (
 
 // acks is a subscription's ack queue: entries acked, not yet acknowledged
 // in Redis (ids in the ready and in the redelivery stream), still held.
-// ackReady, ackRedo and ackSince are guarded by the subscription's mu.
+//
+// mu guards ready, redo, since and the ack timings of m (see
+// subMetrics.ackQueued); it is a leaf lock, taken last: the subscription's
+// mu may be held when it is taken, never taken while it is. Entries enter
+// the queue only under the subscription's mu, in the critical section that
+// takes them off the batch (see settled): whoever holds the subscription's
+// mu so sees every held entry either in the batch or in the queue, and the
+// queue does not grow meanwhile (a write of it only shrinks it). Lease
+// renewal and the hand-back behind a slow handler count on that.
+//
+// flushMu makes one write of the queue at a time (a flush, or a read
+// carrying it: see startWrite); it is taken before mu, never while mu or
+// the subscription's mu is held.
 type acks struct {
-	ackReady, ackRedo []string
-	ackSince          time.Time     // when the oldest queued ack was queued; zero while none is
-	ackWake           chan struct{} // wakes the acker; capacity 1
-	flushMu           sync.Mutex    // one write of the queue at a time (a flush, or a read carrying it)
+	mu      sync.Mutex
+	ready   []string      // ids in the ready stream
+	redo    []string      // ids in the redelivery stream
+	since   time.Time     // when the oldest queued ack was queued; zero while none is
+	m       *subMetrics   // the subscription's; nil without metrics
+	wake    chan struct{} // wakes the acker; capacity 1
+	flushMu sync.Mutex
 }
 
 // Acknowledgements are asynchronous: an Ack moves the entry from the
-// subscription's batch to its ack queue (under sub.mu, so the entry is held
-// throughout) and the next message is handed out at once. The acker
-// goroutine writes the queue to Redis in one pipelined round trip per flush
-// (XACK with every ready-stream id, ack.lua with every redelivery-stream
-// id) at the next multiple of ackEvery on the clock; acks made meanwhile,
-// or while a flush is in flight, go into the next one. So a steady stream
-// of acks costs one write per ackEvery, not one per message, and the acks
-// of all the subscriptions of a process share those writes. The acks of a
-// subscription waiting for its bell ride on its next read instead, when
-// that comes within ackLinger: at a low rate a message then costs no
-// round trip of its own for its ack.
+// subscription's batch to its ack queue (under the subscription's mu, so
+// the entry is held throughout) and the next message is handed out at
+// once. The acker goroutine writes the queue to Redis in one pipelined
+// round trip per flush (XACK with every ready-stream id, ack.lua with
+// every redelivery-stream id) at the next multiple of ackEvery on the
+// clock; acks made meanwhile, or while a flush is in flight, go into the
+// next one. So a steady stream of acks costs one write per ackEvery, not
+// one per message, and the acks of all the subscriptions of a process
+// share those writes. The acks of a subscription waiting for its bell ride
+// on its next read instead, when that comes within ackLinger: at a low
+// rate a message then costs no round trip of its own for its ack.
 //
 // Queued entries are still pending in Redis, so until their flush succeeds
 // they count as held: lease renewal keeps them, and the queue is flushed
@@ -44,28 +59,43 @@ type acks struct {
 // stay pending and are handed back or reclaimed: delivered again, never
 // lost.
 
-// queueAck adds an acknowledged entry to the ack queue. sub.mu is held.
-func (sub *subscription) queueAck(e entry) {
-	sub.m.ackQueued(e.redo)
-	if len(sub.ackReady)+len(sub.ackRedo) == 0 {
-		sub.ackSince = time.Now()
+// queue adds an acknowledged entry to the ack queue and wakes the acker.
+// The subscription's mu is held (see acks).
+func (q *acks) queue(e entry) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.m.ackQueued(e.redo)
+	if len(q.ready)+len(q.redo) == 0 {
+		q.since = time.Now()
 	}
 	if e.redo {
-		sub.ackRedo = append(sub.ackRedo, e.msg.ID)
+		q.redo = append(q.redo, e.msg.ID)
 	} else {
-		sub.ackReady = append(sub.ackReady, e.msg.ID)
+		q.ready = append(q.ready, e.msg.ID)
 	}
-	select {
-	case sub.ackWake <- struct{}{}:
-	default:
-	}
+	wakeUp(q.wake)
 }
 
-// queuedAcks is how many acknowledgements wait for a flush.
-func (sub *subscription) queuedAcks() int {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	return len(sub.ackReady) + len(sub.ackRedo)
+// count is how many acknowledgements wait for a write.
+func (q *acks) count() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.ready) + len(q.redo)
+}
+
+// appendHeld appends the ids of the queue to ready and redo, for a lease
+// renewal: the entries are still held. Called with the subscription's mu
+// held, so that with the batch they are all it holds (see acks).
+func (q *acks) appendHeld(ready, redo []any) ([]any, []any) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, id := range q.ready {
+		ready = append(ready, id)
+	}
+	for _, id := range q.redo {
+		redo = append(redo, id)
+	}
+	return ready, redo
 }
 
 // ackLoop flushes the ack queue whenever acks are queued, retrying a failed
@@ -75,7 +105,7 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-sub.ackWake:
+		case <-sub.acks.wake:
 		}
 		// Flushes happen at multiples of ackEvery on the clock, the same
 		// instants for every subscription of the process: the hub's lanes
@@ -84,8 +114,8 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 		// A subscription waiting for its bell sends its queued acks with
 		// its next read (readNew), when a message comes within ackLinger
 		// of the oldest: a round trip saved per message at a low rate.
-		for sub.waiting.Load() && ctx.Err() == nil {
-			d := ackLinger - sub.queuedFor()
+		for sub.reads.isWaiting() && ctx.Err() == nil {
+			d := ackLinger - sub.acks.queuedFor()
 			if d <= 0 {
 				break
 			}
@@ -114,25 +144,25 @@ const (
 	ackLinger = 50 * time.Millisecond
 )
 
-// queuedFor is how long the oldest queued ack has waited (0: none).
-func (sub *subscription) queuedFor() time.Duration {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	if sub.ackSince.IsZero() {
+// queuedFor is how long the oldest queued ack has waited (ackLinger:
+// none waits).
+func (q *acks) queuedFor() time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.since.IsZero() {
 		return ackLinger // nothing to wait for
 	}
-	return time.Since(sub.ackSince)
+	return time.Since(q.since)
 }
 
 // flushAcks writes the acknowledgements queued so far to Redis in one
 // pipelined round trip and takes them off the queue once Redis has them;
 // on error they stay queued. It returns how many are still queued (acked
-// meanwhile). One write of the queue runs at a time (flushMu: a flush, or
-// a read carrying the acks, see readNew).
+// meanwhile). One write of the queue runs at a time (see startWrite: a
+// flush, or a read carrying the acks, see readNew).
 func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
-	sub.flushMu.Lock()
-	defer sub.flushMu.Unlock()
-	ready, redo := sub.queuedSnapshot()
+	ready, redo := sub.acks.startWrite(true)
+	defer sub.acks.endWrite()
 	if len(ready)+len(redo) == 0 {
 		return 0, nil
 	}
@@ -140,19 +170,30 @@ func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
 	return sub.acked(ready, redo, store.Ack(ctx, s.redis, sub.shard, s.config.ConsumerGroup, ready, redo))
 }
 
-// queuedSnapshot returns the ids of the ack queue, for a write of them.
-// Called with flushMu held.
-func (sub *subscription) queuedSnapshot() (ready, redo []string) {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
+// startWrite starts the one write of the queue at a time (flushMu) and,
+// with take, returns its ids for the write (none without: the write
+// carries no acks); endWrite ends it. What Redis took leaves the queue by
+// the subscription's acked, called before endWrite.
+func (q *acks) startWrite(take bool) (ready, redo []string) {
+	q.flushMu.Lock()
+	if !take {
+		return nil, nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	// Appends during the write go beyond these lengths, so the snapshot
 	// stays valid without a copy.
-	return sub.ackReady[:len(sub.ackReady):len(sub.ackReady)], sub.ackRedo[:len(sub.ackRedo):len(sub.ackRedo)]
+	return q.ready[:len(q.ready):len(q.ready)], q.redo[:len(q.redo):len(q.redo)]
+}
+
+// endWrite ends a write started by startWrite.
+func (q *acks) endWrite() {
+	q.flushMu.Unlock()
 }
 
 // acked takes off the ack queue what a write of the snapshot ready, redo
 // had Redis take, and returns how many are still queued and the write's
-// errors. Called with flushMu held.
+// errors. Called within the write (see startWrite).
 func (sub *subscription) acked(ready, redo []string, r store.AckReply) (int, error) {
 	// Each command counts on its own: what Redis took leaves the queue,
 	// the rest is tried again.
@@ -172,7 +213,7 @@ func (sub *subscription) acked(ready, redo []string, r store.AckReply) (int, err
 			acked, doneRedo = acked+int(n), len(redo)
 		}
 	}
-	left := sub.dequeueAcks(doneReady, doneRedo)
+	left := sub.acks.dequeue(doneReady, doneRedo)
 	if missed := doneReady + doneRedo - acked; missed > 0 {
 		sub.s.logger.Info("redisdelay: Ack of message(s) no longer pending (reclaimed or handed back, so they may be delivered again; or acknowledged by an earlier write whose reply was lost)",
 			sub.fields().Add(watermill.LogFields{"count": missed}))
@@ -180,17 +221,17 @@ func (sub *subscription) acked(ready, redo []string, r store.AckReply) (int, err
 	return left, errors.Join(errs...)
 }
 
-// dequeueAcks takes the first ready and redo ids off the ack queue and
-// returns how many are left.
-func (sub *subscription) dequeueAcks(ready, redo int) int {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	sub.m.acksWritten(ready, redo)
-	sub.ackReady = shift(sub.ackReady, ready)
-	sub.ackRedo = shift(sub.ackRedo, redo)
-	left := len(sub.ackReady) + len(sub.ackRedo)
+// dequeue takes the first ready and redo ids off the ack queue (written
+// to Redis) and returns how many are left.
+func (q *acks) dequeue(ready, redo int) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.m.acksWritten(ready, redo)
+	q.ready = shift(q.ready, ready)
+	q.redo = shift(q.redo, redo)
+	left := len(q.ready) + len(q.redo)
 	if left == 0 {
-		sub.ackSince = time.Time{}
+		q.since = time.Time{}
 	}
 	return left
 }

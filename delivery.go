@@ -25,7 +25,7 @@ func (sub *subscription) deliverAll(ctx context.Context, entries []entry, pos *r
 	sub.mu.Unlock()
 	if len(entries) > 0 {
 		// Once held (see extendLeases).
-		sub.fetched()
+		sub.leases.fetched()
 	}
 	for {
 		e, ok := sub.next()
@@ -35,54 +35,13 @@ func (sub *subscription) deliverAll(ctx context.Context, entries []entry, pos *r
 		if pos.history {
 			pos.cursor[e.streamIndex()-1] = e.msg.ID
 		}
-		sub.enter(phaseStep)
+		sub.order.enter(phaseStep)
 		ok, acked := sub.deliver(ctx, e)
 		sub.settled(e, acked)
 		if !ok {
 			return false
 		}
 	}
-}
-
-// next hands out the first message of the batch, if any is left (none
-// once an ordered subscription lost its partition: the new owner took the
-// rest over).
-func (sub *subscription) next() (entry, bool) {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	if sub.lost.Load() {
-		clear(sub.batch)
-		sub.batch = nil
-	}
-	if len(sub.batch) == 0 {
-		return entry{}, false
-	}
-	sub.handling, sub.since = true, time.Now()
-	return sub.batch[0], true
-}
-
-// settled records that the handled message was acked or nacked (or
-// handed back); an acked one moves to the ack queue, still held.
-func (sub *subscription) settled(e entry, acked bool) {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	sub.handling = false
-	sub.handedAt.Store(0)
-	if len(sub.batch) > 0 {
-		sub.batch[0] = entry{}
-		sub.batch = sub.batch[1:]
-	}
-	if acked {
-		sub.queueAck(e)
-	}
-}
-
-func (sub *subscription) takeRecheck() bool {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	r := sub.recheck
-	sub.recheck = false
-	return r
 }
 
 // newerRetry is how long a stream entry of a newer release waits in the
@@ -194,7 +153,7 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 		return ctx.Err() == nil, false, nil, ""
 	}
 	sub.m.delivered(attempt, e.msg.ID)
-	sub.enter(phaseWait) // bounded by the handler timeout
+	sub.order.enter(phaseWait) // bounded by the handler timeout
 	// Until ctx ends, wait for the handler. Then (closing) its context is
 	// cancelled: hand back what was fetched but not delivered at once, give
 	// the handler CloseTimeout to finish, and let run's release hand back
@@ -357,21 +316,7 @@ func (sub *subscription) handOut(ctx context.Context, msg *message.Message) bool
 			return false
 		}
 	}
-	sub.enter(phaseSend)
-	for !sub.lost.Load() {
-		select {
-		case sub.out <- msg:
-			sub.handedAt.Store(time.Now().UnixNano())
-			if sub.order.stalls.Load() != 0 {
-				sub.order.stalls.Store(0)
-			}
-			return true
-		case <-ctx.Done():
-			return false
-		case <-sub.unstick:
-		}
-	}
-	return false
+	return sub.handOutOwned(ctx, msg)
 }
 
 // expire settles, instead of delivering it, a message whose deadline has

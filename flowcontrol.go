@@ -10,21 +10,63 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// flow is a subscription's flow control state. Run goroutine only unless
-// atomic: the group was paused at the last check, made at flowChecked;
-// messages of the last rate-limit reservation not fetched (negative:
-// fetched beyond it), and the end of that reservation (gate.lua).
-// flowNotified: a pause or resume was published (or the notifications
-// resubscribed) since; flowWake wakes a paused subscription for it.
+// flow is a subscription's flow control state (pause, rate limit,
+// concurrency slots), held as subscription.flow. It needs no lock: it is
+// the run goroutine's unless atomic or a channel. The group was paused at
+// the last check, made at checked; unused is the messages of the last
+// rate-limit reservation not fetched (negative: fetched beyond it), and
+// reserved the end of that reservation (gate.lua). notified: a pause or
+// resume was published (or the notifications resubscribed) since; wake
+// wakes a paused subscription for it.
 type flow struct {
-	paused       bool
-	flowChecked  time.Time
-	unused       int
-	reserved     int64
-	holdsSlot    atomic.Bool   // a concurrency slot
-	slotWake     chan struct{} // a slot was released; capacity 1
-	flowNotified atomic.Bool
-	flowWake     chan struct{}
+	paused    bool
+	checked   time.Time
+	unused    int
+	reserved  int64
+	holdsSlot atomic.Bool   // a concurrency slot (renewed by lease renewal, see renewSlot)
+	slotWake  chan struct{} // a slot was released; capacity 1
+	notified  atomic.Bool
+	wake      chan struct{} // capacity 1
+}
+
+// notify records that a pause change was published (or the notifications
+// resubscribed), and wakes a subscription waiting for it.
+func (f *flow) notify() {
+	f.notified.Store(true)
+	wakeUp(f.wake)
+}
+
+// woken is the channel that wakes a subscription for a pause change (see
+// notify).
+func (f *flow) woken() <-chan struct{} { return f.wake }
+
+// slotReleased wakes a subscription waiting for a concurrency slot.
+func (f *flow) slotReleased() { wakeUp(f.slotWake) }
+
+// charge counts n messages fetched against the last rate-limit
+// reservation: a read takes up to its count from each of its two streams,
+// so an excess is charged to the next reservation.
+func (f *flow) charge(n int) { f.unused -= n }
+
+// learned records the pause state a check found now, and reports whether
+// it changed.
+func (f *flow) learned(paused bool) (changed bool) {
+	f.checked = time.Now()
+	if paused == f.paused {
+		return false
+	}
+	f.paused = paused
+	return true
+}
+
+// reserve records what a check reserved under a rate limit (limited): the
+// messages and the end of the reservation, given back by the next check
+// unless the read fetches them all; nothing without a limit.
+func (f *flow) reserve(limited bool, count int, end int64) {
+	f.unused, f.reserved = 0, 0
+	if limited {
+		f.unused, f.reserved = count, end
+	}
 }
 
 // RateLimit is a number of messages per interval: see
@@ -74,7 +116,7 @@ func (sub *subscription) takeSlot(ctx context.Context) bool {
 	if limit == 0 {
 		return true
 	}
-	sub.enter(phaseWait) // for the group's other handlers
+	sub.order.enter(phaseWait) // for the group's other handlers
 	sh := s.keys.Shard(sub.topic, 0)
 	for failures := 0; ; {
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -90,13 +132,13 @@ func (sub *subscription) takeSlot(ctx context.Context) bool {
 			wait = backoff(failures, 2*time.Second)
 			s.limiter.errorf(s.logger, "redisdelay: cannot take a concurrency slot; retrying", err, sub.fields())
 		case held:
-			sub.holdsSlot.Store(true)
+			sub.flow.holdsSlot.Store(true)
 			return true
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-		case <-sub.slotWake:
+		case <-sub.flow.slotWake:
 		case <-t.C:
 		}
 		t.Stop()
@@ -109,10 +151,24 @@ func (sub *subscription) slotHolder() string {
 	return sub.consumer + "/" + strconv.Itoa(sub.part)
 }
 
+// renewSlot extends, with the leases (see renewLeases), the lease of the
+// concurrency slot the subscription holds, if any.
+func (sub *subscription) renewSlot(ctx context.Context) error {
+	if !sub.flow.holdsSlot.Load() {
+		return nil
+	}
+	s := sub.s
+	group := s.config.ConsumerGroup
+	if _, err := store.Slot(ctx, s.redis, s.keys.Shard(sub.topic, 0), group, "renew", sub.slotHolder(), 0, 3*sub.renewEvery()); err != nil {
+		return fmt.Errorf("renew the lease of a concurrency slot: %w", err)
+	}
+	return nil
+}
+
 // releaseSlot gives back the concurrency slot the subscription holds, if
 // any; one that cannot be given back lapses after its lease.
 func (sub *subscription) releaseSlot() {
-	if !sub.holdsSlot.Swap(false) {
+	if !sub.flow.holdsSlot.Swap(false) {
 		return
 	}
 	s := sub.s
@@ -196,32 +252,30 @@ func (i *Inspector) Paused(ctx context.Context, topic, group string) (bool, erro
 // reconnecting, or a Pause by a version that did not send one); then a
 // plain EXISTS of the pause flag does.
 func (sub *subscription) gate(ctx context.Context) (count int, err error) {
-	s := sub.s
+	s, f := sub.s, &sub.flow
 	limit := s.config.rateLimit(sub.topic)
 	want := limit.batch(s.config.BatchSize)
-	notified := sub.flowNotified.Swap(false)
-	checkDue := time.Since(sub.flowChecked) >= s.config.BlockTime
-	if limit.Messages == 0 && !sub.paused && !notified && !checkDue {
+	notified := f.notified.Swap(false)
+	checkDue := time.Since(f.checked) >= s.config.BlockTime
+	if limit.Messages == 0 && !f.paused && !notified && !checkDue {
 		return want, nil
 	}
 	sh := s.keys.Shard(sub.topic, 0)
 	var r store.GateReply
 	if limit.Messages > 0 {
 		r, err = store.Gate(ctx, s.redis, sh, store.GateArgs{Group: s.config.ConsumerGroup, LimitMessages: limit.Messages, LimitPer: limit.Per,
-			Want: want, Unused: sub.unused, Reserved: sub.reserved})
+			Want: want, Unused: f.unused, Reserved: f.reserved})
 	} else {
 		r.Count = want
 		r.Paused, err = store.Paused(ctx, s.redis, sh, s.config.ConsumerGroup)
 	}
 	if err != nil {
 		if notified {
-			sub.flowNotified.Store(true) // still to be checked
+			f.notified.Store(true) // still to be checked
 		}
 		return 0, fmt.Errorf("check whether the group is paused or rate limited: %w", err)
 	}
-	sub.flowChecked = time.Now()
-	if r.Paused != sub.paused {
-		sub.paused = r.Paused
+	if f.learned(r.Paused) {
 		what := "redisdelay: consumer group resumed; fetching messages again"
 		if r.Paused {
 			what = "redisdelay: consumer group paused (Inspector.Pause); fetching no messages until it is resumed"
@@ -233,22 +287,19 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 		// BlockTime.
 		t := time.NewTimer(s.config.BlockTime)
 		defer t.Stop()
-		sub.enter(phaseWait)
+		sub.order.enter(phaseWait)
 		select {
 		case <-ctx.Done():
-		case <-sub.flowWake:
+		case <-f.wake:
 		case <-t.C:
 		}
 		return 0, nil
 	}
-	sub.unused, sub.reserved = 0, 0
-	if limit.Messages > 0 {
-		// Given back by the next call unless the read fetches them all
-		// (or another reservation came after this one).
-		sub.unused, sub.reserved = r.Count, r.End
-	}
+	// Given back by the next call unless the read fetches them all (or
+	// another reservation came after this one).
+	f.reserve(limit.Messages > 0, r.Count, r.End)
 	if r.Wait > 0 {
-		sub.enter(phaseWait)
+		sub.order.enter(phaseWait)
 		sleep(ctx, r.Wait)
 	}
 	if ctx.Err() != nil {

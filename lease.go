@@ -10,16 +10,16 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// leases is a subscription's lease renewal (see extendLeases): renewals
-// were skipped since the last one (and the ticker stopped); renewNow
-// (capacity 1) starts it again. storedVis is the group's stored
-// visibility timeout as last read (renewal, or a read of new entries: see
-// readNew), 0 before.
+// leases is the state of a subscription's lease renewal (see
+// extendLeases), held as subscription.leases. It needs no lock: skipped
+// and storedVis are atomic (set by the run goroutine's reads too), reported
+// is the renewal goroutine's. What the renewal extends (the batch, and the
+// ack queue) is the subscription's, under its mu.
 type leases struct {
-	skipped   atomic.Bool
-	renewNow  chan struct{}
-	storedVis atomic.Int64
-	reported  string // the entry the last renewal reported handled (extendLeases' goroutine only)
+	skipped   atomic.Bool   // renewals were skipped since the last one (and the ticker stopped)
+	renewNow  chan struct{} // starts them again (see fetched); capacity 1
+	storedVis atomic.Int64  // the group's stored visibility timeout as last read (renewal, or a read of new entries: see readNew); 0 before
+	reported  string        // the entry the last renewal reported handled (extendLeases' goroutine only)
 }
 
 // reportAfter is how long a handler has a message before the subscription
@@ -38,7 +38,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	// An ordered subscription keeps what waits behind a slow handler:
 	// nobody else may handle its partition's messages meanwhile.
 	slowNow := sub.order == nil && sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow
-	queued := len(sub.ackReady)+len(sub.ackRedo) > 0
+	queued := sub.acks.count() > 0
 	sub.mu.Unlock()
 	if slowNow && queued {
 		// The hand-back returns everything pending but the handled entry:
@@ -47,8 +47,10 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 		_, _ = sub.flushAcks(ctx)
 	}
 	sub.mu.Lock()
-	// Acks queued meanwhile mean the handler moved on (since changed).
-	if slowNow && sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow && len(sub.ackReady)+len(sub.ackRedo) == 0 {
+	// Acks queued meanwhile mean the handler moved on (since changed). None
+	// is queued while mu is held (see acks): the hand-back returns no acked
+	// entry.
+	if slowNow && sub.handling && len(sub.batch) > 1 && time.Since(sub.since) >= slow && sub.acks.count() == 0 {
 		if sub.release(strconv.Itoa(sub.batch[0].streamIndex()), sub.batch[0].msg.ID) != nil {
 			// Some may have gone back before the error: whatever is still
 			// pending for this consumer is read again after this message.
@@ -61,7 +63,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	// yet.
 	var ready, redo []any
 	held := sub.batch
-	if sub.lost.Load() {
+	if sub.order.isLost() {
 		held = nil
 	}
 	var handed store.Handed
@@ -75,12 +77,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 			ready = append(ready, e.msg.ID)
 		}
 	}
-	for _, id := range sub.ackReady {
-		ready = append(ready, id)
-	}
-	for _, id := range sub.ackRedo {
-		redo = append(redo, id)
-	}
+	ready, redo = sub.acks.appendHeld(ready, redo) // under mu: see acks
 	sub.mu.Unlock()
 
 	group := s.config.ConsumerGroup
@@ -88,23 +85,14 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 	if err != nil {
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
-	sub.reported = handed.ID
-	if sub.holdsSlot.Load() {
-		group := s.config.ConsumerGroup
-		if _, err := store.Slot(ctx, s.redis, s.keys.Shard(sub.topic, 0), group, "renew", sub.slotHolder(), 0, 3*sub.renewEvery()); err != nil {
-			return 0, fmt.Errorf("renew the lease of a concurrency slot: %w", err)
-		}
+	sub.leases.reported = handed.ID
+	if err := sub.renewSlot(ctx); err != nil {
+		return 0, err
 	}
-	if sub.owns.Load() && !sub.lost.Load() {
-		if since, stuck := sub.stuck(); stuck {
-			sub.abandon(ctx, since)
-			return r.Vis, nil
-		}
-		if st, err := sub.ownOp(ctx, store.OwnRenew); err != nil {
-			return 0, fmt.Errorf("renew the ownership of the partition: %w", err)
-		} else if st == store.NotOwner {
-			sub.loseOwnership()
-		}
+	if abandoned, err := sub.renewOwnership(ctx); err != nil {
+		return 0, err
+	} else if abandoned {
+		return r.Vis, nil
 	}
 	if r.Unheld > 0 {
 		s.unheld.Add(1)
@@ -140,18 +128,18 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 		case <-t.C:
 			// skipped is set before needless looks: a fetch either finds
 			// it set (and starts the ticker) or is seen by needless.
-			sub.skipped.Store(true)
+			sub.leases.skipped.Store(true)
 			if sub.needless(last) {
 				t.Stop()
 				report.Stop()
 				continue
 			}
-			sub.skipped.Store(false)
+			sub.leases.skipped.Store(false)
 		case <-report.C:
 			if !sub.reportDue() {
 				continue
 			}
-		case <-sub.renewNow:
+		case <-sub.leases.renewNow:
 			every = sub.renewEvery()
 			t.Reset(every)
 			report.Reset(reportAfter)
@@ -167,7 +155,7 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 				sub.fields())
 		}
 		if stored > 0 {
-			sub.storedVis.Store(int64(stored))
+			sub.leases.learnVis(stored)
 		}
 		if want := sub.renewEvery(); want != every {
 			every = want
@@ -185,14 +173,14 @@ func (sub *subscription) reportDue() bool {
 	}
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	return sub.handling && len(sub.batch) > 0 && sub.batch[0].msg.ID != sub.reported && !sub.lost.Load()
+	return sub.handling && len(sub.batch) > 0 && sub.batch[0].msg.ID != sub.leases.reported && !sub.order.isLost()
 }
 
 // renewEvery is how often held messages' leases are renewed: three times
 // per visibility timeout, the group's stored one when that is shorter.
 func (sub *subscription) renewEvery() time.Duration {
 	vis := sub.s.config.VisibilityTimeout
-	if stored := time.Duration(sub.storedVis.Load()); stored > 0 {
+	if stored := time.Duration(sub.leases.storedVis.Load()); stored > 0 {
 		vis = min(vis, stored)
 	}
 	return vis / 3
@@ -212,16 +200,19 @@ func (sub *subscription) needless(last time.Time) bool {
 	}
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	return len(sub.batch) == 0 && len(sub.ackReady)+len(sub.ackRedo) == 0
+	return len(sub.batch) == 0 && sub.acks.count() == 0
+}
+
+// learnVis records the group's stored visibility timeout, as read by a
+// renewal or a read of new entries.
+func (l *leases) learnVis(stored time.Duration) {
+	l.storedVis.Store(int64(stored))
 }
 
 // fetched is called once the entries of a read are held: the renewals
 // start again if they were skipped meanwhile (see extendLeases).
-func (sub *subscription) fetched() {
-	if sub.skipped.Swap(false) {
-		select {
-		case sub.renewNow <- struct{}{}:
-		default:
-		}
+func (l *leases) fetched() {
+	if l.skipped.Swap(false) {
+		wakeUp(l.renewNow)
 	}
 }

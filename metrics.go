@@ -113,8 +113,8 @@ func observePublish(m Metrics, topic string, messages []*message.Message, start,
 type subMetrics struct {
 	rec SubscriptionMetrics
 
-	// when each queued acknowledgement was made, in queue order (as
-	// subscription.ackReady and ackRedo); guarded by the subscription's mu
+	// when each queued acknowledgement was made, in queue order (as the
+	// ack queue's ready and redo ids); guarded by the ack queue's mu (acks)
 	readyAt, redoAt []time.Time
 }
 
@@ -179,7 +179,7 @@ func (sm *subMetrics) timedOut() {
 	sm.rec.TimedOut()
 }
 
-// ackQueued records when an acknowledgement was queued. The subscription's
+// ackQueued records when an acknowledgement was queued. The ack queue's
 // mu is held.
 func (sm *subMetrics) ackQueued(redo bool) {
 	if sm == nil {
@@ -193,7 +193,7 @@ func (sm *subMetrics) ackQueued(redo bool) {
 }
 
 // acksWritten records the first ready and redo acknowledgements of the
-// queue as written to Redis. The subscription's mu is held.
+// queue as written to Redis. The ack queue's mu is held.
 func (sm *subMetrics) acksWritten(ready, redo int) {
 	if sm == nil || ready+redo == 0 {
 		return

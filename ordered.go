@@ -2,26 +2,38 @@ package redisdelay
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// ordering is an ordered subscription's state (see Ordered): the balance
-// shared with the topic's other partitions; whether this one owns its
-// partition; set by lease renewal when the ownership ran out; whether own
-// skipped a take last time (run goroutine only); what the run goroutine is
-// doing, and since when (see enter and stuck); unstick (capacity 1) wakes
-// a send to out once the partition is lost, so that it is given up.
+// ordering is an ordered subscription's state (see Ordered), held as
+// subscription.order; a subscription that is not ordered has none (nil:
+// it owns nothing, loses nothing, and enter does nothing). It needs no
+// lock: declined is the run goroutine's, the rest is atomic or a channel,
+// shared by the run goroutine and lease renewal.
 type ordering struct {
-	order      *balance
-	owns, lost atomic.Bool
-	declined   bool
-	phase      atomic.Int64
-	unstick    chan struct{}
+	bal      *balance      // shared with the topic's other partitions
+	owns     atomic.Bool   // this subscription owns its partition
+	lost     atomic.Bool   // set by lease renewal when the ownership ran out (see lose)
+	declined bool          // own skipped a take last time (run goroutine only)
+	phase    atomic.Int64  // what the run goroutine is doing, and since when (see enter and stuck)
+	unstick  chan struct{} // wakes a send to out once the partition is lost, so that it is given up; capacity 1
+}
+
+// newOrdering returns the ordering state of a subscription sharing bal
+// with the topic's other partitions: nil, for a subscription that is not
+// ordered, without one.
+func newOrdering(bal *balance) *ordering {
+	if bal == nil {
+		return nil
+	}
+	return &ordering{bal: bal, unstick: make(chan struct{}, 1)}
 }
 
 // Ordered subscriptions (SubscriberConfig.Ordered). One consumer of a group
@@ -102,32 +114,76 @@ func heartbeatEvery(lease time.Duration) time.Duration {
 // taken (the subscription then reads what it holds first).
 func (sub *subscription) own(ctx context.Context) (owns, taken bool, err error) {
 	o, s := sub.order, sub.s
-	if sub.lost.Swap(false) && sub.owns.Load() {
-		sub.owns.Store(false)
-		o.owned.Add(-1)
+	if o.dropLost() {
 		s.logger.Info("redisdelay: no longer owns its partition (its lease ran out, or it was given up as stuck); another consumer takes it over", sub.fields())
 	}
-	if sub.owns.Load() {
-		if cur := o.owned.Load(); o.surplus(cur) && o.owned.CompareAndSwap(cur, cur-1) {
+	if o.owns.Load() {
+		if o.surplus() {
 			sub.disown()
 			s.logger.Debug("redisdelay: gave up a partition for a new member of the group", sub.fields())
 			return false, false, nil
 		}
 		return true, false, nil
 	}
-	if o.benched() || !o.mayTake(o.owned.Load(), sub.declined) {
-		sub.declined = true
+	if !o.mayTake() {
 		return false, false, nil
 	}
-	sub.declined = false
 	st, err := sub.ownOp(ctx, store.OwnTake)
 	if err != nil || st == store.NotOwner {
 		return false, false, err
 	}
-	sub.owns.Store(true)
-	o.owned.Add(1)
+	o.took()
 	s.logger.Debug("redisdelay: took over a partition", sub.fields())
 	return true, true, nil
+}
+
+// dropLost records that a partition lost (see lose) is no longer owned,
+// and reports whether it was.
+func (o *ordering) dropLost() bool {
+	if o.lost.Swap(false) && o.owns.Load() {
+		o.owns.Store(false)
+		o.bal.owned.Add(-1)
+		return true
+	}
+	return false
+}
+
+// surplus reports whether an owner is to give its partition up, the
+// member owning more than its share (see balance.surplus); it then counts
+// the partition as given up (the caller disowns it).
+func (o *ordering) surplus() bool {
+	cur := o.bal.owned.Load()
+	return o.bal.surplus(cur) && o.bal.owned.CompareAndSwap(cur, cur-1)
+}
+
+// mayTake reports whether the subscription may try to take its free
+// partition now (see balance.mayTake), remembering a decline for the next
+// time.
+func (o *ordering) mayTake() bool {
+	if o.bal.benched() || !o.bal.mayTake(o.bal.owned.Load(), o.declined) {
+		o.declined = true
+		return false
+	}
+	o.declined = false
+	return true
+}
+
+// took records that the subscription took its partition.
+func (o *ordering) took() {
+	o.owns.Store(true)
+	o.bal.owned.Add(1)
+}
+
+// owning reports whether the subscription owns its partition (false for
+// one that is not ordered).
+func (o *ordering) owning() bool {
+	return o != nil && o.owns.Load()
+}
+
+// isLost reports whether the partition was lost (see lose) and own has
+// not seen it yet (false for a subscription that is not ordered).
+func (o *ordering) isLost() bool {
+	return o != nil && o.lost.Load()
 }
 
 // disown hands back what the subscription holds and drops its ownership,
@@ -142,7 +198,7 @@ func (sub *subscription) disown() {
 	if _, err := sub.ownOp(ctx, store.OwnDrop); err != nil && !store.IsClientClosed(err) {
 		sub.s.logger.Error("redisdelay: cannot give up the ownership of a partition; another consumer takes it over when it expires", err, sub.fields())
 	}
-	sub.owns.Store(false)
+	sub.order.owns.Store(false)
 }
 
 // claimBatch is how many pending entries one own.lua call claims when a
@@ -181,10 +237,11 @@ const (
 )
 
 // enter records that the run goroutine of an ordered subscription enters
-// phase now; time and phase are one value, read together by stuck.
-func (sub *subscription) enter(phase int64) {
-	if sub.order != nil {
-		sub.phase.Store(time.Now().UnixMilli()<<2 | phase)
+// phase now; time and phase are one value, read together by stuck. It does
+// nothing for a subscription that is not ordered (nil).
+func (o *ordering) enter(phase int64) {
+	if o != nil {
+		o.phase.Store(time.Now().UnixMilli()<<2 | phase)
 	}
 }
 
@@ -194,17 +251,18 @@ func (sub *subscription) enter(phase int64) {
 // message the application has not received within
 // SubscriberConfig.HandlerTimeout (and that bound): it is busy with
 // others past that timeout. Half the lease, checked every third of the
-// visibility timeout, gives the partition up within a lease.
-func (sub *subscription) stuck() (time.Duration, bool) {
-	v := sub.phase.Load()
+// visibility timeout, gives the partition up within a lease. lease is the
+// ownership lease (Subscriber.ownLease), handlerTimeout
+// SubscriberConfig.HandlerTimeout.
+func (o *ordering) stuck(lease, handlerTimeout time.Duration) (time.Duration, bool) {
+	v := o.phase.Load()
 	since := time.Since(time.UnixMilli(v >> 2))
-	bound := max(sub.s.ownLease()/2, time.Second)
+	bound := max(lease/2, time.Second)
 	switch v & 3 {
 	case phaseStep:
 		return since, since > bound
 	case phaseSend:
-		limit := sub.s.config.HandlerTimeout
-		return since, limit > 0 && since > max(limit, bound)
+		return since, handlerTimeout > 0 && since > max(handlerTimeout, bound)
 	}
 	return since, false
 }
@@ -220,21 +278,13 @@ func phaseName(v int64) string {
 	return "waiting"
 }
 
-// unstick is the unstick channel of a subscription: ordered ones only.
-func unstick(o *balance) chan struct{} {
-	if o == nil {
-		return nil
-	}
-	return make(chan struct{}, 1)
-}
-
-// loseOwnership records that the partition is no longer the
-// subscription's: its next read checks the ownership again, a send waiting
-// for the application is given up (the new owner delivers that message),
-// and renewals stop extending the leases of what it fetched.
-func (sub *subscription) loseOwnership() {
-	sub.lost.Store(true)
-	wakeUp(sub.unstick)
+// lose records that the partition is no longer the subscription's: its
+// next read checks the ownership again, a send waiting for the application
+// is given up (the new owner delivers that message), and renewals stop
+// extending the leases of what it fetched.
+func (o *ordering) lose() {
+	o.lost.Store(true)
+	wakeUp(o.unstick)
 }
 
 // abandon gives up the partition of an owner that is stuck (see stuck):
@@ -244,15 +294,59 @@ func (sub *subscription) loseOwnership() {
 func (sub *subscription) abandon(ctx context.Context, since time.Duration) {
 	s := sub.s
 	s.logger.Error("redisdelay: an ordered subscription made no progress on its partition; giving the partition up so that another consumer of the group reads it", nil,
-		sub.fields().Add(watermill.LogFields{"doing": phaseName(sub.phase.Load()), "for": since.Round(time.Millisecond).String()}))
+		sub.fields().Add(watermill.LogFields{"doing": phaseName(sub.order.phase.Load()), "for": since.Round(time.Millisecond).String()}))
 	if err := sub.drainAcks(ctx); err != nil && !store.IsClientClosed(err) {
 		s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
 	}
-	sub.loseOwnership()
-	sub.order.bench(s.ownLease())
+	sub.order.lose()
+	sub.order.bal.bench(s.ownLease())
 	if _, err := sub.ownOp(ctx, store.OwnDrop); err != nil && !store.IsClientClosed(err) {
 		s.logger.Error("redisdelay: cannot give up the ownership of a stuck partition; another consumer takes it over when it expires", err, sub.fields())
 	}
+}
+
+// renewOwnership renews, with the leases (see renewLeases), the ownership
+// of an owner's partition, or gives the partition up when the owner is
+// stuck (abandoned). Without a partition owned (or not ordered) it does
+// nothing.
+func (sub *subscription) renewOwnership(ctx context.Context) (abandoned bool, err error) {
+	o := sub.order
+	if !o.owning() || o.isLost() {
+		return false, nil
+	}
+	if since, stuck := o.stuck(sub.s.ownLease(), sub.s.config.HandlerTimeout); stuck {
+		sub.abandon(ctx, since)
+		return true, nil
+	}
+	st, err := sub.ownOp(ctx, store.OwnRenew)
+	if err != nil {
+		return false, fmt.Errorf("renew the ownership of the partition: %w", err)
+	}
+	if st == store.NotOwner {
+		o.lose()
+	}
+	return false, nil
+}
+
+// handOutOwned is handOut for an ordered subscription: it gives the send
+// up once the partition is lost (see lose).
+func (sub *subscription) handOutOwned(ctx context.Context, msg *message.Message) bool {
+	o := sub.order
+	o.enter(phaseSend)
+	for !o.lost.Load() {
+		select {
+		case sub.out <- msg:
+			sub.handedAt.Store(time.Now().UnixNano())
+			if o.bal.stalls.Load() != 0 {
+				o.bal.stalls.Store(0)
+			}
+			return true
+		case <-ctx.Done():
+			return false
+		case <-o.unstick:
+		}
+	}
+	return false
 }
 
 // takeOwnership makes an ordered subscription own its partition before it

@@ -12,10 +12,10 @@ import (
 // HandlerTimeout; never while it waits on something bounded or wanted.
 func TestOrdered_OwnerStuck(t *testing.T) {
 	s := &Subscriber{config: SubscriberConfig{VisibilityTimeout: 30 * time.Second, HandlerTimeout: time.Minute}}
-	sub := &subscription{s: s, ordering: ordering{order: newBalance(1)}}
+	sub := &subscription{s: s, order: newOrdering(newBalance(1))}
 	at := func(phase int64, ago time.Duration) bool {
-		sub.phase.Store(time.Now().Add(-ago).UnixMilli()<<2 | phase)
-		_, stuck := sub.stuck()
+		sub.order.phase.Store(time.Now().Add(-ago).UnixMilli()<<2 | phase)
+		_, stuck := sub.order.stuck(s.ownLease(), s.config.HandlerTimeout)
 		return stuck
 	}
 	// The lease is 20 s: a step may take 10 s.
@@ -30,8 +30,8 @@ func TestOrdered_OwnerStuck(t *testing.T) {
 	s.config.VisibilityTimeout = time.Second
 	require.False(t, at(phaseStep, 900*time.Millisecond), "a second at least")
 
-	sub.enter(phaseSend)
-	require.Equal(t, phaseSend, sub.phase.Load()&3)
+	sub.order.enter(phaseSend)
+	require.Equal(t, phaseSend, sub.order.phase.Load()&3)
 
 	// Each give-up in a row doubles the time out of the member list.
 	o := newBalance(1)

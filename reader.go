@@ -8,26 +8,47 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// reads is the state of a subscription's reads of new messages, run
-// goroutine only unless atomic: the last read found fewer than it asked
-// for, so the next arms the bell (drained); that read found fewer too, so
-// the next waits for it (armed; unarmed: Redis refused to arm it, so it
-// polls). bell (capacity 1) is rung by the hub. visRead is when a read
-// last read the stored visibility timeout. Grouped messages (see
-// fair.lua): groupsRung, set by the bell's listener, says a group may be
-// served; groupMore that the last pick left groups to serve; groupWake
-// when a group asleep under its rate limit wakes; groupsChecked when a
-// read last picked (see groupCheckEvery).
+// reads is the state of a subscription's reads of new messages, held as
+// subscription.reads. It needs no lock: it is the run goroutine's unless
+// atomic or a channel. The last read found fewer than it asked for, so
+// the next arms the bell (drained); that read found fewer too, so the next
+// waits for it (armed; unarmed: Redis refused to arm it, so it polls).
+// visRead is when a read last read the stored visibility timeout. Grouped
+// messages (see fair.lua): groupsRung, set by the bell's listener and the
+// sweep, says a group may be served; groupMore that the last pick left
+// groups to serve; groupWake when a group asleep under its rate limit
+// wakes; groupsChecked when a read last picked (see groupCheckEvery).
 type reads struct {
 	drained, armed, unarmed bool
-	waiting                 atomic.Bool // waiting for the bell (waitBell), read by the acker
-	bell                    chan struct{}
+	waiting                 atomic.Bool   // waiting for the bell (waitBell), read by the acker
+	bell                    chan struct{} // rung by the hub and the sweep (see ring); capacity 1
 	visRead                 time.Time
 
 	groupsRung    atomic.Bool
 	groupMore     bool
 	groupWake     time.Time
 	groupsChecked time.Time
+}
+
+// ring rings the bell: the subscription reads at once, or when it next
+// waits for the bell.
+func (r *reads) ring() { wakeUp(r.bell) }
+
+// serveGroups says a group of grouped messages may be served: the next
+// read picks first.
+func (r *reads) serveGroups() { r.groupsRung.Store(true) }
+
+// isWaiting reports whether the subscription waits for its bell, having
+// read all there was (its queued acks then wait for its next read: see
+// ackLoop).
+func (r *reads) isWaiting() bool { return r.waiting.Load() }
+
+// takeArmed reports whether the last read armed the bell and took all
+// there was, so the subscription is to wait for the bell, and disarms it.
+func (r *reads) takeArmed() bool {
+	armed := r.armed
+	r.armed = false
+	return armed
 }
 
 // Reads of new messages never block a connection (see internal/store/hub.go). While a
@@ -79,21 +100,20 @@ func (sub *subscription) listen() (unlisten func()) {
 		// "g": a group of grouped messages may be served; a
 		// (re)subscription: notes published meanwhile are lost.
 		if n.Payload == "g" || n.Subscribed {
-			sub.groupsRung.Store(true)
+			sub.reads.serveGroups()
 		}
-		wakeUp(sub.bell)
+		sub.reads.ring()
 	}}
 	flow := &store.Listener{Fn: func(store.Note) {
 		// A pause change, or the (re)subscription of its channel: changes
 		// published while not subscribed are lost, so check.
-		sub.flowNotified.Store(true)
-		wakeUp(sub.flowWake)
+		sub.flow.notify()
 	}}
 	sh0, group := sub.s.keys.Shard(sub.topic, 0), sub.s.config.ConsumerGroup
 	channels := map[string]*store.Listener{sh0.Flow(group): flow}
 	if sub.s.config.concurrency(sub.topic) > 0 {
 		// A concurrency slot was released (slot.lua).
-		channels[sh0.Running(group)] = &store.Listener{Fn: func(store.Note) { wakeUp(sub.slotWake) }}
+		channels[sh0.Running(group)] = &store.Listener{Fn: func(store.Note) { sub.flow.slotReleased() }}
 	}
 	for channel, l := range channels {
 		h.Listen(channel, l)
@@ -123,60 +143,73 @@ func wakeUp(c chan struct{}) {
 func (sub *subscription) readNew(ctx context.Context, count int) ([]store.Batch, error) {
 	s := sub.s
 	now := time.Now()
-	a := store.ReadArgs{
-		Group: s.config.ConsumerGroup, Consumer: sub.consumer, Count: count,
-		Pick: sub.groupsRung.Swap(false) || sub.groupMore ||
-			!sub.groupWake.IsZero() && !now.Before(sub.groupWake) ||
-			!sub.drained && now.Sub(sub.groupsChecked) >= groupCheckEvery,
-		Arm: sub.drained,
-		// The stored timeout paces lease renewal (see renewEvery): read
-		// once per renewal period, so a shorter one set by another
-		// subscriber of the group is followed within a period.
-		Vis: now.Sub(sub.visRead) >= sub.renewEvery(),
-	}
+	a := store.ReadArgs{Group: s.config.ConsumerGroup, Consumer: sub.consumer, Count: count}
+	a.Pick, a.Arm, a.Vis = sub.reads.plan(now, sub.renewEvery())
 	// The acks queued ride along (see ackLoop; not while a test holds
 	// them: ackGate); one write of the queue at a time.
-	sub.flushMu.Lock()
-	if s.ackGate == nil {
-		a.AckReady, a.AckRedo = sub.queuedSnapshot()
-	}
+	a.AckReady, a.AckRedo = sub.acks.startWrite(s.ackGate == nil)
 	r, err := store.ReadNew(ctx, s.redis, sub.shard, a)
 	if len(a.AckReady)+len(a.AckRedo) > 0 {
 		if _, ackErr := sub.acked(a.AckReady, a.AckRedo, r.Acked); ackErr != nil && err == nil {
 			s.limiter.errorf(s.logger, "redisdelay: cannot write acknowledgements to Redis; retrying", ackErr, sub.fields())
 		}
 	}
-	sub.flushMu.Unlock()
+	sub.acks.endWrite()
 	if err != nil {
 		if a.Pick {
-			sub.groupsRung.Store(true) // still to be picked
+			sub.reads.serveGroups() // still to be picked
 		}
 		return nil, err
 	}
+	if a.Vis {
+		sub.leases.learnVis(r.Vis)
+	}
+	sub.reads.record(now, a, r)
+	return r.Streams, nil
+}
+
+// plan decides what a read of new entries at now does besides reading (see
+// the top of this file): pick grouped messages first, arm the bell, read
+// the group's stored visibility timeout (once per renewal period: see
+// renewEvery).
+func (r *reads) plan(now time.Time, renewEvery time.Duration) (pick, arm, vis bool) {
+	pick = r.groupsRung.Swap(false) || r.groupMore ||
+		!r.groupWake.IsZero() && !now.Before(r.groupWake) ||
+		!r.drained && now.Sub(r.groupsChecked) >= groupCheckEvery
+	arm = r.drained
+	// The stored timeout paces lease renewal (see renewEvery): read once
+	// per renewal period, so a shorter one set by another subscriber of
+	// the group is followed within a period.
+	vis = now.Sub(r.visRead) >= renewEvery
+	return pick, arm, vis
+}
+
+// record records what the read made at now with a (see plan) found: when
+// it took all there was after arming the bell, the subscription is to
+// wait for the bell (see takeArmed).
+func (r *reads) record(now time.Time, a store.ReadArgs, rep store.ReadReply) {
 	if a.Pick {
-		sub.groupsChecked = now
-		sub.groupMore, sub.groupWake = r.Pick.More, r.Pick.Wake
+		r.groupsChecked = now
+		r.groupMore, r.groupWake = rep.Pick.More, rep.Pick.Wake
 	}
 	if a.Vis {
-		sub.visRead = now
-		sub.storedVis.Store(int64(r.Vis))
+		r.visRead = now
 	}
 	short := true // no stream gave all that was asked for: it took all there was
-	for _, xs := range r.Streams {
-		if len(xs.Entries) >= count {
+	for _, xs := range rep.Streams {
+		if len(xs.Entries) >= a.Count {
 			short = false
 		}
 	}
 	switch {
-	case !short || sub.groupMore:
-		sub.drained = false
+	case !short || r.groupMore:
+		r.drained = false
 	case a.Arm:
 		// Refused at maxmemory: poll until a read arms it again.
-		sub.armed, sub.unarmed = true, !r.Armed
+		r.armed, r.unarmed = true, !rep.Armed
 	default:
-		sub.drained = true
+		r.drained = true
 	}
-	return r.Streams, nil
 }
 
 // readArgs are the arguments of a non-blocking read of the subscription's
@@ -203,7 +236,7 @@ func entryCount(res []store.Batch) int {
 // pollEvery instead.
 func (sub *subscription) waitBell(ctx context.Context) {
 	var poll <-chan time.Time
-	if sub.order == nil && !sub.s.bellsDenied.Load() && !sub.unarmed {
+	if sub.order == nil && !sub.s.bellsDenied.Load() && !sub.reads.unarmed {
 		sub.s.idleMu.Lock()
 		sub.s.idle[sub] = time.Now()
 		sub.s.idleMu.Unlock()
@@ -217,20 +250,20 @@ func (sub *subscription) waitBell(ctx context.Context) {
 		defer t.Stop()
 		poll = t.C
 	}
-	sub.waiting.Store(true) // its queued acks wait for its next read (ackLoop)
-	defer sub.waiting.Store(false)
+	sub.reads.waiting.Store(true) // its queued acks wait for its next read (ackLoop)
+	defer sub.reads.waiting.Store(false)
 	var wake <-chan time.Time
-	if !sub.groupWake.IsZero() {
+	if !sub.reads.groupWake.IsZero() {
 		// A group asleep under its rate limit wakes then: nothing rings.
-		t := time.NewTimer(time.Until(sub.groupWake))
+		t := time.NewTimer(time.Until(sub.reads.groupWake))
 		defer t.Stop()
 		wake = t.C
 	}
 	select {
 	case <-wake:
 	case <-ctx.Done():
-	case <-sub.bell:
-	case <-sub.flowWake: // flowNotified tells the gate to check
+	case <-sub.reads.bell:
+	case <-sub.flow.woken(): // flow.notified tells the gate to check
 	case <-poll:
 	}
 }
@@ -243,7 +276,7 @@ func (sub *subscription) waitBell(ctx context.Context) {
 func (sub *subscription) pollEvery() time.Duration {
 	s := sub.s
 	d := s.config.BlockTime
-	if s.bellsDenied.Load() || sub.unarmed {
+	if s.bellsDenied.Load() || sub.reads.unarmed {
 		d = min(d, deniedPoll)
 	}
 	if sub.order != nil {

@@ -206,6 +206,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		}()
 	}
 	for part := range parts {
+		m := newSubMetrics(s.config.Metrics, topic, s.config.ConsumerGroup)
 		sub := &subscription{
 			s:        s,
 			topic:    topic,
@@ -214,12 +215,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			consumer: consumer,
 			lvl:      lvl,
 			out:      out,
-			acks:     acks{ackWake: make(chan struct{}, 1)},
 			leases:   leases{renewNow: make(chan struct{}, 1)},
 			reads:    reads{bell: make(chan struct{}, 1)},
-			flow:     flow{flowWake: make(chan struct{}, 1), slotWake: make(chan struct{}, 1)},
-			ordering: ordering{order: order, unstick: unstick(order)},
-			m:        newSubMetrics(s.config.Metrics, topic, s.config.ConsumerGroup),
+			flow:     flow{wake: make(chan struct{}, 1), slotWake: make(chan struct{}, 1)},
+			order:    newOrdering(order),
+			acks:     acks{m: m, wake: make(chan struct{}, 1)},
+			m:        m,
 		}
 		wg.Add(1)
 		go func() {

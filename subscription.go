@@ -24,9 +24,14 @@ type subscription struct {
 	out      chan *message.Message // shared by the topic's partitions
 
 	// What the subscription holds, for lease renewal and for handing back
-	// what waits behind a slow handler (see delivery.go). mu serialises
-	// handing out the next message with that hand-back, and guards the ack
-	// queue too (acks), whose entries are still held.
+	// what waits behind a slow handler (see renewLeases). mu serialises
+	// handing out the next message with that hand-back, and guards batch,
+	// handling, since and recheck. An acked entry leaves the batch for the
+	// ack queue under mu (see settled), and only so enters the queue:
+	// whoever holds mu sees every held entry in one or the other, and the
+	// queue cannot grow meanwhile. Lock order: mu, then the ack queue's
+	// own (acks.mu); flushMu (a write of the queue) is never taken under
+	// either.
 	mu       sync.Mutex
 	batch    []entry   // fetched, not settled; batch[0] is handled or next
 	handling bool      // a handler has batch[0]
@@ -38,12 +43,14 @@ type subscription struct {
 
 	deadline *time.Timer // the handler's (see startDeadline; run goroutine only)
 
-	// The state of each concern, declared beside its code.
-	acks     // acker.go: acked entries not yet acknowledged in Redis
-	leases   // lease.go: renewal of what the subscription holds
-	reads    // reader.go: reads of new messages, and the bell
-	flow     // flowcontrol.go: pause, rate limit, concurrency slots
-	ordering // ordered.go: the partition's ownership, for Ordered
+	// The state of each concern, declared beside its code; each type's
+	// doc says what guards it. Only acks has a lock of its own: the others
+	// are the run goroutine's, or atomic.
+	acks   acks      // acker.go: acked entries not yet acknowledged in Redis
+	leases leases    // lease.go: renewal of what the subscription holds
+	reads  reads     // reader.go: reads of new messages, and the bell
+	flow   flow      // flowcontrol.go: pause, rate limit, concurrency slots
+	order  *ordering // ordered.go: the partition's ownership, for Ordered; nil if not ordered
 
 	m *subMetrics // nil without SubscriberConfig.Metrics
 }
@@ -66,7 +73,7 @@ func (sub *subscription) run(ctx context.Context) {
 	pos := readPos{cursor: fromStart}
 	for ctx.Err() == nil {
 		if sub.order != nil {
-			sub.enter(phaseStep)
+			sub.order.enter(phaseStep)
 			owns, stop := sub.takeOwnership(ctx, &pos)
 			if stop {
 				return
@@ -79,10 +86,9 @@ func (sub *subscription) run(ctx context.Context) {
 		if pos.history && sub.flushBeforeHistory(ctx) {
 			return
 		}
-		if sub.armed && !pos.history {
+		if !pos.history && sub.reads.takeArmed() {
 			// Read all there was: wait until there is more, then check
 			// the ownership and the gate again.
-			sub.armed = false
 			sub.waitBell(ctx)
 			continue
 		}
@@ -91,7 +97,7 @@ func (sub *subscription) run(ctx context.Context) {
 			// Pause and rate limit (flowcontrol.go): only new messages.
 			var err error
 			count, err = sub.gate(ctx)
-			sub.enter(phaseStep)
+			sub.order.enter(phaseStep)
 			if err != nil {
 				if sub.readFailed(ctx, err, &pos) {
 					return
@@ -106,7 +112,7 @@ func (sub *subscription) run(ctx context.Context) {
 		if !pos.history {
 			// A read takes up to count from each of its two streams: an
 			// excess is charged to the next reservation.
-			sub.unused -= len(entries)
+			sub.flow.charge(len(entries))
 		}
 		if err != nil {
 			if sub.readFailed(ctx, err, &pos) {
@@ -127,6 +133,47 @@ func (sub *subscription) run(ctx context.Context) {
 			pos.rewind()
 		}
 	}
+}
+
+// next hands out the first message of the batch, if any is left (none
+// once an ordered subscription lost its partition: the new owner took the
+// rest over).
+func (sub *subscription) next() (entry, bool) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if sub.order.isLost() {
+		clear(sub.batch)
+		sub.batch = nil
+	}
+	if len(sub.batch) == 0 {
+		return entry{}, false
+	}
+	sub.handling, sub.since = true, time.Now()
+	return sub.batch[0], true
+}
+
+// settled records that the handled message was acked or nacked (or
+// handed back); an acked one moves to the ack queue, still held.
+func (sub *subscription) settled(e entry, acked bool) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	sub.handling = false
+	sub.handedAt.Store(0)
+	if len(sub.batch) > 0 {
+		sub.batch[0] = entry{}
+		sub.batch = sub.batch[1:]
+	}
+	if acked {
+		sub.acks.queue(e)
+	}
+}
+
+func (sub *subscription) takeRecheck() bool {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	r := sub.recheck
+	sub.recheck = false
+	return r
 }
 
 // readPos is where a subscription reads next. After a connection error, or
@@ -198,11 +245,11 @@ func (b *background) stop() {
 	cancel()
 	if err != nil && !store.IsClientClosed(err) {
 		s.logger.Error("redisdelay: cannot write acknowledgements to Redis before closing; those messages stay pending and are delivered again", err,
-			sub.fields().Add(watermill.LogFields{"count": sub.queuedAcks()}))
+			sub.fields().Add(watermill.LogFields{"count": sub.acks.count()}))
 	}
 	b.stopLease()
 	<-b.leaseDone
-	if sub.owns.Load() {
+	if sub.order.owning() {
 		sub.disown()
 	} else {
 		_ = sub.release("", "")
@@ -247,7 +294,7 @@ func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos
 		}
 	}
 	pos.rewind()
-	sub.enter(phaseWait)
+	sub.order.enter(phaseWait)
 	sleep(ctx, wait)
 	return false
 }

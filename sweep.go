@@ -40,7 +40,7 @@ func (s *Subscriber) sweep(ctx context.Context) {
 			// They wait without a poll: wake them to poll (watchGrant did,
 			// unless they started waiting as it found the refusal).
 			for _, sub := range due {
-				wakeUp(sub.bell)
+				sub.reads.ring()
 			}
 			continue
 		}
@@ -57,7 +57,7 @@ func (s *Subscriber) wakeIdle() {
 	s.idleMu.Lock()
 	defer s.idleMu.Unlock()
 	for sub := range s.idle {
-		wakeUp(sub.bell)
+		sub.reads.ring()
 	}
 }
 
@@ -77,7 +77,7 @@ func (s *Subscriber) peek(ctx context.Context, subs []*subscription) {
 	for i, p := range store.Peek(ctx, s.redis, shards, s.config.ConsumerGroup, consumers) {
 		sub := subs[i]
 		if p.Groups {
-			sub.groupsRung.Store(true)
+			sub.reads.serveGroups()
 		}
 		if p.Pending {
 			// It holds nothing: a read whose reply was lost (go-redis
@@ -87,7 +87,7 @@ func (s *Subscriber) peek(ctx context.Context, subs []*subscription) {
 			sub.mu.Unlock()
 		}
 		if p.Read || p.Groups || p.Pending {
-			wakeUp(sub.bell)
+			sub.reads.ring()
 		}
 	}
 }
