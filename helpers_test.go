@@ -372,3 +372,14 @@ func setup(t *testing.T) *env {
 	client := newClient(t)
 	return &env{client: client, topic: topic(), pub: newPublisher(t, client), insp: newInspector(t, client)}
 }
+
+// subscriber returns a Subscriber of group on the env's client, with the
+// default config as configure changes it, closed when the test ends.
+func (e *env) subscriber(t *testing.T, group string, configure ...func(*redisdelay.SubscriberConfig)) *redisdelay.Subscriber {
+	t.Helper()
+	config := redisdelay.SubscriberConfig{ConsumerGroup: group}
+	for _, c := range configure {
+		c(&config)
+	}
+	return newSubscriber(t, e.client, config)
+}
