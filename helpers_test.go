@@ -383,3 +383,23 @@ func (e *env) subscriber(t *testing.T, group string, configure ...func(*redisdel
 	}
 	return newSubscriber(t, e.client, config)
 }
+
+// prefixedEnv is an env whose pub and insp work under a key prefix of the
+// test's own: a Manager without a topic list sees only the test's topics,
+// and the schedules are the test's alone.
+type prefixedEnv struct {
+	*env
+	prefix string
+}
+
+// setupPrefixed returns a test's env under prefix.
+func setupPrefixed(t *testing.T, prefix string) *prefixedEnv {
+	t.Helper()
+	e := setup(t)
+	var err error
+	e.pub, err = redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: e.client, KeyPrefix: prefix}, logger)
+	require.NoError(t, err)
+	e.insp, err = redisdelay.NewInspector(redisdelay.InspectorConfig{Client: e.client, KeyPrefix: prefix})
+	require.NoError(t, err)
+	return &prefixedEnv{env: e, prefix: prefix}
+}

@@ -19,30 +19,11 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// scEnv is what the schedule tests start with: schedules are per key
-// prefix, so the env's Publisher and Inspector work under a prefix of the
-// test's own.
-type scEnv struct {
-	*env
-	prefix string
-}
-
-// setupSchedule returns a schedule test's env: pub and insp are under
-// prefix.
-func setupSchedule(t *testing.T) *scEnv {
+// setupSchedule is what the schedule tests start with: schedules are per
+// key prefix, so the env works under a prefix of the test's own.
+func setupSchedule(t *testing.T) *prefixedEnv {
 	t.Helper()
-	e := setup(t)
-	prefix := "sc-" + watermill.NewShortUUID()
-	e.pub = scPublisher(t, e.client, prefix)
-	e.insp = scInspector(t, e.client, prefix)
-	return &scEnv{env: e, prefix: prefix}
-}
-
-func scInspector(t *testing.T, client redis.UniversalClient, prefix string) *redisdelay.Inspector {
-	t.Helper()
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
-	require.NoError(t, err)
-	return insp
+	return setupPrefixed(t, "sc-"+watermill.NewShortUUID())
 }
 
 // scTick is a tick's message as a subscriber received it.
