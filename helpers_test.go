@@ -384,6 +384,17 @@ func (e *env) subscriber(t *testing.T, group string, configure ...func(*redisdel
 	return newSubscriber(t, e.client, config)
 }
 
+// publisher returns a Publisher with config on the env's client (Client
+// is set here), closed when the test ends.
+func (e *env) publisher(t *testing.T, config redisdelay.PublisherConfig) *redisdelay.Publisher {
+	t.Helper()
+	config.Client = e.client
+	pub, err := redisdelay.NewPublisher(config, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	return pub
+}
+
 // prefixedEnv is an env whose pub and insp work under a key prefix of the
 // test's own: a Manager without a topic list sees only the test's topics,
 // and the schedules are the test's alone.
