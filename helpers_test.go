@@ -369,7 +369,14 @@ type env struct {
 // setup returns a test's env; the client is closed when the test ends.
 func setup(t *testing.T) *env {
 	t.Helper()
-	client := newClient(t)
+	return setupOn(t, newClient(t))
+}
+
+// setupOn returns a test's env on a client the test chose: of a server of
+// its own (ownRedis), through a proxy... The caller closes the client (the
+// helpers that make them do when the test ends).
+func setupOn(t *testing.T, client redis.UniversalClient) *env {
+	t.Helper()
 	return &env{client: client, topic: topic(), pub: newPublisher(t, client), insp: newInspector(t, client)}
 }
 
