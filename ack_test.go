@@ -53,19 +53,17 @@ func TestAck_AckedMessagesNotRedeliveredAfterImmediateClose(t *testing.T) {
 	for _, held := range []bool{true, false} {
 		t.Run("held="+strconv.FormatBool(held), func(t *testing.T) {
 			t.Parallel()
-			client := newClient(t)
-			topic := topic()
-			pub := newPublisher(t, client)
+			env := setup(t)
 			config := redisdelay.SubscriberConfig{
 				ConsumerGroup: "g", BatchSize: 8, VisibilityTimeout: 500 * time.Millisecond, CheckInterval: 100 * time.Millisecond,
 			}
-			first := newSubscriber(t, client, config)
+			first := newSubscriber(t, env.client, config)
 			if held {
 				defer redisdelay.HoldAcks(first)()
 			}
-			require.NoError(t, first.SubscribeInitialize(topic))
-			msgs := ackPublish(t, pub, topic, 40)
-			ch := subscribe(t, first, topic)
+			require.NoError(t, first.SubscribeInitialize(env.topic))
+			msgs := ackPublish(t, env.pub, env.topic, 40)
+			ch := subscribe(t, first, env.topic)
 
 			seen := map[string]int{}
 			nacked := 0
@@ -84,13 +82,13 @@ func TestAck_AckedMessagesNotRedeliveredAfterImmediateClose(t *testing.T) {
 				m.Ack()
 			}
 			require.NoError(t, first.Close())
-			ackSettled(t, client, topic, "g")
+			ackSettled(t, env.client, env.topic, "g")
 			for id, n := range seen {
 				assert.LessOrEqual(t, n, 2, "message %s", id)
 			}
 
-			second := newSubscriber(t, client, config)
-			nothing(t, subscribe(t, second, topic), 1200*time.Millisecond) // > VisibilityTimeout + CheckInterval
+			second := newSubscriber(t, env.client, config)
+			nothing(t, subscribe(t, second, env.topic), 1200*time.Millisecond) // > VisibilityTimeout + CheckInterval
 		})
 	}
 }
@@ -208,18 +206,17 @@ func TestAck_CrashBetweenAckAndFlushRedelivers(t *testing.T) {
 // none run while idle; they run while it holds a message.
 func TestAck_LeaseRenewalSkippedWhileIdle(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 300 * time.Millisecond,
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 300 * time.Millisecond,
 		DisableScheduler: true}) // renewals every 100ms
-	ch := subscribe(t, sub, tp)
+	ch := subscribe(t, sub, env.topic)
 	time.Sleep(250 * time.Millisecond) // the first renewal
 	idle := redisdelay.Renewals(sub)
 	time.Sleep(time.Second)
 	assert.Equal(t, idle, redisdelay.Renewals(sub), "renewals while idle")
 	require.LessOrEqual(t, idle, int64(1))
 
-	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("m")))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("m")))
 	msg := receive(t, ch, 2*time.Second)
 	time.Sleep(time.Second) // held: renewed
 	held := redisdelay.Renewals(sub) - idle
@@ -237,17 +234,16 @@ func TestAck_LeaseRenewalAfterIdleFollowsShorterStoredTimeout(t *testing.T) {
 		t.Skip("waits for renewals 2s apart")
 	}
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 6 * time.Second,
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 6 * time.Second,
 		CheckInterval: 100 * time.Millisecond, RetryDelay: func(int) time.Duration { return 100 * time.Millisecond }})
-	ch := subscribe(t, sub, tp)
+	ch := subscribe(t, sub, env.topic)
 	// Renewals every 2s: the first at 2s, the one at 4s skipped; the next
 	// tick (6s) would come 1.6s after the fetch, too late for 600ms.
 	time.Sleep(4400 * time.Millisecond)
-	shorter := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond})
-	require.NoError(t, shorter.SubscribeInitialize(tp)) // stores the group's policy
-	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("m")))
+	shorter := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond})
+	require.NoError(t, shorter.SubscribeInitialize(env.topic)) // stores the group's policy
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("m")))
 	msg := receive(t, ch, 2*time.Second)
 	time.Sleep(2 * time.Second) // > 3× the stored timeout
 	msg.Ack()

@@ -20,29 +20,28 @@ import (
 // a no-op; an immediate message with a held key is rejected too.
 func TestBusinessKey_Reject(t *testing.T) {
 	t.Parallel()
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
-	tp := topic()
+	env := setup(t)
 	first := businessKeyMessage("order-1", time.Hour, "first", "")
-	require.NoError(t, pub.Publish(tp, first))
-	require.NoError(t, pub.Publish(tp, first.Copy()), "an identical re-publish is a no-op")
-	before := topicState(t, tp)
-	want := fmt.Sprintf(`redisdelay: duplicate business key: key "order-1" is held by message %q waiting in topic %q: cancel it first (CancelKey), or publish with the "keep-first" or "replace" BusinessKeyPolicy`, first.UUID, tp)
+	require.NoError(t, env.pub.Publish(env.topic, first))
+	require.NoError(t, env.pub.Publish(env.topic, first.Copy()), "an identical re-publish is a no-op")
+	before := topicState(t, env.topic)
+	want := fmt.Sprintf(`redisdelay: duplicate business key: key "order-1" is held by message %q waiting in topic %q: cancel it first (CancelKey), or publish with the "keep-first" or "replace" BusinessKeyPolicy`, first.UUID, env.topic)
 
 	for name, msgs := range map[string][]*message.Message{
 		"delayed":          {businessKeyMessage("order-1", 2*time.Hour, "second", "")},
 		"immediate":        {businessKeyMessage("order-1", 0, "now", "")},
 		"with a bystander": {delayed(delay.For(time.Minute), "bystander"), businessKeyMessage("order-1", time.Minute, "second", redisdelay.RejectDuplicateKey)},
 	} {
-		err := pub.Publish(tp, msgs...)
+		err := env.pub.Publish(env.topic, msgs...)
 		require.ErrorIs(t, err, redisdelay.ErrDuplicateBusinessKey, name)
 		require.EqualError(t, err, want, name)
-		require.Equal(t, before, topicState(t, tp), "%s: a rejected call changed the topic", name)
+		require.Equal(t, before, topicState(t, env.topic), "%s: a rejected call changed the topic", name)
 	}
-	require.Equal(t, map[string]string{"order-1": first.UUID}, businessKeyState(t, tp, 0))
+	require.Equal(t, map[string]string{"order-1": first.UUID}, businessKeyState(t, env.topic, 0))
 
 	// another key, and no key, are unaffected
-	require.NoError(t, pub.Publish(tp, businessKeyMessage("order-2", time.Hour, "other", ""), delayed(delay.For(time.Hour), "no key")))
-	require.Len(t, businessKeyState(t, tp, 0), 2)
+	require.NoError(t, env.pub.Publish(env.topic, businessKeyMessage("order-2", time.Hour, "other", ""), delayed(delay.For(time.Hour), "no key")))
+	require.Len(t, businessKeyState(t, env.topic, 0), 2)
 }
 
 // Keep first: the waiting message keeps its body and due time, the new one
@@ -50,20 +49,20 @@ func TestBusinessKey_Reject(t *testing.T) {
 // message.
 func TestBusinessKey_KeepFirst(t *testing.T) {
 	t.Parallel()
-	tp := topic()
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{tp: redisdelay.KeepFirst}})
+	env := setup(t)
+	pub := env.publisher(t, redisdelay.PublisherConfig{TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{env.topic: redisdelay.KeepFirst}})
 	first := businessKeyMessage("order-1", time.Hour, "first", "")
-	require.NoError(t, pub.Publish(tp, first))
-	due := waitingScore(t, tp, first.UUID)
-	before := topicState(t, tp)
+	require.NoError(t, pub.Publish(env.topic, first))
+	due := waitingScore(t, env.topic, first.UUID)
+	before := topicState(t, env.topic)
 
-	require.NoError(t, pub.Publish(tp, businessKeyMessage("order-1", time.Minute, "second", "")))
-	require.NoError(t, pub.Publish(tp, businessKeyMessage("order-1", 0, "immediate", "")), "an immediate message with a held key is dropped too")
-	require.Equal(t, before, topicState(t, tp))
-	require.Equal(t, due, waitingScore(t, tp, first.UUID))
+	require.NoError(t, pub.Publish(env.topic, businessKeyMessage("order-1", time.Minute, "second", "")))
+	require.NoError(t, pub.Publish(env.topic, businessKeyMessage("order-1", 0, "immediate", "")), "an immediate message with a held key is dropped too")
+	require.Equal(t, before, topicState(t, env.topic))
+	require.Equal(t, due, waitingScore(t, env.topic, first.UUID))
 
 	// a per-message policy overrides the topic's
-	err := pub.Publish(tp, businessKeyMessage("order-1", time.Minute, "strict", redisdelay.RejectDuplicateKey))
+	err := pub.Publish(env.topic, businessKeyMessage("order-1", time.Minute, "strict", redisdelay.RejectDuplicateKey))
 	require.ErrorIs(t, err, redisdelay.ErrDuplicateBusinessKey)
 	// other topics keep the default
 	other := topic()
@@ -75,28 +74,28 @@ func TestBusinessKey_KeepFirst(t *testing.T) {
 // own body and due time; an immediate one removes it and is sent at once.
 func TestBusinessKey_Replace(t *testing.T) {
 	t.Parallel()
-	tp := topic()
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.KeepFirst})
+	env := setup(t)
+	pub := env.publisher(t, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.KeepFirst})
 	first := businessKeyMessage("order-1", time.Hour, "first", "")
-	require.NoError(t, pub.Publish(tp, first))
+	require.NoError(t, pub.Publish(env.topic, first))
 
 	second := businessKeyMessage("order-1", time.Minute, "second", redisdelay.ReplaceWaiting)
-	require.NoError(t, pub.Publish(tp, second))
-	got := content(t, tp)
+	require.NoError(t, pub.Publish(env.topic, second))
+	got := content(t, env.topic)
 	require.Equal(t, []string{second.UUID}, got.waiting)
 	require.Equal(t, 1, got.bodies)
-	require.Less(t, waitingScore(t, tp, second.UUID), float64(time.Now().Add(2*time.Minute).UnixMilli()*1024), "rescheduled to its own due time")
-	require.Equal(t, map[string]string{"order-1": second.UUID}, businessKeyState(t, tp, 0))
+	require.Less(t, waitingScore(t, env.topic, second.UUID), float64(time.Now().Add(2*time.Minute).UnixMilli()*1024), "rescheduled to its own due time")
+	require.Equal(t, map[string]string{"order-1": second.UUID}, businessKeyState(t, env.topic, 0))
 
 	now := businessKeyMessage("order-1", 0, "now", redisdelay.ReplaceWaiting)
-	require.NoError(t, pub.Publish(tp, now))
-	got = content(t, tp)
+	require.NoError(t, pub.Publish(env.topic, now))
+	got = content(t, env.topic)
 	require.Empty(t, got.waiting)
 	require.Equal(t, 0, got.bodies)
 	require.EqualValues(t, 1, got.ready)
-	require.Empty(t, businessKeyState(t, tp, 0), "an immediate message holds no key")
+	require.Empty(t, businessKeyState(t, env.topic, 0), "an immediate message holds no key")
 	// the key is free: a new waiting message takes it under any policy
-	require.NoError(t, pub.Publish(tp, businessKeyMessage("order-1", time.Hour, "again", redisdelay.RejectDuplicateKey)))
+	require.NoError(t, pub.Publish(env.topic, businessKeyMessage("order-1", time.Hour, "again", redisdelay.RejectDuplicateKey)))
 }
 
 // CancelKey (Publisher and Inspector) recalls the waiting message holding a
@@ -106,14 +105,13 @@ func TestBusinessKey_CancelAndRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
 
 	a := businessKeyMessage("order-1", time.Hour, "a", "")
-	require.NoError(t, pub.Publish(env.topic, a))
-	ok, err := pub.CancelKey(ctx, env.topic, "order-1")
+	require.NoError(t, env.pub.Publish(env.topic, a))
+	ok, err := env.pub.CancelKey(ctx, env.topic, "order-1")
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = pub.CancelKey(ctx, env.topic, "order-1")
+	ok, err = env.pub.CancelKey(ctx, env.topic, "order-1")
 	require.NoError(t, err)
 	require.False(t, ok)
 	require.Empty(t, content(t, env.topic).waiting)
@@ -121,36 +119,36 @@ func TestBusinessKey_CancelAndRelease(t *testing.T) {
 	require.Empty(t, businessKeyState(t, env.topic, 0))
 
 	b := businessKeyMessage("order-1", time.Hour, "b", "")
-	require.NoError(t, pub.Publish(env.topic, b))
+	require.NoError(t, env.pub.Publish(env.topic, b))
 	ok, err = env.insp.CancelKey(ctx, env.topic, "order-1")
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Empty(t, businessKeyState(t, env.topic, 0))
 
 	c := businessKeyMessage("order-1", time.Hour, "c", "")
-	require.NoError(t, pub.Publish(env.topic, c))
-	ok, err = pub.Cancel(ctx, env.topic, c.UUID)
+	require.NoError(t, env.pub.Publish(env.topic, c))
+	ok, err = env.pub.Cancel(ctx, env.topic, c.UUID)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Empty(t, businessKeyState(t, env.topic, 0), "Cancel by UUID frees the key")
 
 	// due: moved to the ready stream by a scheduler, the key is free
 	d := businessKeyMessage("order-1", 50*time.Millisecond, "d", "")
-	require.NoError(t, pub.Publish(env.topic, d, businessKeyMessage("order-2", time.Hour, "stays", "")))
+	require.NoError(t, env.pub.Publish(env.topic, d, businessKeyMessage("order-2", time.Hour, "stays", "")))
 	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond})
 	require.Eventually(t, func() bool { return content(t, env.topic).ready == 1 }, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, []string{"order-2"}, keysOf(businessKeyState(t, env.topic, 0)), "promotion frees the key of the message it moves only")
-	ok, err = pub.CancelKey(ctx, env.topic, "order-1")
+	ok, err = env.pub.CancelKey(ctx, env.topic, "order-1")
 	require.NoError(t, err)
 	require.False(t, ok, "a message already due cannot be recalled")
-	require.NoError(t, pub.Publish(env.topic, businessKeyMessage("order-1", time.Hour, "e", "")))
+	require.NoError(t, env.pub.Publish(env.topic, businessKeyMessage("order-1", time.Hour, "e", "")))
 
-	_, err = pub.CancelKey(ctx, env.topic, "")
+	_, err = env.pub.CancelKey(ctx, env.topic, "")
 	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
 	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: cancel in topic %q: the business key is empty`, env.topic))
 	_, err = env.insp.CancelKey(ctx, "a b", "k")
 	require.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
-	_, err = pub.CancelKey(ctx, "", "k")
+	_, err = env.pub.CancelKey(ctx, "", "k")
 	require.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
 }
 
@@ -170,22 +168,22 @@ func TestBusinessKey_Partitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const parts = 4
-	tp := topic()
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{Partitions: parts})
+	env := setup(t)
+	pub := env.publisher(t, redisdelay.PublisherConfig{Partitions: parts})
 	var first []*message.Message
 	for i := range 12 {
 		key := fmt.Sprint("order-", i)
 		msg := businessKeyMessage(key, time.Hour, "x", "")
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, pub.Publish(env.topic, msg))
 		first = append(first, msg)
-		err := pub.Publish(tp, businessKeyMessage(key, time.Hour, "y", ""))
+		err := pub.Publish(env.topic, businessKeyMessage(key, time.Hour, "y", ""))
 		require.ErrorIs(t, err, redisdelay.ErrDuplicateBusinessKey, key)
-		require.ErrorContains(t, err, fmt.Sprintf("waiting in partition %d of topic %q", redisdelay.PartitionOf(key, parts), tp))
+		require.ErrorContains(t, err, fmt.Sprintf("waiting in partition %d of topic %q", redisdelay.PartitionOf(key, parts), env.topic))
 	}
 	for i, msg := range first {
 		key := fmt.Sprint("order-", i)
 		part := redisdelay.PartitionOf(key, parts)
-		require.Equal(t, msg.UUID, businessKeyState(t, tp, part)[key], key)
+		require.Equal(t, msg.UUID, businessKeyState(t, env.topic, part)[key], key)
 	}
 	withPK := businessKeyMessage("pk-order", time.Hour, "z", "")
 	pk := "customer-0"
@@ -194,46 +192,44 @@ func TestBusinessKey_Partitions(t *testing.T) {
 	}
 	withPK.Metadata.Set(redisdelay.PartitionKey, pk)
 	pkPart := redisdelay.PartitionOf(pk, parts)
-	require.NoError(t, pub.Publish(tp, withPK))
-	require.Equal(t, withPK.UUID, businessKeyState(t, tp, pkPart)["pk-order"])
+	require.NoError(t, pub.Publish(env.topic, withPK))
+	require.Equal(t, withPK.UUID, businessKeyState(t, env.topic, pkPart)["pk-order"])
 
 	for i := range first {
-		ok, err := pub.CancelKey(ctx, tp, fmt.Sprint("order-", i))
+		ok, err := pub.CancelKey(ctx, env.topic, fmt.Sprint("order-", i))
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
-	ok, err := newInspector(t, newClient(t)).CancelKey(ctx, tp, "pk-order")
+	ok, err := newInspector(t, newClient(t)).CancelKey(ctx, env.topic, "pk-order")
 	require.NoError(t, err)
 	require.True(t, ok, "found outside the partition of the key")
 	for p := range parts {
-		require.Empty(t, businessKeyState(t, tp, p))
+		require.Empty(t, businessKeyState(t, env.topic, p))
 	}
-	require.EqualValues(t, 0, topicStats(t, newInspector(t, newClient(t)), tp).Waiting)
+	require.EqualValues(t, 0, topicStats(t, newInspector(t, newClient(t)), env.topic).Waiting)
 }
 
 // Bad business key input: two messages of one call with the same key, an
 // unknown per-message policy, and config errors.
 func TestBusinessKey_BadInput(t *testing.T) {
 	t.Parallel()
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
-	tp := topic()
+	env := setup(t)
 	a, b := businessKeyMessage("k", time.Hour, "a", ""), businessKeyMessage("k", 0, "b", "")
-	err := pub.Publish(tp, a, b)
+	err := env.pub.Publish(env.topic, a, b)
 	require.ErrorIs(t, err, redisdelay.ErrDuplicateBusinessKey)
-	require.EqualError(t, err, fmt.Sprintf(`redisdelay: duplicate business key: messages 0 and 1 of one Publish call to topic %q share business key "k": publish them in separate calls`, tp))
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: duplicate business key: messages 0 and 1 of one Publish call to topic %q share business key "k": publish them in separate calls`, env.topic))
 
 	bad := businessKeyMessage("k", time.Hour, "a", "overwrite")
-	err = pub.Publish(tp, bad)
+	err = env.pub.Publish(env.topic, bad)
 	require.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
-	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: message %q to topic %q: metadata _redisdelay_business_key_policy="overwrite" is not a business key policy: use "reject", "keep-first", "replace", "replace-keep-due" or "keep-last-if-active"`, bad.UUID, tp))
-	require.Equal(t, "", topicState(t, tp))
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: invalid message: message %q to topic %q: metadata _redisdelay_business_key_policy="overwrite" is not a business key policy: use "reject", "keep-first", "replace", "replace-keep-due" or "keep-last-if-active"`, bad.UUID, env.topic))
+	require.Equal(t, "", topicState(t, env.topic))
 
 	// a policy without a key is ignored
 	noKey := delayed(delay.For(time.Hour), "x")
 	noKey.Metadata.Set(redisdelay.BusinessKeyPolicyKey, "whatever")
-	require.NoError(t, pub.Publish(tp, noKey))
+	require.NoError(t, env.pub.Publish(env.topic, noKey))
 
-	client := newClient(t)
 	for _, c := range []struct {
 		config redisdelay.PublisherConfig
 		want   string
@@ -247,7 +243,7 @@ func TestBusinessKey_BadInput(t *testing.T) {
 		{redisdelay.PublisherConfig{TopicMaxReady: map[string]int{"t": -2}}, `redisdelay: PublisherConfig.TopicMaxReady["t"] is -2: use 0 (no bound) or more`},
 		{redisdelay.PublisherConfig{TopicMaxReady: map[string]int{"": 2}}, `redisdelay: invalid topic: PublisherConfig.TopicMaxReady key is empty`},
 	} {
-		c.config.Client = client
+		c.config.Client = env.client
 		_, err := redisdelay.NewPublisher(c.config, logger)
 		require.ErrorContains(t, err, c.want)
 	}
@@ -258,37 +254,38 @@ func TestBusinessKey_BadInput(t *testing.T) {
 // a partitioned topic each partition holds ceil(bound / partitions).
 func TestBusinessKey_QueueFull(t *testing.T) {
 	t.Parallel()
-	tp, free, small := topic(), topic(), topic()
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{MaxWaiting: 2, MaxReady: 3,
+	env := setup(t)
+	free, small := topic(), topic()
+	pub := env.publisher(t, redisdelay.PublisherConfig{MaxWaiting: 2, MaxReady: 3,
 		TopicMaxWaiting: map[string]int{free: 0}, TopicMaxReady: map[string]int{small: 1}})
 
-	require.NoError(t, pub.Publish(tp, delayed(delay.For(time.Hour), "1")))
-	before := topicState(t, tp)
-	err := pub.Publish(tp, delayed(delay.For(time.Hour), "2"), delayed(delay.For(time.Hour), "3"))
+	require.NoError(t, pub.Publish(env.topic, delayed(delay.For(time.Hour), "1")))
+	before := topicState(t, env.topic)
+	err := pub.Publish(env.topic, delayed(delay.For(time.Hour), "2"), delayed(delay.For(time.Hour), "3"))
 	require.ErrorIs(t, err, redisdelay.ErrQueueFull)
-	require.EqualError(t, err, fmt.Sprintf(`redisdelay: queue full: topic %q holds 1 waiting messages (delayed, not yet due) and the call adds 2, over its bound (PublisherConfig.MaxWaiting is 2): nothing of the call is stored`, tp))
-	require.Equal(t, before, topicState(t, tp))
-	require.NoError(t, pub.Publish(tp, delayed(delay.For(time.Hour), "2")), "one more fits")
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: queue full: topic %q holds 1 waiting messages (delayed, not yet due) and the call adds 2, over its bound (PublisherConfig.MaxWaiting is 2): nothing of the call is stored`, env.topic))
+	require.Equal(t, before, topicState(t, env.topic))
+	require.NoError(t, pub.Publish(env.topic, delayed(delay.For(time.Hour), "2")), "one more fits")
 
 	// immediate messages count against the ready bound only
-	require.NoError(t, pub.Publish(tp, newMessage("r1"), newMessage("r2"), newMessage("r3")))
-	before = topicState(t, tp)
-	err = pub.Publish(tp, newMessage("r4"))
+	require.NoError(t, pub.Publish(env.topic, newMessage("r1"), newMessage("r2"), newMessage("r3")))
+	before = topicState(t, env.topic)
+	err = pub.Publish(env.topic, newMessage("r4"))
 	require.ErrorIs(t, err, redisdelay.ErrQueueFull)
-	require.EqualError(t, err, fmt.Sprintf(`redisdelay: queue full: topic %q holds 3 ready stream entries (due, not yet trimmed) and the call adds 1, over its bound (PublisherConfig.MaxReady is 3): nothing of the call is stored`, tp))
-	err = pub.Publish(tp, delayed(delay.For(time.Hour), "3"))
+	require.EqualError(t, err, fmt.Sprintf(`redisdelay: queue full: topic %q holds 3 ready stream entries (due, not yet trimmed) and the call adds 1, over its bound (PublisherConfig.MaxReady is 3): nothing of the call is stored`, env.topic))
+	err = pub.Publish(env.topic, delayed(delay.For(time.Hour), "3"))
 	require.ErrorContains(t, err, "holds 2 waiting messages")
-	require.Equal(t, before, topicState(t, tp))
+	require.Equal(t, before, topicState(t, env.topic))
 
 	// a replace at the bound swaps, an identical re-publish is a no-op
 	k := businessKeyMessage("k", time.Hour, "k", redisdelay.ReplaceWaiting)
-	ok, err := pub.Cancel(context.Background(), tp, content(t, tp).waiting[0])
+	ok, err := pub.Cancel(context.Background(), env.topic, content(t, env.topic).waiting[0])
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, pub.Publish(tp, k))
-	require.NoError(t, pub.Publish(tp, k.Copy()))
-	require.NoError(t, pub.Publish(tp, businessKeyMessage("k", 2*time.Hour, "k2", redisdelay.ReplaceWaiting)))
-	require.Len(t, content(t, tp).waiting, 2)
+	require.NoError(t, pub.Publish(env.topic, k))
+	require.NoError(t, pub.Publish(env.topic, k.Copy()))
+	require.NoError(t, pub.Publish(env.topic, businessKeyMessage("k", 2*time.Hour, "k2", redisdelay.ReplaceWaiting)))
+	require.Len(t, content(t, env.topic).waiting, 2)
 
 	// per-topic overrides
 	for i := range 5 {
@@ -299,7 +296,7 @@ func TestBusinessKey_QueueFull(t *testing.T) {
 	require.EqualError(t, err, fmt.Sprintf(`redisdelay: queue full: topic %q holds 1 ready stream entries (due, not yet trimmed) and the call adds 1, over its bound (PublisherConfig.TopicMaxReady[%q] is 1): nothing of the call is stored`, small, small))
 
 	// partitions: 5 over 2 partitions is 3 per partition
-	parted := newPublisherWithConfig(t, redisdelay.PublisherConfig{Partitions: 2, MaxWaiting: 5})
+	parted := env.publisher(t, redisdelay.PublisherConfig{Partitions: 2, MaxWaiting: 5})
 	pt := topic()
 	var keyOn1 string
 	for i := 0; keyOn1 == ""; i++ {
@@ -324,10 +321,9 @@ func TestBusinessKey_QueueFull(t *testing.T) {
 // before it, as if they had run one after another.
 func TestBusinessKey_CoalescedKeysAndBounds(t *testing.T) {
 	t.Parallel()
-	tp := topic()
-	pub, proxy, counter := gatedPublisher(t, tp, redisdelay.PublisherConfig{MaxWaiting: 3})
-	counter.n.Store(0)
-	first, second := twoInFlight(t, proxy, pub, tp)
+	env := setupGated(t, redisdelay.PublisherConfig{MaxWaiting: 3})
+	env.counter.n.Store(0)
+	first, second := twoInFlight(t, env.proxy, env.pub, env.topic)
 
 	a := businessKeyMessage("k", time.Hour, "a", "")
 	b := businessKeyMessage("k", 2*time.Hour, "b", redisdelay.ReplaceWaiting) // replaces a, in the same run
@@ -340,26 +336,26 @@ func TestBusinessKey_CoalescedKeysAndBounds(t *testing.T) {
 	errs := make([]chan error, len(calls))
 	for i, msgs := range calls {
 		errs[i] = make(chan error, 1)
-		go func() { errs[i] <- pub.Publish(tp, msgs...) }()
-		awaitQueued(t, pub, tp, i+1) // queued in this order
+		go func() { errs[i] <- env.pub.Publish(env.topic, msgs...) }()
+		awaitQueued(t, env.pub, env.topic, i+1) // queued in this order
 	}
-	proxy.open()
+	env.proxy.open()
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
 	require.NoError(t, <-errs[0])
 	require.NoError(t, <-errs[1])
-	require.EqualError(t, <-errs[2], fmt.Sprintf(`redisdelay: duplicate business key: key "k" is held by message %q waiting in topic %q: cancel it first (CancelKey), or publish with the "keep-first" or "replace" BusinessKeyPolicy`, b.UUID, tp))
+	require.EqualError(t, <-errs[2], fmt.Sprintf(`redisdelay: duplicate business key: key "k" is held by message %q waiting in topic %q: cancel it first (CancelKey), or publish with the "keep-first" or "replace" BusinessKeyPolicy`, b.UUID, env.topic))
 	require.NoError(t, <-errs[3])
-	require.EqualError(t, <-errs[4], fmt.Sprintf(`redisdelay: queue full: topic %q holds 1 waiting messages (delayed, not yet due) and the call adds 4, over its bound (PublisherConfig.MaxWaiting is 3): nothing of the call is stored`, tp))
+	require.EqualError(t, <-errs[4], fmt.Sprintf(`redisdelay: queue full: topic %q holds 1 waiting messages (delayed, not yet due) and the call adds 4, over its bound (PublisherConfig.MaxWaiting is 3): nothing of the call is stored`, env.topic))
 	require.NoError(t, <-errs[5], "a smaller call after a full one still fits")
 	require.ErrorContains(t, <-errs[6], "holds 3 waiting messages")
-	assert.EqualValues(t, 3, counter.n.Load(), "script runs: two in flight, then all queued calls in one")
+	assert.EqualValues(t, 3, env.counter.n.Load(), "script runs: two in flight, then all queued calls in one")
 
-	got := content(t, tp)
+	got := content(t, env.topic)
 	require.ElementsMatch(t, []string{b.UUID, small[0].UUID, small[1].UUID}, got.waiting)
 	require.Equal(t, 3, got.bodies)
-	require.Equal(t, map[string]string{"k": b.UUID}, businessKeyState(t, tp, 0))
-	w, ok, err := newInspector(t, newClient(t)).FindWaiting(context.Background(), tp, b.UUID)
+	require.Equal(t, map[string]string{"k": b.UUID}, businessKeyState(t, env.topic, 0))
+	w, ok, err := env.insp.FindWaiting(context.Background(), env.topic, b.UUID)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, "b", string(w.Message.Payload))
@@ -368,9 +364,9 @@ func TestBusinessKey_CoalescedKeysAndBounds(t *testing.T) {
 // CancelKey on a closed Publisher fails with ErrClosed.
 func TestBusinessKey_CancelAfterClose(t *testing.T) {
 	t.Parallel()
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{})
-	require.NoError(t, pub.Close())
-	_, err := pub.CancelKey(context.Background(), topic(), "k")
+	env := setup(t)
+	require.NoError(t, env.pub.Close())
+	_, err := env.pub.CancelKey(context.Background(), env.topic, "k")
 	require.ErrorIs(t, err, redisdelay.ErrClosed)
 }
 

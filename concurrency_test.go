@@ -51,27 +51,27 @@ func TestConcurrency_CapHoldsAcrossSubscribers(t *testing.T) {
 		t.Run(fmt.Sprintf("%d subscribers", subs), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			busy, idle := topic(), topic()
-			pub := newPartitionedPublisher(t, newClient(t), parts)
+			env := setup(t)
+			idle := topic()
+			pub := newPartitionedPublisher(t, env.client, parts)
 			publish := func(tp string, n int) {
 				for i := range n {
 					require.NoError(t, pub.Publish(tp, keyedMessage(fmt.Sprint(i), i)))
 				}
 			}
-			publish(busy, 100)
+			publish(env.topic, 100)
 			config := redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Concurrency: limit}
 			var hb, hi ccHandlers
 			for range subs {
 				sub := newSubscriber(t, newClient(t), config)
-				hb.consume(subscribe(t, sub, busy), 20*time.Millisecond)
+				hb.consume(subscribe(t, sub, env.topic), 20*time.Millisecond)
 				hi.consume(subscribe(t, sub, idle), 20*time.Millisecond)
 			}
 			require.Eventually(t, func() bool { return hb.done.Load() >= 30 }, 20*time.Second, 10*time.Millisecond)
 
-			insp := newInspector(t, newClient(t))
-			require.NoError(t, insp.Pause(ctx, busy, "g"))
+			require.NoError(t, env.insp.Pause(ctx, env.topic, "g"))
 			time.Sleep(200 * time.Millisecond)
-			_, err := insp.Resume(ctx, busy, "g")
+			_, err := env.insp.Resume(ctx, env.topic, "g")
 			require.NoError(t, err)
 			publish(idle, 60)
 			require.Eventually(t, func() bool { return hb.done.Load() == 100 && hi.done.Load() == 60 }, 30*time.Second, 10*time.Millisecond,
@@ -91,22 +91,21 @@ func TestConcurrency_CapHoldsAcrossSubscribers(t *testing.T) {
 // VisibilityTimeout, 1 s here so the test need not wait the default 30 s.
 func TestConcurrency_SlotOfADeadHolderLapses(t *testing.T) {
 	t.Parallel()
-	tp := topic()
+	env := setup(t)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", Concurrency: 1, VisibilityTimeout: time.Second}
 	proxy := newFaultProxy(t)
 	stuckConfig := config
 	stuckConfig.CloseTimeout = 100 * time.Millisecond // its handler never finishes: Close need not wait for it
 	stuck := newSubscriber(t, proxy.client(t), stuckConfig)
-	first := subscribe(t, stuck, tp)
-	pub := newPublisher(t, newClient(t))
-	require.NoError(t, pub.Publish(tp, newMessage("held")))
+	first := subscribe(t, stuck, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("held")))
 	receive(t, first, 5*time.Second) // never acked: its handler holds the one slot
 	proxy.stall()
 	t.Cleanup(func() { proxy.restore(t) })
 
 	other := newSubscriber(t, newClient(t), config)
-	ch := subscribe(t, other, tp)
-	require.NoError(t, pub.Publish(tp, newMessage("next")))
+	ch := subscribe(t, other, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("next")))
 	start := time.Now()
 	got := receive(t, ch, 10*time.Second)
 	t.Logf("FIGURE the slot of a holder cut off from Redis lapsed: the next message handled after %s (VisibilityTimeout 1s)", time.Since(start).Round(time.Millisecond))
@@ -116,6 +115,7 @@ func TestConcurrency_SlotOfADeadHolderLapses(t *testing.T) {
 
 // Concurrency is validated with the other settings.
 func TestConcurrency_Validate(t *testing.T) {
+	env := setup(t)
 	for _, c := range []struct {
 		config redisdelay.SubscriberConfig
 		want   string
@@ -124,7 +124,7 @@ func TestConcurrency_Validate(t *testing.T) {
 		{redisdelay.SubscriberConfig{TopicConcurrency: map[string]int{"orders": 0}}, `SubscriberConfig.TopicConcurrency["orders"] is 0: use 1 to 1,000,000`},
 		{redisdelay.SubscriberConfig{TopicConcurrency: map[string]int{"a{b": 1}}, "SubscriberConfig.TopicConcurrency: "},
 	} {
-		c.config.Client, c.config.ConsumerGroup = newClient(t), "g"
+		c.config.Client, c.config.ConsumerGroup = env.client, "g"
 		_, err := redisdelay.NewSubscriber(c.config, logger)
 		require.ErrorContains(t, err, c.want)
 	}

@@ -22,9 +22,7 @@ import (
 // delay publisher, and compares both delay keys.
 func TestContextDelay_MetadataAsDelayNewPublisher(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	t.Cleanup(func() { _ = sub.Close() })
-	tp := topic()
+	env := setup(t)
 	var captured *message.Message
 	capture, err := delay.NewPublisher(capturePublisher(func(m *message.Message) { captured = m }), delay.PublisherConfig{AllowNoDelay: true})
 	require.NoError(t, err)
@@ -61,8 +59,8 @@ func TestContextDelay_MetadataAsDelayNewPublisher(t *testing.T) {
 				return msg
 			}
 			ours, theirs := build(), build()
-			require.NoError(t, pub.Publish(tp, ours))
-			require.NoError(t, capture.Publish(tp, theirs))
+			require.NoError(t, env.pub.Publish(env.topic, ours))
+			require.NoError(t, capture.Publish(env.topic, theirs))
 			for _, k := range []string{delay.DelayedForKey, delay.DelayedUntilKey} {
 				assert.Equal(t, captured.Metadata.Get(k), ours.Metadata.Get(k), k)
 			}
@@ -86,10 +84,9 @@ func (capturePublisher) Close() error { return nil }
 // whose metadata says otherwise keeps its metadata's delay.
 func TestContextDelay_Publish(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	t.Cleanup(func() { _ = sub.Close() })
-	tp := topic()
-	ch := subscribe(t, sub, tp)
+	env := setup(t)
+	sub := env.subscriber(t, "g")
+	ch := subscribe(t, sub, env.topic)
 
 	const d = 1500 * time.Millisecond
 	start := time.Now()
@@ -98,9 +95,9 @@ func TestContextDelay_Publish(t *testing.T) {
 	// The metadata's 200 ms win over the context's hour.
 	own := delayed(delay.For(200*time.Millisecond), "metadata")
 	own.SetContext(delay.WithContext(context.Background(), delay.For(time.Hour)))
-	require.NoError(t, pub.Publish(tp, later))
-	require.NoError(t, pub.Publish(tp, own))
-	require.NoError(t, pub.Publish(tp, newMessage("now")))
+	require.NoError(t, env.pub.Publish(env.topic, later))
+	require.NoError(t, env.pub.Publish(env.topic, own))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("now")))
 
 	for _, want := range []string{"now", "metadata", "context"} {
 		msg := receive(t, ch, 3*d)
@@ -120,14 +117,13 @@ func TestContextDelay_Publish(t *testing.T) {
 func TestContextDelay_CQRS(t *testing.T) {
 	t.Parallel()
 	const eventDelay, commandDelay = 800 * time.Millisecond, 1200 * time.Millisecond
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	prefix := topic() + "."
+	env := setup(t)
+	prefix := env.topic + "."
 	router := newRouter(t)
 
 	type orderPlaced struct{ OrderID string }
 	type sendFeedbackForm struct{ OrderID string }
-	eventBus, err := cqrs.NewEventBusWithConfig(pub, cqrs.EventBusConfig{
+	eventBus, err := cqrs.NewEventBusWithConfig(env.pub, cqrs.EventBusConfig{
 		GeneratePublishTopic: func(p cqrs.GenerateEventPublishTopicParams) (string, error) { return prefix + p.EventName, nil },
 		OnPublish: func(p cqrs.OnEventSendParams) error {
 			p.Message.SetContext(delay.WithContext(p.Message.Context(), delay.For(eventDelay)))
@@ -137,7 +133,7 @@ func TestContextDelay_CQRS(t *testing.T) {
 		Logger:    logger,
 	})
 	require.NoError(t, err)
-	commandBus, err := cqrs.NewCommandBusWithConfig(pub, cqrs.CommandBusConfig{
+	commandBus, err := cqrs.NewCommandBusWithConfig(env.pub, cqrs.CommandBusConfig{
 		GeneratePublishTopic: func(p cqrs.CommandBusGeneratePublishTopicParams) (string, error) { return prefix + p.CommandName, nil },
 		Marshaler:            cqrs.JSONMarshaler{},
 		Logger:               logger,
@@ -145,7 +141,7 @@ func TestContextDelay_CQRS(t *testing.T) {
 	require.NoError(t, err)
 
 	newSub := func(handler string) (message.Subscriber, error) {
-		return redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: handler}, logger)
+		return redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: handler}, logger)
 	}
 	eventProcessor, err := cqrs.NewEventProcessorWithConfig(router, cqrs.EventProcessorConfig{
 		GenerateSubscribeTopic: func(p cqrs.EventProcessorGenerateSubscribeTopicParams) (string, error) {
@@ -198,13 +194,13 @@ func TestContextDelay_CQRS(t *testing.T) {
 // context survives that and is honoured, beside an undelayed sibling.
 func TestContextDelay_RouterProducedMessages(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	t.Cleanup(func() { _ = sub.Close() })
-	in, out := topic(), topic()
+	env := setup(t)
+	sub := env.subscriber(t, "g")
+	out := topic()
 	const d = time.Second
 	router := newRouter(t)
 	producedAt := make(chan time.Time, 1)
-	router.AddHandler("produce", in, sub, out, pub, func(msg *message.Message) ([]*message.Message, error) {
+	router.AddHandler("produce", env.topic, sub, out, env.pub, func(msg *message.Message) ([]*message.Message, error) {
 		later := newMessage("later")
 		later.SetContext(delay.WithContext(msg.Context(), delay.For(d)))
 		producedAt <- time.Now()
@@ -213,7 +209,7 @@ func TestContextDelay_RouterProducedMessages(t *testing.T) {
 	runRouter(t, router)
 	ch := subscribe(t, sub, out)
 
-	require.NoError(t, pub.Publish(in, newMessage("in")))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("in")))
 	produced := receiveTime(t, producedAt, 5*time.Second)
 	first := receive(t, ch, 5*time.Second)
 	first.Ack()

@@ -23,31 +23,28 @@ func TestBusinessKey_Burst(t *testing.T) {
 		for _, parts := range []int{1, 4} {
 			t.Run(fmt.Sprintf("%s/%d", policy, parts), func(t *testing.T) {
 				t.Parallel()
-				burst(t, policy, parts)
+				burst(t, setup(t), policy, parts)
 			})
 		}
 	}
 }
 
-func burst(t *testing.T, policy redisdelay.BusinessKeyPolicy, parts int) {
+func burst(t *testing.T, env *env, policy redisdelay.BusinessKeyPolicy, parts int) {
 	const (
 		n       = 10
 		wait    = 500 * time.Millisecond
 		spacing = 20 * time.Millisecond
 	)
 	ctx := context.Background()
-	client := newClient(t)
-	tp := topic()
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{Partitions: parts,
-		TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{tp: policy}})
-	insp := newInspector(t, client)
+	pub := env.publisher(t, redisdelay.PublisherConfig{Partitions: parts,
+		TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{env.topic: policy}})
 	var firstDue, lastSent time.Time
 	var last *message.Message
 	for i := range n {
 		last = businessKeyMessage("job-1", wait, fmt.Sprint("v", i), "")
 		lastSent = time.Now()
-		require.NoError(t, pub.Publish(tp, last))
-		w, found, err := insp.FindWaitingKey(ctx, tp, "job-1")
+		require.NoError(t, pub.Publish(env.topic, last))
+		w, found, err := env.insp.FindWaitingKey(ctx, env.topic, "job-1")
 		require.NoError(t, err)
 		require.True(t, found)
 		require.Equal(t, last.UUID, w.Message.UUID)
@@ -56,12 +53,12 @@ func burst(t *testing.T, policy redisdelay.BusinessKeyPolicy, parts int) {
 		}
 		time.Sleep(spacing)
 	}
-	w, found, err := insp.FindWaitingKey(ctx, tp, "job-1")
+	w, found, err := env.insp.FindWaitingKey(ctx, env.topic, "job-1")
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, fmt.Sprint("v", n-1), string(w.Message.Payload))
-	require.EqualValues(t, 1, topicStats(t, insp, tp).Waiting)
-	require.Equal(t, map[string]string{"job-1": last.UUID}, businessKeyState(t, tp, redisdelay.PartitionOf("job-1", parts)))
+	require.EqualValues(t, 1, topicStats(t, env.insp, env.topic).Waiting)
+	require.Equal(t, map[string]string{"job-1": last.UUID}, businessKeyState(t, env.topic, redisdelay.PartitionOf("job-1", parts)))
 	if policy == redisdelay.ReplaceWaiting {
 		require.False(t, w.Due.Before(lastSent.Add(wait).Truncate(time.Millisecond)), "due after the last publish's delay")
 		require.GreaterOrEqual(t, w.Due.Sub(firstDue), (n-1)*spacing, "moved by the burst")
@@ -70,8 +67,8 @@ func burst(t *testing.T, policy redisdelay.BusinessKeyPolicy, parts int) {
 	}
 	t.Logf("%s: due %s after the first publish's due", policy, w.Due.Sub(firstDue))
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
+	ch := subscribe(t, sub, env.topic)
 	got := receive(t, ch, 3*time.Second)
 	require.False(t, time.Now().Before(w.Due), "early")
 	require.Equal(t, last.UUID, got.UUID)
@@ -88,7 +85,7 @@ func TestBusinessKey_ReplaceKeepDue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	env := setup(t)
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.ReplaceKeepDue})
+	pub := env.publisher(t, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.ReplaceKeepDue})
 
 	first := businessKeyMessage("order-1", time.Hour, "first", "")
 	require.NoError(t, pub.Publish(env.topic, first))
@@ -123,12 +120,11 @@ func TestBusinessKey_ReplaceKeepDue(t *testing.T) {
 // from a holder waiting before the run or from its own delay.
 func TestBusinessKey_ReplaceKeepDueCoalesced(t *testing.T) {
 	t.Parallel()
-	tp := topic()
-	pub, proxy, _ := gatedPublisher(t, tp, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.ReplaceKeepDue})
+	env := setupGated(t, redisdelay.PublisherConfig{BusinessKeyPolicy: redisdelay.ReplaceKeepDue})
 	old := businessKeyMessage("a", time.Hour, "old", "")
-	require.NoError(t, pub.Publish(tp, old))
-	due := waitingScore(t, tp, old.UUID)
-	first, second := twoInFlight(t, proxy, pub, tp)
+	require.NoError(t, env.pub.Publish(env.topic, old))
+	due := waitingScore(t, env.topic, old.UUID)
+	first, second := twoInFlight(t, env.proxy, env.pub, env.topic)
 
 	a1 := businessKeyMessage("a", 3*time.Hour, "a1", "") // replaces old: its score
 	a2 := businessKeyMessage("a", 0, "a2", "")           // replaces a1: old's score
@@ -139,19 +135,19 @@ func TestBusinessKey_ReplaceKeepDueCoalesced(t *testing.T) {
 	errs := make([]chan error, len(calls))
 	for i, msg := range calls {
 		errs[i] = make(chan error, 1)
-		go func() { errs[i] <- pub.Publish(tp, msg) }()
-		awaitQueued(t, pub, tp, i+1)
+		go func() { errs[i] <- env.pub.Publish(env.topic, msg) }()
+		awaitQueued(t, env.pub, env.topic, i+1)
 	}
 	start := time.Now()
-	proxy.open()
+	env.proxy.open()
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
 	for i := range errs {
 		require.NoError(t, <-errs[i])
 	}
-	require.Equal(t, map[string]string{"a": a2.UUID, "b": b3.UUID}, businessKeyState(t, tp, 0))
-	require.Equal(t, due, waitingScore(t, tp, a2.UUID))
-	bDue := time.UnixMilli(int64(waitingScore(t, tp, b3.UUID)) / 1024)
+	require.Equal(t, map[string]string{"a": a2.UUID, "b": b3.UUID}, businessKeyState(t, env.topic, 0))
+	require.Equal(t, due, waitingScore(t, env.topic, a2.UUID))
+	bDue := time.UnixMilli(int64(waitingScore(t, env.topic, b3.UUID)) / 1024)
 	require.WithinDuration(t, start.Add(time.Hour), bDue, time.Second)
-	require.Len(t, content(t, tp).waiting, 2)
+	require.Len(t, content(t, env.topic).waiting, 2)
 }

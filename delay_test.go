@@ -21,13 +21,13 @@ import (
 
 func TestDelay_For(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	topic := topic()
-	ch := subscribe(t, sub, topic)
+	env := setup(t)
+	sub := env.subscriber(t, "g")
+	ch := subscribe(t, sub, env.topic)
 	defer sub.Close()
 
 	start := time.Now()
-	require.NoError(t, pub.Publish(topic, delayed(delay.For(1500*time.Millisecond), "x")))
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(1500*time.Millisecond), "x")))
 	msg := receive(t, ch, 2500*time.Millisecond)
 	took := time.Since(start)
 	msg.Ack()
@@ -37,20 +37,20 @@ func TestDelay_For(t *testing.T) {
 
 func TestDelay_Until(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	topic := topic()
-	ch := subscribe(t, sub, topic)
+	env := setup(t)
+	sub := env.subscriber(t, "g")
+	ch := subscribe(t, sub, env.topic)
 	defer sub.Close()
 
 	due := time.Now().Add(1200 * time.Millisecond)
-	require.NoError(t, pub.Publish(topic, delayed(delay.Until(due), "x")))
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.Until(due), "x")))
 	msg := receive(t, ch, 2500*time.Millisecond)
 	msg.Ack()
 	assert.False(t, time.Now().Before(due), "delivered before its until time")
 
 	// A due time in the past, and no delay at all, are delivered at once.
-	require.NoError(t, pub.Publish(topic, delayed(delay.Until(time.Now().Add(-time.Hour)), "past")))
-	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("now"))))
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.Until(time.Now().Add(-time.Hour)), "past")))
+	require.NoError(t, env.pub.Publish(env.topic, message.NewMessage(watermill.NewUUID(), []byte("now"))))
 	for _, want := range []string{"past", "now"} {
 		msg := receive(t, ch, time.Second)
 		assert.Equal(t, want, string(msg.Payload))
@@ -65,9 +65,9 @@ func TestDelay_MixOfThousand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1,000 mixed delays; TestDelay_For and TestDelay_Until cover both kinds of delay")
 	}
-	pub, sub := newPubSub(t, "g")
-	topic := topic()
-	require.NoError(t, sub.SubscribeInitialize(topic))
+	env := setup(t)
+	sub := env.subscriber(t, "g")
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
 
 	const n = 1000
 	earliest := make(map[string]time.Time, n) // the earliest instant each may arrive
@@ -82,7 +82,7 @@ func TestDelay_MixOfThousand(t *testing.T) {
 				d := time.Duration(r.Intn(3000)) * time.Millisecond
 				msg := delayed(delay.For(d), fmt.Sprint(i))
 				before := time.Now()
-				assert.NoError(t, pub.Publish(topic, msg))
+				assert.NoError(t, env.pub.Publish(env.topic, msg))
 				mu.Lock()
 				earliest[msg.UUID] = before.Add(d)
 				mu.Unlock()
@@ -91,7 +91,7 @@ func TestDelay_MixOfThousand(t *testing.T) {
 	}
 	wg.Wait()
 
-	ch := subscribe(t, sub, topic)
+	ch := subscribe(t, sub, env.topic)
 	defer sub.Close()
 	seen := map[string]int{}
 	var early []string
@@ -125,8 +125,8 @@ func TestDelay_MixOfThousand(t *testing.T) {
 // after the delay, with its attempt number.
 func TestDelay_OnErrorInRouter(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	topic := topic()
+	env := setup(t)
+	sub := env.subscriber(t, "g")
 
 	router, err := message.NewRouter(message.RouterConfig{}, logger)
 	require.NoError(t, err)
@@ -139,7 +139,7 @@ func TestDelay_OnErrorInRouter(t *testing.T) {
 		attempt string
 	}
 	deliveries := make(chan delivery, 10)
-	router.AddNoPublisherHandler("h", topic, sub, func(msg *message.Message) error {
+	router.AddNoPublisherHandler("h", env.topic, sub, func(msg *message.Message) error {
 		deliveries <- delivery{time.Now(), msg.Metadata.Get(redisdelay.AttemptKey)}
 		if msg.Metadata.Get(redisdelay.AttemptKey) == "1" {
 			return errors.New("first attempt fails")
@@ -150,7 +150,7 @@ func TestDelay_OnErrorInRouter(t *testing.T) {
 	defer router.Close()
 	<-router.Running()
 
-	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+	require.NoError(t, env.pub.Publish(env.topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
 	first := <-deliveries
 	var second delivery
 	select {
@@ -171,25 +171,20 @@ func TestDelay_OnErrorInRouter(t *testing.T) {
 // Without delay metadata from the handler, a Nack waits RetryDelay.
 func TestDelay_NackUsesRetryDelay(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
-	require.NoError(t, err)
+	env := setup(t)
 	var attempts []int
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{
-		Client: client, ConsumerGroup: "g",
-		RetryDelay: func(attempt int) time.Duration {
+	sub := env.subscriber(t, "g", func(c *redisdelay.SubscriberConfig) {
+		c.RetryDelay = func(attempt int) time.Duration {
 			attempts = append(attempts, attempt)
 			return 600 * time.Millisecond
-		},
-	}, logger)
-	require.NoError(t, err)
+		}
+	})
 	defer sub.Close()
-	topic := topic()
-	ch := subscribe(t, sub, topic)
+	ch := subscribe(t, sub, env.topic)
 
 	// Published with a delay: the delay metadata it carries must not be
 	// mistaken for a delay the handler asked for.
-	require.NoError(t, pub.Publish(topic, delayed(delay.For(100*time.Millisecond), "x")))
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(100*time.Millisecond), "x")))
 	msg := receive(t, ch, 2*time.Second)
 	nacked := time.Now()
 	msg.Nack()
@@ -220,22 +215,20 @@ func TestDelay_NackWithFarDelayIsDeadLettered(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			pub, sub := newPubSub(t, "g", func(sc *redisdelay.SubscriberConfig) {
+			env := setup(t)
+			sub := env.subscriber(t, "g", func(sc *redisdelay.SubscriberConfig) {
 				sc.Ordered = c.ordered
 				sc.MaxAttempts = 5
 			})
 			defer sub.Close()
-			topic := topic()
-			ch := subscribe(t, sub, topic)
-			require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+			ch := subscribe(t, sub, env.topic)
+			require.NoError(t, env.pub.Publish(env.topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
 			msg := receive(t, ch, 2*time.Second)
 			delay.Message(msg, c.delay)
 			msg.Nack()
 			nothing(t, ch, 500*time.Millisecond)
 
-			insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: newClient(t)})
-			require.NoError(t, err)
-			dead, err := insp.DeadLetters(context.Background(), topic, "g", "", 10)
+			dead, err := env.insp.DeadLetters(context.Background(), env.topic, "g", "", 10)
 			require.NoError(t, err)
 			require.Len(t, dead, 1)
 			assert.Equal(t, 1, dead[0].Attempts)
@@ -248,14 +241,14 @@ func TestDelay_NackWithFarDelayIsDeadLettered(t *testing.T) {
 
 func TestDelay_NackStaysInItsGroup(t *testing.T) {
 	t.Parallel()
-	pub, subA := newPubSub(t, "a", noRetryDelay)
-	_, subB := newPubSub(t, "b", noRetryDelay)
-	topic := topic()
-	require.NoError(t, subA.SubscribeInitialize(topic))
-	require.NoError(t, subB.SubscribeInitialize(topic))
-	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+	env := setup(t)
+	subA := env.subscriber(t, "a", noRetryDelay)
+	subB := env.subscriber(t, "b", noRetryDelay)
+	require.NoError(t, subA.SubscribeInitialize(env.topic))
+	require.NoError(t, subB.SubscribeInitialize(env.topic))
+	require.NoError(t, env.pub.Publish(env.topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
 
-	a, b := subscribe(t, subA, topic), subscribe(t, subB, topic)
+	a, b := subscribe(t, subA, env.topic), subscribe(t, subB, env.topic)
 	defer subA.Close()
 	defer subB.Close()
 	receive(t, b, time.Second).Ack()
@@ -268,19 +261,19 @@ func TestDelay_NackStaysInItsGroup(t *testing.T) {
 
 func TestDelay_Cancel(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	topic := topic()
-	ch := subscribe(t, sub, topic)
+	env := setup(t)
+	sub := env.subscriber(t, "g")
+	ch := subscribe(t, sub, env.topic)
 	defer sub.Close()
 
 	cancelled := delayed(delay.For(500*time.Millisecond), "cancelled")
 	kept := delayed(delay.For(700*time.Millisecond), "kept")
-	require.NoError(t, pub.Publish(topic, cancelled, kept))
+	require.NoError(t, env.pub.Publish(env.topic, cancelled, kept))
 
-	ok, err := pub.Cancel(context.Background(), topic, cancelled.UUID)
+	ok, err := env.pub.Cancel(context.Background(), env.topic, cancelled.UUID)
 	require.NoError(t, err)
 	assert.True(t, ok)
-	ok, err = pub.Cancel(context.Background(), topic, cancelled.UUID)
+	ok, err = env.pub.Cancel(context.Background(), env.topic, cancelled.UUID)
 	require.NoError(t, err)
 	assert.False(t, ok, "second cancel finds nothing")
 
@@ -289,7 +282,7 @@ func TestDelay_Cancel(t *testing.T) {
 	msg.Ack()
 	nothing(t, ch, 300*time.Millisecond)
 
-	ok, err = pub.Cancel(context.Background(), topic, kept.UUID)
+	ok, err = env.pub.Cancel(context.Background(), env.topic, kept.UUID)
 	require.NoError(t, err)
 	assert.False(t, ok, "a delivered message cannot be cancelled")
 }
@@ -301,28 +294,24 @@ func TestDelay_Cancel(t *testing.T) {
 func TestSkew_ClockFiresOnTime(t *testing.T) {
 	t.Parallel()
 	skew := -7 * time.Minute
-	client := newClient(t)
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
-	require.NoError(t, err)
-	redisdelay.SetClock(pub, func() time.Time { return time.Now().Add(skew) })
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g", DisableScheduler: true}, logger)
-	require.NoError(t, err)
+	env := setup(t)
+	redisdelay.SetClock(env.pub, func() time.Time { return time.Now().Add(skew) })
+	sub := env.subscriber(t, "g", func(c *redisdelay.SubscriberConfig) { c.DisableScheduler = true })
 	defer sub.Close()
-	topic := topic()
-	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic}}, logger)
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: env.client, Topics: []string{env.topic}}, logger)
 	require.NoError(t, err)
 	go func() { _ = mgr.Run(context.Background()) }()
 	defer mgr.Close()
 	<-mgr.Running()
 
-	ch := subscribe(t, sub, topic)
+	ch := subscribe(t, sub, env.topic)
 	start := time.Now()
 	// Only an until key, written by the skewed host's clock: the publisher
 	// turns it into a duration with that same clock.
 	until := message.NewMessage(watermill.NewUUID(), []byte("until"))
 	until.Metadata.Set(delay.DelayedUntilKey, time.Now().Add(skew).Add(time.Second).Format(time.RFC3339Nano))
-	require.NoError(t, pub.Publish(topic, until))
-	require.NoError(t, pub.Publish(topic, delayed(delay.For(1500*time.Millisecond), "for")))
+	require.NoError(t, env.pub.Publish(env.topic, until))
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(1500*time.Millisecond), "for")))
 	for _, want := range []struct {
 		payload string
 		after   time.Duration
@@ -339,20 +328,19 @@ func TestSkew_ClockFiresOnTime(t *testing.T) {
 // Several Managers and embedded schedulers on one topic: every message once.
 func TestDelay_ManySchedulersNoDoublePromotion(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	topic := topic()
+	env := setup(t)
 	for i := 0; i < 3; i++ {
 		// Topics named: a Manager discovering every topic of the shared
 		// prefix would also schedule the topics of tests running beside
 		// this one that must have no scheduler (TestHealth_SchedulerNotRunning).
-		mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic}, BatchSize: 7}, logger)
+		mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: env.client, Topics: []string{env.topic}, BatchSize: 7}, logger)
 		require.NoError(t, err)
 		go func() { _ = mgr.Run(context.Background()) }()
 		defer mgr.Close()
 	}
-	pub, sub := newPubSub(t, "g")
-	_, sub2 := newPubSub(t, "g")
-	ch, ch2 := subscribe(t, sub, topic), subscribe(t, sub2, topic)
+	sub := env.subscriber(t, "g")
+	sub2 := env.subscriber(t, "g")
+	ch, ch2 := subscribe(t, sub, env.topic), subscribe(t, sub2, env.topic)
 	defer sub.Close()
 	defer sub2.Close()
 
@@ -361,7 +349,7 @@ func TestDelay_ManySchedulersNoDoublePromotion(t *testing.T) {
 	for i := 0; i < n; i++ {
 		msgs = append(msgs, delayed(delay.For(time.Duration(i%50)*10*time.Millisecond), fmt.Sprint(i)))
 	}
-	require.NoError(t, pub.Publish(topic, msgs...))
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
 	seen := map[string]int{}
 	for len(seen) < n {
 		var msg *message.Message
@@ -381,49 +369,46 @@ func TestDelay_ManySchedulersNoDoublePromotion(t *testing.T) {
 }
 
 func TestDelay_RepublishWaitingMessage(t *testing.T) {
-	pub, _ := newPubSub(t, "g")
-	topic := topic()
+	env := setup(t)
 	msg := delayed(delay.For(time.Hour), "x")
-	require.NoError(t, pub.Publish(topic, msg))
-	require.NoError(t, pub.Publish(topic, msg), "an identical retry is a no-op")
+	require.NoError(t, env.pub.Publish(env.topic, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg), "an identical retry is a no-op")
 
 	changed := msg.Copy()
 	changed.Payload = []byte("y")
-	err := pub.Publish(topic, changed)
+	err := env.pub.Publish(env.topic, changed)
 	assert.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
 
-	ok, err := pub.Cancel(context.Background(), topic, msg.UUID)
+	ok, err := env.pub.Cancel(context.Background(), env.topic, msg.UUID)
 	require.NoError(t, err)
 	assert.True(t, ok)
-	require.NoError(t, pub.Publish(topic, changed), "allowed again after cancel")
+	require.NoError(t, env.pub.Publish(env.topic, changed), "allowed again after cancel")
 }
 
 func TestDelay_CloseLeavesClientOpenAndRejectsUse(t *testing.T) {
-	client := newClient(t)
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
-	require.NoError(t, err)
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, logger)
-	require.NoError(t, err)
-	ch := subscribe(t, sub, topic())
+	env := setup(t)
+	sub := env.subscriber(t, "g")
+	ch := subscribe(t, sub, env.topic)
 
-	require.NoError(t, pub.Close())
-	require.NoError(t, pub.Close())
+	require.NoError(t, env.pub.Close())
+	require.NoError(t, env.pub.Close())
 	require.NoError(t, sub.Close())
 	require.NoError(t, sub.Close())
 	_, open := <-ch
 	assert.False(t, open)
 
-	assert.ErrorIs(t, pub.Publish(topic(), message.NewMessage("x", nil)), redisdelay.ErrClosed)
-	_, err = pub.Cancel(context.Background(), topic(), "x")
+	assert.ErrorIs(t, env.pub.Publish(topic(), message.NewMessage("x", nil)), redisdelay.ErrClosed)
+	_, err := env.pub.Cancel(context.Background(), topic(), "x")
 	assert.ErrorIs(t, err, redisdelay.ErrClosed)
 	_, err = sub.Subscribe(context.Background(), topic())
 	assert.ErrorIs(t, err, redisdelay.ErrClosed)
-	assert.NoError(t, client.Ping(context.Background()).Err(), "the client stays open")
+	assert.NoError(t, env.client.Ping(context.Background()).Err(), "the client stays open")
 }
 
 func TestDelay_ManagerLifecycle(t *testing.T) {
+	env := setup(t)
 	// A prefix of its own: discovering, it would schedule other tests' topics.
-	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: newClient(t), KeyPrefix: uniquePrefix()}, logger)
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: env.client, KeyPrefix: uniquePrefix()}, logger)
 	require.NoError(t, err)
 	require.NoError(t, mgr.Close(), "close before run")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -492,14 +477,14 @@ func TestSetDueAt_IsDueAtTheInstant(t *testing.T) {
 // Delivered to a subscription at the instant, never before.
 func TestSetDueAt_Delivered(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	tp := topic()
-	ch := subscribe(t, sub, tp)
+	env := setup(t)
+	sub := env.subscriber(t, "g")
+	ch := subscribe(t, sub, env.topic)
 	defer sub.Close()
 	at := time.Now().Add(700 * time.Millisecond)
 	msg := message.NewMessage(watermill.NewUUID(), nil)
 	redisdelay.SetDueAt(msg, at)
-	require.NoError(t, pub.Publish(tp, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg))
 	got := receive(t, ch, 5*time.Second)
 	now := time.Now()
 	got.Ack()

@@ -78,17 +78,16 @@ func dedupRouter(t *testing.T, topic string, repo middleware.ExpiringKeyReposito
 // delivery.
 func TestExpiringKeyRepository_RouterDropsDuplicateWithinWindow(t *testing.T) {
 	t.Parallel()
-	topic := topic()
+	env := setup(t)
 	const window = 1500 * time.Millisecond
 	var seen atomic.Int64
-	handled, _ := dedupRouter(t, topic, dedupRepo(t, topic, window), &seen)
-	pub, _ := newPubSub(t, "unused")
+	handled, _ := dedupRouter(t, env.topic, dedupRepo(t, env.topic, window), &seen)
 
 	first, dup, marker := dedupMessage("order-1", "first"), dedupMessage("order-1", "dup"), dedupMessage("order-2", "marker")
 	for _, m := range []*message.Message{first, dup, marker} {
 		delay.Message(m, delay.For(200*time.Millisecond))
 	}
-	require.NoError(t, pub.Publish(topic, first, dup, marker))
+	require.NoError(t, env.pub.Publish(env.topic, first, dup, marker))
 	// The three are due together and handled in stream order by the one
 	// subscription: the marker comes after the duplicate was decided.
 	assert.Equal(t, "first", receiveHandled(t, handled, 3*time.Second))
@@ -97,7 +96,7 @@ func TestExpiringKeyRepository_RouterDropsDuplicateWithinWindow(t *testing.T) {
 	assert.EqualValues(t, 3, seen.Load(), "the Router received the duplicate and dropped it")
 
 	time.Sleep(time.Until(firstAt.Add(window + 100*time.Millisecond)))
-	require.NoError(t, pub.Publish(topic, dedupMessage("order-1", "after window")))
+	require.NoError(t, env.pub.Publish(env.topic, dedupMessage("order-1", "after window")))
 	assert.Equal(t, "after window", receiveHandled(t, handled, 3*time.Second))
 	noneOf(t, handled, 200*time.Millisecond)
 }
@@ -108,28 +107,27 @@ func TestExpiringKeyRepository_RouterDropsDuplicateWithinWindow(t *testing.T) {
 // both at once exactly one is handled.
 func TestExpiringKeyRepository_RoutersShareState(t *testing.T) {
 	t.Parallel()
-	topic := topic()
-	pub, _ := newPubSub(t, "unused")
+	env := setup(t)
 	var seen1, seen2 atomic.Int64
-	handled1, stop1 := dedupRouter(t, topic, dedupRepo(t, topic, time.Minute), &seen1)
+	handled1, stop1 := dedupRouter(t, env.topic, dedupRepo(t, env.topic, time.Minute), &seen1)
 
-	require.NoError(t, pub.Publish(topic, dedupMessage("k", "by router 1")))
+	require.NoError(t, env.pub.Publish(env.topic, dedupMessage("k", "by router 1")))
 	assert.Equal(t, "by router 1", receiveHandled(t, handled1, 3*time.Second))
 	stop1()
 
-	handled2, _ := dedupRouter(t, topic, dedupRepo(t, topic, time.Minute), &seen2)
-	require.NoError(t, pub.Publish(topic, dedupMessage("k", "dup"), dedupMessage("k2", "marker")))
+	handled2, _ := dedupRouter(t, env.topic, dedupRepo(t, env.topic, time.Minute), &seen2)
+	require.NoError(t, env.pub.Publish(env.topic, dedupMessage("k", "dup"), dedupMessage("k2", "marker")))
 	assert.Equal(t, "marker", receiveHandled(t, handled2, 3*time.Second), "router 2 dropped the key router 1 handled")
 
 	// Now both at once, competing in the group for 40 copies of one key.
-	handled1, _ = dedupRouter(t, topic, dedupRepo(t, topic, time.Minute), &seen1)
+	handled1, _ = dedupRouter(t, env.topic, dedupRepo(t, env.topic, time.Minute), &seen1)
 	seen1.Store(0)
 	seen2.Store(0)
 	copies := make([]*message.Message, 40)
 	for i := range copies {
 		copies[i] = dedupMessage("burst", "burst")
 	}
-	require.NoError(t, pub.Publish(topic, copies...))
+	require.NoError(t, env.pub.Publish(env.topic, copies...))
 	require.Eventually(t, func() bool { return seen1.Load()+seen2.Load() == 40 }, 5*time.Second, 10*time.Millisecond)
 	t.Logf("router 1 received %d copies, router 2 %d", seen1.Load(), seen2.Load())
 	// The copy that passed may still be on its way to the channel.
@@ -142,8 +140,8 @@ func TestExpiringKeyRepository_RoutersShareState(t *testing.T) {
 // several repositories (clients), exactly one sees it as new.
 func TestExpiringKeyRepository_ConcurrentChecksOneWinner(t *testing.T) {
 	t.Parallel()
-	ns := topic()
-	repos := []*redisdelay.ExpiringKeyRepository{dedupRepo(t, ns, time.Minute), dedupRepo(t, ns, time.Minute)}
+	env := setup(t)
+	repos := []*redisdelay.ExpiringKeyRepository{dedupRepo(t, env.topic, time.Minute), dedupRepo(t, env.topic, time.Minute)}
 	var fresh atomic.Int64
 	var wg sync.WaitGroup
 	for i := 0; i < 64; i++ {
@@ -169,24 +167,23 @@ func TestExpiringKeyRepository_ConcurrentChecksOneWinner(t *testing.T) {
 func TestExpiringKeyRepository_KeyLayoutAndNamespaces(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	ns := topic()
-	repo := dedupRepo(t, ns, 10*time.Second)
+	env := setup(t)
+	repo := dedupRepo(t, env.topic, 10*time.Second)
 
 	adler, err := middleware.NewMessageHasherAdler32(math.MaxInt64)(message.NewMessage("u", []byte("{payload}")))
 	require.NoError(t, err)
 	for key, redisKey := range map[string]string{
-		"order-1":    "redisdelay:dedup:" + ns + ":{order-1}",
-		"~7b":        "redisdelay:dedup:" + ns + ":{~7e3762}",
-		"a}b":        "redisdelay:dedup:" + ns + ":{~617d62}",
-		"":           "redisdelay:dedup:" + ns + ":{~}",
-		adler:        "redisdelay:dedup:" + ns + ":{~" + hexOf(adler) + "}",
-		"with space": "redisdelay:dedup:" + ns + ":{~" + hexOf("with space") + "}",
+		"order-1":    "redisdelay:dedup:" + env.topic + ":{order-1}",
+		"~7b":        "redisdelay:dedup:" + env.topic + ":{~7e3762}",
+		"a}b":        "redisdelay:dedup:" + env.topic + ":{~617d62}",
+		"":           "redisdelay:dedup:" + env.topic + ":{~}",
+		adler:        "redisdelay:dedup:" + env.topic + ":{~" + hexOf(adler) + "}",
+		"with space": "redisdelay:dedup:" + env.topic + ":{~" + hexOf("with space") + "}",
 	} {
 		dup, err := repo.IsDuplicate(ctx, key)
 		require.NoError(t, err)
 		assert.False(t, dup, "%q", key)
-		ttl, err := client.PTTL(ctx, redisKey).Result()
+		ttl, err := env.client.PTTL(ctx, redisKey).Result()
 		require.NoError(t, err)
 		assert.True(t, ttl > 9*time.Second && ttl <= 10*time.Second, "%q: key %s has TTL %s", key, redisKey, ttl)
 	}
@@ -195,17 +192,17 @@ func TestExpiringKeyRepository_KeyLayoutAndNamespaces(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, dup)
 
-	other := dedupRepo(t, ns+"-other", 10*time.Second)
+	other := dedupRepo(t, env.topic+"-other", 10*time.Second)
 	dup, err = other.IsDuplicate(ctx, "order-1")
 	require.NoError(t, err)
 	assert.False(t, dup, "another namespace has its own state")
 	prefixed, err := redisdelay.NewExpiringKeyRepository(redisdelay.ExpiringKeyRepositoryConfig{
-		Client: client, KeyPrefix: "other-prefix", Namespace: ns}, nil)
+		Client: env.client, KeyPrefix: "other-prefix", Namespace: env.topic}, nil)
 	require.NoError(t, err)
 	dup, err = prefixed.IsDuplicate(ctx, "order-1")
 	require.NoError(t, err)
 	assert.False(t, dup, "another prefix has its own state")
-	t.Cleanup(func() { client.Del(context.Background(), "other-prefix:dedup:"+ns+":{order-1}") })
+	t.Cleanup(func() { env.client.Del(context.Background(), "other-prefix:dedup:"+env.topic+":{order-1}") })
 	dup, err = repo.IsDuplicate(ctx, "order-1")
 	require.NoError(t, err)
 	assert.True(t, dup)
@@ -213,22 +210,22 @@ func TestExpiringKeyRepository_KeyLayoutAndNamespaces(t *testing.T) {
 
 func TestExpiringKeyRepositoryConfig_Validate(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
+	env := setup(t)
 	for _, tc := range []struct {
 		config redisdelay.ExpiringKeyRepositoryConfig
 		want   string
 	}{
 		{redisdelay.ExpiringKeyRepositoryConfig{}, "redisdelay: ExpiringKeyRepositoryConfig.Client is nil: pass a redis.UniversalClient"},
-		{redisdelay.ExpiringKeyRepositoryConfig{Client: client, KeyPrefix: "a{b"}, `ExpiringKeyRepositoryConfig.KeyPrefix "a{b" contains "{" at byte 1`},
-		{redisdelay.ExpiringKeyRepositoryConfig{Client: client, Namespace: "my handler"}, `ExpiringKeyRepositoryConfig.Namespace "my handler" contains " " at byte 2`},
-		{redisdelay.ExpiringKeyRepositoryConfig{Client: client, Window: time.Microsecond}, "redisdelay: ExpiringKeyRepositoryConfig.Window is 1µs: use at least 1ms (0 means the default)"},
-		{redisdelay.ExpiringKeyRepositoryConfig{Client: client, Window: -time.Second}, "redisdelay: ExpiringKeyRepositoryConfig.Window is -1s: use at least 1ms"},
+		{redisdelay.ExpiringKeyRepositoryConfig{Client: env.client, KeyPrefix: "a{b"}, `ExpiringKeyRepositoryConfig.KeyPrefix "a{b" contains "{" at byte 1`},
+		{redisdelay.ExpiringKeyRepositoryConfig{Client: env.client, Namespace: "my handler"}, `ExpiringKeyRepositoryConfig.Namespace "my handler" contains " " at byte 2`},
+		{redisdelay.ExpiringKeyRepositoryConfig{Client: env.client, Window: time.Microsecond}, "redisdelay: ExpiringKeyRepositoryConfig.Window is 1µs: use at least 1ms (0 means the default)"},
+		{redisdelay.ExpiringKeyRepositoryConfig{Client: env.client, Window: -time.Second}, "redisdelay: ExpiringKeyRepositoryConfig.Window is -1s: use at least 1ms"},
 	} {
 		_, err := redisdelay.NewExpiringKeyRepository(tc.config, nil)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), tc.want)
 	}
-	repo, err := redisdelay.NewExpiringKeyRepository(redisdelay.ExpiringKeyRepositoryConfig{Client: client}, nil)
+	repo, err := redisdelay.NewExpiringKeyRepository(redisdelay.ExpiringKeyRepositoryConfig{Client: env.client}, nil)
 	require.NoError(t, err)
 	require.NotNil(t, repo)
 }
@@ -238,6 +235,7 @@ func TestExpiringKeyRepositoryConfig_Validate(t *testing.T) {
 // and handled once Redis is back, never handled unchecked, never lost.
 func TestExpiringKeyRepository_RedisUnreachableNacks(t *testing.T) {
 	t.Parallel()
+	env := setup(t)
 	proxy := newFaultProxy(t)
 	repoClient := redis.NewClient(&redis.Options{Addr: proxy.addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = repoClient.Close() })
@@ -252,9 +250,8 @@ func TestExpiringKeyRepository_RedisUnreachableNacks(t *testing.T) {
 	assert.True(t, isUnreachableCause(err), "%v", err)
 	assert.Contains(t, err.Error(), "redisdelay: deduplication key redisdelay:dedup:")
 
-	topic := topic()
 	var seen atomic.Int64
-	_, sub := newPubSub(t, "g", func(c *redisdelay.SubscriberConfig) {
+	sub := env.subscriber(t, "g", func(c *redisdelay.SubscriberConfig) {
 		c.RetryDelay = func(int) time.Duration { return 300 * time.Millisecond }
 	})
 	router, err := message.NewRouter(message.RouterConfig{}, logger)
@@ -266,7 +263,7 @@ func TestExpiringKeyRepository_RedisUnreachableNacks(t *testing.T) {
 		KeyFactory: middleware.NewMessageHasherFromMetadataField(dedupField),
 		Repository: repo, Timeout: time.Second}).Middleware)
 	handled := make(chan string, 10)
-	router.AddConsumerHandler("h", topic, sub, func(msg *message.Message) error {
+	router.AddConsumerHandler("h", env.topic, sub, func(msg *message.Message) error {
 		handled <- string(msg.Payload) + " attempt " + msg.Metadata.Get(redisdelay.AttemptKey)
 		return nil
 	})
@@ -274,8 +271,7 @@ func TestExpiringKeyRepository_RedisUnreachableNacks(t *testing.T) {
 	<-router.Running()
 	t.Cleanup(func() { _ = router.Close() })
 
-	pub, _ := newPubSub(t, "unused")
-	require.NoError(t, pub.Publish(topic, dedupMessage("k", "m")))
+	require.NoError(t, env.pub.Publish(env.topic, dedupMessage("k", "m")))
 	require.Eventually(t, func() bool { return seen.Load() >= 2 }, 5*time.Second, 10*time.Millisecond, "redelivered after the failed check")
 	noneOf(t, handled, 100*time.Millisecond)
 	proxy.restore(t)

@@ -157,7 +157,8 @@ func TestExpiry_OrderedRetryInPlace(t *testing.T) {
 
 // An unknown ExpiredMessages policy is refused with the valid ones named.
 func TestExpiry_UnknownPolicyRefused(t *testing.T) {
-	_, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: newClient(t), ConsumerGroup: "g", ExpiredMessages: "ignore"}, logger)
+	env := setup(t)
+	_, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g", ExpiredMessages: "ignore"}, logger)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ExpiredMessages")
 	assert.Contains(t, err.Error(), string(redisdelay.DropExpired))

@@ -243,12 +243,10 @@ func TestFar_Republish(t *testing.T) {
 // MaxWaiting counts the far tier.
 func TestFar_CapacityCountsFarMessages(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, MaxWaiting: 3}, logger)
-	require.NoError(t, err)
-	require.NoError(t, pub.Publish(tp, delayed(delay.For(time.Hour), "1"), delayed(delay.For(time.Hour), "2"), delayed(delay.For(time.Second), "3")))
-	err = pub.Publish(tp, delayed(delay.For(time.Hour), "4"))
+	env := setup(t)
+	pub := env.publisher(t, redisdelay.PublisherConfig{MaxWaiting: 3})
+	require.NoError(t, pub.Publish(env.topic, delayed(delay.For(time.Hour), "1"), delayed(delay.For(time.Hour), "2"), delayed(delay.For(time.Second), "3")))
+	err := pub.Publish(env.topic, delayed(delay.For(time.Hour), "4"))
 	require.ErrorIs(t, err, redisdelay.ErrQueueFull)
 	require.ErrorContains(t, err, "holds 3 waiting messages")
 }
@@ -257,23 +255,22 @@ func TestFar_CapacityCountsFarMessages(t *testing.T) {
 // the scheduler holding the partition.
 func TestFar_Partitions(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPartitionedPublisher(t, client, 4)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, 4)
 	start := time.Now()
 	for i := range 40 {
 		// one call each: a call's messages go to one partition
-		require.NoError(t, pub.Publish(tp, delayed(delay.For(3*time.Second), strconv.Itoa(i))))
+		require.NoError(t, pub.Publish(env.topic, delayed(delay.For(3*time.Second), strconv.Itoa(i))))
 	}
 	parts := 0
 	for p := range 4 {
-		if client.Exists(context.Background(), shardOf(tp, p).FarZ()).Val() == 1 {
+		if env.client.Exists(context.Background(), shardOf(env.topic, p).FarZ()).Val() == 1 {
 			parts++
 		}
 	}
 	require.Greater(t, parts, 1, "far buckets in several partitions")
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: 4})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: 4})
+	ch := subscribe(t, sub, env.topic)
 	for range 40 {
 		msg := receive(t, ch, 6*time.Second)
 		require.False(t, time.Now().Before(start.Add(3*time.Second)), "early")
@@ -287,9 +284,8 @@ func TestFar_SpikeUnpackedInBatches(t *testing.T) {
 	if testing.Short() {
 		t.Skip("20,000 messages; TestFar_DeliveredOnTimeNeverEarly covers unpacking")
 	}
-	client := singleClient(t, "reads the server's slow log")
-	tp := topic()
-	pub := newPublisher(t, client)
+	needSingle(t, "reads the server's slow log")
+	env := setup(t)
 	at := time.Now().Add(4 * time.Second).Truncate(time.Second).Add(time.Second)
 	const n = 20000
 	for c := range n / 500 {
@@ -297,16 +293,16 @@ func TestFar_SpikeUnpackedInBatches(t *testing.T) {
 		for i := range 500 {
 			batch = append(batch, delayed(delay.Until(at), strconv.Itoa(c*500+i)))
 		}
-		require.NoError(t, pub.Publish(tp, batch...))
+		require.NoError(t, env.pub.Publish(env.topic, batch...))
 	}
-	_, far := farKeys(t, tp)
+	_, far := farKeys(t, env.topic)
 	require.EqualValues(t, n, far, "all in the far tier")
-	longest := recordScripts(t, client)
+	longest := recordScripts(t, env.client.(*redis.Client))
 	// the largest batch: unpack calls still move at most 1,000 (found in
 	// review: a ZADD of 4,000 members at once failed on Lua's stack)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, BatchSize: 4096})
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 256})
-	ch := subscribe(t, sub, tp)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, BatchSize: 4096})
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 256})
+	ch := subscribe(t, sub, env.topic)
 	seen := map[string]bool{}
 	for len(seen) < n {
 		msg := receive(t, ch, 10*time.Second)
@@ -399,14 +395,14 @@ func TestFar_NonCanonicalUUIDs(t *testing.T) {
 // counted (Storage, Health); the bucket's other messages are delivered.
 func TestFar_UnreadableElementParkedAndLogged(t *testing.T) {
 	t.Parallel()
-	env, prefix := ownKeys(t) // its count of unreadable items reaches Health: not the other tests'
+	env := setupOwnKeys(t) // its count of unreadable items reaches Health: not the other tests'
 	ctx := context.Background()
 	var msgs []*message.Message
 	for i := range 3 {
 		msgs = append(msgs, delayed(delay.For(3*time.Second), strconv.Itoa(i)))
 	}
 	require.NoError(t, env.pub.Publish(env.topic, msgs...))
-	sh := store.Keys{Prefix: prefix}.Shard(env.topic, 0)
+	sh := store.Keys{Prefix: env.prefix}.Shard(env.topic, 0)
 	buckets, err := env.client.ZRange(ctx, sh.FarZ(), 0, -1).Result()
 	require.NoError(t, err)
 	require.Len(t, buckets, 1)
@@ -417,8 +413,8 @@ func TestFar_UnreadableElementParkedAndLogged(t *testing.T) {
 	require.NoError(t, env.client.LSet(ctx, bucket, 1, "\x07"+second[1:]).Err()) // an unknown format
 
 	logs := watermill.NewCaptureLogger()
-	mgr := runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{env.topic}}, logs)
-	ch := subscribe(t, newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true}), env.topic)
+	mgr := runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: env.prefix, Topics: []string{env.topic}}, logs)
+	ch := subscribe(t, newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "g", DisableScheduler: true}), env.topic)
 	got := map[string]bool{}
 	for range 2 {
 		m := receive(t, ch, 6*time.Second)

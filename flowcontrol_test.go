@@ -132,11 +132,11 @@ func TestPause_DeleteGroupRemovesIt(t *testing.T) {
 
 func TestPause_RejectsInvalidNames(t *testing.T) {
 	ctx := context.Background()
-	insp := newInspector(t, newClient(t))
-	require.ErrorIs(t, insp.Pause(ctx, "a{b", "g"), redisdelay.ErrInvalidTopic)
-	_, err := insp.Resume(ctx, "a{b", "g")
+	env := setup(t)
+	require.ErrorIs(t, env.insp.Pause(ctx, "a{b", "g"), redisdelay.ErrInvalidTopic)
+	_, err := env.insp.Resume(ctx, "a{b", "g")
 	require.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
-	_, err = insp.Paused(ctx, "t", "")
+	_, err = env.insp.Paused(ctx, "t", "")
 	require.ErrorContains(t, err, "consumer group")
 }
 
@@ -229,11 +229,11 @@ func rateRun(t *testing.T, tp string, subs int, config redisdelay.SubscriberConf
 // takes a tenth of the limit), and each subscriber gets turns.
 func TestRateLimit_HoldsAcrossSubscribers(t *testing.T) {
 	t.Parallel()
-	tp := topic()
-	publishBacklog(t, tp, 300)
+	env := setup(t)
+	publishBacklog(t, env.topic, 300)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 10, BlockTime: 100 * time.Millisecond,
-		TopicRateLimits: map[string]redisdelay.RateLimit{tp: {Messages: 50, Per: time.Second}}}
-	took, counts := rateRun(t, tp, 3, config, 100, 10*time.Second)
+		TopicRateLimits: map[string]redisdelay.RateLimit{env.topic: {Messages: 50, Per: time.Second}}}
+	took, counts := rateRun(t, env.topic, 3, config, 100, 10*time.Second)
 	rate := float64(100-5) / took.Seconds() // the first batch is a burst
 	t.Logf("FIGURE rate limit 50/s, 3 subscribers: 100 messages in %s (%.1f msg/s after the first batch), per subscriber %v", took.Round(time.Millisecond), rate, counts)
 	require.Greater(t, took, 1200*time.Millisecond, "the limit did not hold")
@@ -247,15 +247,15 @@ func TestRateLimit_HoldsAcrossSubscribers(t *testing.T) {
 // reservations under the old, slower one reach far ahead.
 func TestRateLimit_ChangeApplies(t *testing.T) {
 	t.Parallel()
-	tp := topic()
-	publishBacklog(t, tp, 100)
+	env := setup(t)
+	publishBacklog(t, env.topic, 100)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: 5, BlockTime: 100 * time.Millisecond,
 		RateLimit: redisdelay.RateLimit{Messages: 5, Per: time.Second}}
-	took, _ := rateRun(t, tp, 1, config, 10, 10*time.Second)
+	took, _ := rateRun(t, env.topic, 1, config, 10, 10*time.Second)
 	t.Logf("FIGURE 5/s: 10 messages in %s", took.Round(time.Millisecond))
 	require.Greater(t, took, 700*time.Millisecond)
 	config.RateLimit = redisdelay.RateLimit{Messages: 1000, Per: time.Second}
-	took, _ = rateRun(t, tp, 1, config, 90, 10*time.Second)
+	took, _ = rateRun(t, env.topic, 1, config, 90, 10*time.Second)
 	t.Logf("FIGURE then 1000/s: 90 messages in %s", took.Round(time.Millisecond))
 	require.Less(t, took, 1500*time.Millisecond, "the new limit did not apply (the old one: 18 s)")
 }
@@ -267,12 +267,12 @@ func TestFigures_RateLimitAccuracy(t *testing.T) {
 		t.Skip("set REDISDELAY_FIGURES=1")
 	}
 	for _, c := range []struct{ limit, batch int }{{200, 10}, {200, 32}, {1000, 32}} {
-		tp := topic()
-		publishBacklog(t, tp, c.limit*12)
+		env := setup(t)
+		publishBacklog(t, env.topic, c.limit*12)
 		config := redisdelay.SubscriberConfig{ConsumerGroup: "g", BatchSize: c.batch,
 			RateLimit: redisdelay.RateLimit{Messages: c.limit, Per: time.Second}}
 		want := c.limit * 10
-		took, counts := rateRun(t, tp, 3, config, want, 30*time.Second)
+		took, counts := rateRun(t, env.topic, 3, config, want, 30*time.Second)
 		// want messages from the first: the first batch is a burst, the rest at the limit.
 		steady := float64(want-min(c.batch, (c.limit+9)/10)) / took.Seconds()
 		t.Logf("FIGURE limit %d msg/s, BatchSize %d, 3 subscribers: %d messages in %s: %.1f msg/s after the first batch (%+.2f%%), %.1f msg/s overall; per subscriber %v",
@@ -288,17 +288,16 @@ func TestPause_CheckSurvivesRedisOutage(t *testing.T) {
 	ctx := context.Background()
 	proxy := newFaultProxy(t)
 	client := proxy.client(t)
-	tp := topic()
-	insp := newInspector(t, newClient(t))
-	require.NoError(t, insp.Pause(ctx, tp, "g"))
+	env := setup(t)
+	require.NoError(t, env.insp.Pause(ctx, env.topic, "g"))
 	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 50 * time.Millisecond, CheckInterval: 100 * time.Millisecond})
-	ch := subscribe(t, sub, tp)
-	require.NoError(t, newPublisher(t, newClient(t)).Publish(tp, newMessage("m")))
+	ch := subscribe(t, sub, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("m")))
 	nothing(t, ch, 300*time.Millisecond)
 	proxy.cut(0)
 	time.Sleep(500 * time.Millisecond)
 	proxy.restore(t)
-	_, err := insp.Resume(ctx, tp, "g")
+	_, err := env.insp.Resume(ctx, env.topic, "g")
 	require.NoError(t, err)
 	receive(t, ch, 5*time.Second).Ack()
 }
@@ -381,18 +380,18 @@ func TestPause_NotificationRefused(t *testing.T) {
 	needSingle(t, "it creates Redis users")
 	ctx := context.Background()
 	restricted, _ := newACLUser(t, "~"+redisdelay.DefaultKeyPrefix+":*", "resetchannels", "+@all", "-@dangerous")
-	tp := topic()
+	env := setup(t)
 	insp := newInspector(t, restricted)
-	err := insp.Pause(ctx, tp, "g")
+	err := insp.Pause(ctx, env.topic, "g")
 	require.ErrorContains(t, err, "the change is stored, but telling the subscribers failed")
 	require.ErrorContains(t, err, "NOPERM")
-	paused, err := insp.Paused(ctx, tp, "g")
+	paused, err := insp.Paused(ctx, env.topic, "g")
 	require.NoError(t, err)
 	require.True(t, paused)
-	was, err := insp.Resume(ctx, tp, "g")
+	was, err := insp.Resume(ctx, env.topic, "g")
 	require.ErrorContains(t, err, "the change is stored, but telling the subscribers failed")
 	require.True(t, was)
-	paused, err = insp.Paused(ctx, tp, "g")
+	paused, err = insp.Paused(ctx, env.topic, "g")
 	require.NoError(t, err)
 	require.False(t, paused)
 }

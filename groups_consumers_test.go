@@ -29,15 +29,13 @@ import (
 func TestGroupsCombo_TwoConsumerGroups(t *testing.T) {
 	t.Parallel()
 	const n = 5
-	tp := topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	env := setup(t)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
 	consumers := func(group string, limit int) <-chan *message.Message {
 		var chs []<-chan *message.Message
 		for range 3 {
 			sub := newSubscriber(t, newClient(t), redisdelay.SubscriberConfig{ConsumerGroup: group, GroupConcurrency: limit})
-			chs = append(chs, subscribe(t, sub, tp))
+			chs = append(chs, subscribe(t, sub, env.topic))
 		}
 		return fanIn(t, chs...)
 	}
@@ -46,7 +44,7 @@ func TestGroupsCombo_TwoConsumerGroups(t *testing.T) {
 	for i := range n {
 		msgs = append(msgs, groupedMessage("a", i))
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
 
 	gotX := receiveSet(t, x, 1)
 	gotY := receiveSet(t, y, 2)
@@ -90,8 +88,8 @@ func TestGroupsCombo_TwoConsumerGroups(t *testing.T) {
 	}
 	nothing(t, x, 200*time.Millisecond)
 	nothing(t, y, 100*time.Millisecond)
-	awaitGroupsSettled(t, client, tp, "x", 1)
-	awaitGroupsSettled(t, client, tp, "y", 1)
+	awaitGroupsSettled(t, env.client, env.topic, "x", 1)
+	awaitGroupsSettled(t, env.client, env.topic, "y", 1)
 }
 
 // A consumer group whose subscribers predate groups (simulated: its meta
@@ -105,35 +103,33 @@ func TestGroupsCombo_ConsumerGroupOfOlderVersion(t *testing.T) {
 	ctx := context.Background()
 	const parts, each = 2, 6
 	groups := []string{"g0", "g1", "g2", "g3"}
-	tp := topic()
-	client := newClient(t)
-	pub := newPartitionedPublisher(t, client, parts)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "old", Partitions: parts, GroupConcurrency: 1})
-	require.NoError(t, sub.SubscribeInitialize(tp))
-	forgetGroups(t, client, tp, "old", parts)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, parts)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "old", Partitions: parts, GroupConcurrency: 1})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	forgetGroups(t, env.client, env.topic, "old", parts)
 	// and a consumer group of this version beside it: each is served its way
-	current := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "new", Partitions: parts, GroupConcurrency: 1})
-	require.NoError(t, current.SubscribeInitialize(tp))
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	current := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "new", Partitions: parts, GroupConcurrency: 1})
+	require.NoError(t, current.SubscribeInitialize(env.topic))
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
 
 	n := len(groups) * each
-	publishDueReversed(t, pub, tp, groups, each)
+	publishDueReversed(t, pub, env.topic, groups, each)
 	require.Eventually(t, func() bool {
 		var redo int64
 		for p := range parts {
-			redo += client.XLen(ctx, shardOf(tp, p).Redelivery("old")).Val()
+			redo += env.client.XLen(ctx, shardOf(env.topic, p).Redelivery("old")).Val()
 		}
-		return redo == int64(n) && topicStats(t, insp, tp).Waiting == 0
+		return redo == int64(n) && topicStats(t, env.insp, env.topic).Waiting == 0
 	}, 5*time.Second, 10*time.Millisecond, "the grouped messages reach the redelivery streams")
-	require.EqualValues(t, n, groupStats(t, insp, tp, "new").Grouped, "the current consumer group queues them in groups")
-	st := groupStats(t, insp, tp, "old")
+	require.EqualValues(t, n, groupStats(t, env.insp, env.topic, "new").Grouped, "the current consumer group queues them in groups")
+	st := groupStats(t, env.insp, env.topic, "old")
 	require.Zero(t, st.Grouped)
 	require.Zero(t, st.ActiveGroups)
 	require.EqualValues(t, n, st.Ready)
 	for p := range parts {
-		require.Zero(t, client.Exists(ctx, shardOf(tp, p).Fair("old")).Val(), "partition %d has fair queues", p)
-		entries, err := client.XRange(ctx, shardOf(tp, p).Redelivery("old"), "-", "+").Result()
+		require.Zero(t, env.client.Exists(ctx, shardOf(env.topic, p).Fair("old")).Val(), "partition %d has fair queues", p)
+		entries, err := env.client.XRange(ctx, shardOf(env.topic, p).Redelivery("old"), "-", "+").Result()
 		require.NoError(t, err)
 		next := map[string]int{}
 		for _, e := range entries {
@@ -146,28 +142,28 @@ func TestGroupsCombo_ConsumerGroupOfOlderVersion(t *testing.T) {
 		}
 	}
 
-	ch := subscribe(t, sub, tp)
+	ch := subscribe(t, sub, env.topic)
 	next := receiveGroups(t, ch, n, map[string]int{})
 	nothing(t, ch, 200*time.Millisecond)
-	cur := subscribe(t, current, tp)
+	cur := subscribe(t, current, env.topic)
 	receiveGroups(t, cur, n, map[string]int{})
 	nothing(t, cur, 100*time.Millisecond)
-	awaitGroupsSettled(t, client, tp, "new", parts)
+	awaitGroupsSettled(t, env.client, env.topic, "new", parts)
 
 	// With the subscriber reading (a Subscriber initializes a topic's
 	// group once: Subscribe wrote no gv; forgetGroups makes sure).
-	forgetGroups(t, client, tp, "old", parts)
+	forgetGroups(t, env.client, env.topic, "old", parts)
 	for _, g := range groups {
 		next[g] = 0 // the second round numbers from 0 again
 	}
-	publishDueReversed(t, pub, tp, groups, each)
+	publishDueReversed(t, pub, env.topic, groups, each)
 	receiveGroups(t, ch, n, next)
 	receiveGroups(t, cur, n, map[string]int{})
 	nothing(t, ch, 200*time.Millisecond)
 	nothing(t, cur, 100*time.Millisecond)
-	require.Zero(t, groupStats(t, insp, tp, "old").Grouped)
-	awaitGroupsSettled(t, client, tp, "old", parts)
-	awaitGroupsSettled(t, client, tp, "new", parts)
+	require.Zero(t, groupStats(t, env.insp, env.topic, "old").Grouped)
+	awaitGroupsSettled(t, env.client, env.topic, "old", parts)
+	awaitGroupsSettled(t, env.client, env.topic, "new", parts)
 }
 
 // Grouped messages that fall due while the topic has no consumer group
@@ -180,31 +176,29 @@ func TestGroupsCombo_PublishedBeforeAnyConsumerGroup(t *testing.T) {
 	t.Parallel()
 	const each = 4
 	ctx := context.Background()
-	tp := topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	env := setup(t)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
 	var msgs []*message.Message
 	for i := range each {
 		msgs = append(msgs, groupedMessage("a", i))
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
 	// With no consumer group to queue them for, the scheduler keeps them,
 	// due, for the first one (promote.lua's gorphan): still Waiting.
 	require.Eventually(t, func() bool {
-		n, err := client.ZCard(ctx, shardKey(tp, 0, "gorphan")).Result()
+		n, err := env.client.ZCard(ctx, shardKey(env.topic, 0, "gorphan")).Result()
 		return err == nil && n == each
 	}, 5*time.Second, 10*time.Millisecond, "the scheduler keeps them for a consumer group")
-	require.EqualValues(t, each, topicStats(t, newInspector(t, client), tp).Waiting)
-	n, err := client.XLen(ctx, shardOf(tp, 0).Stream()).Result()
+	require.EqualValues(t, each, topicStats(t, env.insp, env.topic).Waiting)
+	n, err := env.client.XLen(ctx, shardOf(env.topic, 0).Stream()).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing in the ready stream")
 
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1, BatchSize: 1}
 	h := newHandled()
 	done := make(chan struct{}, each)
-	for _, c := range []redis.UniversalClient{client, newClient(t)} {
-		ch := subscribe(t, newSubscriber(t, c, config), tp)
+	for _, c := range []redis.UniversalClient{env.client, newClient(t)} {
+		ch := subscribe(t, newSubscriber(t, c, config), env.topic)
 		go func() {
 			for msg := range ch {
 				g := h.start(t, msg)
@@ -226,5 +220,5 @@ func TestGroupsCombo_PublishedBeforeAnyConsumerGroup(t *testing.T) {
 	assert.Equal(t, 1, h.most["a"], "group a ran more than one message at once (GroupConcurrency 1)")
 	assert.Equal(t, seqs(each), h.order["a"], "group a's order")
 	h.mu.Unlock()
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	awaitGroupsSettled(t, env.client, env.topic, "g", 1)
 }

@@ -37,20 +37,18 @@ func TestGroupsCombo_RateLimit(t *testing.T) {
 	// the setting under test: 5 per 500ms per group, a burst of 5 then one per 100ms
 	limit := redisdelay.RateLimit{Messages: 5, Per: 500 * time.Millisecond}
 	emission := limit.Per / time.Duration(limit.Messages)
-	tp := topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupRateLimit: limit})
-	ch := subscribe(t, sub, tp)
-	awaitIdleSubscriptions(t, client, tp, 1)
+	env := setup(t)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupRateLimit: limit})
+	ch := subscribe(t, sub, env.topic)
+	awaitIdleSubscriptions(t, env.client, env.topic, 1)
 
 	var msgs []*message.Message
 	for i := range each {
 		msgs = append(msgs, groupedMessage("a", i), groupedMessage("b", i))
 	}
 	start := time.Now()
-	require.NoError(t, pub.Publish(tp, msgs...))
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
 	got := map[string]int{}
 	for range 2 * each {
 		msg := receive(t, ch, 5*time.Second)
@@ -68,13 +66,13 @@ func TestGroupsCombo_RateLimit(t *testing.T) {
 	nothing(t, ch, 200*time.Millisecond)
 	defer func() {
 		if t.Failed() {
-			now, err := client.Time(context.Background()).Result()
-			t.Logf("Redis's clock at the end: %d ms (err %v); Stats: %+v", now.UnixMilli(), err, groupStats(t, newInspector(t, client), tp, "g"))
+			now, err := env.client.Time(context.Background()).Result()
+			t.Logf("Redis's clock at the end: %d ms (err %v); Stats: %+v", now.UnixMilli(), err, groupStats(t, env.insp, env.topic, "g"))
 		}
 	}()
 	// An idle group whose limiter has not caught up waits in fwait until
 	// it has, and is then deleted (fair_close), leaving nothing behind.
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	awaitGroupsSettled(t, env.client, env.topic, "g", 1)
 }
 
 // Inspector.Pause holds back grouped messages too (two partitions: the
@@ -88,15 +86,13 @@ func TestGroupsCombo_Pause(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const parts, groups, each = 2, 4, 10
-	tp := topic()
-	client := newClient(t)
-	pub := newPartitionedPublisher(t, client, parts)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, GroupConcurrency: 1})
-	require.NoError(t, sub.SubscribeInitialize(tp))
-	require.NoError(t, insp.Pause(ctx, tp, "g"))
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
-	ch := subscribe(t, sub, tp)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, parts)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, GroupConcurrency: 1})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	require.NoError(t, env.insp.Pause(ctx, env.topic, "g"))
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
+	ch := subscribe(t, sub, env.topic)
 
 	publish := func(from, to int) {
 		var msgs []*message.Message
@@ -109,32 +105,32 @@ func TestGroupsCombo_Pause(t *testing.T) {
 				msgs = append(msgs, msg)
 			}
 		}
-		require.NoError(t, pub.Publish(tp, msgs...))
+		require.NoError(t, pub.Publish(env.topic, msgs...))
 	}
 	publish(0, each)
-	awaitQueuedInGroups(t, insp, tp, "g", groups*each)
+	awaitQueuedInGroups(t, env.insp, env.topic, "g", groups*each)
 	used := map[int]bool{}
 	for g := range groups {
 		used[redisdelay.PartitionOf(fmt.Sprint("g", g), parts)] = true
 	}
 	require.Len(t, used, parts, "the groups are in both partitions")
 	nothing(t, ch, 500*time.Millisecond)
-	st := groupStats(t, insp, tp, "g")
+	st := groupStats(t, env.insp, env.topic, "g")
 	require.True(t, st.Paused)
 	require.EqualValues(t, groups*each, st.Grouped)
 	require.EqualValues(t, groups, st.ActiveGroups)
 
-	was, err := insp.Resume(ctx, tp, "g")
+	was, err := env.insp.Resume(ctx, env.topic, "g")
 	require.NoError(t, err)
 	require.True(t, was)
 	next := receiveGroups(t, ch, groups*each, map[string]int{})
 	nothing(t, ch, 200*time.Millisecond)
-	awaitGroupsSettled(t, client, tp, "g", parts)
+	awaitGroupsSettled(t, env.client, env.topic, "g", parts)
 
 	// Paused while delivering: what was fetched comes, then nothing.
 	publish(each, 4*each)
 	next = receiveGroups(t, ch, groups, next)
-	require.NoError(t, insp.Pause(ctx, tp, "g"))
+	require.NoError(t, env.insp.Pause(ctx, env.topic, "g"))
 	spill := 0
 drain:
 	for {
@@ -153,18 +149,18 @@ drain:
 	left := groups*3*each - groups - spill
 	require.Positive(t, left, "the pause held nothing back")
 	require.Eventually(t, func() bool {
-		st := groupStats(t, insp, tp, "g")
+		st := groupStats(t, env.insp, env.topic, "g")
 		return st.Pending == 0 && st.Ready == 0 && st.Grouped == int64(left)
-	}, 5*time.Second, 10*time.Millisecond, "the rest waits in the groups: %+v", groupStats(t, insp, tp, "g"))
+	}, 5*time.Second, 10*time.Millisecond, "the rest waits in the groups: %+v", groupStats(t, env.insp, env.topic, "g"))
 	nothing(t, ch, 300*time.Millisecond)
-	_, err = insp.Resume(ctx, tp, "g")
+	_, err = env.insp.Resume(ctx, env.topic, "g")
 	require.NoError(t, err)
 	next = receiveGroups(t, ch, left, next)
 	for g := range groups {
 		require.Equal(t, 4*each, next[fmt.Sprint("g", g)])
 	}
 	nothing(t, ch, 200*time.Millisecond)
-	awaitGroupsSettled(t, client, tp, "g", parts)
+	awaitGroupsSettled(t, env.client, env.topic, "g", parts)
 }
 
 // A handler that hangs on a grouped message (GroupConcurrency 1) holds

@@ -28,14 +28,12 @@ import (
 func TestGroupsCombo_PartitionsPlaceAndOrder(t *testing.T) {
 	t.Parallel()
 	const parts, groups, each = 4, 8, 10
-	tp := topic()
-	client := newClient(t)
-	pub := newPartitionedPublisher(t, client, parts)
-	insp := newInspector(t, client)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, parts)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, GroupConcurrency: 1}
-	first := newSubscriber(t, client, config)
-	require.NoError(t, first.SubscribeInitialize(tp))
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	first := newSubscriber(t, env.client, config)
+	require.NoError(t, first.SubscribeInitialize(env.topic))
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
 
 	var msgs []*message.Message
 	for i := range each {
@@ -43,9 +41,9 @@ func TestGroupsCombo_PartitionsPlaceAndOrder(t *testing.T) {
 			msgs = append(msgs, groupedMessage(fmt.Sprint("tenant-", g), i))
 		}
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
-	awaitQueuedInGroups(t, insp, tp, "g", groups*each)
-	states, queued := fairFields(t, client, tp, "g", parts)
+	require.NoError(t, pub.Publish(env.topic, msgs...))
+	awaitQueuedInGroups(t, env.insp, env.topic, "g", groups*each)
+	states, queued := fairFields(t, env.client, env.topic, "g", parts)
 	used := map[int]bool{}
 	for g := range groups {
 		name := fmt.Sprint("tenant-", g)
@@ -60,7 +58,7 @@ func TestGroupsCombo_PartitionsPlaceAndOrder(t *testing.T) {
 	done := make(chan struct{}, groups*each)
 	second := newSubscriber(t, newClient(t), config)
 	for _, sub := range []*redisdelay.Subscriber{first, second} {
-		ch := subscribe(t, sub, tp)
+		ch := subscribe(t, sub, env.topic)
 		for range 2 {
 			go func() {
 				for msg := range ch {
@@ -87,7 +85,7 @@ func TestGroupsCombo_PartitionsPlaceAndOrder(t *testing.T) {
 		assert.Equal(t, seqs(each), h.order[name], "group %s", name)
 	}
 	h.mu.Unlock()
-	awaitGroupsSettled(t, client, tp, "g", parts)
+	awaitGroupsSettled(t, env.client, env.topic, "g", parts)
 }
 
 // Round robin holds within a partition of a partitioned topic: a big
@@ -97,13 +95,11 @@ func TestGroupsCombo_PartitionsPlaceAndOrder(t *testing.T) {
 func TestGroupsCombo_PartitionsRoundRobin(t *testing.T) {
 	t.Parallel()
 	const parts, big, small, each, others = 4, 600, 6, 5, 3
-	tp := topic()
-	client := newClient(t)
-	pub := newPartitionedPublisher(t, client, parts)
-	insp := newInspector(t, client)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
-	require.NoError(t, sub.SubscribeInitialize(tp))
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, parts)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts})
+	require.NoError(t, sub.SubscribeInitialize(env.topic))
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
 
 	home := redisdelay.PartitionOf("big", parts)
 	var near, far []string // small groups in the big group's partition, and groups elsewhere
@@ -121,22 +117,22 @@ func TestGroupsCombo_PartitionsRoundRobin(t *testing.T) {
 	for i := range big {
 		msgs = append(msgs, groupedMessage("big", i))
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
+	require.NoError(t, pub.Publish(env.topic, msgs...))
 	for _, g := range append(append([]string{}, near...), far...) {
 		msgs = msgs[:0]
 		for i := range each {
 			msgs = append(msgs, groupedMessage(g, i))
 		}
-		require.NoError(t, pub.Publish(tp, msgs...))
+		require.NoError(t, pub.Publish(env.topic, msgs...))
 	}
 	total := big + (small+others)*each
-	awaitQueuedInGroups(t, insp, tp, "g", int64(total))
+	awaitQueuedInGroups(t, env.insp, env.topic, "g", int64(total))
 
 	inHome := map[string]bool{"big": true}
 	for _, g := range near {
 		inHome[g] = true
 	}
-	ch := subscribe(t, sub, tp)
+	ch := subscribe(t, sub, env.topic)
 	next := map[string]int{}
 	pos, lastNear := 0, 0 // among the deliveries of the big group's partition
 	for range total {
@@ -160,7 +156,7 @@ func TestGroupsCombo_PartitionsRoundRobin(t *testing.T) {
 		require.Equal(t, each, next[g], "group %s", g)
 	}
 	nothing(t, ch, 200*time.Millisecond)
-	awaitGroupsSettled(t, client, tp, "g", parts)
+	awaitGroupsSettled(t, env.client, env.topic, "g", parts)
 }
 
 // Ordered subscriptions (two subscribers sharing two partitions) deliver
@@ -171,9 +167,8 @@ func TestGroupsCombo_PartitionsRoundRobin(t *testing.T) {
 func TestGroupsCombo_Ordered(t *testing.T) {
 	t.Parallel()
 	const parts, groups, each = 2, 6, 8
-	tp := topic()
-	client := newClient(t)
-	pub := newPartitionedPublisher(t, client, parts)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, parts)
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true,
 		RetryDelay: func(int) time.Duration { return 50 * time.Millisecond }}
 	var (
@@ -184,7 +179,7 @@ func TestGroupsCombo_Ordered(t *testing.T) {
 		done     = make(chan struct{})
 	)
 	for range 2 {
-		ch := subscribe(t, newSubscriber(t, newClient(t), config), tp)
+		ch := subscribe(t, newSubscriber(t, newClient(t), config), env.topic)
 		go func() {
 			for msg := range ch {
 				g, seq := splitPayload(t, msg)
@@ -218,7 +213,7 @@ func TestGroupsCombo_Ordered(t *testing.T) {
 	require.Eventually(t, func() bool {
 		owners := map[string]bool{}
 		for p := range parts {
-			if o, err := client.Get(context.Background(), shardOf(tp, p).Owner("g")).Result(); err == nil {
+			if o, err := env.client.Get(context.Background(), shardOf(env.topic, p).Owner("g")).Result(); err == nil {
 				owners[o] = true
 			}
 		}
@@ -231,7 +226,7 @@ func TestGroupsCombo_Ordered(t *testing.T) {
 			msgs = append(msgs, groupedMessage(fmt.Sprint("g", g), i))
 		}
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
+	require.NoError(t, pub.Publish(env.topic, msgs...))
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
@@ -252,5 +247,5 @@ func TestGroupsCombo_Ordered(t *testing.T) {
 		assert.Equal(t, want, order[name], "group %s", name)
 	}
 	mu.Unlock()
-	awaitGroupsSettled(t, client, tp, "g", parts)
+	awaitGroupsSettled(t, env.client, env.topic, "g", parts)
 }

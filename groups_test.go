@@ -88,16 +88,14 @@ func TestGroups_RoundRobin(t *testing.T) {
 func TestGroups_ConcurrencyOne(t *testing.T) {
 	t.Parallel()
 	const groups, each = 4, 8
-	tp := topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	env := setup(t)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
 
 	h := newHandled()
 	done := make(chan struct{}, groups*each)
 	for range 3 {
 		sub := newSubscriber(t, newClient(t), redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1})
-		ch := subscribe(t, sub, tp)
+		ch := subscribe(t, sub, env.topic)
 		for range 2 {
 			go func() {
 				for msg := range ch {
@@ -112,7 +110,7 @@ func TestGroups_ConcurrencyOne(t *testing.T) {
 	}
 	for g := range groups {
 		for i := range each {
-			require.NoError(t, pub.Publish(tp, groupedMessage(fmt.Sprint("g", g), i)))
+			require.NoError(t, env.pub.Publish(env.topic, groupedMessage(fmt.Sprint("g", g), i)))
 		}
 	}
 	for range groups * each {
@@ -129,7 +127,7 @@ func TestGroups_ConcurrencyOne(t *testing.T) {
 		assert.Equal(t, seqs(each), h.order[name], "group %s", name)
 	}
 	h.mu.Unlock()
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	awaitGroupsSettled(t, env.client, env.topic, "g", 1)
 }
 
 // A nacked message of a group with GroupConcurrency 1 keeps its slot
@@ -184,15 +182,14 @@ func TestGroups_RetryKeepsGroupOrder(t *testing.T) {
 // goes at once.
 func TestKeepLastIfActive_Debounces(t *testing.T) {
 	t.Parallel()
-	tp := topic()
-	client := newClient(t)
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{
-		TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{tp: redisdelay.KeepLastIfActive}})
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	env := setup(t)
+	pub := env.publisher(t, redisdelay.PublisherConfig{
+		TopicBusinessKeyPolicy: map[string]redisdelay.BusinessKeyPolicy{env.topic: redisdelay.KeepLastIfActive}})
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
 	// Two subscribers: a subscription hands out its next message only once
 	// the previous one is settled.
-	first := subscribe(t, newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}), tp)
-	second := subscribe(t, newSubscriber(t, newClient(t), redisdelay.SubscriberConfig{ConsumerGroup: "g"}), tp)
+	first := subscribe(t, newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}), env.topic)
+	second := subscribe(t, newSubscriber(t, newClient(t), redisdelay.SubscriberConfig{ConsumerGroup: "g"}), env.topic)
 	ch := make(chan *message.Message)
 	for _, c := range []<-chan *message.Message{first, second} {
 		go func() {
@@ -202,15 +199,15 @@ func TestKeepLastIfActive_Debounces(t *testing.T) {
 		}()
 	}
 
-	require.NoError(t, pub.Publish(tp, businessKeyMessage("k", 0, "m1", "")))
+	require.NoError(t, pub.Publish(env.topic, businessKeyMessage("k", 0, "m1", "")))
 	running := receive(t, ch, 5*time.Second)
 	require.Equal(t, "m1", string(running.Payload))
 	for _, p := range []string{"m2", "m3", "m4"} {
-		require.NoError(t, pub.Publish(tp, businessKeyMessage("k", 0, p, "")))
+		require.NoError(t, pub.Publish(env.topic, businessKeyMessage("k", 0, p, "")))
 		time.Sleep(30 * time.Millisecond) // each falls due before the next
 	}
 	// another key is not held back
-	require.NoError(t, pub.Publish(tp, businessKeyMessage("other", 0, "o1", "")))
+	require.NoError(t, pub.Publish(env.topic, businessKeyMessage("other", 0, "o1", "")))
 	other := receive(t, ch, 5*time.Second)
 	require.Equal(t, "o1", string(other.Payload))
 	other.Ack()
@@ -221,10 +218,10 @@ func TestKeepLastIfActive_Debounces(t *testing.T) {
 	require.Equal(t, "m4", string(follow.Payload))
 	follow.Ack()
 	nothing(t, ch, 300*time.Millisecond)
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	awaitGroupsSettled(t, env.client, env.topic, "g", 1)
 
 	// nothing running: at once
-	require.NoError(t, pub.Publish(tp, businessKeyMessage("k", 0, "m5", "")))
+	require.NoError(t, pub.Publish(env.topic, businessKeyMessage("k", 0, "m5", "")))
 	msg := receive(t, ch, 5*time.Second)
 	require.Equal(t, "m5", string(msg.Payload))
 	msg.Ack()
@@ -236,21 +233,19 @@ func TestKeepLastIfActive_Debounces(t *testing.T) {
 // front of their groups.
 func TestGroups_ReclaimAndClose(t *testing.T) {
 	t.Parallel()
-	tp := topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	env := setup(t)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
 	// a short visibility timeout, so the reclaim comes within the test
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1, VisibilityTimeout: 300 * time.Millisecond}
 
 	proxy := newFaultProxy(t)
 	crashing := newSubscriber(t, proxy.client(t), config)
-	ch := subscribe(t, crashing, tp)
-	require.NoError(t, pub.Publish(tp, groupedMessage("a", 0), groupedMessage("a", 1)))
+	ch := subscribe(t, crashing, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, groupedMessage("a", 0), groupedMessage("a", 1)))
 	first := receive(t, ch, 5*time.Second)
 	require.Equal(t, "a/0", string(first.Payload))
 	other := newSubscriber(t, newClient(t), config)
-	och := subscribe(t, other, tp)
+	och := subscribe(t, other, env.topic)
 	nothing(t, och, 100*time.Millisecond) // a/1 waits for a/0's slot
 	// The first subscriber's process loses Redis for good while its
 	// handler holds a/0: no lease renewal, no hand-back.
@@ -262,7 +257,7 @@ func TestGroups_ReclaimAndClose(t *testing.T) {
 	msg = receive(t, och, 5*time.Second)
 	require.Equal(t, "a/1", string(msg.Payload))
 	msg.Ack()
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	awaitGroupsSettled(t, env.client, env.topic, "g", 1)
 }
 
 // Bad groups and limits are refused with what to do.

@@ -34,22 +34,21 @@ import (
 // slot back.
 func TestGroupsCombo_RouterRetryAndPoisonQueue(t *testing.T) {
 	t.Parallel()
-	tp, poisonTp := topic(), topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp, poisonTp}})
+	env := setup(t)
+	poisonTp := topic()
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic, poisonTp}})
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1}
-	subs := []*redisdelay.Subscriber{newSubscriber(t, client, config), newSubscriber(t, newClient(t), config)}
-	poisonSub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "p", GroupConcurrency: 1})
+	subs := []*redisdelay.Subscriber{newSubscriber(t, env.client, config), newSubscriber(t, newClient(t), config)}
+	poisonSub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "p", GroupConcurrency: 1})
 	require.NoError(t, poisonSub.SubscribeInitialize(poisonTp))
 
-	poison, err := middleware.PoisonQueue(pub, poisonTp)
+	poison, err := middleware.PoisonQueue(env.pub, poisonTp)
 	require.NoError(t, err)
 	router := newRouter(t)
 	router.AddMiddleware(poison, middleware.Retry{MaxRetries: 2, InitialInterval: 10 * time.Millisecond}.Middleware)
 	h := newHandled()
 	calls := map[string]int{}
-	routerHandlers(router, "h", tp, subs, func(msg *message.Message) error {
+	routerHandlers(router, "h", env.topic, subs, func(msg *message.Message) error {
 		g := h.start(t, msg)
 		defer h.end(g)
 		if msg.Metadata.Get(redisdelay.GroupKey) != g {
@@ -70,7 +69,7 @@ func TestGroupsCombo_RouterRetryAndPoisonQueue(t *testing.T) {
 	})
 	runRouter(t, router)
 
-	require.NoError(t, pub.Publish(tp, groupedMessage("a", 0), groupedMessage("a", 1), groupedMessage("a", 2), groupedMessage("b", 0)))
+	require.NoError(t, env.pub.Publish(env.topic, groupedMessage("a", 0), groupedMessage("a", 1), groupedMessage("a", 2), groupedMessage("b", 0)))
 	require.Eventually(t, func() bool { return h.count() == 3*2+1+1 }, 5*time.Second, 10*time.Millisecond, "handler calls")
 	h.mu.Lock()
 	assert.Equal(t, []int{0, 0, 0, 1, 1, 1, 2}, h.order["a"], "the Retry middleware's calls keep the group's order")
@@ -82,12 +81,12 @@ func TestGroupsCombo_RouterRetryAndPoisonQueue(t *testing.T) {
 	msg := receive(t, ch, 5*time.Second)
 	require.Equal(t, "a/1", string(msg.Payload))
 	require.Equal(t, "a", msg.Metadata.Get(redisdelay.GroupKey))
-	require.Equal(t, tp, msg.Metadata.Get(middleware.PoisonedTopicKey))
-	require.Equal(t, "a", redoGroups(t, client, poisonTp, "p", 0)[msg.UUID], "queued in its group on the poison topic")
+	require.Equal(t, env.topic, msg.Metadata.Get(middleware.PoisonedTopicKey))
+	require.Equal(t, "a", redoGroups(t, env.client, poisonTp, "p", 0)[msg.UUID], "queued in its group on the poison topic")
 	msg.Ack()
 	nothing(t, ch, 200*time.Millisecond)
-	awaitGroupsSettled(t, client, tp, "g", 1)
-	awaitGroupsSettled(t, client, poisonTp, "p", 1)
+	awaitGroupsSettled(t, env.client, env.topic, "g", 1)
+	awaitGroupsSettled(t, env.client, poisonTp, "p", 1)
 }
 
 // Grouped messages published through Watermill's delay.NewPublisher (a
@@ -98,18 +97,16 @@ func TestGroupsCombo_RouterRetryAndPoisonQueue(t *testing.T) {
 // after the retry, while another group goes on.
 func TestGroupsCombo_DelayPublisherAndDelayOnError(t *testing.T) {
 	t.Parallel()
-	tp := topic()
-	client := newClient(t)
-	pub := newPublisher(t, client)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}})
+	env := setup(t)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}})
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", GroupConcurrency: 1}
-	subs := []*redisdelay.Subscriber{newSubscriber(t, client, config), newSubscriber(t, newClient(t), config)}
+	subs := []*redisdelay.Subscriber{newSubscriber(t, env.client, config), newSubscriber(t, newClient(t), config)}
 
 	router := newRouter(t)
 	router.AddMiddleware((&middleware.DelayOnError{InitialInterval: 300 * time.Millisecond, MaxInterval: time.Second, Multiplier: 2}).Middleware)
 	var mu sync.Mutex
 	var seen []string
-	routerHandlers(router, "h", tp, subs, func(msg *message.Message) error {
+	routerHandlers(router, "h", env.topic, subs, func(msg *message.Message) error {
 		attempt := msg.Metadata.Get(redisdelay.AttemptKey)
 		mu.Lock()
 		seen = append(seen, string(msg.Payload)+"#"+attempt+"@"+msg.Metadata.Get(redisdelay.GroupKey))
@@ -121,17 +118,17 @@ func TestGroupsCombo_DelayPublisherAndDelayOnError(t *testing.T) {
 	})
 	runRouter(t, router)
 
-	delayed, err := delay.NewPublisher(pub, delay.PublisherConfig{
+	delayed, err := delay.NewPublisher(env.pub, delay.PublisherConfig{
 		DefaultDelayGenerator: func(delay.DefaultDelayGeneratorParams) (delay.Delay, error) {
 			return delay.For(300 * time.Millisecond), nil
 		},
 	})
 	require.NoError(t, err)
 	// a/1 first with the default delay, then a/0 due earlier
-	require.NoError(t, delayed.Publish(tp, groupedMessage("a", 1), groupedMessage("b", 0)))
+	require.NoError(t, delayed.Publish(env.topic, groupedMessage("a", 1), groupedMessage("b", 0)))
 	first := groupedMessage("a", 0)
 	first.SetContext(delay.WithContext(context.Background(), delay.For(100*time.Millisecond)))
-	require.NoError(t, delayed.Publish(tp, first))
+	require.NoError(t, delayed.Publish(env.topic, first))
 
 	require.Eventually(t, func() bool {
 		mu.Lock()
@@ -148,7 +145,7 @@ func TestGroupsCombo_DelayPublisherAndDelayOnError(t *testing.T) {
 	assert.Equal(t, []string{"a/0#1@a", "a/0#2@a", "a/1#1@a"}, ofA, "all deliveries: %v", seen)
 	assert.Contains(t, seen, "b/0#1@b")
 	mu.Unlock()
-	awaitGroupsSettled(t, client, tp, "g", 1)
+	awaitGroupsSettled(t, env.client, env.topic, "g", 1)
 	mu.Lock()
 	assert.Len(t, seen, 4, "no further delivery: %v", seen)
 	mu.Unlock()

@@ -172,9 +172,10 @@ func TestHandlerTimeout_PerMessage(t *testing.T) {
 
 // A HandlerTimeout below a millisecond is refused, saying what to use.
 func TestHandlerTimeout_Validate(t *testing.T) {
-	_, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: newClient(t), ConsumerGroup: "g", HandlerTimeout: time.Nanosecond}, watermill.NopLogger{})
+	env := setup(t)
+	_, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g", HandlerTimeout: time.Nanosecond}, watermill.NopLogger{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "SubscriberConfig.HandlerTimeout is 1ns: use at least 1ms")
-	_, err = redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: newClient(t), ConsumerGroup: "g", HandlerTimeout: -1}, watermill.NopLogger{})
+	_, err = redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g", HandlerTimeout: -1}, watermill.NopLogger{})
 	assert.NoError(t, err, "negative: no bound")
 }

@@ -314,6 +314,23 @@ func gatedPublisher(t *testing.T, topic string, config redisdelay.PublisherConfi
 	return pub, proxy, counter
 }
 
+// gatedEnv is an env whose pub is a gatedPublisher of its topic: the tests
+// of Publish calls queued behind round trips in flight start with it.
+type gatedEnv struct {
+	*env
+	proxy   *gateProxy
+	counter *scriptCounter
+}
+
+// setupGated returns a test's env with a gatedPublisher of config as pub.
+func setupGated(t *testing.T, config redisdelay.PublisherConfig) *gatedEnv {
+	t.Helper()
+	e := setup(t)
+	pub, proxy, counter := gatedPublisher(t, e.topic, config)
+	e.pub = pub
+	return &gatedEnv{env: e, proxy: proxy, counter: counter}
+}
+
 // loadPublishScripts has Redis load every script a Publish may run
 // (publish.lua and the short ones for plain messages: see store.Publish),
 // publishing a message of each kind to a topic of its own, so that the

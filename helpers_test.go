@@ -369,6 +369,55 @@ type env struct {
 // setup returns a test's env; the client is closed when the test ends.
 func setup(t *testing.T) *env {
 	t.Helper()
-	client := newClient(t)
+	return setupOn(t, newClient(t))
+}
+
+// setupOn returns a test's env on a client the test chose: of a server of
+// its own (ownRedis), through a proxy... The caller closes the client (the
+// helpers that make them do when the test ends).
+func setupOn(t *testing.T, client redis.UniversalClient) *env {
+	t.Helper()
 	return &env{client: client, topic: topic(), pub: newPublisher(t, client), insp: newInspector(t, client)}
+}
+
+// subscriber returns a Subscriber of group on the env's client, with the
+// default config as configure changes it, closed when the test ends.
+func (e *env) subscriber(t *testing.T, group string, configure ...func(*redisdelay.SubscriberConfig)) *redisdelay.Subscriber {
+	t.Helper()
+	config := redisdelay.SubscriberConfig{ConsumerGroup: group}
+	for _, c := range configure {
+		c(&config)
+	}
+	return newSubscriber(t, e.client, config)
+}
+
+// publisher returns a Publisher with config on the env's client (Client
+// is set here), closed when the test ends.
+func (e *env) publisher(t *testing.T, config redisdelay.PublisherConfig) *redisdelay.Publisher {
+	t.Helper()
+	config.Client = e.client
+	pub, err := redisdelay.NewPublisher(config, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	return pub
+}
+
+// prefixedEnv is an env whose pub and insp work under a key prefix of the
+// test's own: a Manager without a topic list sees only the test's topics,
+// and the schedules are the test's alone.
+type prefixedEnv struct {
+	*env
+	prefix string
+}
+
+// setupPrefixed returns a test's env under prefix.
+func setupPrefixed(t *testing.T, prefix string) *prefixedEnv {
+	t.Helper()
+	e := setup(t)
+	var err error
+	e.pub, err = redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: e.client, KeyPrefix: prefix}, logger)
+	require.NoError(t, err)
+	e.insp, err = redisdelay.NewInspector(redisdelay.InspectorConfig{Client: e.client, KeyPrefix: prefix})
+	require.NoError(t, err)
+	return &prefixedEnv{env: e, prefix: prefix}
 }

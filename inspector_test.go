@@ -143,8 +143,7 @@ func TestLifecycle_InspectorDeadLetterOperations(t *testing.T) {
 func TestLifecycle_InspectorRejectsBadArguments(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	insp := newInspector(t, newClient(t))
-	topic := topic()
+	env := setup(t)
 	errOf := func(_ any, err error) error { return err }
 	for name, c := range map[string]struct {
 		err   error
@@ -152,22 +151,22 @@ func TestLifecycle_InspectorRejectsBadArguments(t *testing.T) {
 		says  []string
 		noSay string
 	}{
-		"DeadLetters topic with space":  {err: errOf(insp.DeadLetters(ctx, "a b", "g", "", 10)), is: redisdelay.ErrInvalidTopic, says: []string{`topic "a b"`, `contains " "`}},
-		"DeadLetters empty group":       {err: errOf(insp.DeadLetters(ctx, topic, "", "", 10)), says: []string{"consumer group is empty"}},
-		"DeadLetters group with brace":  {err: errOf(insp.DeadLetters(ctx, topic, "g{1}", "", 10)), says: []string{`consumer group "g{1}"`, `contains "{"`}},
-		"DeadLetters limit 0":           {err: errOf(insp.DeadLetters(ctx, topic, "g", "", 0)), says: []string{"limit is 0", "use 1 to 10000"}},
-		"DeadLetters limit 10001":       {err: errOf(insp.DeadLetters(ctx, topic, "g", "", 10001)), says: []string{"limit is 10001", "use 1 to 10000"}},
-		"Waiting negative offset":       {err: errOf(insp.Waiting(ctx, topic, -1, 10)), says: []string{"offset is -1", "use 0 or more"}},
-		"Waiting limit 0":               {err: errOf(insp.Waiting(ctx, topic, 0, 0)), says: []string{"limit is 0"}},
-		"Waiting limit 10001":           {err: errOf(insp.Waiting(ctx, topic, 0, 10001)), says: []string{"limit is 10001"}},
-		"Waiting empty topic":           {err: errOf(insp.Waiting(ctx, "", 0, 10)), is: redisdelay.ErrInvalidTopic, says: []string{"topic is empty"}},
-		"Stats control character":       {err: errOf(insp.Stats(ctx, "a\nb")), is: redisdelay.ErrInvalidTopic, says: []string{"control characters"}},
-		"RequeueDeadLetter bad group":   {err: errOf(insp.RequeueDeadLetter(ctx, topic, "a b", "1-1")), says: []string{`consumer group "a b"`}},
-		"RequeueDeadLetters bad topic":  {err: errOf(insp.RequeueDeadLetters(ctx, "{x}", "g")), is: redisdelay.ErrInvalidTopic, says: []string{`contains "{"`}},
-		"DeleteDeadLetter bad group":    {err: errOf(insp.DeleteDeadLetter(ctx, topic, "}", "1-1")), says: []string{`consumer group "}"`}},
-		"PurgeDeadLetters bad topic":    {err: errOf(insp.PurgeDeadLetters(ctx, "", "g")), is: redisdelay.ErrInvalidTopic, says: []string{"topic is empty"}},
-		"DeleteGroup empty group":       {err: errOf(insp.DeleteGroup(ctx, topic, "")), says: []string{"consumer group is empty"}},
-		"DeleteGroup topic with tab":    {err: errOf(insp.DeleteGroup(ctx, "a\tb", "g")), is: redisdelay.ErrInvalidTopic},
+		"DeadLetters topic with space":  {err: errOf(env.insp.DeadLetters(ctx, "a b", "g", "", 10)), is: redisdelay.ErrInvalidTopic, says: []string{`topic "a b"`, `contains " "`}},
+		"DeadLetters empty group":       {err: errOf(env.insp.DeadLetters(ctx, env.topic, "", "", 10)), says: []string{"consumer group is empty"}},
+		"DeadLetters group with brace":  {err: errOf(env.insp.DeadLetters(ctx, env.topic, "g{1}", "", 10)), says: []string{`consumer group "g{1}"`, `contains "{"`}},
+		"DeadLetters limit 0":           {err: errOf(env.insp.DeadLetters(ctx, env.topic, "g", "", 0)), says: []string{"limit is 0", "use 1 to 10000"}},
+		"DeadLetters limit 10001":       {err: errOf(env.insp.DeadLetters(ctx, env.topic, "g", "", 10001)), says: []string{"limit is 10001", "use 1 to 10000"}},
+		"Waiting negative offset":       {err: errOf(env.insp.Waiting(ctx, env.topic, -1, 10)), says: []string{"offset is -1", "use 0 or more"}},
+		"Waiting limit 0":               {err: errOf(env.insp.Waiting(ctx, env.topic, 0, 0)), says: []string{"limit is 0"}},
+		"Waiting limit 10001":           {err: errOf(env.insp.Waiting(ctx, env.topic, 0, 10001)), says: []string{"limit is 10001"}},
+		"Waiting empty topic":           {err: errOf(env.insp.Waiting(ctx, "", 0, 10)), is: redisdelay.ErrInvalidTopic, says: []string{"topic is empty"}},
+		"Stats control character":       {err: errOf(env.insp.Stats(ctx, "a\nb")), is: redisdelay.ErrInvalidTopic, says: []string{"control characters"}},
+		"RequeueDeadLetter bad group":   {err: errOf(env.insp.RequeueDeadLetter(ctx, env.topic, "a b", "1-1")), says: []string{`consumer group "a b"`}},
+		"RequeueDeadLetters bad topic":  {err: errOf(env.insp.RequeueDeadLetters(ctx, "{x}", "g")), is: redisdelay.ErrInvalidTopic, says: []string{`contains "{"`}},
+		"DeleteDeadLetter bad group":    {err: errOf(env.insp.DeleteDeadLetter(ctx, env.topic, "}", "1-1")), says: []string{`consumer group "}"`}},
+		"PurgeDeadLetters bad topic":    {err: errOf(env.insp.PurgeDeadLetters(ctx, "", "g")), is: redisdelay.ErrInvalidTopic, says: []string{"topic is empty"}},
+		"DeleteGroup empty group":       {err: errOf(env.insp.DeleteGroup(ctx, env.topic, "")), says: []string{"consumer group is empty"}},
+		"DeleteGroup topic with tab":    {err: errOf(env.insp.DeleteGroup(ctx, "a\tb", "g")), is: redisdelay.ErrInvalidTopic},
 		"NewInspector without a client": {err: errOf(redisdelay.NewInspector(redisdelay.InspectorConfig{})), says: []string{"InspectorConfig.Client is nil"}},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -24,11 +24,11 @@ import (
 func TestStorageLevel_NewerEntryIsLeftForANewerRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	env, prefix := ownKeys(t)
-	sh := store.Keys{Prefix: prefix}.Shard(env.topic, 0)
+	env := setupOwnKeys(t)
+	sh := store.Keys{Prefix: env.prefix}.Shard(env.topic, 0)
 	stream := sh.Stream()
 	log := &recLogger{}
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, KeyPrefix: prefix, ConsumerGroup: "g", MaxAttempts: 1}, log)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, KeyPrefix: env.prefix, ConsumerGroup: "g", MaxAttempts: 1}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	require.NoError(t, sub.SubscribeInitialize(env.topic))
@@ -84,28 +84,24 @@ func TestStorageLevel_WritesWhatTheOldestLiveReaderReads(t *testing.T) {
 	// Keys of its own (a prefix), so that the scan sees only its topics
 	// and its settle time applies to no other test.
 	ctx := context.Background()
-	client := newClient(t)
-	prefix := uniquePrefix()
-	tp := topic()
-	insp := newInspectorPrefix(t, client, prefix)
-	require.NoError(t, insp.SetStorageSettle(ctx, 0))
-	sh := store.Keys{Prefix: prefix}.Shard(tp, 0)
+	env := setupOwnKeys(t)
+	require.NoError(t, env.insp.SetStorageSettle(ctx, 0))
+	sh := store.Keys{Prefix: env.prefix}.Shard(env.topic, 0)
 	// A reader of release 0.1.0: listens to the topic's bell without the
 	// mark, as an idle subscription of that release does.
-	require.NoError(t, client.SAdd(ctx, prefix+":topics", tp).Err())
-	old := client.Subscribe(ctx, sh.Bell())
+	require.NoError(t, env.client.SAdd(ctx, env.prefix+":topics", env.topic).Err())
+	old := env.client.Subscribe(ctx, sh.Bell())
 	_, err := old.Receive(ctx)
 	require.NoError(t, err)
 
-	pub := newPublisherWithConfig(t, redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix})
 	// The scan runs at the announcements after the first (every 10s).
 	require.Eventually(t, func() bool {
-		s, err := insp.Storage(ctx)
+		s, err := env.insp.Storage(ctx)
 		require.NoError(t, err)
-		require.NoError(t, pub.Publish(tp, newMessage("probe")))
+		require.NoError(t, env.pub.Publish(env.topic, newMessage("probe")))
 		return !s.OlderRelease.IsZero()
 	}, 30*time.Second, 200*time.Millisecond)
-	s, err := insp.Storage(ctx)
+	s, err := env.insp.Storage(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, s.Level)
 	assert.Contains(t, s.OlderReleaseSeen, "waiting on "+sh.Bell())
@@ -114,9 +110,9 @@ func TestStorageLevel_WritesWhatTheOldestLiveReaderReads(t *testing.T) {
 	m := delayed(delay.For(time.Hour), "far")
 	redisdelay.SetBusinessKey(m, "order-1")
 	require.Eventually(t, func() bool {
-		return pub.Publish(tp, m) == nil // the publisher's level follows the registry's within an announcement
+		return env.pub.Publish(env.topic, m) == nil // the publisher's level follows the registry's within an announcement
 	}, 15*time.Second, 100*time.Millisecond)
-	body := client.HGet(ctx, sh.Bodies(), m.UUID).Val()
+	body := env.client.HGet(ctx, sh.Bodies(), m.UUID).Val()
 	require.NotEmpty(t, body, "in the waiting set, not the far tier")
 	assert.Equal(t, store.Level1, store.BodyLevel([]byte(body)))
 	assert.Contains(t, body, "_redisdelay_business_key")
@@ -129,9 +125,9 @@ func TestStorageLevel_WritesWhatTheOldestLiveReaderReads(t *testing.T) {
 func TestStorageLevel_RewriteToLevel1(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	env, prefix := ownKeys(t)
-	runManager(t, env.client, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{env.topic}})
-	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+	env := setupOwnKeys(t)
+	runManager(t, env.client, redisdelay.ManagerConfig{KeyPrefix: env.prefix, Topics: []string{env.topic}})
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "g", DisableScheduler: true})
 	var msgs []*message.Message
 	for i := range 6 {
 		m := delayed(delay.For(20*time.Second), fmt.Sprint(i)) // after the rewrite's wait
@@ -142,7 +138,7 @@ func TestStorageLevel_RewriteToLevel1(t *testing.T) {
 	}
 	require.NoError(t, env.pub.Publish(env.topic, msgs...))
 	ch := subscribe(t, sub, env.topic)
-	sh := store.Keys{Prefix: prefix}.Shard(env.topic, 0)
+	sh := store.Keys{Prefix: env.prefix}.Shard(env.topic, 0)
 	require.Zero(t, env.client.ZCard(ctx, sh.Waiting()).Val(), "all in the far tier (TestMain's far timing)")
 
 	_, err := env.insp.RewriteStorage(ctx, 1)
@@ -166,14 +162,15 @@ func TestStorageLevel_RewriteToLevel1(t *testing.T) {
 	assert.Len(t, got, len(msgs))
 }
 
-// ownKeys is an env on keys of the test's own (a KeyPrefix): what the test
-// does to the storage level registry (a pin, an unreadable item counted)
-// must not reach the package's other tests, which share the default
-// prefix's registry.
-func ownKeys(t *testing.T) (*env, string) {
+// setupOwnKeys returns an env on keys of the test's own (a KeyPrefix):
+// what the test does to the storage level registry (a pin, an unreadable
+// item counted) must not reach the package's other tests, which share the
+// default prefix's registry. Its pub has a client of its own, as a
+// process of its own.
+func setupOwnKeys(t *testing.T) *prefixedEnv {
 	t.Helper()
 	client := newClient(t)
 	prefix := uniquePrefix()
-	return &env{client: client, topic: topic(), pub: newPublisherWithConfig(t, redisdelay.PublisherConfig{KeyPrefix: prefix}),
-		insp: newInspectorPrefix(t, client, prefix)}, prefix
+	return &prefixedEnv{env: &env{client: client, topic: topic(), pub: newPublisherWithConfig(t, redisdelay.PublisherConfig{KeyPrefix: prefix}),
+		insp: newInspectorPrefix(t, client, prefix)}, prefix: prefix}
 }

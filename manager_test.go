@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -23,7 +24,7 @@ import (
 // a list (it schedules every topic of the registry), not an empty one.
 func TestManager_LogsTheTopicsItSchedules(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
+	env := setup(t)
 	for _, c := range []struct {
 		topics []string
 		want   any
@@ -32,7 +33,7 @@ func TestManager_LogsTheTopicsItSchedules(t *testing.T) {
 		{[]string{"a", "b"}, []string{"a", "b"}},
 	} {
 		logs := watermill.NewCaptureLogger()
-		runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: uniquePrefix(), Topics: c.topics}, logs)
+		runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: uniquePrefix(), Topics: c.topics}, logs)
 		running := watermill.CapturedMessage{Level: watermill.InfoLogLevel, Msg: "redisdelay manager running",
 			Fields: watermill.LogFields{"topics": c.want}}
 		require.Eventually(t, func() bool { return logs.Has(running) }, 5*time.Second, 10*time.Millisecond,
@@ -93,19 +94,18 @@ func wkLateness(t *testing.T, pub *redisdelay.Publisher, tp string, parts int, c
 // check interval. With a 5s check interval only a wake-up explains a
 // message delivered within 500ms of its due time.
 func TestManager_DiscoveringWakesEveryPartition(t *testing.T) {
-	client := newClient(t)
-	prefix, tp := uniquePrefix(), topic()
+	env := setupPrefixed(t, uniquePrefix())
 	const parts = 4
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix, Partitions: parts}, logger)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client, KeyPrefix: env.prefix, Partitions: parts}, logger)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
+	ch := subscribe(t, sub, env.topic)
 	log := &recLogger{}
-	runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, log)
+	runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: env.prefix, CheckInterval: 5 * time.Second}, log)
 	time.Sleep(300 * time.Millisecond) // the first ticks are over: the loops sleep
 
-	late := wkLateness(t, pub, tp, parts, ch)
+	late := wkLateness(t, pub, env.topic, parts, ch)
 	t.Logf("lateness by partition: %v", late)
 	for p, l := range late {
 		assert.Less(t, l, 500*time.Millisecond, "partition %d", p)
@@ -118,10 +118,10 @@ func TestManager_DiscoveringWakesEveryPartition(t *testing.T) {
 // never learnt about it (and the pattern subscription found partition 0
 // only): the due messages of partitions 1-3 stayed waiting.
 func TestManager_SchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
-	client := singleClient(t, "FLUSHALL")
-	prefix, tp := uniquePrefix(), topic()
+	needSingle(t, "FLUSHALL")
+	env := setupPrefixed(t, uniquePrefix())
 	const parts = 4
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix, Partitions: parts}, logger)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client, KeyPrefix: env.prefix, Partitions: parts}, logger)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	ctx := context.Background()
@@ -129,20 +129,20 @@ func TestManager_SchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
 		for p, k := range wkPartitionKeys(parts) {
 			msg := delayed(delay.For(100*time.Millisecond), strconv.Itoa(p))
 			msg.Metadata.Set(redisdelay.PartitionKey, k)
-			require.NoError(t, pub.Publish(tp, msg))
+			require.NoError(t, pub.Publish(env.topic, msg))
 		}
 	}
 	ready := func(want int64) func() bool {
 		return func() bool {
 			for p := range parts {
-				if n, _ := client.XLen(ctx, store.Keys{Prefix: prefix}.Shard(tp, p).Stream()).Result(); n != want {
+				if n, _ := env.client.XLen(ctx, store.Keys{Prefix: env.prefix}.Shard(env.topic, p).Stream()).Result(); n != want {
 					return false
 				}
 			}
 			return true
 		}
 	}
-	first, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, KeyPrefix: prefix, CheckInterval: 200 * time.Millisecond}, logger)
+	first, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: env.client, KeyPrefix: env.prefix, CheckInterval: 200 * time.Millisecond}, logger)
 	require.NoError(t, err)
 	go func() { _ = first.Run(ctx) }()
 	<-first.Running()
@@ -150,14 +150,14 @@ func TestManager_SchedulesTopicsRepublishedAfterRedisLostItsData(t *testing.T) {
 	require.Eventually(t, ready(1), 5*time.Second, 10*time.Millisecond, "the first Manager promoted every partition")
 	require.NoError(t, first.Close())
 
-	require.NoError(t, client.FlushAll(ctx).Err()) // Redis lost its data
-	runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, logger)
+	require.NoError(t, env.client.FlushAll(ctx).Err()) // Redis lost its data
+	runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: env.prefix, CheckInterval: 5 * time.Second}, logger)
 	time.Sleep(100 * time.Millisecond)
 	publishAll()
 	ok := assert.Eventually(t, ready(1), 2*time.Second, 10*time.Millisecond, "the new Manager promoted every partition")
 	if !ok {
 		for p := range parts {
-			w, _ := client.ZCard(ctx, store.Keys{Prefix: prefix}.Shard(tp, p).Waiting()).Result()
+			w, _ := env.client.ZCard(ctx, store.Keys{Prefix: env.prefix}.Shard(env.topic, p).Waiting()).Result()
 			t.Logf("partition %d: %d waiting", p, w)
 		}
 	}
@@ -185,29 +185,29 @@ func wkACLDenials(t *testing.T, user string) []string {
 // Under the minimal ACL the README documents it is woken, and logs no
 // error.
 func TestManager_UnderMinimalACLUser(t *testing.T) {
-	prefix, tp := uniquePrefix(), topic()
-	restricted, user := newACLUser(t, strings.Fields(strings.ReplaceAll(minimalACL, "<prefix>", prefix))...)
+	env := setupPrefixed(t, uniquePrefix())
+	restricted, user := newACLUser(t, strings.Fields(strings.ReplaceAll(minimalACL, "<prefix>", env.prefix))...)
 	const parts = 2
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, KeyPrefix: prefix, Partitions: parts}, logger)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, KeyPrefix: env.prefix, Partitions: parts}, logger)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	sub := newSubscriber(t, restricted, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, restricted, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
+	ch := subscribe(t, sub, env.topic)
 	log := &recLogger{}
-	runManagerWithLogger(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 5 * time.Second}, log)
+	runManagerWithLogger(t, restricted, redisdelay.ManagerConfig{KeyPrefix: env.prefix, CheckInterval: 5 * time.Second}, log)
 	time.Sleep(300 * time.Millisecond)
 
-	late := wkLateness(t, pub, tp, parts, ch)
+	late := wkLateness(t, pub, env.topic, parts, ch)
 	t.Logf("lateness by partition: %v", late)
 	for p, l := range late {
 		assert.Less(t, l, time.Second, "partition %d", p)
 	}
 	// A retry and a reclaim: the Manager's other scripts.
-	require.NoError(t, pub.Publish(tp, newMessage("retried")))
+	require.NoError(t, pub.Publish(env.topic, newMessage("retried")))
 	receive(t, ch, 2*time.Second).Nack()
 	receive(t, ch, 2*time.Second).Ack()
 	assert.Empty(t, log.logged())
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: restricted, KeyPrefix: prefix})
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: restricted, KeyPrefix: env.prefix})
 	require.NoError(t, err)
 	rep, err := insp.Health(context.Background(), redisdelay.HealthConfig{})
 	require.NoError(t, err)
@@ -218,28 +218,25 @@ func TestManager_UnderMinimalACLUser(t *testing.T) {
 // Found in review (issue 13, 5): a Manager whose user may not subscribe to
 // the wake channels must say so, loudly, and Health must report it.
 func TestManager_DeniedWakeUpsSaysSo(t *testing.T) {
-	client := newClient(t)
-	prefix := uniquePrefix()
-	restricted, _ := newACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
+	env := setupPrefixed(t, uniquePrefix())
+	restricted, _ := newACLUser(t, "~"+env.prefix+":*", "resetchannels", "+@all", "-@dangerous")
 	log := &recLogger{}
-	runManagerWithLogger(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 200 * time.Millisecond}, log)
+	runManagerWithLogger(t, restricted, redisdelay.ManagerConfig{KeyPrefix: env.prefix, CheckInterval: 200 * time.Millisecond}, log)
 
 	require.Eventually(t, func() bool {
 		for _, e := range log.logged() {
-			if strings.Contains(e, "NOPERM") && strings.Contains(e, "&"+prefix+":*") {
+			if strings.Contains(e, "NOPERM") && strings.Contains(e, "&"+env.prefix+":*") {
 				return true
 			}
 		}
 		return false
 	}, 3*time.Second, 10*time.Millisecond, "an error naming the ACL needed; logged: %q", log.logged())
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
-	require.NoError(t, err)
-	rep, err := insp.Health(context.Background(), redisdelay.HealthConfig{})
+	rep, err := env.insp.Health(context.Background(), redisdelay.HealthConfig{})
 	require.NoError(t, err)
 	require.False(t, rep.Healthy)
 	require.Len(t, rep.Problems, 1)
 	assert.Equal(t, redisdelay.ProblemWakeUpsDenied, rep.Problems[0].Kind)
-	assert.Contains(t, rep.Problems[0].Detail, "&"+prefix+":*")
+	assert.Contains(t, rep.Problems[0].Detail, "&"+env.prefix+":*")
 }
 
 // A Manager that Redis refuses the subscription to wake-ups cannot be
@@ -249,18 +246,15 @@ func TestManager_DeniedWakeUpsSaysSo(t *testing.T) {
 func TestManager_DeniedWakeUpsKeepsLoops(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users")
-	client := newClient(t)
-	prefix, tp := uniquePrefix(), topic()
-	restricted, _ := newACLUser(t, "~"+prefix+":*", "&"+prefix+":*", "+@all", "-@dangerous", "-subscribe")
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
-	ch := subscribe(t, sub, tp)
-	runManagerWithLogger(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{tp}, CheckInterval: 200 * time.Millisecond, TrimInterval: 200 * time.Millisecond}, logger)
+	env := setupPrefixed(t, uniquePrefix())
+	restricted, _ := newACLUser(t, "~"+env.prefix+":*", "&"+env.prefix+":*", "+@all", "-@dangerous", "-subscribe")
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "g", DisableScheduler: true})
+	ch := subscribe(t, sub, env.topic)
+	runManagerWithLogger(t, restricted, redisdelay.ManagerConfig{KeyPrefix: env.prefix, Topics: []string{env.topic}, CheckInterval: 200 * time.Millisecond, TrimInterval: 200 * time.Millisecond}, logger)
 	time.Sleep(time.Second) // quiet: the loop would have retired
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, logger)
-	require.NoError(t, err)
 	msg := delayed(delay.For(300*time.Millisecond), "late")
 	published := time.Now()
-	require.NoError(t, pub.Publish(tp, msg))
+	require.NoError(t, env.pub.Publish(env.topic, msg))
 	receive(t, ch, 2*time.Second).Ack()
 	t.Logf("FIGURE delayed 300ms, received after %s (CheckInterval 200ms, no wake-ups)", time.Since(published).Round(time.Millisecond))
 }
@@ -269,16 +263,15 @@ func TestManager_DeniedWakeUpsKeepsLoops(t *testing.T) {
 // every topic named on any wake channel, for good: 5,000 spoofed wake-ups
 // made 5,000 goroutines. Wake-ups of unregistered topics start nothing.
 func TestManager_SpoofedWakeUpsStartNoLoops(t *testing.T) {
-	client := newClient(t)
-	prefix := uniquePrefix()
-	runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: time.Second}, logger)
+	env := setupPrefixed(t, uniquePrefix())
+	runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: env.prefix, CheckInterval: time.Second}, logger)
 	time.Sleep(100 * time.Millisecond)
 	before := runtime.NumGoroutine()
 	ctx := context.Background()
-	pipe := client.Pipeline()
+	pipe := env.client.Pipeline()
 	const n = 2000
 	for i := range n {
-		pipe.Publish(ctx, store.Keys{Prefix: prefix}.Shard("spoof-"+strconv.Itoa(i), 0).Wake(), "d")
+		pipe.Publish(ctx, store.Keys{Prefix: env.prefix}.Shard("spoof-"+strconv.Itoa(i), 0).Wake(), "d")
 	}
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)
@@ -293,28 +286,26 @@ func TestManager_SpoofedWakeUpsStartNoLoops(t *testing.T) {
 // retire when their partition holds nothing, and a wake-up starts them
 // again.
 func TestManager_IdleLoopsRetire(t *testing.T) {
-	client := singleClient(t, "counts the commands of the whole server")
-	prefix := uniquePrefix()
+	needSingle(t, "counts the commands of the whole server")
+	env := setupPrefixed(t, uniquePrefix())
 	const topics = 200
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "g", DisableScheduler: true})
 	var names []string
 	for range topics {
 		tp := topic()
 		require.NoError(t, sub.SubscribeInitialize(tp))
 		names = append(names, tp)
 	}
-	runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix, CheckInterval: 300 * time.Millisecond, TrimInterval: 300 * time.Millisecond}, logger)
+	runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: env.prefix, CheckInterval: 300 * time.Millisecond, TrimInterval: 300 * time.Millisecond}, logger)
 	time.Sleep(1500 * time.Millisecond)
-	rate := commandsPerSecond(t, client, time.Second)
+	rate := commandsPerSecond(t, env.client.(*redis.Client), time.Second)
 	t.Logf("Redis commands/s with %d registered, empty topics: %.0f", topics, rate)
 	assert.Less(t, rate, 100.0, "idle cost independent of the number of topics")
 
 	// A retired loop starts again on the next wake-up.
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, logger)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
+	t.Cleanup(func() { _ = env.pub.Close() })
 	ch := subscribe(t, sub, names[7])
-	require.NoError(t, pub.Publish(names[7], delayed(delay.For(100*time.Millisecond), "x")))
+	require.NoError(t, env.pub.Publish(names[7], delayed(delay.For(100*time.Millisecond), "x")))
 	receive(t, ch, time.Second).Ack()
 }
 
@@ -322,14 +313,13 @@ func TestManager_IdleLoopsRetire(t *testing.T) {
 // until Subscriber.Close. They end with the last subscription of their
 // topic.
 func TestManager_SubscriptionSchedulerLoopsEndWithIt(t *testing.T) {
-	client := newClient(t)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: 3})
-	tp := topic()
+	env := setup(t)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: 3})
 	ctx1, cancel1 := context.WithCancel(context.Background())
-	ch1, err := sub.Subscribe(ctx1, tp)
+	ch1, err := sub.Subscribe(ctx1, env.topic)
 	require.NoError(t, err)
 	ctx2, cancel2 := context.WithCancel(context.Background())
-	ch2, err := sub.Subscribe(ctx2, tp)
+	ch2, err := sub.Subscribe(ctx2, env.topic)
 	require.NoError(t, err)
 	require.Equal(t, 3, redisdelay.SchedulerLoops(sub))
 
@@ -364,25 +354,25 @@ func TestManager_LoopStaysForRetention(t *testing.T) {
 // again. When that fails the messages are stored all the same, the
 // failure is logged, and the next publish registers first.
 func TestManager_PublisherLogsAFailedReregistration(t *testing.T) {
-	prefix, tp := uniquePrefix(), topic()
-	restricted, user := newACLUser(t, strings.Fields(strings.ReplaceAll(minimalACL, "<prefix>", prefix))...)
+	env := setupPrefixed(t, uniquePrefix())
+	restricted, user := newACLUser(t, strings.Fields(strings.ReplaceAll(minimalACL, "<prefix>", env.prefix))...)
 	log := &recLogger{}
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, KeyPrefix: prefix}, log)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, KeyPrefix: env.prefix}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	require.NoError(t, pub.Publish(tp, newMessage("a")))
+	require.NoError(t, pub.Publish(env.topic, newMessage("a")))
 
 	admin := singleClient(t, "FLUSHALL")
 	ctx := context.Background()
 	require.NoError(t, admin.FlushAll(ctx).Err()) // Redis lost its data
 	// The user may write the topic's keys, not the registry any more.
-	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "resetkeys", "~"+prefix+":{*").Err())
-	require.NoError(t, pub.Publish(tp, newMessage("b")), "stored all the same")
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "resetkeys", "~"+env.prefix+":{*").Err())
+	require.NoError(t, pub.Publish(env.topic, newMessage("b")), "stored all the same")
 	require.Len(t, log.logged(), 1)
 	assert.Contains(t, log.logged()[0], "cannot register the topic again")
 	assert.Contains(t, log.logged()[0], "NOPERM")
-	require.ErrorContains(t, pub.Publish(tp, newMessage("c")), "register topic")
-	n, err := admin.XLen(ctx, store.Keys{Prefix: prefix}.Shard(tp, 0).Stream()).Result()
+	require.ErrorContains(t, pub.Publish(env.topic, newMessage("c")), "register topic")
+	n, err := admin.XLen(ctx, store.Keys{Prefix: env.prefix}.Shard(env.topic, 0).Stream()).Result()
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, n)
 }

@@ -20,9 +20,8 @@ import (
 // (where they lead is tested in partition_test.go and priority_test.go).
 // Empty values remove the keys.
 func TestMetadata_Setters(t *testing.T) {
-	client := newClient(t)
-	pub := newPartitionedPublisher(t, client, 8)
-	tp := topic()
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, 8)
 	newMsg := func(payload string) *message.Message {
 		msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
 		delay.Message(msg, delay.For(time.Hour))
@@ -32,19 +31,19 @@ func TestMetadata_Setters(t *testing.T) {
 	first := newMsg("first")
 	redisdelay.SetBusinessKey(first, "order-1")
 	redisdelay.SetHighPriority(first)
-	require.NoError(t, pub.Publish(tp, first))
+	require.NoError(t, pub.Publish(env.topic, first))
 	second := newMsg("second")
 	redisdelay.SetBusinessKey(second, "order-1")
-	require.ErrorIs(t, pub.Publish(tp, second), redisdelay.ErrDuplicateBusinessKey)
+	require.ErrorIs(t, pub.Publish(env.topic, second), redisdelay.ErrDuplicateBusinessKey)
 	redisdelay.SetBusinessKeyPolicy(second, redisdelay.KeepFirst)
-	require.NoError(t, pub.Publish(tp, second))
+	require.NoError(t, pub.Publish(env.topic, second))
 
 	for i := range 8 {
 		msg := newMsg("p")
 		redisdelay.SetPartitionKey(msg, "customer-7")
-		require.NoError(t, pub.Publish(tp, msg), i)
+		require.NoError(t, pub.Publish(env.topic, msg), i)
 	}
-	waiting, err := newInspector(t, client).Waiting(context.Background(), tp, 0, 100)
+	waiting, err := env.insp.Waiting(context.Background(), env.topic, 0, 100)
 	require.NoError(t, err)
 	require.Len(t, waiting, 9, "KeepFirst dropped the second message")
 	parts := map[string]bool{}

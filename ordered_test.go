@@ -20,10 +20,9 @@ import (
 // work is shared.
 func TestOrdered_KeysHandledSeriallyInOrder(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const parts, keys, perKey = 4, 12, 25
-	pub := newPartitionedPublisher(t, client, parts)
+	pub := newPartitionedPublisher(t, env.client, parts)
 
 	var (
 		mu         sync.Mutex
@@ -34,9 +33,9 @@ func TestOrdered_KeysHandledSeriallyInOrder(t *testing.T) {
 		done       = make(chan struct{})
 	)
 	for c := range 3 {
-		sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true, BatchSize: 4,
+		sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true, BatchSize: 4,
 			BlockTime: 100 * time.Millisecond})
-		ch := subscribe(t, sub, tp)
+		ch := subscribe(t, sub, env.topic)
 		go func() {
 			for msg := range ch {
 				key := msg.Metadata.Get(redisdelay.PartitionKey)
@@ -68,7 +67,7 @@ func TestOrdered_KeysHandledSeriallyInOrder(t *testing.T) {
 	require.Eventually(t, func() bool {
 		owners := map[string]int{}
 		for p := range parts {
-			if o, err := client.Get(context.Background(), shardOf(tp, p).Owner("g")).Result(); err == nil {
+			if o, err := env.client.Get(context.Background(), shardOf(env.topic, p).Owner("g")).Result(); err == nil {
 				owners[o]++
 			}
 		}
@@ -76,7 +75,7 @@ func TestOrdered_KeysHandledSeriallyInOrder(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	for seq := range perKey {
 		for k := range keys {
-			require.NoError(t, pub.Publish(tp, keyedMessage("key-"+strconv.Itoa(k), seq)))
+			require.NoError(t, pub.Publish(env.topic, keyedMessage("key-"+strconv.Itoa(k), seq)))
 		}
 	}
 	select {
@@ -105,14 +104,13 @@ func TestOrdered_KeysHandledSeriallyInOrder(t *testing.T) {
 // letters and the partition moves on.
 func TestOrdered_NackRetriesInPlace(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPartitionedPublisher(t, client, 1)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 3,
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, 1)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, MaxAttempts: 3,
 		RetryDelay: func(int) time.Duration { return 50 * time.Millisecond }})
-	ch := subscribe(t, sub, tp)
+	ch := subscribe(t, sub, env.topic)
 	for seq := range 3 {
-		require.NoError(t, pub.Publish(tp, keyedMessage("k", seq)))
+		require.NoError(t, pub.Publish(env.topic, keyedMessage("k", seq)))
 	}
 	var got []string
 	var lastAt time.Time
@@ -137,7 +135,7 @@ func TestOrdered_NackRetriesInPlace(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"0/1", "0/2", "0/3", "1/1", "1/2", "2/1"}, got)
-	dead := awaitDeadLetters(t, newInspector(t, client), tp, "g", 1, 5*time.Second)
+	dead := awaitDeadLetters(t, env.insp, env.topic, "g", 1, 5*time.Second)
 	require.Equal(t, "0", string(dead[0].Message.Payload))
 	require.Equal(t, 3, dead[0].Attempts)
 	nothing(t, ch, 200*time.Millisecond)
@@ -147,13 +145,12 @@ func TestOrdered_NackRetriesInPlace(t *testing.T) {
 // and all of them when the first closes; messages keep their order.
 func TestOrdered_PartitionsRebalance(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const parts = 4
 	owners := func() map[string]int {
 		n := map[string]int{}
 		for p := range parts {
-			o, err := client.Get(context.Background(), shardOf(tp, p).Owner("g")).Result()
+			o, err := env.client.Get(context.Background(), shardOf(env.topic, p).Owner("g")).Result()
 			if err == nil {
 				n[o]++
 			}
@@ -162,12 +159,12 @@ func TestOrdered_PartitionsRebalance(t *testing.T) {
 	}
 	config := redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true, BlockTime: 50 * time.Millisecond,
 		VisibilityTimeout: 3 * time.Second}
-	a := newSubscriber(t, client, config)
-	subscribe(t, a, tp)
+	a := newSubscriber(t, env.client, config)
+	subscribe(t, a, env.topic)
 	require.Eventually(t, func() bool { return len(owners()) == 1 && owners()[firstKey(owners())] == parts }, 5*time.Second, 20*time.Millisecond)
 
-	b := newSubscriber(t, client, config)
-	chB := subscribe(t, b, tp)
+	b := newSubscriber(t, env.client, config)
+	chB := subscribe(t, b, env.topic)
 	require.Eventually(t, func() bool {
 		o := owners()
 		return len(o) == 2 && o[firstKey(o)] == 2
@@ -175,9 +172,9 @@ func TestOrdered_PartitionsRebalance(t *testing.T) {
 
 	require.NoError(t, a.Close())
 	require.Eventually(t, func() bool { o := owners(); return len(o) == 1 && o[firstKey(o)] == parts }, 10*time.Second, 20*time.Millisecond)
-	pub := newPartitionedPublisher(t, client, parts)
+	pub := newPartitionedPublisher(t, env.client, parts)
 	for seq := range 20 {
-		require.NoError(t, pub.Publish(tp, keyedMessage("k", seq)))
+		require.NoError(t, pub.Publish(env.topic, keyedMessage("k", seq)))
 	}
 	for seq := range 20 {
 		msg := receive(t, chB, 5*time.Second)
@@ -197,22 +194,21 @@ func firstKey(m map[string]int) string {
 // ownership expires, and first delivers what the dead one held, in order.
 func TestOrdered_TakeoverFromDeadOwner(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	pub := newPartitionedPublisher(t, client, 1)
-	init := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
-	require.NoError(t, init.SubscribeInitialize(tp))
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, 1)
+	init := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
+	require.NoError(t, init.SubscribeInitialize(env.topic))
 	for seq := range 6 {
-		require.NoError(t, pub.Publish(tp, keyedMessage("k", seq)))
+		require.NoError(t, pub.Publish(env.topic, keyedMessage("k", seq)))
 	}
 	// A consumer that fetched the first four and died, owning the partition.
 	ctx := context.Background()
-	_, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{shardOf(tp, 0).Stream(), ">"}, Count: 4}).Result()
+	_, err := env.client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{shardOf(env.topic, 0).Stream(), ">"}, Count: 4}).Result()
 	require.NoError(t, err)
-	require.NoError(t, client.Set(ctx, shardOf(tp, 0).Owner("g"), "dead", 500*time.Millisecond).Err())
+	require.NoError(t, env.client.Set(ctx, shardOf(env.topic, 0).Owner("g"), "dead", 500*time.Millisecond).Err())
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
+	ch := subscribe(t, sub, env.topic)
 	start := time.Now()
 	for seq := range 6 {
 		msg := receive(t, ch, 5*time.Second)
@@ -276,14 +272,13 @@ func TestOrdered_OwnersReadAfterPauseResume(t *testing.T) {
 func TestOrdered_StuckOwnerGivesUp(t *testing.T) {
 	t.Parallel()
 	const parts, keys, perKey = 4, 8, 5
-	client := newClient(t)
-	tp := topic()
-	pub := newPartitionedPublisher(t, client, parts)
+	env := setup(t)
+	pub := newPartitionedPublisher(t, env.client, parts)
 	// A short visibility timeout (an ownership lease of 2 s) and handler
 	// timeout keep the test to seconds; the defaults give up after 30 min.
 	cfg := redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, Ordered: true,
 		VisibilityTimeout: 3 * time.Second, HandlerTimeout: 500 * time.Millisecond}
-	stuck := subscribe(t, newSubscriber(t, newClient(t), cfg), tp)
+	stuck := subscribe(t, newSubscriber(t, newClient(t), cfg), env.topic)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	took := make(chan struct{})
@@ -298,7 +293,7 @@ func TestOrdered_StuckOwnerGivesUp(t *testing.T) {
 	var mu sync.Mutex
 	last := map[string]int{}
 	got := 0
-	healthy := subscribe(t, newSubscriber(t, newClient(t), cfg), tp)
+	healthy := subscribe(t, newSubscriber(t, newClient(t), cfg), env.topic)
 	go func() {
 		for msg := range healthy {
 			key := msg.Metadata.Get(redisdelay.PartitionKey)
@@ -319,7 +314,7 @@ func TestOrdered_StuckOwnerGivesUp(t *testing.T) {
 	}()
 	for seq := range perKey {
 		for k := range keys {
-			require.NoError(t, pub.Publish(tp, keyedMessage("k"+strconv.Itoa(k), seq)))
+			require.NoError(t, pub.Publish(env.topic, keyedMessage("k"+strconv.Itoa(k), seq)))
 		}
 	}
 	select {

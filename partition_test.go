@@ -45,30 +45,29 @@ func ptCollect(t *testing.T, ch <-chan *message.Message, n int, within time.Dura
 // every message once, immediate and delayed.
 func TestPartition_SpreadAndAreAllConsumed(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const parts, n = 4, 400
-	pub := newPartitionedPublisher(t, client, parts)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, BatchSize: 8})
-	ch := subscribe(t, sub, tp)
+	pub := newPartitionedPublisher(t, env.client, parts)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, BatchSize: 8})
+	ch := subscribe(t, sub, env.topic)
 
 	for i := range n {
 		msg := newMessage(strconv.Itoa(i))
 		if i%2 == 0 {
 			delay.Message(msg, delay.For(200*time.Millisecond))
 		}
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, pub.Publish(env.topic, msg))
 	}
 	got := ptCollect(t, ch, n, 10*time.Second)
 	require.Len(t, got, n)
 	nothing(t, ch, 300*time.Millisecond)
 
 	for part := range parts {
-		length, err := client.XLen(context.Background(), shardOf(tp, part).Stream()).Result()
+		length, err := env.client.XLen(context.Background(), shardOf(env.topic, part).Stream()).Result()
 		require.NoError(t, err)
 		assert.InDelta(t, n/parts, length, n/parts/2, "partition %d holds %d of %d messages", part, length, n)
 	}
-	st := topicStats(t, newInspector(t, client), tp)
+	st := topicStats(t, env.insp, env.topic)
 	require.Equal(t, parts, st.Partitions)
 	require.EqualValues(t, n, st.Stream)
 	require.EqualValues(t, 0, st.Waiting)
@@ -77,20 +76,19 @@ func TestPartition_SpreadAndAreAllConsumed(t *testing.T) {
 // Messages with the same PartitionKey go to the same partition; a call
 // whose messages go to several partitions is stored per partition.
 func TestPartition_KeyPlacesMessages(t *testing.T) {
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const parts = 8
-	pub := newPartitionedPublisher(t, client, parts)
+	pub := newPartitionedPublisher(t, env.client, parts)
 	var msgs []*message.Message
 	for i := range 40 {
 		msg := newMessage(strconv.Itoa(i))
 		msg.Metadata.Set(redisdelay.PartitionKey, "order-"+strconv.Itoa(i%3))
 		msgs = append(msgs, msg)
 	}
-	require.NoError(t, pub.Publish(tp, msgs...))
+	require.NoError(t, pub.Publish(env.topic, msgs...))
 	used := 0
 	for part := range parts {
-		entries, err := client.XRange(context.Background(), shardOf(tp, part).Stream(), "-", "+").Result()
+		entries, err := env.client.XRange(context.Background(), shardOf(env.topic, part).Stream(), "-", "+").Result()
 		require.NoError(t, err)
 		keys := map[string]bool{}
 		for _, e := range entries {
@@ -121,38 +119,37 @@ func TestPartition_KeyPlacesMessages(t *testing.T) {
 // Subscriber configured with another count is refused, storing nothing,
 // with an error that says what to do.
 func TestPartition_CountMismatchIsRefused(t *testing.T) {
-	client := newClient(t)
-	tp := topic()
-	require.NoError(t, newPartitionedPublisher(t, client, 4).Publish(tp, newMessage("x")))
+	env := setup(t)
+	require.NoError(t, newPartitionedPublisher(t, env.client, 4).Publish(env.topic, newMessage("x")))
 
-	err := newPartitionedPublisher(t, client, 2).Publish(tp, newMessage("y"))
+	err := newPartitionedPublisher(t, env.client, 2).Publish(env.topic, newMessage("y"))
 	require.ErrorIs(t, err, redisdelay.ErrPartitionMismatch)
-	require.ErrorContains(t, err, fmt.Sprintf("topic %q has 4 partitions in Redis", tp))
+	require.ErrorContains(t, err, fmt.Sprintf("topic %q has 4 partitions in Redis", env.topic))
 	require.ErrorContains(t, err, "PublisherConfig gives it 2")
 
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, TopicPartitions: map[string]int{tp: 3}}, logger)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client, TopicPartitions: map[string]int{env.topic: 3}}, logger)
 	require.NoError(t, err)
-	require.ErrorIs(t, pub.Publish(tp, newMessage("z")), redisdelay.ErrPartitionMismatch)
+	require.ErrorIs(t, pub.Publish(env.topic, newMessage("z")), redisdelay.ErrPartitionMismatch)
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-	_, err = sub.Subscribe(context.Background(), tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+	_, err = sub.Subscribe(context.Background(), env.topic)
 	require.ErrorIs(t, err, redisdelay.ErrPartitionMismatch)
 	require.ErrorContains(t, err, "SubscriberConfig gives it 1")
-	require.ErrorIs(t, sub.SubscribeInitialize(tp), redisdelay.ErrPartitionMismatch)
+	require.ErrorIs(t, sub.SubscribeInitialize(env.topic), redisdelay.ErrPartitionMismatch)
 
-	st := topicStats(t, newInspector(t, client), tp)
+	st := topicStats(t, env.insp, env.topic)
 	require.EqualValues(t, 1, st.Stream, "only the first message is stored")
 	require.Empty(t, st.Groups, "no group was created")
 
 	// A topic used before partitions existed has no stored count and
 	// reads as one partition.
 	old := topic()
-	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{Stream: shardOf(old, 0).Stream(), Values: []string{"m", "x"}}).Err())
-	require.Equal(t, 1, topicStats(t, newInspector(t, client), old).Partitions)
+	require.NoError(t, env.client.XAdd(context.Background(), &redis.XAddArgs{Stream: shardOf(old, 0).Stream(), Values: []string{"m", "x"}}).Err())
+	require.Equal(t, 1, topicStats(t, env.insp, old).Partitions)
 }
 
 func TestPartition_ConfigValidation(t *testing.T) {
-	client := newClient(t)
+	env := setup(t)
 	for _, c := range []struct {
 		pub  redisdelay.PublisherConfig
 		want string
@@ -162,13 +159,13 @@ func TestPartition_ConfigValidation(t *testing.T) {
 		{redisdelay.PublisherConfig{TopicPartitions: map[string]int{"t": 0}}, `PublisherConfig.TopicPartitions["t"] is 0: use 1 to 256`},
 		{redisdelay.PublisherConfig{TopicPartitions: map[string]int{"a b": 2}}, "PublisherConfig.TopicPartitions key \"a b\" contains"},
 	} {
-		c.pub.Client = client
+		c.pub.Client = env.client
 		_, err := redisdelay.NewPublisher(c.pub, logger)
 		require.ErrorContains(t, err, c.want)
 	}
-	_, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g", Partitions: 300}, logger)
+	_, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g", Partitions: 300}, logger)
 	require.ErrorContains(t, err, "SubscriberConfig.Partitions is 300")
-	_, err = redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g", TopicPartitions: map[string]int{"t": -2}}, logger)
+	_, err = redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g", TopicPartitions: map[string]int{"t": -2}}, logger)
 	require.ErrorContains(t, err, `SubscriberConfig.TopicPartitions["t"] is -2`)
 }
 
@@ -177,17 +174,16 @@ func TestPartition_ConfigValidation(t *testing.T) {
 // the subscribers' schedulers off. Several Managers share the partitions.
 func TestPartition_ManagerSchedulesEvery(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const parts, n = 5, 100
-	pub := newPartitionedPublisher(t, client, parts)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
-	ch := subscribe(t, sub, tp)
+	pub := newPartitionedPublisher(t, env.client, parts)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: parts, DisableScheduler: true})
+	ch := subscribe(t, sub, env.topic)
 	for range 2 {
-		runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 200 * time.Millisecond})
+		runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, CheckInterval: 200 * time.Millisecond})
 	}
 	for i := range n {
-		require.NoError(t, pub.Publish(tp, delayed(delay.For(100*time.Millisecond), strconv.Itoa(i))))
+		require.NoError(t, pub.Publish(env.topic, delayed(delay.For(100*time.Millisecond), strconv.Itoa(i))))
 	}
 	ptCollect(t, ch, n, 10*time.Second)
 }
@@ -289,10 +285,9 @@ func TestPartition_DeadLetters(t *testing.T) {
 // a duplicate in one fails that partition's messages only, and the error
 // says which partitions are stored.
 func TestPartition_CallSpanningPartitionsFailsPerPartition(t *testing.T) {
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const parts = 8
-	pub := newPartitionedPublisher(t, client, parts)
+	pub := newPartitionedPublisher(t, env.client, parts)
 	keyIn := func(part int) string {
 		for i := 0; ; i++ {
 			k := "k" + strconv.Itoa(i)
@@ -303,18 +298,18 @@ func TestPartition_CallSpanningPartitionsFailsPerPartition(t *testing.T) {
 	}
 	first := delayed(delay.For(time.Hour), "first")
 	first.Metadata.Set(redisdelay.PartitionKey, keyIn(1))
-	require.NoError(t, pub.Publish(tp, first))
+	require.NoError(t, pub.Publish(env.topic, first))
 
 	clash := delayed(delay.For(time.Hour), "other body")
 	clash.UUID = first.UUID
 	clash.Metadata.Set(redisdelay.PartitionKey, keyIn(1))
 	fine := delayed(delay.For(time.Hour), "fine")
 	fine.Metadata.Set(redisdelay.PartitionKey, keyIn(2))
-	err := pub.Publish(tp, fine, clash)
+	err := pub.Publish(env.topic, fine, clash)
 	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
-	require.ErrorContains(t, err, fmt.Sprintf("partition 1 of topic %q", tp))
+	require.ErrorContains(t, err, fmt.Sprintf("partition 1 of topic %q", env.topic))
 	require.ErrorContains(t, err, "the messages to partitions [2] of topic")
-	require.EqualValues(t, 2, topicStats(t, newInspector(t, client), tp).Waiting)
+	require.EqualValues(t, 2, topicStats(t, env.insp, env.topic).Waiting)
 }
 
 // The Watermill suite against a topic of three partitions, in the
@@ -343,14 +338,13 @@ func TestPubSub_Partitioned(t *testing.T) {
 // one that stops.
 func TestPartition_ManagersShare(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const parts = 6
-	keepSchedulersBusy(t, client, newPartitionedPublisher(t, client, parts), tp, parts)
+	keepSchedulersBusy(t, env.client, newPartitionedPublisher(t, env.client, parts), env.topic, parts)
 	holders := func() map[string]int {
 		n := map[string]int{}
 		for p := range parts {
-			if o, err := client.Get(context.Background(), shardOf(tp, p).Lease()).Result(); err == nil {
+			if o, err := env.client.Get(context.Background(), shardOf(env.topic, p).Lease()).Result(); err == nil {
 				n[o]++
 			}
 		}
@@ -370,11 +364,11 @@ func TestPartition_ManagersShare(t *testing.T) {
 			return true
 		}
 	}
-	config := redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond}
-	first := runManager(t, client, config)
+	config := redisdelay.ManagerConfig{Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond}
+	first := runManager(t, env.client, config)
 	require.Eventually(t, spread(parts), 5*time.Second, 20*time.Millisecond, "one Manager holds all: %v", holders())
-	runManager(t, client, config)
-	runManager(t, client, config)
+	runManager(t, env.client, config)
+	runManager(t, env.client, config)
 	require.Eventually(t, spread(2, 2, 2), 10*time.Second, 20*time.Millisecond, "three share: %v", holders())
 	require.NoError(t, first.Close())
 	require.Eventually(t, spread(3, 3), 10*time.Second, 20*time.Millisecond, "two share: %v", holders())
@@ -385,15 +379,14 @@ func TestPartition_ManagersShare(t *testing.T) {
 // partition per heartbeat, so a Manager scheduled the eighth partition
 // only after about eight check intervals.)
 func TestPartition_LoneSchedulerTakesEvery(t *testing.T) {
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const parts = 8
-	keepSchedulersBusy(t, client, newPartitionedPublisher(t, client, parts), tp, parts)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 10 * time.Second})
+	keepSchedulersBusy(t, env.client, newPartitionedPublisher(t, env.client, parts), env.topic, parts)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, CheckInterval: 10 * time.Second})
 	require.Eventually(t, func() bool {
 		held := 0
 		for p := range parts {
-			if client.Exists(context.Background(), shardOf(tp, p).Lease()).Val() == 1 {
+			if env.client.Exists(context.Background(), shardOf(env.topic, p).Lease()).Val() == 1 {
 				held++
 			}
 		}

@@ -21,10 +21,7 @@ import (
 // delayed and immediate: everything is stored exactly once.
 func TestPublish_ConcurrentStoresEverythingOnce(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
-	require.NoError(t, err)
-	topic := topic()
+	env := setup(t)
 	const goroutines, calls = 64, 40
 	var (
 		wg                   sync.WaitGroup
@@ -45,12 +42,12 @@ func TestPublish_ConcurrentStoresEverythingOnce(t *testing.T) {
 					}
 					msgs = append(msgs, msg)
 				}
-				if !assert.NoError(t, pub.Publish(topic, msgs...)) {
+				if !assert.NoError(t, env.pub.Publish(env.topic, msgs...)) {
 					return
 				}
 				// an identical retry of a waiting message is a no-op
 				if i%5 == 0 && msgs[0].Metadata.Get(delay.DelayedForKey) != "" {
-					if !assert.NoError(t, pub.Publish(topic, msgs[0])) {
+					if !assert.NoError(t, env.pub.Publish(env.topic, msgs[0])) {
 						return
 					}
 					mu.Lock()
@@ -70,9 +67,9 @@ func TestPublish_ConcurrentStoresEverythingOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	require.NoError(t, pub.Close())
+	require.NoError(t, env.pub.Close())
 
-	c := content(t, topic)
+	c := content(t, env.topic)
 	require.Positive(t, dupCount)
 	assert.Len(t, c.waiting, len(delayedIDs), "waiting messages")
 	assert.Equal(t, len(delayedIDs), c.bodies, "bodies")
@@ -86,8 +83,7 @@ func TestPublish_ConcurrentStoresEverythingOnce(t *testing.T) {
 // and across calls queued into one round trip.
 func TestPublish_KeepsOrderWithinEqualDueTimes(t *testing.T) {
 	t.Parallel()
-	topic := topic()
-	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
+	env := setupGated(t, redisdelay.PublisherConfig{})
 	var want []string
 	var msgs []*message.Message
 	// More than one chunk of the script's variadic calls; fewer than 1024
@@ -104,20 +100,20 @@ func TestPublish_KeepsOrderWithinEqualDueTimes(t *testing.T) {
 		msgs = append(msgs, msg)
 		want = append(want, msg.UUID)
 	}
-	a, b := twoInFlight(t, proxy, pub, topic)
+	a, b := twoInFlight(t, env.proxy, env.pub, env.topic)
 	first := make(chan error, 1)
-	go func() { first <- pub.Publish(topic, msgs[:400]...) }()
-	awaitQueued(t, pub, topic, 1)
+	go func() { first <- env.pub.Publish(env.topic, msgs[:400]...) }()
+	awaitQueued(t, env.pub, env.topic, 1)
 	second := make(chan error, 1)
-	go func() { second <- pub.Publish(topic, msgs[400:]...) }()
-	awaitQueued(t, pub, topic, 2)
-	proxy.open()
+	go func() { second <- env.pub.Publish(env.topic, msgs[400:]...) }()
+	awaitQueued(t, env.pub, env.topic, 2)
+	env.proxy.open()
 	require.NoError(t, <-a)
 	require.NoError(t, <-b)
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
-	assert.Equal(t, want, content(t, topic).waiting)
-	assert.EqualValues(t, 3, counter.n.Load(), "script runs: two in flight, then both queued calls in one")
+	assert.Equal(t, want, content(t, env.topic).waiting)
+	assert.EqualValues(t, 3, env.counter.n.Load(), "script runs: two in flight, then both queued calls in one")
 }
 
 // Calls that queue behind a round trip in flight go together in the next
@@ -125,15 +121,14 @@ func TestPublish_KeepsOrderWithinEqualDueTimes(t *testing.T) {
 // alone, storing none of its messages, and the others succeed.
 func TestPublish_CoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 	t.Parallel()
-	topic := topic()
-	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
+	env := setupGated(t, redisdelay.PublisherConfig{})
 	// due within a second: in the waiting set (a far message re-published
 	// costs another round trip: TestFar_Republish); no scheduler runs
 	waiting := delayed(delay.For(time.Second), "original")
-	require.NoError(t, pub.Publish(topic, waiting))
-	counter.n.Store(0)
+	require.NoError(t, env.pub.Publish(env.topic, waiting))
+	env.counter.n.Store(0)
 
-	first, second := twoInFlight(t, proxy, pub, topic)
+	first, second := twoInFlight(t, env.proxy, env.pub, env.topic)
 
 	clash := waiting.Copy()
 	clash.Payload = []byte("changed")
@@ -162,10 +157,10 @@ func TestPublish_CoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 	}
 	for _, c := range calls {
 		c.err = make(chan error, 1)
-		go func() { c.err <- pub.Publish(topic, c.msgs...) }()
+		go func() { c.err <- env.pub.Publish(env.topic, c.msgs...) }()
 	}
-	awaitQueued(t, pub, topic, len(calls))
-	proxy.open()
+	awaitQueued(t, env.pub, env.topic, len(calls))
+	env.proxy.open()
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
 	freshFailed := 0
@@ -180,19 +175,19 @@ func TestPublish_CoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 		}
 		if c.name == "clash" {
 			require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
-			require.EqualError(t, err, fmt.Sprintf(`redisdelay: duplicate message UUID: message %q is already waiting in topic %q with a different body: cancel it first or use a new UUID`, waiting.UUID, topic))
+			require.EqualError(t, err, fmt.Sprintf(`redisdelay: duplicate message UUID: message %q is already waiting in topic %q with a different body: cancel it first or use a new UUID`, waiting.UUID, env.topic))
 		} else {
 			require.NoError(t, err, c.name)
 		}
 	}
 	assert.Equal(t, 1, freshFailed, "one of two calls with the same new UUID and different bodies fails")
-	assert.EqualValues(t, 3, counter.n.Load(), "script runs: two in flight, then all queued calls in one")
+	assert.EqualValues(t, 3, env.counter.n.Load(), "script runs: two in flight, then all queued calls in one")
 
-	got := content(t, topic)
+	got := content(t, env.topic)
 	assert.Len(t, got.waiting, 1+1+1+8, "waiting: the original, the one beside identical, fresh, the others'")
 	assert.NotContains(t, got.waiting, bystander.UUID, "a message of the failed call was stored")
 	assert.EqualValues(t, 1+2+8, got.ready, "ready: the warm-up message, the two in flight, the others'")
-	body, err := newClient(t).HGet(context.Background(), shardOf(topic, 0).Bodies(), waiting.UUID).Result()
+	body, err := env.client.HGet(context.Background(), shardOf(env.topic, 0).Bodies(), waiting.UUID).Result()
 	require.NoError(t, err)
 	assert.Contains(t, body, "original")
 	assert.NotContains(t, body, "changed")
@@ -202,10 +197,9 @@ func TestPublish_CoalescedDuplicateFailsOnlyItsCall(t *testing.T) {
 // sent, and the calls around it succeed.
 func TestPublish_TimeoutWhileOthersSucceed(t *testing.T) {
 	t.Parallel()
-	topic := topic()
-	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
+	env := setupGated(t, redisdelay.PublisherConfig{})
 
-	first, second := twoInFlight(t, proxy, pub, topic)
+	first, second := twoInFlight(t, env.proxy, env.pub, env.topic)
 
 	impatient := delayed(delay.For(time.Hour), "impatient")
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -213,70 +207,69 @@ func TestPublish_TimeoutWhileOthersSucceed(t *testing.T) {
 	impatient.SetContext(ctx)
 	patient := delayed(delay.For(time.Hour), "patient")
 	impatientErr, patientErr := make(chan error, 1), make(chan error, 1)
-	go func() { impatientErr <- pub.Publish(topic, impatient) }()
-	go func() { patientErr <- pub.Publish(topic, patient) }()
+	go func() { impatientErr <- env.pub.Publish(env.topic, impatient) }()
+	go func() { patientErr <- env.pub.Publish(env.topic, patient) }()
 
 	start := time.Now()
 	select {
 	case err := <-impatientErr:
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.EqualError(t, err, fmt.Sprintf(`redisdelay: publish 1 message(s) to topic %q: gave up before sending the messages (none is stored): context deadline exceeded`, topic))
+		require.EqualError(t, err, fmt.Sprintf(`redisdelay: publish 1 message(s) to topic %q: gave up before sending the messages (none is stored): context deadline exceeded`, env.topic))
 		require.Less(t, time.Since(start), 2*time.Second)
 	case <-time.After(5 * time.Second):
 		t.Fatal("a Publish whose context ended did not return")
 	}
-	proxy.open()
+	env.proxy.open()
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
 	require.NoError(t, <-patientErr)
-	got := content(t, topic)
+	got := content(t, env.topic)
 	assert.Equal(t, []string{patient.UUID}, got.waiting)
-	assert.EqualValues(t, 3, counter.n.Load(), "script runs")
+	assert.EqualValues(t, 3, env.counter.n.Load(), "script runs")
 
 	// A call that gives up while its round trip is in flight says its
 	// messages may or may not be stored; the publisher goes on.
-	proxy.hold()
+	env.proxy.hold()
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel2()
 	late := delayed(delay.For(time.Hour), "late")
 	late.SetContext(ctx2)
-	errc := inFlight(t, proxy, func() error { return pub.Publish(topic, late) })
+	errc := inFlight(t, env.proxy, func() error { return env.pub.Publish(env.topic, late) })
 	err := <-errc
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.True(t, strings.Contains(err.Error(), "may or may not be stored"), err.Error())
-	proxy.open()
-	require.NoError(t, pub.Publish(topic, delayed(delay.For(time.Hour), "after")))
+	env.proxy.open()
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(time.Hour), "after")))
 }
 
 // Close loses no queued call: it waits until they are sent and answered;
 // calls after Close fail with ErrClosed.
 func TestPublish_CloseFlushesQueuedCalls(t *testing.T) {
 	t.Parallel()
-	topic := topic()
-	pub, proxy, _ := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
-	first, second := twoInFlight(t, proxy, pub, topic)
+	env := setupGated(t, redisdelay.PublisherConfig{})
+	first, second := twoInFlight(t, env.proxy, env.pub, env.topic)
 	errs := make(chan error, 5)
 	for i := 0; i < 5; i++ {
-		go func() { errs <- pub.Publish(topic, delayed(delay.For(time.Hour), "queued")) }()
+		go func() { errs <- env.pub.Publish(env.topic, delayed(delay.For(time.Hour), "queued")) }()
 	}
-	awaitQueued(t, pub, topic, 5)
+	awaitQueued(t, env.pub, env.topic, 5)
 	closed := make(chan error, 1)
-	go func() { closed <- pub.Close() }()
-	require.Eventually(t, func() bool { return redisdelay.Closing(pub) }, 5*time.Second, time.Millisecond)
-	require.Equal(t, redisdelay.ErrClosed, pub.Publish(topic, message.NewMessage("late", nil)))
+	go func() { closed <- env.pub.Close() }()
+	require.Eventually(t, func() bool { return redisdelay.Closing(env.pub) }, 5*time.Second, time.Millisecond)
+	require.Equal(t, redisdelay.ErrClosed, env.pub.Publish(env.topic, message.NewMessage("late", nil)))
 	select {
 	case <-closed:
 		t.Fatal("Close returned with calls in flight")
 	case <-time.After(100 * time.Millisecond):
 	}
-	proxy.open()
+	env.proxy.open()
 	require.NoError(t, <-closed)
 	require.NoError(t, <-first)
 	require.NoError(t, <-second)
 	for i := 0; i < 5; i++ {
 		require.NoError(t, <-errs)
 	}
-	assert.Len(t, content(t, topic).waiting, 5)
+	assert.Len(t, content(t, env.topic).waiting, 5)
 }
 
 // A run carries at most 512 messages: a larger queued call is stored in
@@ -284,9 +277,8 @@ func TestPublish_CloseFlushesQueuedCalls(t *testing.T) {
 // run, then its other part.
 func TestPublish_BoundsCoalescedRuns(t *testing.T) {
 	t.Parallel()
-	topic := topic()
-	pub, proxy, counter := gatedPublisher(t, topic, redisdelay.PublisherConfig{})
-	a, b := twoInFlight(t, proxy, pub, topic)
+	env := setupGated(t, redisdelay.PublisherConfig{})
+	a, b := twoInFlight(t, env.proxy, env.pub, env.topic)
 	var errs []chan error
 	total := 0
 	for _, n := range []int{600, 10, 1} {
@@ -296,18 +288,18 @@ func TestPublish_BoundsCoalescedRuns(t *testing.T) {
 		}
 		total += n
 		errc := make(chan error, 1)
-		go func() { errc <- pub.Publish(topic, msgs...) }()
+		go func() { errc <- env.pub.Publish(env.topic, msgs...) }()
 		errs = append(errs, errc)
-		awaitQueued(t, pub, topic, len(errs)) // queued in this order
+		awaitQueued(t, env.pub, env.topic, len(errs)) // queued in this order
 	}
-	proxy.open()
+	env.proxy.open()
 	require.NoError(t, <-a)
 	require.NoError(t, <-b)
 	for _, errc := range errs {
 		require.NoError(t, <-errc)
 	}
-	assert.Len(t, content(t, topic).waiting, total)
-	assert.EqualValues(t, 5, counter.n.Load(), "script runs: two in flight, the large call's first part, the other two calls together, its second part")
+	assert.Len(t, content(t, env.topic).waiting, total)
+	assert.EqualValues(t, 5, env.counter.n.Load(), "script runs: two in flight, the large call's first part, the other two calls together, its second part")
 }
 
 // partsPublisher is a Publisher whose client counts the scripts it runs,
@@ -323,6 +315,21 @@ func partsPublisher(t *testing.T, topic string) (*redisdelay.Publisher, *scriptC
 	counter := &scriptCounter{}
 	client.AddHook(counter)
 	return pub, counter
+}
+
+// countedEnv is an env whose pub is a partsPublisher of its topic.
+type countedEnv struct {
+	*env
+	counter *scriptCounter
+}
+
+// setupCounted returns a test's env with a partsPublisher as pub.
+func setupCounted(t *testing.T) *countedEnv {
+	t.Helper()
+	e := setup(t)
+	pub, counter := partsPublisher(t, e.topic)
+	e.pub = pub
+	return &countedEnv{env: e, counter: counter}
 }
 
 // waitingUUIDs lists the UUIDs Inspector.Waiting returns for topic, in due
@@ -344,17 +351,16 @@ func waitingUUIDs(t *testing.T, topic string) []string {
 // Until, the For one from the clock of each message's creation).
 func TestPublish_LargeCallGoesInParts(t *testing.T) {
 	t.Parallel()
-	topic := topic()
-	pub, counter := partsPublisher(t, topic)
+	env := setupCounted(t)
 	msgs := make([]*message.Message, 1000) // fewer than 1024: see TestPublish_KeepsOrderWithinEqualDueTimes
 	want := make([]string, len(msgs))
 	for i := range msgs {
 		msgs[i] = delayed(delay.For(time.Hour), "x")
 		want[i] = msgs[i].UUID
 	}
-	require.NoError(t, pub.Publish(topic, msgs...))
-	assert.EqualValues(t, 2, counter.n.Load(), "parts of 512 and 488 messages")
-	assert.Equal(t, want, waitingUUIDs(t, topic))
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
+	assert.EqualValues(t, 2, env.counter.n.Load(), "parts of 512 and 488 messages")
+	assert.Equal(t, want, waitingUUIDs(t, env.topic))
 }
 
 // A part holds far messages of at most 128 far buckets: 200 messages due
@@ -363,8 +369,7 @@ func TestPublish_PartsBoundFarBuckets(t *testing.T) {
 	t.Parallel()
 	width, _, _ := redisdelay.FarTier()
 	for _, spread := range []bool{true, false} {
-		topic := topic()
-		pub, counter := partsPublisher(t, topic)
+		env := setupCounted(t)
 		start := time.Now().Add(time.Hour).Truncate(width)
 		msgs := make([]*message.Message, 200)
 		for i := range msgs {
@@ -374,13 +379,13 @@ func TestPublish_PartsBoundFarBuckets(t *testing.T) {
 			}
 			msgs[i] = delayed(delay.Until(due), "x")
 		}
-		require.NoError(t, pub.Publish(topic, msgs...))
+		require.NoError(t, env.pub.Publish(env.topic, msgs...))
 		runs := int64(1)
 		if spread {
 			runs = 2
 		}
-		assert.Equal(t, runs, counter.n.Load(), "spread: %v", spread)
-		st := topicStats(t, newInspector(t, newClient(t)), topic)
+		assert.Equal(t, runs, env.counter.n.Load(), "spread: %v", spread)
+		st := topicStats(t, env.insp, env.topic)
 		assert.EqualValues(t, 200, st.Waiting, "spread: %v", spread)
 	}
 }
@@ -389,30 +394,29 @@ func TestPublish_PartsBoundFarBuckets(t *testing.T) {
 // how many of the call's messages are stored.
 func TestPublish_PartFailureSaysWhatIsStored(t *testing.T) {
 	t.Parallel()
-	topic := topic()
-	pub, counter := partsPublisher(t, topic)
+	env := setupCounted(t)
 	held := delayed(delay.For(time.Second), "held") // in the waiting set: no far pull
-	require.NoError(t, pub.Publish(topic, held))
+	require.NoError(t, env.pub.Publish(env.topic, held))
 	msgs := make([]*message.Message, 1100)
 	for i := range msgs {
 		msgs[i] = delayed(delay.For(time.Hour), "x")
 	}
 	msgs[520].UUID = held.UUID // in the second part
-	err := pub.Publish(topic, msgs...)
+	err := env.pub.Publish(env.topic, msgs...)
 	require.ErrorIs(t, err, redisdelay.ErrDuplicateMessage)
-	require.ErrorContains(t, err, fmt.Sprintf("the first 512 of the call's 1100 messages to topic %q are stored: a Publish call is stored in parts", topic))
-	assert.EqualValues(t, 3, counter.n.Load(), "the held message, the two first parts; not the third")
-	assert.EqualValues(t, 513, topicStats(t, newInspector(t, newClient(t)), topic).Waiting)
+	require.ErrorContains(t, err, fmt.Sprintf("the first 512 of the call's 1100 messages to topic %q are stored: a Publish call is stored in parts", env.topic))
+	assert.EqualValues(t, 3, env.counter.n.Load(), "the held message, the two first parts; not the third")
+	assert.EqualValues(t, 513, topicStats(t, env.insp, env.topic).Waiting)
 
 	// The rest goes on a retry once the clash is gone; the stored ones (in
 	// the far tier) are no-ops. Their part is sent twice: once to find them
 	// all there, once after they were moved to the waiting set.
 	msgs[520].UUID = watermill.NewUUID()
-	counter.n.Store(0)
-	require.NoError(t, pub.Publish(topic, msgs...))
-	assert.EqualValues(t, 1101, topicStats(t, newInspector(t, newClient(t)), topic).Waiting)
+	env.counter.n.Store(0)
+	require.NoError(t, env.pub.Publish(env.topic, msgs...))
+	assert.EqualValues(t, 1101, topicStats(t, env.insp, env.topic).Waiting)
 	// one more when farpull.lua is not loaded yet (go-redis sends EVAL after EVALSHA)
-	assert.InDelta(t, 2+512+1+1, counter.n.Load(), 1, "script runs: the first part twice with a far pull per message, the other two once")
+	assert.InDelta(t, 2+512+1+1, env.counter.n.Load(), 1, "script runs: the first part twice with a far pull per message, the other two once")
 }
 
 // A call whose context has already ended is not sent: coalesced runs are
@@ -420,8 +424,8 @@ func TestPublish_PartFailureSaysWhatIsStored(t *testing.T) {
 // review: such calls used to be stored while reporting that they may not be.
 func TestPublish_WithEndedContextStoresNothing(t *testing.T) {
 	t.Parallel()
-	topic := topic()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: newClient(t)}, nil)
+	env := setup(t)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client}, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -431,9 +435,9 @@ func TestPublish_WithEndedContextStoresNothing(t *testing.T) {
 			delay.Message(msg, delay.For(time.Hour))
 		}
 		msg.SetContext(ctx)
-		err := pub.Publish(topic, msg)
+		err := pub.Publish(env.topic, msg)
 		require.ErrorIs(t, err, context.Canceled)
-		require.EqualError(t, err, fmt.Sprintf(`redisdelay: publish 1 message(s) to topic %q: gave up before sending the messages (none is stored): context canceled`, topic))
+		require.EqualError(t, err, fmt.Sprintf(`redisdelay: publish 1 message(s) to topic %q: gave up before sending the messages (none is stored): context canceled`, env.topic))
 	}
-	assert.Equal(t, topicContent{waiting: []string{}}, content(t, topic))
+	assert.Equal(t, topicContent{waiting: []string{}}, content(t, env.topic))
 }

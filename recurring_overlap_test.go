@@ -26,27 +26,19 @@ import (
 // ovWithin bounds every wait of these tests: generous, for loaded machines.
 const ovWithin = 20 * time.Second
 
-// ovEnv is a test's own prefix and topic, with a Publisher to register
-// schedules, an Inspector and a Manager publishing the ticks.
+// ovEnv is what the overlap tests start with: an env under a prefix of
+// the test's own (its pub registers the schedules), with the helpers below
+// and a Manager publishing the ticks.
 type ovEnv struct {
-	t      *testing.T
-	ctx    context.Context
-	client redis.UniversalClient
-	prefix string
-	topic  string
-	pub    *redisdelay.Publisher
-	insp   *redisdelay.Inspector
+	*prefixedEnv
+	t   *testing.T
+	ctx context.Context
 }
 
-func ovStart(t *testing.T) *ovEnv {
+func setupOverlap(t *testing.T) *ovEnv {
 	t.Helper()
-	client := newClient(t)
-	e := &ovEnv{t: t, ctx: context.Background(), client: client, prefix: "ov-" + watermill.NewShortUUID(), topic: topic()}
-	e.pub = scPublisher(t, client, e.prefix)
+	e := &ovEnv{prefixedEnv: setupPrefixed(t, "ov-"+watermill.NewShortUUID()), t: t, ctx: context.Background()}
 	t.Cleanup(func() { _ = e.pub.Close() })
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: e.prefix})
-	require.NoError(t, err)
-	e.insp = insp
 	return e
 }
 
@@ -158,7 +150,7 @@ func (e *ovEnv) waitingTicks() []redisdelay.WaitingMessage {
 // later: the next tick published is the first after that.
 func TestSchedule_OverlapSkipWhileWaiting(t *testing.T) {
 	t.Parallel()
-	e := ovStart(t)
+	e := setupOverlap(t)
 	const period, wait = 200 * time.Millisecond, 3 * time.Second
 	e.schedule(redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Overlap: redisdelay.OverlapSkip,
 		Metadata: map[string]string{delay.DelayedForKey: wait.String()}})
@@ -198,7 +190,7 @@ func TestSchedule_OverlapSkipWhileWaiting(t *testing.T) {
 // the ticks: one in flight at a time all the same.
 func TestSchedule_OverlapSkipWhileUnacked(t *testing.T) {
 	t.Parallel()
-	e := ovStart(t)
+	e := setupOverlap(t)
 	ch := subscribe(t, e.subscriber("g"), e.topic)
 	e.schedule(redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Overlap: redisdelay.OverlapSkip})
 	for range 3 {
@@ -226,7 +218,7 @@ func TestSchedule_OverlapSkipWhileUnacked(t *testing.T) {
 // the schedule skipping; once dead-lettered, the next tick is published.
 func TestSchedule_OverlapDeadLetter(t *testing.T) {
 	t.Parallel()
-	e := ovStart(t)
+	e := setupOverlap(t)
 	ch := subscribe(t, e.subscriber("g", func(c *redisdelay.SubscriberConfig) {
 		c.MaxAttempts = 2
 		c.RetryDelay = func(int) time.Duration { return time.Second }
@@ -258,7 +250,7 @@ func TestSchedule_OverlapDeadLetter(t *testing.T) {
 // is published, though the group never saw the cancelled one.
 func TestSchedule_OverlapCancelledTick(t *testing.T) {
 	t.Parallel()
-	e := ovStart(t)
+	e := setupOverlap(t)
 	e.subscriber("g")
 	e.schedule(redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Overlap: redisdelay.OverlapSkip,
 		Metadata: map[string]string{delay.DelayedForKey: "1h"}})
@@ -284,7 +276,7 @@ func TestSchedule_OverlapCancelledTick(t *testing.T) {
 // acking it is not enough.
 func TestSchedule_OverlapTwoGroups(t *testing.T) {
 	t.Parallel()
-	e := ovStart(t)
+	e := setupOverlap(t)
 	fast := subscribe(t, e.subscriber("fast"), e.topic)
 	slow := subscribe(t, e.subscriber("slow"), e.topic)
 	e.schedule(redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Overlap: redisdelay.OverlapSkip})
@@ -311,7 +303,7 @@ func TestSchedule_OverlapTwoGroups(t *testing.T) {
 // the next tick comes after its Ack.
 func TestSchedule_OverlapConsumerCrash(t *testing.T) {
 	t.Parallel()
-	e := ovStart(t)
+	e := setupOverlap(t)
 	sub := e.subscriber("g", func(c *redisdelay.SubscriberConfig) {
 		c.VisibilityTimeout = time.Second
 		c.RetryDelay = func(int) time.Duration { return 500 * time.Millisecond }
@@ -345,7 +337,7 @@ func TestSchedule_OverlapSelfHealing(t *testing.T) {
 	t.Parallel()
 	t.Run("waiting message lost", func(t *testing.T) {
 		t.Parallel()
-		e := ovStart(t)
+		e := setupOverlap(t)
 		e.subscriber("g")
 		e.schedule(redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Overlap: redisdelay.OverlapSkip,
 			Metadata: map[string]string{delay.DelayedForKey: "1m"}})
@@ -366,7 +358,7 @@ func TestSchedule_OverlapSelfHealing(t *testing.T) {
 	})
 	t.Run("ready stream lost", func(t *testing.T) {
 		t.Parallel()
-		e := ovStart(t)
+		e := setupOverlap(t)
 		e.subscriber("g") // a group that reads nothing: the tick stays in the stream
 		e.schedule(redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Overlap: redisdelay.OverlapSkip})
 		e.manager()
@@ -379,7 +371,7 @@ func TestSchedule_OverlapSelfHealing(t *testing.T) {
 	})
 	t.Run("group deleted while holding it", func(t *testing.T) {
 		t.Parallel()
-		e := ovStart(t)
+		e := setupOverlap(t)
 		e.subscriber("g")
 		e.schedule(redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Overlap: redisdelay.OverlapSkip})
 		e.manager()
@@ -393,7 +385,7 @@ func TestSchedule_OverlapSelfHealing(t *testing.T) {
 	})
 	t.Run("record of a message never stored", func(t *testing.T) {
 		t.Parallel()
-		e := ovStart(t)
+		e := setupOverlap(t)
 		ch := subscribe(t, e.subscriber("g"), e.topic)
 		// What a tick let through and then refused by Publish, or lost
 		// with Redis's last writes, leaves: a record naming a message
@@ -413,7 +405,7 @@ func TestSchedule_OverlapSelfHealing(t *testing.T) {
 // unacked, and counts no skip.
 func TestSchedule_OverlapAllowUnchanged(t *testing.T) {
 	t.Parallel()
-	e := ovStart(t)
+	e := setupOverlap(t)
 	ch := subscribe(t, e.subscriber("g"), e.topic)
 	e.schedule(redisdelay.Schedule{ID: "s", Spec: "@every 200ms"})
 	e.manager()
@@ -431,7 +423,7 @@ func TestSchedule_OverlapAllowUnchanged(t *testing.T) {
 // goes to one partition (its ID's), where the check finds the previous one.
 func TestSchedule_OverlapPartitionedTopic(t *testing.T) {
 	t.Parallel()
-	e := ovStart(t)
+	e := setupOverlap(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: e.client, KeyPrefix: e.prefix, Partitions: 4}, logger)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
@@ -451,7 +443,7 @@ func TestSchedule_OverlapPartitionedTopic(t *testing.T) {
 // An Overlap that is not a policy is refused with what to use.
 func TestSchedule_OverlapInvalid(t *testing.T) {
 	t.Parallel()
-	e := ovStart(t)
+	e := setupOverlap(t)
 	err := e.pub.Schedule(e.ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: e.topic, Overlap: "sometimes"})
 	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
 	assert.Contains(t, err.Error(), `schedule "s": Overlap is "sometimes": use OverlapAllow ("", the default: publish every tick) or OverlapSkip ("skip"`)

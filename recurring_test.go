@@ -19,6 +19,13 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
+// setupSchedule is what the schedule tests start with: schedules are per
+// key prefix, so the env works under a prefix of the test's own.
+func setupSchedule(t *testing.T) *prefixedEnv {
+	t.Helper()
+	return setupPrefixed(t, "sc-"+watermill.NewShortUUID())
+}
+
 // scTick is a tick's message as a subscriber received it.
 type scTick struct {
 	tick     time.Time
@@ -89,16 +96,14 @@ func scManager(t *testing.T, client redis.UniversalClient, prefix, topic string)
 // published once, and none is missed.
 func TestSchedule_OneTickPerManager(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	col := scCollect(t, client, prefix, topic)
-	pub := scPublisher(t, client, prefix)
-	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{
-		ID: "every200", Spec: "@every 200ms", Topic: topic, Payload: []byte("tick"),
+	env := setupSchedule(t)
+	col := scCollect(t, env.client, env.prefix, env.topic)
+	require.NoError(t, env.pub.Schedule(context.Background(), redisdelay.Schedule{
+		ID: "every200", Spec: "@every 200ms", Topic: env.topic, Payload: []byte("tick"),
 		Metadata: map[string]string{"k": "v"},
 	}))
 	for range 3 {
-		scManager(t, client, prefix, topic)
+		scManager(t, env.client, env.prefix, env.topic)
 	}
 	time.Sleep(2500 * time.Millisecond)
 	ticks := col.snapshot()
@@ -124,15 +129,13 @@ func TestSchedule_CatchUpAfterRestart(t *testing.T) {
 		window time.Duration
 	}{{"default window", 0}, {"short window", 250 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := newClient(t)
-			prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
+			env := setupSchedule(t)
 			const period = 400 * time.Millisecond
-			col := scCollect(t, client, prefix, topic)
-			pub := scPublisher(t, client, prefix)
-			require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{
-				ID: "s", Spec: "@every 400ms", Topic: topic, CatchUpWindow: tc.window,
+			col := scCollect(t, env.client, env.prefix, env.topic)
+			require.NoError(t, env.pub.Schedule(context.Background(), redisdelay.Schedule{
+				ID: "s", Spec: "@every 400ms", Topic: env.topic, CatchUpWindow: tc.window,
 			}))
-			mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, KeyPrefix: prefix, Topics: []string{topic}}, logger)
+			mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: env.client, KeyPrefix: env.prefix, Topics: []string{env.topic}}, logger)
 			require.NoError(t, err)
 			go func() { _ = mgr.Run(context.Background()) }()
 			<-mgr.Running()
@@ -141,7 +144,7 @@ func TestSchedule_CatchUpAfterRestart(t *testing.T) {
 			stopped := time.Now()
 			time.Sleep(2*period + 150*time.Millisecond) // two ticks missed
 			restarted := time.Now()
-			scManager(t, client, prefix, topic)
+			scManager(t, env.client, env.prefix, env.topic)
 			time.Sleep(1300 * time.Millisecond)
 
 			ticks := col.snapshot()
@@ -190,14 +193,12 @@ func TestSchedule_RedisOutage(t *testing.T) {
 	}
 	t.Parallel()
 	proxy := newFaultProxy(t)
-	direct := newClient(t)
+	env := setupSchedule(t)
 	cut := proxy.client(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
 	const period = 500 * time.Millisecond
-	col := scCollect(t, direct, prefix, topic)
-	pub := scPublisher(t, direct, prefix)
-	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@every 500ms", Topic: topic}))
-	scManager(t, cut, prefix, topic)
+	col := scCollect(t, env.client, env.prefix, env.topic)
+	require.NoError(t, env.pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@every 500ms", Topic: env.topic}))
+	scManager(t, cut, env.prefix, env.topic)
 	var outages []time.Time
 	for range 3 {
 		// cut 150ms before a tick, for 400ms
@@ -234,18 +235,16 @@ func TestSchedule_RedisOutage(t *testing.T) {
 // publishing it is published by another once it expired.
 func TestSchedule_ExpiredClaim(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	col := scCollect(t, client, prefix, topic)
-	pub := scPublisher(t, client, prefix)
-	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{ID: "daily", Spec: "@daily", Topic: topic}))
+	env := setupSchedule(t)
+	col := scCollect(t, env.client, env.prefix, env.topic)
+	require.NoError(t, env.pub.Schedule(context.Background(), redisdelay.Schedule{ID: "daily", Spec: "@daily", Topic: env.topic}))
 	tick := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
-	require.NoError(t, client.ZAdd(context.Background(), store.Keys{Prefix: prefix}.Schedules().Claims(),
+	require.NoError(t, env.client.ZAdd(context.Background(), store.Keys{Prefix: env.prefix}.Schedules().Claims(),
 		redis.Z{Score: 1, Member: "daily@" + strconv.FormatInt(tick.UnixMilli(), 10)}).Err())
-	scManager(t, client, prefix, topic)
+	scManager(t, env.client, env.prefix, env.topic)
 	require.Eventually(t, func() bool { return len(col.snapshot()) == 1 }, 3*time.Second, 20*time.Millisecond)
 	assert.Equal(t, tick, col.snapshot()[0].tick.UTC())
-	n, err := client.ZCard(context.Background(), store.Keys{Prefix: prefix}.Schedules().Claims()).Result()
+	n, err := env.client.ZCard(context.Background(), store.Keys{Prefix: env.prefix}.Schedules().Claims()).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "claim removed once published")
 }
@@ -255,20 +254,16 @@ func TestSchedule_ExpiredClaim(t *testing.T) {
 func TestSchedule_ListRemove(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	pub := scPublisher(t, client, prefix)
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
-	require.NoError(t, err)
+	env := setupSchedule(t)
 
-	list, err := insp.Schedules(ctx)
+	list, err := env.insp.Schedules(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, list)
 
-	ny := redisdelay.Schedule{ID: "morning", Spec: "0 9 * * *", Timezone: "America/New_York", Topic: topic, Payload: []byte("p")}
-	require.NoError(t, pub.Schedule(ctx, ny))
-	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "fast", Spec: "@every 1h", Topic: topic}))
-	list, err = insp.Schedules(ctx)
+	ny := redisdelay.Schedule{ID: "morning", Spec: "0 9 * * *", Timezone: "America/New_York", Topic: env.topic, Payload: []byte("p")}
+	require.NoError(t, env.pub.Schedule(ctx, ny))
+	require.NoError(t, env.pub.Schedule(ctx, redisdelay.Schedule{ID: "fast", Spec: "@every 1h", Topic: env.topic}))
+	list, err = env.insp.Schedules(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	assert.Equal(t, "fast", list[0].ID)
@@ -285,25 +280,25 @@ func TestSchedule_ListRemove(t *testing.T) {
 
 	// Registered again with another payload: same next tick. Another spec: reset.
 	ny.Payload = []byte("q")
-	require.NoError(t, pub.Schedule(ctx, ny))
-	again, err := insp.Schedules(ctx)
+	require.NoError(t, env.pub.Schedule(ctx, ny))
+	again, err := env.insp.Schedules(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, list[1].Next, again[1].Next)
 	assert.Equal(t, []byte("q"), again[1].Payload)
-	require.NoError(t, client.ZAdd(ctx, store.Keys{Prefix: prefix}.Schedules().Next(), redis.Z{Score: 1000, Member: "morning"}).Err())
+	require.NoError(t, env.client.ZAdd(ctx, store.Keys{Prefix: env.prefix}.Schedules().Next(), redis.Z{Score: 1000, Member: "morning"}).Err())
 	ny.Spec = "0 10 * * *"
-	require.NoError(t, pub.Schedule(ctx, ny))
-	again, err = insp.Schedules(ctx)
+	require.NoError(t, env.pub.Schedule(ctx, ny))
+	again, err = env.insp.Schedules(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 10, again[1].Next.In(loc).Hour(), "a changed spec resets the next tick")
 
-	removed, err := insp.RemoveSchedule(ctx, "morning")
+	removed, err := env.insp.RemoveSchedule(ctx, "morning")
 	require.NoError(t, err)
 	assert.True(t, removed)
-	removed, err = insp.RemoveSchedule(ctx, "morning")
+	removed, err = env.insp.RemoveSchedule(ctx, "morning")
 	require.NoError(t, err)
 	assert.False(t, removed)
-	list, err = insp.Schedules(ctx)
+	list, err = env.insp.Schedules(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	assert.Equal(t, "fast", list[0].ID)
@@ -312,42 +307,38 @@ func TestSchedule_ListRemove(t *testing.T) {
 // A schedule that cannot work is refused, naming what is wrong.
 func TestSchedule_Invalid(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	pub := scPublisher(t, client, prefix)
+	env := setupSchedule(t)
 	for _, tc := range []struct {
 		s    redisdelay.Schedule
 		want string
 	}{
-		{redisdelay.Schedule{ID: "", Spec: "@daily", Topic: topic}, "schedule ID"},
-		{redisdelay.Schedule{ID: "a@b", Spec: "@daily", Topic: topic}, "contains \"@\""},
+		{redisdelay.Schedule{ID: "", Spec: "@daily", Topic: env.topic}, "schedule ID"},
+		{redisdelay.Schedule{ID: "a@b", Spec: "@daily", Topic: env.topic}, "contains \"@\""},
 		{redisdelay.Schedule{ID: "a", Spec: "@daily", Topic: ""}, "topic"},
-		{redisdelay.Schedule{ID: "a", Spec: "61 * * * *", Topic: topic}, "spec \"61 * * * *\""},
-		{redisdelay.Schedule{ID: "a", Spec: "@every 0s", Topic: topic}, "at least 1ms"},
-		{redisdelay.Schedule{ID: "a", Spec: "@every soon", Topic: topic}, "Go duration"},
-		{redisdelay.Schedule{ID: "a", Spec: "CRON_TZ=UTC 0 9 * * *", Topic: topic}, "Schedule.Timezone"},
-		{redisdelay.Schedule{ID: "a", Spec: "@daily", Timezone: "Mars/Olympus", Topic: topic}, "time zone \"Mars/Olympus\" is unknown"},
-		{redisdelay.Schedule{ID: "a", Spec: "@daily", Timezone: "Local", Topic: topic}, "time zone \"Local\""},
-		{redisdelay.Schedule{ID: "a", Spec: "@daily", Topic: topic, CatchUpWindow: -time.Second}, "CatchUpWindow"},
-		{redisdelay.Schedule{ID: "a", Spec: "0 0 30 2 *", Topic: topic}, "never ticks"},
+		{redisdelay.Schedule{ID: "a", Spec: "61 * * * *", Topic: env.topic}, "spec \"61 * * * *\""},
+		{redisdelay.Schedule{ID: "a", Spec: "@every 0s", Topic: env.topic}, "at least 1ms"},
+		{redisdelay.Schedule{ID: "a", Spec: "@every soon", Topic: env.topic}, "Go duration"},
+		{redisdelay.Schedule{ID: "a", Spec: "CRON_TZ=UTC 0 9 * * *", Topic: env.topic}, "Schedule.Timezone"},
+		{redisdelay.Schedule{ID: "a", Spec: "@daily", Timezone: "Mars/Olympus", Topic: env.topic}, "time zone \"Mars/Olympus\" is unknown"},
+		{redisdelay.Schedule{ID: "a", Spec: "@daily", Timezone: "Local", Topic: env.topic}, "time zone \"Local\""},
+		{redisdelay.Schedule{ID: "a", Spec: "@daily", Topic: env.topic, CatchUpWindow: -time.Second}, "CatchUpWindow"},
+		{redisdelay.Schedule{ID: "a", Spec: "0 0 30 2 *", Topic: env.topic}, "never ticks"},
 	} {
-		err := pub.Schedule(context.Background(), tc.s)
+		err := env.pub.Schedule(context.Background(), tc.s)
 		require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule, "%+v", tc.s)
 		assert.Contains(t, err.Error(), tc.want)
 	}
 	// Its messages would be refused at every tick: refused once, here.
-	err := pub.Schedule(context.Background(), redisdelay.Schedule{ID: "big", Spec: "@daily", Topic: topic, Payload: make([]byte, 2<<20)})
+	err := env.pub.Schedule(context.Background(), redisdelay.Schedule{ID: "big", Spec: "@daily", Topic: env.topic, Payload: make([]byte, 2<<20)})
 	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
 	require.ErrorIs(t, err, redisdelay.ErrMessageTooLarge)
 	assert.Contains(t, err.Error(), `schedule "big": its messages cannot be published`)
-	err = pub.Schedule(context.Background(), redisdelay.Schedule{ID: "baddelay", Spec: "@daily", Topic: topic,
+	err = env.pub.Schedule(context.Background(), redisdelay.Schedule{ID: "baddelay", Spec: "@daily", Topic: env.topic,
 		Metadata: map[string]string{delay.DelayedForKey: "soon"}})
 	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
 	require.ErrorIs(t, err, redisdelay.ErrInvalidDelay)
 
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
-	require.NoError(t, err)
-	list, err := insp.Schedules(context.Background())
+	list, err := env.insp.Schedules(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, list, "nothing stored")
 }
@@ -356,13 +347,11 @@ func TestSchedule_Invalid(t *testing.T) {
 // (of every schedule under its prefix, whatever topics it subscribed to).
 func TestSchedule_SubscriberPublishesTicks(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	col := scCollect(t, client, prefix, topic)
-	pub := scPublisher(t, client, prefix)
-	require.NoError(t, pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic}))
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "other"})
-	_, err := sub.Subscribe(context.Background(), "unrelated-"+topic)
+	env := setupSchedule(t)
+	col := scCollect(t, env.client, env.prefix, env.topic)
+	require.NoError(t, env.pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: env.topic}))
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "other"})
+	_, err := sub.Subscribe(context.Background(), "unrelated-"+env.topic)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 20*time.Millisecond)
 	require.NoError(t, sub.Close())
@@ -374,26 +363,23 @@ func TestSchedule_SubscriberPublishesTicks(t *testing.T) {
 func TestSchedule_Errors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
-	require.NoError(t, err)
-	require.NoError(t, client.HSet(ctx, store.Keys{Prefix: prefix}.Schedules().Defs(), "broken", "{not json").Err())
-	_, err = insp.Schedules(ctx)
+	env := setupSchedule(t)
+	require.NoError(t, env.client.HSet(ctx, store.Keys{Prefix: env.prefix}.Schedules().Defs(), "broken", "{not json").Err())
+	_, err := env.insp.Schedules(ctx)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `schedule "broken"`)
 	assert.Contains(t, err.Error(), "remove it with Inspector.RemoveSchedule")
-	removed, err := insp.RemoveSchedule(ctx, "broken")
+	removed, err := env.insp.RemoveSchedule(ctx, "broken")
 	require.NoError(t, err)
 	assert.True(t, removed)
 
 	closed := openClient("")
 	require.NoError(t, closed.Close())
-	pub := scPublisher(t, closed, prefix)
-	err = pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@daily", Topic: topic})
+	pub := scPublisher(t, closed, env.prefix)
+	err = pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@daily", Topic: env.topic})
 	require.ErrorIs(t, err, redis.ErrClosed)
 	assert.Contains(t, err.Error(), `register schedule "s"`)
-	closedInsp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: closed, KeyPrefix: prefix})
+	closedInsp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: closed, KeyPrefix: env.prefix})
 	require.NoError(t, err)
 	_, err = closedInsp.Schedules(ctx)
 	assert.ErrorIs(t, err, redis.ErrClosed)
@@ -406,13 +392,12 @@ func TestSchedule_Errors(t *testing.T) {
 func TestSchedule_BrokenDefinitionSkipped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	col := scCollect(t, client, prefix, topic)
-	require.NoError(t, client.HSet(ctx, store.Keys{Prefix: prefix}.Schedules().Defs(), "broken", "{not json").Err())
-	require.NoError(t, client.ZAdd(ctx, store.Keys{Prefix: prefix}.Schedules().Next(), redis.Z{Score: 1, Member: "broken"}).Err())
-	require.NoError(t, scPublisher(t, client, prefix).Schedule(ctx, redisdelay.Schedule{ID: "ok", Spec: "@every 200ms", Topic: topic}))
-	scManager(t, client, prefix, topic)
+	env := setupSchedule(t)
+	col := scCollect(t, env.client, env.prefix, env.topic)
+	require.NoError(t, env.client.HSet(ctx, store.Keys{Prefix: env.prefix}.Schedules().Defs(), "broken", "{not json").Err())
+	require.NoError(t, env.client.ZAdd(ctx, store.Keys{Prefix: env.prefix}.Schedules().Next(), redis.Z{Score: 1, Member: "broken"}).Err())
+	require.NoError(t, env.pub.Schedule(ctx, redisdelay.Schedule{ID: "ok", Spec: "@every 200ms", Topic: env.topic}))
+	scManager(t, env.client, env.prefix, env.topic)
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 20*time.Millisecond)
 	scCheck(t, col.snapshot(), 200*time.Millisecond)
 }
@@ -422,14 +407,13 @@ func TestSchedule_BrokenDefinitionSkipped(t *testing.T) {
 // tick is published on time.
 func TestSchedule_RegisteredWakesIdleTickLoops(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	col := scCollect(t, client, prefix, topic)
-	scManager(t, client, prefix, topic)
+	env := setupSchedule(t)
+	col := scCollect(t, env.client, env.prefix, env.topic)
+	scManager(t, env.client, env.prefix, env.topic)
 	time.Sleep(500 * time.Millisecond) // the loop found nothing and sleeps
 	registered := time.Now()
-	require.NoError(t, scPublisher(t, client, prefix).Schedule(context.Background(),
-		redisdelay.Schedule{ID: "s", Spec: "@every 300ms", Topic: topic}))
+	require.NoError(t, env.pub.Schedule(context.Background(),
+		redisdelay.Schedule{ID: "s", Spec: "@every 300ms", Topic: env.topic}))
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 1 }, 2*time.Second, 10*time.Millisecond,
 		"no tick within 2s of registering @every 300ms")
 	first := col.snapshot()[0]
@@ -445,35 +429,32 @@ func TestSchedule_RegisteredWakesIdleTickLoops(t *testing.T) {
 func TestSchedule_TicksWithoutWakeUps(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users")
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	restricted, _ := newACLUser(t, "~"+prefix+":*", "&"+prefix+":*", "+@all", "-@dangerous", "-subscribe")
-	col := scCollect(t, client, prefix, topic)
-	runManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: prefix, Topics: []string{topic}, CheckInterval: 200 * time.Millisecond})
+	env := setupSchedule(t)
+	restricted, _ := newACLUser(t, "~"+env.prefix+":*", "&"+env.prefix+":*", "+@all", "-@dangerous", "-subscribe")
+	col := scCollect(t, env.client, env.prefix, env.topic)
+	runManager(t, restricted, redisdelay.ManagerConfig{KeyPrefix: env.prefix, Topics: []string{env.topic}, CheckInterval: 200 * time.Millisecond})
 	time.Sleep(500 * time.Millisecond) // denied, and the loop sleeps
-	require.NoError(t, scPublisher(t, client, prefix).Schedule(context.Background(),
-		redisdelay.Schedule{ID: "s", Spec: "@every 300ms", Topic: topic}))
+	require.NoError(t, env.pub.Schedule(context.Background(),
+		redisdelay.Schedule{ID: "s", Spec: "@every 300ms", Topic: env.topic}))
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 3 }, 3*time.Second, 10*time.Millisecond)
 	scCheck(t, col.snapshot(), 300*time.Millisecond)
-	noChannels, _ := newACLUser(t, "~"+prefix+":*", "resetchannels", "+@all", "-@dangerous")
-	require.NoError(t, scPublisher(t, noChannels, prefix).Schedule(context.Background(),
-		redisdelay.Schedule{ID: "s2", Spec: "@every 1h", Topic: topic}))
+	noChannels, _ := newACLUser(t, "~"+env.prefix+":*", "resetchannels", "+@all", "-@dangerous")
+	require.NoError(t, scPublisher(t, noChannels, env.prefix).Schedule(context.Background(),
+		redisdelay.Schedule{ID: "s2", Spec: "@every 1h", Topic: env.topic}))
 }
 
 // A closed Publisher registers no schedule, and a closed Subscriber
 // initializes no topic: both say ErrClosed.
 func TestSchedule_AndInitializeAfterClose(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	pub := scPublisher(t, client, prefix)
-	require.NoError(t, pub.Close())
-	err := pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@daily", Topic: topic})
+	env := setupSchedule(t)
+	require.NoError(t, env.pub.Close())
+	err := env.pub.Schedule(context.Background(), redisdelay.Schedule{ID: "s", Spec: "@daily", Topic: env.topic})
 	require.ErrorIs(t, err, redisdelay.ErrClosed)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g"})
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "g"})
 	require.NoError(t, sub.Close())
-	require.ErrorIs(t, sub.SubscribeInitialize(topic), redisdelay.ErrClosed)
-	schedules, err := newInspector(t, client).Schedules(context.Background())
+	require.ErrorIs(t, sub.SubscribeInitialize(env.topic), redisdelay.ErrClosed)
+	schedules, err := newInspector(t, env.client).Schedules(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, schedules)
 }
@@ -484,25 +465,22 @@ func TestSchedule_AndInitializeAfterClose(t *testing.T) {
 func TestSchedule_PartitionedTopic(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix, Partitions: 4}, logger)
+	env := setupSchedule(t)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client, KeyPrefix: env.prefix, Partitions: 4}, logger)
 	require.NoError(t, err)
-	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic}))
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
-	require.NoError(t, err)
-	st, err := insp.Stats(ctx, topic)
+	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: env.topic}))
+	st, err := env.insp.Stats(ctx, env.topic)
 	require.NoError(t, err)
 	require.Equal(t, 4, st.Partitions, "stored by Schedule")
 
-	col := scCollect4(t, client, prefix, topic)
-	scManager(t, client, prefix, topic)
+	col := scCollect4(t, env.client, env.prefix, env.topic)
+	scManager(t, env.client, env.prefix, env.topic)
 	require.Eventually(t, func() bool { return col.n.Load() >= 2 }, 5*time.Second, 20*time.Millisecond, "ticks delivered")
-	require.NoError(t, pub.Publish(topic, newMessage("mine")), "the Publisher's count still matches")
+	require.NoError(t, pub.Publish(env.topic, newMessage("mine")), "the Publisher's count still matches")
 
-	other, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix, Partitions: 2}, logger)
+	other, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client, KeyPrefix: env.prefix, Partitions: 2}, logger)
 	require.NoError(t, err)
-	err = other.Schedule(ctx, redisdelay.Schedule{ID: "s2", Spec: "@daily", Topic: topic})
+	err = other.Schedule(ctx, redisdelay.Schedule{ID: "s2", Spec: "@daily", Topic: env.topic})
 	require.ErrorIs(t, err, redisdelay.ErrPartitionMismatch)
 }
 
@@ -530,20 +508,18 @@ func scCollect4(t *testing.T, client redis.UniversalClient, prefix, topic string
 func TestSchedule_BusinessKeyOverlapRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	pub := scPublisher(t, client, prefix)
+	env := setupSchedule(t)
 	md := map[string]string{redisdelay.BusinessKey: "report", delay.DelayedForKey: "3s"}
-	err := pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: topic, Metadata: md})
+	err := env.pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: env.topic, Metadata: md})
 	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
 	assert.Contains(t, err.Error(), `business key "report"`)
 	assert.Contains(t, err.Error(), redisdelay.BusinessKeyPolicyKey)
 
 	md[redisdelay.BusinessKeyPolicyKey] = string(redisdelay.ReplaceWaiting)
-	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: topic, Metadata: md}))
+	require.NoError(t, env.pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: env.topic, Metadata: md}))
 	delete(md, redisdelay.BusinessKeyPolicyKey)
 	md[delay.DelayedForKey] = "500ms"
-	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: topic, Metadata: md}), "shorter than the gap")
+	require.NoError(t, env.pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 1s", Topic: env.topic, Metadata: md}), "shorter than the gap")
 }
 
 // A tick Publish refuses (its business key is held by another waiting
@@ -552,29 +528,25 @@ func TestSchedule_BusinessKeyOverlapRefused(t *testing.T) {
 func TestSchedule_RefusedTicksSkipped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	pub := scPublisher(t, client, prefix)
+	env := setupSchedule(t)
 	holder := newMessage("holder")
 	holder.Metadata.Set(redisdelay.BusinessKey, "report")
 	delay.Message(holder, delay.For(time.Hour))
-	require.NoError(t, pub.Publish(topic, holder))
-	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic,
+	require.NoError(t, env.pub.Publish(env.topic, holder))
+	require.NoError(t, env.pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: env.topic,
 		Metadata: map[string]string{redisdelay.BusinessKey: "report"}}))
-	scManager(t, client, prefix, topic)
+	scManager(t, env.client, env.prefix, env.topic)
 
-	claims := store.Keys{Prefix: prefix}.Schedules().Claims()
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
-	require.NoError(t, err)
+	claims := store.Keys{Prefix: env.prefix}.Schedules().Claims()
 	first := time.Now()
 	require.Eventually(t, func() bool {
-		s, err := insp.Schedules(ctx)
+		s, err := env.insp.Schedules(ctx)
 		return err == nil && len(s) == 1 && s[0].Next.After(first.Add(time.Second))
 	}, 10*time.Second, 50*time.Millisecond, "ticks go on past the refused ones")
-	n, err := client.ZCard(ctx, claims).Result()
+	n, err := env.client.ZCard(ctx, claims).Result()
 	require.NoError(t, err)
 	assert.LessOrEqual(t, n, int64(1), "refused ticks are not kept claimed")
-	st, err := insp.Stats(ctx, topic)
+	st, err := env.insp.Stats(ctx, env.topic)
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, st.Waiting, "only the holder waits")
 }
@@ -585,25 +557,21 @@ func TestSchedule_RefusedTicksSkipped(t *testing.T) {
 func TestSchedule_PauseResumeTrigger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	col := scCollect(t, client, prefix, topic)
-	pub := scPublisher(t, client, prefix)
-	def := redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic, Payload: []byte("tick")}
-	require.NoError(t, pub.Schedule(ctx, def))
-	scManager(t, client, prefix, topic)
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
-	require.NoError(t, err)
+	env := setupSchedule(t)
+	col := scCollect(t, env.client, env.prefix, env.topic)
+	def := redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: env.topic, Payload: []byte("tick")}
+	require.NoError(t, env.pub.Schedule(ctx, def))
+	scManager(t, env.client, env.prefix, env.topic)
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= 2 }, 5*time.Second, 20*time.Millisecond)
 
-	was, err := insp.PauseSchedule(ctx, "s")
+	was, err := env.insp.PauseSchedule(ctx, "s")
 	require.NoError(t, err)
 	assert.True(t, was, "was running")
-	was, err = insp.PauseSchedule(ctx, "s")
+	was, err = env.insp.PauseSchedule(ctx, "s")
 	require.NoError(t, err)
 	assert.False(t, was, "already paused")
-	require.NoError(t, pub.Schedule(ctx, def), "registered again at a deploy")
-	list, err := insp.Schedules(ctx)
+	require.NoError(t, env.pub.Schedule(ctx, def), "registered again at a deploy")
+	list, err := env.insp.Schedules(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	assert.False(t, list[0].Paused.IsZero(), "listed as paused")
@@ -625,37 +593,37 @@ func TestSchedule_PauseResumeTrigger(t *testing.T) {
 
 	assert.False(t, list[0].LastTick.IsZero(), "the tick loop records the tick it published last")
 	assert.False(t, list[0].LastTick.After(pausedAt), "no tick after the pause")
-	require.NoError(t, insp.TriggerSchedule(ctx, "s"))
+	require.NoError(t, env.insp.TriggerSchedule(ctx, "s"))
 	require.Eventually(t, func() bool { return afterPause() == 1 }, 5*time.Second, 20*time.Millisecond, "the triggered tick")
-	list, err = insp.Schedules(ctx)
+	list, err = env.insp.Schedules(ctx)
 	require.NoError(t, err)
 	assert.True(t, list[0].LastTick.After(pausedAt), "a trigger is recorded as the last tick")
 
-	was, err = insp.ResumeSchedule(ctx, "s")
+	was, err = env.insp.ResumeSchedule(ctx, "s")
 	require.NoError(t, err)
 	assert.True(t, was, "was paused")
-	was, err = insp.ResumeSchedule(ctx, "s")
+	was, err = env.insp.ResumeSchedule(ctx, "s")
 	require.NoError(t, err)
 	assert.False(t, was, "already running")
 	require.Eventually(t, func() bool { return len(col.snapshot()) >= paused+3 }, 5*time.Second, 20*time.Millisecond, "ticks again")
-	list, err = insp.Schedules(ctx)
+	list, err = env.insp.Schedules(ctx)
 	require.NoError(t, err)
 	assert.True(t, list[0].Paused.IsZero())
 	assert.False(t, list[0].Next.IsZero())
 
 	for _, action := range []func() error{
-		func() error { _, err := insp.PauseSchedule(ctx, "nope"); return err },
-		func() error { _, err := insp.ResumeSchedule(ctx, "nope"); return err },
-		func() error { return insp.TriggerSchedule(ctx, "nope") },
+		func() error { _, err := env.insp.PauseSchedule(ctx, "nope"); return err },
+		func() error { _, err := env.insp.ResumeSchedule(ctx, "nope"); return err },
+		func() error { return env.insp.TriggerSchedule(ctx, "nope") },
 	} {
 		err := action()
 		require.ErrorIs(t, err, redisdelay.ErrUnknownSchedule)
 		assert.Contains(t, err.Error(), `schedule "nope"`)
 	}
-	removed, err := insp.RemoveSchedule(ctx, "s")
+	removed, err := env.insp.RemoveSchedule(ctx, "s")
 	require.NoError(t, err)
 	assert.True(t, removed)
-	n, err := client.Exists(ctx, store.Keys{Prefix: prefix}.Schedules().Paused(), store.Keys{Prefix: prefix}.Schedules().Last()).Result()
+	n, err := env.client.Exists(ctx, store.Keys{Prefix: env.prefix}.Schedules().Paused(), store.Keys{Prefix: env.prefix}.Schedules().Last()).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "no pause flag left behind")
 }
@@ -665,16 +633,13 @@ func TestSchedule_PauseResumeTrigger(t *testing.T) {
 func TestSchedule_JitterDelaysTicks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := newClient(t)
-	prefix, topic := "sc-"+watermill.NewShortUUID(), topic()
-	pub := scPublisher(t, client, prefix)
-	require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: topic, Jitter: time.Hour}))
-	scManager(t, client, prefix, topic)
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix})
-	require.NoError(t, err)
+	env := setupSchedule(t)
+	require.NoError(t, env.pub.Schedule(ctx, redisdelay.Schedule{ID: "s", Spec: "@every 200ms", Topic: env.topic, Jitter: time.Hour}))
+	scManager(t, env.client, env.prefix, env.topic)
 	var waiting []redisdelay.WaitingMessage
+	var err error
 	require.Eventually(t, func() bool {
-		waiting, err = insp.Waiting(ctx, topic, 0, 100)
+		waiting, err = env.insp.Waiting(ctx, env.topic, 0, 100)
 		return err == nil && len(waiting) >= 3
 	}, 5*time.Second, 20*time.Millisecond, "the ticks' messages wait")
 	for _, w := range waiting {
@@ -683,7 +648,7 @@ func TestSchedule_JitterDelaysTicks(t *testing.T) {
 		assert.True(t, !w.Due.Before(tick) && w.Due.Before(tick.Add(time.Hour+time.Second)), "due %s for tick %s", w.Due, tick)
 	}
 
-	err = pub.Schedule(ctx, redisdelay.Schedule{ID: "k", Spec: "@every 1m", Topic: topic, Jitter: 2 * time.Minute,
+	err = env.pub.Schedule(ctx, redisdelay.Schedule{ID: "k", Spec: "@every 1m", Topic: env.topic, Jitter: 2 * time.Minute,
 		Metadata: map[string]string{redisdelay.BusinessKey: "report"}})
 	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule, "a jitter longer than the gap overlaps")
 }

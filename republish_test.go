@@ -33,11 +33,11 @@ import (
 // Each retry comes after the DelayOnError interval, which doubles.
 func TestRepublish_RequeuerWithDelayOnError(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	t.Cleanup(func() { _ = sub.Close() })
-	topic, requeueTopic := topic(), topic()
+	env := setup(t)
+	sub := env.subscriber(t, "g")
+	requeueTopic := topic()
 
-	poison, err := middleware.PoisonQueue(pub, requeueTopic)
+	poison, err := middleware.PoisonQueue(env.pub, requeueTopic)
 	require.NoError(t, err)
 	router := newRouter(t)
 	router.AddMiddleware(poison, (&middleware.DelayOnError{
@@ -45,7 +45,7 @@ func TestRepublish_RequeuerWithDelayOnError(t *testing.T) {
 	}).Middleware)
 	const fails = 3
 	deliveries := make(chan time.Time, 10)
-	router.AddNoPublisherHandler("h", topic, sub, func(msg *message.Message) error {
+	router.AddNoPublisherHandler("h", env.topic, sub, func(msg *message.Message) error {
 		deliveries <- time.Now()
 		if n, _ := strconv.Atoi(msg.Metadata.Get(requeuer.RetriesKey)); n < fails {
 			return errors.New("fails")
@@ -56,7 +56,7 @@ func TestRepublish_RequeuerWithDelayOnError(t *testing.T) {
 
 	rqRouter := newRouter(t)
 	_, err = requeuer.NewRequeuer(requeuer.Config{
-		Subscriber: sub, SubscribeTopic: requeueTopic, Publisher: pub, Router: rqRouter,
+		Subscriber: sub, SubscribeTopic: requeueTopic, Publisher: env.pub, Router: rqRouter,
 		GeneratePublishTopic: func(p requeuer.GeneratePublishTopicParams) (string, error) {
 			return p.Message.Metadata.Get(middleware.PoisonedTopicKey), nil
 		},
@@ -64,7 +64,7 @@ func TestRepublish_RequeuerWithDelayOnError(t *testing.T) {
 	require.NoError(t, err)
 	runRouter(t, rqRouter)
 
-	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+	require.NoError(t, env.pub.Publish(env.topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
 	prev := receiveTime(t, deliveries, 2*time.Second)
 	for i, intended := range []time.Duration{400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond} {
 		at := receiveTime(t, deliveries, 2*intended+2*time.Second)
@@ -77,10 +77,10 @@ func TestRepublish_RequeuerWithDelayOnError(t *testing.T) {
 // delivered on the target topic 1s after it was published, not 2s.
 func TestRepublish_FanIn(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	t.Cleanup(func() { _ = sub.Close() })
-	src, dst := topic(), topic()
-	f, err := fanin.NewFanIn(sub, pub, fanin.Config{SourceTopics: []string{src}, TargetTopic: dst, CloseTimeout: time.Second}, logger)
+	env := setup(t)
+	sub := env.subscriber(t, "g")
+	dst := topic()
+	f, err := fanin.NewFanIn(sub, env.pub, fanin.Config{SourceTopics: []string{env.topic}, TargetTopic: dst, CloseTimeout: time.Second}, logger)
 	require.NoError(t, err)
 	go func() { _ = f.Run(context.Background()) }()
 	t.Cleanup(func() { _ = f.Close() })
@@ -88,7 +88,7 @@ func TestRepublish_FanIn(t *testing.T) {
 	ch := subscribe(t, sub, dst)
 
 	start := time.Now()
-	require.NoError(t, pub.Publish(src, delayed(delay.For(time.Second), "x")))
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(time.Second), "x")))
 	msg := receive(t, ch, 3*time.Second)
 	msg.Ack()
 	checkGap(t, "fanned in", time.Since(start), time.Second, 100*time.Millisecond)
@@ -120,11 +120,11 @@ func (p *laggingPublisher) Publish(topic string, msgs ...*message.Message) error
 func TestRepublish_ForwarderWithLag(t *testing.T) {
 	t.Parallel()
 	const lag = 2 * time.Second
-	pub, sub := newPubSub(t, "g")
-	t.Cleanup(func() { _ = sub.Close() })
+	env := setup(t)
+	sub := env.subscriber(t, "g")
 	outbox := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, logger)
-	fwdTopic, dst := topic(), topic()
-	fwd, err := forwarder.NewForwarder(outbox, pub, logger, forwarder.Config{ForwarderTopic: fwdTopic, CloseTimeout: time.Second})
+	fwdTopic := topic()
+	fwd, err := forwarder.NewForwarder(outbox, env.pub, logger, forwarder.Config{ForwarderTopic: fwdTopic, CloseTimeout: time.Second})
 	require.NoError(t, err)
 	go func() { _ = fwd.Run(context.Background()) }()
 	t.Cleanup(func() { _ = fwd.Close() })
@@ -132,15 +132,15 @@ func TestRepublish_ForwarderWithLag(t *testing.T) {
 	lagging := &laggingPublisher{Publisher: outbox, lag: lag}
 	t.Cleanup(lagging.wg.Wait)
 	out := forwarder.NewPublisher(lagging, forwarder.PublisherConfig{ForwarderTopic: fwdTopic})
-	ch := subscribe(t, sub, dst)
+	ch := subscribe(t, sub, env.topic)
 
 	start := time.Now()
 	dueFor := start.Add(time.Second)
 	forMsg := delayed(delay.For(time.Second), "for")
 	dueUntil := start.Add(3500 * time.Millisecond)
 	untilMsg := delayed(delay.Until(dueUntil), "until")
-	require.NoError(t, out.Publish(dst, forMsg))
-	require.NoError(t, out.Publish(dst, untilMsg))
+	require.NoError(t, out.Publish(env.topic, forMsg))
+	require.NoError(t, out.Publish(env.topic, untilMsg))
 
 	for range 2 {
 		msg := receive(t, ch, 5*time.Second)
@@ -165,19 +165,19 @@ func TestRepublish_ForwarderWithLag(t *testing.T) {
 // due at once, though the message had been delayed.
 func TestRepublish_PoisonQueueCopyIsDueAtOnce(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	t.Cleanup(func() { _ = sub.Close() })
-	topic, poisonTopic := topic(), topic()
-	poison, err := middleware.PoisonQueue(pub, poisonTopic)
+	env := setup(t)
+	sub := env.subscriber(t, "g")
+	poisonTopic := topic()
+	poison, err := middleware.PoisonQueue(env.pub, poisonTopic)
 	require.NoError(t, err)
 	router := newRouter(t)
 	failed := make(chan time.Time, 1)
 	router.AddMiddleware(signalAfter(failed), poison)
-	router.AddNoPublisherHandler("h", topic, sub, func(*message.Message) error { return errors.New("poison") })
+	router.AddNoPublisherHandler("h", env.topic, sub, func(*message.Message) error { return errors.New("poison") })
 	runRouter(t, router)
 	ch := subscribe(t, sub, poisonTopic)
 
-	require.NoError(t, pub.Publish(topic, delayed(delay.For(1500*time.Millisecond), "x")))
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(1500*time.Millisecond), "x")))
 	at := receiveTime(t, failed, 3*time.Second)
 	msg := receive(t, ch, 3*time.Second)
 	msg.Ack()
@@ -209,11 +209,11 @@ func signalAfter(failed chan<- time.Time) message.HandlerMiddleware {
 // copies keep the key in their metadata.
 func TestRepublish_PoisonedCopiesDoNotHoldBusinessKey(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g", func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 1 })
-	t.Cleanup(func() { _ = sub.Close() })
-	topic, requeueTopic := topic(), topic()
+	env := setup(t)
+	sub := env.subscriber(t, "g", func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 1 })
+	requeueTopic := topic()
 	const interval = time.Second
-	poison, err := middleware.PoisonQueue(pub, requeueTopic)
+	poison, err := middleware.PoisonQueue(env.pub, requeueTopic)
 	require.NoError(t, err)
 	router := newRouter(t)
 	failed := make(chan time.Time, 4)
@@ -221,7 +221,7 @@ func TestRepublish_PoisonedCopiesDoNotHoldBusinessKey(t *testing.T) {
 		InitialInterval: interval, MaxInterval: interval, Multiplier: 1,
 	}).Middleware)
 	handled := make(chan time.Time, 4) // before DelayOnError reads the clock: gaps from here are never short
-	router.AddNoPublisherHandler("h", topic, sub, func(*message.Message) error {
+	router.AddNoPublisherHandler("h", env.topic, sub, func(*message.Message) error {
 		handled <- time.Now()
 		return errors.New("fails")
 	})
@@ -233,10 +233,10 @@ func TestRepublish_PoisonedCopiesDoNotHoldBusinessKey(t *testing.T) {
 		m.Metadata.Set(redisdelay.BusinessKey, "order-1")
 		return m
 	}
-	require.NoError(t, pub.Publish(topic, withKey("first")))
+	require.NoError(t, env.pub.Publish(env.topic, withKey("first")))
 	firstFailed := receiveTime(t, handled, 2*time.Second)
 	receiveTime(t, failed, 2*time.Second) // its copy is published: now the second
-	require.NoError(t, pub.Publish(topic, withKey("second")))
+	require.NoError(t, env.pub.Publish(env.topic, withKey("second")))
 	secondFailed := receiveTime(t, handled, 2*time.Second)
 
 	got := map[string]time.Time{}
@@ -245,9 +245,7 @@ func TestRepublish_PoisonedCopiesDoNotHoldBusinessKey(t *testing.T) {
 		select {
 		case msg = <-ch:
 		case <-time.After(3 * time.Second):
-			insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: newClient(t)})
-			require.NoError(t, err)
-			dead, err := insp.DeadLetters(context.Background(), topic, "g", "", 10)
+			dead, err := env.insp.DeadLetters(context.Background(), env.topic, "g", "", 10)
 			require.NoError(t, err)
 			for _, d := range dead {
 				t.Logf("dead letter %q: %s", d.Message.Payload, d.Reason)
@@ -268,15 +266,14 @@ func TestRepublish_PoisonedCopiesDoNotHoldBusinessKey(t *testing.T) {
 // each measured from the failure.
 func TestRepublish_DelayOnErrorGrowsOnNack(t *testing.T) {
 	t.Parallel()
-	pub, sub := newPubSub(t, "g")
-	t.Cleanup(func() { _ = sub.Close() })
-	topic := topic()
+	env := setup(t)
+	sub := env.subscriber(t, "g")
 	router := newRouter(t)
 	router.AddMiddleware((&middleware.DelayOnError{
 		InitialInterval: 200 * time.Millisecond, MaxInterval: 10 * time.Second, Multiplier: 2,
 	}).Middleware)
 	deliveries := make(chan time.Time, 10)
-	router.AddNoPublisherHandler("h", topic, sub, func(msg *message.Message) error {
+	router.AddNoPublisherHandler("h", env.topic, sub, func(msg *message.Message) error {
 		deliveries <- time.Now()
 		if msg.Metadata.Get(redisdelay.AttemptKey) != "5" {
 			return errors.New("fails")
@@ -285,7 +282,7 @@ func TestRepublish_DelayOnErrorGrowsOnNack(t *testing.T) {
 	})
 	runRouter(t, router)
 
-	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+	require.NoError(t, env.pub.Publish(env.topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
 	prev := receiveTime(t, deliveries, 2*time.Second)
 	for i, intended := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond} {
 		at := receiveTime(t, deliveries, 2*intended+2*time.Second)

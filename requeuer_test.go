@@ -145,10 +145,10 @@ func TestDelayedRequeuer_MessageWithoutTopicIsRetriedNotLost(t *testing.T) {
 // Every setting that cannot work is in TestBadInput_Config.
 func TestDelayedRequeuerConfig_Defaults(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
+	env := setup(t)
 	for _, config := range []redisdelay.DelayedRequeuerConfig{
-		{Client: client},
-		{Client: client, DelayOnError: &middleware.DelayOnError{InitialInterval: time.Second, MaxInterval: time.Second, Multiplier: 1}},
+		{Client: env.client},
+		{Client: env.client, DelayOnError: &middleware.DelayOnError{InitialInterval: time.Second, MaxInterval: time.Second, Multiplier: 1}},
 	} {
 		rq, err := redisdelay.NewDelayedRequeuer(config, nil)
 		require.NoError(t, err)

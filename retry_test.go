@@ -55,11 +55,11 @@ func TestRetry_NackWithDefaultRetryDelayWaits(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			pub, sub := newPubSub(t, "g", c.configure...)
+			env := setup(t)
+			sub := env.subscriber(t, "g", c.configure...)
 			defer sub.Close()
-			topic := topic()
-			ch := subscribe(t, sub, topic)
-			require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+			ch := subscribe(t, sub, env.topic)
+			require.NoError(t, env.pub.Publish(env.topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
 			msg := receive(t, ch, 2*time.Second)
 			nacked := time.Now()
 			msg.Nack()

@@ -31,13 +31,12 @@ const iwBound = 2 * time.Second
 // on and a BlockTime of 30s.
 func TestIdleWait_CloseReturnsAtOnce(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g",
+	env := setup(t)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g",
 		BlockTime: 30 * time.Second, Partitions: 3}, logger)
 	require.NoError(t, err)
-	ch := subscribe(t, sub, tp)
-	awaitIdleSubscriptions(t, client, tp, 3)
+	ch := subscribe(t, sub, env.topic)
+	awaitIdleSubscriptions(t, env.client, env.topic, 3)
 
 	start := time.Now()
 	require.NoError(t, sub.Close())
@@ -52,14 +51,14 @@ func TestIdleWait_CloseReturnsAtOnce(t *testing.T) {
 // Subscriber's other subscriptions read on.
 func TestIdleWait_ContextCancel(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp, other := topic(), topic()
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 30 * time.Second})
+	env := setup(t)
+	other := topic()
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 30 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
-	ch, err := sub.Subscribe(ctx, tp)
+	ch, err := sub.Subscribe(ctx, env.topic)
 	require.NoError(t, err)
 	otherCh := subscribe(t, sub, other)
-	awaitIdleSubscriptions(t, client, tp, 1)
+	awaitIdleSubscriptions(t, env.client, env.topic, 1)
 
 	start := time.Now()
 	cancel()
@@ -71,7 +70,7 @@ func TestIdleWait_ContextCancel(t *testing.T) {
 	}
 	t.Logf("FIGURE channel closed %s after the context ended", time.Since(start).Round(time.Millisecond))
 
-	require.NoError(t, newPublisher(t, client).Publish(other, newMessage("still read")))
+	require.NoError(t, env.pub.Publish(other, newMessage("still read")))
 	receive(t, otherCh, 2*time.Second).Ack()
 }
 
@@ -170,18 +169,18 @@ func TestIdleWait_EveryWriterRings(t *testing.T) {
 // test's own, cost Redis 50 script calls per second with a BlockTime of 2s.
 func TestIdleWait_CostsNearlyNothing(t *testing.T) {
 	t.Parallel()
-	client := ownRedis(t)
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 2 * time.Second})
+	env := setupOn(t, ownRedis(t))
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 2 * time.Second})
 	topics := newTopics(100)
 	for _, tp := range topics {
 		subscribe(t, sub, tp)
 	}
 	for _, tp := range topics {
-		awaitIdleSubscriptions(t, client, tp, 1)
+		awaitIdleSubscriptions(t, env.client, tp, 1)
 	}
 	time.Sleep(time.Second) // the schedulers' first ticks, their loops retire
 	calls := func() (all, scripts int64) {
-		info, err := client.Info(context.Background(), "commandstats").Result()
+		info, err := env.client.Info(context.Background(), "commandstats").Result()
 		require.NoError(t, err)
 		for _, line := range strings.Split(info, "\n") {
 			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
@@ -211,13 +210,12 @@ func TestIdleWait_CostsNearlyNothing(t *testing.T) {
 // *redis.Client nor a *redis.ClusterClient) works as any client.
 func TestIdleWait_WrappedClient(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: wrappedClient{client}, ConsumerGroup: "g"}, logger)
+	env := setup(t)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: wrappedClient{env.client}, ConsumerGroup: "g"}, logger)
 	require.NoError(t, err)
-	ch := subscribe(t, sub, tp)
-	awaitIdleSubscriptions(t, client, tp, 1)
-	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("m")))
+	ch := subscribe(t, sub, env.topic)
+	awaitIdleSubscriptions(t, env.client, env.topic, 1)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("m")))
 	receive(t, ch, time.Second).Ack()
 	start := time.Now()
 	require.NoError(t, sub.Close())
@@ -251,18 +249,18 @@ func TestIdleWait_WithoutSubscribe(t *testing.T) {
 	needSingle(t, "it creates Redis users")
 	acl := strings.Fields(strings.ReplaceAll(minimalACL, "<prefix>", redisdelay.DefaultKeyPrefix))
 	restricted, _ := newACLUser(t, append(acl, "-subscribe")...)
-	tp := topic()
+	env := setup(t)
 	log := &iwLog{LoggerAdapter: watermill.NopLogger{}}
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: restricted, ConsumerGroup: "g", Partitions: 2,
 		DisableScheduler: true}, log)
 	require.NoError(t, err)
-	ch := subscribe(t, sub, tp)
-	awaitIdleSubscriptions(t, restricted, tp, 2)
+	ch := subscribe(t, sub, env.topic)
+	awaitIdleSubscriptions(t, restricted, env.topic, 2)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: restricted, Partitions: 2}, logger)
 	require.NoError(t, err)
 	for range 3 {
 		start := time.Now()
-		require.NoError(t, pub.Publish(tp, newMessage("m")))
+		require.NoError(t, pub.Publish(env.topic, newMessage("m")))
 		receive(t, ch, time.Second).Ack()
 		t.Logf("FIGURE without the channels: received %s after Publish", time.Since(start).Round(time.Millisecond))
 	}
@@ -289,13 +287,13 @@ func TestIdleWait_CloseOnSilentRedis(t *testing.T) {
 	}
 	t.Parallel()
 	proxy := newFaultProxy(t)
-	tp := topic()
+	env := setup(t)
 	client := proxy.client(t)
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g",
 		BlockTime: time.Minute}, logger)
 	require.NoError(t, err)
-	subscribe(t, sub, tp)
-	awaitIdleSubscriptions(t, newClient(t), tp, 1)
+	subscribe(t, sub, env.topic)
+	awaitIdleSubscriptions(t, env.client, env.topic, 1)
 	proxy.stall()
 
 	start := time.Now()
@@ -311,15 +309,14 @@ func TestIdleWait_CloseOnSilentRedis(t *testing.T) {
 // idle subscriptions once per BlockTime: not at once, but within it.
 func TestIdleWait_SweepFindsEntriesAddedWithoutBell(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	const block = 300 * time.Millisecond
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
-	ch := subscribe(t, sub, tp)
-	awaitIdleSubscriptions(t, client, tp, 1)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: block})
+	ch := subscribe(t, sub, env.topic)
+	awaitIdleSubscriptions(t, env.client, env.topic, 1)
 	start := time.Now()
-	require.NoError(t, client.XAdd(context.Background(), &redis.XAddArgs{
-		Stream: shardOf(tp, 0).Stream(), Values: []any{"m", redisdelay.EncodeForTest(newMessage("unrung"))}}).Err())
+	require.NoError(t, env.client.XAdd(context.Background(), &redis.XAddArgs{
+		Stream: shardOf(env.topic, 0).Stream(), Values: []any{"m", redisdelay.EncodeForTest(newMessage("unrung"))}}).Err())
 	got := receive(t, ch, 5*block)
 	assert.Equal(t, "unrung", string(got.Payload))
 	got.Ack()
@@ -334,25 +331,24 @@ func TestIdleWait_SweepFindsEntriesAddedWithoutBell(t *testing.T) {
 // visibility timeout would have them reclaimed as the next one.
 func TestIdleWait_SweepFindsEntriesPendingForTheConsumer(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	tp := topic()
+	env := setup(t)
 	// BlockTime: the sweep peeks once per BlockTime; the visibility timeout
 	// is far beyond the test, so a reclaim cannot be what delivers.
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 300 * time.Millisecond,
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", BlockTime: 300 * time.Millisecond,
 		VisibilityTimeout: time.Minute})
-	ch := subscribe(t, sub, tp)
-	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("first")))
+	ch := subscribe(t, sub, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("first")))
 	receive(t, ch, 2*time.Second).Ack()
 
 	ctx := context.Background()
-	stream := shardOf(tp, 0).Stream()
-	consumers, err := client.XInfoConsumers(ctx, stream, "g").Result()
+	stream := shardOf(env.topic, 0).Stream()
+	consumers, err := env.client.XInfoConsumers(ctx, stream, "g").Result()
 	require.NoError(t, err)
 	require.Len(t, consumers, 1)
 	// The lost read: an entry added and read for the consumer at once (the
 	// subscription is not rung, and cannot read it itself first).
 	lost := newMessage("reply lost")
-	pipe := client.TxPipeline()
+	pipe := env.client.TxPipeline()
 	pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"m", redisdelay.EncodeForTest(lost)}})
 	pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: consumers[0].Name, Streams: []string{stream, ">"}, Count: 1, Block: -1})
 	_, err = pipe.Exec(ctx)
