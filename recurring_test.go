@@ -454,7 +454,7 @@ func TestSchedule_AndInitializeAfterClose(t *testing.T) {
 	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "g"})
 	require.NoError(t, sub.Close())
 	require.ErrorIs(t, sub.SubscribeInitialize(env.topic), redisdelay.ErrClosed)
-	schedules, err := newInspector(t, env.client).Schedules(context.Background())
+	schedules, err := env.insp.Schedules(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, schedules)
 }
