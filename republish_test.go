@@ -295,7 +295,8 @@ func TestRepublish_DelayOnErrorGrowsOnNack(t *testing.T) {
 // and watermill-sql), and Publish runs with the first message's context: so
 // publishing a received message again after acking it fails with "context
 // canceled" (docs/coming-from.md). Publishing before the Ack, or with
-// another context, works.
+// another context, works. The context ends once the subscription sees the
+// Ack, just after Ack returns: the test waits for that.
 func TestRepublish_AfterAckNeedsAnotherContext(t *testing.T) {
 	t.Parallel()
 	env := setup(t)
@@ -304,6 +305,11 @@ func TestRepublish_AfterAckNeedsAnotherContext(t *testing.T) {
 	require.NoError(t, env.pub.Publish(env.topic, newMessage("x")))
 	msg := receive(t, ch, 5*time.Second)
 	require.True(t, msg.Ack())
+	select {
+	case <-msg.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the message's context did not end after its Ack")
+	}
 
 	err := env.pub.Publish(env.topic+"-copy", msg)
 	require.ErrorIs(t, err, context.Canceled)
