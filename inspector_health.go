@@ -157,7 +157,7 @@ func evictionProblems(ctx context.Context, i *Inspector, _ HealthConfig) ([]Heal
 
 // wakeUpsDenied reports a scheduler (of a Manager or Subscriber) whose
 // Redis user may not subscribe to the wake channels: the note it keeps in
-// Redis while that lasts (see scheduler.watchACL).
+// Redis while that lasts (see internal/scheduling: Scheduler.watchACL).
 func wakeUpsDenied(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthProblem, error) {
 	detail, err := store.WakeUpsDenied(ctx, i.client, i.keys)
 	if err != nil {

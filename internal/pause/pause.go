@@ -8,7 +8,7 @@ import (
 
 // The library's own pauses: after a failure of Redis (a read, a flush, a
 // tick) and before trying again. Not the retry policy of messages, which is
-// in retry.go.
+// in the root package's retry.go.
 
 // Backoff is the pause after the n-th consecutive failure: 100ms more each
 // time, up to limit.
