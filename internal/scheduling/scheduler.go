@@ -102,8 +102,9 @@ type Config struct {
 	Client redis.UniversalClient
 	// Hub is the client's hub (internal/store/hub.go), through which
 	// commands go and notifications come.
-	Hub    *store.Hub
-	Keys   store.Keys
+	Hub  *store.Hub
+	Keys store.Keys
+	// Logger logs the scheduler's work; nil logs nothing.
 	Logger watermill.LoggerAdapter
 	// CheckInterval, BatchSize, TrimInterval and Retention are the
 	// ManagerConfig fields of the same names.
@@ -123,7 +124,8 @@ type Config struct {
 	// the loop retries like after any failure).
 	Gone func(topic string)
 	// NewBalance returns what shares the scheduling leases of a topic of
-	// parts partitions among its schedulers.
+	// parts partitions among its schedulers: required to Add a topic of
+	// several partitions.
 	NewBalance func(parts int) Balance
 }
 
@@ -133,8 +135,12 @@ func New(config Config) *Scheduler {
 	if limiter == nil {
 		limiter = loglimit.New()
 	}
+	logger := config.Logger
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
 	return &Scheduler{
-		client: config.Client, keys: config.Keys, logger: config.Logger,
+		client: config.Client, keys: config.Keys, logger: logger,
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: store.NameAtLevel(watermill.NewUUID(), store.LevelNewest),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
 		gone: config.Gone, newBalance: config.NewBalance, discover: config.Discover, hub: config.Hub, redis: store.NewGated(config.Hub),
