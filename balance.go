@@ -83,3 +83,14 @@ func (o *balance) bench(lease time.Duration) {
 func (o *balance) benched() bool {
 	return time.Now().UnixNano() < o.benchedUntil.Load()
 }
+
+// The scheduling service's view of a balance (scheduling.Balance): the
+// leases of a topic's partitions shared among its schedulers.
+
+func (o *balance) Parts() int           { return o.parts }
+func (o *balance) Owned() *atomic.Int32 { return &o.owned }
+func (o *balance) Beat(ctx context.Context, client redis.Scripter, l store.MemberList, member string, ttl time.Duration) error {
+	return o.beat(ctx, client, l, member, ttl)
+}
+func (o *balance) Surplus(owned int32) bool               { return o.surplus(owned) }
+func (o *balance) MayTake(owned int32, overdue bool) bool { return o.mayTake(owned, overdue) }

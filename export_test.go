@@ -82,9 +82,7 @@ func SchedulerLoops(sub *Subscriber) int {
 	if sched == nil {
 		return 0
 	}
-	sched.mu.Lock()
-	defer sched.mu.Unlock()
-	return len(sched.known)
+	return sched.Scheduled()
 }
 
 // SetFarTier sets the far tier's bucket width, lead and margin (see

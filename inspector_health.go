@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/scheduling"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -141,14 +142,14 @@ func newerStorage(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthPr
 // and ordered ownerships): the scheduler logs them at start, and
 // docs/guarantees.md says what they do, but they lose no message.
 func evictionProblems(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthProblem, error) {
-	risks, err := readEvictionRisks(ctx, i.client)
+	risks, err := scheduling.ReadEvictionRisks(ctx, i.client)
 	if err != nil {
 		return nil, wrap(err, "health")
 	}
 	var problems []HealthProblem
 	for _, r := range risks {
-		if r.messages {
-			problems = append(problems, HealthProblem{Kind: ProblemEvictionPolicy, Detail: r.detail()})
+		if r.Messages {
+			problems = append(problems, HealthProblem{Kind: ProblemEvictionPolicy, Detail: r.Detail()})
 		}
 	}
 	return problems, nil
@@ -156,7 +157,7 @@ func evictionProblems(ctx context.Context, i *Inspector, _ HealthConfig) ([]Heal
 
 // wakeUpsDenied reports a scheduler (of a Manager or Subscriber) whose
 // Redis user may not subscribe to the wake channels: the note it keeps in
-// Redis while that lasts (see scheduler.watchACL).
+// Redis while that lasts (see internal/scheduling: Scheduler.watchACL).
 func wakeUpsDenied(ctx context.Context, i *Inspector, _ HealthConfig) ([]HealthProblem, error) {
 	detail, err := store.WakeUpsDenied(ctx, i.client, i.keys)
 	if err != nil {

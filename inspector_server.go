@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/scheduling"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -53,7 +54,7 @@ func policyWarning(addr, policy string, maxmemory int64) string {
 	if policy == "" || policy == "noeviction" {
 		return ""
 	}
-	w := evictionRisk{addr: addr, policy: policy, messages: strings.HasPrefix(policy, "allkeys-")}.detail()
+	w := scheduling.EvictionRisk{Addr: addr, Policy: policy, Messages: strings.HasPrefix(policy, "allkeys-")}.Detail()
 	if maxmemory == 0 {
 		w += " (maxmemory is not set, so nothing is evicted until it is: set noeviction before a limit)"
 	}

@@ -130,7 +130,7 @@ func (m *Manager) discoverTopics(ctx context.Context, static bool) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-m.sched.refresh:
+		case <-m.sched.Refresh():
 			// Registrations come in bursts (a publisher starting): a short
 			// pause lets one refresh serve them, and bounds what a flood
 			// of spoofed registrations can cost.
@@ -151,12 +151,12 @@ func (m *Manager) discover(ctx context.Context, static bool) error {
 	topics := m.config.Topics
 	if !static {
 		var err error
-		if topics, err = store.Topics(ctx, m.sched.redis, m.sched.keys); err != nil {
+		if topics, err = store.Topics(ctx, m.sched.Redis(), m.sched.keys); err != nil {
 			return err
 		}
 		topics = slices.DeleteFunc(topics, func(t string) bool { return validateTopic(t) != nil })
 	}
-	parts, err := storedPartitions(ctx, m.sched.redis, m.sched.keys, topics...)
+	parts, err := storedPartitions(ctx, m.sched.Redis(), m.sched.keys, topics...)
 	if err != nil {
 		return err
 	}

@@ -8,12 +8,6 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// partition names one partition of a topic.
-type partition struct {
-	topic string
-	part  int
-}
-
 // maxPartitions bounds a topic's partition count: each is a set of keys,
 // a reader per subscription and a scheduler loop.
 const maxPartitions = 256

@@ -1,6 +1,6 @@
 // Recurring schedules, their API: Schedule, its validation and
 // Publisher.Schedule; the Inspector's schedule methods are in
-// inspector_schedules.go. recurring_ticks.go publishes their ticks. Not to be confused with the scheduler (scheduler.go), which moves
+// inspector_schedules.go. recurring_ticks.go publishes their ticks. Not to be confused with the scheduler (internal/scheduling), which moves
 // due messages to the consumer groups; it only runs the tick loop beside it.
 
 package redisdelay

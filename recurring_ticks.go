@@ -34,9 +34,9 @@ const scheduleBatch = 64
 // channel is closed then.
 func startTicks(ctx context.Context, sched *scheduler, logger watermill.LoggerAdapter) <-chan struct{} {
 	done := make(chan struct{})
-	l := &tickLoop{client: sched.client, redis: sched.redis, keys: sched.keys, logger: logger, limiter: sched.limiter,
-		idle: scheduleRefresh, wake: sched.ticks, mine: map[string]time.Time{}, overlaps: map[string]*overlapView{},
-		denied: func() bool { return sched.denied.Load() }, interval: sched.interval}
+	l := &tickLoop{client: sched.client, redis: sched.Redis(), keys: sched.keys, logger: logger, limiter: sched.limiter,
+		idle: scheduleRefresh, wake: sched.Ticks(), mine: map[string]time.Time{}, overlaps: map[string]*overlapView{},
+		denied: sched.Denied, interval: sched.config.CheckInterval}
 	go func() {
 		defer close(done)
 		l.run(ctx)

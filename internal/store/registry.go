@@ -69,7 +69,7 @@ func Groups(ctx context.Context, c Cmds, sh Shard) ([]string, error) {
 }
 
 // Wake wakes the schedulers of a partition with payload (see the wake-up
-// kinds of scheduler.go), starting a loop that retired.
+// kinds of internal/scheduling/scheduler.go), starting a loop that retired.
 func Wake(ctx context.Context, c Cmds, sh Shard, payload string) error {
 	return c.Publish(ctx, sh.Wake(), payload).Err()
 }

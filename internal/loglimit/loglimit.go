@@ -1,4 +1,6 @@
-package redisdelay
+// Package loglimit holds back repeats of the same error in logs: while
+// Redis is down every loop fails in the same way.
+package loglimit
 
 import (
 	"strings"
@@ -14,10 +16,10 @@ import (
 // the logs.
 const errorLogEvery = 15 * time.Second
 
-// logLimiter lets one line per kind of error through every errorLogEvery,
+// Limiter lets one line per kind of error through every errorLogEvery,
 // whatever the topic, and counts the repeats it holds back. A Subscriber
 // and a Manager (with its scheduler) have one each.
-type logLimiter struct {
+type Limiter struct {
 	mu    sync.Mutex
 	every time.Duration
 	kinds map[string]*logKind
@@ -28,14 +30,16 @@ type logKind struct {
 	suppressed int
 }
 
-func newLogLimiter() *logLimiter {
-	return &logLimiter{every: errorLogEvery, kinds: map[string]*logKind{}}
+// New returns a Limiter letting one line per kind through every
+// errorLogEvery.
+func New() *Limiter {
+	return &Limiter{every: errorLogEvery, kinds: map[string]*logKind{}}
 }
 
-// errorf logs msg with err and fields unless the same message with the same
+// Errorf logs msg with err and fields unless the same message with the same
 // kind of error was logged less than every ago; a line that follows held
 // back repeats says how many there were.
-func (l *logLimiter) errorf(logger watermill.LoggerAdapter, msg string, err error, fields watermill.LogFields) {
+func (l *Limiter) Errorf(logger watermill.LoggerAdapter, msg string, err error, fields watermill.LogFields) {
 	key := msg + "\x00" + errorKind(err)
 	now := time.Now()
 	l.mu.Lock()

@@ -1,4 +1,4 @@
-package redisdelay
+package scheduling
 
 import (
 	"testing"
@@ -20,7 +20,7 @@ func TestScheduler_WakeKeepsTheWakeUpThatMattersMost(t *testing.T) {
 		{wakeResubscribed, "d", wakeResubscribed},
 		{"d", "r", "r"}, // equal: either does
 	} {
-		s := &scheduler{loops: map[store.Shard]chan string{"t": make(chan string, 1)}}
+		s := &Scheduler{loops: map[store.Shard]chan string{"t": make(chan string, 1)}}
 		s.wake("t", c.first)
 		s.wake("t", c.second)
 		s.wake("other", c.second) // no loop: ignored

@@ -1,10 +1,11 @@
-// The scheduler: per partition of a topic, a loop that moves due messages
-// from the waiting and retry sets to the consumer groups (promote.lua),
-// reclaims messages of consumers that stopped, and trims the stream. The
-// recurring schedules (Publisher.Schedule) are another feature: see
-// recurring.go.
-
-package redisdelay
+// Package scheduling is the scheduling service: per partition of a topic,
+// a loop that moves due messages from the waiting and retry sets to the
+// consumer groups (promote.lua), unpacks the far tier, reclaims messages of
+// consumers that stopped, and trims the stream. A Manager runs one, and so
+// does each Subscriber for its topics (the root package builds it from
+// their configs). The recurring schedules (Publisher.Schedule) are another
+// feature: see the root package's recurring.go.
+package scheduling
 
 import (
 	"context"
@@ -18,10 +19,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/levels"
+	"github.com/redisdelay/watermill-redisdelay/internal/loglimit"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// scheduler runs one loop per topic that promotes due messages, sleeping
+// Scheduler runs one loop per topic that promotes due messages, sleeping
 // until the next due time (by Redis's clock), a wake-up published by a
 // script that created an earlier due time, or the check interval.
 //
@@ -40,7 +42,7 @@ import (
 // whose partition holds nothing to schedule for a TrimInterval retires (see
 // idle.lua); the next wake-up of the partition starts it again, so idle
 // topics cost nothing but their subscription.
-type scheduler struct {
+type Scheduler struct {
 	client    redis.UniversalClient // as configured; commands go through redis
 	keys      store.Keys
 	logger    watermill.LoggerAdapter
@@ -51,11 +53,13 @@ type scheduler struct {
 	trim      time.Duration
 	retention time.Duration
 	metrics   *schedMetrics
-	limiter   *logLimiter        // repeated errors of all partitions
+	limiter   *loglimit.Limiter  // repeated errors of all partitions
 	gone      func(topic string) // called when the client was closed under the scheduler
 
-	// Set by start: the client's hub, through which commands go (redis)
-	// and notifications come (l).
+	newBalance func(parts int) Balance
+
+	// The client's hub, through which commands go (redis) and
+	// notifications come (l, set by Start).
 	hub   *store.Hub
 	redis *store.Gated
 	l     *store.Listener
@@ -71,7 +75,7 @@ type scheduler struct {
 	known     map[store.Shard]partition          // scheduled partitions: l listens to their wake channels
 	loops     map[store.Shard]chan string        // a loop per partition with work: its wake-ups
 	stops     map[store.Shard]context.CancelFunc // ends a loop
-	balances  map[string]*balance                // topics of several partitions: their leases held
+	balances  map[string]Balance                 // topics of several partitions: their leases held
 	running   map[*loopRun]partition             // loops not yet returned (retired ones until their end ran)
 	refresh   chan struct{}                      // a topic was registered (discover only)
 	ticks     chan struct{}                      // wakes the tick loop of the schedules (see startTicks)
@@ -89,16 +93,60 @@ type loopRun struct{ done chan struct{} }
 // another created in between).
 const groupsRefresh = time.Minute
 
-// newScheduler returns a scheduler configured like a Manager (config has its
-// defaults set).
-func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *scheduler {
-	return &scheduler{
-		client: config.Client, keys: store.Keys{Prefix: config.KeyPrefix}, logger: logger,
+// Config is what a Scheduler needs: the root package builds it from a
+// ManagerConfig (a Subscriber's from its SubscriberConfig), its defaults
+// set.
+type Config struct {
+	// Client is the Redis client as configured: the storage level and the
+	// maxmemory policy check use it; commands go through Hub.
+	Client redis.UniversalClient
+	// Hub is the client's hub (internal/store/hub.go), through which
+	// commands go and notifications come.
+	Hub  *store.Hub
+	Keys store.Keys
+	// Logger logs the scheduler's work; nil logs nothing.
+	Logger watermill.LoggerAdapter
+	// CheckInterval, BatchSize, TrimInterval and Retention are the
+	// ManagerConfig fields of the same names.
+	CheckInterval time.Duration
+	BatchSize     int
+	TrimInterval  time.Duration
+	Retention     time.Duration
+	// Metrics receives the scheduler's work; nil records nothing.
+	Metrics Metrics
+	// Limiter holds back repeated errors of all partitions; nil: one of
+	// the Scheduler's own.
+	Limiter *loglimit.Limiter
+	// Discover makes the Scheduler listen to topic registrations (a
+	// Manager with no topic list): see Refresh.
+	Discover bool
+	// Gone is called when the client was closed under the scheduler (nil:
+	// the loop retries like after any failure).
+	Gone func(topic string)
+	// NewBalance returns what shares the scheduling leases of a topic of
+	// parts partitions among its schedulers: required to Add a topic of
+	// several partitions.
+	NewBalance func(parts int) Balance
+}
+
+// New returns a Scheduler; call Start to start it.
+func New(config Config) *Scheduler {
+	limiter := config.Limiter
+	if limiter == nil {
+		limiter = loglimit.New()
+	}
+	logger := config.Logger
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Scheduler{
+		client: config.Client, keys: config.Keys, logger: logger,
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: store.NameAtLevel(watermill.NewUUID(), store.LevelNewest),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
+		gone: config.Gone, newBalance: config.NewBalance, discover: config.Discover, hub: config.Hub, redis: store.NewGated(config.Hub),
 		known: map[store.Shard]partition{}, loops: map[store.Shard]chan string{}, stops: map[store.Shard]context.CancelFunc{},
 		running:  map[*loopRun]partition{},
-		balances: map[string]*balance{}, refresh: make(chan struct{}, 1), ticks: make(chan struct{}, 1), limiter: newLogLimiter(),
+		balances: map[string]Balance{}, refresh: make(chan struct{}, 1), ticks: make(chan struct{}, 1), limiter: limiter,
 	}
 }
 
@@ -109,13 +157,13 @@ func leaseTime(interval time.Duration) time.Duration {
 	return interval + max(interval/2, 100*time.Millisecond)
 }
 
-// start starts listening to the schedules' wake-ups on the client's hub
-// (and with discover to topic registrations); partitions are added later.
-func (s *scheduler) start(ctx context.Context, discover bool, h *store.Hub) {
+// Start starts listening to the schedules' wake-ups on the client's hub
+// (and with Config.Discover to topic registrations); partitions are added
+// later (Add). The scheduler runs until ctx ends or Stop is called.
+func (s *Scheduler) Start(ctx context.Context) {
 	s.ctx, s.cancel = context.WithCancel(ctx)
-	s.discover = discover
+	h := s.hub
 	s.lvl = levels.Acquire(s.client, s.keys.Prefix, "scheduler", s.logger)
-	s.hub, s.redis = h, store.NewGated(h)
 	s.l = &store.Listener{Fn: s.notified}
 	s.mark = &store.Listener{Fn: func(store.Note) {}}
 	// Before listening: the channels of a refused prefix are held back
@@ -138,7 +186,7 @@ func (s *scheduler) start(ctx context.Context, discover bool, h *store.Hub) {
 
 // ownChannels are the channels the scheduler listens to whatever it
 // schedules.
-func (s *scheduler) ownChannels() []string {
+func (s *Scheduler) ownChannels() []string {
 	channels := []string{s.keys.Schedules().Wake()}
 	if s.discover {
 		channels = append(channels, s.keys.Registered())
@@ -150,7 +198,7 @@ func (s *scheduler) ownChannels() []string {
 // confirmation of a (re)subscription counts as a message: what was
 // published while the channel was not subscribed is lost, so every loop
 // of a (re)subscribed wake channel ticks once then, retired ones included.
-func (s *scheduler) notified(n store.Note) {
+func (s *Scheduler) notified(n store.Note) {
 	switch n.Channel {
 	case s.keys.Registered():
 		s.registered()
@@ -168,7 +216,7 @@ func (s *scheduler) notified(n store.Note) {
 }
 
 // registered tells a discovering Manager that a topic was registered.
-func (s *scheduler) registered() {
+func (s *Scheduler) registered() {
 	if !s.discover {
 		return
 	}
@@ -180,7 +228,7 @@ func (s *scheduler) registered() {
 
 // wakeTicks wakes the tick loop of the schedules: a schedule's next tick
 // was set.
-func (s *scheduler) wakeTicks() {
+func (s *Scheduler) wakeTicks() {
 	select {
 	case s.ticks <- struct{}{}:
 	default:
@@ -191,7 +239,7 @@ func (s *scheduler) wakeTicks() {
 // loop of a scheduled partition whose loop retired. A released lease
 // starts nothing: it concerns standbys, and a retired loop stands by for
 // nothing.
-func (s *scheduler) wakeOrStart(sh store.Shard, kind string) {
+func (s *Scheduler) wakeOrStart(sh store.Shard, kind string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if wake := s.loops[sh]; wake != nil {
@@ -209,7 +257,7 @@ func (s *scheduler) wakeOrStart(sh store.Shard, kind string) {
 // wake passes a wake-up to the loop of a partition, if it runs. A loop has one
 // pending wake-up at most; one that matters more replaces a pending one that
 // matters less, so a standby never misses that the lease was released.
-func (s *scheduler) wake(sh store.Shard, kind string) {
+func (s *Scheduler) wake(sh store.Shard, kind string) {
 	// Under mu: a loop retires under mu when no wake-up is pending, so
 	// none is passed to a loop that has just retired.
 	s.mu.Lock()
@@ -253,16 +301,16 @@ func wakeRank(kind string) int {
 	return 0
 }
 
-// add starts scheduling the first parts partitions of a topic, each once.
-// Schedulers share the partitions of a topic evenly (see balance): each
+// Add starts scheduling the first parts partitions of a topic, each once.
+// Schedulers share the partitions of a topic evenly (see Balance): each
 // takes a free lease only while it holds no more than the others.
-func (s *scheduler) add(topic string, parts int) {
+func (s *Scheduler) Add(topic string, parts int) {
 	if parts > 1 {
 		s.mu.Lock()
-		if b := s.balances[topic]; b == nil || b.parts < parts {
-			b = newBalance(parts)
+		if b := s.balances[topic]; b == nil || b.Parts() < parts {
+			b = s.newBalance(parts)
 			if old := s.balances[topic]; old != nil {
-				b.owned.Store(old.owned.Load())
+				b.Owned().Store(old.Owned().Load())
 			}
 			s.balances[topic] = b
 		}
@@ -276,7 +324,7 @@ func (s *scheduler) add(topic string, parts int) {
 // addPartition starts scheduling a partition of a topic, once: its waiting
 // set and the retries of every consumer group registered for it. Once
 // added, its loop runs while the partition has work (see retire).
-func (s *scheduler) addPartition(topic string, part int) {
+func (s *Scheduler) addPartition(topic string, part int) {
 	sh := s.keys.Shard(topic, part)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -292,21 +340,21 @@ func (s *scheduler) addPartition(topic string, part int) {
 // listenWake listens to a partition's wake channel and, first, to its
 // level mark (see store.LevelMark): the storage level scan counts the
 // schedulers that listen without one.
-func (s *scheduler) listenWake(sh store.Shard) {
+func (s *Scheduler) listenWake(sh store.Shard) {
 	s.hub.Listen(store.LevelMark(sh.Wake()), s.mark)
 	s.hub.Listen(sh.Wake(), s.l)
 }
 
-func (s *scheduler) unlistenWake(sh store.Shard) {
+func (s *Scheduler) unlistenWake(sh store.Shard) {
 	s.hub.Unlisten(sh.Wake(), s.l)
 	s.hub.Unlisten(store.LevelMark(sh.Wake()), s.mark)
 }
 
-// remove stops scheduling every partition of a topic: their loops end and
+// Remove stops scheduling every partition of a topic: their loops end and
 // their wake channels are unsubscribed. The returned func waits until the
 // loops returned, their leases released: call it without holding a lock
 // the loops take.
-func (s *scheduler) remove(topic string) (wait func()) {
+func (s *Scheduler) Remove(topic string) (wait func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var runs []*loopRun
@@ -337,7 +385,7 @@ func (s *scheduler) remove(topic string) (wait func()) {
 
 // startLoop starts the loop of a partition; quiet delays its first trim
 // and idle check by a TrimInterval (see loop). Called with s.mu held.
-func (s *scheduler) startLoop(sh store.Shard, p partition, quiet bool) {
+func (s *Scheduler) startLoop(sh store.Shard, p partition, quiet bool) {
 	ctx, stop := context.WithCancel(s.ctx)
 	wake := make(chan string, 1)
 	s.loops[sh] = wake
@@ -360,7 +408,7 @@ func (s *scheduler) startLoop(sh store.Shard, p partition, quiet bool) {
 
 // restartRetired starts the loops of the scheduled partitions whose loop
 // retired: Redis refuses the wake-ups that would start them.
-func (s *scheduler) restartRetired() {
+func (s *Scheduler) restartRetired() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for sh, p := range s.known {
@@ -375,7 +423,7 @@ func (s *scheduler) restartRetired() {
 // lock restartRetired takes after setting denied, so a loop cannot retire
 // between that restart and its own check). It reports whether the loop is
 // to return.
-func (s *scheduler) retire(sh store.Shard, wake chan string) bool {
+func (s *Scheduler) retire(sh store.Shard, wake chan string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.denied.Load() || s.loops[sh] != wake || len(wake) > 0 {
@@ -395,9 +443,10 @@ func partitionFields(topic string, part int) watermill.LogFields {
 	return f
 }
 
-// stop ends the loops, which release their leases, and stops listening;
-// it returns once nothing of the scheduler runs.
-func (s *scheduler) stop() {
+// Stop ends the loops, which release their leases, and stops listening;
+// it returns once nothing of the scheduler runs. Before Start it does
+// nothing.
+func (s *Scheduler) Stop() {
 	if s.cancel == nil {
 		return
 	}
@@ -424,7 +473,7 @@ const (
 )
 
 // balanceOf returns the balance of a topic of several partitions, or nil.
-func (s *scheduler) balanceOf(topic string) *balance {
+func (s *Scheduler) balanceOf(topic string) Balance {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.balances[topic]
@@ -432,9 +481,9 @@ func (s *scheduler) balanceOf(topic string) *balance {
 
 // counted records that the scheduler took (1) or lost (-1) a lease of the
 // topic.
-func (s *scheduler) counted(topic string, n int32) {
+func (s *Scheduler) counted(topic string, n int32) {
 	if b := s.balanceOf(topic); b != nil {
-		b.owned.Add(n)
+		b.Owned().Add(n)
 	}
 }
 
@@ -443,7 +492,7 @@ func (s *scheduler) counted(topic string, n int32) {
 // the ACL needed, and keeps a note Inspector.Health reports, refreshed
 // while the refusal lasts; once allowed the hub subscribes again to what
 // was refused.
-func (s *scheduler) watchACL() {
+func (s *Scheduler) watchACL() {
 	denied := false
 	for {
 		err := s.hub.ChannelsGranted(s.ctx, s.keys.Prefix)
@@ -482,4 +531,64 @@ func (s *scheduler) watchACL() {
 		case <-time.After(s.interval):
 		}
 	}
+}
+
+// Context is the scheduler's context, set by Start: it ends when the
+// scheduler stops (what runs beside it, the schedule ticks, ends with it).
+func (s *Scheduler) Context() context.Context {
+	return s.ctx
+}
+
+// Redis is the gated client of the hub through which the scheduler's
+// commands go.
+func (s *Scheduler) Redis() *store.Gated {
+	return s.redis
+}
+
+// Refresh receives when a topic was registered (Config.Discover only).
+func (s *Scheduler) Refresh() <-chan struct{} {
+	return s.refresh
+}
+
+// Ticks receives when a schedule's next tick was set: it wakes the tick
+// loop of the schedules beside the scheduler.
+func (s *Scheduler) Ticks() <-chan struct{} {
+	return s.ticks
+}
+
+// Denied reports whether Redis refuses the scheduler the subscription to
+// the wake-ups (see watchACL).
+func (s *Scheduler) Denied() bool {
+	return s.denied.Load()
+}
+
+// Scheduled is how many partitions the scheduler schedules (their loops
+// run or wait for a wake-up).
+func (s *Scheduler) Scheduled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.known)
+}
+
+// Balance shares the scheduling leases of a topic of several partitions
+// evenly among its schedulers (the root package's balance, which ordered
+// subscriptions share partitions with as well): Owned counts the leases
+// this scheduler holds, Beat renews its heartbeat in the topic's member
+// list (members.lua; ttl 0 removes it) and reads the list's state.
+type Balance interface {
+	Parts() int
+	Owned() *atomic.Int32
+	Beat(ctx context.Context, client redis.Scripter, l store.MemberList, member string, ttl time.Duration) error
+	// Surplus reports whether a scheduler holding owned leases should give
+	// one up.
+	Surplus(owned int32) bool
+	// MayTake reports whether a scheduler holding owned leases may take a
+	// free one (overdue: it declined it last time).
+	MayTake(owned int32, overdue bool) bool
+}
+
+// partition names one partition of a topic.
+type partition struct {
+	topic string
+	part  int
 }

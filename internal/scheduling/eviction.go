@@ -1,4 +1,4 @@
-package redisdelay
+package scheduling
 
 import (
 	"context"
@@ -12,59 +12,59 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
-// evictionRisk is what a server's maxmemory policy can evict of the
+// EvictionRisk is what a server's maxmemory policy can evict of the
 // library's keys.
-type evictionRisk struct {
-	addr     string // the server's address, for logs; "" for a single server
-	policy   string
-	messages bool // allkeys-*: any key, message data included
+type EvictionRisk struct {
+	Addr     string // the server's address, for logs; "" for a single server
+	Policy   string
+	Messages bool // allkeys-*: any key, message data included
 }
 
-// detail says what the policy can do and what to set instead.
-func (r evictionRisk) detail() string {
+// Detail says what the policy can do and what to set instead.
+func (r EvictionRisk) Detail() string {
 	where := "the Redis server"
-	if r.addr != "" {
-		where += " at " + r.addr
+	if r.Addr != "" {
+		where += " at " + r.Addr
 	}
-	if r.messages {
+	if r.Messages {
 		return fmt.Sprintf("%s has maxmemory-policy %s: at maxmemory it evicts any key, so waiting messages, message bodies, "+
 			"ready and redelivery streams and consumer groups are lost without an error; set maxmemory-policy noeviction "+
 			"(Publish then fails with OOM at maxmemory while scheduling keeps draining); a volatile-* policy also keeps messages, "+
-			"as it evicts only keys that expire", where, r.policy)
+			"as it evicts only keys that expire", where, r.Policy)
 	}
 	return fmt.Sprintf("%s has maxmemory-policy %s: at maxmemory it evicts keys that expire, and of this library's keys only "+
 		"the scheduling leases and the partition ownerships of ordered subscriptions expire: a lease evicted early lets another "+
 		"scheduler take over (harmless), an ownership evicted early lets another ordered subscriber take the partition while "+
 		"its owner still handles messages (order and at-most-one-owner broken for a moment); set maxmemory-policy noeviction "+
-		"if you use ordered subscriptions", where, r.policy)
+		"if you use ordered subscriptions", where, r.Policy)
 }
 
-// readEvictionRisks reads the maxmemory policy of the server (of every
+// ReadEvictionRisks reads the maxmemory policy of the server (of every
 // master of a Cluster) from INFO memory, as CONFIG GET is often denied by
 // ACLs, and returns the servers whose policy can evict the library's keys.
 // A server without maxmemory evicts nothing. A server that denies INFO is
 // skipped: the risk cannot be told.
-func readEvictionRisks(ctx context.Context, client redis.UniversalClient) ([]evictionRisk, error) {
+func ReadEvictionRisks(ctx context.Context, client redis.UniversalClient) ([]EvictionRisk, error) {
 	return readEvictionRisksWithin(ctx, client, nil)
 }
 
-// readEvictionRisksWithin is readEvictionRisks with each server's INFO
+// readEvictionRisksWithin is ReadEvictionRisks with each server's INFO
 // run by within (nil: at once), the node given on a cluster.
-func readEvictionRisksWithin(ctx context.Context, client redis.UniversalClient, within func(ctx context.Context, node *redis.Client, fn func()) error) ([]evictionRisk, error) {
+func readEvictionRisksWithin(ctx context.Context, client redis.UniversalClient, within func(ctx context.Context, node *redis.Client, fn func()) error) ([]EvictionRisk, error) {
 	servers, err := store.EvictingServers(ctx, client, within)
 	if err != nil {
 		return nil, err
 	}
-	risks := make([]evictionRisk, len(servers))
+	risks := make([]EvictionRisk, len(servers))
 	for n, s := range servers {
-		risks[n] = evictionRisk{addr: s.Addr, policy: s.Policy, messages: strings.HasPrefix(s.Policy, "allkeys-")}
+		risks[n] = EvictionRisk{Addr: s.Addr, Policy: s.Policy, Messages: strings.HasPrefix(s.Policy, "allkeys-")}
 	}
 	return risks, nil
 }
 
 // warnEviction logs, once and without delaying the start, when a server's
 // maxmemory policy can evict the library's keys.
-func (s *scheduler) warnEviction() {
+func (s *Scheduler) warnEviction() {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -80,7 +80,7 @@ func (s *scheduler) warnEviction() {
 			return
 		}
 		for _, r := range risks {
-			s.logger.Error("redisdelay: WARNING: "+r.detail(), nil, watermill.LogFields{"maxmemory_policy": r.policy})
+			s.logger.Error("redisdelay: WARNING: "+r.Detail(), nil, watermill.LogFields{"maxmemory_policy": r.Policy})
 		}
 	}()
 }

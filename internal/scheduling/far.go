@@ -1,4 +1,4 @@
-package redisdelay
+package scheduling
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // into its waiting set, when this scheduler holds the partition's lease. It
 // reports whether it did (a stale read does nothing; the next tick reads
 // again).
-func (s *scheduler) unpackFar(ctx context.Context, sh store.Shard, fields watermill.LogFields, v int, b int64) (done bool, err error) {
+func (s *Scheduler) unpackFar(ctx context.Context, sh store.Shard, fields watermill.LogFields, v int, b int64) (done bool, err error) {
 	// Only the lease holder pops, so the count and head read here are still
 	// the bucket's when the script runs (which checks the count), but for
 	// elements a cancel blanked meanwhile (the script skips those). At most
@@ -33,7 +33,7 @@ func (s *scheduler) unpackFar(ctx context.Context, sh store.Shard, fields waterm
 		s.lvl.Unreadable(s.logger, "far message", fmt.Errorf("%d element(s) of far bucket %s", r.Parked, store.FarBucketKey(sh, v, b)),
 			fields.Add(watermill.LogFields{"parked_in": sh.FarPark()}))
 		if err := store.NoteParked(ctx, s.redis, s.keys, sh, r.Parked); err != nil {
-			s.limiter.errorf(s.logger, "redisdelay: cannot record parked far messages for Inspector.Health (they are parked all the same)", err, fields)
+			s.limiter.Errorf(s.logger, "redisdelay: cannot record parked far messages for Inspector.Health (they are parked all the same)", err, fields)
 		}
 	}
 	return !r.Stale, nil
@@ -44,7 +44,7 @@ func (s *scheduler) unpackFar(ctx context.Context, sh store.Shard, fields waterm
 // a far index of millions takes seconds, which the partition's ticks must
 // not wait for. One partition at a time per scheduler; until it is done,
 // publishes look their UUIDs up in the far index, as without a filter.
-func (s *scheduler) rebuildFarFilter(sh store.Shard, fields watermill.LogFields) {
+func (s *Scheduler) rebuildFarFilter(sh store.Shard, fields watermill.LogFields) {
 	if !s.filtering.CompareAndSwap(false, true) {
 		return
 	}
@@ -55,7 +55,7 @@ func (s *scheduler) rebuildFarFilter(sh store.Shard, fields watermill.LogFields)
 		started := time.Now()
 		if err := store.RebuildFarFilter(s.ctx, s.redis, sh, watermill.NewUUID()); err != nil {
 			if s.ctx.Err() == nil {
-				s.limiter.errorf(s.logger, "redisdelay: cannot rebuild the far filter; publishes look their messages up in the far index until a later try succeeds", err, fields)
+				s.limiter.Errorf(s.logger, "redisdelay: cannot rebuild the far filter; publishes look their messages up in the far index until a later try succeeds", err, fields)
 			}
 			return
 		}

@@ -1,4 +1,5 @@
-package redisdelay
+// Package pause holds the library's own pauses after a failure of Redis.
+package pause
 
 import (
 	"context"
@@ -7,16 +8,16 @@ import (
 
 // The library's own pauses: after a failure of Redis (a read, a flush, a
 // tick) and before trying again. Not the retry policy of messages, which is
-// in retry.go.
+// in the root package's retry.go.
 
-// backoff is the pause after the n-th consecutive failure: 100ms more each
+// Backoff is the pause after the n-th consecutive failure: 100ms more each
 // time, up to limit.
-func backoff(n int, limit time.Duration) time.Duration {
+func Backoff(n int, limit time.Duration) time.Duration {
 	return min(time.Duration(n)*100*time.Millisecond, limit)
 }
 
-// sleep waits d, or less when ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
+// Sleep waits d, or less when ctx ends.
+func Sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

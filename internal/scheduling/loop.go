@@ -1,7 +1,7 @@
 // One partition's loop of the scheduler (scheduler.go): its tick (promote,
 // reclaim, trim), the waits between ticks, failures and retirement.
 
-package redisdelay
+package scheduling
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/pause"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -17,7 +18,7 @@ import (
 // under it, or it retires (see retire). A quiet loop (one woken after it
 // retired) trims and checks for idleness first after a TrimInterval, not
 // at its first tick.
-func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan string, quiet bool) {
+func (s *Scheduler) loop(ctx context.Context, topic string, part int, wake chan string, quiet bool) {
 	l := &partLoop{
 		s: s, topic: topic, part: part, sh: s.keys.Shard(topic, part), fields: partitionFields(topic, part), wake: wake,
 		relist: true, nextReclaim: map[string]time.Time{},
@@ -57,7 +58,7 @@ func (s *scheduler) loop(ctx context.Context, topic string, part int, wake chan 
 
 // partLoop is the state of a scheduler's loop over one partition.
 type partLoop struct {
-	s      *scheduler
+	s      *Scheduler
 	topic  string
 	part   int
 	sh     store.Shard
@@ -89,11 +90,11 @@ func (l *partLoop) end() {
 	s := l.s
 	if b := s.balanceOf(l.topic); b != nil {
 		if l.held {
-			b.owned.Add(-1)
+			b.Owned().Add(-1)
 		}
 		if l.part == 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
-			_ = b.beat(ctx, s.redis, store.TopicSchedulers(l.sh), s.owner, 0)
+			_ = b.Beat(ctx, s.redis, store.TopicSchedulers(l.sh), s.owner, 0)
 			cancel()
 		}
 	}
@@ -128,7 +129,7 @@ func (l *partLoop) tick(ctx context.Context) (tick, error) {
 		// from running: it is logged, and the next tick tries again.
 		done, err := l.s.unpackFar(ctx, l.sh, l.fields, t.farFormat, t.far)
 		if err != nil && ctx.Err() == nil {
-			l.s.limiter.errorf(l.s.logger, "redisdelay: cannot unpack far messages; retrying at the next tick", err, l.fields)
+			l.s.limiter.Errorf(l.s.logger, "redisdelay: cannot unpack far messages; retrying at the next tick", err, l.fields)
 		}
 		if done {
 			t.wait = 0 // promote what came in, unpack the rest
@@ -204,18 +205,18 @@ func (l *partLoop) balance(ctx context.Context) (take bool, err error) {
 		return true, nil
 	}
 	if l.part == 0 && time.Since(l.lastBeat) >= s.interval/2 {
-		if err := b.beat(ctx, s.redis, store.TopicSchedulers(l.sh), s.owner, 3*s.interval); err != nil {
+		if err := b.Beat(ctx, s.redis, store.TopicSchedulers(l.sh), s.owner, 3*s.interval); err != nil {
 			return false, fmt.Errorf("renew the scheduler's membership: %w", err)
 		}
 		l.lastBeat = time.Now()
 	}
-	if cur := b.owned.Load(); l.held && b.surplus(cur) && b.owned.CompareAndSwap(cur, cur-1) {
+	if cur := b.Owned().Load(); l.held && b.Surplus(cur) && b.Owned().CompareAndSwap(cur, cur-1) {
 		// the released wake-up makes a standby take over at once
 		s.release(l.sh, l.fields)
 		l.held = false
 		s.logger.Debug("redisdelay: gave the partition up to another scheduler", l.fields)
 	}
-	return l.held || b.mayTake(b.owned.Load(), l.declined), nil
+	return l.held || b.MayTake(b.Owned().Load(), l.declined), nil
 }
 
 // holds records whether this scheduler holds the lease after a tick, and
@@ -273,8 +274,8 @@ func (l *partLoop) failed(ctx context.Context, err error) (wait time.Duration, s
 		return 0, true
 	}
 	l.failures++
-	wait = backoff(l.failures, s.interval)
-	s.limiter.errorf(s.logger, "redisdelay: scheduling failed; retrying", err,
+	wait = pause.Backoff(l.failures, s.interval)
+	s.limiter.Errorf(s.logger, "redisdelay: scheduling failed; retrying", err,
 		l.fields.Add(watermill.LogFields{"retry_in": wait.String()}))
 	return wait, false
 }
@@ -332,7 +333,7 @@ func (l *partLoop) sleep(ctx context.Context, timer *time.Timer, wait time.Durat
 
 // idle runs idle.lua: whether the partition holds nothing to schedule, and
 // if so marks it dormant, so the next publish wakes the schedulers.
-func (s *scheduler) idle(ctx context.Context, sh store.Shard, groups []string) (bool, error) {
+func (s *Scheduler) idle(ctx context.Context, sh store.Shard, groups []string) (bool, error) {
 	return store.Idle(ctx, s.redis, sh, groups, s.retention)
 }
 
@@ -360,7 +361,7 @@ type tick struct {
 // due and returns how long to sleep: until the next due message, capped at
 // the check interval; 0 when more is due now. A standby sleeps until the
 // lease expires, at most the check interval.
-func (s *scheduler) promote(ctx context.Context, sh store.Shard, fields watermill.LogFields, groups []string, take, extend bool) (tick, error) {
+func (s *Scheduler) promote(ctx context.Context, sh store.Shard, fields watermill.LogFields, groups []string, take, extend bool) (tick, error) {
 	r, err := store.Promote(ctx, s.redis, sh, store.PromoteArgs{Groups: groups, Batch: s.batch, Owner: s.owner, Lease: s.lease, MayTake: take, Extend: extend})
 	if err != nil {
 		return tick{}, fmt.Errorf("promote due messages: %w", err)
@@ -393,12 +394,12 @@ func (s *scheduler) promote(ctx context.Context, sh store.Shard, fields watermil
 
 // release gives up the topic's lease if this scheduler holds it and wakes
 // the standbys, so one takes over at once.
-func (s *scheduler) release(sh store.Shard, fields watermill.LogFields) {
+func (s *Scheduler) release(sh store.Shard, fields watermill.LogFields) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // else it expires
 	defer cancel()
 	_, err := store.Unlease(ctx, s.redis, sh, s.owner, wakeRelease)
 	if err != nil && !store.IsClientClosed(err) {
-		s.limiter.errorf(s.logger, "redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
+		s.limiter.Errorf(s.logger, "redisdelay: cannot release the scheduling lease; another scheduler takes over when it expires", err, fields)
 	}
 }
 
@@ -410,7 +411,7 @@ func (s *scheduler) release(sh store.Shard, fields watermill.LogFields) {
 // a few ms of Redis time at most.
 const reclaimBatch = 256
 
-func (s *scheduler) reclaim(ctx context.Context, sh store.Shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
+func (s *Scheduler) reclaim(ctx context.Context, sh store.Shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
 	// A sweep of a long pending list takes several calls (see reclaim.lua).
 	var requeued, buried, evicted, missing, removed int64
 	var vis time.Duration
@@ -440,7 +441,7 @@ func (s *scheduler) reclaim(ctx context.Context, sh store.Shard, fields watermil
 	return vis, nil
 }
 
-func (s *scheduler) trimStream(ctx context.Context, sh store.Shard, fields watermill.LogFields) error {
+func (s *Scheduler) trimStream(ctx context.Context, sh store.Shard, fields watermill.LogFields) error {
 	r, err := store.Trim(ctx, s.redis, sh, s.retention)
 	if err != nil {
 		return fmt.Errorf("trim the ready stream: %w", err)
