@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/pause"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -110,7 +111,7 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 		// Flushes happen at multiples of ackEvery on the clock, the same
 		// instants for every subscription of the process: the hub's lanes
 		// then carry the acks of many subscriptions in one pipeline.
-		sleep(ctx, time.Until(time.Now().Truncate(ackEvery).Add(ackEvery)))
+		pause.Sleep(ctx, time.Until(time.Now().Truncate(ackEvery).Add(ackEvery)))
 		// A subscription waiting for its bell sends its queued acks with
 		// its next read (readNew), when a message comes within ackLinger
 		// of the oldest: a round trip saved per message at a low rate.
@@ -119,7 +120,7 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 			if d <= 0 {
 				break
 			}
-			sleep(ctx, min(d, ackEvery)) // the wait may end sooner
+			pause.Sleep(ctx, min(d, ackEvery)) // the wait may end sooner
 		}
 		if gate := sub.s.ackGate; gate != nil {
 			gate(ctx)
@@ -264,9 +265,9 @@ func (sub *subscription) drainAcks(ctx context.Context) error {
 			return err
 		}
 		failures++
-		wait := backoff(failures, 2*time.Second)
-		sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot write acknowledgements to Redis; retrying", err,
+		wait := pause.Backoff(failures, 2*time.Second)
+		sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot write acknowledgements to Redis; retrying", err,
 			sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
-		sleep(ctx, wait)
+		pause.Sleep(ctx, wait)
 	}
 }

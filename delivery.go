@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/meta"
+	"github.com/redisdelay/watermill-redisdelay/internal/pause"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -106,7 +107,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 		// later message of the partition: the entry stays pending, its lease
 		// renewed, while the retry delay runs. A snoozed one keeps its attempt.
 		if d, snoozed := takeSnooze(nacked.Metadata); snoozed {
-			sleep(ctx, d)
+			pause.Sleep(ctx, d)
 			if ctx.Err() != nil {
 				return false, false
 			}
@@ -122,7 +123,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 			s.logger.Error("redisdelay: nacked message has invalid delay metadata; using RetryDelay", err,
 				fields().Add(watermill.LogFields{"message_uuid": nacked.UUID}))
 		}
-		sleep(ctx, d)
+		pause.Sleep(ctx, d)
 		if ctx.Err() != nil {
 			return false, false // handed back on close: delivered again, attempt unchanged
 		}
@@ -206,7 +207,7 @@ func (sub *subscription) handlerTimeout(md message.Metadata) time.Duration {
 	d, err := meta.HandlerTimeout(md)
 	if err != nil {
 		// Publish refuses it: another writer stored it.
-		sub.s.limiter.errorf(sub.s.logger, "redisdelay: message has an invalid handler timeout; using SubscriberConfig.HandlerTimeout", err, sub.fields())
+		sub.s.limiter.Errorf(sub.s.logger, "redisdelay: message has an invalid handler timeout; using SubscriberConfig.HandlerTimeout", err, sub.fields())
 	}
 	if d == 0 {
 		d = sub.s.config.HandlerTimeout
@@ -263,7 +264,7 @@ func (sub *subscription) recordTimeout(ctx context.Context) {
 	defer cancel()
 	err := store.CountTimeout(ctx, sub.s.redis, sub.shard, sub.s.config.ConsumerGroup, sub.s.now().UnixMilli())
 	if err != nil && ctx.Err() == nil {
-		sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot record a handler timeout for Inspector.Health", err, sub.fields())
+		sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot record a handler timeout for Inspector.Health", err, sub.fields())
 	}
 }
 
@@ -327,7 +328,7 @@ func (sub *subscription) expire(ctx context.Context, e entry, msg *message.Messa
 	s := sub.s
 	reason, err := meta.ExpiredReason(msg.Metadata, s.now())
 	if err != nil {
-		s.limiter.errorf(s.logger, "redisdelay: message has an unreadable deadline; delivering it", err,
+		s.limiter.Errorf(s.logger, "redisdelay: message has an unreadable deadline; delivering it", err,
 			sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "message_uuid": msg.UUID}))
 	}
 	if reason == "" {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/pause"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -129,8 +130,8 @@ func (sub *subscription) takeSlot(ctx context.Context) bool {
 		switch {
 		case err != nil:
 			failures++
-			wait = backoff(failures, 2*time.Second)
-			s.limiter.errorf(s.logger, "redisdelay: cannot take a concurrency slot; retrying", err, sub.fields())
+			wait = pause.Backoff(failures, 2*time.Second)
+			s.limiter.Errorf(s.logger, "redisdelay: cannot take a concurrency slot; retrying", err, sub.fields())
 		case held:
 			sub.flow.holdsSlot.Store(true)
 			return true
@@ -176,7 +177,7 @@ func (sub *subscription) releaseSlot() {
 	defer cancel()
 	_, err := store.Slot(ctx, s.redis, s.keys.Shard(sub.topic, 0), s.config.ConsumerGroup, "release", sub.slotHolder(), 0, 0)
 	if err != nil && !store.IsClientClosed(err) {
-		s.limiter.errorf(s.logger, "redisdelay: cannot give back a concurrency slot; it lapses after VisibilityTimeout", err, sub.fields())
+		s.limiter.Errorf(s.logger, "redisdelay: cannot give back a concurrency slot; it lapses after VisibilityTimeout", err, sub.fields())
 	}
 }
 
@@ -300,7 +301,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	f.reserve(limit.Messages > 0, r.Count, r.End)
 	if r.Wait > 0 {
 		sub.order.enter(phaseWait)
-		sleep(ctx, r.Wait)
+		pause.Sleep(ctx, r.Wait)
 	}
 	if ctx.Err() != nil {
 		return 0, nil

@@ -151,7 +151,7 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 		stored, err := sub.renewLeases(opCtx, every)
 		cancel()
 		if err != nil && ctx.Err() == nil && !store.IsClientClosed(err) {
-			sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
+			sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot extend the lease of held messages; they are reclaimed if this lasts beyond VisibilityTimeout", err,
 				sub.fields())
 		}
 		if stored > 0 {

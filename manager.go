@@ -124,7 +124,7 @@ func (m *Manager) discoverTopics(ctx context.Context, static bool) {
 				m.clientGone("")
 				return
 			}
-			m.sched.limiter.errorf(m.logger, "redisdelay: cannot list topics", err, nil)
+			m.sched.limiter.Errorf(m.logger, "redisdelay: cannot list topics", err, nil)
 		}
 		select {
 		case <-ctx.Done():

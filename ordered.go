@@ -69,7 +69,7 @@ func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string)
 		ctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
 		if err := o.beat(ctx, s.redis, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil && !store.IsClientClosed(err) {
-			s.limiter.errorf(s.logger, "redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
+			s.limiter.Errorf(s.logger, "redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
 		}
 	}
 	beat(ctx, s.ownLease())
@@ -358,7 +358,7 @@ func (sub *subscription) takeOwnership(ctx context.Context, pos *readPos) (owns,
 		if sub.ended(ctx, err) {
 			return false, true
 		}
-		sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot take the ownership of a partition; retrying", err, sub.fields())
+		sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot take the ownership of a partition; retrying", err, sub.fields())
 	}
 	if owns && taken {
 		pos.rewind()

@@ -151,7 +151,7 @@ func (sub *subscription) readNew(ctx context.Context, count int) ([]store.Batch,
 	r, err := store.ReadNew(ctx, s.redis, sub.shard, a)
 	if len(a.AckReady)+len(a.AckRedo) > 0 {
 		if _, ackErr := sub.acked(a.AckReady, a.AckRedo, r.Acked); ackErr != nil && err == nil {
-			s.limiter.errorf(s.logger, "redisdelay: cannot write acknowledgements to Redis; retrying", ackErr, sub.fields())
+			s.limiter.Errorf(s.logger, "redisdelay: cannot write acknowledgements to Redis; retrying", ackErr, sub.fields())
 		}
 	}
 	sub.acks.endWrite()

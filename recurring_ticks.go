@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/loglimit"
 	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
@@ -57,7 +58,7 @@ type tickLoop struct {
 	redis    *store.Gated
 	keys     store.Keys
 	logger   watermill.LoggerAdapter
-	limiter  *logLimiter
+	limiter  *loglimit.Limiter
 	idle     time.Duration           // longest sleep (scheduleRefresh): new schedules wake the loop
 	interval time.Duration           // the longest while Redis refuses the wake-ups (the check interval)
 	denied   func() bool             // Redis refuses the wake-ups
@@ -84,7 +85,7 @@ func (l *tickLoop) run(ctx context.Context) {
 				// beside this loop, which stops it.
 				return
 			}
-			l.limiter.errorf(l.logger, "redisdelay: cannot publish schedule ticks; retrying", err, nil)
+			l.limiter.Errorf(l.logger, "redisdelay: cannot publish schedule ticks; retrying", err, nil)
 			wait = 100 * time.Millisecond
 		}
 		if l.denied() {
@@ -187,13 +188,13 @@ func (l *tickLoop) pass(ctx context.Context) (time.Duration, error) {
 func (l *tickLoop) fire(ctx context.Context, id, js string) (time.Duration, error) {
 	var s Schedule
 	if err := json.Unmarshal([]byte(js), &s); err != nil {
-		l.limiter.errorf(l.logger, "redisdelay: a schedule does not decode; remove it with Inspector.RemoveSchedule", err, watermill.LogFields{"schedule": id})
+		l.limiter.Errorf(l.logger, "redisdelay: a schedule does not decode; remove it with Inspector.RemoveSchedule", err, watermill.LogFields{"schedule": id})
 		return 0, errBrokenSchedule
 	}
 	s.ID = id
 	t, err := s.validate()
 	if err != nil {
-		l.limiter.errorf(l.logger, "redisdelay: a stored schedule cannot work; register it again or remove it", err, watermill.LogFields{"schedule": id})
+		l.limiter.Errorf(l.logger, "redisdelay: a stored schedule cannot work; register it again or remove it", err, watermill.LogFields{"schedule": id})
 		return 0, errBrokenSchedule
 	}
 	for range 1000 {
@@ -275,7 +276,7 @@ const publishRetry = 100 * time.Millisecond
 // publishFailed logs a tick not published: it stays claimed by this loop,
 // which tries it again before anything else.
 func (l *tickLoop) publishFailed(err error, id string) {
-	l.limiter.errorf(l.logger, "redisdelay: cannot publish a schedule tick; retrying", err, watermill.LogFields{"schedule": id})
+	l.limiter.Errorf(l.logger, "redisdelay: cannot publish a schedule tick; retrying", err, watermill.LogFields{"schedule": id})
 }
 
 // refused reports a Publish error that publishing again cannot cure: the
@@ -294,7 +295,7 @@ func refused(err error) bool {
 
 // tickRefused logs a tick Publish refused, which is skipped.
 func (l *tickLoop) tickRefused(err error, id string, tick time.Time) {
-	l.limiter.errorf(l.logger, "redisdelay: a schedule tick was refused by Publish and is skipped", err,
+	l.limiter.Errorf(l.logger, "redisdelay: a schedule tick was refused by Publish and is skipped", err,
 		watermill.LogFields{"schedule": id, "tick": tick})
 }
 

@@ -37,7 +37,7 @@ import (
 //
 // A snoozed message (Snooze) comes back after its snooze without spending
 // an attempt. The pause after the library's own failures (a Redis error) is
-// not this policy: see pause.go.
+// not this policy: see internal/pause.
 
 // groupPolicy is what schedulers need to reclaim the group's messages on
 // their own (they may run in a Manager that never saw this config): the

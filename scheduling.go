@@ -6,6 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/loglimit"
 	"github.com/redisdelay/watermill-redisdelay/internal/scheduling"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
@@ -20,7 +21,7 @@ type scheduler struct {
 	logger  watermill.LoggerAdapter
 	client  redis.UniversalClient
 	keys    store.Keys
-	limiter *logLimiter        // repeated errors of the scheduler and what runs beside it
+	limiter *loglimit.Limiter  // repeated errors of the scheduler and what runs beside it
 	gone    func(topic string) // called when the client was closed under the scheduler
 	ctx     context.Context    // the scheduler's, set by start: ends when it stops
 }
@@ -28,7 +29,7 @@ type scheduler struct {
 // newScheduler returns a scheduler configured like a Manager (config has its
 // defaults set).
 func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *scheduler {
-	return &scheduler{config: config, logger: logger, client: config.Client, keys: store.Keys{Prefix: config.KeyPrefix}, limiter: newLogLimiter()}
+	return &scheduler{config: config, logger: logger, client: config.Client, keys: store.Keys{Prefix: config.KeyPrefix}, limiter: loglimit.New()}
 }
 
 // start starts the scheduling service on the client's hub h (with discover
@@ -37,7 +38,7 @@ func (s *scheduler) start(ctx context.Context, discover bool, h *store.Hub) {
 	s.Scheduler = scheduling.New(scheduling.Config{
 		Client: s.config.Client, Hub: h, Keys: s.keys, Logger: s.logger,
 		CheckInterval: s.config.CheckInterval, BatchSize: s.config.BatchSize, TrimInterval: s.config.TrimInterval, Retention: s.config.Retention,
-		Metrics: s.config.Metrics, Limiter: s.limiter.l, Discover: discover, Gone: s.gone,
+		Metrics: s.config.Metrics, Limiter: s.limiter, Discover: discover, Gone: s.gone,
 		NewBalance: func(parts int) scheduling.Balance { return newBalance(parts) },
 	})
 	s.Scheduler.Start(ctx)

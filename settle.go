@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/pause"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -26,14 +27,14 @@ func (sub *subscription) settle(ctx context.Context, op func(context.Context) er
 			return
 		}
 		if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
-			sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot settle message; it stays pending and is delivered again", err,
+			sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot settle message; it stays pending and is delivered again", err,
 				sub.fields())
 			return
 		}
-		wait := backoff(failures, 2*time.Second)
-		sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot settle message; retrying", err,
+		wait := pause.Backoff(failures, 2*time.Second)
+		sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot settle message; retrying", err,
 			sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
-		sleep(ctx, wait)
+		pause.Sleep(ctx, wait)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/levels"
+	"github.com/redisdelay/watermill-redisdelay/internal/loglimit"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -47,8 +48,8 @@ type Subscriber struct {
 
 	ticks <-chan struct{} // closed when the schedule ticks stopped (see startTicks)
 
-	limiter  *logLimiter // repeated errors of all subscriptions
-	goneOnce sync.Once   // the client was closed: logged once
+	limiter  *loglimit.Limiter // repeated errors of all subscriptions
+	goneOnce sync.Once         // the client was closed: logged once
 
 	// The connections shared with the other components on the client
 	// (internal/store/hub.go): background commands go through redis.
@@ -100,7 +101,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		scheduled:   map[string]int{},
 		idle:        map[*subscription]time.Time{},
 		policy:      groupPolicy(config),
-		limiter:     newLogLimiter(),
+		limiter:     loglimit.New(),
 		hub:         store.AcquireHub(config.Client),
 	}
 	s.redis = store.NewGated(s.hub)

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/levels"
+	"github.com/redisdelay/watermill-redisdelay/internal/pause"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -79,7 +80,7 @@ func (sub *subscription) run(ctx context.Context) {
 				return
 			}
 			if !owns {
-				sleep(ctx, sub.s.orderedPace())
+				pause.Sleep(ctx, sub.s.orderedPace())
 				continue
 			}
 		}
@@ -268,7 +269,7 @@ func (sub *subscription) flushBeforeHistory(ctx context.Context) (stop bool) {
 	if sub.ended(ctx, err) {
 		return true
 	}
-	sub.s.limiter.errorf(sub.s.logger, "redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
+	sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
 	return false
 }
 
@@ -281,8 +282,8 @@ func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos
 		return true
 	}
 	pos.failures++
-	wait := backoff(pos.failures, 2*time.Second)
-	s.limiter.errorf(s.logger, "redisdelay: read failed; retrying", err, sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
+	wait := pause.Backoff(pos.failures, 2*time.Second)
+	s.limiter.Errorf(s.logger, "redisdelay: read failed; retrying", err, sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
 	if store.IsNoGroup(err) {
 		// The group vanished (Redis restarted without persistence, or
 		// someone deleted the keys): create it again.
@@ -290,12 +291,12 @@ func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos
 		delete(s.initialized, sub.topic)
 		s.mu.Unlock()
 		if err := s.initialize(ctx, sub.topic); err != nil {
-			s.limiter.errorf(s.logger, "redisdelay: cannot recreate consumer group", err, sub.fields())
+			s.limiter.Errorf(s.logger, "redisdelay: cannot recreate consumer group", err, sub.fields())
 		}
 	}
 	pos.rewind()
 	sub.order.enter(phaseWait)
-	sleep(ctx, wait)
+	pause.Sleep(ctx, wait)
 	return false
 }
 
