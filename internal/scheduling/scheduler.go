@@ -35,13 +35,13 @@ import (
 // The lease only saves work: every move is atomic, so schedulers that both
 // believe they hold it (after a pause longer than the lease) stay correct.
 //
-// The scheduler listens, on its client's hub (internal/store/hub.go), to the wake
-// channel of each partition it schedules, by name: no pattern, so an ACL
-// granting the channels &<prefix>:* suffices, and wake-ups of unknown
-// topics reach it not. A loop
-// whose partition holds nothing to schedule for a TrimInterval retires (see
-// idle.lua); the next wake-up of the partition starts it again, so idle
-// topics cost nothing but their subscription.
+// The scheduler listens, on its client's hub (internal/store/hub.go), to
+// the wake channel of each partition it schedules, by name: no pattern, so
+// an ACL granting the channels &<prefix>:* suffices, and wake-ups of
+// unknown topics do not reach it. A loop whose partition holds nothing to
+// schedule for a TrimInterval retires (see idle.lua); the next wake-up of
+// the partition starts it again, so idle topics cost nothing but their
+// subscription.
 type Scheduler struct {
 	client    redis.UniversalClient // as configured; commands go through redis
 	keys      store.Keys
