@@ -82,10 +82,13 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 
 	group := s.config.ConsumerGroup
 	r, err := store.Extend(ctx, s.redis, sub.shard, group, sub.consumer, handed, 3*slow, ready, redo)
+	// Counted as reported even when the call failed: the early report is
+	// not retried every second through an outage; the next regular
+	// renewal carries it.
+	sub.leases.reported = handed.ID
 	if err != nil {
 		return 0, fmt.Errorf("extend the lease of %d held message(s): %w", len(ready)+len(redo), err)
 	}
-	sub.leases.reported = handed.ID
 	if err := sub.renewSlot(ctx); err != nil {
 		return 0, err
 	}
