@@ -412,7 +412,7 @@ func TestFar_UnreadableElementParkedAndLogged(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, env.client.LSet(ctx, bucket, 1, "\x07"+second[1:]).Err()) // an unknown format
 
-	logs := watermill.NewCaptureLogger()
+	logs := newCaptureLogger()
 	mgr := runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: env.prefix, Topics: []string{env.topic}}, logs)
 	ch := subscribe(t, newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "g", DisableScheduler: true}), env.topic)
 	got := map[string]bool{}
@@ -424,7 +424,7 @@ func TestFar_UnreadableElementParkedAndLogged(t *testing.T) {
 	assert.Equal(t, map[string]bool{"0": true, "2": true}, got, "the bucket's other messages, not held up")
 	nothing(t, ch, 300*time.Millisecond)
 	require.Eventually(t, func() bool {
-		for _, m := range logs.Captured()[watermill.ErrorLogLevel] {
+		for _, m := range logs.Captured(watermill.ErrorLogLevel) {
 			if strings.Contains(m.Msg, "a far message written by a newer release") && m.Fields["parked_in"] == sh.FarPark() {
 				return true
 			}
@@ -605,9 +605,9 @@ func TestFar_UnreadableBucketIsLoggedAndSchedulingGoesOn(t *testing.T) {
 	msg := receive(t, ch, 7*time.Second)
 	assert.Equal(t, "near", string(msg.Payload))
 	msg.Ack()
-	require.NoError(t, mgr.Close()) // the capture's map is read below: no more logging
+	require.NoError(t, mgr.Close())
 	found := false
-	for _, l := range logs.Captured()[watermill.ErrorLogLevel] {
+	for _, l := range logs.Captured(watermill.ErrorLogLevel) {
 		found = found || (l.Msg == "redisdelay: cannot unpack far messages; retrying at the next tick" && l.Err != nil && strings.Contains(l.Err.Error(), "WRONGTYPE"))
 	}
 	assert.True(t, found, "the unpack failure is logged")
@@ -615,9 +615,9 @@ func TestFar_UnreadableBucketIsLoggedAndSchedulingGoesOn(t *testing.T) {
 
 // farLoggedManager runs a Manager for topic logging into the returned
 // capture, and subscribes a subscriber without a scheduler of its own.
-func farLoggedManager(t *testing.T, client redis.UniversalClient, topic string) (*watermill.CaptureLoggerAdapter, *redisdelay.Manager, <-chan *message.Message) {
+func farLoggedManager(t *testing.T, client redis.UniversalClient, topic string) (*captureLogger, *redisdelay.Manager, <-chan *message.Message) {
 	t.Helper()
-	logs := watermill.NewCaptureLogger()
+	logs := newCaptureLogger()
 	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic}}, logs)
 	require.NoError(t, err)
 	go func() { _ = mgr.Run(context.Background()) }()

@@ -262,7 +262,12 @@ var (
 	receive      = testkit.Receive
 	nothing      = testkit.Nothing
 	crashedRead  = testkit.CrashedRead
+	// newCaptureLogger records what is logged, to be read while
+	// components still log.
+	newCaptureLogger = testkit.NewCaptureLogger
 )
+
+type captureLogger = testkit.CaptureLogger
 
 // recLogger records the errors logged through it, and logs nothing else.
 type recLogger struct {

@@ -32,12 +32,12 @@ func TestManager_LogsTheTopicsItSchedules(t *testing.T) {
 		{nil, "all topics"},
 		{[]string{"a", "b"}, []string{"a", "b"}},
 	} {
-		logs := watermill.NewCaptureLogger()
+		logs := newCaptureLogger()
 		runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: uniquePrefix(), Topics: c.topics}, logs)
 		running := watermill.CapturedMessage{Level: watermill.InfoLogLevel, Msg: "redisdelay manager running",
 			Fields: watermill.LogFields{"topics": c.want}}
 		require.Eventually(t, func() bool { return logs.Has(running) }, 5*time.Second, 10*time.Millisecond,
-			"logged: %v", logs.Captured()[watermill.InfoLogLevel])
+			"logged: %v", logs.Captured(watermill.InfoLogLevel))
 		assert.False(t, logs.Has(watermill.CapturedMessage{Level: watermill.InfoLogLevel, Msg: "redisdelay manager running",
 			Fields: watermill.LogFields{"topics": []string(nil)}}))
 	}

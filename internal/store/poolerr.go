@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -25,8 +26,13 @@ func ExplainPool(client redis.UniversalClient, err error) error {
 		return nil // and no allocation: it runs after every call
 	}
 	exhausted := errors.Is(err, redis.ErrPoolExhausted)
+	// A context that ends while the call waits for a connection (or while
+	// go-redis retries a pool timeout) fails it with the context's error:
+	// a deadline that passed with every connection in use is the pool's
+	// doing all the same.
+	ended := errors.Is(err, context.DeadlineExceeded) && poolFull(client)
 	var explained *poolError
-	if !errors.Is(err, redis.ErrPoolTimeout) && !exhausted || errors.As(err, &explained) {
+	if !errors.Is(err, redis.ErrPoolTimeout) && !exhausted && !ended || errors.As(err, &explained) {
 		return err
 	}
 	size, timeout := "", ""
@@ -49,12 +55,26 @@ func ExplainPool(client redis.UniversalClient, err error) error {
 		what = fmt.Sprintf("all %s connections of the Redis client's pool", size)
 	}
 	wait := ""
-	if timeout != "" && !exhausted {
+	switch {
+	case ended:
+		wait = " when the deadline passed"
+	case timeout != "" && !exhausted:
 		wait = " for PoolTimeout (" + timeout + ")"
 	}
 	return &poolError{err: err, hint: fmt.Sprintf("%s were in use%s, by the application's own commands (redisdelay's background work uses at most %d per node at a time, "+
 		"see docs/operations.md#connections); raise the client's PoolSize (redis.Options.PoolSize, by default 10 per GOMAXPROCS), "+
 		"or give long blocking commands a client of their own", what, wait, Lanes)}
+}
+
+// poolFull tells whether every connection of a plain or Sentinel client's
+// pool is in use (a cluster's pools, one per node, are not looked at).
+func poolFull(client redis.UniversalClient) bool {
+	c, ok := client.(*redis.Client)
+	if !ok {
+		return false
+	}
+	s := c.PoolStats()
+	return s.IdleConns == 0 && int(s.TotalConns) >= c.Options().PoolSize
 }
 
 // poolError is an error of the client's pool with what to do about it.
