@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/advance"
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -24,7 +25,7 @@ const maxAdvanceTicks = 10_000
 
 func advanceClock(ctx context.Context, client redis.UniversalClient, prefix string, d time.Duration, topics []string) (advance.Report, error) {
 	var r advance.Report
-	if d <= 0 || d > maxDelayLimit {
+	if d <= 0 || d > meta.MaxDelay {
 		return r, fmt.Errorf("%w: advance the clock by %s: give a positive duration of at most 100 years", ErrInvalidDelay, d)
 	}
 	i := &Inspector{client: client, keys: store.Keys{Prefix: defaultPrefix(prefix)}}

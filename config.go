@@ -3,11 +3,13 @@ package redisdelay
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/names"
 )
 
@@ -28,6 +30,7 @@ const (
 	defaultMaxDeadLetters      = 100_000
 	defaultConsumerIdleTimeout = time.Hour
 	defaultCloseTimeout        = 10 * time.Second
+	defaultBlockTime           = 30 * time.Second
 	defaultHandlerTimeout      = 30 * time.Minute
 	defaultPublishTimeout      = 10 * time.Second
 	defaultMaxDelay            = 366 * 24 * time.Hour
@@ -137,9 +140,6 @@ func (c *PublisherConfig) setDefaults() {
 	}
 }
 
-// maxDelayLimit keeps due scores (ms × 1024) exact in Redis's doubles.
-const maxDelayLimit = 100 * 365 * 24 * time.Hour
-
 // Validate reports the first setting that cannot work.
 func (c PublisherConfig) Validate() error {
 	if err := validateCommon("PublisherConfig", c.Client, c.KeyPrefix); err != nil {
@@ -151,7 +151,7 @@ func (c PublisherConfig) Validate() error {
 	if err := positive("PublisherConfig.MaxDelay", c.MaxDelay, time.Millisecond); err != nil {
 		return err
 	}
-	if c.MaxDelay > maxDelayLimit {
+	if c.MaxDelay > meta.MaxDelay {
 		return fmt.Errorf("redisdelay: PublisherConfig.MaxDelay is %s: use at most 100 years", c.MaxDelay)
 	}
 	if c.MaxMessageSize < 1 || c.MaxMessageSize > 512<<20 {
@@ -680,6 +680,52 @@ func validateTopic(topic string) error {
 func positive(what string, d, least time.Duration) error {
 	if d < least {
 		return fmt.Errorf("redisdelay: %s is %s: use at least %s (0 means the default)", what, d, least)
+	}
+	return nil
+}
+
+// Retry backoff defaults; see DefaultRetryDelay.
+const (
+	retryDelayBase   = time.Second
+	retryDelayCap    = 10 * time.Minute
+	retryDelayJitter = 0.2
+)
+
+// DefaultRetryDelay is the SubscriberConfig.RetryDelay used when none is
+// set: 1s before the second attempt, doubling with each attempt up to 10
+// minutes, each value varied at random by up to ±20%.
+//
+// A handler that fails because something it needs is down then retries
+// within a second of a blip, yet does not burn the default 16 attempts in
+// seconds: they span about 67 minutes (1s+2s+...+512s, then 600s five
+// times) before the message goes to the dead letters, so an outage of up to
+// an hour is ridden out. The cap bounds how late a message comes back after
+// the outage ends. The jitter spreads messages that failed together, so
+// they do not all come back in the same instant and fail again together.
+func DefaultRetryDelay(attempt int) time.Duration {
+	d := retryDelayCap
+	if attempt >= 1 && attempt <= 20 { // 2^19 s is far past the cap
+		d = min(retryDelayBase<<(attempt-1), retryDelayCap)
+	} else if attempt < 1 {
+		d = retryDelayBase
+	}
+	return time.Duration(float64(d) * (1 + retryDelayJitter*(2*rand.Float64()-1)))
+}
+
+// RateLimit is a number of messages per interval: see
+// SubscriberConfig.RateLimit.
+type RateLimit struct {
+	Messages int
+	Per      time.Duration
+}
+
+func (l RateLimit) validate(what string) error {
+	if l.Messages < 1 || l.Messages > 1_000_000 {
+		return fmt.Errorf("redisdelay: %s.Messages is %d: use 1 to 1,000,000 messages per %s "+
+			"(leave the whole RateLimit zero for no limit)", what, l.Messages, l.Per)
+	}
+	if l.Per < time.Millisecond || l.Per%time.Millisecond != 0 || l.Per > 24*time.Hour {
+		return fmt.Errorf("redisdelay: %s.Per is %s: use whole milliseconds from 1ms to 24h (e.g. time.Second)", what, l.Per)
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ func SetClock(p *Publisher, now func() time.Time) {
 // release still run). Call it before Subscribe.
 func HoldAcks(sub *Subscriber) (release func()) {
 	gate := make(chan struct{})
-	sub.ackGate = func(ctx context.Context) {
+	sub.consume.AckGate = func(ctx context.Context) {
 		select {
 		case <-gate:
 		case <-ctx.Done():
@@ -40,13 +40,13 @@ func HoldAcks(sub *Subscriber) (release func()) {
 // UnheldReports is how many lease renewals of sub's subscriptions found
 // entries pending for the consumer that it did not hold.
 func UnheldReports(sub *Subscriber) int64 {
-	return sub.unheld.Load()
+	return sub.consume.Unheld.Load()
 }
 
 // Renewals is how many lease renewals sub's subscriptions ran (skipped
 // ones excluded).
 func Renewals(sub *Subscriber) int64 {
-	return sub.renewals.Load()
+	return sub.consume.Renewals.Load()
 }
 
 // QueuedCalls is how many Publish calls to partition 0 of topic wait in p's

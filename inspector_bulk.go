@@ -103,7 +103,7 @@ func (i *Inspector) RescheduleWhere(ctx context.Context, topic string, f Filter,
 	case due.IsZero():
 		return BulkProgress{Cursor: o.Cursor}, fmt.Errorf("%w: reschedule messages of topic %q: the due time is the zero time.Time: give the instant they are to be delivered",
 			ErrInvalidDelay, topic)
-	case time.Until(due) > maxDelayLimit:
+	case time.Until(due) > meta.MaxDelay:
 		return BulkProgress{Cursor: o.Cursor}, fmt.Errorf("%w: reschedule messages of topic %q: due in %s, beyond the limit of 100 years: use a nearer due time",
 			ErrInvalidDelay, topic, meta.DescribeDelay(time.Until(due)))
 	}

@@ -475,3 +475,55 @@ func (i *Inspector) validateGroup(topic, group string) error {
 	}
 	return validateName("consumer group", group)
 }
+
+// Pause stops the consumer group's subscribers, in every process, from
+// fetching new messages of the topic, until Resume. Messages keep
+// becoming due and accumulate (Ready in Stats grows); messages already
+// fetched are still delivered, and so may be one batch of a read that
+// was returning when Pause ran. The pause is stored in Redis: it
+// outlasts subscriber restarts, and a group may be paused before it
+// exists. Subscribers are told on a pub/sub channel and stop reading at
+// once (a subscriber that missed it, e.g. reconnecting, checks at least
+// once per BlockTime). Pausing a paused group is a no-op.
+func (i *Inspector) Pause(ctx context.Context, topic, group string) error {
+	if err := i.validateGroup(topic, group); err != nil {
+		return err
+	}
+	err, notifyErr := store.Pause(ctx, i.client, i.keys.Shard(topic, 0), group)
+	if err == nil {
+		err = notified(notifyErr)
+	}
+	return wrapErr(err, "pause group %q of topic %q", group, topic)
+}
+
+// Resume lets a paused consumer group fetch messages of the topic again:
+// its subscribers are told as by Pause and fetch at once (at the latest
+// within their BlockTime). It reports whether the group was paused.
+func (i *Inspector) Resume(ctx context.Context, topic, group string) (bool, error) {
+	if err := i.validateGroup(topic, group); err != nil {
+		return false, err
+	}
+	was, err, notifyErr := store.Resume(ctx, i.client, i.keys.Shard(topic, 0), group)
+	if err == nil {
+		err = notified(notifyErr)
+	}
+	return was, wrapErr(err, "resume group %q of topic %q", group, topic)
+}
+
+// notified returns the error of the PUBLISH of Pause or Resume: the
+// change holds without it, and subscribers see it within their BlockTime.
+func notified(err error) error {
+	if err != nil {
+		return fmt.Errorf("the change is stored, but telling the subscribers failed (they see it within their BlockTime): %w", err)
+	}
+	return nil
+}
+
+// Paused reports whether the consumer group is paused on the topic.
+func (i *Inspector) Paused(ctx context.Context, topic, group string) (bool, error) {
+	if err := i.validateGroup(topic, group); err != nil {
+		return false, err
+	}
+	paused, err := store.Paused(ctx, i.client, i.keys.Shard(topic, 0), group)
+	return paused, wrapErr(err, "check whether group %q of topic %q is paused", group, topic)
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -219,7 +220,7 @@ func (i *Inspector) RescheduleKey(ctx context.Context, topic, businessKey string
 }
 
 func (i *Inspector) reschedule(ctx context.Context, topic, by, value string, due time.Time) (bool, error) {
-	d, err := rescheduleDelay(topic, by, value, due, time.Now(), maxDelayLimit, "")
+	d, err := rescheduleDelay(topic, by, value, due, time.Now(), meta.MaxDelay, "")
 	if err != nil {
 		return false, err
 	}

@@ -285,7 +285,7 @@ func (p *Publisher) delayOf(msg *message.Message, now time.Time) (time.Duration,
 	switch {
 	case err != nil:
 		return 0, err
-	case d > maxDelayLimit:
+	case d > meta.MaxDelay:
 		return 0, fmt.Errorf("due in %s, beyond the limit of 100 years (PublisherConfig.MaxDelay is %s): use a nearer delay.Until or a shorter delay.For",
 			meta.DescribeDelay(d), p.config.MaxDelay)
 	case d > p.config.MaxDelay:

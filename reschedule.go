@@ -25,7 +25,7 @@ func rescheduleDelay(topic, by, value string, due, now time.Time, maxDelay time.
 	}
 	d := meta.RoundUpMs(due.Sub(now))
 	switch {
-	case d > maxDelayLimit:
+	case d > meta.MaxDelay:
 		return 0, fmt.Errorf("%w: reschedule %s in topic %q: due in %s, beyond the limit of 100 years: use a nearer due time",
 			ErrInvalidDelay, recallWhat(by, value), topic, meta.DescribeDelay(d))
 	case limitName != "" && d > maxDelay:

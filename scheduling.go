@@ -39,7 +39,6 @@ func (s *scheduler) start(ctx context.Context, discover bool, h *store.Hub) {
 		Client: s.config.Client, Hub: h, Keys: s.keys, Logger: s.logger,
 		CheckInterval: s.config.CheckInterval, BatchSize: s.config.BatchSize, TrimInterval: s.config.TrimInterval, Retention: s.config.Retention,
 		Metrics: s.config.Metrics, Limiter: s.limiter, Discover: discover, Gone: s.gone,
-		NewBalance: func(parts int) scheduling.Balance { return newBalance(parts) },
 	})
 	s.Scheduler.Start(ctx)
 	s.ctx = s.Scheduler.Context()

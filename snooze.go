@@ -9,12 +9,6 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 )
 
-// snoozeKey carries, from Snooze to the subscription settling the Nack,
-// how long the message is put back for (a Go duration). The subscription
-// removes it before delivering and before requeuing, so it never outlives
-// the Nack it was set for.
-const snoozeKey = "_redisdelay_snooze"
-
 // Snooze puts a delivered message back to its consumer group, to be
 // delivered again after d, without spending an attempt: the redelivery
 // carries the same AttemptKey, and a message snoozed on its last attempt
@@ -37,29 +31,13 @@ const snoozeKey = "_redisdelay_snooze"
 // from a handler, that error makes the Router nack the message as a
 // failed attempt.
 func Snooze(msg *message.Message, d time.Duration) error {
-	if d < 0 || d > maxDelayLimit {
+	if d < 0 || d > meta.MaxDelay {
 		return fmt.Errorf("%w: Snooze of message %q for %s: use a delay from 0 to 100 years", ErrInvalidDelay, msg.UUID, meta.DescribeDelay(d))
 	}
-	msg.Metadata.Set(snoozeKey, d.String())
+	msg.Metadata.Set(meta.SnoozeKey, d.String())
 	if !msg.Nack() {
-		delete(msg.Metadata, snoozeKey)
+		delete(msg.Metadata, meta.SnoozeKey)
 		return fmt.Errorf("redisdelay: Snooze of message %q, which was acked already: call Snooze instead of Ack", msg.UUID)
 	}
 	return nil
-}
-
-// takeSnooze removes a Snooze request from a nacked message's metadata
-// and returns its delay.
-func takeSnooze(md message.Metadata) (time.Duration, bool) {
-	v, ok := md[snoozeKey]
-	if !ok {
-		return 0, false
-	}
-	delete(md, snoozeKey)
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		// Set by hand, not by Snooze: a plain Nack.
-		return 0, false
-	}
-	return meta.RoundUpMs(d), true
 }

@@ -4,23 +4,15 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redisdelay/watermill-redisdelay/internal/levels"
-	"github.com/redisdelay/watermill-redisdelay/internal/loglimit"
+	"github.com/redisdelay/watermill-redisdelay/internal/consumption"
+	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
-
-// opTimeout bounds one Redis operation of a subscription that must not
-// hang (lease renewal, a flush of queued acknowledgements, a hand-back), and
-// the flush and the hand-back a subscription makes after its context is
-// gone (while closing).
-const opTimeout = 5 * time.Second
 
 // Subscriber consumes messages of a consumer group. Each Subscribe call is an
 // independent consumer in the group: it receives one message at a time and
@@ -31,7 +23,6 @@ type Subscriber struct {
 	config SubscriberConfig
 	keys   store.Keys
 	logger watermill.LoggerAdapter
-	now    func() time.Time
 
 	closing   context.Context // cancelled by Close
 	close     context.CancelFunc
@@ -48,34 +39,14 @@ type Subscriber struct {
 
 	ticks <-chan struct{} // closed when the schedule ticks stopped (see startTicks)
 
-	limiter  *loglimit.Limiter // repeated errors of all subscriptions
-	goneOnce sync.Once         // the client was closed: logged once
+	goneOnce sync.Once // the client was closed: logged once
 
 	// The connections shared with the other components on the client
 	// (internal/store/hub.go): background commands go through redis.
-	hub         *store.Hub
-	redis       *store.Gated
-	bellsDenied atomic.Bool // Redis refuses them: subscriptions poll (see pollEvery)
+	hub   *store.Hub
+	redis *store.Gated
 
-	// Subscriptions waiting for their bell -> when they last read or were
-	// peeked at (see sweep).
-	idleMu sync.Mutex
-	idle   map[*subscription]time.Time
-	// The sweep runs while subscriptions run (active of them, under mu):
-	// quiet ends it, and sweepDone is closed once it returned (see
-	// activate), so that nothing of a Subscriber whose subscriptions all
-	// ended talks to Redis, closed or not.
-	active    int
-	quiet     context.CancelFunc
-	sweepDone chan struct{}
-
-	// Test hooks (export_test.go): ackGate runs before each flush of the
-	// acker goroutine; unheld counts lease renewals that found entries
-	// pending for a subscription that it does not hold, renewals those
-	// that ran (skipped ones excluded).
-	ackGate  func(context.Context)
-	unheld   atomic.Int64
-	renewals atomic.Int64
+	consume *consumption.Subscriber // the subscriptions
 }
 
 var (
@@ -96,16 +67,16 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		config:      config,
 		keys:        store.Keys{Prefix: config.KeyPrefix},
 		logger:      logger,
-		now:         time.Now,
 		initialized: map[string]bool{},
 		scheduled:   map[string]int{},
-		idle:        map[*subscription]time.Time{},
 		policy:      groupPolicy(config),
-		limiter:     loglimit.New(),
 		hub:         store.AcquireHub(config.Client),
 	}
 	s.redis = store.NewGated(s.hub)
 	s.closing, s.close = context.WithCancel(context.Background())
+	cc := consumptionConfig(config)
+	cc.ClientGone, cc.Reinitialize = s.clientGone, s.reinitialize
+	s.consume = consumption.New(s.closing, cc, s.hub, s.redis, logger)
 	return s, nil
 }
 
@@ -152,6 +123,14 @@ func (s *Subscriber) initialize(ctx context.Context, topic string) error {
 	return nil
 }
 
+// reinitialize creates the topic's consumer group again (see initialize).
+func (s *Subscriber) reinitialize(ctx context.Context, topic string) error {
+	s.mu.Lock()
+	delete(s.initialized, topic)
+	s.mu.Unlock()
+	return s.initialize(ctx, topic)
+}
+
 // partitions is the configured partition count of a topic.
 func (s *Subscriber) partitions(topic string) int {
 	return partitionCount(s.config.Partitions, s.config.TopicPartitions, topic)
@@ -182,7 +161,6 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, err
 	}
 	parts := s.partitions(topic)
-	s.activate()
 	if !s.config.DisableScheduler {
 		s.schedule(topic, parts)
 	}
@@ -190,107 +168,20 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	out := make(chan *message.Message)
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.closing, cancel)
-	var wg sync.WaitGroup
-	// The consumer's name says which storage level it reads: the storage
-	// level scan (internal/levels) tells a live consumer of an older
-	// release by a name without it.
-	consumer := store.NameAtLevel(s.config.Consumer+"-"+watermill.NewUUID(), store.LevelNewest)
-	lvl := levels.Acquire(s.config.Client, s.keys.Prefix, "subscriber", s.logger)
-	var order *balance
-	if s.config.Ordered {
-		order = newBalance(parts)
-		heartbeat := s.join(ctx, order, topic, consumer)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			heartbeat()
-		}()
-	}
-	for part := range parts {
-		m := newSubMetrics(s.config.Metrics, topic, s.config.ConsumerGroup)
-		sub := &subscription{
-			s:        s,
-			topic:    topic,
-			part:     part,
-			shard:    s.keys.Shard(topic, part),
-			consumer: consumer,
-			lvl:      lvl,
-			out:      out,
-			leases:   leases{renewNow: make(chan struct{}, 1)},
-			reads:    reads{bell: make(chan struct{}, 1)},
-			flow:     flow{wake: make(chan struct{}, 1), slotWake: make(chan struct{}, 1)},
-			order:    newOrdering(order),
-			acks:     acks{m: m, wake: make(chan struct{}, 1)},
-			m:        m,
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sub.run(ctx)
-		}()
-	}
+	wait := s.consume.Start(ctx, topic, parts, out)
 	go func() {
 		defer s.subs.Done()
-		wg.Wait()
+		wait()
 		// Before the channel closes, however the subscription ended
 		// (Close, or its ctx): its scheduling ends, leases released.
 		if !s.config.DisableScheduler {
 			s.unschedule(topic)
 		}
-		s.deactivate()
-		lvl.Release()
 		stop()
 		cancel()
 		close(out)
 	}()
 	return out, nil
-}
-
-// activate counts a subscription that starts, starting the sweep and the
-// watch of the notification channels' grant (watchGrant) with the first.
-func (s *Subscriber) activate() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.active++; s.active > 1 {
-		return
-	}
-	ctx, quiet := context.WithCancel(s.closing)
-	done := make(chan struct{})
-	s.quiet, s.sweepDone = quiet, done
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.sweep(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		s.watchGrant(ctx)
-	}()
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-}
-
-// deactivate counts a subscription that ended; after the last, it ends
-// the sweep and the watch of the channels' grant and returns once they
-// returned (a peek or a probe under way runs to its end). A subscription
-// starting meanwhile starts them again.
-func (s *Subscriber) deactivate() {
-	s.mu.Lock()
-	s.active--
-	quiet, done := s.quiet, s.sweepDone
-	if s.active > 0 {
-		quiet = nil
-	} else {
-		s.quiet, s.sweepDone = nil, nil
-	}
-	s.mu.Unlock()
-	if quiet != nil {
-		quiet()
-		<-done
-	}
 }
 
 // schedule starts scheduling the topic for a subscription, unless another
@@ -371,8 +262,52 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
-const (
-	nackFailed  nackKind = iota // a failed attempt (or an undecodable entry)
-	nackSnoozed                 // Snooze: requeued with its attempt unchanged
-	nackExpired                 // past its deadline: buried, never delivered
-)
+// groupPolicy is what schedulers need to reclaim the group's messages on
+// their own (they may run in a Manager that never saw this config): the
+// limits and the retry delays per attempt, with RetryDelay evaluated for
+// the first attempts (the last value repeats).
+func groupPolicy(c SubscriberConfig) store.GroupPolicy {
+	p := store.GroupPolicy{
+		MaxAttempts: c.MaxAttempts, Visibility: c.VisibilityTimeout, MaxDead: c.MaxDeadLetters,
+		IdleTimeout: c.ConsumerIdleTimeout, Concurrency: c.GroupConcurrency,
+		RateMessages: c.GroupRateLimit.Messages, RatePer: c.GroupRateLimit.Per,
+	}
+	if c.RetryDelay != nil {
+		n := 64
+		if c.MaxAttempts > 0 {
+			n = min(c.MaxAttempts, n)
+		}
+		for attempt := 1; attempt <= n; attempt++ {
+			p.RetryDelays = append(p.RetryDelays, meta.RoundUpMs(c.RetryDelay(attempt)))
+		}
+	}
+	return p
+}
+
+// consumptionConfig is what the subscriptions read of c (defaults set).
+func consumptionConfig(c SubscriberConfig) consumption.Config {
+	cc := consumption.Config{
+		Client: c.Client, Keys: store.Keys{Prefix: c.KeyPrefix}, ConsumerGroup: c.ConsumerGroup, Consumer: c.Consumer,
+		BlockTime: c.BlockTime, VisibilityTimeout: c.VisibilityTimeout, HandlerTimeout: c.HandlerTimeout, CloseTimeout: c.CloseTimeout,
+		BatchSize: c.BatchSize, MaxAttempts: c.MaxAttempts, MaxDeadLetters: c.MaxDeadLetters, RetryDelay: c.RetryDelay,
+		Ordered: c.Ordered, DropExpired: c.ExpiredMessages == DropExpired,
+		Concurrency: c.Concurrency, TopicConcurrency: c.TopicConcurrency,
+		RateLimit: consumption.Rate(c.RateLimit),
+	}
+	if len(c.TopicRateLimits) > 0 {
+		cc.TopicRateLimits = make(map[string]consumption.Rate, len(c.TopicRateLimits))
+		for topic, l := range c.TopicRateLimits {
+			cc.TopicRateLimits[topic] = consumption.Rate(l)
+		}
+	}
+	if m := c.Metrics; m != nil {
+		group := c.ConsumerGroup
+		cc.Metrics = func(topic string) consumption.SubscriptionMetrics {
+			if rec := m.Subscription(topic, group); rec != nil {
+				return rec
+			}
+			return nil // not a nil SubscriptionMetrics in a non-nil interface
+		}
+	}
+	return cc
+}

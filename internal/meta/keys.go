@@ -5,6 +5,8 @@
 // consumption and the scheduling can all use it.
 package meta
 
+import "time"
+
 // The metadata keys, as the root package documents them for users (its
 // constants of the same names; TestMeta_KeysMatchRoot holds them equal).
 const (
@@ -23,3 +25,13 @@ const (
 	// key a message's group (root: BusinessKeyPolicy KeepLastIfActive).
 	KeepLastIfActive = "keep-last-if-active"
 )
+
+// SnoozeKey carries, from Snooze to the subscription settling the Nack,
+// how long the message is put back for (a Go duration). The subscription
+// removes it before delivering and before requeuing, so it never outlives
+// the Nack it was set for.
+const SnoozeKey = "_redisdelay_snooze"
+
+// MaxDelay is the longest delay accepted anywhere, 100 years: it keeps
+// due scores (ms × 1024) exact in Redis's doubles.
+const MaxDelay = 100 * 365 * 24 * time.Hour

@@ -18,6 +18,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/balance"
 	"github.com/redisdelay/watermill-redisdelay/internal/levels"
 	"github.com/redisdelay/watermill-redisdelay/internal/loglimit"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
@@ -56,8 +57,6 @@ type Scheduler struct {
 	limiter   *loglimit.Limiter  // repeated errors of all partitions
 	gone      func(topic string) // called when the client was closed under the scheduler
 
-	newBalance func(parts int) Balance
-
 	// The client's hub, through which commands go (redis) and
 	// notifications come (l, set by Start).
 	hub   *store.Hub
@@ -75,7 +74,7 @@ type Scheduler struct {
 	known     map[store.Shard]partition          // scheduled partitions: l listens to their wake channels
 	loops     map[store.Shard]chan string        // a loop per partition with work: its wake-ups
 	stops     map[store.Shard]context.CancelFunc // ends a loop
-	balances  map[string]Balance                 // topics of several partitions: their leases held
+	balances  map[string]*balance.Balance        // topics of several partitions: their leases held
 	running   map[*loopRun]partition             // loops not yet returned (retired ones until their end ran)
 	refresh   chan struct{}                      // a topic was registered (discover only)
 	ticks     chan struct{}                      // wakes the tick loop of the schedules (see startTicks)
@@ -123,10 +122,6 @@ type Config struct {
 	// Gone is called when the client was closed under the scheduler (nil:
 	// the loop retries like after any failure).
 	Gone func(topic string)
-	// NewBalance returns what shares the scheduling leases of a topic of
-	// parts partitions among its schedulers: required to Add a topic of
-	// several partitions.
-	NewBalance func(parts int) Balance
 }
 
 // New returns a Scheduler; call Start to start it.
@@ -143,10 +138,10 @@ func New(config Config) *Scheduler {
 		client: config.Client, keys: config.Keys, logger: logger,
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: store.NameAtLevel(watermill.NewUUID(), store.LevelNewest),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
-		gone: config.Gone, newBalance: config.NewBalance, discover: config.Discover, hub: config.Hub, redis: store.NewGated(config.Hub),
+		gone: config.Gone, discover: config.Discover, hub: config.Hub, redis: store.NewGated(config.Hub),
 		known: map[store.Shard]partition{}, loops: map[store.Shard]chan string{}, stops: map[store.Shard]context.CancelFunc{},
 		running:  map[*loopRun]partition{},
-		balances: map[string]Balance{}, refresh: make(chan struct{}, 1), ticks: make(chan struct{}, 1), limiter: limiter,
+		balances: map[string]*balance.Balance{}, refresh: make(chan struct{}, 1), ticks: make(chan struct{}, 1), limiter: limiter,
 	}
 }
 
@@ -302,13 +297,13 @@ func wakeRank(kind string) int {
 }
 
 // Add starts scheduling the first parts partitions of a topic, each once.
-// Schedulers share the partitions of a topic evenly (see Balance): each
+// Schedulers share the partitions of a topic evenly (see balance.Balance): each
 // takes a free lease only while it holds no more than the others.
 func (s *Scheduler) Add(topic string, parts int) {
 	if parts > 1 {
 		s.mu.Lock()
 		if b := s.balances[topic]; b == nil || b.Parts() < parts {
-			b = s.newBalance(parts)
+			b = balance.New(parts)
 			if old := s.balances[topic]; old != nil {
 				b.Owned().Store(old.Owned().Load())
 			}
@@ -473,7 +468,7 @@ const (
 )
 
 // balanceOf returns the balance of a topic of several partitions, or nil.
-func (s *Scheduler) balanceOf(topic string) Balance {
+func (s *Scheduler) balanceOf(topic string) *balance.Balance {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.balances[topic]
@@ -568,23 +563,6 @@ func (s *Scheduler) Scheduled() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.known)
-}
-
-// Balance shares the scheduling leases of a topic of several partitions
-// evenly among its schedulers (the root package's balance, which ordered
-// subscriptions share partitions with as well): Owned counts the leases
-// this scheduler holds, Beat renews its heartbeat in the topic's member
-// list (members.lua; ttl 0 removes it) and reads the list's state.
-type Balance interface {
-	Parts() int
-	Owned() *atomic.Int32
-	Beat(ctx context.Context, client redis.Scripter, l store.MemberList, member string, ttl time.Duration) error
-	// Surplus reports whether a scheduler holding owned leases should give
-	// one up.
-	Surplus(owned int32) bool
-	// MayTake reports whether a scheduler holding owned leases may take a
-	// free one (overdue: it declined it last time).
-	MayTake(owned int32, overdue bool) bool
 }
 
 // partition names one partition of a topic.

@@ -1,4 +1,4 @@
-package redisdelay
+package consumption
 
 import (
 	"context"
@@ -77,9 +77,6 @@ func (r *reads) takeArmed() bool {
 // *redis.Ring, subscriptions read every deniedPoll instead, and the
 // Subscriber logs once why.
 
-// defaultBlockTime is SubscriberConfig.BlockTime's default.
-const defaultBlockTime = 30 * time.Second
-
 // groupCheckEvery is how often a subscription that reads a backlog of
 // plain messages looks for grouped messages queued meanwhile (pick.lua)
 // without being told ("g" on the bell's channel), so they do not wait for
@@ -109,7 +106,7 @@ func (sub *subscription) listen() (unlisten func()) {
 		// published while not subscribed are lost, so check.
 		sub.flow.notify()
 	}}
-	sh0, group := sub.s.keys.Shard(sub.topic, 0), sub.s.config.ConsumerGroup
+	sh0, group := sub.s.config.Keys.Shard(sub.topic, 0), sub.s.config.ConsumerGroup
 	channels := map[string]*store.Listener{sh0.Flow(group): flow}
 	if sub.s.config.concurrency(sub.topic) > 0 {
 		// A concurrency slot was released (slot.lua).
@@ -147,7 +144,7 @@ func (sub *subscription) readNew(ctx context.Context, count int) ([]store.Batch,
 	a.Pick, a.Arm, a.Vis = sub.reads.plan(now, sub.renewEvery())
 	// The acks queued ride along (see ackLoop; not while a test holds
 	// them: ackGate); one write of the queue at a time.
-	a.AckReady, a.AckRedo = sub.acks.startWrite(s.ackGate == nil)
+	a.AckReady, a.AckRedo = sub.acks.startWrite(s.AckGate == nil)
 	r, err := store.ReadNew(ctx, s.redis, sub.shard, a)
 	if len(a.AckReady)+len(a.AckRedo) > 0 {
 		if _, ackErr := sub.acked(a.AckReady, a.AckRedo, r.Acked); ackErr != nil && err == nil {

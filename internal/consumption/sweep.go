@@ -1,4 +1,4 @@
-package redisdelay
+package consumption
 
 import (
 	"context"
@@ -101,17 +101,17 @@ func (s *Subscriber) watchGrant(ctx context.Context) {
 	t := time.NewTicker(store.ProbeEvery)
 	defer t.Stop()
 	for {
-		err := s.hub.ChannelsGranted(ctx, s.keys.Prefix)
+		err := s.hub.ChannelsGranted(ctx, s.config.Keys.Prefix)
 		refused := store.IsNoPerm(err) || errors.Is(err, store.ErrRing)
 		switch {
 		case err == nil && s.bellsDenied.Swap(false):
-			s.logger.Info("redisdelay: Redis now grants the Subscriber the notification channels", watermill.LogFields{"key_prefix": s.keys.Prefix})
+			s.logger.Info("redisdelay: Redis now grants the Subscriber the notification channels", watermill.LogFields{"key_prefix": s.config.Keys.Prefix})
 			return
 		case err == nil:
 			return
 		case refused && !s.bellsDenied.Swap(true):
 			s.wakeIdle() // to poll from now on
-			what := "grant its Redis user the channels: ACL SETUSER <user> &" + s.keys.Prefix + ":*"
+			what := "grant its Redis user the channels: ACL SETUSER <user> &" + s.config.Keys.Prefix + ":*"
 			if errors.Is(err, store.ErrRing) {
 				what = "or use another kind of client"
 			}

@@ -1,4 +1,4 @@
-package redisdelay
+package consumption
 
 import (
 	"context"
@@ -139,7 +139,7 @@ func (sub *subscription) deliver(ctx context.Context, e entry) (ok, acked bool) 
 func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Message, attempt int) (ok, acked bool, retry *message.Message, deliveredUntil string) {
 	s := sub.s
 	deliveredUntil = meta.MarkDelivered(msg.Metadata, strconv.Itoa(attempt), s.now())
-	delete(msg.Metadata, snoozeKey) // only a Snooze of this delivery counts
+	delete(msg.Metadata, meta.SnoozeKey) // only a Snooze of this delivery counts
 
 	msgCtx := newMsgContext(ctx)
 	defer msgCtx.end()
@@ -170,7 +170,7 @@ func (sub *subscription) handle(ctx context.Context, e entry, msg *message.Messa
 		case <-msg.Acked():
 			return timeout == nil, true, nil, ""
 		case <-msg.Nacked():
-			if timeout == nil && (sub.retriesInPlace(attempt) || sub.order != nil && msg.Metadata.Get(snoozeKey) != "") {
+			if timeout == nil && (sub.retriesInPlace(attempt) || sub.order != nil && msg.Metadata.Get(meta.SnoozeKey) != "") {
 				return true, false, msg, deliveredUntil
 			}
 			sub.settle(ctx, func(ctx context.Context) error { return sub.nack(ctx, e, msg, attempt, deliveredUntil) })
@@ -246,9 +246,9 @@ func (sub *subscription) timedOut(ctx context.Context, e entry, msg *message.Mes
 	if err != nil { // decoded before it was delivered: cannot happen
 		return ctx.Err() == nil, false, nil, ""
 	}
-	delete(failed.Metadata, snoozeKey)
+	delete(failed.Metadata, meta.SnoozeKey)
 	deliveredUntil = meta.MarkDelivered(failed.Metadata, strconv.Itoa(attempt), s.now())
-	failed.Metadata.Set(ErrorKey, fmt.Sprintf("handler timed out after %s (SubscriberConfig.HandlerTimeout, or metadata %s)", limit, HandlerTimeoutKey))
+	failed.Metadata.Set(meta.ErrorKey, fmt.Sprintf("handler timed out after %s (SubscriberConfig.HandlerTimeout, or metadata %s)", limit, meta.HandlerTimeoutKey))
 	if sub.retriesInPlace(attempt) {
 		return true, false, failed, deliveredUntil
 	}
@@ -334,7 +334,7 @@ func (sub *subscription) expire(ctx context.Context, e entry, msg *message.Messa
 	if reason == "" {
 		return false, false
 	}
-	if s.config.ExpiredMessages == DropExpired {
+	if s.config.DropExpired {
 		s.logger.Info("redisdelay: message expired; dropping it (ExpiredMessages is DropExpired)",
 			sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "message_uuid": msg.UUID, "reason": reason}))
 		sub.m.expired(false)

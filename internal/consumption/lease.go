@@ -1,4 +1,4 @@
-package redisdelay
+package consumption
 
 import (
 	"context"
@@ -98,7 +98,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 		return r.Vis, nil
 	}
 	if r.Unheld > 0 {
-		s.unheld.Add(1)
+		s.Unheld.Add(1)
 		sub.mu.Lock()
 		sub.recheck = true
 		sub.mu.Unlock()
@@ -148,7 +148,7 @@ func (sub *subscription) extendLeases(ctx context.Context) {
 			report.Reset(reportAfter)
 			continue
 		}
-		sub.s.renewals.Add(1)
+		sub.s.Renewals.Add(1)
 		last = time.Now()
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 		stored, err := sub.renewLeases(opCtx, every)

@@ -1,4 +1,4 @@
-package redisdelay
+package consumption
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/balance"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -18,18 +19,18 @@ import (
 // lock: declined is the run goroutine's, the rest is atomic or a channel,
 // shared by the run goroutine and lease renewal.
 type ordering struct {
-	bal      *balance      // shared with the topic's other partitions
-	owns     atomic.Bool   // this subscription owns its partition
-	lost     atomic.Bool   // set by lease renewal when the ownership ran out (see lose)
-	declined bool          // own skipped a take last time (run goroutine only)
-	phase    atomic.Int64  // what the run goroutine is doing, and since when (see enter and stuck)
-	unstick  chan struct{} // wakes a send to out once the partition is lost, so that it is given up; capacity 1
+	bal      *balance.Balance // shared with the topic's other partitions
+	owns     atomic.Bool      // this subscription owns its partition
+	lost     atomic.Bool      // set by lease renewal when the ownership ran out (see lose)
+	declined bool             // own skipped a take last time (run goroutine only)
+	phase    atomic.Int64     // what the run goroutine is doing, and since when (see enter and stuck)
+	unstick  chan struct{}    // wakes a send to out once the partition is lost, so that it is given up; capacity 1
 }
 
 // newOrdering returns the ordering state of a subscription sharing bal
 // with the topic's other partitions: nil, for a subscription that is not
 // ordered, without one.
-func newOrdering(bal *balance) *ordering {
+func newOrdering(bal *balance.Balance) *ordering {
 	if bal == nil {
 		return nil
 	}
@@ -62,13 +63,13 @@ func (s *Subscriber) ownLease() time.Duration {
 // the others know their share of the partitions before any is taken, and
 // returns the heartbeat that keeps it there until ctx ends, then removes
 // it. member is the consumer name of the Subscribe call.
-func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string) (heartbeat func()) {
-	sh := s.keys.Shard(topic, 0)
+func (s *Subscriber) join(ctx context.Context, o *balance.Balance, topic, member string) (heartbeat func()) {
+	sh := s.config.Keys.Shard(topic, 0)
 	k := store.GroupMembers(sh, s.config.ConsumerGroup)
 	beat := func(ctx context.Context, ttl time.Duration) {
 		ctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
-		if err := o.beat(ctx, s.redis, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil && !store.IsClientClosed(err) {
+		if err := o.Beat(ctx, s.redis, k, member, ttl); err != nil && ttl > 0 && ctx.Err() == nil && !store.IsClientClosed(err) {
 			s.limiter.Errorf(s.logger, "redisdelay: cannot renew the membership of an ordered subscription; partitions may be shared unevenly", err, nil)
 		}
 	}
@@ -83,7 +84,7 @@ func (s *Subscriber) join(ctx context.Context, o *balance, topic, member string)
 				return
 			case <-t.C:
 			}
-			if o.benched() {
+			if o.Benched() {
 				beat(ctx, 0)
 			} else {
 				beat(ctx, s.ownLease())
@@ -142,25 +143,25 @@ func (sub *subscription) own(ctx context.Context) (owns, taken bool, err error) 
 func (o *ordering) dropLost() bool {
 	if o.lost.Swap(false) && o.owns.Load() {
 		o.owns.Store(false)
-		o.bal.owned.Add(-1)
+		o.bal.Owned().Add(-1)
 		return true
 	}
 	return false
 }
 
 // surplus reports whether an owner is to give its partition up, the
-// member owning more than its share (see balance.surplus); it then counts
+// member owning more than its share (see balance.Balance.Surplus); it then counts
 // the partition as given up (the caller disowns it).
 func (o *ordering) surplus() bool {
-	cur := o.bal.owned.Load()
-	return o.bal.surplus(cur) && o.bal.owned.CompareAndSwap(cur, cur-1)
+	cur := o.bal.Owned().Load()
+	return o.bal.Surplus(cur) && o.bal.Owned().CompareAndSwap(cur, cur-1)
 }
 
 // mayTake reports whether the subscription may try to take its free
-// partition now (see balance.mayTake), remembering a decline for the next
+// partition now (see balance.Balance.MayTake), remembering a decline for the next
 // time.
 func (o *ordering) mayTake() bool {
-	if o.bal.benched() || !o.bal.mayTake(o.bal.owned.Load(), o.declined) {
+	if o.bal.Benched() || !o.bal.MayTake(o.bal.Owned().Load(), o.declined) {
 		o.declined = true
 		return false
 	}
@@ -171,7 +172,7 @@ func (o *ordering) mayTake() bool {
 // took records that the subscription took its partition.
 func (o *ordering) took() {
 	o.owns.Store(true)
-	o.bal.owned.Add(1)
+	o.bal.Owned().Add(1)
 }
 
 // owning reports whether the subscription owns its partition (false for
@@ -290,7 +291,7 @@ func (o *ordering) lose() {
 // abandon gives up the partition of an owner that is stuck (see stuck):
 // the acks it queued go to Redis, the ownership is dropped for another
 // member to take over (with the messages it held), and its Subscribe call
-// leaves the member list for a while (see balance.bench).
+// leaves the member list for a while (see balance.Balance.Bench).
 func (sub *subscription) abandon(ctx context.Context, since time.Duration) {
 	s := sub.s
 	s.logger.Error("redisdelay: an ordered subscription made no progress on its partition; giving the partition up so that another consumer of the group reads it", nil,
@@ -299,7 +300,7 @@ func (sub *subscription) abandon(ctx context.Context, since time.Duration) {
 		s.logger.Error("redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
 	}
 	sub.order.lose()
-	sub.order.bal.bench(s.ownLease())
+	sub.order.bal.Bench(s.ownLease())
 	if _, err := sub.ownOp(ctx, store.OwnDrop); err != nil && !store.IsClientClosed(err) {
 		s.logger.Error("redisdelay: cannot give up the ownership of a stuck partition; another consumer takes it over when it expires", err, sub.fields())
 	}
@@ -337,9 +338,7 @@ func (sub *subscription) handOutOwned(ctx context.Context, msg *message.Message)
 		select {
 		case sub.out <- msg:
 			sub.handedAt.Store(time.Now().UnixNano())
-			if o.bal.stalls.Load() != 0 {
-				o.bal.stalls.Store(0)
-			}
+			o.bal.Handed()
 			return true
 		case <-ctx.Done():
 			return false

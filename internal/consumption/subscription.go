@@ -1,4 +1,4 @@
-package redisdelay
+package consumption
 
 import (
 	"context"
@@ -200,7 +200,7 @@ func (sub *subscription) ended(ctx context.Context, err error) bool {
 		return true
 	}
 	if store.IsClientClosed(err) {
-		sub.s.clientGone(sub.topic)
+		sub.s.config.ClientGone(sub.topic)
 		return true
 	}
 	return false
@@ -287,10 +287,7 @@ func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos
 	if store.IsNoGroup(err) {
 		// The group vanished (Redis restarted without persistence, or
 		// someone deleted the keys): create it again.
-		s.mu.Lock()
-		delete(s.initialized, sub.topic)
-		s.mu.Unlock()
-		if err := s.initialize(ctx, sub.topic); err != nil {
+		if err := s.config.Reinitialize(ctx, sub.topic); err != nil {
 			s.limiter.Errorf(s.logger, "redisdelay: cannot recreate consumer group", err, sub.fields())
 		}
 	}

@@ -1,4 +1,4 @@
-package redisdelay
+package consumption
 
 import (
 	"context"
@@ -122,7 +122,7 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 			}
 			pause.Sleep(ctx, min(d, ackEvery)) // the wait may end sooner
 		}
-		if gate := sub.s.ackGate; gate != nil {
+		if gate := sub.s.AckGate; gate != nil {
 			gate(ctx)
 		}
 		// Errors are logged; what is not written stays queued for the next

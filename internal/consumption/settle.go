@@ -1,4 +1,4 @@
-package redisdelay
+package consumption
 
 import (
 	"context"

@@ -1,18 +1,20 @@
-package redisdelay
+package consumption
 
 import (
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/balance"
 )
 
 // An owner is stuck when a step outlasts half its ownership lease (a
 // second at least), or a message waits for the application past
 // HandlerTimeout; never while it waits on something bounded or wanted.
 func TestOrdered_OwnerStuck(t *testing.T) {
-	s := &Subscriber{config: SubscriberConfig{VisibilityTimeout: 30 * time.Second, HandlerTimeout: time.Minute}}
-	sub := &subscription{s: s, order: newOrdering(newBalance(1))}
+	s := &Subscriber{config: Config{VisibilityTimeout: 30 * time.Second, HandlerTimeout: time.Minute}}
+	sub := &subscription{s: s, order: newOrdering(balance.New(1))}
 	at := func(phase int64, ago time.Duration) bool {
 		sub.order.phase.Store(time.Now().Add(-ago).UnixMilli()<<2 | phase)
 		_, stuck := sub.order.stuck(s.ownLease(), s.config.HandlerTimeout)
@@ -32,12 +34,4 @@ func TestOrdered_OwnerStuck(t *testing.T) {
 
 	sub.order.enter(phaseSend)
 	require.Equal(t, phaseSend, sub.order.phase.Load()&3)
-
-	// Each give-up in a row doubles the time out of the member list.
-	o := newBalance(1)
-	require.False(t, o.benched())
-	o.bench(time.Hour)
-	require.True(t, o.benched())
-	o.bench(time.Hour)
-	require.InDelta(t, float64(time.Now().Add(2*time.Hour).UnixNano()), float64(o.benchedUntil.Load()), float64(time.Second))
 }

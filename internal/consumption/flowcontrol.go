@@ -1,4 +1,4 @@
-package redisdelay
+package consumption
 
 import (
 	"context"
@@ -70,29 +70,11 @@ func (f *flow) reserve(limited bool, count int, end int64) {
 	}
 }
 
-// RateLimit is a number of messages per interval: see
-// SubscriberConfig.RateLimit.
-type RateLimit struct {
-	Messages int
-	Per      time.Duration
-}
-
-func (l RateLimit) validate(what string) error {
-	if l.Messages < 1 || l.Messages > 1_000_000 {
-		return fmt.Errorf("redisdelay: %s.Messages is %d: use 1 to 1,000,000 messages per %s "+
-			"(leave the whole RateLimit zero for no limit)", what, l.Messages, l.Per)
-	}
-	if l.Per < time.Millisecond || l.Per%time.Millisecond != 0 || l.Per > 24*time.Hour {
-		return fmt.Errorf("redisdelay: %s.Per is %s: use whole milliseconds from 1ms to 24h (e.g. time.Second)", what, l.Per)
-	}
-	return nil
-}
-
 // batch is how many messages a subscription reads at a time under the
 // limit (none: batchSize): at most a tenth of the interval's messages, at
 // least 1, so the one batch a burst may add stays within a tenth of the
 // limit and averages over ten intervals within 1% of it.
-func (l RateLimit) batch(batchSize int) int {
+func (l Rate) batch(batchSize int) int {
 	if l.Messages <= 0 {
 		return batchSize
 	}
@@ -100,7 +82,7 @@ func (l RateLimit) batch(batchSize int) int {
 }
 
 // concurrency is the concurrency cap of a topic (0: none).
-func (c SubscriberConfig) concurrency(topic string) int {
+func (c Config) concurrency(topic string) int {
 	if n, ok := c.TopicConcurrency[topic]; ok {
 		return n
 	}
@@ -118,7 +100,7 @@ func (sub *subscription) takeSlot(ctx context.Context) bool {
 		return true
 	}
 	sub.order.enter(phaseWait) // for the group's other handlers
-	sh := s.keys.Shard(sub.topic, 0)
+	sh := s.config.Keys.Shard(sub.topic, 0)
 	for failures := 0; ; {
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
 		held, err := store.Slot(opCtx, s.redis, sh, s.config.ConsumerGroup, "take", sub.slotHolder(), limit, 3*sub.renewEvery())
@@ -160,7 +142,7 @@ func (sub *subscription) renewSlot(ctx context.Context) error {
 	}
 	s := sub.s
 	group := s.config.ConsumerGroup
-	if _, err := store.Slot(ctx, s.redis, s.keys.Shard(sub.topic, 0), group, "renew", sub.slotHolder(), 0, 3*sub.renewEvery()); err != nil {
+	if _, err := store.Slot(ctx, s.redis, s.config.Keys.Shard(sub.topic, 0), group, "renew", sub.slotHolder(), 0, 3*sub.renewEvery()); err != nil {
 		return fmt.Errorf("renew the lease of a concurrency slot: %w", err)
 	}
 	return nil
@@ -175,70 +157,18 @@ func (sub *subscription) releaseSlot() {
 	s := sub.s
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	_, err := store.Slot(ctx, s.redis, s.keys.Shard(sub.topic, 0), s.config.ConsumerGroup, "release", sub.slotHolder(), 0, 0)
+	_, err := store.Slot(ctx, s.redis, s.config.Keys.Shard(sub.topic, 0), s.config.ConsumerGroup, "release", sub.slotHolder(), 0, 0)
 	if err != nil && !store.IsClientClosed(err) {
 		s.limiter.Errorf(s.logger, "redisdelay: cannot give back a concurrency slot; it lapses after VisibilityTimeout", err, sub.fields())
 	}
 }
 
 // rateLimit is the limit of a topic (zero: none).
-func (c SubscriberConfig) rateLimit(topic string) RateLimit {
+func (c Config) rateLimit(topic string) Rate {
 	if l, ok := c.TopicRateLimits[topic]; ok {
 		return l
 	}
 	return c.RateLimit
-}
-
-// Pause stops the consumer group's subscribers, in every process, from
-// fetching new messages of the topic, until Resume. Messages keep
-// becoming due and accumulate (Ready in Stats grows); messages already
-// fetched are still delivered, and so may be one batch of a read that
-// was returning when Pause ran. The pause is stored in Redis: it
-// outlasts subscriber restarts, and a group may be paused before it
-// exists. Subscribers are told on a pub/sub channel and stop reading at
-// once (a subscriber that missed it, e.g. reconnecting, checks at least
-// once per BlockTime). Pausing a paused group is a no-op.
-func (i *Inspector) Pause(ctx context.Context, topic, group string) error {
-	if err := i.validateGroup(topic, group); err != nil {
-		return err
-	}
-	err, notifyErr := store.Pause(ctx, i.client, i.keys.Shard(topic, 0), group)
-	if err == nil {
-		err = notified(notifyErr)
-	}
-	return wrapErr(err, "pause group %q of topic %q", group, topic)
-}
-
-// Resume lets a paused consumer group fetch messages of the topic again:
-// its subscribers are told as by Pause and fetch at once (at the latest
-// within their BlockTime). It reports whether the group was paused.
-func (i *Inspector) Resume(ctx context.Context, topic, group string) (bool, error) {
-	if err := i.validateGroup(topic, group); err != nil {
-		return false, err
-	}
-	was, err, notifyErr := store.Resume(ctx, i.client, i.keys.Shard(topic, 0), group)
-	if err == nil {
-		err = notified(notifyErr)
-	}
-	return was, wrapErr(err, "resume group %q of topic %q", group, topic)
-}
-
-// notified returns the error of the PUBLISH of Pause or Resume: the
-// change holds without it, and subscribers see it within their BlockTime.
-func notified(err error) error {
-	if err != nil {
-		return fmt.Errorf("the change is stored, but telling the subscribers failed (they see it within their BlockTime): %w", err)
-	}
-	return nil
-}
-
-// Paused reports whether the consumer group is paused on the topic.
-func (i *Inspector) Paused(ctx context.Context, topic, group string) (bool, error) {
-	if err := i.validateGroup(topic, group); err != nil {
-		return false, err
-	}
-	paused, err := store.Paused(ctx, i.client, i.keys.Shard(topic, 0), group)
-	return paused, wrapErr(err, "check whether group %q of topic %q is paused", group, topic)
 }
 
 // gate decides, before a read of new messages, whether the group is paused
@@ -261,7 +191,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	if limit.Messages == 0 && !f.paused && !notified && !checkDue {
 		return want, nil
 	}
-	sh := s.keys.Shard(sub.topic, 0)
+	sh := s.config.Keys.Shard(sub.topic, 0)
 	var r store.GateReply
 	if limit.Messages > 0 {
 		r, err = store.Gate(ctx, s.redis, sh, store.GateArgs{Group: s.config.ConsumerGroup, LimitMessages: limit.Messages, LimitPer: limit.Per,
