@@ -3,14 +3,103 @@ package redisdelay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/loglimit"
+	"github.com/redisdelay/watermill-redisdelay/internal/scheduling"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
+
+// ManagerConfig configures a Manager.
+type ManagerConfig struct {
+	// Client is the Redis connection. Required. Close never closes it.
+	Client redis.UniversalClient
+
+	// KeyPrefix namespaces every Redis key (default DefaultKeyPrefix).
+	KeyPrefix string
+
+	// Topics limits the Manager to these topics. Empty: every topic that a
+	// Publisher or Subscriber with the same KeyPrefix has used, discovered as
+	// they appear.
+	Topics []string
+
+	// CheckInterval bounds how long a topic's scheduler sleeps when nothing is
+	// due (default 2s); see SubscriberConfig.CheckInterval, also for the
+	// lease that lets one scheduler (a Manager's or a Subscriber's) work on
+	// a topic at a time. New topics are discovered when registered, and
+	// at this pace at the latest; consumer groups when their number changes (within a
+	// check interval) or at the latest within a minute.
+	CheckInterval time.Duration
+
+	// BatchSize is the most messages moved from one set in one atomic step
+	// (default 256, at most 4096): larger batches move backlogs faster, smaller
+	// ones keep each Redis script short.
+	BatchSize int
+
+	// TrimInterval is how often the ready stream of each topic is trimmed of
+	// entries every consumer group has acknowledged (default 10s). Entries
+	// some group has not read or not acknowledged are never trimmed. It is
+	// also how often consumers idle past their group's ConsumerIdleTimeout
+	// are removed.
+	TrimInterval time.Duration
+
+	// Retention bounds how long ready messages of a topic that no consumer
+	// group reads are kept (default 0: until a group is created and reads
+	// them). Messages published before any subscriber exists are otherwise
+	// kept for the first group; with Retention set, those older than it are
+	// removed (approximately: whole stream nodes, so a little later) and the
+	// removal is logged. It never removes a message from a topic that has a
+	// consumer group: delete an abandoned group with Inspector.DeleteGroup.
+	Retention time.Duration
+
+	// Metrics records metrics (prommetrics.New for Prometheus); nil
+	// records none.
+	Metrics Metrics
+}
+
+func (c *ManagerConfig) setDefaults() {
+	c.KeyPrefix = defaultPrefix(c.KeyPrefix)
+	if c.CheckInterval == 0 {
+		c.CheckInterval = defaultCheckInterval
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = defaultPromoteBatch
+	}
+	if c.TrimInterval == 0 {
+		c.TrimInterval = defaultTrimInterval
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c ManagerConfig) Validate() error {
+	if err := validateCommon("ManagerConfig", c.Client, c.KeyPrefix); err != nil {
+		return err
+	}
+	for i, t := range c.Topics {
+		if p := nameProblem(fmt.Sprintf("ManagerConfig.Topics[%d]", i), t); p != "" {
+			return fmt.Errorf("%w: %s", ErrInvalidTopic, p)
+		}
+	}
+	if c.BatchSize < 1 || c.BatchSize > 4096 {
+		return fmt.Errorf("redisdelay: ManagerConfig.BatchSize is %d: use 1 to 4096 (0 means the default, 256)", c.BatchSize)
+	}
+	if err := positive("ManagerConfig.CheckInterval", c.CheckInterval, time.Millisecond); err != nil {
+		return err
+	}
+	if err := positive("ManagerConfig.TrimInterval", c.TrimInterval, time.Millisecond); err != nil {
+		return err
+	}
+	if c.Retention < 0 || (c.Retention > 0 && c.Retention < time.Second) {
+		return fmt.Errorf("redisdelay: ManagerConfig.Retention is %s: use at least 1s, or 0 to keep messages until a consumer group reads them", c.Retention)
+	}
+	return nil
+}
 
 // Manager runs the scheduling of topics in a process of its own: it moves due
 // messages from the waiting sets to the ready streams and due retries back to
@@ -183,4 +272,51 @@ func (m *Manager) Close() error {
 	cancel()
 	<-m.done
 	return nil
+}
+
+// scheduler is the scheduling service (internal/scheduling) as a Manager
+// and a Subscriber run it: built from their config at start, once the
+// client's hub is known and gone is set.
+type scheduler struct {
+	*scheduling.Scheduler // set by start
+
+	config  ManagerConfig // defaults set
+	logger  watermill.LoggerAdapter
+	client  redis.UniversalClient
+	keys    store.Keys
+	limiter *loglimit.Limiter  // repeated errors of the scheduler and what runs beside it
+	gone    func(topic string) // called when the client was closed under the scheduler
+	ctx     context.Context    // the scheduler's, set by start: ends when it stops
+}
+
+// newScheduler returns a scheduler configured like a Manager (config has its
+// defaults set).
+func newScheduler(config ManagerConfig, logger watermill.LoggerAdapter) *scheduler {
+	return &scheduler{config: config, logger: logger, client: config.Client, keys: store.Keys{Prefix: config.KeyPrefix}, limiter: loglimit.New()}
+}
+
+// start starts the scheduling service on the client's hub h (with discover
+// listening to topic registrations); partitions are added later.
+func (s *scheduler) start(ctx context.Context, discover bool, h *store.Hub) {
+	s.Scheduler = scheduling.New(scheduling.Config{
+		Client: s.config.Client, Hub: h, Keys: s.keys, Logger: s.logger,
+		CheckInterval: s.config.CheckInterval, BatchSize: s.config.BatchSize, TrimInterval: s.config.TrimInterval, Retention: s.config.Retention,
+		Metrics: s.config.Metrics, Limiter: s.limiter, Discover: discover, Gone: s.gone,
+	})
+	s.Scheduler.Start(ctx)
+	s.ctx = s.Scheduler.Context()
+}
+
+// add starts scheduling the first parts partitions of a topic.
+func (s *scheduler) add(topic string, parts int) { s.Add(topic, parts) }
+
+// remove stops scheduling a topic; the returned func waits until its loops
+// returned.
+func (s *scheduler) remove(topic string) (wait func()) { return s.Remove(topic) }
+
+// stop stops the scheduler and returns once nothing of it runs.
+func (s *scheduler) stop() {
+	if s.Scheduler != nil {
+		s.Stop()
+	}
 }

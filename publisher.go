@@ -9,11 +9,166 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/levels"
 	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// Client is the Redis connection: a *redis.Client, *redis.ClusterClient
+	// or a Sentinel-backed client. Required. Close never closes it.
+	Client redis.UniversalClient
+
+	// KeyPrefix namespaces every Redis key (default DefaultKeyPrefix).
+	// Publishers, Subscribers and Managers must use the same prefix.
+	KeyPrefix string
+
+	// PublishTimeout bounds one Publish call, including the client's own
+	// retries (default 10s). Publish also stops when the context of its
+	// first message (message.SetContext) is done. A timed-out Publish may
+	// or may not have stored the messages; see Publish.
+	PublishTimeout time.Duration
+
+	// MaxDelay is the furthest ahead a message may be scheduled (default 366
+	// days, at most 100 years). A longer delay is an ErrInvalidDelay: it is
+	// far more often a unit mistake than a plan.
+	MaxDelay time.Duration
+
+	// MaxMessageSize bounds the encoded size of one message: UUID, metadata
+	// and payload (default 1 MiB). Larger messages are an ErrMessageTooLarge.
+	MaxMessageSize int
+
+	// Partitions splits every topic into this many partitions (default 1,
+	// at most 256); TopicPartitions sets it per topic, overriding it. Each
+	// partition has keys of its own under its own Redis Cluster hash tag,
+	// so a topic's messages and scheduling spread over the cluster's nodes
+	// and over Managers. A message goes to the partition of its
+	// PartitionKey metadata, else to that of its Publish call (see
+	// PartitionKey). The count is stored in Redis by the first Publisher
+	// or Subscriber to use the topic; one configured otherwise fails with
+	// ErrPartitionMismatch, so give Publishers and Subscribers the same
+	// values. Managers read the stored count.
+	Partitions      int
+	TopicPartitions map[string]int
+
+	// MinReplicas makes Publish wait until this many replicas of the master
+	// that stores the messages have acknowledged the write (Redis WAIT),
+	// so that a failover after Publish returned nil cannot lose them
+	// (default 0: do not wait; Redis replicates asynchronously, and a
+	// master that dies right after a write may take the last writes with
+	// it). If fewer acknowledge within ReplicaTimeout, Publish returns an
+	// ErrNotReplicated: the messages are stored on the master then. It
+	// needs a *redis.Client (plain or Sentinel) or a *redis.ClusterClient,
+	// and holds one pooled connection per script run for up to
+	// ReplicaTimeout longer. A master with fewer replicas than this fails
+	// every Publish with ErrNotReplicated (after a failover, until the old
+	// master rejoins as a replica, when it had only one).
+	MinReplicas int
+
+	// ReplicaTimeout bounds the wait for MinReplicas (default 1s). Keep it
+	// well under PublishTimeout.
+	ReplicaTimeout time.Duration
+
+	// Metrics records metrics (prommetrics.New for Prometheus); nil
+	// records none.
+	Metrics Metrics
+
+	// BusinessKeyPolicy is what Publish does with a message whose
+	// BusinessKey metadata is held by another waiting message of the topic:
+	// RejectDuplicateKey (the default), KeepFirst, ReplaceWaiting,
+	// ReplaceKeepDue or KeepLastIfActive.
+	// TopicBusinessKeyPolicy sets it per topic; the BusinessKeyPolicyKey
+	// metadata of a message overrides both.
+	BusinessKeyPolicy      BusinessKeyPolicy
+	TopicBusinessKeyPolicy map[string]BusinessKeyPolicy
+
+	// MaxWaiting bounds the delayed messages of a topic not yet due, and
+	// MaxReady the entries of its ready stream (read or not: acknowledged
+	// entries count until a scheduler trims them, every
+	// ManagerConfig.TrimInterval), so that a stalled consumer or scheduler
+	// fills an error instead of Redis's memory (default 0: no bound). A
+	// Publish call that would exceed one fails with ErrQueueFull and
+	// stores nothing. Each partition of a topic of P partitions holds at
+	// most ceil(bound / P). TopicMaxWaiting and TopicMaxReady set them per
+	// topic (0 there: no bound for that topic). Only Publish checks them:
+	// scheduling moves due messages into the ready stream regardless, so
+	// it can hold up to MaxReady plus what was waiting.
+	MaxWaiting      int
+	TopicMaxWaiting map[string]int
+	MaxReady        int
+	TopicMaxReady   map[string]int
+}
+
+func (c *PublisherConfig) setDefaults() {
+	c.KeyPrefix = defaultPrefix(c.KeyPrefix)
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = defaultPublishTimeout
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = defaultMaxDelay
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = defaultMaxMessageSize
+	}
+	if c.ReplicaTimeout == 0 {
+		c.ReplicaTimeout = defaultReplicaTimeout
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c PublisherConfig) Validate() error {
+	if err := validateCommon("PublisherConfig", c.Client, c.KeyPrefix); err != nil {
+		return err
+	}
+	if err := positive("PublisherConfig.PublishTimeout", c.PublishTimeout, time.Millisecond); err != nil {
+		return err
+	}
+	if err := positive("PublisherConfig.MaxDelay", c.MaxDelay, time.Millisecond); err != nil {
+		return err
+	}
+	if c.MaxDelay > meta.MaxDelay {
+		return fmt.Errorf("redisdelay: PublisherConfig.MaxDelay is %s: use at most 100 years", c.MaxDelay)
+	}
+	if c.MaxMessageSize < 1 || c.MaxMessageSize > 512<<20 {
+		return fmt.Errorf("redisdelay: PublisherConfig.MaxMessageSize is %d: use 1 to %d bytes (0 means the default, 1 MiB)", c.MaxMessageSize, 512<<20)
+	}
+	if err := validatePartitions("PublisherConfig", c.Partitions, c.TopicPartitions); err != nil {
+		return err
+	}
+	if err := validatePolicies(c.BusinessKeyPolicy, c.TopicBusinessKeyPolicy); err != nil {
+		return err
+	}
+	if err := validateLimit("MaxWaiting", c.MaxWaiting, c.TopicMaxWaiting); err != nil {
+		return err
+	}
+	if err := validateLimit("MaxReady", c.MaxReady, c.TopicMaxReady); err != nil {
+		return err
+	}
+	return c.validateReplicas()
+}
+
+func (c PublisherConfig) validateReplicas() error {
+	if c.MinReplicas < 0 {
+		return fmt.Errorf("redisdelay: PublisherConfig.MinReplicas is %d: use 0 (do not wait for replicas) or more", c.MinReplicas)
+	}
+	if err := positive("PublisherConfig.ReplicaTimeout", c.ReplicaTimeout, time.Millisecond); err != nil {
+		return err
+	}
+	if c.MinReplicas > 0 && c.ReplicaTimeout >= c.PublishTimeout {
+		return fmt.Errorf("redisdelay: PublisherConfig.ReplicaTimeout (%s) is not under PublishTimeout (%s): Publish would give up before the replicas could confirm", c.ReplicaTimeout, c.PublishTimeout)
+	}
+	if c.MinReplicas > 0 {
+		switch c.Client.(type) { // WAIT needs the connection; see Publisher.runPublish
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return fmt.Errorf("redisdelay: PublisherConfig.MinReplicas needs a *redis.Client (plain or Sentinel) or a *redis.ClusterClient: WAIT must run on the connection that stored the messages, which a %T does not expose", c.Client)
+		}
+	}
+	return nil
+}
 
 // Publisher publishes Watermill messages, each delivered when its delay
 // metadata says (see the package documentation for the rule). Safe for
