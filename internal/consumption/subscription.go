@@ -136,39 +136,6 @@ func (sub *subscription) run(ctx context.Context) {
 	}
 }
 
-// next hands out the first message of the batch, if any is left (none
-// once an ordered subscription lost its partition: the new owner took the
-// rest over).
-func (sub *subscription) next() (entry, bool) {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	if sub.order.isLost() {
-		clear(sub.batch)
-		sub.batch = nil
-	}
-	if len(sub.batch) == 0 {
-		return entry{}, false
-	}
-	sub.handling, sub.since = true, time.Now()
-	return sub.batch[0], true
-}
-
-// settled records that the handled message was acked or nacked (or
-// handed back); an acked one moves to the ack queue, still held.
-func (sub *subscription) settled(e entry, acked bool) {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	sub.handling = false
-	sub.handedAt.Store(0)
-	if len(sub.batch) > 0 {
-		sub.batch[0] = entry{}
-		sub.batch = sub.batch[1:]
-	}
-	if acked {
-		sub.acks.queue(e)
-	}
-}
-
 func (sub *subscription) takeRecheck() bool {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()

@@ -12,7 +12,7 @@ import (
 // headers): it builds the script's KEYS in the order of its header, passes
 // typed arguments as its ARGV and decodes the reply into a struct, so the
 // key lists and reply positions live here only. This file: publishing and
-// the scheduler's scripts; calls_consume.go: the subscriptions' (groups,
+// the scheduler's scripts; consume.go: the subscriptions' (groups, reads,
 // acks, nacks, leases, ownership, flow control); calls_messages.go: the
 // actions on stored messages (cancel, reschedule, requeue, find);
 // schedules.go: the recurring schedules'.

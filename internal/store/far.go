@@ -377,3 +377,26 @@ func FarBucketKey(sh Shard, v int, b int64) string { return sh.farBucketKey(v, b
 // FarBucketStartMs is the first due ms of far bucket b, as a parked
 // element records it (unpack.lua).
 func FarBucketStartMs(b int64) int64 { return farBucketStart(b).UnixMilli() }
+
+// FarHead reads the popped count of far bucket b of format v and its first
+// n elements, as unpack.lua takes them.
+func FarHead(ctx context.Context, c Cmds, sh Shard, v int, b int64, n int) (popped int64, els []string, err error) {
+	var p *redis.StringCmd
+	var e *redis.StringSliceCmd
+	// A pipeline rather than MULTI, which Redis refuses at maxmemory; each
+	// command's error is checked below (the pipeline's is the first one,
+	// which for a bucket never unpacked is HGET's redis.Nil).
+	_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		p = pipe.HGet(ctx, sh.FarMeta(), farPopped(v, b))
+		e = pipe.LRange(ctx, sh.farBucketKey(v, b), 0, int64(min(n, FarUnpackBatch))-1)
+		return nil
+	})
+	if err := e.Err(); err != nil {
+		return 0, nil, err
+	}
+	if err := p.Err(); err != nil && err != redis.Nil {
+		return 0, nil, err
+	}
+	popped, _ = strconv.ParseInt(p.Val(), 10, 64)
+	return popped, e.Val(), nil
+}
