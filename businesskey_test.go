@@ -8,7 +8,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -373,12 +372,9 @@ func TestBusinessKey_CancelAfterClose(t *testing.T) {
 // Redis unreachable: both recalls say what they were doing and why.
 func TestBusinessKey_CancelRedisDown(t *testing.T) {
 	t.Parallel()
-	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	t.Cleanup(func() { _ = dead.Close() })
-	insp := newInspector(t, dead)
-	_, err := insp.CancelKey(context.Background(), "orders", "k")
+	env := setupUnreachable(t)
+	_, err := env.insp.CancelKey(context.Background(), "orders", "k")
 	require.ErrorContains(t, err, `redisdelay: cancel business key "k" in topic "orders": read the partition counts of 1 topic(s): dial tcp 127.0.0.1:1`)
-	pub := newPublisher(t, dead)
-	_, err = pub.CancelKey(context.Background(), "orders", "k")
+	_, err = env.pub.CancelKey(context.Background(), "orders", "k")
 	require.ErrorContains(t, err, `redisdelay: cancel business key "k" in topic "orders": dial tcp 127.0.0.1:1`)
 }

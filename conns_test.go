@@ -192,10 +192,10 @@ func TestDefaultClient_OneSubscriberManyTopics(t *testing.T) {
 					t.Skip("-short: 1,000 topics are covered by TestDefaultClient_ThousandTopicsThreeSubscribers")
 				}
 				t.Parallel()
-				client := defaultClient(t, procs)
-				pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: c.parts}, logger)
+				env := setupOn(t, defaultClient(t, procs))
+				pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client, Partitions: c.parts}, logger)
 				require.NoError(t, err)
-				sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: c.parts})
+				sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Partitions: c.parts})
 				topics := newTopics(c.topics)
 				f := newCtFlow(t, pub, topics, c.perTopic)
 				for _, tp := range topics {
@@ -218,14 +218,13 @@ func TestDefaultClient_ThousandTopicsThreeSubscribers(t *testing.T) {
 	if testing.Short() {
 		n = 200
 	}
-	client := defaultClient(t, 2)
+	env := setupOn(t, defaultClient(t, 2))
 	topics := newTopics(n)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: topics})
-	pub := newPublisher(t, client)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: topics})
 	var flows []*ctFlow
 	for _, group := range []string{"a", "b", "c"} {
-		sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: group, DisableScheduler: group != "a"})
-		f := newCtFlow(t, pub, topics, perTopic)
+		sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: group, DisableScheduler: group != "a"})
+		f := newCtFlow(t, env.pub, topics, perTopic)
 		for _, tp := range topics {
 			f.consume(subscribe(t, sub, tp))
 		}
@@ -242,9 +241,8 @@ func TestDefaultClient_ThousandTopicsThreeSubscribers(t *testing.T) {
 // ("cannot subscribe topic … connection pool timeout") and Close took 30s.
 func TestDefaultClient_RouterWithManyHandlers(t *testing.T) {
 	t.Parallel()
-	client := defaultClient(t, 2)
-	pub := newPublisher(t, client)
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, logger)
+	env := setupOn(t, defaultClient(t, 2))
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g"}, logger)
 	require.NoError(t, err)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
 	require.NoError(t, err)
@@ -268,7 +266,7 @@ func TestDefaultClient_RouterWithManyHandlers(t *testing.T) {
 	for _, tp := range topics {
 		msg := newMessage(tp)
 		delay.Message(msg, delay.For(20*time.Millisecond))
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, env.pub.Publish(tp, msg))
 	}
 	require.Eventually(t, func() bool {
 		n := 0
@@ -281,6 +279,27 @@ func TestDefaultClient_RouterWithManyHandlers(t *testing.T) {
 	require.NoError(t, <-runErr)
 	t.Logf("FIGURE Router of 21 handlers closed in %s", time.Since(start).Round(time.Millisecond))
 	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// namedEnv is what the tests of a process's connections start with: an
+// env whose client names its connections (CLIENT SETNAME) with go-redis's
+// defaults otherwise, so CLIENT LIST tells them apart, and admin, a client
+// of its own to read CLIENT LIST (and publish beside, when publishing is
+// the application's load).
+type namedEnv struct {
+	*env
+	name  string
+	admin redis.UniversalClient
+}
+
+// setupNamed returns a test's namedEnv; its clients are closed when the
+// test ends.
+func setupNamed(t *testing.T) *namedEnv {
+	t.Helper()
+	name := "ct-" + watermill.NewShortUUID()
+	client := openClient(name)
+	t.Cleanup(func() { _ = client.Close() })
+	return &namedEnv{env: setupOn(t, client), name: name, admin: newClient(t)}
 }
 
 // ctConnections counts the connections Redis has from clients named name:
@@ -318,10 +337,7 @@ func TestConnections_BoundedPerProcess(t *testing.T) {
 	t.Parallel()
 	// The name only tells the connections apart in CLIENT LIST: the pool
 	// is go-redis's default.
-	name := "ct-" + watermill.NewShortUUID()
-	client := openClient(name)
-	t.Cleanup(func() { _ = client.Close() })
-	admin := newClient(t)
+	env := setupNamed(t)
 
 	single, multi := newTopics(250), newTopics(50)
 	parts := map[string]int{}
@@ -329,12 +345,12 @@ func TestConnections_BoundedPerProcess(t *testing.T) {
 		parts[tp] = 4
 	}
 	all := append(append([]string{}, single...), multi...)
-	runManager(t, client, redisdelay.ManagerConfig{Topics: all})
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: admin, TopicPartitions: parts}, logger)
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: all})
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.admin, TopicPartitions: parts}, logger)
 	require.NoError(t, err)
 	var flows []*ctFlow
 	for _, group := range []string{"a", "b", "c"} {
-		sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: group, TopicPartitions: parts})
+		sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: group, TopicPartitions: parts})
 		f := newCtFlow(t, pub, all, 10)
 		for _, tp := range all {
 			f.consume(subscribe(t, sub, tp))
@@ -353,7 +369,7 @@ func TestConnections_BoundedPerProcess(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			most = max(most, ctConnections(t, admin, name))
+			most = max(most, ctConnections(t, env.admin, env.name))
 		}
 	}()
 	publishToAll(flows)
@@ -365,7 +381,7 @@ func TestConnections_BoundedPerProcess(t *testing.T) {
 	<-sampled
 	t.Logf("FIGURE connections of a process with 3 Subscribers on 300 topics (50 of 4 partitions) and a Manager: at most %d per node", most)
 	bound := redisdelay.Lanes + 1 // the lanes and the pub/sub connection
-	if _, ok := admin.(*redis.ClusterClient); ok {
+	if _, ok := env.admin.(*redis.ClusterClient); ok {
 		// go-redis reloads the cluster's layout every 10 s from a node at
 		// random, on a connection of its pool: seen beside the lanes' 3.
 		bound++
@@ -404,13 +420,13 @@ func TestConnections_PoolExhaustedByTheApplication(t *testing.T) {
 	// the test waits less: go-redis's defaults behave the same, slower.
 	client := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 2, PoolTimeout: 300 * time.Millisecond})
 	t.Cleanup(func() { _ = client.Close() })
+	env := setupOn(t, client)
 	log := &ctLog{LoggerAdapter: watermill.NopLogger{}}
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, log)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g"}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
-	tp := topic()
-	ch := subscribe(t, sub, tp)
-	awaitIdleSubscriptions(t, newClient(t), tp, 1)
+	ch := subscribe(t, sub, env.topic)
+	awaitIdleSubscriptions(t, newClient(t), env.topic, 1)
 
 	// The application holds both connections.
 	ctx := context.Background()
@@ -420,13 +436,12 @@ func TestConnections_PoolExhaustedByTheApplication(t *testing.T) {
 		require.NoError(t, c.Ping(ctx).Err())
 		held = append(held, c)
 	}
-	pub := newPublisher(t, client)
-	err = pub.Publish(tp, newMessage("refused"))
+	err = env.pub.Publish(env.topic, newMessage("refused"))
 	require.ErrorIs(t, err, redis.ErrPoolTimeout)
 	assert.Contains(t, err.Error(), "all 2 connections of the Redis client's pool were in use for PoolTimeout (300ms)")
 	assert.Contains(t, err.Error(), "raise the client's PoolSize")
 
-	require.NoError(t, newPublisher(t, newClient(t)).Publish(tp, newMessage("m")))
+	require.NoError(t, newPublisher(t, newClient(t)).Publish(env.topic, newMessage("m")))
 	require.Eventually(t, func() bool { return len(log.logged()) > 0 }, 5*time.Second, 10*time.Millisecond,
 		"the failing read is logged")
 	time.Sleep(2 * time.Second) // failing reads retried meanwhile, not logged again
@@ -474,33 +489,28 @@ func ctPubSubConns(t *testing.T, admin redis.UniversalClient, name string) (ids 
 func TestConnections_ReleasedWithTheLastComponent(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it reads one server's CLIENT LIST")
-	name := "ct-" + watermill.NewShortUUID()
-	client := openClient(name)
-	t.Cleanup(func() { _ = client.Close() })
-	admin := newClient(t)
-	tp := topic()
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, logger)
+	env := setupNamed(t)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g"}, logger)
 	require.NoError(t, err)
-	ch := subscribe(t, sub, tp)
-	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{tp}}, logger)
+	ch := subscribe(t, sub, env.topic)
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: env.client, Topics: []string{env.topic}}, logger)
 	require.NoError(t, err)
 	go func() { _ = mgr.Run(context.Background()) }()
 	<-mgr.Running()
-	pub := newPublisher(t, client)
-	require.NoError(t, pub.Publish(tp, delayed(delay.For(20*time.Millisecond), "m")))
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(20*time.Millisecond), "m")))
 	receive(t, ch, 2*time.Second).Ack()
-	assert.Len(t, ctPubSubConns(t, admin, name), 1, "one pub/sub connection for both")
-	assert.True(t, redisdelay.HubShared(client))
+	assert.Len(t, ctPubSubConns(t, env.admin, env.name), 1, "one pub/sub connection for both")
+	assert.True(t, redisdelay.HubShared(env.client))
 
 	require.NoError(t, sub.Close())
-	assert.True(t, redisdelay.HubShared(client), "the Manager still uses it")
+	assert.True(t, redisdelay.HubShared(env.client), "the Manager still uses it")
 	require.NoError(t, mgr.Close())
 	// A Publisher announces its storage level through the hub (its lanes,
 	// no pub/sub) from its first Publish until Close.
-	assert.True(t, redisdelay.HubShared(client), "the Publisher still uses it")
-	require.NoError(t, pub.Close())
-	assert.False(t, redisdelay.HubShared(client))
-	require.Eventually(t, func() bool { return len(ctPubSubConns(t, admin, name)) == 0 }, 2*time.Second, 10*time.Millisecond,
+	assert.True(t, redisdelay.HubShared(env.client), "the Publisher still uses it")
+	require.NoError(t, env.pub.Close())
+	assert.False(t, redisdelay.HubShared(env.client))
+	require.Eventually(t, func() bool { return len(ctPubSubConns(t, env.admin, env.name)) == 0 }, 2*time.Second, 10*time.Millisecond,
 		"the pub/sub connection is closed with the last component")
 }
 
@@ -513,12 +523,11 @@ type ctUnhashable struct {
 
 func TestConnections_UnhashableClient(t *testing.T) {
 	t.Parallel()
-	client := ctUnhashable{UniversalClient: newClient(t), tags: []string{"app"}}
-	tp := topic()
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g"}, logger)
+	env := setupOn(t, ctUnhashable{UniversalClient: newClient(t), tags: []string{"app"}})
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g"}, logger)
 	require.NoError(t, err)
-	ch := subscribe(t, sub, tp)
-	require.NoError(t, newPublisher(t, client).Publish(tp, newMessage("m")))
+	ch := subscribe(t, sub, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("m")))
 	receive(t, ch, 2*time.Second).Ack()
 	require.NoError(t, sub.Close())
 }
@@ -532,36 +541,35 @@ func TestConnections_RefusedPrefixBesideAGrantedOne(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users and kills connections")
 	granted, refused := uniquePrefix(), uniquePrefix()
+	// The env's client is the admin: it creates the user, kills its
+	// connections and publishes (the env's pub, under the granted prefix).
+	env := setupPrefixed(t, granted)
 	name := "ct-" + watermill.NewShortUUID()
 	user := "ct-" + watermill.NewShortUUID()
-	admin := newClient(t)
 	ctx := context.Background()
-	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">pass", "~*", "&"+granted+":*", "+@all", "-@dangerous", "+info").Err())
-	t.Cleanup(func() { _ = admin.Do(context.Background(), "ACL", "DELUSER", user).Err() })
+	require.NoError(t, env.client.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">pass", "~*", "&"+granted+":*", "+@all", "-@dangerous", "+info").Err())
+	t.Cleanup(func() { _ = env.client.Do(context.Background(), "ACL", "DELUSER", user).Err() })
 	client := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "pass", ClientName: name})
 	t.Cleanup(func() { _ = client.Close() })
 
-	tp := topic()
 	// A Manager of the refused prefix (it starts, and says what to grant).
 	runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: refused}, logger)
 	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: granted, ConsumerGroup: "g", BlockTime: time.Minute})
-	ch := subscribe(t, sub, tp)
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: admin, KeyPrefix: granted}, logger)
-	require.NoError(t, err)
+	ch := subscribe(t, sub, env.topic)
 	await := func(what string) {
 		t.Helper()
 		require.Eventually(t, func() bool {
-			return admin.Exists(ctx, store.Keys{Prefix: granted}.Shard(tp, 0).Bell()).Val() == 1
+			return env.client.Exists(ctx, store.Keys{Prefix: granted}.Shard(env.topic, 0).Bell()).Val() == 1
 		}, 5*time.Second, 5*time.Millisecond, "the subscription waits")
 		start := time.Now()
-		require.NoError(t, pub.Publish(tp, newMessage(what)))
+		require.NoError(t, env.pub.Publish(env.topic, newMessage(what)))
 		receive(t, ch, time.Second).Ack()
 		t.Logf("FIGURE %s: received %s after", what, time.Since(start).Round(time.Microsecond))
 	}
 	await("before the cut")
 	time.Sleep(2 * probeWait) // the refusal was found and its channels held back
-	for _, id := range ctPubSubConns(t, admin, name) {
-		require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "ID", id).Err())
+	for _, id := range ctPubSubConns(t, env.client, name) {
+		require.NoError(t, env.client.Do(ctx, "CLIENT", "KILL", "ID", id).Err())
 	}
 	time.Sleep(300 * time.Millisecond) // go-redis reconnects and subscribes again
 	await("after the cut")
@@ -581,12 +589,12 @@ func TestConnections_RingPolls(t *testing.T) {
 	a, b := redistest.ForTest(t, redistest.Options{}), redistest.ForTest(t, redistest.Options{})
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}})
 	t.Cleanup(func() { _ = ring.Close() })
+	env := setupOn(t, ring)
 	log := &ctLog{LoggerAdapter: watermill.NopLogger{}}
 	// A short CheckInterval: without wake-ups the scheduler ticks at it.
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: ring, ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond}, log)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g", CheckInterval: 100 * time.Millisecond}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
-	pub := newPublisher(t, ring)
 	for i := range 4 {
 		tp := topic()
 		ch := subscribe(t, sub, tp)
@@ -595,7 +603,7 @@ func TestConnections_RingPolls(t *testing.T) {
 			delay.Message(msg, delay.For(50*time.Millisecond))
 		}
 		start := time.Now()
-		require.NoError(t, pub.Publish(tp, msg))
+		require.NoError(t, env.pub.Publish(tp, msg))
 		receive(t, ch, 2*time.Second).Ack()
 		t.Logf("FIGURE on a Ring, delayed %t: received %s after", i%2 == 1, time.Since(start).Round(time.Millisecond))
 	}

@@ -160,7 +160,7 @@ func ctxEndedRun(t *testing.T, client redis.UniversalClient, tp string, logs wat
 // rounds.
 func TestLifecycle_ContextEndedSubscriptionLeavesNothing(t *testing.T) {
 	redisLines := captureRedisLog(t)
-	check := newClient(t)
+	env := setup(t)
 	for round := range 30 {
 		client := openClient("")
 		late := &lateCommands{}
@@ -173,7 +173,7 @@ func TestLifecycle_ContextEndedSubscriptionLeavesNothing(t *testing.T) {
 		sub := ctxEndedRun(t, client, tp, logs)
 		late.mark()
 
-		n, err := check.Exists(context.Background(), shardKey(tp, 0, "lease")).Result()
+		n, err := env.client.Exists(context.Background(), shardKey(tp, 0, "lease")).Result()
 		require.NoError(t, err)
 		assert.Zero(t, n, "round %d: the scheduling lease is left in Redis", round)
 		require.NoError(t, client.Close())
@@ -202,18 +202,16 @@ func TestLifecycle_ContextEndedSubscriptionLeavesNothing(t *testing.T) {
 func TestLifecycle_RestartAfterContextEndIsOnTime(t *testing.T) {
 	t.Parallel()
 	for round := range 5 {
-		tp := topic()
+		env := setup(t)
 		client := openClient("")
-		old := ctxEndedRun(t, client, tp, logger)
+		old := ctxEndedRun(t, client, env.topic, logger)
 		require.NoError(t, client.Close())
 		_ = old.Close()
 
-		next := newClient(t)
-		pub := newPublisher(t, next)
 		due := time.Now().Add(300 * time.Millisecond)
-		require.NoError(t, pub.Publish(tp, delayed(delay.Until(due), "after the restart")))
-		sub := newSubscriber(t, next, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
-		msg := receive(t, subscribe(t, sub, tp), 10*time.Second)
+		require.NoError(t, env.pub.Publish(env.topic, delayed(delay.Until(due), "after the restart")))
+		sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"})
+		msg := receive(t, subscribe(t, sub, env.topic), 10*time.Second)
 		late := time.Since(due)
 		msg.Ack()
 		// Generous for a busy CI host, well under the lease's 3 s.
@@ -228,19 +226,19 @@ func TestLifecycle_RestartAfterContextEndIsOnTime(t *testing.T) {
 func TestLifecycle_ContextEndedSubscriptionStopsProbingChannels(t *testing.T) {
 	t.Parallel()
 	needSingle(t, "it creates Redis users")
+	env := setup(t)
 	restricted, _ := newACLUser(t, "~"+redisdelay.DefaultKeyPrefix+":*", "resetchannels", "+@all", "-@dangerous")
 	late := &lateCommands{}
 	restricted.AddHook(late)
-	tp := topic()
 	// Registering a topic tells the Managers on a channel: done by a
 	// user who may.
-	require.NoError(t, newSubscriber(t, newClient(t), redisdelay.SubscriberConfig{ConsumerGroup: "g"}).SubscribeInitialize(tp))
+	require.NoError(t, newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}).SubscribeInitialize(env.topic))
 	logs := &recLogger{}
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: restricted, ConsumerGroup: "g", DisableScheduler: true}, logs)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
-	ch, err := sub.Subscribe(ctx, tp)
+	ch, err := sub.Subscribe(ctx, env.topic)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(logs.logged()) > 0 }, 5*time.Second, 10*time.Millisecond,
 		"the refusal of the channels was not logged")

@@ -21,17 +21,17 @@ func TestFigures_IdleManager(t *testing.T) {
 		t.Skip("set REDISDELAY_FIGURES=1")
 	}
 	for _, n := range []int{10, 1000} {
-		client := singleClient(t, "counts the commands of the whole server")
-		prefix := uniquePrefix()
-		sub := newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+		needSingle(t, "counts the commands of the whole server")
+		env := setupPrefixed(t, uniquePrefix())
+		sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "g", DisableScheduler: true})
 		for range n {
 			if err := sub.SubscribeInitialize(topic()); err != nil {
 				t.Fatal(err)
 			}
 		}
-		mgr := runManagerWithLogger(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix}, logger)
+		mgr := runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: env.prefix}, logger)
 		time.Sleep(25 * time.Second)
-		t.Logf("%d registered, empty topics: %.0f Redis commands/s", n, commandsPerSecond(t, client, 5*time.Second))
+		t.Logf("%d registered, empty topics: %.0f Redis commands/s", n, commandsPerSecond(t, env.client.(*redis.Client), 5*time.Second))
 		_ = mgr.Close()
 	}
 }
@@ -51,14 +51,14 @@ func TestFigures_ScheduleTickCost(t *testing.T) {
 		overlap redisdelay.Overlap
 		group   bool
 	}{{redisdelay.OverlapAllow, false}, {redisdelay.OverlapSkip, false}, {redisdelay.OverlapAllow, true}, {redisdelay.OverlapSkip, true}} {
-		client := ownRedis(t)
+		env := setupOwnServer(t)
 		ctx := context.Background()
 		prefix := uniquePrefix()
-		pub := scPublisher(t, client, prefix)
+		pub := scPublisher(t, env.client, prefix)
 		topics := newTopics(n)
 		var sub *redisdelay.Subscriber
 		if c.group {
-			sub = newSubscriber(t, client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
+			sub = newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: prefix, ConsumerGroup: "g", DisableScheduler: true})
 			for _, tp := range topics {
 				ch := subscribe(t, sub, tp)
 				go func() {
@@ -71,13 +71,13 @@ func TestFigures_ScheduleTickCost(t *testing.T) {
 		for i, tp := range topics {
 			require.NoError(t, pub.Schedule(ctx, redisdelay.Schedule{ID: "s" + strconv.Itoa(i), Spec: "@every 1s", Topic: tp, Overlap: c.overlap}))
 		}
-		mgr := runManager(t, client, redisdelay.ManagerConfig{KeyPrefix: prefix})
+		mgr := runManager(t, env.client, redisdelay.ManagerConfig{KeyPrefix: prefix})
 		time.Sleep(3 * time.Second)
-		before := commandCalls(t, client)
+		before := commandCalls(t, env.server)
 		time.Sleep(window)
-		per := float64(commandCalls(t, client)-before) / (n * window.Seconds())
+		per := float64(commandCalls(t, env.server)-before) / (n * window.Seconds())
 		var skipped int64
-		all, err := newInspectorPrefix(t, client, prefix).Schedules(ctx)
+		all, err := newInspectorPrefix(t, env.client, prefix).Schedules(ctx)
 		require.NoError(t, err)
 		for _, s := range all {
 			skipped += s.Skipped

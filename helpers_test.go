@@ -42,16 +42,14 @@ func delayed(d delay.Delay, payload string) *message.Message {
 var logger = testkit.Logger
 
 func newPubSub(t *testing.T, group string, configure ...func(*redisdelay.SubscriberConfig)) (*redisdelay.Publisher, *redisdelay.Subscriber) {
-	client := newClient(t)
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
-	require.NoError(t, err)
-	config := redisdelay.SubscriberConfig{Client: client, ConsumerGroup: group}
+	env := setup(t)
+	config := redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: group}
 	for _, c := range configure {
 		c(&config)
 	}
 	sub, err := redisdelay.NewSubscriber(config, logger)
 	require.NoError(t, err)
-	return pub, sub
+	return env.pub, sub
 }
 
 // features is what the adapter honestly claims: consumer groups, persistence,
@@ -425,4 +423,34 @@ func setupPrefixed(t *testing.T, prefix string) *prefixedEnv {
 	e.insp, err = redisdelay.NewInspector(redisdelay.InspectorConfig{Client: e.client, KeyPrefix: prefix})
 	require.NoError(t, err)
 	return &prefixedEnv{env: e, prefix: prefix}
+}
+
+// setupUnreachable returns a test's env on a client of an address nothing
+// listens on (port 1), without retries and with a short dial timeout: each
+// call fails at once, as when Redis is down. The client is closed when the
+// test ends.
+func setupUnreachable(t *testing.T) *env {
+	t.Helper()
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = dead.Close() })
+	return setupOn(t, dead)
+}
+
+// ownServerEnv is an env on a redis-server of the test's own (ownRedis),
+// for tests that change its settings (maxmemory, its policy, users) or
+// count its commands, which the shared test server's other tests must not
+// see nor disturb. server is the env's client as the *redis.Client it is,
+// for what concerns the whole server: its settings (CONFIG, ACL), figures
+// (INFO) and address.
+type ownServerEnv struct {
+	*env
+	server *redis.Client
+}
+
+// setupOwnServer returns a test's env on a server of its own started with
+// args (redis-server options), stopped when the test ends.
+func setupOwnServer(t *testing.T, args ...string) *ownServerEnv {
+	t.Helper()
+	server := ownRedis(t, args...)
+	return &ownServerEnv{env: setupOn(t, server), server: server}
 }

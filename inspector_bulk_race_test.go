@@ -85,16 +85,23 @@ func bulkRaceFixture(t *testing.T, pub *redisdelay.Publisher, tp string, n int, 
 	return a, b
 }
 
-// bulkRace publishes bulkRaceFixture's messages, 1,000 more than
-// partitions × 1,000 (so each partition takes more than a batch), to a new
-// topic of parts partitions.
-func bulkRace(t *testing.T, parts int, keyed bool) (client redis.UniversalClient, tp string, insp *redisdelay.Inspector, match, other []string) {
+// bulkEnv is what the bulk race tests start with: an env whose topic has
+// parts partitions and holds bulkRaceFixture's messages, match (tenant a,
+// what the runs select) and other (tenant b).
+type bulkEnv struct {
+	*env
+	match, other []string
+}
+
+// setupBulkRace returns a test's bulkEnv: bulkRaceFixture's messages,
+// 1,000 more than partitions × 1,000 (so each partition takes more than a
+// batch), published by its pub, a Publisher of parts partitions.
+func setupBulkRace(t *testing.T, parts int, keyed bool) *bulkEnv {
 	t.Helper()
-	client = newClient(t)
-	tp = topic()
-	insp = newInspector(t, client)
-	match, other = bulkRaceFixture(t, newPartitionedPublisher(t, client, parts), tp, 1000*(parts+1), keyed)
-	return client, tp, insp, match, other
+	e := setup(t)
+	e.pub = newPartitionedPublisher(t, e.client, parts)
+	match, other := bulkRaceFixture(t, e.pub, e.topic, 1000*(parts+1), keyed)
+	return &bulkEnv{env: e, match: match, other: other}
 }
 
 var tenantA = redisdelay.Filter{Metadata: map[string]string{"tenant": "a"}}
@@ -137,19 +144,19 @@ func checkBulkDone(t *testing.T, a bulkAction, insp *redisdelay.Inspector, tp st
 // the run still acts on every match, in one partition or several.
 func TestBulk_FarUnpackedDuringRun(t *testing.T) {
 	eachBulkCase(t, func(t *testing.T, a bulkAction, parts int) {
-		client, tp, insp, match, other := bulkRace(t, parts, false)
+		env := setupBulkRace(t, parts, false)
 		var once sync.Once
-		p, err := a.run(context.Background(), insp, tp, tenantA, redisdelay.BulkOptions{Progress: func(p redisdelay.BulkProgress) {
+		p, err := a.run(context.Background(), env.insp, env.topic, tenantA, redisdelay.BulkOptions{Progress: func(p redisdelay.BulkProgress) {
 			once.Do(func() {
 				require.NotEmpty(t, p.Cursor, "more batches to come")
-				unpackAll(t, client, tp, parts)
+				unpackAll(t, env.client, env.topic, parts)
 			})
 		}})
 		require.NoError(t, err)
 		assert.Empty(t, p.Cursor)
-		assert.EqualValues(t, len(match), p.Done)
+		assert.EqualValues(t, len(env.match), p.Done)
 		assert.Equal(t, p.Matched, p.Done)
-		checkBulkDone(t, a, insp, tp, match, other)
+		checkBulkDone(t, a, env.insp, env.topic, env.match, env.other)
 	})
 }
 
@@ -172,20 +179,20 @@ func eachBulkCase(t *testing.T, test func(t *testing.T, a bulkAction, parts int)
 // the dashboard's stepped runs) acts on every match.
 func TestBulk_ResumedAfterUnpack(t *testing.T) {
 	eachBulkCase(t, func(t *testing.T, a bulkAction, parts int) {
-		client, tp, insp, match, other := bulkRace(t, parts, false)
+		env := setupBulkRace(t, parts, false)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		p, err := a.run(ctx, insp, tp, tenantA, redisdelay.BulkOptions{Progress: func(redisdelay.BulkProgress) { cancel() }})
+		p, err := a.run(ctx, env.insp, env.topic, tenantA, redisdelay.BulkOptions{Progress: func(redisdelay.BulkProgress) { cancel() }})
 		require.ErrorIs(t, err, context.Canceled)
 		require.NotEmpty(t, p.Cursor)
-		require.Less(t, p.Done, int64(len(match)), "stopped part way")
+		require.Less(t, p.Done, int64(len(env.match)), "stopped part way")
 
-		unpackAll(t, client, tp, parts)
-		q, err := a.run(context.Background(), insp, tp, tenantA, redisdelay.BulkOptions{Cursor: p.Cursor})
+		unpackAll(t, env.client, env.topic, parts)
+		q, err := a.run(context.Background(), env.insp, env.topic, tenantA, redisdelay.BulkOptions{Cursor: p.Cursor})
 		require.NoError(t, err)
 		assert.Empty(t, q.Cursor)
-		assert.EqualValues(t, len(match), p.Done+q.Done, "each match once, across the two runs")
-		checkBulkDone(t, a, insp, tp, match, other)
+		assert.EqualValues(t, len(env.match), p.Done+q.Done, "each match once, across the two runs")
+		checkBulkDone(t, a, env.insp, env.topic, env.match, env.other)
 	})
 }
 
@@ -204,14 +211,14 @@ func TestBulk_MovedInWaitingSetDuringRun(t *testing.T) { movedDuringRun(t, true)
 func movedDuringRun(t *testing.T, keyed bool) {
 	eachBulkCase(t, func(t *testing.T, a bulkAction, parts int) {
 		ctx := context.Background()
-		client, tp, insp, match, other := bulkRace(t, parts, keyed)
+		env := setupBulkRace(t, parts, keyed)
 		gone := map[string]bool{}
 		var once sync.Once
-		p, err := a.run(ctx, insp, tp, tenantA, redisdelay.BulkOptions{Progress: func(redisdelay.BulkProgress) {
+		p, err := a.run(ctx, env.insp, env.topic, tenantA, redisdelay.BulkOptions{Progress: func(redisdelay.BulkProgress) {
 			once.Do(func() {
 				var left []string
-				for _, id := range match {
-					if done, _ := a.done(t, insp, tp, id); !done {
+				for _, id := range env.match {
+					if done, _ := a.done(t, env.insp, env.topic, id); !done {
 						left = append(left, id)
 					}
 				}
@@ -221,20 +228,20 @@ func movedDuringRun(t *testing.T, keyed bool) {
 					var err error
 					switch {
 					case k < 20: // cancelled by someone else
-						ok, err = insp.Cancel(ctx, tp, id)
+						ok, err = env.insp.Cancel(ctx, env.topic, id)
 						gone[id] = true
 					case k < 40: // due now, then promoted
-						ok, err = insp.Reschedule(ctx, tp, id, time.Now().Add(-time.Second))
+						ok, err = env.insp.Reschedule(ctx, env.topic, id, time.Now().Add(-time.Second))
 						gone[id] = true
 					default: // earlier than every message read so far
-						ok, err = insp.Reschedule(ctx, tp, id, time.Now().Add(30*time.Minute+time.Duration(k)*time.Millisecond))
+						ok, err = env.insp.Reschedule(ctx, env.topic, id, time.Now().Add(30*time.Minute+time.Duration(k)*time.Millisecond))
 					}
 					require.NoError(t, err)
 					require.True(t, ok)
 				}
 				var promoted int64
 				for part := range parts {
-					n, err := redisdelay.PromoteNow(ctx, client, tp, part)
+					n, err := redisdelay.PromoteNow(ctx, env.client, env.topic, part)
 					require.NoError(t, err)
 					promoted += n
 				}
@@ -244,15 +251,15 @@ func movedDuringRun(t *testing.T, keyed bool) {
 		require.NoError(t, err)
 		assert.Empty(t, p.Cursor)
 		var still []string
-		for _, id := range match {
+		for _, id := range env.match {
 			if !gone[id] {
 				still = append(still, id)
 			}
 		}
 		assert.EqualValues(t, len(still), p.Done, "every match still waiting, once")
-		checkBulkDone(t, a, insp, tp, still, other)
+		checkBulkDone(t, a, env.insp, env.topic, still, env.other)
 		for id := range gone {
-			_, ok, err := insp.FindWaiting(ctx, tp, id)
+			_, ok, err := env.insp.FindWaiting(ctx, env.topic, id)
 			require.NoError(t, err)
 			assert.False(t, ok)
 		}

@@ -237,8 +237,9 @@ func TestInspector_RunNow(t *testing.T) {
 
 func TestInspector_Servers(t *testing.T) {
 	t.Parallel()
+	env := setup(t)
 	ctx := context.Background()
-	servers, err := newInspector(t, newClient(t)).Servers(ctx)
+	servers, err := env.insp.Servers(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, servers)
 	for _, s := range servers {
@@ -248,17 +249,16 @@ func TestInspector_Servers(t *testing.T) {
 	}
 
 	needSingle(t, "its own server, to set the policy")
-	own := ownRedis(t)
-	insp := newInspector(t, own)
-	require.NoError(t, own.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
-	servers, err = insp.Servers(ctx)
+	own := setupOwnServer(t)
+	require.NoError(t, own.server.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	servers, err = own.insp.Servers(ctx)
 	require.NoError(t, err)
 	require.Len(t, servers, 1)
 	assert.Equal(t, "allkeys-lru", servers[0].MaxMemoryPolicy)
 	assert.Contains(t, servers[0].Warning, "lost without an error")
 	assert.Contains(t, servers[0].Warning, "maxmemory is not set")
-	require.NoError(t, own.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
-	servers, err = insp.Servers(ctx)
+	require.NoError(t, own.server.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	servers, err = own.insp.Servers(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, servers[0].Warning)
 

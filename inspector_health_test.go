@@ -159,26 +159,23 @@ func TestHealth_SchedulerNotRunning(t *testing.T) {
 
 func TestHealth_Errors(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
-	insp := newInspector(t, client)
-	_, err := insp.Health(context.Background(), redisdelay.HealthConfig{StuckAfter: -time.Second})
+	env := setup(t)
+	_, err := env.insp.Health(context.Background(), redisdelay.HealthConfig{StuckAfter: -time.Second})
 	assert.ErrorContains(t, err, "must not be negative")
-	_, err = insp.Health(context.Background(), redisdelay.HealthConfig{Topics: []string{"a{b"}})
+	_, err = env.insp.Health(context.Background(), redisdelay.HealthConfig{Topics: []string{"a{b"}})
 	assert.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
-	_, err = insp.Overdue(context.Background(), "")
+	_, err = env.insp.Overdue(context.Background(), "")
 	assert.ErrorIs(t, err, redisdelay.ErrInvalidTopic)
 
-	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	t.Cleanup(func() { _ = dead.Close() })
-	deadInsp := newInspector(t, dead)
+	dead := setupUnreachable(t)
 	for _, topics := range [][]string{{"a"}, nil} {
-		_, err = deadInsp.Health(context.Background(), redisdelay.HealthConfig{Topics: topics})
+		_, err = dead.insp.Health(context.Background(), redisdelay.HealthConfig{Topics: topics})
 		assert.Error(t, err)
 	}
-	_, err = deadInsp.Overdue(context.Background(), "a")
+	_, err = dead.insp.Overdue(context.Background(), "a")
 	assert.Error(t, err)
 
-	srv := httptest.NewServer(redisdelay.HealthHandler(deadInsp, redisdelay.HealthConfig{Topics: []string{"a"}}, time.Second))
+	srv := httptest.NewServer(redisdelay.HealthHandler(dead.insp, redisdelay.HealthConfig{Topics: []string{"a"}}, time.Second))
 	defer srv.Close()
 	res, err := http.Get(srv.URL)
 	require.NoError(t, err)
@@ -262,37 +259,35 @@ func settled(t *testing.T, client *redis.Client) int64 {
 // commands, however many topics there are. Inspector.Health, the full
 // check, reads them in pipelines.
 func TestHealth_HandlerIsCheapWithManyIdleTopics(t *testing.T) {
-	client := ownRedis(t)
+	env := setupOwnServer(t)
 	ctx := context.Background()
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
-	require.NoError(t, err)
 	// Every request finds the report old and starts a check: the worst case.
-	srv := httptest.NewServer(redisdelay.HealthHandler(insp, redisdelay.HealthConfig{CheckEvery: time.Nanosecond}, 0))
+	srv := httptest.NewServer(redisdelay.HealthHandler(env.insp, redisdelay.HealthConfig{CheckEvery: time.Nanosecond}, 0))
 	defer srv.Close()
 
 	created := 0
 	for _, n := range []int{2_000, 10_000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			start := time.Now()
-			idleTopics(t, client, created, n)
+			idleTopics(t, env.client, created, n)
 			created = n
 			t.Logf("%d idle topics created in %s", n, time.Since(start).Round(time.Millisecond))
 
-			before := commandsProcessed(t, client)
+			before := commandsProcessed(t, env.server)
 			start = time.Now()
-			rep, err := insp.Health(ctx, redisdelay.HealthConfig{})
+			rep, err := env.insp.Health(ctx, redisdelay.HealthConfig{})
 			took := time.Since(start)
 			require.NoError(t, err)
 			assert.True(t, rep.Healthy, "%+v", rep.Problems)
 			assert.Equal(t, n, rep.Topics)
-			t.Logf("Inspector.Health at %d topics: %s, %d Redis commands", n, took.Round(time.Millisecond), commandsProcessed(t, client)-before-1)
+			t.Logf("Inspector.Health at %d topics: %s, %d Redis commands", n, took.Round(time.Millisecond), commandsProcessed(t, env.server)-before-1)
 
 			var most int64
 			var slowest time.Duration
 			for i := 0; ; i++ {
-				before := commandsProcessed(t, client)
+				before := commandsProcessed(t, env.server)
 				status, body, took := healthGet(t, srv.URL)
-				cmds := settled(t, client) - before
+				cmds := settled(t, env.server) - before
 				most, slowest = max(most, cmds), max(slowest, took)
 				assert.Equal(t, http.StatusOK, status, "healthy idle topics answered %v", body)
 				if body["topics"] == float64(n) {
@@ -341,10 +336,10 @@ func TestHealth_HandlerErrors(t *testing.T) {
 // A server whose ACL denies INFO: the eviction policy cannot be told, and
 // is not a problem.
 func TestHealth_InfoDeniedSkipsTheEvictionCheck(t *testing.T) {
-	admin := ownRedis(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	env := setupOwnServer(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
 	ctx := context.Background()
-	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-info").Err())
-	client := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: "app", Password: "pw"})
+	require.NoError(t, env.server.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-info").Err())
+	client := redis.NewClient(&redis.Options{Addr: env.server.Options().Addr, Username: "app", Password: "pw"})
 	t.Cleanup(func() { _ = client.Close() })
 	require.ErrorContains(t, client.Info(ctx, "memory").Err(), "NOPERM")
 	insp := newInspector(t, client)

@@ -54,9 +54,9 @@ func (l *countingLogger) count() int {
 func TestLogVolume_WhileRedisDown(t *testing.T) {
 	t.Parallel()
 	proxy := newFaultProxy(t)
-	client := proxy.client(t)
+	env := setupOn(t, proxy.client(t))
 	log := &countingLogger{}
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g",
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g",
 		CheckInterval: 200 * time.Millisecond, BlockTime: 100 * time.Millisecond}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
@@ -83,17 +83,16 @@ func TestLogVolume_WhileRedisDown(t *testing.T) {
 // A Subscriber whose go-redis client was closed under it stops: its
 // channel closes and the cause is logged once.
 func TestLogVolume_ClosedClientEndsSubscription(t *testing.T) {
-	client := openClient("")
+	env := setupOn(t, openClient(""))
 	log := &countingLogger{}
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g",
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g",
 		CheckInterval: 200 * time.Millisecond, BlockTime: 100 * time.Millisecond}, log)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
-	tp := topic()
-	ch := subscribe(t, sub, tp)
+	ch := subscribe(t, sub, env.topic)
 	ch2 := subscribe(t, sub, topic())
 	time.Sleep(300 * time.Millisecond)
-	require.NoError(t, client.Close())
+	require.NoError(t, env.client.Close())
 	for _, c := range []<-chan *message.Message{ch, ch2} {
 		select {
 		case _, ok := <-c:
@@ -119,16 +118,16 @@ func TestLogVolume_ClosedClientEndsSubscription(t *testing.T) {
 
 // A Manager whose client is closed under it stops Run with an error.
 func TestLogVolume_ClosedClientEndsManager(t *testing.T) {
-	client := openClient("")
+	env := setupOn(t, openClient(""))
 	log := &countingLogger{}
-	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic()},
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: env.client, Topics: []string{env.topic},
 		CheckInterval: 100 * time.Millisecond}, log)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Run(context.Background()) }()
 	<-mgr.Running()
 	time.Sleep(200 * time.Millisecond)
-	require.NoError(t, client.Close())
+	require.NoError(t, env.client.Close())
 	select {
 	case err := <-done:
 		require.Error(t, err)

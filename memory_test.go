@@ -43,11 +43,10 @@ func memoryInfo(t *testing.T, client *redis.Client, field string) int64 {
 // memory, so everything published is delivered and Publish works again.
 func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
 	t.Parallel()
-	client := ownRedis(t, "--maxmemory-policy", "noeviction")
+	env := setupOwnServer(t, "--maxmemory-policy", "noeviction")
 	ctx := context.Background()
-	topic := topic()
 
-	mgrConfig := redisdelay.ManagerConfig{Client: client, Topics: []string{topic},
+	mgrConfig := redisdelay.ManagerConfig{Client: env.client, Topics: []string{env.topic},
 		CheckInterval: 100 * time.Millisecond, TrimInterval: 100 * time.Millisecond}
 	mgr, err := redisdelay.NewManager(mgrConfig, logger)
 	require.NoError(t, err)
@@ -56,17 +55,15 @@ func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
 	<-mgr.Running()
 
 	// Subscribers schedule nothing themselves: the Manager has to drain.
-	subConfig := redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g", DisableScheduler: true}
+	subConfig := redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g", DisableScheduler: true}
 	first, err := redisdelay.NewSubscriber(subConfig, logger)
 	require.NoError(t, err)
-	require.NoError(t, first.SubscribeInitialize(topic))
+	require.NoError(t, first.SubscribeInitialize(env.topic))
 	require.NoError(t, first.Close())
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, logger)
-	require.NoError(t, err)
 
 	// Fill a small maxmemory with messages all due at the same time, later.
-	used := memoryInfo(t, client, "used_memory")
-	require.NoError(t, client.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+4<<20, 10)).Err())
+	used := memoryInfo(t, env.server, "used_memory")
+	require.NoError(t, env.server.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+4<<20, 10)).Err())
 	due := time.Now().Add(3 * time.Second)
 	payload := strings.Repeat("x", 1000)
 	var sent []string
@@ -77,7 +74,7 @@ func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
 			batch[i] = message.NewMessage(watermill.NewUUID(), []byte(payload))
 			delay.Message(batch[i], delay.Until(due))
 		}
-		if full = pub.Publish(topic, batch...); full == nil {
+		if full = env.pub.Publish(env.topic, batch...); full == nil {
 			for _, m := range batch {
 				sent = append(sent, m.UUID)
 			}
@@ -89,10 +86,10 @@ func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
 	// The refused call's own arguments took the last bytes: without them
 	// memory may be just below the limit again. Below what is used, it
 	// stays full until something is freed.
-	limit := memoryInfo(t, client, "used_memory") - 256<<10
-	require.NoError(t, client.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err())
+	limit := memoryInfo(t, env.server, "used_memory") - 256<<10
+	require.NoError(t, env.server.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err())
 	t.Logf("memory full after %d messages (maxmemory %d bytes)", len(sent), limit)
-	require.ErrorContains(t, client.SAdd(ctx, "probe", "x").Err(), "OOM", "memory is not full")
+	require.ErrorContains(t, env.client.SAdd(ctx, "probe", "x").Err(), "OOM", "memory is not full")
 	// A subscriber (re)starting at full memory joins its group; a topic
 	// new to Redis cannot be registered.
 	sub, err := redisdelay.NewSubscriber(subConfig, logger)
@@ -100,7 +97,7 @@ func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Close() })
 	_, err = sub.Subscribe(ctx, "new-topic")
 	require.ErrorContains(t, err, `redisdelay: register topic "new-topic": OOM command not allowed`)
-	ch, err := sub.Subscribe(ctx, topic)
+	ch, err := sub.Subscribe(ctx, env.topic)
 	require.NoError(t, err, "a subscriber could not start at full memory")
 	var (
 		mu  sync.Mutex
@@ -135,10 +132,10 @@ func TestMemory_FullMemoryStillDrainsDueMessages(t *testing.T) {
 
 	// Acknowledged entries are trimmed, so memory frees up and Publish works.
 	require.Eventually(t, func() bool {
-		return pub.Publish(topic, delayed(delay.For(time.Hour), "after")) == nil
+		return env.pub.Publish(env.topic, delayed(delay.For(time.Hour), "after")) == nil
 	}, 10*time.Second, 100*time.Millisecond, "Publish still fails: acknowledged messages were not trimmed")
 	require.Eventually(t, func() bool {
-		n, err := client.XLen(ctx, shardOf(topic, 0).Stream()).Result()
+		n, err := env.client.XLen(ctx, shardOf(env.topic, 0).Stream()).Result()
 		return err == nil && n < int64(len(sent)/2)
 	}, 5*time.Second, 50*time.Millisecond, "the acknowledged entries of the ready stream were not trimmed")
 }
@@ -186,17 +183,15 @@ func evictionLogs(t *testing.T, client redis.UniversalClient) []string {
 // A maxmemory policy that evicts the library's keys is logged when a
 // scheduler starts, and one that evicts messages is a Health problem.
 func TestMemory_EvictionPolicyIsWarnedAndReported(t *testing.T) {
-	client := ownRedis(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	env := setupOwnServer(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
 	ctx := context.Background()
-	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
-	require.NoError(t, err)
 
-	logs := evictionLogs(t, client)
+	logs := evictionLogs(t, env.client)
 	require.Len(t, logs, 1)
 	assert.Contains(t, logs[0], "maxmemory-policy allkeys-lru")
 	assert.Contains(t, logs[0], "messages")
 	assert.Contains(t, logs[0], "set maxmemory-policy noeviction")
-	rep, err := insp.Health(ctx, redisdelay.HealthConfig{})
+	rep, err := env.insp.Health(ctx, redisdelay.HealthConfig{})
 	require.NoError(t, err)
 	assert.False(t, rep.Healthy)
 	require.Len(t, rep.Problems, 1)
@@ -205,7 +200,7 @@ func TestMemory_EvictionPolicyIsWarnedAndReported(t *testing.T) {
 	assert.Equal(t, logs[0], "redisdelay: WARNING: "+rep.Problems[0].Detail)
 	t.Log(rep.Problems[0].Detail)
 
-	srv := httptest.NewServer(redisdelay.HealthHandler(insp, redisdelay.HealthConfig{}, 0))
+	srv := httptest.NewServer(redisdelay.HealthHandler(env.insp, redisdelay.HealthConfig{}, 0))
 	defer srv.Close()
 	status, body, _ := healthGet(t, srv.URL)
 	assert.Equal(t, http.StatusServiceUnavailable, status)
@@ -213,20 +208,20 @@ func TestMemory_EvictionPolicyIsWarnedAndReported(t *testing.T) {
 
 	// volatile-*: only the keys that expire (leases, ordered ownerships);
 	// logged, not a Health problem.
-	require.NoError(t, client.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err())
-	logs = evictionLogs(t, client)
+	require.NoError(t, env.server.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err())
+	logs = evictionLogs(t, env.client)
 	require.Len(t, logs, 1)
 	assert.Contains(t, logs[0], "maxmemory-policy volatile-lru")
 	assert.Contains(t, logs[0], "ordered")
 	t.Log(logs[0])
-	rep, err = insp.Health(ctx, redisdelay.HealthConfig{})
+	rep, err = env.insp.Health(ctx, redisdelay.HealthConfig{})
 	require.NoError(t, err)
 	assert.True(t, rep.Healthy, "%+v", rep.Problems)
 
 	// Without maxmemory nothing is evicted, whatever the policy.
-	require.NoError(t, client.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
-	require.NoError(t, client.ConfigSet(ctx, "maxmemory", "0").Err())
-	rep, err = insp.Health(ctx, redisdelay.HealthConfig{})
+	require.NoError(t, env.server.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	require.NoError(t, env.server.ConfigSet(ctx, "maxmemory", "0").Err())
+	rep, err = env.insp.Health(ctx, redisdelay.HealthConfig{})
 	require.NoError(t, err)
 	assert.True(t, rep.Healthy, "%+v", rep.Problems)
 }
@@ -237,18 +232,17 @@ func TestMemory_MeasureAllkeysLRULoss(t *testing.T) {
 	if os.Getenv("REDISDELAY_TEST_MEASURE") == "" {
 		t.Skip("a measurement: set REDISDELAY_TEST_MEASURE=1 to run it")
 	}
-	client := ownRedis(t, "--maxmemory", "8mb", "--maxmemory-policy", "allkeys-lru")
-	topic := topic()
-	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: client, Topics: []string{topic},
+	env := setupOwnServer(t, "--maxmemory", "8mb", "--maxmemory-policy", "allkeys-lru")
+	mgr, err := redisdelay.NewManager(redisdelay.ManagerConfig{Client: env.client, Topics: []string{env.topic},
 		CheckInterval: 100 * time.Millisecond}, nil)
 	require.NoError(t, err)
 	go func() { _ = mgr.Run(context.Background()) }()
 	t.Cleanup(func() { _ = mgr.Close() })
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ConsumerGroup: "g", DisableScheduler: true}, nil)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: env.client, ConsumerGroup: "g", DisableScheduler: true}, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
-	ch := subscribe(t, sub, topic)
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, nil)
+	ch := subscribe(t, sub, env.topic)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client}, nil)
 	require.NoError(t, err)
 
 	const n = 20_000
@@ -261,7 +255,7 @@ func TestMemory_MeasureAllkeysLRULoss(t *testing.T) {
 			batch[k] = message.NewMessage(watermill.NewUUID(), []byte(payload))
 			delay.Message(batch[k], delay.Until(due))
 		}
-		if pub.Publish(topic, batch...) != nil {
+		if pub.Publish(env.topic, batch...) != nil {
 			failed += len(batch)
 		}
 	}

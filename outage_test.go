@@ -26,32 +26,31 @@ import (
 func TestLifecycle_PublishFailsBoundedWhenRedisIsUnreachable(t *testing.T) {
 	t.Parallel()
 	proxy := newFaultProxy(t)
-	client := proxy.client(t)
-	topic := topic()
+	env := setupOn(t, proxy.client(t))
 	const timeout = 500 * time.Millisecond
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, PublishTimeout: timeout}, logger)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client, PublishTimeout: timeout}, logger)
 	require.NoError(t, err)
-	patient, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, PublishTimeout: time.Minute}, logger)
+	patient, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client, PublishTimeout: time.Minute}, logger)
 	require.NoError(t, err)
-	require.NoError(t, pub.Publish(topic, newMessage("before")))
-	require.NoError(t, patient.Publish(topic, newMessage("before")))
+	require.NoError(t, pub.Publish(env.topic, newMessage("before")))
+	require.NoError(t, patient.Publish(env.topic, newMessage("before")))
 
 	publish := func(p *redisdelay.Publisher, msg *message.Message) (error, time.Duration) {
 		start := time.Now()
-		err := p.Publish(topic, msg)
+		err := p.Publish(env.topic, msg)
 		return err, time.Since(start)
 	}
 	check := func(t *testing.T, err error, took, bound time.Duration) {
 		t.Helper()
 		require.Error(t, err)
-		require.ErrorContains(t, err, topic)
+		require.ErrorContains(t, err, env.topic)
 		assert.True(t, isUnreachableCause(err), "the error does not wrap its cause: %#v", err)
 		assert.Less(t, took, bound, "Publish took too long: %v", err)
 		t.Logf("failed after %s: %v", took, err)
 	}
 	resumed := func(t *testing.T) {
 		t.Helper()
-		require.Eventually(t, func() bool { return pub.Publish(topic, newMessage("after")) == nil },
+		require.Eventually(t, func() bool { return pub.Publish(env.topic, newMessage("after")) == nil },
 			5*time.Second, 50*time.Millisecond, "Publish does not work again after Redis is back")
 	}
 
@@ -95,21 +94,19 @@ func TestLifecycle_PublishFailsBoundedWhenRedisIsUnreachable(t *testing.T) {
 func TestLifecycle_SubscriberAndSchedulerResumeAfterRedisOutage(t *testing.T) {
 	t.Parallel()
 	proxy := newFaultProxy(t)
-	topic := topic()
-	direct := newClient(t)
-	pub := newPublisher(t, direct) // straight to Redis
+	env := setup(t) // its client and pub go straight to Redis
 	sub := newSubscriber(t, proxy.client(t), redisdelay.SubscriberConfig{
 		ConsumerGroup: "g", CheckInterval: 200 * time.Millisecond, CloseTimeout: time.Second,
 	})
-	ch := subscribe(t, sub, topic)
+	ch := subscribe(t, sub, env.topic)
 	first := newMessage("first")
-	require.NoError(t, pub.Publish(topic, first))
+	require.NoError(t, env.pub.Publish(env.topic, first))
 	receive(t, ch, 2*time.Second).Ack()
 	time.Sleep(100 * time.Millisecond) // the subscription is back in its blocking read
 
 	want := map[string]string{}
 	publish := func(msg *message.Message) {
-		require.NoError(t, pub.Publish(topic, msg))
+		require.NoError(t, env.pub.Publish(env.topic, msg))
 		want[msg.UUID] = string(msg.Payload)
 	}
 	publish(delayed(delay.For(700*time.Millisecond), "due during the outage"))
@@ -145,8 +142,8 @@ func TestLifecycle_SubscriberAndSchedulerResumeAfterRedisOutage(t *testing.T) {
 					missing = append(missing, p)
 				}
 			}
-			pending, _ := direct.XPendingExt(context.Background(), &redis.XPendingExtArgs{
-				Stream: shardOf(topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 100,
+			pending, _ := env.client.XPendingExt(context.Background(), &redis.XPendingExtArgs{
+				Stream: shardOf(env.topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 100,
 			}).Result()
 			t.Fatalf("after the outage: missing %q; pending in the ready stream: %+v", missing, pending)
 		}
@@ -174,16 +171,14 @@ func TestLifecycle_ReadReplyLostInTransitIsStillDelivered(t *testing.T) {
 	for _, pooled := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pooled=%v", pooled), func(t *testing.T) {
 			t.Parallel()
-			readReplyLost(t, pooled)
+			env := setup(t)
+			readReplyLost(t, env, pooled)
 		})
 	}
 }
 
-func readReplyLost(t *testing.T, pooled bool) {
+func readReplyLost(t *testing.T, env *env, pooled bool) {
 	proxy := newFaultProxy(t)
-	topic := topic()
-	direct := newClient(t)
-	pub := newPublisher(t, direct)
 	const visibility = time.Second
 	var client redis.UniversalClient = proxy.client(t)
 	if pooled {
@@ -194,8 +189,8 @@ func readReplyLost(t *testing.T, pooled bool) {
 		BlockTime:    3 * time.Second, // the read is surely blocked when the connection breaks
 		CloseTimeout: time.Second,
 	})
-	ch := subscribe(t, sub, topic)
-	require.NoError(t, pub.Publish(topic, newMessage("first")))
+	ch := subscribe(t, sub, env.topic)
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("first")))
 	receive(t, ch, 2*time.Second).Ack()
 	time.Sleep(200 * time.Millisecond) // back in the blocking read
 
@@ -203,7 +198,7 @@ func readReplyLost(t *testing.T, pooled bool) {
 	// serves the blocked read, whose reply is lost on the way.
 	proxy.cut(500 * time.Millisecond)
 	lost := newMessage("reply lost")
-	require.NoError(t, pub.Publish(topic, lost))
+	require.NoError(t, env.pub.Publish(env.topic, lost))
 	time.Sleep(100 * time.Millisecond)
 	proxy.restore(t)
 
@@ -213,8 +208,8 @@ func readReplyLost(t *testing.T, pooled bool) {
 		assert.Equal(t, lost.UUID, m.UUID)
 		m.Ack()
 	case <-time.After(3*visibility + 2*time.Second):
-		pending, _ := direct.XPendingExt(context.Background(), &redis.XPendingExtArgs{
-			Stream: shardOf(topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 10,
+		pending, _ := env.client.XPendingExt(context.Background(), &redis.XPendingExtArgs{
+			Stream: shardOf(env.topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 10,
 		}).Result()
 		t.Fatalf("message never delivered (%s after the outage, VisibilityTimeout %s); "+
 			"pending in the ready stream: %+v", 3*visibility+2*time.Second, visibility, pending)

@@ -321,11 +321,11 @@ func TestPubSub_Partitioned(t *testing.T) {
 	f := features(true, false)
 	f.GuaranteedOrder, f.GuaranteedOrderWithSingleSubscriber = false, false
 	newPS := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
-		client := newClient(t)
-		pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, Partitions: 3}, logger)
+		env := setup(t)
+		pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client, Partitions: 3}, logger)
 		require.NoError(t, err)
 		sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{
-			Client: client, ConsumerGroup: group, Partitions: 3, CloseTimeout: 100 * time.Millisecond}, logger)
+			Client: env.client, ConsumerGroup: group, Partitions: 3, CloseTimeout: 100 * time.Millisecond}, logger)
 		require.NoError(t, err)
 		return pub, sub
 	}

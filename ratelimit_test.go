@@ -91,6 +91,7 @@ func TestRateLimit_BusiestSecond(t *testing.T) {
 	for _, subs := range []int{1, 3, 6} {
 		t.Run(fmt.Sprintf("%d subscribers", subs), func(t *testing.T) {
 			t.Parallel()
+			env := setup(t)
 			ctx := context.Background()
 			check := func(phase string, times []time.Time) {
 				t.Helper()
@@ -103,7 +104,7 @@ func TestRateLimit_BusiestSecond(t *testing.T) {
 
 			// A backlog (8 s at the limit) waits for subscribers that start
 			// at once; beside it, subscribers of another topic stay idle.
-			busy, idle := topic(), topic()
+			busy, idle := env.topic, topic()
 			publishBacklog(t, busy, 400)
 			start := time.Now()
 			bg := newRlGroup(t, busy, subs)
@@ -111,10 +112,9 @@ func TestRateLimit_BusiestSecond(t *testing.T) {
 			time.Sleep(3 * time.Second)
 			paused := time.Now()
 
-			insp := newInspector(t, newClient(t))
-			require.NoError(t, insp.Pause(ctx, busy, "g"))
+			require.NoError(t, env.insp.Pause(ctx, busy, "g"))
 			time.Sleep(time.Second)
-			_, err := insp.Resume(ctx, busy, "g")
+			_, err := env.insp.Resume(ctx, busy, "g")
 			require.NoError(t, err)
 			resumed := time.Now()
 			publishBacklog(t, idle, 200)
@@ -133,9 +133,9 @@ func TestFigures_RateLimitAverage(t *testing.T) {
 	if os.Getenv("REDISDELAY_FIGURES") == "" {
 		t.Skip("set REDISDELAY_FIGURES=1")
 	}
-	tp := topic()
-	publishBacklog(t, tp, 12*rlLimit)
-	g := newRlGroup(t, tp, 3)
+	env := setup(t)
+	publishBacklog(t, env.topic, 12*rlLimit)
+	g := newRlGroup(t, env.topic, 3)
 	time.Sleep(11 * time.Second)
 	times := g.between(time.Time{}, time.Now())
 	require.NotEmpty(t, times)

@@ -160,9 +160,9 @@ func TestDelayedRequeuerConfig_Defaults(t *testing.T) {
 // and not after Close; Close may come first, and twice.
 func TestDelayedRequeuer_RunAndClose(t *testing.T) {
 	t.Parallel()
-	client := newClient(t)
+	env := setup(t)
 	newRequeuer := func() *redisdelay.DelayedRequeuer {
-		rq, err := redisdelay.NewDelayedRequeuer(redisdelay.DelayedRequeuerConfig{Client: client, RequeueTopic: topic()}, nil)
+		rq, err := redisdelay.NewDelayedRequeuer(redisdelay.DelayedRequeuerConfig{Client: env.client, RequeueTopic: topic()}, nil)
 		require.NoError(t, err)
 		return rq
 	}

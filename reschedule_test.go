@@ -204,12 +204,11 @@ func TestReschedule_BadInput(t *testing.T) {
 // Redis unreachable: the error names what was being rescheduled.
 func TestReschedule_RedisDown(t *testing.T) {
 	t.Parallel()
-	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	t.Cleanup(func() { _ = dead.Close() })
+	env := setupUnreachable(t)
 	soon := time.Now().Add(time.Minute)
-	_, err := newInspector(t, dead).RescheduleKey(context.Background(), "orders", "k", soon)
+	_, err := env.insp.RescheduleKey(context.Background(), "orders", "k", soon)
 	require.ErrorContains(t, err, `redisdelay: reschedule business key "k" in topic "orders": read the partition counts of 1 topic(s): dial tcp 127.0.0.1:1`)
-	_, err = newPublisher(t, dead).Reschedule(context.Background(), "orders", "id", soon)
+	_, err = env.pub.Reschedule(context.Background(), "orders", "id", soon)
 	require.ErrorContains(t, err, `redisdelay: reschedule message "id" in topic "orders": dial tcp 127.0.0.1:1`)
 }
 

@@ -24,28 +24,27 @@ func TestScriptBound_PriorityFanOutToManyGroups(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a topic of 1,000 consumer groups")
 	}
-	client := singleClient(t, "reads the server's slow log")
+	needSingle(t, "reads the server's slow log")
+	env := setup(t)
 	ctx := context.Background()
-	tp := topic()
 	const groups, msgs = 1000, 256
-	pipe := client.Pipeline()
+	pipe := env.client.Pipeline()
 	for g := range groups {
-		pipe.SAdd(ctx, shardOf(tp, 0).Groups(), "g"+strconv.Itoa(g))
+		pipe.SAdd(ctx, shardOf(env.topic, 0).Groups(), "g"+strconv.Itoa(g))
 	}
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)
-	pub := newPublisher(t, client)
 	for i := range msgs {
-		require.NoError(t, pub.Publish(tp, high(newMessage(strconv.Itoa(i)))))
+		require.NoError(t, env.pub.Publish(env.topic, high(newMessage(strconv.Itoa(i)))))
 	}
-	longest := recordScripts(t, client)
+	longest := recordScripts(t, env.client.(*redis.Client))
 
-	runManager(t, client, redisdelay.ManagerConfig{Topics: []string{tp}, CheckInterval: 100 * time.Millisecond})
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond})
 	counts := func() (total int64, wrong []string) {
-		pipe := client.Pipeline()
+		pipe := env.client.Pipeline()
 		lens := make([]*redis.IntCmd, groups)
 		for g := range groups {
-			lens[g] = pipe.XLen(ctx, shardOf(tp, 0).Redelivery("g"+strconv.Itoa(g)))
+			lens[g] = pipe.XLen(ctx, shardOf(env.topic, 0).Redelivery("g"+strconv.Itoa(g)))
 		}
 		_, _ = pipe.Exec(ctx)
 		for g, l := range lens {
@@ -61,8 +60,8 @@ func TestScriptBound_PriorityFanOutToManyGroups(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // nothing more arrives
 	_, wrong := counts()
 	require.Empty(t, wrong, "each group has each message once")
-	require.Zero(t, client.ZCard(ctx, shardOf(tp, 0).Waiting()).Val())
-	require.Zero(t, client.Exists(ctx, shardOf(tp, 0).Fanout(), shardOf(tp, 0).Prio(), shardOf(tp, 0).Bodies()).Val())
+	require.Zero(t, env.client.ZCard(ctx, shardOf(env.topic, 0).Waiting()).Val())
+	require.Zero(t, env.client.Exists(ctx, shardOf(env.topic, 0).Fanout(), shardOf(env.topic, 0).Prio(), shardOf(env.topic, 0).Bodies()).Val())
 	worst, _ := longest()
 	require.Less(t, worst, scriptTimeBound, "a promote call blocked Redis too long")
 }
@@ -74,15 +73,14 @@ func TestScriptBound_OrderedTakeoverOfLongPendingList(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a pending list of 300,000 entries")
 	}
-	client := singleClient(t, "reads the server's slow log")
+	needSingle(t, "reads the server's slow log")
+	env := setup(t)
 	ctx := context.Background()
-	tp := topic()
 	const pending = 300_000
-	init := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
-	require.NoError(t, init.SubscribeInitialize(tp))
-	pub := newPublisher(t, client)
-	require.NoError(t, pub.Publish(tp, newMessage("0")))
-	stream := shardOf(tp, 0).Stream()
+	init := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true})
+	require.NoError(t, init.SubscribeInitialize(env.topic))
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("0")))
+	stream := shardOf(env.topic, 0).Stream()
 	// A dead owner that read the entries and still holds them.
 	build := redis.NewScript(`
 local e = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
@@ -90,19 +88,19 @@ for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '*', unpack(e[2])) e
 redis.call('XREADGROUP', 'GROUP', 'g', 'dead', 'COUNT', ARGV[1] + 1, 'STREAMS', KEYS[1], '>')
 return 0`)
 	for added := 0; added < pending; added += 10_000 {
-		require.NoError(t, build.Run(ctx, client, []string{stream}, 10_000).Err())
+		require.NoError(t, build.Run(ctx, env.client, []string{stream}, 10_000).Err())
 	}
-	require.NoError(t, client.Set(ctx, shardOf(tp, 0).Owner("g"), "dead", 100*time.Millisecond).Err())
+	require.NoError(t, env.client.Set(ctx, shardOf(env.topic, 0).Owner("g"), "dead", 100*time.Millisecond).Err())
 	deadPending := func() int64 {
-		p, err := client.XPending(ctx, stream, "g").Result()
+		p, err := env.client.XPending(ctx, stream, "g").Result()
 		require.NoError(t, err)
 		return p.Consumers["dead"]
 	}
 	require.EqualValues(t, pending+1, deadPending())
-	longest := recordScripts(t, client)
+	longest := recordScripts(t, env.client.(*redis.Client))
 
-	sub := newSubscriber(t, client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
-	ch := subscribe(t, sub, tp)
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", Ordered: true, BlockTime: 50 * time.Millisecond})
+	ch := subscribe(t, sub, env.topic)
 	require.Eventually(t, func() bool { return deadPending() == 0 }, 30*time.Second, 50*time.Millisecond,
 		"the new owner claims every entry the dead one held")
 	msg := receive(t, ch, 10*time.Second)
