@@ -30,6 +30,18 @@ func locations(t *testing.T, r redisdelay.LocateResult) map[string]redisdelay.Lo
 	return out
 }
 
+// lateGroup makes the consumer group "late" on the env's topic, whose only
+// subscription ended at once: it exists and reads nothing.
+func lateGroup(t *testing.T, env *env) {
+	t.Helper()
+	late := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "late", DisableScheduler: true})
+	ctx, stop := context.WithCancel(context.Background())
+	_, err := late.Subscribe(ctx, env.topic)
+	require.NoError(t, err)
+	stop()
+	require.NoError(t, late.Close())
+}
+
 func TestInspector_LocateEveryState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -37,12 +49,7 @@ func TestInspector_LocateEveryState(t *testing.T) {
 
 	// "late" exists and reads nothing; "crashed" holds the message with
 	// a consumer that died; "g" nacks it (an hour's retry); "d" buries it.
-	late := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "late", DisableScheduler: true})
-	lateCtx, stop := context.WithCancel(ctx)
-	_, err := late.Subscribe(lateCtx, env.topic)
-	require.NoError(t, err)
-	stop()
-	require.NoError(t, late.Close())
+	lateGroup(t, env)
 	held := crashedReadLater(t, env)
 
 	g := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", RetryDelay: func(int) time.Duration { return time.Hour }})
@@ -61,6 +68,7 @@ func TestInspector_LocateEveryState(t *testing.T) {
 
 	for _, by := range []string{"uuid", "key"} {
 		var r redisdelay.LocateResult
+		var err error
 		if by == "uuid" {
 			r, err = env.insp.Locate(ctx, env.topic, msg.UUID)
 		} else {
@@ -164,12 +172,7 @@ func TestInspector_LocateBounded(t *testing.T) {
 	defer redisdelay.SetLocateBudget(3)()
 	ctx := context.Background()
 	env := setup(t)
-	late := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "late", DisableScheduler: true})
-	lateCtx, stop := context.WithCancel(ctx)
-	_, err := late.Subscribe(lateCtx, env.topic)
-	require.NoError(t, err)
-	stop()
-	require.NoError(t, late.Close())
+	lateGroup(t, env)
 	var uuids []string
 	for range 10 {
 		m := newMessage("x")
