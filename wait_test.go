@@ -18,7 +18,7 @@ import (
 	"github.com/redisdelay/watermill-redisdelay"
 )
 
-// Idle subscriptions wait for their partition's bell (internal/consumption/reader.go, store.ReadNew)
+// Idle subscriptions wait for their partition's bell (internal/consumption/fetch.go, store.ReadNew)
 // instead of blocking a connection. Run on Cluster and Sentinel too
 // (.ci/run's REPLICATED_SET): the bell is rung inside scripts on the
 // partition's node and heard on the hub's one pub/sub connection.

@@ -11,7 +11,9 @@ import (
 	"unsafe"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/meta"
 	"github.com/redisdelay/watermill-redisdelay/internal/pause"
@@ -438,4 +440,218 @@ func (c *msgContext) end() {
 	if cancel != nil {
 		cancel()
 	}
+}
+
+// settle runs a nack (or dead-lettering) until Redis takes it, so the next
+// message is delivered only after the previous one is settled (acks are
+// queued instead: see acker.go). It tries at least once;
+// if the subscription ends (ctx) or the client is closed first, the entry
+// stays pending and is handed back or reclaimed: delivered again, never lost.
+func (sub *subscription) settle(ctx context.Context, op func(context.Context) error) {
+	for failures := 1; ; failures++ {
+		opCtx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := op(opCtx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+			sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot settle message; it stays pending and is delivered again", err,
+				sub.fields())
+			return
+		}
+		wait := pause.Backoff(failures, 2*time.Second)
+		sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot settle message; retrying", err,
+			sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
+		pause.Sleep(ctx, wait)
+	}
+}
+
+// notPending logs a settlement of an entry that was no longer pending for
+// the group: reclaimed after its lease ran out, handed back, or settled by a
+// retry whose first reply was lost. In the first two cases it is delivered
+// again.
+func (sub *subscription) notPending(e entry, what string) {
+	sub.s.logger.Info("redisdelay: "+what+" of a message no longer pending (reclaimed or handed back; it may be delivered again)",
+		sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID}))
+}
+
+// nackKind is why an entry is nacked.
+type nackKind int
+
+// settleNack requeues a delivered entry for the group, or buries it in the
+// dead letters when reason is set.
+func (sub *subscription) settleNack(ctx context.Context, e entry, attempt int, delay time.Duration, body []byte, reason string, kind nackKind) error {
+	s := sub.s
+	a := store.NackArgs{
+		Group: s.config.ConsumerGroup, Stream: e.stream, Id: e.msg.ID, Redo: e.redo,
+		Attempt: attempt, Delay: delay, Body: body, Reason: reason, MaxDead: s.config.MaxDeadLetters,
+		KeepAttempt: kind == nackSnoozed,
+	}
+	if kind == nackExpired {
+		a.Attempt-- // the dead letter counts the deliveries it had: not this one
+	}
+	r, err := store.Nack(ctx, s.redis, sub.shard, a)
+	if err != nil {
+		return fmt.Errorf("nack entry %s: %w", e.msg.ID, err)
+	}
+	switch kind {
+	case nackFailed:
+		sub.m.nacked(r.Status)
+	case nackExpired:
+		if r.Status == store.NackBuried {
+			sub.m.expired(true)
+		}
+	}
+	fields := sub.fields().Add(watermill.LogFields{"entry_id": e.msg.ID, "attempt": attempt})
+	switch {
+	case r.Status == store.NackNotPending:
+		sub.notPending(e, "Nack")
+	case r.Status == store.NackBuried && kind == nackExpired:
+		s.logger.Info("redisdelay: message expired; moved to the dead letters", fields.Add(watermill.LogFields{"reason": reason}))
+	case r.Status == store.NackBuried:
+		s.logger.Error("redisdelay: message moved to the dead letters", errors.New(reason), fields)
+	}
+	if r.Evicted > 0 {
+		s.logger.Error("redisdelay: dead letters full (MaxDeadLetters); evicted the oldest", nil,
+			fields.Add(watermill.LogFields{"evicted": r.Evicted}))
+	}
+	return nil
+}
+
+// release hands back to the group everything still pending for this
+// consumer (prefetched, or delivered and not acked) and removes the
+// consumer; or, given an entry to keep (stream index and id), everything
+// but that entry, leaving the consumer in place. Errors are logged.
+// releaseBatch is how many entries per stream one release.lua call hands
+// back: a bounded call (grouped messages cost more, see fair.lua).
+const releaseBatch = 256
+
+func (sub *subscription) release(keepStream, keepID string) error {
+	s := sub.s
+	group := s.config.ConsumerGroup
+	fields := sub.fields()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	for {
+		r, err := store.Release(ctx, s.redis, sub.shard, group, sub.consumer, releaseBatch, keepStream, keepID)
+		if err != nil {
+			if !store.IsClientClosed(err) {
+				s.logger.Error("redisdelay: cannot hand back pending messages; they stay with this consumer until read again or reclaimed", err, fields)
+			}
+			return err
+		}
+		if r.Missing > 0 {
+			s.logger.Error("redisdelay: pending entries without content were dropped", nil, fields.Add(watermill.LogFields{"count": r.Missing}))
+		}
+		if r.Released > 0 {
+			s.logger.Debug("redisdelay: handed back pending messages", fields.Add(watermill.LogFields{"count": r.Released}))
+		}
+		if r.Done {
+			return nil
+		}
+	}
+}
+
+// The retry policy: when a delivery fails, whether the message comes back,
+// and after how long. It is applied on two paths, and decided here for
+// both:
+//
+//   - Nack (and a handler timeout, which counts as a failed attempt): the
+//     subscription decides (nack): the delay is the one the handler set in
+//     the message's delay metadata after delivery (middleware.DelayOnError),
+//     else SubscriberConfig.RetryDelay for the attempt (DefaultRetryDelay by
+//     default); past MaxAttempts, or a delay beyond the 100-year limit, the
+//     message goes to the dead letters. nack.lua carries it out: the
+//     group's retry set (lib.lua's retry_later) or its redelivery stream,
+//     or the dead letters. An ordered subscription retries in place instead
+//     (retriesInPlace), before any later message of its partition.
+//   - Reclaim: a message held past the visibility timeout by a consumer
+//     that stopped renewing it is retried by a scheduler, which may run in
+//     a process that never saw this config: so the policy is stored in
+//     Redis with the group (groupPolicy, written by init.lua into the
+//     group's meta hash) and reclaim.lua applies it, with the delays of
+//     RetryDelay evaluated here for the first attempts.
+//
+// A snoozed message (Snooze) comes back after its snooze without spending
+// an attempt. The pause after the library's own failures (a Redis error) is
+// not this policy: see internal/pause.
+
+func (sub *subscription) nack(ctx context.Context, e entry, msg *message.Message, attempt int, deliveredUntil string) error {
+	s := sub.s
+	if d, snoozed := takeSnooze(msg.Metadata); snoozed {
+		return sub.settleNack(ctx, e, attempt, d, store.EncodeAt(msg, sub.lvl.Level()), "", nackSnoozed)
+	}
+	d, err := nackDelay(msg.Metadata, deliveredUntil, attempt, s.now(), s.config.RetryDelay)
+	reason := ""
+	switch {
+	case errors.Is(err, errDelayTooFar):
+		reason = err.Error()
+	case err != nil:
+		s.logger.Error("redisdelay: nacked message has invalid delay metadata; using RetryDelay", err,
+			sub.fields().Add(watermill.LogFields{"message_uuid": msg.UUID}))
+	}
+	if max := s.config.MaxAttempts; reason == "" && max > 0 && attempt >= max {
+		reason = msg.Metadata.Get(meta.ErrorKey)
+		if reason == "" {
+			reason = fmt.Sprintf("nacked on attempt %d of %d (set metadata %s, e.g. with the RecordError middleware, to record why)",
+				attempt, max, meta.ErrorKey)
+		}
+	}
+	return sub.settleNack(ctx, e, attempt, d, store.EncodeAt(msg, sub.lvl.Level()), reason, nackFailed)
+}
+
+// retriesInPlace reports whether a nacked message is retried by the
+// subscription itself: in ordered subscriptions, unless it was the last
+// attempt.
+func (sub *subscription) retriesInPlace(attempt int) bool {
+	max := sub.s.config.MaxAttempts
+	return sub.order != nil && (max <= 0 || attempt < max)
+}
+
+// errDelayTooFar marks a Nack whose delay metadata asks for more than
+// meta.MaxDelay: such a message goes to the dead letters, with the error as
+// the reason, rather than waiting for centuries (or, once the delay
+// overflowed, coming back at once).
+var errDelayTooFar = errors.New("redisdelay: nack delay too far")
+
+// nackDelay picks the redelivery delay of a nacked message: the delay its
+// metadata asks for when the handler (e.g. middleware.DelayOnError) set one
+// after delivery, otherwise the configured backoff for the failed attempt.
+// When the new delay metadata does not parse, the backoff is used and the
+// parse error returned for logging: the message is requeued either way.
+// When it asks for more than meta.MaxDelay, the error wraps errDelayTooFar
+// and the message is to be dead-lettered.
+func nackDelay(md message.Metadata, deliveredUntil string, attempt int, now time.Time, backoff func(int) time.Duration) (time.Duration, error) {
+	var err error
+	if until := md.Get(delay.DelayedUntilKey); until != "" && until != deliveredUntil {
+		var d time.Duration
+		if d, err = meta.Delay(md, now); err == nil {
+			if d > meta.MaxDelay {
+				return 0, fmt.Errorf("%w: the handler asked for a redelivery delay of %s (metadata %s=%q, %s=%q), beyond the limit of 100 years: set a shorter delay (e.g. DelayOnError's MaxInterval), then requeue the dead letter",
+					errDelayTooFar, meta.DescribeDelay(d), delay.DelayedUntilKey, until, delay.DelayedForKey, md.Get(delay.DelayedForKey))
+			}
+			return d, nil
+		}
+	}
+	if backoff == nil {
+		return 0, err
+	}
+	return meta.RoundUpMs(backoff(attempt)), err
+}
+
+// takeSnooze removes a Snooze request from a nacked message's metadata
+// and returns its delay.
+func takeSnooze(md message.Metadata) (time.Duration, bool) {
+	v, ok := md[meta.SnoozeKey]
+	if !ok {
+		return 0, false
+	}
+	delete(md, meta.SnoozeKey)
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		// Set by hand, not by Snooze: a plain Nack.
+		return 0, false
+	}
+	return meta.RoundUpMs(d), true
 }

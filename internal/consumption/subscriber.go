@@ -9,7 +9,7 @@
 //
 // One subscription's concerns are types of their own, held as named
 // fields of subscription and declared beside their code: acks (acker.go),
-// leases (lease.go), reads (reader.go), flow (flowcontrol.go) and ordering
+// leases (lease.go), reads (fetch.go), flow (flowcontrol.go) and ordering
 // (ordered.go). See docs/internals.md.
 package consumption
 

@@ -49,7 +49,7 @@ type subscription struct {
 	// are the run goroutine's, or atomic.
 	acks   acks      // acker.go: acked entries not yet acknowledged in Redis
 	leases leases    // lease.go: renewal of what the subscription holds
-	reads  reads     // reader.go: reads of new messages, and the bell
+	reads  reads     // fetch.go: reads of new messages, and the bell
 	flow   flow      // flowcontrol.go: pause, rate limit, concurrency slots
 	order  *ordering // ordered.go: the partition's ownership, for Ordered; nil if not ordered
 
@@ -95,7 +95,7 @@ func (sub *subscription) run(ctx context.Context) {
 		}
 		count := sub.s.config.BatchSize
 		if !pos.history {
-			// Pause and rate limit (flowcontrol.go): only new messages.
+			// Pause and rate limit (gate): only new messages.
 			var err error
 			count, err = sub.gate(ctx)
 			sub.order.enter(phaseStep)
@@ -143,22 +143,6 @@ func (sub *subscription) takeRecheck() bool {
 	sub.recheck = false
 	return r
 }
-
-// readPos is where a subscription reads next. After a connection error, or
-// when lease renewal finds entries pending for this consumer that it never
-// received (a read whose reply was lost and which go-redis retried), the
-// consumer reads its own pending entries ("history", from cursor: an id
-// per stream) before new ones.
-type readPos struct {
-	history  bool
-	cursor   [2]string
-	failures int // consecutive failed reads
-}
-
-// fromStart is the cursor of a history read from the first pending entry.
-var fromStart = [2]string{"0", "0"}
-
-func (r *readPos) rewind() { r.history, r.cursor = true, fromStart }
 
 // ended reports whether the subscription must stop after err: its ctx
 // ended, or the client was closed under it (the Subscriber is told).
@@ -222,46 +206,6 @@ func (b *background) stop() {
 	} else {
 		_ = sub.release("", "")
 	}
-}
-
-// flushBeforeHistory writes the queued acks before a history read: what is
-// pending for this consumer includes acked entries until their
-// acknowledgement is in Redis. It reports whether the subscription must
-// stop.
-func (sub *subscription) flushBeforeHistory(ctx context.Context) (stop bool) {
-	err := sub.drainAcks(ctx)
-	if err == nil {
-		return false
-	}
-	if sub.ended(ctx, err) {
-		return true
-	}
-	sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
-	return false
-}
-
-// readFailed handles a failed read: it recreates a vanished consumer
-// group, and pauses before the next read, which reads the history. It
-// reports whether the subscription must stop.
-func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos) (stop bool) {
-	s := sub.s
-	if sub.ended(ctx, err) {
-		return true
-	}
-	pos.failures++
-	wait := pause.Backoff(pos.failures, 2*time.Second)
-	s.limiter.Errorf(s.logger, "redisdelay: read failed; retrying", err, sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
-	if store.IsNoGroup(err) {
-		// The group vanished (Redis restarted without persistence, or
-		// someone deleted the keys): create it again.
-		if err := s.config.Reinitialize(ctx, sub.topic); err != nil {
-			s.limiter.Errorf(s.logger, "redisdelay: cannot recreate consumer group", err, sub.fields())
-		}
-	}
-	pos.rewind()
-	sub.order.enter(phaseWait)
-	pause.Sleep(ctx, wait)
-	return false
 }
 
 // fields identify the subscription in logs.

@@ -8,7 +8,7 @@ import (
 
 // The library's own pauses: after a failure of Redis (a read, a flush, a
 // tick) and before trying again. Not the retry policy of messages, which is
-// in internal/consumption/retry.go (a Nack) and the group policy stored for
+// in internal/consumption/delivery.go (a Nack) and the group policy stored for
 // reclaim (the root package's groupPolicy).
 
 // Backoff is the pause after the n-th consecutive failure: 100ms more each
