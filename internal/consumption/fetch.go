@@ -12,6 +12,174 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
+// fetch returns the next entries to deliver: the consumer's own pending
+// entries while pos is in its history, else new ones, once the gate lets
+// them through. It returns none, and the caller comes back, after waiting
+// for the bell, a pause or a failed read; stop when the subscription must
+// stop.
+func (sub *subscription) fetch(ctx context.Context, pos *readPos) (entries []entry, stop bool) {
+	if pos.history && sub.flushBeforeHistory(ctx) {
+		return nil, true
+	}
+	if !pos.history && sub.reads.takeArmed() {
+		// Read all there was: wait until there is more, then check the
+		// ownership and the gate again.
+		sub.waitBell(ctx)
+		return nil, false
+	}
+	count := sub.s.config.BatchSize
+	if !pos.history {
+		// Pause and rate limit: only new messages.
+		var err error
+		count, err = sub.gate(ctx)
+		sub.order.enter(phaseStep)
+		if err != nil {
+			return nil, sub.readFailed(ctx, err, pos)
+		}
+		if count == 0 {
+			return nil, false
+		}
+	}
+	entries, err := sub.read(ctx, pos.history, pos.cursor, count)
+	if !pos.history {
+		// A read takes up to count from each of its two streams: an
+		// excess is charged to the next reservation.
+		sub.flow.charge(len(entries))
+	}
+	if err != nil {
+		return nil, sub.readFailed(ctx, err, pos)
+	}
+	pos.failures = 0
+	if pos.history && len(entries) == 0 {
+		pos.history = false
+	}
+	return entries, false
+}
+
+// readPos is where a subscription reads next. After a connection error, or
+// when lease renewal finds entries pending for this consumer that it never
+// received (a read whose reply was lost and which go-redis retried), the
+// consumer reads its own pending entries ("history", from cursor: an id
+// per stream) before new ones.
+type readPos struct {
+	history  bool
+	cursor   [2]string
+	failures int // consecutive failed reads
+}
+
+// fromStart is the cursor of a history read from the first pending entry.
+var fromStart = [2]string{"0", "0"}
+
+func (r *readPos) rewind() { r.history, r.cursor = true, fromStart }
+
+// flushBeforeHistory writes the queued acks before a history read: what is
+// pending for this consumer includes acked entries until their
+// acknowledgement is in Redis. It reports whether the subscription must
+// stop.
+func (sub *subscription) flushBeforeHistory(ctx context.Context) (stop bool) {
+	err := sub.drainAcks(ctx)
+	if err == nil {
+		return false
+	}
+	if sub.ended(ctx, err) {
+		return true
+	}
+	sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
+	return false
+}
+
+// readFailed handles a failed read: it recreates a vanished consumer
+// group, and pauses before the next read, which reads the history. It
+// reports whether the subscription must stop.
+func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos) (stop bool) {
+	s := sub.s
+	if sub.ended(ctx, err) {
+		return true
+	}
+	pos.failures++
+	wait := pause.Backoff(pos.failures, 2*time.Second)
+	s.limiter.Errorf(s.logger, "redisdelay: read failed; retrying", err, sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
+	if store.IsNoGroup(err) {
+		// The group vanished (Redis restarted without persistence, or
+		// someone deleted the keys): create it again.
+		if err := s.config.Reinitialize(ctx, sub.topic); err != nil {
+			s.limiter.Errorf(s.logger, "redisdelay: cannot recreate consumer group", err, sub.fields())
+		}
+	}
+	pos.rewind()
+	sub.order.enter(phaseWait)
+	pause.Sleep(ctx, wait)
+	return false
+}
+
+// gate decides, before a read of new messages, whether the group is paused
+// and what its rate limit allows, and waits what that says. It returns how
+// many messages to read (0: paused, or ctx ended: read nothing now); an
+// error is handled as a failed read.
+//
+// With a rate limit it asks Redis every time (gate.lua). Without one it
+// asks only when it must: while paused (once per BlockTime, or when told
+// of a resume), when told of a pause change (see listen), and once per
+// BlockTime otherwise, for a notification that was lost (a subscriber
+// reconnecting, or a Pause by a version that did not send one); then a
+// plain EXISTS of the pause flag does.
+func (sub *subscription) gate(ctx context.Context) (count int, err error) {
+	s, f := sub.s, &sub.flow
+	limit := s.config.rateLimit(sub.topic)
+	want := limit.batch(s.config.BatchSize)
+	notified := f.notified.Swap(false)
+	checkDue := time.Since(f.checked) >= s.config.BlockTime
+	if limit.Messages == 0 && !f.paused && !notified && !checkDue {
+		return want, nil
+	}
+	sh := s.config.Keys.Shard(sub.topic, 0)
+	var r store.GateReply
+	if limit.Messages > 0 {
+		r, err = store.Gate(ctx, s.redis, sh, store.GateArgs{Group: s.config.ConsumerGroup, LimitMessages: limit.Messages, LimitPer: limit.Per,
+			Want: want, Unused: f.unused, Reserved: f.reserved})
+	} else {
+		r.Count = want
+		r.Paused, err = store.Paused(ctx, s.redis, sh, s.config.ConsumerGroup)
+	}
+	if err != nil {
+		if notified {
+			f.notified.Store(true) // still to be checked
+		}
+		return 0, fmt.Errorf("check whether the group is paused or rate limited: %w", err)
+	}
+	if f.learned(r.Paused) {
+		what := "redisdelay: consumer group resumed; fetching messages again"
+		if r.Paused {
+			what = "redisdelay: consumer group paused (Inspector.Pause); fetching no messages until it is resumed"
+		}
+		s.logger.Info(what, sub.fields())
+	}
+	if r.Paused {
+		// Checked again when a change is published, else once per
+		// BlockTime.
+		t := time.NewTimer(s.config.BlockTime)
+		defer t.Stop()
+		sub.order.enter(phaseWait)
+		select {
+		case <-ctx.Done():
+		case <-f.wake:
+		case <-t.C:
+		}
+		return 0, nil
+	}
+	// Given back by the next call unless the read fetches them all (or
+	// another reservation came after this one).
+	f.reserve(limit.Messages > 0, r.Count, r.End)
+	if r.Wait > 0 {
+		sub.order.enter(phaseWait)
+		pause.Sleep(ctx, r.Wait)
+	}
+	if ctx.Err() != nil {
+		return 0, nil
+	}
+	return r.Count, nil
+}
+
 // reads is the state of a subscription's reads of new messages, held as
 // subscription.reads. It needs no lock: it is the run goroutine's unless
 // atomic or a channel. The last read found fewer than it asked for, so
@@ -308,128 +476,4 @@ func (sub *subscription) read(ctx context.Context, history bool, cursor [2]strin
 		}
 	}
 	return entries, nil
-}
-
-// gate decides, before a read of new messages, whether the group is paused
-// and what its rate limit allows, and waits what that says. It returns how
-// many messages to read (0: paused, or ctx ended: read nothing now); an
-// error is handled as a failed read.
-//
-// With a rate limit it asks Redis every time (gate.lua). Without one it
-// asks only when it must: while paused (once per BlockTime, or when told
-// of a resume), when told of a pause change (see listen), and once per
-// BlockTime otherwise, for a notification that was lost (a subscriber
-// reconnecting, or a Pause by a version that did not send one); then a
-// plain EXISTS of the pause flag does.
-func (sub *subscription) gate(ctx context.Context) (count int, err error) {
-	s, f := sub.s, &sub.flow
-	limit := s.config.rateLimit(sub.topic)
-	want := limit.batch(s.config.BatchSize)
-	notified := f.notified.Swap(false)
-	checkDue := time.Since(f.checked) >= s.config.BlockTime
-	if limit.Messages == 0 && !f.paused && !notified && !checkDue {
-		return want, nil
-	}
-	sh := s.config.Keys.Shard(sub.topic, 0)
-	var r store.GateReply
-	if limit.Messages > 0 {
-		r, err = store.Gate(ctx, s.redis, sh, store.GateArgs{Group: s.config.ConsumerGroup, LimitMessages: limit.Messages, LimitPer: limit.Per,
-			Want: want, Unused: f.unused, Reserved: f.reserved})
-	} else {
-		r.Count = want
-		r.Paused, err = store.Paused(ctx, s.redis, sh, s.config.ConsumerGroup)
-	}
-	if err != nil {
-		if notified {
-			f.notified.Store(true) // still to be checked
-		}
-		return 0, fmt.Errorf("check whether the group is paused or rate limited: %w", err)
-	}
-	if f.learned(r.Paused) {
-		what := "redisdelay: consumer group resumed; fetching messages again"
-		if r.Paused {
-			what = "redisdelay: consumer group paused (Inspector.Pause); fetching no messages until it is resumed"
-		}
-		s.logger.Info(what, sub.fields())
-	}
-	if r.Paused {
-		// Checked again when a change is published, else once per
-		// BlockTime.
-		t := time.NewTimer(s.config.BlockTime)
-		defer t.Stop()
-		sub.order.enter(phaseWait)
-		select {
-		case <-ctx.Done():
-		case <-f.wake:
-		case <-t.C:
-		}
-		return 0, nil
-	}
-	// Given back by the next call unless the read fetches them all (or
-	// another reservation came after this one).
-	f.reserve(limit.Messages > 0, r.Count, r.End)
-	if r.Wait > 0 {
-		sub.order.enter(phaseWait)
-		pause.Sleep(ctx, r.Wait)
-	}
-	if ctx.Err() != nil {
-		return 0, nil
-	}
-	return r.Count, nil
-}
-
-// readPos is where a subscription reads next. After a connection error, or
-// when lease renewal finds entries pending for this consumer that it never
-// received (a read whose reply was lost and which go-redis retried), the
-// consumer reads its own pending entries ("history", from cursor: an id
-// per stream) before new ones.
-type readPos struct {
-	history  bool
-	cursor   [2]string
-	failures int // consecutive failed reads
-}
-
-// fromStart is the cursor of a history read from the first pending entry.
-var fromStart = [2]string{"0", "0"}
-
-func (r *readPos) rewind() { r.history, r.cursor = true, fromStart }
-
-// flushBeforeHistory writes the queued acks before a history read: what is
-// pending for this consumer includes acked entries until their
-// acknowledgement is in Redis. It reports whether the subscription must
-// stop.
-func (sub *subscription) flushBeforeHistory(ctx context.Context) (stop bool) {
-	err := sub.drainAcks(ctx)
-	if err == nil {
-		return false
-	}
-	if sub.ended(ctx, err) {
-		return true
-	}
-	sub.s.limiter.Errorf(sub.s.logger, "redisdelay: cannot write acknowledgements to Redis; acked messages may be delivered again", err, sub.fields())
-	return false
-}
-
-// readFailed handles a failed read: it recreates a vanished consumer
-// group, and pauses before the next read, which reads the history. It
-// reports whether the subscription must stop.
-func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos) (stop bool) {
-	s := sub.s
-	if sub.ended(ctx, err) {
-		return true
-	}
-	pos.failures++
-	wait := pause.Backoff(pos.failures, 2*time.Second)
-	s.limiter.Errorf(s.logger, "redisdelay: read failed; retrying", err, sub.fields().Add(watermill.LogFields{"retry_in": wait.String()}))
-	if store.IsNoGroup(err) {
-		// The group vanished (Redis restarted without persistence, or
-		// someone deleted the keys): create it again.
-		if err := s.config.Reinitialize(ctx, sub.topic); err != nil {
-			s.limiter.Errorf(s.logger, "redisdelay: cannot recreate consumer group", err, sub.fields())
-		}
-	}
-	pos.rewind()
-	sub.order.enter(phaseWait)
-	pause.Sleep(ctx, wait)
-	return false
 }

@@ -65,7 +65,11 @@ type entry struct {
 }
 
 // run reads and delivers the subscription's messages until ctx ends or
-// the client is closed, then hands back what it holds.
+// the client is closed, then hands back what it holds. A message goes
+// through three stages: fetch (fetch.go: the gate, then a read that also
+// writes the queued acks), hand-out and settle (delivery.go), and the ack
+// queue (acker.go), written by the next read or the acker. An ordered
+// subscription first makes sure it owns its partition (ordered.go).
 func (sub *subscription) run(ctx context.Context) {
 	sub.s.logger.Debug("redisdelay: subscribed", sub.fields())
 	defer sub.listen()()
@@ -84,46 +88,9 @@ func (sub *subscription) run(ctx context.Context) {
 				continue
 			}
 		}
-		if pos.history && sub.flushBeforeHistory(ctx) {
+		entries, stop := sub.fetch(ctx, &pos)
+		if stop {
 			return
-		}
-		if !pos.history && sub.reads.takeArmed() {
-			// Read all there was: wait until there is more, then check
-			// the ownership and the gate again.
-			sub.waitBell(ctx)
-			continue
-		}
-		count := sub.s.config.BatchSize
-		if !pos.history {
-			// Pause and rate limit (gate): only new messages.
-			var err error
-			count, err = sub.gate(ctx)
-			sub.order.enter(phaseStep)
-			if err != nil {
-				if sub.readFailed(ctx, err, &pos) {
-					return
-				}
-				continue
-			}
-			if count == 0 {
-				continue
-			}
-		}
-		entries, err := sub.read(ctx, pos.history, pos.cursor, count)
-		if !pos.history {
-			// A read takes up to count from each of its two streams: an
-			// excess is charged to the next reservation.
-			sub.flow.charge(len(entries))
-		}
-		if err != nil {
-			if sub.readFailed(ctx, err, &pos) {
-				return
-			}
-			continue
-		}
-		pos.failures = 0
-		if pos.history && len(entries) == 0 {
-			pos.history = false
 		}
 		if !sub.deliverAll(ctx, entries, &pos) {
 			return
