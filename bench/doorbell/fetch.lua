@@ -11,18 +11,9 @@ if nacks > 0 then
 end
 local nextdue = -1
 if ARGV[5] == '1' then
-  -- the due ids and, after them, the next one (its score is the partition's next due time)
-  local head = redis.call('ZRANGE', KEYS[2], '-inf', '+inf', 'BYSCORE', 'LIMIT', 0, 501, 'WITHSCORES')
-  local ids = {}
-  local nx = {}
-  for i = 1, #head, 2 do
-    if tonumber(head[i + 1]) <= now and #ids < 500 then
-      ids[#ids + 1] = head[i]
-    else
-      nx = {head[i], head[i + 1]}
-      break
-    end
-  end
+  -- only the due ids: a range that also returned the next ones would copy up to its LIMIT
+  -- entries into Lua on every fetch (measured: 2x the Redis CPU at 1k/s delayed)
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 500)
   if #ids > 0 then
     local bodies = redis.call('HMGET', KEYS[3], unpack(ids))
     for i = 1, #ids do
@@ -31,6 +22,7 @@ if ARGV[5] == '1' then
     redis.call('ZREM', KEYS[2], unpack(ids))
     redis.call('HDEL', KEYS[3], unpack(ids))
   end
+  local nx = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if #nx > 0 then
     nextdue = tonumber(nx[2])
     -- durable record of the partition's next due time (recovered by a sweep if we die)
