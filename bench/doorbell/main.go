@@ -269,13 +269,20 @@ func run(ctx context.Context, admin *redis.Client, sys string, st step, rep int)
 			t := topicName(int(seq % int64(topics)))
 			return pub.XAdd(ctx, &redis.XAddArgs{Stream: kStream(t), Values: []string{"d", body(now.UnixMicro())}}).Err()
 		}
-	case "doorbell", "doorbell-delayed":
-		delayed := base == "doorbell-delayed"
+	case "doorbell", "doorbell-delayed", "doorbell-delayed-inline":
+		delayed := base != "doorbell"
+		mode := "d"
+		if base == "doorbell-delayed-inline" {
+			mode = "D"
+		}
 		pubScript := redis.NewScript(publishLua)
 		if err := pubScript.Load(ctx, pub).Err(); err != nil {
 			return res, err
 		}
-		dc := &doorbellConsumer{stats: s, topics: topics, linger: linger}
+		dc := &doorbellConsumer{stats: s, topics: topics, linger: linger, promote: "1"}
+		if mode == "D" {
+			dc.promote = "2"
+		}
 		if err := dc.start(ctx, &wg); err != nil {
 			return res, err
 		}
@@ -288,7 +295,7 @@ func run(ctx context.Context, admin *redis.Client, sys string, st step, rep int)
 			}
 			due := now.Add(*delay).UnixMicro()
 			score := (due + 999) / 1000 // ms, rounded up: never early
-			return pubScript.EvalSha(ctx, pub, keys, "d", score, t, body(due), strconv.FormatInt(seq, 36)).Err()
+			return pubScript.EvalSha(ctx, pub, keys, mode, score, t, body(due), strconv.FormatInt(seq, 36)).Err()
 		}
 	default:
 		return res, fmt.Errorf("unknown system %q", sys)
@@ -406,17 +413,18 @@ func streamConsumer(ctx context.Context, t string, s *stats) {
 // doorbellConsumer: one process, one BZMPOP connection on the group's
 // doorbell, one connection for fetch scripts (pipelined per wake-up).
 type doorbellConsumer struct {
-	stats  *stats
-	topics int
-	linger time.Duration
-	bellID int64        // CLIENT ID of the blocking connection
-	seq    atomic.Int64 // number of the BZMPOP in flight (odd: blocked)
-	bell   *redis.Client
-	work   *redis.Client
-	fetch  *redis.Script
-	timers map[string]int64     // partition -> local due time (ms) of its next waiting message
-	acks   map[string][]string  // partition -> ids to ack with its next fetch
-	ackAt  map[string]time.Time // partition -> when its oldest unsent ack arrived
+	stats   *stats
+	topics  int
+	linger  time.Duration
+	promote string       // fetch.lua's promote mode: "1" bodies in the hash, "2" inline
+	bellID  int64        // CLIENT ID of the blocking connection
+	seq     atomic.Int64 // number of the BZMPOP in flight (odd: blocked)
+	bell    *redis.Client
+	work    *redis.Client
+	fetch   *redis.Script
+	timers  map[string]int64     // partition -> local due time (ms) of its next waiting message
+	acks    map[string][]string  // partition -> ids to ack with its next fetch
+	ackAt   map[string]time.Time // partition -> when its oldest unsent ack arrived
 }
 
 func (d *doorbellConsumer) start(ctx context.Context, wg *sync.WaitGroup) error {
@@ -598,7 +606,7 @@ func (d *doorbellConsumer) run(ctx context.Context, jobs []job) {
 		args := make([]any, 0, 7+len(acks))
 		promote := "0"
 		if j.promote {
-			promote = "1"
+			promote = d.promote
 		}
 		args = append(args, group, consumer, *count, nowMs, promote, j.part, len(acks))
 		for _, a := range acks {
