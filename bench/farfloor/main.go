@@ -60,7 +60,7 @@ type config struct {
 	pos                                                 bool
 	keyBits                                             int
 	filter                                              int
-	lookup                                              int
+	lookup, chunk                                       int
 	seed                                                uint64
 }
 
@@ -83,6 +83,7 @@ func main() {
 	flag.IntVar(&cfg.keyBits, "keybits", -1, "key mark shards for -keyed shards and fp: 2^keybits (default: -bits)")
 	flag.IntVar(&cfg.filter, "filter", 0, "far filter bits per message (today 24: 16 bits each, sized for 1.5 times the messages; 0: none, as before)")
 	flag.IntVar(&cfg.lookup, "lookup", 0, "-index fp: time this many lookups of present and as many of absent UUIDs")
+	flag.IntVar(&cfg.chunk, "chunk", 0, "-lookup without -pos: read a bucket this many elements at a time, stopping at the message (0: the whole bucket in one LRANGE)")
 	flag.Uint64Var(&cfg.seed, "seed", 0, "seed of the UUIDs and buckets (0: random)")
 	flag.Parse()
 	if cfg.keyBits < 0 {
@@ -370,11 +371,11 @@ func run(addr string, cfg config) error {
 // position) in the shard, then the bucket's element(s), whose UUID it
 // compares; on a miss, the side table of colliding fingerprints. ARGV: the
 // UUID, -fp, -bits, -head, -pos (1 or 0), the minute of bucket 0 modulo
-// 2^16. Returns found (1 or 0), the elements read, and the microseconds
+// 2^16, -chunk (the elements a bucket is read by, 0: all at once). Returns found (1 or 0), the elements read, and the microseconds
 // the script took by TIME.
 const lookupScript = `
 local t = redis.call('TIME')
-local id, fpn, bits, head, pos, base = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1', tonumber(ARGV[6])
+local id, fpn, bits, head, pos, base, chunk = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1', tonumber(ARGV[6]), tonumber(ARGV[7])
 local h = redis.sha1hex(id)
 local fp = string.gsub(string.sub(h, 1, 2 * fpn), '..', function(x) return string.char(tonumber(x, 16)) end)
 local shard = tonumber(string.sub(h, 17, 24), 16) % (2 ^ bits)
@@ -390,14 +391,20 @@ local function look(v)
     read = read + 1
     return e and string.sub(e, head + 2, head + 17) == id
   end
-  local es = redis.call('LRANGE', key, 0, -1)
-  for i = 1, #es do
-    read = read + 1
-    if string.sub(es[i], head + 2, head + 17) == id then
-      return true
+  local from = 0
+  while true do
+    local es = redis.call('LRANGE', key, from, chunk > 0 and from + chunk - 1 or -1)
+    for i = 1, #es do
+      read = read + 1
+      if string.sub(es[i], head + 2, head + 17) == id then
+        return true
+      end
     end
+    if chunk == 0 or #es < chunk then
+      return false
+    end
+    from = from + chunk
   end
-  return false
 end
 local found = 0
 local v = redis.call('HGET', 'farfloor:fx:' .. string.format('%d', shard), fp)
@@ -412,34 +419,45 @@ return {found, read, (u[1] - t[1]) * 1000000 + (u[2] - t[2])}
 
 func lookups(ctx context.Context, c *redis.Client, cfg config, present [][16]byte) error {
 	s := redis.NewScript(lookupScript)
-	pos := "0"
-	if cfg.pos {
-		pos = "1"
-	}
 	base := strconv.Itoa(1_000_000 % (1 << 16)) // the minute of bucket 0, as minute stores it
-	for _, kind := range []string{"present", "absent"} {
-		var server, client []time.Duration
-		reads, found := 0, 0
-		for i := 0; i < cfg.lookup; i++ {
-			var id [16]byte
-			if kind == "present" {
-				id = present[i%len(present)]
-			} else {
-				_, _ = rand.Read(id[:])
+	// With -pos, the index's values begin with the minute, so a scan of
+	// the bucket is timed too, on the same data.
+	type mode struct {
+		name       string
+		pos, chunk int
+	}
+	modes := []mode{{"scan", 0, 0}}
+	if cfg.chunk > 0 {
+		modes = append(modes, mode{fmt.Sprintf("scan by %d", cfg.chunk), 0, cfg.chunk})
+	}
+	if cfg.pos {
+		modes = append([]mode{{"LINDEX", 1, 0}}, modes...)
+	}
+	for _, m := range modes {
+		for _, kind := range []string{"present", "absent"} {
+			var server, client []time.Duration
+			reads, found := 0, 0
+			for i := 0; i < cfg.lookup; i++ {
+				var id [16]byte
+				if kind == "present" {
+					id = present[i%len(present)]
+				} else {
+					_, _ = rand.Read(id[:])
+				}
+				t := time.Now()
+				r, err := s.Run(ctx, c, nil, string(id[:]), cfg.fp, cfg.bits, cfg.head, m.pos, base, m.chunk).Int64Slice()
+				if err != nil {
+					return err
+				}
+				client = append(client, time.Since(t))
+				found += int(r[0])
+				reads += int(r[1])
+				server = append(server, time.Duration(r[2])*time.Microsecond)
 			}
-			t := time.Now()
-			r, err := s.Run(ctx, c, nil, string(id[:]), cfg.fp, cfg.bits, cfg.head, pos, base).Int64Slice()
-			if err != nil {
-				return err
-			}
-			client = append(client, time.Since(t))
-			found += int(r[0])
-			reads += int(r[1])
-			server = append(server, time.Duration(r[2])*time.Microsecond)
+			fmt.Printf("lookup (%s) of %d %s UUIDs: found %d, %.1f elements read each; in the script p50 %s p99 %s max %s; round trip p50 %s p99 %s max %s\n",
+				m.name, cfg.lookup, kind, found, float64(reads)/float64(cfg.lookup),
+				pct(server, 50), pct(server, 99), pct(server, 100), pct(client, 50), pct(client, 99), pct(client, 100))
 		}
-		fmt.Printf("lookup of %d %s UUIDs: found %d, %.1f elements read each; in the script p50 %s p99 %s max %s; round trip p50 %s p99 %s max %s\n",
-			cfg.lookup, kind, found, float64(reads)/float64(cfg.lookup),
-			pct(server, 50), pct(server, 99), pct(server, 100), pct(client, 50), pct(client, 99), pct(client, 100))
 	}
 	return nil
 }
