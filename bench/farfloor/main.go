@@ -18,8 +18,9 @@
 // a shard go to an exact side table (farfloor:fxc, the UUID's 16 bytes to
 // the same value). -index packed appends the same records (fingerprint and
 // minute) to 2^bits strings instead. -keyed fp marks a business key by a
-// fingerprint of the key to its minute, -filter the far filter's bits per
-// message, -lookup times an exact lookup by UUID (fingerprint, shard, bucket
+// fingerprint of the key to its minute (and position, with -pos), -filter
+// the far filter's bits per message, -lookup times an exact lookup by UUID
+// (fingerprint, shard, the bucket's element by LINDEX at the position or a
 // scan, whole-UUID compare) in a Lua script.
 //
 //	go run ./farfloor -addr 127.0.0.1:6379 -n 5000000 -head 5 -meta 0 -index fp -bits 16 -lookup 10000
@@ -75,7 +76,7 @@ func main() {
 	flag.IntVar(&cfg.value, "value", 0, "-index uuid: far index value: 0 an integer as today (bucket × 2^24 + position), else a string of this many bytes")
 	flag.IntVar(&cfg.bits, "bits", 19, "far index shards: 2^bits (today 19)")
 	flag.IntVar(&cfg.buckets, "buckets", 41760, "far buckets the messages spread over (41,760: a minute each over 29 days, as the bench's ladder)")
-	flag.StringVar(&cfg.keyed, "keyed", "", `business keys "order-<n>": "" none, "hash" marked in one hash (today, a 18-byte mark), "shards" in 2^keybits small hashes (the UUID's 16 bytes), "fp" in 2^keybits small hashes from a 4-byte fingerprint of the key to the minute (collisions in farfloor:fkc)`)
+	flag.StringVar(&cfg.keyed, "keyed", "", `business keys "order-<n>": "" none, "hash" marked in one hash (today, a 18-byte mark), "shards" in 2^keybits small hashes (the UUID's 16 bytes), "fp" in 2^keybits small hashes from a 4-byte fingerprint of the key to the minute, and with -pos the position (collisions in farfloor:fkc)`)
 	flag.IntVar(&cfg.keyCopies, "keycopies", 2, "copies of the key in the element (today 2: the element's and the body's metadata)")
 	flag.StringVar(&cfg.index, "index", "uuid", `far index: "uuid" (today's: -field bytes of the UUID to its place), "fp" (v3: a -fp-byte fingerprint to the minute, in 2^bits hashes), "packed" (fingerprint and minute appended to 2^bits strings)`)
 	flag.IntVar(&cfg.fp, "fp", 4, "-index fp, packed: fingerprint bytes (1 to 8)")
@@ -317,13 +318,13 @@ func run(addr string, cfg config) error {
 				k := [2]uint64{uint64(s), uint64(binary.BigEndian.Uint32([]byte(fp)))}
 				if _, ok := seen[k]; ok {
 					keyCollisions++
-					p.HSet(ctx, "farfloor:fkc", key, minute(b, pos, false))
+					p.HSet(ctx, "farfloor:fkc", key, minute(b, pos, cfg.pos))
 				} else {
 					if seen == nil {
 						seen = map[[2]uint64]struct{}{}
 					}
 					seen[k] = struct{}{}
-					p.HSet(ctx, "farfloor:fk:"+strconv.Itoa(s), fp, minute(b, pos, false))
+					p.HSet(ctx, "farfloor:fk:"+strconv.Itoa(s), fp, minute(b, pos, cfg.pos))
 				}
 			}
 			err = flush(j)
