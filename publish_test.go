@@ -299,7 +299,14 @@ func TestPublish_BoundsCoalescedRuns(t *testing.T) {
 		require.NoError(t, <-errc)
 	}
 	assert.Len(t, content(t, env.topic).waiting, total)
-	assert.EqualValues(t, 5, env.counter.n.Load(), "script runs: two in flight, the large call's first part, the other two calls together, its second part")
+	// Two in flight, then the large call's first part (512: the bound),
+	// then the other two calls together and its second part (88), in one
+	// run or two: the second part is queued when its first is done, so it
+	// rides with the other two if no run took them by then (a loaded
+	// machine, where the second call in flight answers late). Unbounded,
+	// everything queued would go in one run: 3.
+	runs := env.counter.n.Load()
+	assert.True(t, runs == 4 || runs == 5, "script runs: %d, want 4 or 5", runs)
 }
 
 // partsPublisher is a Publisher whose client counts the scripts it runs,
