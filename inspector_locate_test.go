@@ -30,16 +30,16 @@ func locations(t *testing.T, r redisdelay.LocateResult) map[string]redisdelay.Lo
 	return out
 }
 
-// lateGroup makes the consumer group "late" on the env's topic, whose only
+// idleGroup makes the consumer group on the env's topic, whose only
 // subscription ended at once: it exists and reads nothing.
-func lateGroup(t *testing.T, env *env) {
+func idleGroup(t *testing.T, env *env, group string) {
 	t.Helper()
-	late := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "late", DisableScheduler: true})
+	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: group, DisableScheduler: true})
 	ctx, stop := context.WithCancel(context.Background())
-	_, err := late.Subscribe(ctx, env.topic)
+	_, err := sub.Subscribe(ctx, env.topic)
 	require.NoError(t, err)
 	stop()
-	require.NoError(t, late.Close())
+	require.NoError(t, sub.Close())
 }
 
 func TestInspector_LocateEveryState(t *testing.T) {
@@ -49,7 +49,7 @@ func TestInspector_LocateEveryState(t *testing.T) {
 
 	// "late" exists and reads nothing; "crashed" holds the message with
 	// a consumer that died; "g" nacks it (an hour's retry); "d" buries it.
-	lateGroup(t, env)
+	idleGroup(t, env, "late")
 	held := crashedReadLater(t, env)
 
 	g := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", RetryDelay: func(int) time.Duration { return time.Hour }})
@@ -116,12 +116,7 @@ func TestInspector_LocateEveryState(t *testing.T) {
 // once the message is published. The group is created first, so it gets
 // the message.
 func crashedReadLater(t *testing.T, env *env) func() {
-	sub := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "crashed", DisableScheduler: true})
-	ctx, stop := context.WithCancel(context.Background())
-	_, err := sub.Subscribe(ctx, env.topic)
-	require.NoError(t, err)
-	stop()
-	require.NoError(t, sub.Close())
+	idleGroup(t, env, "crashed")
 	return func() { crashedRead(t, env.client, env.topic, "crashed", "worker-9") }
 }
 
@@ -172,7 +167,7 @@ func TestInspector_LocateBounded(t *testing.T) {
 	defer redisdelay.SetLocateBudget(3)()
 	ctx := context.Background()
 	env := setup(t)
-	lateGroup(t, env)
+	idleGroup(t, env, "late")
 	var uuids []string
 	for range 10 {
 		m := newMessage("x")
