@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -114,6 +115,9 @@ func (b *bench) cost() {
 	for _, st := range steps {
 		rate, topics := st[0], st[1]
 		for _, sys := range costSystems {
+			if slices.ContainsFunc(b.opts.CostSkip, func(skip string) bool { return strings.HasPrefix(sys.name, skip) }) {
+				continue
+			}
 			n := topics
 			if topics > 1 {
 				if !sys.multi {

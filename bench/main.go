@@ -81,6 +81,9 @@ type options struct {
 	CostManyRate int           `json:"cost_many_rate"`
 	CostTopics   int           `json:"cost_topics"`
 	CostWindow   time.Duration `json:"cost_window"`
+	// CostSkip are systems scenario 13 leaves out (-cost-skip), for A/B
+	// runs of one system against the redisstream baseline.
+	CostSkip []string `json:"cost_skip,omitempty"`
 }
 
 // scenario is a part of the bench; throughput covers two numbers because
@@ -139,6 +142,7 @@ func run() error {
 		gsubs   = flag.String("groups-subs", "1,4", "subscriber counts of the fairness runs (scenario 12)")
 		gcounts = flag.String("group-counts", "1,100,10000", "group counts of the cost runs (scenario 12)")
 		crates  = flag.String("cost-rates", "100,1000,5000,10000", "steady rates of the one-topic cost runs, messages/s (scenario 13)")
+		cskip   = flag.String("cost-skip", "", "comma-separated systems scenario 13 leaves out (redisstream, redisdelay, asynq): for quicker A/B runs")
 		maxMem  = flag.Float64("max-memory", 12, "GB of Redis memory (maxmemory, noeviction) the ladder stops short of (scenario 7)")
 		quickOf = map[string]string{}
 	)
@@ -215,6 +219,9 @@ func run() error {
 	}
 	if opts.CostRates, err = parseInts(*crates); err != nil {
 		return fmt.Errorf("-cost-rates: %w", err)
+	}
+	if opts.CostSkip, err = parseCostSkip(*cskip); err != nil {
+		return err
 	}
 	if opts.CostWindow < time.Second {
 		return fmt.Errorf("-cost-window: %v is too short to measure a steady rate: give 1s or more", opts.CostWindow)
@@ -387,6 +394,22 @@ func count(n int) string {
 		return strconv.FormatFloat(float64(n)/1e3, 'f', -1, 64) + "k"
 	}
 	return strconv.Itoa(n)
+}
+
+// parseCostSkip parses -cost-skip: system names of scenario 13, or
+// prefixes of them ("asynq" for "asynq default").
+func parseCostSkip(s string) ([]string, error) {
+	var skip []string
+	for _, name := range strings.Split(s, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if !slices.ContainsFunc(costSystems, func(sys costSystem) bool { return strings.HasPrefix(sys.name, name) }) {
+			return nil, fmt.Errorf("-cost-skip: no system of scenario 13 is named %q: give redisstream, redisdelay or asynq", name)
+		}
+		skip = append(skip, name)
+	}
+	return skip, nil
 }
 
 func parseInts(s string) ([]int, error) {
