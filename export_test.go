@@ -236,3 +236,9 @@ func SetLocateBudget(n int) (restore func()) {
 	locateBudget = n
 	return func() { locateBudget = old }
 }
+
+// Handoffs is how many scheduler ticks sub's subscriptions ran in their
+// reads (see internal/consumption/handoff.go).
+func Handoffs(sub *Subscriber) int64 {
+	return sub.consume.Handoffs.Load()
+}

@@ -286,6 +286,7 @@ type scheduler struct {
 	keys    store.Keys
 	limiter *loglimit.Limiter  // repeated errors of the scheduler and what runs beside it
 	gone    func(topic string) // called when the client was closed under the scheduler
+	readers scheduling.Readers // a Subscriber's subscriptions (nil for a Manager)
 	ctx     context.Context    // the scheduler's, set by start: ends when it stops
 }
 
@@ -301,7 +302,7 @@ func (s *scheduler) start(ctx context.Context, discover bool, h *store.Hub) {
 	s.Scheduler = scheduling.New(scheduling.Config{
 		Client: s.config.Client, Hub: h, Keys: s.keys, Logger: s.logger,
 		CheckInterval: s.config.CheckInterval, BatchSize: s.config.BatchSize, TrimInterval: s.config.TrimInterval, Retention: s.config.Retention,
-		Metrics: s.config.Metrics, Limiter: s.limiter, Discover: discover, Gone: s.gone,
+		Metrics: s.config.Metrics, Limiter: s.limiter, Discover: discover, Gone: s.gone, Readers: s.readers,
 	})
 	s.Scheduler.Start(ctx)
 	s.ctx = s.Scheduler.Context()

@@ -613,6 +613,7 @@ func (s *Subscriber) schedule(topic string, parts int) {
 		config.setDefaults()
 		s.sched = newScheduler(config, s.logger)
 		s.sched.gone = s.clientGone
+		s.sched.readers = s.consume // due ticks run in their reads
 		s.sched.start(s.closing, false, s.hub)
 		// The schedules' ticks end with the scheduler (see unschedule).
 		s.ticks = startTicks(s.sched.ctx, s.sched, s.logger)

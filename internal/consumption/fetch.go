@@ -18,14 +18,19 @@ import (
 // for the bell, a pause or a failed read; stop when the subscription must
 // stop.
 func (sub *subscription) fetch(ctx context.Context, pos *readPos) (entries []entry, stop bool) {
+	// A tick handed over while waiting is run by the read of new entries
+	// (readNew); on every other way out, the scheduler runs it.
+	defer sub.reads.declineHandoff()
 	if pos.history && sub.flushBeforeHistory(ctx) {
 		return nil, true
 	}
 	if !pos.history && sub.reads.takeArmed() {
 		// Read all there was: wait until there is more, then check the
 		// ownership and the gate again.
-		sub.waitBell(ctx)
-		return nil, false
+		if !sub.waitBell(ctx) {
+			return nil, false
+		}
+		// A scheduler handed its tick over: read now, the tick first.
 	}
 	count := sub.s.config.BatchSize
 	if !pos.history {
@@ -195,6 +200,11 @@ type reads struct {
 	waiting                 atomic.Bool   // waiting for the bell (waitBell), read by the acker
 	bell                    chan struct{} // rung by the hub and the sweep (see ring); capacity 1
 	visRead                 time.Time
+	// A scheduler's tick handed to the subscription while it waits for
+	// the bell (unbuffered), and the one taken, run by the next read
+	// (handoff.go).
+	handoff chan *handoff
+	promote *handoff
 
 	groupsRung    atomic.Bool
 	groupMore     bool
@@ -265,11 +275,15 @@ const deniedPoll = 100 * time.Millisecond
 // Redis before it returns when no other listener needs the channels.
 func (sub *subscription) listen() (unlisten func()) {
 	h := sub.s.hub
+	note := sub.note()
 	bell := &store.Listener{Fn: func(n store.Note) {
 		// "g": a group of grouped messages may be served; a
 		// (re)subscription: notes published meanwhile are lost.
 		if n.Payload == "g" || n.Subscribed {
 			sub.reads.serveGroups()
+		}
+		if n.Payload == note {
+			return // rung by a tick this subscription's read ran, which read what it moved
 		}
 		sub.reads.ring()
 	}}
@@ -317,7 +331,21 @@ func (sub *subscription) readNew(ctx context.Context, count int) ([]store.Batch,
 	// The acks queued ride along (see ackLoop; not while a test holds
 	// them: ackGate); one write of the queue at a time.
 	a.AckReady, a.AckRedo = sub.acks.startWrite(s.AckGate == nil)
+	h := sub.reads.takeHandoff()
+	if h != nil {
+		a.Promote = &h.args
+	}
 	r, err := store.ReadNew(ctx, s.redis, sub.shard, a)
+	if h != nil {
+		// Its own error: the read's (a vanished group, say) is not the
+		// tick's. Cut short by the subscription's end, the scheduler
+		// calls again (a second call moves nothing twice).
+		ran := r.PromoteErr == nil || ctx.Err() == nil
+		h.reply <- handoffReply{r: r.Promote, ran: ran, err: r.PromoteErr}
+		if ran {
+			s.Handoffs.Add(1)
+		}
+	}
 	if len(a.AckReady)+len(a.AckRedo) > 0 {
 		if _, ackErr := sub.acked(a.AckReady, a.AckRedo, r.Acked); ackErr != nil && err == nil {
 			s.limiter.Errorf(s.logger, "redisdelay: cannot write acknowledgements to Redis; retrying", ackErr, sub.fields())
@@ -371,7 +399,9 @@ func (r *reads) record(now time.Time, a store.ReadArgs, rep store.ReadReply) {
 		}
 	}
 	switch {
-	case !short || r.groupMore:
+	case !short || r.groupMore || rep.PromoteLate:
+		// PromoteLate: the tick ran after the read, which did not see
+		// what it moved, and rang with this subscription's note.
 		r.drained = false
 	case a.Arm:
 		// Refused at maxmemory: poll until a read arms it again.
@@ -398,12 +428,13 @@ func entryCount(res []store.Batch) int {
 // waitBell waits once the subscription handled a read that armed the
 // bell: until the bell rings (at once if it rang meanwhile), a pause
 // change is notified, a group asleep under its rate limit wakes (see
-// fair.lua) or ctx ends. The Subscriber's sweep peeks at it once
+// fair.lua), a scheduler of this process hands it a tick (handedOver:
+// see handoff.go) or ctx ends. The Subscriber's sweep peeks at it once
 // per BlockTime, ringing it when there is something to read all the same;
 // an ordered subscription, any while Redis refuses the bell's channel,
 // and one whose read could not arm the bell (maxmemory) read again after
 // pollEvery instead.
-func (sub *subscription) waitBell(ctx context.Context) {
+func (sub *subscription) waitBell(ctx context.Context) (handedOver bool) {
 	var poll <-chan time.Time
 	if sub.order == nil && !sub.s.bellsDenied.Load() && !sub.reads.unarmed {
 		sub.s.idleMu.Lock()
@@ -434,7 +465,11 @@ func (sub *subscription) waitBell(ctx context.Context) {
 	case <-sub.reads.bell:
 	case <-sub.flow.woken(): // flow.notified tells the gate to check
 	case <-poll:
+	case h := <-sub.reads.handoff:
+		sub.reads.promote = h
+		return true
 	}
+	return false
 }
 
 // pollEvery is how long a subscription that waits for its bell without

@@ -108,10 +108,13 @@ type Subscriber struct {
 	// Test hooks (the root package's export_test.go): AckGate runs before
 	// each flush of the acker goroutine; Unheld counts lease renewals that
 	// found entries pending for a subscription that it does not hold,
-	// Renewals those that ran (skipped ones excluded).
+	// Renewals those that ran (skipped ones excluded); Handoffs below.
 	AckGate  func(context.Context)
 	Unheld   atomic.Int64
 	Renewals atomic.Int64
+	// Handoffs counts the scheduler ticks subscriptions ran in their
+	// reads (see handoff.go).
+	Handoffs atomic.Int64
 }
 
 // New returns a Subscriber whose background work ends with closing, its
@@ -164,7 +167,7 @@ func (s *Subscriber) Start(ctx context.Context, topic string, parts int, out cha
 			lvl:      lvl,
 			out:      out,
 			leases:   leases{renewNow: make(chan struct{}, 1)},
-			reads:    reads{bell: make(chan struct{}, 1)},
+			reads:    reads{bell: make(chan struct{}, 1), handoff: make(chan *handoff)},
 			flow:     flow{wake: make(chan struct{}, 1), slotWake: make(chan struct{}, 1)},
 			order:    newOrdering(order),
 			acks:     acks{m: m, wake: make(chan struct{}, 1)},

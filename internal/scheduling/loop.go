@@ -80,6 +80,7 @@ type partLoop struct {
 	lastBeat    time.Time // partition 0: the scheduler's last heartbeat in the topic's list
 	nextReclaim map[string]time.Time
 	failures    int
+	due         time.Time // when the last tick found the next message due (zero: none within the check interval)
 }
 
 // end runs when the loop ends. The lease is released even when this
@@ -117,9 +118,17 @@ func (l *partLoop) tick(ctx context.Context) (tick, error) {
 	// interval, within which the next tick comes) has passed, not at every
 	// tick: a tick within the interval renews it before it expires.
 	extend := time.Since(l.extended) >= (l.s.lease-l.s.interval)/2
-	t, err := l.s.promote(ctx, l.sh, l.fields, l.groups, take, extend)
+	// The tick a due message woke is handed to a subscription of this
+	// process if one waits (see Readers); one woken otherwise (a check
+	// interval, a wake-up) mostly moves nothing, and is not.
+	due := l.held && !l.due.IsZero() && !started.Before(l.due)
+	t, err := l.s.promote(ctx, l.sh, l.fields, store.PromoteArgs{Groups: l.groups, MayTake: take, Extend: extend}, due)
+	l.due = time.Time{}
 	if err != nil {
 		return t, err
+	}
+	if t.held && t.due {
+		l.due = started.Add(t.wait)
 	}
 	if t.held && (extend || !l.held) {
 		l.extended = started
@@ -355,14 +364,25 @@ type tick struct {
 	far       int64         // the far bucket due for unpacking; -1: none
 	farFormat int           // its format (see internal/store/far.go)
 	empty     bool          // held, and nothing waits or is due to be retried
+	due       bool          // wait is until the next due message (not the check interval's cap)
 }
 
 // promote takes or extends the topic's lease and, when held, moves what is
 // due and returns how long to sleep: until the next due message, capped at
 // the check interval; 0 when more is due now. A standby sleeps until the
-// lease expires, at most the check interval.
-func (s *Scheduler) promote(ctx context.Context, sh store.Shard, fields watermill.LogFields, groups []string, take, extend bool) (tick, error) {
-	r, err := store.Promote(ctx, s.redis, sh, store.PromoteArgs{Groups: groups, Batch: s.batch, Owner: s.owner, Lease: s.lease, MayTake: take, Extend: extend})
+// lease expires, at most the check interval. a's Groups, MayTake and
+// Extend are the tick's; due hands the call to a subscription of this
+// process when one waits (see Readers).
+func (s *Scheduler) promote(ctx context.Context, sh store.Shard, fields watermill.LogFields, a store.PromoteArgs, due bool) (tick, error) {
+	a.Batch, a.Owner, a.Lease = s.batch, s.owner, s.lease
+	var r store.PromoteReply
+	ran, err := false, error(nil)
+	if due && s.readers != nil {
+		r, ran, err = s.readers.Promote(ctx, sh, a)
+	}
+	if !ran && err == nil {
+		r, err = store.Promote(ctx, s.redis, sh, a)
+	}
 	if err != nil {
 		return tick{}, fmt.Errorf("promote due messages: %w", err)
 	}
@@ -382,6 +402,7 @@ func (s *Scheduler) promote(ctx context.Context, sh store.Shard, fields watermil
 	}
 	if wait >= 0 && time.Duration(wait)*time.Microsecond < s.interval {
 		t.wait = time.Duration(wait) * time.Microsecond
+		t.due = t.held
 	}
 	if t.declined {
 		// Left to a scheduler holding fewer leases, which a release wakes

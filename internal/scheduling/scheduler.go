@@ -56,6 +56,7 @@ type Scheduler struct {
 	metrics   *schedMetrics
 	limiter   *loglimit.Limiter  // repeated errors of all partitions
 	gone      func(topic string) // called when the client was closed under the scheduler
+	readers   Readers            // nil: none (a Manager)
 
 	// The client's hub, through which commands go (redis) and
 	// notifications come (l, set by Start).
@@ -122,6 +123,20 @@ type Config struct {
 	// Gone is called when the client was closed under the scheduler (nil:
 	// the loop retries like after any failure).
 	Gone func(topic string)
+	// Readers, for a Subscriber's scheduler, are its subscriptions: a tick
+	// falling due is handed to one waiting for the partition's bell, which
+	// runs it with its read (see Readers); nil for a Manager.
+	Readers Readers
+}
+
+// Readers run a scheduler's tick of a partition in the read of a
+// subscription of the same process that waits for the partition's bell:
+// one round trip for both, where the scheduler's own call would ring the
+// bell and the subscription read after it. ran is false when none took it
+// (the scheduler calls promote.lua itself). The consumption package's
+// Subscriber implements it.
+type Readers interface {
+	Promote(ctx context.Context, sh store.Shard, a store.PromoteArgs) (r store.PromoteReply, ran bool, err error)
 }
 
 // New returns a Scheduler; call Start to start it.
@@ -138,7 +153,7 @@ func New(config Config) *Scheduler {
 		client: config.Client, keys: config.Keys, logger: logger,
 		interval: config.CheckInterval, lease: leaseTime(config.CheckInterval), owner: store.NameAtLevel(watermill.NewUUID(), store.LevelNewest),
 		batch: config.BatchSize, trim: config.TrimInterval, retention: config.Retention, metrics: newSchedMetrics(config.Metrics),
-		gone: config.Gone, discover: config.Discover, hub: config.Hub, redis: store.NewGated(config.Hub),
+		gone: config.Gone, readers: config.Readers, discover: config.Discover, hub: config.Hub, redis: store.NewGated(config.Hub),
 		known: map[store.Shard]partition{}, loops: map[store.Shard]chan string{}, stops: map[store.Shard]context.CancelFunc{},
 		running:  map[*loopRun]partition{},
 		balances: map[string]*balance.Balance{}, refresh: make(chan struct{}, 1), ticks: make(chan struct{}, 1), limiter: limiter,

@@ -283,11 +283,20 @@ type PromoteArgs struct {
 	Lease   time.Duration // the lease's time
 	MayTake bool          // take the lease if it is free
 	Extend  bool          // renew the lease the caller holds
+	// Note is what the bell is rung with when the call adds entries
+	// (promote.lua's ARGV[6]; "" by default): the subscription whose read
+	// runs the call (ReadArgs.Promote) is not woken by its own ring.
+	Note string
 }
 
 // Promote runs promote.lua on a partition.
 func Promote(ctx context.Context, c redis.Scripter, sh Shard, a PromoteArgs) (PromoteReply, error) {
-	groups, batch, owner, lease := a.Groups, a.Batch, a.Owner, a.Lease
+	keys, args := a.script(sh)
+	return promoteReply(promoteScript.Run(ctx, c, keys, args...))
+}
+
+// script is promote.lua's keys and arguments for a.
+func (a PromoteArgs) script(sh Shard) (keys []string, args []any) {
 	take, ext := "1", "0"
 	if !a.MayTake {
 		take = "0"
@@ -295,14 +304,23 @@ func Promote(ctx context.Context, c redis.Scripter, sh Shard, a PromoteArgs) (Pr
 	if a.Extend {
 		ext = "1"
 	}
-	k := make([]string, 0, 13+8*len(groups))
-	k = append(k, sh.Lease(), sh.Groups(), sh.Waiting(), sh.Bodies(), sh.Stream(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.Fanout(), sh.Bell(), sh.GroupOf(), sh.orphans())
-	for _, g := range groups {
-		k = append(k, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g), sh.Meta(g))
-		k = append(k, sh.fairKeys(g)...)
+	keys = make([]string, 0, 14+8*len(a.Groups))
+	keys = append(keys, sh.Lease(), sh.Groups(), sh.Waiting(), sh.Bodies(), sh.Stream(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.Fanout(), sh.Bell(), sh.GroupOf(), sh.orphans())
+	for _, g := range a.Groups {
+		keys = append(keys, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g), sh.Meta(g))
+		keys = append(keys, sh.fairKeys(g)...)
 	}
-	k = append(k, sh.Far(), sh.FarZ())
-	res, err := promoteScript.Run(ctx, c, k, batch, owner, lease.Milliseconds(), take, ext).Int64Slice()
+	keys = append(keys, sh.Far(), sh.FarZ())
+	args = []any{a.Batch, a.Owner, a.Lease.Milliseconds(), take, ext}
+	if a.Note != "" {
+		args = append(args, a.Note)
+	}
+	return keys, args
+}
+
+// promoteReply parses promote.lua's reply.
+func promoteReply(cmd *redis.Cmd) (PromoteReply, error) {
+	res, err := cmd.Int64Slice()
 	if err == nil {
 		err = replyShort("promote", len(res), 7)
 	}

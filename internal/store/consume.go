@@ -86,11 +86,15 @@ func pipeScript(ctx context.Context, pipe redis.Pipeliner, script *redis.Script,
 // have the script cached yet (first use, or Redis restarted) it runs it on
 // c, loading it.
 func (p pipedScript) Result(ctx context.Context, c redis.Scripter) *redis.Cmd {
-	if err := p.Cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	if isNoScript(p.Cmd.Err()) {
 		return p.Script.Run(ctx, c, p.Keys, p.Args...)
 	}
 	return p.Cmd
 }
+
+// isNoScript reports whether err is Redis's "NOSCRIPT": EVALSHA of a
+// script it has not cached.
+func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
 // pipeAck queues ack.lua on pipe for the redelivery entries ids of group;
 // its result is how many entries were pending and are now acknowledged.
@@ -450,6 +454,11 @@ type ReadArgs struct {
 	// (ReadReply.Acked): the acks a subscription queued since its last
 	// write ride on its next read instead of a round trip of their own.
 	AckReady, AckRedo []string
+	// Promote, when set, runs a scheduler's tick of the partition
+	// (promote.lua, as Promote does) before the read, which so finds what
+	// it moved: one round trip for both, and no ring and read of their own
+	// (ReadReply.Promote).
+	Promote *PromoteArgs
 }
 
 // ReadReply is what ReadNew read.
@@ -462,6 +471,12 @@ type ReadReply struct {
 	Pick  PickReply     // with ReadArgs.Pick
 	Vis   time.Duration // with ReadArgs.Vis: the group's stored visibility timeout (0: none stored)
 	Acked AckReply      // with ReadArgs.AckReady or AckRedo
+	// With ReadArgs.Promote: its reply or error. PromoteLate: Redis did
+	// not have the script cached, so it ran after the read, which did not
+	// see what it moved (read again).
+	Promote     PromoteReply
+	PromoteErr  error
+	PromoteLate bool
 }
 
 // ReadNew reads new entries as a ReadArgs says, in one round trip; nothing
@@ -472,6 +487,11 @@ type ReadReply struct {
 func ReadNew(ctx context.Context, c Cmds, sh Shard, a ReadArgs) (ReadReply, error) {
 	pipe := c.Pipeline()
 	acked := queueAcks(ctx, pipe, sh, a.Group, a.AckReady, a.AckRedo)
+	var promote pipedScript
+	if a.Promote != nil {
+		keys, args := a.Promote.script(sh)
+		promote = pipeScript(ctx, pipe, promoteScript, keys, args...)
+	}
 	var pick pipedScript
 	if a.Pick {
 		keys := append([]string{sh.Redelivery(a.Group), sh.Meta(a.Group)}, sh.fairKeys(a.Group)...)
@@ -496,6 +516,10 @@ func ReadNew(ctx context.Context, c Cmds, sh Shard, a ReadArgs) (ReadReply, erro
 	var r ReadReply
 	r.Acked = acked.reply(ctx, c)
 	r.Armed = arm != nil && arm.Err() == nil
+	if a.Promote != nil {
+		r.PromoteLate = isNoScript(promote.Cmd.Err())
+		r.Promote, r.PromoteErr = promoteReply(promote.Result(ctx, c))
+	}
 	if a.Pick {
 		res, err := pick.Result(ctx, c).Int64Slice()
 		if err == nil {

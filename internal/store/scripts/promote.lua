@@ -70,6 +70,9 @@
   ARGV[5]  "1" to extend the lease the caller holds (it does so a few times
            per lease time, not at every call: a write saved per tick), "0"
            to leave its expiry
+  ARGV[6]  optional: the note the bell is rung with (lib.lua's ring); a
+           subscription reading right after this call in the same
+           pipeline names itself so (store.ReadArgs.Promote)
 
   Returns {moved, wait, missing, groups, held, far, format}:
     moved    messages moved
@@ -89,7 +92,7 @@
 local lease, groups, waiting, bodies, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local bkeys, bkeyof, prio, fanout, bell = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local grpof, gorphan = KEYS[11], KEYS[12]
-local limit, owner, leaseMs, mayTake, extend = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local limit, owner, leaseMs, mayTake, extend, note = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local ngroups = redis.call('SCARD', groups)
 local holder = redis.call('GET', lease)
 if holder and holder ~= owner then
@@ -427,6 +430,6 @@ for f = 1, 2 do
   end
 end
 if added then
-  ring(bell)
+  ring(bell, note)
 end
 return {moved, wait, missing, ngroups, 1, far, farFormat}

@@ -11,10 +11,14 @@
 -- the bell: store.ReadNew) that entries were added: once per arming, so a script
 -- adding many rings once and a busy partition not at all. The bell's key
 -- and channel share a name. A user without the channel (ACL) stores all
--- the same: its consumers then find the entries at their next poll.
-local function ring(bell)
+-- the same: its consumers then find the entries at their next poll. The
+-- note (default empty) is the message published: a subscription whose own
+-- read ran the script (promote.lua's ARGV[6]) knows itself by it and is
+-- not woken; every other listener, of any release, takes any note as a
+-- ring.
+local function ring(bell, note)
   if redis.call('DEL', bell) == 1 then
-    redis.pcall('PUBLISH', bell, '')
+    redis.pcall('PUBLISH', bell, note or '')
   end
 end
 

@@ -1,0 +1,117 @@
+package consumption
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
+)
+
+// The hand-off's ways: no subscription waits, or the one waiting is
+// another partition's, ordered or rate limited (the scheduler calls
+// itself); one takes it and declines (paused, a history read, its end);
+// one runs it, with the tick's reply or error; the scheduler's end while
+// it waits.
+func TestHandoff_Ways(t *testing.T) {
+	ctx := context.Background()
+	a := store.PromoteArgs{Owner: "o"}
+	keys := store.Keys{Prefix: "p"}
+	sh := keys.Shard("t", 0)
+	newSubscriber := func(limited bool) *Subscriber {
+		c := Config{Keys: keys}
+		if limited {
+			c.TopicRateLimits = map[string]Rate{"t": {Messages: 1, Per: time.Second}}
+		}
+		return New(context.Background(), c, nil, nil, nil)
+	}
+	// waiting registers a subscription as waiting for its bell and
+	// answers the first hand-off it takes with answer; taken is closed
+	// then.
+	waiting := func(s *Subscriber, shard store.Shard, ordered bool, answer func(r *reads)) (taken chan struct{}) {
+		sub := &subscription{s: s, topic: "t", shard: shard, consumer: "c1", reads: reads{handoff: make(chan *handoff)}}
+		if ordered {
+			sub.order = &ordering{}
+		}
+		s.idle[sub] = time.Now()
+		taken = make(chan struct{})
+		go func() {
+			h := <-sub.reads.handoff
+			close(taken)
+			if h.args.Note != "c1" {
+				t.Errorf("the ring's note is %q, not the subscription's name", h.args.Note)
+			}
+			sub.reads.promote = h
+			answer(&sub.reads)
+		}()
+		return taken
+	}
+	// handOver calls Promote until a subscription took the hand-off.
+	handOver := func(s *Subscriber, ctx context.Context, taken chan struct{}) (r store.PromoteReply, ran bool, err error) {
+		for {
+			r, ran, err = s.Promote(ctx, sh, a)
+			select {
+			case <-taken:
+				return r, ran, err
+			default:
+				require.False(t, ran)
+				require.NoError(t, err)
+				time.Sleep(time.Millisecond) // until its goroutine waits
+			}
+		}
+	}
+
+	t.Run("none waits", func(t *testing.T) {
+		_, ran, err := newSubscriber(false).Promote(ctx, sh, a)
+		require.NoError(t, err)
+		require.False(t, ran)
+	})
+	t.Run("not one that may take it", func(t *testing.T) {
+		never := func(*reads) { t.Error("took a hand-off it may not") }
+		s := newSubscriber(false)
+		waiting(s, keys.Shard("t", 1), false, never) // another partition
+		waiting(s, sh, true, never)                  // ordered
+		_, ran, err := s.Promote(ctx, sh, a)
+		require.NoError(t, err)
+		require.False(t, ran)
+		limited := newSubscriber(true)
+		waiting(limited, sh, false, never)
+		_, ran, err = limited.Promote(ctx, sh, a)
+		require.NoError(t, err)
+		require.False(t, ran)
+	})
+	t.Run("declined", func(t *testing.T) {
+		s := newSubscriber(false)
+		_, ran, err := handOver(s, ctx, waiting(s, sh, false, func(r *reads) { r.declineHandoff() }))
+		require.NoError(t, err)
+		require.False(t, ran)
+	})
+	t.Run("ran", func(t *testing.T) {
+		for _, want := range []error{nil, errors.New("ERR tick failed")} {
+			s := newSubscriber(false)
+			rep, ran, err := handOver(s, ctx, waiting(s, sh, false, func(r *reads) {
+				h := r.takeHandoff()
+				h.reply <- handoffReply{r: store.PromoteReply{Moved: 3, Held: true}, ran: true, err: want}
+				r.declineHandoff() // taken: nothing more to answer
+			}))
+			require.True(t, ran)
+			require.Equal(t, want, err)
+			require.Equal(t, int64(3), rep.Moved)
+		}
+	})
+	t.Run("the scheduler ends while it waits", func(t *testing.T) {
+		s := newSubscriber(false)
+		taken := waiting(s, sh, false, func(*reads) {}) // takes it, answers never
+		ended, cancel := context.WithCancel(ctx)
+		go func() {
+			<-taken
+			cancel()
+		}()
+		_, ran, err := handOver(s, ended, taken)
+		require.ErrorIs(t, err, context.Canceled)
+		require.False(t, ran)
+	})
+}
