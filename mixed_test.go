@@ -24,13 +24,15 @@ import (
 	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
-// The mixed-version run: the previous release (its commit in
-// testdata/previous-release) and this checkout, each built into
+// The mixed-version run: each release a user may still upgrade from (a
+// line of testdata/previous-release: its commit, name and storage level,
+// the last release first) and this checkout, each built into
 // testdata/mixdriver, publish, consume and schedule side by side on one
 // Redis, in the orders teams deploy in. Every storage change must pass it
-// (docs/upgrading.md). It builds both (about a minute the first time) and
-// runs four orders at once, about three minutes: CI runs it on Redis and on
-// Valkey, with REDISDELAY_MIXED_VERSIONS=1.
+// (docs/upgrading.md). It builds each release (about a minute the first
+// time) and runs four orders at once beside each, about two minutes a
+// release: CI runs it on Redis and on Valkey, with
+// REDISDELAY_MIXED_VERSIONS=1.
 
 // mixLateness bounds how late a message may be delivered across the
 // upgrade: a grouped message queued by the previous release reaches an
@@ -43,14 +45,45 @@ const mixPhase = 12 * time.Second
 
 type mixBins struct{ old, new, cli string }
 
+// mixRelease is a release run beside this checkout (a line of
+// testdata/previous-release).
+type mixRelease struct {
+	commit, name string
+	level        int // the storage level it reads and writes up to
+}
+
+// mixReleases reads testdata/previous-release.
+func mixReleases(t *testing.T) []mixRelease {
+	b, err := os.ReadFile(filepath.Join("testdata", "previous-release"))
+	require.NoError(t, err)
+	var out []mixRelease
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		require.Len(t, f, 3, "testdata/previous-release: %q is not \"<commit> <release> <storage level>\"", line)
+		level, err := strconv.Atoi(f[2])
+		require.NoError(t, err, "testdata/previous-release: %q: the storage level is not a number", line)
+		require.True(t, level >= 1 && level <= redisdelay.StorageLevel, "testdata/previous-release: %q: level %d is not one of 1 to %d", line, level, redisdelay.StorageLevel)
+		out = append(out, mixRelease{commit: f[0], name: f[1], level: level})
+	}
+	return out
+}
+
 func TestMixedVersions(t *testing.T) {
 	if os.Getenv("REDISDELAY_MIXED_VERSIONS") == "" {
-		t.Skip("set REDISDELAY_MIXED_VERSIONS=1 to build the previous release and run it beside this one (CI does)")
+		t.Skip("set REDISDELAY_MIXED_VERSIONS=1 to build the previous releases and run each beside this one (CI does)")
 	}
-	prev, err := os.ReadFile(filepath.Join("testdata", "previous-release"))
-	require.NoError(t, err)
-	bins := buildMixed(t, strings.TrimSpace(string(prev)))
+	for _, rel := range mixReleases(t) {
+		t.Run(rel.name, func(t *testing.T) { testMixedVersions(t, rel) })
+	}
+}
 
+// testMixedVersions runs the four orders beside release rel. A release
+// of an older storage level is seen by this one, which writes its level
+// meanwhile; after the settle time, rolling back to it takes the pin and
+// the rewrite. One of the same level needs neither.
+func testMixedVersions(t *testing.T, rel mixRelease) {
+	bins := buildMixed(t, rel.commit)
+	older := rel.level < redisdelay.StorageLevel
 	for _, o := range []struct {
 		name  string
 		steps func(r *mixRun)
@@ -85,7 +118,7 @@ func TestMixedVersions(t *testing.T) {
 			r.after(2*time.Second, func() { r.stop("old", "pub") })
 			r.phase()
 		}},
-		// Everything upgraded, then rolled back soon after: nothing of the
+		// Everything upgraded, then rolled back soon after: nothing of a
 		// newer level was written yet (the settle time).
 		{"RollbackSoon", func(r *mixRun) {
 			r.start("old", "sub", "mgr", "pub")
@@ -97,18 +130,21 @@ func TestMixedVersions(t *testing.T) {
 			r.after(4*time.Second, func() { r.stop("new", "sub", "mgr", "pub") })
 			r.phase()
 		}},
-		// This release alone, long enough to write level 2 (the far tier's
-		// format 2, the codec's codes), then the documented rollback: pin
-		// level 1, rewrite, drain, and the previous release takes over.
+		// This release alone, long enough to write its level (a newer one:
+		// the far tier's format and the codec's codes of that level), then
+		// the documented rollback: pin the release's level, rewrite, drain,
+		// and the release takes over.
 		{"RollbackAfterSettle", func(r *mixRun) {
 			// A short settle time, as an operator sets it with the CLI:
-			// level 2 within the first phase.
+			// the newest level within the first phase.
 			r.cli("storage", "settle", "5s")
 			r.start("new", "sub", "mgr", "pub")
 			r.phase()
-			r.awaitLevel(2)
-			r.cli("storage", "pin", "1")
-			r.rewriteUntilDrained()
+			r.awaitLevel(redisdelay.StorageLevel)
+			if older {
+				r.cli("storage", "pin", strconv.Itoa(rel.level))
+				r.rewriteUntilDrained()
+			}
 			r.start("old", "sub", "mgr", "pub")
 			r.after(2*time.Second, func() { r.stop("new", "sub", "mgr", "pub") })
 			r.phase()
@@ -116,7 +152,7 @@ func TestMixedVersions(t *testing.T) {
 	} {
 		t.Run(o.name, func(t *testing.T) {
 			t.Parallel()
-			r := newMixRun(t, bins)
+			r := newMixRun(t, bins, rel.level)
 			o.steps(r)
 			r.finish()
 		})
@@ -207,6 +243,7 @@ type mixProc struct {
 type mixRun struct {
 	t      *testing.T
 	bins   mixBins
+	level  int // the previous release's storage level
 	addr   string
 	client *redis.Client
 	insp   *redisdelay.Inspector
@@ -220,13 +257,13 @@ type mixRun struct {
 	pending sync.WaitGroup
 }
 
-func newMixRun(t *testing.T, bins mixBins) *mixRun {
+func newMixRun(t *testing.T, bins mixBins, level int) *mixRun {
 	srv := redistest.ForTest(t, redistest.Options{})
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = client.Close() })
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
 	require.NoError(t, err)
-	r := &mixRun{t: t, bins: bins, addr: srv.Addr, client: client, insp: insp, dir: t.TempDir(), start0: time.Now(),
+	r := &mixRun{t: t, bins: bins, level: level, addr: srv.Addr, client: client, insp: insp, dir: t.TempDir(), start0: time.Now(),
 		procs: map[string][]*mixProc{}}
 	t.Cleanup(r.killAll)
 	return r
@@ -317,12 +354,16 @@ func (r *mixRun) killAll() {
 }
 
 // awaitOlderSeen waits until the processes of this release saw one of the
-// previous release (and so write level 1).
+// previous release, when that one reads an older level (and so write
+// that level); one of the same level announces nothing to wait for.
 func (r *mixRun) awaitOlderSeen() {
+	if r.level == redisdelay.StorageLevel {
+		return
+	}
 	require.Eventually(r.t, func() bool {
 		s, err := r.insp.Storage(context.Background())
 		require.NoError(r.t, err)
-		return !s.OlderRelease.IsZero() && s.Level == 1
+		return !s.OlderRelease.IsZero() && s.Level == r.level
 	}, 10*time.Second, 100*time.Millisecond)
 }
 
@@ -345,15 +386,16 @@ func (r *mixRun) cli(args ...string) string {
 	return string(out)
 }
 
-// rewriteUntilDrained runs the documented rollback's rewrite until it
-// reports nothing of level 2 left (exit 0), the new subscribers draining
-// the streams meanwhile.
+// rewriteUntilDrained runs the documented rollback's rewrite to the
+// previous release's level until it reports nothing newer left (exit 0),
+// the new subscribers draining the streams meanwhile.
 func (r *mixRun) rewriteUntilDrained() {
 	deadline := time.Now().Add(60 * time.Second)
+	level := strconv.Itoa(r.level)
 	for {
-		cmd := exec.Command(r.bins.cli, "--addr", r.addr, "storage", "rewrite", "1")
+		cmd := exec.Command(r.bins.cli, "--addr", r.addr, "storage", "rewrite", level)
 		out, err := cmd.CombinedOutput()
-		r.t.Logf("redisdelay storage rewrite 1: %s", strings.TrimSpace(string(out)))
+		r.t.Logf("redisdelay storage rewrite %s: %s", level, strings.TrimSpace(string(out)))
 		if err == nil {
 			return
 		}
