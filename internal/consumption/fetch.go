@@ -98,6 +98,7 @@ func (sub *subscription) flushBeforeHistory(ctx context.Context) (stop bool) {
 // reports whether the subscription must stop.
 func (sub *subscription) readFailed(ctx context.Context, err error, pos *readPos) (stop bool) {
 	s := sub.s
+	sub.reads.declineHandoff() // the scheduler's to run, not after the pause below
 	if sub.ended(ctx, err) {
 		return true
 	}
@@ -161,7 +162,9 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 	}
 	if r.Paused {
 		// Checked again when a change is published, else once per
-		// BlockTime.
+		// BlockTime; a tick handed over meanwhile is the scheduler's to
+		// run now (other groups read what it moves).
+		sub.reads.declineHandoff()
 		t := time.NewTimer(s.config.BlockTime)
 		defer t.Stop()
 		sub.order.enter(phaseWait)

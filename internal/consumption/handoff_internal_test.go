@@ -6,8 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
 
@@ -114,4 +118,59 @@ func TestHandoff_Ways(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		require.False(t, ran)
 	})
+}
+
+// A subscription that took a hand-off and then finds its group paused
+// declines it before it waits (up to BlockTime) for the resume: the
+// scheduler runs the tick at once, for the other groups.
+func TestHandoff_DeclinedBeforeThePauseWait(t *testing.T) {
+	srv := redistest.ForTest(t, redistest.Options{})
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer client.Close()
+	hub := store.AcquireHub(client)
+	defer hub.Release()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	keys := store.Keys{Prefix: "p"}
+	s := New(ctx, Config{Keys: keys, ConsumerGroup: "g", BlockTime: time.Hour}, hub, store.NewGated(hub), watermill.NopLogger{})
+	sh := keys.Shard("t", 0)
+	err, _ := store.Pause(ctx, client, sh, "g")
+	require.NoError(t, err)
+
+	sub := &subscription{s: s, topic: "t", shard: sh, consumer: "c1",
+		reads: reads{handoff: make(chan *handoff)}, flow: flow{wake: make(chan struct{}, 1)}}
+	sub.flow.notified.Store(true) // a pause change was announced: the gate asks Redis
+	h := &handoff{reply: make(chan handoffReply, 1)}
+	sub.reads.promote = h
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		count, err := sub.gate(ctx)
+		assert.NoError(t, err)
+		assert.Zero(t, count, "paused: nothing to read")
+	}()
+	select {
+	case rep := <-h.reply:
+		require.False(t, rep.ran)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hand-off was not declined before the pause's wait")
+	}
+	cancel()
+	<-done
+}
+
+// A failed read declines a hand-off before its pause (up to 2 s).
+func TestHandoff_DeclinedBeforeTheRetryPause(t *testing.T) {
+	s := New(context.Background(), Config{Keys: store.Keys{Prefix: "p"}}, nil, nil, watermill.NopLogger{})
+	sub := &subscription{s: s, topic: "t", shard: s.config.Keys.Shard("t", 0), consumer: "c1", reads: reads{handoff: make(chan *handoff)}}
+	h := &handoff{reply: make(chan handoffReply, 1)}
+	sub.reads.promote = h
+	pos := readPos{failures: 19} // the next pause is the longest
+	go sub.readFailed(context.Background(), errors.New("read failed"), &pos)
+	select {
+	case rep := <-h.reply:
+		require.False(t, rep.ran)
+	case <-time.After(time.Second):
+		t.Fatal("the hand-off was not declined before the pause after a failed read")
+	}
 }
