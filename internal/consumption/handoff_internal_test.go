@@ -33,39 +33,28 @@ func TestHandoff_Ways(t *testing.T) {
 		return New(context.Background(), c, nil, nil, nil)
 	}
 	// waiting registers a subscription as waiting for its bell and
-	// answers the first hand-off it takes with answer; taken is closed
-	// then.
-	waiting := func(s *Subscriber, shard store.Shard, ordered bool, answer func(r *reads)) (taken chan struct{}) {
-		sub := &subscription{s: s, topic: "t", shard: shard, consumer: "c1", reads: reads{handoff: make(chan *handoff)}}
+	// answers the first hand-off it takes with answer (nil: it only
+	// waits, and the caller looks at what it was sent). Its channel has
+	// room for one: it stands for a subscription already in waitBell's
+	// select, so a hand-off it may not take would be sent, and seen.
+	waiting := func(s *Subscriber, shard store.Shard, ordered bool, answer func(r *reads)) (handoffs chan *handoff) {
+		sub := &subscription{s: s, topic: "t", shard: shard, consumer: "c1", reads: reads{handoff: make(chan *handoff, 1)}}
 		if ordered {
 			sub.order = &ordering{}
 		}
 		s.idle[sub] = time.Now()
-		taken = make(chan struct{})
+		if answer == nil {
+			return sub.reads.handoff
+		}
 		go func() {
 			h := <-sub.reads.handoff
-			close(taken)
 			if h.args.Note != "c1" {
 				t.Errorf("the ring's note is %q, not the subscription's name", h.args.Note)
 			}
 			sub.reads.promote = h
 			answer(&sub.reads)
 		}()
-		return taken
-	}
-	// handOver calls Promote until a subscription took the hand-off.
-	handOver := func(s *Subscriber, ctx context.Context, taken chan struct{}) (r store.PromoteReply, ran bool, err error) {
-		for {
-			r, ran, err = s.Promote(ctx, sh, a)
-			select {
-			case <-taken:
-				return r, ran, err
-			default:
-				require.False(t, ran)
-				require.NoError(t, err)
-				time.Sleep(time.Millisecond) // until its goroutine waits
-			}
-		}
+		return sub.reads.handoff
 	}
 
 	t.Run("none waits", func(t *testing.T) {
@@ -74,33 +63,42 @@ func TestHandoff_Ways(t *testing.T) {
 		require.False(t, ran)
 	})
 	t.Run("not one that may take it", func(t *testing.T) {
-		never := func(*reads) { t.Error("took a hand-off it may not") }
+		// bounded: a hand-off sent where it may not go is never answered
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		s := newSubscriber(false)
-		waiting(s, keys.Shard("t", 1), false, never) // another partition
-		waiting(s, sh, true, never)                  // ordered
+		others := []chan *handoff{
+			waiting(s, keys.Shard("t", 1), false, nil), // another partition
+			waiting(s, sh, true, nil),                  // ordered
+		}
 		_, ran, err := s.Promote(ctx, sh, a)
 		require.NoError(t, err)
 		require.False(t, ran)
 		limited := newSubscriber(true)
-		waiting(limited, sh, false, never)
+		others = append(others, waiting(limited, sh, false, nil))
 		_, ran, err = limited.Promote(ctx, sh, a)
 		require.NoError(t, err)
 		require.False(t, ran)
+		for k, ch := range others {
+			require.Empty(t, ch, "subscription %d took a hand-off it may not", k)
+		}
 	})
 	t.Run("declined", func(t *testing.T) {
 		s := newSubscriber(false)
-		_, ran, err := handOver(s, ctx, waiting(s, sh, false, func(r *reads) { r.declineHandoff() }))
+		waiting(s, sh, false, func(r *reads) { r.declineHandoff() })
+		_, ran, err := s.Promote(ctx, sh, a)
 		require.NoError(t, err)
 		require.False(t, ran)
 	})
 	t.Run("ran", func(t *testing.T) {
 		for _, want := range []error{nil, errors.New("ERR tick failed")} {
 			s := newSubscriber(false)
-			rep, ran, err := handOver(s, ctx, waiting(s, sh, false, func(r *reads) {
+			waiting(s, sh, false, func(r *reads) {
 				h := r.takeHandoff()
 				h.reply <- handoffReply{r: store.PromoteReply{Moved: 3, Held: true}, ran: true, err: want}
 				r.declineHandoff() // taken: nothing more to answer
-			}))
+			})
+			rep, ran, err := s.Promote(ctx, sh, a)
 			require.True(t, ran)
 			require.Equal(t, want, err)
 			require.Equal(t, int64(3), rep.Moved)
@@ -108,13 +106,9 @@ func TestHandoff_Ways(t *testing.T) {
 	})
 	t.Run("the scheduler ends while it waits", func(t *testing.T) {
 		s := newSubscriber(false)
-		taken := waiting(s, sh, false, func(*reads) {}) // takes it, answers never
 		ended, cancel := context.WithCancel(ctx)
-		go func() {
-			<-taken
-			cancel()
-		}()
-		_, ran, err := handOver(s, ended, taken)
+		waiting(s, sh, false, func(*reads) { cancel() }) // takes it, answers never
+		_, ran, err := s.Promote(ended, sh, a)
 		require.ErrorIs(t, err, context.Canceled)
 		require.False(t, ran)
 	})

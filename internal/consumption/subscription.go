@@ -74,7 +74,6 @@ func (sub *subscription) run(ctx context.Context) {
 	sub.s.logger.Debug("redisdelay: subscribed", sub.fields())
 	defer sub.listen()()
 	defer sub.startBackground().stop()
-	defer sub.reads.declineHandoff()
 
 	pos := readPos{cursor: fromStart}
 	for ctx.Err() == nil {

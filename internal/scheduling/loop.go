@@ -127,7 +127,7 @@ func (l *partLoop) tick(ctx context.Context) (tick, error) {
 	if err != nil {
 		return t, err
 	}
-	if t.held && t.due {
+	if t.due {
 		l.due = started.Add(t.wait)
 	}
 	if t.held && (extend || !l.held) {
@@ -364,7 +364,7 @@ type tick struct {
 	far       int64         // the far bucket due for unpacking; -1: none
 	farFormat int           // its format (see internal/store/far.go)
 	empty     bool          // held, and nothing waits or is due to be retried
-	due       bool          // wait is until the next due message (not the check interval's cap)
+	due       bool          // held, and wait is until the next due message (not the check interval's cap)
 }
 
 // promote takes or extends the topic's lease and, when held, moves what is
@@ -375,8 +375,11 @@ type tick struct {
 // process when one waits (see Readers).
 func (s *Scheduler) promote(ctx context.Context, sh store.Shard, fields watermill.LogFields, a store.PromoteArgs, due bool) (tick, error) {
 	a.Batch, a.Owner, a.Lease = s.batch, s.owner, s.lease
-	var r store.PromoteReply
-	ran, err := false, error(nil)
+	var (
+		r   store.PromoteReply
+		ran bool
+		err error
+	)
 	if due && s.readers != nil {
 		r, ran, err = s.readers.Promote(ctx, sh, a)
 	}
