@@ -111,7 +111,9 @@ func (b *bench) cost() {
 	for _, r := range b.opts.CostRates {
 		steps = append(steps, [2]int{r, 1})
 	}
-	steps = append(steps, [2]int{b.opts.CostManyRate, b.opts.CostTopics})
+	if b.opts.CostTopics > 0 {
+		steps = append(steps, [2]int{b.opts.CostManyRate, b.opts.CostTopics})
+	}
 	for _, st := range steps {
 		rate, topics := st[0], st[1]
 		for _, sys := range costSystems {

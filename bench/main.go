@@ -180,7 +180,7 @@ func run() error {
 	intFlag(&opts.GroupsEach, "groups-each", 10, 10, "messages of each small tenant (scenario 12)")
 	intFlag(&opts.GroupsN, "groups-n", 100_000, 10_000, "messages of each cost run, published and consumed end to end (scenario 12)")
 	intFlag(&opts.CostManyRate, "cost-many-rate", 1000, 1000, "steady rate of the many-topics cost runs, messages/s over all topics (scenario 13)")
-	intFlag(&opts.CostTopics, "cost-topics", 1000, 100, "topics of the many-topics cost runs (scenario 13)")
+	intFlag(&opts.CostTopics, "cost-topics", 1000, 100, "topics of the many-topics cost runs (scenario 13; 0 skips them)")
 	durFlag(&opts.CostWindow, "cost-window", 10*time.Second, 2*time.Second, "measured window of each cost run, after a 3 s warm-up (scenario 13)")
 	quickOf["cost-rates"] = "100,1000"
 	flag.Parse()
