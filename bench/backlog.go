@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +81,9 @@ type BacklogStep struct {
 	FillCPUMsPerCall float64   `json:"fill_redis_cpu_ms_per_call"`
 	Slowest          SlowCall  `json:"slowest"`
 	FarCalls         *FarProbe `json:"far_calls,omitempty"`
+	// Lookups: Find, Reschedule and Cancel by UUID of far messages of the
+	// backlog, one at a time from one client, as a user calls them.
+	Lookups *Lookups `json:"lookups,omitempty"`
 	// FilterSeconds is how long the rebuild of the backlog's far filter
 	// took after the fill (the partition's scheduler runs it at its next
 	// trim; no scheduler runs during the ladder's fill); used_memory is
@@ -104,6 +108,102 @@ type FarProbe struct {
 	CPUMsPerCall float64 `json:"redis_cpu_ms_per_call"` // per script run
 	// CPUMsPerPublish is Redis CPU per Publish call of 500.
 	CPUMsPerPublish float64 `json:"redis_cpu_ms_per_publish,omitempty"`
+}
+
+// Lookups are the latencies (ms, client-side, one call at a time) of
+// Inspector.FindWaiting, Publisher.Reschedule (to a due time in the far
+// tier) and Publisher.Cancel of N messages sampled from the backlog's
+// fills, each found.
+type Lookups struct {
+	N          int     `json:"n"`
+	FindP50    float64 `json:"find_p50_ms"`
+	FindP99    float64 `json:"find_p99_ms"`
+	ReschedP50 float64 `json:"reschedule_p50_ms"`
+	ReschedP99 float64 `json:"reschedule_p99_ms"`
+	CancelP50  float64 `json:"cancel_p50_ms"`
+	CancelP99  float64 `json:"cancel_p99_ms"`
+}
+
+func (l *Lookups) String() string {
+	return fmt.Sprintf("%d far messages: Find p50 %.2f, p99 %.2f ms; Reschedule p50 %.2f, p99 %.2f ms; Cancel p50 %.2f, p99 %.2f ms",
+		l.N, l.FindP50, l.FindP99, l.ReschedP50, l.ReschedP99, l.CancelP50, l.CancelP99)
+}
+
+// fillSample, when set (during a ladder's fill), keeps the UUID of one
+// message of every few the fill publishes, up to lookupSample, for the
+// step's lookups.
+var fillSample *uuidSample
+
+const lookupSample = 1000
+
+type uuidSample struct {
+	mu    sync.Mutex
+	every int // keep one of every
+	n     int
+	ids   []string
+}
+
+func (s *uuidSample) offer(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n++; s.n%s.every == 0 && len(s.ids) < lookupSample {
+		s.ids = append(s.ids, id)
+	}
+}
+
+// lookups measures Lookups on ids, far messages of the backlog: Find on
+// each, then Cancel on half of them and Reschedule (to another due time
+// in the far tier) on the other half. Each must find its message.
+func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, b.logger)
+	if err != nil {
+		return nil, err
+	}
+	defer pub.Close()
+	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
+	if err != nil {
+		return nil, err
+	}
+	var find, cancel, resched []float64
+	timed := func(into *[]float64, what, id string, f func() (bool, error)) error {
+		t0 := time.Now()
+		ok, err := f()
+		*into = append(*into, float64(time.Since(t0).Microseconds())/1e3)
+		if err == nil && !ok {
+			err = fmt.Errorf("%s did not find %s", what, id)
+		}
+		return err
+	}
+	for _, id := range ids {
+		if err := timed(&find, "FindWaiting", id, func() (bool, error) {
+			_, ok, err := insp.FindWaiting(b.ctx, backlogTopic, id)
+			return ok, err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	for i, id := range ids {
+		var err error
+		if i%2 == 0 {
+			err = timed(&cancel, "Cancel", id, func() (bool, error) { return pub.Cancel(b.ctx, backlogTopic, id) })
+		} else {
+			err = timed(&resched, "Reschedule", id, func() (bool, error) {
+				return pub.Reschedule(b.ctx, backlogTopic, id, time.Now().Add(backlogDelay()))
+			})
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(resched) == 0 {
+		return nil, fmt.Errorf("a sample of %d far messages is too small", len(ids))
+	}
+	for _, v := range [][]float64{find, cancel, resched} {
+		slices.Sort(v)
+	}
+	return &Lookups{N: len(ids), FindP50: percentile(find, 0.5), FindP99: percentile(find, 0.99),
+		ReschedP50: percentile(resched, 0.5), ReschedP99: percentile(resched, 0.99),
+		CancelP50: percentile(cancel, 0.5), CancelP99: percentile(cancel, 0.99)}, nil
 }
 
 func (p *FarProbe) String() string {
@@ -187,6 +287,9 @@ func publishUserFrom(goroutines int, pub message.Publisher, topic string, n int,
 			delay.Message(msgs[i], due())
 			if fillKeys != nil {
 				msgs[i].Metadata.Set(redisdelay.BusinessKey, "order-"+strconv.FormatInt(fillKeys.Add(1), 10))
+			}
+			if fillSample != nil {
+				fillSample.offer(msgs[i].UUID)
 			}
 		}
 		err := pub.Publish(topic, msgs...)
@@ -306,6 +409,11 @@ func (b *bench) backlogLadder() {
 		if step.Slowest, err = b.slowest(time.Time{}); b.failed("SLOWLOG GET", err) {
 			return
 		}
+		// Last: half the sample moves to the waiting set.
+		if step.Lookups, err = b.lookups(client, b.sample); b.failed("lookups", err) {
+			return
+		}
+		progress("   lookups by UUID of %s", step.Lookups)
 		// After the step: freeing it must not share the measured time.
 		if b.failed("delete the topic with no backlog", b.deleteTopic(emptyTopic(step.Size))) {
 			return
@@ -339,6 +447,8 @@ func (b *bench) fillBacklog(client *redis.Client, from, n int, payload []byte) (
 		fillKeys = &b.keys
 		defer func() { fillKeys = nil }()
 	}
+	fillSample = &uuidSample{every: max(1, n/lookupSample)}
+	defer func() { b.sample, fillSample = fillSample.ids, nil }()
 	d, err := publishUser(pub, backlogTopic, n, payload, nil, func() delay.Delay { return delay.For(backlogDelay()) }, &done)
 	stop()
 	return d, err
@@ -724,6 +834,14 @@ func (b *bench) backlogRows() {
 		b.rep.row("7", "slowest call (SLOWLOG) while measuring"+at, "ms", "≤ 10 ms", ptr(s.Slowest.Ms))
 		if s.FarCalls != nil {
 			b.rep.row("7", "far publish calls of 500 from one goroutine, slowest script run (SLOWLOG)"+at, "ms", "≤ 10 ms", ptr(s.FarCalls.MaxMs))
+		}
+		if l := s.Lookups; l != nil {
+			for _, r := range []struct {
+				what string
+				p99  float64
+			}{{"Find", l.FindP99}, {"Reschedule", l.ReschedP99}, {"Cancel", l.CancelP99}} {
+				b.rep.row("7", fmt.Sprintf("%s of a far message by UUID, p99"+at, r.what), "ms", "≤ 1 ms", ptr(r.p99))
+			}
 		}
 	}
 }

@@ -118,6 +118,7 @@ type bench struct {
 	logger watermill.LoggerAdapter
 	rep    *Report
 	keys   atomic.Int64 // business keys given by the keyed ladder (fillKeys)
+	sample []string     // UUIDs of the last fill's sample (fillSample)
 }
 
 func main() {
