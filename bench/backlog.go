@@ -402,9 +402,6 @@ func (b *bench) backlogLadder() {
 		progress("backlog %s: %s B/msg (this step %s B/msg), used_memory %.2f GB, filled at %s msg/s; slowest call %s, Redis CPU %s ms a call; far calls from one goroutine: %s; far filter rebuilt in %.1f s",
 			count(size), formatNumber(step.BytesPerMsg), formatNumber(step.StepBytesPerMsg), float64(after)/1e9,
 			formatNumber(step.FillRate), step.FillSlowest, formatNumber(step.FillCPUMsPerCall), step.FarCalls, step.FilterSeconds)
-		if b.failed("SLOWLOG RESET", b.admin.SlowLogReset(b.ctx).Err()) {
-			return
-		}
 		// First, while nothing else runs (the measurements below leave
 		// subscribers' and the server's work behind for seconds); half the
 		// sample moves to the waiting set, due days ahead, out of their way.
@@ -412,6 +409,9 @@ func (b *bench) backlogLadder() {
 			return
 		}
 		progress("   lookups by UUID of %s", step.Lookups)
+		if b.failed("SLOWLOG RESET", b.admin.SlowLogReset(b.ctx).Err()) {
+			return
+		}
 		b.measureAtBacklog(client, step, payload)
 		if step.Slowest, err = b.slowest(time.Time{}); b.failed("SLOWLOG GET", err) {
 			return
