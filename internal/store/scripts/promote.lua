@@ -240,16 +240,18 @@ local function move(set, hash, dest, retry)
   if not retry then
     flags = redis.call('EXISTS', prio, grpof, bkeyof)
   end
+  -- (hash_fields: these hashes are often small, listpacks)
+  local nHigh, nGrouped, prioOf = 0, 0, {}
   if flags > 0 and redis.call('EXISTS', prio) == 1 then
-    local f = redis.call('HMGET', prio, unpack(ids))
+    prioOf, nHigh = hash_fields(prio, ids)
     for k = 1, #ids do
-      high[k] = f[k] == '1'
+      high[k] = prioOf[k] == '1'
     end
   end
-  local anyGrouped = flags > 0 and redis.call('EXISTS', grpof) == 1
-  if anyGrouped then
-    grouped = redis.call('HMGET', grpof, unpack(ids))
+  if flags > 0 and redis.call('EXISTS', grpof) == 1 then
+    grouped, nGrouped = hash_fields(grpof, ids)
   end
+  local anyGrouped = nGrouped > 0
   local found, base = {}, 0 -- bodies of ids[base + 1 ..], BODIES at a time
   -- n: how many of ids (the first) leave the set in this call
   local n = 0
@@ -338,24 +340,40 @@ local function move(set, hash, dest, retry)
   end
   if #gone > 0 then
     redis.call('HDEL', hash, unpack(gone))
-    if not retry and next(high) then
-      redis.call('HDEL', prio, unpack(gone))
-    end
-    if anyGrouped then
-      redis.call('HDEL', grpof, unpack(gone))
+    -- the flags of those that have them only: HDEL, too, scans a listpack
+    -- once per field
+    if nHigh > 0 or anyGrouped then
+      local isGone, highGone, groupedGone = {}, {}, {}
+      for _, id in ipairs(gone) do
+        isGone[id] = true
+      end
+      for k, id in ipairs(ids) do
+        if isGone[id] then
+          if prioOf[k] then highGone[#highGone + 1] = id end
+          if grouped[k] then groupedGone[#groupedGone + 1] = id end
+        end
+      end
+      if #highGone > 0 then
+        redis.call('HDEL', prio, unpack(highGone))
+      end
+      if #groupedGone > 0 then
+        redis.call('HDEL', grpof, unpack(groupedGone))
+      end
     end
   end
   -- messages leaving the waiting set release their business keys; the
   -- reverse hash exists only while a waiting message holds one
   if flags > 0 and redis.call('EXISTS', bkeyof) == 1 then
-    local held = redis.call('HMGET', bkeyof, unpack(done))
+    local held, nHeld = hash_fields(bkeyof, done)
     local freed = {}
     for k, key in ipairs(held) do
       if key and redis.call('HGET', bkeys, key) == done[k] then
         freed[#freed + 1] = key
       end
     end
-    redis.call('HDEL', bkeyof, unpack(done))
+    if nHeld > 0 then
+      redis.call('HDEL', bkeyof, unpack(fields_set(done, held)))
+    end
     if #freed > 0 then
       redis.call('HDEL', bkeys, unpack(freed))
     end
