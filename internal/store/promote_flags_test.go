@@ -77,14 +77,13 @@ func TestPromote_FlagHashesReadWholeOrByField(t *testing.T) {
 		for _, h := range []string{sh.BkeyOf(), sh.Prio(), sh.GroupOf()} {
 			require.Equal(t, want, c.ObjectEncoding(ctx, h).Val(), h)
 		}
-		time.Sleep(5 * time.Millisecond) // the soon ones due
-		for {
-			r, err := Promote(ctx, c, sh, PromoteArgs{Batch: 256, Owner: "owner", Lease: time.Minute, MayTake: true, Extend: true})
+		// promoted as they fall due (1 ms after the publish), until only
+		// the 300 waiting an hour are left
+		require.Eventually(t, func() bool {
+			_, err := Promote(ctx, c, sh, PromoteArgs{Batch: 256, Owner: "owner", Lease: time.Minute, MayTake: true, Extend: true})
 			require.NoError(t, err)
-			if r.Moved == 0 {
-				break
-			}
-		}
+			return c.ZCard(ctx, sh.Waiting()).Val() == 300
+		}, 5*time.Second, time.Millisecond)
 		return state(sh)
 	}
 	whole, byField := run("t:{listpack}", false), run("t:{hashtable}", true)
