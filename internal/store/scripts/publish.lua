@@ -194,13 +194,18 @@ for j = first, #ARGV, STRIDE do
   end
 end
 
--- looks up fields of a hash in chunks: into[names[i]] = value or false
+-- looks up fields of a hash in chunks: into[names[i]] = value or false.
+-- hash_fields (lib.lua) reads a listpack hash whole for a chunk of 32
+-- names or more: :bkeys is one while it holds up to 512 keys (and :bodies
+-- while its messages are small), and HMGET scans a listpack once per
+-- field (500 keys looked up in a :bkeys of 400 cost 4 us a message, 0.5
+-- read whole).
 local function lookup(hash, names, into)
   for c = 1, #names, CHUNK do
-    local last = math.min(c + CHUNK - 1, #names)
-    local vals = redis.call('HMGET', hash, unpack(names, c, last))
-    for k = 1, #vals do
-      into[names[c + k - 1]] = vals[k]
+    local part = {unpack(names, c, math.min(c + CHUNK - 1, #names))}
+    local vals = hash_fields(hash, part)
+    for k = 1, #part do
+      into[part[k]] = vals[k]
     end
   end
 end
