@@ -71,6 +71,9 @@ type ScriptCPU struct {
 // NewScriptCPU adds the hook to c and starts recording. Close it before c
 // (the hook then measures nothing more).
 func NewScriptCPU(c *redis.Client) *ScriptCPU {
+	// The measuring connection (INFO around a MULTI/EXEC) is not the client
+	// under test: a small pool of its own keeps it from taking that
+	// client's connections or adding many to the server.
 	o := *c.Options()
 	o.PoolSize = 2
 	o.MinIdleConns = 0

@@ -34,7 +34,7 @@ func BenchmarkPublish_KeyedBeside400Keys(b *testing.B) {
 	mk := func(key string) PubMessage {
 		uuid := watermill.NewUUID()
 		m := message.NewMessage(uuid, []byte(strings.Repeat("p", 100)))
-		m.Metadata.Set("_redisdelay_business_key", key[1:])
+		m.Metadata.Set(namedKeys[0], key[1:]) // the business key
 		return PubMessage{UUID: uuid, Delay: time.Hour.Milliseconds(), Body: Encode(m), Key: key, Far: FarArg{Bucket: -1}}
 	}
 	for _, scenario := range []string{"new", "replace"} {
