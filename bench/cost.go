@@ -39,8 +39,15 @@ type CostRun struct {
 	// (INFO commandstats: a script counts once, plus the commands it runs)
 	// and the bench process's CPU time (getrusage: the publisher, the
 	// subscriber and the harness around them).
-	RedisUsec  float64 `json:"redis_usec_per_msg"`
-	Calls      float64 `json:"calls_per_msg"`
+	RedisUsec float64 `json:"redis_usec_per_msg"`
+	Calls     float64 `json:"calls_per_msg"`
+	// Reads and Writes are the server's socket reads and writes per
+	// delivered message (INFO stats total_reads_processed,
+	// total_writes_processed): at a steady rate each costs a wake-up and
+	// system calls, which dominate Redis's CPU for small commands, so they
+	// explain a figure that commands alone do not.
+	Reads      float64 `json:"reads_per_msg"`
+	Writes     float64 `json:"writes_per_msg"`
 	ClientUsec float64 `json:"client_usec_per_msg"`
 	// RedisBusy is the server's CPU over the window's wall time, % of a core.
 	RedisBusy float64 `json:"redis_busy_percent"`
@@ -135,8 +142,8 @@ func (b *bench) cost() {
 				if b.failed(name, err) {
 					continue
 				}
-				progress("%-60s Redis %.1f µs (%.0f%% busy), %.1f commands, client %.1f µs per msg, %d conns",
-					name, run.RedisUsec, run.RedisBusy, run.Calls, run.ClientUsec, run.Conns)
+				progress("%-60s Redis %.1f µs (%.0f%% busy), %.1f commands, %.2f/%.2f socket reads/writes, client %.1f µs per msg, %d conns",
+					name, run.RedisUsec, run.RedisBusy, run.Calls, run.Reads, run.Writes, run.ClientUsec, run.Conns)
 				if l := run.Lateness; l != nil && kind == costDelayed {
 					progress("%-60s lateness p50 %.2f ms, p99 %.2f ms, max %.1f ms, %d early", "", l.P50, l.P99, l.Max, l.Early)
 				}
@@ -234,6 +241,7 @@ func (b *bench) costRun(sys costSystem, kind string, rate, topics int) (*CostRun
 	type snapshot struct {
 		at        time.Time
 		cpu       float64
+		io        [2]float64 // socket reads and writes
 		stats     map[string]CommandStat
 		rusage    syscall.Rusage
 		delivered int64
@@ -242,6 +250,9 @@ func (b *bench) costRun(sys costSystem, kind string, rate, topics int) (*CostRun
 		var s snapshot
 		var err error
 		if s.cpu, err = cpuSeconds(b.ctx, b.admin); err != nil {
+			return s, err
+		}
+		if s.io, err = socketIO(b.ctx, b.admin); err != nil {
 			return s, err
 		}
 		stats, err := commandStats(b.ctx, b.admin)
@@ -303,6 +314,8 @@ func (b *bench) costRun(sys costSystem, kind string, rate, topics int) (*CostRun
 		Messages: int(msgs), Seconds: wall,
 		RedisUsec: (z.cpu - a.cpu) * 1e6 / msgs,
 		RedisBusy: (z.cpu - a.cpu) / wall * 100,
+		Reads:     (z.io[0] - a.io[0]) / msgs,
+		Writes:    (z.io[1] - a.io[1]) / msgs,
 	}
 	used := func(r syscall.Rusage) int64 { return r.Utime.Nano() + r.Stime.Nano() }
 	run.ClientUsec = float64(used(z.rusage)-used(a.rusage)) / 1e3 / msgs
@@ -502,8 +515,8 @@ func (r *Report) costMarkdown(sb *strings.Builder) {
 		return
 	}
 	sb.WriteString("\nEvery run of scenario 13, per delivered message (commands: calls per message, most first):\n\n")
-	sb.WriteString("| system | messages | rate | topics | Redis µs | Redis busy | commands | client µs | connections | lateness p99 | commands per message (calls, µs of command time) |\n")
-	sb.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	sb.WriteString("| system | messages | rate | topics | Redis µs | Redis busy | commands | socket reads / writes | client µs | connections | lateness p99 | commands per message (calls, µs of command time) |\n")
+	sb.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, c := range r.Cost {
 		late := ""
 		if c.Lateness != nil && c.Kind == costDelayed {
@@ -513,8 +526,8 @@ func (r *Report) costMarkdown(sb *strings.Builder) {
 		for _, s := range c.Commands[:min(len(c.Commands), 10)] {
 			cmds = append(cmds, fmt.Sprintf("%s %.2f (%.1f µs)", s.Command, s.PerMsg, s.UsecMsg))
 		}
-		fmt.Fprintf(sb, "| %s | %s | %s/s | %s | %.1f | %.1f%% | %.1f | %.1f | %d | %s | %s |\n",
-			c.System, c.Kind, count(c.Rate), count(c.Topics), c.RedisUsec, c.RedisBusy, c.Calls, c.ClientUsec, c.Conns, late,
+		fmt.Fprintf(sb, "| %s | %s | %s/s | %s | %.1f | %.1f%% | %.1f | %.2f / %.2f | %.1f | %d | %s | %s |\n",
+			c.System, c.Kind, count(c.Rate), count(c.Topics), c.RedisUsec, c.RedisBusy, c.Calls, c.Reads, c.Writes, c.ClientUsec, c.Conns, late,
 			strings.Join(cmds, ", "))
 	}
 }

@@ -131,6 +131,20 @@ func cpuSeconds(ctx context.Context, c redis.UniversalClient) (float64, error) {
 	return sys + user, nil
 }
 
+// socketIO returns the server's socket reads and writes so far (INFO stats).
+func socketIO(ctx context.Context, c redis.UniversalClient) ([2]float64, error) {
+	m, err := infoFields(ctx, c, "stats")
+	if err != nil {
+		return [2]float64{}, err
+	}
+	r, err1 := strconv.ParseFloat(m["total_reads_processed"], 64)
+	w, err2 := strconv.ParseFloat(m["total_writes_processed"], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return [2]float64{}, fmt.Errorf("parse INFO stats: %w", err)
+	}
+	return [2]float64{r, w}, nil
+}
+
 // CommandStat is one line of INFO commandstats.
 type CommandStat struct {
 	Command string  `json:"command"`
