@@ -14,16 +14,9 @@ import (
 )
 
 var (
-	luaLongComment = regexp.MustCompile(`(?s)--\[\[.*?\]\]`)
-	luaComment     = regexp.MustCompile(`--[^\n]*`)
-	luaFunction    = regexp.MustCompile(`(?m)^local function (\w+)`)
-	luaReturn      = regexp.MustCompile(`(?m)^return\b`)
+	luaFunction = regexp.MustCompile(`(?m)^local function (\w+)`)
+	luaReturn   = regexp.MustCompile(`(?m)^return\b`)
 )
-
-// luaCode is src without its comments (the scripts have no "--" in strings).
-func luaCode(src string) string {
-	return luaComment.ReplaceAllString(luaLongComment.ReplaceAllString(src, ""), "")
-}
 
 // calledOf returns the helpers of defined (helper -> its include) that code
 // calls, in order of first call.
@@ -43,8 +36,8 @@ func calledOf(code string, defined map[string]string) []string {
 // use sends Redis code for nothing, so check every file here. Each file,
 // script or include, names exactly the includes whose helpers it calls
 // itself (those they call come with them); the includes form no cycle; and
-// scriptSource puts each include the script needs once, after those it
-// names, before the script.
+// scriptSource puts before the script each helper it calls, directly or
+// through other helpers, once and after those it calls, and no other.
 func TestScripts_Includes(t *testing.T) {
 	includes := includeNames(t)
 	defined := map[string]string{} // helper -> the include defining it
@@ -138,8 +131,9 @@ func TestScripts_Includes(t *testing.T) {
 	for _, name := range scriptNames(t) {
 		src := readScript(name)
 		incs := direct(name+".lua", "", src)
-		// What Redis runs: the shebang, the includes (each once, after those
-		// it names), the script.
+		// What Redis runs: the shebang, the helpers the script calls,
+		// directly or through other helpers (each once, after those it
+		// calls, nothing else), the script.
 		shebang, _, rest := splitScript(src)
 		got := scriptSource(name)
 		if !strings.HasPrefix(got, shebang) || !strings.HasSuffix(got, rest) {
@@ -147,36 +141,67 @@ func TestScripts_Includes(t *testing.T) {
 			continue
 		}
 		body := got[len(shebang) : len(got)-len(rest)]
-		pos := map[string]int{}
-		var need func(inc string)
-		need = func(inc string) {
-			if _, ok := pos[inc]; ok {
-				return
+		pos, size := map[string]int{}, 0
+		for i, m := range luaFunction.FindAllStringSubmatch(body, -1) {
+			inc, ok := defined[m[1]]
+			if _, twice := pos[m[1]]; !ok || twice {
+				t.Errorf("%s.lua: scriptSource defines %s, not once a helper of an include", name, m[1])
+				continue
 			}
-			_, _, incRest := splitScript(readInclude(inc))
-			pos[inc] = strings.Index(body, incRest)
-			if pos[inc] < 0 || strings.Count(body, incRest) != 1 {
-				t.Errorf("%s.lua: scriptSource does not hold include/%s.lua exactly once", name, inc)
+			if !slices.Contains(incs, inc) && !slices.ContainsFunc(incs, func(i string) bool { return reaches(deps, i, inc) }) {
+				t.Errorf("%s.lua: scriptSource holds %s of include/%s.lua, which the script does not need", name, m[1], inc)
 			}
-			for _, d := range deps[inc] {
-				need(d)
-				if pos[d] > pos[inc] {
-					t.Errorf("%s.lua: scriptSource puts include/%s.lua after include/%s.lua, which calls it", name, d, inc)
+			pos[m[1]] = i
+			for _, h := range helpers(inc) {
+				if h.name == m[1] {
+					size += len(h.src)
 				}
 			}
 		}
-		for _, inc := range incs {
-			need(inc)
+		if size != len(body) {
+			t.Errorf("%s.lua: scriptSource holds more than the helpers (%d of %d bytes)", name, size, len(body))
 		}
-		total := 0
-		for inc := range pos {
-			_, _, incRest := splitScript(readInclude(inc))
-			total += len(incRest)
+		needed := map[string]bool{}
+		var need func(code, by string)
+		need = func(code, by string) {
+			for _, fn := range calledOf(code, defined) {
+				if fn == by {
+					continue // recursion
+				}
+				p, ok := pos[fn]
+				switch {
+				case !ok:
+					t.Errorf("%s.lua: scriptSource lacks %s, which %s calls", name, fn, by)
+				case by != "the script" && p > pos[by]:
+					t.Errorf("%s.lua: scriptSource defines %s after %s, which calls it", name, fn, by)
+				}
+				if ok && !needed[fn] {
+					needed[fn] = true
+					for _, h := range helpers(defined[fn]) {
+						if h.name == fn {
+							need(luaCode(h.src), fn)
+						}
+					}
+				}
+			}
 		}
-		if total != len(body) {
-			t.Errorf("%s.lua: scriptSource holds more than the includes it needs", name)
+		need(luaCode(rest), "the script")
+		for fn := range pos {
+			if !needed[fn] {
+				t.Errorf("%s.lua: scriptSource holds %s, which nothing calls", name, fn)
+			}
 		}
 	}
+}
+
+// reaches reports whether include from names to, directly or through others.
+func reaches(deps map[string][]string, from, to string) bool {
+	for _, d := range deps[from] {
+		if d == to || reaches(deps, d, to) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestScripts_Load has a server compile every script as Redis runs it
@@ -319,5 +344,27 @@ func TestScripts_Locals(t *testing.T) {
 				t.Errorf("%s.lua: %s in the body (%q, %d lines after the locals): use its local", name, ix, strings.TrimSpace(line), i+1)
 			}
 		}
+	}
+}
+
+// TestScripts_HelpersOfBadInclude: an include the loader cannot split
+// into helpers stops the package from loading, saying where.
+func TestScripts_HelpersOfBadInclude(t *testing.T) {
+	got := helpersOf("x", "--[[\n  doc\n]]\n-- one\nlocal function a(v) return v end\n\nlocal function b()\n  return a(1)\nend\n")
+	if len(got) != 2 || got[0].name != "a" || got[1].name != "b" || got[1].src != "local function b()\n  return a(1)\nend\n" {
+		t.Fatalf("helpersOf = %q", got)
+	}
+	for src, want := range map[string]string{
+		"local N = 3\n":                         "redisdelay: include x has a line outside its functions: local N = 3",
+		"local function a()\n  return 1\n  end": `redisdelay: include x: function a has no closing line "end"`,
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != want {
+					t.Errorf("helpersOf(%q) panicked with %v, want %q", src, r, want)
+				}
+			}()
+			helpersOf("x", src)
+		}()
 	}
 }
