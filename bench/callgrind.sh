@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Counts the instructions redis-server spends per script call of a fixed
+# workload (internal/store's TestInstructions_Workload), under callgrind:
+# the same count on a busy machine as on a quiet one. Needs valgrind and
+# redis-server (Debian: apt-get install -y valgrind redis-server).
+#
+#   bash bench/callgrind.sh                 # every workload
+#   bash bench/callgrind.sh delayed tick    # some
+#
+# Compare two trees by running it in each (git worktree add).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+works=("$@")
+[ ${#works[@]} -gt 0 ] || works=(append delayed tick tickidle)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go test -c -o "$tmp/store.test" ./internal/store/
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+# count WORK: the instructions of a server that ran workload WORK
+count() {
+	local out="$tmp/cg.$1"
+	valgrind --tool=callgrind --callgrind-out-file="$out" \
+		redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >"$tmp/vg.log" 2>&1 &
+	local pid=$!
+	for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
+	REDISDELAY_INSTRUCTIONS_ADDR=127.0.0.1:$port REDISDELAY_INSTRUCTIONS=$1 \
+		"$tmp/store.test" -test.run '^TestInstructions_Workload$' -test.count=1 >"$tmp/test.log" 2>&1 ||
+		{ cat "$tmp/test.log" >&2; exit 1; }
+	redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+	wait "$pid" || true
+	awk '/^summary:|^totals:/ {print $2; exit}' "$out"
+}
+
+base=$(count none)
+declare -A total
+for w in "${works[@]}" ; do total[$w]=$(count "$w"); done
+per() { echo $(( ($1 - $2) / 1000 )); }
+for w in "${works[@]}"; do
+	case $w in
+	append | delayed) echo "$w: $(per "${total[$w]}" "$base") instructions a publish" ;;
+	tick) echo "tick: $(per "${total[$w]}" "$base") instructions a round (2 delayed publishes + a tick moving them)" ;;
+	tickidle)
+		echo "tickidle: $(per "${total[$w]}" "$base") instructions a round (tick's, and two idle ticks)"
+		[ -n "${total[tick]:-}" ] && echo "  an idle tick: $(( (total[tickidle] - total[tick]) / 2000 )) instructions"
+		;;
+	esac
+done
