@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Counts the instructions redis-server spends per script call of a fixed
 # workload (internal/store's TestInstructions_Workload), under callgrind:
-# the same count on a busy machine as on a quiet one. Needs valgrind and
-# redis-server (Debian: apt-get install -y valgrind redis-server).
+# the same count on a busy machine as on a quiet one. Needs valgrind,
+# redis-server and redis-cli (Debian: apt-get install -y valgrind
+# redis-server); REDISDELAY_REDIS_SERVER names another server binary, as
+# for the tests (a valkey-server, say).
 #
 #   bash bench/callgrind.sh                 # every workload
 #   bash bench/callgrind.sh delayed tick    # some
@@ -21,7 +23,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 count() {
 	local out="$tmp/cg.$1"
 	valgrind --tool=callgrind --callgrind-out-file="$out" \
-		redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >"$tmp/vg.log" 2>&1 &
+		"${REDISDELAY_REDIS_SERVER:-redis-server}" --port "$port" --bind 127.0.0.1 --save '' --appendonly no >"$tmp/vg.log" 2>&1 &
 	local pid=$!
 	for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
 	REDISDELAY_INSTRUCTIONS_ADDR=127.0.0.1:$port REDISDELAY_INSTRUCTIONS=$1 \
