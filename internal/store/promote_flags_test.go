@@ -91,3 +91,67 @@ func TestPromote_FlagHashesReadWholeOrByField(t *testing.T) {
 	require.Contains(t, whole[len(whole)-1], "later-299", "the waiting ones stay")
 	require.Equal(t, 90, len(whole)-5, "the due ones are delivered but the 10 grouped")
 }
+
+// A call that finishes a high-priority message's fan-out has less than its
+// batch left; when the first due message is then grouped and its copies
+// (one per consumer group) do not fit, the call moves nothing more. It
+// used to remove the whole waiting set all the same (ZREMRANGEBYRANK 0 -1,
+// the bodies left behind): with more than 128 consumer groups and the
+// default batch, any grouped message at the head as a fan-out ended.
+func TestPromote_GroupedHeadAfterAFanOutStaysWaiting(t *testing.T) {
+	srv := redistest.ForTest(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	sh := Keys{Prefix: "t"}.Shard("topic", 0)
+	groups := []string{"g1", "g2", "g3"}
+
+	// a grouped message due first, two plain ones after it
+	for i, group := range []string{"tenant", "", ""} {
+		m := PubMessage{UUID: fmt.Sprint("m", i), Delay: int64(1 + i), Body: []byte(fmt.Sprint("m", i)), Group: group, Far: FarArg{Bucket: -1}}
+		_, err := Publish(ctx, c, sh, PublishOpts{}, []*fairCall{{PubArgs{Msgs: []PubMessage{m}}}})
+		require.NoError(t, err)
+	}
+	// a high-priority message's fan-out in progress, no group given a copy
+	// yet: the next call copies it to all three, leaving 1 of its batch of 4
+	require.NoError(t, c.HSet(ctx, sh.Fanout(), "m", "high", "id", "h").Err())
+	// all three due, by Redis's clock as the script reads it
+	require.Eventually(t, func() bool {
+		now, err := c.Time(ctx).Result()
+		require.NoError(t, err)
+		last, err := c.ZRangeWithScores(ctx, sh.Waiting(), -1, -1).Result()
+		require.NoError(t, err)
+		return len(last) == 1 && last[0].Score <= float64(now.UnixMilli()*1024)
+	}, 5*time.Second, time.Millisecond)
+
+	args := PromoteArgs{Groups: groups, Batch: 4, Owner: "o", Lease: time.Minute, MayTake: true}
+	r, err := Promote(ctx, c, sh, args)
+	require.NoError(t, err)
+	require.Zero(t, r.Moved, "the grouped head does not fit beside the fan-out")
+	require.Zero(t, r.Wait, "more is due: call again at once")
+	require.EqualValues(t, 3, c.ZCard(ctx, sh.Waiting()).Val(), "the waiting set is kept whole")
+
+	// the next calls move everything: nothing lost, nothing twice
+	for range 5 {
+		_, err := Promote(ctx, c, sh, args)
+		require.NoError(t, err)
+	}
+	require.Zero(t, c.ZCard(ctx, sh.Waiting()).Val())
+	require.Zero(t, c.HLen(ctx, sh.Bodies()).Val())
+	require.Equal(t, []string{"m1", "m2"}, streamBodies(t, c, sh.Stream()))
+	for _, g := range groups {
+		require.Equal(t, []string{"high", "m0"}, streamBodies(t, c, sh.Redelivery(g)), g)
+	}
+}
+
+// streamBodies is the field m of each entry of a stream, in order.
+func streamBodies(t *testing.T, c *redis.Client, stream string) []string {
+	t.Helper()
+	es, err := c.XRange(context.Background(), stream, "-", "+").Result()
+	require.NoError(t, err)
+	var out []string
+	for _, e := range es {
+		out = append(out, fmt.Sprint(e.Values["m"]))
+	}
+	return out
+}

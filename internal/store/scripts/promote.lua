@@ -335,6 +335,14 @@ local function move(set, hash, dest, retry)
     end
   end
   if retry then rbudget = left else budget = left end
+  if n == 0 then
+    -- the first due message is grouped and takes more stream entries than
+    -- the call has left (a fan-out took some): it goes first in the next
+    -- call, which has them all. Nothing leaves the set (and ZREMRANGEBYRANK
+    -- 0 -1 would empty it).
+    earlier(0)
+    return
+  end
   local done = ids
   if n < #ids then
     done = {unpack(ids, 1, n)}
