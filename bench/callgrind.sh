@@ -37,7 +37,7 @@ count() {
 base=$(count none)
 declare -A total
 for w in "${works[@]}" ; do total[$w]=$(count "$w"); done
-per() { echo $(( ($1 - $2) / 1000 )); }
+per() { echo $(( ($1 - $2) / 1000 )); } # TestInstructions_Workload runs 1,000 of each
 for w in "${works[@]}"; do
 	case $w in
 	append | delayed) echo "$w: $(per "${total[$w]}" "$base") instructions a publish" ;;

@@ -128,6 +128,12 @@ func TestScripts_Includes(t *testing.T) {
 		return
 	}
 
+	srcOf := map[string]string{} // helper -> its source, as the loader cut it
+	for _, inc := range includes {
+		for _, h := range helpers(inc) {
+			srcOf[h.name] = h.src
+		}
+	}
 	for _, name := range scriptNames(t) {
 		src := readScript(name)
 		incs := direct(name+".lua", "", src)
@@ -152,11 +158,7 @@ func TestScripts_Includes(t *testing.T) {
 				t.Errorf("%s.lua: scriptSource holds %s of include/%s.lua, which the script does not need", name, m[1], inc)
 			}
 			pos[m[1]] = i
-			for _, h := range helpers(inc) {
-				if h.name == m[1] {
-					size += len(h.src)
-				}
-			}
+			size += len(srcOf[m[1]])
 		}
 		if size != len(body) {
 			t.Errorf("%s.lua: scriptSource holds more than the helpers (%d of %d bytes)", name, size, len(body))
@@ -177,11 +179,7 @@ func TestScripts_Includes(t *testing.T) {
 				}
 				if ok && !needed[fn] {
 					needed[fn] = true
-					for _, h := range helpers(defined[fn]) {
-						if h.name == fn {
-							need(luaCode(h.src), fn)
-						}
-					}
+					need(luaCode(srcOf[fn]), fn)
 				}
 			}
 		}
