@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -167,4 +168,47 @@ func TestLifecycle_IdleConsumersWithoutMessagesAreRemoved(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(created), 950*time.Millisecond, "removed before ConsumerIdleTimeout")
 	time.Sleep(500 * time.Millisecond) // a few more cleanup rounds
 	assert.Equal(t, map[string]int64{"holder": 1}, consumers(), "a consumer holding a message stays")
+}
+
+// Schedulers pace a group's reclaims by its stored visibility timeout
+// (with nothing pending, one sweep per timeout). A subscriber that stores
+// a shorter one wakes them, so a message its crashed consumer held is
+// reclaimed after the shorter timeout, not at the pace of the longer.
+func TestLifecycle_ShorterVisibilityTimeoutIsReclaimedAtItsPace(t *testing.T) {
+	t.Parallel()
+	env := setup(t)
+	ctx := context.Background()
+	long := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: time.Minute})
+	require.NoError(t, long.SubscribeInitialize(env.topic))
+	// A Manager alone schedules: no subscription reads what the test's
+	// crashed consumer is to read. CheckInterval 100ms keeps the reclaim
+	// bound (a quarter of the timeout plus a check interval) well below
+	// the 3 s allowed; TrimInterval a minute keeps its cleanup's sweeps
+	// out of the test.
+	runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{
+		Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond, TrimInterval: time.Minute,
+	}, logger)
+	// Once it moved a due message, its first tick (which sweeps the group,
+	// then not for a minute) is done.
+	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(50*time.Millisecond), "first")))
+	require.Eventually(t, func() bool {
+		n, err := env.client.XLen(ctx, shardOf(env.topic, 0).Stream()).Result()
+		return err == nil && n == 1
+	}, 3*time.Second, 10*time.Millisecond)
+	m := crashedRead(t, env.client, env.topic, "g", "reader")
+	require.NoError(t, env.client.XAck(ctx, shardOf(env.topic, 0).Stream(), "g", m.ID).Err())
+
+	short := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond})
+	require.NoError(t, short.SubscribeInitialize(env.topic)) // stores the shorter timeout
+	require.NoError(t, env.pub.Publish(env.topic, newMessage("x")))
+	crashedRead(t, env.client, env.topic, "g", "crashed-1")
+	readAt := time.Now()
+
+	require.Eventually(t, func() bool {
+		held, err := env.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: shardOf(env.topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 10, Consumer: "crashed-1",
+		}).Result()
+		return err == nil && len(held) == 0
+	}, 3*time.Second, 10*time.Millisecond, "reclaimed at the shorter timeout's pace")
+	t.Logf("reclaimed %s after the crashed read", time.Since(readAt))
 }

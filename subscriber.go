@@ -143,9 +143,10 @@ type SubscriberConfig struct {
 	// subscription extends the lease of the messages it holds every third
 	// of this (default 30s), so a slow handler keeps its message; only a
 	// consumer that died or lost Redis for longer than two thirds of it
-	// loses them. Schedulers look for such messages every quarter of it (at
-	// least every CheckInterval), so they are reclaimed at most a quarter of
-	// it plus one CheckInterval after it ran out.
+	// loses them. Schedulers look for such messages when the longest held
+	// could have run out, and no more often than every quarter of it (and
+	// every CheckInterval), so they are reclaimed at most a quarter of it
+	// plus one CheckInterval after it ran out.
 	VisibilityTimeout time.Duration
 
 	// MaxDeadLetters bounds the group's dead letters per topic (default

@@ -46,8 +46,17 @@ func (s *Scheduler) loop(ctx context.Context, topic string, part int, wake chan 
 		if wait == 0 {
 			continue
 		}
-		if err == nil && l.retireIfIdle(ctx) {
-			return
+		if err == nil {
+			// A held tick that found something waiting knows the
+			// partition is not idle without asking.
+			if (t.empty || !t.held) && l.retireIfIdle(ctx) {
+				return
+			}
+			// After the idle check, which this tick may have run: the
+			// sleep lasts until the next one, not until this one.
+			if t.empty {
+				wait = l.emptyWait(wait)
+			}
 		}
 		if !l.sleep(ctx, timer, wait) {
 			return
@@ -157,9 +166,6 @@ func (l *partLoop) tick(ctx context.Context) (tick, error) {
 	if err := l.reclaimAndTrim(ctx, started); err != nil {
 		return t, err
 	}
-	if t.empty && t.wait > 0 {
-		t.wait = l.emptyWait(t.wait)
-	}
 	return t, nil
 }
 
@@ -246,7 +252,7 @@ func (l *partLoop) holds(held bool) bool {
 }
 
 // reclaimAndTrim reclaims the messages of dead consumers of each group
-// whose time has come (a quarter of its visibility timeout), and once per
+// whose time has come (see reclaimEvery), and once per
 // TrimInterval of every group, removing idle consumers, then trims the
 // ready stream.
 func (l *partLoop) reclaimAndTrim(ctx context.Context, started time.Time) error {
@@ -256,13 +262,14 @@ func (l *partLoop) reclaimAndTrim(ctx context.Context, started time.Time) error 
 		if !cleanup && started.Before(l.nextReclaim[g]) {
 			continue
 		}
-		vis, err := s.reclaim(ctx, l.sh, l.fields, g, cleanup)
+		vis, oldest, err := s.reclaim(ctx, l.sh, l.fields, g, cleanup)
 		if err != nil {
 			return err
 		}
 		// From the tick's start: the next tick starts later than one
-		// interval after it, so a pace of one interval is kept.
-		l.nextReclaim[g] = started.Add(reclaimEvery(vis, s.interval))
+		// interval after it, so a pace of one interval is kept, and the
+		// pending entries' idle times were read after it.
+		l.nextReclaim[g] = started.Add(reclaimEvery(vis, oldest, s.interval))
 	}
 	if !cleanup {
 		return nil
@@ -327,7 +334,9 @@ func (l *partLoop) sleep(ctx context.Context, timer *time.Timer, wait time.Durat
 			return false
 		case kind := <-l.wake:
 			if kind == wakeGroup {
+				// a new group, or a group's shorter visibility timeout
 				l.relist = true
+				clear(l.nextReclaim)
 			}
 			if !l.held && kind != wakeRelease {
 				continue
@@ -346,13 +355,22 @@ func (s *Scheduler) idle(ctx context.Context, sh store.Shard, groups []string) (
 	return store.Idle(ctx, s.redis, sh, groups, s.retention)
 }
 
-// reclaimEvery is how often a group is checked for messages of dead
-// consumers: a quarter of its visibility timeout, at least the check
-// interval. The check runs on the first tick after that (ticks come at
-// least every check interval), so a message is reclaimed at most a quarter
-// of the timeout plus a check interval after the timeout ran out.
-func reclaimEvery(vis, interval time.Duration) time.Duration {
-	return max(vis/4, interval)
+// reclaimEvery is how long after a reclaim of a group the next one is
+// due: when the first entry left pending runs out (vis-oldest, oldest
+// being the longest idle time among them, 0 for none), since an entry
+// delivered later runs out later still; at least a quarter of the
+// visibility timeout and the check interval, so a group whose entries
+// run out one after another is not swept at every tick. The check runs
+// on the first tick after that (ticks come at least every check
+// interval), so a message is reclaimed at most a quarter of the timeout
+// plus a check interval after the timeout ran out. An idle topic is thus
+// swept about once per timeout rather than four times.
+//
+// It assumes the timeout does not shrink meanwhile: a subscriber that
+// stores a shorter one wakes the schedulers (init.lua), which sweep at
+// their next tick; the cleanup at every TrimInterval sweeps regardless.
+func reclaimEvery(vis, oldest, interval time.Duration) time.Duration {
+	return max(vis-oldest, vis/4, interval)
 }
 
 // tick is what one promote call found.
@@ -435,16 +453,16 @@ func (s *Scheduler) release(sh store.Shard, fields watermill.LogFields) {
 // a few ms of Redis time at most.
 const reclaimBatch = 256
 
-func (s *Scheduler) reclaim(ctx context.Context, sh store.Shard, fields watermill.LogFields, g string, cleanup bool) (time.Duration, error) {
+func (s *Scheduler) reclaim(ctx context.Context, sh store.Shard, fields watermill.LogFields, g string, cleanup bool) (vis, oldest time.Duration, err error) {
 	// A sweep of a long pending list takes several calls (see reclaim.lua).
 	var requeued, buried, evicted, missing, removed int64
-	var vis time.Duration
 	for pos := store.ReclaimStart; pos.Stream != 0; {
 		r, err := store.Reclaim(ctx, s.redis, sh, g, reclaimBatch, cleanup, pos)
 		if err != nil {
-			return 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
+			return 0, 0, fmt.Errorf("reclaim messages of group %q: %w", g, err)
 		}
 		requeued, buried, evicted, missing, removed, vis = requeued+r.Requeued, buried+r.Buried, evicted+r.Evicted, missing+r.Missing, removed+r.Removed, r.Vis
+		oldest = max(oldest, r.Oldest)
 		pos = r.Next
 	}
 	s.metrics.reclaimedTick(fields["topic"].(string), g, requeued, buried)
@@ -462,7 +480,7 @@ func (s *Scheduler) reclaim(ctx context.Context, sh store.Shard, fields watermil
 	if removed > 0 {
 		s.logger.Debug("redisdelay: removed idle consumers", fields.Add(watermill.LogFields{"count": removed}))
 	}
-	return vis, nil
+	return vis, oldest, nil
 }
 
 func (s *Scheduler) trimStream(ctx context.Context, sh store.Shard, fields watermill.LogFields) error {

@@ -434,7 +434,10 @@ var ReclaimStart = ReclaimPos{Stream: 1, Last: "-"}
 type ReclaimReply struct {
 	Requeued, Buried, Evicted, Missing, Removed int64
 	Vis                                         time.Duration // the group's visibility timeout
-	Next                                        ReclaimPos
+	// Oldest is the longest idle time of the entries the call looked at
+	// and left pending (0: none): none of them runs out before Vis-Oldest.
+	Oldest time.Duration
+	Next   ReclaimPos
 }
 
 // Reclaim runs reclaim.lua for a consumer group from pos, looking at
@@ -448,7 +451,7 @@ func Reclaim(ctx context.Context, c redis.Scripter, sh Shard, group string, batc
 		append([]string{sh.Stream(), sh.Redelivery(group), sh.Retry(group), sh.retryBodies(group), sh.Dead(group), sh.Meta(group), sh.Bell()}, sh.fairKeys(group)...),
 		group, batch, sh.Wake(), flag, pos.Stream, pos.Last).Slice()
 	if err == nil {
-		err = replyShort("reclaim", len(res), 8)
+		err = replyShort("reclaim", len(res), 9)
 	}
 	if err != nil {
 		return ReclaimReply{}, err
@@ -457,7 +460,9 @@ func Reclaim(ctx context.Context, c redis.Scripter, sh Shard, group string, batc
 	for i := range n {
 		n[i], _ = res[i].(int64)
 	}
-	r := ReclaimReply{Requeued: n[0], Buried: n[1], Evicted: n[2], Missing: n[3], Removed: n[4], Vis: time.Duration(n[5]) * time.Millisecond}
+	oldest, _ := res[8].(int64)
+	r := ReclaimReply{Requeued: n[0], Buried: n[1], Evicted: n[2], Missing: n[3], Removed: n[4],
+		Vis: time.Duration(n[5]) * time.Millisecond, Oldest: time.Duration(oldest) * time.Millisecond}
 	r.Next.Stream, _ = res[6].(int64)
 	r.Next.Last, _ = res[7].(string)
 	return r, nil

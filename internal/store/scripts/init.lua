@@ -10,7 +10,8 @@
   KEYS[3] groups   set    consumer groups of the topic
   KEYS[4] meta     hash   the group's policy and counters
   ARGV[1] consumer group
-  ARGV[2] wake channel (told about the new group)
+  ARGV[2] wake channel (told about a new group, or a shorter visibility
+          timeout)
   ARGV[3] policy, max: max attempts (0 = no limit)
   ARGV[4] policy, vis: visibility timeout ms
   ARGV[5] policy, deadmax: most dead letters (0 = no limit)
@@ -36,9 +37,12 @@ for _, key in ipairs({stream, rstream}) do
     return redis.error_reply(ok.err)
   end
 end
+local stored = tonumber(redis.call('HGET', meta, 'vis'))
 redis.call('HSET', meta, 'max', max, 'vis', vis, 'deadmax', deadmax, 'idle', idle, 'backoff', backoff,
   'gcap', gcap, 'grate', grate, 'gv', 1)
-if created == 1 then
+-- a shorter visibility timeout too: schedulers pace their reclaims by the
+-- stored one (see reclaim.lua's oldest), and sweep again when woken so
+if created == 1 or (stored and tonumber(vis) < stored) then
   redis.call('PUBLISH', wake, 'g')
 end
 return created

@@ -34,11 +34,14 @@
   long list takes several calls: the caller calls again with the returned
   position until it is done.
 
-  Returns {requeued, buried, evicted, missing, removed, vis, stream, last}:
-  missing counts pending entries whose content was gone (acknowledged
-  away), removed the consumers deleted, vis is the group's visibility
-  timeout in ms (schedulers pace their reclaims by it); stream and last
-  tell where to go on (ARGV[5], ARGV[6]), stream 0 when the sweep is done.
+  Returns {requeued, buried, evicted, missing, removed, vis, stream, last,
+  oldest}: missing counts pending entries whose content was gone
+  (acknowledged away), removed the consumers deleted, vis is the group's
+  visibility timeout in ms; stream and last tell where to go on (ARGV[5],
+  ARGV[6]), stream 0 when the sweep is done; oldest is the longest idle
+  time (ms) of the entries looked at and left pending, 0 for none.
+  Schedulers pace their reclaims by vis and oldest: nothing left pending
+  runs out before vis - oldest.
 
   A grouped message (a redelivery entry with field k) is queued again in
   its group, or buried giving its group's slot back, as nack.lua does.
@@ -57,7 +60,7 @@ for d in string.gmatch(p[5] or '', '%d+') do
   backoff[#backoff + 1] = tonumber(d)
 end
 
-local requeued, buried, evicted, missing, removed = 0, 0, 0, 0, 0
+local requeued, buried, evicted, missing, removed, oldest = 0, 0, 0, 0, 0, 0
 local c = nil -- the fair queues, opened at the first grouped message
 -- the streams by their place in KEYS, as ARGV[5] and the reply number them
 local streams = {stream, rstream}
@@ -96,6 +99,8 @@ while s <= 2 do
         end
         requeued = requeued + 1
       end
+    elseif idle > oldest then
+      oldest = idle
     end
   end
   if #pending == limit then
@@ -125,4 +130,4 @@ if cleanup == '1' and s == 0 then
     end
   end
 end
-return {requeued, buried, evicted, missing, removed, vis, s, last}
+return {requeued, buried, evicted, missing, removed, vis, s, last, oldest}
