@@ -250,3 +250,24 @@ func TestAck_LeaseRenewalAfterIdleFollowsShorterStoredTimeout(t *testing.T) {
 	nothing(t, ch, time.Second)
 	assert.Equal(t, "1", msg.Metadata.Get(redisdelay.AttemptKey))
 }
+
+// An idle subscription's ack waits up to ackLinger to go with its next
+// read: alone when no message comes, with the read when one does. Either
+// way it reaches Redis.
+func TestAck_IdleSubscriptionsAcksReachRedis(t *testing.T) {
+	t.Parallel()
+	env := setup(t)
+	ch := subscribe(t, env.subscriber(t, "g"), env.topic)
+	settled := func() bool {
+		p, err := env.client.XPending(context.Background(), shardOf(env.topic, 0).Stream(), "g").Result()
+		return err == nil && p.Count == 0
+	}
+	for _, next := range []time.Duration{0, 10 * time.Millisecond, 200 * time.Millisecond} {
+		require.NoError(t, env.pub.Publish(env.topic, newMessage("x")))
+		receive(t, ch, 3*time.Second).Ack()
+		time.Sleep(next) // the next message comes within the linger, or after it
+		require.NoError(t, env.pub.Publish(env.topic, newMessage("y")))
+		receive(t, ch, 3*time.Second).Ack()
+		require.Eventually(t, settled, 2*time.Second, 5*time.Millisecond, "next message after %s", next)
+	}
+}

@@ -102,6 +102,12 @@ func (q *acks) appendHeld(ready, redo []any) ([]any, []any) {
 // ackLoop flushes the ack queue whenever acks are queued, retrying a failed
 // flush with backoff, until ctx ends.
 func (sub *subscription) ackLoop(ctx context.Context) {
+	// One timer for the loop's waits: a subscription at a low rate makes
+	// a few of them per message, and a timer each was most of what its
+	// acks allocated.
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -111,16 +117,27 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 		// Flushes happen at multiples of ackEvery on the clock, the same
 		// instants for every subscription of the process: the hub's lanes
 		// then carry the acks of many subscriptions in one pipeline.
-		pause.Sleep(ctx, time.Until(time.Now().Truncate(ackEvery).Add(ackEvery)))
+		t.Reset(time.Until(time.Now().Truncate(ackEvery).Add(ackEvery)))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
 		// A subscription waiting for its bell sends its queued acks with
 		// its next read (readNew), when a message comes within ackLinger
 		// of the oldest: a round trip saved per message at a low rate.
+		// The wait ends early when the subscription stops waiting.
 		for sub.reads.isWaiting() && ctx.Err() == nil {
 			d := ackLinger - sub.acks.queuedFor()
 			if d <= 0 {
 				break
 			}
-			pause.Sleep(ctx, min(d, ackEvery)) // the wait may end sooner
+			t.Reset(d)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			case <-sub.reads.unwaited:
+			}
+			t.Stop()
 		}
 		if gate := sub.s.AckGate; gate != nil {
 			gate(ctx)

@@ -201,6 +201,7 @@ func (sub *subscription) gate(ctx context.Context) (count int, err error) {
 type reads struct {
 	drained, armed, unarmed bool
 	waiting                 atomic.Bool   // waiting for the bell (waitBell), read by the acker
+	unwaited                chan struct{} // woken when a wait for the bell ends (the acker waits on it); capacity 1
 	bell                    chan struct{} // rung by the hub and the sweep (see ring); capacity 1
 	visRead                 time.Time
 	// A scheduler's tick handed to the subscription while it waits for
@@ -440,21 +441,18 @@ func entryCount(res []store.Batch) int {
 func (sub *subscription) waitBell(ctx context.Context) (handedOver bool) {
 	var poll <-chan time.Time
 	if sub.order == nil && !sub.s.bellsDenied.Load() && !sub.reads.unarmed {
-		sub.s.idleMu.Lock()
-		sub.s.idle[sub] = time.Now()
-		sub.s.idleMu.Unlock()
-		defer func() {
-			sub.s.idleMu.Lock()
-			delete(sub.s.idle, sub)
-			sub.s.idleMu.Unlock()
-		}()
+		sub.s.waiting(sub)
+		defer sub.s.waited(sub)
 	} else {
 		t := time.NewTimer(sub.pollEvery())
 		defer t.Stop()
 		poll = t.C
 	}
 	sub.reads.waiting.Store(true) // its queued acks wait for its next read (ackLoop)
-	defer sub.reads.waiting.Store(false)
+	defer func() {
+		sub.reads.waiting.Store(false)
+		wakeUp(sub.reads.unwaited)
+	}()
 	var wake <-chan time.Time
 	if !sub.reads.groupWake.IsZero() {
 		// A group asleep under its rate limit wakes then: nothing rings.

@@ -15,6 +15,7 @@ package consumption
 
 import (
 	"context"
+	"time"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/store"
 )
@@ -62,8 +63,8 @@ func (s *Subscriber) Promote(ctx context.Context, sh store.Shard, a store.Promot
 func (s *Subscriber) handOff(sh store.Shard, h *handoff) bool {
 	s.idleMu.Lock()
 	defer s.idleMu.Unlock()
-	for sub := range s.idle {
-		if sub.shard != sh || sub.order != nil || s.config.rateLimit(sub.topic).Messages > 0 {
+	for _, sub := range s.idleOf[sh] {
+		if sub.order != nil || s.config.rateLimit(sub.topic).Messages > 0 {
 			continue
 		}
 		h.args.Note = sub.note()
@@ -94,5 +95,33 @@ func (r *reads) takeHandoff() *handoff {
 func (r *reads) declineHandoff() {
 	if h := r.takeHandoff(); h != nil {
 		h.reply <- handoffReply{}
+	}
+}
+
+// waiting records that sub waits for its bell (waitBell), for the sweep
+// and for hand-offs; waited that it no longer does.
+func (s *Subscriber) waiting(sub *subscription) {
+	s.idleMu.Lock()
+	defer s.idleMu.Unlock()
+	s.idle[sub] = time.Now()
+	s.idleOf[sub.shard] = append(s.idleOf[sub.shard], sub)
+}
+
+func (s *Subscriber) waited(sub *subscription) {
+	s.idleMu.Lock()
+	defer s.idleMu.Unlock()
+	delete(s.idle, sub)
+	subs := s.idleOf[sub.shard]
+	for i, o := range subs {
+		if o == sub {
+			subs[i] = subs[len(subs)-1]
+			subs = subs[:len(subs)-1]
+			break
+		}
+	}
+	if len(subs) == 0 {
+		delete(s.idleOf, sub.shard)
+	} else {
+		s.idleOf[sub.shard] = subs
 	}
 }

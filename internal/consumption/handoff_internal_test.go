@@ -42,7 +42,7 @@ func TestHandoff_Ways(t *testing.T) {
 		if ordered {
 			sub.order = &ordering{}
 		}
-		s.idle[sub] = time.Now()
+		s.waiting(sub)
 		if answer == nil {
 			return sub.reads.handoff
 		}
@@ -167,4 +167,27 @@ func TestHandoff_DeclinedBeforeTheRetryPause(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("the hand-off was not declined before the pause after a failed read")
 	}
+}
+
+// A subscription that stops waiting for its bell is handed no more ticks,
+// and a partition none waits for leaves nothing behind in the index the
+// hand-off looks in.
+func TestHandoff_OnlyToSubscriptionsStillWaiting(t *testing.T) {
+	keys := store.Keys{Prefix: "p"}
+	s := New(context.Background(), Config{Keys: keys}, nil, nil, nil)
+	sh := keys.Shard("t", 0)
+	sub := func() *subscription {
+		return &subscription{s: s, topic: "t", shard: sh, consumer: "c1", reads: reads{handoff: make(chan *handoff, 1)}}
+	}
+	a, b := sub(), sub()
+	s.waiting(a)
+	s.waiting(b)
+	s.waited(a)
+	require.True(t, s.handOff(sh, &handoff{}))
+	require.Empty(t, a.reads.handoff, "a stopped waiting")
+	require.Len(t, b.reads.handoff, 1)
+	s.waited(b)
+	require.Empty(t, s.idle)
+	require.Empty(t, s.idleOf)
+	require.False(t, s.handOff(sh, &handoff{}))
 }
