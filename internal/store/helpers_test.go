@@ -7,12 +7,24 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // Helpers of several test files of the package.
 
 // fairCall is a Publish call of the tests.
 type fairCall struct{ PubArgs }
+
+// freshClient returns a client of a server of the test's own, closed when
+// the test ends.
+func freshClient(t *testing.T) *redis.Client {
+	t.Helper()
+	srv := redistest.ForTest(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
 
 // loadScripts loads every script, so the pipelined ones (pick, ack) run at
 // their first use.

@@ -7,17 +7,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
 
 // Schedulers pace a group's reclaims by when the first entry left pending
 // runs out (scheduling's reclaimEvery): reclaim.lua reports the longest
 // idle time among the entries it left, and nothing else.
 func TestReclaim_ReportsTheOldestEntryLeftPending(t *testing.T) {
-	srv := redistest.ForTest(t, redistest.Options{})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = c.Close() })
+	c := freshClient(t)
 	ctx := context.Background()
 	sh := Keys{Prefix: "pace"}.Shard("t", 0)
 	const vis = time.Minute
@@ -59,9 +55,7 @@ func TestReclaim_ReportsTheOldestEntryLeftPending(t *testing.T) {
 // schedulers (note "g"), which sweep the group again at once rather than
 // at the pace the longer timeout allowed; a longer or the same one does not.
 func TestInitGroup_WakesSchedulersOnAShorterVisibilityTimeout(t *testing.T) {
-	srv := redistest.ForTest(t, redistest.Options{})
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = c.Close() })
+	c := freshClient(t)
 	ctx := context.Background()
 	sh := Keys{Prefix: "pace"}.Shard("t", 0)
 	ps := c.Subscribe(ctx, sh.Wake())
