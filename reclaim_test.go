@@ -177,19 +177,38 @@ func TestLifecycle_IdleConsumersWithoutMessagesAreRemoved(t *testing.T) {
 func TestLifecycle_ShorterVisibilityTimeoutIsReclaimedAtItsPace(t *testing.T) {
 	t.Parallel()
 	env := setup(t)
+	pacedByALongTimeout(t, env, time.Minute) // its cleanup's sweeps out of the test
+	short := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond})
+	require.NoError(t, short.SubscribeInitialize(env.topic)) // stores the shorter timeout
+	awaitCrashedReclaimed(t, env, 3*time.Second, "reclaimed at the shorter timeout's pace")
+}
+
+// During a rollout, a subscriber of a release before the wake-up stores a
+// shorter timeout without it (init.lua's HSET alone): the cleanup's sweep
+// at the next TrimInterval finds its crashed consumer's message.
+func TestLifecycle_ShorterVisibilityTimeoutUnannouncedIsReclaimedByTheCleanup(t *testing.T) {
+	t.Parallel()
+	env := setup(t)
+	pacedByALongTimeout(t, env, time.Second)
+	require.NoError(t, env.client.HSet(context.Background(), shardOf(env.topic, 0).Meta("g"), "vis", 600).Err())
+	awaitCrashedReclaimed(t, env, 5*time.Second, "reclaimed by the cleanup (TrimInterval 1s)")
+}
+
+// pacedByALongTimeout stores a group g with a visibility timeout of a
+// minute and runs a Manager alone on the env's topic (no subscription
+// reads what the test's crashed consumer is to read), with trim as its
+// TrimInterval, until it has swept the group (not to sweep it again for a
+// minute but at the cleanup). CheckInterval 100ms keeps the reclaim bound
+// (a quarter of the timeout plus a check interval) well below what the
+// tests allow.
+func pacedByALongTimeout(t *testing.T, env *env, trim time.Duration) {
+	t.Helper()
 	ctx := context.Background()
 	long := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: time.Minute})
 	require.NoError(t, long.SubscribeInitialize(env.topic))
-	// A Manager alone schedules: no subscription reads what the test's
-	// crashed consumer is to read. CheckInterval 100ms keeps the reclaim
-	// bound (a quarter of the timeout plus a check interval) well below
-	// the 3 s allowed; TrimInterval a minute keeps its cleanup's sweeps
-	// out of the test.
-	runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{
-		Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond, TrimInterval: time.Minute,
-	}, logger)
-	// Once it moved a due message, its first tick (which sweeps the group,
-	// then not for a minute) is done.
+	runManager(t, env.client, redisdelay.ManagerConfig{Topics: []string{env.topic}, CheckInterval: 100 * time.Millisecond, TrimInterval: trim})
+	// A loop's first tick sweeps, before any message is due: once the
+	// Manager moved one due later, it has.
 	require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(50*time.Millisecond), "first")))
 	require.Eventually(t, func() bool {
 		n, err := env.client.XLen(ctx, shardOf(env.topic, 0).Stream()).Result()
@@ -197,18 +216,20 @@ func TestLifecycle_ShorterVisibilityTimeoutIsReclaimedAtItsPace(t *testing.T) {
 	}, 3*time.Second, 10*time.Millisecond)
 	m := crashedRead(t, env.client, env.topic, "g", "reader")
 	require.NoError(t, env.client.XAck(ctx, shardOf(env.topic, 0).Stream(), "g", m.ID).Err())
+}
 
-	short := newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g", VisibilityTimeout: 600 * time.Millisecond})
-	require.NoError(t, short.SubscribeInitialize(env.topic)) // stores the shorter timeout
+// awaitCrashedReclaimed publishes a message, reads it as a consumer that
+// then crashes, and awaits its reclaim within the time given.
+func awaitCrashedReclaimed(t *testing.T, env *env, within time.Duration, msg string) {
+	t.Helper()
 	require.NoError(t, env.pub.Publish(env.topic, newMessage("x")))
 	crashedRead(t, env.client, env.topic, "g", "crashed-1")
 	readAt := time.Now()
-
 	require.Eventually(t, func() bool {
-		held, err := env.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+		held, err := env.client.XPendingExt(context.Background(), &redis.XPendingExtArgs{
 			Stream: shardOf(env.topic, 0).Stream(), Group: "g", Start: "-", End: "+", Count: 10, Consumer: "crashed-1",
 		}).Result()
 		return err == nil && len(held) == 0
-	}, 3*time.Second, 10*time.Millisecond, "reclaimed at the shorter timeout's pace")
+	}, within, 10*time.Millisecond, msg)
 	t.Logf("reclaimed %s after the crashed read", time.Since(readAt))
 }
