@@ -45,6 +45,8 @@ func TestPublish_ShortScriptsMatchPublishLua(t *testing.T) {
 		{"delayed, several messages and calls", [][]*fairCall{{call(msg{"a", "A", 1000}, msg{"b", "B", 500}), call(msg{"c", "C", 2000})}}, true},
 		{"delayed, republished byte-identical: a no-op", [][]*fairCall{{call(msg{"a", "A", 1000})}, {call(msg{"a", "A", 3000})}}, true},
 		{"delayed, republished with another body: refused", [][]*fairCall{{call(msg{"a", "A", 1000})}, {call(msg{"b", "B", 1000}, msg{"a", "X", 1000})}}, true},
+		// (a call of one message alone takes delayed.lua's path without tables)
+		{"delayed, one message republished with another body: refused", [][]*fairCall{{call(msg{"a", "A", 1000})}, {call(msg{"a", "X", 1000})}, {call(msg{"b", "B", 500})}}, true},
 		{"delayed, a call of the run takes a UUID a call before it stored", [][]*fairCall{{call(msg{"a", "A", 1000}), call(msg{"a", "X", 1000}), call(msg{"a", "A", 1000}), call(msg{"b", "B", 1000})}}, true},
 	}
 	for i, tc := range cases {
@@ -90,4 +92,51 @@ func contents(t *testing.T, c *redis.Client, sh Shard) []string {
 	require.NoError(t, err)
 	seq, _ := c.Get(ctx, sh.seq()).Result()
 	return append(out, fmt.Sprint("bodies ", n, " seq ", seq))
+}
+
+// A delayed publish wakes the partition's schedulers (note "d") when its
+// message is the new earliest one or the partition is dormant, and not
+// when the message waits behind an earlier one: through delayed.lua's path
+// for a call of one message and through its path for several.
+func TestPublish_DelayedWakesOnANewEarliestMessage(t *testing.T) {
+	c := freshClient(t)
+	ctx := context.Background()
+	for _, several := range []bool{false, true} {
+		sh := Keys{Prefix: fmt.Sprint("wake", several)}.Shard("t", 0)
+		ps := c.Subscribe(ctx, sh.Wake())
+		t.Cleanup(func() { _ = ps.Close() })
+		_, err := ps.Receive(ctx) // the subscription's confirmation
+		require.NoError(t, err)
+		n, count := 0, 1
+		if several {
+			count = 2
+		}
+		// notes publishes a message due in delay and returns what the
+		// publish sent the schedulers, up to a note of the test's own
+		notes := func(delay int64) []string {
+			t.Helper()
+			fc := &fairCall{}
+			for range count {
+				n++
+				fc.Msgs = append(fc.Msgs, PubMessage{UUID: fmt.Sprint("m", n), Delay: delay, Body: []byte("b"), Far: FarArg{Bucket: -1}})
+			}
+			_, err := Publish(ctx, c, sh, PublishOpts{}, []*fairCall{fc})
+			require.NoError(t, err)
+			require.NoError(t, c.Publish(ctx, sh.Wake(), "end").Err())
+			var got []string
+			for {
+				m, err := ps.ReceiveMessage(ctx)
+				require.NoError(t, err)
+				if m.Payload == "end" {
+					return got
+				}
+				got = append(got, m.Payload)
+			}
+		}
+		require.Equal(t, []string{"d"}, notes(60_000), "the first message (several %v)", several)
+		require.Empty(t, notes(120_000), "a message behind it (several %v)", several)
+		require.Equal(t, []string{"d"}, notes(30_000), "a new earliest message (several %v)", several)
+		require.NoError(t, c.Set(ctx, sh.dormant(), "1", 0).Err())
+		require.Equal(t, []string{"d"}, notes(120_000), "a dormant partition (several %v)", several)
+	}
 }

@@ -47,8 +47,20 @@ func loadScript(name string) *redis.Script { return redis.NewScript(scriptSource
 // again, whether called or not. promote.lua's three includes (28
 // helpers) cost Redis 28,000 instructions a call (callgrind), a sixth of
 // an idle tick.
-func scriptSource(name string) string {
-	shebang, incs, rest := splitScript(readScript(name))
+//
+// For the same reason a script whose calls seldom need an include takes
+// it lazily: "lazy fair" on its include line. That include's helpers are
+// then made only when the script calls use_fair(), which it does before
+// calling any of them (see lazyBlock); only the script itself may call
+// them. promote.lua so takes fair.lua, which most ticks do not need: its
+// helpers were a tenth of an idle tick's instructions (callgrind).
+func scriptSource(name string) string { return assemble(name, readScript(name), readInclude) }
+
+// assemble is scriptSource for the script name of source src, its
+// includes read by include.
+func assemble(name, src string, include func(string) string) string {
+	shebang, incs, rest := splitScript(src)
+	lazy := lazyIncludes(src)
 	var order []string // the includes, each after those it names
 	added := map[string]bool{}
 	var add func(inc string)
@@ -57,7 +69,7 @@ func scriptSource(name string) string {
 			return
 		}
 		added[inc] = true
-		_, deps, _ := splitScript(readInclude(inc))
+		_, deps, _ := splitScript(include(inc))
 		for _, d := range deps {
 			add(d)
 		}
@@ -68,32 +80,87 @@ func scriptSource(name string) string {
 	}
 	var all []helper
 	byName := map[string]helper{}
+	incOf := map[string]string{} // helper -> its include
 	for _, inc := range order {
-		for _, h := range helpers(inc) {
+		_, _, isrc := splitScript(include(inc))
+		for _, h := range helpersOf(inc, isrc) {
 			all = append(all, h)
 			byName[h.name] = h
+			incOf[h.name] = inc
 		}
 	}
-	called := map[string]bool{}
-	var visit func(src string)
-	visit = func(src string) {
-		for _, m := range luaCall.FindAllStringSubmatch(src, -1) {
-			if h, ok := byName[m[1]]; ok && !called[h.name] {
-				called[h.name] = true
-				visit(luaCode(h.src))
+	// reach marks in seen the helpers code calls, directly or through
+	// others, not going into those of the includes taken lazily when eager
+	// (a helper put in front of the script may not call them).
+	var reach func(code, by string, eager bool, seen map[string]bool)
+	reach = func(code, by string, eager bool, seen map[string]bool) {
+		for _, m := range luaCall.FindAllStringSubmatch(code, -1) {
+			h, ok := byName[m[1]]
+			switch {
+			case !ok || seen[h.name]:
+			case eager && lazy[incOf[h.name]] && by != "":
+				panic("redisdelay: " + name + ".lua takes include " + incOf[h.name] + " lazily, but " + by + " of include " + incOf[by] + " calls its " + h.name)
+			case eager && lazy[incOf[h.name]]:
+			default:
+				seen[h.name] = true
+				reach(luaCode(h.src), h.name, eager, seen)
 			}
 		}
 	}
-	visit(luaCode(rest))
+	code := luaCode(rest)
+	eager := map[string]bool{}
+	reach(code, "", true, eager)
 	var b strings.Builder
 	b.WriteString(shebang)
 	for _, h := range all {
-		if called[h.name] {
+		if eager[h.name] {
 			b.WriteString(h.src)
 		}
 	}
+	// Each include taken lazily: the helpers of it the script calls, made
+	// with those they call that the script's front lacks.
+	for _, inc := range order {
+		if !lazy[inc] {
+			continue
+		}
+		if !strings.Contains(code, "use_"+inc+"()") {
+			panic("redisdelay: " + name + ".lua takes include " + inc + " lazily but never calls use_" + inc + "()")
+		}
+		var exported []string
+		inside := map[string]bool{}
+		for _, m := range luaCall.FindAllStringSubmatch(code, -1) {
+			if h, ok := byName[m[1]]; ok && incOf[h.name] == inc && !inside[h.name] {
+				exported = append(exported, h.name)
+				inside[h.name] = true
+				reach(luaCode(h.src), h.name, false, inside)
+			}
+		}
+		head, tail := lazyBlock(inc, exported)
+		b.WriteString(head)
+		for _, h := range all {
+			if inside[h.name] && !eager[h.name] {
+				b.WriteString(h.src)
+			}
+		}
+		b.WriteString(tail)
+	}
 	b.WriteString(rest)
 	return b.String()
+}
+
+// lazyBlock returns the code scriptSource puts around the helpers of
+// include inc that a script takes lazily, exported being those the script
+// calls: locals for them, set by use_<inc>() at its first call.
+func lazyBlock(inc string, exported []string) (head, tail string) {
+	names := strings.Join(exported, ", ")
+	head = "local " + names + "\n" +
+		"local function use_" + inc + "()\n" +
+		"  if " + exported[0] + " then return end\n" +
+		"  " + names + " = (function()\n"
+	tail = "  return " + names + "\n" +
+		"  end)()\n" +
+		"end\n"
+	return head, tail
 }
 
 var (
@@ -172,14 +239,35 @@ func splitScript(src string) (shebang string, includes []string, rest string) {
 	first, _, _ := strings.Cut(rest, "\n")
 	if list, ok := strings.CutPrefix(first, includeLine); ok {
 		for _, name := range strings.Split(list, ",") {
-			includes = append(includes, strings.TrimSpace(name))
+			includes = append(includes, strings.TrimPrefix(strings.TrimSpace(name), lazyPrefix))
 		}
 	}
 	return shebang, includes, rest
 }
 
-// includeLine starts the line by which a file names its includes.
-const includeLine = "-- include: "
+// lazyIncludes returns the includes a file's include line takes lazily.
+func lazyIncludes(src string) map[string]bool {
+	lazy := map[string]bool{}
+	if strings.HasPrefix(src, "#!") {
+		_, src, _ = strings.Cut(src, "\n")
+	}
+	first, _, _ := strings.Cut(src, "\n")
+	if list, ok := strings.CutPrefix(first, includeLine); ok {
+		for _, name := range strings.Split(list, ",") {
+			if inc, ok := strings.CutPrefix(strings.TrimSpace(name), lazyPrefix); ok {
+				lazy[inc] = true
+			}
+		}
+	}
+	return lazy
+}
+
+const (
+	// includeLine starts the line by which a file names its includes.
+	includeLine = "-- include: "
+	// lazyPrefix marks an include the file takes lazily (see scriptSource).
+	lazyPrefix = "lazy "
+)
 
 func readScript(name string) string { return readEmbedded("scripts/" + name + ".lua") }
 

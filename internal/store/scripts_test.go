@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/redisdelay/watermill-redisdelay/internal/redistest"
 )
@@ -147,6 +148,22 @@ func TestScripts_Includes(t *testing.T) {
 			continue
 		}
 		body := got[len(shebang) : len(got)-len(rest)]
+		// an include taken lazily: its helpers, less the block making them
+		// at use_<include>()
+		for inc := range lazyIncludes(src) {
+			m := regexp.MustCompile(`(?m)^local ([\w, ]+)\nlocal function use_` + inc + `\(\)\n`).FindStringSubmatchIndex(body)
+			if m == nil {
+				t.Errorf("%s.lua takes %s lazily, but scriptSource has no use_%s", name, inc, inc)
+				continue
+			}
+			head, tail := lazyBlock(inc, strings.Split(body[m[2]:m[3]], ", "))
+			end := strings.Index(body[m[0]:], tail)
+			if !strings.HasPrefix(body[m[0]:], head) || end < 0 {
+				t.Errorf("%s.lua: scriptSource's block for the lazy include %s is not lazyBlock's", name, inc)
+				continue
+			}
+			body = body[:m[0]] + body[m[0]+len(head):m[0]+end] + body[m[0]+end+len(tail):]
+		}
 		pos, size := map[string]int{}, 0
 		for i, m := range luaFunction.FindAllStringSubmatch(body, -1) {
 			inc, ok := defined[m[1]]
@@ -365,4 +382,37 @@ func TestScripts_HelpersOfBadInclude(t *testing.T) {
 			helpersOf("x", src)
 		}()
 	}
+}
+
+// TestScripts_LazyInclude checks scriptSource's lazy includes on scripts
+// of its own: the helpers of an include taken lazily are made at its
+// use_<include>() with those only they call, and a script that never calls
+// use_<include>(), or whose front would call them, is refused.
+func TestScripts_LazyInclude(t *testing.T) {
+	includes := map[string]string{
+		"base": "local function twice(x) return 2 * x end\nlocal function half(x) return x / 2 end\n",
+		"rare": "-- include: base\nlocal function quad(x) return twice(twice(x)) end\n",
+		"uses": "-- include: rare\nlocal function eight(x) return twice(quad(x)) end\n",
+	}
+	include := func(inc string) string { return includes[inc] }
+
+	src := "-- include: base, lazy rare\nlocal y = half(4)\nuse_rare()\nreturn quad(y)\n"
+	got := assemble("ok", src, include)
+	head, tail := lazyBlock("rare", []string{"quad"})
+	want := "local function half(x) return x / 2 end\n" + head +
+		"local function twice(x) return 2 * x end\nlocal function quad(x) return twice(twice(x)) end\n" + tail + src
+	require.Equal(t, want, got)
+	srv := redistest.ForTest(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	n, err := c.Eval(context.Background(), got, nil).Int()
+	require.NoError(t, err)
+	require.Equal(t, 8, n)
+
+	require.PanicsWithValue(t, "redisdelay: never.lua takes include rare lazily but never calls use_rare()", func() {
+		assemble("never", "-- include: lazy rare\nreturn quad(1)\n", include)
+	})
+	require.PanicsWithValue(t, "redisdelay: front.lua takes include rare lazily, but eight of include uses calls its quad", func() {
+		assemble("front", "-- include: uses, lazy rare\nuse_rare()\nreturn eight(1) + quad(1)\n", include)
+	})
 }

@@ -39,60 +39,83 @@ local waiting, bodies, seq, dormant, reg = KEYS[1], KEYS[2], KEYS[3], KEYS[4], K
 local wake, calls = ARGV[1], tonumber(ARGV[2])
 local first = 3 + calls
 
-local ids = {}
-for j = first, #ARGV, 3 do
-  ids[#ids + 1] = ARGV[j]
-end
--- the bodies waiting already (a call is at most 512 messages: one HMGET)
-local known = redis.call('HMGET', bodies, unpack(ids))
-local accepted = {} -- UUID -> body, of the calls accepted in this run
-local status, stored = {}, {}
-local j, k = first, 1
-for c = 1, calls do
-  local bad, adds = nil, {}
-  for _ = 1, tonumber(ARGV[2 + c]) do
-    local id, body = ARGV[j], ARGV[j + 2]
-    local old = accepted[id] or known[k]
-    if not old then
-      adds[#adds + 1] = j
-    elseif old ~= body and not bad then
-      bad = id
-    end
-    j, k = j + 3, k + 1
+local status = {}
+local stored = false -- messages were stored
+local mustWake = false -- the earliest due time moved earlier
+if #ARGV == 6 then
+  -- One call of one message, as at a steady rate every call is: what the
+  -- loop below does, without its seven tables. Each table a script makes,
+  -- grown an element at a time, costs Redis about as much as a command
+  -- (callgrind: this path takes a fifth fewer instructions a publish).
+  local id, body = ARGV[first], ARGV[first + 2]
+  local old = redis.call('HGET', bodies, id)
+  if not old then
+    local score = (now_ceil_ms() + tonumber(ARGV[first + 1])) * 1024 + redis.call('INCR', seq) % 1024
+    redis.call('HSET', bodies, id, body)
+    redis.call('ZADD', waiting, string.format('%d', score), id)
+    stored = true
+    mustWake = redis.call('ZRANGE', waiting, 0, 0)[1] == id
   end
-  if bad then
-    status[c] = bad
-  else
-    status[c] = 0
-    for _, a in ipairs(adds) do
-      accepted[ARGV[a]] = ARGV[a + 2]
-      stored[#stored + 1] = a
+  status[1] = (not old or old == body) and 0 or id
+else
+  local ids = {}
+  for j = first, #ARGV, 3 do
+    ids[#ids + 1] = ARGV[j]
+  end
+  -- the bodies waiting already (a call is at most 512 messages: one HMGET)
+  local known = redis.call('HMGET', bodies, unpack(ids))
+  local accepted = {} -- UUID -> body, of the calls accepted in this run
+  local adding = {} -- the ARGV index of each message to store
+  local j, k = first, 1
+  for c = 1, calls do
+    local bad, adds = nil, {}
+    for _ = 1, tonumber(ARGV[2 + c]) do
+      local id, body = ARGV[j], ARGV[j + 2]
+      local old = accepted[id] or known[k]
+      if not old then
+        adds[#adds + 1] = j
+      elseif old ~= body and not bad then
+        bad = id
+      end
+      j, k = j + 3, k + 1
+    end
+    if bad then
+      status[c] = bad
+    else
+      status[c] = 0
+      for _, a in ipairs(adds) do
+        accepted[ARGV[a]] = ARGV[a + 2]
+        adding[#adding + 1] = a
+      end
     end
   end
-end
 
-if #stored > 0 then
-  local now = now_ceil_ms()
-  -- (a number passed to redis.call is formatted as %.17g, a score read
-  -- back parsed again: at a steady rate, a call of one message spent a
-  -- tenth of its time so; integers go as %d, and one message takes INCR)
-  local seqNo
-  if #stored == 1 then
-    seqNo = redis.call('INCR', seq) - 1
-  else
-    seqNo = redis.call('INCRBY', seq, tostring(#stored)) - #stored
+  if #adding > 0 then
+    local now = now_ceil_ms()
+    -- (a number passed to redis.call is formatted as %.17g, a score read
+    -- back parsed again: at a steady rate, a call of one message spent a
+    -- tenth of its time so; integers go as %d, and one message takes INCR)
+    local seqNo
+    if #adding == 1 then
+      seqNo = redis.call('INCR', seq) - 1
+    else
+      seqNo = redis.call('INCRBY', seq, tostring(#adding)) - #adding
+    end
+    local h, z = {}, {}
+    for _, a in ipairs(adding) do
+      seqNo = seqNo + 1
+      local score = (now + tonumber(ARGV[a + 1])) * 1024 + seqNo % 1024
+      h[#h + 1], h[#h + 2] = ARGV[a], ARGV[a + 2]
+      z[#z + 1], z[#z + 2] = string.format('%d', score), ARGV[a]
+    end
+    redis.call('HSET', bodies, unpack(h))
+    redis.call('ZADD', waiting, unpack(z))
+    stored = true
+    -- the earliest due time moved earlier when the head is now one of ours
+    mustWake = accepted[redis.call('ZRANGE', waiting, 0, 0)[1]] ~= nil
   end
-  local h, z = {}, {}
-  for _, a in ipairs(stored) do
-    seqNo = seqNo + 1
-    local score = (now + tonumber(ARGV[a + 1])) * 1024 + seqNo % 1024
-    h[#h + 1], h[#h + 2] = ARGV[a], ARGV[a + 2]
-    z[#z + 1], z[#z + 2] = string.format('%d', score), ARGV[a]
-  end
-  redis.call('HSET', bodies, unpack(h))
-  redis.call('ZADD', waiting, unpack(z))
-  -- the earliest due time moved earlier when the head is now one of ours
-  local mustWake = accepted[redis.call('ZRANGE', waiting, 0, 0)[1]] ~= nil
+end
+if stored then
   if redis.call('DEL', dormant) == 1 then
     mustWake = true
   end

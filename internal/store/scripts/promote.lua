@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: clock, lib, fair
+-- include: clock, lib, lazy fair
 --[[
   promote: one scheduler tick of a topic. It first takes or extends the
   topic's scheduling lease: only the scheduler holding it promotes, the
@@ -123,6 +123,13 @@ local function earlier(w)
   if wait < 0 or w < wait then wait = w end
 end
 
+-- Each closure the top level makes costs Redis at every call, more the
+-- more of the top level's locals it shares (each an upvalue made, looked
+-- up and collected again): the helper that moved a set, sharing 26 of
+-- them, was an eighth of an idle tick's instructions (callgrind). So the
+-- tick's moves run in its top level, and the helpers below share none or
+-- few of its locals.
+
 -- The stream entries a call may add: limit for the waiting set (a
 -- high-priority message costs one per group), limit for the retry sets of
 -- all groups together. A call's work is bounded so, whatever the backlog
@@ -133,54 +140,58 @@ local budget, rbudget = limit, limit
 -- a call, whatever the batch, so a call stays short.
 local gbudget = math.min(limit, 256)
 
--- A listed consumer group's keys are KEYS[k + <offset>], k = 13 + GSTRIDE (g - 1)
--- (see the header):
-local GRETRY, GRBODIES, GREDO, GMETA, GFQ, GFRING, GFPRIO, GFWAIT, GSTRIDE = 0, 1, 2, 3, 4, 5, 6, 7, 8
-local function groupKeys(g) return 13 + GSTRIDE * (g - 1) end
+-- A listed consumer group g's keys are KEYS[k + <offset>], k = 13 + 8 (g - 1)
+-- (see the header): retry 0, rbodies 1, rstream 2, meta 3, fq 4, fring 5,
+-- fprio 6, fwait 7.
 
 -- the redelivery streams of the listed groups, for high-priority messages
 local rstreams = {}
-for k = 13, #KEYS - 2 - GSTRIDE + 1, GSTRIDE do -- the last two keys: far, fz
-  rstreams[#rstreams + 1] = KEYS[k + GREDO]
+for k = 13, #KEYS - 9, 8 do -- the last two keys: far, fz
+  rstreams[#rstreams + 1] = KEYS[k + 2]
 end
 
--- The fair queues of the listed groups (fair.lua), opened when needed.
+-- The fair queues of the listed groups (fair.lua), opened when needed:
+-- fair.lua's helpers too (use_fair), which most ticks do not need.
 local fairs = {}
 local function fair_of(g)
   local c = fairs[g]
   if not c then
-    local k = groupKeys(g)
-    c = fair_open(KEYS[k + GFQ], KEYS[k + GFRING], KEYS[k + GFPRIO], KEYS[k + GFWAIT], KEYS[k + GMETA])
+    use_fair()
+    local k = 13 + 8 * (g - 1)
+    c = fair_open(KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 3])
     fairs[g] = c
   end
   return c
 end
 
 -- Goes on with the fan-out of the high-priority message in the fanout
--- hash (if any): a copy to each listed group that has none yet, as far as
--- the budget allows. Each copy and its mark in the hash are written
--- together, so a scheduler that dies between calls leaves nothing lost or
--- doubled: the next call, by any scheduler, goes on from the marks.
--- Returns true when no fan-out is left.
-local function resume_fanout()
+-- hash (if any): a copy to each listed group (rstreams) that has none yet,
+-- as far as the budget (stream entries) allows. Each copy and its mark in
+-- the hash are written together, so a scheduler that dies between calls
+-- leaves nothing lost or doubled: the next call, by any scheduler, goes on
+-- from the marks. Returns whether no fan-out is left, the budget left and
+-- whether it added stream entries.
+local function resume_fanout(fanout, rstreams, stream, budget)
   local body = redis.call('HGET', fanout, 'm')
   if not body then
-    return true
+    return true, budget, false
   end
   if #rstreams == 0 then
     -- every group is gone: where a high-priority message with no group goes,
     -- unless some group has its copy already
+    local added = false
     if redis.call('HLEN', fanout) <= 2 then
       redis.call('XADD', stream, '*', 'm', body)
       added = true
     end
     redis.call('DEL', fanout)
-    return true
+    return true, budget, added
   end
+  local added = false
   for _, rs in ipairs(rstreams) do
     if redis.call('HEXISTS', fanout, rs) == 0 then
       if budget == 0 then
-        return false
+        return false, budget, added
       end
       redis.call('XADD', rs, '*', 'm', body, 'a', 1)
       redis.call('HSET', fanout, rs, 1)
@@ -189,17 +200,13 @@ local function resume_fanout()
     end
   end
   redis.call('DEL', fanout)
-  return true
+  return true, budget, added
 end
 
 -- Bodies fetched per HMGET while moving: a call per message costs Redis
 -- more than the lookup itself; a whole batch of bodies (up to a megabyte
 -- each) at once would all be in Lua's memory.
 local BODIES = 32
-
--- Moves the due messages of a set, oldest first, while the budget lasts;
--- retry is the number of the group whose retry set it is (nil: the
--- waiting set).
 -- How many members of a set one read at its head takes: enough for the
 -- due messages of a tick at a steady rate, and the head after them, in
 -- one command.
@@ -207,210 +214,6 @@ local PROBE = 4
 -- (PROBE - 1 as a string: a number passed to redis.call is formatted with
 -- %.17g, a cost of its own at every tick)
 local PROBE_LAST = '3'
-
-local function move(set, hash, dest, retry)
-  -- the head alone tells an idle set (the common case) apart cheaply; at
-  -- a steady rate the first few members are the tick's due messages and
-  -- the next head
-  local left = retry and rbudget or budget
-  local probe = redis.call('ZRANGE', set, '0', PROBE_LAST, 'WITHSCORES')
-  if not probe[1] then
-    return
-  end
-  local head = tonumber(probe[2])
-  if head > maxScore then
-    earlier(math.floor(head / 1024) * 1000 - nowUs)
-    return
-  end
-  if left == 0 then
-    earlier(0)
-    return
-  end
-  -- the due members of the probe, and the score of the first one not due
-  -- (nil: all are due); whole: the probe read the whole set
-  local ids, after = {}, nil
-  for i = 1, #probe, 2 do
-    if tonumber(probe[i + 1]) > maxScore then
-      after = tonumber(probe[i + 1])
-      break
-    end
-    ids[#ids + 1] = probe[i]
-  end
-  local whole = after == nil and #probe < 2 * PROBE
-  if after == nil and not whole then
-    -- more may be due than the probe took
-    ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, left)
-  elseif #ids > left then
-    ids = {unpack(ids, 1, left)}
-    after, whole = nil, false
-  end
-  local high, grouped = {}, {}
-  -- only when something is due: an idle tick stays at the head check;
-  -- one EXISTS tells the common case (none of the three) apart
-  local flags = 0
-  if not retry then
-    flags = redis.call('EXISTS', prio, grpof, bkeyof)
-  end
-  -- (hash_fields: these hashes are often small, listpacks)
-  local nHigh, nGrouped, prioOf = 0, 0, {}
-  if flags > 0 and redis.call('EXISTS', prio) == 1 then
-    prioOf, nHigh = hash_fields(prio, ids)
-    for k = 1, #ids do
-      high[k] = prioOf[k] == '1'
-    end
-  end
-  if flags > 0 and redis.call('EXISTS', grpof) == 1 then
-    grouped, nGrouped = hash_fields(grpof, ids)
-  end
-  local anyGrouped = nGrouped > 0
-  local found, base = {}, 0 -- bodies of ids[base + 1 ..], BODIES at a time
-  -- n: how many of ids (the first) leave the set in this call
-  local n = 0
-  local orphans, kept = {}, {} -- grouped messages with no consumer group (gorphan)
-  for k, id in ipairs(ids) do
-    local gk = grouped[k]
-    -- a grouped message takes an entry per group: it waits for the next
-    -- call unless it is the call's first
-    if left == 0 or (gk and (#rstreams > left or #rstreams > gbudget) and left < limit) then
-      break
-    end
-    n = k
-    if k > base + #found then
-      found, base = redis.call('HMGET', hash, unpack(ids, k, math.min(k + BODIES - 1, #ids))), k - 1
-    end
-    local body = found[k - base]
-    if body then
-      local ga, gg = nil, nil
-      if retry then
-        ga, gg = string.match(id, '^(%d+):g[^:]*:(.*)$')
-      end
-      if gg then
-        local c = fair_of(retry)
-        fair_release(c, gg)
-        fair_push(c, gg, tonumber(ga), body, 'front')
-        left = left - 1
-      elseif retry then
-        redis.call('XADD', dest, '*', 'm', body, 'a', string.match(id, '^(%d+):'))
-        left = left - 1
-      elseif gk and #rstreams > 0 then
-        for g, rs in ipairs(rstreams) do
-          local c = fair_of(g)
-          if c.gv then
-            local where = 'fresh'
-            if high[k] and string.byte(gk, 1) ~= 1 then where = 'prio' end
-            fair_push(c, gk, 1, body, where)
-          else
-            redis.call('XADD', rs, '*', 'm', body, 'a', 1)
-          end
-        end
-        left = math.max(left - #rstreams, 0)
-        gbudget = gbudget - #rstreams
-      elseif gk then
-        -- no consumer group to queue it for: it waits for the first
-        orphans[#orphans + 1] = redis.call('ZSCORE', set, id)
-        orphans[#orphans + 1] = id
-        kept[id] = true
-        moved = moved - 1
-      elseif high[k] and #rstreams > 0 then
-        if #rstreams <= left then
-          for _, rs in ipairs(rstreams) do
-            redis.call('XADD', rs, '*', 'm', body, 'a', 1)
-          end
-          left = left - #rstreams
-        else
-          -- too many groups for this call: fanned out over the next ones
-          redis.call('HSET', fanout, 'm', body, 'id', id)
-          budget = left
-          resume_fanout()
-          left = 0
-        end
-      else
-        redis.call('XADD', dest, '*', 'm', body)
-        left = left - 1
-      end
-      moved = moved + 1
-      added = true
-    else
-      missing = missing + 1
-    end
-  end
-  if retry then rbudget = left else budget = left end
-  if n == 0 then
-    -- the first due message is grouped and takes more stream entries than
-    -- the call has left (a fan-out took some): it goes first in the next
-    -- call, which has them all. Nothing leaves the set (and ZREMRANGEBYRANK
-    -- 0 -1 would empty it).
-    earlier(0)
-    return
-  end
-  local done = ids
-  if n < #ids then
-    done = {unpack(ids, 1, n)}
-  end
-  -- the bodies (and flags) of the messages moved; those kept for a
-  -- consumer group to come keep theirs
-  local gone = done
-  if #orphans > 0 then
-    redis.call('ZADD', gorphan, unpack(orphans))
-    gone = {}
-    for _, id in ipairs(done) do
-      if not kept[id] then gone[#gone + 1] = id end
-    end
-  end
-  if #gone > 0 then
-    redis.call('HDEL', hash, unpack(gone))
-    -- the flags of those that have them only: HDEL, too, scans a listpack
-    -- once per field
-    if nHigh > 0 or anyGrouped then
-      local isGone, highGone, groupedGone = {}, {}, {}
-      for _, id in ipairs(gone) do
-        isGone[id] = true
-      end
-      for k, id in ipairs(ids) do
-        if isGone[id] then
-          if prioOf[k] then highGone[#highGone + 1] = id end
-          if grouped[k] then groupedGone[#groupedGone + 1] = id end
-        end
-      end
-      if #highGone > 0 then
-        redis.call('HDEL', prio, unpack(highGone))
-      end
-      if #groupedGone > 0 then
-        redis.call('HDEL', grpof, unpack(groupedGone))
-      end
-    end
-  end
-  -- messages leaving the waiting set release their business keys; the
-  -- reverse hash exists only while a waiting message holds one
-  if flags > 0 and redis.call('EXISTS', bkeyof) == 1 then
-    local held, nHeld = hash_fields(bkeyof, done)
-    local freed = {}
-    for k, key in ipairs(held) do
-      if key and redis.call('HGET', bkeys, key) == done[k] then
-        freed[#freed + 1] = key
-      end
-    end
-    if nHeld > 0 then
-      redis.call('HDEL', bkeyof, unpack(fields_set(done, held)))
-    end
-    if #freed > 0 then
-      redis.call('HDEL', bkeys, unpack(freed))
-    end
-  end
-  redis.call('ZREMRANGEBYRANK', set, '0', string.format('%d', n - 1))
-  if n < #ids or left == 0 then
-    earlier(0)
-    return
-  end
-  if after == nil and not whole then
-    after = redis.call('ZRANGE', set, '0', '0', 'WITHSCORES')[2]
-  end
-  if after then
-    local w = math.floor(tonumber(after) / 1024) * 1000 - nowUs
-    if w < 0 then w = 0 end
-    earlier(w)
-  end
-end
 
 -- grouped messages kept while the topic had no consumer group go back to
 -- the waiting set, due (moved on below), a bounded number per call
@@ -425,29 +228,247 @@ if rare and #rstreams > 0 and redis.call('EXISTS', gorphan) == 1 then
   redis.call('ZREMRANGEBYRANK', gorphan, 0, #back / 2 - 1)
   earlier(0)
 end
-if not rare or resume_fanout() then
-  move(waiting, bodies, stream, nil)
-else
-  earlier(0)
-end
--- groups in turn, from one that changes with time, so none waits behind
--- the others' backlogs for long
+
+-- Pass 0 moves the waiting set (after a fan-out in progress, if any), the
+-- next ones each group's retry set, in turn from one that changes with
+-- time, so none waits behind the others' backlogs for long.
 local ng = #rstreams
 local first = nowUs % math.max(ng, 1)
-for i = 0, ng - 1 do
-  local g = (first + i) % ng + 1
-  local k = groupKeys(g)
-  -- most groups have neither retries nor groups asleep: one EXISTS for both
-  local busy = redis.call('EXISTS', KEYS[k + GRETRY], KEYS[k + GFWAIT]) > 0
-  if busy then
-    move(KEYS[k + GRETRY], KEYS[k + GRBODIES], KEYS[k + GREDO], g)
+for pass = 0, ng do
+  -- set: the set whose due messages move, oldest first, while the budget
+  -- lasts, their bodies in hash, to the stream dest; retry: the number of
+  -- the group whose retry set it is (nil: the waiting set)
+  local set, hash, dest, retry, busy
+  if pass == 0 then
+    local finished, a = true, false
+    if rare then
+      finished, budget, a = resume_fanout(fanout, rstreams, stream, budget)
+      added = added or a
+    end
+    if finished then
+      set, hash, dest = waiting, bodies, stream
+    else
+      earlier(0)
+    end
+  else
+    retry = (first + pass - 1) % ng + 1
+    local k = 13 + 8 * (retry - 1)
+    -- most groups have neither retries nor groups asleep: one EXISTS for both
+    busy = redis.call('EXISTS', KEYS[k], KEYS[k + 7]) > 0
+    if busy then
+      set, hash, dest = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+    end
   end
+  if set then repeat
+    -- the head alone tells an idle set (the common case) apart cheaply; at
+    -- a steady rate the first few members are the tick's due messages and
+    -- the next head
+    local left = retry and rbudget or budget
+    local probe = redis.call('ZRANGE', set, '0', PROBE_LAST, 'WITHSCORES')
+    if not probe[1] then
+      break
+    end
+    local head = tonumber(probe[2])
+    if head > maxScore then
+      earlier(math.floor(head / 1024) * 1000 - nowUs)
+      break
+    end
+    if left == 0 then
+      earlier(0)
+      break
+    end
+    -- the due members of the probe, and the score of the first one not due
+    -- (nil: all are due); whole: the probe read the whole set
+    local ids, after = {}, nil
+    for i = 1, #probe, 2 do
+      if tonumber(probe[i + 1]) > maxScore then
+        after = tonumber(probe[i + 1])
+        break
+      end
+      ids[#ids + 1] = probe[i]
+    end
+    local whole = after == nil and #probe < 2 * PROBE
+    if after == nil and not whole then
+      -- more may be due than the probe took
+      ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, left)
+    elseif #ids > left then
+      ids = {unpack(ids, 1, left)}
+      after, whole = nil, false
+    end
+    local high, grouped = {}, {}
+    -- only when something is due: an idle tick stays at the head check;
+    -- one EXISTS tells the common case (none of the three) apart
+    local flags = 0
+    if not retry then
+      flags = redis.call('EXISTS', prio, grpof, bkeyof)
+    end
+    -- (hash_fields: these hashes are often small, listpacks)
+    local nHigh, nGrouped, prioOf = 0, 0, {}
+    if flags > 0 and redis.call('EXISTS', prio) == 1 then
+      prioOf, nHigh = hash_fields(prio, ids)
+      for k = 1, #ids do
+        high[k] = prioOf[k] == '1'
+      end
+    end
+    if flags > 0 and redis.call('EXISTS', grpof) == 1 then
+      grouped, nGrouped = hash_fields(grpof, ids)
+    end
+    local anyGrouped = nGrouped > 0
+    local found, base = {}, 0 -- bodies of ids[base + 1 ..], BODIES at a time
+    -- n: how many of ids (the first) leave the set in this call
+    local n = 0
+    local orphans, kept = {}, {} -- grouped messages with no consumer group (gorphan)
+    for k, id in ipairs(ids) do
+      local gk = grouped[k]
+      -- a grouped message takes an entry per group: it waits for the next
+      -- call unless it is the call's first
+      if left == 0 or (gk and (#rstreams > left or #rstreams > gbudget) and left < limit) then
+        break
+      end
+      n = k
+      if k > base + #found then
+        found, base = redis.call('HMGET', hash, unpack(ids, k, math.min(k + BODIES - 1, #ids))), k - 1
+      end
+      local body = found[k - base]
+      if body then
+        local ga, gg = nil, nil
+        if retry then
+          ga, gg = string.match(id, '^(%d+):g[^:]*:(.*)$')
+        end
+        if gg then
+          local c = fair_of(retry)
+          fair_release(c, gg)
+          fair_push(c, gg, tonumber(ga), body, 'front')
+          left = left - 1
+        elseif retry then
+          redis.call('XADD', dest, '*', 'm', body, 'a', string.match(id, '^(%d+):'))
+          left = left - 1
+        elseif gk and #rstreams > 0 then
+          for g, rs in ipairs(rstreams) do
+            local c = fair_of(g)
+            if c.gv then
+              local where = 'fresh'
+              if high[k] and string.byte(gk, 1) ~= 1 then where = 'prio' end
+              fair_push(c, gk, 1, body, where)
+            else
+              redis.call('XADD', rs, '*', 'm', body, 'a', 1)
+            end
+          end
+          left = math.max(left - #rstreams, 0)
+          gbudget = gbudget - #rstreams
+        elseif gk then
+          -- no consumer group to queue it for: it waits for the first
+          orphans[#orphans + 1] = redis.call('ZSCORE', set, id)
+          orphans[#orphans + 1] = id
+          kept[id] = true
+          moved = moved - 1
+        elseif high[k] and #rstreams > 0 then
+          if #rstreams <= left then
+            for _, rs in ipairs(rstreams) do
+              redis.call('XADD', rs, '*', 'm', body, 'a', 1)
+            end
+            left = left - #rstreams
+          else
+            -- too many groups for this call: fanned out over the next ones
+            redis.call('HSET', fanout, 'm', body, 'id', id)
+            resume_fanout(fanout, rstreams, stream, left)
+            left = 0
+          end
+        else
+          redis.call('XADD', dest, '*', 'm', body)
+          left = left - 1
+        end
+        moved = moved + 1
+        added = true
+      else
+        missing = missing + 1
+      end
+    end
+    if retry then rbudget = left else budget = left end
+    if n == 0 then
+      -- the first due message is grouped and takes more stream entries than
+      -- the call has left (a fan-out took some): it goes first in the next
+      -- call, which has them all. Nothing leaves the set (and ZREMRANGEBYRANK
+      -- 0 -1 would empty it).
+      earlier(0)
+      break
+    end
+    local done = ids
+    if n < #ids then
+      done = {unpack(ids, 1, n)}
+    end
+    -- the bodies (and flags) of the messages moved; those kept for a
+    -- consumer group to come keep theirs
+    local gone = done
+    if #orphans > 0 then
+      redis.call('ZADD', gorphan, unpack(orphans))
+      gone = {}
+      for _, id in ipairs(done) do
+        if not kept[id] then gone[#gone + 1] = id end
+      end
+    end
+    if #gone > 0 then
+      redis.call('HDEL', hash, unpack(gone))
+      -- the flags of those that have them only: HDEL, too, scans a listpack
+      -- once per field
+      if nHigh > 0 or anyGrouped then
+        local isGone, highGone, groupedGone = {}, {}, {}
+        for _, id in ipairs(gone) do
+          isGone[id] = true
+        end
+        for k, id in ipairs(ids) do
+          if isGone[id] then
+            if prioOf[k] then highGone[#highGone + 1] = id end
+            if grouped[k] then groupedGone[#groupedGone + 1] = id end
+          end
+        end
+        if #highGone > 0 then
+          redis.call('HDEL', prio, unpack(highGone))
+        end
+        if #groupedGone > 0 then
+          redis.call('HDEL', grpof, unpack(groupedGone))
+        end
+      end
+    end
+    -- messages leaving the waiting set release their business keys; the
+    -- reverse hash exists only while a waiting message holds one
+    if flags > 0 and redis.call('EXISTS', bkeyof) == 1 then
+      local held, nHeld = hash_fields(bkeyof, done)
+      local freed = {}
+      for k, key in ipairs(held) do
+        if key and redis.call('HGET', bkeys, key) == done[k] then
+          freed[#freed + 1] = key
+        end
+      end
+      if nHeld > 0 then
+        redis.call('HDEL', bkeyof, unpack(fields_set(done, held)))
+      end
+      if #freed > 0 then
+        redis.call('HDEL', bkeys, unpack(freed))
+      end
+    end
+    redis.call('ZREMRANGEBYRANK', set, '0', string.format('%d', n - 1))
+    if n < #ids or left == 0 then
+      earlier(0)
+      break
+    end
+    if after == nil and not whole then
+      after = redis.call('ZRANGE', set, '0', '0', 'WITHSCORES')[2]
+    end
+    if after then
+      local w = math.floor(tonumber(after) / 1024) * 1000 - nowUs
+      if w < 0 then w = 0 end
+      earlier(w)
+    end
+  until true end
   -- groups asleep under the rate limit: the head alone, as for the sets
-  local sleeper = busy and redis.call('ZRANGE', KEYS[k + GFWAIT], 0, 0, 'WITHSCORES')[2]
+  local sleeper = busy and redis.call('ZRANGE', KEYS[13 + 8 * (retry - 1) + 7], 0, 0, 'WITHSCORES')[2]
   if sleeper then
     local w = tonumber(sleeper) * 1000 - nowUs
     if w <= 0 then
-      w = fair_wake(fair_of(g), now, limit)
+      -- (fair_of first: it makes fair_wake)
+      local c = fair_of(retry)
+      w = fair_wake(c, now, limit)
       if w >= 0 then w = math.max(w * 1000 - nowUs, 0) end
     end
     if w >= 0 then earlier(w) end

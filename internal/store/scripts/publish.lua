@@ -1,4 +1,4 @@
--- include: clock, lib, fair, farmark
+-- include: clock, lib, lazy fair, farmark
 --[[
   publish: stores the messages of one or more Publish calls to a topic.
   Each call is atomic on its own: all of its messages are stored, or none.
@@ -475,6 +475,7 @@ for _, m in ipairs(ready) do
       local k = 17 + GSTRIDE * (i - 1)
       local c = fairs[i]
       if not c then
+        use_fair() -- (fair.lua's helpers: made for grouped messages only)
         c = fair_open(KEYS[k + GFQ], KEYS[k + GFRING], KEYS[k + GFPRIO], KEYS[k + GFWAIT], KEYS[k + GMETA])
         fairs[i] = c
       end

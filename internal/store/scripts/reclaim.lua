@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: clock, stream, lib, fair
+-- include: clock, stream, lib, lazy fair
 --[[
   reclaim: takes from a consumer group the messages its consumers have held
   longer than the group's visibility timeout without extending the lease
@@ -77,6 +77,7 @@ while s <= 2 do
     if idle >= vis then
       local body, attempt, g = entry_of(key, id)
       if g and not c then
+        use_fair() -- (fair.lua's helpers: made for grouped messages only)
         c = fair_open(fq, fring, fprio, fwait, meta)
       end
       redis.call('XACK', key, group, id)
