@@ -7,13 +7,13 @@
 # for the tests (a valkey-server, say).
 #
 #   bash bench/callgrind.sh                 # every workload
-#   bash bench/callgrind.sh delayed tick    # some
+#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim)
 #
 # Compare two trees by running it in each (git worktree add).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 works=("$@")
-[ ${#works[@]} -gt 0 ] || works=(append delayed tick tickidle)
+[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/store.test" ./internal/store/
@@ -40,7 +40,8 @@ for w in "${works[@]}" ; do total[$w]=$(count "$w"); done
 per() { echo $(( ($1 - $2) / 1000 )); } # TestInstructions_Workload runs 1,000 of each
 for w in "${works[@]}"; do
 	case $w in
-	append | delayed) echo "$w: $(per "${total[$w]}" "$base") instructions a publish" ;;
+	append | delayed | keyed) echo "$w: $(per "${total[$w]}" "$base") instructions a publish" ;;
+	reclaim) echo "reclaim: $(per "${total[$w]}" "$base") instructions a sweep (10 messages held, none out of time; with the publishes and the read before them)" ;;
 	tick) echo "tick: $(per "${total[$w]}" "$base") instructions a round (2 delayed publishes + a tick moving them)" ;;
 	tickidle)
 		echo "tickidle: $(per "${total[$w]}" "$base") instructions a round (tick's, and two idle ticks)"

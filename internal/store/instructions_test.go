@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -21,9 +22,12 @@ import (
 //	none       nothing (the server's own start and stop)
 //	append     1,000 messages published one at a time, due now
 //	delayed    1,000 messages published one at a time, due in an hour
+//	keyed      the same, each with a business key of its own (publish.lua)
 //	tick       1,000 ticks of one consumer group's partition, each moving
 //	           two messages published 1 ms ahead (and the two publishes)
 //	tickidle   the same, each followed by two ticks that find nothing due
+//	reclaim    1,000 sweeps of a consumer group holding 10 messages, none
+//	           out of its visibility timeout (the common sweep)
 func TestInstructions_Workload(t *testing.T) {
 	addr, work := os.Getenv("REDISDELAY_INSTRUCTIONS_ADDR"), os.Getenv("REDISDELAY_INSTRUCTIONS")
 	if addr == "" || work == "" {
@@ -34,10 +38,10 @@ func TestInstructions_Workload(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	sh := Keys{Prefix: "instructions"}.Shard("t", 0)
-	publish := func(delay int64) {
+	publish := func(delay int64, key string) {
 		t.Helper()
 		uuid := watermill.NewUUID()
-		m := PubMessage{UUID: uuid, Delay: delay, Body: Encode(message.NewMessage(uuid, make([]byte, 16))), Far: FarArg{Bucket: -1}}
+		m := PubMessage{UUID: uuid, Delay: delay, Body: Encode(message.NewMessage(uuid, make([]byte, 16))), Key: key, Far: FarArg{Bucket: -1}}
 		if _, err := Publish(ctx, c, sh, PublishOpts{}, []*fairCall{{PubArgs{Msgs: []PubMessage{m}}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -45,13 +49,17 @@ func TestInstructions_Workload(t *testing.T) {
 	const n = 1000 // bench/callgrind.sh divides by it
 	switch work {
 	case "none":
-	case "append", "delayed":
+	case "append", "delayed", "keyed":
 		d := int64(0)
-		if work == "delayed" {
+		if work != "append" {
 			d = time.Hour.Milliseconds()
 		}
-		for range n {
-			publish(d)
+		for i := range n {
+			key := ""
+			if work == "keyed" {
+				key = fmt.Sprint("r", "order-", i) // policy r: reject a second message with the key
+			}
+			publish(d, key)
 		}
 	case "tick", "tickidle":
 		if err := c.XGroupCreateMkStream(ctx, sh.Stream(), "g", "0").Err(); err != nil {
@@ -63,8 +71,8 @@ func TestInstructions_Workload(t *testing.T) {
 		}
 		args := PromoteArgs{Groups: []string{"g"}, Batch: 256, Owner: "me", Lease: 30 * time.Second, MayTake: true}
 		for range n {
-			publish(1)
-			publish(1)
+			publish(1, "")
+			publish(1, "")
 			// Both are due: Redis's clock is this machine's, and a message
 			// 1 ms ahead is due by 2 ms after its publish returned. Not
 			// awaited with commands, which the count would include.
@@ -83,6 +91,26 @@ func TestInstructions_Workload(t *testing.T) {
 			}
 			if err := c.XTrimMaxLen(ctx, sh.Stream(), 0).Err(); err != nil {
 				t.Fatal(err)
+			}
+		}
+	case "reclaim":
+		if _, err := InitGroup(ctx, c, sh, "g", GroupPolicy{Visibility: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		for range 10 {
+			publish(0, "")
+		}
+		if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{sh.Stream(), ">"}, Count: 10}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // held a few ms: not awaited with commands, as above
+		for range n {
+			r, err := Reclaim(ctx, c, sh, "g", 100, false, ReclaimStart)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Requeued != 0 || r.Oldest == 0 {
+				t.Fatalf("a sweep requeued %d and left pending entries idle %d ms at most, want 0 and more", r.Requeued, r.Oldest)
 			}
 		}
 	default:
