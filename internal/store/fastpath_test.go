@@ -103,16 +103,13 @@ func TestPublish_DelayedWakesOnANewEarliestMessage(t *testing.T) {
 	ctx := context.Background()
 	for _, several := range []bool{false, true} {
 		sh := Keys{Prefix: fmt.Sprint("wake", several)}.Shard("t", 0)
-		ps := c.Subscribe(ctx, sh.Wake())
-		t.Cleanup(func() { _ = ps.Close() })
-		_, err := ps.Receive(ctx) // the subscription's confirmation
-		require.NoError(t, err)
+		since := wakeNotes(t, c, sh)
 		n, count := 0, 1
 		if several {
 			count = 2
 		}
 		// notes publishes a message due in delay and returns what the
-		// publish sent the schedulers, up to a note of the test's own
+		// publish sent the schedulers
 		notes := func(delay int64) []string {
 			t.Helper()
 			fc := &fairCall{}
@@ -122,16 +119,7 @@ func TestPublish_DelayedWakesOnANewEarliestMessage(t *testing.T) {
 			}
 			_, err := Publish(ctx, c, sh, PublishOpts{}, []*fairCall{fc})
 			require.NoError(t, err)
-			require.NoError(t, c.Publish(ctx, sh.Wake(), "end").Err())
-			var got []string
-			for {
-				m, err := ps.ReceiveMessage(ctx)
-				require.NoError(t, err)
-				if m.Payload == "end" {
-					return got
-				}
-				got = append(got, m.Payload)
-			}
+			return since()
 		}
 		require.Equal(t, []string{"d"}, notes(60_000), "the first message (several %v)", several)
 		require.Empty(t, notes(120_000), "a message behind it (several %v)", several)

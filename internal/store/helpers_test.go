@@ -26,6 +26,31 @@ func freshClient(t *testing.T) *redis.Client {
 	return c
 }
 
+// wakeNotes subscribes to the wake-up channel of sh and returns a function
+// that returns the notes published there since its last call: up to a
+// note of its own, which it publishes first.
+func wakeNotes(t *testing.T, c *redis.Client, sh Shard) func() []string {
+	t.Helper()
+	ctx := context.Background()
+	ps := c.Subscribe(ctx, sh.Wake())
+	t.Cleanup(func() { _ = ps.Close() })
+	_, err := ps.Receive(ctx) // the subscription's confirmation
+	require.NoError(t, err)
+	return func() []string {
+		t.Helper()
+		require.NoError(t, c.Publish(ctx, sh.Wake(), "end").Err())
+		var got []string
+		for {
+			m, err := ps.ReceiveMessage(ctx)
+			require.NoError(t, err)
+			if m.Payload == "end" {
+				return got
+			}
+			got = append(got, m.Payload)
+		}
+	}
+}
+
 // loadScripts loads every script, so the pipelined ones (pick, ack) run at
 // their first use.
 func loadScripts(t testing.TB, c *redis.Client) {

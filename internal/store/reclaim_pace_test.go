@@ -58,26 +58,14 @@ func TestInitGroup_WakesSchedulersOnAShorterVisibilityTimeout(t *testing.T) {
 	c := freshClient(t)
 	ctx := context.Background()
 	sh := Keys{Prefix: "pace"}.Shard("t", 0)
-	ps := c.Subscribe(ctx, sh.Wake())
-	t.Cleanup(func() { _ = ps.Close() })
-	_, err := ps.Receive(ctx) // the subscription's confirmation
-	require.NoError(t, err)
+	since := wakeNotes(t, c, sh)
 
-	// notes returns what init published, up to a note of the test's own.
+	// notes returns what init published.
 	notes := func(vis time.Duration) []string {
 		t.Helper()
 		_, err := InitGroup(ctx, c, sh, "cg", GroupPolicy{Visibility: vis})
 		require.NoError(t, err)
-		require.NoError(t, c.Publish(ctx, sh.Wake(), "end").Err())
-		var got []string
-		for {
-			m, err := ps.ReceiveMessage(ctx)
-			require.NoError(t, err)
-			if m.Payload == "end" {
-				return got
-			}
-			got = append(got, m.Payload)
-		}
+		return since()
 	}
 	require.Equal(t, []string{"g"}, notes(time.Minute), "a new group")
 	require.Empty(t, notes(time.Minute), "the same timeout")
