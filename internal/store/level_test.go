@@ -231,6 +231,20 @@ func TestLevel_ScanLegacy(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, seen, "1 scheduler process(es) listening on scan:{t~1}:p1:wake")
 	require.NoError(t, oldSched.Close())
+
+	// A listener without the mark that is gone when the scan counts again
+	// (legacyConfirm later) is no reader of release 0.1.0: the scan counts
+	// again 2 s after its first count, and the listener leaves 300 ms after
+	// the scan began (a scan slower than that to count saw none at all).
+	defer func(d time.Duration) { legacyConfirm = d }(legacyConfirm)
+	legacyConfirm = 2 * time.Second
+	brief := listen(sh1.Bell())
+	left := make(chan error, 1)
+	time.AfterFunc(300*time.Millisecond, func() { left <- brief.Close() })
+	seen, err = ScanLegacy(ctx, c, []Shard{sh, sh1}, 10*time.Millisecond)
+	require.NoError(t, err)
+	require.NoError(t, <-left)
+	require.Empty(t, seen, "a count of a moment")
 	require.NoError(t, newSub.Close())
 }
 
