@@ -177,12 +177,6 @@ func luaCode(src string) string {
 // helper is a function an include defines: its name and its source.
 type helper struct{ name, src string }
 
-// helpers returns the functions include inc defines, in order.
-func helpers(inc string) []helper {
-	_, _, src := splitScript(readInclude(inc))
-	return helpersOf(inc, src)
-}
-
 // helpersOf returns the functions of src, the source of include inc, in
 // order: each from its "local function" line to the first line that is
 // "end" (or that line alone when it ends with " end"). It panics at

@@ -416,3 +416,9 @@ func TestScripts_LazyInclude(t *testing.T) {
 		assemble("front", "-- include: uses, lazy rare\nuse_rare()\nreturn eight(1) + quad(1)\n", include)
 	})
 }
+
+// helpers returns the functions include inc defines, in order.
+func helpers(inc string) []helper {
+	_, _, src := splitScript(readInclude(inc))
+	return helpersOf(inc, src)
+}
