@@ -47,10 +47,13 @@ type acks struct {
 // every redelivery-stream id) at the next multiple of ackEvery on the
 // clock; acks made meanwhile, or while a flush is in flight, go into the
 // next one. So a steady stream of acks costs one write per ackEvery, not
-// one per message, and the acks of all the subscriptions of a process
-// share those writes. The acks of a subscription waiting for its bell ride
+// one per message. The acks of a subscription waiting for its bell ride
 // on its next read instead, when that comes within ackLinger: at a low
-// rate a message then costs no round trip of its own for its ack.
+// rate a message then costs no round trip of its own for its ack. When
+// none comes, they are written at the next multiple of ackEvery, gathered
+// with those of the process's other waiting subscriptions into one
+// pipeline: over many topics, each at a low rate, that saves most of a
+// round trip per message.
 //
 // Queued entries are still pending in Redis, so until their flush succeeds
 // they count as held: lease renewal keeps them, and the queue is flushed
@@ -125,13 +128,15 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 		// A subscription waiting for its bell sends its queued acks with
 		// its next read (readNew), when a message comes within ackLinger
 		// of the oldest: a round trip saved per message at a low rate.
-		// The wait ends early when the subscription stops waiting.
+		// The wait ends early when the subscription stops waiting, else
+		// at a multiple of ackEvery, the instants of the other waiting
+		// subscriptions' flushes.
 		for sub.reads.isWaiting() && ctx.Err() == nil {
 			d := ackLinger - sub.acks.queuedFor()
 			if d <= 0 {
 				break
 			}
-			t.Reset(d)
+			t.Reset(time.Until(time.Now().Add(d - 1).Truncate(ackEvery).Add(ackEvery)))
 			select {
 			case <-ctx.Done():
 			case <-t.C:
@@ -143,8 +148,17 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 			gate(ctx)
 		}
 		// Errors are logged; what is not written stays queued for the next
-		// wake-up, or for the flush before a hand-back or re-read.
-		_ = sub.drainAcks(ctx)
+		// wake-up, or for the flush before a hand-back or re-read. The
+		// acks of a subscription waiting for its bell wait a moment more
+		// for those of others (see store.Gated.Gathering): over many topics
+		// each at a low rate, one round trip then carries the acks of
+		// several. Not the others': a read waits for a flush under way
+		// (see startWrite), and a busy subscription reads again soon.
+		c := sub.s.redis
+		if sub.reads.isWaiting() {
+			c = sub.s.ackRedis
+		}
+		_ = sub.drainAcksVia(ctx, c)
 	}
 }
 
@@ -178,14 +192,13 @@ func (q *acks) queuedFor() time.Duration {
 // on error they stay queued. It returns how many are still queued (acked
 // meanwhile). One write of the queue runs at a time (see startWrite: a
 // flush, or a read carrying the acks, see readNew).
-func (sub *subscription) flushAcks(ctx context.Context) (int, error) {
+func (sub *subscription) flushAcks(ctx context.Context, c store.Cmds) (int, error) {
 	ready, redo := sub.acks.startWrite(true)
 	defer sub.acks.endWrite()
 	if len(ready)+len(redo) == 0 {
 		return 0, nil
 	}
-	s := sub.s
-	return sub.acked(ready, redo, store.Ack(ctx, s.redis, sub.shard, s.config.ConsumerGroup, ready, redo))
+	return sub.acked(ready, redo, store.Ack(ctx, c, sub.shard, sub.s.config.ConsumerGroup, ready, redo))
 }
 
 // startWrite starts the one write of the queue at a time (flushMu) and,
@@ -268,9 +281,14 @@ func shift(ids []string, n int) []string {
 // while Redis fails, until ctx ends or the client is closed. It returns
 // nil once every queued acknowledgement is in Redis.
 func (sub *subscription) drainAcks(ctx context.Context) error {
+	return sub.drainAcksVia(ctx, sub.s.redis)
+}
+
+// drainAcksVia is drainAcks with the writes sent through c.
+func (sub *subscription) drainAcksVia(ctx context.Context, c store.Cmds) error {
 	for failures := 0; ; {
 		opCtx, cancel := context.WithTimeout(ctx, opTimeout)
-		left, err := sub.flushAcks(opCtx)
+		left, err := sub.flushAcks(opCtx, c)
 		cancel()
 		if err == nil {
 			if left == 0 {

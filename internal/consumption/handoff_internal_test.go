@@ -30,7 +30,7 @@ func TestHandoff_Ways(t *testing.T) {
 		if limited {
 			c.TopicRateLimits = map[string]Rate{"t": {Messages: 1, Per: time.Second}}
 		}
-		return New(context.Background(), c, nil, nil, nil)
+		return New(context.Background(), c, nil, store.NewGated(nil), nil)
 	}
 	// waiting registers a subscription as waiting for its bell and
 	// answers the first hand-off it takes with answer (nil: it only
@@ -155,7 +155,7 @@ func TestHandoff_DeclinedBeforeThePauseWait(t *testing.T) {
 
 // A failed read declines a hand-off before its pause (up to 2 s).
 func TestHandoff_DeclinedBeforeTheRetryPause(t *testing.T) {
-	s := New(context.Background(), Config{Keys: store.Keys{Prefix: "p"}}, nil, nil, watermill.NopLogger{})
+	s := New(context.Background(), Config{Keys: store.Keys{Prefix: "p"}}, nil, store.NewGated(nil), watermill.NopLogger{})
 	sub := &subscription{s: s, topic: "t", shard: s.config.Keys.Shard("t", 0), consumer: "c1", reads: reads{handoff: make(chan *handoff)}}
 	h := &handoff{reply: make(chan handoffReply, 1)}
 	sub.reads.promote = h
@@ -174,7 +174,7 @@ func TestHandoff_DeclinedBeforeTheRetryPause(t *testing.T) {
 // hand-off looks in.
 func TestHandoff_OnlyToSubscriptionsStillWaiting(t *testing.T) {
 	keys := store.Keys{Prefix: "p"}
-	s := New(context.Background(), Config{Keys: keys}, nil, nil, nil)
+	s := New(context.Background(), Config{Keys: keys}, nil, store.NewGated(nil), nil)
 	sh := keys.Shard("t", 0)
 	sub := func() *subscription {
 		return &subscription{s: s, topic: "t", shard: sh, consumer: "c1", reads: reads{handoff: make(chan *handoff, 1)}}

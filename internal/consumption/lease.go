@@ -44,7 +44,7 @@ func (sub *subscription) renewLeases(ctx context.Context, slow time.Duration) (t
 		// The hand-back returns everything pending but the handled entry:
 		// acked ones must be acknowledged in Redis first. If that fails,
 		// the hand-back waits for the next renewal.
-		_, _ = sub.flushAcks(ctx)
+		_, _ = sub.flushAcks(ctx, s.redis)
 	}
 	sub.mu.Lock()
 	// Acks queued meanwhile mean the handler moved on (since changed). None

@@ -90,7 +90,8 @@ type Subscriber struct {
 	// (internal/store/hub.go): background commands go through redis.
 	hub         *store.Hub
 	redis       *store.Gated
-	bellsDenied atomic.Bool // Redis refuses them: subscriptions poll (see pollEvery)
+	ackRedis    *store.Gated // redis, gathering (see ackLoop)
+	bellsDenied atomic.Bool  // Redis refuses them: subscriptions poll (see pollEvery)
 
 	// Subscriptions waiting for their bell -> when they last read or were
 	// peeked at (see sweep).
@@ -122,15 +123,16 @@ type Subscriber struct {
 // commands sent through hub (which the caller releases).
 func New(closing context.Context, config Config, hub *store.Hub, redis *store.Gated, logger watermill.LoggerAdapter) *Subscriber {
 	return &Subscriber{
-		config:  config,
-		logger:  logger,
-		now:     time.Now,
-		closing: closing,
-		limiter: loglimit.New(),
-		hub:     hub,
-		redis:   redis,
-		idle:    map[*subscription]time.Time{},
-		idleOf:  map[store.Shard][]*subscription{},
+		config:   config,
+		logger:   logger,
+		now:      time.Now,
+		closing:  closing,
+		limiter:  loglimit.New(),
+		hub:      hub,
+		redis:    redis,
+		ackRedis: redis.Gathering(),
+		idle:     map[*subscription]time.Time{},
+		idleOf:   map[store.Shard][]*subscription{},
 	}
 }
 

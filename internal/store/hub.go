@@ -64,6 +64,8 @@ type Hub struct {
 	unsubIdle chan struct{}
 
 	poolErr atomic.Pointer[poolError] // the last error of the client's pool in a lane
+
+	gatherWindow time.Duration // see gather; the tests lengthen it
 }
 
 // Listener receives the notes of the channels it listens to. fn runs on
@@ -111,6 +113,7 @@ func newHub(client redis.UniversalClient) *Hub {
 	h := &Hub{
 		client: client, nodes: map[string]*laneSet{}, stop: make(chan struct{}),
 		listeners: map[string]map[*Listener]struct{}{}, prefixes: map[string]*channelGrant{},
+		gatherWindow: gatherWindow,
 	}
 	h.cluster, _ = client.(*redis.ClusterClient)
 	return h

@@ -2,6 +2,10 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,4 +83,103 @@ func TestLanes_PipelineContextEndsWithItsCallers(t *testing.T) {
 		t.Fatal("ended though a caller waits for good")
 	case <-time.After(50 * time.Millisecond):
 	}
+}
+
+// pipelineCounter counts the pipelines of SETs a client sends and their
+// commands (go-redis's own, opening a connection, aside).
+type pipelineCounter struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (p *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if cmds[0].Name() == "set" {
+			p.mu.Lock()
+			p.sizes = append(p.sizes, len(cmds))
+			p.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (p *pipelineCounter) pipelines() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.sizes)
+}
+
+// Commands sent through a gathering client at about the same time go in
+// one pipeline, where the idle lanes would each have taken one.
+func TestLanes_GatheringSharesAPipeline(t *testing.T) {
+	c := freshClient(t)
+	pc := &pipelineCounter{}
+	c.AddHook(pc)
+	h := AcquireHub(c)
+	defer h.Release()
+	// Long enough that every goroutine below joins the window, however
+	// busy the machine: the test counts pipelines, not time.
+	h.gatherWindow = time.Second
+	g := NewGated(h).Gathering()
+	ctx := context.Background()
+	const n = 40
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = g.Set(ctx, fmt.Sprintf("k%d", i), i, 0).Err()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []int{n}, pc.pipelines(), "one pipeline of every command")
+	for i := range n {
+		assert.Equal(t, strconv.Itoa(i), c.Get(ctx, fmt.Sprintf("k%d", i)).Val())
+	}
+
+	// Without gathering, each is a job of its own, sent at once.
+	start := time.Now()
+	require.NoError(t, NewGated(h).Set(ctx, "alone", 1, 0).Err())
+	assert.Less(t, time.Since(start), h.gatherWindow/2)
+}
+
+// A gathered command whose caller gives up is not sent; one gathered when
+// the last component releases the hub fails with the hub's error.
+func TestLanes_GatheredCommandsEnd(t *testing.T) {
+	c := freshClient(t)
+	h := AcquireHub(c)
+	h.gatherWindow = 300 * time.Millisecond
+	g := NewGated(h).Gathering()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err := g.Set(ctx, "given-up", 1, 0).Err()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, g.Set(context.Background(), "sent", 1, 0).Err(), "sent in the same window")
+	assert.Zero(t, c.Exists(context.Background(), "given-up").Val(), "not sent")
+
+	done := make(chan error, 1)
+	go func() { done <- g.Set(context.Background(), "released", 1, 0).Err() }()
+	require.Eventually(t, func() bool {
+		h.lanesMu.Lock()
+		defer h.lanesMu.Unlock()
+		ls := h.nodes[""]
+		ls.gatherMu.Lock()
+		defer ls.gatherMu.Unlock()
+		return len(ls.gathered) == 1
+	}, 5*time.Second, time.Millisecond)
+	h.Release()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, errHubClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a gathered command's caller still waits after the release")
+	}
+	assert.Zero(t, c.Exists(context.Background(), "released").Val())
 }

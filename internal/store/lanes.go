@@ -26,6 +26,9 @@ const maxBatch = 256
 type laneSet struct {
 	queue chan *job
 	node  *redis.Client
+
+	gatherMu sync.Mutex
+	gathered []*job // jobs sent with gather, waiting for gatherWindow to end
 }
 
 // job is work queued for a lane: commands to send (all for one node), or a
@@ -35,6 +38,7 @@ type job struct {
 	ctx   context.Context
 	cmds  []redis.Cmder
 	fn    func()
+	batch []*job        // gathered jobs, handed to a lane as one (see gather)
 	taken atomic.Bool   // a lane took it: the caller waits for done
 	done  chan struct{} // closed when the lane is through with it
 }
@@ -69,9 +73,9 @@ func (h *Hub) lanesOf(node string, client *redis.Client) *laneSet {
 // were sent, or until ctx ends first for those not yet taken by a lane
 // (they fail with its error, unsent). On a cluster the commands of one
 // call may go to several nodes, in a job per node.
-func (h *Hub) do(ctx context.Context, cmds []redis.Cmder) error {
+func (h *Hub) do(ctx context.Context, cmds []redis.Cmder, gather bool) error {
 	if h.cluster == nil {
-		return h.run(&job{ctx: ctx, cmds: cmds}, "", nil)
+		return h.run(&job{ctx: ctx, cmds: cmds}, "", nil, gather)
 	}
 	type target struct {
 		node *redis.Client
@@ -93,7 +97,7 @@ func (h *Hub) do(ctx context.Context, cmds []redis.Cmder) error {
 	}
 	if len(order) == 1 {
 		t := byNode[order[0]]
-		return h.run(&job{ctx: ctx, cmds: cmds}, order[0], t.node)
+		return h.run(&job{ctx: ctx, cmds: cmds}, order[0], t.node, gather)
 	}
 	errs := make([]error, len(order))
 	var wg sync.WaitGroup
@@ -102,7 +106,7 @@ func (h *Hub) do(ctx context.Context, cmds []redis.Cmder) error {
 		go func() {
 			defer wg.Done()
 			t := byNode[addr]
-			errs[i] = h.run(&job{ctx: ctx, cmds: t.cmds}, addr, t.node)
+			errs[i] = h.run(&job{ctx: ctx, cmds: t.cmds}, addr, t.node, gather)
 		}()
 	}
 	wg.Wait()
@@ -157,21 +161,26 @@ func firstKey(args []any) string {
 	return key
 }
 
-// run queues a job on the lanes of node and waits until it is through. A
-// job not yet taken when ctx ends is dropped with ctx's error; a job taken
+// run queues a job on the lanes of node (with gather, after the
+// gatherWindow it opened or joined) and waits until it is through. A job
+// not yet taken when ctx ends is dropped with ctx's error; a job taken
 // runs to its end.
-func (h *Hub) run(j *job, addr string, node *redis.Client) error {
+func (h *Hub) run(j *job, addr string, node *redis.Client, gather bool) error {
 	ls := h.lanesOf(addr, node)
 	if ls == nil {
 		return errHubClosed
 	}
 	j.done = make(chan struct{})
-	select {
-	case ls.queue <- j:
-	case <-h.stop:
-		return errHubClosed
-	case <-j.ctx.Done():
-		return h.noLane(j.ctx)
+	if gather {
+		h.gather(ls, j)
+	} else {
+		select {
+		case ls.queue <- j:
+		case <-h.stop:
+			return errHubClosed
+		case <-j.ctx.Done():
+			return h.noLane(j.ctx)
+		}
 	}
 	select {
 	case <-j.done:
@@ -182,6 +191,56 @@ func (h *Hub) run(j *job, addr string, node *redis.Client) error {
 		}
 		<-j.done
 		return nil
+	}
+}
+
+// gatherWindow is how long a job sent with gather waits for others before
+// the lanes take them all in one pipeline. Such jobs are writes nothing
+// waits for (acknowledgements), made by many goroutines at the same
+// instants (see consumption's ackEvery): they reach the hub within a few
+// hundred microseconds of each other, and the idle lanes would otherwise
+// each take one and send it alone, a round trip each.
+const gatherWindow = time.Millisecond
+
+// gather adds j to the jobs the lanes of ls take together at the end of
+// the current gathering window, opening one if none is open.
+func (h *Hub) gather(ls *laneSet, j *job) {
+	ls.gatherMu.Lock()
+	ls.gathered = append(ls.gathered, j)
+	open := len(ls.gathered) == 1
+	ls.gatherMu.Unlock()
+	if open {
+		time.AfterFunc(h.gatherWindow, func() { h.hand(ls) })
+	}
+}
+
+// hand gives the lanes of ls the jobs gathered, in batches of at most
+// maxBatch commands; once the hub is released it fails them instead.
+func (h *Hub) hand(ls *laneSet) {
+	ls.gatherMu.Lock()
+	jobs := ls.gathered
+	ls.gathered = nil
+	ls.gatherMu.Unlock()
+	for len(jobs) > 0 {
+		n, cmds := 1, len(jobs[0].cmds)
+		for n < len(jobs) && cmds+len(jobs[n].cmds) <= maxBatch {
+			cmds += len(jobs[n].cmds)
+			n++
+		}
+		select {
+		case ls.queue <- &job{batch: jobs[:n:n]}:
+		case <-h.stop:
+			for _, j := range jobs {
+				if j.taken.CompareAndSwap(false, true) {
+					for _, c := range j.cmds {
+						c.SetErr(errHubClosed)
+					}
+				}
+				close(j.done)
+			}
+			return
+		}
+		jobs = jobs[n:]
 	}
 }
 
@@ -201,18 +260,19 @@ func (h *Hub) lane(ls *laneSet) {
 			runAlone(first)
 			continue
 		}
-		batch = append(batch[:0], first)
+		batch = first.appendTo(batch[:0])
 		var alone *job // a function job found while filling: run after the batch
 	fill:
-		for n := len(first.cmds); n < maxBatch; {
+		for n := cmdCount(batch); n < maxBatch; {
 			select {
 			case j := <-ls.queue:
 				if j.fn != nil {
 					alone = j
 					break fill
 				}
-				batch = append(batch, j)
-				n += len(j.cmds)
+				k := len(batch)
+				batch = j.appendTo(batch)
+				n += cmdCount(batch[k:])
 			default:
 				break fill
 			}
@@ -222,6 +282,24 @@ func (h *Hub) lane(ls *laneSet) {
 			runAlone(alone)
 		}
 	}
+}
+
+// appendTo appends to batch the command jobs j stands for: itself, or
+// those it gathered.
+func (j *job) appendTo(batch []*job) []*job {
+	if j.batch != nil {
+		return append(batch, j.batch...)
+	}
+	return append(batch, j)
+}
+
+// cmdCount is how many commands the jobs carry.
+func cmdCount(jobs []*job) int {
+	n := 0
+	for _, j := range jobs {
+		n += len(j.cmds)
+	}
+	return n
 }
 
 // runAlone runs a function job, unless its caller gave up.
@@ -348,7 +426,7 @@ func (h *Hub) Exclusive(ctx context.Context, node *redis.Client, fn func()) erro
 	if node != nil && h.cluster != nil {
 		addr = node.Options().Addr
 	}
-	return h.run(&job{ctx: ctx, fn: fn}, addr, node)
+	return h.run(&job{ctx: ctx, fn: fn}, addr, node, false)
 }
 
 // noLane is the error of a command dropped unsent when ctx ended: with a
