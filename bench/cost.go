@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"sort"
@@ -49,6 +50,14 @@ type CostRun struct {
 	Reads      float64 `json:"reads_per_msg"`
 	Writes     float64 `json:"writes_per_msg"`
 	ClientUsec float64 `json:"client_usec_per_msg"`
+	// ClientAlloc is the bench process's heap allocation per delivered
+	// message (bytes) and GCs its garbage collections within the window
+	// (runtime/metrics). Over many topics a collection's mark phase delays
+	// the goroutines that tick and read by milliseconds, so the rate of
+	// collections, set by bytes allocated per message, shows in the tail of
+	// lateness and in client CPU.
+	ClientAlloc float64 `json:"client_alloc_bytes_per_msg"`
+	GCs         int64   `json:"gc_cycles"`
 	// RedisBusy is the server's CPU over the window's wall time, % of a core.
 	RedisBusy float64 `json:"redis_busy_percent"`
 	// Conns is the connections the consuming side's client held at the
@@ -142,8 +151,8 @@ func (b *bench) cost() {
 				if b.failed(name, err) {
 					continue
 				}
-				progress("%-60s Redis %.1f µs (%.0f%% busy), %.1f commands, %.2f/%.2f socket reads/writes, client %.1f µs per msg, %d conns",
-					name, run.RedisUsec, run.RedisBusy, run.Calls, run.Reads, run.Writes, run.ClientUsec, run.Conns)
+				progress("%-60s Redis %.1f µs (%.0f%% busy), %.1f commands, %.2f/%.2f socket reads/writes, client %.1f µs and %.1f KB per msg, %d GCs, %d conns",
+					name, run.RedisUsec, run.RedisBusy, run.Calls, run.Reads, run.Writes, run.ClientUsec, run.ClientAlloc/1e3, run.GCs, run.Conns)
 				if l := run.Lateness; l != nil && kind == costDelayed {
 					progress("%-60s lateness p50 %.2f ms, p99 %.2f ms, max %.1f ms, %d early", "", l.P50, l.P99, l.Max, l.Early)
 				}
@@ -244,6 +253,7 @@ func (b *bench) costRun(sys costSystem, kind string, rate, topics int) (*CostRun
 		io        [2]float64 // socket reads and writes
 		stats     map[string]CommandStat
 		rusage    syscall.Rusage
+		gc        [2]uint64 // heap bytes allocated, GC cycles
 		delivered int64
 	}
 	take := func() (snapshot, error) {
@@ -264,6 +274,7 @@ func (b *bench) costRun(sys costSystem, kind string, rate, topics int) (*CostRun
 			s.stats[c.Command] = c
 		}
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &s.rusage)
+		s.gc = gcCounters()
 		s.delivered, s.at = t.delivered.Load(), time.Now()
 		return s, nil
 	}
@@ -319,6 +330,8 @@ func (b *bench) costRun(sys costSystem, kind string, rate, topics int) (*CostRun
 	}
 	used := func(r syscall.Rusage) int64 { return r.Utime.Nano() + r.Stime.Nano() }
 	run.ClientUsec = float64(used(z.rusage)-used(a.rusage)) / 1e3 / msgs
+	run.ClientAlloc = float64(z.gc[0]-a.gc[0]) / msgs
+	run.GCs = int64(z.gc[1] - a.gc[1])
 	for name, c := range z.stats {
 		switch name {
 		case "info", "config|resetstat", "client|list":
@@ -515,8 +528,8 @@ func (r *Report) costMarkdown(sb *strings.Builder) {
 		return
 	}
 	sb.WriteString("\nEvery run of scenario 13, per delivered message (commands: calls per message, most first):\n\n")
-	sb.WriteString("| system | messages | rate | topics | Redis µs | Redis busy | commands | socket reads / writes | client µs | connections | lateness p99 | commands per message (calls, µs of command time) |\n")
-	sb.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	sb.WriteString("| system | messages | rate | topics | Redis µs | Redis busy | commands | socket reads / writes | client µs | client KB allocated | GCs | connections | lateness p99 | commands per message (calls, µs of command time) |\n")
+	sb.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, c := range r.Cost {
 		late := ""
 		if c.Lateness != nil && c.Kind == costDelayed {
@@ -526,8 +539,8 @@ func (r *Report) costMarkdown(sb *strings.Builder) {
 		for _, s := range c.Commands[:min(len(c.Commands), 10)] {
 			cmds = append(cmds, fmt.Sprintf("%s %.2f (%.1f µs)", s.Command, s.PerMsg, s.UsecMsg))
 		}
-		fmt.Fprintf(sb, "| %s | %s | %s/s | %s | %.1f | %.1f%% | %.1f | %.2f / %.2f | %.1f | %d | %s | %s |\n",
-			c.System, c.Kind, count(c.Rate), count(c.Topics), c.RedisUsec, c.RedisBusy, c.Calls, c.Reads, c.Writes, c.ClientUsec, c.Conns, late,
+		fmt.Fprintf(sb, "| %s | %s | %s/s | %s | %.1f | %.1f%% | %.1f | %.2f / %.2f | %.1f | %.1f | %d | %d | %s | %s |\n",
+			c.System, c.Kind, count(c.Rate), count(c.Topics), c.RedisUsec, c.RedisBusy, c.Calls, c.Reads, c.Writes, c.ClientUsec, c.ClientAlloc/1e3, c.GCs, c.Conns, late,
 			strings.Join(cmds, ", "))
 	}
 }
@@ -560,4 +573,18 @@ func (r *Report) costCharts(dir string) error {
 		{"cost-redis-cpu.png", "Redis CPU per delivered message at steady rates (µs)", u},
 		{"cost-commands.png", "Redis commands per delivered message at steady rates", k},
 	})
+}
+
+// gcCounters reads the process's heap bytes allocated so far and its
+// completed GC cycles.
+func gcCounters() [2]uint64 {
+	samples := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(samples)
+	var out [2]uint64
+	for i, s := range samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			out[i] = s.Value.Uint64()
+		}
+	}
+	return out
 }

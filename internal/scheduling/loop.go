@@ -6,6 +6,7 @@ package scheduling
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -61,7 +62,6 @@ func (s *Scheduler) loop(ctx context.Context, topic string, part int, wake chan 
 		if !l.sleep(ctx, timer, wait) {
 			return
 		}
-		s.logger.Trace("redisdelay: scheduler woke", l.fields)
 	}
 }
 
@@ -74,12 +74,14 @@ type partLoop struct {
 	fields watermill.LogFields
 	wake   chan string
 
-	groups   []string
-	listed   time.Time // when groups was read
-	relist   bool      // read groups before the next tick
-	held     bool      // this scheduler holds the topic's lease
-	extended time.Time // when a tick last took or renewed it (at the tick's start)
-	declined bool      // the last tick declined the free lease (see balance.mayTake)
+	groups []string
+	// promoteKeys are promote.lua's keys for groups (store.PromoteKeys)
+	promoteKeys []string
+	listed      time.Time // when groups was read
+	relist      bool      // read groups before the next tick
+	held        bool      // this scheduler holds the topic's lease
+	extended    time.Time // when a tick last took or renewed it (at the tick's start)
+	declined    bool      // the last tick declined the free lease (see balance.mayTake)
 	// When the partition was last trimmed, and checked for work (see
 	// retire): zero at the loop's start, so its first tick trims and
 	// checks, and a loop started for a partition with nothing to do (a
@@ -131,7 +133,7 @@ func (l *partLoop) tick(ctx context.Context) (tick, error) {
 	// process if one waits (see Readers); one woken otherwise (a check
 	// interval, a wake-up) mostly moves nothing, and is not.
 	due := l.held && !l.due.IsZero() && !started.Before(l.due)
-	t, err := l.s.promote(ctx, l.sh, l.fields, store.PromoteArgs{Groups: l.groups, MayTake: take, Extend: extend}, due)
+	t, err := l.s.promote(ctx, l.sh, l.fields, store.PromoteArgs{Groups: l.groups, Keys: l.promoteKeys, MayTake: take, Extend: extend}, due)
 	l.due = time.Time{}
 	if err != nil {
 		return t, err
@@ -204,6 +206,9 @@ func (l *partLoop) listGroups(ctx context.Context) error {
 	g, err := store.Groups(ctx, l.s.redis, l.sh)
 	if err != nil {
 		return fmt.Errorf("list the consumer groups: %w", err)
+	}
+	if !slices.Equal(g, l.groups) || l.promoteKeys == nil {
+		l.promoteKeys = store.PromoteKeys(l.sh, g)
 	}
 	l.groups, l.listed, l.relist = g, time.Now(), false
 	return nil
@@ -414,9 +419,6 @@ func (s *Scheduler) promote(ctx context.Context, sh store.Shard, fields watermil
 	if missing > 0 {
 		s.logger.Error("redisdelay: waiting messages without a stored body were dropped", nil,
 			fields.Add(watermill.LogFields{"count": missing}))
-	}
-	if moved > 0 {
-		s.logger.Trace("redisdelay: promoted due messages", fields.Add(watermill.LogFields{"count": moved}))
 	}
 	if !t.held && wait >= 0 {
 		wait += 1000 // just after the lease expires (-1: it has no expiry)
