@@ -48,10 +48,13 @@ if #ARGV == 6 then
   -- grown an element at a time, costs Redis about as much as a command
   -- (callgrind: this path takes a fifth fewer instructions a publish).
   local id, body = ARGV[first], ARGV[first + 2]
-  local old = redis.call('HGET', bodies, id)
-  if not old then
+  -- HSETNX stores a new message's body and tells a known one in one
+  -- command (HGET then HSET were two); only a known one's body is read
+  local old
+  if redis.call('HSETNX', bodies, id, body) == 0 then
+    old = redis.call('HGET', bodies, id)
+  else
     local score = (now_ceil_ms() + tonumber(ARGV[first + 1])) * 1024 + redis.call('INCR', seq) % 1024
-    redis.call('HSET', bodies, id, body)
     redis.call('ZADD', waiting, string.format('%d', score), id)
     stored = true
     mustWake = redis.call('ZRANGE', waiting, 0, 0)[1] == id
