@@ -6,7 +6,6 @@ package scheduling
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -207,10 +206,10 @@ func (l *partLoop) listGroups(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list the consumer groups: %w", err)
 	}
-	if !slices.Equal(g, l.groups) || l.promoteKeys == nil {
-		l.promoteKeys = store.PromoteKeys(l.sh, g)
-	}
-	l.groups, l.listed, l.relist = g, time.Now(), false
+	// the keys change with the list; made at each listing (once a minute,
+	// or when the groups may have changed), not at each tick
+	l.groups, l.promoteKeys = g, store.PromoteKeys(l.sh, g)
+	l.listed, l.relist = time.Now(), false
 	return nil
 }
 
