@@ -70,12 +70,12 @@ func msgBytes(m *store.PubMessage) int {
 // send hands the first part of each partition's call to its batcher (collect
 // sends the others). With a single call its error is Publish's, at once;
 // otherwise errors are kept on the calls for collect.
-func (p *Publisher) send(ctx context.Context, calls []*pubCall, nCalls int) error {
+func (p *Publisher) send(ctx context.Context, calls []*pubCall, nCalls int, inline bool) error {
 	for _, c := range calls {
 		if c == nil {
 			continue
 		}
-		if p.sendPart(ctx, c); c.err != nil && nCalls == 1 {
+		if p.sendPart(ctx, c, inline); c.err != nil && nCalls == 1 {
 			return c.err
 		}
 	}
@@ -85,7 +85,7 @@ func (p *Publisher) send(ctx context.Context, calls []*pubCall, nCalls int) erro
 // collect waits for the calls sent, sending each partition's further
 // parts once the part before is stored, and returns their errors, saying
 // which messages are stored when only some are.
-func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall) error {
+func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall, inline bool) error {
 	var (
 		errs    []error
 		stored  []int    // partitions whose messages are all stored
@@ -102,7 +102,7 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 		var err error
 		for q := c; q != nil && err == nil; q = q.next {
 			if q != c {
-				p.sendPart(ctx, q)
+				p.sendPart(ctx, q, inline)
 			}
 			if q.err == nil {
 				q.err = p.await(ctx, q)
@@ -138,16 +138,27 @@ func (p *Publisher) collect(ctx context.Context, topic string, calls []*pubCall)
 // call's context is over: the script run is shared with other calls, so
 // the call's context could not stop it once sent. A run goes on in a
 // goroutine of its own, so that the caller stops waiting when its context
-// ends (go-redis reads a stalled socket until its ReadTimeout).
-func (p *Publisher) sendPart(ctx context.Context, c *pubCall) {
+// ends (go-redis reads a stalled socket until its ReadTimeout) — unless
+// inline: go-redis then ends its waits at the context's deadline, and
+// the run is the caller's own (the calls queued meanwhile go on in a
+// goroutine), which spares a goroutine and its hand-off.
+func (p *Publisher) sendPart(ctx context.Context, c *pubCall, inline bool) {
 	c.ctx = ctx
 	if err := ctx.Err(); err != nil {
 		c.err = notSent(len(c.Msgs), c.where(), err)
 		return
 	}
 	var run bool
-	if c.b, run, c.err = p.enqueue(c); run {
+	if c.b, run, c.err = p.enqueue(c); !run {
+		return
+	}
+	if !inline {
 		go p.flush(c.b, []*pubCall{c})
+		return
+	}
+	p.store([]*pubCall{c})
+	if batch := p.queued(c.b); len(batch) > 0 {
+		go p.flush(c.b, batch)
 	}
 }
 

@@ -51,10 +51,15 @@ func newFaultProxy(t *testing.T) *faultProxy {
 	return p
 }
 
-// client returns a go-redis client through the proxy, with default options
-// but the pool size.
+// client returns a go-redis client through the proxy, with default options.
 func (p *faultProxy) client(t *testing.T) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: p.addr})
+	return p.clientWith(t, redis.Options{})
+}
+
+// clientWith returns a go-redis client through the proxy with opts.
+func (p *faultProxy) clientWith(t *testing.T, opts redis.Options) *redis.Client {
+	opts.Addr = p.addr
+	c := redis.NewClient(&opts)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

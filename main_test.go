@@ -28,7 +28,13 @@ import (
 // default "redisdelay") against a Sentinel-managed master through a failover
 // client. Tests that need a single server (TCP proxies, restarts, FLUSHALL)
 // skip themselves then (needSingle).
+//
+// With REDISDELAY_TEST_CONTEXT_TIMEOUTS=1 the test clients set go-redis's
+// ContextTimeoutEnabled, with which Publish runs its script in the
+// caller's goroutine (CI runs the publishing tests so too).
 var (
+	contextTimeouts = os.Getenv("REDISDELAY_TEST_CONTEXT_TIMEOUTS") == "1"
+
 	redisAddr   string
 	restartCmd  []string // restarts the test server; nil for an external one
 	stopCommand func()
@@ -152,12 +158,13 @@ func sentinelMode() bool { return sentinelAddrs != nil }
 func openClient(name string) redis.UniversalClient {
 	switch {
 	case clusterMode():
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterSeeds, Dialer: loopbackDialer, ClientName: name})
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterSeeds, Dialer: loopbackDialer, ClientName: name,
+			ContextTimeoutEnabled: contextTimeouts})
 	case sentinelMode():
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: sentinelAddrs,
-			Dialer: loopbackDialer, ClientName: name})
+			Dialer: loopbackDialer, ClientName: name, ContextTimeoutEnabled: contextTimeouts})
 	default:
-		return redis.NewClient(&redis.Options{Addr: redisAddr, ClientName: name})
+		return redis.NewClient(&redis.Options{Addr: redisAddr, ClientName: name, ContextTimeoutEnabled: contextTimeouts})
 	}
 }
 

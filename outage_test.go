@@ -22,11 +22,24 @@ import (
 
 // Publish to an unreachable Redis fails within PublishTimeout (plus a
 // margin) with an error naming the topic and wrapping the cause, and
-// returns promptly when the message's context ends first.
+// returns promptly when the message's context ends first: with a default
+// client (the script runs in a goroutine of its own, as go-redis reads a
+// stalled socket for its ReadTimeout of 3s), and with one that ends its
+// socket waits at the context's deadline (ContextTimeoutEnabled: the
+// script runs in the caller's goroutine when nothing else can end it).
 func TestLifecycle_PublishFailsBoundedWhenRedisIsUnreachable(t *testing.T) {
 	t.Parallel()
+	for _, opts := range []redis.Options{{}, {ContextTimeoutEnabled: true}} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", opts.ContextTimeoutEnabled), func(t *testing.T) {
+			t.Parallel()
+			testPublishFailsBounded(t, opts)
+		})
+	}
+}
+
+func testPublishFailsBounded(t *testing.T, opts redis.Options) {
 	proxy := newFaultProxy(t)
-	env := setupOn(t, proxy.client(t))
+	env := setupOn(t, proxy.clientWith(t, opts))
 	const timeout = 500 * time.Millisecond
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: env.client, PublishTimeout: timeout}, logger)
 	require.NoError(t, err)
@@ -80,6 +93,18 @@ func TestLifecycle_PublishFailsBoundedWhenRedisIsUnreachable(t *testing.T) {
 		defer proxy.restore(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
+		msg := newMessage("x")
+		msg.SetContext(ctx)
+		err, took := publish(patient, msg)
+		check(t, err, took, 300*time.Millisecond+time.Second)
+	})
+	t.Run("stalled, then cancelled", func(t *testing.T) {
+		// A cancellation ends no socket wait of go-redis, whatever its
+		// options: such a call never runs in the caller's goroutine.
+		proxy.stall()
+		defer proxy.restore(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer time.AfterFunc(300*time.Millisecond, cancel).Stop()
 		msg := newMessage("x")
 		msg.SetContext(ctx)
 		err, took := publish(patient, msg)

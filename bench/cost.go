@@ -378,7 +378,7 @@ func startCostProfile() (stop func()) {
 // costDefaultClient is go-redis's default client, named so that its
 // connections can be counted.
 func costDefaultClient(b *bench) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: b.addr, ClientName: costClient})
+	return redis.NewClient(&redis.Options{Addr: b.addr, ClientName: costClient, ContextTimeoutEnabled: b.opts.CostContextTimeouts})
 }
 
 // costRouter runs a Router with one ack-only handler per topic.
@@ -431,7 +431,8 @@ func (q *watermillCost) close() {
 func openWatermillCost(b *bench, topics []string, deliver func([]byte),
 	newPub func(*redis.Client) (message.Publisher, error), newSub func(*redis.Client) (message.Subscriber, error),
 ) (costQueue, error) {
-	pubClient, subClient := redis.NewClient(&redis.Options{Addr: b.addr}), costDefaultClient(b)
+	pubClient := redis.NewClient(&redis.Options{Addr: b.addr, ContextTimeoutEnabled: b.opts.CostContextTimeouts})
+	subClient := costDefaultClient(b)
 	q := &watermillCost{closers: []func() error{pubClient.Close, subClient.Close}}
 	pub, err := newPub(pubClient)
 	if err != nil {

@@ -84,6 +84,10 @@ type options struct {
 	// CostSkip are systems scenario 13 leaves out (-cost-skip), for A/B
 	// runs of one system against the redisstream baseline.
 	CostSkip []string `json:"cost_skip,omitempty"`
+	// CostContextTimeouts sets go-redis's ContextTimeoutEnabled on the
+	// clients of scenario 13 (-cost-context-timeouts): redisdelay's Publish
+	// then runs its script in the caller's goroutine.
+	CostContextTimeouts bool `json:"cost_context_timeouts,omitempty"`
 }
 
 // scenario is a part of the bench; throughput covers two numbers because
@@ -165,6 +169,7 @@ func run() error {
 	quickOf["backlogs"] = "10000,100000"
 	intFlag(&opts.Scaling, "scaling", 200_000, 20_000, "messages published, promoted and delivered at each backlog (scenario 7)")
 	durFlag(&opts.BacklogDue, "backlog-due", time.Millisecond, time.Millisecond, "delay of the messages published at each backlog (scenario 7): from 5 s on, each publish looks its UUID up in the far index")
+	flag.BoolVar(&opts.CostContextTimeouts, "cost-context-timeouts", false, "scenario 13's clients end socket waits at their context's deadline (go-redis's ContextTimeoutEnabled); the default client does not")
 	flag.BoolVar(&opts.BacklogKeyed, "backlog-keyed", false, "give every message of the ladder's fills a business key of its own, order-<n> (scenario 7)")
 	durFlag(&opts.Idle, "idle", time.Minute, 5*time.Second, "idle measurement per system (scenario 8)")
 	intFlag(&opts.IdleTopics, "idle-topics", 100, 100, "idle topics, one subscriber each (scenario 8)")

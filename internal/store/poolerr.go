@@ -87,3 +87,19 @@ type poolError struct {
 func (e *poolError) Error() string { return e.err.Error() + ": " + e.hint }
 
 func (e *poolError) Unwrap() error { return e.err }
+
+// BoundsSocketWaits reports whether the client ends a command's socket
+// reads and writes at its context's deadline (go-redis's
+// ContextTimeoutEnabled); otherwise a read waits for a stalled Redis until
+// the client's ReadTimeout whatever the context. Either way go-redis
+// honours the context while it waits for a connection, dials or backs off
+// between retries.
+func BoundsSocketWaits(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
