@@ -661,7 +661,7 @@ func (l *tickLoop) publish(ctx context.Context, s *Schedule, tick time.Time) err
 		if err != nil {
 			return err
 		}
-		pub.redis, pub.inline = l.redis, false // the gated client queues, it does not end waits at deadlines
+		pub.redis, pub.inline = l.redis, false // the scheduler's lanes, whose pipelines wait for the latest of their jobs' deadlines
 		l.pub = pub
 	}
 	// The loop alone publishes with it, and Publish reads the count here,
