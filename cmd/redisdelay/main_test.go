@@ -635,9 +635,7 @@ func TestUsage_Errors(t *testing.T) {
 }
 
 func TestConnection_Unreachable(t *testing.T) {
-	port, err := redistest.FreePort() // closed again: nothing listens there
-	require.NoError(t, err)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr := "127.0.0.1:" + strconv.Itoa(redistest.RefusedPort(t))
 	start := time.Now()
 	r := runCLI(t, "--addr", addr, "--timeout", "3s", "stats")
 	assert.Equal(t, 1, r.code)
@@ -705,8 +703,7 @@ func TestUsage_Binary(t *testing.T) {
 	assert.Equal(t, 2, r.code)
 	assert.Contains(t, r.stderr, "no command given")
 
-	port, err := redistest.FreePort()
-	require.NoError(t, err)
+	port := redistest.RefusedPort(t)
 	r = exe(nil, "--addr", "127.0.0.1:"+strconv.Itoa(port), "topics")
 	assert.Equal(t, 1, r.code)
 	assert.Equal(t, "redisdelay: cannot reach Redis at 127.0.0.1:"+strconv.Itoa(port)+": dial tcp 127.0.0.1:"+strconv.Itoa(port)+": connect: connection refused\n", r.stderr)

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -122,12 +123,9 @@ func Start(o Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: o.Dir, bin: bin, args: o.Args, killWP: o.KillWithParent}
+	s := &Server{Dir: o.Dir, bin: bin, args: o.Args, killWP: o.KillWithParent}
 	if s.Dir == "" {
+		var err error
 		if s.Dir, err = os.MkdirTemp("", "redistest-"); err != nil {
 			return nil, err
 		}
@@ -137,19 +135,37 @@ func Start(o Options) (*Server, error) {
 	if o.AppendFsync != "" {
 		persistence = "appendonly yes\nappendfsync " + o.AppendFsync + "\n"
 	}
-	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode yes\ndir %s\nlogfile %s\ndaemonize no\n%ssave \"\"\nmaxclients 10000\n",
-		port, s.Dir, s.LogFile(), persistence)
-	s.conf = filepath.Join(s.Dir, "redis.conf")
-	if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
-		s.removeDir()
-		return nil, err
+	// The port FreePort found may be taken before the server binds it, by a
+	// server of a test running beside this one: then another port.
+	for attempt := 1; ; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			s.removeDir()
+			return nil, err
+		}
+		s.Port, s.Addr = port, "127.0.0.1:"+strconv.Itoa(port)
+		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode yes\ndir %s\nlogfile %s\ndaemonize no\n%ssave \"\"\nmaxclients 10000\n",
+			port, s.Dir, s.LogFile(), persistence)
+		s.conf = filepath.Join(s.Dir, "redis.conf")
+		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+			s.removeDir()
+			return nil, err
+		}
+		err = s.Start()
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 5 {
+			s.Stop()
+			return nil, err
+		}
+		_ = os.Remove(s.LogFile())
 	}
-	if err := s.Start(); err != nil {
-		s.Stop()
-		return nil, err
-	}
-	return s, nil
 }
+
+// errPortTaken: the server found its port taken (another process bound it,
+// or answers on it).
+var errPortTaken = errors.New("the port is taken")
 
 // Bin is the binary the server runs (redis-server, valkey-server, ...).
 func (s *Server) Bin() string { return s.bin }
@@ -176,12 +192,22 @@ func (s *Server) Start() error {
 	for {
 		err := Ping(s.Addr, time.Second) // LOADING is an error too: wait for the AOF
 		if err == nil {
+			// Another process's server may answer on the port while this one
+			// fails to bind it.
+			if pid, err := serverPID(s.Addr); err != nil || pid != cmd.Process.Pid {
+				s.Kill()
+				return fmt.Errorf("%s on %s: %w (a server with pid %d answers, not %d: %v)", s.bin, s.Addr, errPortTaken, pid, cmd.Process.Pid, err)
+			}
 			return nil
 		}
 		select {
 		case <-done:
 			log, _ := os.ReadFile(s.LogFile())
-			return fmt.Errorf("%s exited at start: %v\n%s%s", s.bin, err, tail(out.Bytes()), tail(log))
+			err = fmt.Errorf("%s exited at start: %v\n%s%s", s.bin, err, tail(out.Bytes()), tail(log))
+			if bytes.Contains(log, []byte("Address already in use")) {
+				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -438,6 +464,38 @@ func Ping(addr string, timeout time.Duration) error {
 func command(addr string, args ...string) error {
 	_, err := do(addr, 5*time.Second, args...)
 	return err
+}
+
+// serverPID is the process_id the server at addr reports in INFO server.
+func serverPID(addr string) (int, error) {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte("*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(conn)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil {
+		return 0, fmt.Errorf("INFO server answers %q", head)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO server has no process_id")
 }
 
 // do sends one command in RESP and returns the first line of the reply.

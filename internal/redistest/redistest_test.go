@@ -2,10 +2,14 @@ package redistest
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -77,6 +81,21 @@ func TestServer_CheckLoopback(t *testing.T) {
 	}
 }
 
+// RefusedPort's port refuses connections, and no listener can take it while
+// the test runs (a server that sets SO_REUSEADDR, as Go's and Redis's do).
+func TestRefusedPort(t *testing.T) {
+	port := RefusedPort(t)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	_, err := net.DialTimeout("tcp", addr, time.Second)
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial %s: want connection refused, got %v", addr, err)
+	}
+	if l, err := net.Listen("tcp", addr); err == nil {
+		l.Close()
+		t.Fatalf("a listener took %s", addr)
+	}
+}
+
 // A server that cannot start says why: a binary that is not there, or a
 // redis-server that exits at once (its redis.log has the reason).
 func TestServer_StartErrors(t *testing.T) {
@@ -89,6 +108,29 @@ func TestServer_StartErrors(t *testing.T) {
 	_, err := Start(Options{Args: []string{"--no-such-option", "1"}})
 	if err == nil || !strings.Contains(err.Error(), "exited at start") || !strings.Contains(err.Error(), "no-such-option") {
 		t.Errorf("bad option: got %v, want an error saying redis-server exited, with its complaint", err)
+	}
+}
+
+// A server whose port another server holds says so with errPortTaken, the
+// error on which Start picks another port: whether it fails to bind or the
+// other server answers its PING first.
+func TestServer_PortTaken(t *testing.T) {
+	if _, err := ServerBin(); err != nil {
+		t.Skip(err)
+	}
+	a := ForTest(t, Options{})
+	for name, port := range map[string]int{"answered": a.Port, "bound": RefusedPort(t)} {
+		b := &Server{Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: t.TempDir(), bin: a.bin}
+		b.conf = filepath.Join(b.Dir, "redis.conf")
+		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsave \"\"\n", port, b.Dir, b.LogFile())
+		if err := os.WriteFile(b.conf, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := b.Start()
+		b.Kill()
+		if !errors.Is(err, errPortTaken) {
+			t.Errorf("%s: got %v, want errPortTaken", name, err)
+		}
 	}
 }
 
