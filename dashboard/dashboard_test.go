@@ -9,12 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +36,7 @@ import (
 type env struct {
 	t      *testing.T
 	redis  *redistest.Server
+	dialTo *atomic.Value // the address the client dials (see stopRedis)
 	client *redis.Client
 	insp   *redisdelay.Inspector
 	pub    *redisdelay.Publisher
@@ -43,7 +47,16 @@ type env struct {
 func newEnv(t *testing.T, opts dashboard.Options) *env {
 	t.Helper()
 	s := redistest.ForTest(t, redistest.Options{KillWithParent: true})
-	client := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1}) // TestPages_Errors stops Redis: fail at once
+	dialTo := &atomic.Value{}
+	dialTo.Store(s.Addr)
+	var dialer net.Dialer
+	client := redis.NewClient(&redis.Options{Addr: s.Addr,
+		MaxRetries: -1, // TestPages_Errors stops Redis: fail at once
+		// stopRedis sends new connections to a port that refuses them.
+		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, network, dialTo.Load().(string))
+		},
+	})
 	t.Cleanup(func() { _ = client.Close() })
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client})
 	require.NoError(t, err)
@@ -60,7 +73,15 @@ func newEnv(t *testing.T, opts dashboard.Options) *env {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)
-	return &env{t: t, redis: s, client: client, insp: insp, pub: pub, srv: srv, http: &http.Client{Jar: jar}}
+	return &env{t: t, redis: s, dialTo: dialTo, client: client, insp: insp, pub: pub, srv: srv, http: &http.Client{Jar: jar}}
+}
+
+// stopRedis stops the server; the client's connections are then refused.
+// Its port would not do: once free, a server of a test running beside this
+// one may take it.
+func (e *env) stopRedis() {
+	e.dialTo.Store("127.0.0.1:" + strconv.Itoa(redistest.RefusedPort(e.t)))
+	e.redis.Stop()
 }
 
 func (e *env) get(path string) (int, string) {
@@ -431,7 +452,7 @@ func TestPages_Errors(t *testing.T) {
 	assert.Equal(t, http.StatusRequestEntityTooLarge, status, "a body past 1 MiB is refused as too large (issue 47)")
 	assert.Contains(t, body, "cannot read the form")
 
-	e.redis.Stop()
+	e.stopRedis()
 	status, body = e.get("/")
 	assert.Equal(t, http.StatusBadGateway, status)
 	assert.Contains(t, body, "connection refused")

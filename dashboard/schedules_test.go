@@ -265,7 +265,7 @@ func TestSchedules_UnknownAndBadInput(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, status)
 	assert.Contains(t, body, `there is no schedule &#34;kept&#34;`)
 
-	e.redis.Stop()
+	e.stopRedis()
 	status, body = e.get("/schedules")
 	assert.Equal(t, http.StatusBadGateway, status)
 	assert.Contains(t, body, "connection refused")

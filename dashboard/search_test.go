@@ -634,7 +634,7 @@ func TestSearch_BadInput(t *testing.T) {
 	}
 	assert.EqualValues(t, 1, e.deadCount("orders", "billing"))
 
-	e.redis.Stop()
+	e.stopRedis()
 	status, body := e.search(url.Values{"t": {"orders"}, "meta": {"tenant=acme"}})
 	assert.Equal(t, http.StatusBadGateway, status)
 	assert.Contains(t, body, "connection refused")

@@ -223,8 +223,23 @@ func startServer(t *testing.T, extra, mode string) string {
 		t.Skip(err)
 	}
 	require.NoError(t, err)
-	port, err := redistest.FreePort()
-	require.NoError(t, err)
+	// The port FreePort found may be taken before the server binds it, by
+	// a server of a test running beside this one: then another port.
+	for attempt := 1; ; attempt++ {
+		port, err := redistest.FreePort()
+		require.NoError(t, err)
+		addr, taken := startServerOn(t, server, port, extra, mode)
+		if !taken {
+			return addr
+		}
+		require.Less(t, attempt, 5, "every free port found was taken before %s bound it", server)
+	}
+}
+
+// startServerOn is an attempt of startServer, on port: it reports whether
+// the port was taken.
+func startServerOn(t *testing.T, server string, port int, extra, mode string) (addr string, taken bool) {
+	t.Helper()
 	dir := t.TempDir()
 	listen := fmt.Sprintf("port %d\n", port)
 	if mode == "--tls" {
@@ -247,15 +262,18 @@ func startServer(t *testing.T, extra, mode string) string {
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr = "127.0.0.1:" + strconv.Itoa(port)
 	for range 100 {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			_ = c.Close()
-			return addr
+			return addr, false
 		}
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(logFile)
+			if bytes.Contains(log, []byte("Address already in use")) {
+				return "", true
+			}
 			// Redis 7.2 and later and Valkey log this when a TLS port is
 			// configured and TLS was not built in.
 			const noTLS = "Missing implement of connection type tls"
@@ -268,7 +286,19 @@ func startServer(t *testing.T, extra, mode string) string {
 	}
 	log, _ := os.ReadFile(logFile)
 	t.Fatalf("%s did not listen on %s: %s", server, addr, log)
-	return ""
+	return "", false
+}
+
+// A port taken before the server binds it is told apart from any other
+// failure to start, so that startServer tries another.
+func TestStartServer_PortTaken(t *testing.T) {
+	server, err := redistest.ServerBin()
+	if errors.Is(err, redistest.ErrNotFound) {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	_, taken := startServerOn(t, server, redistest.RefusedPort(t), "", "")
+	assert.True(t, taken)
 }
 
 type certFiles struct {
