@@ -41,9 +41,11 @@ func TestScheduler_OneLeaseHolderPerTopic(t *testing.T) {
 	}
 
 	const n = 20
-	sent := time.Now()
+	var lastDue time.Time // (a little before the Publisher's: conservative)
 	for i := range n {
-		require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(time.Duration(200+10*i)*time.Millisecond), "x")))
+		d := time.Duration(200+10*i) * time.Millisecond
+		lastDue = time.Now().Add(d)
+		require.NoError(t, env.pub.Publish(env.topic, delayed(delay.For(d), "x")))
 	}
 	got := map[string]int{}
 	deadline := time.After(3 * time.Second)
@@ -65,8 +67,11 @@ func TestScheduler_OneLeaseHolderPerTopic(t *testing.T) {
 			t.Fatalf("%d of %d delivered", len(got), n)
 		}
 	}
-	took := time.Since(sent)
-	assert.Less(t, took, time.Second, "the last message was due after 390ms")
+	// From the last due time, not from the first Publish: how long the 20
+	// calls take under -race on two busy cores (CI's 1.08 s once, from the
+	// first) is not the scheduler's lateness.
+	late := time.Since(lastDue)
+	assert.Less(t, late, time.Second, "the last message came %s after it was due", late)
 	for id, c := range got {
 		assert.Equal(t, 1, c, "message %s delivered %d times", id, c)
 	}
@@ -106,7 +111,9 @@ func TestScheduler_CloseHandsLeaseOverAtOnce(t *testing.T) {
 	m := receive(t, ch, 2*time.Second)
 	took := time.Since(start)
 	m.Ack()
-	assert.Less(t, took, 500*time.Millisecond, "delivered %s after publish, due after 300ms", took)
+	// Within a second of its due time, where the standby's CheckInterval
+	// alone would take 2 s.
+	assert.Less(t, took, 1300*time.Millisecond, "delivered %s after publish, due after 300ms", took)
 }
 
 // A holder that loses Redis (dead or partitioned) keeps nobody waiting
