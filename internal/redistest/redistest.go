@@ -155,8 +155,13 @@ func Start(o Options) (*Server, error) {
 		if err == nil {
 			return s, nil
 		}
-		if !errors.Is(err, errPortTaken) || attempt == 5 {
+		if !errors.Is(err, errPortTaken) {
 			s.Stop()
+			return nil, err
+		}
+		// Not Stop: its SHUTDOWN would reach the server holding the port.
+		if attempt == 5 {
+			s.removeDir()
 			return nil, err
 		}
 		_ = os.Remove(s.LogFile())
