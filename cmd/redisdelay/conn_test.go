@@ -223,17 +223,16 @@ func startServer(t *testing.T, extra, mode string) string {
 		t.Skip(err)
 	}
 	require.NoError(t, err)
-	// The port FreePort found may be taken before the server binds it, by
-	// a server of a test running beside this one: then another port.
-	for attempt := 1; ; attempt++ {
-		port, err := redistest.FreePort()
-		require.NoError(t, err)
-		addr, taken := startServerOn(t, server, port, extra, mode)
-		if !taken {
-			return addr
+	var addr string
+	err = redistest.OnFreePort(func(port int) error {
+		var taken bool
+		if addr, taken = startServerOn(t, server, port, extra, mode); taken {
+			return redistest.ErrPortTaken
 		}
-		require.Less(t, attempt, 5, "every free port found was taken before %s bound it", server)
-	}
+		return nil
+	})
+	require.NoError(t, err, "every free port found was taken before %s bound it", server)
+	return addr
 }
 
 // startServerOn is an attempt of startServer, on port: it reports whether
@@ -271,7 +270,7 @@ func startServerOn(t *testing.T, server string, port int, extra, mode string) (a
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(logFile)
-			if bytes.Contains(log, []byte("Address already in use")) {
+			if redistest.PortTakenIn(log) {
 				return "", true
 			}
 			// Redis 7.2 and later and Valkey log this when a TLS port is

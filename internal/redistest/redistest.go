@@ -135,42 +135,60 @@ func Start(o Options) (*Server, error) {
 	if o.AppendFsync != "" {
 		persistence = "appendonly yes\nappendfsync " + o.AppendFsync + "\n"
 	}
-	// The port FreePort found may be taken before the server binds it, by a
-	// server of a test running beside this one: then another port.
-	for attempt := 1; ; attempt++ {
-		port, err := FreePort()
-		if err != nil {
-			s.removeDir()
-			return nil, err
-		}
+	err := OnFreePort(func(port int) error {
 		s.Port, s.Addr = port, "127.0.0.1:"+strconv.Itoa(port)
 		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode yes\ndir %s\nlogfile %s\ndaemonize no\n%ssave \"\"\nmaxclients 10000\n",
 			port, s.Dir, s.LogFile(), persistence)
 		s.conf = filepath.Join(s.Dir, "redis.conf")
 		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
-			s.removeDir()
-			return nil, err
+			return err
 		}
-		err = s.Start()
-		if err == nil {
-			return s, nil
+		err := s.Start()
+		if errors.Is(err, ErrPortTaken) {
+			_ = os.Remove(s.LogFile())
 		}
-		if !errors.Is(err, errPortTaken) {
-			s.Stop()
-			return nil, err
-		}
+		return err
+	})
+	switch {
+	case err == nil:
+		return s, nil
+	case errors.Is(err, ErrPortTaken):
 		// Not Stop: its SHUTDOWN would reach the server holding the port.
-		if attempt == 5 {
-			s.removeDir()
-			return nil, err
-		}
-		_ = os.Remove(s.LogFile())
+		s.removeDir()
+	case s.cmd != nil:
+		s.Stop()
+	default: // it never started
+		s.removeDir()
 	}
+	return nil, err
 }
 
-// errPortTaken: the server found its port taken (another process bound it,
-// or answers on it).
-var errPortTaken = errors.New("the port is taken")
+// ErrPortTaken is what a start on a port FreePort found returns when
+// another process bound the port first, or answers on it (see OnFreePort).
+var ErrPortTaken = errors.New("the port is taken")
+
+// PortTakenIn reports whether a server's log says it could not bind its
+// port because another process holds it.
+func PortTakenIn(log []byte) bool { return bytes.Contains(log, []byte("Address already in use")) }
+
+// OnFreePort calls start with a port FreePort found, and again with
+// another while start returns an error wrapping ErrPortTaken, up to five
+// times: between FreePort's close and a server's bind, a server of a test
+// running beside this one (go test runs packages in parallel) may take
+// the port. It returns start's last error.
+func OnFreePort(start func(port int) error) error {
+	var err error
+	for range 5 {
+		var port int
+		if port, err = FreePort(); err != nil {
+			return err
+		}
+		if err = start(port); !errors.Is(err, ErrPortTaken) {
+			return err
+		}
+	}
+	return err
+}
 
 // Bin is the binary the server runs (redis-server, valkey-server, ...).
 func (s *Server) Bin() string { return s.bin }
@@ -201,7 +219,7 @@ func (s *Server) Start() error {
 			// fails to bind it.
 			if pid, err := serverPID(s.Addr); err != nil || pid != cmd.Process.Pid {
 				s.Kill()
-				return fmt.Errorf("%s on %s: %w (a server with pid %d answers, not %d: %v)", s.bin, s.Addr, errPortTaken, pid, cmd.Process.Pid, err)
+				return fmt.Errorf("%s on %s: %w (a server with pid %d answers, not %d: %v)", s.bin, s.Addr, ErrPortTaken, pid, cmd.Process.Pid, err)
 			}
 			return nil
 		}
@@ -209,8 +227,8 @@ func (s *Server) Start() error {
 		case <-done:
 			log, _ := os.ReadFile(s.LogFile())
 			err = fmt.Errorf("%s exited at start: %v\n%s%s", s.bin, err, tail(out.Bytes()), tail(log))
-			if bytes.Contains(log, []byte("Address already in use")) {
-				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			if PortTakenIn(log) {
+				err = fmt.Errorf("%w: %w", ErrPortTaken, err)
 			}
 			return err
 		default:

@@ -111,7 +111,7 @@ func TestServer_StartErrors(t *testing.T) {
 	}
 }
 
-// A server whose port another server holds says so with errPortTaken, the
+// A server whose port another server holds says so with ErrPortTaken, the
 // error on which Start picks another port: whether it fails to bind or the
 // other server answers its PING first.
 func TestServer_PortTaken(t *testing.T) {
@@ -128,9 +128,35 @@ func TestServer_PortTaken(t *testing.T) {
 		}
 		err := b.Start()
 		b.Kill()
-		if !errors.Is(err, errPortTaken) {
-			t.Errorf("%s: got %v, want errPortTaken", name, err)
+		if !errors.Is(err, ErrPortTaken) {
+			t.Errorf("%s: got %v, want ErrPortTaken", name, err)
 		}
+	}
+}
+
+// OnFreePort tries another port while the start finds its port taken, up
+// to five times, and stops at any other outcome.
+func TestOnFreePort(t *testing.T) {
+	calls := 0
+	err := OnFreePort(func(int) error {
+		if calls++; calls < 3 {
+			return fmt.Errorf("start: %w", ErrPortTaken)
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Errorf("taken twice: got %v after %d calls, want nil after 3", err, calls)
+	}
+	calls = 0
+	err = OnFreePort(func(int) error { calls++; return ErrPortTaken })
+	if !errors.Is(err, ErrPortTaken) || calls != 5 {
+		t.Errorf("always taken: got %v after %d calls, want ErrPortTaken after 5", err, calls)
+	}
+	calls = 0
+	other := errors.New("bad config")
+	err = OnFreePort(func(int) error { calls++; return other })
+	if err != other || calls != 1 {
+		t.Errorf("another error: got %v after %d calls, want it after 1", err, calls)
 	}
 }
 
