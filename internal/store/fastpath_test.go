@@ -128,3 +128,52 @@ func TestPublish_DelayedWakesOnANewEarliestMessage(t *testing.T) {
 		require.Equal(t, []string{"d"}, notes(120_000), "a dormant partition (several %v)", several)
 	}
 }
+
+// Every publish path reads the partition's registration marker and its
+// dormancy flag in one EXISTS (reg counted twice): each of the four
+// combinations is told apart. A dormant partition is woken (note "d") and
+// no longer dormant; a missing marker is written again and reported (Lost).
+func TestPublish_ReadsRegistrationAndDormancyTogether(t *testing.T) {
+	c := freshClient(t)
+	ctx := context.Background()
+	paths := []struct {
+		name  string
+		delay int64
+		opts  PublishOpts
+	}{
+		{"append.lua", 0, PublishOpts{}},
+		{"delayed.lua", 60_000, PublishOpts{}},
+		{"publish.lua", 0, PublishOpts{MaxReady: 1 << 30}}, // a bound makes Publish use it
+	}
+	for _, p := range paths {
+		for _, registered := range []bool{true, false} {
+			for _, dormant := range []bool{true, false} {
+				name := fmt.Sprintf("%s, registered %v, dormant %v", p.name, registered, dormant)
+				sh := Keys{Prefix: "flags"}.Shard(name, 0)
+				since := wakeNotes(t, c, sh)
+				if registered {
+					require.NoError(t, c.Set(ctx, sh.reg(), "1", 0).Err())
+				}
+				if dormant {
+					require.NoError(t, c.Set(ctx, sh.dormant(), "1", 0).Err())
+				}
+				// a delayed message behind one already waiting wakes the
+				// schedulers only when the partition is dormant
+				if p.delay > 0 {
+					require.NoError(t, c.ZAdd(ctx, sh.Waiting(), redis.Z{Score: 1, Member: "earlier"}).Err())
+				}
+				fc := &fairCall{PubArgs{Msgs: []PubMessage{{UUID: "m", Delay: p.delay, Body: []byte("b"), Far: FarArg{Bucket: -1}}}}}
+				r, err := Publish(ctx, c, sh, p.opts, []*fairCall{fc})
+				require.NoError(t, err, name)
+				require.Equal(t, !registered, r.Lost, "%s: reported a lost marker", name)
+				require.Equal(t, int64(1), c.Exists(ctx, sh.reg()).Val(), "%s: the marker is written", name)
+				require.Equal(t, int64(0), c.Exists(ctx, sh.dormant()).Val(), "%s: not dormant after a publish", name)
+				var want []string
+				if dormant {
+					want = []string{"d"}
+				}
+				require.Equal(t, want, since(), name)
+			}
+		}
+	}
+}

@@ -118,8 +118,11 @@ else
     mustWake = accepted[redis.call('ZRANGE', waiting, 0, 0)[1]] ~= nil
   end
 end
+-- 2 for reg, 1 for dormant: one command for both (as append.lua)
+local flags = redis.call('EXISTS', reg, reg, dormant)
 if stored then
-  if redis.call('DEL', dormant) == 1 then
+  if flags % 2 == 1 then
+    redis.call('DEL', dormant)
     mustWake = true
   end
   if mustWake then
@@ -127,7 +130,7 @@ if stored then
   end
 end
 local lost = 0
-if redis.call('EXISTS', reg) == 0 then
+if flags < 2 then
   redis.call('SET', reg, '1')
   lost = 1
 end

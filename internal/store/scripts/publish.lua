@@ -695,14 +695,17 @@ if #stored > 0 then
     mustWake = true
   end
 end
-if (#ready > 0 or #stored > 0) and redis.call('DEL', dormant) == 1 then
+-- 2 for reg, 1 for dormant: one command for both (as append.lua)
+local flags = redis.call('EXISTS', reg, reg, dormant)
+if (#ready > 0 or #stored > 0) and flags % 2 == 1 then
+  redis.call('DEL', dormant)
   mustWake = true
 end
 if mustWake then
   redis.call('PUBLISH', wake, 'd')
 end
 local new = 0
-if redis.call('EXISTS', reg) == 0 then
+if flags < 2 then
   redis.call('SET', reg, '1')
   new = 1
 end
