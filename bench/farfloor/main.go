@@ -25,6 +25,14 @@
 //
 //	go run ./farfloor -addr 127.0.0.1:6379 -n 5000000 -head 5 -meta 0 -index fp -bits 16 -lookup 10000
 //
+// -index lh is the same index with a shard count that follows the tier's
+// size by linear hashing (bench/README.md, "Format 3's index"): -load
+// fields a shard on average, shards 2^L + S, the field 4 bytes of the
+// UUID's hash from bit lhBase (so a shard's fields hold the address bits
+// a split reads); it reports the shards' sizes.
+//
+//	go run ./farfloor -addr 127.0.0.1:6379 -n 5000000 -head 5 -meta 0 -index lh -load 48 -pos
+//
 // The parts are written one after another (elements, index, key marks,
 // filter) from the same seeded sequence of UUIDs and buckets, and the
 // memory of each is reported. It writes keys under "farfloor:" and deletes
@@ -62,6 +70,7 @@ type config struct {
 	keyBits                                             int
 	filter                                              int
 	lookup, chunk                                       int
+	load                                                int
 	seed                                                uint64
 }
 
@@ -78,7 +87,8 @@ func main() {
 	flag.IntVar(&cfg.buckets, "buckets", 41760, "far buckets the messages spread over (41,760: a minute each over 29 days, as the bench's ladder)")
 	flag.StringVar(&cfg.keyed, "keyed", "", `business keys "order-<n>": "" none, "hash" marked in one hash (today, a 18-byte mark), "shards" in 2^keybits small hashes (the UUID's 16 bytes), "fp" in 2^keybits small hashes from a 4-byte fingerprint of the key to the minute, and with -pos the position (collisions in farfloor:fkc)`)
 	flag.IntVar(&cfg.keyCopies, "keycopies", 2, "copies of the key in the element (today 2: the element's and the body's metadata)")
-	flag.StringVar(&cfg.index, "index", "uuid", `far index: "uuid" (today's: -field bytes of the UUID to its place), "fp" (v3: a -fp-byte fingerprint to the minute, in 2^bits hashes), "packed" (fingerprint and minute appended to 2^bits strings)`)
+	flag.StringVar(&cfg.index, "index", "uuid", `far index: "uuid" (today's: -field bytes of the UUID to its place), "fp" (v3: a -fp-byte fingerprint to the minute, in 2^bits hashes), "lh" (the same, 4 bytes, in shards as many as -load a shard asks: linear hashing), "packed" (fingerprint and minute appended to 2^bits strings)`)
+	flag.IntVar(&cfg.load, "load", 48, "-index lh: fields a shard on average")
 	flag.IntVar(&cfg.fp, "fp", 4, "-index fp, packed: fingerprint bytes (1 to 8)")
 	flag.BoolVar(&cfg.pos, "pos", false, "-index fp, packed: store the position in the bucket too (2 bytes), so a lookup reads one element instead of the bucket")
 	flag.IntVar(&cfg.keyBits, "keybits", -1, "key mark shards for -keyed shards and fp: 2^keybits (default: -bits)")
@@ -151,8 +161,10 @@ func run(addr string, cfg config) error {
 		return fmt.Errorf("-buckets %d: at most 2^16 (the v3 index stores the minute modulo 2^16)", cfg.buckets)
 	case cfg.keyed != "" && cfg.keyed != "hash" && cfg.keyed != "shards" && cfg.keyed != "fp":
 		return fmt.Errorf("-keyed %q: \"\" (none), \"hash\", \"shards\" or \"fp\"", cfg.keyed)
-	case cfg.index != "uuid" && cfg.index != "fp" && cfg.index != "packed":
-		return fmt.Errorf("-index %q: \"uuid\", \"fp\" or \"packed\"", cfg.index)
+	case cfg.index != "uuid" && cfg.index != "fp" && cfg.index != "lh" && cfg.index != "packed":
+		return fmt.Errorf("-index %q: \"uuid\", \"fp\", \"lh\" or \"packed\"", cfg.index)
+	case cfg.index == "lh" && cfg.load < 1:
+		return fmt.Errorf("-load %d: at least 1 field a shard", cfg.load)
 	case cfg.fp < 1 || cfg.fp > 8:
 		return fmt.Errorf("-fp %d: 1 to 8 bytes", cfg.fp)
 	case cfg.lookup > 0 && cfg.index != "fp":
@@ -235,6 +247,7 @@ func run(addr string, cfg config) error {
 
 	// The far index.
 	collisions := 0
+	lh := newLinearHash(cfg.n, cfg.load)
 	seen := map[[2]uint64]struct{}{}
 	if cfg.index != "uuid" || cfg.field > 0 {
 		msgs(cfg, func(j int, id [16]byte, b int, pos int64) {
@@ -254,6 +267,18 @@ func run(addr string, cfg config) error {
 					v = string(x[8-cfg.value:])
 				}
 				p.HSet(ctx, "farfloor:fx:"+strconv.Itoa(shard(id[:], cfg.bits)), string(id[16-cfg.field:]), v)
+			case "lh":
+				fp, s := lh.place(id[:])
+				k := [2]uint64{uint64(s), uint64(binary.BigEndian.Uint32([]byte(fp)))}
+				v := minute(b, pos, cfg.pos)
+				if _, ok := seen[k]; ok {
+					collisions++
+					p.HSet(ctx, "farfloor:fxc", string(id[:]), v)
+				} else {
+					seen[k] = struct{}{}
+					lh.sizes[s]++
+					p.HSet(ctx, "farfloor:fx:"+strconv.Itoa(s), fp, v)
+				}
 			default:
 				fp, s := fingerprint(id[:], cfg.fp, cfg.bits)
 				k := [2]uint64{uint64(s), binary.BigEndian.Uint64(append(make([]byte, 8-cfg.fp), fp...))}
@@ -357,6 +382,8 @@ func run(addr string, cfg config) error {
 		idx = fmt.Sprintf("uuid field %d value %d", cfg.field, cfg.value)
 	case "fp", "packed":
 		idx = fmt.Sprintf("%s %d-byte fp, pos %v", cfg.index, cfg.fp, cfg.pos)
+	case "lh":
+		idx = fmt.Sprintf("lh 4-byte fp, pos %v, %s", cfg.pos, lh)
 	}
 	fmt.Printf("%d far messages (payload %d, head %d, meta %d, index %s, 2^%d shards, %d buckets (%.0f a bucket), keyed %q × %d (2^%d shards), filter %d): %.1f B/msg [%s]; index collisions %d, key collisions %d; filled in %s\n",
 		cfg.n, cfg.payload, cfg.head, cfg.meta, idx, cfg.bits, cfg.buckets, float64(cfg.n)/float64(cfg.buckets), cfg.keyed, cfg.keyCopies, cfg.keyBits, cfg.filter,
@@ -495,4 +522,54 @@ func deleteAll(ctx context.Context, c *redis.Client) {
 	if len(keys) > 0 {
 		c.Del(ctx, keys...)
 	}
+}
+
+// lhBase is the first bit of a UUID's hash that the lh index stores as its
+// field: a shard's address is the hash's low L bits (L >= lhBase), so the
+// fields of one shard share their lowest L - lhBase bits, which are those
+// a split of the shard reads.
+const lhBase = 11
+
+// linearHash is the lh index's shape for n messages at load fields a
+// shard: 2^l + s shards (s the split pointer), and the fields each shard
+// got.
+type linearHash struct {
+	l, s  int
+	sizes map[int]int
+}
+
+func newLinearHash(n, load int) *linearHash {
+	shards := max(1, n/load)
+	l := lhBase
+	for 1<<(l+1) <= shards {
+		l++
+	}
+	return &linearHash{l: l, s: max(0, shards-1<<l), sizes: map[int]int{}}
+}
+
+// place is the field and shard of a UUID: h, the first 8 bytes of its
+// SHA-1, names shard h mod 2^l, or h mod 2^(l+1) when that is below s
+// (already split).
+func (lh *linearHash) place(id []byte) (field string, shard int) {
+	sum := sha1.Sum(id)
+	h := binary.BigEndian.Uint64(sum[:8])
+	a := h & (1<<lh.l - 1)
+	if int(a) < lh.s {
+		a = h & (1<<(lh.l+1) - 1)
+	}
+	return string(binary.BigEndian.AppendUint32(nil, uint32(h>>lhBase))), int(a)
+}
+
+// String tells the shape and the shards' sizes: the largest, and how many
+// hold more than 128 fields (Redis's hash-max-listpack-entries: such a
+// hash is a hash table for good, about three times the bytes).
+func (lh *linearHash) String() string {
+	largest, over := 0, 0
+	for _, c := range lh.sizes {
+		largest = max(largest, c)
+		if c > 128 {
+			over++
+		}
+	}
+	return fmt.Sprintf("2^%d + %d shards (%d used), largest %d fields, %d over 128", lh.l, lh.s, len(lh.sizes), largest, over)
 }
