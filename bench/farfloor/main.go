@@ -90,7 +90,7 @@ func main() {
 	flag.StringVar(&cfg.index, "index", "uuid", `far index: "uuid" (today's: -field bytes of the UUID to its place), "fp" (v3: a -fp-byte fingerprint to the minute, in 2^bits hashes), "lh" (the same, 4 bytes, in shards as many as -load a shard asks: linear hashing), "packed" (fingerprint and minute appended to 2^bits strings)`)
 	flag.IntVar(&cfg.load, "load", 48, "-index lh: fields a shard on average")
 	flag.IntVar(&cfg.fp, "fp", 4, "-index fp, packed: fingerprint bytes (1 to 8)")
-	flag.BoolVar(&cfg.pos, "pos", false, "-index fp, packed: store the position in the bucket too (2 bytes), so a lookup reads one element instead of the bucket")
+	flag.BoolVar(&cfg.pos, "pos", false, "-index fp, lh, packed: store the position in the bucket too (2 bytes), so a lookup reads one element instead of the bucket")
 	flag.IntVar(&cfg.keyBits, "keybits", -1, "key mark shards for -keyed shards and fp: 2^keybits (default: -bits)")
 	flag.IntVar(&cfg.filter, "filter", 0, "far filter bits per message (today 24: 16 bits each, sized for 1.5 times the messages; 0: none, as before)")
 	flag.IntVar(&cfg.lookup, "lookup", 0, "-index fp: time this many lookups of present and as many of absent UUIDs")
