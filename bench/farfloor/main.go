@@ -267,26 +267,21 @@ func run(addr string, cfg config) error {
 					v = string(x[8-cfg.value:])
 				}
 				p.HSet(ctx, "farfloor:fx:"+strconv.Itoa(shard(id[:], cfg.bits)), string(id[16-cfg.field:]), v)
-			case "lh":
-				fp, s := lh.place(id[:])
-				k := [2]uint64{uint64(s), uint64(binary.BigEndian.Uint32([]byte(fp)))}
-				v := minute(b, pos, cfg.pos)
-				if _, ok := seen[k]; ok {
-					collisions++
-					p.HSet(ctx, "farfloor:fxc", string(id[:]), v)
-				} else {
-					seen[k] = struct{}{}
-					lh.sizes[s]++
-					p.HSet(ctx, "farfloor:fx:"+strconv.Itoa(s), fp, v)
-				}
 			default:
-				fp, s := fingerprint(id[:], cfg.fp, cfg.bits)
-				k := [2]uint64{uint64(s), binary.BigEndian.Uint64(append(make([]byte, 8-cfg.fp), fp...))}
+				var fp string
+				var s int
+				if cfg.index == "lh" {
+					fp, s = lh.place(id[:])
+				} else {
+					fp, s = fingerprint(id[:], cfg.fp, cfg.bits)
+				}
+				k := [2]uint64{uint64(s), binary.BigEndian.Uint64(append(make([]byte, 8-len(fp)), fp...))}
 				v := minute(b, pos, cfg.pos)
 				if _, ok := seen[k]; ok {
 					collisions++
 					p.HSet(ctx, "farfloor:fxc", string(id[:]), v)
-				} else if seen[k] = struct{}{}; cfg.index == "fp" {
+				} else if seen[k] = struct{}{}; cfg.index != "packed" {
+					lh.sizes[s]++
 					p.HSet(ctx, "farfloor:fx:"+strconv.Itoa(s), fp, v)
 				} else {
 					p.Append(ctx, "farfloor:fp:"+strconv.Itoa(s), fp+v)
