@@ -271,12 +271,18 @@ type captureLogger = testkit.CaptureLogger
 type recLogger struct {
 	mu     sync.Mutex
 	errors []string
+	// onError, when set, runs inside Error: what a test sees at the moment
+	// an error is logged.
+	onError func(msg string)
 }
 
 func (l *recLogger) Error(msg string, err error, fields watermill.LogFields) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.errors = append(l.errors, fmt.Sprintf("%s: %v %v", msg, err, fields))
+	l.mu.Unlock()
+	if l.onError != nil {
+		l.onError(msg)
+	}
 }
 
 func (l *recLogger) Info(string, watermill.LogFields) {}

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,7 +221,16 @@ func TestManager_UnderMinimalACLUser(t *testing.T) {
 func TestManager_DeniedWakeUpsSaysSo(t *testing.T) {
 	env := setupPrefixed(t, uniquePrefix())
 	restricted, _ := newACLUser(t, "~"+env.prefix+":*", "resetchannels", "+@all", "-@dangerous")
-	log := &recLogger{}
+	// Health is read the moment the error is logged: an operator who sees
+	// the log and asks Health must find the problem there (CI once caught
+	// Health a round trip behind the log).
+	var healthyWhenLogged atomic.Value
+	log := &recLogger{onError: func(msg string) {
+		if strings.Contains(msg, "NOPERM") && healthyWhenLogged.Load() == nil {
+			rep, err := env.insp.Health(context.Background(), redisdelay.HealthConfig{})
+			healthyWhenLogged.Store(err == nil && rep.Healthy)
+		}
+	}}
 	runManagerWithLogger(t, restricted, redisdelay.ManagerConfig{KeyPrefix: env.prefix, CheckInterval: 200 * time.Millisecond}, log)
 
 	require.Eventually(t, func() bool {
@@ -231,6 +241,7 @@ func TestManager_DeniedWakeUpsSaysSo(t *testing.T) {
 		}
 		return false
 	}, 3*time.Second, 10*time.Millisecond, "an error naming the ACL needed; logged: %q", log.logged())
+	assert.Equal(t, false, healthyWhenLogged.Load(), "Health when the error was logged")
 	rep, err := env.insp.Health(context.Background(), redisdelay.HealthConfig{})
 	require.NoError(t, err)
 	require.False(t, rep.Healthy)

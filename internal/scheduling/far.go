@@ -29,12 +29,13 @@ func (s *Scheduler) unpackFar(ctx context.Context, sh store.Shard, fields waterm
 	}
 	if r.Parked > 0 {
 		// Never dropped, and the rest of the bucket goes on: a release
-		// that reads it (a newer one) unpacks the park list.
-		s.lvl.Unreadable(s.logger, "far message", fmt.Errorf("%d element(s) of far bucket %s", r.Parked, store.FarBucketKey(sh, v, b)),
-			fields.Add(watermill.LogFields{"parked_in": sh.FarPark()}))
+		// that reads it (a newer one) unpacks the park list. Noted before
+		// it is logged, so that Health already reports what the log says.
 		if err := store.NoteParked(ctx, s.redis, s.keys, sh, r.Parked); err != nil {
 			s.limiter.Errorf(s.logger, "redisdelay: cannot record parked far messages for Inspector.Health (they are parked all the same)", err, fields)
 		}
+		s.lvl.Unreadable(s.logger, "far message", fmt.Errorf("%d element(s) of far bucket %s", r.Parked, store.FarBucketKey(sh, v, b)),
+			fields.Add(watermill.LogFields{"parked_in": sh.FarPark()}))
 	}
 	return !r.Stale, nil
 }

@@ -527,13 +527,15 @@ func (s *Scheduler) watchACL() {
 				detail = fmt.Sprintf("the scheduler %s cannot be woken (%v): due messages are moved up to a CheckInterval (%s) late",
 					s.owner, err, s.interval)
 			}
+			// The note is stored before the error is logged, so that Health
+			// reports what the log says from the moment it says it.
+			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+			_ = store.DenyWakeUps(ctx, s.redis, s.keys, detail, max(3*s.interval, 3*time.Second))
+			cancel()
 			if !denied {
 				s.logger.Error("redisdelay: "+detail, err, nil)
 				denied = true
 			}
-			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
-			_ = store.DenyWakeUps(ctx, s.redis, s.keys, detail, max(3*s.interval, 3*time.Second))
-			cancel()
 		}
 		select {
 		case <-s.ctx.Done():
