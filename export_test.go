@@ -123,11 +123,11 @@ func UnpackFarOnce(ctx context.Context, client redis.UniversalClient, topic stri
 	if err != nil {
 		return 0, err
 	}
-	popped, els, err := store.FarHead(ctx, client, sh, v, b, n)
+	head, err := store.FarHead(ctx, client, sh, v, b, n)
 	if err != nil {
 		return 0, err
 	}
-	r, err := store.Unpack(ctx, client, sh, owner, v, b, popped, els)
+	r, err := store.Unpack(ctx, client, sh, owner, v, b, head)
 	if err == nil && r.Stale {
 		err = fmt.Errorf("unpack of bucket %d: stale", b)
 	}
@@ -162,11 +162,11 @@ func UnpackFarNow(ctx context.Context, client redis.UniversalClient, topic strin
 				return moved, err
 			}
 			for more := true; more; {
-				popped, els, err := store.FarHead(ctx, client, sh, v, b, store.FarUnpackBatch)
+				head, err := store.FarHead(ctx, client, sh, v, b, store.FarUnpackBatch)
 				if err != nil {
 					return moved, err
 				}
-				r, err := store.Unpack(ctx, client, sh, owner, v, b, popped, els)
+				r, err := store.Unpack(ctx, client, sh, owner, v, b, head)
 				if err == nil && r.Stale {
 					err = fmt.Errorf("unpack of bucket %d: stale (the lease of partition %d is another's)", b, part)
 				}

@@ -19,11 +19,11 @@ func (s *Scheduler) unpackFar(ctx context.Context, sh store.Shard, fields waterm
 	// the bucket's when the script runs (which checks the count), but for
 	// elements a cancel blanked meanwhile (the script skips those). At most
 	// FarUnpackBatch elements a call, so a call stays short.
-	p, els, err := store.FarHead(ctx, s.redis, sh, v, b, s.batch)
+	head, err := store.FarHead(ctx, s.redis, sh, v, b, s.batch)
 	if err != nil {
 		return false, fmt.Errorf("read far bucket %d: %w", b, err)
 	}
-	r, err := store.Unpack(ctx, s.redis, sh, s.owner, v, b, p, els)
+	r, err := store.Unpack(ctx, s.redis, sh, s.owner, v, b, head)
 	if err != nil {
 		return false, fmt.Errorf("unpack far bucket %d: %w", b, err)
 	}

@@ -167,16 +167,7 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 		keys = append(keys, sh.fairKeys(g)...)
 		keys = append(keys, sh.Redelivery(g))
 	}
-	keyIndex := map[string]int{}
-	indexOf := func(key string) int {
-		i, ok := keyIndex[key]
-		if !ok {
-			keys = append(keys, key)
-			i = len(keys)
-			keyIndex[key] = i
-		}
-		return i
-	}
+	indexOf := keyIndexer(&keys)
 	args := make([]any, 0, 8+len(groups)+len(batch)+13*msgs)
 	args = append(args, sh.Wake(), maxWaiting, maxReady, len(batch),
 		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds(), len(groups))
@@ -347,6 +338,21 @@ func promoteReply(cmd *redis.Cmd) (PromoteReply, error) {
 	return PromoteReply{Moved: res[0], Wait: res[1], Missing: res[2], Groups: int(res[3]), Held: res[4] == 1, Far: res[5], FarFormat: int(res[6])}, nil
 }
 
+// keyIndexer gives the index in a script's KEYS (from 1, as Lua counts) of
+// a key that per-item arguments name, appending it to keys the first time.
+func keyIndexer(keys *[]string) func(key string) int {
+	at := map[string]int{}
+	return func(key string) int {
+		i, ok := at[key]
+		if !ok {
+			*keys = append(*keys, key)
+			i = len(*keys)
+			at[key] = i
+		}
+		return i
+	}
+}
+
 // UnpackReply is what unpack.lua returns.
 type UnpackReply struct {
 	Moved  int64
@@ -355,32 +361,46 @@ type UnpackReply struct {
 	Stale  bool  // nothing done: see unpack.lua
 }
 
-// Unpack runs unpack.lua for the head elements els of far bucket b of
-// format v, read with the bucket's popped count.
-func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, v int, b, popped int64, els []string) (UnpackReply, error) {
-	keys := []string{sh.Lease(), sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter(), sh.FarPark()}
-	keyIndex := map[uint32]int{}
+// Unpack runs unpack.lua for the head of far bucket b of format v, as
+// FarHead read it.
+func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, v int, b int64, head FarHeadRead) (UnpackReply, error) {
+	keys := []string{sh.Lease(), sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter(), sh.FarPark(), sh.fpSide()}
+	key := keyIndexer(&keys)
 	start := farBucketStart(b).UnixMilli()
-	args := make([]any, 0, 6+3*len(els))
-	args = append(args, owner, b, popped, len(els), v, start)
-	for _, e := range els {
+	// Three arguments an element, five when one is of format 3 (its index
+	// shard is one of two: see far3.go).
+	stride := 3
+	for _, e := range head.Els {
+		if v == farFormat2 && e != "" && e[0] == farFormat3 {
+			stride = 5
+			break
+		}
+	}
+	args := make([]any, 0, 7+stride*len(head.Els))
+	args = append(args, owner, b, head.Popped, len(head.Els), v, start, 0)
+	if stride == 5 {
+		args[6] = head.shape.L
+	}
+	for _, e := range head.Els {
 		id, ok := "", false
 		if m, read, _ := decodeFar(v, start, e); read {
 			id, ok = storedUUID([]byte(m.Body))
 		}
-		if !ok {
-			args = append(args, "", "", 0)
-			continue
-		}
 		field := farField(id)
-		n := farShard(field)
-		i, seen := keyIndex[n]
-		if !seen {
-			keys = append(keys, sh.farIndex(n))
-			i = len(keys)
-			keyIndex[n] = i
+		switch {
+		case !ok:
+			args = append(args, "", "", 0)
+		case e[0] == farFormat3 && v == farFormat2:
+			h := fpHash(field)
+			a, bKey, low := head.shape.args(sh, h)
+			args = append(args, fpField(h)+field, id, key(a), key(bKey), low)
+			continue
+		default:
+			args = append(args, field, id, key(sh.farIndex(farShard(field))))
 		}
-		args = append(args, field, id, i)
+		if stride == 5 {
+			args = append(args, 0, 0)
+		}
 	}
 	res, err := unpackScript.Run(ctx, c, keys, args...).Int64Slice()
 	if err == nil {
@@ -400,33 +420,42 @@ type farPullReply struct {
 }
 
 // farPullArgs are the keys and arguments of farpull.lua for the far
-// message at loc in bucket b of format v.
-func farPullArgs(sh Shard, v int, b int64, index, field, loc, uuid string, peek bool) ([]string, []any) {
+// message at loc in bucket b of format v, found in index (a far index
+// shard; a format 3 index shard or side table: at.mode) under field.
+func farPullArgs(sh Shard, v int, b int64, at farAt, uuid string, peek bool) ([]string, []any) {
 	flag := "0"
 	if peek {
 		flag = "1"
 	}
-	return []string{sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), index, sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter()},
-		[]any{field, loc, uuid, b, sh.Wake(), flag, v, farBucketStart(b).UnixMilli()}
+	return []string{sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), at.index, sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter()},
+		[]any{at.field, at.loc, uuid, b, sh.Wake(), flag, v, farBucketStart(b).UnixMilli(), at.mode, at.full}
 }
 
-// callFarPull runs farpull.lua for the far message at loc in bucket b of
-// format v.
-func callFarPull(ctx context.Context, c redis.Scripter, sh Shard, v int, b int64, index, field, loc, uuid string, peek bool) (farPullReply, error) {
-	keys, args := farPullArgs(sh, v, b, index, field, loc, uuid, peek)
+// farAt is where an index says a far message is: the index key and field
+// of the entry, its value (loc), which index it is (farpull.lua's ARGV[9])
+// and the message's far field.
+type farAt struct {
+	index, field, loc, mode, full string
+}
+
+// callFarPull runs farpull.lua for the far message at in bucket b of
+// format v. other reports a format 3 shard entry that is another
+// message's of the same fingerprint.
+func callFarPull(ctx context.Context, c redis.Scripter, sh Shard, v int, b int64, at farAt, uuid string, peek bool) (r farPullReply, other bool, err error) {
+	keys, args := farPullArgs(sh, v, b, at, uuid, peek)
 	res, err := farPullScript.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
-		return farPullReply{}, err
+		return farPullReply{}, false, err
 	}
 	if n, _ := res[0].(int64); n != 1 {
-		return farPullReply{}, nil
+		return farPullReply{}, n == 2, nil
 	}
 	if err := replyShort("farpull", len(res), 3); err != nil {
-		return farPullReply{}, err
+		return farPullReply{}, false, err
 	}
 	body, _ := res[1].(string)
 	score, _ := res[2].(int64)
-	return farPullReply{Moved: true, Body: body, Score: float64(score)}, nil
+	return farPullReply{Moved: true, Body: body, Score: float64(score)}, false, nil
 }
 
 // Unlease runs unlease.lua: releases the partition's scheduling lease

@@ -162,18 +162,23 @@ type farElem struct {
 	Prio  bool
 }
 
-// decodeFar decodes element e of a far bucket of format v whose first due
-// ms is start; ok is false for a blank element or one that cannot be read
-// (bad true).
+// decodeFar decodes element e of a far bucket of format v (a bucket of
+// format 2 holds elements of format 3 too: far3.go) whose first due ms is
+// start; ok is false for a blank element or one that cannot be read (bad
+// true).
 func decodeFar(v int, start int64, e string) (m farElem, ok, bad bool) {
 	if e == "" {
 		return m, false, false
 	}
 	if v != farFormat2 {
-		if len(e) < 9 || e[0] == farFormat2 {
+		if len(e) < 9 || e[0] == farFormat2 || e[0] == farFormat3 {
 			return m, false, true
 		}
 		return farElem{Score: math.Float64frombits(binary.BigEndian.Uint64([]byte(e[:8]))), Body: e[8:]}, true, false
+	}
+	if e[0] == farFormat3 {
+		m, ok = decodeFar3(start, e)
+		return m, ok, !ok
 	}
 	if len(e) < 7 || e[0] != farFormat2 || e[1]&^3 != 0 {
 		return m, false, true
@@ -251,9 +256,23 @@ func FarPull(ctx context.Context, c Cmds, sh Shard, uuid string, peek bool) (bod
 	field := farField(uuid)
 	index := sh.farIndex(farShard(field))
 	for range 5 {
-		loc, err := c.HGet(ctx, index, field).Result()
+		// The format 3 index's shape comes along, so that a partition
+		// without one pays no round trip more.
+		var lc *redis.StringCmd
+		var mc *redis.SliceCmd
+		_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			lc = pipe.HGet(ctx, index, field)
+			mc = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields...)
+			return nil
+		})
+		loc, err := lc.Result()
 		if err == redis.Nil {
-			return "", 0, false, nil
+			var again bool
+			body, score, found, again, err = farPull3(ctx, c, sh, mc, field, uuid, peek)
+			if err != nil || !again {
+				return body, score, found, err
+			}
+			continue
 		}
 		if err != nil {
 			return "", 0, false, err
@@ -262,7 +281,7 @@ func FarPull(ctx context.Context, c Cmds, sh Shard, uuid string, peek bool) (bod
 		if err != nil {
 			return "", 0, false, err
 		}
-		r, err := callFarPull(ctx, c, sh, v, b, index, field, loc, uuid, peek)
+		r, _, err := callFarPull(ctx, c, sh, v, b, farAt{index: index, field: field, loc: loc, mode: "2", full: field}, uuid, peek)
 		if err != nil || r.Moved {
 			return r.Body, r.Score, r.Moved, err
 		}
@@ -270,9 +289,66 @@ func FarPull(ctx context.Context, c Cmds, sh Shard, uuid string, peek bool) (bod
 	return "", 0, false, fmt.Errorf("the far message %q kept moving while it was looked up", uuid)
 }
 
+// farPull3 is FarPull in the format 3 index, whose shape mc read: again
+// when the message moved meanwhile.
+func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, field, uuid string, peek bool) (body string, score float64, found, again bool, err error) {
+	vals, err := mc.Result()
+	if err != nil {
+		return "", 0, false, false, err
+	}
+	shape, err := fpShapeOf(vals)
+	if err != nil || !shape.Set {
+		return "", 0, false, false, err
+	}
+	h := fpHash(field)
+	key, fp := sh.fpIndex(shape.shard(h)), fpField(h)
+	var sc, cc *redis.StringCmd
+	_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		sc = pipe.HGet(ctx, key, fp)
+		cc = pipe.HGet(ctx, sh.fpSide(), field)
+		return nil
+	})
+	// The side table's entry is the message's for sure; the shard's may be
+	// another message's of the same fingerprint.
+	ats := make([]farAt, 0, 2)
+	for _, e := range []struct {
+		cmd *redis.StringCmd
+		at  farAt
+	}{{cc, farAt{index: sh.fpSide(), field: field, mode: "s", full: field}}, {sc, farAt{index: key, field: fp, mode: "3", full: field}}} {
+		loc, err := e.cmd.Result()
+		if err == redis.Nil {
+			continue
+		}
+		if err != nil {
+			return "", 0, false, false, err
+		}
+		e.at.loc = loc
+		ats = append(ats, e.at)
+	}
+	now := (time.Now().UnixMilli() - farEpoch) / FarWidth.Milliseconds()
+	for _, at := range ats {
+		b, _, _, err := fpParse(at.loc, now)
+		if err == errFpTombstone {
+			continue
+		}
+		if err != nil {
+			return "", 0, false, false, err
+		}
+		r, other, err := callFarPull(ctx, c, sh, farFormat2, b, at, uuid, peek)
+		if err != nil || r.Moved {
+			return r.Body, r.Score, r.Moved, false, err
+		}
+		if !other {
+			return "", 0, false, true, nil
+		}
+	}
+	return "", 0, false, false, nil
+}
+
 // FarPullMany is FarPull (not peeking) for many UUIDs of a partition, on
 // two pipelines: the far index lookups, then farpull.lua for those found.
-// A message that moved meanwhile is looked up again on its own.
+// A message that moved meanwhile, or one the far index does not hold while
+// the partition has a format 3 index, is looked up again on its own.
 func FarPullMany(ctx context.Context, c redis.Cmdable, sh Shard, uuids []string) error {
 	pipe := c.Pipeline()
 	locs := make([]*redis.StringCmd, len(uuids))
@@ -281,12 +357,21 @@ func FarPullMany(ctx context.Context, c redis.Cmdable, sh Shard, uuids []string)
 		fields[k] = farField(uuid)
 		locs[k] = pipe.HGet(ctx, sh.farIndex(farShard(fields[k])), fields[k])
 	}
+	shape := pipe.HGet(ctx, sh.FarMeta(), fpShapeFields[0])
 	execPipe(ctx, pipe)
+	if err := shape.Err(); err != nil && err != redis.Nil {
+		return err
+	}
+	has3 := shape.Val() != ""
 	pipe = c.Pipeline()
 	pulls := make([]pipedScript, len(uuids))
+	var alone []string
 	for k, uuid := range uuids {
 		loc, err := locs[k].Result()
 		if err == redis.Nil {
+			if has3 {
+				alone = append(alone, uuid)
+			}
 			continue // not in the far tier (any more)
 		}
 		if err != nil {
@@ -296,7 +381,7 @@ func FarPullMany(ctx context.Context, c redis.Cmdable, sh Shard, uuids []string)
 		if err != nil {
 			return err
 		}
-		keys, args := farPullArgs(sh, v, b, sh.farIndex(farShard(fields[k])), fields[k], loc, uuid, false)
+		keys, args := farPullArgs(sh, v, b, farAt{index: sh.farIndex(farShard(fields[k])), field: fields[k], loc: loc, mode: "2", full: fields[k]}, uuid, false)
 		pulls[k] = pipeScript(ctx, pipe, farPullScript, keys, args...)
 	}
 	execPipe(ctx, pipe)
@@ -309,9 +394,12 @@ func FarPullMany(ctx context.Context, c redis.Cmdable, sh Shard, uuids []string)
 			return err
 		}
 		if n, _ := res[0].(int64); n != 1 {
-			if _, _, _, err := FarPull(ctx, c, sh, uuids[k], false); err != nil {
-				return err
-			}
+			alone = append(alone, uuids[k])
+		}
+	}
+	for _, uuid := range alone {
+		if _, _, _, err := FarPull(ctx, c, sh, uuid, false); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -378,25 +466,37 @@ func FarBucketKey(sh Shard, v int, b int64) string { return sh.farBucketKey(v, b
 // element records it (unpack.lua).
 func FarBucketStartMs(b int64) int64 { return farBucketStart(b).UnixMilli() }
 
-// FarHead reads the popped count of far bucket b of format v and its first
-// n elements, as unpack.lua takes them.
-func FarHead(ctx context.Context, c Cmds, sh Shard, v int, b int64, n int) (popped int64, els []string, err error) {
-	var p *redis.StringCmd
+// FarHeadRead is what FarHead read of a far bucket, for Unpack.
+type FarHeadRead struct {
+	Popped int64    // the bucket's popped count
+	Els    []string // its first elements
+	shape  fpShape  // the format 3 index's (far3.go)
+}
+
+// FarHead reads the popped count of far bucket b of format v, its first n
+// elements, as unpack.lua takes them, and the shape of the format 3 index.
+func FarHead(ctx context.Context, c Cmds, sh Shard, v int, b int64, n int) (FarHeadRead, error) {
+	var m *redis.SliceCmd
 	var e *redis.StringSliceCmd
 	// A pipeline rather than MULTI, which Redis refuses at maxmemory; each
-	// command's error is checked below (the pipeline's is the first one,
-	// which for a bucket never unpacked is HGET's redis.Nil).
+	// command's error is checked below.
 	_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		p = pipe.HGet(ctx, sh.FarMeta(), farPopped(v, b))
+		m = pipe.HMGet(ctx, sh.FarMeta(), farPopped(v, b), fpShapeFields[0], fpShapeFields[1])
 		e = pipe.LRange(ctx, sh.farBucketKey(v, b), 0, int64(min(n, FarUnpackBatch))-1)
 		return nil
 	})
 	if err := e.Err(); err != nil {
-		return 0, nil, err
+		return FarHeadRead{}, err
 	}
-	if err := p.Err(); err != nil && err != redis.Nil {
-		return 0, nil, err
+	vals, err := m.Result()
+	if err != nil {
+		return FarHeadRead{}, err
 	}
-	popped, _ = strconv.ParseInt(p.Val(), 10, 64)
-	return popped, e.Val(), nil
+	shape, err := fpShapeOf(vals[1:])
+	if err != nil {
+		return FarHeadRead{}, err
+	}
+	p, _ := vals[0].(string) // nil: a bucket never unpacked
+	popped, _ := strconv.ParseInt(p, 10, 64)
+	return FarHeadRead{Popped: popped, Els: e.Val(), shape: shape}, nil
 }

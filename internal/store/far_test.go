@@ -80,7 +80,7 @@ func TestFar_Decode(t *testing.T) {
 	require.False(t, ok)
 	require.False(t, bad)
 	// unknown or damaged: refused
-	for _, e := range []string{"\x03\x00" + string(rel[:]) + body, "\x02\x04" + string(rel[:]) + body, "\x02\x02" + string(rel[:]) + "\x40ab", "\x02", string(d[:]) + body} {
+	for _, e := range []string{"\x04\x00" + string(rel[:]) + body, "\x03\x00\x00", "\x02\x04" + string(rel[:]) + body, "\x02\x02" + string(rel[:]) + "\x40ab", "\x02", string(d[:]) + body} {
 		_, ok, bad = decodeFar(2, start, e)
 		require.False(t, ok, "%q", e)
 		require.True(t, bad, "%q", e)

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: farel, ffilter
+-- include: farel, ffilter, fpindex
 --[[
   farpull: moves one far message (see far.go), found by its UUID's far
   index entry, into the waiting set with its due time, so Cancel,
@@ -12,7 +12,9 @@
   KEYS[2] fmeta    hash   far counters: n (and fm, the far filter's: see
                           farfilter.go), p:<bucket> (popped), l:<bucket> (live)
   KEYS[3] bucket   list   the message's far bucket
-  KEYS[4] index    hash   the far index shard of the UUID
+  KEYS[4] index    hash   the far index shard of the UUID; with ARGV[9] "3",
+                          the format 3 index shard of its fingerprint, with
+                          "s" the format 3 side table (far3.go)
   KEYS[5] waiting  zset   message UUID -> due score
   KEYS[6] bodies   hash   message UUID -> encoded message
   KEYS[7] bkeys    hash   business key -> UUID of the waiting message holding
@@ -20,9 +22,10 @@
   KEYS[8] bkeyof   hash   UUID of a waiting message -> its business key
   KEYS[9] prio     hash   UUID of a waiting high-priority message -> 1
   KEYS[10] ff      string the far filter: dropped when the far tier empties
-  ARGV[1] the UUID's far index field
+  ARGV[1] the UUID's far index field; with ARGV[9] "3", its fingerprint
   ARGV[2] the location the caller read for it (format 1: bucket * 2^24 +
-          position; format 2: minus that, less one)
+          position; format 2: minus that, less one; format 3's index: a
+          place, far3.go's fpLoc)
   ARGV[3] the message UUID
   ARGV[4] the bucket's number
   ARGV[5] wake channel, published to when the message becomes the earliest
@@ -30,15 +33,20 @@
   ARGV[7] the bucket's format, 1 or 2 (see far.go; KEYS[1] and KEYS[3] are
           that format's)
   ARGV[8] the bucket's first due ms (format 2 stores due times from it)
+  ARGV[9] the index KEYS[4] is: "2" the far index (formats 1 and 2), "3" a
+          format 3 index shard, "s" the format 3 side table
+  ARGV[10] the UUID's far index field (the side table's field)
 
   Returns {1, body, due score} when the message was there (and, unless read
   only, is moved), {0} when the index no longer holds that location (moved
-  or unpacked meanwhile: the caller looks again).
+  or unpacked meanwhile: the caller looks again), {2} when a format 3 index
+  shard's entry is another message's of the same fingerprint (the caller
+  looks in the side table).
 ]]
 local far, fmeta, bucket, index, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local bkeys, bkeyof, prio, ff = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local field, readLoc, uuid, b, wake, readOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local v, start = tonumber(ARGV[7]), tonumber(ARGV[8])
+local v, start, mode, full = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9], ARGV[10]
 local pf, lf = 'p:' .. b, 'l:' .. b
 if v == 2 then
   pf, lf = 'P:' .. b, 'L:' .. b
@@ -47,11 +55,17 @@ local loc = redis.call('HGET', index, field)
 if loc ~= readLoc then
   return {0}
 end
-local x = tonumber(loc)
-if v == 2 then
-  x = -x - 1
+local pos, collided, _
+if mode == '2' then
+  local x = tonumber(loc)
+  if v == 2 then
+    x = -x - 1
+  end
+  pos = x % 16777216
+else
+  _, pos, collided = fi_place(loc)
 end
-local pos = x % 16777216 - tonumber(redis.call('HGET', fmeta, pf) or '0')
+pos = (pos or -1) - tonumber(redis.call('HGET', fmeta, pf) or '0')
 local e = pos >= 0 and redis.call('LINDEX', bucket, pos)
 local score, body, key, isPrio
 if e and e ~= '' then
@@ -63,7 +77,7 @@ body = body or ''
 local id = nil
 local cv = string.byte(body, 1)
 if cv == 3 then
-  id = string.sub(body, 2, 17) == field and uuid
+  id = string.sub(body, 2, 17) == full and uuid
 elseif cv == 1 or cv == 2 then
   local n, at = string.byte(body, 2), 3
   if n and n >= 128 then
@@ -72,6 +86,9 @@ elseif cv == 1 or cv == 2 then
   id = n and string.sub(body, at, at + n - 1)
 end
 if id ~= uuid then
+  if mode == '3' then
+    return {2} -- a fingerprint's holder, not the message asked for
+  end
   -- an index entry whose element is gone or another message's (cannot
   -- happen unless data was damaged): drop it rather than act on the wrong
   -- message; the message itself, wherever it is, is still delivered
@@ -82,7 +99,11 @@ if readOnly == '1' then
   return {1, body, score}
 end
 redis.call('LSET', bucket, pos, '')
-redis.call('HDEL', index, field)
+if collided then
+  redis.call('HSET', index, field, '\1') -- a tombstone (see fi_remove)
+else
+  redis.call('HDEL', index, field)
+end
 ff_remove(fmeta, ff, 1)
 if redis.call('HINCRBY', fmeta, lf, -1) <= 0 then
   redis.call('DEL', bucket)
@@ -92,7 +113,7 @@ end
 local head = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')[2]
 redis.call('ZADD', waiting, score, uuid)
 redis.call('HSET', bodies, uuid, body)
-far_restore(bkeys, bkeyof, prio, uuid, field, key, isPrio)
+far_restore(bkeys, bkeyof, prio, uuid, full, key, isPrio)
 if not head or score < tonumber(head) then
   redis.call('PUBLISH', wake, 'd')
 end

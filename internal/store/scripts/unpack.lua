@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- include: clock, farel, farmark, ffilter
+-- include: clock, farel, farmark, ffilter, fpindex
 --[[
   unpack: moves the head of a far bucket (see far.go) into the waiting set,
   when the bucket's time to unpack has come and the caller holds the
@@ -29,29 +29,38 @@
   KEYS[9] prio     hash   UUID of a waiting high-priority message -> 1
   KEYS[10] ff      string the far filter: dropped when the far tier empties
   KEYS[11] fpark   list   far elements this release cannot read, parked
-  KEYS[12...]      far index shards, as the elements name them
+  KEYS[12] fic     hash   format 3 index's side table (far3.go)
+  KEYS[13...]      far index shards (format 3's too), as the elements name
+                   them
   ARGV[1]          owner: the caller's scheduler id
   ARGV[2]          the bucket's number
   ARGV[3]          its popped count as the caller read it
   ARGV[4]          number of head elements the caller read, n
   ARGV[5]          the bucket's format, 1 or 2
   ARGV[6]          the bucket's first due ms (format 2 stores due times from it)
-  then three arguments per element, in list order:
+  ARGV[7]          the format 3 index's L the caller read (iL, see far3.go),
+                   0 when it read no element of format 3
+  then per element, in list order, three arguments (ARGV[7] 0) or five:
   ARGV[j]          the UUID's far index field ("" for an element read blank
-                   or that the caller cannot read)
+                   or that the caller cannot read); format 3: its
+                   fingerprint (4 bytes), then the far field
   ARGV[j+1]        the message UUID
-  ARGV[j+2]        index in KEYS of its far index shard
+  ARGV[j+2]        index in KEYS of its far index shard; format 3: of the
+                   shard h mod 2^L
+  ARGV[j+3]        format 3: index in KEYS of the shard h mod 2^(L+1)
+  ARGV[j+4]        format 3: h mod 2^L
 
   Returns {moved, parked, more}: messages moved into the waiting set,
   elements it could not read (parked), and 1 when the bucket has more
   elements (the caller calls again), else 0. {-1, 0, 0} when the caller does not
   hold the lease, the bucket is not due for unpacking, or the snapshot is
-  stale (the caller reads again on its next tick).
+  stale, the format 3 index's L included (the caller reads again on its
+  next tick).
 ]]
 local lease, far, fmeta, bucket, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local bkeys, bkeyof, prio, ff, fpark = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local bkeys, bkeyof, prio, ff, fpark, fic = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local owner, b, popped, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local v, start = tonumber(ARGV[5]), tonumber(ARGV[6])
+local v, start, callerL = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local pf, lf = 'p:' .. b, 'l:' .. b
 if v == 2 then
   pf, lf = 'P:' .. b, 'L:' .. b
@@ -65,6 +74,14 @@ if not at or tonumber(at) > now_ms() then
 end
 if tonumber(redis.call('HGET', fmeta, pf) or '0') ~= popped then
   return {-1, 0, 0}
+end
+local shape, stride = false, 3
+if callerL > 0 then
+  stride = 5
+  shape = redis.call('HMGET', fmeta, 'iL', 'iS')
+  if not fi_shard(shape, callerL, '', '', 0) then
+    return {-1, 0, 0}
+  end
 end
 if n == 0 then
   -- nothing read: a bucket whose list is gone (data lost) is forgotten
@@ -82,7 +99,7 @@ end
 local moved, refused, live = 0, 0, 0
 local z, h = {}, {}
 for i = 1, n do
-  local e, j = els[i], 7 + 3 * (i - 1)
+  local e, j = els[i], 8 + stride * (i - 1)
   if e ~= '' then
     local score, body, key, isPrio
     if ARGV[j] ~= '' then
@@ -93,15 +110,22 @@ for i = 1, n do
       redis.call('RPUSH', fpark, v .. ':' .. b .. ':' .. start .. ':' .. e)
       refused = refused + 1
     else
-      redis.call('HDEL', KEYS[tonumber(ARGV[j + 2])], ARGV[j])
+      local field = ARGV[j]
+      if shape and string.byte(e, 1) == 3 then
+        field = string.sub(ARGV[j], 5)
+        local shard = fi_shard(shape, callerL, KEYS[tonumber(ARGV[j + 2])], KEYS[tonumber(ARGV[j + 3])], tonumber(ARGV[j + 4]))
+        fi_remove(shard, fic, string.sub(ARGV[j], 1, 4), field, tonumber(b), popped + i - 1)
+      else
+        redis.call('HDEL', KEYS[tonumber(ARGV[j + 2])], field)
+      end
       local id = ARGV[j + 1]
       -- the tiers never hold one UUID twice; should they, the waiting one stays
       if redis.call('HSETNX', bodies, id, body) == 1 then
         z[#z + 1] = score
         z[#z + 1] = id
         moved = moved + 1
-        far_restore(bkeys, bkeyof, prio, id, ARGV[j], key, isPrio)
-      elseif key and is_far_mark(redis.call('HGET', bkeys, key), id, ARGV[j]) then
+        far_restore(bkeys, bkeyof, prio, id, field, key, isPrio)
+      elseif key and is_far_mark(redis.call('HGET', bkeys, key), id, field) then
         redis.call('HDEL', bkeys, key) -- its far holder is gone
       end
     end

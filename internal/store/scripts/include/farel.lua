@@ -5,16 +5,30 @@
   need it, not a script of its own.
 ]]
 
--- Decodes element e of a far bucket of format v (1 or 2) whose first due
--- ms is start. Returns score, body, key (false for none), prio (true or
--- false); nil for an element that cannot be read (of another format, or
--- damaged). e must not be "" (a blank element).
+-- Decodes element e of a far bucket of format v (1 or 2; a bucket of
+-- format 2 holds elements of format 3 too) whose first due ms is start.
+-- Returns score, body, key (false for none), prio (true or false); nil for
+-- an element that cannot be read (of another format, or damaged). e must
+-- not be "" (a blank element).
 local function far_decode(v, start, e)
   if v ~= 2 then
-    if #e < 9 or string.byte(e, 1) == 2 then
+    if #e < 9 or string.byte(e, 1) == 2 or string.byte(e, 1) == 3 then
       return nil
     end
     return struct.unpack('>d', e), string.sub(e, 9), false, false
+  end
+  if string.byte(e, 1) == 3 and #e >= 6 then
+    local w = struct.unpack('>I4', string.sub(e, 2, 5))
+    local score = start * 1024 + w % 1073741824 - 536870912
+    local at, key = 6, false
+    if w % 2147483648 >= 1073741824 then
+      local n = string.byte(e, 6)
+      if #e < 7 + n then
+        return nil
+      end
+      key, at = string.sub(e, 7, 6 + n), 7 + n
+    end
+    return score, string.sub(e, at), key, w >= 2147483648
   end
   if #e < 7 or string.byte(e, 1) ~= 2 then
     return nil

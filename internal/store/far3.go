@@ -1,0 +1,225 @@
+package store
+
+import (
+	"crypto/sha1"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Format 3 of the far tier (issue 50), being built in steps: this release
+// reads it (unpack.lua, farpull.lua) and writes none of it, so every
+// process that may meet it reads it before any release writes it (see
+// level.go). What it changes against format 2:
+//
+// Elements. A format 3 element sits in the lists of format 2 (:fz and
+// :fc:<bucket>, their P: and L: counts), told apart by its first byte:
+//
+//	byte 0      3, the format
+//	bytes 1-4   a big-endian 32-bit word: bit 31 high priority, bit 30 a
+//	            business key follows, bits 0-29 the due score less the
+//	            bucket's first due ms × 1024, plus 2^29
+//	[key]       with bit 30: one byte of length, then the business key
+//	rest        the encoded message
+//
+// A process of release 0.2.0 parks such an element (unpack.lua) rather
+// than reading it wrong; a format 3 reader parks what it cannot read the
+// same way.
+//
+// The index. Instead of the UUID's 16 bytes in 2^19 fixed shards (format
+// 2's :fx:<n>, 41.7 B a message at 5M), a 4-byte fingerprint of the UUID in
+// hash shards whose number follows the tier's size by linear hashing,
+// about 15 B a message at any size (bench/README.md, "Format 3's index").
+// A message's hash h is the first 8 bytes of the SHA-1 of its far field
+// (farField). The partition's index has shards <shard>:fi:<n> for n <
+// 2^L + S, L (at least fpMinLevel) and the split pointer S in :fmeta's iL
+// and iS (absent: no format 3 index was ever written; L fpMinLevel, S 0).
+// A message's shard is h mod 2^L, or h mod 2^(L+1) when that is below S
+// (shards below S were split). Its field is the 32 bits of h from bit
+// fpMinLevel, so a split (moving the fields whose bit L is set to shard n
+// + 2^L, then S+1; 2^L + S reaching 2^(L+1) makes L+1 and S 0) reads the
+// fields alone.
+//
+// The field's value is the message's place: fpLoc. A fingerprint already
+// taken in its shard by another message sends the newcomer's place to the
+// side table (:fic, its far field -> its place), and flags the shard's
+// entry as collided; removing a collided holder leaves a tombstone (the
+// flag alone), so that a lookup of that fingerprint still reads the side
+// table. A writer meeting a tombstone takes its place, flag kept. Every
+// hit is confirmed against the element, which holds the whole UUID.
+const (
+	farFormat3 = 3
+	// fpMinLevel is the index's smallest L: 2,048 shards.
+	fpMinLevel = 11
+	// fpRelBias is what a format 3 head adds to the score's offset from
+	// its bucket, so the offset is stored unsigned in 30 bits.
+	fpRelBias = 1 << 29
+	// fpLocBucketMod is the range of the bucket number a place stores (3
+	// bytes); a reader takes the bucket of that residue nearest its own
+	// clock's (fpBucket): 16 million buckets, 31 years at the default
+	// width, so a far tier reaching 15 years either way of now is exact.
+	fpLocBucketMod = 1 << 24
+	// fpLocCollided flags a place (its 7-byte form) or a tombstone.
+	fpLocCollided = 1
+)
+
+// encodeFar3 is a format 3 element of a bucket whose first due ms is
+// start. Nothing writes format 3 yet but the tests (see above).
+func encodeFar3(start int64, m farElem) (string, error) {
+	rel := int64(m.Score) - start*1024
+	if rel < -fpRelBias || rel >= fpRelBias {
+		return "", fmt.Errorf("due score %.0f is too far from its far bucket's start %d for format 3", m.Score, start)
+	}
+	if len(m.Key) > 255 {
+		return "", fmt.Errorf("business key of %d bytes: a far element holds at most 255", len(m.Key))
+	}
+	w := uint32(rel + fpRelBias)
+	if m.Prio {
+		w |= 1 << 31
+	}
+	e := make([]byte, 5, 5+1+len(m.Key)+len(m.Body))
+	e[0] = farFormat3
+	if m.Key != "" {
+		w |= 1 << 30
+		binary.BigEndian.PutUint32(e[1:], w)
+		e = append(e, byte(len(m.Key)))
+		e = append(e, m.Key...)
+	} else {
+		binary.BigEndian.PutUint32(e[1:], w)
+	}
+	return string(append(e, m.Body...)), nil
+}
+
+// decodeFar3 decodes format 3 element e (e[0] is 3) of a bucket whose
+// first due ms is start; ok is false when it is damaged.
+func decodeFar3(start int64, e string) (m farElem, ok bool) {
+	if len(e) < 6 {
+		return m, false
+	}
+	w := binary.BigEndian.Uint32([]byte(e[1:5]))
+	m.Score = float64(start*1024 + int64(w&(1<<30-1)) - fpRelBias)
+	m.Prio = w&(1<<31) != 0
+	rest := e[5:]
+	if w&(1<<30) != 0 {
+		n := int(rest[0])
+		if len(rest) < 1+n+1 {
+			return m, false
+		}
+		m.Key, rest = rest[1:1+n], rest[1+n:]
+	}
+	m.Body = rest
+	return m, true
+}
+
+// fpHash is the index hash of a far field (a variable: tests make two
+// UUIDs collide).
+var fpHash = func(field string) uint64 {
+	s := sha1.Sum([]byte(field))
+	return binary.BigEndian.Uint64(s[:8])
+}
+
+// fpField is the index field of hash h: its 32 bits from bit fpMinLevel.
+func fpField(h uint64) string {
+	var f [4]byte
+	binary.BigEndian.PutUint32(f[:], uint32(h>>fpMinLevel))
+	return string(f[:])
+}
+
+// fpShape is a partition's index shape: L and S (see above).
+type fpShape struct {
+	L, S uint64
+	Set  bool // :fmeta holds iL: a format 3 index was written
+}
+
+// shard is the index shard of hash h.
+func (p fpShape) shard(h uint64) uint64 {
+	if n := h & (1<<p.L - 1); n >= p.S {
+		return n
+	}
+	return h & (1<<(p.L+1) - 1)
+}
+
+// fpShapeOf reads the shape from :fmeta's iL and iS (HMGET's two replies).
+func fpShapeOf(vals []any) (fpShape, error) {
+	p := fpShape{L: fpMinLevel}
+	ls, _ := vals[0].(string)
+	if ls == "" {
+		return p, nil
+	}
+	ss, _ := vals[1].(string)
+	l, errL := strconv.ParseUint(ls, 10, 8)
+	s, errS := uint64(0), error(nil)
+	if ss != "" {
+		s, errS = strconv.ParseUint(ss, 10, 64)
+	}
+	if errL != nil || errS != nil || l < fpMinLevel || l > 40 || s >= 1<<l {
+		return p, fmt.Errorf("the far index's shape in %s (iL %q, iS %q) is damaged", "fmeta", ls, ss)
+	}
+	return fpShape{L: l, S: s, Set: true}, nil
+}
+
+// fpArgs are what a script takes to find hash h's shard whatever S it
+// finds, as long as it finds L: both shards L allows, and h mod 2^L, which
+// it compares with S.
+func (p fpShape) args(sh Shard, h uint64) (keyA, keyB string, low uint64) {
+	low = h & (1<<p.L - 1)
+	return sh.fpIndex(low), sh.fpIndex(h & (1<<(p.L+1) - 1)), low
+}
+
+// fpLoc is a message's place in the index: 5 bytes, its bucket modulo
+// fpLocBucketMod and its position in the bucket (as format 2 counts it,
+// from the bucket's first element ever), when the position is below 2^16
+// and the entry is not collided; else 7 bytes, a flag byte (fpLocCollided)
+// and 3 bytes each.
+func fpLoc(b, pos int64, collided bool) string {
+	bm := uint32(b & (fpLocBucketMod - 1))
+	if !collided && pos < 1<<16 {
+		return string([]byte{byte(bm >> 16), byte(bm >> 8), byte(bm), byte(pos >> 8), byte(pos)})
+	}
+	flag := byte(0)
+	if collided {
+		flag = fpLocCollided
+	}
+	return string([]byte{flag, byte(bm >> 16), byte(bm >> 8), byte(bm), byte(pos >> 16), byte(pos >> 8), byte(pos)})
+}
+
+// errFpTombstone is fpParse's for a tombstone: no message has the
+// fingerprint in the shard, the side table may.
+var errFpTombstone = errors.New("a far index tombstone")
+
+// fpParse reads a place: the bucket, taken as the one of its residue
+// nearest bucket now, and the position; collided when the side table may
+// hold other messages of the fingerprint.
+func fpParse(loc string, now int64) (b, pos int64, collided bool, err error) {
+	var bm int64
+	switch len(loc) {
+	case 5:
+		bm = int64(loc[0])<<16 | int64(loc[1])<<8 | int64(loc[2])
+		pos = int64(loc[3])<<8 | int64(loc[4])
+	case 7:
+		collided = loc[0]&fpLocCollided != 0
+		bm = int64(loc[1])<<16 | int64(loc[2])<<8 | int64(loc[3])
+		pos = int64(loc[4])<<16 | int64(loc[5])<<8 | int64(loc[6])
+	case 1:
+		return 0, 0, loc[0]&fpLocCollided != 0, errFpTombstone
+	default:
+		return 0, 0, false, fmt.Errorf("far index value %q is not a place", loc)
+	}
+	return fpBucket(bm, now), pos, collided, nil
+}
+
+// fpBucket is the bucket of residue bm (modulo fpLocBucketMod) nearest now.
+func fpBucket(bm, now int64) int64 {
+	const half = fpLocBucketMod / 2
+	lo := now - half
+	return lo + ((bm-lo)%fpLocBucketMod+fpLocBucketMod)%fpLocBucketMod
+}
+
+// fpIndex is the format 3 index shard n of the partition, and fpSide its
+// side table (see above).
+func (s Shard) fpIndex(n uint64) string { return string(s) + ":fi:" + strconv.FormatUint(n, 10) }
+func (s Shard) fpSide() string          { return string(s) + ":fic" }
+
+// fpShapeFields are :fmeta's fields of the index's shape.
+var fpShapeFields = []string{"iL", "iS"}

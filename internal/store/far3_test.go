@@ -1,0 +1,328 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+func TestFar3_Element(t *testing.T) {
+	body := string(Encode(message.NewMessage("0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", []byte("p"))))
+	start := int64(1_780_000_000_000)
+	for _, m := range []farElem{
+		{Score: float64(start*1024 + 61_000*1024 + 7), Body: body},
+		{Score: float64(start*1024 - 5_000*1024), Body: body, Key: "order-1", Prio: true},
+		{Score: float64(start*1024 + fpRelBias - 1), Body: body, Prio: true},
+		{Score: float64(start*1024 - fpRelBias), Body: body, Key: string(make([]byte, 255))},
+	} {
+		e, err := encodeFar3(start, m)
+		require.NoError(t, err)
+		require.Len(t, e, 5+len(body)+map[bool]int{true: 1 + len(m.Key)}[m.Key != ""], "a 5-byte head")
+		got, ok, bad := decodeFar(farFormat2, start, e)
+		require.True(t, ok)
+		require.False(t, bad)
+		require.Equal(t, m, got)
+	}
+	_, err := encodeFar3(start, farElem{Score: float64(start*1024 + fpRelBias), Body: body})
+	require.ErrorContains(t, err, "too far from its far bucket's start")
+	_, err = encodeFar3(start, farElem{Score: float64(start * 1024), Body: body, Key: string(make([]byte, 256))})
+	require.ErrorContains(t, err, "at most 255")
+	e, err := encodeFar3(start, farElem{Score: float64(start * 1024), Body: body, Key: "abc"})
+	require.NoError(t, err)
+	for _, damaged := range []string{e[:5], e[:8], e[:9]} {
+		_, ok, bad := decodeFar(farFormat2, start, damaged)
+		require.False(t, ok, "%q", damaged)
+		require.True(t, bad, "%q", damaged)
+	}
+	_, ok, bad := decodeFar(1, start, e)
+	require.False(t, ok)
+	require.True(t, bad, "a format 3 element in a format 1 bucket")
+}
+
+func TestFar3_Place(t *testing.T) {
+	now := int64(1_000_000) // a bucket number
+	for _, c := range []struct {
+		b, pos   int64
+		collided bool
+		size     int
+	}{
+		{now + 5, 0, false, 5},
+		{now, 65_535, false, 5},
+		{now, 65_536, false, 7},
+		{now + 43_200, 3, true, 7},
+		{now - 100, 1<<24 - 1, true, 7},
+		{now + fpLocBucketMod/2 - 1, 9, false, 5},
+		{now - fpLocBucketMod/2, 9, false, 5},
+	} {
+		loc := fpLoc(c.b, c.pos, c.collided)
+		require.Len(t, loc, c.size)
+		b, pos, collided, err := fpParse(loc, now)
+		require.NoError(t, err)
+		require.Equal(t, [2]int64{c.b, c.pos}, [2]int64{b, pos})
+		require.Equal(t, c.collided, collided)
+	}
+	_, _, collided, err := fpParse("\x01", now)
+	require.ErrorIs(t, err, errFpTombstone)
+	require.True(t, collided)
+	for _, bad := range []string{"", "abcd", "abcdef"} {
+		_, _, _, err := fpParse(bad, now)
+		require.ErrorContains(t, err, "is not a place")
+	}
+}
+
+func TestFar3_Shape(t *testing.T) {
+	p, err := fpShapeOf([]any{nil, nil})
+	require.NoError(t, err)
+	require.Equal(t, fpShape{L: fpMinLevel}, p)
+	p, err = fpShapeOf([]any{"12", "100"})
+	require.NoError(t, err)
+	require.Equal(t, fpShape{L: 12, S: 100, Set: true}, p)
+	for _, bad := range [][]any{{"10", nil}, {"x", nil}, {"11", "2048"}, {"11", "-1"}} {
+		_, err := fpShapeOf(bad)
+		require.ErrorContains(t, err, "is damaged", "%v", bad)
+	}
+	// Shards below S were split: their hashes take one bit more.
+	p = fpShape{L: 11, S: 5}
+	require.Equal(t, uint64(4+2048), p.shard(4+2048+4096))
+	require.Equal(t, uint64(4), p.shard(4+4096))
+	require.Equal(t, uint64(5), p.shard(5+2048))
+	// Fields carry the address bits a split reads (bit L of the hash).
+	h := uint64(1)<<11 | 1<<42 | 1<<43
+	require.Equal(t, "\x80\x00\x00\x01", fpField(h), "bits 11 to 42")
+	require.Equal(t, fpField(h), fpField(h|1<<10), "bits below 11 are the shard's alone")
+}
+
+// far3Env writes far messages of format 3 into a partition, as the
+// writers of level 3 will (this release has none), and runs the readers.
+type far3Env struct {
+	t     *testing.T
+	ctx   context.Context
+	c     *redis.Client
+	sh    Shard
+	shape fpShape
+	b     int64 // the bucket written to
+}
+
+func newFar3Env(t *testing.T, shape fpShape) *far3Env {
+	c := freshClient(t)
+	e := &far3Env{t: t, ctx: context.Background(), c: c, sh: Shard("t:{f3}:0"), shape: shape}
+	e.b, _, _, _ = farPlace(time.Now().UnixMilli(), time.Now().Add(10*time.Minute).UnixMilli())
+	require.NoError(t, c.HSet(e.ctx, e.sh.FarMeta(), "iL", shape.L, "iS", shape.S).Err())
+	return e
+}
+
+// collide gives id the index hash of holder's UUID for the rest of the
+// test: the same shard and fingerprint.
+func collide(t *testing.T, id, holder string) {
+	orig := fpHash
+	fpHash = func(field string) uint64 {
+		if field == farField(id) {
+			return orig(farField(holder))
+		}
+		return orig(field)
+	}
+	t.Cleanup(func() { fpHash = orig })
+}
+
+// put writes a far message into the env's bucket and indexes it as a
+// writer of level 3 will: a fingerprint taken in its shard flags the
+// holder's entry as collided and sends the newcomer to the side table.
+func (e *far3Env) put(id string, dueIn time.Duration, key string, prio bool) {
+	t, ctx, c, sh := e.t, e.ctx, e.c, e.sh
+	start := farBucketStart(e.b).UnixMilli()
+	due := start + dueIn.Milliseconds()
+	el, err := encodeFar3(start, farElem{Score: float64(due * 1024), Body: string(Encode(message.NewMessage(id, []byte("payload of "+id)))), Key: key, Prio: prio})
+	require.NoError(t, err)
+	popped, _ := c.HGet(ctx, sh.FarMeta(), farPopped(2, e.b)).Int64()
+	pos := c.LLen(ctx, sh.FarList(e.b)).Val() + popped
+	require.NoError(t, c.RPush(ctx, sh.FarList(e.b), el).Err())
+	require.NoError(t, c.ZAdd(ctx, sh.FarZ(), redis.Z{Score: 0, Member: e.b}).Err())
+	require.NoError(t, c.HIncrBy(ctx, sh.FarMeta(), "L:"+strconv.FormatInt(e.b, 10), 1).Err())
+	require.NoError(t, c.HIncrBy(ctx, sh.FarMeta(), "n", 1).Err())
+	field := farField(id)
+	h := fpHash(field)
+	shard, fp := sh.fpIndex(e.shape.shard(h)), fpField(h)
+	cur, err := c.HGet(ctx, shard, fp).Result()
+	switch {
+	case err == redis.Nil:
+		require.NoError(t, c.HSet(ctx, shard, fp, fpLoc(e.b, pos, false)).Err())
+	case len(cur) == 1: // a tombstone
+		require.NoError(t, c.HSet(ctx, shard, fp, fpLoc(e.b, pos, true)).Err())
+	default:
+		hb, hpos, _, err := fpParse(cur, e.b)
+		require.NoError(t, err)
+		require.NoError(t, c.HSet(ctx, shard, fp, fpLoc(hb, hpos, true)).Err())
+		require.NoError(t, c.HSet(ctx, sh.fpSide(), field, fpLoc(e.b, pos, false)).Err())
+	}
+	if key != "" {
+		require.NoError(t, c.HSet(ctx, sh.Bkeys(), key, "\x00\x01"+field).Err())
+	}
+}
+
+// put2 writes a far message of format 2 into the env's bucket, as this
+// release's publish.lua does.
+func (e *far3Env) put2(id string, dueIn time.Duration) {
+	t, ctx, c, sh := e.t, e.ctx, e.c, e.sh
+	var rel [4]byte
+	binary.BigEndian.PutUint32(rel[:], uint32(int32(dueIn.Milliseconds()*1024)))
+	popped, _ := c.HGet(ctx, sh.FarMeta(), farPopped(2, e.b)).Int64()
+	pos := c.LLen(ctx, sh.FarList(e.b)).Val() + popped
+	require.NoError(t, c.RPush(ctx, sh.FarList(e.b), "\x02\x00"+string(rel[:])+string(Encode(message.NewMessage(id, []byte("payload of "+id))))).Err())
+	require.NoError(t, c.HIncrBy(ctx, sh.FarMeta(), "L:"+strconv.FormatInt(e.b, 10), 1).Err())
+	require.NoError(t, c.HIncrBy(ctx, sh.FarMeta(), "n", 1).Err())
+	field := farField(id)
+	require.NoError(t, c.HSet(ctx, sh.farIndex(farShard(field)), field, -(e.b<<farPosBits+pos)-1).Err())
+}
+
+// unpack unpacks the env's bucket as the scheduler holding the lease does.
+func (e *far3Env) unpack() UnpackReply {
+	require.NoError(e.t, e.c.Set(e.ctx, e.sh.Lease(), "me", time.Minute).Err())
+	head, err := FarHead(e.ctx, e.c, e.sh, 2, e.b, FarUnpackBatch)
+	require.NoError(e.t, err)
+	r, err := Unpack(e.ctx, e.c, e.sh, "me", 2, e.b, head)
+	require.NoError(e.t, err)
+	return r
+}
+
+// index is every entry left in the format 3 index, by key and field (in
+// hex) -> value (in hex).
+func (e *far3Env) index() map[string]string {
+	out := map[string]string{}
+	keys, err := e.c.Keys(e.ctx, string(e.sh)+":fi*").Result()
+	require.NoError(e.t, err)
+	for _, k := range keys {
+		m, err := e.c.HGetAll(e.ctx, k).Result()
+		require.NoError(e.t, err)
+		for f, v := range m {
+			out[fmt.Sprintf("%s/%x", k, f)] = fmt.Sprintf("%x", v)
+		}
+	}
+	return out
+}
+
+const (
+	idA = "0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11"
+	idB = "1c2f7d2b-8e8f-4d70-8e4c-3a7b2f0d1e22"
+	idC = "2d3a8e3c-9f90-4e81-9f5d-4b8c3a1e2f33"
+	idD = "ORDER-4" // not canonical: its far field is the text
+	idE = "3e4b9f4d-a0a1-4f92-a06e-5c9d4b2f3a44"
+)
+
+// Format 3 elements are unpacked into the waiting set with their due
+// times, business keys and priorities, and their index entries go: a
+// collided holder leaves its tombstone, the side table its entry.
+func TestFar3_Unpack(t *testing.T) {
+	collide(t, idC, idA)
+	for _, shape := range []fpShape{{L: 11}, {L: 11, S: 1500}, {L: 13, S: 7}} {
+		t.Run(fmt.Sprintf("L%d_S%d", shape.L, shape.S), func(t *testing.T) {
+			e := newFar3Env(t, shape)
+			e.put(idA, 10*time.Second, "", false)
+			e.put(idB, 20*time.Second, "key-b", true)
+			e.put2(idE, 25*time.Second) // the formats share the bucket
+			e.put(idC, 30*time.Second, "", false)
+			e.put(idD, -3*time.Second, "", false) // due before its bucket's start (FarSlack)
+			require.Len(t, e.index(), 4, "A's (collided), B's, D's, C's in the side table")
+
+			r := e.unpack()
+			require.Equal(t, UnpackReply{Moved: 5}, r)
+			require.Zero(t, e.c.HLen(e.ctx, e.sh.farIndex(farShard(farField(idE)))).Val(), "format 2's index entry goes")
+			start := farBucketStart(e.b).UnixMilli()
+			for id, due := range map[string]int64{idA: 10_000, idB: 20_000, idC: 30_000, idD: -3_000, idE: 25_000} {
+				s, err := e.c.ZScore(e.ctx, e.sh.Waiting(), id).Result()
+				require.NoError(t, err, id)
+				require.Equal(t, float64((start+due)*1024), s, id)
+				body, err := e.c.HGet(e.ctx, e.sh.Bodies(), id).Result()
+				require.NoError(t, err)
+				msg, err := Decode([]byte(body))
+				require.NoError(t, err)
+				require.Equal(t, "payload of "+id, string(msg.Payload))
+			}
+			require.Equal(t, "key-b", e.c.HGet(e.ctx, e.sh.BkeyOf(), idB).Val())
+			require.Equal(t, idB, e.c.HGet(e.ctx, e.sh.Bkeys(), "key-b").Val(), "the key's far mark now names the waiting message")
+			require.Equal(t, map[string]string{idB: "1"}, e.c.HGetAll(e.ctx, e.sh.Prio()).Val())
+			left := e.index()
+			require.Len(t, left, 1, "only A's tombstone: %v", left)
+			for _, v := range left {
+				require.Equal(t, "01", v)
+			}
+			require.Zero(t, e.c.Exists(e.ctx, e.sh.FarList(e.b), e.sh.FarZ()).Val())
+		})
+	}
+}
+
+// A scheduler that read the index's shape before a doubling (L grew)
+// changes nothing and reads again.
+func TestFar3_UnpackStaleShape(t *testing.T) {
+	e := newFar3Env(t, fpShape{L: 11})
+	e.put(idA, 10*time.Second, "", false)
+	require.NoError(t, e.c.Set(e.ctx, e.sh.Lease(), "me", time.Minute).Err())
+	head, err := FarHead(e.ctx, e.c, e.sh, 2, e.b, FarUnpackBatch)
+	require.NoError(t, err)
+	// The doubling: every shard split, A's entry moved to its shard at L 12.
+	h := fpHash(farField(idA))
+	old, now := fpShape{L: 11}.shard(h), fpShape{L: 12}.shard(h)
+	if old != now {
+		require.NoError(t, e.c.Rename(e.ctx, e.sh.fpIndex(old), e.sh.fpIndex(now)).Err())
+	}
+	require.NoError(t, e.c.HSet(e.ctx, e.sh.FarMeta(), "iL", 12, "iS", 0).Err())
+	r, err := Unpack(e.ctx, e.c, e.sh, "me", 2, e.b, head)
+	require.NoError(t, err)
+	require.True(t, r.Stale)
+	require.Zero(t, e.c.ZCard(e.ctx, e.sh.Waiting()).Val())
+	e.shape = fpShape{L: 12}
+	require.Equal(t, UnpackReply{Moved: 1}, e.unpack())
+	require.Empty(t, e.index())
+}
+
+// Cancel, Reschedule and Find reach a format 3 far message through
+// FarPull: by its shard's entry, or by the side table when another
+// message holds its fingerprint.
+func TestFar3_Pull(t *testing.T) {
+	collide(t, idC, idA)
+	collide(t, idD, idA)
+	e := newFar3Env(t, fpShape{L: 11, S: 3})
+	e.put(idA, 10*time.Second, "", false)
+	e.put(idB, 20*time.Second, "key-b", false)
+	e.put(idC, 30*time.Second, "", true)
+	start := farBucketStart(e.b).UnixMilli()
+
+	// Find: only read.
+	for i, id := range []string{idA, idB, idC} {
+		body, score, found, err := FarPull(e.ctx, e.c, e.sh, id, true)
+		require.NoError(t, err)
+		require.True(t, found, id)
+		require.Equal(t, float64((start+int64(i+1)*10_000)*1024), score)
+		got, _ := storedUUID([]byte(body))
+		require.Equal(t, id, got)
+	}
+	require.Zero(t, e.c.ZCard(e.ctx, e.sh.Waiting()).Val())
+	// D's fingerprint is A's, and D is not far: A's entry is not D's.
+	_, _, found, err := FarPull(e.ctx, e.c, e.sh, idD, false)
+	require.NoError(t, err)
+	require.False(t, found)
+
+	// A collided holder pulled leaves a tombstone; C is still found.
+	_, _, found, err = FarPull(e.ctx, e.c, e.sh, idA, false)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Len(t, e.index(), 3, "B's, C's side entry, A's tombstone")
+	require.NoError(t, FarPullMany(e.ctx, e.c, e.sh, []string{idB, idC, idD}))
+	left := e.index()
+	require.Len(t, left, 1, "A's tombstone: %v", left)
+	for _, id := range []string{idA, idB, idC} {
+		require.NotZero(t, e.c.ZScore(e.ctx, e.sh.Waiting(), id).Val(), id)
+	}
+	require.Equal(t, idB, e.c.HGet(e.ctx, e.sh.Bkeys(), "key-b").Val())
+	require.Equal(t, "1", e.c.HGet(e.ctx, e.sh.Prio(), idC).Val())
+	require.Zero(t, e.c.Exists(e.ctx, e.sh.FarList(e.b), e.sh.FarZ()).Val(), "the emptied bucket goes")
+	_, _, found, err = FarPull(e.ctx, e.c, e.sh, idA, true)
+	require.NoError(t, err)
+	require.False(t, found, "pulled already")
+}
