@@ -416,12 +416,18 @@ func (p *Publisher) store(batch []*pubCall) {
 // the far tier: it moves those messages to the waiting set, where
 // publish.lua compares them like any waiting message, and sends the call
 // again, until none is found there (a message may be stored in the far
-// tier meanwhile, by another call).
+// tier meanwhile, by another call). A message of the call that the pull
+// does not find (its fingerprint in the far index was another message's)
+// is sent again without a far lookup.
 func (p *Publisher) pullAndRetry(ctx context.Context, c *pubCall, uuids []string) (dup string, refusal *store.Refusal, err error) {
 	for range len(c.Msgs) + 1 {
 		for _, uuid := range uuids {
-			if _, _, _, err = store.FarPull(ctx, p.redis, c.shard, uuid, false); err != nil {
+			_, _, found, err := store.FarPull(ctx, p.redis, c.shard, uuid, false)
+			if err != nil {
 				return "", nil, fmt.Errorf("move the far message %q to the waiting set: %w", uuid, err)
+			}
+			if !found {
+				c.noFarLookup(uuid)
 			}
 		}
 		reply, err := p.runPublish(ctx, []*pubCall{c})
@@ -462,6 +468,16 @@ func (p *Publisher) readGroups(ctx context.Context, sh store.Shard) {
 	}
 }
 
+// noFarLookup tells the next runs that a pull did not find the call's
+// message uuid in the far tier (store.FarArg.NotFar).
+func (c *pubCall) noFarLookup(uuid string) {
+	for i := range c.Msgs {
+		if c.Msgs[i].UUID == uuid {
+			c.Msgs[i].Far.NotFar()
+		}
+	}
+}
+
 // PublishArgs is what publish.lua takes of the call.
 func (c *pubCall) PublishArgs() *store.PubArgs { return &c.PubArgs }
 
@@ -472,7 +488,7 @@ func (c *pubCall) PublishArgs() *store.PubArgs { return &c.PubArgs }
 // those ran the script).
 func (p *Publisher) runPublish(ctx context.Context, batch []*pubCall) (store.PublishReply, error) {
 	first := batch[0]
-	o := store.PublishOpts{MaxWaiting: first.maxWaiting.perPart, MaxReady: first.maxReady.perPart, Groups: p.groupsFor(ctx, batch)}
+	o := store.PublishOpts{MaxWaiting: first.maxWaiting.perPart, MaxReady: first.maxReady.perPart, Groups: p.groupsFor(ctx, batch), Shapes: &p.farShapes}
 	if p.config.MinReplicas == 0 {
 		return store.Publish(ctx, p.redis, first.shard, o, batch)
 	}

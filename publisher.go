@@ -197,7 +197,10 @@ type Publisher struct {
 	// read, for immediate grouped messages (see store.Publish); read again
 	// when the publish script finds the list out of date.
 	consumerGroups sync.Map
-	batchers       sync.Map // topic -> *batcher
+	// farShapes are the partitions' far index shapes, as the publish
+	// script last told them (store.Publish).
+	farShapes store.FarShapes
+	batchers  sync.Map // topic -> *batcher
 
 	closeMu sync.RWMutex   // orders Close after the calls it must wait for
 	closed  atomic.Bool    // set under closeMu

@@ -132,6 +132,9 @@ type PublishOpts struct {
 	// immediate grouped messages go straight to their groups' queues when
 	// they are right (nil when the batch has none).
 	Groups []string
+	// Shapes keeps the shapes of the partitions' format 3 indexes as the
+	// runs learn them (nil: none kept, each run learns it again).
+	Shapes *FarShapes
 }
 
 // Publish stores the calls of batch, all to partition sh: with append.lua
@@ -158,6 +161,29 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 	case near:
 		return delayedNear(ctx, c, sh, msgs, batch)
 	}
+	// A run that finds the format 3 index's shape other than the caller
+	// knew it does nothing and says so: it runs again with the shape, at
+	// most when the index is made and at each doubling of its shards.
+	shape := o.Shapes.load(sh)
+	for range 3 {
+		res, err := publishGeneral(ctx, c, sh, o, batch, msgs, shape)
+		if err != nil {
+			return PublishReply{}, err
+		}
+		if len(res) != 3 || res[0] != any(int64(-1)) {
+			return publishReply(res, len(batch))
+		}
+		l, _ := res[1].(int64)
+		sp, _ := res[2].(int64)
+		shape = fpShape{L: uint64(l), S: uint64(sp), Set: l > 0}
+		o.Shapes.store(sh, shape)
+	}
+	return PublishReply{}, fmt.Errorf("the far index of %s kept changing its shape while a publish ran", sh)
+}
+
+// publishGeneral runs publish.lua once, for the format 3 index of shape
+// shape (none: not Set).
+func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o PublishOpts, batch []C, msgs int, shape fpShape) ([]any, error) {
 	maxWaiting, maxReady, groups := o.MaxWaiting, o.MaxReady, o.Groups
 	keys := make([]string, 0, 16+6*len(groups))
 	keys = append(keys, sh.Waiting(), sh.Bodies(), sh.Stream(), sh.seq(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.reg(), sh.dormant(), sh.FarZ(), sh.FarMeta(), sh.Bell(), sh.GroupOf(), sh.Groups(),
@@ -168,15 +194,20 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 		keys = append(keys, sh.Redelivery(g))
 	}
 	indexOf := keyIndexer(&keys)
-	args := make([]any, 0, 8+len(groups)+len(batch)+13*msgs)
+	stride, fpL := 13, uint64(0)
+	if shape.Set {
+		stride, fpL = 17, shape.L
+	}
+	args := make([]any, 0, 9+len(groups)+len(batch)+stride*msgs)
 	args = append(args, sh.Wake(), maxWaiting, maxReady, len(batch),
 		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds(), len(groups))
 	for _, g := range groups {
 		args = append(args, g)
 	}
-	for _, call := range batch {
-		args = append(args, len(call.PublishArgs().Msgs))
+	for _, pc := range batch {
+		args = append(args, len(pc.PublishArgs().Msgs))
 	}
+	args = append(args, fpL)
 	for _, pc := range batch {
 		call := pc.PublishArgs()
 		for i := range call.Msgs {
@@ -195,13 +226,19 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 				bucketIdx = indexOf(sh.FarList(f.Bucket))
 			}
 			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt, m.Group, f.Filter)
+			if !shape.Set {
+				continue
+			}
+			if !f.Lookup || f.notFar {
+				args = append(args, "", 0, 0, 0)
+				continue
+			}
+			h := fpHash(f.Field)
+			a, b, low := shape.args(sh, h)
+			args = append(args, fpField(h), indexOf(a), indexOf(b), low)
 		}
 	}
-	res, err := publishScript.Run(ctx, c, keys, args...).Slice()
-	if err != nil {
-		return PublishReply{}, err
-	}
-	return publishReply(res, len(batch))
+	return publishScript.Run(ctx, c, keys, args...).Slice()
 }
 
 // publishReply decodes the reply of publish.lua (or delayed.lua) for a

@@ -210,7 +210,16 @@ type FarArg struct {
 	Bucket   int64         // far bucket (farArg.place); -1: not for the far tier
 	Start    int64         // the bucket's first due ms
 	UnpackAt int64         // when the bucket is unpacked, ms
+	// notFar: a pull found no far message of this UUID, so an entry of its
+	// fingerprint in the format 3 index is another message's (NotFar).
+	notFar bool
 }
+
+// NotFar tells the next runs that a pull found no far message with the
+// UUID (its fingerprint's entry in the format 3 index is another
+// message's): they do not look it up there again. The exact lookups (the
+// waiting set, format 2's index) still run.
+func (f *FarArg) NotFar() { f.notFar = true }
 
 // FarArgOf is where a message may be looked up and stored in the far
 // tier: one due far enough ahead may be stored there (mayFar), and a waiting message due farMargin or more ahead is

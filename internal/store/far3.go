@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 )
 
 // Format 3 of the far tier (issue 50), being built in steps: this release
@@ -223,3 +224,23 @@ func (s Shard) fpSide() string          { return string(s) + ":fic" }
 
 // fpShapeFields are :fmeta's fields of the index's shape.
 var fpShapeFields = []string{"iL", "iS"}
+
+// FarShapes keeps, for a Publisher, the shape of each partition's format 3
+// index as publish.lua last told it (see Publish). The zero value is ready;
+// a nil *FarShapes keeps nothing.
+type FarShapes struct{ m sync.Map }
+
+func (f *FarShapes) load(sh Shard) fpShape {
+	if f == nil {
+		return fpShape{}
+	}
+	p, _ := f.m.Load(sh)
+	s, _ := p.(fpShape)
+	return s
+}
+
+func (f *FarShapes) store(sh Shard, p fpShape) {
+	if f != nil {
+		f.m.Store(sh, p)
+	}
+}

@@ -326,3 +326,51 @@ func TestFar3_Pull(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, found, "pulled already")
 }
+
+// publish publishes id due in 30 s (near, looked up in the far tier) with
+// the body put gives it, through the general script (a bounded waiting
+// set), learning the index's shape in shapes; it returns the call's status.
+func (e *far3Env) publish(shapes *FarShapes, m PubMessage) any {
+	r, err := Publish(e.ctx, e.c, e.sh, PublishOpts{MaxWaiting: 1 << 20, Shapes: shapes}, []*fairCall{{PubArgs{Msgs: []PubMessage{m}}}})
+	require.NoError(e.t, err)
+	return r.Statuses[0]
+}
+
+func near3(id string) PubMessage {
+	return PubMessage{UUID: id, Delay: 30_000, Body: Encode(message.NewMessage(id, []byte("payload of "+id))), Far: FarArgOf(id, 30*time.Second, false)}
+}
+
+// A publish of a UUID that waits in the far tier in format 3 finds it
+// (whatever the far filter says) and pulls it first, as with format 2; a
+// fingerprint that is another message's is confirmed absent by the pull,
+// and the message is stored without a second lookup. The publisher learns
+// the index's shape from the script.
+func TestFar3_PublishLooksUp(t *testing.T) {
+	collide(t, idC, idA)
+	e := newFar3Env(t, fpShape{L: 12, S: 9})
+	e.put(idA, 10*time.Second, "", false)
+	var shapes FarShapes
+
+	c := near3(idC)
+	require.Equal(t, []any{"pull", idC}, e.publish(&shapes, c), "A's fingerprint entry could be C's")
+	require.Equal(t, fpShape{L: 12, S: 9, Set: true}, shapes.load(e.sh), "learnt from the script")
+	_, _, found, err := FarPull(e.ctx, e.c, e.sh, idC, false)
+	require.NoError(t, err)
+	require.False(t, found)
+	c.Far.NotFar()
+	require.Equal(t, int64(0), e.publish(&shapes, c))
+	require.NotZero(t, e.c.ZScore(e.ctx, e.sh.Waiting(), idC).Val())
+
+	require.Equal(t, []any{"pull", idA}, e.publish(&shapes, near3(idA)))
+	_, _, found, err = FarPull(e.ctx, e.c, e.sh, idA, false)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, int64(0), e.publish(&shapes, near3(idA)), "byte-identical and waiting: a no-op")
+
+	e.put(idB, 20*time.Second, "", false)
+	// A publisher that knows another shape (a doubling since) learns it.
+	shapes.store(e.sh, fpShape{L: 11, Set: true})
+	require.Equal(t, []any{"pull", idB}, e.publish(&shapes, near3(idB)))
+	require.Equal(t, uint64(12), shapes.load(e.sh).L)
+	require.Equal(t, int64(0), e.publish(nil, near3(idD)), "no shapes kept: learnt for the run")
+}

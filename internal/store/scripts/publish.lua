@@ -61,7 +61,10 @@
                    grouped message waits for the scheduler)
   ARGV[9..8+n]     the consumer groups listed
   ARGV[8+n+k]      number of messages of call k (k = 1..c)
-  then thirteen arguments per message, the calls' messages in call order:
+  ARGV[9+n+c]      the format 3 index's L as the caller knows it (far3.go;
+                   :fmeta's iL), 0 for none: then thirteen arguments per
+                   message, else seventeen (ARGV[j+13..16])
+  then per message, the calls' messages in call order:
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
   ARGV[j+2]        encoded message
@@ -95,8 +98,18 @@
                    bits; a lookup reads it first (with a trusted filter),
                    and a message stored in the far tier sets it. 0 when
                    ARGV[j+5] and ARGV[j+7] are 0
+  ARGV[j+13]       the UUID's fingerprint in the format 3 index ("" when
+                   ARGV[j+5] is 0, or when a pull found no far message of
+                   the UUID: the fingerprint's entry is another's): a
+                   lookup reads it there too, whatever the far filter says
+                   (it covers format 2's index only)
+  ARGV[j+14]       index in KEYS of the index shard h mod 2^L
+  ARGV[j+15]       index in KEYS of the index shard h mod 2^(L+1)
+  ARGV[j+16]       h mod 2^L
 
-  Returns one status per call, in call order, then 1 when KEYS[8] was
+  Returns {-1, L, S} when the caller's L (ARGV[9+n+c]) is not the format 3
+  index's and a message is looked up: nothing is done, the caller sends the
+  run again with L. Else one status per call, in call order, then 1 when KEYS[8] was
   missing (the caller registers the topic again), else 0, then 1 when an
   immediate grouped message found the consumer groups listed wrong (it
   waited for the scheduler: the caller reads the list again), else 0. A
@@ -142,11 +155,16 @@ local wake, maxWaiting, maxReady, calls = ARGV[1], tonumber(ARGV[2]), tonumber(A
 local farMargin, farWidth, farSlack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limited)
 local ng = tonumber(ARGV[8])
-local first = 9 + ng + calls
+local first = 10 + ng + calls
+local fpL = tonumber(ARGV[first - 1])
 local STRIDE = 13 -- arguments per message
+if fpL > 0 then
+  STRIDE = 17
+end
 -- A message's arguments are ARGV[j + <offset>] (see the header):
 local UUID, DELAY, BODY, BKEY, PRIO, FSHARD, FFIELD, FBUCKETKEY, FBUCKET, FSTART, FUNPACK, GROUP, FSEL =
   0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+local FP, FPA, FPB, FPLOW = 13, 14, 15, 16
 -- A listed consumer group's keys are KEYS[k + <offset>], k = 17 + GSTRIDE (i - 1):
 local GMETA, GFQ, GFRING, GFPRIO, GFWAIT, GREDO, GSTRIDE = 0, 1, 2, 3, 4, 5, 6
 
@@ -259,6 +277,16 @@ if farN > 0 then
       ask[#ask + 1] = j
     end
   end
+  -- the format 3 index's shape (far3.go), read only when a message is
+  -- looked up
+  local iL, iS = 0, 0
+  if #ask > 0 then
+    local shape = redis.call('HMGET', fmeta, 'iL', 'iS')
+    iL, iS = tonumber(shape[1] or '0'), tonumber(shape[2] or '0')
+    if iL ~= fpL then
+      return {-1, iL, iS}
+    end
+  end
   local maybe = ask
   if #ask > 0 and ffWithin and farM == farN then
     maybe = {}
@@ -288,6 +316,23 @@ if farN > 0 then
   end
   for _, j in ipairs(maybe) do
     farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + FSHARD])], ARGV[j + FFIELD])
+  end
+  -- The format 3 index, whatever the filter says. An entry of the
+  -- fingerprint (a place, or a tombstone: the side table may hold it) is
+  -- only a maybe: the caller's pull confirms it against the element, and
+  -- sends a message it did not find again without a lookup.
+  if #ask > 0 and fpL > 0 then
+    for _, j in ipairs(ask) do
+      if not farLoc[j] and ARGV[j + FP] ~= '' then
+        -- fpindex.lua's fi_shard, inline: a helper costs every run its
+        -- closure
+        local shard = KEYS[tonumber(ARGV[j + FPA])]
+        if tonumber(ARGV[j + FPLOW]) < iS then
+          shard = KEYS[tonumber(ARGV[j + FPB])]
+        end
+        farLoc[j] = redis.call('HGET', shard, ARGV[j + FP])
+      end
+    end
   end
 end
 -- business key -> UUID of the waiting message holding it; false when none

@@ -20,9 +20,10 @@ local function fi_place(loc)
 end
 
 -- The index shard of a message, given the index's L and S as fmeta holds
--- them and, from the caller, the shards its L allows (keyA: h mod 2^L,
+-- them (shape: HMGET's reply) and, from the caller, the shards its L allows (keyA: h mod 2^L,
 -- keyB: h mod 2^(L+1)) and low = h mod 2^L; nil when the caller's L is not
 -- the index's (it read the shape before a doubling: it reads again).
+-- publish.lua has it inline.
 local function fi_shard(shape, callerL, keyA, keyB, low)
   if tonumber(shape[1] or '11') ~= callerL then
     return nil
