@@ -675,3 +675,87 @@ func TestFar_FilterRebuiltBySchedulerMissesNoReuse(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, "far 1234", string(w.Message.Payload), "the far message is kept as it was")
 }
+
+// Far messages of format 3 (issue 50: no release writes them yet;
+// store.WriteFar3 writes them as its writers will) are read where format
+// 2's are: Inspector counts, lists and finds them, cancels and reschedules
+// them, a publish of a UUID held there finds it, and the scheduler unpacks
+// them on time, with their business keys and priorities.
+func TestFar_Format3Read(t *testing.T) {
+	t.Parallel()
+	env := setup(t)
+	ctx := context.Background()
+	sh := shardOf(env.topic, 0)
+	start := time.Now()
+	f2 := delayed(delay.For(8*time.Second), "f2") // format 2, and the topic registered
+	require.NoError(t, env.pub.Publish(env.topic, f2))
+	f2Due, err := time.Parse(time.RFC3339, f2.Metadata.Get(delay.DelayedUntilKey))
+	require.NoError(t, err)
+	due := map[string]time.Time{f2.UUID: f2Due}
+	write := func(payload string, after time.Duration, key string, prio bool) *message.Message {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
+		redisdelay.SetBusinessKey(msg, key)
+		due[msg.UUID] = start.Add(after)
+		require.NoError(t, store.WriteFar3(ctx, env.client, sh, msg, due[msg.UUID], key, prio))
+		return msg
+	}
+	a := write("a", 8*time.Second, "", false)
+	b := write("b", 8500*time.Millisecond, "key-b", true)
+	c := write("c", 9*time.Second, "", false)
+	d := write("d", 9500*time.Millisecond, "", false)
+	_, far := farKeys(t, env.topic)
+	require.EqualValues(t, 5, far, "all far")
+	assert.EqualValues(t, 5, topicStats(t, env.insp, env.topic).Waiting)
+
+	w, found, err := env.insp.FindWaiting(ctx, env.topic, b.UUID)
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, "b", string(w.Message.Payload))
+	assert.WithinDuration(t, due[b.UUID], w.Due, time.Millisecond)
+	w, found, err = env.insp.FindWaitingKey(ctx, env.topic, "key-b")
+	require.NoError(t, err)
+	require.True(t, found, "by its business key")
+	assert.Equal(t, b.UUID, w.Message.UUID)
+	list, err := env.insp.Waiting(ctx, env.topic, 0, 10)
+	require.NoError(t, err)
+	var listed []string
+	for i, w := range list {
+		listed = append(listed, string(w.Message.Payload))
+		if i > 0 {
+			assert.False(t, w.Due.Before(list[i-1].Due), "in due order, both formats: %v", list)
+		}
+	}
+	assert.ElementsMatch(t, []string{"f2", "a", "b", "c", "d"}, listed)
+
+	ok, err := env.insp.Cancel(ctx, env.topic, c.UUID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	due[d.UUID] = start.Add(7 * time.Second)
+	ok, err = env.insp.Reschedule(ctx, env.topic, d.UUID, due[d.UUID])
+	require.NoError(t, err)
+	require.True(t, ok)
+	// A publish of a UUID held in format 3 finds it through the
+	// fingerprint index.
+	other := message.NewMessage(a.UUID, []byte("other"))
+	delay.Message(other, delay.Until(due[a.UUID]))
+	require.ErrorIs(t, env.pub.Publish(env.topic, other), redisdelay.ErrDuplicateMessage)
+
+	ch := subscribe(t, newSubscriber(t, env.client, redisdelay.SubscriberConfig{ConsumerGroup: "g"}), env.topic)
+	got := map[string]bool{}
+	for range 4 {
+		msg := receive(t, ch, 15*time.Second)
+		at := time.Now()
+		require.False(t, got[msg.UUID], "delivered twice")
+		got[msg.UUID] = true
+		require.False(t, at.Before(due[msg.UUID]), "early by %s", due[msg.UUID].Sub(at))
+		assert.Less(t, at.Sub(due[msg.UUID]), 2*time.Second, "late")
+		if msg.UUID == b.UUID {
+			assert.Equal(t, "key-b", msg.Metadata.Get(redisdelay.BusinessKey))
+		}
+		msg.Ack()
+	}
+	assert.Equal(t, map[string]bool{f2.UUID: true, a.UUID: true, b.UUID: true, d.UUID: true}, got, "c cancelled")
+	left, err := env.client.Keys(ctx, string(sh)+":fi*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, left, "the format 3 index emptied")
+}

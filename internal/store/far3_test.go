@@ -131,39 +131,12 @@ func collide(t *testing.T, id, holder string) {
 	t.Cleanup(func() { fpHash = orig })
 }
 
-// put writes a far message into the env's bucket and indexes it as a
-// writer of level 3 will: a fingerprint taken in its shard flags the
-// holder's entry as collided and sends the newcomer to the side table.
+// put writes a far message into the env's bucket (due dueIn from its
+// start) and indexes it as a writer of level 3 will (WriteFar3).
 func (e *far3Env) put(id string, dueIn time.Duration, key string, prio bool) {
-	t, ctx, c, sh := e.t, e.ctx, e.c, e.sh
 	start := farBucketStart(e.b).UnixMilli()
-	due := start + dueIn.Milliseconds()
-	el, err := encodeFar3(start, farElem{Score: float64(due * 1024), Body: string(Encode(message.NewMessage(id, []byte("payload of "+id)))), Key: key, Prio: prio})
-	require.NoError(t, err)
-	popped, _ := c.HGet(ctx, sh.FarMeta(), farPopped(2, e.b)).Int64()
-	pos := c.LLen(ctx, sh.FarList(e.b)).Val() + popped
-	require.NoError(t, c.RPush(ctx, sh.FarList(e.b), el).Err())
-	require.NoError(t, c.ZAdd(ctx, sh.FarZ(), redis.Z{Score: 0, Member: e.b}).Err())
-	require.NoError(t, c.HIncrBy(ctx, sh.FarMeta(), "L:"+strconv.FormatInt(e.b, 10), 1).Err())
-	require.NoError(t, c.HIncrBy(ctx, sh.FarMeta(), "n", 1).Err())
-	field := farField(id)
-	h := fpHash(field)
-	shard, fp := sh.fpIndex(e.shape.shard(h)), fpField(h)
-	cur, err := c.HGet(ctx, shard, fp).Result()
-	switch {
-	case err == redis.Nil:
-		require.NoError(t, c.HSet(ctx, shard, fp, fpLoc(e.b, pos, false)).Err())
-	case len(cur) == 1: // a tombstone
-		require.NoError(t, c.HSet(ctx, shard, fp, fpLoc(e.b, pos, true)).Err())
-	default:
-		hb, hpos, _, err := fpParse(cur, e.b)
-		require.NoError(t, err)
-		require.NoError(t, c.HSet(ctx, shard, fp, fpLoc(hb, hpos, true)).Err())
-		require.NoError(t, c.HSet(ctx, sh.fpSide(), field, fpLoc(e.b, pos, false)).Err())
-	}
-	if key != "" {
-		require.NoError(t, c.HSet(ctx, sh.Bkeys(), key, "\x00\x01"+field).Err())
-	}
+	msg := message.NewMessage(id, []byte("payload of "+id))
+	require.NoError(e.t, writeFar3At(e.ctx, e.c, e.sh, e.b, start, 0, msg, float64((start+dueIn.Milliseconds())*1024), key, prio))
 }
 
 // put2 writes a far message of format 2 into the env's bucket, as this

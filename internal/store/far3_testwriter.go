@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// WriteFar3 stores msg in partition sh's far tier in format 3, due at due,
+// with an optional business key and high priority: for the tests of the
+// readers only. Nothing in the library writes format 3 yet (far3.go); the
+// writers of issue 50's next step, one script per call, replace it. It
+// indexes the message as they will: a fingerprint taken in its shard flags
+// the holder's entry as collided and sends the newcomer to the side table,
+// and a tombstone is taken over. Not atomic, and no split: tests set the
+// shape they want in :fmeta (iL, iS) before writing.
+func WriteFar3(ctx context.Context, c redis.Cmdable, sh Shard, msg *message.Message, due time.Time, key string, prio bool) error {
+	now := time.Now().UnixMilli()
+	b, start, unpackAt, ok := farPlace(now, due.UnixMilli())
+	if !ok {
+		return fmt.Errorf("a message due %s is not for the far tier", due.Sub(time.Now()))
+	}
+	return writeFar3At(ctx, c, sh, b, start, unpackAt, msg, float64(due.UnixMilli()*1024), key, prio)
+}
+
+// writeFar3At is WriteFar3 into bucket b (first due ms start, unpacked at
+// unpackAt when new) with due score score.
+func writeFar3At(ctx context.Context, c redis.Cmdable, sh Shard, b, start, unpackAt int64, msg *message.Message, score float64, key string, prio bool) error {
+	el, err := encodeFar3(start, farElem{Score: score, Body: string(Encode(msg)), Key: key, Prio: prio})
+	if err != nil {
+		return err
+	}
+	vals, err := c.HMGet(ctx, sh.FarMeta(), farPopped(2, b), fpShapeFields[0], fpShapeFields[1]).Result()
+	if err != nil {
+		return err
+	}
+	shape, err := fpShapeOf(vals[1:])
+	if err != nil {
+		return err
+	}
+	p, _ := vals[0].(string)
+	popped, _ := strconv.ParseInt(p, 10, 64)
+	n, err := c.RPush(ctx, sh.FarList(b), el).Result()
+	if err != nil {
+		return err
+	}
+	pos := popped + n - 1
+	field := farField(msg.UUID)
+	h := fpHash(field)
+	shard, fp := sh.fpIndex(shape.shard(h)), fpField(h)
+	cur, curErr := c.HGet(ctx, shard, fp).Result()
+	if curErr != nil && curErr != redis.Nil {
+		return curErr
+	}
+	mark := "\x00" + msg.UUID // farmark.lua's far_mark
+	if len(field) == 16 {
+		mark = "\x00\x01" + field
+	}
+	_, err = c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.ZAddNX(ctx, sh.FarZ(), redis.Z{Score: float64(unpackAt), Member: b})
+		pipe.HIncrBy(ctx, sh.FarMeta(), "L:"+strconv.FormatInt(b, 10), 1)
+		pipe.HIncrBy(ctx, sh.FarMeta(), "n", 1)
+		pipe.HIncrBy(ctx, sh.FarMeta(), "fm", 1) // fm moves with n: the far filter covers format 2's index only
+		pipe.HSetNX(ctx, sh.FarMeta(), fpShapeFields[0], shape.L)
+		switch {
+		case curErr == redis.Nil:
+			pipe.HSet(ctx, shard, fp, fpLoc(b, pos, false))
+		case len(cur) == 1: // a tombstone
+			pipe.HSet(ctx, shard, fp, fpLoc(b, pos, true))
+		default:
+			hb, hpos, _, err := fpParse(cur, b)
+			if err != nil {
+				return err
+			}
+			pipe.HSet(ctx, shard, fp, fpLoc(hb, hpos, true))
+			pipe.HSet(ctx, sh.fpSide(), field, fpLoc(b, pos, false))
+		}
+		if key != "" {
+			pipe.HSet(ctx, sh.Bkeys(), key, mark)
+		}
+		pipe.Publish(ctx, sh.Wake(), "d")
+		return nil
+	})
+	return err
+}
