@@ -10,9 +10,9 @@ import (
 )
 
 // Format 3 of the far tier (issue 50), being built in steps: this release
-// reads it (unpack.lua, farpull.lua) and writes none of it, so every
-// process that may meet it reads it before any release writes it (see
-// level.go). What it changes against format 2:
+// reads it (unpack.lua, farpull.lua, publish.lua's duplicate check) and
+// writes none of it but in tests (WriteFar3), so a release that writes it
+// may be rolled back to this one. What it changes against format 2:
 //
 // Elements. A format 3 element sits in the lists of format 2 (:fz and
 // :fc:<bucket>, their P: and L: counts), told apart by its first byte:
@@ -66,7 +66,7 @@ const (
 )
 
 // encodeFar3 is a format 3 element of a bucket whose first due ms is
-// start. Nothing writes format 3 yet but the tests (see above).
+// start.
 func encodeFar3(start int64, m farElem) (string, error) {
 	rel := int64(m.Score) - start*1024
 	if rel < -fpRelBias || rel >= fpRelBias {
