@@ -7,13 +7,13 @@
 # for the tests (a valkey-server, say).
 #
 #   bash bench/callgrind.sh                 # every workload
-#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim)
+#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim unpack pull)
 #
 # Compare two trees by running it in each (git worktree add).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 works=("$@")
-[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim)
+[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim unpack pull)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/store.test" ./internal/store/
@@ -36,12 +36,25 @@ count() {
 
 base=$(count none)
 declare -A total
-for w in "${works[@]}" ; do total[$w]=$(count "$w"); done
+for w in "${works[@]}" ; do
+	case $w in
+	unpack | pull) for x in far2 far3 "${w}2" "${w}3"; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
+	*) total[$w]=$(count "$w") ;;
+	esac
+done
 per() { echo $(( ($1 - $2) / 1000 )); } # TestInstructions_Workload runs 1,000 of each
 for w in "${works[@]}"; do
 	case $w in
 	append | delayed | keyed) echo "$w: $(per "${total[$w]}" "$base") instructions a publish" ;;
 	reclaim) echo "reclaim: $(per "${total[$w]}" "$base") instructions a sweep (10 messages held, none out of time; with the publishes and the read before them)" ;;
+	unpack | pull)
+		# the far tier, format 2 against 3: each less the fill it starts from
+		n=1000
+		[ "$w" = pull ] && n=100
+		for f in 2 3; do
+			echo "$w, format $f: $(( (total[$w$f] - total[far$f]) / n )) instructions a message"
+		done
+		;;
 	tick) echo "tick: $(per "${total[$w]}" "$base") instructions a round (2 delayed publishes + a tick moving them)" ;;
 	tickidle)
 		echo "tickidle: $(per "${total[$w]}" "$base") instructions a round (tick's, and two idle ticks)"

@@ -28,6 +28,12 @@ import (
 //	tickidle   the same, each followed by two ticks that find nothing due
 //	reclaim    1,000 sweeps of a consumer group holding 10 messages, none
 //	           out of its visibility timeout (the common sweep)
+//	far2       1,000 far messages of format 2 published into one bucket
+//	far3       the same in format 3 (WriteFar3: no release writes it yet)
+//	unpack2    far2, then the bucket unpacked (unpack.lua, 1,000 a call)
+//	unpack3    far3, then the same
+//	pull2      far2, then 100 of its messages pulled by UUID (FarPull)
+//	pull3      far3, then the same
 func TestInstructions_Workload(t *testing.T) {
 	addr, work := os.Getenv("REDISDELAY_INSTRUCTIONS_ADDR"), os.Getenv("REDISDELAY_INSTRUCTIONS")
 	if addr == "" || work == "" {
@@ -113,7 +119,67 @@ func TestInstructions_Workload(t *testing.T) {
 				t.Fatalf("a sweep requeued %d and left pending entries idle %d ms at most, want 0 and more", r.Requeued, r.Oldest)
 			}
 		}
+	case "far2", "far3", "unpack2", "unpack3", "pull2", "pull3":
+		format := work[len(work)-1:]
+		due := time.Now().Add(10 * time.Minute) // one bucket
+		b, _, _, _ := farPlace(time.Now().UnixMilli(), due.UnixMilli())
+		var ids []string
+		for range n {
+			id := watermill.NewUUID()
+			ids = append(ids, id)
+			msg := message.NewMessage(id, make([]byte, 100))
+			if format == "3" {
+				if err := WriteFar3(ctx, c, sh, msg, due, "", false); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			in := time.Until(due)
+			f := FarArgOf(id, in, true)
+			f.Place(time.Now().UnixMilli())
+			m := PubMessage{UUID: id, Delay: in.Milliseconds(), Body: Encode(msg), Far: f}
+			if _, err := Publish(ctx, c, sh, PublishOpts{}, []*fairCall{{PubArgs{Msgs: []PubMessage{m}}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		switch work[:len(work)-1] {
+		case "unpack":
+			instructionsUnpack(t, c, sh, b)
+		case "pull":
+			for _, id := range ids[:100] {
+				if _, _, found, err := FarPull(ctx, c, sh, id, false); err != nil || !found {
+					t.Fatalf("pull %s: found %v, %v", id, found, err)
+				}
+			}
+		}
 	default:
 		t.Fatalf("REDISDELAY_INSTRUCTIONS=%q: no such workload", work)
+	}
+}
+
+// instructionsUnpack unpacks far bucket b of sh at once, as its scheduler
+// does once its time has come.
+func instructionsUnpack(t *testing.T, c *redis.Client, sh Shard, b int64) {
+	ctx := context.Background()
+	if err := c.ZAddXX(ctx, sh.FarZ(), redis.Z{Score: 0, Member: b}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, sh.Lease(), "me", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var moved int64
+	for more := true; more; {
+		head, err := FarHead(ctx, c, sh, 2, b, FarUnpackBatch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Unpack(ctx, c, sh, "me", 2, b, head)
+		if err != nil || r.Stale {
+			t.Fatalf("unpack: %+v, %v", r, err)
+		}
+		moved, more = moved+r.Moved, r.More
+	}
+	if moved != 1000 {
+		t.Fatalf("unpacked %d far messages, want 1000", moved)
 	}
 }

@@ -324,8 +324,8 @@ if farN > 0 then
   if #ask > 0 and fpL > 0 then
     for _, j in ipairs(ask) do
       if not farLoc[j] and ARGV[j + FP] ~= '' then
-        -- fpindex.lua's fi_shard, inline: a helper costs every run its
-        -- closure
+        -- the message's shard (far3.go): h mod 2^L, or h mod 2^(L+1)
+        -- below S; inline, as a helper costs every run its closure
         local shard = KEYS[tonumber(ARGV[j + FPA])]
         if tonumber(ARGV[j + FPLOW]) < iS then
           shard = KEYS[tonumber(ARGV[j + FPB])]

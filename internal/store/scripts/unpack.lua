@@ -75,13 +75,18 @@ end
 if tonumber(redis.call('HGET', fmeta, pf) or '0') ~= popped then
   return {-1, 0, 0}
 end
-local shape, stride = false, 3
+local shape, stride, splitS, sideEmpty = false, 3, 0, false
 if callerL > 0 then
   stride = 5
   shape = redis.call('HMGET', fmeta, 'iL', 'iS')
-  if not fi_shard(shape, callerL, '', '', 0) then
+  if tonumber(shape[1] or '11') ~= callerL then
     return {-1, 0, 0}
   end
+  -- an element's shard (far3.go): h mod 2^L, or h mod 2^(L+1) below S;
+  -- inline below, as a helper's call an element costs more than the rest
+  -- of the element's index work
+  splitS = tonumber(shape[2] or '0')
+  sideEmpty = redis.call('EXISTS', fic) == 0
 end
 if n == 0 then
   -- nothing read: a bucket whose list is gone (data lost) is forgotten
@@ -112,9 +117,17 @@ for i = 1, n do
     else
       local field = ARGV[j]
       if shape and string.byte(e, 1) == 3 then
-        field = string.sub(ARGV[j], 5)
-        local shard = fi_shard(shape, callerL, KEYS[tonumber(ARGV[j + 2])], KEYS[tonumber(ARGV[j + 3])], tonumber(ARGV[j + 4]))
-        fi_remove(shard, fic, string.sub(ARGV[j], 1, 4), field, tonumber(b), popped + i - 1)
+        local shard = KEYS[tonumber(ARGV[j + 2])]
+        if tonumber(ARGV[j + 4]) < splitS then
+          shard = KEYS[tonumber(ARGV[j + 3])]
+        end
+        -- the far field only when it is needed: a Lua string costs
+        field = (key or not sideEmpty) and string.sub(ARGV[j], 5)
+        if sideEmpty then
+          redis.call('HDEL', shard, string.sub(ARGV[j], 1, 4)) -- see fi_remove
+        else
+          fi_remove(shard, fic, string.sub(ARGV[j], 1, 4), field, tonumber(b), popped + i - 1)
+        end
       else
         redis.call('HDEL', KEYS[tonumber(ARGV[j + 2])], field)
       end

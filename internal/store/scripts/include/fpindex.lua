@@ -19,25 +19,13 @@ local function fi_place(loc)
   return nil, nil, #loc == 1 and string.byte(loc) % 2 == 1
 end
 
--- The index shard of a message, given the index's L and S as fmeta holds
--- them (shape: HMGET's reply) and, from the caller, the shards its L allows (keyA: h mod 2^L,
--- keyB: h mod 2^(L+1)) and low = h mod 2^L; nil when the caller's L is not
--- the index's (it read the shape before a doubling: it reads again).
--- publish.lua has it inline.
-local function fi_shard(shape, callerL, keyA, keyB, low)
-  if tonumber(shape[1] or '11') ~= callerL then
-    return nil
-  end
-  if low < tonumber(shape[2] or '0') then
-    return keyB
-  end
-  return keyA
-end
-
 -- Removes the index entry of the format 3 element at position pos of far
 -- bucket b: the shard's, when its place is that one (a collided holder
 -- leaves a tombstone: the side table may hold others of its fingerprint),
 -- else the side table's (full: the far field of the element's UUID).
+-- (With the side table empty, an entry of the fingerprint can only be the
+-- element's, as a collision would have put one there: the callers then
+-- HDEL it unread.)
 local function fi_remove(shard, side, fp, full, b, pos)
   local loc = redis.call('HGET', shard, fp)
   if not loc then
