@@ -347,3 +347,20 @@ func TestFar3_PublishLooksUp(t *testing.T) {
 	require.Equal(t, uint64(12), shapes.load(e.sh).L)
 	require.Equal(t, int64(0), e.publish(nil, near3(idD)), "no shapes kept: learnt for the run")
 }
+
+// The test writer rounds a due time up to the ms, as the library does: a
+// message is never due before the instant asked for.
+func TestFar3_WriterNeverEarly(t *testing.T) {
+	c := freshClient(t)
+	ctx := context.Background()
+	sh := Shard("t:{f3w}:0")
+	due := time.Now().Add(10 * time.Minute).Truncate(time.Millisecond).Add(300 * time.Microsecond)
+	require.NoError(t, WriteFar3(ctx, c, sh, message.NewMessage(idA, []byte("a")), due, "", false))
+	b, start, _, _ := farPlace(time.Now().UnixMilli(), due.UnixMilli()+1)
+	els, err := c.LRange(ctx, sh.FarList(b), 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, els, 1)
+	m, ok, _ := decodeFar(2, start, els[0])
+	require.True(t, ok)
+	require.Equal(t, float64((due.UnixMilli()+1)*1024), m.Score)
+}

@@ -19,12 +19,13 @@ import (
 // and a tombstone is taken over. Not atomic, and no split: tests set the
 // shape they want in :fmeta (iL, iS) before writing.
 func WriteFar3(ctx context.Context, c redis.Cmdable, sh Shard, msg *message.Message, due time.Time, key string, prio bool) error {
-	now := time.Now().UnixMilli()
-	b, start, unpackAt, ok := farPlace(now, due.UnixMilli())
+	// Rounded up to the ms, as the library rounds delays: never early.
+	dueMs := due.Add(time.Millisecond - 1).UnixMilli()
+	b, start, unpackAt, ok := farPlace(time.Now().UnixMilli(), dueMs)
 	if !ok {
-		return fmt.Errorf("a message due %s is not for the far tier", due.Sub(time.Now()))
+		return fmt.Errorf("a message due %s is not for the far tier", time.Until(due))
 	}
-	return writeFar3At(ctx, c, sh, b, start, unpackAt, msg, float64(due.UnixMilli()*1024), key, prio)
+	return writeFar3At(ctx, c, sh, b, start, unpackAt, msg, float64(dueMs*1024), key, prio)
 }
 
 // writeFar3At is WriteFar3 into bucket b (first due ms start, unpacked at
