@@ -269,11 +269,11 @@ func FarPull(ctx context.Context, c Cmds, sh Shard, uuid string, peek bool) (bod
 		// without one pays no round trip more.
 		var lc *redis.StringCmd
 		var mc *redis.SliceCmd
-		_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			lc = pipe.HGet(ctx, index, field)
 			mc = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields...)
 			return nil
-		})
+		}))
 		loc, err := lc.Result()
 		if err == redis.Nil {
 			var again bool
@@ -312,11 +312,11 @@ func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, field, 
 	h := fpHash(field)
 	key, fp := sh.fpIndex(shape.shard(h)), fpField(h)
 	var sc, cc *redis.StringCmd
-	_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		sc = pipe.HGet(ctx, key, fp)
 		cc = pipe.HGet(ctx, sh.fpSide(), field)
 		return nil
-	})
+	}))
 	// The side table's entry is the message's for sure; the shard's may be
 	// another message's of the same fingerprint.
 	ats := make([]farAt, 0, 2)
@@ -489,11 +489,11 @@ func FarHead(ctx context.Context, c Cmds, sh Shard, v int, b int64, n int) (FarH
 	var e *redis.StringSliceCmd
 	// A pipeline rather than MULTI, which Redis refuses at maxmemory; each
 	// command's error is checked below.
-	_, _ = c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		m = pipe.HMGet(ctx, sh.FarMeta(), farPopped(v, b), fpShapeFields[0], fpShapeFields[1])
 		e = pipe.LRange(ctx, sh.farBucketKey(v, b), 0, int64(min(n, FarUnpackBatch))-1)
 		return nil
-	})
+	}))
 	if err := e.Err(); err != nil {
 		return FarHeadRead{}, err
 	}
