@@ -72,8 +72,8 @@ if e and e ~= '' then
   score, body, key, isPrio = far_decode(v, start, e)
 end
 body = body or ''
--- The element must be the message asked for: its UUID is the index field
--- (version 3: its 16 bytes) or, as text, the UUID given.
+-- The element must be the message asked for: its UUID is the far field
+-- (ARGV[10]; codec version 3: its 16 bytes) or, as text, the UUID given.
 local id = nil
 local cv = string.byte(body, 1)
 if cv == 3 then
