@@ -125,13 +125,28 @@ func TestRecurringOverlap_States(t *testing.T) {
 	ms, err := strconv.ParseInt(lastMs, 10, 64)
 	require.NoError(t, err)
 	from := strconv.FormatInt(ms+1, 10) // after the entries above
-	require.NoError(t, c.HSet(ctx, sh.farIndex(farShard(farField(prevUUID))), farField(prevUUID), "1").Err())
-	require.NoError(t, c.HSet(ctx, sh.Overlap(), "s", prevUUID+" 1000 "+from+" ? - -").Err())
-	status, _ = check()
-	require.Equal(t, "go", status, "recorded as never in the far tier: not looked up there")
-	require.NoError(t, c.HSet(ctx, sh.Overlap(), "s", prevUUID+" 1000 "+from+" ? - f").Err())
-	status, reason = check()
-	require.Equal(t, [2]string{"skip", "waiting"}, [2]string{status, reason})
+	// In format 2 (the script reads its index entry), then in format 3
+	// (the caller confirms the fingerprint by FarPull).
+	f := FarArgOf(prevUUID, 10*time.Minute, true)
+	f.Place(time.Now().UnixMilli())
+	_, err = Publish(ctx, c, sh, PublishOpts{MaxWaiting: 1 << 20}, []*fairCall{{PubArgs{Msgs: []PubMessage{
+		{UUID: prevUUID, Delay: 10 * 60_000, Body: Encode(message.NewMessage(prevUUID, nil)), Far: f}}}}})
+	require.NoError(t, err)
+	for _, format := range []string{"2", "3"} {
+		require.NoError(t, c.HSet(ctx, sh.Overlap(), "s", prevUUID+" 1000 "+from+" ? - -").Err())
+		status, _ = check()
+		require.Equal(t, "go", status, "format %s: recorded as never in the far tier: not looked up there", format)
+		require.NoError(t, c.HSet(ctx, sh.Overlap(), "s", prevUUID+" 1000 "+from+" ? - f").Err())
+		status, reason = check()
+		require.Equal(t, [2]string{"skip", "waiting"}, [2]string{status, reason}, "format %s", format)
+		if format == "2" {
+			_, _, found, err := FarPull(ctx, c, sh, prevUUID, false)
+			require.NoError(t, err)
+			require.True(t, found)
+			require.NoError(t, c.Del(ctx, sh.Waiting(), sh.Bodies()).Err())
+			require.NoError(t, WriteFar3(ctx, c, sh, message.NewMessage(prevUUID, nil), time.Now().Add(10*time.Minute), "", false))
+		}
+	}
 }
 
 // A message that never entered the ready stream (a high-priority one goes

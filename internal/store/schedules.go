@@ -283,7 +283,21 @@ type OverlapTick struct {
 // schedule id go: whether tick may be published. It returns "go" (publish
 // it: it is recorded as let through, and view says so), "skip" with the
 // reason, or "again" when view was wrong (it is corrected: call again).
-func RecurringOverlap(ctx context.Context, c redis.Scripter, sh Shard, id string, view *OverlapView, tick OverlapTick) (status, reason string, err error) {
+func RecurringOverlap(ctx context.Context, c Cmds, sh Shard, id string, view *OverlapView, tick OverlapTick) (status, reason string, err error) {
+	// The previous tick's message in the far tier, looked up here: the
+	// script reads format 2's index entry itself, but format 3's holds a
+	// fingerprint, which only FarPull's read of the element confirms. (A
+	// message found here that leaves meanwhile only skips one tick more.)
+	far := "0"
+	if p := view.Prev.UUID; p != "" && p != tick.UUID {
+		_, _, found, err := FarPull(ctx, c, sh, p, true)
+		if err != nil {
+			return "", "", err
+		}
+		if found {
+			far = "1"
+		}
+	}
 	looked := view.Prev.UUID
 	if looked == "" {
 		looked = tick.UUID // no far index to look in: any of the partition's will do
@@ -301,9 +315,9 @@ func RecurringOverlap(ctx context.Context, c redis.Scripter, sh Shard, id string
 	}
 	keys := make([]string, 0, 6+3*len(view.Groups))
 	keys = append(keys, sh.Overlap(), sh.Bodies(), sh.farIndex(farShard(field)), sh.Fanout(), sh.Stream(), sh.Groups())
-	args := make([]any, 0, 10+len(view.Groups))
+	args := make([]any, 0, 11+len(view.Groups))
 	args = append(args, id, view.Prev.UUID, idPrefix(view.Prev.UUID), field, tick.UUID, tick.Tick.UnixMilli(),
-		max(tick.Delay, 0).Milliseconds(), flags, OverlapScan.Entries, OverlapScan.Members)
+		max(tick.Delay, 0).Milliseconds(), flags, OverlapScan.Entries, OverlapScan.Members, far)
 	for _, g := range view.Groups {
 		keys = append(keys, sh.Retry(g), sh.retryBodies(g), sh.Redelivery(g))
 		args = append(args, g)

@@ -51,7 +51,10 @@
   ARGV[8] the new tick's message's flags (as in KEYS[1])
   ARGV[9] most stream entries (or retry bodies) read per stream (or group) per call
   ARGV[10] most retry members named per group per call
-  ARGV[11...] the consumer groups of the topic, as the caller believes
+  ARGV[11] "1" when the caller found the message of the tick let through last
+          (ARGV[2]) in the far tier just before (FarPull: format 3's index
+          holds fingerprints, which only the element confirms), else "0"
+  ARGV[12...] the consumer groups of the topic, as the caller believes
 
   Returns {status, reason}: status "go" when the new tick is recorded as let
   through (or is the one recorded: a publish tried again), "skip" when the
@@ -68,7 +71,8 @@ local overlap, bodies, findex, fanout, stream, groups = KEYS[1], KEYS[2], KEYS[3
 local id, prev, prefix, field, uuid, tick = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local delay, flags, budget, maxMembers = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local SLACK = 1000 -- ms: a stream entry id is Redis's clock, which may step back a little
-local names = {unpack(ARGV, 11)}
+local farFound = ARGV[11] == '1'
+local names = {unpack(ARGV, 12)}
 
 local rec = {}
 local stored = redis.call('HGET', overlap, id)
@@ -135,7 +139,7 @@ local function after(a, b)
 end
 
 if redis.call('HEXISTS', bodies, prev) == 1
-  or (string.find(was, 'f', 1, true) and redis.call('HEXISTS', findex, field) == 1)
+  or (string.find(was, 'f', 1, true) and (farFound or redis.call('HEXISTS', findex, field) == 1))
   or (string.find(was, 'p', 1, true) and redis.call('HGET', fanout, 'id') == prev) then
   return hold('waiting')
 end
