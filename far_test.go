@@ -549,6 +549,7 @@ func TestFar_OneCallManyBuckets(t *testing.T) {
 // An index entry that points at another message's element (damaged data)
 // is dropped: Cancel does not remove the other message.
 func TestFar_IndexPointingElsewhereIsIgnored(t *testing.T) {
+	format2Only(t)
 	t.Parallel()
 	env := setup(t)
 	ctx := context.Background()
@@ -625,6 +626,7 @@ func farLoggedManager(t *testing.T, client redis.UniversalClient, topic string) 
 // reuses a far message's UUID is still refused, and the far message is
 // still delivered once.
 func TestFar_FilterRebuiltBySchedulerMissesNoReuse(t *testing.T) {
+	format2Only(t)
 	t.Parallel()
 	env := setup(t)
 	var msgs []*message.Message

@@ -310,6 +310,7 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 	policy := topicPolicy(p.config.BusinessKeyPolicy, p.config.TopicBusinessKeyPolicy, topic)
 	maxWaiting := topicBound("MaxWaiting", p.config.MaxWaiting, p.config.TopicMaxWaiting, topic, parts)
 	maxReady := topicBound("MaxReady", p.config.MaxReady, p.config.TopicMaxReady, topic, parts)
+	far3 := store.WritesFar3(lvl)
 	for i, msg := range messages {
 		if err := checkIdentity(topic, i, msg); err != nil {
 			return 0, err
@@ -336,8 +337,10 @@ func (p *Publisher) prepare(topic string, messages []*message.Message, calls []*
 			nCalls++
 		}
 		c.grouped = c.grouped || m.group != "" && m.delay <= 0
+		far := store.FarArgOf(msg.UUID, m.delay, lvl >= store.Level2)
+		far.Format3 = far3
 		c.Msgs = append(c.Msgs, store.PubMessage{UUID: msg.UUID, Delay: m.delay.Milliseconds(), Body: m.body, Key: m.keyArg,
-			Prio: m.prio == "1", Group: m.group, Far: store.FarArgOf(msg.UUID, m.delay, lvl >= store.Level2)})
+			Prio: m.prio == "1", Group: m.group, Far: far})
 		c.size += msgBytes(&c.Msgs[len(c.Msgs)-1])
 	}
 	// The far buckets are chosen by the clock of now, not of the start:

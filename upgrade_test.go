@@ -194,6 +194,7 @@ func runUpgradeWriter(t *testing.T, bin string, args ...string) []string {
 // format 2 message: its Cancel fails with an error naming the far index
 // value (nothing is removed or delivered wrongly).
 func TestUpgrade_FarFormat1(t *testing.T) {
+	format2Only(t)
 	t.Parallel()
 	bin := buildUpgradeWriter(t, upgradeBase)
 	env := setup(t)

@@ -7,13 +7,13 @@
 # for the tests (a valkey-server, say).
 #
 #   bash bench/callgrind.sh                 # every workload
-#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim unpack pull)
+#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim farpub unpack pull)
 #
 # Compare two trees by running it in each (git worktree add).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 works=("$@")
-[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim unpack pull)
+[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim farpub unpack pull)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/store.test" ./internal/store/
@@ -38,6 +38,7 @@ base=$(count none)
 declare -A total
 for w in "${works[@]}" ; do
 	case $w in
+	farpub) for x in far2 far3; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
 	unpack | pull) for x in far2 far3 "${w}2" "${w}3"; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
 	*) total[$w]=$(count "$w") ;;
 	esac
@@ -47,6 +48,11 @@ for w in "${works[@]}"; do
 	case $w in
 	append | delayed | keyed) echo "$w: $(per "${total[$w]}" "$base") instructions a publish" ;;
 	reclaim) echo "reclaim: $(per "${total[$w]}" "$base") instructions a sweep (10 messages held, none out of time; with the publishes and the read before them)" ;;
+	farpub)
+		for f in 2 3; do
+			echo "farpub, format $f: $(per "${total[far$f]}" "$base") instructions a publish (1,000 messages of 100 B into one far bucket)"
+		done
+		;;
 	unpack | pull)
 		# the far tier, format 2 against 3: each less the fill it starts from
 		n=1000

@@ -171,6 +171,14 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 			return PublishReply{}, err
 		}
 		if len(res) != 3 || res[0] != any(int64(-1)) {
+			if n := len(res); n == len(batch)+4 {
+				// the index's shape after the run (the caller gave an L)
+				if l, _ := res[n-2].(int64); l > 0 {
+					sp, _ := res[n-1].(int64)
+					o.Shapes.store(sh, fpShape{L: uint64(l), S: uint64(sp), Set: true})
+				}
+				res = res[:n-2]
+			}
 			return publishReply(res, len(batch))
 		}
 		l, _ := res[1].(int64)
@@ -194,11 +202,25 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 		keys = append(keys, sh.Redelivery(g))
 	}
 	indexOf := keyIndexer(&keys)
+	// w3: messages that may go to the far tier in format 3, which the run
+	// indexes (and so needs the shape for, a default one before any)
+	w3 := 0
+	for _, pc := range batch {
+		for _, m := range pc.PublishArgs().Msgs {
+			if m.Far.Format3 && m.Far.Bucket >= 0 {
+				w3++
+			}
+		}
+	}
+	if w3 > 0 && !shape.Set {
+		shape = fpShape{L: fpMinLevel}
+	}
 	stride, fpL := 13, uint64(0)
-	if shape.Set {
+	if shape.Set || w3 > 0 {
 		stride, fpL = 17, shape.L
 	}
-	args := make([]any, 0, 9+len(groups)+len(batch)+stride*msgs)
+	splits := fpSplitsFor(w3)
+	args := make([]any, 0, 13+len(groups)+len(batch)+2*splits+stride*msgs)
 	args = append(args, sh.Wake(), maxWaiting, maxReady, len(batch),
 		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds(), len(groups))
 	for _, g := range groups {
@@ -208,6 +230,16 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 		args = append(args, len(pc.PublishArgs().Msgs))
 	}
 	args = append(args, fpL)
+	if stride == 17 {
+		side := 0
+		if w3 > 0 {
+			side = indexOf(sh.fpSide())
+		}
+		args = append(args, min(w3, 1), shape.S, splits, side)
+		for _, pair := range shape.splits(splits) {
+			args = append(args, indexOf(sh.fpIndex(pair[0])), indexOf(sh.fpIndex(pair[1])))
+		}
+	}
 	for _, pc := range batch {
 		call := pc.PublishArgs()
 		for i := range call.Msgs {
@@ -226,16 +258,21 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 				bucketIdx = indexOf(sh.FarList(f.Bucket))
 			}
 			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt, m.Group, f.Filter)
-			if !shape.Set {
+			if stride == 13 {
 				continue
 			}
-			if !f.Lookup || f.notFar {
+			far3 := f.Format3 && f.Bucket >= 0
+			if !f.Lookup || f.notFar && !far3 {
 				args = append(args, "", 0, 0, 0)
 				continue
 			}
 			h := fpHash(f.Field)
 			a, b, low := shape.args(sh, h)
-			args = append(args, fpField(h), indexOf(a), indexOf(b), low)
+			look := int64(low)
+			if f.notFar {
+				look = -look - 1 // indexed if it goes far, not looked up
+			}
+			args = append(args, fpField(h), indexOf(a), indexOf(b), look)
 		}
 	}
 	return publishScript.Run(ctx, c, keys, args...).Slice()

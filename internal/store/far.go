@@ -210,6 +210,9 @@ type FarArg struct {
 	Bucket   int64         // far bucket (farArg.place); -1: not for the far tier
 	Start    int64         // the bucket's first due ms
 	UnpackAt int64         // when the bucket is unpacked, ms
+	// Format3: stored in format 3 (far3.go) if it goes to the far tier,
+	// as a process writes at level 3 (WritesFar3).
+	Format3 bool
 	// notFar: a pull found no far message of this UUID, so an entry of its
 	// fingerprint in the format 3 index is another message's (NotFar).
 	notFar bool

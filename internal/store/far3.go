@@ -168,6 +168,37 @@ func (p fpShape) args(sh Shard, h uint64) (keyA, keyB string, low uint64) {
 	return sh.fpIndex(low), sh.fpIndex(h & (1<<(p.L+1) - 1)), low
 }
 
+// fpPerShard is how many far messages the index holds per shard before a
+// writer splits one: about 48 entries of 4-byte fields and 5-byte places,
+// a listpack well within Redis's default hash-max-listpack-entries (128)
+// for the shards that chance fills twice as much.
+const fpPerShard = 48
+
+// fpSplitsFor is how many shard splits a publish run that may store n far
+// messages in format 3 is given the keys for: enough to keep up with what
+// it stores, two more to catch up after a run that found the shape moved,
+// at most 64.
+func fpSplitsFor(n int) int {
+	if n == 0 {
+		return 0
+	}
+	return min(n/fpPerShard+2, 64)
+}
+
+// splits are the first k splits from shape p, in order: each the shard
+// split and the one its moved fields go to.
+func (p fpShape) splits(k int) [][2]uint64 {
+	out := make([][2]uint64, k)
+	l, s := p.L, p.S
+	for i := range out {
+		out[i] = [2]uint64{s, s + 1<<l}
+		if s++; s == 1<<l {
+			l, s = l+1, 0
+		}
+	}
+	return out
+}
+
 // fpLoc is a message's place in the index: 5 bytes, its bucket modulo
 // fpLocBucketMod and its position in the bucket (as format 2 counts it,
 // from the bucket's first element ever), when the position is below 2^16

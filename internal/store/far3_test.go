@@ -157,6 +157,8 @@ func (e *far3Env) put2(id string, dueIn time.Duration) {
 // unpack unpacks the env's bucket as the scheduler holding the lease does.
 func (e *far3Env) unpack() UnpackReply {
 	require.NoError(e.t, e.c.Set(e.ctx, e.sh.Lease(), "me", time.Minute).Err())
+	// its time has come (a publish gave it its own)
+	require.NoError(e.t, e.c.ZAddXX(e.ctx, e.sh.FarZ(), redis.Z{Member: e.b}).Err())
 	head, err := FarHead(e.ctx, e.c, e.sh, 2, e.b, FarUnpackBatch)
 	require.NoError(e.t, err)
 	r, err := Unpack(e.ctx, e.c, e.sh, "me", 2, e.b, head)
@@ -322,6 +324,7 @@ func TestFar3_PublishLooksUp(t *testing.T) {
 	collide(t, idC, idA)
 	e := newFar3Env(t, fpShape{L: 12, S: 9})
 	e.put(idA, 10*time.Second, "", false)
+	e.put(idB, 20*time.Second, "", false) // the tier never empties (which drops the shape)
 	var shapes FarShapes
 
 	c := near3(idC)
@@ -340,7 +343,6 @@ func TestFar3_PublishLooksUp(t *testing.T) {
 	require.True(t, found)
 	require.Equal(t, int64(0), e.publish(&shapes, near3(idA)), "byte-identical and waiting: a no-op")
 
-	e.put(idB, 20*time.Second, "", false)
 	// A publisher that knows another shape (a doubling since) learns it.
 	shapes.store(e.sh, fpShape{L: 11, Set: true})
 	require.Equal(t, []any{"pull", idB}, e.publish(&shapes, near3(idB)))

@@ -29,7 +29,7 @@ import (
 //	reclaim    1,000 sweeps of a consumer group holding 10 messages, none
 //	           out of its visibility timeout (the common sweep)
 //	far2       1,000 far messages of format 2 published into one bucket
-//	far3       the same in format 3 (WriteFar3: no release writes it yet)
+//	far3       the same in format 3 (FarArg.Format3: no release writes it yet)
 //	unpack2    far2, then the bucket unpacked (unpack.lua, 1,000 a call)
 //	unpack3    far3, then the same
 //	pull2      far2, then 100 of its messages pulled by UUID (FarPull)
@@ -124,21 +124,17 @@ func TestInstructions_Workload(t *testing.T) {
 		due := time.Now().Add(10 * time.Minute) // one bucket
 		b, _, _, _ := farPlace(time.Now().UnixMilli(), due.UnixMilli())
 		var ids []string
+		var shapes FarShapes // kept, as a Publisher keeps them
 		for range n {
 			id := watermill.NewUUID()
 			ids = append(ids, id)
 			msg := message.NewMessage(id, make([]byte, 100))
-			if format == "3" {
-				if err := WriteFar3(ctx, c, sh, msg, due, "", false); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
 			in := time.Until(due)
 			f := FarArgOf(id, in, true)
+			f.Format3 = format == "3"
 			f.Place(time.Now().UnixMilli())
 			m := PubMessage{UUID: id, Delay: in.Milliseconds(), Body: Encode(msg), Far: f}
-			if _, err := Publish(ctx, c, sh, PublishOpts{}, []*fairCall{{PubArgs{Msgs: []PubMessage{m}}}}); err != nil {
+			if _, err := Publish(ctx, c, sh, PublishOpts{Shapes: &shapes}, []*fairCall{{PubArgs{Msgs: []PubMessage{m}}}}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,9 +30,27 @@ const (
 	// whole-second delays, the far tier's format 2 (business-keyed and
 	// high-priority messages too), far marks as 16 bytes, the far filter.
 	Level2 = 2
+	// Level3 (issue 50, being built): the far tier's format 3, its
+	// elements and fingerprint index (far3.go). This release reads it and
+	// announces level 2, so no process writes it but where SetWriteFar3
+	// says so: a rollback to this release finds nothing it cannot read.
+	Level3 = 3
 	// LevelNewest is the newest level this release reads and writes.
 	LevelNewest = Level2
 )
+
+// writeFar3 makes publishers write far messages in format 3 whatever the
+// level agreed (SetWriteFar3).
+var writeFar3 atomic.Bool
+
+// SetWriteFar3 makes every publisher of the process write far messages in
+// format 3 (on), whatever the level agreed: for tests and the bench until
+// a release announces level 3.
+func SetWriteFar3(on bool) { writeFar3.Store(on) }
+
+// WritesFar3 reports whether a publisher writing level lvl stores far
+// messages in format 3.
+func WritesFar3(lvl int) bool { return lvl >= Level3 || writeFar3.Load() }
 
 var (
 	// LevelSettle is how long every live reader must have read a level

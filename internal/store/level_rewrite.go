@@ -9,22 +9,23 @@ import (
 
 // Rewritten counts what RewriteShard changed.
 type Rewritten struct {
-	Far    int // far messages of format 2 moved into the waiting set
+	Far    int // far messages moved into the waiting set (of format 2 or 3)
 	Bodies int // waiting and retry bodies re-encoded
 	Dead   int // dead letters re-encoded (each a new entry)
 }
 
 // RewriteShard rewrites what a partition holds at rest to storage level
-// lvl (1: release 0.1.0's), for a rollback once level 2 was written: far
-// messages of format 2 move into the waiting set (level 1 reads none), and
-// waiting, retry and dead letter bodies that use level 2's codes are
-// re-encoded. The ready and redelivery streams are not rewritten (their
+// lvl, for a rollback to a release that reads up to it once a newer level
+// was written: to level 2 (release 0.2.0's), far messages of format 3 move
+// into the waiting set; to level 1 (release 0.1.0's), every far message of
+// format 2's lists does (level 1 reads none), and waiting, retry and dead
+// letter bodies that use level 2's codes are re-encoded. The ready and redelivery streams are not rewritten (their
 // entries cannot change): they drain (NewerEntries counts what is left).
 // Run it after pinning the level (PinLevel), so that nothing new of the
 // newer level is written meanwhile.
 func RewriteShard(ctx context.Context, c redis.Cmdable, sh Shard, lvl int) (Rewritten, error) {
 	var out Rewritten
-	if lvl >= Level2 {
+	if lvl >= Level3 {
 		return out, nil
 	}
 	for from := int64(0); ; {
@@ -43,7 +44,9 @@ func RewriteShard(ctx context.Context, c redis.Cmdable, sh Shard, lvl int) (Rewr
 				}
 				ids := make([]string, 0, len(ms))
 				for _, m := range ms {
-					ids = append(ids, m.ID)
+					if lvl < Level2 || m.Format3 {
+						ids = append(ids, m.ID)
+					}
 				}
 				if err := FarPullMany(ctx, c, sh, ids); err != nil {
 					return out, fmt.Errorf("move far messages of %s into the waiting set: %w", sh, err)
@@ -59,6 +62,9 @@ func RewriteShard(ctx context.Context, c redis.Cmdable, sh Shard, lvl int) (Rewr
 			break
 		}
 		from = refs[len(refs)-1] + 1
+	}
+	if lvl >= Level2 {
+		return out, nil // the bodies' codes are level 2's
 	}
 	n, err := rewriteHash(ctx, c, sh.Bodies(), lvl)
 	out.Bodies += n

@@ -220,7 +220,7 @@ func FarRange(ctx context.Context, c redis.Cmdable, sh Shard, ref, pos int64, n 
 		els := rng.Val()
 		for k, e := range els {
 			if m, ok := farMember(sh, v, start, e); ok {
-				ms = append(ms, FarMember{WaitingMember: m, Pos: p + from + int64(k)})
+				ms = append(ms, FarMember{WaitingMember: m, Pos: p + from + int64(k), Format3: e[0] == farFormat3})
 			}
 		}
 		next = p + from + int64(len(els))
@@ -232,7 +232,8 @@ func FarRange(ctx context.Context, c redis.Cmdable, sh Shard, ref, pos int64, n 
 // FarMember is a message of the far tier and its position in its bucket.
 type FarMember struct {
 	WaitingMember
-	Pos int64
+	Pos     int64
+	Format3 bool // an element of format 3 (far3.go)
 }
 
 // farMember decodes element e of a far bucket of format v whose first due

@@ -1,4 +1,4 @@
--- include: clock, lib, lazy fair, farmark
+-- include: clock, lib, lazy fair, farmark, lazy fpindex
 --[[
   publish: stores the messages of one or more Publish calls to a topic.
   Each call is atomic on its own: all of its messages are stored, or none.
@@ -43,7 +43,8 @@
   KEYS[6g+15] fwait    zset   its groups asleep under their rate limit
   KEYS[6g+16] rstream  stream its redelivery stream (for a group whose
                               subscribers do not read groups: gv unset)
-  then the far index shards and far buckets the messages name (below)
+  then the far index shards and far buckets the messages and splits name,
+  and the format 3 index's side table (far3.go) when it is written (below)
   ARGV[1]          wake channel, published to when the earliest due time moves
                    earlier, or a message is stored in a dormant partition
   ARGV[2]          most waiting messages (ZCARD waiting) a call may leave; 0: no bound
@@ -63,7 +64,21 @@
   ARGV[8+n+k]      number of messages of call k (k = 1..c)
   ARGV[9+n+c]      the format 3 index's L as the caller knows it (far3.go;
                    :fmeta's iL), 0 for none: then thirteen arguments per
-                   message, else seventeen (ARGV[j+13..16])
+                   message, else seventeen (ARGV[j+13..16]) and the index
+                   arguments below; fpMinLevel (11) when the caller knows
+                   none and may store format 3
+  and with an L (none: the messages' arguments follow):
+  ARGV[10+n+c]     1 when the far messages are stored in format 3 (far3.go),
+                   0 for format 2
+  ARGV[11+n+c]     the index's split pointer S as the caller knows it
+  ARGV[12+n+c]     the number of index splits the caller gives keys for, s
+  ARGV[13+n+c]     index in KEYS of the index's side table (:fic); 0 with
+                   format 2
+  ARGV[14+n+c..]   per split, in order from the caller's L and S: indexes in
+                   KEYS of the shard split and of the shard 2^L above it
+                   (far3.go's splits). A run storing format 3 splits shards
+                   while the tier holds more than fpPerShard (48) messages
+                   per shard, when it finds the L and S the caller gave.
   then per message, the calls' messages in call order:
   ARGV[j]          message UUID
   ARGV[j+1]        delay in ms from now (Redis server time); <= 0 means ready now
@@ -100,20 +115,24 @@
                    ARGV[j+5] and ARGV[j+7] are 0
   ARGV[j+13]       the UUID's fingerprint in the format 3 index ("" when
                    ARGV[j+5] is 0, or when a pull found no far message of
-                   the UUID: the fingerprint's entry is another's): a
+                   the UUID and it is not to be stored in format 3): a
                    lookup reads it there too, whatever the far filter says
-                   (it covers format 2's index only)
+                   (it covers format 2's index only), and a message stored
+                   in format 3 is indexed by it
   ARGV[j+14]       index in KEYS of the index shard h mod 2^L
   ARGV[j+15]       index in KEYS of the index shard h mod 2^(L+1)
-  ARGV[j+16]       h mod 2^L
+  ARGV[j+16]       h mod 2^L; -1 - h mod 2^L when a pull found no far
+                   message of the UUID (its fingerprint's entry is
+                   another's): not looked up, indexed when stored
 
   Returns {-1, L, S} when the caller's L (ARGV[9+n+c]) is not the format 3
-  index's and a message is looked up: nothing is done, the caller sends the
-  run again with L. Else one status per call, in call order, then 1 when KEYS[8] was
-  missing (the caller registers the topic again), else 0, then 1 when an
-  immediate grouped message found the consumer groups listed wrong (it
-  waited for the scheduler: the caller reads the list again), else 0. A
-  status:
+  index's and a message is looked up or may be stored in format 3: nothing
+  is done, the caller sends the run again with L. Else one status per
+  call, in call order, then 1 when KEYS[8] was missing (the caller
+  registers the topic again), else 0, then 1 when an immediate grouped
+  message found the consumer groups listed wrong (it waited for the
+  scheduler: the caller reads the list again), else 0, then, when the
+  caller gave an L, the index's L and S after the run (L 0: none). A status:
     0                          its messages are stored (or dropped: keep first)
     {'pull', UUID, ...}        messages of the call, or holders of its
                                business keys that it replaces, are waiting
@@ -155,11 +174,14 @@ local wake, maxWaiting, maxReady, calls = ARGV[1], tonumber(ARGV[2]), tonumber(A
 local farMargin, farWidth, farSlack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limited)
 local ng = tonumber(ARGV[8])
-local first = 10 + ng + calls
-local fpL = tonumber(ARGV[first - 1])
+local base = 9 + ng + calls
+local fpL = tonumber(ARGV[base])
+local w3, fpS, nsplit, fic, first = false, 0, 0, nil, base + 1
 local STRIDE = 13 -- arguments per message
 if fpL > 0 then
-  STRIDE = 17
+  w3, fpS, nsplit = ARGV[base + 1] == '1', tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+  fic = KEYS[tonumber(ARGV[base + 4])]
+  first, STRIDE = base + 5 + 2 * nsplit, 17
 end
 -- A message's arguments are ARGV[j + <offset>] (see the header):
 local UUID, DELAY, BODY, BKEY, PRIO, FSHARD, FFIELD, FBUCKETKEY, FBUCKET, FSTART, FUNPACK, GROUP, FSEL =
@@ -239,11 +261,20 @@ end
 -- both formats, fm the same as this version's scripts count them; fb is
 -- the filter's size in blocks of 512 bits (none: no filter), fi
 -- the messages added to it, fr the size of the one a rebuild fills (none:
--- no rebuild) and fj the messages added to that.
-local fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj')
-local farN, farM = tonumber(fst[1] or '0'), tonumber(fst[2] or '0')
-local ffBlocks, ffAdded = tonumber(fst[3] or '0'), tonumber(fst[4] or '0')
-local ffNext, ffJ = tonumber(fst[5] or '0'), tonumber(fst[6] or '0')
+-- no rebuild) and fj the messages added to that; iL and iS, the format 3
+-- index's shape (far3.go), when the caller knows one (else below, when a
+-- message is looked up). (A field absent is 0 without tonumber: Lua's
+-- string to number conversion is a strtod, costly when it makes eight.)
+local fst
+if fpL > 0 then
+  fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj', 'iL', 'iS')
+else
+  fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj')
+end
+for i = 1, #fst do
+  fst[i] = fst[i] and tonumber(fst[i]) or 0
+end
+local farN, farM, ffBlocks, ffAdded, ffNext, ffJ = fst[1], fst[2], fst[3], fst[4], fst[5], fst[6]
 local FF_PER, FF_MIN = 32, 64 -- farFilterPerBlock, farFilterMinBlocks
 -- whether the filter holds every message it counts (past its capacity new
 -- ones get no bit)
@@ -270,35 +301,43 @@ end
 -- either; the bits are read in one BITFIELD per 120 messages.
 local farLoc = {}
 local ffSet = {} -- messages whose bit in the far filter is set already
+local ask, nAsk = nil, 0 -- waiting messages looked up in the far tier
 if farN > 0 then
-  local ask = {}
+  ask = {}
   for j = first, #ARGV, STRIDE do
     if waits[j] and ARGV[j + FSHARD] ~= '0' and not known[ARGV[j + UUID]] then
       ask[#ask + 1] = j
     end
   end
-  -- the format 3 index's shape (far3.go), read only when a message is
-  -- looked up
-  local iL, iS = 0, 0
-  if #ask > 0 then
+  nAsk = #ask
+  if nAsk > 0 and fpL == 0 then
     local shape = redis.call('HMGET', fmeta, 'iL', 'iS')
-    iL, iS = tonumber(shape[1] or '0'), tonumber(shape[2] or '0')
-    if iL ~= fpL then
-      return {-1, iL, iS}
-    end
+    fst[7], fst[8] = tonumber(shape[1] or '0'), tonumber(shape[2] or '0')
   end
+end
+-- the format 3 index's shape, which matters when a message is looked up
+-- or may be stored in format 3; iSet: it was written
+local iL, iS = fst[7] or 0, fst[8] or 0
+local iSet = iL > 0
+if not iSet and w3 then
+  iL = 11 -- fpMinLevel: the shape a writer starts
+end
+if (nAsk > 0 or w3) and iL ~= fpL then
+  return {-1, iL, iS}
+end
+if farN > 0 then
   local maybe = ask
   if #ask > 0 and ffWithin and farM == farN then
     maybe = {}
     local n = ffBlocks * 512
     for c = 1, #ask, 120 do
-      -- a message that may go to the far tier has its bit set now, the
-      -- reply being the bit before (one that does not go only makes a
-      -- false 1 more)
+      -- a message that may go to the far tier in format 2 has its bit
+      -- set now, the reply being the bit before (one that does not go
+      -- only makes a false 1 more); format 3's index has no filter
       local ops, write = {}, false
       for k = c, math.min(c + 119, #ask) do
         local m, i = ask[k], #ops
-        if ARGV[m + FBUCKETKEY] ~= '0' then
+        if ARGV[m + FBUCKETKEY] ~= '0' and not w3 then
           ops[i + 1], ops[i + 2], ops[i + 3], ops[i + 4] = 'SET', 'u1', tonumber(ARGV[m + FSEL]) % n, 1
           ffSet[m], write = true, true
         else
@@ -321,9 +360,9 @@ if farN > 0 then
   -- fingerprint (a place, or a tombstone: the side table may hold it) is
   -- only a maybe: the caller's pull confirms it against the element, and
   -- sends a message it did not find again without a lookup.
-  if #ask > 0 and fpL > 0 then
+  if #ask > 0 and iSet then
     for _, j in ipairs(ask) do
-      if not farLoc[j] and ARGV[j + FP] ~= '' then
+      if not farLoc[j] and ARGV[j + FP] ~= '' and tonumber(ARGV[j + FPLOW]) >= 0 then
         -- the message's shard (far3.go): h mod 2^L, or h mod 2^(L+1)
         -- below S; inline, as a helper costs every run its closure
         local shard = KEYS[tonumber(ARGV[j + FPA])]
@@ -564,16 +603,18 @@ if #stored > 0 then
     seqNo = seqNo + 1
     scoreOf[m] = fixed[m] or (now + delay[m]) * 1024 + seqNo % 1024
   end
-  -- Messages for the far tier, by bucket: one with no business key, no
-  -- priority and no holder's score, due no earlier than its bucket's first
-  -- due ms, whose bucket is unpacked after now + the margin. Each bucket
-  -- takes its messages in one RPUSH; a message's location is bucket * 2^24
-  -- + its position in the bucket, exact in a Lua number.
+  -- Messages for the far tier, by bucket: one with no holder's score and
+  -- a business key of under 256 bytes if any, due within its bucket give
+  -- or take the slack, whose bucket is unpacked after now + the margin
+  -- (and in format 3, due within 2^29 / 1024 ms of the bucket's start).
+  -- Each bucket takes its messages in one RPUSH; a message's location is
+  -- bucket * 2^24 + its position in the bucket, exact in a Lua number.
   local byBucket, farOrder, farFields = {}, {}, {}
   for _, m in ipairs(stored) do
     if ARGV[m + FBUCKETKEY] ~= '0' and not fixed[m] and #ARGV[m + BKEY] <= 256 then
       local due, first = now + delay[m], tonumber(ARGV[m + FSTART])
-      if due >= first - farSlack and due < first + farWidth + farSlack and tonumber(ARGV[m + FUNPACK]) > now + farMargin then
+      if due >= first - farSlack and due < first + farWidth + farSlack and tonumber(ARGV[m + FUNPACK]) > now + farMargin
+        and (not w3 or math.abs(scoreOf[m] - first * 1024) < 536870912) then
         local b = ARGV[m + FBUCKET]
         local list = byBucket[b]
         if not list then
@@ -606,6 +647,7 @@ if #stored > 0 then
         for i = c, math.min(c + CHUNK - 1, #list) do
           -- the element of format 2 (far.go): its due time from the
           -- bucket's first due ms, its business key and priority
+          -- (or of format 3, far3.go: a 5-byte head)
           local m = list[i]
           local flags, bk = 0, ARGV[m + BKEY]
           if ARGV[m + PRIO] == '1' then flags = 1 end
@@ -613,7 +655,13 @@ if #stored > 0 then
             flags = flags + 2
             bk = string.char(#bk - 1) .. string.sub(bk, 2)
           end
-          els[#els + 1] = string.char(2, flags) .. struct.pack('>i4', scoreOf[m] - base1024) .. bk .. ARGV[m + BODY]
+          if w3 then
+            -- bit 31 priority, bit 30 key, the score's offset + 2^29
+            local hi = (flags % 2) * 2147483648 + math.floor(flags / 2) * 1073741824
+            els[#els + 1] = '\3' .. struct.pack('>I4', hi + scoreOf[m] - base1024 + 536870912) .. bk .. ARGV[m + BODY]
+          else
+            els[#els + 1] = string.char(2, flags) .. struct.pack('>i4', scoreOf[m] - base1024) .. bk .. ARGV[m + BODY]
+          end
         end
         len = redis.call('RPUSH', bucket, unpack(els))
       end
@@ -627,11 +675,20 @@ if #stored > 0 then
           redis.call('LTRIM', bucket, 0, len - #list - 1)
         end
       else
+        if w3 then use_fpindex() end
         for i, m in ipairs(list) do
-          -- format 2's location: negated, less one (far.go's farLoc)
-          redis.call('HSET', KEYS[tonumber(ARGV[m + FSHARD])], ARGV[m + FFIELD], -(loc + i - 1) - 1)
+          if w3 then
+            -- its fingerprint's shard: h mod 2^L, or h mod 2^(L+1) below S
+            local low, shard = tonumber(ARGV[m + FPLOW]), KEYS[tonumber(ARGV[m + FPA])]
+            if low < 0 then low = -low - 1 end
+            if low < iS then shard = KEYS[tonumber(ARGV[m + FPB])] end
+            fi_insert(shard, fic, ARGV[m + FP], ARGV[m + FFIELD], tonumber(b), base + i - 1)
+          else
+            -- format 2's location: negated, less one (far.go's farLoc)
+            redis.call('HSET', KEYS[tonumber(ARGV[m + FSHARD])], ARGV[m + FFIELD], -(loc + i - 1) - 1)
+            farMsgs[#farMsgs + 1] = m
+          end
           isFar[m] = true
-          farMsgs[#farMsgs + 1] = m
           if ARGV[m + BKEY] ~= '' then
             -- the final holder of its key (set above): marked far
             redis.call('HSET', bkeys, string.sub(ARGV[m + BKEY], 2), far_mark(ARGV[m + UUID], ARGV[m + FFIELD]))
@@ -711,28 +768,48 @@ if #stored > 0 then
   end
   if nFar > 0 then
     -- The far counts, in one write: n, fm (n as this version counts it),
-    -- and the far filter's. The filter: a new one when the far tier was
-    -- empty (nothing is in it to miss); the bits while within its capacity
-    -- (past it, it is not trusted until rebuilt: they would be wasted),
-    -- counted; and the bits in the one a rebuild fills.
+    -- the far filter's, and the format 3 index's shape. The filter: a new
+    -- one when the far tier was empty (nothing is in it to miss); the bits
+    -- of format 2's messages while within its capacity (past it, it is not
+    -- trusted until rebuilt: they would be wasted), counted; and the bits
+    -- in the one a rebuild fills.
     if farN == 0 then
       redis.call('DEL', ff)
       ffBlocks, ffAdded, farM, ffWithin = FF_MIN, 0, 0, true
     end
+    local n2 = #farMsgs
     local counts = {'n', farN + nFar, 'fm', farM + nFar}
     if ffBlocks > 0 then
-      if ffWithin then
+      if ffWithin and n2 > 0 then
         local unset = {}
         for _, m in ipairs(farMsgs) do
           if not ffSet[m] then unset[#unset + 1] = m end
         end
         ffadd(ff, ffBlocks, unset)
       end
-      counts[5], counts[6], counts[7], counts[8] = 'fb', ffBlocks, 'fi', ffAdded + nFar
+      counts[5], counts[6], counts[7], counts[8] = 'fb', ffBlocks, 'fi', ffAdded + n2
     end
     if ffNext > 0 then
-      ffadd(ffn, ffNext, farMsgs)
-      counts[#counts + 1], counts[#counts + 2] = 'fj', ffJ + nFar
+      if n2 > 0 then ffadd(ffn, ffNext, farMsgs) end
+      counts[#counts + 1], counts[#counts + 2] = 'fj', ffJ + n2
+    end
+    if w3 then
+      -- Splits, while the tier holds more than 48 messages per shard
+      -- (far3.go's fpPerShard), as many as the caller gave keys for, in
+      -- the order it gave them: only from the L and S it knew.
+      local moved = not iSet
+      if iL == fpL and iS == fpS then
+        for k = 0, nsplit - 1 do
+          if farN + nFar <= 48 * (2 ^ iL + iS) then break end
+          fi_split(KEYS[tonumber(ARGV[base + 5 + 2 * k])], KEYS[tonumber(ARGV[base + 6 + 2 * k])], iL)
+          iS, moved = iS + 1, true
+          if iS == 2 ^ iL then iL, iS = iL + 1, 0 end
+        end
+      end
+      if moved then
+        counts[#counts + 1], counts[#counts + 2] = 'iL', iL
+        counts[#counts + 1], counts[#counts + 2] = 'iS', iS
+      end
     end
     redis.call('HSET', fmeta, unpack(counts))
   end
@@ -756,4 +833,7 @@ if flags < 2 then
 end
 status[calls + 1] = new
 status[calls + 2] = stale
+if fpL > 0 then
+  status[calls + 3], status[calls + 4] = iL, iS
+end
 return status

@@ -42,3 +42,56 @@ local function fi_remove(shard, side, fp, full, b, pos)
     redis.call('HDEL', side, full)
   end
 end
+
+-- The place of position pos of far bucket b, as far3.go's fpLoc writes it:
+-- 5 bytes, or 7 when the position needs 3 bytes or the entry is collided.
+local function fi_loc(b, pos, collided)
+  local bm = b % 16777216
+  local b1, b2, b3 = math.floor(bm / 65536), math.floor(bm / 256) % 256, bm % 256
+  if not collided and pos < 65536 then
+    return string.char(b1, b2, b3, math.floor(pos / 256), pos % 256)
+  end
+  local f = 0
+  if collided then f = 1 end
+  return string.char(f, b1, b2, b3, math.floor(pos / 65536), math.floor(pos / 256) % 256, pos % 256)
+end
+
+-- Indexes the format 3 element at position pos of far bucket b, its UUID's
+-- fingerprint fp in shard, its far field full: the shard's entry when the
+-- fingerprint is free there or a tombstone (taken over, flag kept); else
+-- the side table's, the holder's entry flagged as collided.
+local function fi_insert(shard, side, fp, full, b, pos)
+  if redis.call('HSETNX', shard, fp, fi_loc(b, pos, false)) == 1 then
+    return
+  end
+  local cur = redis.call('HGET', shard, fp)
+  if #cur == 1 then
+    redis.call('HSET', shard, fp, fi_loc(b, pos, true))
+    return
+  end
+  local hb, hp, collided = fi_place(cur)
+  if not collided then
+    redis.call('HSET', shard, fp, fi_loc(hb, hp, true))
+  end
+  redis.call('HSET', side, full, fi_loc(b, pos, false))
+end
+
+-- Splits index shard src of an index whose L is l: moves the entries whose
+-- hash has bit l set (bit l - 11 of the fingerprint, far3.go's fpField) to
+-- dst, the shard numbered 2^l above it.
+local function fi_split(src, dst, l)
+  local all = redis.call('HGETALL', src)
+  local div = 2 ^ (l - 11)
+  local moved, gone = {}, {}
+  for i = 1, #all, 2 do
+    local b1, b2, b3, b4 = string.byte(all[i], 1, 4)
+    if math.floor((((b1 * 256 + b2) * 256 + b3) * 256 + b4) / div) % 2 == 1 then
+      moved[#moved + 1], moved[#moved + 2] = all[i], all[i + 1]
+      gone[#gone + 1] = all[i]
+    end
+  end
+  if #gone > 0 then
+    redis.call('HSET', dst, unpack(moved))
+    redis.call('HDEL', src, unpack(gone))
+  end
+end

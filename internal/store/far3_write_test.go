@@ -1,0 +1,257 @@
+package store
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+)
+
+// spec3 is a message pub3 publishes into the env's bucket.
+type spec3 struct {
+	id    string
+	dueIn time.Duration // from the bucket's start
+	key   string        // business key ("" for none), policy replace
+	prio  bool
+}
+
+// pub3 publishes specs as one call through publish.lua, as a publisher
+// writing format 3 does (FarArg.Format3), learning the shape in shapes; it
+// returns the call's status.
+func (e *far3Env) pub3(shapes *FarShapes, specs ...spec3) any {
+	start := farBucketStart(e.b).UnixMilli()
+	now := time.Now().UnixMilli()
+	msgs := make([]PubMessage, len(specs))
+	for i, s := range specs {
+		delay := time.Duration(start-now)*time.Millisecond + s.dueIn
+		f := FarArgOf(s.id, delay, true)
+		f.Format3 = true
+		f.Place(now)
+		require.Equal(e.t, e.b, f.Bucket, "placed in the env's bucket")
+		key := ""
+		if s.key != "" {
+			key = "x" + s.key
+		}
+		msgs[i] = PubMessage{UUID: s.id, Delay: delay.Milliseconds(), Key: key, Prio: s.prio, Far: f,
+			Body: Encode(message.NewMessage(s.id, []byte("payload of "+s.id)))}
+	}
+	return e.send(shapes, msgs)
+}
+
+func (e *far3Env) send(shapes *FarShapes, msgs []PubMessage) any {
+	r, err := Publish(e.ctx, e.c, e.sh, PublishOpts{Shapes: shapes}, []*fairCall{{PubArgs{Msgs: msgs}}})
+	require.NoError(e.t, err)
+	return r.Statuses[0]
+}
+
+// pub3New is pub3 for messages none of which is far yet, as the publisher
+// runs it: a message whose fingerprint's entry is another's is pulled,
+// not found, and sent again without that lookup (NotFar).
+func (e *far3Env) pub3New(shapes *FarShapes, s spec3) any {
+	st := e.pub3(shapes, s)
+	if pull, ok := st.([]any); ok {
+		require.Equal(e.t, []any{"pull", s.id}, pull)
+		_, _, found, err := FarPull(e.ctx, e.c, e.sh, s.id, false)
+		require.NoError(e.t, err)
+		require.False(e.t, found)
+		start := farBucketStart(e.b).UnixMilli()
+		now := time.Now().UnixMilli()
+		delay := time.Duration(start-now)*time.Millisecond + s.dueIn
+		f := FarArgOf(s.id, delay, true)
+		f.Format3 = true
+		f.Place(now)
+		f.NotFar()
+		st = e.send(shapes, []PubMessage{{UUID: s.id, Delay: delay.Milliseconds(), Far: f,
+			Body: Encode(message.NewMessage(s.id, []byte("payload of "+s.id)))}})
+	}
+	return st
+}
+
+// peek finds id in the far tier (FarPull, only reading).
+func (e *far3Env) peek(id string) bool {
+	_, _, found, err := FarPull(e.ctx, e.c, e.sh, id, true)
+	require.NoError(e.t, err)
+	return found
+}
+
+// newWriteEnv is a far3Env whose partition has no format 3 index yet.
+func newWriteEnv(t *testing.T) *far3Env {
+	e := newFar3Env(t, fpShape{L: fpMinLevel})
+	require.NoError(t, e.c.HDel(e.ctx, e.sh.FarMeta(), fpShapeFields...).Err())
+	return e
+}
+
+// A publisher writing format 3 stores far messages as format 3 elements
+// indexed by fingerprint (no format 2 index entry, no far filter bit),
+// starts the index's shape, finds them again (a retried publish), and the
+// scheduler unpacks them with their keys and priorities.
+func TestFar3_Write(t *testing.T) {
+	e := newWriteEnv(t)
+	var shapes FarShapes
+	require.Equal(t, int64(0), e.pub3(&shapes,
+		spec3{id: idA, dueIn: 10 * time.Second},
+		spec3{id: idB, dueIn: 20 * time.Second, key: "key-b", prio: true},
+		spec3{id: idD, dueIn: 30 * time.Second}))
+	require.Equal(t, fpShape{L: fpMinLevel, Set: true}, shapes.load(e.sh), "learnt from the run")
+	els := e.c.LRange(e.ctx, e.sh.FarList(e.b), 0, -1).Val()
+	require.Len(t, els, 3)
+	for _, el := range els {
+		require.Equal(t, byte(farFormat3), el[0])
+	}
+	meta := e.c.HGetAll(e.ctx, e.sh.FarMeta()).Val()
+	require.Equal(t, "3", meta["n"])
+	require.Equal(t, "3", meta["fm"], "fm moves with n")
+	require.Equal(t, "11", meta["iL"])
+	require.Equal(t, "0", meta["iS"])
+	require.Equal(t, "0", meta["fi"], "no far filter bit")
+	require.Zero(t, e.c.Exists(e.ctx, e.sh.farFilter()).Val())
+	for _, id := range []string{idA, idB, idD} {
+		require.Zero(t, e.c.Exists(e.ctx, e.sh.farIndex(farShard(farField(id)))).Val(), "no format 2 entry")
+	}
+	idx := e.index()
+	require.Len(t, idx, 3)
+	for k, v := range idx {
+		require.Len(t, v, 10, "a 5-byte place: %s", k)
+	}
+	require.Equal(t, "\x00\x01"+farField(idB), e.c.HGet(e.ctx, e.sh.Bkeys(), "key-b").Val(), "a far mark as format 2's")
+
+	// A retried publish finds them (pull first); a new one does not.
+	require.Equal(t, []any{"pull", idA}, e.pub3(&shapes, spec3{id: idA, dueIn: 10 * time.Second}))
+	require.Equal(t, []any{"pull", idB}, e.pub3(&shapes, spec3{id: idE, dueIn: 40 * time.Second, key: "key-b"}), "its key's far holder")
+	for _, id := range []string{idA, idB, idD} {
+		require.True(t, e.peek(id), id)
+	}
+	require.False(t, e.peek(idE))
+
+	r := e.unpack()
+	require.Equal(t, UnpackReply{Moved: 3}, r)
+	start := farBucketStart(e.b).UnixMilli()
+	for id, due := range map[string]int64{idA: 10_000, idB: 20_000, idD: 30_000} {
+		s, err := e.c.ZScore(e.ctx, e.sh.Waiting(), id).Result()
+		require.NoError(t, err, id)
+		// the score is Redis's clock's due ms (within a second of the
+		// test's) and a sequence number
+		require.InDelta(t, float64((start+due)*1024), s, 1024*1000, id)
+	}
+	require.Equal(t, "key-b", e.c.HGet(e.ctx, e.sh.BkeyOf(), idB).Val())
+	require.Equal(t, idB, e.c.HGet(e.ctx, e.sh.Bkeys(), "key-b").Val())
+	require.Equal(t, map[string]string{idB: "1"}, e.c.HGetAll(e.ctx, e.sh.Prio()).Val())
+	require.Empty(t, e.index())
+	require.Zero(t, e.c.Exists(e.ctx, e.sh.FarMeta()).Val(), "the shape goes with the last far message")
+}
+
+// Fingerprints taken in a shard send the newcomer to the side table and
+// flag the holder's entry; a flagged holder removed leaves a tombstone,
+// which the next message of the fingerprint takes over, flag kept.
+func TestFar3_WriteCollisions(t *testing.T) {
+	collide(t, idC, idA)
+	collide(t, idE, idA)
+	e := newWriteEnv(t)
+	var shapes FarShapes
+	require.Equal(t, int64(0), e.pub3(&shapes, spec3{id: idA, dueIn: 10 * time.Second}))
+	require.Equal(t, int64(0), e.pub3New(&shapes, spec3{id: idC, dueIn: 20 * time.Second}), "A's entry is a maybe: C is pulled, not found, sent again")
+	h := fpHash(farField(idA))
+	shard, fp := e.sh.fpIndex(shapes.load(e.sh).shard(h)), fpField(h)
+	entry := func() string { return e.c.HGet(e.ctx, shard, fp).Val() }
+	require.Len(t, entry(), 7)
+	require.Equal(t, byte(fpLocCollided), entry()[0], "A's entry flagged")
+	side := e.c.HGetAll(e.ctx, e.sh.fpSide()).Val()
+	require.Len(t, side, 1)
+	require.Len(t, side[farField(idC)], 5, "C's place in the side table")
+	require.True(t, e.peek(idA))
+	require.True(t, e.peek(idC))
+
+	_, _, found, err := FarPull(e.ctx, e.c, e.sh, idA, false)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "\x01", entry(), "a tombstone")
+	require.True(t, e.peek(idC), "still found by the side table")
+
+	require.Equal(t, int64(0), e.pub3New(&shapes, spec3{id: idE, dueIn: 30 * time.Second}))
+	require.Len(t, entry(), 7, "E took the tombstone's place")
+	require.Equal(t, byte(fpLocCollided), entry()[0], "flag kept: C is in the side table")
+	require.True(t, e.peek(idE))
+	require.True(t, e.peek(idC))
+	require.False(t, e.peek(idA))
+
+	require.Equal(t, UnpackReply{Moved: 2}, e.unpack())
+	require.Zero(t, e.c.HLen(e.ctx, e.sh.fpSide()).Val())
+}
+
+// A run storing format 3 splits one shard per 48 messages the tier holds
+// past its shards' share, from the shape its caller knew, through a
+// doubling of L; a caller that knew another S splits nothing and learns
+// the shape. Every message stays found, and unpacking empties the index.
+func TestFar3_WriteSplits(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		from, known fpShape // :fmeta's, and the caller's
+		want        fpShape
+	}{
+		{"splits", fpShape{L: 11}, fpShape{L: 11, Set: true}, fpShape{L: 11, S: 3, Set: true}},
+		{"doubles", fpShape{L: 11, S: 2046}, fpShape{L: 11, S: 2046, Set: true}, fpShape{L: 12, S: 1, Set: true}},
+		{"stale S", fpShape{L: 11, S: 5}, fpShape{L: 11, S: 2, Set: true}, fpShape{L: 11, S: 5, Set: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newFar3Env(t, c.from)
+			// The tier holds its shards' share already (format 2's, say):
+			// 100 more are past it by 100 / 48 shards.
+			held := 48 * (1<<c.from.L + c.from.S)
+			require.NoError(t, e.c.HSet(e.ctx, e.sh.FarMeta(), "n", held, "fm", held).Err())
+			var shapes FarShapes
+			shapes.store(e.sh, c.known)
+			specs := make([]spec3, 100)
+			for i := range specs {
+				specs[i] = spec3{id: fmt.Sprintf("0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c%04d", i), dueIn: time.Duration(i) * time.Millisecond}
+			}
+			require.Equal(t, int64(0), e.pub3(&shapes, specs...))
+			require.Equal(t, c.want, shapes.load(e.sh))
+			meta := e.c.HMGet(e.ctx, e.sh.FarMeta(), fpShapeFields...).Val()
+			require.Equal(t, []any{strconv.FormatUint(c.want.L, 10), strconv.FormatUint(c.want.S, 10)}, meta)
+			// each entry in the shard its hash names by the new shape
+			for k := range e.index() {
+				var n uint64
+				var f string
+				_, err := fmt.Sscanf(k[len(e.sh)+len(":fi:"):], "%d/%s", &n, &f)
+				require.NoError(t, err, k)
+				for _, s := range specs {
+					if h := fpHash(farField(s.id)); fmt.Sprintf("%x", fpField(h)) == f {
+						require.Equal(t, c.want.shard(h), n, "%s in shard %d", s.id, n)
+					}
+				}
+			}
+			for _, s := range specs {
+				require.True(t, e.peek(s.id), s.id)
+			}
+			e.shape = c.want
+			require.NoError(t, e.c.HSet(e.ctx, e.sh.FarMeta(), "n", 100, "fm", 100).Err())
+			require.Equal(t, UnpackReply{Moved: 100}, e.unpack())
+			require.Empty(t, e.index())
+		})
+	}
+}
+
+// A rollback to level 2 (RewriteShard) moves the far messages of format 3
+// into the waiting set, where release 0.2.0 reads them, and leaves those
+// of format 2 in the far tier.
+func TestFar3_RewriteToLevel2(t *testing.T) {
+	e := newWriteEnv(t)
+	require.Equal(t, int64(0), e.pub3(nil, spec3{id: idA, dueIn: 10 * time.Second}, spec3{id: idB, dueIn: 20 * time.Second, key: "key-b"}))
+	e.put2(idE, 30*time.Second)
+	n, err := RewriteShard(e.ctx, e.c, e.sh, Level2)
+	require.NoError(t, err)
+	require.Equal(t, Rewritten{Far: 2}, n)
+	for _, id := range []string{idA, idB} {
+		require.NotZero(t, e.c.ZScore(e.ctx, e.sh.Waiting(), id).Val(), id)
+		require.False(t, e.peek(id), id)
+	}
+	require.Equal(t, idB, e.c.HGet(e.ctx, e.sh.Bkeys(), "key-b").Val(), "its key names the waiting message")
+	require.True(t, e.peek(idE), "format 2 stays")
+	require.Empty(t, e.index())
+	n, err = RewriteShard(e.ctx, e.c, e.sh, Level2)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing left to move")
+}
