@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/redisdelay/watermill-redisdelay/internal/store"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -48,10 +49,13 @@ type options struct {
 	BacklogDue time.Duration `json:"backlog_due"`
 	// BacklogKeyed gives every message of the ladder's fills a business
 	// key of its own ("order-<n>"), as the seeds' headline case does.
-	BacklogKeyed bool          `json:"backlog_keyed,omitempty"`
-	MaxMemory    int64         `json:"max_memory"`
-	Idle         time.Duration `json:"idle"`
-	IdleTopics   int           `json:"idle_topics"`
+	BacklogKeyed bool `json:"backlog_keyed,omitempty"`
+	// Far3: the publishers store far messages in format 3 (issue 50),
+	// which no release writes yet (store.SetWriteFar3).
+	Far3       bool          `json:"far3,omitempty"`
+	MaxMemory  int64         `json:"max_memory"`
+	Idle       time.Duration `json:"idle"`
+	IdleTopics int           `json:"idle_topics"`
 	// Scenario 9 (Redis Cluster): messages per publish/subscribe run,
 	// messages promoted, Managers of the extra promotion run.
 	ClusterN        int `json:"cluster_n"`
@@ -171,6 +175,7 @@ func run() error {
 	durFlag(&opts.BacklogDue, "backlog-due", time.Millisecond, time.Millisecond, "delay of the messages published at each backlog (scenario 7): from 5 s on, each publish looks its UUID up in the far index")
 	flag.BoolVar(&opts.CostContextTimeouts, "cost-context-timeouts", false, "scenario 13's clients end socket waits at their context's deadline (go-redis's ContextTimeoutEnabled); the default client does not")
 	flag.BoolVar(&opts.BacklogKeyed, "backlog-keyed", false, "give every message of the ladder's fills a business key of its own, order-<n> (scenario 7)")
+	flag.BoolVar(&opts.Far3, "far3", false, "publishers store far messages in the far tier's format 3, which no release writes yet (issue 50)")
 	durFlag(&opts.Idle, "idle", time.Minute, 5*time.Second, "idle measurement per system (scenario 8)")
 	intFlag(&opts.IdleTopics, "idle-topics", 100, 100, "idle topics, one subscriber each (scenario 8)")
 	intFlag(&opts.ClusterN, "cluster-n", 300_000, 5_000, "messages per publish and subscribe run on each cluster setup (scenario 9)")
@@ -190,6 +195,7 @@ func run() error {
 	durFlag(&opts.CostWindow, "cost-window", 10*time.Second, 2*time.Second, "measured window of each cost run, after a 3 s warm-up (scenario 13)")
 	quickOf["cost-rates"] = "100,1000"
 	flag.Parse()
+	store.SetWriteFar3(opts.Far3)
 	if *redraw != "" {
 		return redrawReport(*redraw, *out)
 	}

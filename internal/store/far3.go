@@ -10,9 +10,11 @@ import (
 )
 
 // Format 3 of the far tier (issue 50), being built in steps: this release
-// reads it (unpack.lua, farpull.lua, publish.lua's duplicate check) and
-// writes none of it but in tests (WriteFar3), so a release that writes it
-// may be rolled back to this one. What it changes against format 2:
+// reads it everywhere (unpack.lua, farpull.lua, publish.lua's duplicate
+// check, the recurring overlap check) and has its writer in publish.lua
+// (FarArg.Format3), which runs only at level 3, announced by no release
+// yet, or where SetWriteFar3 says so (tests, the bench). What it changes
+// against format 2:
 //
 // Elements. A format 3 element sits in the lists of format 2 (:fz and
 // :fc:<bucket>, their P: and L: counts), told apart by its first byte:

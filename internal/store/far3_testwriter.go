@@ -12,10 +12,10 @@ import (
 
 // WriteFar3 stores msg in partition sh's far tier in format 3, due at due,
 // with an optional business key and high priority: for the tests of the
-// readers only. Nothing in the library writes format 3 yet (far3.go); the
-// writers of issue 50's next step, one script per call, replace it. It
-// indexes the message as they will: a fingerprint taken in its shard flags
-// the holder's entry as collided and sends the newcomer to the side table,
+// readers, which need a message of a chosen due time in a chosen shape.
+// The library's writer is publish.lua (FarArg.Format3); this one indexes
+// the message as it does: a fingerprint taken in its shard flags the
+// holder's entry as collided and sends the newcomer to the side table,
 // and a tombstone is taken over. Not atomic, and no split: tests set the
 // shape they want in :fmeta (iL, iS) before writing.
 func WriteFar3(ctx context.Context, c redis.Cmdable, sh Shard, msg *message.Message, due time.Time, key string, prio bool) error {
