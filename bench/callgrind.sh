@@ -7,13 +7,13 @@
 # for the tests (a valkey-server, say).
 #
 #   bash bench/callgrind.sh                 # every workload
-#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim farpub unpack pull)
+#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim farpub unpack pull look)
 #
 # Compare two trees by running it in each (git worktree add).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 works=("$@")
-[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim farpub unpack pull)
+[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim farpub unpack pull look)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/store.test" ./internal/store/
@@ -39,7 +39,7 @@ declare -A total
 for w in "${works[@]}" ; do
 	case $w in
 	farpub) for x in far2 far3; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
-	unpack | pull) for x in far2 far3 "${w}2" "${w}3"; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
+	unpack | pull | look) for x in far2 far3 "${w}2" "${w}3"; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
 	*) total[$w]=$(count "$w") ;;
 	esac
 done
@@ -53,7 +53,7 @@ for w in "${works[@]}"; do
 			echo "farpub, format $f: $(per "${total[far$f]}" "$base") instructions a publish (1,000 messages of 100 B into one far bucket)"
 		done
 		;;
-	unpack | pull)
+	unpack | pull | look)
 		# the far tier, format 2 against 3: each less the fill it starts from
 		n=1000
 		[ "$w" = pull ] && n=100

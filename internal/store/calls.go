@@ -272,6 +272,15 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 			if f.notFar {
 				look = -look - 1 // indexed if it goes far, not looked up
 			}
+			if !far3 {
+				// only looked up: the shard the caller's S picks (a key
+				// fewer; a run that finds S moved past it answers a pull)
+				if low < shape.S {
+					a = b
+				}
+				args = append(args, fpField(h), indexOf(a), 0, look)
+				continue
+			}
 			args = append(args, fpField(h), indexOf(a), indexOf(b), look)
 		}
 	}

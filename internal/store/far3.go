@@ -125,9 +125,14 @@ var fpHash = func(field string) uint64 {
 // fpField is the index field of hash h: its 32 bits from bit fpMinLevel.
 func fpField(h uint64) string {
 	var f [4]byte
-	binary.BigEndian.PutUint32(f[:], uint32(h>>fpMinLevel))
+	binary.BigEndian.PutUint32(f[:], fpSel(h))
 	return string(f[:])
 }
+
+// fpSel is where a message of hash h is in the far filter (farfilter.go):
+// its format 3 bit is this modulo the filter's bits. The fingerprint's 32
+// bits, so a rebuild reads it back from the index's fields.
+func fpSel(h uint64) uint32 { return uint32(h >> fpMinLevel) }
 
 // fpShape is a partition's index shape: L and S (see above).
 type fpShape struct {

@@ -316,7 +316,7 @@ func near3(id string) PubMessage {
 }
 
 // A publish of a UUID that waits in the far tier in format 3 finds it
-// (whatever the far filter says) and pulls it first, as with format 2; a
+// (no far filter here: it looks in the index) and pulls it first, as with format 2; a
 // fingerprint that is another message's is confirmed absent by the pull,
 // and the message is stored without a second lookup. The publisher learns
 // the index's shape from the script.

@@ -16,8 +16,9 @@ import (
 // The library's writer is publish.lua (FarArg.Format3); this one indexes
 // the message as it does: a fingerprint taken in its shard flags the
 // holder's entry as collided and sends the newcomer to the side table,
-// and a tombstone is taken over. Not atomic, and no split: tests set the
-// shape they want in :fmeta (iL, iS) before writing.
+// and a tombstone is taken over, and the far filter (if any) gets its
+// bit. Not atomic, and no split: tests set the shape they want in :fmeta
+// (iL, iS) before writing.
 func WriteFar3(ctx context.Context, c redis.Cmdable, sh Shard, msg *message.Message, due time.Time, key string, prio bool) error {
 	// Rounded up to the ms, as the library rounds delays: never early.
 	dueMs := due.Add(time.Millisecond - 1).UnixMilli()
@@ -35,14 +36,16 @@ func writeFar3At(ctx context.Context, c redis.Cmdable, sh Shard, b, start, unpac
 	if err != nil {
 		return err
 	}
-	vals, err := c.HMGet(ctx, sh.FarMeta(), farPopped(2, b), fpShapeFields[0], fpShapeFields[1]).Result()
+	vals, err := c.HMGet(ctx, sh.FarMeta(), farPopped(2, b), fpShapeFields[0], fpShapeFields[1], "fb").Result()
 	if err != nil {
 		return err
 	}
-	shape, err := fpShapeOf(vals[1:])
+	shape, err := fpShapeOf(vals[1:3])
 	if err != nil {
 		return err
 	}
+	fbs, _ := vals[3].(string)
+	blocks, _ := strconv.ParseInt(fbs, 10, 64)
 	p, _ := vals[0].(string)
 	popped, _ := strconv.ParseInt(p, 10, 64)
 	n, err := c.RPush(ctx, sh.FarList(b), el).Result()
@@ -65,8 +68,12 @@ func writeFar3At(ctx context.Context, c redis.Cmdable, sh Shard, b, start, unpac
 		pipe.ZAddNX(ctx, sh.FarZ(), redis.Z{Score: float64(unpackAt), Member: b})
 		pipe.HIncrBy(ctx, sh.FarMeta(), "L:"+strconv.FormatInt(b, 10), 1)
 		pipe.HIncrBy(ctx, sh.FarMeta(), "n", 1)
-		pipe.HIncrBy(ctx, sh.FarMeta(), "fm", 1) // fm moves with n: the far filter covers format 2's index only
+		pipe.HIncrBy(ctx, sh.FarMeta(), "fm", 1) // fm moves with n, as publish.lua keeps it
 		pipe.HSetNX(ctx, sh.FarMeta(), fpShapeFields[0], shape.L)
+		if blocks > 0 { // the far filter's bit, counted
+			pipe.SetBit(ctx, sh.farFilter(), int64(fpSel(h))%(blocks*512), 1)
+			pipe.HIncrBy(ctx, sh.FarMeta(), "fi", 1)
+		}
 		switch {
 		case curErr == redis.Nil:
 			pipe.HSet(ctx, shard, fp, fpLoc(b, pos, false))

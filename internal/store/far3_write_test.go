@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 )
@@ -106,10 +107,12 @@ func TestFar3_Write(t *testing.T) {
 	require.Equal(t, "3", meta["fm"], "fm moves with n")
 	require.Equal(t, "11", meta["iL"])
 	require.Equal(t, "0", meta["iS"])
-	require.Equal(t, "0", meta["fi"], "no far filter bit")
-	require.Zero(t, e.c.Exists(e.ctx, e.sh.farFilter()).Val())
+	require.Equal(t, "3", meta["fi"], "counted in the far filter")
 	for _, id := range []string{idA, idB, idD} {
 		require.Zero(t, e.c.Exists(e.ctx, e.sh.farIndex(farShard(farField(id)))).Val(), "no format 2 entry")
+		bit, err := e.c.GetBit(e.ctx, e.sh.farFilter(), int64(fpSel(fpHash(farField(id))))%(farFilterMinBlocks*512)).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), bit, "the format 3 bit of %s", id)
 	}
 	idx := e.index()
 	require.Len(t, idx, 3)
@@ -254,4 +257,38 @@ func TestFar3_RewriteToLevel2(t *testing.T) {
 	n, err = RewriteShard(e.ctx, e.c, e.sh, Level2)
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing left to move")
+}
+
+// A publish that only looks a message up passes the shard its S picks; a
+// run that finds S moved past the message's h mod 2^L (a split since the
+// publisher learnt S) cannot read the right shard and answers a pull,
+// which finds the message, or finds nothing and the message is stored.
+func TestFar3_LookupAfterSplit(t *testing.T) {
+	e := newFar3Env(t, fpShape{L: 11, S: 9})
+	// UUIDs whose shard was split: h mod 2^11 below 9
+	var split []string
+	for len(split) < 2 {
+		id := watermill.NewUUID()
+		if fpHash(farField(id))&(1<<11-1) < 9 {
+			split = append(split, id)
+		}
+	}
+	e.put(split[0], 10*time.Second, "", false)
+	var stale FarShapes
+	stale.store(e.sh, fpShape{L: 11, Set: true}) // learnt before the splits
+	require.Equal(t, []any{"pull", split[0]}, e.publish(&stale, near3(split[0])))
+	require.Equal(t, uint64(9), stale.load(e.sh).S, "learnt S from the run")
+	require.True(t, e.peek(split[0]))
+
+	stale.store(e.sh, fpShape{L: 11, Set: true})
+	m := near3(split[1])
+	require.Equal(t, []any{"pull", split[1]}, e.publish(&stale, m), "a maybe: not read")
+	require.False(t, e.peek(split[1]))
+	m.Far.NotFar()
+	require.Equal(t, int64(0), e.publish(&stale, m))
+
+	var known FarShapes
+	known.store(e.sh, fpShape{L: 11, S: 9, Set: true})
+	require.Equal(t, []any{"pull", split[0]}, e.publish(&known, near3(split[0])), "read in its shard")
+	require.Equal(t, int64(0), e.publish(&known, near3(watermill.NewUUID())))
 }

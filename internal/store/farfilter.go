@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -44,9 +45,13 @@ import (
 // (RebuildFarFilter), sized for 1.5 times the far messages; until then,
 // publishes read the index as before.
 //
-// A message's bit is its far index field's 64-bit FNV-1a hash, modulo
-// 2^32 (farSel, which the Publisher passes to publish.lua), modulo the
-// filter's bits.
+// A message's bit in format 2 is its far index field's 64-bit FNV-1a hash,
+// modulo 2^32 (farSel, which the Publisher passes to publish.lua), modulo
+// the filter's bits; in format 3 its fingerprint's 32 bits (fpSel, read
+// from the fingerprint publish.lua is given), modulo the filter's bits, so
+// a rebuild reads it back from format 3's index, whose fields are the
+// fingerprints. A lookup reads the bit of each format whose index it would
+// read.
 const (
 	farFilterPerBlock  = 32      // messages a block of 512 bits takes (16 bits each: ~6% false 1s)
 	farFilterMinBlocks = 64      // 4 KB: the filter of a small far tier
@@ -93,28 +98,66 @@ func BeginFarFilter(ctx context.Context, c redis.Scripter, sh Shard, token strin
 	return &FarFilterBuild{sh: sh, token: token, blocks: res, bits: make([]byte, res*64)}, nil
 }
 
-// Scan reads the whole far index and sets the bits of every message in it.
+// Scan reads the whole far index, both formats', and sets the bits of
+// every message in it.
 func (b *FarFilterBuild) Scan(ctx context.Context, c Cmds) error {
-	for first := uint32(0); first < farIndexShards; first += farFilterShardsPer {
+	if err := b.scan(ctx, c, 0, farIndexShards, b.sh.farIndex, farSel); err != nil {
+		return err
+	}
+	// Format 3's shards, as many as its shape says: a split moves entries
+	// from a shard to one 2^L above it, which is read later, so reading
+	// in order misses none; shards made meanwhile are read after.
+	read := uint64(0)
+	for {
+		vals, err := c.HMGet(ctx, b.sh.FarMeta(), fpShapeFields...).Result()
+		if err != nil {
+			return fmt.Errorf("read the far index's shape: %w", err)
+		}
+		shape, err := fpShapeOf(vals)
+		if err != nil || !shape.Set {
+			return err
+		}
+		shards := uint64(1)<<shape.L + shape.S
+		if read >= shards {
+			return nil
+		}
+		fpKey := func(n uint32) string { return b.sh.fpIndex(uint64(n)) }
+		fieldSel := func(f string) uint32 {
+			if len(f) != 4 {
+				return 0 // not a fingerprint (damaged): a false 1 at most
+			}
+			return binary.BigEndian.Uint32([]byte(f))
+		}
+		if err := b.scan(ctx, c, uint32(read), uint32(shards), fpKey, fieldSel); err != nil {
+			return err
+		}
+		read = shards
+	}
+}
+
+// scan sets the bits of the fields of index shards from to to-1 (keys
+// named by key), each at its selector sel.
+func (b *FarFilterBuild) scan(ctx context.Context, c Cmds, from, to uint32, key func(uint32) string, sel func(string) uint32) error {
+	for first := from; first < to; first += farFilterShardsPer {
 		pipe := c.Pipeline()
-		cmds := make([]*redis.StringSliceCmd, farFilterShardsPer)
+		cmds := make([]*redis.StringSliceCmd, min(farFilterShardsPer, to-first))
 		for i := range cmds {
-			cmds[i] = pipe.HKeys(ctx, b.sh.farIndex(first+uint32(i)))
+			cmds[i] = pipe.HKeys(ctx, key(first+uint32(i)))
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("read the far index: %w", err)
 		}
 		for _, cmd := range cmds {
 			for _, f := range cmd.Val() {
-				b.add(f)
+				b.add(sel(f))
 			}
 		}
 	}
 	return nil
 }
 
-func (b *FarFilterBuild) add(field string) {
-	bit := int64(farSel(field)) % (b.blocks * 512)
+func (b *FarFilterBuild) add(sel uint32) {
+	bit := int64(sel) % (b.blocks * 512)
 	b.bits[bit/8] |= 0x80 >> (bit % 8) // BITFIELD's order: the first bit is the byte's highest
 	b.added++
 }

@@ -34,6 +34,9 @@ import (
 //	unpack3    far3, then the same
 //	pull2      far2, then 100 of its messages pulled by UUID (FarPull)
 //	pull3      far3, then the same
+//	look2      far2, then 1,000 new messages due in 15 s published 100 a
+//	           call, each looked up in the far tier
+//	look3      far3, then the same
 func TestInstructions_Workload(t *testing.T) {
 	addr, work := os.Getenv("REDISDELAY_INSTRUCTIONS_ADDR"), os.Getenv("REDISDELAY_INSTRUCTIONS")
 	if addr == "" || work == "" {
@@ -119,7 +122,7 @@ func TestInstructions_Workload(t *testing.T) {
 				t.Fatalf("a sweep requeued %d and left pending entries idle %d ms at most, want 0 and more", r.Requeued, r.Oldest)
 			}
 		}
-	case "far2", "far3", "unpack2", "unpack3", "pull2", "pull3":
+	case "far2", "far3", "unpack2", "unpack3", "pull2", "pull3", "look2", "look3":
 		format := work[len(work)-1:]
 		due := time.Now().Add(10 * time.Minute) // one bucket
 		b, _, _, _ := farPlace(time.Now().UnixMilli(), due.UnixMilli())
@@ -139,6 +142,19 @@ func TestInstructions_Workload(t *testing.T) {
 			}
 		}
 		switch work[:len(work)-1] {
+		case "look":
+			// 1,000 new messages due in 15 s, 100 a call: each looked up
+			// in the far tier (its filter's bits, its index on a 1)
+			for range 10 {
+				msgs := make([]PubMessage, 100)
+				for i := range msgs {
+					id := watermill.NewUUID()
+					msgs[i] = PubMessage{UUID: id, Delay: 15_000, Body: Encode(message.NewMessage(id, make([]byte, 100))), Far: FarArgOf(id, 15*time.Second, true)}
+				}
+				if _, err := Publish(ctx, c, sh, PublishOpts{Shapes: &shapes}, []*fairCall{{PubArgs{Msgs: msgs}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
 		case "unpack":
 			instructionsUnpack(t, c, sh, b)
 		case "pull":

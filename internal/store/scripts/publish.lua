@@ -109,18 +109,25 @@
                    due now unless it goes straight to its group (above), and
                    grpof names its group while it waits (in either tier)
   ARGV[j+12]       where its far index field is in the far filter
-                   (farfilter.go): its bit is this modulo the filter's
-                   bits; a lookup reads it first (with a trusted filter),
-                   and a message stored in the far tier sets it. 0 when
-                   ARGV[j+5] and ARGV[j+7] are 0
+                   (farfilter.go): its format 2 bit is this modulo the
+                   filter's bits; a lookup in format 2's index reads it
+                   first (with a trusted filter), and a message stored in
+                   the far tier in format 2 sets it. 0 when ARGV[j+5] and
+                   ARGV[j+7] are 0
   ARGV[j+13]       the UUID's fingerprint in the format 3 index ("" when
                    ARGV[j+5] is 0, or when a pull found no far message of
                    the UUID and it is not to be stored in format 3): a
-                   lookup reads it there too, whatever the far filter says
-                   (it covers format 2's index only), and a message stored
-                   in format 3 is indexed by it
-  ARGV[j+14]       index in KEYS of the index shard h mod 2^L
-  ARGV[j+15]       index in KEYS of the index shard h mod 2^(L+1)
+                   lookup reads it there too, and a message stored in
+                   format 3 is indexed by it; its 32 bits modulo the far
+                   filter's bits are its format 3 bit, read and set as
+                   the format 2 bit is
+  ARGV[j+14]       index in KEYS of the index shard h mod 2^L; for a
+                   message only looked up (not to be stored in format 3),
+                   of the shard the caller's S picks: h mod 2^(L+1) when
+                   h mod 2^L is below it, else h mod 2^L
+  ARGV[j+15]       index in KEYS of the index shard h mod 2^(L+1); 0 for
+                   a message only looked up (a run that finds S moved
+                   past h mod 2^L takes it for a maybe: the pull is exact)
   ARGV[j+16]       h mod 2^L; -1 - h mod 2^L when a pull found no far
                    message of the UUID (its fingerprint's entry is
                    another's): not looked up, indexed when stored
@@ -282,12 +289,21 @@ local ffWithin = ffBlocks > 0 and ffAdded <= ffBlocks * FF_PER
 
 -- sets the bits of the messages ms (ARGV offsets) in filter key of blocks
 -- blocks of 512 bits, 120 a call (bit offsets as numbers: Redis formats
--- those without making Lua strings)
+-- those without making Lua strings). A message's bit is its selector
+-- modulo the filter's bits: in format 2 the caller's (farSel, of the far
+-- field), in format 3 (with w3) the fingerprint's 32 bits, which a
+-- rebuild reads back from the index (farfilter.go).
 local function ffadd(key, blocks, ms)
   local n, set = blocks * 512, {}
   for k, m in ipairs(ms) do
-    local i = #set
-    set[i + 1], set[i + 2], set[i + 3], set[i + 4] = 'SET', 'u1', tonumber(ARGV[m + FSEL]) % n, 1
+    local i, sel = #set, 0
+    if w3 then
+      local a, b, c, d = string.byte(ARGV[m + FP], 1, 4)
+      sel = ((a * 256 + b) * 256 + c) * 256 + d
+    else
+      sel = tonumber(ARGV[m + FSEL])
+    end
+    set[i + 1], set[i + 2], set[i + 3], set[i + 4] = 'SET', 'u1', sel % n, 1
     if #set >= 480 or k == #ms then
       redis.call('BITFIELD', key, unpack(set))
       set = {}
@@ -297,8 +313,9 @@ end
 
 -- message -> its location in the far tier, for waiting messages whose UUID
 -- is there (the tiers never hold one UUID twice). None: no lookup. A
--- trusted filter (farfilter.go) whose bit for the message is 0: no lookup
--- either; the bits are read in one BITFIELD per 120 messages.
+-- trusted filter (farfilter.go) whose bits for the message are 0: no
+-- lookup either (its format 2 bit for format 2's index, its format 3 bit
+-- for format 3's); the bits are read in one BITFIELD per 60 messages.
 local farLoc = {}
 local ffSet = {} -- messages whose bit in the far filter is set already
 local ask, nAsk = nil, 0 -- waiting messages looked up in the far tier
@@ -326,50 +343,95 @@ if (nAsk > 0 or w3) and iL ~= fpL then
   return {-1, iL, iS}
 end
 if farN > 0 then
-  local maybe = ask
+  -- maybe2: looked up in format 2's index; maybe3: in format 3's (with
+  -- a fingerprint to look up, unless a pull found the entry another's)
+  local maybe2, maybe3, look3 = ask, {}, {}
+  if iSet then
+    for _, j in ipairs(ask) do
+      if ARGV[j + FP] ~= '' and tonumber(ARGV[j + FPLOW]) >= 0 then
+        maybe3[#maybe3 + 1], look3[j] = j, true
+      end
+    end
+  end
   if #ask > 0 and ffWithin and farM == farN then
-    maybe = {}
+    maybe2, maybe3 = {}, {}
     local n = ffBlocks * 512
-    for c = 1, #ask, 120 do
-      -- a message that may go to the far tier in format 2 has its bit
-      -- set now, the reply being the bit before (one that does not go
-      -- only makes a false 1 more); format 3's index has no filter
-      local ops, write = {}, false
-      for k = c, math.min(c + 119, #ask) do
+    -- with format 3 (its index, or a message to store in it) two bits a
+    -- message, and who tells the replies apart; else one
+    local two = iSet or w3
+    local step = 120
+    if two then step = 60 end
+    for c = 1, #ask, step do
+      -- each message's format 2 bit, then its format 3 bit (the
+      -- fingerprint's 32 bits) when looked up there or stored in format 3.
+      -- A message that may go to the far tier has the bit of the format
+      -- it would be stored in set now, the reply being the bit before
+      -- (one that does not go only makes a false 1 more).
+      local ops, write, who = {}, false, nil
+      if two then who = {} end
+      for k = c, math.min(c + step - 1, #ask) do
         local m, i = ask[k], #ops
-        if ARGV[m + FBUCKETKEY] ~= '0' and not w3 then
+        local goes = ARGV[m + FBUCKETKEY] ~= '0'
+        if goes and not w3 then
           ops[i + 1], ops[i + 2], ops[i + 3], ops[i + 4] = 'SET', 'u1', tonumber(ARGV[m + FSEL]) % n, 1
           ffSet[m], write = true, true
         else
           ops[i + 1], ops[i + 2], ops[i + 3] = 'GET', 'u1', tonumber(ARGV[m + FSEL]) % n
+        end
+        if two then
+          who[#who + 1] = m
+          if look3[m] or goes and w3 then
+            local a, b, c3, d = string.byte(ARGV[m + FP], 1, 4)
+            local sel, o = ((a * 256 + b) * 256 + c3) * 256 + d, #ops
+            if goes and w3 then
+              ops[o + 1], ops[o + 2], ops[o + 3], ops[o + 4] = 'SET', 'u1', sel % n, 1
+              ffSet[m], write = true, true
+            else
+              ops[o + 1], ops[o + 2], ops[o + 3] = 'GET', 'u1', sel % n
+            end
+            who[#who + 1] = -m
+          end
         end
       end
       local cmd = 'BITFIELD_RO'
       if write then cmd = 'BITFIELD' end
       for k, b in ipairs(redis.call(cmd, ff, unpack(ops))) do
         if b == 1 then
-          maybe[#maybe + 1] = ask[c + k - 1]
+          local m = ask[c + k - 1]
+          if who then m = who[k] end
+          if m > 0 then
+            maybe2[#maybe2 + 1] = m
+          elseif look3[-m] then
+            maybe3[#maybe3 + 1] = -m
+          end
         end
       end
     end
   end
-  for _, j in ipairs(maybe) do
+  for _, j in ipairs(maybe2) do
     farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + FSHARD])], ARGV[j + FFIELD])
   end
-  -- The format 3 index, whatever the filter says. An entry of the
-  -- fingerprint (a place, or a tombstone: the side table may hold it) is
-  -- only a maybe: the caller's pull confirms it against the element, and
-  -- sends a message it did not find again without a lookup.
-  if #ask > 0 and iSet then
-    for _, j in ipairs(ask) do
-      if not farLoc[j] and ARGV[j + FP] ~= '' and tonumber(ARGV[j + FPLOW]) >= 0 then
-        -- the message's shard (far3.go): h mod 2^L, or h mod 2^(L+1)
-        -- below S; inline, as a helper costs every run its closure
-        local shard = KEYS[tonumber(ARGV[j + FPA])]
-        if tonumber(ARGV[j + FPLOW]) < iS then
-          shard = KEYS[tonumber(ARGV[j + FPB])]
+  -- An entry of the fingerprint in format 3's index (a place, or a
+  -- tombstone: the side table may hold it) is only a maybe: the caller's
+  -- pull confirms it against the element, and sends a message it did not
+  -- find again without a lookup.
+  for _, j in ipairs(maybe3) do
+    if not farLoc[j] then
+      -- the message's shard (far3.go): h mod 2^L, or h mod 2^(L+1)
+      -- below S; inline, as a helper costs every run its closure. A
+      -- message only looked up comes with the shard the caller's S
+      -- picks: when S moved past it since, a maybe (the pull is exact).
+      local low, fpb = tonumber(ARGV[j + FPLOW]), tonumber(ARGV[j + FPB])
+      if fpb == 0 then
+        if (low < iS) == (low < fpS) then
+          farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + FPA])], ARGV[j + FP])
+        else
+          farLoc[j] = true
         end
-        farLoc[j] = redis.call('HGET', shard, ARGV[j + FP])
+      elseif low < iS then
+        farLoc[j] = redis.call('HGET', KEYS[fpb], ARGV[j + FP])
+      else
+        farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + FPA])], ARGV[j + FP])
       end
     end
   end
@@ -686,9 +748,9 @@ if #stored > 0 then
           else
             -- format 2's location: negated, less one (far.go's farLoc)
             redis.call('HSET', KEYS[tonumber(ARGV[m + FSHARD])], ARGV[m + FFIELD], -(loc + i - 1) - 1)
-            farMsgs[#farMsgs + 1] = m
           end
           isFar[m] = true
+          farMsgs[#farMsgs + 1] = m
           if ARGV[m + BKEY] ~= '' then
             -- the final holder of its key (set above): marked far
             redis.call('HSET', bkeys, string.sub(ARGV[m + BKEY], 2), far_mark(ARGV[m + UUID], ARGV[m + FFIELD]))
@@ -770,28 +832,27 @@ if #stored > 0 then
     -- The far counts, in one write: n, fm (n as this version counts it),
     -- the far filter's, and the format 3 index's shape. The filter: a new
     -- one when the far tier was empty (nothing is in it to miss); the bits
-    -- of format 2's messages while within its capacity (past it, it is not
-    -- trusted until rebuilt: they would be wasted), counted; and the bits
-    -- in the one a rebuild fills.
+    -- while within its capacity (past it, it is not trusted until rebuilt:
+    -- they would be wasted), counted; and the bits in the one a rebuild
+    -- fills.
     if farN == 0 then
       redis.call('DEL', ff)
       ffBlocks, ffAdded, farM, ffWithin = FF_MIN, 0, 0, true
     end
-    local n2 = #farMsgs
     local counts = {'n', farN + nFar, 'fm', farM + nFar}
     if ffBlocks > 0 then
-      if ffWithin and n2 > 0 then
+      if ffWithin then
         local unset = {}
         for _, m in ipairs(farMsgs) do
           if not ffSet[m] then unset[#unset + 1] = m end
         end
         ffadd(ff, ffBlocks, unset)
       end
-      counts[5], counts[6], counts[7], counts[8] = 'fb', ffBlocks, 'fi', ffAdded + n2
+      counts[5], counts[6], counts[7], counts[8] = 'fb', ffBlocks, 'fi', ffAdded + nFar
     end
     if ffNext > 0 then
-      if n2 > 0 then ffadd(ffn, ffNext, farMsgs) end
-      counts[#counts + 1], counts[#counts + 2] = 'fj', ffJ + n2
+      ffadd(ffn, ffNext, farMsgs)
+      counts[#counts + 1], counts[#counts + 2] = 'fj', ffJ + nFar
     end
     if w3 then
       -- Splits, while the tier holds more than 48 messages per shard
