@@ -107,6 +107,13 @@ func (b *FarFilterBuild) Scan(ctx context.Context, c Cmds) error {
 	// Format 3's shards, as many as its shape says: a split moves entries
 	// from a shard to one 2^L above it, which is read later, so reading
 	// in order misses none; shards made meanwhile are read after.
+	fpKey := func(n uint32) string { return b.sh.fpIndex(uint64(n)) }
+	fieldSel := func(f string) uint32 {
+		if len(f) != 4 {
+			return 0 // not a fingerprint (damaged): a false 1 at most
+		}
+		return binary.BigEndian.Uint32([]byte(f))
+	}
 	read := uint64(0)
 	for {
 		vals, err := c.HMGet(ctx, b.sh.FarMeta(), fpShapeFields...).Result()
@@ -120,13 +127,6 @@ func (b *FarFilterBuild) Scan(ctx context.Context, c Cmds) error {
 		shards := uint64(1)<<shape.L + shape.S
 		if read >= shards {
 			return nil
-		}
-		fpKey := func(n uint32) string { return b.sh.fpIndex(uint64(n)) }
-		fieldSel := func(f string) uint32 {
-			if len(f) != 4 {
-				return 0 // not a fingerprint (damaged): a false 1 at most
-			}
-			return binary.BigEndian.Uint32([]byte(f))
 		}
 		if err := b.scan(ctx, c, uint32(read), uint32(shards), fpKey, fieldSel); err != nil {
 			return err
