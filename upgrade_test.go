@@ -270,7 +270,7 @@ func TestUpgrade_FarFilter(t *testing.T) {
 		return env.pub.Publish(env.topic, msg)
 	}
 	require.ErrorIs(t, reuse(old[0]), redisdelay.ErrDuplicateMessage, "before the rebuild")
-	require.NoError(t, store.RebuildFarFilter(ctx, env.client, sh, "test"))
+	require.NoError(t, store.RebuildFarFilter(ctx, env.client, sh, "test", store.LevelNewest))
 	require.Equal(t, "5", env.client.HGet(ctx, sh.FarMeta(), "fm").Val(), "n and fm agree after the rebuild (old[0] was pulled)")
 	require.ErrorIs(t, reuse(old[1]), redisdelay.ErrDuplicateMessage, "after the rebuild")
 

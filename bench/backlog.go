@@ -392,7 +392,7 @@ func (b *bench) backlogLadder() {
 		if b.failed("trim", err) {
 			return
 		}
-		if tr.FarFilter && b.failed("rebuild the far filter", store.RebuildFarFilter(b.ctx, client, backlogShard, "bench")) {
+		if tr.FarFilter && b.failed("rebuild the far filter", store.RebuildFarFilter(b.ctx, client, backlogShard, "bench", store.LevelNewest)) {
 			return
 		}
 		step.FilterSeconds = time.Since(t0).Seconds()

@@ -54,7 +54,7 @@ func (s *Scheduler) rebuildFarFilter(sh store.Shard, fields watermill.LogFields)
 		defer s.wg.Done()
 		defer s.filtering.Store(false)
 		started := time.Now()
-		if err := store.RebuildFarFilter(s.ctx, s.redis, sh, watermill.NewUUID()); err != nil {
+		if err := store.RebuildFarFilter(s.ctx, s.redis, sh, watermill.NewUUID(), s.lvl.Level()); err != nil {
 			if s.ctx.Err() == nil {
 				s.limiter.Errorf(s.logger, "redisdelay: cannot rebuild the far filter; publishes look their messages up in the far index until a later try succeeds", err, fields)
 			}

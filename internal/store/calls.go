@@ -203,10 +203,13 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 	}
 	indexOf := keyIndexer(&keys)
 	// w3: messages that may go to the far tier in format 3, which the run
-	// indexes (and so needs the shape for, a default one before any)
-	w3 := 0
+	// indexes (and so needs the shape for, a default one before any); fp:
+	// the far filter's selectors are fpSel's, as a process writing format
+	// 3 has them (farfilter.go)
+	w3, fp := 0, false
 	for _, pc := range batch {
 		for _, m := range pc.PublishArgs().Msgs {
+			fp = fp || m.Far.Format3
 			if m.Far.Format3 && m.Far.Bucket >= 0 {
 				w3++
 			}
@@ -229,7 +232,7 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 	for _, pc := range batch {
 		args = append(args, len(pc.PublishArgs().Msgs))
 	}
-	args = append(args, fpL)
+	args = append(args, filterMode(fp), fpL)
 	if stride == 17 {
 		side := 0
 		if w3 > 0 {
@@ -250,14 +253,20 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 				prio = "1"
 			}
 			args = append(args, m.UUID, m.Delay, m.Body, m.Key, prio)
-			shardIdx, bucketIdx := 0, 0
+			shardIdx, bucketIdx, sel, h := 0, 0, f.Filter, uint64(0)
 			if f.Lookup {
 				shardIdx = indexOf(sh.farIndex(f.Index))
+				if fp || stride == 17 {
+					h = fpHash(f.Field)
+				}
+				if fp {
+					sel = fpSel(h)
+				}
 			}
 			if f.Bucket >= 0 {
 				bucketIdx = indexOf(sh.FarList(f.Bucket))
 			}
-			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt, m.Group, f.Filter)
+			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt, m.Group, sel)
 			if stride == 13 {
 				continue
 			}
@@ -266,7 +275,6 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 				args = append(args, "", 0, 0, 0)
 				continue
 			}
-			h := fpHash(f.Field)
 			a, b, low := shape.args(sh, h)
 			look := int64(low)
 			if f.notFar {

@@ -45,13 +45,23 @@ import (
 // (RebuildFarFilter), sized for 1.5 times the far messages; until then,
 // publishes read the index as before.
 //
-// A message's bit in format 2 is its far index field's 64-bit FNV-1a hash,
-// modulo 2^32 (farSel, which the Publisher passes to publish.lua), modulo
-// the filter's bits; in format 3 its fingerprint's 32 bits (fpSel, read
-// from the fingerprint publish.lua is given), modulo the filter's bits, so
-// a rebuild reads it back from format 3's index, whose fields are the
-// fingerprints. A lookup reads the bit of each format whose index it would
-// read.
+// A message's bit is its selector modulo the filter's bits, one bit
+// whatever the format it is stored in, so a lookup reads one bit and, on a
+// 1, the index of each format. The selectors have two modes, as fmeta's fs
+// records for the filter (absent or 3) and fq for the one being rebuilt:
+//   - farSel's (2): the far index field's 64-bit FNV-1a hash modulo 2^32,
+//     as releases up to 0.2.0 set and read them, and so what a process
+//     that may run beside one of them (writing level 2) uses;
+//   - fpSel's (3): the 32 bits of the index hash that format 3's index
+//     keeps as a message's fingerprint (far3.go), which a rebuild reads
+//     back from that index (it cannot read a far field there) and
+//     computes from format 2's fields; a process writing format 3 uses
+//     them (filterSelectors).
+//
+// A filter is trusted only by a caller of its mode, and a caller adding
+// far messages to a partition whose filter (or the one being rebuilt) is
+// of the other mode moves n and not fm, as an older release does: the
+// filter is not trusted until a rebuild of the scheduler's mode.
 const (
 	farFilterPerBlock  = 32      // messages a block of 512 bits takes (16 bits each: ~6% false 1s)
 	farFilterMinBlocks = 64      // 4 KB: the filter of a small far tier
@@ -65,8 +75,17 @@ const (
 // tests).
 var FarFilterStale = 10 * time.Minute
 
-// farSel is where the message of a far index field is in the far filter:
-// its bit is farSel mod the filter's bits.
+// filterMode is publish.lua's and ffbegin.lua's name of the selectors'
+// mode: fpSel's (fp) or farSel's.
+func filterMode(fp bool) string {
+	if fp {
+		return "3"
+	}
+	return "2"
+}
+
+// farSel is where the message of a far index field is in the far filter
+// at farSel's selectors: its bit is farSel mod the filter's bits.
 func farSel(field string) uint32 {
 	h := uint64(14695981039346656037) // FNV-1a, 64 bits (hash/fnv's, without its allocations)
 	for i := 0; i < len(field); i++ {
@@ -79,6 +98,7 @@ func farSel(field string) uint32 {
 type FarFilterBuild struct {
 	sh     Shard
 	token  string
+	fp     bool // at fpSel's selectors (filterSelectors)
 	blocks int64
 	bits   []byte
 	added  int64
@@ -87,21 +107,27 @@ type FarFilterBuild struct {
 // BeginFarFilter starts a rebuild of the far filter of a partition
 // (ffbegin.lua): from now on publish.lua also sets the bits of new far
 // messages in <shard>:ffn, which the rebuild fills with the messages in
-// the far index. It returns nil when the far tier is empty (the filter is
-// then emptied instead: none is needed).
-func BeginFarFilter(ctx context.Context, c redis.Scripter, sh Shard, token string) (*FarFilterBuild, error) {
+// the far index, at the selectors of a process writing storage level lvl
+// (filterSelectors). It returns nil when the far tier is empty (the filter
+// is then emptied instead: none is needed).
+func BeginFarFilter(ctx context.Context, c redis.Scripter, sh Shard, token string, lvl int) (*FarFilterBuild, error) {
+	fp := WritesFar3(lvl)
 	res, err := ffBeginScript.Run(ctx, c, []string{sh.FarMeta(), sh.farFilterNext(), sh.farFilter()}, token,
-		farFilterPerBlock, farFilterMinBlocks, farFilterMaxBlocks).Int64()
+		farFilterPerBlock, farFilterMinBlocks, farFilterMaxBlocks, filterMode(fp)).Int64()
 	if err != nil || res == 0 {
 		return nil, err
 	}
-	return &FarFilterBuild{sh: sh, token: token, blocks: res, bits: make([]byte, res*64)}, nil
+	return &FarFilterBuild{sh: sh, token: token, fp: fp, blocks: res, bits: make([]byte, res*64)}, nil
 }
 
 // Scan reads the whole far index, both formats', and sets the bits of
 // every message in it.
 func (b *FarFilterBuild) Scan(ctx context.Context, c Cmds) error {
-	if err := b.scan(ctx, c, 0, farIndexShards, b.sh.farIndex, farSel); err != nil {
+	sel := farSel
+	if b.fp {
+		sel = func(field string) uint32 { return fpSel(fpHash(field)) }
+	}
+	if err := b.scan(ctx, c, 0, farIndexShards, b.sh.farIndex, sel); err != nil {
 		return err
 	}
 	// Format 3's shards, as many as its shape says: a split moves entries
@@ -222,8 +248,8 @@ func allZero(b []byte) bool {
 // trusted or far too big; or one left on an empty far tier, dropped). The
 // caller holds the new filter in memory meanwhile: 2 to 3 bytes per far
 // message of the partition.
-func RebuildFarFilter(ctx context.Context, c Cmds, sh Shard, token string) error {
-	b, err := BeginFarFilter(ctx, c, sh, token)
+func RebuildFarFilter(ctx context.Context, c Cmds, sh Shard, token string, lvl int) error {
+	b, err := BeginFarFilter(ctx, c, sh, token, lvl)
 	if err != nil || b == nil {
 		return err
 	}

@@ -145,7 +145,7 @@ func TestFarFilter_PastCapacityRebuilt(t *testing.T) {
 	ids := e.far(farFilterMinBlocks*farFilterPerBlock + 100)
 	require.Equal(t, int64(300), e.nearFresh(300), "an overfull filter was trusted")
 	require.True(t, e.trimSays())
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r1"))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r1", LevelNewest))
 	m := e.meta()
 	require.Equal(t, strconv.FormatInt(farFilterBlocks(int64(len(ids))), 10), m["fb"])
 	require.Equal(t, strconv.Itoa(len(ids)), m["fi"])
@@ -162,7 +162,7 @@ func TestFarFilter_PastCapacityRebuilt(t *testing.T) {
 func TestFarFilter_RebuildKeepsPublishesMeanwhile(t *testing.T) {
 	e := newFFEnv(t)
 	ids := e.far(3000)
-	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1")
+	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1", LevelNewest)
 	require.NoError(t, err)
 	ids = append(ids, e.far(500)...)
 	require.NoError(t, b.Scan(e.ctx, e.c))
@@ -179,9 +179,9 @@ func TestFarFilter_RebuildKeepsPublishesMeanwhile(t *testing.T) {
 	e.requireAllFound(ids)
 
 	// two at once: the later one wins, the earlier one stops
-	b1, err := BeginFarFilter(e.ctx, e.c, e.sh, "r2")
+	b1, err := BeginFarFilter(e.ctx, e.c, e.sh, "r2", LevelNewest)
 	require.NoError(t, err)
-	b2, err := BeginFarFilter(e.ctx, e.c, e.sh, "r3")
+	b2, err := BeginFarFilter(e.ctx, e.c, e.sh, "r3", LevelNewest)
 	require.NoError(t, err)
 	require.NoError(t, b1.Scan(e.ctx, e.c))
 	require.NoError(t, b2.Scan(e.ctx, e.c))
@@ -208,18 +208,18 @@ func TestFarFilter_PreviousVersionMeansLookups(t *testing.T) {
 	require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "n", 1).Err())
 	require.Equal(t, int64(50), e.nearFresh(50))
 	require.True(t, e.trimSays())
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r0"))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r0", LevelNewest))
 	require.Less(t, e.nearFresh(50), int64(20))
 	// and its farpull.lua moves one out: n - 1 only
 	require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "n", -1).Err())
 	require.Equal(t, int64(50), e.nearFresh(50))
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r1"))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r1", LevelNewest))
 
 	require.NoError(t, e.c.Del(e.ctx, e.sh.farFilter()).Err())
 	require.NoError(t, e.c.HDel(e.ctx, e.sh.FarMeta(), "fb", "fi", "fm").Err())
 	require.Equal(t, int64(50), e.nearFresh(50))
 	require.True(t, e.trimSays())
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r2"))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r2", LevelNewest))
 	require.Less(t, e.nearFresh(500), int64(50))
 	e.requireAllFound(ids)
 }
@@ -243,7 +243,7 @@ func TestFarFilter_EmptiedAndAbandoned(t *testing.T) {
 	require.False(t, e.trimSays())
 
 	ids = e.far(10)
-	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1")
+	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1", LevelNewest)
 	require.NoError(t, err)
 	require.NoError(t, b.Scan(e.ctx, e.c))
 	require.NoError(t, FarPullMany(e.ctx, e.c, e.sh, ids))
@@ -251,20 +251,20 @@ func TestFarFilter_EmptiedAndAbandoned(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.True(t, e.trimSays(), "an empty far tier's filter is kept")
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r2"))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r2", LevelNewest))
 	noFilter()
 	require.False(t, e.trimSays())
 	ids = e.far(10)
 	require.Equal(t, map[string]string{"fb": "64", "fi": "10", "fm": "10"}, pick(e.meta(), "fb", "fi", "fm"))
 
-	_, err = BeginFarFilter(e.ctx, e.c, e.sh, "dead")
+	_, err = BeginFarFilter(e.ctx, e.c, e.sh, "dead", LevelNewest)
 	require.NoError(t, err)
 	require.False(t, e.trimSays(), "a rebuild under way was started again")
 	stale := FarFilterStale
 	FarFilterStale = 0
 	t.Cleanup(func() { FarFilterStale = stale })
 	require.True(t, e.trimSays(), "an abandoned rebuild was not started again")
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r3"))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r3", LevelNewest))
 	e.requireAllFound(ids)
 }
 
@@ -305,13 +305,19 @@ func TestFarFilter_Format3(t *testing.T) {
 	e.far3 = true
 	ids := e.far(2000)
 	require.Equal(t, map[string]string{"n": "2000", "fm": "2000", "fb": "64", "fi": "2000"}, pick(e.meta(), "n", "fm", "fb", "fi"))
-	require.Less(t, e.nearFresh(2000), int64(300), "index reads of near publishes (two lookups on a maybe: format 2's bit and format 3's)")
+	require.Equal(t, "3", e.meta()["fs"], "a filter made by a format 3 writer has fpSel's selectors")
+	for _, id := range ids {
+		bit, err := e.c.GetBit(e.ctx, e.sh.farFilter(), int64(fpSel(fpHash(farField(id))))%(farFilterMinBlocks*512)).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(1), bit, "the bit of %s", id)
+	}
+	require.Less(t, e.nearFresh(2000), int64(300), "index reads of near publishes (two on a maybe: format 2's index and format 3's)")
 	e.requireAllFound(ids)
 
 	ids = append(ids, e.far(farFilterMinBlocks*farFilterPerBlock)...)
 	require.Equal(t, int64(600), e.nearFresh(300), "an overfull filter was trusted: both indexes read for each")
 	require.True(t, e.trimSays())
-	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1")
+	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1", Level3)
 	require.NoError(t, err)
 	ids = append(ids, e.far(300)...) // before the index is read
 	require.NoError(t, b.Scan(e.ctx, e.c))
@@ -321,5 +327,74 @@ func TestFarFilter_Format3(t *testing.T) {
 	require.True(t, ok)
 	require.False(t, e.trimSays())
 	require.Less(t, e.nearFresh(2000), int64(300))
+	e.requireAllFound(ids)
+}
+
+// The filter's selectors have a mode (farSel's, as releases up to 0.2.0
+// have them, or fpSel's, as a process writing format 3): a caller of the
+// other mode neither trusts the filter nor keeps it trusted (it moves n
+// and not fm), so it is rebuilt, in the scheduler's mode, from both
+// formats' indexes; every reuse is seen throughout.
+func TestFarFilter_Modes(t *testing.T) {
+	e := newFFEnv(t)
+	e.far3 = true
+	ids := e.far(500)
+	require.Less(t, e.nearFresh(100), int64(30))
+
+	// a process at farSel's selectors (writing format 2) reads both
+	// indexes, and its far messages leave the filter untrusted
+	e.far3 = false
+	require.Equal(t, int64(200), e.nearFresh(100), "a filter of the other mode was trusted (both indexes read for each)")
+	ids = append(ids, e.far(100)...)
+	require.Equal(t, map[string]string{"n": "600", "fm": "500", "fs": "3"}, pick(e.meta(), "n", "fm", "fs"))
+	e.far3 = true
+	require.Equal(t, int64(200), e.nearFresh(100), "an untrusted filter: both indexes read for each")
+	e.requireAllFound(ids)
+	require.True(t, e.trimSays())
+
+	// rebuilt at fpSel's selectors: format 2's fields get theirs
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r1", Level3))
+	require.Equal(t, "3", e.meta()["fs"])
+	require.Less(t, e.nearFresh(100), int64(30))
+	e.requireAllFound(ids)
+
+	// a rebuild at farSel's while fpSel's publishes go on: they set the
+	// wrong bits in the filter being rebuilt, so it is not trusted
+	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r2", Level2)
+	require.NoError(t, err)
+	ids = append(ids, e.far(50)...)
+	require.NoError(t, b.Scan(e.ctx, e.c))
+	ok, err := b.Finish(e.ctx, e.c)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NotContains(t, e.meta(), "fs")
+	require.True(t, e.trimSays())
+	e.far3 = false
+	require.Equal(t, int64(200), e.nearFresh(100), "a filter missing bits was trusted")
+	e.requireAllFound(ids)
+
+	// and the last far message gone, the next one's filter has its mode
+	require.NoError(t, e.c.Del(e.ctx, e.sh.FarMeta()).Err())
+	e.far3 = true
+	e.far(1)
+	require.Equal(t, map[string]string{"n": "1", "fm": "1", "fs": "3"}, pick(e.meta(), "n", "fm", "fs"))
+}
+
+// A filter not trusted when its rebuild starts stays untrusted until the
+// rebuild ends: the rebuild counts fm as n from its start, which would
+// otherwise make a filter missing a far message's bit trusted again.
+func TestFarFilter_UntrustedWhileRebuilt(t *testing.T) {
+	e := newFFEnv(t)
+	ids := e.far(100)
+	// a process of an older version adds a far message: n + 1 only
+	require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "n", 1).Err())
+	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1", LevelNewest)
+	require.NoError(t, err)
+	require.Equal(t, int64(50), e.nearFresh(50), "a filter untrusted before its rebuild was trusted during it")
+	require.NoError(t, b.Scan(e.ctx, e.c))
+	ok, err := b.Finish(e.ctx, e.c)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Less(t, e.nearFresh(50), int64(20))
 	e.requireAllFound(ids)
 }

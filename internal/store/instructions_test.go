@@ -149,7 +149,9 @@ func TestInstructions_Workload(t *testing.T) {
 				msgs := make([]PubMessage, 100)
 				for i := range msgs {
 					id := watermill.NewUUID()
-					msgs[i] = PubMessage{UUID: id, Delay: 15_000, Body: Encode(message.NewMessage(id, make([]byte, 100))), Far: FarArgOf(id, 15*time.Second, true)}
+					f := FarArgOf(id, 15*time.Second, true)
+					f.Format3 = format == "3"
+					msgs[i] = PubMessage{UUID: id, Delay: 15_000, Body: Encode(message.NewMessage(id, make([]byte, 100))), Far: f}
 				}
 				if _, err := Publish(ctx, c, sh, PublishOpts{Shapes: &shapes}, []*fairCall{{PubArgs{Msgs: msgs}}}); err != nil {
 					t.Fatal(err)

@@ -28,7 +28,9 @@
   KEYS[10] far     zset   far bucket number -> when to unpack it (ms), of the
                           far tier's format 2 (:fz): see far.go
   KEYS[11] fmeta   hash   far tier counters: n (both formats), P:<bucket>,
-                          L:<bucket> (format 2's)
+                          L:<bucket> (format 2's); the far filter's (fm,
+                          fb, fi, fr, fj, and fs and fq: its selectors'
+                          and the rebuilt one's mode, 3 or absent)
   KEYS[12] bell    string the partition's bell, rung when ready entries were
                           added (see lib.lua's ring)
   KEYS[13] grpof   hash   UUID of a waiting grouped message -> its group
@@ -62,19 +64,22 @@
                    grouped message waits for the scheduler)
   ARGV[9..8+n]     the consumer groups listed
   ARGV[8+n+k]      number of messages of call k (k = 1..c)
-  ARGV[9+n+c]      the format 3 index's L as the caller knows it (far3.go;
+  ARGV[9+n+c]      the caller's far filter selectors (farfilter.go): 3 when
+                   ARGV[j+12] is fpSel's (as a process writing format 3
+                   has them), else 2 (farSel's, as releases up to 0.2.0)
+  ARGV[10+n+c]     the format 3 index's L as the caller knows it (far3.go;
                    :fmeta's iL), 0 for none: then thirteen arguments per
                    message, else seventeen (ARGV[j+13..16]) and the index
                    arguments below; fpMinLevel (11) when the caller knows
                    none and may store format 3
   and with an L (none: the messages' arguments follow):
-  ARGV[10+n+c]     1 when the far messages are stored in format 3 (far3.go),
+  ARGV[11+n+c]     1 when the far messages are stored in format 3 (far3.go),
                    0 for format 2
-  ARGV[11+n+c]     the index's split pointer S as the caller knows it
-  ARGV[12+n+c]     the number of index splits the caller gives keys for, s
-  ARGV[13+n+c]     index in KEYS of the index's side table (:fic); 0 with
+  ARGV[12+n+c]     the index's split pointer S as the caller knows it
+  ARGV[13+n+c]     the number of index splits the caller gives keys for, s
+  ARGV[14+n+c]     index in KEYS of the index's side table (:fic); 0 with
                    format 2
-  ARGV[14+n+c..]   per split, in order from the caller's L and S: indexes in
+  ARGV[15+n+c..]   per split, in order from the caller's L and S: indexes in
                    KEYS of the shard split and of the shard 2^L above it
                    (far3.go's splits). A run storing format 3 splits shards
                    while the tier holds more than fpPerShard (48) messages
@@ -108,19 +113,17 @@
   ARGV[j+11]       the message's group ("" for none): it waits, even when
                    due now unless it goes straight to its group (above), and
                    grpof names its group while it waits (in either tier)
-  ARGV[j+12]       where its far index field is in the far filter
-                   (farfilter.go): its format 2 bit is this modulo the
-                   filter's bits; a lookup in format 2's index reads it
-                   first (with a trusted filter), and a message stored in
-                   the far tier in format 2 sets it. 0 when ARGV[j+5] and
-                   ARGV[j+7] are 0
+  ARGV[j+12]       its selector in the far filter (farfilter.go, of the
+                   mode ARGV[9+n+c] says): its bit is this modulo the
+                   filter's bits, whatever the format it is or would be
+                   stored in; a lookup reads it first (with a trusted
+                   filter), and a message stored in the far tier sets it.
+                   0 when ARGV[j+5] and ARGV[j+7] are 0
   ARGV[j+13]       the UUID's fingerprint in the format 3 index ("" when
                    ARGV[j+5] is 0, or when a pull found no far message of
                    the UUID and it is not to be stored in format 3): a
                    lookup reads it there too, and a message stored in
-                   format 3 is indexed by it; its 32 bits modulo the far
-                   filter's bits are its format 3 bit, read and set as
-                   the format 2 bit is
+                   format 3 is indexed by it
   ARGV[j+14]       index in KEYS of the index shard h mod 2^L; for a
                    message only looked up (not to be stored in format 3),
                    of the shard the caller's S picks: h mod 2^(L+1) when
@@ -132,7 +135,7 @@
                    message of the UUID (its fingerprint's entry is
                    another's): not looked up, indexed when stored
 
-  Returns {-1, L, S} when the caller's L (ARGV[9+n+c]) is not the format 3
+  Returns {-1, L, S} when the caller's L (ARGV[10+n+c]) is not the format 3
   index's and a message is looked up or may be stored in format 3: nothing
   is done, the caller sends the run again with L. Else one status per
   call, in call order, then 1 when KEYS[8] was missing (the caller
@@ -181,7 +184,8 @@ local wake, maxWaiting, maxReady, calls = ARGV[1], tonumber(ARGV[2]), tonumber(A
 local farMargin, farWidth, farSlack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limited)
 local ng = tonumber(ARGV[8])
-local base = 9 + ng + calls
+local mode3 = ARGV[9 + ng + calls] == '3'
+local base = 10 + ng + calls
 local fpL = tonumber(ARGV[base])
 local w3, fpS, nsplit, fic, first = false, 0, 0, nil, base + 1
 local STRIDE = 13 -- arguments per message
@@ -274,36 +278,32 @@ end
 -- string to number conversion is a strtod, costly when it makes eight.)
 local fst
 if fpL > 0 then
-  fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj', 'iL', 'iS')
+  fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj', 'fs', 'fq', 'iL', 'iS')
 else
-  fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj')
+  fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj', 'fs', 'fq')
 end
+-- whether the filter's bits, and those of the one being rebuilt, are at
+-- the selectors of the caller's mode (fs, fq: '3' for fpSel's)
+local ffMode, ffNextMode = (fst[7] == '3') == mode3, (fst[8] == '3') == mode3
 for i = 1, #fst do
   fst[i] = fst[i] and tonumber(fst[i]) or 0
 end
 local farN, farM, ffBlocks, ffAdded, ffNext, ffJ = fst[1], fst[2], fst[3], fst[4], fst[5], fst[6]
 local FF_PER, FF_MIN = 32, 64 -- farFilterPerBlock, farFilterMinBlocks
 -- whether the filter holds every message it counts (past its capacity new
--- ones get no bit)
-local ffWithin = ffBlocks > 0 and ffAdded <= ffBlocks * FF_PER
+-- ones get no bit) at the caller's selectors
+local ffWithin = ffBlocks > 0 and ffAdded <= ffBlocks * FF_PER and ffMode
 
 -- sets the bits of the messages ms (ARGV offsets) in filter key of blocks
 -- blocks of 512 bits, 120 a call (bit offsets as numbers: Redis formats
 -- those without making Lua strings). A message's bit is its selector
--- modulo the filter's bits: in format 2 the caller's (farSel, of the far
--- field), in format 3 (with w3) the fingerprint's 32 bits, which a
--- rebuild reads back from the index (farfilter.go).
+-- (ARGV[j+12]) modulo the filter's bits, whatever the format it is
+-- stored in (farfilter.go).
 local function ffadd(key, blocks, ms)
   local n, set = blocks * 512, {}
   for k, m in ipairs(ms) do
-    local i, sel = #set, 0
-    if w3 then
-      local a, b, c, d = string.byte(ARGV[m + FP], 1, 4)
-      sel = ((a * 256 + b) * 256 + c) * 256 + d
-    else
-      sel = tonumber(ARGV[m + FSEL])
-    end
-    set[i + 1], set[i + 2], set[i + 3], set[i + 4] = 'SET', 'u1', sel % n, 1
+    local i = #set
+    set[i + 1], set[i + 2], set[i + 3], set[i + 4] = 'SET', 'u1', tonumber(ARGV[m + FSEL]) % n, 1
     if #set >= 480 or k == #ms then
       redis.call('BITFIELD', key, unpack(set))
       set = {}
@@ -329,12 +329,12 @@ if farN > 0 then
   nAsk = #ask
   if nAsk > 0 and fpL == 0 then
     local shape = redis.call('HMGET', fmeta, 'iL', 'iS')
-    fst[7], fst[8] = tonumber(shape[1] or '0'), tonumber(shape[2] or '0')
+    fst[9], fst[10] = tonumber(shape[1] or '0'), tonumber(shape[2] or '0')
   end
 end
 -- the format 3 index's shape, which matters when a message is looked up
 -- or may be stored in format 3; iSet: it was written
-local iL, iS = fst[7] or 0, fst[8] or 0
+local iL, iS = fst[9] or 0, fst[10] or 0
 local iSet = iL > 0
 if not iSet and w3 then
   iL = 11 -- fpMinLevel: the shape a writer starts
@@ -343,68 +343,42 @@ if (nAsk > 0 or w3) and iL ~= fpL then
   return {-1, iL, iS}
 end
 if farN > 0 then
-  -- maybe2: looked up in format 2's index; maybe3: in format 3's (with
-  -- a fingerprint to look up, unless a pull found the entry another's)
-  local maybe2, maybe3, look3 = ask, {}, {}
-  if iSet then
-    for _, j in ipairs(ask) do
-      if ARGV[j + FP] ~= '' and tonumber(ARGV[j + FPLOW]) >= 0 then
-        maybe3[#maybe3 + 1], look3[j] = j, true
-      end
-    end
-  end
+  -- maybe: looked up in the far index, format 2's, and format 3's when
+  -- it has one and the message a fingerprint to look up (none when a
+  -- pull found the entry another's: FPLOW negative)
+  local maybe = ask
   if #ask > 0 and ffWithin and farM == farN then
-    maybe2, maybe3 = {}, {}
+    -- Read from a trusted filter: one bit a message, whatever the format
+    -- its UUID may be stored in. A message that may go to the far tier
+    -- has its bit set now, the reply being the bit before (one that does
+    -- not go only makes a false 1 more).
+    maybe = {}
     local n = ffBlocks * 512
-    -- with format 3 (its index, or a message to store in it) two bits a
-    -- message, and who tells the replies apart; else one
-    local two = iSet or w3
-    local step = 120
-    if two then step = 60 end
-    for c = 1, #ask, step do
-      -- each message's format 2 bit, then its format 3 bit (the
-      -- fingerprint's 32 bits) when looked up there or stored in format 3.
-      -- A message that may go to the far tier has the bit of the format
-      -- it would be stored in set now, the reply being the bit before
-      -- (one that does not go only makes a false 1 more).
-      local ops, write, who = {}, false, nil
-      if two then who = {} end
-      for k = c, math.min(c + step - 1, #ask) do
+    for c = 1, #ask, 120 do
+      local ops, write = {}, false
+      for k = c, math.min(c + 119, #ask) do
         local m, i = ask[k], #ops
-        local goes = ARGV[m + FBUCKETKEY] ~= '0'
-        if goes and not w3 then
+        if ARGV[m + FBUCKETKEY] ~= '0' then
           ops[i + 1], ops[i + 2], ops[i + 3], ops[i + 4] = 'SET', 'u1', tonumber(ARGV[m + FSEL]) % n, 1
           ffSet[m], write = true, true
         else
           ops[i + 1], ops[i + 2], ops[i + 3] = 'GET', 'u1', tonumber(ARGV[m + FSEL]) % n
-        end
-        if two then
-          who[#who + 1] = m
-          if look3[m] or goes and w3 then
-            local a, b, c3, d = string.byte(ARGV[m + FP], 1, 4)
-            local sel, o = ((a * 256 + b) * 256 + c3) * 256 + d, #ops
-            if goes and w3 then
-              ops[o + 1], ops[o + 2], ops[o + 3], ops[o + 4] = 'SET', 'u1', sel % n, 1
-              ffSet[m], write = true, true
-            else
-              ops[o + 1], ops[o + 2], ops[o + 3] = 'GET', 'u1', sel % n
-            end
-            who[#who + 1] = -m
-          end
         end
       end
       local cmd = 'BITFIELD_RO'
       if write then cmd = 'BITFIELD' end
       for k, b in ipairs(redis.call(cmd, ff, unpack(ops))) do
         if b == 1 then
-          local m = ask[c + k - 1]
-          if who then m = who[k] end
-          if m > 0 then
-            maybe2[#maybe2 + 1] = m
-          elseif look3[-m] then
-            maybe3[#maybe3 + 1] = -m
-          end
+          maybe[#maybe + 1] = ask[c + k - 1]
         end
+      end
+    end
+  end
+  local maybe2, maybe3 = maybe, {}
+  if iSet then
+    for _, j in ipairs(maybe) do
+      if ARGV[j + FP] ~= '' and string.byte(ARGV[j + FPLOW]) ~= 45 then -- '-'
+        maybe3[#maybe3 + 1] = j
       end
     end
   end
@@ -829,17 +803,28 @@ if #stored > 0 then
     end
   end
   if nFar > 0 then
-    -- The far counts, in one write: n, fm (n as this version counts it),
-    -- the far filter's, and the format 3 index's shape. The filter: a new
-    -- one when the far tier was empty (nothing is in it to miss); the bits
-    -- while within its capacity (past it, it is not trusted until rebuilt:
-    -- they would be wasted), counted; and the bits in the one a rebuild
-    -- fills.
+    -- The far counts, in one write: n, fm (n as this version counts it,
+    -- at the caller's selectors: a caller whose selectors are not the
+    -- filter's, or the rebuilt one's, sets wrong bits, so it moves n
+    -- alone, and the filter is not trusted until rebuilt), the far
+    -- filter's, and the format 3 index's shape. The filter: a new one,
+    -- at the caller's selectors, when the far tier was empty (nothing is
+    -- in it to miss); the bits while within its capacity (past it, it is
+    -- not trusted until rebuilt: they would be wasted), counted; and the
+    -- bits in the one a rebuild fills.
+    local counts = {'n', farN + nFar}
     if farN == 0 then
       redis.call('DEL', ff)
-      ffBlocks, ffAdded, farM, ffWithin = FF_MIN, 0, 0, true
+      ffBlocks, ffAdded, farM, ffWithin, ffMode = FF_MIN, 0, 0, true, true
+      if mode3 then
+        counts[3], counts[4] = 'fs', '3'
+      else
+        redis.call('HDEL', fmeta, 'fs')
+      end
     end
-    local counts = {'n', farN + nFar, 'fm', farM + nFar}
+    if (ffMode or ffBlocks == 0) and (ffNextMode or ffNext == 0) then
+      counts[#counts + 1], counts[#counts + 2] = 'fm', farM + nFar
+    end
     if ffBlocks > 0 then
       if ffWithin then
         local unset = {}
@@ -848,7 +833,8 @@ if #stored > 0 then
         end
         ffadd(ff, ffBlocks, unset)
       end
-      counts[5], counts[6], counts[7], counts[8] = 'fb', ffBlocks, 'fi', ffAdded + nFar
+      counts[#counts + 1], counts[#counts + 2] = 'fb', ffBlocks
+      counts[#counts + 1], counts[#counts + 2] = 'fi', ffAdded + nFar
     end
     if ffNext > 0 then
       ffadd(ffn, ffNext, farMsgs)

@@ -24,7 +24,7 @@ local function ff_remove(fmeta, ff, d)
   local nm = redis.call('HMGET', fmeta, 'n', 'fm')
   local n, fm = tonumber(nm[1] or '0') - d, tonumber(nm[2] or '0') - d
   if n <= 0 then
-    redis.call('HDEL', fmeta, 'n', 'fm', 'fb', 'fi', 'iL', 'iS')
+    redis.call('HDEL', fmeta, 'n', 'fm', 'fb', 'fi', 'fs', 'iL', 'iS')
     redis.call('DEL', ff)
     return
   end
