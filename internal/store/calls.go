@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -220,7 +221,7 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 	}
 	stride, fpL := 13, uint64(0)
 	if shape.Set || w3 > 0 {
-		stride, fpL = 17, shape.L
+		stride, fpL = 15, shape.L
 	}
 	splits := fpSplitsFor(w3)
 	args := make([]any, 0, 13+len(groups)+len(batch)+2*splits+stride*msgs)
@@ -233,7 +234,7 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 		args = append(args, len(pc.PublishArgs().Msgs))
 	}
 	args = append(args, filterMode(fp), fpL)
-	if stride == 17 {
+	if stride == 15 {
 		side := 0
 		if w3 > 0 {
 			side = indexOf(sh.fpSide())
@@ -256,7 +257,7 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 			shardIdx, bucketIdx, sel, h := 0, 0, f.Filter, uint64(0)
 			if f.Lookup {
 				shardIdx = indexOf(sh.farIndex(f.Index))
-				if fp || stride == 17 {
+				if fp || stride == 15 {
 					h = fpHash(f.Field)
 				}
 				if fp {
@@ -272,7 +273,7 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 			}
 			far3 := f.Format3 && f.Bucket >= 0
 			if !f.Lookup || f.notFar && !far3 {
-				args = append(args, "", 0, 0, 0)
+				args = append(args, "", "")
 				continue
 			}
 			a, b, low := shape.args(sh, h)
@@ -280,16 +281,20 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 			if f.notFar {
 				look = -look - 1 // indexed if it goes far, not looked up
 			}
+			ai, bi := indexOf(a), 0
 			if !far3 {
 				// only looked up: the shard the caller's S picks (a key
 				// fewer; a run that finds S moved past it answers a pull)
 				if low < shape.S {
-					a = b
+					ai = indexOf(b)
 				}
-				args = append(args, fpField(h), indexOf(a), 0, look)
-				continue
+			} else {
+				bi = indexOf(b)
 			}
-			args = append(args, fpField(h), indexOf(a), indexOf(b), look)
+			loc := strconv.AppendInt(make([]byte, 0, 24), look, 10)
+			loc = strconv.AppendInt(append(loc, ':'), int64(ai), 10)
+			loc = strconv.AppendInt(append(loc, ':'), int64(bi), 10)
+			args = append(args, fpField(h), string(loc))
 		}
 	}
 	return publishScript.Run(ctx, c, keys, args...).Slice()

@@ -69,7 +69,7 @@
                    has them), else 2 (farSel's, as releases up to 0.2.0)
   ARGV[10+n+c]     the format 3 index's L as the caller knows it (far3.go;
                    :fmeta's iL), 0 for none: then thirteen arguments per
-                   message, else seventeen (ARGV[j+13..16]) and the index
+                   message, else fifteen (ARGV[j+13..14]) and the index
                    arguments below; fpMinLevel (11) when the caller knows
                    none and may store format 3
   and with an L (none: the messages' arguments follow):
@@ -124,16 +124,19 @@
                    the UUID and it is not to be stored in format 3): a
                    lookup reads it there too, and a message stored in
                    format 3 is indexed by it
-  ARGV[j+14]       index in KEYS of the index shard h mod 2^L; for a
-                   message only looked up (not to be stored in format 3),
+  ARGV[j+14]       its shards, "<low>:<a>:<b>" (one argument, read only
+                   on a maybe or a write: Redis charges each argument):
+                   low h mod 2^L, or -1 - h mod 2^L when a pull found no
+                   far message of the UUID (its fingerprint's entry is
+                   another's: not looked up, indexed when stored); a the
+                   index in KEYS of the index shard h mod 2^L, for a
+                   message only looked up (not to be stored in format 3)
                    of the shard the caller's S picks: h mod 2^(L+1) when
-                   h mod 2^L is below it, else h mod 2^L
-  ARGV[j+15]       index in KEYS of the index shard h mod 2^(L+1); 0 for
-                   a message only looked up (a run that finds S moved
-                   past h mod 2^L takes it for a maybe: the pull is exact)
-  ARGV[j+16]       h mod 2^L; -1 - h mod 2^L when a pull found no far
-                   message of the UUID (its fingerprint's entry is
-                   another's): not looked up, indexed when stored
+                   h mod 2^L is below it, else h mod 2^L; b that of the
+                   shard h mod 2^(L+1), 0 for a message only looked up
+                   (a run that finds S moved past h mod 2^L takes it for
+                   a maybe: the pull is exact); "" with an empty
+                   ARGV[j+13]
 
   Returns {-1, L, S} when the caller's L (ARGV[10+n+c]) is not the format 3
   index's and a message is looked up or may be stored in format 3: nothing
@@ -192,12 +195,13 @@ local STRIDE = 13 -- arguments per message
 if fpL > 0 then
   w3, fpS, nsplit = ARGV[base + 1] == '1', tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
   fic = KEYS[tonumber(ARGV[base + 4])]
-  first, STRIDE = base + 5 + 2 * nsplit, 17
+  first, STRIDE = base + 5 + 2 * nsplit, 15
 end
 -- A message's arguments are ARGV[j + <offset>] (see the header):
 local UUID, DELAY, BODY, BKEY, PRIO, FSHARD, FFIELD, FBUCKETKEY, FBUCKET, FSTART, FUNPACK, GROUP, FSEL =
   0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
-local FP, FPA, FPB, FPLOW = 13, 14, 15, 16
+local FP, FPLOC = 13, 14 -- FPLOC: "<low>:<a>:<b>", read with FPLOC_PAT
+local FPLOC_PAT = '^(-?%d+):(%d+):(%d+)$'
 -- A listed consumer group's keys are KEYS[k + <offset>], k = 17 + GSTRIDE (i - 1):
 local GMETA, GFQ, GFRING, GFPRIO, GFWAIT, GREDO, GSTRIDE = 0, 1, 2, 3, 4, 5, 6
 
@@ -345,7 +349,7 @@ end
 if farN > 0 then
   -- maybe: looked up in the far index, format 2's, and format 3's when
   -- it has one and the message a fingerprint to look up (none when a
-  -- pull found the entry another's: FPLOW negative)
+  -- pull found the entry another's: its low negative)
   local maybe = ask
   if #ask > 0 and ffWithin and farM == farN then
     -- Read from a trusted filter: one bit a message, whatever the format
@@ -377,7 +381,7 @@ if farN > 0 then
   local maybe2, maybe3 = maybe, {}
   if iSet then
     for _, j in ipairs(maybe) do
-      if ARGV[j + FP] ~= '' and string.byte(ARGV[j + FPLOW]) ~= 45 then -- '-'
+      if ARGV[j + FP] ~= '' and string.byte(ARGV[j + FPLOC]) ~= 45 then -- '-'
         maybe3[#maybe3 + 1] = j
       end
     end
@@ -392,20 +396,21 @@ if farN > 0 then
   for _, j in ipairs(maybe3) do
     if not farLoc[j] then
       -- the message's shard (far3.go): h mod 2^L, or h mod 2^(L+1)
-      -- below S; inline, as a helper costs every run its closure. A
-      -- message only looked up comes with the shard the caller's S
-      -- picks: when S moved past it since, a maybe (the pull is exact).
-      local low, fpb = tonumber(ARGV[j + FPLOW]), tonumber(ARGV[j + FPB])
-      if fpb == 0 then
+      -- below S. A message only looked up comes with the shard the
+      -- caller's S picks: when S moved past it since, a maybe (the pull
+      -- is exact).
+      local low, a, b = string.match(ARGV[j + FPLOC], FPLOC_PAT)
+      low, a, b = tonumber(low), tonumber(a), tonumber(b)
+      if b == 0 then
         if (low < iS) == (low < fpS) then
-          farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + FPA])], ARGV[j + FP])
+          farLoc[j] = redis.call('HGET', KEYS[a], ARGV[j + FP])
         else
           farLoc[j] = true
         end
       elseif low < iS then
-        farLoc[j] = redis.call('HGET', KEYS[fpb], ARGV[j + FP])
+        farLoc[j] = redis.call('HGET', KEYS[b], ARGV[j + FP])
       else
-        farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + FPA])], ARGV[j + FP])
+        farLoc[j] = redis.call('HGET', KEYS[a], ARGV[j + FP])
       end
     end
   end
@@ -715,9 +720,11 @@ if #stored > 0 then
         for i, m in ipairs(list) do
           if w3 then
             -- its fingerprint's shard: h mod 2^L, or h mod 2^(L+1) below S
-            local low, shard = tonumber(ARGV[m + FPLOW]), KEYS[tonumber(ARGV[m + FPA])]
+            local low, a, sb = string.match(ARGV[m + FPLOC], FPLOC_PAT)
+            local shard = KEYS[tonumber(a)]
+            low = tonumber(low)
             if low < 0 then low = -low - 1 end
-            if low < iS then shard = KEYS[tonumber(ARGV[m + FPB])] end
+            if low < iS then shard = KEYS[tonumber(sb)] end
             fi_insert(shard, fic, ARGV[m + FP], ARGV[m + FFIELD], tonumber(b), base + i - 1)
           else
             -- format 2's location: negated, less one (far.go's farLoc)
