@@ -17,7 +17,7 @@ import (
 // the message as it does: a fingerprint taken in its shard flags the
 // holder's entry as collided and sends the newcomer to the side table,
 // and a tombstone is taken over, and the far filter (if any) gets its
-// bit. Not atomic, and no split: tests set the shape they want in :fmeta
+// bit, at the selectors it has (farfilter.go's modes). Not atomic, and no split: tests set the shape they want in :fmeta
 // (iL, iS) before writing.
 func WriteFar3(ctx context.Context, c redis.Cmdable, sh Shard, msg *message.Message, due time.Time, key string, prio bool) error {
 	// Rounded up to the ms, as the library rounds delays: never early.
@@ -36,7 +36,7 @@ func writeFar3At(ctx context.Context, c redis.Cmdable, sh Shard, b, start, unpac
 	if err != nil {
 		return err
 	}
-	vals, err := c.HMGet(ctx, sh.FarMeta(), farPopped(2, b), fpShapeFields[0], fpShapeFields[1], "fb").Result()
+	vals, err := c.HMGet(ctx, sh.FarMeta(), farPopped(2, b), fpShapeFields[0], fpShapeFields[1], "fb", "fs").Result()
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,11 @@ func writeFar3At(ctx context.Context, c redis.Cmdable, sh Shard, b, start, unpac
 		pipe.HIncrBy(ctx, sh.FarMeta(), "fm", 1) // fm moves with n, as publish.lua keeps it
 		pipe.HSetNX(ctx, sh.FarMeta(), fpShapeFields[0], shape.L)
 		if blocks > 0 { // the far filter's bit, counted
-			pipe.SetBit(ctx, sh.farFilter(), int64(fpSel(h))%(blocks*512), 1)
+			sel := farSel(field)
+			if vals[4] == "3" {
+				sel = fpSel(h)
+			}
+			pipe.SetBit(ctx, sh.farFilter(), int64(sel)%(blocks*512), 1)
 			pipe.HIncrBy(ctx, sh.FarMeta(), "fi", 1)
 		}
 		switch {
