@@ -291,9 +291,13 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 			} else {
 				bi = indexOf(b)
 			}
-			loc := strconv.AppendInt(make([]byte, 0, 24), look, 10)
+			loc := strconv.AppendInt(make([]byte, 0, 32), look, 10)
 			loc = strconv.AppendInt(append(loc, ':'), int64(ai), 10)
 			loc = strconv.AppendInt(append(loc, ':'), int64(bi), 10)
+			if far3 {
+				at, _, _ := farUntilAt(m.Body)
+				loc = strconv.AppendInt(append(loc, ':'), int64(at), 10)
+			}
 			args = append(args, fpField(h), string(loc))
 		}
 	}

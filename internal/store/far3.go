@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -21,10 +22,28 @@ import (
 //
 //	byte 0      3, the format
 //	bytes 1-4   a big-endian 32-bit word: bit 31 high priority, bit 30 a
-//	            business key follows, bits 0-29 the due score less the
-//	            bucket's first due ms × 1024, plus 2^29
-//	[key]       with bit 30: one byte of length, then the business key
-//	rest        the encoded message
+//	            business key, bit 29 the until metadata derived, bits
+//	            0-28 the due score less the bucket's first due ms × 1024,
+//	            plus 2^28
+//	[key]       with bit 30: one byte of length n, then a big-endian
+//	            16-bit offset in the stored message where its n bytes
+//	            are the business key (its metadata holds the key, so
+//	            the element holds it once: publish.lua points at the
+//	            first place the message's bytes equal the key's); 65535
+//	            when that is not within 65,535 bytes: then the key
+//	[until]     with bit 29: the place in the encoded message of its
+//	            until entry, which the element leaves out (one byte),
+//	            and the entry's seconds less the due second's (a signed
+//	            byte): Watermill's _watermill_delayed_until in whole
+//	            seconds, UTC, as delay.For and delay.Until write it,
+//	            costs 2 bytes instead of 7 (farUntilAt, farUntilEntry)
+//	rest        the encoded message (less its until entry, with bit 29)
+//
+// Both readers give the encoded message back byte for byte, so a retried
+// Publish of a far message compares equal once pulled. Watermill's
+// _watermill_delayed_for cannot be derived so: it holds the instant of the
+// delay.For or delay.Until call, which nothing else records (and
+// middleware.DelayOnError reads it back), so it stays in the message.
 //
 // A process of release 0.2.0 parks such an element (unpack.lua) rather
 // than reading it wrong; a format 3 reader parks what it cannot read the
@@ -56,8 +75,12 @@ const (
 	// fpMinLevel is the index's smallest L: 2,048 shards.
 	fpMinLevel = 11
 	// fpRelBias is what a format 3 head adds to the score's offset from
-	// its bucket, so the offset is stored unsigned in 30 bits.
-	fpRelBias = 1 << 29
+	// its bucket, so the offset is stored unsigned in 29 bits.
+	fpRelBias = 1 << 28
+	// The flags of a format 3 head's 32-bit word.
+	fpPrio  = 1 << 31 // high priority
+	fpKeyed = 1 << 30 // a business key
+	fpUntil = 1 << 29 // the until metadata derived from the due time
 	// fpLocBucketMod is the range of the bucket number a place stores (3
 	// bytes); a reader takes the bucket of that residue nearest its own
 	// clock's (fpBucket): 16 million buckets, 31 years at the default
@@ -65,10 +88,12 @@ const (
 	fpLocBucketMod = 1 << 24
 	// fpLocCollided flags a place (its 7-byte form) or a tombstone.
 	fpLocCollided = 1
+	// fpKeyInline is a keyed element's offset when its key follows.
+	fpKeyInline = 1<<16 - 1
 )
 
 // encodeFar3 is a format 3 element of a bucket whose first due ms is
-// start.
+// start, as publish.lua writes it.
 func encodeFar3(start int64, m farElem) (string, error) {
 	rel := int64(m.Score) - start*1024
 	if rel < -fpRelBias || rel >= fpRelBias {
@@ -79,19 +104,32 @@ func encodeFar3(start int64, m farElem) (string, error) {
 	}
 	w := uint32(rel + fpRelBias)
 	if m.Prio {
-		w |= 1 << 31
+		w |= fpPrio
 	}
-	e := make([]byte, 5, 5+1+len(m.Key)+len(m.Body))
+	body := m.Body
+	var until []byte
+	if at, n, unix := farUntilAt(body); at >= 0 {
+		if d := unix - int64(m.Score)/1024/1000; d >= -128 && d < 128 {
+			w |= fpUntil
+			until = []byte{byte(at), byte(int8(d))}
+			body = body[:at] + body[at+n:]
+		}
+	}
+	e := make([]byte, 5, 5+3+len(m.Key)+2+len(body))
 	e[0] = farFormat3
 	if m.Key != "" {
-		w |= 1 << 30
-		binary.BigEndian.PutUint32(e[1:], w)
+		w |= fpKeyed
 		e = append(e, byte(len(m.Key)))
-		e = append(e, m.Key...)
-	} else {
-		binary.BigEndian.PutUint32(e[1:], w)
+		if at := strings.Index(body, m.Key); at >= 0 && at < fpKeyInline {
+			e = binary.BigEndian.AppendUint16(e, uint16(at))
+		} else {
+			e = binary.BigEndian.AppendUint16(e, fpKeyInline)
+			e = append(e, m.Key...)
+		}
 	}
-	return string(append(e, m.Body...)), nil
+	binary.BigEndian.PutUint32(e[1:], w)
+	e = append(e, until...)
+	return string(append(e, body...)), nil
 }
 
 // decodeFar3 decodes format 3 element e (e[0] is 3) of a bucket whose
@@ -101,18 +139,108 @@ func decodeFar3(start int64, e string) (m farElem, ok bool) {
 		return m, false
 	}
 	w := binary.BigEndian.Uint32([]byte(e[1:5]))
-	m.Score = float64(start*1024 + int64(w&(1<<30-1)) - fpRelBias)
-	m.Prio = w&(1<<31) != 0
+	m.Score = float64(start*1024 + int64(w&(fpUntil-1)) - fpRelBias)
+	m.Prio = w&fpPrio != 0
 	rest := e[5:]
-	if w&(1<<30) != 0 {
-		n := int(rest[0])
-		if len(rest) < 1+n+1 {
+	keyAt, keyLen := -1, 0
+	if w&fpKeyed != 0 {
+		if len(rest) < 4 {
 			return m, false
 		}
-		m.Key, rest = rest[1:1+n], rest[1+n:]
+		keyLen, keyAt = int(rest[0]), int(binary.BigEndian.Uint16([]byte(rest[1:3])))
+		rest = rest[3:]
+		if keyAt == fpKeyInline {
+			if len(rest) < keyLen+1 {
+				return m, false
+			}
+			m.Key, rest, keyAt = rest[:keyLen], rest[keyLen:], -1
+		}
+		if keyLen == 0 {
+			return m, false
+		}
+	}
+	if w&fpUntil != 0 {
+		if len(rest) < 3 || int(rest[0]) > len(rest)-2 {
+			return m, false
+		}
+		at, d := int(rest[0]), int64(int8(rest[1]))
+		rest = rest[2:]
+		if keyAt >= 0 {
+			if keyAt+keyLen > len(rest) {
+				return m, false
+			}
+			m.Key = rest[keyAt : keyAt+keyLen]
+		}
+		rest = rest[:at] + string(farUntilEntry(int64(m.Score)/1024/1000+d)) + rest[at:]
+	} else if keyAt >= 0 {
+		if keyAt+keyLen > len(rest) {
+			return m, false
+		}
+		m.Key = rest[keyAt : keyAt+keyLen]
 	}
 	m.Body = rest
 	return m, true
+}
+
+// farUntilEntry is the encoded metadata entry of a until key of Unix
+// seconds unix in UTC (appendWellKnown's).
+func farUntilEntry(unix int64) []byte {
+	b := binary.AppendUvarint(make([]byte, 0, 12), 2*wellKnownDelayedUntil+1)
+	b = binary.AppendVarint(b, unix)
+	return binary.AppendVarint(b, 0)
+}
+
+// farUntilAt is where encoded message body has the entry a format 3
+// element derives from its due time: Watermill's until key in whole
+// seconds, UTC, from 1970 on (farUntilEntry), starting within its first
+// 255 bytes (the element keeps its place in one byte); at is -1 when it
+// has none such, else n is its length and unix its seconds.
+func farUntilAt[B ~string | ~[]byte](body B) (at, n int, unix int64) {
+	if len(body) == 0 || (body[0] != codecVersion && body[0] != codecVersionBinaryID) {
+		return -1, 0, 0
+	}
+	i := 1
+	uv := func() uint64 {
+		var v uint64
+		for s := 0; i < len(body) && s < 64; s += 7 {
+			c := body[i]
+			i++
+			v |= uint64(c&0x7f) << s
+			if c < 0x80 {
+				return v
+			}
+		}
+		i = len(body) + 1 // cut short: stops the walk
+		return 0
+	}
+	skip := func(k uint64) { i += int(min(k, uint64(len(body)))) }
+	if body[0] == codecVersionBinaryID {
+		i += 16
+	} else {
+		skip(uv())
+	}
+	for entries := uv(); entries > 0 && i < len(body); entries-- {
+		start := i
+		k := uv()
+		switch {
+		case k%2 == 0:
+			skip(k / 2)
+			skip(uv())
+		case k/2 == wellKnownDelayedUntil:
+			v := uv()
+			if zero := uv(); zero == 0 && v%2 == 0 && start <= 254 && i <= len(body) {
+				return start, i - start, int64(v / 2)
+			}
+			return -1, 0, 0
+		case k/2 == wellKnownDelayedFor || k/2 == wellKnownDelayedForSecs:
+			uv()
+		case k/2 >= wellKnownNamed:
+			skip(uv())
+		default:
+			return -1, 0, 0
+		}
+	}
+	return -1, 0, 0
 }
 
 // fpHash is the index hash of a far field (a variable: tests make two

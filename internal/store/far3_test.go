@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -15,16 +16,24 @@ import (
 
 func TestFar3_Element(t *testing.T) {
 	body := string(Encode(message.NewMessage("0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", []byte("p"))))
+	keyed := message.NewMessage("0b1e6c1a-7d7e-4c6f-9d3b-2f6a1e9c0d11", []byte("p"))
+	keyed.Metadata.Set("_redisdelay_business_key", "order-1")
+	keyedBody := string(Encode(keyed))
 	start := int64(1_780_000_000_000)
-	for _, m := range []farElem{
-		{Score: float64(start*1024 + 61_000*1024 + 7), Body: body},
-		{Score: float64(start*1024 - 5_000*1024), Body: body, Key: "order-1", Prio: true},
-		{Score: float64(start*1024 + fpRelBias - 1), Body: body, Prio: true},
-		{Score: float64(start*1024 - fpRelBias), Body: body, Key: string(make([]byte, 255))},
+	for _, c := range []struct {
+		m     farElem
+		extra int // bytes after the 5-byte head, beside the body
+	}{
+		{farElem{Score: float64(start*1024 + 61_000*1024 + 7), Body: body}, 0},
+		{farElem{Score: float64(start*1024 - 5_000*1024), Body: keyedBody, Key: "order-1", Prio: true}, 3}, // the key once: where the body has it
+		{farElem{Score: float64(start*1024 + fpRelBias - 1), Body: body, Prio: true}, 0},
+		{farElem{Score: float64(start*1024 - fpRelBias), Body: body, Key: string(make([]byte, 255))}, 3 + 255}, // not in the body
+		{farElem{Score: float64(start * 1024), Body: body, Key: "0b1e"}, 3 + 4},                                // text, not the body's 16 bytes
 	} {
+		m := c.m
 		e, err := encodeFar3(start, m)
 		require.NoError(t, err)
-		require.Len(t, e, 5+len(body)+map[bool]int{true: 1 + len(m.Key)}[m.Key != ""], "a 5-byte head")
+		require.Len(t, e, 5+len(m.Body)+c.extra, "a 5-byte head")
 		got, ok, bad := decodeFar(farFormat2, start, e)
 		require.True(t, ok)
 		require.False(t, bad)
@@ -365,4 +374,39 @@ func TestFar3_WriterNeverEarly(t *testing.T) {
 	m, ok, _ := decodeFar(2, start, els[0])
 	require.True(t, ok)
 	require.Equal(t, float64((due.UnixMilli()+1)*1024), m.Score)
+}
+
+// farUntilAt finds the until entry among any metadata before it, and a
+// body cut short anywhere (or an element so cut) is read without a panic:
+// no entry, or a damaged element.
+func TestFar3_UntilAtAnyBody(t *testing.T) {
+	msg := message.NewMessage(watermill.NewUUID(), []byte("payload"))
+	msg.Metadata.Set("_redisdelay_business_key", "order-1")
+	msg.Metadata.Set("_redisdelay_partition_key", "p")
+	msg.Metadata.Set("_watermill_delayed_for", "1.5s")
+	msg.Metadata.Set("_watermill_delayed_until", "2026-12-01T10:00:00Z")
+	msg.Metadata.Set("A-custom-key", "before the rest")
+	msg.Metadata.Set("zz", "after")
+	body := string(Encode(msg))
+	at, n, unix := farUntilAt(body)
+	require.Greater(t, at, 0)
+	require.Equal(t, time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).Unix(), unix)
+	require.Equal(t, string(farUntilEntry(unix)), body[at:at+n])
+	start := unix*1000 - 30_000
+	e, err := encodeFar3(start, farElem{Score: float64(unix * 1000 * 1024), Body: body, Key: "order-1"})
+	require.NoError(t, err)
+	require.Len(t, e, 5+3+2+len(body)-n)
+	for i := range len(body) {
+		at, n, _ := farUntilAt(body[:i])
+		require.True(t, at == -1 || at+n <= i, "cut at %d", i)
+	}
+	for i := range len(e) {
+		if m, ok := decodeFar3(start, e[:i]); ok {
+			require.NotEqual(t, body, m.Body, "cut at %d", i)
+		}
+	}
+	v1 := message.NewMessage("not-a-uuid", nil)
+	v1.Metadata.Set("_watermill_delayed_until", "2026-12-01T10:00:00Z")
+	at, _, _ = farUntilAt(string(Encode(v1)))
+	require.Greater(t, at, 0, "a UUID kept as text")
 }

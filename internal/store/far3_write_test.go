@@ -292,3 +292,86 @@ func TestFar3_LookupAfterSplit(t *testing.T) {
 	require.Equal(t, []any{"pull", split[0]}, e.publish(&known, near3(split[0])), "read in its shard")
 	require.Equal(t, int64(0), e.publish(&known, near3(watermill.NewUUID())))
 }
+
+// A format 3 element keeps Watermill's until metadata as its place and its
+// seconds less the due second's (2 bytes instead of 7) when it is whole
+// seconds in UTC within 127 s of the due time, and a business key where the
+// body has it; both readers (Lua's unpack, Go's decodeFar) give back the
+// body byte for byte, so a retried Publish compares equal.
+func TestFar3_WriteDerivesUntil(t *testing.T) {
+	e := newWriteEnv(t)
+	var shapes FarShapes
+	start := farBucketStart(e.b)
+	due := start.Add(20 * time.Second)
+	cases := []struct {
+		until, key string
+		derived    bool
+	}{
+		{due.UTC().Format(time.RFC3339), "", true},                         // delay.For's
+		{due.Add(time.Second).UTC().Format(time.RFC3339), "key-b", true},   // with a key
+		{due.Add(-100 * time.Second).UTC().Format(time.RFC3339), "", true}, // within 127 s
+		{due.In(time.FixedZone("", 7200)).Format(time.RFC3339), "", false}, // not UTC
+		{due.UTC().Format("2006-01-02T15:04:05.000Z07:00"), "", false},     // milliseconds: text
+		{due.Add(10 * time.Minute).UTC().Format(time.RFC3339), "", false},  // too far from the due time
+		{time.Unix(-86400, 0).UTC().Format(time.RFC3339), "", false},       // before 1970
+		{"", "key-g", false}, // none
+	}
+	now := time.Now().UnixMilli()
+	delay := time.Duration(start.UnixMilli()-now)*time.Millisecond + 20*time.Second
+	var msgs []PubMessage
+	bodies := map[string][]byte{}
+	for i, c := range cases {
+		id := watermill.NewUUID()
+		msg := message.NewMessage(id, []byte(fmt.Sprintf("payload %d", i)))
+		msg.Metadata.Set("_watermill_delayed_for", "10m0s")
+		if c.until != "" {
+			msg.Metadata.Set("_watermill_delayed_until", c.until)
+		}
+		key := ""
+		if c.key != "" {
+			msg.Metadata.Set("_redisdelay_business_key", c.key)
+			key = "x" + c.key
+		}
+		f := FarArgOf(id, delay, true)
+		f.Format3 = true
+		f.Place(now)
+		require.Equal(t, e.b, f.Bucket)
+		bodies[id] = Encode(msg)
+		msgs = append(msgs, PubMessage{UUID: id, Delay: delay.Milliseconds(), Key: key, Far: f, Body: bodies[id]})
+	}
+	require.Equal(t, int64(0), e.send(&shapes, msgs))
+	els := e.c.LRange(e.ctx, e.sh.FarList(e.b), 0, -1).Val()
+	require.Len(t, els, len(cases))
+	for i, el := range els {
+		c, id := cases[i], msgs[i].UUID
+		require.Equal(t, c.derived, el[1]&0x20 != 0, "case %d (%q): until derived", i, c.until)
+		want := 5 + len(bodies[id])
+		if c.derived {
+			want += 2 - 7
+		}
+		if c.key != "" {
+			want += 3 // its length and where the body has it
+		}
+		require.Len(t, el, want, "case %d", i)
+		m, ok, bad := decodeFar(farFormat2, farBucketStart(e.b).UnixMilli(), el)
+		require.True(t, ok)
+		require.False(t, bad)
+		require.Equal(t, string(bodies[id]), m.Body, "case %d: Go's reader", i)
+		require.Equal(t, c.key, m.Key, "case %d", i)
+		g, err := encodeFar3(farBucketStart(e.b).UnixMilli(), m)
+		require.NoError(t, err)
+		require.Equal(t, el, g, "case %d: Go's writer writes what publish.lua does", i)
+	}
+	// a retried publish: pulled (Lua's reader), then equal
+	require.Equal(t, []any{"pull", msgs[1].UUID}, e.send(&shapes, msgs[1:2]))
+	_, _, found, err := FarPull(e.ctx, e.c, e.sh, msgs[1].UUID, false)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, int64(0), e.send(&shapes, msgs[1:2]), "byte-identical: a no-op")
+	require.Equal(t, UnpackReply{Moved: int64(len(cases) - 1)}, e.unpack())
+	for _, m := range msgs {
+		require.Equal(t, string(bodies[m.UUID]), e.c.HGet(e.ctx, e.sh.Bodies(), m.UUID).Val(), "Lua's reader")
+	}
+	require.Equal(t, msgs[1].UUID, e.c.HGet(e.ctx, e.sh.Bkeys(), "key-b").Val())
+	require.Equal(t, msgs[7].UUID, e.c.HGet(e.ctx, e.sh.Bkeys(), "key-g").Val())
+}

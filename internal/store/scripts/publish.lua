@@ -135,8 +135,11 @@
                    h mod 2^L is below it, else h mod 2^L; b that of the
                    shard h mod 2^(L+1), 0 for a message only looked up
                    (a run that finds S moved past h mod 2^L takes it for
-                   a maybe: the pull is exact); "" with an empty
-                   ARGV[j+13]
+                   a maybe: the pull is exact); then, for a message
+                   that may be stored in format 3, ":<at>": where its
+                   body has Watermill's until key in the form its element
+                   derives from the due time (far3.go's farUntilAt), -1
+                   for none; "" with an empty ARGV[j+13]
 
   Returns {-1, L, S} when the caller's L (ARGV[10+n+c]) is not the format 3
   index's and a message is looked up or may be stored in format 3: nothing
@@ -200,8 +203,8 @@ end
 -- A message's arguments are ARGV[j + <offset>] (see the header):
 local UUID, DELAY, BODY, BKEY, PRIO, FSHARD, FFIELD, FBUCKETKEY, FBUCKET, FSTART, FUNPACK, GROUP, FSEL =
   0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
-local FP, FPLOC = 13, 14 -- FPLOC: "<low>:<a>:<b>", read with FPLOC_PAT
-local FPLOC_PAT = '^(-?%d+):(%d+):(%d+)$'
+local FP, FPLOC = 13, 14 -- FPLOC: "<low>:<a>:<b>[:<at>]", read with FPLOC_PAT
+local FPLOC_PAT = '^(-?%d+):(%d+):(%d+)'
 -- A listed consumer group's keys are KEYS[k + <offset>], k = 17 + GSTRIDE (i - 1):
 local GMETA, GFQ, GFRING, GFPRIO, GFWAIT, GREDO, GSTRIDE = 0, 1, 2, 3, 4, 5, 6
 
@@ -647,7 +650,7 @@ if #stored > 0 then
   -- Messages for the far tier, by bucket: one with no holder's score and
   -- a business key of under 256 bytes if any, due within its bucket give
   -- or take the slack, whose bucket is unpacked after now + the margin
-  -- (and in format 3, due within 2^29 / 1024 ms of the bucket's start).
+  -- (and in format 3, due within 2^28 / 1024 ms of the bucket's start).
   -- Each bucket takes its messages in one RPUSH; a message's location is
   -- bucket * 2^24 + its position in the bucket, exact in a Lua number.
   local byBucket, farOrder, farFields = {}, {}, {}
@@ -655,7 +658,7 @@ if #stored > 0 then
     if ARGV[m + FBUCKETKEY] ~= '0' and not fixed[m] and #ARGV[m + BKEY] <= 256 then
       local due, first = now + delay[m], tonumber(ARGV[m + FSTART])
       if due >= first - farSlack and due < first + farWidth + farSlack and tonumber(ARGV[m + FUNPACK]) > now + farMargin
-        and (not w3 or math.abs(scoreOf[m] - first * 1024) < 536870912) then
+        and (not w3 or math.abs(scoreOf[m] - first * 1024) < 268435456) then
         local b = ARGV[m + FBUCKET]
         local list = byBucket[b]
         if not list then
@@ -697,9 +700,39 @@ if #stored > 0 then
             bk = string.char(#bk - 1) .. string.sub(bk, 2)
           end
           if w3 then
-            -- bit 31 priority, bit 30 key, the score's offset + 2^29
+            -- far3.go: bit 31 priority, bit 30 key, bit 29 the until
+            -- metadata derived, the score's offset + 2^28; the key's
+            -- length, then where the body holds the key's bytes (its
+            -- metadata has it: stored once), or 65535 and the key; the
+            -- until entry's place in the body (which goes without it) and
+            -- its seconds less the due second's
             local hi = (flags % 2) * 2147483648 + math.floor(flags / 2) * 1073741824
-            els[#els + 1] = '\3' .. struct.pack('>I4', hi + scoreOf[m] - base1024 + 536870912) .. bk .. ARGV[m + BODY]
+            local body, derived = ARGV[m + BODY], ''
+            local at = tonumber(string.match(ARGV[m + FPLOC], ':(-?%d+)$'))
+            if at >= 0 and string.byte(body, at + 1) == 3 then
+              -- the entry: code 3, the seconds (a zigzag varint), 0 (UTC)
+              local v, i, mul, ended = 0, at + 2, 1, false
+              while not ended and i <= #body and i < at + 10 do
+                local c = string.byte(body, i)
+                i, ended = i + 1, c < 128
+                v, mul = v + (c % 128) * mul, mul * 128
+              end
+              local d = v / 2 - math.floor(scoreOf[m] / 1024000)
+              if ended and string.byte(body, i) == 0 and v % 2 == 0 and d >= -128 and d < 128 then
+                hi = hi + 536870912
+                derived = string.char(at, d % 256)
+                body = string.sub(body, 1, at) .. string.sub(body, i + 1)
+              end
+            end
+            if bk ~= '' then
+              local kat = string.find(body, string.sub(bk, 2), 1, true)
+              if kat and kat <= 65535 then
+                bk = string.sub(bk, 1, 1) .. struct.pack('>I2', kat - 1)
+              else
+                bk = string.sub(bk, 1, 1) .. '\255\255' .. string.sub(bk, 2)
+              end
+            end
+            els[#els + 1] = '\3' .. struct.pack('>I4', hi + scoreOf[m] - base1024 + 268435456) .. bk .. derived .. body
           else
             els[#els + 1] = string.char(2, flags) .. struct.pack('>i4', scoreOf[m] - base1024) .. bk .. ARGV[m + BODY]
           end

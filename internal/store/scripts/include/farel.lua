@@ -18,17 +18,56 @@ local function far_decode(v, start, e)
     return struct.unpack('>d', e), string.sub(e, 9), false, false
   end
   if string.byte(e, 1) == 3 and #e >= 6 then
+    -- far3.go: bit 31 priority, bit 30 a key, bit 29 the until metadata
+    -- derived from the due time, the score's offset + 2^28
     local w = struct.unpack('>I4', string.sub(e, 2, 5))
-    local score = start * 1024 + w % 1073741824 - 536870912
-    local at, key = 6, false
-    if w % 2147483648 >= 1073741824 then
-      local n = string.byte(e, 6)
-      if #e < 7 + n then
+    local score = start * 1024 + w % 536870912 - 268435456
+    local keyed, derived = w % 2147483648 >= 1073741824, w % 1073741824 >= 536870912
+    local at, key, n, koff = 6, false, 0, nil
+    if keyed then
+      -- its length, then where in the body its bytes are, or 65535 and
+      -- the key
+      if #e < at + 3 then
         return nil
       end
-      key, at = string.sub(e, 7, 6 + n), 7 + n
+      n, koff = string.byte(e, at), struct.unpack('>I2', string.sub(e, at + 1, at + 2))
+      at = at + 3
+      if koff == 65535 then
+        key, at, koff = string.sub(e, at, at + n - 1), at + n, nil
+      end
     end
-    return score, string.sub(e, at), key, w >= 2147483648
+    local body
+    if derived then
+      -- the until entry's place in the body and its seconds less the
+      -- due second's: the entry is code 3, the seconds as a zigzag
+      -- varint, 0 (UTC)
+      if #e < at + 2 then
+        return nil
+      end
+      local off, d = string.byte(e, at, at + 1)
+      body = string.sub(e, at + 2)
+      if off > #body then
+        return nil
+      end
+      if koff then
+        key = string.sub(body, koff + 1, koff + n)
+      end
+      if d >= 128 then d = d - 256 end
+      local v, entry = 2 * (math.floor(score / 1024000) + d), '\3'
+      while v >= 128 do
+        entry, v = entry .. string.char(v % 128 + 128), math.floor(v / 128)
+      end
+      body = string.sub(body, 1, off) .. entry .. string.char(v, 0) .. string.sub(body, off + 1)
+    else
+      body = string.sub(e, at)
+      if koff then
+        key = string.sub(body, koff + 1, koff + n)
+      end
+    end
+    if keyed and (#key ~= n or n == 0) then
+      return nil
+    end
+    return score, body, key, w >= 2147483648
   end
   if #e < 7 or string.byte(e, 1) ~= 2 then
     return nil
