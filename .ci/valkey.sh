@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds Valkey for CI from Debian's source package, core only, and prints the
-# path of the valkey-server it built (valkey-cli is beside it).
+# path of the valkey-server it built (valkey-cli is beside it); with redis,
+# Redis from the same suite (8.x in forky), for figures on a newer Redis than
+# bookworm's 7.0 (bench/README.md).
 #
-#   .ci/valkey.sh DIR        build in DIR (made if missing; remove it after use)
+#   .ci/valkey.sh DIR          build Valkey in DIR (made if missing; remove it after use)
+#   .ci/valkey.sh DIR redis    build Redis instead
 #
 # Debian bookworm has no valkey package, so the source comes from a newer
 # suite (VALKEY_SUITE, default forky). The deb-src entry is derived from the
@@ -13,9 +16,12 @@
 # Valkey's packages and images use (built with glibc's malloc instead, calls
 # on a dataset of a million grouped messages took 30-120 ms of wall time now
 # and then, against under 10 ms with jemalloc: internal/store's
-# TestScriptBound_Groups), and no OpenSSL to build or install.
+# TestScriptBound_Groups), and no OpenSSL to build or install; Redis 8 is built
+# without the modules of its "full" build (BUILD_WITH_MODULES=no: they would be
+# fetched and built with Rust and cmake).
 set -euo pipefail
-dir=${1:?usage: .ci/valkey.sh DIR}
+dir=${1:?usage: .ci/valkey.sh DIR [redis]}
+pkg=${2:-valkey}
 suite=${VALKEY_SUITE:-forky}
 die() { echo "valkey.sh: $*" >&2; exit 1; }
 
@@ -43,6 +49,11 @@ if [ -z "$uri" ]; then
   done
 fi
 [ -n "$uri" ] || die "no deb entry for $release in the machine's apt sources"
+case $pkg in
+valkey) flags=() ;;
+redis) flags=(BUILD_WITH_MODULES=no) ;;
+*) die "builds valkey or redis, not $pkg" ;;
+esac
 
 mkdir -p "$dir/apt/lists/partial" "$dir/apt/sources.list.d"
 dir=$(cd "$dir" && pwd)
@@ -70,11 +81,11 @@ fi
 
 apt-get "${apt[@]}" update -qq
 rm -rf "$dir/src" && mkdir "$dir/src"
-(cd "$dir/src" && apt-get "${apt[@]}" source -qq valkey >"$dir/source.log" 2>&1) \
-  || { cat "$dir/source.log" >&2; die "apt-get source valkey ($suite) failed"; }
-src=$(find "$dir/src" -mindepth 1 -maxdepth 1 -type d -name 'valkey-*' | head -n 1)
-[ -n "$src" ] || die "apt-get source valkey unpacked nothing"
-make -C "$src" -j"$(nproc)" MALLOC=jemalloc BUILD_TLS=no >"$dir/build.log" 2>&1 \
+(cd "$dir/src" && apt-get "${apt[@]}" source -qq "$pkg" >"$dir/source.log" 2>&1) \
+  || { cat "$dir/source.log" >&2; die "apt-get source $pkg ($suite) failed"; }
+src=$(find "$dir/src" -mindepth 1 -maxdepth 1 -type d -name "$pkg-*" | head -n 1)
+[ -n "$src" ] || die "apt-get source $pkg unpacked nothing"
+make -C "$src" -j"$(nproc)" MALLOC=jemalloc BUILD_TLS=no "${flags[@]}" >"$dir/build.log" 2>&1 \
   || { tail -n 50 "$dir/build.log" >&2; die "make failed in $src"; }
-[ -x "$src/src/valkey-server" ] && [ -x "$src/src/valkey-cli" ] || die "no valkey-server/valkey-cli in $src/src"
-echo "$src/src/valkey-server"
+[ -x "$src/src/$pkg-server" ] && [ -x "$src/src/$pkg-cli" ] || die "no $pkg-server/$pkg-cli in $src/src"
+echo "$src/src/$pkg-server"
