@@ -2,9 +2,9 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -291,12 +291,12 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 			} else {
 				bi = indexOf(b)
 			}
-			loc := strconv.AppendInt(make([]byte, 0, 32), look, 10)
-			loc = strconv.AppendInt(append(loc, ':'), int64(ai), 10)
-			loc = strconv.AppendInt(append(loc, ':'), int64(bi), 10)
+			loc := binary.BigEndian.AppendUint32(make([]byte, 0, 14), uint32(int32(look)))
+			loc = binary.BigEndian.AppendUint32(loc, uint32(ai))
+			loc = binary.BigEndian.AppendUint32(loc, uint32(bi))
 			if far3 {
 				at, _, _ := farUntilAt(m.Body)
-				loc = strconv.AppendInt(append(loc, ':'), int64(at), 10)
+				loc = binary.BigEndian.AppendUint16(loc, uint16(int16(at)))
 			}
 			args = append(args, fpField(h), string(loc))
 		}

@@ -124,11 +124,13 @@
                    the UUID and it is not to be stored in format 3): a
                    lookup reads it there too, and a message stored in
                    format 3 is indexed by it
-  ARGV[j+14]       its shards, "<low>:<a>:<b>" (one argument, read only
-                   on a maybe or a write: Redis charges each argument):
-                   low h mod 2^L, or -1 - h mod 2^L when a pull found no
-                   far message of the UUID (its fingerprint's entry is
-                   another's: not looked up, indexed when stored); a the
+  ARGV[j+14]       its shards, low a b as big-endian numbers of 4 bytes
+                   each (one argument, read only on a maybe or a
+                   write: Redis charges each argument, and Lua's tonumber
+                   is a strtod): low h mod 2^L, or -1 - h mod 2^L when
+                   a pull found no far message of the UUID (its
+                   fingerprint's entry is another's: not looked up,
+                   indexed when stored); a the
                    index in KEYS of the index shard h mod 2^L, for a
                    message only looked up (not to be stored in format 3)
                    of the shard the caller's S picks: h mod 2^(L+1) when
@@ -136,7 +138,7 @@
                    shard h mod 2^(L+1), 0 for a message only looked up
                    (a run that finds S moved past h mod 2^L takes it for
                    a maybe: the pull is exact); then, for a message
-                   that may be stored in format 3, ":<at>": where its
+                   that may be stored in format 3, 2 bytes more: where its
                    body has Watermill's until key in the form its element
                    derives from the due time (far3.go's farUntilAt), -1
                    for none; "" with an empty ARGV[j+13]
@@ -203,8 +205,7 @@ end
 -- A message's arguments are ARGV[j + <offset>] (see the header):
 local UUID, DELAY, BODY, BKEY, PRIO, FSHARD, FFIELD, FBUCKETKEY, FBUCKET, FSTART, FUNPACK, GROUP, FSEL =
   0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
-local FP, FPLOC = 13, 14 -- FPLOC: "<low>:<a>:<b>[:<at>]", read with FPLOC_PAT
-local FPLOC_PAT = '^(-?%d+):(%d+):(%d+)'
+local FP, FPLOC = 13, 14 -- FPLOC: binary (struct.unpack '>i4I4I4[h]')
 -- A listed consumer group's keys are KEYS[k + <offset>], k = 17 + GSTRIDE (i - 1):
 local GMETA, GFQ, GFRING, GFPRIO, GFWAIT, GREDO, GSTRIDE = 0, 1, 2, 3, 4, 5, 6
 
@@ -384,7 +385,7 @@ if farN > 0 then
   local maybe2, maybe3 = maybe, {}
   if iSet then
     for _, j in ipairs(maybe) do
-      if ARGV[j + FP] ~= '' and string.byte(ARGV[j + FPLOC]) ~= 45 then -- '-'
+      if ARGV[j + FP] ~= '' and string.byte(ARGV[j + FPLOC]) < 128 then -- low >= 0
         maybe3[#maybe3 + 1] = j
       end
     end
@@ -402,8 +403,7 @@ if farN > 0 then
       -- below S. A message only looked up comes with the shard the
       -- caller's S picks: when S moved past it since, a maybe (the pull
       -- is exact).
-      local low, a, b = string.match(ARGV[j + FPLOC], FPLOC_PAT)
-      low, a, b = tonumber(low), tonumber(a), tonumber(b)
+      local low, a, b = struct.unpack('>i4I4I4', ARGV[j + FPLOC])
       if b == 0 then
         if (low < iS) == (low < fpS) then
           farLoc[j] = redis.call('HGET', KEYS[a], ARGV[j + FP])
@@ -708,7 +708,7 @@ if #stored > 0 then
             -- its seconds less the due second's
             local hi = (flags % 2) * 2147483648 + math.floor(flags / 2) * 1073741824
             local body, derived = ARGV[m + BODY], ''
-            local at = tonumber(string.match(ARGV[m + FPLOC], ':(-?%d+)$'))
+            local at = struct.unpack('>h', ARGV[m + FPLOC], 13)
             if at >= 0 and string.byte(body, at + 1) == 3 then
               -- the entry: code 3, the seconds (a zigzag varint), 0 (UTC)
               local v, i, mul, ended = 0, at + 2, 1, false
@@ -753,11 +753,10 @@ if #stored > 0 then
         for i, m in ipairs(list) do
           if w3 then
             -- its fingerprint's shard: h mod 2^L, or h mod 2^(L+1) below S
-            local low, a, sb = string.match(ARGV[m + FPLOC], FPLOC_PAT)
-            local shard = KEYS[tonumber(a)]
-            low = tonumber(low)
+            local low, a, sb = struct.unpack('>i4I4I4', ARGV[m + FPLOC])
+            local shard = KEYS[a]
             if low < 0 then low = -low - 1 end
-            if low < iS then shard = KEYS[tonumber(sb)] end
+            if low < iS then shard = KEYS[sb] end
             fi_insert(shard, fic, ARGV[m + FP], ARGV[m + FFIELD], tonumber(b), base + i - 1)
           else
             -- format 2's location: negated, less one (far.go's farLoc)
