@@ -7,13 +7,13 @@
 # for the tests (a valkey-server, say).
 #
 #   bash bench/callgrind.sh                 # every workload
-#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim farpub unpack pull look)
+#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim farpub unpack pull look fill)
 #
 # Compare two trees by running it in each (git worktree add).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 works=("$@")
-[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim farpub unpack pull look)
+[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim farpub unpack pull look fill)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/store.test" ./internal/store/
@@ -26,7 +26,7 @@ count() {
 		"${REDISDELAY_REDIS_SERVER:-redis-server}" --port "$port" --bind 127.0.0.1 --save '' --appendonly no >"$tmp/vg.log" 2>&1 &
 	local pid=$!
 	for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
-	REDISDELAY_INSTRUCTIONS_ADDR=127.0.0.1:$port REDISDELAY_INSTRUCTIONS=$1 \
+	REDISDELAY_INSTRUCTIONS_ADDR=127.0.0.1:$port REDISDELAY_INSTRUCTIONS=${1%-first} REDISDELAY_INSTRUCTIONS_FIRST=${1#"${1%-first}"} \
 		"$tmp/store.test" -test.run '^TestInstructions_Workload$' -test.count=1 >"$tmp/test.log" 2>&1 ||
 		{ cat "$tmp/test.log" >&2; exit 1; }
 	redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
@@ -39,6 +39,7 @@ declare -A total
 for w in "${works[@]}" ; do
 	case $w in
 	farpub) for x in far2 far3; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
+	fill) for x in fill2 fill2-first fill3 fill3-first; do total[$x]=$(count "$x"); done ;;
 	unpack | pull | look) for x in far2 far3 "${w}2" "${w}3"; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
 	*) total[$w]=$(count "$w") ;;
 	esac
@@ -47,6 +48,11 @@ per() { echo $(( ($1 - $2) / 1000 )); } # TestInstructions_Workload runs 1,000 o
 for w in "${works[@]}"; do
 	case $w in
 	append | delayed | keyed) echo "$w: $(per "${total[$w]}" "$base") instructions a publish" ;;
+	fill)
+		for f in 2 3; do
+			echo "fill, format $f: $(( (total[fill$f] - total[fill$f-first]) / 1000 )) instructions a message (far messages 500 a call, the filter past its size)"
+		done
+		;;
 	reclaim) echo "reclaim: $(per "${total[$w]}" "$base") instructions a sweep (10 messages held, none out of time; with the publishes and the read before them)" ;;
 	farpub)
 		for f in 2 3; do
