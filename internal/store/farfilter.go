@@ -56,7 +56,7 @@ import (
 //     keeps as a message's fingerprint (far3.go), which a rebuild reads
 //     back from that index (it cannot read a far field there) and
 //     computes from format 2's fields; a process writing format 3 uses
-//     them (filterSelectors).
+//     them (WritesFar3).
 //
 // A filter is trusted only by a caller of its mode, and a caller adding
 // far messages to a partition whose filter (or the one being rebuilt) is
@@ -98,7 +98,7 @@ func farSel(field string) uint32 {
 type FarFilterBuild struct {
 	sh     Shard
 	token  string
-	fp     bool // at fpSel's selectors (filterSelectors)
+	fp     bool // at fpSel's selectors (see above)
 	blocks int64
 	bits   []byte
 	added  int64
@@ -108,7 +108,7 @@ type FarFilterBuild struct {
 // (ffbegin.lua): from now on publish.lua also sets the bits of new far
 // messages in <shard>:ffn, which the rebuild fills with the messages in
 // the far index, at the selectors of a process writing storage level lvl
-// (filterSelectors). It returns nil when the far tier is empty (the filter
+// (WritesFar3: fpSel's). It returns nil when the far tier is empty (the filter
 // is then emptied instead: none is needed).
 func BeginFarFilter(ctx context.Context, c redis.Scripter, sh Shard, token string, lvl int) (*FarFilterBuild, error) {
 	fp := WritesFar3(lvl)
@@ -120,14 +120,16 @@ func BeginFarFilter(ctx context.Context, c redis.Scripter, sh Shard, token strin
 	return &FarFilterBuild{sh: sh, token: token, fp: fp, blocks: res, bits: make([]byte, res*64)}, nil
 }
 
-// Scan reads the whole far index, both formats', and sets the bits of
-// every message in it.
+// Scan reads the whole far index, both formats' (format 2's only at
+// farSel's selectors: format 3's index keeps no far field to hash, so
+// publish.lua reads it for every lookup then), and sets the bits of every
+// message in it.
 func (b *FarFilterBuild) Scan(ctx context.Context, c Cmds) error {
 	sel := farSel
 	if b.fp {
 		sel = func(field string) uint32 { return fpSel(fpHash(field)) }
 	}
-	if err := b.scan(ctx, c, 0, farIndexShards, b.sh.farIndex, sel); err != nil {
+	if err := b.scan(ctx, c, 0, farIndexShards, b.sh.farIndex, sel); err != nil || !b.fp {
 		return err
 	}
 	// Format 3's shards, as many as its shape says: a split moves entries

@@ -373,6 +373,17 @@ func TestFarFilter_Modes(t *testing.T) {
 	require.Equal(t, int64(200), e.nearFresh(100), "a filter missing bits was trusted")
 	e.requireAllFound(ids)
 
+	// rebuilt at farSel's (a rollback to level 2 with format 3 messages
+	// still far): it cannot hold format 3's fingerprints (their far fields
+	// are not in the index), so a lookup reads format 3's index for each
+	// message, format 2's on a 1 only
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r3", Level2))
+	require.NotContains(t, e.meta(), "fs")
+	reads := e.nearFresh(100)
+	require.GreaterOrEqual(t, reads, int64(100))
+	require.Less(t, reads, int64(130))
+	e.requireAllFound(ids)
+
 	// and the last far message gone, the next one's filter has its mode
 	require.NoError(t, e.c.Del(e.ctx, e.sh.FarMeta()).Err())
 	e.far3 = true

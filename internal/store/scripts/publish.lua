@@ -382,9 +382,16 @@ if farN > 0 then
       end
     end
   end
-  local maybe2, maybe3 = maybe, {}
+  local maybe2, maybe3, from3 = maybe, {}, maybe
+  if not mode3 then
+    -- a filter of farSel's selectors holds no format 3 message (a
+    -- rebuild cannot hash their far fields, which format 3's index does
+    -- not keep): format 3's index is read for each (a rollback to level
+    -- 2 while format 3 messages wait)
+    from3 = ask
+  end
   if iSet then
-    for _, j in ipairs(maybe) do
+    for _, j in ipairs(from3) do
       if ARGV[j + FP] ~= '' and string.byte(ARGV[j + FPLOC]) < 128 then -- low >= 0
         maybe3[#maybe3 + 1] = j
       end
