@@ -388,7 +388,7 @@ func (b *bench) backlogLadder() {
 		// format 3 sets no bit in it).
 		t0 := time.Now()
 		backlogShard := store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard(backlogTopic, 0)
-		tr, err := store.Trim(b.ctx, client, backlogShard, 0)
+		tr, err := store.Trim(b.ctx, client, backlogShard, 0, store.LevelNewest)
 		if b.failed("trim", err) {
 			return
 		}

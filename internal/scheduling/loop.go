@@ -485,7 +485,7 @@ func (s *Scheduler) reclaim(ctx context.Context, sh store.Shard, fields watermil
 }
 
 func (s *Scheduler) trimStream(ctx context.Context, sh store.Shard, fields watermill.LogFields) error {
-	r, err := store.Trim(ctx, s.redis, sh, s.retention)
+	r, err := store.Trim(ctx, s.redis, sh, s.retention, s.lvl.Level())
 	if err != nil {
 		return fmt.Errorf("trim the ready stream: %w", err)
 	}

@@ -622,10 +622,11 @@ type TrimReply struct {
 	FarFilter bool
 }
 
-// Trim runs trim.lua on a partition's ready stream.
-func Trim(ctx context.Context, c redis.Scripter, sh Shard, retention time.Duration) (TrimReply, error) {
+// Trim runs trim.lua on a partition's ready stream, for a scheduler writing
+// storage level lvl (the far filter's selectors it rebuilds at).
+func Trim(ctx context.Context, c redis.Scripter, sh Shard, retention time.Duration, lvl int) (TrimReply, error) {
 	res, err := trimScript.Run(ctx, c, []string{sh.Stream(), sh.FarMeta()}, retention.Milliseconds(),
-		farFilterPerBlock, farFilterMinBlocks, farFilterMaxBlocks, FarFilterStale.Milliseconds()).Int64Slice()
+		farFilterPerBlock, farFilterMinBlocks, farFilterMaxBlocks, FarFilterStale.Milliseconds(), filterMode(WritesFar3(lvl))).Int64Slice()
 	if err == nil {
 		err = replyShort("trim", len(res), 3)
 	}

@@ -61,7 +61,9 @@ import (
 // A filter is trusted only by a caller of its mode, and a caller adding
 // far messages to a partition whose filter (or the one being rebuilt) is
 // of the other mode moves n and not fm, as an older release does: the
-// filter is not trusted until a rebuild of the scheduler's mode.
+// filter is not trusted until a rebuild of the scheduler's mode, which
+// trim.lua also asks for when the filter's mode is not the scheduler's
+// (the storage level moved on).
 const (
 	farFilterPerBlock  = 32      // messages a block of 512 bits takes (16 bits each: ~6% false 1s)
 	farFilterMinBlocks = 64      // 4 KB: the filter of a small far tier

@@ -113,7 +113,11 @@ func (e *ffEnv) meta() map[string]string {
 }
 
 func (e *ffEnv) trimSays() bool {
-	r, err := Trim(e.ctx, e.c, e.sh, 0)
+	lvl := Level2
+	if e.far3 {
+		lvl = Level3 // a scheduler writing format 3
+	}
+	r, err := Trim(e.ctx, e.c, e.sh, 0, lvl)
 	require.NoError(e.t, err)
 	return r.FarFilter
 }
@@ -383,6 +387,12 @@ func TestFarFilter_Modes(t *testing.T) {
 	require.GreaterOrEqual(t, reads, int64(100))
 	require.Less(t, reads, int64(130))
 	e.requireAllFound(ids)
+	require.False(t, e.trimSays())
+	// the level moves on with no far message written since: a scheduler
+	// of the new level has the filter rebuilt at its selectors
+	e.far3 = true
+	require.True(t, e.trimSays(), "a filter no publisher of the level trusts")
+	e.far3 = false
 
 	// and the last far message gone, the next one's filter has its mode
 	require.NoError(t, e.c.Del(e.ctx, e.sh.FarMeta()).Err())
