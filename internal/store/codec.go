@@ -408,40 +408,57 @@ func BodyLevel(b []byte) int {
 	if b[0] == codecVersionV1 {
 		return Level1
 	}
+	lvl := Level1
+	ok := eachEntry(b, func(k uint64, _, _ int) bool {
+		if k%2 == 1 && k/2 != wellKnownDelayedFor && k/2 != wellKnownDelayedUntil {
+			lvl = Level2 // a delay in whole seconds, or a named key
+		}
+		return true
+	})
+	if !ok {
+		return 0
+	}
+	return lvl
+}
+
+// eachEntry walks the metadata entries of encoded message b (of version 2
+// or 3), calling f with each entry's code k (as Encode writes it), where
+// it starts in b and its length, until f returns false. It reports false
+// when b is damaged or holds a code this release does not know.
+func eachEntry(b []byte, f func(k uint64, at, n int) bool) bool {
+	if len(b) == 0 || (b[0] != codecVersion && b[0] != codecVersionBinaryID) {
+		return false
+	}
 	r := reader{b: b[1:]}
 	if b[0] == codecVersionBinaryID {
 		if len(r.b) < 16 {
-			return 0
+			return false
 		}
 		r.b = r.b[16:]
 	} else {
 		r.string()
 	}
-	lvl := Level1
 	n := r.uvarint()
 	for i := uint64(0); i < n && r.err == nil; i++ {
+		at := len(b) - len(r.b)
 		k := r.uvarint()
 		switch {
 		case k%2 == 0:
 			r.bytes(k / 2)
 			r.string()
-		case k/2 == wellKnownDelayedFor:
+		case k/2 == wellKnownDelayedFor || k/2 == wellKnownDelayedForSecs:
 			r.varint()
 		case k/2 == wellKnownDelayedUntil:
 			r.varint()
 			r.varint()
-		case k/2 == wellKnownDelayedForSecs:
-			r.varint()
-			lvl = Level2
 		case k/2 >= wellKnownNamed && k/2-wellKnownNamed < uint64(len(namedKeys)):
 			r.string()
-			lvl = Level2
 		default:
-			return 0
+			return false
+		}
+		if r.err == nil && !f(k, at, len(b)-len(r.b)-at) {
+			return true
 		}
 	}
-	if r.err != nil {
-		return 0
-	}
-	return lvl
+	return r.err == nil
 }

@@ -108,7 +108,7 @@ func encodeFar3(start int64, m farElem) (string, error) {
 	}
 	body := m.Body
 	var until []byte
-	if at, n, unix := farUntilAt(body); at >= 0 {
+	if at, n, unix := farUntilAt([]byte(body)); at >= 0 {
 		if d := unix - int64(m.Score)/1024/1000; d >= -128 && d < 128 {
 			w |= fpUntil
 			until = []byte{byte(at), byte(int8(d))}
@@ -159,24 +159,22 @@ func decodeFar3(start int64, e string) (m farElem, ok bool) {
 			return m, false
 		}
 	}
+	untilAt, d := -1, int64(0)
 	if w&fpUntil != 0 {
 		if len(rest) < 3 || int(rest[0]) > len(rest)-2 {
 			return m, false
 		}
-		at, d := int(rest[0]), int64(int8(rest[1]))
-		rest = rest[2:]
-		if keyAt >= 0 {
-			if keyAt+keyLen > len(rest) {
-				return m, false
-			}
-			m.Key = rest[keyAt : keyAt+keyLen]
-		}
-		rest = rest[:at] + string(farUntilEntry(int64(m.Score)/1024/1000+d)) + rest[at:]
-	} else if keyAt >= 0 {
+		untilAt, d, rest = int(rest[0]), int64(int8(rest[1])), rest[2:]
+	}
+	// the key points into the message as stored, its until entry left out
+	if keyAt >= 0 {
 		if keyAt+keyLen > len(rest) {
 			return m, false
 		}
 		m.Key = rest[keyAt : keyAt+keyLen]
+	}
+	if untilAt >= 0 {
+		rest = rest[:untilAt] + string(farUntilEntry(int64(m.Score)/1024/1000+d)) + rest[untilAt:]
 	}
 	m.Body = rest
 	return m, true
@@ -195,52 +193,20 @@ func farUntilEntry(unix int64) []byte {
 // seconds, UTC, from 1970 on (farUntilEntry), starting within its first
 // 255 bytes (the element keeps its place in one byte); at is -1 when it
 // has none such, else n is its length and unix its seconds.
-func farUntilAt[B ~string | ~[]byte](body B) (at, n int, unix int64) {
-	if len(body) == 0 || (body[0] != codecVersion && body[0] != codecVersionBinaryID) {
-		return -1, 0, 0
-	}
-	i := 1
-	uv := func() uint64 {
-		var v uint64
-		for s := 0; i < len(body) && s < 64; s += 7 {
-			c := body[i]
-			i++
-			v |= uint64(c&0x7f) << s
-			if c < 0x80 {
-				return v
-			}
+func farUntilAt(body []byte) (at, n int, unix int64) {
+	at = -1
+	eachEntry(body, func(k uint64, start, size int) bool {
+		if k/2 != wellKnownDelayedUntil || k%2 == 0 {
+			return true
 		}
-		i = len(body) + 1 // cut short: stops the walk
-		return 0
-	}
-	skip := func(k uint64) { i += int(min(k, uint64(len(body)))) }
-	if body[0] == codecVersionBinaryID {
-		i += 16
-	} else {
-		skip(uv())
-	}
-	for entries := uv(); entries > 0 && i < len(body); entries-- {
-		start := i
-		k := uv()
-		switch {
-		case k%2 == 0:
-			skip(k / 2)
-			skip(uv())
-		case k/2 == wellKnownDelayedUntil:
-			v := uv()
-			if zero := uv(); zero == 0 && v%2 == 0 && start <= 254 && i <= len(body) {
-				return start, i - start, int64(v / 2)
-			}
-			return -1, 0, 0
-		case k/2 == wellKnownDelayedFor || k/2 == wellKnownDelayedForSecs:
-			uv()
-		case k/2 >= wellKnownNamed:
-			skip(uv())
-		default:
-			return -1, 0, 0
+		r := reader{b: body[start:]}
+		r.uvarint()
+		if u, zone := r.varint(), r.varint(); zone == 0 && u >= 0 && start <= 254 {
+			at, n, unix = start, size, u
 		}
-	}
-	return -1, 0, 0
+		return false
+	})
+	return at, n, unix
 }
 
 // fpHash is the index hash of a far field (a variable: tests make two

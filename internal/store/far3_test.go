@@ -388,7 +388,7 @@ func TestFar3_UntilAtAnyBody(t *testing.T) {
 	msg.Metadata.Set("A-custom-key", "before the rest")
 	msg.Metadata.Set("zz", "after")
 	body := string(Encode(msg))
-	at, n, unix := farUntilAt(body)
+	at, n, unix := farUntilAt([]byte(body))
 	require.Greater(t, at, 0)
 	require.Equal(t, time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).Unix(), unix)
 	require.Equal(t, string(farUntilEntry(unix)), body[at:at+n])
@@ -397,7 +397,7 @@ func TestFar3_UntilAtAnyBody(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, e, 5+3+2+len(body)-n)
 	for i := range len(body) {
-		at, n, _ := farUntilAt(body[:i])
+		at, n, _ := farUntilAt([]byte(body[:i]))
 		require.True(t, at == -1 || at+n <= i, "cut at %d", i)
 	}
 	for i := range len(e) {
@@ -407,6 +407,6 @@ func TestFar3_UntilAtAnyBody(t *testing.T) {
 	}
 	v1 := message.NewMessage("not-a-uuid", nil)
 	v1.Metadata.Set("_watermill_delayed_until", "2026-12-01T10:00:00Z")
-	at, _, _ = farUntilAt(string(Encode(v1)))
+	at, _, _ = farUntilAt(Encode(v1))
 	require.Greater(t, at, 0, "a UUID kept as text")
 }

@@ -36,33 +36,32 @@ local function far_decode(v, start, e)
         key, at, koff = string.sub(e, at, at + n - 1), at + n, nil
       end
     end
-    local body
+    local off, d
     if derived then
       -- the until entry's place in the body and its seconds less the
-      -- due second's: the entry is code 3, the seconds as a zigzag
-      -- varint, 0 (UTC)
+      -- due second's
       if #e < at + 2 then
         return nil
       end
-      local off, d = string.byte(e, at, at + 1)
-      body = string.sub(e, at + 2)
+      off, d = string.byte(e, at, at + 1)
+      at = at + 2
+    end
+    -- the key points into the body as stored, its until entry left out
+    local body = string.sub(e, at)
+    if koff then
+      key = string.sub(body, koff + 1, koff + n)
+    end
+    if derived then
       if off > #body then
         return nil
       end
-      if koff then
-        key = string.sub(body, koff + 1, koff + n)
-      end
+      -- the entry: code 3, the seconds as a zigzag varint, 0 (UTC)
       if d >= 128 then d = d - 256 end
       local v, entry = 2 * (math.floor(score / 1024000) + d), '\3'
       while v >= 128 do
         entry, v = entry .. string.char(v % 128 + 128), math.floor(v / 128)
       end
       body = string.sub(body, 1, off) .. entry .. string.char(v, 0) .. string.sub(body, off + 1)
-    else
-      body = string.sub(e, at)
-      if koff then
-        key = string.sub(body, koff + 1, koff + n)
-      end
     end
     if keyed and (#key ~= n or n == 0) then
       return nil
