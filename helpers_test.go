@@ -271,18 +271,20 @@ type captureLogger = testkit.CaptureLogger
 type recLogger struct {
 	mu     sync.Mutex
 	errors []string
-	// onError, when set, runs inside Error: what a test sees at the moment
-	// an error is logged.
+	// onError, when set, runs inside Error, before the error is recorded:
+	// what a test sees at the moment an error is logged. Running it first
+	// means a test that waits for the record finds onError's work done (CI
+	// once read onError's result while it was still running).
 	onError func(msg string)
 }
 
 func (l *recLogger) Error(msg string, err error, fields watermill.LogFields) {
-	l.mu.Lock()
-	l.errors = append(l.errors, fmt.Sprintf("%s: %v %v", msg, err, fields))
-	l.mu.Unlock()
 	if l.onError != nil {
 		l.onError(msg)
 	}
+	l.mu.Lock()
+	l.errors = append(l.errors, fmt.Sprintf("%s: %v %v", msg, err, fields))
+	l.mu.Unlock()
 }
 
 func (l *recLogger) Info(string, watermill.LogFields) {}
