@@ -398,10 +398,10 @@ func (p *Publisher) store(batch []*pubCall) {
 		r := pubResult{err: err}
 		if err == nil {
 			var refusal *store.Refusal
-			var pulls []string
-			r.dup, refusal, pulls = reply.Status(i)
-			if len(pulls) > 0 {
-				r.dup, refusal, r.err = p.pullAndRetry(ctx, c, pulls)
+			var pulls, pullKeys []string
+			r.dup, refusal, pulls, pullKeys = reply.Status(i)
+			if len(pulls) > 0 || len(pullKeys) > 0 {
+				r.dup, refusal, r.err = p.pullAndRetry(ctx, c, pulls, pullKeys)
 			}
 			if refusal != nil {
 				r.refused = c.refusal(refusal)
@@ -412,15 +412,28 @@ func (p *Publisher) store(batch []*pubCall) {
 	p.pending.Add(-len(batch))
 }
 
-// pullAndRetry handles a call that found some of its messages' UUIDs in
-// the far tier: it moves those messages to the waiting set, where
-// publish.lua compares them like any waiting message, and sends the call
-// again, until none is found there (a message may be stored in the far
-// tier meanwhile, by another call). A message of the call that the pull
-// does not find (its fingerprint in the far index was another message's)
-// is sent again without a far lookup.
-func (p *Publisher) pullAndRetry(ctx context.Context, c *pubCall, uuids []string) (dup string, refusal *store.Refusal, err error) {
+// pullAndRetry handles a call that found some of its messages' UUIDs, or
+// holders of their business keys, in the far tier: it moves those messages
+// to the waiting set, where publish.lua compares them like any waiting
+// message, and sends the call again, until none is found there (a message
+// may be stored in the far tier meanwhile, by another call). A message of
+// the call that the pull does not find (its fingerprint in the far index
+// was another message's) is sent again without a far lookup; a business
+// key whose fingerprint's entry was another key's, with that entry's
+// place, which is then not taken for the key's.
+func (p *Publisher) pullAndRetry(ctx context.Context, c *pubCall, uuids, keys []string) (dup string, refusal *store.Refusal, err error) {
 	for range len(c.Msgs) + 1 {
+		for _, key := range keys {
+			uuid, other, err := store.FarKeyLookup(ctx, p.redis, c.shard, key)
+			if err != nil {
+				return "", nil, fmt.Errorf("find the far holder of business key %q: %w", key, err)
+			}
+			if uuid != "" {
+				uuids = append(uuids, uuid)
+			} else {
+				c.keyElsewhere(key, other)
+			}
+		}
 		for _, uuid := range uuids {
 			_, _, found, err := store.FarPull(ctx, p.redis, c.shard, uuid, false)
 			if err != nil {
@@ -434,11 +447,11 @@ func (p *Publisher) pullAndRetry(ctx context.Context, c *pubCall, uuids []string
 		if err != nil {
 			return "", nil, err
 		}
-		if dup, refusal, uuids = reply.Status(0); len(uuids) == 0 {
+		if dup, refusal, uuids, keys = reply.Status(0); len(uuids) == 0 && len(keys) == 0 {
 			return dup, refusal, nil
 		}
 	}
-	return "", nil, fmt.Errorf("messages %q stay in the far tier", uuids)
+	return "", nil, fmt.Errorf("messages %q, or holders of business keys %q, stay in the far tier", uuids, keys)
 }
 
 // groupsFor is the consumer groups of the partition of batch as last read
@@ -474,6 +487,17 @@ func (c *pubCall) noFarLookup(uuid string) {
 	for i := range c.Msgs {
 		if c.Msgs[i].UUID == uuid {
 			c.Msgs[i].Far.NotFar()
+		}
+	}
+}
+
+// keyElsewhere tells the next runs that the format 3 index's entry at the
+// fingerprint of business key key, at place other, is another key's
+// (store.FarArg.KeyElsewhere).
+func (c *pubCall) keyElsewhere(key, other string) {
+	for i := range c.Msgs {
+		if k := c.Msgs[i].Key; k != "" && k[1:] == key {
+			c.Msgs[i].Far.KeyElsewhere(other)
 		}
 	}
 }

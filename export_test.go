@@ -217,6 +217,55 @@ func FarPeek(ctx context.Context, client redis.UniversalClient, topic string, pa
 	return score, ok, err
 }
 
+// FarKeyHolders reads the far messages of partition part of topic with a
+// business key whose holder the format 3 index marks (no bkeys entry),
+// each found again by its key (store.FarKeyLookup): key -> UUID. A holder
+// its key does not find is an error.
+func FarKeyHolders(ctx context.Context, client redis.UniversalClient, topic string, part int) (map[string]string, error) {
+	sh := store.Keys{Prefix: DefaultKeyPrefix}.Shard(topic, part)
+	out := map[string]string{}
+	for from := int64(0); ; {
+		refs, err := store.FarBuckets(ctx, client, sh, from, 64)
+		if err != nil {
+			return nil, err
+		}
+		for _, ref := range refs {
+			for pos := int64(0); ; {
+				ms, next, done, err := store.FarRange(ctx, client, sh, ref, pos, 512)
+				if err != nil {
+					return nil, err
+				}
+				for _, m := range ms {
+					msg, err := store.Decode([]byte(*m.Body))
+					if err != nil {
+						return nil, err
+					}
+					key := msg.Metadata.Get(BusinessKey)
+					if key == "" || client.HExists(ctx, sh.Bkeys(), key).Val() {
+						continue
+					}
+					holder, _, err := store.FarKeyLookup(ctx, client, sh, key)
+					if err != nil {
+						return nil, err
+					}
+					if holder != m.ID {
+						return nil, fmt.Errorf("the far holder %s of key %q is not found by its key (found %q)", m.ID, key, holder)
+					}
+					out[key] = m.ID
+				}
+				if done {
+					break
+				}
+				pos = next
+			}
+		}
+		if len(refs) < 64 {
+			return out, nil
+		}
+		from = refs[len(refs)-1] + 1
+	}
+}
+
 // PullFarAll moves every far message of partition part of topic into its
 // waiting set (store.PullFarAll), keeping due times and order.
 func PullFarAll(ctx context.Context, client redis.UniversalClient, topic string, part int) (int, error) {

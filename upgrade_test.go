@@ -289,6 +289,7 @@ func TestUpgrade_FarFilter(t *testing.T) {
 // CancelKey and its Publish with replace fail, changing nothing.
 func TestUpgrade_FarKeyMarks(t *testing.T) {
 	t.Parallel()
+	format2Only(t) // format 3 marks keys in its index (TestFar3_KeyMarks)
 	bin := buildUpgradeWriter(t, markBase)
 	env := setup(t)
 	ctx := context.Background()

@@ -62,12 +62,14 @@ const (
 // Status decodes the status of call i: dup is the UUID of a message already
 // waiting with another body; refusal a business key or capacity refusal;
 // pulls the UUIDs of messages of the call waiting in the far tier, to move
-// to the waiting set before sending the call again; all empty: stored.
-func (r PublishReply) Status(i int) (dup string, refusal *Refusal, pulls []string) {
+// to the waiting set before sending the call again, and pullKeys the
+// business keys whose holders may wait in the far tier's format 3, to find
+// (FarKeyLookup) and move likewise; all empty: stored.
+func (r PublishReply) Status(i int) (dup string, refusal *Refusal, pulls, pullKeys []string) {
 	dup, _ = r.Statuses[i].(string)
 	table, _ := r.Statuses[i].([]any)
 	if len(table) == 0 {
-		return dup, nil, nil
+		return dup, nil, nil, nil
 	}
 	str := func(i int) string {
 		if i < len(table) {
@@ -90,13 +92,18 @@ func (r PublishReply) Status(i int) (dup string, refusal *Refusal, pulls []strin
 				pulls = append(pulls, id)
 			}
 		}
-		return "", nil, pulls
+		return "", nil, pulls, nil
+	case "pullkey":
+		for i := 1; i < len(table); i++ {
+			pullKeys = append(pullKeys, str(i))
+		}
+		return "", nil, nil, pullKeys
 	case RefusedKey:
-		return "", &Refusal{Kind: RefusedKey, Key: str(1), Holder: str(2)}, nil
+		return "", &Refusal{Kind: RefusedKey, Key: str(1), Holder: str(2)}, nil, nil
 	case RefusedFull:
-		return "", &Refusal{Kind: RefusedFull, Which: str(1), Count: num(2), Added: num(3)}, nil
+		return "", &Refusal{Kind: RefusedFull, Which: str(1), Count: num(2), Added: num(3)}, nil, nil
 	}
-	return "", &Refusal{Kind: fmt.Sprint(table)}, nil
+	return "", &Refusal{Kind: fmt.Sprint(table)}, nil, nil
 }
 
 // PubMessage is one message of a Publish call, as publish.lua takes it
@@ -207,12 +214,20 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 	// indexes (and so needs the shape for, a default one before any); fp:
 	// the far filter's selectors are fpSel's, as a process writing format
 	// 3 has them (farfilter.go)
-	w3, fp := 0, false
+	// (a message with a business key makes two index entries); keyed:
+	// messages with a business key
+	w3, fp, keyed := 0, false, 0
 	for _, pc := range batch {
 		for _, m := range pc.PublishArgs().Msgs {
 			fp = fp || m.Far.Format3
+			if m.Key != "" {
+				keyed++
+			}
 			if m.Far.Format3 && m.Far.Bucket >= 0 {
 				w3++
+				if m.Key != "" {
+					w3++
+				}
 			}
 		}
 	}
@@ -224,7 +239,7 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 		stride, fpL = 15, shape.L
 	}
 	splits := fpSplitsFor(w3)
-	args := make([]any, 0, 13+len(groups)+len(batch)+2*splits+stride*msgs)
+	args := make([]any, 0, 14+len(groups)+len(batch)+2*splits+stride*msgs+2*keyed)
 	args = append(args, sh.Wake(), maxWaiting, maxReady, len(batch),
 		FarMargin.Milliseconds(), FarWidth.Milliseconds(), FarSlack().Milliseconds(), len(groups))
 	for _, g := range groups {
@@ -235,11 +250,14 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 	}
 	args = append(args, filterMode(fp), fpL)
 	if stride == 15 {
-		side := 0
+		side, keySide := 0, 0
 		if w3 > 0 {
 			side = indexOf(sh.fpSide())
 		}
-		args = append(args, min(w3, 1), shape.S, splits, side)
+		if keyed > 0 {
+			keySide = indexOf(sh.fpKeySide())
+		}
+		args = append(args, min(w3, 1), shape.S, splits, side, keySide)
 		for _, pair := range shape.splits(splits) {
 			args = append(args, indexOf(sh.fpIndex(pair[0])), indexOf(sh.fpIndex(pair[1])))
 		}
@@ -291,14 +309,26 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 			} else {
 				bi = indexOf(b)
 			}
-			loc := binary.BigEndian.AppendUint32(make([]byte, 0, 14), uint32(int32(look)))
-			loc = binary.BigEndian.AppendUint32(loc, uint32(ai))
-			loc = binary.BigEndian.AppendUint32(loc, uint32(bi))
+			loc := fpShardArg(look, ai, bi)
 			if far3 {
 				at, _, _ := farUntilAt(m.Body)
 				loc = binary.BigEndian.AppendUint16(loc, uint16(int16(at)))
 			}
 			args = append(args, fpField(h), string(loc))
+		}
+	}
+	if stride == 15 && keyed > 0 {
+		// the business keys' fingerprints and shards, in message order
+		for _, pc := range batch {
+			for _, m := range pc.PublishArgs().Msgs {
+				if m.Key == "" {
+					continue
+				}
+				h := fpKeyHash(m.Key[1:])
+				a, b, low := shape.args(sh, h)
+				arg := append(fpShardArg(int64(low), indexOf(a), indexOf(b)), m.Far.keyOther...)
+				args = append(args, fpField(h), string(arg))
+			}
 		}
 	}
 	return publishScript.Run(ctx, c, keys, args...).Slice()
@@ -464,26 +494,27 @@ type UnpackReply struct {
 // Unpack runs unpack.lua for the head of far bucket b of format v, as
 // FarHead read it.
 func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, v int, b int64, head FarHeadRead) (UnpackReply, error) {
-	keys := []string{sh.Lease(), sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter(), sh.FarPark(), sh.fpSide()}
+	keys := []string{sh.Lease(), sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter(), sh.FarPark(), sh.fpSide(), sh.fpKeySide()}
 	key := keyIndexer(&keys)
 	start := farBucketStart(b).UnixMilli()
-	// Three arguments an element, five when one is of format 3 (its index
-	// shard is one of two: see far3.go).
+	// Three arguments an element, seven when one is of format 3 (its index
+	// shard is one of two: see far3.go; and its business key's entry).
 	stride := 3
 	for _, e := range head.Els {
 		if v == farFormat2 && e != "" && e[0] == farFormat3 {
-			stride = 5
+			stride = 7
 			break
 		}
 	}
 	args := make([]any, 0, 7+stride*len(head.Els))
 	args = append(args, owner, b, head.Popped, len(head.Els), v, start, 0)
-	if stride == 5 {
+	if stride == 7 {
 		args[6] = head.shape.L
 	}
 	for _, e := range head.Els {
 		id, ok := "", false
-		if m, read, _ := decodeFar(v, start, e); read {
+		m, read, _ := decodeFar(v, start, e)
+		if read {
 			id, ok = storedUUID([]byte(m.Body))
 		}
 		field := farField(id)
@@ -494,12 +525,18 @@ func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, v int
 			h := fpHash(field)
 			a, bKey, low := head.shape.args(sh, h)
 			args = append(args, fpField(h)+field, id, key(a), key(bKey), low)
+			if m.Key == "" {
+				args = append(args, "", "")
+				continue
+			}
+			k := head.shape.keyAt(sh, m.Key)
+			args = append(args, k.fp, string(fpShardArg(int64(k.low), key(k.a), key(k.b))))
 			continue
 		default:
 			args = append(args, field, id, key(sh.farIndex(farShard(field))))
 		}
-		if stride == 5 {
-			args = append(args, 0, 0)
+		if stride == 7 {
+			args = append(args, 0, 0, "", "")
 		}
 	}
 	res, err := unpackScript.Run(ctx, c, keys, args...).Int64Slice()
@@ -524,28 +561,73 @@ type farPullReply struct {
 // shard; a format 3 index shard or side table: at.mode) under field.
 func farPullArgs(sh Shard, v int, b int64, at farAt, uuid string, peek bool) ([]string, []any) {
 	flag := "0"
-	if peek {
+	if peek || at.byKey != "" {
 		flag = "1"
 	}
-	return []string{sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), at.index, sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter()},
-		[]any{at.field, at.loc, uuid, b, sh.Wake(), flag, v, farBucketStart(b).UnixMilli(), at.mode, at.full}
+	keys := []string{sh.farZset(v), sh.FarMeta(), sh.farBucketKey(v, b), at.index, sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter(), sh.fpKeySide()}
+	args := []any{at.field, at.loc, uuid, b, sh.Wake(), flag, v, farBucketStart(b).UnixMilli(), at.mode, at.full}
+	k := at.key
+	if k.fp == "" {
+		keys = append(keys, sh.fpKeySide(), sh.fpKeySide()) // unread: every key is declared
+	} else {
+		keys = append(keys, k.a, k.b)
+	}
+	return keys, append(args, k.fp, k.low, k.l, at.byKey)
 }
 
 // farAt is where an index says a far message is: the index key and field
 // of the entry, its value (loc), which index it is (farpull.lua's ARGV[9])
-// and the message's far field.
+// and the message's far field; with byKey, the business key whose holder
+// it is to be (read only); key: where the format 3 index marks the
+// message's business key, when it has one (farpull.lua asks).
 type farAt struct {
 	index, field, loc, mode, full string
+	byKey                         string
+	key                           fpKeyAt
+}
+
+// fpKeyAt is where the format 3 index of shape L marks a business key:
+// its fingerprint fp in shard a (h mod 2^L) or b (h mod 2^(L+1)), which
+// farpull.lua picks by low (h mod 2^L).
+type fpKeyAt struct {
+	fp, a, b string
+	low, l   uint64
+}
+
+// keyAt is where the index of shape p marks business key key.
+func (p fpShape) keyAt(sh Shard, key string) fpKeyAt {
+	h := fpKeyHash(key)
+	a, b, low := p.args(sh, h)
+	return fpKeyAt{fp: fpField(h), a: a, b: b, low: low, l: p.L}
 }
 
 // callFarPull runs farpull.lua for the far message at in bucket b of
 // format v. other reports a format 3 shard entry that is another
 // message's of the same fingerprint.
-func callFarPull(ctx context.Context, c redis.Scripter, sh Shard, v int, b int64, at farAt, uuid string, peek bool) (r farPullReply, other bool, err error) {
-	keys, args := farPullArgs(sh, v, b, at, uuid, peek)
-	res, err := farPullScript.Run(ctx, c, keys, args...).Slice()
-	if err != nil {
-		return farPullReply{}, false, err
+//
+// A message of format 3 with a business key makes the script ask where
+// the index marks the key (it cannot know the index's shape before it
+// reads the element): the call runs again with it.
+func callFarPull(ctx context.Context, c Cmds, sh Shard, v int, b int64, at farAt, uuid string, peek bool) (r farPullReply, other bool, err error) {
+	var res []any
+	for range 3 {
+		keys, args := farPullArgs(sh, v, b, at, uuid, peek)
+		if res, err = farPullScript.Run(ctx, c, keys, args...).Slice(); err != nil {
+			return farPullReply{}, false, err
+		}
+		if n, _ := res[0].(int64); n != 3 || len(res) < 2 {
+			break
+		}
+		key, _ := res[1].(string)
+		vals, err := c.HMGet(ctx, sh.FarMeta(), fpShapeFields...).Result()
+		if err != nil {
+			return farPullReply{}, false, err
+		}
+		shape, err := fpShapeOf(vals)
+		if err != nil {
+			return farPullReply{}, false, err
+		}
+		at.key = shape.keyAt(sh, key)
 	}
 	if n, _ := res[0].(int64); n != 1 {
 		return farPullReply{}, n == 2, nil

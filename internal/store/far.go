@@ -216,7 +216,17 @@ type FarArg struct {
 	// notFar: a pull found no far message of this UUID, so an entry of its
 	// fingerprint in the format 3 index is another message's (NotFar).
 	notFar bool
+	// keyOther: the place (fpLoc less its flag byte) of the format 3
+	// index's entry at the business key's fingerprint that a lookup found
+	// another key's (KeyElsewhere).
+	keyOther string
 }
+
+// KeyElsewhere tells the next runs that the entry at the business key's
+// fingerprint in the format 3 index, at place other (FarKeyLookup's), is
+// another key's: they do not take it for the key's holder. An entry at
+// another place (stored since) is looked up as any.
+func (f *FarArg) KeyElsewhere(other string) { f.keyOther = other }
 
 // NotFar tells the next runs that a pull found no far message with the
 // UUID (its fingerprint's entry in the format 3 index is another
@@ -418,18 +428,104 @@ func FarPullMany(ctx context.Context, c redis.Cmdable, sh Shard, uuids []string)
 }
 
 // FarKeyHolder reads which message holds business key in a partition,
-// and reports whether it waits in the far tier (bkeys marks those: see
-// publish.lua): uuid is "" when none does or it is not far.
+// and reports whether it waits in the far tier: uuid is "" when none does
+// or it is not far.
 func FarKeyHolder(ctx context.Context, c Cmds, sh Shard, key string) (uuid string, err error) {
-	h, err := c.HGet(ctx, sh.Bkeys(), key).Result()
-	if err == redis.Nil {
-		return "", nil
+	uuid, _, err = FarKeyLookup(ctx, c, sh, key)
+	return uuid, err
+}
+
+// FarKeyLookup finds the far holder of business key key in a partition:
+// its UUID, "" when none waits in the far tier. bkeys marks a holder of
+// format 2 (publish.lua); format 3's index marks one by the key's
+// fingerprint (far3.go), confirmed here against the element. other is the
+// place of the index's entry at the key's fingerprint when that entry is
+// another key's (for FarArg.KeyElsewhere).
+func FarKeyLookup(ctx context.Context, c Cmds, sh Shard, key string) (uuid, other string, err error) {
+	for range 5 {
+		var hc *redis.StringCmd
+		var mc *redis.SliceCmd
+		pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			hc = pipe.HGet(ctx, sh.Bkeys(), key)
+			mc = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields[0], fpShapeFields[1], "nk")
+			return nil
+		}))
+		h, err := hc.Result()
+		if err == nil {
+			id, _ := FarHolderUUID(h)
+			return id, "", nil
+		}
+		if err != redis.Nil {
+			return "", "", err
+		}
+		vals, err := mc.Result()
+		if err != nil {
+			return "", "", err
+		}
+		shape, err := fpShapeOf(vals[:2])
+		if nk, _ := vals[2].(string); err != nil || !shape.Set || nk == "" {
+			return "", "", err
+		}
+		uuid, other, again, err := farKeyLookup3(ctx, c, sh, shape, key)
+		if err != nil || !again {
+			return uuid, other, err
+		}
 	}
-	if err != nil {
-		return "", err
+	return "", "", fmt.Errorf("the far holder of business key %q kept moving while it was looked up", key)
+}
+
+// farKeyLookup3 is FarKeyLookup in the format 3 index of shape shape:
+// again when the entry moved meanwhile.
+func farKeyLookup3(ctx context.Context, c Cmds, sh Shard, shape fpShape, key string) (uuid, other string, again bool, err error) {
+	k := shape.keyAt(sh, key)
+	shard := k.a
+	if k.low < shape.S {
+		shard = k.b
 	}
-	id, _ := FarHolderUUID(h)
-	return id, nil
+	var sc, cc *redis.StringCmd
+	pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		sc = pipe.HGet(ctx, shard, k.fp)
+		cc = pipe.HGet(ctx, sh.fpKeySide(), key)
+		return nil
+	}))
+	now := (time.Now().UnixMilli() - farEpoch) / FarWidth.Milliseconds()
+	// The side table's entry is the key's for sure; the shard's, when a
+	// key's, may be another key's of the same fingerprint.
+	for _, e := range []struct {
+		cmd *redis.StringCmd
+		at  farAt
+	}{{cc, farAt{index: sh.fpKeySide(), field: key, mode: "s", byKey: key}}, {sc, farAt{index: shard, field: k.fp, mode: "3", byKey: key}}} {
+		loc, err := e.cmd.Result()
+		if err == redis.Nil {
+			continue
+		}
+		if err != nil {
+			return "", "", false, err
+		}
+		if e.at.mode == "3" && (len(loc) != 7 || loc[0]&fpLocKey == 0) {
+			continue // a UUID's entry, or a tombstone
+		}
+		b, _, _, err := fpParse(loc, now)
+		if err != nil {
+			return "", "", false, err
+		}
+		e.at.loc = loc
+		r, isOther, err := callFarPull(ctx, c, sh, farFormat2, b, e.at, "", true)
+		if err != nil {
+			return "", "", false, err
+		}
+		if r.Moved {
+			id, _ := storedUUID([]byte(r.Body))
+			return id, "", false, nil
+		}
+		if !isOther {
+			return "", "", true, nil
+		}
+		if e.at.mode == "3" {
+			other = loc[1:]
+		}
+	}
+	return "", other, false, nil
 }
 
 // FarHolderUUID reads a bkeys value: the UUID of the far message it marks

@@ -70,6 +70,19 @@ import (
 // flag alone), so that a lookup of that fingerprint still reads the side
 // table. A writer meeting a tombstone takes its place, flag kept. Every
 // hit is confirmed against the element, which holds the whole UUID.
+//
+// Business keys. A far message of format 3 with a business key marks its
+// key in the same shards, not in :bkeys (format 2's far mark costs about
+// 110 B a message in a hash of millions of entries): an entry at the
+// key's fingerprint (fpKeyHash, a hash of its own, so key and UUID
+// entries mix in the shards and split alike) whose place, flagged as a
+// key's (fpLocKey, always the 7-byte form), is the holder's. Colliding
+// keys go to their own side table (:fkc, key -> place), so a key and a
+// UUID never share a side table's field; :fmeta's nk counts the key
+// entries (the shards split by n + nk). A lookup of a key that :bkeys does
+// not hold reads its entry (publish.lua); a hit, confirmed against the
+// element (which holds the key), names the holder, which the caller pulls
+// into the waiting set: there the policies apply as to any holder.
 const (
 	farFormat3 = 3
 	// fpMinLevel is the index's smallest L: 2,048 shards.
@@ -88,6 +101,8 @@ const (
 	fpLocBucketMod = 1 << 24
 	// fpLocCollided flags a place (its 7-byte form) or a tombstone.
 	fpLocCollided = 1
+	// fpLocKey flags a business key's place (its 7-byte form).
+	fpLocKey = 2
 	// fpKeyInline is a keyed element's offset when its key follows.
 	fpKeyInline = 1<<16 - 1
 )
@@ -216,6 +231,19 @@ var fpHash = func(field string) uint64 {
 	return binary.BigEndian.Uint64(s[:8])
 }
 
+// fpKeyHash is the index hash of business key key: "k", a zero byte (no
+// far field begins so: its UUID's 16 bytes, or text), and the key.
+func fpKeyHash(key string) uint64 { return fpHash("k\x00" + key) }
+
+// fpShardArg is the binary argument that names the shards of a hash whose
+// low bits are low (h mod 2^L, or -1 - that: see publish.lua) in a
+// script's KEYS, a the shard h mod 2^L and b the shard h mod 2^(L+1).
+func fpShardArg(low int64, a, b int) []byte {
+	arg := binary.BigEndian.AppendUint32(make([]byte, 0, 20), uint32(int32(low)))
+	arg = binary.BigEndian.AppendUint32(arg, uint32(a))
+	return binary.BigEndian.AppendUint32(arg, uint32(b))
+}
+
 // fpField is the index field of hash h: its 32 bits from bit fpMinLevel.
 func fpField(h uint64) string {
 	var f [4]byte
@@ -303,16 +331,19 @@ func (p fpShape) splits(k int) [][2]uint64 {
 // fpLoc is a message's place in the index: 5 bytes, its bucket modulo
 // fpLocBucketMod and its position in the bucket (as format 2 counts it,
 // from the bucket's first element ever), when the position is below 2^16
-// and the entry is not collided; else 7 bytes, a flag byte (fpLocCollided)
-// and 3 bytes each.
-func fpLoc(b, pos int64, collided bool) string {
+// and the entry is not collided nor a business key's; else 7 bytes, a flag
+// byte (fpLocCollided, fpLocKey) and 3 bytes each.
+func fpLoc(b, pos int64, collided, key bool) string {
 	bm := uint32(b & (fpLocBucketMod - 1))
-	if !collided && pos < 1<<16 {
+	if !collided && !key && pos < 1<<16 {
 		return string([]byte{byte(bm >> 16), byte(bm >> 8), byte(bm), byte(pos >> 8), byte(pos)})
 	}
 	flag := byte(0)
 	if collided {
 		flag = fpLocCollided
+	}
+	if key {
+		flag |= fpLocKey
 	}
 	return string([]byte{flag, byte(bm >> 16), byte(bm >> 8), byte(bm), byte(pos >> 16), byte(pos >> 8), byte(pos)})
 }
@@ -353,6 +384,9 @@ func fpBucket(bm, now int64) int64 {
 // side table (see above).
 func (s Shard) fpIndex(n uint64) string { return string(s) + ":fi:" + strconv.FormatUint(n, 10) }
 func (s Shard) fpSide() string          { return string(s) + ":fic" }
+
+// fpKeySide is the partition's format 3 side table of business keys.
+func (s Shard) fpKeySide() string { return string(s) + ":fkc" }
 
 // fpShapeFields are :fmeta's fields of the index's shape.
 var fpShapeFields = []string{"iL", "iS"}

@@ -70,7 +70,7 @@ func TestFar3_Place(t *testing.T) {
 		{now + fpLocBucketMod/2 - 1, 9, false, 5},
 		{now - fpLocBucketMod/2, 9, false, 5},
 	} {
-		loc := fpLoc(c.b, c.pos, c.collided)
+		loc := fpLoc(c.b, c.pos, c.collided, false)
 		require.Len(t, loc, c.size)
 		b, pos, collided, err := fpParse(loc, now)
 		require.NoError(t, err)
@@ -212,7 +212,7 @@ func TestFar3_Unpack(t *testing.T) {
 			e.put2(idE, 25*time.Second) // the formats share the bucket
 			e.put(idC, 30*time.Second, "", false)
 			e.put(idD, -3*time.Second, "", false) // due before its bucket's start (FarSlack)
-			require.Len(t, e.index(), 4, "A's (collided), B's, D's, C's in the side table")
+			require.Len(t, e.index(), 5, "A's (collided), B's and its key's, D's, C's in the side table")
 
 			r := e.unpack()
 			require.Equal(t, UnpackReply{Moved: 5}, r)
@@ -229,7 +229,7 @@ func TestFar3_Unpack(t *testing.T) {
 				require.Equal(t, "payload of "+id, string(msg.Payload))
 			}
 			require.Equal(t, "key-b", e.c.HGet(e.ctx, e.sh.BkeyOf(), idB).Val())
-			require.Equal(t, idB, e.c.HGet(e.ctx, e.sh.Bkeys(), "key-b").Val(), "the key's far mark now names the waiting message")
+			require.Equal(t, idB, e.c.HGet(e.ctx, e.sh.Bkeys(), "key-b").Val(), "the key names the waiting message")
 			require.Equal(t, map[string]string{idB: "1"}, e.c.HGetAll(e.ctx, e.sh.Prio()).Val())
 			left := e.index()
 			require.Len(t, left, 1, "only A's tombstone: %v", left)
@@ -296,7 +296,7 @@ func TestFar3_Pull(t *testing.T) {
 	_, _, found, err = FarPull(e.ctx, e.c, e.sh, idA, false)
 	require.NoError(t, err)
 	require.True(t, found)
-	require.Len(t, e.index(), 3, "B's, C's side entry, A's tombstone")
+	require.Len(t, e.index(), 4, "B's and its key's, C's side entry, A's tombstone")
 	require.NoError(t, FarPullMany(e.ctx, e.c, e.sh, []string{idB, idC, idD}))
 	left := e.index()
 	require.Len(t, left, 1, "A's tombstone: %v", left)

@@ -55,14 +55,15 @@ func writeFar3At(ctx context.Context, c redis.Cmdable, sh Shard, b, start, unpac
 	pos := popped + n - 1
 	field := farField(msg.UUID)
 	h := fpHash(field)
-	shard, fp := sh.fpIndex(shape.shard(h)), fpField(h)
-	cur, curErr := c.HGet(ctx, shard, fp).Result()
-	if curErr != nil && curErr != redis.Nil {
-		return curErr
+	entries := []fpEntry{{shard: sh.fpIndex(shape.shard(h)), side: sh.fpSide(), fp: fpField(h), full: field}}
+	if key != "" {
+		kh := fpKeyHash(key)
+		entries = append(entries, fpEntry{shard: sh.fpIndex(shape.shard(kh)), side: sh.fpKeySide(), fp: fpField(kh), full: key, key: true})
 	}
-	mark := "\x00" + msg.UUID // farmark.lua's far_mark
-	if len(field) == 16 {
-		mark = "\x00\x01" + field
+	for i := range entries {
+		if err := entries[i].read(ctx, c); err != nil {
+			return err
+		}
 	}
 	_, err = c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.ZAddNX(ctx, sh.FarZ(), redis.Z{Score: float64(unpackAt), Member: b})
@@ -78,24 +79,55 @@ func writeFar3At(ctx context.Context, c redis.Cmdable, sh Shard, b, start, unpac
 			pipe.SetBit(ctx, sh.farFilter(), int64(sel)%(blocks*512), 1)
 			pipe.HIncrBy(ctx, sh.FarMeta(), "fi", 1)
 		}
-		switch {
-		case curErr == redis.Nil:
-			pipe.HSet(ctx, shard, fp, fpLoc(b, pos, false))
-		case len(cur) == 1: // a tombstone
-			pipe.HSet(ctx, shard, fp, fpLoc(b, pos, true))
-		default:
-			hb, hpos, _, err := fpParse(cur, b)
-			if err != nil {
+		for _, e := range entries {
+			if err := e.write(ctx, pipe, b, pos); err != nil {
 				return err
 			}
-			pipe.HSet(ctx, shard, fp, fpLoc(hb, hpos, true))
-			pipe.HSet(ctx, sh.fpSide(), field, fpLoc(b, pos, false))
 		}
 		if key != "" {
-			pipe.HSet(ctx, sh.Bkeys(), key, mark)
+			pipe.HIncrBy(ctx, sh.FarMeta(), "nk", 1)
 		}
 		pipe.Publish(ctx, sh.Wake(), "d")
 		return nil
 	})
 	return err
+}
+
+// fpEntry is an entry writeFar3At makes in the format 3 index: of the
+// message's UUID, or of its business key (key), and what its fingerprint
+// held before (cur, or none).
+type fpEntry struct {
+	shard, side, fp, full string
+	key                   bool
+	cur                   string
+	none                  bool
+}
+
+func (e *fpEntry) read(ctx context.Context, c redis.Cmdable) error {
+	cur, err := c.HGet(ctx, e.shard, e.fp).Result()
+	if err == redis.Nil {
+		e.none = true
+		return nil
+	}
+	e.cur = cur
+	return err
+}
+
+// write indexes the element at position pos of bucket b as fpindex.lua's
+// fi_insert does.
+func (e fpEntry) write(ctx context.Context, pipe redis.Pipeliner, b, pos int64) error {
+	switch {
+	case e.none:
+		pipe.HSet(ctx, e.shard, e.fp, fpLoc(b, pos, false, e.key))
+	case len(e.cur) == 1: // a tombstone
+		pipe.HSet(ctx, e.shard, e.fp, fpLoc(b, pos, true, e.key))
+	default:
+		hb, hpos, _, err := fpParse(e.cur, b)
+		if err != nil {
+			return err
+		}
+		pipe.HSet(ctx, e.shard, e.fp, fpLoc(hb, hpos, true, len(e.cur) == 7 && e.cur[0]&fpLocKey != 0))
+		pipe.HSet(ctx, e.side, e.full, fpLoc(b, pos, false, e.key))
+	}
+	return nil
 }

@@ -17,6 +17,9 @@ type spec3 struct {
 	dueIn time.Duration // from the bucket's start
 	key   string        // business key ("" for none), policy replace
 	prio  bool
+	// keyOther: the place of the entry at the key's fingerprint that a
+	// lookup found another key's (FarArg.KeyElsewhere)
+	keyOther string
 }
 
 // pub3 publishes specs as one call through publish.lua, as a publisher
@@ -31,6 +34,7 @@ func (e *far3Env) pub3(shapes *FarShapes, specs ...spec3) any {
 		f := FarArgOf(s.id, delay, true)
 		f.Format3 = true
 		f.Place(now)
+		f.KeyElsewhere(s.keyOther)
 		require.Equal(e.t, e.b, f.Bucket, "placed in the env's bucket")
 		key := ""
 		if s.key != "" {
@@ -115,15 +119,26 @@ func TestFar3_Write(t *testing.T) {
 		require.Equal(t, int64(1), bit, "the format 3 bit of %s", id)
 	}
 	idx := e.index()
-	require.Len(t, idx, 3)
+	require.Len(t, idx, 4, "three UUIDs' entries and a business key's")
+	kh := fpKeyHash("key-b")
+	keyEntry := fmt.Sprintf("%s/%x", e.sh.fpIndex(fpShape{L: fpMinLevel}.shard(kh)), fpField(kh))
 	for k, v := range idx {
+		if k == keyEntry {
+			require.Equal(t, fmt.Sprintf("%x", fpLoc(e.b, 1, false, true)), v, "the key's entry: B's place, flagged a key's")
+			continue
+		}
 		require.Len(t, v, 10, "a 5-byte place: %s", k)
 	}
-	require.Equal(t, "\x00\x01"+farField(idB), e.c.HGet(e.ctx, e.sh.Bkeys(), "key-b").Val(), "a far mark as format 2's")
+	require.Zero(t, e.c.HExists(e.ctx, e.sh.Bkeys(), "key-b").Val(), "no far mark: the index marks the key")
+	require.Equal(t, "1", meta["nk"])
 
 	// A retried publish finds them (pull first); a new one does not.
 	require.Equal(t, []any{"pull", idA}, e.pub3(&shapes, spec3{id: idA, dueIn: 10 * time.Second}))
-	require.Equal(t, []any{"pull", idB}, e.pub3(&shapes, spec3{id: idE, dueIn: 40 * time.Second, key: "key-b"}), "its key's far holder")
+	require.Equal(t, []any{"pullkey", "key-b"}, e.pub3(&shapes, spec3{id: idE, dueIn: 40 * time.Second, key: "key-b"}), "its key's far holder")
+	holder, other, err := FarKeyLookup(e.ctx, e.c, e.sh, "key-b")
+	require.NoError(t, err)
+	require.Equal(t, idB, holder)
+	require.Empty(t, other)
 	for _, id := range []string{idA, idB, idD} {
 		require.True(t, e.peek(id), id)
 	}

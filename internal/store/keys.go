@@ -17,7 +17,8 @@ import (
 //	<shard>:prio             hash    UUID -> 1 for waiting high-priority messages
 //	<shard>:fanout           hash    the due high-priority message being copied to the groups (see promote.lua)
 //	<shard>:stream           stream  ready messages
-//	<shard>:bkeys            hash    business key -> UUID of the waiting message holding it (a far mark, FarHolderUUID, while it is far)
+//	<shard>:bkeys            hash    business key -> UUID of the waiting message holding it (a far mark, FarHolderUUID, while it is far
+//	                                 in format 2; none in format 3, whose index marks the key: far3.go)
 //	<shard>:bkeyof           hash    UUID of a waiting message -> its business key (absent: none holds one)
 //	<shard>:grpof            hash    UUID of a waiting grouped message, in either tier -> its group (absent: none is grouped)
 //	<shard>:gorphan          zset    UUID of a grouped message due while the topic had no consumer group -> its score (see promote.lua)
@@ -48,7 +49,11 @@ import (
 //	<shard>:fc:<bucket>      list    a format 2 far bucket: elements as far.go describes (farElem), "" once cancelled
 //	<shard>:fx:<n>           hash    far index shard: UUID key (see farField) -> bucket × 2^24 + position
 //	                                 (format 1), or -(bucket × 2^24 + position) - 1 (format 2)
+//	<shard>:fi:<n>           hash    format 3 index shard: fingerprint of a UUID or a business key -> place (far3.go)
+//	<shard>:fic              hash    format 3 index's side table: far field of a UUID whose fingerprint collided -> place
+//	<shard>:fkc              hash    format 3 index's side table of business keys: key -> place
 //	<shard>:fmeta            hash    far tier counters: n (messages, both formats), p:<bucket> (popped), l:<bucket> (live); P:, L: for format 2;
+//	                                 format 3's index: nk (its business key entries), iL and iS (its shape);
 //	                                 the far filter's fb (blocks), fi (messages added); fr, ft, fj while it is rebuilt
 //	<shard>:ff               string  far filter: a bitmap of the far tier's UUIDs, one bit each (see farfilter.go)
 //	<shard>:fpark            list    far elements the scheduler could not read (a newer release's, or damaged), parked

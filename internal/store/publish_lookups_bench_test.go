@@ -80,7 +80,7 @@ func BenchmarkPublish_KeyedBeside400Keys(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					if dup, refusal, _ := r.Status(0); dup != "" || refusal != nil {
+					if dup, refusal, _, _ := r.Status(0); dup != "" || refusal != nil {
 						b.Fatalf("refused: %q %+v", dup, refusal)
 					}
 					calls := rec.Take()

@@ -92,7 +92,7 @@ func TestPublish_LookupsReadWholeOrByField(t *testing.T) {
 		r, err = Publish(ctx, c, sh, PublishOpts{}, run)
 		require.NoError(t, err)
 		for i := range run {
-			dup, refusal, pulls := r.Status(i)
+			dup, refusal, pulls, _ := r.Status(i)
 			statuses = append(statuses, fmt.Sprintf("%q %+v %v", dup, refusal, pulls))
 		}
 		return statuses, state(sh)

@@ -79,7 +79,9 @@
   ARGV[13+n+c]     the number of index splits the caller gives keys for, s
   ARGV[14+n+c]     index in KEYS of the index's side table (:fic); 0 with
                    format 2
-  ARGV[15+n+c..]   per split, in order from the caller's L and S: indexes in
+  ARGV[15+n+c]     index in KEYS of the index's side table of business keys
+                   (:fkc); 0 when no message has a business key
+  ARGV[16+n+c..]   per split, in order from the caller's L and S: indexes in
                    KEYS of the shard split and of the shard 2^L above it
                    (far3.go's splits). A run storing format 3 splits shards
                    while the tier holds more than fpPerShard (48) messages
@@ -142,6 +144,17 @@
                    body has Watermill's until key in the form its element
                    derives from the due time (far3.go's farUntilAt), -1
                    for none; "" with an empty ARGV[j+13]
+  and with an L, after the messages' arguments, two per message with a
+  business key, in message order (a message without one pays nothing):
+  ARGV[k]          the key's fingerprint in the format 3 index (far3.go's
+                   fpKeyHash): where a holder waiting in format 3 marks it
+                   (not in :bkeys), where a message stored in format 3
+                   marks it
+  ARGV[k+1]        its shards, low a b as for ARGV[j+14] (both shards
+                   always: a lookup reads the one S picks), then, when a
+                   pull found the place of the key's entry another
+                   message's, that place (6 bytes: far3.go's fpLoc less its
+                   flag byte), which is then not a maybe
 
   Returns {-1, L, S} when the caller's L (ARGV[10+n+c]) is not the format 3
   index's and a message is looked up or may be stored in format 3: nothing
@@ -163,6 +176,12 @@
                                once per message.
     UUID                       one of its messages is already waiting with a
                                different body
+    {'pullkey', key, ...}      business keys of the call whose holder may
+                               wait in format 3 (the index marks keys, not
+                               their holders' UUIDs): the caller finds each
+                               holder, moves it to the waiting set, and sends
+                               the call again (with the place of an entry
+                               that was another's)
     {'key', key, UUID}         reject: a message of the call has a business key
                                held by the waiting message UUID
     {'full', 'waiting'|'ready', count, added}
@@ -195,17 +214,25 @@ local ng = tonumber(ARGV[8])
 local mode3 = ARGV[9 + ng + calls] == '3'
 local base = 10 + ng + calls
 local fpL = tonumber(ARGV[base])
-local w3, fpS, nsplit, fic, first = false, 0, 0, nil, base + 1
+local w3, fpS, nsplit, fic, fkc, first = false, 0, 0, nil, nil, base + 1
 local STRIDE = 13 -- arguments per message
 if fpL > 0 then
   w3, fpS, nsplit = ARGV[base + 1] == '1', tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
   fic = KEYS[tonumber(ARGV[base + 4])]
-  first, STRIDE = base + 5 + 2 * nsplit, 15
+  fkc = KEYS[tonumber(ARGV[base + 5])]
+  first, STRIDE = base + 6 + 2 * nsplit, 15
+end
+-- the messages' arguments end before last; the keys' (with an L) follow
+local last = first
+for k = 1, calls do
+  last = last + STRIDE * tonumber(ARGV[8 + ng + k])
 end
 -- A message's arguments are ARGV[j + <offset>] (see the header):
 local UUID, DELAY, BODY, BKEY, PRIO, FSHARD, FFIELD, FBUCKETKEY, FBUCKET, FSTART, FUNPACK, GROUP, FSEL =
   0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
 local FP, FPLOC = 13, 14 -- FPLOC: binary (struct.unpack '>i4I4I4[h]')
+-- message -> the ARGV index of its business key's fingerprint (with an L)
+local kfp = {}
 -- A listed consumer group's keys are KEYS[k + <offset>], k = 17 + GSTRIDE (i - 1):
 local GMETA, GFQ, GFRING, GFPRIO, GFWAIT, GREDO, GSTRIDE = 0, 1, 2, 3, 4, 5, 6
 
@@ -230,7 +257,8 @@ local stale = 0
 -- business keys
 local delay, waits, uuids, msgKeys = {}, {}, {}, {}
 local fixed = {} -- message -> the score it takes from the holder it replaces (d)
-for j = first, #ARGV, STRIDE do
+local kj = last
+for j = first, last - 1, STRIDE do
   local d = tonumber(ARGV[j + DELAY])
   local grouped = ARGV[j + GROUP] ~= ''
   if grouped and d <= 0 and not listed then
@@ -250,6 +278,9 @@ for j = first, #ARGV, STRIDE do
   end
   if ARGV[j + BKEY] ~= '' then
     msgKeys[#msgKeys + 1] = string.sub(ARGV[j + BKEY], 2)
+    if fpL > 0 then
+      kfp[j], kj = kj, kj + 2
+    end
   end
 end
 
@@ -284,11 +315,12 @@ end
 -- index's shape (far3.go), when the caller knows one (else below, when a
 -- message is looked up). (A field absent is 0 without tonumber: Lua's
 -- string to number conversion is a strtod, costly when it makes eight.)
+-- nk counts the business keys format 3's index marks.
 local fst
 if fpL > 0 then
-  fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj', 'fs', 'fq', 'iL', 'iS')
+  fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj', 'fs', 'fq', 'nk', 'iL', 'iS')
 else
-  fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj', 'fs', 'fq')
+  fst = redis.call('HMGET', fmeta, 'n', 'fm', 'fb', 'fi', 'fr', 'fj', 'fs', 'fq', 'nk')
 end
 -- whether the filter's bits, and those of the one being rebuilt, are at
 -- the selectors of the caller's mode (fs, fq: '3' for fpSel's)
@@ -296,7 +328,7 @@ local ffMode, ffNextMode = (fst[7] == '3') == mode3, (fst[8] == '3') == mode3
 for i = 1, #fst do
   fst[i] = fst[i] and tonumber(fst[i]) or 0
 end
-local farN, farM, ffBlocks, ffAdded, ffNext, ffJ = fst[1], fst[2], fst[3], fst[4], fst[5], fst[6]
+local farN, farM, ffBlocks, ffAdded, ffNext, ffJ, farK = fst[1], fst[2], fst[3], fst[4], fst[5], fst[6], fst[9]
 local FF_PER, FF_MIN = 32, 64 -- farFilterPerBlock, farFilterMinBlocks
 -- whether the filter holds every message it counts (past its capacity new
 -- ones get no bit) at the caller's selectors
@@ -329,25 +361,26 @@ local ffSet = {} -- messages whose bit in the far filter is set already
 local ask, nAsk = nil, 0 -- waiting messages looked up in the far tier
 if farN > 0 then
   ask = {}
-  for j = first, #ARGV, STRIDE do
+  for j = first, last - 1, STRIDE do
     if waits[j] and ARGV[j + FSHARD] ~= '0' and not known[ARGV[j + UUID]] then
       ask[#ask + 1] = j
     end
   end
   nAsk = #ask
-  if nAsk > 0 and fpL == 0 then
+  if (nAsk > 0 or farK > 0 and #msgKeys > 0) and fpL == 0 then
     local shape = redis.call('HMGET', fmeta, 'iL', 'iS')
-    fst[9], fst[10] = tonumber(shape[1] or '0'), tonumber(shape[2] or '0')
+    fst[10], fst[11] = tonumber(shape[1] or '0'), tonumber(shape[2] or '0')
   end
 end
 -- the format 3 index's shape, which matters when a message is looked up
--- or may be stored in format 3; iSet: it was written
-local iL, iS = fst[9] or 0, fst[10] or 0
+-- or may be stored in format 3, or a business key looked up there; iSet:
+-- it was written
+local iL, iS = fst[10] or 0, fst[11] or 0
 local iSet = iL > 0
 if not iSet and w3 then
   iL = 11 -- fpMinLevel: the shape a writer starts
 end
-if (nAsk > 0 or w3) and iL ~= fpL then
+if (nAsk > 0 or w3 or farK > 0 and #msgKeys > 0) and iL ~= fpL then
   return {-1, iL, iS}
 end
 if farN > 0 then
@@ -430,6 +463,34 @@ local holder = {}
 if #msgKeys > 0 then
   lookup(bkeys, msgKeys, holder)
 end
+-- business keys whose holder may wait in format 3 (far3.go: the index
+-- marks the key by its fingerprint, not in :bkeys): an entry of the key's
+-- kind at the fingerprint, but at the place a pull found another's; or
+-- the key in the side table, which a collided entry or a tombstone sends
+-- a lookup to. The caller's pull confirms a maybe against the element.
+local farKey = {}
+if farK > 0 then
+  for j = first, last - 1, STRIDE do
+    local k = kfp[j]
+    local key = k and string.sub(ARGV[j + BKEY], 2)
+    if k and not holder[key] and farKey[key] == nil then
+      local low, a, b = struct.unpack('>i4I4I4', ARGV[k + 1])
+      local shard = KEYS[a]
+      if low < iS then shard = KEYS[b] end
+      local e = redis.call('HGET', shard, ARGV[k])
+      local maybe = false
+      if e then
+        local f = string.byte(e)
+        if #e == 7 and f % 4 >= 2 and string.sub(e, 2) ~= string.sub(ARGV[k + 1], 13) then
+          maybe = true
+        elseif f % 2 == 1 and #e ~= 5 then
+          maybe = redis.call('HEXISTS', fkc, key) == 1
+        end
+      end
+      farKey[key] = maybe
+    end
+  end
+end
 local nWaiting, nReady = 0, 0
 if maxWaiting > 0 then
   nWaiting = redis.call('ZCARD', waiting) + farN
@@ -446,7 +507,7 @@ local touched = {}   -- business keys whose holder changed
 -- The state of the call being checked: its messages to store, the
 -- business keys whose holders it replaces, what it adds to the waiting set
 -- and the ready stream, and its messages waiting in the far tier.
-local adds, removes, dWait, dReady, pulls
+local adds, removes, dWait, dReady, pulls, pullkeys
 
 -- Checks message m of the call being checked against the waiting messages
 -- and the calls accepted before, noting in the call's state what it
@@ -469,6 +530,12 @@ local function check(m)
   if bk ~= '' then
     local policy, key = string.sub(bk, 1, 1), string.sub(bk, 2)
     local h = holder[key]
+    if not h and farKey[key] then
+      -- its holder may wait in format 3: the caller finds it
+      pullkeys = pullkeys or {'pullkey'}
+      pullkeys[#pullkeys + 1] = key
+      return nil
+    end
     if h and string.byte(h, 1) == 0 then
       -- the holder waits in the far tier: rejected or kept first as any,
       -- else (or when it has this UUID) moved to the waiting set first (a
@@ -527,7 +594,7 @@ local j = first
 for k = 1, calls do
   local stop = j + STRIDE * tonumber(ARGV[8 + ng + k])
   local bad = nil
-  adds, removes, dWait, dReady, pulls = {}, {}, 0, 0, nil
+  adds, removes, dWait, dReady, pulls, pullkeys = {}, {}, 0, 0, nil, nil
   for m = j, stop - 1, STRIDE do
     bad = check(m)
     if bad then
@@ -535,7 +602,7 @@ for k = 1, calls do
     end
   end
   -- the pulls come first: the checks that stopped the loop run again then
-  bad = pulls or bad
+  bad = pulls or pullkeys or bad
   if not bad and maxWaiting > 0 and dWait > 0 and nWaiting + dWait > maxWaiting then
     bad = {'full', 'waiting', nWaiting, dWait}
   end
@@ -680,7 +747,7 @@ if #stored > 0 then
     end
   end
   local isFar, farMsgs = {}, {}
-  local nFar = 0
+  local nFar, nKeyFar = 0, 0
   if #farOrder > 0 then
     -- per bucket: the elements popped by unpacking (none, unless Redis's
     -- clock went back) and the live count, read in one call and written in
@@ -764,7 +831,7 @@ if #stored > 0 then
             local shard = KEYS[a]
             if low < 0 then low = -low - 1 end
             if low < iS then shard = KEYS[sb] end
-            fi_insert(shard, fic, ARGV[m + FP], ARGV[m + FFIELD], tonumber(b), base + i - 1)
+            fi_insert(shard, fic, ARGV[m + FP], ARGV[m + FFIELD], tonumber(b), base + i - 1, false)
           else
             -- format 2's location: negated, less one (far.go's farLoc)
             redis.call('HSET', KEYS[tonumber(ARGV[m + FSHARD])], ARGV[m + FFIELD], -(loc + i - 1) - 1)
@@ -772,8 +839,20 @@ if #stored > 0 then
           isFar[m] = true
           farMsgs[#farMsgs + 1] = m
           if ARGV[m + BKEY] ~= '' then
-            -- the final holder of its key (set above): marked far
-            redis.call('HSET', bkeys, string.sub(ARGV[m + BKEY], 2), far_mark(ARGV[m + UUID], ARGV[m + FFIELD]))
+            -- the final holder of its key (set above): marked far, in
+            -- format 3 by the key's entry in the index instead
+            local key = string.sub(ARGV[m + BKEY], 2)
+            if w3 then
+              local k = kfp[m]
+              local low, a, sb = struct.unpack('>i4I4I4', ARGV[k + 1])
+              local shard = KEYS[a]
+              if low < iS then shard = KEYS[sb] end
+              redis.call('HDEL', bkeys, key)
+              fi_insert(shard, fkc, ARGV[k], key, tonumber(b), base + i - 1, true)
+              nKeyFar = nKeyFar + 1
+            else
+              redis.call('HSET', bkeys, key, far_mark(ARGV[m + UUID], ARGV[m + FFIELD]))
+            end
           end
         end
         counts[#counts + 1] = farFields[2 * k]
@@ -859,11 +938,14 @@ if #stored > 0 then
     -- not trusted until rebuilt: they would be wasted), counted; and the
     -- bits in the one a rebuild fills.
     local counts = {'n', farN + nFar}
+    if nKeyFar > 0 then
+      counts[3], counts[4] = 'nk', farK + nKeyFar
+    end
     if farN == 0 then
       redis.call('DEL', ff)
       ffBlocks, ffAdded, farM, ffWithin, ffMode = FF_MIN, 0, 0, true, true
       if mode3 then
-        counts[3], counts[4] = 'fs', '3'
+        counts[#counts + 1], counts[#counts + 2] = 'fs', '3'
       else
         redis.call('HDEL', fmeta, 'fs')
       end
@@ -893,8 +975,9 @@ if #stored > 0 then
       local moved = not iSet
       if iL == fpL and iS == fpS then
         for k = 0, nsplit - 1 do
-          if farN + nFar <= 48 * (2 ^ iL + iS) then break end
-          fi_split(KEYS[tonumber(ARGV[base + 5 + 2 * k])], KEYS[tonumber(ARGV[base + 6 + 2 * k])], iL)
+          -- (entries: the messages' and their business keys')
+          if farN + farK + nFar + nKeyFar <= 48 * (2 ^ iL + iS) then break end
+          fi_split(KEYS[tonumber(ARGV[base + 6 + 2 * k])], KEYS[tonumber(ARGV[base + 7 + 2 * k])], iL)
           iS, moved = iS + 1, true
           if iS == 2 ^ iL then iL, iS = iL + 1, 0 end
         end

@@ -30,7 +30,8 @@
   KEYS[10] ff      string the far filter: dropped when the far tier empties
   KEYS[11] fpark   list   far elements this release cannot read, parked
   KEYS[12] fic     hash   format 3 index's side table (far3.go)
-  KEYS[13...]      far index shards (format 3's too), as the elements name
+  KEYS[13] fkc     hash   its side table of business keys
+  KEYS[14...]      far index shards (format 3's too), as the elements name
                    them
   ARGV[1]          owner: the caller's scheduler id
   ARGV[2]          the bucket's number
@@ -40,7 +41,7 @@
   ARGV[6]          the bucket's first due ms (format 2 stores due times from it)
   ARGV[7]          the format 3 index's L the caller read (iL, see far3.go),
                    0 when it read no element of format 3
-  then per element, in list order, three arguments (ARGV[7] 0) or five:
+  then per element, in list order, three arguments (ARGV[7] 0) or seven:
   ARGV[j]          the UUID's far index field ("" for an element read blank
                    or that the caller cannot read); format 3: its
                    fingerprint (4 bytes), then the far field
@@ -49,6 +50,10 @@
                    shard h mod 2^L
   ARGV[j+3]        format 3: index in KEYS of the shard h mod 2^(L+1)
   ARGV[j+4]        format 3: h mod 2^L
+  ARGV[j+5]        format 3 with a business key: the key's fingerprint
+                   (far3.go's fpKeyHash), else ""
+  ARGV[j+6]        with one: its shards, low a b as big-endian numbers of 4
+                   bytes each (as publish.lua takes them)
 
   Returns {moved, parked, more}: messages moved into the waiting set,
   elements it could not read (parked), and 1 when the bucket has more
@@ -58,7 +63,7 @@
   next tick).
 ]]
 local lease, far, fmeta, bucket, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local bkeys, bkeyof, prio, ff, fpark, fic = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local bkeys, bkeyof, prio, ff, fpark, fic, fkc = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local owner, b, popped, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local v, start, callerL = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local pf, lf = 'p:' .. b, 'l:' .. b
@@ -77,7 +82,7 @@ if tonumber(redis.call('HGET', fmeta, pf) or '0') ~= popped then
 end
 local shape, stride, splitS, sideEmpty = false, 3, 0, false
 if callerL > 0 then
-  stride = 5
+  stride = 7
   shape = redis.call('HMGET', fmeta, 'iL', 'iS')
   if tonumber(shape[1] or '11') ~= callerL then
     return {-1, 0, 0}
@@ -101,7 +106,7 @@ local els = redis.call('LRANGE', bucket, 0, n - 1)
 if #els ~= n then
   return {-1, 0, 0}
 end
-local moved, refused, live = 0, 0, 0
+local moved, refused, live, keyed = 0, 0, 0, 0
 local z, h = {}, {}
 for i = 1, n do
   local e, j = els[i], 8 + stride * (i - 1)
@@ -126,7 +131,15 @@ for i = 1, n do
         if sideEmpty then
           redis.call('HDEL', shard, string.sub(ARGV[j], 1, 4)) -- see fi_remove
         else
-          fi_remove(shard, fic, string.sub(ARGV[j], 1, 4), field, tonumber(b), popped + i - 1)
+          fi_remove(shard, fic, string.sub(ARGV[j], 1, 4), field, tonumber(b), popped + i - 1, false)
+        end
+        if key and ARGV[j + 5] ~= '' then
+          -- the key's entry (format 3 marks a far holder's key there)
+          local low, ka, kb = struct.unpack('>i4I4I4', ARGV[j + 6])
+          local kshard = KEYS[ka]
+          if low < splitS then kshard = KEYS[kb] end
+          fi_remove(kshard, fkc, ARGV[j + 5], key, tonumber(b), popped + i - 1, true)
+          keyed = keyed + 1
         end
       else
         redis.call('HDEL', KEYS[tonumber(ARGV[j + 2])], field)
@@ -137,7 +150,7 @@ for i = 1, n do
         z[#z + 1] = score
         z[#z + 1] = id
         moved = moved + 1
-        far_restore(bkeys, bkeyof, prio, id, field, key, isPrio)
+        far_restore(bkeys, bkeyof, prio, id, field, key, isPrio, string.byte(e, 1) == 3)
       elseif key and is_far_mark(redis.call('HGET', bkeys, key), id, field) then
         redis.call('HDEL', bkeys, key) -- its far holder is gone
       end
@@ -149,7 +162,7 @@ for c = 1, #z, 1000 do
 end
 -- Counters are written as values (see ff_remove), and before LTRIM: a
 -- script that fails after it would leave the popped count behind the list.
-ff_remove(fmeta, ff, live)
+ff_remove(fmeta, ff, live, keyed)
 redis.call('LTRIM', bucket, n, -1)
 if redis.call('EXISTS', bucket) == 0 then
   redis.call('ZREM', far, b)

@@ -87,14 +87,16 @@ local function far_decode(v, start, e)
   return score, string.sub(e, at), key, flags % 2 == 1
 end
 
--- Restores what a far message of format 2 keeps in its element, when it
--- moves to the waiting set as id (field its far index field): its business
--- key (bkeyof; bkeys marks a far holder, far_mark, and holds the UUID once
--- it waits) and its priority.
-local function far_restore(bkeys, bkeyof, prio, id, field, key, isPrio)
+-- Restores what a far message keeps in its element, when it moves to the
+-- waiting set as id (field its far index field): its business key (bkeyof;
+-- bkeys marks a far holder of format 2, far_mark, and holds the UUID once
+-- it waits; of format 3, v3, bkeys holds nothing while the index marks
+-- the key) and its priority.
+local function far_restore(bkeys, bkeyof, prio, id, field, key, isPrio, v3)
   if key then
     redis.call('HSET', bkeyof, id, key)
-    if is_far_mark(redis.call('HGET', bkeys, key), id, field) then
+    local h = redis.call('HGET', bkeys, key)
+    if is_far_mark(h, id, field) or v3 and not h then
       redis.call('HSET', bkeys, key, id)
     end
   end

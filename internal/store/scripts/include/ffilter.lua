@@ -13,22 +13,31 @@ local function ff_blocks(n, per, least, most)
 end
 
 -- Takes d far messages off fmeta's count n, and off fm, which counts as n
--- does (see farfilter.go); with none left, the far filter goes too, and
+-- does (see farfilter.go), and dk business key entries of format 3's
+-- index off nk; with none left, the far filter goes too, and
 -- the format 3 index's shape (far3.go: its shards are empty, but for a
 -- tombstone a collision may have left, which a writer takes over and a
 -- lookup reads as a maybe; the next writer starts from the fewest
 -- shards). (A rebuild under way ends with a filter of its own, which the
 -- next trim drops if the far tier is still empty.) Written as values, not
 -- HINCRBY by -d: Lua's -0 reaches Redis as "-0", which HINCRBY refuses.
-local function ff_remove(fmeta, ff, d)
-  local nm = redis.call('HMGET', fmeta, 'n', 'fm')
+local function ff_remove(fmeta, ff, d, dk)
+  local nm = redis.call('HMGET', fmeta, 'n', 'fm', 'nk')
   local n, fm = tonumber(nm[1] or '0') - d, tonumber(nm[2] or '0') - d
   if n <= 0 then
-    redis.call('HDEL', fmeta, 'n', 'fm', 'fb', 'fi', 'fs', 'iL', 'iS')
+    redis.call('HDEL', fmeta, 'n', 'fm', 'fb', 'fi', 'fs', 'iL', 'iS', 'nk')
     redis.call('DEL', ff)
     return
   end
   redis.call('HSET', fmeta, 'n', n)
+  if dk > 0 then
+    local nk = tonumber(nm[3] or '0') - dk
+    if nk > 0 then
+      redis.call('HSET', fmeta, 'nk', nk)
+    else
+      redis.call('HDEL', fmeta, 'nk')
+    end
+  end
   if fm > 0 then
     redis.call('HSET', fmeta, 'fm', fm)
   else

@@ -6,33 +6,35 @@
 ]]
 
 -- The bucket residue, position and collided flag of index value loc (as
--- far3.go's fpLoc writes it); nil bucket and position for a tombstone.
+-- far3.go's fpLoc writes it), and whether it is a business key's entry;
+-- nil bucket and position for a tombstone.
 local function fi_place(loc)
   if #loc == 5 then
     local b1, b2, b3, p1, p2 = string.byte(loc, 1, 5)
-    return b1 * 65536 + b2 * 256 + b3, p1 * 256 + p2, false
+    return b1 * 65536 + b2 * 256 + b3, p1 * 256 + p2, false, false
   end
   if #loc == 7 then
     local f, b1, b2, b3, p1, p2, p3 = string.byte(loc, 1, 7)
-    return b1 * 65536 + b2 * 256 + b3, p1 * 65536 + p2 * 256 + p3, f % 2 == 1
+    return b1 * 65536 + b2 * 256 + b3, p1 * 65536 + p2 * 256 + p3, f % 2 == 1, f % 4 >= 2
   end
-  return nil, nil, #loc == 1 and string.byte(loc) % 2 == 1
+  return nil, nil, #loc == 1 and string.byte(loc) % 2 == 1, false
 end
 
 -- Removes the index entry of the format 3 element at position pos of far
--- bucket b: the shard's, when its place is that one (a collided holder
--- leaves a tombstone: the side table may hold others of its fingerprint),
--- else the side table's (full: the far field of the element's UUID).
--- (With the side table empty, an entry of the fingerprint can only be the
--- element's, as a collision would have put one there: the callers then
--- HDEL it unread.)
-local function fi_remove(shard, side, fp, full, b, pos)
+-- bucket b, of its UUID (key false) or its business key (key true): the
+-- shard's, when its place is that one and of that kind (a collided holder
+-- leaves a tombstone: a side table may hold others of its fingerprint),
+-- else the side table's (full: the far field of the element's UUID, or
+-- the key). (With the side table empty, an entry of the fingerprint can
+-- only be the element's, as a collision would have put one there: the
+-- callers then HDEL it unread.)
+local function fi_remove(shard, side, fp, full, b, pos, key)
   local loc = redis.call('HGET', shard, fp)
   if not loc then
     return
   end
-  local rb, rp, collided = fi_place(loc)
-  if rb == b % 16777216 and rp == pos then
+  local rb, rp, collided, isKey = fi_place(loc)
+  if rb == b % 16777216 and rp == pos and isKey == key then
     if collided then
       redis.call('HSET', shard, fp, '\1')
     else
@@ -44,36 +46,40 @@ local function fi_remove(shard, side, fp, full, b, pos)
 end
 
 -- The place of position pos of far bucket b, as far3.go's fpLoc writes it:
--- 5 bytes, or 7 when the position needs 3 bytes or the entry is collided.
-local function fi_loc(b, pos, collided)
+-- 5 bytes, or 7 when the position needs 3 bytes, the entry is collided or
+-- it is a business key's (key true).
+local function fi_loc(b, pos, collided, key)
   local bm = b % 16777216
   local b1, b2, b3 = math.floor(bm / 65536), math.floor(bm / 256) % 256, bm % 256
-  if not collided and pos < 65536 then
+  if not collided and not key and pos < 65536 then
     return string.char(b1, b2, b3, math.floor(pos / 256), pos % 256)
   end
   local f = 0
   if collided then f = 1 end
+  if key then f = f + 2 end
   return string.char(f, b1, b2, b3, math.floor(pos / 65536), math.floor(pos / 256) % 256, pos % 256)
 end
 
--- Indexes the format 3 element at position pos of far bucket b, its UUID's
--- fingerprint fp in shard, its far field full: the shard's entry when the
--- fingerprint is free there or a tombstone (taken over, flag kept); else
--- the side table's, the holder's entry flagged as collided.
-local function fi_insert(shard, side, fp, full, b, pos)
-  if redis.call('HSETNX', shard, fp, fi_loc(b, pos, false)) == 1 then
+-- Indexes the format 3 element at position pos of far bucket b by
+-- fingerprint fp in shard, of its UUID (full its far field, side the
+-- UUIDs' side table) or of its business key (key true: full the key, side
+-- the keys' side table): the shard's entry when the fingerprint is free
+-- there or a tombstone (taken over, flag kept); else the side table's,
+-- the holder's entry flagged as collided (its kind kept).
+local function fi_insert(shard, side, fp, full, b, pos, key)
+  if redis.call('HSETNX', shard, fp, fi_loc(b, pos, false, key)) == 1 then
     return
   end
   local cur = redis.call('HGET', shard, fp)
   if #cur == 1 then
-    redis.call('HSET', shard, fp, fi_loc(b, pos, true))
+    redis.call('HSET', shard, fp, fi_loc(b, pos, true, key))
     return
   end
-  local hb, hp, collided = fi_place(cur)
+  local hb, hp, collided, hkey = fi_place(cur)
   if not collided then
-    redis.call('HSET', shard, fp, fi_loc(hb, hp, true))
+    redis.call('HSET', shard, fp, fi_loc(hb, hp, true, hkey))
   end
-  redis.call('HSET', side, full, fi_loc(b, pos, false))
+  redis.call('HSET', side, full, fi_loc(b, pos, false, key))
 end
 
 -- Splits index shard src of an index whose L is l: moves the entries whose
