@@ -10,6 +10,8 @@
 #   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim farpub unpack pull look fill)
 #
 # Compare two trees by running it in each (git worktree add).
+# REDISDELAY_INSTRUCTIONS_KEYED=1 gives every message of the far workloads
+# (farpub unpack pull look fill) a business key of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 works=("$@")

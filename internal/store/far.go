@@ -502,7 +502,8 @@ func farKeyLookup3(ctx context.Context, c Cmds, sh Shard, shape fpShape, key str
 		if err != nil {
 			return "", "", false, err
 		}
-		if e.at.mode == "3" && (len(loc) != 7 || loc[0]&fpLocKey == 0) {
+		place, isKey := fpKeyLoc(loc)
+		if e.at.mode == "3" && !isKey {
 			continue // a UUID's entry, or a tombstone
 		}
 		b, _, _, err := fpParse(loc, now)
@@ -522,7 +523,7 @@ func farKeyLookup3(ctx context.Context, c Cmds, sh Shard, shape fpShape, key str
 			return "", "", true, nil
 		}
 		if e.at.mode == "3" {
-			other = loc[1:]
+			other = place
 		}
 	}
 	return "", other, false, nil

@@ -331,12 +331,17 @@ func (p fpShape) splits(k int) [][2]uint64 {
 // fpLoc is a message's place in the index: 5 bytes, its bucket modulo
 // fpLocBucketMod and its position in the bucket (as format 2 counts it,
 // from the bucket's first element ever), when the position is below 2^16
-// and the entry is not collided nor a business key's; else 7 bytes, a flag
-// byte (fpLocCollided, fpLocKey) and 3 bytes each.
+// and the entry is not collided nor a business key's; 6 bytes, 3 each,
+// for a business key's not collided; else 7 bytes, a flag byte
+// (fpLocCollided, fpLocKey) and 3 bytes each. (The length tells a key's
+// entry at no cost: a filter rebuild skips those.)
 func fpLoc(b, pos int64, collided, key bool) string {
 	bm := uint32(b & (fpLocBucketMod - 1))
 	if !collided && !key && pos < 1<<16 {
 		return string([]byte{byte(bm >> 16), byte(bm >> 8), byte(bm), byte(pos >> 8), byte(pos)})
+	}
+	if !collided && key {
+		return string([]byte{byte(bm >> 16), byte(bm >> 8), byte(bm), byte(pos >> 16), byte(pos >> 8), byte(pos)})
 	}
 	flag := byte(0)
 	if collided {
@@ -346,6 +351,18 @@ func fpLoc(b, pos int64, collided, key bool) string {
 		flag |= fpLocKey
 	}
 	return string([]byte{flag, byte(bm >> 16), byte(bm >> 8), byte(bm), byte(pos >> 16), byte(pos >> 8), byte(pos)})
+}
+
+// fpKeyLoc reports whether index value loc is a business key's entry, and
+// its place less any flag byte (what FarArg.KeyElsewhere takes).
+func fpKeyLoc(loc string) (place string, ok bool) {
+	switch {
+	case len(loc) == 6:
+		return loc, true
+	case len(loc) == 7 && loc[0]&fpLocKey != 0:
+		return loc[1:], true
+	}
+	return "", false
 }
 
 // errFpTombstone is fpParse's for a tombstone: no message has the
@@ -361,6 +378,9 @@ func fpParse(loc string, now int64) (b, pos int64, collided bool, err error) {
 	case 5:
 		bm = int64(loc[0])<<16 | int64(loc[1])<<8 | int64(loc[2])
 		pos = int64(loc[3])<<8 | int64(loc[4])
+	case 6:
+		bm = int64(loc[0])<<16 | int64(loc[1])<<8 | int64(loc[2])
+		pos = int64(loc[3])<<16 | int64(loc[4])<<8 | int64(loc[5])
 	case 7:
 		collided = loc[0]&fpLocCollided != 0
 		bm = int64(loc[1])<<16 | int64(loc[2])<<8 | int64(loc[3])

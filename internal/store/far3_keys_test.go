@@ -154,3 +154,23 @@ func TestFar3_KeyMarksOwnUUID(t *testing.T) {
 	}
 	require.Equal(t, idC, e.c.HGet(e.ctx, e.sh.Bkeys(), "key-c").Val())
 }
+
+// A far filter rebuilt from format 3's shards counts the messages, not
+// their business keys' entries (key lookups do not read it, and it is
+// sized for the messages): fi is n, and the trim does not ask for another
+// rebuild.
+func TestFar3_KeyMarksFilter(t *testing.T) {
+	e := newWriteEnv(t)
+	var shapes FarShapes
+	require.Equal(t, int64(0), e.pub3(&shapes,
+		spec3{id: idA, dueIn: 10 * time.Second, key: "key-1"},
+		spec3{id: idB, dueIn: 20 * time.Second, key: "key-2"},
+		spec3{id: idC, dueIn: 30 * time.Second}))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "t", Level3))
+	meta := e.c.HGetAll(e.ctx, e.sh.FarMeta()).Val()
+	require.Equal(t, "3", meta["fi"], "the three messages' bits, not the keys'")
+	require.Equal(t, "3", meta["fm"])
+	r, err := Trim(e.ctx, e.c, e.sh, 0, Level3)
+	require.NoError(t, err)
+	require.False(t, r.FarFilter, "no rebuild asked")
+}

@@ -58,29 +58,37 @@ func TestFar3_Element(t *testing.T) {
 func TestFar3_Place(t *testing.T) {
 	now := int64(1_000_000) // a bucket number
 	for _, c := range []struct {
-		b, pos   int64
-		collided bool
-		size     int
+		b, pos        int64
+		collided, key bool
+		size          int
 	}{
-		{now + 5, 0, false, 5},
-		{now, 65_535, false, 5},
-		{now, 65_536, false, 7},
-		{now + 43_200, 3, true, 7},
-		{now - 100, 1<<24 - 1, true, 7},
-		{now + fpLocBucketMod/2 - 1, 9, false, 5},
-		{now - fpLocBucketMod/2, 9, false, 5},
+		{now + 5, 0, false, false, 5},
+		{now, 65_535, false, false, 5},
+		{now, 65_536, false, false, 7},
+		{now + 43_200, 3, true, false, 7},
+		{now - 100, 1<<24 - 1, true, false, 7},
+		{now + fpLocBucketMod/2 - 1, 9, false, false, 5},
+		{now - fpLocBucketMod/2, 9, false, false, 5},
+		{now + 5, 0, false, true, 6},
+		{now, 1<<24 - 1, false, true, 6},
+		{now + 5, 7, true, true, 7},
 	} {
-		loc := fpLoc(c.b, c.pos, c.collided, false)
+		loc := fpLoc(c.b, c.pos, c.collided, c.key)
 		require.Len(t, loc, c.size)
 		b, pos, collided, err := fpParse(loc, now)
 		require.NoError(t, err)
 		require.Equal(t, [2]int64{c.b, c.pos}, [2]int64{b, pos})
 		require.Equal(t, c.collided, collided)
+		place, isKey := fpKeyLoc(loc)
+		require.Equal(t, c.key, isKey)
+		if isKey {
+			require.Equal(t, fpLoc(c.b, c.pos, false, true), place, "the place less its flag")
+		}
 	}
 	_, _, collided, err := fpParse("\x01", now)
 	require.ErrorIs(t, err, errFpTombstone)
 	require.True(t, collided)
-	for _, bad := range []string{"", "abcd", "abcdef"} {
+	for _, bad := range []string{"", "abcd", "abcdefgh"} {
 		_, _, _, err := fpParse(bad, now)
 		require.ErrorContains(t, err, "is not a place")
 	}

@@ -144,6 +144,9 @@ func (b *FarFilterBuild) Scan(ctx context.Context, c Cmds) error {
 		}
 		return binary.BigEndian.Uint32([]byte(f))
 	}
+	// (HGETALL, not HKEYS: a business key's entry, told by its value, has
+	// no bit: key lookups do not read the filter, which stays sized for
+	// the messages alone)
 	read := uint64(0)
 	for {
 		vals, err := c.HMGet(ctx, b.sh.FarMeta(), fpShapeFields...).Result()
@@ -158,7 +161,7 @@ func (b *FarFilterBuild) Scan(ctx context.Context, c Cmds) error {
 		if read >= shards {
 			return nil
 		}
-		if err := b.scan(ctx, c, uint32(read), uint32(shards), fpKey, fieldSel); err != nil {
+		if err := b.scan3(ctx, c, uint32(read), uint32(shards), fpKey, fieldSel); err != nil {
 			return err
 		}
 		read = shards
@@ -180,6 +183,29 @@ func (b *FarFilterBuild) scan(ctx context.Context, c Cmds, from, to uint32, key 
 		for _, cmd := range cmds {
 			for _, f := range cmd.Val() {
 				b.add(sel(f))
+			}
+		}
+	}
+	return nil
+}
+
+// scan3 is scan for format 3's shards: the fields of UUIDs' entries (and
+// tombstones': a false 1 at most), not of business keys'.
+func (b *FarFilterBuild) scan3(ctx context.Context, c Cmds, from, to uint32, key func(uint32) string, sel func(string) uint32) error {
+	for first := from; first < to; first += farFilterShardsPer {
+		pipe := c.Pipeline()
+		cmds := make([]*redis.MapStringStringCmd, min(farFilterShardsPer, to-first))
+		for i := range cmds {
+			cmds[i] = pipe.HGetAll(ctx, key(first+uint32(i)))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("read the far index: %w", err)
+		}
+		for _, cmd := range cmds {
+			for f, v := range cmd.Val() {
+				if _, isKey := fpKeyLoc(v); !isKey {
+					b.add(sel(f))
+				}
 			}
 		}
 	}

@@ -9,7 +9,7 @@
   far tier empty, the filter is dropped instead (publish.lua makes a new
   one with the next far message).
 
-  KEYS[1] fmeta  hash   far counters: n, nk; the filter's fm, fb, fi, fs, fr, ft,
+  KEYS[1] fmeta  hash   far counters: n; the filter's fm, fb, fi, fs, fr, ft,
                         fj, fq
   KEYS[2] ffn    string the filter being rebuilt
   KEYS[3] ff     string the far filter
@@ -24,7 +24,7 @@
 ]]
 local fmeta, ffn, ff = KEYS[1], KEYS[2], KEYS[3]
 local token, per, least, most, mode = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local nm = redis.call('HMGET', fmeta, 'n', 'fm', 'nk')
+local nm = redis.call('HMGET', fmeta, 'n', 'fm')
 local n = tonumber(nm[1] or '0')
 redis.call('DEL', ffn)
 if n <= 0 then
@@ -40,9 +40,7 @@ if nm[2] ~= nm[1] then
   redis.call('DEL', ff)
   redis.call('HDEL', fmeta, 'fb', 'fi', 'fs')
 end
--- sized for the index's business key entries too (nk): a rebuild reads
--- every field of format 3's shards, theirs as well, and sets their bits
-local blocks = ff_blocks(n + tonumber(nm[3] or '0'), per, least, most)
+local blocks = ff_blocks(n, per, least, most)
 -- the token, and when the rebuild started (trim.lua's FarFilterStale)
 -- and fm from now on counts as n does: a far message added or removed
 -- by a process of the previous version (which sets no bits) makes them

@@ -480,10 +480,11 @@ if farK > 0 then
       local e = redis.call('HGET', shard, ARGV[k])
       local maybe = false
       if e then
-        local f = string.byte(e)
-        if #e == 7 and f % 4 >= 2 and string.sub(e, 2) ~= string.sub(ARGV[k + 1], 13) then
+        -- (far3.go's fpLoc: 6 bytes a key's, 7 flagged, 1 a tombstone)
+        local f, other = string.byte(e), string.sub(ARGV[k + 1], 13)
+        if #e == 6 and e ~= other or #e == 7 and f % 4 >= 2 and string.sub(e, 2) ~= other then
           maybe = true
-        elseif f % 2 == 1 and #e ~= 5 then
+        elseif f % 2 == 1 and (#e == 7 or #e == 1) then
           maybe = redis.call('HEXISTS', fkc, key) == 1
         end
       end

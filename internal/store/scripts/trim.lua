@@ -20,7 +20,7 @@
   started ARGV[3] ago or longer (taken for abandoned).
 
   KEYS[1] stream  stream the topic's ready stream
-  KEYS[2] fmeta   hash   far counters: n, nk; the filter's fm, fb, fi, ft, fs
+  KEYS[2] fmeta   hash   far counters: n; the filter's fm, fb, fi, ft, fs
   ARGV[1] retention in ms for a stream without consumer groups (0: keep all)
   ARGV[2] messages a far filter block takes
   ARGV[3] fewest blocks of a far filter
@@ -38,7 +38,7 @@ local per, least, most, stale = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(A
 local mode = ARGV[6]
 
 local ff = 0
-local st = redis.call('HMGET', fmeta, 'n', 'fb', 'fi', 'ft', 'fm', 'fs', 'nk')
+local st = redis.call('HMGET', fmeta, 'n', 'fb', 'fi', 'ft', 'fm', 'fs')
 local n, fb, fi, fm = tonumber(st[1] or '0'), tonumber(st[2] or '0'), tonumber(st[3] or '0'), tonumber(st[5] or '0')
 if st[4] then
   if now_ms() - tonumber(string.match(st[4], ' (%d+)$') or '0') >= stale then
@@ -48,7 +48,7 @@ elseif n <= 0 then
   if fb > 0 then ff = 1 end
 else
   if fb == 0 or fi > fb * per or fm ~= n or (st[6] == '3') ~= (mode == '3')
-    or fb > 4 * ff_blocks(n + tonumber(st[7] or '0'), per, least, most) then
+    or fb > 4 * ff_blocks(n, per, least, most) then
     ff = 1
   end
 end

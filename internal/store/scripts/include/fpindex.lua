@@ -13,6 +13,10 @@ local function fi_place(loc)
     local b1, b2, b3, p1, p2 = string.byte(loc, 1, 5)
     return b1 * 65536 + b2 * 256 + b3, p1 * 256 + p2, false, false
   end
+  if #loc == 6 then
+    local b1, b2, b3, p1, p2, p3 = string.byte(loc, 1, 6)
+    return b1 * 65536 + b2 * 256 + b3, p1 * 65536 + p2 * 256 + p3, false, true
+  end
   if #loc == 7 then
     local f, b1, b2, b3, p1, p2, p3 = string.byte(loc, 1, 7)
     return b1 * 65536 + b2 * 256 + b3, p1 * 65536 + p2 * 256 + p3, f % 2 == 1, f % 4 >= 2
@@ -46,13 +50,16 @@ local function fi_remove(shard, side, fp, full, b, pos, key)
 end
 
 -- The place of position pos of far bucket b, as far3.go's fpLoc writes it:
--- 5 bytes, or 7 when the position needs 3 bytes, the entry is collided or
--- it is a business key's (key true).
+-- 5 bytes; 6 for a business key's (key true); 7 when collided, or a
+-- UUID's whose position needs 3 bytes.
 local function fi_loc(b, pos, collided, key)
   local bm = b % 16777216
   local b1, b2, b3 = math.floor(bm / 65536), math.floor(bm / 256) % 256, bm % 256
   if not collided and not key and pos < 65536 then
     return string.char(b1, b2, b3, math.floor(pos / 256), pos % 256)
+  end
+  if not collided and key then
+    return string.char(b1, b2, b3, math.floor(pos / 65536), math.floor(pos / 256) % 256, pos % 256)
   end
   local f = 0
   if collided then f = 1 end
