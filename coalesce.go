@@ -428,10 +428,12 @@ func (p *Publisher) pullAndRetry(ctx context.Context, c *pubCall, uuids, keys []
 			if err != nil {
 				return "", nil, fmt.Errorf("find the far holder of business key %q: %w", key, err)
 			}
-			if uuid != "" {
-				uuids = append(uuids, uuid)
-			} else {
+			if uuid == "" {
 				c.keyElsewhere(key, other)
+				continue
+			}
+			if _, _, _, err := store.FarPullKeyed(ctx, p.redis, c.shard, uuid, key, false); err != nil {
+				return "", nil, fmt.Errorf("move the far message %q to the waiting set: %w", uuid, err)
 			}
 		}
 		for _, uuid := range uuids {

@@ -71,7 +71,11 @@ func withFar(ctx context.Context, client redis.UniversalClient, sh store.Shard, 
 			}
 		}
 		if uuid != "" {
-			if _, _, _, err := store.FarPull(ctx, client, sh, uuid, false); err != nil {
+			key := ""
+			if by == "key" {
+				key = value
+			}
+			if _, _, _, err := store.FarPullKeyed(ctx, client, sh, uuid, key, false); err != nil {
 				return false, err
 			}
 		}

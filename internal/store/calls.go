@@ -572,7 +572,7 @@ func farPullArgs(sh Shard, v int, b int64, at farAt, uuid string, peek bool) ([]
 	} else {
 		keys = append(keys, k.a, k.b)
 	}
-	return keys, append(args, k.fp, k.low, k.l, at.byKey)
+	return keys, append(args, k.fp, k.low, k.l, at.byKey, k.key)
 }
 
 // farAt is where an index says a far message is: the index key and field
@@ -590,15 +590,15 @@ type farAt struct {
 // its fingerprint fp in shard a (h mod 2^L) or b (h mod 2^(L+1)), which
 // farpull.lua picks by low (h mod 2^L).
 type fpKeyAt struct {
-	fp, a, b string
-	low, l   uint64
+	key, fp, a, b string
+	low, l        uint64
 }
 
 // keyAt is where the index of shape p marks business key key.
 func (p fpShape) keyAt(sh Shard, key string) fpKeyAt {
 	h := fpKeyHash(key)
 	a, b, low := p.args(sh, h)
-	return fpKeyAt{fp: fpField(h), a: a, b: b, low: low, l: p.L}
+	return fpKeyAt{key: key, fp: fpField(h), a: a, b: b, low: low, l: p.L}
 }
 
 // callFarPull runs farpull.lua for the far message at in bucket b of

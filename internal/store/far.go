@@ -275,6 +275,14 @@ func (f *FarArg) Place(nowMs int64) {
 // has that UUID. A message unpacked or moved at the same moment is looked
 // up again.
 func FarPull(ctx context.Context, c Cmds, sh Shard, uuid string, peek bool) (body string, score float64, found bool, err error) {
+	return FarPullKeyed(ctx, c, sh, uuid, "", peek)
+}
+
+// FarPullKeyed is FarPull of a message expected to hold business key key
+// ("" for none known), as FarKeyLookup found it: a format 3 message's key
+// entry then goes in the same script run, not in a second one that
+// farpull.lua asks for once it has read the key.
+func FarPullKeyed(ctx context.Context, c Cmds, sh Shard, uuid, key string, peek bool) (body string, score float64, found bool, err error) {
 	field := farField(uuid)
 	index := sh.farIndex(farShard(field))
 	for range 5 {
@@ -290,7 +298,7 @@ func FarPull(ctx context.Context, c Cmds, sh Shard, uuid string, peek bool) (bod
 		loc, err := lc.Result()
 		if err == redis.Nil {
 			var again bool
-			body, score, found, again, err = farPull3(ctx, c, sh, mc, field, uuid, peek)
+			body, score, found, again, err = farPull3(ctx, c, sh, mc, field, uuid, key, peek)
 			if err != nil || !again {
 				return body, score, found, err
 			}
@@ -311,9 +319,9 @@ func FarPull(ctx context.Context, c Cmds, sh Shard, uuid string, peek bool) (bod
 	return "", 0, false, fmt.Errorf("the far message %q kept moving while it was looked up", uuid)
 }
 
-// farPull3 is FarPull in the format 3 index, whose shape mc read: again
-// when the message moved meanwhile.
-func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, field, uuid string, peek bool) (body string, score float64, found, again bool, err error) {
+// farPull3 is FarPullKeyed in the format 3 index, whose shape mc read:
+// again when the message moved meanwhile.
+func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, field, uuid, key string, peek bool) (body string, score float64, found, again bool, err error) {
 	vals, err := mc.Result()
 	if err != nil {
 		return "", 0, false, false, err
@@ -345,6 +353,9 @@ func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, field, 
 			return "", 0, false, false, err
 		}
 		e.at.loc = loc
+		if key != "" {
+			e.at.key = shape.keyAt(sh, key)
+		}
 		ats = append(ats, e.at)
 	}
 	now := (time.Now().UnixMilli() - farEpoch) / FarWidth.Milliseconds()

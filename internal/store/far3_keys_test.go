@@ -174,3 +174,27 @@ func TestFar3_KeyMarksFilter(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, r.FarFilter, "no rebuild asked")
 }
+
+// FarPullKeyed removes the key's entry in the run that moves the message
+// when the key given is the message's, and falls back to asking when it
+// is not: either way every entry of the message goes, and no other's.
+func TestFar3_KeyMarksPullKeyed(t *testing.T) {
+	e := newWriteEnv(t)
+	var shapes FarShapes
+	require.Equal(t, int64(0), e.pub3(&shapes,
+		spec3{id: idA, dueIn: 10 * time.Second, key: "key-1"},
+		spec3{id: idB, dueIn: 20 * time.Second, key: "key-2"}))
+	_, _, found, err := FarPullKeyed(e.ctx, e.c, e.sh, idA, "key-2", false)
+	require.NoError(t, err)
+	require.True(t, found, "pulled, though the key given was another's")
+	require.Len(t, e.index(), 2, "B's entries left")
+	holder, _, err := FarKeyLookup(e.ctx, e.c, e.sh, "key-2")
+	require.NoError(t, err)
+	require.Equal(t, idB, holder)
+	_, _, found, err = FarPullKeyed(e.ctx, e.c, e.sh, idB, "key-2", false)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Empty(t, e.index())
+	require.Equal(t, map[string]string{"key-1": idA, "key-2": idB}, e.c.HGetAll(e.ctx, e.sh.Bkeys()).Val())
+	require.Zero(t, e.c.Exists(e.ctx, e.sh.FarMeta()).Val())
+}

@@ -40,14 +40,15 @@
   ARGV[9] the index KEYS[4] is: "2" the far index (formats 1 and 2), "3" a
           format 3 index shard, "s" the format 3 side table
   ARGV[10] the UUID's far index field (the side table's field)
-  ARGV[11] the fingerprint of the message's business key in the format 3
-           index (far3.go's fpKeyHash), when the caller knows the message
-           has one and is of format 3; else ""
+  ARGV[11] the fingerprint of business key ARGV[15] in the format 3 index
+           (far3.go's fpKeyHash), when the caller expects the message to
+           hold it (or was asked, {3, key}); else ""
   ARGV[12] with ARGV[11]: its hash mod 2^L
   ARGV[13] with ARGV[11]: the index's L the caller read
   ARGV[14] a business key: the element is confirmed by its key, not its
            UUID (ARGV[3] ""), and only read (a far holder looked up by its
            key's entry in the format 3 index, or in the side table of keys)
+  ARGV[15] with ARGV[11]: the business key it is the fingerprint of
 
   Returns {1, body, due score} when the message was there (and, unless read
   only, is moved), {0} when the index no longer holds that location (moved
@@ -55,13 +56,14 @@
   again), {2} when a format 3 index shard's entry is another message's of
   the same fingerprint (the caller looks in the side table), {3, key} when
   a message of format 3 with a business key is to move and ARGV[11] is
-  "" (the caller calls again with the key's fingerprint and shards).
+  not its key's (the caller calls again with the key's fingerprint and
+  shards).
 ]]
 local far, fmeta, bucket, index, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local bkeys, bkeyof, prio, ff, fkc, kshardA, kshardB = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local field, readLoc, uuid, b, wake, readOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local v, start, mode, full = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9], ARGV[10]
-local kfp, klow, kL, byKey = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+local kfp, klow, kL, byKey, kfor = ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15]
 local pf, lf = 'p:' .. b, 'l:' .. b
 if v == 2 then
   pf, lf = 'P:' .. b, 'L:' .. b
@@ -124,7 +126,7 @@ local v3 = string.byte(e, 1) == 3
 local dk = 0
 if v3 and key then
   -- format 3 marks the key by its entry in the index, which goes too
-  if kfp == '' then
+  if kfp == '' or kfor ~= key then
     return {3, key}
   end
   local shape = redis.call('HMGET', fmeta, 'iL', 'iS')
