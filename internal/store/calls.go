@@ -618,12 +618,11 @@ func callFarPull(ctx context.Context, c Cmds, sh Shard, v int, b int64, at farAt
 		if n, _ := res[0].(int64); n != 3 || len(res) < 2 {
 			break
 		}
-		key, _ := res[1].(string)
-		vals, err := c.HMGet(ctx, sh.FarMeta(), fpShapeFields...).Result()
-		if err != nil {
+		if err := replyShort("farpull", len(res), 4); err != nil {
 			return farPullReply{}, false, err
 		}
-		shape, err := fpShapeOf(vals)
+		key, _ := res[1].(string)
+		shape, err := fpShapeOf(res[2:])
 		if err != nil {
 			return farPullReply{}, false, err
 		}

@@ -331,10 +331,10 @@ func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, field, 
 		return "", 0, false, false, err
 	}
 	h := fpHash(field)
-	key, fp := sh.fpIndex(shape.shard(h)), fpField(h)
+	shard, fp := sh.fpIndex(shape.shard(h)), fpField(h)
 	var sc, cc *redis.StringCmd
 	pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		sc = pipe.HGet(ctx, key, fp)
+		sc = pipe.HGet(ctx, shard, fp)
 		cc = pipe.HGet(ctx, sh.fpSide(), field)
 		return nil
 	}))
@@ -344,7 +344,7 @@ func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, field, 
 	for _, e := range []struct {
 		cmd *redis.StringCmd
 		at  farAt
-	}{{cc, farAt{index: sh.fpSide(), field: field, mode: "s", full: field}}, {sc, farAt{index: key, field: fp, mode: "3", full: field}}} {
+	}{{cc, farAt{index: sh.fpSide(), field: field, mode: "s", full: field}}, {sc, farAt{index: shard, field: fp, mode: "3", full: field}}} {
 		loc, err := e.cmd.Result()
 		if err == redis.Nil {
 			continue

@@ -42,7 +42,7 @@
   ARGV[10] the UUID's far index field (the side table's field)
   ARGV[11] the fingerprint of business key ARGV[15] in the format 3 index
            (far3.go's fpKeyHash), when the caller expects the message to
-           hold it (or was asked, {3, key}); else ""
+           hold it (or was asked, {3, key, iL, iS}); else ""
   ARGV[12] with ARGV[11]: its hash mod 2^L
   ARGV[13] with ARGV[11]: the index's L the caller read
   ARGV[14] a business key: the element is confirmed by its key, not its
@@ -54,10 +54,10 @@
   only, is moved), {0} when the index no longer holds that location (moved
   or unpacked meanwhile, or the index's L is not ARGV[13]: the caller looks
   again), {2} when a format 3 index shard's entry is another message's of
-  the same fingerprint (the caller looks in the side table), {3, key} when
-  a message of format 3 with a business key is to move and ARGV[11] is
-  not its key's (the caller calls again with the key's fingerprint and
-  shards).
+  the same fingerprint (the caller looks in the side table), {3, key, iL,
+  iS} when a message of format 3 with a business key is to move and the
+  fingerprint ARGV[11] is not its key's (the caller calls again with the
+  key's fingerprint and shards in the index's shape, :fmeta's iL and iS).
 ]]
 local far, fmeta, bucket, index, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local bkeys, bkeyof, prio, ff, fkc, kshardA, kshardB = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
@@ -126,10 +126,10 @@ local v3 = string.byte(e, 1) == 3
 local dk = 0
 if v3 and key then
   -- format 3 marks the key by its entry in the index, which goes too
-  if kfp == '' or kfor ~= key then
-    return {3, key}
-  end
   local shape = redis.call('HMGET', fmeta, 'iL', 'iS')
+  if kfp == '' or kfor ~= key then
+    return {3, key, shape[1], shape[2]}
+  end
   if shape[1] ~= kL then
     return {0}
   end
