@@ -217,3 +217,21 @@ func scriptRuns(t *testing.T, c *redis.Client) int64 {
 	}
 	return n
 }
+
+// A far message of format 3 that replaces a waiting holder of its business
+// key takes the key out of :bkeys (its index entry marks it now), and the
+// replaced message goes.
+func TestFar3_KeyMarksReplaceWaiting(t *testing.T) {
+	e := newWriteEnv(t)
+	near := PubMessage{UUID: idA, Delay: time.Minute.Milliseconds(), Key: "xkey-1",
+		Body: Encode(message.NewMessage(idA, []byte("near")))}
+	require.Equal(t, int64(0), e.send(nil, []PubMessage{near}))
+	require.Equal(t, idA, e.c.HGet(e.ctx, e.sh.Bkeys(), "key-1").Val())
+	var shapes FarShapes
+	require.Equal(t, int64(0), e.pub3(&shapes, spec3{id: idB, dueIn: 10 * time.Second, key: "key-1"}))
+	require.Zero(t, e.c.Exists(e.ctx, e.sh.Bkeys()).Val(), "the key's mark is its index entry")
+	holder, _, err := FarKeyLookup(e.ctx, e.c, e.sh, "key-1")
+	require.NoError(t, err)
+	require.Equal(t, idB, holder)
+	require.Zero(t, e.c.ZCard(e.ctx, e.sh.Waiting()).Val(), "the replaced message went")
+}

@@ -223,16 +223,19 @@ if fpL > 0 then
   first, STRIDE = base + 6 + 2 * nsplit, 15
 end
 -- the messages' arguments end before last; the keys' (with an L) follow
-local last = first
-for k = 1, calls do
-  last = last + STRIDE * tonumber(ARGV[8 + ng + k])
+local last = #ARGV + 1
+if fpL > 0 then
+  last = first
+  for k = 1, calls do
+    last = last + STRIDE * tonumber(ARGV[8 + ng + k])
+  end
 end
 -- A message's arguments are ARGV[j + <offset>] (see the header):
 local UUID, DELAY, BODY, BKEY, PRIO, FSHARD, FFIELD, FBUCKETKEY, FBUCKET, FSTART, FUNPACK, GROUP, FSEL =
   0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
 local FP, FPLOC = 13, 14 -- FPLOC: binary (struct.unpack '>i4I4I4[h]')
 -- message -> the ARGV index of its business key's fingerprint (with an L)
-local kfp = {}
+local kfp = fpL > 0 and {}
 -- A listed consumer group's keys are KEYS[k + <offset>], k = 17 + GSTRIDE (i - 1):
 local GMETA, GFQ, GFRING, GFPRIO, GFWAIT, GREDO, GSTRIDE = 0, 1, 2, 3, 4, 5, 6
 
@@ -468,8 +471,9 @@ end
 -- kind at the fingerprint, but at the place a pull found another's; or
 -- the key in the side table, which a collided entry or a tombstone sends
 -- a lookup to. The caller's pull confirms a maybe against the element.
-local farKey = {}
-if farK > 0 then
+local farKey = false
+if farK > 0 and #msgKeys > 0 then
+  farKey = {}
   for j = first, last - 1, STRIDE do
     local k = kfp[j]
     local key = k and string.sub(ARGV[j + BKEY], 2)
@@ -505,6 +509,9 @@ local status, ready, toWait = {}, {}, {}
 local pending = {}   -- UUID -> index in toWait of a message accepted in this run
 local removed = {}   -- UUIDs of messages waiting before this run that are replaced
 local touched = {}   -- business keys whose holder changed
+-- of those, made when needed: the ones held in the far tier (key -> its
+-- :bkeys value, false for none), and the ones :bkeys may hold from before
+local farHolder, inBkeys
 -- The state of the call being checked: its messages to store, the
 -- business keys whose holders it replaces, what it adds to the waiting set
 -- and the ready stream, and its messages waiting in the far tier.
@@ -531,7 +538,7 @@ local function check(m)
   if bk ~= '' then
     local policy, key = string.sub(bk, 1, 1), string.sub(bk, 2)
     local h = holder[key]
-    if not h and farKey[key] then
+    if not h and farKey and farKey[key] then
       -- its holder may wait in format 3: the caller finds it
       pullkeys = pullkeys or {'pullkey'}
       pullkeys[#pullkeys + 1] = key
@@ -625,6 +632,8 @@ for k = 1, calls do
       end
       known[h] = false
       holder[key] = false
+      inBkeys = inBkeys or {}
+      inBkeys[key] = true
       touched[#touched + 1] = key
     end
     for _, m in ipairs(adds) do
@@ -637,6 +646,10 @@ for k = 1, calls do
         pending[id] = #toWait
         if ARGV[m + BKEY] ~= '' then
           local key = string.sub(ARGV[m + BKEY], 2)
+          if holder[key] then
+            inBkeys = inBkeys or {}
+            inBkeys[key] = true
+          end
           holder[key] = id
           touched[#touched + 1] = key
         end
@@ -653,15 +666,6 @@ if #removed > 0 then
   redis.call('HDEL', bkeyof, unpack(removed))
   redis.call('HDEL', prio, unpack(removed))
   redis.call('HDEL', grpof, unpack(removed))
-end
--- the final holder of every business key that changed hands
-for _, key in ipairs(touched) do
-  local h = holder[key]
-  if h then
-    redis.call('HSET', bkeys, key, h)
-  else
-    redis.call('HDEL', bkeys, key)
-  end
 end
 
 local fairs = {} -- the listed consumer groups' fair queues, opened when needed
@@ -848,11 +852,13 @@ if #stored > 0 then
               local low, a, sb = struct.unpack('>i4I4I4', ARGV[k + 1])
               local shard = KEYS[a]
               if low < iS then shard = KEYS[sb] end
-              redis.call('HDEL', bkeys, key)
               fi_insert(shard, fkc, ARGV[k], key, tonumber(b), base + i - 1, true)
+              farHolder = farHolder or {}
+              farHolder[key] = false
               nKeyFar = nKeyFar + 1
             else
-              redis.call('HSET', bkeys, key, far_mark(ARGV[m + UUID], ARGV[m + FFIELD]))
+              farHolder = farHolder or {}
+              farHolder[key] = far_mark(ARGV[m + UUID], ARGV[m + FFIELD])
             end
           end
         end
@@ -994,6 +1000,20 @@ if #stored > 0 then
     mustWake = true
   end
 end
+-- The final holder of every business key that changed hands, in :bkeys
+-- (the far tier's in format 2, none in format 3: its index marks the key),
+-- written after the far tier's, so a key held far is written once (in
+-- format 2) or not at all (in format 3, unless :bkeys held it before).
+for _, key in ipairs(touched) do
+  local f, h = farHolder and farHolder[key], holder[key]
+  if f ~= nil then h = f end
+  if h then
+    redis.call('HSET', bkeys, key, h)
+  elseif f == nil or inBkeys and inBkeys[key] then
+    redis.call('HDEL', bkeys, key)
+  end
+end
+
 -- 2 for reg, 1 for dormant: one command for both (as append.lua)
 local flags = redis.call('EXISTS', reg, reg, dormant)
 if (#ready > 0 or #stored > 0) and flags % 2 == 1 then
