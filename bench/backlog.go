@@ -384,18 +384,24 @@ func (b *bench) backlogLadder() {
 		}
 		// What the partition's scheduler does at its next trim, a
 		// TrimInterval after the fill (none runs during it): rebuild the
-		// far filter when trim.lua asks (format 2's fills outgrow it;
-		// format 3 sets no bit in it).
-		t0 := time.Now()
-		backlogShard := store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard(backlogTopic, 0)
-		tr, err := store.Trim(b.ctx, client, backlogShard, 0, store.LevelNewest)
-		if b.failed("trim", err) {
+		// far filter when trim.lua asks (the fills outgrow it). With
+		// -backlog-cold, after the publish rounds instead.
+		rebuild := func() bool {
+			t0 := time.Now()
+			backlogShard := store.Keys{Prefix: redisdelay.DefaultKeyPrefix}.Shard(backlogTopic, 0)
+			tr, err := store.Trim(b.ctx, client, backlogShard, 0, store.LevelNewest)
+			if b.failed("trim", err) {
+				return false
+			}
+			if tr.FarFilter && b.failed("rebuild the far filter", store.RebuildFarFilter(b.ctx, client, backlogShard, "bench", store.LevelNewest)) {
+				return false
+			}
+			step.FilterSeconds = time.Since(t0).Seconds()
+			return true
+		}
+		if !b.opts.BacklogCold && !rebuild() {
 			return
 		}
-		if tr.FarFilter && b.failed("rebuild the far filter", store.RebuildFarFilter(b.ctx, client, backlogShard, "bench", store.LevelNewest)) {
-			return
-		}
-		step.FilterSeconds = time.Since(t0).Seconds()
 		after, err := b.settledMemory()
 		if b.failed("INFO memory", err) {
 			return
@@ -406,9 +412,13 @@ func (b *bench) backlogLadder() {
 		step.StepBytesPerMsg = float64(after-before) / float64(add)
 		perMsg = max(step.BytesPerMsg, step.StepBytesPerMsg)
 		current = size
-		progress("backlog %s: %s B/msg (this step %s B/msg), used_memory %.2f GB, filled at %s msg/s; slowest call %s, Redis CPU %s ms a call; far calls from one goroutine: %s; far filter rebuilt in %.1f s",
+		filter := fmt.Sprintf("far filter rebuilt in %.1f s", step.FilterSeconds)
+		if b.opts.BacklogCold {
+			filter = "far filter not rebuilt yet (-backlog-cold; memory without it)"
+		}
+		progress("backlog %s: %s B/msg (this step %s B/msg), used_memory %.2f GB, filled at %s msg/s; slowest call %s, Redis CPU %s ms a call; far calls from one goroutine: %s; %s",
 			count(size), formatNumber(step.BytesPerMsg), formatNumber(step.StepBytesPerMsg), float64(after)/1e9,
-			formatNumber(step.FillRate), step.FillSlowest, formatNumber(step.FillCPUMsPerCall), step.FarCalls, step.FilterSeconds)
+			formatNumber(step.FillRate), step.FillSlowest, formatNumber(step.FillCPUMsPerCall), step.FarCalls, filter)
 		// First, while nothing else runs (the measurements below leave
 		// subscribers' and the server's work behind for seconds); half the
 		// sample moves to the waiting set, due days ahead, out of their way.
@@ -419,7 +429,7 @@ func (b *bench) backlogLadder() {
 		if b.failed("SLOWLOG RESET", b.admin.SlowLogReset(b.ctx).Err()) {
 			return
 		}
-		b.measureAtBacklog(client, step, payload)
+		b.measureAtBacklog(client, step, payload, rebuild)
 		if step.Slowest, err = b.slowest(time.Time{}); b.failed("SLOWLOG GET", err) {
 			return
 		}
@@ -550,8 +560,10 @@ const publishRounds = 3
 // (publishRounds times, alternating with a topic that holds no backlog),
 // their promotion by a Manager alone, then
 // (after subscribers drained them) the delivery of messages all due at one
-// instant (publishRounds times).
-func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payload []byte) {
+// instant (publishRounds times). With -backlog-cold it runs rebuild (the
+// far filter's, as the scheduler's next trim does) after the publish
+// rounds, not before.
+func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payload []byte, rebuild func() bool) {
 	n := b.opts.Scaling
 	at := "at backlog " + count(step.Size)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, b.logger)
@@ -588,6 +600,12 @@ func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payloa
 	step.PublishRate, step.EmptyPublishRate = ptr(median(step.PublishRates)), ptr(median(step.EmptyPublishRates))
 	progress("   publish: %s msg/s to the backlog topic, %s to a topic with no backlog (medians of %d; %.2f×)",
 		formatNumber(*step.PublishRate), formatNumber(*step.EmptyPublishRate), publishRounds, *step.PublishRate / *step.EmptyPublishRate)
+	if b.opts.BacklogCold {
+		if !rebuild() {
+			return
+		}
+		progress("   far filter rebuilt in %.1f s, after the publish rounds (-backlog-cold)", step.FilterSeconds)
+	}
 	time.Sleep(b.opts.BacklogDue + 10*time.Millisecond) // all due
 	moved := publishRounds * n
 	step.PromoteRate = b.measure(fmt.Sprintf("promote %s due, Manager alone, %s", count(moved), at), moved, func() (time.Duration, error) {

@@ -50,6 +50,10 @@ type options struct {
 	// BacklogKeyed gives every message of the ladder's fills a business
 	// key of its own ("order-<n>"), as the seeds' headline case does.
 	BacklogKeyed bool `json:"backlog_keyed,omitempty"`
+	// BacklogCold: each step's publish rounds run before the backlog's far
+	// filter is rebuilt, as right after a restart of every process over a
+	// far tier that no scheduler has seen since it outgrew its filter.
+	BacklogCold bool `json:"backlog_cold,omitempty"`
 	// Far3: the publishers store far messages in format 3 (issue 50),
 	// which no release writes yet (store.SetWriteFar3).
 	Far3       bool          `json:"far3,omitempty"`
@@ -175,6 +179,7 @@ func run() error {
 	durFlag(&opts.BacklogDue, "backlog-due", time.Millisecond, time.Millisecond, "delay of the messages published at each backlog (scenario 7): from 5 s on, each publish looks its UUID up in the far index")
 	flag.BoolVar(&opts.CostContextTimeouts, "cost-context-timeouts", false, "scenario 13's clients end socket waits at their context's deadline (go-redis's ContextTimeoutEnabled); the default client does not")
 	flag.BoolVar(&opts.BacklogKeyed, "backlog-keyed", false, "give every message of the ladder's fills a business key of its own, order-<n> (scenario 7)")
+	flag.BoolVar(&opts.BacklogCold, "backlog-cold", false, "publish into each backlog before its far filter is rebuilt, as right after a restart of every process over a far tier no scheduler has seen (scenario 7)")
 	flag.BoolVar(&opts.Far3, "far3", false, "publishers store far messages in the far tier's format 3, which no release writes yet (issue 50)")
 	durFlag(&opts.Idle, "idle", time.Minute, 5*time.Second, "idle measurement per system (scenario 8)")
 	intFlag(&opts.IdleTopics, "idle-topics", 100, 100, "idle topics, one subscriber each (scenario 8)")
