@@ -29,18 +29,23 @@ local function ff_remove(fmeta, ff, d, dk)
     redis.call('DEL', ff)
     return
   end
-  redis.call('HSET', fmeta, 'n', n)
+  -- the counts left, written in one HSET; one at 0 goes
+  local set, del = {'n', n}, {}
+  if fm > 0 then
+    set[3], set[4] = 'fm', fm
+  else
+    del[1] = 'fm'
+  end
   if dk > 0 then
     local nk = tonumber(nm[3] or '0') - dk
     if nk > 0 then
-      redis.call('HSET', fmeta, 'nk', nk)
+      set[#set + 1], set[#set + 2] = 'nk', nk
     else
-      redis.call('HDEL', fmeta, 'nk')
+      del[#del + 1] = 'nk'
     end
   end
-  if fm > 0 then
-    redis.call('HSET', fmeta, 'fm', fm)
-  else
-    redis.call('HDEL', fmeta, 'fm')
+  redis.call('HSET', fmeta, unpack(set))
+  if #del > 0 then
+    redis.call('HDEL', fmeta, unpack(del))
   end
 end
