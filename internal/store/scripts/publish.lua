@@ -844,7 +844,7 @@ if #stored > 0 then
           isFar[m] = true
           farMsgs[#farMsgs + 1] = m
           if ARGV[m + BKEY] ~= '' then
-            -- the final holder of its key (set above): marked far, in
+            -- the final holder of its key (:bkeys written below): marked far, in
             -- format 3 by the key's entry in the index instead
             local key = string.sub(ARGV[m + BKEY], 2)
             if w3 then
