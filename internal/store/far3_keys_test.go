@@ -1,15 +1,11 @@
 package store
 
 import (
-	"context"
 	"fmt"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -195,27 +191,14 @@ func TestFar3_KeyMarksPullKeyed(t *testing.T) {
 	holder, _, err := FarKeyLookup(e.ctx, e.c, e.sh, "key-2")
 	require.NoError(t, err)
 	require.Equal(t, idB, holder)
-	runs := scriptRuns(t, e.c)
+	runs := commandCalls(t, e.c, "eval", "evalsha")
 	_, _, found, err = FarPullKeyed(e.ctx, e.c, e.sh, idB, "key-2", false)
 	require.NoError(t, err)
 	require.True(t, found)
-	require.Equal(t, runs+1, scriptRuns(t, e.c), "one run when the key given is the message's")
+	require.Equal(t, runs+1, commandCalls(t, e.c, "eval", "evalsha"), "one run when the key given is the message's")
 	require.Empty(t, e.index())
 	require.Equal(t, map[string]string{"key-1": idA, "key-2": idB}, e.c.HGetAll(e.ctx, e.sh.Bkeys()).Val())
 	require.Zero(t, e.c.Exists(e.ctx, e.sh.FarMeta()).Val())
-}
-
-// scriptRuns is how many scripts Redis has run (EVALSHA and EVAL calls).
-func scriptRuns(t *testing.T, c *redis.Client) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	require.NoError(t, err)
-	var n int64
-	for _, m := range regexp.MustCompile(`cmdstat_eval(?:sha)?:calls=(\d+)`).FindAllStringSubmatch(info, -1) {
-		k, _ := strconv.ParseInt(m[1], 10, 64)
-		n += k
-	}
-	return n
 }
 
 // A far message of format 3 that replaces a waiting holder of its business
