@@ -21,6 +21,13 @@ func SetClock(p *Publisher, now func() time.Time) {
 	p.now = now
 }
 
+// WriteLevelAtMost makes p write storage level lvl at most, as while a
+// process that reads no newer level lives: for the tests of an older
+// level's storage. Call it before the first Publish.
+func WriteLevelAtMost(p *Publisher, lvl int) {
+	p.maxLevel = lvl
+}
+
 // HoldAcks makes the acker goroutines of sub's subscriptions wait before
 // each flush until the returned function is called, so acknowledgements
 // stay queued (flushes before hand-backs, history reads and the final

@@ -439,6 +439,77 @@ func TestFar_UnreadableElementParkedAndLogged(t *testing.T) {
 	assert.True(t, parkedTopic, "%+v", rep.Problems)
 }
 
+// Far messages of format 3 that a process of release 0.2.0 parked (it
+// cannot read them: written before it was seen, or after a rollback
+// without the rewrite) are moved into the waiting set by this release's
+// scheduler at its next trim, with their business key and priority: each
+// is delivered when due, a key can be cancelled again, the index keeps no
+// entry of them, and Health stops reporting them.
+func TestFar_ParkedByAnOlderReleaseUnparked(t *testing.T) {
+	if far2 {
+		t.Skip("a test of far tier format 3's elements; REDISDELAY_TEST_FAR2 writes format 2")
+	}
+	t.Parallel()
+	env := setupOwnKeys(t) // its registry's parked count is the test's own
+	ctx := context.Background()
+	plain, keyed, prio := delayed(delay.For(6*time.Second), "plain"), delayed(delay.For(6*time.Second), "keyed"), delayed(delay.For(6*time.Second), "prio")
+	redisdelay.SetBusinessKey(keyed, "order-1")
+	redisdelay.SetHighPriority(prio)
+	require.NoError(t, env.pub.Publish(env.topic, plain, keyed, prio))
+	keys := store.Keys{Prefix: env.prefix}
+	sh := keys.Shard(env.topic, 0)
+	buckets, err := env.client.ZRange(ctx, sh.FarZ(), 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, buckets, 1)
+	b := mustInt(t, buckets[0])
+
+	// What release 0.2.0's unpack.lua does with elements it cannot read:
+	// parked whole, counted out of the far tier, index entries left.
+	els, err := env.client.LRange(ctx, sh.FarList(b), 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, els, 3)
+	for _, e := range els {
+		require.Equal(t, byte(3), e[0], "written in format 3")
+		require.NoError(t, env.client.RPush(ctx, sh.FarPark(), fmt.Sprintf("2:%d:%d:%s", b, store.FarBucketStartMs(b), e)).Err())
+	}
+	require.NoError(t, env.client.Del(ctx, sh.FarList(b)).Err())
+	require.NoError(t, env.client.ZRem(ctx, sh.FarZ(), buckets[0]).Err())
+	require.NoError(t, env.client.HDel(ctx, sh.FarMeta(), fmt.Sprintf("P:%d", b), fmt.Sprintf("L:%d", b), "n", "fm").Err())
+	require.NoError(t, store.NoteParked(ctx, env.client, keys, sh, 3))
+	index, err := env.client.Keys(ctx, string(sh)+":fi:*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, index, "the index entries the parking release left")
+
+	runManagerWithLogger(t, env.client, redisdelay.ManagerConfig{KeyPrefix: env.prefix, Topics: []string{env.topic}}, logger)
+	require.Eventually(t, func() bool { return env.client.Exists(ctx, sh.FarPark()).Val() == 0 }, 10*time.Second, 20*time.Millisecond, "unparked")
+	assert.True(t, env.client.HExists(ctx, sh.Prio(), prio.UUID).Val(), "its priority kept")
+	w, found, err := env.insp.FindWaitingKey(ctx, env.topic, "order-1")
+	require.NoError(t, err)
+	require.True(t, found, "the key's holder waits again")
+	assert.Equal(t, keyed.UUID, w.Message.UUID)
+	ok, err := env.pub.CancelKey(ctx, env.topic, "order-1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	index, err = env.client.Keys(ctx, string(sh)+":fi:*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, index, "no index entry left of the unparked messages")
+	assert.Zero(t, env.client.HGet(ctx, sh.FarMeta(), "nk").Val(), "nor counted")
+
+	ch := subscribe(t, newSubscriber(t, env.client, redisdelay.SubscriberConfig{KeyPrefix: env.prefix, ConsumerGroup: "g", DisableScheduler: true}), env.topic)
+	got := map[string]bool{}
+	for range 2 {
+		m := receive(t, ch, 10*time.Second)
+		got[m.UUID] = true
+		m.Ack()
+	}
+	assert.Equal(t, map[string]bool{plain.UUID: true, prio.UUID: true}, got)
+	nothing(t, ch, 300*time.Millisecond)
+	rep := healthReport(t, env.insp, redisdelay.HealthConfig{Topics: []string{env.topic}})
+	for _, p := range rep.Problems {
+		assert.NotEqual(t, redisdelay.ProblemNewerStorage, p.Kind, "%+v", p)
+	}
+}
+
 func mustInt(t *testing.T, s string) int64 {
 	t.Helper()
 	n, err := strconv.ParseInt(s, 10, 64)
@@ -549,9 +620,9 @@ func TestFar_OneCallManyBuckets(t *testing.T) {
 // An index entry that points at another message's element (damaged data)
 // is dropped: Cancel does not remove the other message.
 func TestFar_IndexPointingElsewhereIsIgnored(t *testing.T) {
-	format2Only(t)
 	t.Parallel()
 	env := setup(t)
+	format2(env.pub)
 	ctx := context.Background()
 	x, y := delayed(delay.For(time.Hour), "x"), delayed(delay.For(time.Hour), "y")
 	require.NoError(t, env.pub.Publish(env.topic, x, y))
@@ -626,9 +697,9 @@ func farLoggedManager(t *testing.T, client redis.UniversalClient, topic string) 
 // reuses a far message's UUID is still refused, and the far message is
 // still delivered once.
 func TestFar_FilterRebuiltBySchedulerMissesNoReuse(t *testing.T) {
-	format2Only(t)
 	t.Parallel()
 	env := setup(t)
+	format2(env.pub)
 	var msgs []*message.Message
 	for i := range 3000 {
 		msgs = append(msgs, delayed(delay.For(time.Hour), "far "+strconv.Itoa(i)))

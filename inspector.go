@@ -607,7 +607,7 @@ func policyWarning(addr, policy string, maxmemory int64) string {
 // Version is this release of the library (CHANGELOG.md). Processes announce
 // it, with the storage level they read, in Redis: Inspector.Storage and
 // `redisdelay storage` list the versions live.
-const Version = "0.2.0"
+const Version = "0.3.0-dev"
 
 // StorageLevel is the newest storage level this release reads and writes.
 // It writes it only once every live process reads it (docs/upgrading.md).

@@ -34,12 +34,13 @@ import (
 // ContextTimeoutEnabled, with which Publish runs its script in the
 // caller's goroutine (CI runs the publishing tests so too).
 //
-// With REDISDELAY_TEST_FAR3=1 the publishers store far messages in format 3
-// (store.SetWriteFar3), which no release writes yet: CI runs the whole
-// package so too, every reader meeting what a writer of level 3 stores.
+// With REDISDELAY_TEST_FAR2=1 the publishers store far messages in format 2
+// (store.SetWriteFar2), as this release does while a process of release
+// 0.2.0 lives: CI runs the whole package so too, every reader meeting what
+// a writer of level 2 stores.
 var (
 	contextTimeouts = os.Getenv("REDISDELAY_TEST_CONTEXT_TIMEOUTS") == "1"
-	far3            = os.Getenv("REDISDELAY_TEST_FAR3") == "1"
+	far2            = os.Getenv("REDISDELAY_TEST_FAR2") == "1"
 
 	redisAddr   string
 	restartCmd  []string // restarts the test server; nil for an external one
@@ -58,14 +59,14 @@ func TestMain(m *testing.M) {
 	// far tier, so the whole suite runs on it, unpacking included.
 	redisdelay.SetFarTier(time.Second, time.Second, 500*time.Millisecond)
 	// The package's tests share the default prefix's storage level
-	// registry: without a settle time, level 2 (far tier format 2, the
+	// registry: without a settle time, level 3 (far tier format 3, the
 	// codec's named codes) is written from the first announcement, as after
 	// a settled upgrade, whatever ran before. Announcements every 5s rather
 	// than 30s: a pin reaches every process, and RewriteStorage waits for
 	// it, within seconds (TestStorageLevel_RewriteToLevel1). The settle time
 	// itself is internal/store's TestLevel_*'s.
 	redisdelay.SetLevelTiming(0, 5*time.Second)
-	store.SetWriteFar3(far3)
+	store.SetWriteFar2(far2)
 	if err := setupRedis(); err != nil {
 		fmt.Fprintln(os.Stderr, "redisdelay tests:", err)
 		os.Exit(1)
@@ -222,12 +223,8 @@ func shortParallel() {
 	}
 }
 
-// format2Only skips a test of format 2's own storage (its index entries,
-// its far filter, what older releases see of it) when the publishers write
-// format 3 (REDISDELAY_TEST_FAR3): the default run covers it.
-func format2Only(t *testing.T) {
-	t.Helper()
-	if far3 {
-		t.Skip("a test of far tier format 2's storage; REDISDELAY_TEST_FAR3 writes format 3")
-	}
-}
+// format2 makes pub write far messages in format 2, as this release does
+// while a process of release 0.2.0 lives: for the tests of format 2's own
+// storage (its index entries, its far filter, what older releases see of
+// it).
+func format2(pub *redisdelay.Publisher) { redisdelay.WriteLevelAtMost(pub, store.Level2) }

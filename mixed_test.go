@@ -133,14 +133,32 @@ func testMixedVersions(t *testing.T, rel mixRelease) {
 		// This release alone, long enough to write its level (a newer one:
 		// the far tier's format and the codec's codes of that level), then
 		// the documented rollback: pin the release's level, rewrite, drain,
-		// and the release takes over.
+		// and the release takes over. A release that announces its level
+		// runs first, so that far messages of its format wait beside this
+		// one's newer format, and this release cancels and reschedules
+		// some; release 0.1.0 would hold the level at 1 for the legacy
+		// window (5 minutes) after it stops, so this release starts alone.
 		{"RollbackAfterSettle", func(r *mixRun) {
 			// A short settle time, as an operator sets it with the CLI:
-			// the newest level within the first phase.
+			// the newest level once the previous release stopped.
 			r.cli("storage", "settle", "5s")
-			r.start("new", "sub", "mgr", "pub")
-			r.phase()
-			r.awaitLevel(redisdelay.StorageLevel)
+			wait := 30 * time.Second
+			if rel.level >= 2 {
+				r.start("old", "sub", "mgr", "pub")
+				r.phase()
+				r.start("new", "sub", "mgr", "pub")
+				r.after(2*time.Second, func() { r.stop("old", "sub", "mgr", "pub") })
+				// The level moves up at this release's announcements
+				// (every 30s): one once the last reader of the older
+				// level is gone, one once it settled.
+				wait = 75 * time.Second
+			} else {
+				r.start("new", "sub", "mgr", "pub")
+			}
+			r.awaitLevel(redisdelay.StorageLevel, wait)
+			r.t.Logf("far messages waiting when level %d is written, by format: %v", redisdelay.StorageLevel, r.farFormats())
+			r.phase() // this release writes its level
+			r.t.Logf("far messages waiting before the rollback, by format: %v", r.farFormats())
 			if older {
 				r.cli("storage", "pin", strconv.Itoa(rel.level))
 				r.rewriteUntilDrained()
@@ -355,26 +373,34 @@ func (r *mixRun) killAll() {
 
 // awaitOlderSeen waits until the processes of this release saw one of the
 // previous release, when that one reads an older level (and so write
-// that level); one of the same level announces nothing to wait for.
+// that level): release 0.1.0 by the scan (it announces nothing), a later
+// one by its announcement. One of the same level changes nothing to wait
+// for.
 func (r *mixRun) awaitOlderSeen() {
 	if r.level == redisdelay.StorageLevel {
 		return
 	}
+	var s redisdelay.StorageInfo
 	require.Eventually(r.t, func() bool {
-		s, err := r.insp.Storage(context.Background())
+		var err error
+		s, err = r.insp.Storage(context.Background())
 		require.NoError(r.t, err)
-		return !s.OlderRelease.IsZero() && s.Level == r.level
-	}, 10*time.Second, 100*time.Millisecond)
+		seen := s.OldestReader == r.level
+		if r.level < 2 {
+			seen = !s.OlderRelease.IsZero()
+		}
+		return seen && s.Level == r.level
+	}, 10*time.Second, 100*time.Millisecond, "storage: %+v", s)
 }
 
-func (r *mixRun) awaitLevel(level int) {
+func (r *mixRun) awaitLevel(level int, within time.Duration) {
 	var s redisdelay.StorageInfo
 	require.Eventually(r.t, func() bool {
 		var err error
 		s, err = r.insp.Storage(context.Background())
 		require.NoError(r.t, err)
 		return s.Level == level
-	}, 30*time.Second, 200*time.Millisecond, "storage level in use: %+v", s)
+	}, within, 200*time.Millisecond, "storage level in use: %+v", s)
 	r.t.Logf("storage level %d in use: %s", level, r.cli("storage"))
 }
 
@@ -402,6 +428,25 @@ func (r *mixRun) rewriteUntilDrained() {
 		require.True(r.t, time.Now().Before(deadline), "the streams did not drain within 60s: %s", out)
 		time.Sleep(time.Second)
 	}
+}
+
+// farFormats counts the far messages of topic mix by format (an
+// element's first byte: far.go, far3.go).
+func (r *mixRun) farFormats() map[int]int {
+	ctx := context.Background()
+	out := map[int]int{}
+	lists, err := r.client.Keys(ctx, "redisdelay:{mix}:fc:*").Result()
+	require.NoError(r.t, err)
+	for _, l := range lists {
+		els, err := r.client.LRange(ctx, l, 0, -1).Result()
+		require.NoError(r.t, err)
+		for _, e := range els {
+			if e != "" {
+				out[int(e[0])]++
+			}
+		}
+	}
+	return out
 }
 
 // where says where a message is, for a lost one.
@@ -503,14 +548,20 @@ func (r *mixRun) check(final bool) (lost []string) {
 	errs := map[string]int{}
 	firstErr := map[string]string{} // the whole message of each kind
 	ticks := 0
+	// A reschedule by another process (the driver's takeOver) may come
+	// before the publish in evs, which is in the order of the processes.
+	resched := map[string]int64{}
+	var actors []mixEvent // cancels and reschedules, to count the other version's
 	for _, e := range evs {
 		switch e.kind {
 		case "P":
 			due[e.uuid], kind[e.uuid], writer[e.uuid] = e.at, e.what, e.proc
 		case "R":
-			due[e.uuid] = e.at
+			resched[e.uuid] = e.at
+			actors = append(actors, e)
 		case "X":
 			gone[e.uuid] = true
+			actors = append(actors, e)
 		case "A":
 			acks[e.uuid] = append(acks[e.uuid], e)
 		case "E":
@@ -525,6 +576,16 @@ func (r *mixRun) check(final bool) (lost []string) {
 			}
 		case "T":
 			ticks++
+		}
+	}
+	for id, at := range resched {
+		due[id] = at
+	}
+	version := func(proc string) string { v, _, _ := strings.Cut(proc, "-"); return v }
+	crossed := map[string]int{} // "X" or "R" by the other version than the writer's
+	for _, e := range actors {
+		if w, ok := writer[e.uuid]; ok && version(w) != version(e.proc) {
+			crossed[e.kind]++
 		}
 	}
 	for id := range due {
@@ -589,9 +650,9 @@ func (r *mixRun) check(final bool) (lost []string) {
 			deadOther = append(deadOther, fmt.Sprintf("%v", d))
 		}
 	}
-	t.Logf("MIXED %s: published %d (%d cancelled or replaced), delivered %d, lost %d, delivered though cancelled %d, duplicates %d (+%d in flight at a stop), decode failures %d, dead letters left %d (%d not on purpose), lateness p99 %s max %s (bound %s), schedule ticks %d; errors: %v",
+	t.Logf("MIXED %s: published %d (%d cancelled or replaced), delivered %d, lost %d, delivered though cancelled %d, duplicates %d (+%d in flight at a stop), decode failures %d, dead letters left %d (%d not on purpose), lateness p99 %s max %s (bound %s), schedule ticks %d, cancelled / rescheduled by the other version %d / %d; errors: %v",
 		t.Name(), len(due), len(gone), delivered, len(lost), unexpected, dups, inFlight, decodeFailures, len(dead), len(deadOther),
-		p99.Round(time.Millisecond), maxLate.Round(time.Millisecond), mixLateness, ticks, errs)
+		p99.Round(time.Millisecond), maxLate.Round(time.Millisecond), mixLateness, ticks, crossed["X"], crossed["R"], errs)
 	for k, msg := range firstErr {
 		t.Logf("errors %q: %d, the first: %s", k, errs[k], msg)
 	}
@@ -606,6 +667,9 @@ func (r *mixRun) check(final bool) (lost []string) {
 	}
 	if ticks == 0 {
 		t.Error("no schedule tick was delivered")
+	}
+	if crossed["X"] == 0 || crossed["R"] == 0 {
+		t.Error("no message was cancelled, or none rescheduled, by the other version's publishers (the driver's takeOver)")
 	}
 	return lost
 }

@@ -210,6 +210,9 @@ type Publisher struct {
 	// taken at the first Publish: what it writes, every live reader reads.
 	lvlMu sync.Mutex
 	lvl   atomic.Pointer[levels.Holder]
+	// maxLevel caps the level written (0: none), for the tests of an
+	// older level's storage (WriteLevelAtMost).
+	maxLevel int
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -549,7 +552,10 @@ func (p *Publisher) level(ctx context.Context) int {
 			return store.Level1
 		}
 	}
-	return h.Wait(ctx)
+	if lvl := h.Wait(ctx); p.maxLevel == 0 || lvl < p.maxLevel {
+		return lvl
+	}
+	return p.maxLevel
 }
 
 // CancelKey removes the waiting message holding businessKey in topic, so it

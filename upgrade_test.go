@@ -194,10 +194,10 @@ func runUpgradeWriter(t *testing.T, bin string, args ...string) []string {
 // format 2 message: its Cancel fails with an error naming the far index
 // value (nothing is removed or delivered wrongly).
 func TestUpgrade_FarFormat1(t *testing.T) {
-	format2Only(t)
 	t.Parallel()
 	bin := buildUpgradeWriter(t, upgradeBase)
 	env := setup(t)
+	format2(env.pub)
 	ctx := context.Background()
 	old := runUpgradeWriter(t, bin, "-topic", env.topic, "-n", "4", "-key", "order-old", "-due", "4s")
 	require.Len(t, old, 5)
@@ -289,9 +289,9 @@ func TestUpgrade_FarFilter(t *testing.T) {
 // CancelKey and its Publish with replace fail, changing nothing.
 func TestUpgrade_FarKeyMarks(t *testing.T) {
 	t.Parallel()
-	format2Only(t) // format 3 marks keys in its index (TestFar3_KeyMarks)
 	bin := buildUpgradeWriter(t, markBase)
 	env := setup(t)
+	format2(env.pub) // format 3 marks keys in its index (TestFar3_KeyMarks)
 	ctx := context.Background()
 	sh := shardOf(env.topic, 0)
 	var old []string

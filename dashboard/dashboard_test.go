@@ -149,7 +149,7 @@ func TestTopics_PageAndAPI(t *testing.T) {
 	assert.Contains(t, body, `/static/app.js`)
 	// The storage level, and the releases of the processes live (the
 	// publisher above: this release).
-	assert.Regexp(t, `id="storage">Storage level <b>2</b> written · processes live: \d+ of `+redisdelay.Version, body)
+	assert.Regexp(t, `id="storage">Storage level <b>3</b> written · processes live: \d+ of `+redisdelay.Version, body)
 
 	status, body = e.get("/api/topics")
 	require.Equal(t, http.StatusOK, status, body)

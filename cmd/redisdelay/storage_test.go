@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -24,20 +25,20 @@ func TestStorage_ShowPinSettleRewrite(t *testing.T) {
 	t.Cleanup(func() { _ = pub.Close() })
 	require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), nil)))
 	out := s.ok(t, "storage")
-	assert.Contains(t, out, "storage level written: 2 (this release reads up to 2)")
-	assert.Regexp(t, `\S+\s+0\.2\.0\s+2\s+publisher\s+\S+\s+0\s+\S+`, out)
+	assert.Contains(t, out, "storage level written: 3 (this release reads up to 3)")
+	assert.Regexp(t, `\S+\s+`+regexp.QuoteMeta(redisdelay.Version)+`\s+3\s+publisher\s+\S+\s+0\s+\S+`, out)
 	info := decode[redisdelay.StorageInfo](t, s.ok(t, "--json", "storage"))
-	assert.Equal(t, 2, info.Level)
+	assert.Equal(t, 3, info.Level)
 	require.Len(t, info.Processes, 1)
 	assert.Equal(t, redisdelay.Version, info.Processes[0].Version)
-	assert.Contains(t, s.ok(t, "server"), "storage level:     2 written; processes live: 1 of "+redisdelay.Version)
+	assert.Contains(t, s.ok(t, "server"), "storage level:     3 written; processes live: 1 of "+redisdelay.Version)
 
 	r := s.cli(t, "storage", "rewrite", "1")
 	assert.Equal(t, exitError, r.code)
-	assert.Contains(t, r.stderr, "storage level 2 is written: pin level 1 first")
+	assert.Contains(t, r.stderr, "storage level 3 is written: pin level 1 first")
 
 	assert.Contains(t, s.ok(t, "storage", "pin", "1"), "pinned storage level 1")
-	assert.Contains(t, s.ok(t, "storage"), "pinned at: 1 (agreed: 2)")
+	assert.Contains(t, s.ok(t, "storage"), "pinned at: 1 (agreed: 3)")
 	st, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: s.client, KeyPrefix: s.prefix})
 	require.NoError(t, err)
 	got, err := st.Storage(context.Background())
@@ -52,9 +53,9 @@ func TestStorage_ShowPinSettleRewrite(t *testing.T) {
 	for args, want := range map[[3]string]string{
 		{"storage", "frob", ""}:     `unknown storage action "frob": use pin N, unpin, settle D or rewrite N`,
 		{"storage", "pin", ""}:      "storage pin takes 1 argument(s)",
-		{"storage", "pin", "3"}:     `storage pin "3": give a level from 1 to 2`,
+		{"storage", "pin", "4"}:     `storage pin "4": give a level from 1 to 3`,
 		{"storage", "settle", "x"}:  `storage settle "x": give a Go duration such as 15m or 1h (or "default")`,
-		{"storage", "rewrite", "0"}: `storage rewrite "0": give a level from 1 to 2`,
+		{"storage", "rewrite", "0"}: `storage rewrite "0": give a level from 1 to 3`,
 	} {
 		a := args[:]
 		if a[2] == "" {
@@ -68,5 +69,5 @@ func TestStorage_ShowPinSettleRewrite(t *testing.T) {
 
 func TestStorage_VersionNamesTheRelease(t *testing.T) {
 	r := runCLI(t, "--version")
-	assert.Contains(t, r.stdout, "redisdelay "+redisdelay.Version+" (storage level 2)")
+	assert.Contains(t, r.stdout, "redisdelay "+redisdelay.Version+" (storage level 3)")
 }

@@ -40,6 +40,23 @@ func (s *Scheduler) unpackFar(ctx context.Context, sh store.Shard, fields waterm
 	return !r.Stale, nil
 }
 
+// unpark moves into the waiting set the far elements of a partition that a
+// process of an older release parked (store.Unpark), a batch each trim.
+func (s *Scheduler) unpark(ctx context.Context, sh store.Shard, fields watermill.LogFields) {
+	n, _, err := store.Unpark(ctx, s.redis, sh, s.owner)
+	if err != nil {
+		s.limiter.Errorf(s.logger, "redisdelay: cannot move parked far messages into the waiting set; the next trim tries again", err, fields)
+		return
+	}
+	if n == 0 {
+		return
+	}
+	s.logger.Info("redisdelay: moved far messages an older release parked into the waiting set", fields.Add(watermill.LogFields{"count": n}))
+	if err := store.NoteUnparked(ctx, s.redis, s.keys, n); err != nil {
+		s.limiter.Errorf(s.logger, "redisdelay: cannot record unparked far messages for Inspector.Health", err, fields)
+	}
+}
+
 // rebuildFarFilter rebuilds the far filter of a partition (see
 // internal/store/farfilter.go) in the background, as trim.lua asked: reading
 // a far index of millions takes seconds, which the partition's ticks must

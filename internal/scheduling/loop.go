@@ -492,6 +492,9 @@ func (s *Scheduler) trimStream(ctx context.Context, sh store.Shard, fields water
 	if r.FarFilter {
 		s.rebuildFarFilter(sh, fields)
 	}
+	if r.Parked > 0 {
+		s.unpark(ctx, sh, fields)
+	}
 	fields = fields.Add(watermill.LogFields{"count": r.Removed})
 	switch {
 	case r.Removed > 0 && r.ByRetention:

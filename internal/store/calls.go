@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -549,6 +551,87 @@ func Unpack(ctx context.Context, c redis.Scripter, sh Shard, owner string, v int
 	return UnpackReply{Moved: max(res[0], 0), Parked: res[1], More: res[2] == 1, Stale: res[0] < 0}, nil
 }
 
+// UnparkBatch is the most parked elements one unpark.lua call reads.
+const UnparkBatch = 128
+
+// Unpark moves into the waiting set the far elements of format 3 that a
+// process of release 0.2.0 parked in sh (unpark.lua), when owner holds the
+// partition's scheduling lease. It returns how many it moved; stale when
+// the lease or the index's shape changed meanwhile (nothing done). An
+// entry no release here reads either stays parked.
+func Unpark(ctx context.Context, c Cmds, sh Shard, owner string) (moved int64, stale bool, err error) {
+	var m *redis.SliceCmd
+	var e *redis.StringSliceCmd
+	pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		m = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields[0], fpShapeFields[1])
+		e = pipe.LRange(ctx, sh.FarPark(), 0, UnparkBatch-1)
+		return nil
+	}))
+	if err := e.Err(); err != nil {
+		return 0, false, err
+	}
+	vals, err := m.Result()
+	if err != nil {
+		return 0, false, err
+	}
+	shape, err := fpShapeOf(vals)
+	if err != nil {
+		return 0, false, err
+	}
+	keys := []string{sh.Lease(), sh.FarMeta(), sh.FarPark(), sh.Waiting(), sh.Bodies(), sh.Bkeys(), sh.BkeyOf(), sh.Prio(), sh.farFilter(), sh.fpSide(), sh.fpKeySide()}
+	key := keyIndexer(&keys)
+	args := make([]any, 0, 3+7*len(e.Val()))
+	args = append(args, owner, shape.L, 0)
+	n := 0
+	for _, entry := range e.Val() {
+		id, field, ok := "", "", false
+		var el farElem
+		if v, start, elem, parsed := parkedEntry(entry); parsed && v == farFormat2 && elem[0] == farFormat3 {
+			if el, ok, _ = decodeFar(v, start, elem); ok {
+				id, ok = storedUUID([]byte(el.Body))
+			}
+		}
+		if !ok {
+			continue // left parked: unpark.lua could not read it either
+		}
+		field = farField(id)
+		h := fpHash(field)
+		a, b, low := shape.args(sh, h)
+		var keyArg string
+		if el.Key != "" {
+			k := shape.keyAt(sh, el.Key)
+			keyArg = k.fp + string(fpShardArg(int64(k.low), key(k.a), key(k.b)))
+		}
+		args = append(args, entry, fpField(h)+field, id, key(a), key(b), low, keyArg)
+		n++
+	}
+	if n == 0 {
+		return 0, false, nil
+	}
+	args[2] = n
+	res, err := unparkScript.Run(ctx, c, keys, args...).Int64Slice()
+	if err == nil {
+		err = replyShort("unpark", len(res), 2)
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return max(res[0], 0), res[0] < 0, nil
+}
+
+// parkedEntry splits an entry of the park list (unpack.lua):
+// "<format>:<bucket>:<first due ms>:<element>".
+func parkedEntry(entry string) (v int, start int64, elem string, ok bool) {
+	f := strings.SplitN(entry, ":", 4)
+	if len(f) != 4 || f[3] == "" {
+		return 0, 0, "", false
+	}
+	v, err1 := strconv.Atoi(f[0])
+	_, err2 := strconv.ParseInt(f[1], 10, 64)
+	start, err3 := strconv.ParseInt(f[2], 10, 64)
+	return v, start, f[3], err1 == nil && err2 == nil && err3 == nil
+}
+
 // farPullReply is what farpull.lua returns.
 type farPullReply struct {
 	Moved bool // the message was there (and moved, unless only read)
@@ -701,20 +784,22 @@ type TrimReply struct {
 	ByRetention bool  // removed by the retention: no group reads the stream
 	// FarFilter: the partition's far filter needs a rebuild (RebuildFarFilter).
 	FarFilter bool
+	// Parked: far elements an older release parked (Unpark).
+	Parked int64
 }
 
 // Trim runs trim.lua on a partition's ready stream, for a scheduler writing
 // storage level lvl (the far filter's selectors it rebuilds at).
 func Trim(ctx context.Context, c redis.Scripter, sh Shard, retention time.Duration, lvl int) (TrimReply, error) {
-	res, err := trimScript.Run(ctx, c, []string{sh.Stream(), sh.FarMeta()}, retention.Milliseconds(),
+	res, err := trimScript.Run(ctx, c, []string{sh.Stream(), sh.FarMeta(), sh.FarPark()}, retention.Milliseconds(),
 		farFilterPerBlock, farFilterMinBlocks, farFilterMaxBlocks, FarFilterStale.Milliseconds(), filterMode(WritesFar3(lvl))).Int64Slice()
 	if err == nil {
-		err = replyShort("trim", len(res), 3)
+		err = replyShort("trim", len(res), 4)
 	}
 	if err != nil {
 		return TrimReply{}, err
 	}
-	return TrimReply{Removed: res[0], ByRetention: res[1] == 1, FarFilter: res[2] == 1}, nil
+	return TrimReply{Removed: res[0], ByRetention: res[1] == 1, FarFilter: res[2] == 1, Parked: res[3]}, nil
 }
 
 // Idle runs idle.lua: whether the partition holds nothing to schedule

@@ -10,12 +10,11 @@ import (
 	"sync"
 )
 
-// Format 3 of the far tier (issue 50), being built in steps: this release
+// Format 3 of the far tier (issue 50), storage level 3: this release
 // reads it everywhere (unpack.lua, farpull.lua, publish.lua's duplicate
-// check, the recurring overlap check) and has its writer in publish.lua
-// (FarArg.Format3), which runs only at level 3, announced by no release
-// yet, or where SetWriteFar3 says so (tests, the bench). What it changes
-// against format 2:
+// check, the recurring overlap check, unpark.lua) and writes it in
+// publish.lua (FarArg.Format3) at level 3, unless SetWriteFar2 says
+// otherwise (tests, the bench). What it changes against format 2:
 //
 // Elements. A format 3 element sits in the lists of format 2 (:fz and
 // :fc:<bucket>, their P: and L: counts), told apart by its first byte:
@@ -46,8 +45,8 @@ import (
 // middleware.DelayOnError reads it back), so it stays in the message.
 //
 // A process of release 0.2.0 parks such an element (unpack.lua) rather
-// than reading it wrong; a format 3 reader parks what it cannot read the
-// same way.
+// than reading it wrong, and this release's scheduler moves it on
+// (Unpark); a format 3 reader parks what it cannot read the same way.
 //
 // The index. Instead of the UUID's 16 bytes in 2^19 fixed shards (format
 // 2's :fx:<n>, 41.7 B a message at 5M), a 4-byte fingerprint of the UUID in

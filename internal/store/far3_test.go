@@ -249,6 +249,71 @@ func TestFar3_Unpack(t *testing.T) {
 	}
 }
 
+// Format 3 elements that a scheduler of release 0.2.0 parked (counted out
+// of the far tier, index entries left) are moved into the waiting set by
+// Unpark with their due times, keys and priorities, and their index
+// entries go as unpacking removes them, though their positions are lost:
+// a collided holder leaves its tombstone, the side table its entry. An
+// element no release here reads stays parked; a UUID already waiting
+// keeps its body.
+func TestFar3_Unpark(t *testing.T) {
+	collide(t, idC, idA)
+	for _, shape := range []fpShape{{L: 11}, {L: 13, S: 7}} {
+		t.Run(fmt.Sprintf("L%d_S%d", shape.L, shape.S), func(t *testing.T) {
+			e := newFar3Env(t, shape)
+			e.put(idA, 10*time.Second, "", false)
+			e.put(idB, 20*time.Second, "key-b", true)
+			e.put(idC, 30*time.Second, "", false)
+			e.put(idD, -3*time.Second, "", false)
+			e.put(idE, 40*time.Second, "", false)
+			require.NoError(t, e.c.HSet(e.ctx, e.sh.Bodies(), idE, "waiting already").Err())
+			require.NoError(t, e.c.ZAdd(e.ctx, e.sh.Waiting(), redis.Z{Score: 1, Member: idE}).Err())
+			require.NoError(t, e.c.RPush(e.ctx, e.sh.FarList(e.b), "\x07not a format").Err())
+			require.Len(t, e.index(), 6, "A's (collided), B's and its key's, D's, E's, C's in the side table")
+
+			// release 0.2.0's unpack.lua: nothing read, everything parked
+			start := farBucketStart(e.b).UnixMilli()
+			els, err := e.c.LRange(e.ctx, e.sh.FarList(e.b), 0, -1).Result()
+			require.NoError(t, err)
+			for _, el := range els {
+				require.NoError(t, e.c.RPush(e.ctx, e.sh.FarPark(), fmt.Sprintf("2:%d:%d:%s", e.b, start, el)).Err())
+			}
+			require.NoError(t, e.c.Del(e.ctx, e.sh.FarList(e.b)).Err())
+			require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "n", -5).Err())
+
+			require.NoError(t, e.c.Set(e.ctx, e.sh.Lease(), "me", time.Minute).Err())
+			moved, stale, err := Unpark(e.ctx, e.c, e.sh, "other")
+			require.NoError(t, err)
+			require.True(t, stale, "not the lease holder: nothing done")
+			require.Zero(t, moved)
+			moved, stale, err = Unpark(e.ctx, e.c, e.sh, "me")
+			require.NoError(t, err)
+			require.False(t, stale)
+			require.EqualValues(t, 4, moved)
+			for id, due := range map[string]int64{idA: 10_000, idB: 20_000, idC: 30_000, idD: -3_000} {
+				s, err := e.c.ZScore(e.ctx, e.sh.Waiting(), id).Result()
+				require.NoError(t, err, id)
+				require.Equal(t, float64((start+due)*1024), s, id)
+			}
+			require.Equal(t, "waiting already", e.c.HGet(e.ctx, e.sh.Bodies(), idE).Val())
+			require.Equal(t, float64(1), e.c.ZScore(e.ctx, e.sh.Waiting(), idE).Val(), "the waiting one stays")
+			require.Equal(t, idB, e.c.HGet(e.ctx, e.sh.Bkeys(), "key-b").Val(), "the key names the waiting message")
+			require.Equal(t, "key-b", e.c.HGet(e.ctx, e.sh.BkeyOf(), idB).Val())
+			require.Equal(t, map[string]string{idB: "1"}, e.c.HGetAll(e.ctx, e.sh.Prio()).Val())
+			left := e.index()
+			require.Len(t, left, 1, "only A's tombstone: %v", left)
+			for _, v := range left {
+				require.Equal(t, "01", v)
+			}
+			require.Zero(t, e.c.Exists(e.ctx, e.sh.fpSide(), e.sh.fpKeySide()).Val())
+			require.Equal(t, []string{fmt.Sprintf("2:%d:%d:\x07not a format", e.b, start)}, e.c.LRange(e.ctx, e.sh.FarPark(), 0, -1).Val(), "left parked")
+			moved, _, err = Unpark(e.ctx, e.c, e.sh, "me")
+			require.NoError(t, err)
+			require.Zero(t, moved)
+		})
+	}
+}
+
 // A scheduler that read the index's shape before a doubling (L grew)
 // changes nothing and reads again.
 func TestFar3_UnpackStaleShape(t *testing.T) {

@@ -121,12 +121,17 @@ func (e *ffEnv) meta() map[string]string {
 	return m
 }
 
-func (e *ffEnv) trimSays() bool {
-	lvl := Level2
+// level is the storage level of the env's processes: 3 when they write
+// format 3, else 2 (a reader of release 0.2.0 lives).
+func (e *ffEnv) level() int {
 	if e.far3 {
-		lvl = Level3 // a scheduler writing format 3
+		return Level3
 	}
-	r, err := Trim(e.ctx, e.c, e.sh, 0, lvl)
+	return Level2
+}
+
+func (e *ffEnv) trimSays() bool {
+	r, err := Trim(e.ctx, e.c, e.sh, 0, e.level())
 	require.NoError(e.t, err)
 	return r.FarFilter
 }
@@ -158,7 +163,7 @@ func TestFarFilter_PastCapacityRebuilt(t *testing.T) {
 	ids := e.far(farFilterMinBlocks*farFilterPerBlock + 100)
 	require.Equal(t, int64(300), e.nearFresh(300), "an overfull filter was trusted")
 	require.True(t, e.trimSays())
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r1", LevelNewest))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r1", e.level()))
 	m := e.meta()
 	require.Equal(t, strconv.FormatInt(farFilterBlocks(int64(len(ids))), 10), m["fb"])
 	require.Equal(t, strconv.Itoa(len(ids)), m["fi"])
@@ -175,7 +180,7 @@ func TestFarFilter_PastCapacityRebuilt(t *testing.T) {
 func TestFarFilter_RebuildKeepsPublishesMeanwhile(t *testing.T) {
 	e := newFFEnv(t)
 	ids := e.far(3000)
-	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1", LevelNewest)
+	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1", e.level())
 	require.NoError(t, err)
 	ids = append(ids, e.far(500)...)
 	require.NoError(t, b.Scan(e.ctx, e.c))
@@ -192,9 +197,9 @@ func TestFarFilter_RebuildKeepsPublishesMeanwhile(t *testing.T) {
 	e.requireAllFound(ids)
 
 	// two at once: the later one wins, the earlier one stops
-	b1, err := BeginFarFilter(e.ctx, e.c, e.sh, "r2", LevelNewest)
+	b1, err := BeginFarFilter(e.ctx, e.c, e.sh, "r2", e.level())
 	require.NoError(t, err)
-	b2, err := BeginFarFilter(e.ctx, e.c, e.sh, "r3", LevelNewest)
+	b2, err := BeginFarFilter(e.ctx, e.c, e.sh, "r3", e.level())
 	require.NoError(t, err)
 	require.NoError(t, b1.Scan(e.ctx, e.c))
 	require.NoError(t, b2.Scan(e.ctx, e.c))
@@ -221,18 +226,18 @@ func TestFarFilter_PreviousVersionMeansLookups(t *testing.T) {
 	require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "n", 1).Err())
 	require.Equal(t, int64(50), e.nearFresh(50))
 	require.True(t, e.trimSays())
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r0", LevelNewest))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r0", e.level()))
 	require.Less(t, e.nearFresh(50), int64(20))
 	// and its farpull.lua moves one out: n - 1 only
 	require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "n", -1).Err())
 	require.Equal(t, int64(50), e.nearFresh(50))
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r1", LevelNewest))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r1", e.level()))
 
 	require.NoError(t, e.c.Del(e.ctx, e.sh.farFilter()).Err())
 	require.NoError(t, e.c.HDel(e.ctx, e.sh.FarMeta(), "fb", "fi", "fm").Err())
 	require.Equal(t, int64(50), e.nearFresh(50))
 	require.True(t, e.trimSays())
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r2", LevelNewest))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r2", e.level()))
 	require.Less(t, e.nearFresh(500), int64(50))
 	e.requireAllFound(ids)
 }
@@ -256,7 +261,7 @@ func TestFarFilter_EmptiedAndAbandoned(t *testing.T) {
 	require.False(t, e.trimSays())
 
 	ids = e.far(10)
-	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1", LevelNewest)
+	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1", e.level())
 	require.NoError(t, err)
 	require.NoError(t, b.Scan(e.ctx, e.c))
 	require.NoError(t, FarPullMany(e.ctx, e.c, e.sh, ids))
@@ -264,20 +269,20 @@ func TestFarFilter_EmptiedAndAbandoned(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.True(t, e.trimSays(), "an empty far tier's filter is kept")
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r2", LevelNewest))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r2", e.level()))
 	noFilter()
 	require.False(t, e.trimSays())
 	ids = e.far(10)
 	require.Equal(t, map[string]string{"fb": "64", "fi": "10", "fm": "10"}, pick(e.meta(), "fb", "fi", "fm"))
 
-	_, err = BeginFarFilter(e.ctx, e.c, e.sh, "dead", LevelNewest)
+	_, err = BeginFarFilter(e.ctx, e.c, e.sh, "dead", e.level())
 	require.NoError(t, err)
 	require.False(t, e.trimSays(), "a rebuild under way was started again")
 	stale := FarFilterStale
 	FarFilterStale = 0
 	t.Cleanup(func() { FarFilterStale = stale })
 	require.True(t, e.trimSays(), "an abandoned rebuild was not started again")
-	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r3", LevelNewest))
+	require.NoError(t, RebuildFarFilter(e.ctx, e.c, e.sh, "r3", e.level()))
 	e.requireAllFound(ids)
 }
 
@@ -418,7 +423,7 @@ func TestFarFilter_UntrustedWhileRebuilt(t *testing.T) {
 	ids := e.far(100)
 	// a process of an older version adds a far message: n + 1 only
 	require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "n", 1).Err())
-	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1", LevelNewest)
+	b, err := BeginFarFilter(e.ctx, e.c, e.sh, "r1", e.level())
 	require.NoError(t, err)
 	require.Equal(t, int64(50), e.nearFresh(50), "a filter untrusted before its rebuild was trusted during it")
 	require.NoError(t, b.Scan(e.ctx, e.c))

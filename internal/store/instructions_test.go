@@ -29,7 +29,7 @@ import (
 //	reclaim    1,000 sweeps of a consumer group holding 10 messages, none
 //	           out of its visibility timeout (the common sweep)
 //	far2       1,000 far messages of format 2 published into one bucket
-//	far3       the same in format 3 (FarArg.Format3: no release writes it yet)
+//	far3       the same in format 3 (FarArg.Format3)
 //	unpack2    far2, then the bucket unpacked (unpack.lua, 1,000 a call)
 //	unpack3    far3, then the same
 //	pull2      far2, then 100 of its messages pulled by UUID (FarPull)

@@ -85,7 +85,7 @@ import (
 //	<prefix>:{storage}:pinfo    hash  process ID -> "<level> <release> <role> <host> <unreadable>"
 //	<prefix>:{storage}:plevels  zset  process ID -> the storage level it reads
 //	<prefix>:{storage}:levels   hash  read, since, write, changed, pin, pinat, settle, legacy, legacywhat, scanner, scanuntil, parked, parkedin (announce.lua)
-//	<shard>:bell~s<level>, <shard>:wake~s<level>  pub/sub channels a process of that level listens to beside the bell and wake (LevelMark)
+//	<shard>:bell~s2, <shard>:wake~s2  pub/sub channels every process of release 0.2.0 or later listens to beside the bell and wake (LevelMark)
 //
 // The shard of partition 0 is <prefix>:{<topic>}, the layout of a topic
 // before partitions existed, so such a topic reads as one partition; that

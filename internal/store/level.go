@@ -30,27 +30,28 @@ const (
 	// whole-second delays, the far tier's format 2 (business-keyed and
 	// high-priority messages too), far marks as 16 bytes, the far filter.
 	Level2 = 2
-	// Level3 (issue 50, being built): the far tier's format 3, its
-	// elements and fingerprint index (far3.go). This release reads it and
-	// announces level 2, so no process writes it but where SetWriteFar3
-	// says so: a rollback to this release finds nothing it cannot read.
+	// Level3 (issue 50): the far tier's format 3, its elements, its
+	// fingerprint index and the business keys marked in it (far3.go).
+	// Release 0.2.0 parks a format 3 element rather than reading it, so
+	// level 3 is written only once every live process reads it.
 	Level3 = 3
 	// LevelNewest is the newest level this release reads and writes.
-	LevelNewest = Level2
+	LevelNewest = Level3
 )
 
-// writeFar3 makes publishers write far messages in format 3 whatever the
-// level agreed (SetWriteFar3).
-var writeFar3 atomic.Bool
+// writeFar2 makes publishers write far messages in format 2 whatever the
+// level agreed (SetWriteFar2).
+var writeFar2 atomic.Bool
 
-// SetWriteFar3 makes every publisher of the process write far messages in
-// format 3 (on), whatever the level agreed: for tests and the bench until
-// a release announces level 3.
-func SetWriteFar3(on bool) { writeFar3.Store(on) }
+// SetWriteFar2 makes every publisher of the process write far messages in
+// format 2 (on), as at level 2, whatever the level agreed: for the tests
+// and the bench, what this release writes while a process of release 0.2.0
+// lives.
+func SetWriteFar2(on bool) { writeFar2.Store(on) }
 
 // WritesFar3 reports whether a publisher writing level lvl stores far
 // messages in format 3.
-func WritesFar3(lvl int) bool { return lvl >= Level3 || writeFar3.Load() }
+func WritesFar3(lvl int) bool { return lvl >= Level3 && !writeFar2.Load() }
 
 var (
 	// LevelSettle is how long every live reader must have read a level
@@ -277,6 +278,23 @@ func NoteParked(ctx context.Context, c Cmds, k Keys, sh Shard, n int64) error {
 	return err
 }
 
+// NoteUnparked records in the registry that n parked far elements were
+// moved on (Unpark): Health stops reporting them once none is left.
+func NoteUnparked(ctx context.Context, c Cmds, k Keys, n int64) error {
+	var left *redis.IntCmd
+	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		left = p.HIncrBy(ctx, k.levels().State(), "parked", -n)
+		return nil
+	}); err != nil || left.Val() > 0 {
+		return err
+	}
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, k.levels().State(), "parked", "parkedin")
+		return nil
+	})
+	return err
+}
+
 // PinLevel sets (lvl > 0) or removes (lvl 0) the operator's ceiling on the
 // level written. Every process follows within its next announcement.
 func PinLevel(ctx context.Context, c redis.Cmdable, k Keys, lvl int) error {
@@ -433,5 +451,7 @@ func unmarked(ctx context.Context, c Cmds, channel string) int64 {
 // LevelMark is the marker channel of a bell or wake channel: a process
 // of this release listens to it beside the channel (Hub.ListenMarked), so
 // PUBSUB NUMSUB of the two tells how many processes listening to the
-// channel announce no level (release 0.1.0), idle ones included.
-func LevelMark(channel string) string { return NameAtLevel(channel, LevelNewest) }
+// channel announce no level (release 0.1.0), idle ones included. The mark
+// is level 2's in every release since 0.2.0, whatever level it reads:
+// release 0.2.0's scan counts a listener without "~s2" as one of 0.1.0.
+func LevelMark(channel string) string { return NameAtLevel(channel, Level2) }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -107,10 +108,11 @@ func TestLevel_Announce(t *testing.T) {
 	st, err = Announce(ctx, c, k, newP, true, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Level)
-	require.ErrorContains(t, PinLevel(ctx, c, k, LevelNewest+1), "this release knows levels 1 to 2")
+	require.ErrorContains(t, PinLevel(ctx, c, k, LevelNewest+1), fmt.Sprintf("this release knows levels 1 to %d", LevelNewest))
 
-	// A newer release's process reads 3; this one writes at most 2.
-	newer := ProcInfo{ID: "newer", Level: 3, Version: "0.3.0", Role: "manager", Host: "h/3"}
+	// A newer release's process reads a newer level; the level written
+	// stays the oldest live reader's, 2.
+	newer := ProcInfo{ID: "newer", Level: LevelNewest + 1, Version: "9.9.9", Role: "manager", Host: "h/3"}
 	st, err = Announce(ctx, c, k, newer, true, "", 0, false)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Level)

@@ -299,6 +299,7 @@ var (
 	slotScript       = loadScript("slot")
 	rescheduleScript = loadScript("reschedule")
 	unpackScript     = loadScript("unpack")
+	unparkScript     = loadScript("unpark")
 	farPullScript    = loadScript("farpull")
 	peekScript       = loadScript("peek")
 	pickScript       = loadScript("pick")

@@ -6,8 +6,12 @@
 // check: P <uuid> <due ms> <kind> (published), X <uuid> (published, then
 // cancelled or replaced: must not be delivered), A <uuid> <attempt> <ms>
 // (delivered and acked), N <uuid> <attempt> (nacked on purpose),
-// E <what> <error> (an operation that failed), T <ms> (a schedule tick).
-// It compiles against both trees: only API both have.
+// E <what> <error> (an operation that failed), T <ms> (a schedule tick),
+// R <uuid> <due ms> (rescheduled). A publisher hands some of its long
+// waiting messages to the other version's publishers, which cancel or
+// reschedule them (handOver, takeOver): each version acts on what the
+// other wrote, whatever far tier format holds it. It compiles against both
+// trees: only API both have.
 package main
 
 import (
@@ -113,6 +117,13 @@ func runPub(ctx context.Context, client redis.UniversalClient, logger watermill.
 	defer t.Stop()
 	requeue := time.NewTicker(4 * time.Second)
 	defer requeue.Stop()
+	take := time.NewTicker(200 * time.Millisecond)
+	defer take.Stop()
+	version, _, _ := strings.Cut(name, "-")
+	h := handoff{client: client, mine: handoffKey + version, theirs: handoffKey + "new"}
+	if version == "new" {
+		h.theirs = handoffKey + "old"
+	}
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
@@ -122,9 +133,86 @@ func runPub(ctx context.Context, client redis.UniversalClient, logger watermill.
 				logf("E requeue %q", err.Error())
 			}
 			continue
+		case <-take.C:
+			h.takeOver(ctx, pub)
+			continue
 		case <-t.C:
 		}
-		publishOne(ctx, pub, rnd, fmt.Sprintf("%s-%d", name, i), i)
+		publishOne(ctx, pub, &h, rnd, fmt.Sprintf("%s-%d", name, i), i)
+	}
+}
+
+// handoffKey is the list of long waiting messages a version's publishers
+// hand to the other's: "<uuid> <business key or -> <due ms>".
+const handoffKey = "mixtest:handoff:"
+
+type handoff struct {
+	client       redis.UniversalClient
+	mine, theirs string
+	n            int
+}
+
+func (h *handoff) handOver(ctx context.Context, msg *message.Message, key string, due int64) {
+	if key == "" {
+		key = "-"
+	}
+	if err := h.client.RPush(ctx, h.mine, fmt.Sprintf("%s %s %d", msg.UUID, key, due)).Err(); err != nil && ctx.Err() == nil {
+		logf("E handoff %q", err.Error())
+	}
+}
+
+// takeOver cancels or reschedules (by UUID or by business key, in turn) a
+// message the other version handed over, unless it is due within 5s (it
+// may be on its way to a subscriber).
+func (h *handoff) takeOver(ctx context.Context, pub *redisdelay.Publisher) {
+	v, err := h.client.LPop(ctx, h.theirs).Result()
+	if err != nil {
+		if err != redis.Nil && ctx.Err() == nil {
+			logf("E takeover %q", err.Error())
+		}
+		return
+	}
+	f := strings.Fields(v)
+	if len(f) != 3 {
+		logf("E takeover %q", "malformed: "+v)
+		return
+	}
+	if due, _ := strconv.ParseInt(f[2], 10, 64); time.Until(time.UnixMilli(due)) < 5*time.Second {
+		return
+	}
+	id, key := f[0], f[1]
+	h.n++
+	byKey := key != "-" && h.n%4 >= 2
+	var ok bool
+	if h.n%2 == 0 {
+		if byKey {
+			ok, err = pub.CancelKey(ctx, topicMix, key)
+		} else {
+			ok, err = pub.Cancel(ctx, topicMix, id)
+		}
+		switch {
+		case err != nil:
+			logf("E takeover-cancel %q", err.Error())
+		case ok:
+			logf("X %s", id)
+		default:
+			logf("E takeover-cancel %q", "not found")
+		}
+		return
+	}
+	at := time.Now().Add(2 * time.Second)
+	if byKey {
+		ok, err = pub.RescheduleKey(ctx, topicMix, key, at)
+	} else {
+		ok, err = pub.Reschedule(ctx, topicMix, id, at)
+	}
+	switch {
+	case err != nil:
+		logf("E takeover-reschedule %q", err.Error())
+	case ok:
+		logf("R %s %d", id, at.UnixMilli())
+	default:
+		logf("E takeover-reschedule %q", "not found")
 	}
 }
 
@@ -138,23 +226,28 @@ func delayed(msg *message.Message, d time.Duration) *message.Message {
 }
 
 func publish(pub *redisdelay.Publisher, topic, kind string, msg *message.Message, d time.Duration) bool {
+	_, ok := publishDue(pub, topic, kind, msg, d)
+	return ok
+}
+
+func publishDue(pub *redisdelay.Publisher, topic, kind string, msg *message.Message, d time.Duration) (int64, bool) {
 	due := time.Now().Add(d).UnixMilli()
 	if d > 0 {
 		delayed(msg, d)
 	}
 	if err := pub.Publish(topic, msg); err != nil {
 		logf("E publish-%s %q", kind, err.Error())
-		return false
+		return due, false
 	}
 	logf("P %s %d %s", msg.UUID, due, kind)
-	return true
+	return due, true
 }
 
 func jitter(rnd *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(rnd.Int63n(int64(hi-lo)))
 }
 
-func publishOne(ctx context.Context, pub *redisdelay.Publisher, rnd *rand.Rand, id string, i int) {
+func publishOne(ctx context.Context, pub *redisdelay.Publisher, h *handoff, rnd *rand.Rand, id string, i int) {
 	switch i % 16 {
 	case 0:
 		publish(pub, topicMix, "now", newMsg("ack"), 0)
@@ -253,14 +346,20 @@ func publishOne(ctx context.Context, pub *redisdelay.Publisher, rnd *rand.Rand, 
 	case 14, 15:
 		// Still waiting a minute on: across the next steps of the
 		// order (a rollback's rewrite included), a business key or a
-		// high priority on every other one.
+		// high priority on every other one. Half of them are handed to
+		// the other version's publishers.
 		m := newMsg("ack")
+		key := ""
 		if i%32 == 14 {
-			redisdelay.SetBusinessKey(m, "l-"+id)
+			key = "l-" + id
+			redisdelay.SetBusinessKey(m, key)
 		} else if i%32 == 15 {
 			redisdelay.SetHighPriority(m)
 		}
-		publish(pub, topicMix, "long", m, jitter(rnd, 50*time.Second, 70*time.Second))
+		due, ok := publishDue(pub, topicMix, "long", m, jitter(rnd, 50*time.Second, 70*time.Second))
+		if j := i % 64; ok && (j == 14 || j == 15 || j == 30 || j == 46) {
+			h.handOver(ctx, m, key, due)
+		}
 	}
 }
 

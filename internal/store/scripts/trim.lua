@@ -21,6 +21,7 @@
 
   KEYS[1] stream  stream the topic's ready stream
   KEYS[2] fmeta   hash   far counters: n; the filter's fm, fb, fi, ft, fs
+  KEYS[3] fpark   list   far elements an older release parked (unpark.lua)
   ARGV[1] retention in ms for a stream without consumer groups (0: keep all)
   ARGV[2] messages a far filter block takes
   ARGV[3] fewest blocks of a far filter
@@ -28,11 +29,12 @@
   ARGV[5] ms after which a rebuild not finished is taken for abandoned
   ARGV[6] the scheduler's far filter selectors (farfilter.go): 3 or 2
 
-  Returns {removed, by_retention, far_filter}: the number of entries
-  removed, 1 when they were removed by the retention (no group) else 0,
-  and 1 when the far filter needs a rebuild, else 0.
+  Returns {removed, by_retention, far_filter, parked}: the number of
+  entries removed, 1 when they were removed by the retention (no group)
+  else 0, 1 when the far filter needs a rebuild, else 0, and the length of
+  the park list.
 ]]
-local stream, fmeta = KEYS[1], KEYS[2]
+local stream, fmeta, fpark = KEYS[1], KEYS[2], KEYS[3]
 local retention = tonumber(ARGV[1])
 local per, least, most, stale = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local mode = ARGV[6]
@@ -53,16 +55,17 @@ else
   end
 end
 
+local parked = redis.call('LLEN', fpark)
 if redis.call('EXISTS', stream) == 0 then
-  return {0, 0, ff}
+  return {0, 0, ff, parked}
 end
 local groups = redis.call('XINFO', 'GROUPS', stream)
 if #groups == 0 then
   if retention <= 0 then
-    return {0, 0, ff}
+    return {0, 0, ff, parked}
   end
   local cutoff = now_ms() - retention
-  return {redis.call('XTRIM', stream, 'MINID', '~', string.format('%d-0', cutoff)), 1, ff}
+  return {redis.call('XTRIM', stream, 'MINID', '~', string.format('%d-0', cutoff)), 1, ff, parked}
 end
 
 local minMs, minSeq = nil, nil
@@ -79,4 +82,4 @@ for _, g in ipairs(groups) do
     minMs, minSeq = ms, seq
   end
 end
-return {redis.call('XTRIM', stream, 'MINID', '~', string.format('%d-%d', minMs, minSeq)), 0, ff}
+return {redis.call('XTRIM', stream, 'MINID', '~', string.format('%d-%d', minMs, minSeq)), 0, ff, parked}
