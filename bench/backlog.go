@@ -62,6 +62,14 @@ type BacklogStep struct {
 	PublishRates      []float64 `json:"publish_rates"`
 	EmptyPublishRate  *float64  `json:"empty_topic_publish_rate"`
 	EmptyPublishRates []float64 `json:"empty_topic_publish_rates"`
+	// PublishCPUUsec and EmptyPublishCPUUsec: the Redis CPU (INFO cpu) a
+	// message of those rounds cost, medians. On a shared or stolen CPU a
+	// rate follows the machine's load; what Redis spends a message does
+	// not, so their ratio says what the backlog costs a publish.
+	PublishCPUUsec      *float64  `json:"publish_cpu_usec_per_msg"`
+	PublishCPUs         []float64 `json:"publish_cpu_usec"`
+	EmptyPublishCPUUsec *float64  `json:"empty_topic_publish_cpu_usec_per_msg"`
+	EmptyPublishCPUs    []float64 `json:"empty_topic_publish_cpu_usec"`
 	// PromoteRate: those messages moved by a Manager alone; the Redis cost
 	// per message moved: script time (INFO commandstats) and server CPU.
 	PromoteRate       *float64 `json:"promote_rate"`
@@ -572,13 +580,14 @@ func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payloa
 	}
 	defer pub.Close()
 	empty := emptyTopic(step.Size)
-	publish := func(topic, what string, round int, into *[]float64) bool {
+	publish := func(topic, what string, round int, into, cpu *[]float64) bool {
 		due := b.opts.BacklogDue
 		rate := b.measure(fmt.Sprintf("publish delayed %v, 500 per call × 8, %s %s (round %d)", due, what, at, round), n, func() (time.Duration, error) {
 			return publishUser(pub, topic, n, payload, nil, func() delay.Delay { return delay.For(due) }, nil)
 		})
 		if rate != nil {
 			*into = append(*into, *rate)
+			*cpu = append(*cpu, b.rep.Runs[len(b.rep.Runs)-1].CPUTime*1e6/float64(n))
 		}
 		return rate != nil
 	}
@@ -588,9 +597,9 @@ func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payloa
 		for _, first := range []bool{backlogFirst, !backlogFirst} {
 			var ok bool
 			if first {
-				ok = publish(backlogTopic, "to the backlog topic", r, &step.PublishRates)
+				ok = publish(backlogTopic, "to the backlog topic", r, &step.PublishRates, &step.PublishCPUs)
 			} else {
-				ok = publish(empty, "to a topic with no backlog", r, &step.EmptyPublishRates)
+				ok = publish(empty, "to a topic with no backlog", r, &step.EmptyPublishRates, &step.EmptyPublishCPUs)
 			}
 			if !ok {
 				return
@@ -600,6 +609,9 @@ func (b *bench) measureAtBacklog(client *redis.Client, step *BacklogStep, payloa
 	step.PublishRate, step.EmptyPublishRate = ptr(median(step.PublishRates)), ptr(median(step.EmptyPublishRates))
 	progress("   publish: %s msg/s to the backlog topic, %s to a topic with no backlog (medians of %d; %.2f×)",
 		formatNumber(*step.PublishRate), formatNumber(*step.EmptyPublishRate), publishRounds, *step.PublishRate / *step.EmptyPublishRate)
+	step.PublishCPUUsec, step.EmptyPublishCPUUsec = ptr(median(step.PublishCPUs)), ptr(median(step.EmptyPublishCPUs))
+	progress("   Redis CPU a message: %.2f µs to the backlog topic, %.2f µs to a topic with no backlog (medians of %d; the backlog's %.2f× the other's rate at that cost)",
+		*step.PublishCPUUsec, *step.EmptyPublishCPUUsec, publishRounds, *step.EmptyPublishCPUUsec / *step.PublishCPUUsec)
 	if b.opts.BacklogCold {
 		if !rebuild() {
 			return
@@ -855,6 +867,8 @@ func (b *bench) backlogRows() {
 		b.rep.row("7", pubRow+at, "msg/s", "≥ 0.8× the smallest backlog", s.PublishRate, peers(first.PublishRate)...)
 		b.rep.row("7", pubRow+", backlog topic against a topic with no backlog"+at, "msg/s", "≥ 0.8×", s.PublishRate,
 			peer("topic with no backlog, same Redis", s.EmptyPublishRate))
+		b.rep.row("7", pubRow+", Redis CPU a message, backlog topic against a topic with no backlog"+at, "µs", "≤ 1.25×", s.PublishCPUUsec,
+			peer("topic with no backlog, same Redis", s.EmptyPublishCPUUsec))
 		b.rep.row("7", "promote (Manager alone)"+at, "msg/s", "", s.PromoteRate, peers(first.PromoteRate)...)
 		b.rep.row("7", "promotion: script time per message"+at, "µs", "flat", ptr(s.PromoteScriptUsec), peers(ptr(first.PromoteScriptUsec))...)
 		b.rep.row("7", "due delivery, due time to ack"+at, "msg/s", "≥ 0.8× the smallest backlog", s.DeliveryRate, peers(first.DeliveryRate)...)

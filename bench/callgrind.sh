@@ -7,7 +7,7 @@
 # for the tests (a valkey-server, say).
 #
 #   bash bench/callgrind.sh                 # every workload
-#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim farpub unpack pull look fill)
+#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim farpub unpack pull look near fill)
 #
 # Compare two trees by running it in each (git worktree add).
 # REDISDELAY_CALLGRIND_COMMANDS=1 counts the commands' instructions only
@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 works=("$@")
-[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim farpub unpack pull look fill)
+[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim farpub unpack pull look near fill)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/store.test" ./internal/store/
@@ -78,6 +78,7 @@ for w in "${works[@]}"; do
 			echo "$w, format $f: $(( (total[$w$f] - total[far$f]) / n )) instructions a message"
 		done
 		;;
+	near) echo "near: $(per "${total[$w]}" "$base") instructions a message (look's publishes, 100 a call, into a partition without a far tier)" ;;
 	tick) echo "tick: $(per "${total[$w]}" "$base") instructions a round (2 delayed publishes + a tick moving them)" ;;
 	tickidle)
 		echo "tickidle: $(per "${total[$w]}" "$base") instructions a round (tick's, and two idle ticks)"

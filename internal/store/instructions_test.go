@@ -37,6 +37,7 @@ import (
 //	look2      far2, then 1,000 new messages due in 15 s published 100 a
 //	           call, each looked up in the far tier
 //	look3      far3, then the same
+//	near       look3's publishes into a partition without a far tier
 //	fill2      1,000 far messages of format 2 published 500 a call over 30
 //	           days of buckets, as a publisher fills a far tier (the first
 //	           2,048 with a far filter, the rest without: past its size,
@@ -144,6 +145,10 @@ func TestInstructions_Workload(t *testing.T) {
 				t.Fatalf("a sweep requeued %d and left pending entries idle %d ms at most, want 0 and more", r.Requeued, r.Oldest)
 			}
 		}
+	case "near":
+		// look's publishes into a partition without a far tier
+		var shapes FarShapes
+		nearCalls(t, c, sh, true, &shapes)
 	case "fill2", "fill3":
 		// 2,500 first (the filter's 2,048 and more), then the 1,000 counted
 		// (bench/callgrind.sh subtracts a run of the first 2,500 alone)
@@ -186,20 +191,9 @@ func TestInstructions_Workload(t *testing.T) {
 		}
 		switch work[:len(work)-1] {
 		case "look":
-			// 1,000 new messages due in 15 s, 100 a call: each looked up
-			// in the far tier (its filter's bits, its index on a 1)
-			for range 10 {
-				msgs := make([]PubMessage, 100)
-				for i := range msgs {
-					id := watermill.NewUUID()
-					f := FarArgOf(id, 15*time.Second, true)
-					f.Format3 = format == "3"
-					msgs[i] = keyedMsg(PubMessage{UUID: id, Delay: 15_000, Far: f}, make([]byte, 100))
-				}
-				if _, err := Publish(ctx, c, sh, PublishOpts{Shapes: &shapes}, []*fairCall{{PubArgs{Msgs: msgs}}}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			// each looked up in the far tier (its filter's bits, its
+			// index on a 1)
+			nearCalls(t, c, sh, format == "3", &shapes)
 		case "unpack":
 			instructionsUnpack(t, c, sh, b)
 		case "pull":
@@ -217,6 +211,23 @@ func TestInstructions_Workload(t *testing.T) {
 // keyedMsg is m with its body, a message of payload, given a business key
 // of its own (in its metadata and its key argument, replace policy) when
 // REDISDELAY_INSTRUCTIONS_KEYED is 1.
+// nearCalls publishes 1,000 new messages due in 15 s to sh, 100 a call,
+// by a writer of format 3 (format3) or 2.
+func nearCalls(t *testing.T, c *redis.Client, sh Shard, format3 bool, shapes *FarShapes) {
+	for range 10 {
+		msgs := make([]PubMessage, 100)
+		for i := range msgs {
+			id := watermill.NewUUID()
+			f := FarArgOf(id, 15*time.Second, true)
+			f.Format3 = format3
+			msgs[i] = keyedMsg(PubMessage{UUID: id, Delay: 15_000, Far: f}, make([]byte, 100))
+		}
+		if _, err := Publish(context.Background(), c, sh, PublishOpts{Shapes: shapes}, []*fairCall{{PubArgs{Msgs: msgs}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func keyedMsg(m PubMessage, payload []byte) PubMessage {
 	msg := message.NewMessage(m.UUID, payload)
 	if os.Getenv("REDISDELAY_INSTRUCTIONS_KEYED") == "1" {
