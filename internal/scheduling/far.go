@@ -42,8 +42,8 @@ func (s *Scheduler) unpackFar(ctx context.Context, sh store.Shard, fields waterm
 
 // unpark moves into the waiting set the far elements of a partition that a
 // process of an older release parked (store.Unpark), a batch each trim.
-func (s *Scheduler) unpark(ctx context.Context, sh store.Shard, fields watermill.LogFields) {
-	n, _, err := store.Unpark(ctx, s.redis, sh, s.owner)
+func (s *Scheduler) unpark(ctx context.Context, sh store.Shard, parked int64, fields watermill.LogFields) {
+	n, _, err := store.Unpark(ctx, s.redis, sh, s.owner, parked)
 	if err != nil {
 		s.limiter.Errorf(s.logger, "redisdelay: cannot move parked far messages into the waiting set; the next trim tries again", err, fields)
 		return

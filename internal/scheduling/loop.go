@@ -493,7 +493,7 @@ func (s *Scheduler) trimStream(ctx context.Context, sh store.Shard, fields water
 		s.rebuildFarFilter(sh, fields)
 	}
 	if r.Parked > 0 {
-		s.unpark(ctx, sh, fields)
+		s.unpark(ctx, sh, r.Parked, fields)
 	}
 	fields = fields.Add(watermill.LogFields{"count": r.Removed})
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -556,15 +557,22 @@ const UnparkBatch = 128
 
 // Unpark moves into the waiting set the far elements of format 3 that a
 // process of release 0.2.0 parked in sh (unpark.lua), when owner holds the
-// partition's scheduling lease. It returns how many it moved; stale when
-// the lease or the index's shape changed meanwhile (nothing done). An
-// entry no release here reads either stays parked.
-func Unpark(ctx context.Context, c Cmds, sh Shard, owner string) (moved int64, stale bool, err error) {
+// partition's scheduling lease; parked is the park list's length, as
+// trim.lua told it. It returns how many it moved; stale when the lease or
+// the index's shape changed meanwhile (nothing done). An entry no release
+// here reads either stays parked: a list longer than a batch is read from
+// a random place, so that such entries at its head hold up none behind
+// them.
+func Unpark(ctx context.Context, c Cmds, sh Shard, owner string, parked int64) (moved int64, stale bool, err error) {
+	from := int64(0)
+	if parked > UnparkBatch {
+		from = rand.Int64N(parked - UnparkBatch + 1)
+	}
 	var m *redis.SliceCmd
 	var e *redis.StringSliceCmd
 	pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		m = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields[0], fpShapeFields[1])
-		e = pipe.LRange(ctx, sh.FarPark(), 0, UnparkBatch-1)
+		e = pipe.LRange(ctx, sh.FarPark(), from, from+UnparkBatch-1)
 		return nil
 	}))
 	if err := e.Err(); err != nil {

@@ -282,11 +282,11 @@ func TestFar3_Unpark(t *testing.T) {
 			require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "n", -5).Err())
 
 			require.NoError(t, e.c.Set(e.ctx, e.sh.Lease(), "me", time.Minute).Err())
-			moved, stale, err := Unpark(e.ctx, e.c, e.sh, "other")
+			moved, stale, err := Unpark(e.ctx, e.c, e.sh, "other", 6)
 			require.NoError(t, err)
 			require.True(t, stale, "not the lease holder: nothing done")
 			require.Zero(t, moved)
-			moved, stale, err = Unpark(e.ctx, e.c, e.sh, "me")
+			moved, stale, err = Unpark(e.ctx, e.c, e.sh, "me", 6)
 			require.NoError(t, err)
 			require.False(t, stale)
 			require.EqualValues(t, 4, moved)
@@ -307,11 +307,37 @@ func TestFar3_Unpark(t *testing.T) {
 			}
 			require.Zero(t, e.c.Exists(e.ctx, e.sh.fpSide(), e.sh.fpKeySide()).Val())
 			require.Equal(t, []string{fmt.Sprintf("2:%d:%d:\x07not a format", e.b, start)}, e.c.LRange(e.ctx, e.sh.FarPark(), 0, -1).Val(), "left parked")
-			moved, _, err = Unpark(e.ctx, e.c, e.sh, "me")
+			moved, _, err = Unpark(e.ctx, e.c, e.sh, "me", 1)
 			require.NoError(t, err)
 			require.Zero(t, moved)
 		})
 	}
+}
+
+// Entries no release here reads, a batch's worth at the head of the park
+// list, hold up none behind them.
+func TestFar3_UnparkBehindUnreadable(t *testing.T) {
+	e := newFar3Env(t, fpShape{L: 11})
+	e.put(idA, 10*time.Second, "", false)
+	start := farBucketStart(e.b).UnixMilli()
+	el, err := e.c.LIndex(e.ctx, e.sh.FarList(e.b), 0).Result()
+	require.NoError(t, err)
+	for i := range UnparkBatch + 1 {
+		require.NoError(t, e.c.RPush(e.ctx, e.sh.FarPark(), fmt.Sprintf("2:%d:%d:\x07unreadable %d", e.b, start, i)).Err())
+	}
+	require.NoError(t, e.c.RPush(e.ctx, e.sh.FarPark(), fmt.Sprintf("2:%d:%d:%s", e.b, start, el)).Err())
+	require.NoError(t, e.c.Del(e.ctx, e.sh.FarList(e.b)).Err())
+	require.NoError(t, e.c.Set(e.ctx, e.sh.Lease(), "me", time.Minute).Err())
+	parked := int64(UnparkBatch + 2)
+	for range 50 {
+		moved, _, err := Unpark(e.ctx, e.c, e.sh, "me", parked)
+		require.NoError(t, err)
+		if moved == 1 {
+			break
+		}
+	}
+	require.Equal(t, int64(UnparkBatch+1), e.c.LLen(e.ctx, e.sh.FarPark()).Val(), "the unreadable ones stay")
+	require.NoError(t, e.c.ZScore(e.ctx, e.sh.Waiting(), idA).Err(), "the one behind them moved on")
 }
 
 // A scheduler that read the index's shape before a doubling (L grew)
