@@ -813,8 +813,8 @@ func Trim(ctx context.Context, c redis.Scripter, sh Shard, retention time.Durati
 // Idle runs idle.lua: whether the partition holds nothing to schedule
 // for the consumer groups listed, marking it dormant if so.
 func Idle(ctx context.Context, c redis.Scripter, sh Shard, groups []string, retention time.Duration) (bool, error) {
-	k := make([]string, 0, 6+2*len(groups))
-	k = append(k, sh.Waiting(), sh.Stream(), sh.dormant(), sh.Fanout(), sh.Far(), sh.FarZ())
+	k := make([]string, 0, 7+2*len(groups))
+	k = append(k, sh.Waiting(), sh.Stream(), sh.dormant(), sh.Fanout(), sh.Far(), sh.FarZ(), sh.FarPark())
 	for _, g := range groups {
 		k = append(k, sh.Retry(g), sh.Redelivery(g))
 	}

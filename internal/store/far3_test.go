@@ -340,6 +340,23 @@ func TestFar3_UnparkBehindUnreadable(t *testing.T) {
 	require.NoError(t, e.c.ZScore(e.ctx, e.sh.Waiting(), idA).Err(), "the one behind them moved on")
 }
 
+// A partition whose park list holds elements is not idle: its loop keeps
+// running, so a trim moves them on even when nothing else is scheduled.
+func TestFar3_ParkedIsNotIdle(t *testing.T) {
+	c := freshClient(t)
+	ctx := context.Background()
+	sh := Shard("t:{idle}:0")
+	idle, err := Idle(ctx, c, sh, nil, 0)
+	require.NoError(t, err)
+	require.True(t, idle, "nothing held")
+	require.NoError(t, c.Del(ctx, sh.dormant()).Err())
+	require.NoError(t, c.RPush(ctx, sh.FarPark(), "2:1:0:\x03parked").Err())
+	idle, err = Idle(ctx, c, sh, nil, 0)
+	require.NoError(t, err)
+	require.False(t, idle)
+	require.Zero(t, c.Exists(ctx, sh.dormant()).Val())
+}
+
 // A scheduler that read the index's shape before a doubling (L grew)
 // changes nothing and reads again.
 func TestFar3_UnpackStaleShape(t *testing.T) {
