@@ -592,7 +592,7 @@ func Unpark(ctx context.Context, c Cmds, sh Shard, owner string, parked int64) (
 	args = append(args, owner, shape.L, 0)
 	n := 0
 	for _, entry := range e.Val() {
-		id, field, ok := "", "", false
+		id, ok := "", false
 		var el farElem
 		if v, start, elem, parsed := parkedEntry(entry); parsed && v == farFormat2 && elem[0] == farFormat3 {
 			if el, ok, _ = decodeFar(v, start, elem); ok {
@@ -602,7 +602,7 @@ func Unpark(ctx context.Context, c Cmds, sh Shard, owner string, parked int64) (
 		if !ok {
 			continue // left parked: unpark.lua could not read it either
 		}
-		field = farField(id)
+		field := farField(id)
 		h := fpHash(field)
 		a, b, low := shape.args(sh, h)
 		var keyArg string
@@ -619,7 +619,7 @@ func Unpark(ctx context.Context, c Cmds, sh Shard, owner string, parked int64) (
 	args[2] = n
 	res, err := unparkScript.Run(ctx, c, keys, args...).Int64Slice()
 	if err == nil {
-		err = replyShort("unpark", len(res), 2)
+		err = replyShort("unpark", len(res), 1)
 	}
 	if err != nil {
 		return 0, false, err

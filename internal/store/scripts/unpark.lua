@@ -43,21 +43,21 @@
                    shards low a b as big-endian numbers of 4 bytes each;
                    else ""
 
-  Returns {moved, kept}: messages moved into the waiting set, and entries
-  left in the park list (this release cannot read them either); {-1, 0}
-  when the caller does not hold the lease or the index's L changed since
-  it read it (it reads again on its next trim).
+  Returns {moved}: messages moved into the waiting set (an entry that
+  cannot be read stays in the park list); {-1} when the caller does not
+  hold the lease or the index's L changed since it read it (it reads
+  again on its next trim).
 ]]
 local lease, fmeta, fpark, waiting, bodies = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local bkeys, bkeyof, prio, ff, fic, fkc = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local owner, callerL, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
 if redis.call('GET', lease) ~= owner then
-  return {-1, 0}
+  return {-1}
 end
 local shape = redis.call('HMGET', fmeta, 'iL', 'iS')
 if tonumber(shape[1] or '11') ~= callerL then
-  return {-1, 0}
+  return {-1}
 end
 local splitS = tonumber(shape[2] or '0')
 
@@ -80,19 +80,17 @@ local function remove_parked(shard, side, fp, full, b, key)
   end
 end
 
-local moved, kept, keyed = 0, 0, 0
+local moved, keyed = 0, 0
 local z = {}
 for i = 1, n do
   local j = 4 + 7 * (i - 1)
   local entry = ARGV[j]
   local v, b, start, e = string.match(entry, '^(%d+):(%-?%d+):(%-?%d+):(.+)$')
   local score, body, key, isPrio
-  if e and ARGV[j + 1] ~= '' then
+  if e then
     score, body, key, isPrio = far_decode(tonumber(v), tonumber(start), e)
   end
-  if not score then
-    kept = kept + 1
-  elseif redis.call('LREM', fpark, 1, entry) == 1 then
+  if score and redis.call('LREM', fpark, 1, entry) == 1 then
     local shard = KEYS[tonumber(ARGV[j + 3])]
     if tonumber(ARGV[j + 5]) < splitS then
       shard = KEYS[tonumber(ARGV[j + 4])]
@@ -123,4 +121,4 @@ if keyed > 0 then
   -- the parking release counted the messages out, not their key entries
   ff_remove(fmeta, ff, 0, keyed)
 end
-return {moved, kept}
+return {moved}
