@@ -52,6 +52,7 @@ for w in "${works[@]}" ; do
 	farpub) for x in far2 far3; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
 	fill) for x in fill2 fill2-first fill3 fill3-first; do total[$x]=$(count "$x"); done ;;
 	unpack | pull | look) for x in far2 far3 "${w}2" "${w}3"; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
+	near) for x in far3 near; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
 	*) total[$w]=$(count "$w") ;;
 	esac
 done
@@ -78,7 +79,7 @@ for w in "${works[@]}"; do
 			echo "$w, format $f: $(( (total[$w$f] - total[far$f]) / n )) instructions a message"
 		done
 		;;
-	near) echo "near: $(per "${total[$w]}" "$base") instructions a message (look's publishes, 100 a call, into a partition without a far tier)" ;;
+	near) echo "near: $(( (total[near] - total[far3]) / 1000 )) instructions a message (look's publishes, 100 a call, into a partition without a far tier; less far3's fill of another, as look3 is)" ;;
 	tick) echo "tick: $(per "${total[$w]}" "$base") instructions a round (2 delayed publishes + a tick moving them)" ;;
 	tickidle)
 		echo "tickidle: $(per "${total[$w]}" "$base") instructions a round (tick's, and two idle ticks)"

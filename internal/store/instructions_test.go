@@ -37,7 +37,9 @@ import (
 //	look2      far2, then 1,000 new messages due in 15 s published 100 a
 //	           call, each looked up in the far tier
 //	look3      far3, then the same
-//	near       look3's publishes into a partition without a far tier
+//	near       far3, then look3's publishes into another partition, one
+//	           without a far tier (bench/callgrind.sh subtracts far3 from
+//	           both: the scripts are loaded before either is counted)
 //	fill2      1,000 far messages of format 2 published 500 a call over 30
 //	           days of buckets, as a publisher fills a far tier (the first
 //	           2,048 with a far filter, the rest without: past its size,
@@ -65,7 +67,7 @@ func TestInstructions_Workload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const n = 1000 // bench/callgrind.sh divides by it
+	const n = instructionsN
 	if os.Getenv("REDISDELAY_INSTRUCTIONS_KEYED") == "1" {
 		// Keys held in the waiting set beside the far tier's, past
 		// hash-max-listpack-entries (512 here): :bkeys is a hashtable
@@ -146,9 +148,11 @@ func TestInstructions_Workload(t *testing.T) {
 			}
 		}
 	case "near":
-		// look's publishes into a partition without a far tier
-		var shapes FarShapes
-		nearCalls(t, c, sh, true, &shapes)
+		// look's publishes into a partition without a far tier, after far3's
+		// fill of another: what far3 leaves is subtracted from look3 and
+		// near alike, the loading of the scripts with it
+		_, _, shapes := fillFar(t, c, sh, "3")
+		nearCalls(t, c, Keys{Prefix: "instructions"}.Shard("near", 0), true, shapes)
 	case "fill2", "fill3":
 		// 2,500 first (the filter's 2,048 and more), then the 1,000 counted
 		// (bench/callgrind.sh subtracts a run of the first 2,500 alone)
@@ -173,27 +177,12 @@ func TestInstructions_Workload(t *testing.T) {
 		}
 	case "far2", "far3", "unpack2", "unpack3", "pull2", "pull3", "look2", "look3":
 		format := work[len(work)-1:]
-		due := time.Now().Add(10 * time.Minute) // one bucket
-		b, _, _, _ := farPlace(time.Now().UnixMilli(), due.UnixMilli())
-		var ids []string
-		var shapes FarShapes // kept, as a Publisher keeps them
-		for range n {
-			id := watermill.NewUUID()
-			ids = append(ids, id)
-			in := time.Until(due)
-			f := FarArgOf(id, in, true)
-			f.Format3 = format == "3"
-			f.Place(time.Now().UnixMilli())
-			m := keyedMsg(PubMessage{UUID: id, Delay: in.Milliseconds(), Far: f}, make([]byte, 100))
-			if _, err := Publish(ctx, c, sh, PublishOpts{Shapes: &shapes}, []*fairCall{{PubArgs{Msgs: []PubMessage{m}}}}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		ids, b, shapes := fillFar(t, c, sh, format)
 		switch work[:len(work)-1] {
 		case "look":
 			// each looked up in the far tier (its filter's bits, its
 			// index on a 1)
-			nearCalls(t, c, sh, format == "3", &shapes)
+			nearCalls(t, c, sh, format == "3", shapes)
 		case "unpack":
 			instructionsUnpack(t, c, sh, b)
 		case "pull":
@@ -206,6 +195,32 @@ func TestInstructions_Workload(t *testing.T) {
 	default:
 		t.Fatalf("REDISDELAY_INSTRUCTIONS=%q: no such workload", work)
 	}
+}
+
+// instructionsN is how many messages a workload counts:
+// bench/callgrind.sh divides by it.
+const instructionsN = 1000
+
+// fillFar publishes instructionsN far messages of format ("2" or "3") to sh, one a
+// call, all in one bucket, b. It returns their UUIDs and the index shapes
+// the calls left, as a Publisher keeps them.
+func fillFar(t *testing.T, c *redis.Client, sh Shard, format string) (ids []string, b int64, shapes *FarShapes) {
+	due := time.Now().Add(10 * time.Minute) // one bucket
+	b, _, _, _ = farPlace(time.Now().UnixMilli(), due.UnixMilli())
+	shapes = &FarShapes{}
+	for range instructionsN {
+		id := watermill.NewUUID()
+		ids = append(ids, id)
+		in := time.Until(due)
+		f := FarArgOf(id, in, true)
+		f.Format3 = format == "3"
+		f.Place(time.Now().UnixMilli())
+		m := keyedMsg(PubMessage{UUID: id, Delay: in.Milliseconds(), Far: f}, make([]byte, 100))
+		if _, err := Publish(context.Background(), c, sh, PublishOpts{Shapes: shapes}, []*fairCall{{PubArgs{Msgs: []PubMessage{m}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids, b, shapes
 }
 
 // keyedMsg is m with its body, a message of payload, given a business key
