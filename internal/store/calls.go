@@ -172,32 +172,43 @@ func Publish[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, o Publi
 	case near:
 		return delayedNear(ctx, c, sh, msgs, batch)
 	}
-	// A run that finds the format 3 index's shape other than the caller
-	// knew it does nothing and says so: it runs again with the shape, at
-	// most when the index is made and at each doubling of its shards.
+	// A run that finds the format 3 index's shape, or the far filter's
+	// size, other than the caller knew it does nothing and says so: it
+	// runs again with them, at most when the index is made, at each
+	// doubling of its shards and after each rebuild of the filter.
 	shape := o.Shapes.load(sh)
 	for range 3 {
 		res, err := publishGeneral(ctx, c, sh, o, batch, msgs, shape)
 		if err != nil {
 			return PublishReply{}, err
 		}
-		if len(res) != 3 || res[0] != any(int64(-1)) {
-			if n := len(res); n == len(batch)+4 {
+		if len(res) != 4 || res[0] != any(int64(-1)) {
+			after := shape
+			if n := len(res); n == len(batch)+5 {
 				// the index's shape after the run (the caller gave an L)
 				if l, _ := res[n-2].(int64); l > 0 {
 					sp, _ := res[n-1].(int64)
-					o.Shapes.store(sh, fpShape{L: uint64(l), S: uint64(sp), Set: true})
+					after.L, after.S, after.Set = uint64(l), uint64(sp), true
 				}
 				res = res[:n-2]
+			}
+			if n := len(res); n == len(batch)+3 {
+				bits, _ := res[n-1].(int64)
+				after.FilterBits = uint64(bits)
+				res = res[:n-1]
+			}
+			if after != shape {
+				o.Shapes.store(sh, after)
 			}
 			return publishReply(res, len(batch))
 		}
 		l, _ := res[1].(int64)
 		sp, _ := res[2].(int64)
-		shape = fpShape{L: uint64(l), S: uint64(sp), Set: l > 0}
+		bits, _ := res[3].(int64)
+		shape = fpShape{L: uint64(l), S: uint64(sp), Set: l > 0, FilterBits: uint64(bits)}
 		o.Shapes.store(sh, shape)
 	}
-	return PublishReply{}, fmt.Errorf("the far index of %s kept changing its shape while a publish ran", sh)
+	return PublishReply{}, fmt.Errorf("the far index or filter of %s kept changing its shape while a publish ran", sh)
 }
 
 // publishGeneral runs publish.lua once, for the format 3 index of shape
@@ -235,7 +246,7 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 		}
 	}
 	if w3 > 0 && !shape.Set {
-		shape = fpShape{L: fpMinLevel}
+		shape.L, shape.S = fpMinLevel, 0
 	}
 	stride, fpL := 13, uint64(0)
 	if shape.Set || w3 > 0 {
@@ -251,7 +262,7 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 	for _, pc := range batch {
 		args = append(args, len(pc.PublishArgs().Msgs))
 	}
-	args = append(args, filterMode(fp), fpL)
+	args = append(args, filterMode(fp), shape.FilterBits, fpL)
 	if stride == 15 {
 		side, keySide := 0, 0
 		if w3 > 0 {
@@ -287,6 +298,11 @@ func publishGeneral[C PubCall](ctx context.Context, c redis.Scripter, sh Shard, 
 			}
 			if f.Bucket >= 0 {
 				bucketIdx = indexOf(sh.FarList(f.Bucket))
+			}
+			if f.Lookup && f.Bucket < 0 && shape.FilterBits > 0 {
+				// only looked up: its bit, which the run checks the
+				// filter's size for
+				sel = uint32(uint64(sel) % shape.FilterBits)
 			}
 			args = append(args, shardIdx, f.Field, bucketIdx, f.Bucket, f.Start, f.UnpackAt, m.Group, sel)
 			if stride == 13 {

@@ -259,6 +259,11 @@ func fpSel(h uint64) uint32 { return uint32(h >> fpMinLevel) }
 type fpShape struct {
 	L, S uint64
 	Set  bool // :fmeta holds iL: a format 3 index was written
+	// FilterBits is the far filter's size in bits as a publish last found
+	// it trusted at the publisher's selectors (0: none known). A message
+	// only looked up is then sent with its bit, not its selector
+	// (publish.lua, which checks the size).
+	FilterBits uint64
 }
 
 // shard is the index shard of hash h.

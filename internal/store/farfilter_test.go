@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"regexp"
 	"strconv"
@@ -153,6 +154,62 @@ func TestFarFilter_SkipsLookupsAndMissesNoReuse(t *testing.T) {
 	require.Less(t, reads, int64(200), "a near publish read the far index though the filter says the UUID is not there")
 	e.requireAllFound(ids)
 	require.False(t, e.trimSays(), "a filter within its capacity needs no rebuild")
+}
+
+// A publisher learns the filter's size from its runs and then sends a
+// message only looked up with its bit, not its selector: the filter still
+// answers for it, and a size the publisher knows wrong (the filter was
+// rebuilt meanwhile, or the caller is confused) costs a run again with the
+// right one, never a lookup skipped. Both selector modes.
+func TestFarFilter_BitsTheCallerKnows(t *testing.T) {
+	for _, far3 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("format3=%v", far3), func(t *testing.T) {
+			e := newFFEnv(t)
+			e.far3 = far3
+			ids := e.far(1500) // with the 300 below, within the filter's capacity
+			bits := uint64(farFilterMinBlocks * 512)
+			require.Equal(t, bits, e.shapes.load(e.sh).FilterBits, "the size a publisher learned")
+			require.Less(t, e.nearFresh(2000), int64(300))
+			e.requireAllFound(ids)
+
+			// far messages of a publisher that knows the size carry their
+			// selectors, and set their bits
+			more := e.far(300)
+			for _, id := range more {
+				sel := uint64(farSel(farField(id)))
+				if far3 {
+					sel = uint64(fpSel(fpHash(farField(id))))
+				}
+				bit, err := e.c.GetBit(e.ctx, e.sh.farFilter(), int64(sel%bits)).Result()
+				require.NoError(t, err)
+				require.Equal(t, int64(1), bit, "the bit of %s", id)
+			}
+			ids = append(ids, more...)
+
+			for _, wrong := range []uint64{bits * 2, bits - 512, 1} {
+				shape := e.shapes.load(e.sh)
+				shape.FilterBits = wrong
+				e.shapes.store(e.sh, shape)
+				runs := commandCalls(t, e.c, "evalsha")
+				require.Less(t, e.nearFresh(100), int64(40), "a publisher that knew the size wrong (%d) read the index for each message", wrong)
+				require.Equal(t, int64(2), commandCalls(t, e.c, "evalsha")-runs, "runs of a publish of 100 whose publisher knew the size wrong: once, then again with it")
+				require.Equal(t, bits, e.shapes.load(e.sh).FilterBits)
+				shape.FilterBits = wrong
+				e.shapes.store(e.sh, shape)
+				e.requireAllFound(ids)
+			}
+
+			// untrusted (an older release moved n): every message is
+			// looked up, whatever size the publisher knew
+			require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "n", 1).Err())
+			reads := int64(100)
+			if far3 {
+				reads = 200 // format 2's index and format 3's
+			}
+			require.Equal(t, reads, e.nearFresh(100))
+			require.Zero(t, e.shapes.load(e.sh).FilterBits, "an untrusted filter's size is not kept")
+		})
+	}
 }
 
 // Past its capacity the filter is not trusted (every near publish reads the

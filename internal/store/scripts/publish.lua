@@ -67,21 +67,24 @@
   ARGV[9+n+c]      the caller's far filter selectors (farfilter.go): 3 when
                    ARGV[j+12] is fpSel's (as a process writing format 3
                    has them), else 2 (farSel's, as releases up to 0.2.0)
-  ARGV[10+n+c]     the format 3 index's L as the caller knows it (far3.go;
+  ARGV[10+n+c]     the far filter's size in bits as the caller knows it (a
+                   run's reply; 0 for none): a message only looked up
+                   (ARGV[j+7] 0) then comes with its bit in ARGV[j+12]
+  ARGV[11+n+c]     the format 3 index's L as the caller knows it (far3.go;
                    :fmeta's iL), 0 for none: then thirteen arguments per
                    message, else fifteen (ARGV[j+13..14]) and the index
                    arguments below; fpMinLevel (11) when the caller knows
                    none and may store format 3
   and with an L (none: the messages' arguments follow):
-  ARGV[11+n+c]     1 when the far messages are stored in format 3 (far3.go),
+  ARGV[12+n+c]     1 when the far messages are stored in format 3 (far3.go),
                    0 for format 2
-  ARGV[12+n+c]     the index's split pointer S as the caller knows it
-  ARGV[13+n+c]     the number of index splits the caller gives keys for, s
-  ARGV[14+n+c]     index in KEYS of the index's side table (:fic); 0 with
+  ARGV[13+n+c]     the index's split pointer S as the caller knows it
+  ARGV[14+n+c]     the number of index splits the caller gives keys for, s
+  ARGV[15+n+c]     index in KEYS of the index's side table (:fic); 0 with
                    format 2
-  ARGV[15+n+c]     index in KEYS of the index's side table of business keys
+  ARGV[16+n+c]     index in KEYS of the index's side table of business keys
                    (:fkc); 0 when no message has a business key
-  ARGV[16+n+c..]   per split, in order from the caller's L and S: indexes in
+  ARGV[17+n+c..]   per split, in order from the caller's L and S: indexes in
                    KEYS of the shard split and of the shard 2^L above it
                    (far3.go's splits). A run storing format 3 splits shards
                    while the tier holds more than fpPerShard (48) messages
@@ -120,7 +123,11 @@
                    filter's bits, whatever the format it is or would be
                    stored in; a lookup reads it first (with a trusted
                    filter), and a message stored in the far tier sets it.
-                   0 when ARGV[j+5] and ARGV[j+7] are 0
+                   0 when ARGV[j+5] and ARGV[j+7] are 0. For a message only
+                   looked up (ARGV[j+7] 0), with a size in ARGV[10+n+c]:
+                   its bit, the selector modulo that size. (Else Lua makes
+                   a number of the selector and Redis a string of the bit,
+                   with strtod and snprintf in Redis 7.0.)
   ARGV[j+13]       the UUID's fingerprint in the format 3 index ("" when
                    ARGV[j+5] is 0, or when a pull found no far message of
                    the UUID and it is not to be stored in format 3): a
@@ -156,14 +163,18 @@
                    message's, that place (6 bytes: far3.go's fpLoc less its
                    flag byte), which is then not a maybe
 
-  Returns {-1, L, S} when the caller's L (ARGV[10+n+c]) is not the format 3
-  index's and a message is looked up or may be stored in format 3: nothing
-  is done, the caller sends the run again with L. Else one status per
-  call, in call order, then 1 when KEYS[8] was missing (the caller
-  registers the topic again), else 0, then 1 when an immediate grouped
-  message found the consumer groups listed wrong (it waited for the
-  scheduler: the caller reads the list again), else 0, then, when the
-  caller gave an L, the index's L and S after the run (L 0: none). A status:
+  Returns {-1, L, S, F} when the caller's L (ARGV[11+n+c]) is not the
+  format 3 index's and a message is looked up or may be stored in format 3,
+  or when a message is looked up and the caller's far filter size
+  (ARGV[10+n+c]) is not 0 and not F, the size of the filter a lookup may
+  trust: nothing is done, the caller sends the run again with L and F.
+  Else one status per call, in call order, then 1 when KEYS[8] was
+  missing (the caller registers the topic again), else 0, then 1 when an
+  immediate grouped message found the consumer groups listed wrong (it
+  waited for the scheduler: the caller reads the list again), else 0, then
+  F (0: no filter a lookup may trust at the caller's selectors), then, when
+  the caller gave an L, the index's L and S after the run (L 0: none). A
+  status:
     0                          its messages are stored (or dropped: keep first)
     {'pull', UUID, ...}        messages of the call, or holders of its
                                business keys that it replaces, are waiting
@@ -212,7 +223,8 @@ local farMargin, farWidth, farSlack = tonumber(ARGV[5]), tonumber(ARGV[6]), tonu
 local CHUNK = 500 -- arguments unpacked per variadic call (Lua's stack is limited)
 local ng = tonumber(ARGV[8])
 local mode3 = ARGV[9 + ng + calls] == '3'
-local base = 10 + ng + calls
+local callerBits = tonumber(ARGV[10 + ng + calls])
+local base = 11 + ng + calls
 local fpL = tonumber(ARGV[base])
 local w3, fpS, nsplit, fic, fkc, first = false, 0, 0, nil, nil, base + 1
 local STRIDE = 13 -- arguments per message
@@ -383,21 +395,27 @@ local iSet = iL > 0
 if not iSet and w3 then
   iL = 11 -- fpMinLevel: the shape a writer starts
 end
-if (nAsk > 0 or w3 or farK > 0 and #msgKeys > 0) and iL ~= fpL then
-  return {-1, iL, iS}
+-- the far filter's size in bits when a lookup may trust it, else 0
+local ffBits = 0
+if ffWithin and farM == farN then
+  ffBits = ffBlocks * 512
+end
+if (nAsk > 0 or w3 or farK > 0 and #msgKeys > 0) and iL ~= fpL or nAsk > 0 and callerBits > 0 and ffBits > 0 and callerBits ~= ffBits then
+  return {-1, iL, iS, ffBits}
 end
 if farN > 0 then
   -- maybe: looked up in the far index, format 2's, and format 3's when
   -- it has one and the message a fingerprint to look up (none when a
   -- pull found the entry another's: its low negative)
   local maybe = ask
-  if #ask > 0 and ffWithin and farM == farN then
+  if #ask > 0 and ffBits > 0 then
     -- Read from a trusted filter: one bit a message, whatever the format
     -- its UUID may be stored in. A message that may go to the far tier
     -- has its bit set now, the reply being the bit before (one that does
-    -- not go only makes a false 1 more).
+    -- not go only makes a false 1 more). One only looked up comes with
+    -- its bit when the caller knew the filter's size (checked above).
     maybe = {}
-    local n = ffBlocks * 512
+    local n, given = ffBits, callerBits > 0
     for c = 1, #ask, 120 do
       local ops, write = {}, false
       for k = c, math.min(c + 119, #ask) do
@@ -406,7 +424,12 @@ if farN > 0 then
           ops[i + 1], ops[i + 2], ops[i + 3], ops[i + 4] = 'SET', 'u1', tonumber(ARGV[m + FSEL]) % n, 1
           ffSet[m], write = true, true
         else
-          ops[i + 1], ops[i + 2], ops[i + 3] = 'GET', 'u1', tonumber(ARGV[m + FSEL]) % n
+          ops[i + 1], ops[i + 2] = 'GET', 'u1'
+          if given then
+            ops[i + 3] = ARGV[m + FSEL]
+          else
+            ops[i + 3] = tonumber(ARGV[m + FSEL]) % n
+          end
         end
       end
       local cmd = 'BITFIELD_RO'
@@ -1030,7 +1053,8 @@ if flags < 2 then
 end
 status[calls + 1] = new
 status[calls + 2] = stale
+status[calls + 3] = ffBits
 if fpL > 0 then
-  status[calls + 3], status[calls + 4] = iL, iS
+  status[calls + 4], status[calls + 5] = iL, iS
 end
 return status
