@@ -255,7 +255,8 @@ func fpField(h uint64) string {
 // bits, so a rebuild reads it back from the index's fields.
 func fpSel(h uint64) uint32 { return uint32(h >> fpMinLevel) }
 
-// fpShape is a partition's index shape: L and S (see above).
+// fpShape is a partition's index shape, L and S (see above), and the size
+// of its far filter as a publisher knows them.
 type fpShape struct {
 	L, S uint64
 	Set  bool // :fmeta holds iL: a format 3 index was written
@@ -416,7 +417,8 @@ func (s Shard) fpKeySide() string { return string(s) + ":fkc" }
 var fpShapeFields = []string{"iL", "iS"}
 
 // FarShapes keeps, for a Publisher, the shape of each partition's format 3
-// index as publish.lua last told it (see Publish). The zero value is ready;
+// index, and the size of its far filter, as publish.lua last told them
+// (see Publish). The zero value is ready;
 // a nil *FarShapes keeps nothing.
 type FarShapes struct{ m sync.Map }
 
