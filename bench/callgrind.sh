@@ -7,7 +7,7 @@
 # for the tests (a valkey-server, say).
 #
 #   bash bench/callgrind.sh                 # every workload
-#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim farpub unpack pull look near fill)
+#   bash bench/callgrind.sh delayed tick    # some (append delayed keyed tick tickidle reclaim farpub unpack pull look near cold fill)
 #
 # Compare two trees by running it in each (git worktree add).
 # REDISDELAY_CALLGRIND_COMMANDS=1 counts the commands' instructions only
@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 works=("$@")
-[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim farpub unpack pull look near fill)
+[ ${#works[@]} -gt 0 ] || works=(append delayed keyed tick tickidle reclaim farpub unpack pull look near cold fill)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/store.test" ./internal/store/
@@ -52,7 +52,7 @@ for w in "${works[@]}" ; do
 	farpub) for x in far2 far3; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
 	fill) for x in fill2 fill2-first fill3 fill3-first; do total[$x]=$(count "$x"); done ;;
 	unpack | pull | look) for x in far2 far3 "${w}2" "${w}3"; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
-	near) for x in far3 near; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
+	near | cold) for x in far3 "$w$([ "$w" = cold ] && echo 3)"; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
 	*) total[$w]=$(count "$w") ;;
 	esac
 done
@@ -79,6 +79,7 @@ for w in "${works[@]}"; do
 			echo "$w, format $f: $(( (total[$w$f] - total[far$f]) / n )) instructions a message"
 		done
 		;;
+	cold) echo "cold: $(( (total[cold3] - total[far3]) / 1000 )) instructions a message (look3's publishes with the far filter past its size: each looked up in the index; less far3)" ;;
 	near) echo "near: $(( (total[near] - total[far3]) / 1000 )) instructions a message (look's publishes, 100 a call, into a partition without a far tier; less far3's fill of another, as look3 is)" ;;
 	tick) echo "tick: $(per "${total[$w]}" "$base") instructions a round (2 delayed publishes + a tick moving them)" ;;
 	tickidle)

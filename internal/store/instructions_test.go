@@ -37,6 +37,9 @@ import (
 //	look2      far2, then 1,000 new messages due in 15 s published 100 a
 //	           call, each looked up in the far tier
 //	look3      far3, then the same
+//	cold3      far3, then the filter past its size (as a fill by
+//	           publishers alone leaves it, until a scheduler rebuilds it),
+//	           then look's publishes: each looked up in the index
 //	near       far3, then look3's publishes into another partition, one
 //	           without a far tier (bench/callgrind.sh subtracts far3 from
 //	           both: the scripts are loaded before either is counted)
@@ -175,7 +178,7 @@ func TestInstructions_Workload(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-	case "far2", "far3", "unpack2", "unpack3", "pull2", "pull3", "look2", "look3":
+	case "far2", "far3", "unpack2", "unpack3", "pull2", "pull3", "look2", "look3", "cold3":
 		format := work[len(work)-1:]
 		ids, b, shapes := fillFar(t, c, sh, format)
 		switch work[:len(work)-1] {
@@ -183,6 +186,11 @@ func TestInstructions_Workload(t *testing.T) {
 			// each looked up in the far tier (its filter's bits, its
 			// index on a 1)
 			nearCalls(t, c, sh, format == "3", shapes)
+		case "cold":
+			if err := c.HSet(ctx, sh.FarMeta(), "fi", 1<<30).Err(); err != nil {
+				t.Fatal(err)
+			}
+			nearCalls(t, c, sh, true, shapes)
 		case "unpack":
 			instructionsUnpack(t, c, sh, b)
 		case "pull":

@@ -456,8 +456,23 @@ if farN > 0 then
       end
     end
   end
-  for _, j in ipairs(maybe2) do
-    farLoc[j] = redis.call('HGET', KEYS[tonumber(ARGV[j + FSHARD])], ARGV[j + FFIELD])
+  -- Format 2's index (formats 1 and 2: far.go) is read by one HGET a
+  -- message, unless one EXISTS finds none of their shards: a shard that
+  -- does not exist holds no entry, and once format 3 is written (iSet)
+  -- format 2's drains, so without a trusted filter (after a fill by
+  -- publishers alone) every message would read an empty shard (one
+  -- argument a message instead of a call).
+  for c = 1, #maybe2, CHUNK do
+    local part = {}
+    for k = c, math.min(c + CHUNK - 1, #maybe2) do
+      part[#part + 1] = KEYS[tonumber(ARGV[maybe2[k] + FSHARD])]
+    end
+    if #part == 1 or not iSet or redis.call('EXISTS', unpack(part)) > 0 then
+      for k, shard in ipairs(part) do
+        local j = maybe2[c + k - 1]
+        farLoc[j] = redis.call('HGET', shard, ARGV[j + FFIELD])
+      end
+    end
   end
   -- An entry of the fingerprint in format 3's index (a place, or a
   -- tombstone: the side table may hold it) is only a maybe: the caller's
