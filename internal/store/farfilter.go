@@ -43,7 +43,10 @@ import (
 // message out drop it. When one is not trusted, trim.lua tells the
 // partition's scheduler, which rebuilds it from the far index
 // (RebuildFarFilter), sized for 1.5 times the far messages; until then,
-// publishes read the index as before.
+// publishes read the index as before. (Format 2's index only where one
+// EXISTS finds a shard of it among a run's: a far tier of format 3 alone,
+// as publishers fill it before any scheduler ran, costs one index read a
+// message, format 3's.)
 //
 // A message's bit is its selector modulo the filter's bits, one bit
 // whatever the format it is stored in, so a lookup reads one bit and, on a
