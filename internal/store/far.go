@@ -333,9 +333,12 @@ func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, field, 
 	h := fpHash(field)
 	shard, fp := sh.fpIndex(shape.shard(h)), fpField(h)
 	var sc, cc *redis.StringCmd
+	var mc2 *redis.SliceCmd
+	afterShapeRead()
 	pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		sc = pipe.HGet(ctx, shard, fp)
 		cc = pipe.HGet(ctx, sh.fpSide(), field)
+		mc2 = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields...)
 		return nil
 	}))
 	// The side table's entry is the message's for sure; the shard's may be
@@ -375,7 +378,26 @@ func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, field, 
 			return "", 0, false, true, nil
 		}
 	}
-	return "", 0, false, false, nil
+	moved, err := shapeMoved(mc2, shape)
+	return "", 0, false, moved, err
+}
+
+// afterShapeRead runs between a lookup's read of the format 3 index's
+// shape and its read of the shard that shape picks: a hook for the tests,
+// which split the shard there.
+var afterShapeRead = func() {}
+
+// shapeMoved reports whether the format 3 index's shape, read again (mc)
+// after a lookup read the shard that shape picked, is another. A split in
+// between may have moved the entry the lookup did not find, so a miss is
+// only a miss when the shape stayed (splits only move it on).
+func shapeMoved(mc *redis.SliceCmd, shape fpShape) (bool, error) {
+	vals, err := mc.Result()
+	if err != nil {
+		return false, err
+	}
+	now, err := fpShapeOf(vals)
+	return now.L != shape.L || now.S != shape.S || now.Set != shape.Set, err
 }
 
 // FarPullMany is FarPull (not peeking) for many UUIDs of a partition, on
@@ -494,9 +516,12 @@ func farKeyLookup3(ctx context.Context, c Cmds, sh Shard, shape fpShape, key str
 		shard = k.b
 	}
 	var sc, cc *redis.StringCmd
+	var mc2 *redis.SliceCmd
+	afterShapeRead()
 	pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		sc = pipe.HGet(ctx, shard, k.fp)
 		cc = pipe.HGet(ctx, sh.fpKeySide(), key)
+		mc2 = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields...)
 		return nil
 	}))
 	now := (time.Now().UnixMilli() - farEpoch) / FarWidth.Milliseconds()
@@ -537,7 +562,8 @@ func farKeyLookup3(ctx context.Context, c Cmds, sh Shard, shape fpShape, key str
 			other = place
 		}
 	}
-	return "", other, false, nil
+	moved, err := shapeMoved(mc2, shape)
+	return "", other, moved, err
 }
 
 // FarHolderUUID reads a bkeys value: the UUID of the far message it marks

@@ -308,6 +308,64 @@ func TestFar3_LookupAfterSplit(t *testing.T) {
 	require.Equal(t, int64(0), e.publish(&known, near3(watermill.NewUUID())))
 }
 
+// A lookup by UUID or by business key reads the index's shape, then the
+// shard it picks: a split in between (a publish storing format 3) moves
+// the entry to the shard above, so the lookup reads the shape again with
+// the shard and looks again when it moved, never answering "not found"
+// for a message that waits.
+func TestFar3_LookupDuringSplit(t *testing.T) {
+	e := newFar3Env(t, fpShape{L: 11, S: 0})
+	id, key := watermill.NewUUID(), "order-split"
+	// both in shard 0 with bit 11 set: moved by the split of shard 0
+	orig := fpHash
+	fpHash = func(field string) uint64 {
+		switch field {
+		case farField(id):
+			return 0x5a5a5a5a<<12 | 1<<11
+		case "k\x00" + key:
+			return 0x3c3c3c3c<<12 | 1<<11
+		}
+		return orig(field)
+	}
+	t.Cleanup(func() { fpHash = orig })
+	e.put(id, 10*time.Second, key, false)
+	require.Len(t, e.c.HGetAll(e.ctx, e.sh.fpIndex(0)).Val(), 2)
+
+	splits := 0
+	afterShapeRead = func() {
+		if splits > 0 {
+			return
+		}
+		splits++
+		// fi_split of shard 0 at L 11: entries whose fingerprint's lowest
+		// bit (the hash's bit 11) is set go to shard 2048
+		src, dst := e.sh.fpIndex(0), e.sh.fpIndex(1<<11)
+		for f, v := range e.c.HGetAll(e.ctx, src).Val() {
+			if f[3]&1 == 1 {
+				require.NoError(t, e.c.HSet(e.ctx, dst, f, v).Err())
+				require.NoError(t, e.c.HDel(e.ctx, src, f).Err())
+			}
+		}
+		require.NoError(t, e.c.HSet(e.ctx, e.sh.FarMeta(), "iS", 1).Err())
+	}
+	t.Cleanup(func() { afterShapeRead = func() {} })
+
+	_, _, found, err := FarPull(e.ctx, e.c, e.sh, id, true)
+	require.NoError(t, err)
+	require.True(t, found, "a message whose entry a split moved was not found")
+	require.Equal(t, 1, splits)
+	require.Empty(t, e.c.HGetAll(e.ctx, e.sh.fpIndex(0)).Val(), "the hook split the shard")
+
+	// the key's lookup, the same way (the shard split back first)
+	require.NoError(t, e.c.Rename(e.ctx, e.sh.fpIndex(1<<11), e.sh.fpIndex(0)).Err())
+	require.NoError(t, e.c.HSet(e.ctx, e.sh.FarMeta(), "iS", 0).Err())
+	splits = 0
+	holder, _, err := FarKeyLookup(e.ctx, e.c, e.sh, key)
+	require.NoError(t, err)
+	require.Equal(t, id, holder, "a holder whose key's entry a split moved was not found")
+	require.Equal(t, 1, splits)
+}
+
 // A format 3 element keeps Watermill's until metadata as its place and its
 // seconds less the due second's (2 bytes instead of 7) when it is whole
 // seconds in UTC within 127 s of the due time, and a business key where the
