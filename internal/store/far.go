@@ -287,18 +287,25 @@ func FarPullKeyed(ctx context.Context, c Cmds, sh Shard, uuid, key string, peek 
 	index := sh.farIndex(farShard(field))
 	for range 5 {
 		// The format 3 index's shape comes along, so that a partition
-		// without one pays no round trip more.
+		// without one pays no round trip more, and with the shape the
+		// process last saw, the shard it picks (used if it is still the
+		// shape: a round trip less).
 		var lc *redis.StringCmd
 		var mc *redis.SliceCmd
+		var pre *fpRead
+		if known := lookupShapes.load(sh); known.Set {
+			pre = uuidRead(sh, known, field)
+		}
 		pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			lc = pipe.HGet(ctx, index, field)
 			mc = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields...)
+			pre.queue(ctx, pipe, sh)
 			return nil
 		}))
 		loc, err := lc.Result()
 		if err == redis.Nil {
 			var again bool
-			body, score, found, again, err = farPull3(ctx, c, sh, mc, field, uuid, key, peek)
+			body, score, found, again, err = farPull3(ctx, c, sh, mc, pre, field, uuid, key, peek)
 			if err != nil || !again {
 				return body, score, found, err
 			}
@@ -319,35 +326,30 @@ func FarPullKeyed(ctx context.Context, c Cmds, sh Shard, uuid, key string, peek 
 	return "", 0, false, fmt.Errorf("the far message %q kept moving while it was looked up", uuid)
 }
 
-// farPull3 is FarPullKeyed in the format 3 index, whose shape mc read:
+// farPull3 is FarPullKeyed in the format 3 index, whose shape mc read
+// (pre: the shard read beside it, by the shape the process knew, or nil):
 // again when the message moved meanwhile.
-func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, field, uuid, key string, peek bool) (body string, score float64, found, again bool, err error) {
+func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, pre *fpRead, field, uuid, key string, peek bool) (body string, score float64, found, again bool, err error) {
 	vals, err := mc.Result()
 	if err != nil {
 		return "", 0, false, false, err
 	}
-	shape, err := fpShapeOf(vals)
+	shape, err := lookupShape(sh, vals)
 	if err != nil || !shape.Set {
 		return "", 0, false, false, err
 	}
-	h := fpHash(field)
-	shard, fp := sh.fpIndex(shape.shard(h)), fpField(h)
-	var sc, cc *redis.StringCmd
-	var mc2 *redis.SliceCmd
-	afterShapeRead()
-	pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		sc = pipe.HGet(ctx, shard, fp)
-		cc = pipe.HGet(ctx, sh.fpSide(), field)
-		mc2 = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields...)
-		return nil
-	}))
+	r := pre.ifAt(shape)
+	if r == nil {
+		r = uuidRead(sh, shape, field)
+		r.read(ctx, c, sh)
+	}
 	// The side table's entry is the message's for sure; the shard's may be
 	// another message's of the same fingerprint.
 	ats := make([]farAt, 0, 2)
 	for _, e := range []struct {
 		cmd *redis.StringCmd
 		at  farAt
-	}{{cc, farAt{index: sh.fpSide(), field: field, mode: "s", full: field}}, {sc, farAt{index: shard, field: fp, mode: "3", full: field}}} {
+	}{{r.cc, farAt{index: sh.fpSide(), field: field, mode: "s", full: field}}, {r.sc, farAt{index: r.shard, field: r.fp, mode: "3", full: field}}} {
 		loc, err := e.cmd.Result()
 		if err == redis.Nil {
 			continue
@@ -378,27 +380,93 @@ func farPull3(ctx context.Context, c Cmds, sh Shard, mc *redis.SliceCmd, field, 
 			return "", 0, false, true, nil
 		}
 	}
-	moved, err := shapeMoved(mc2, shape)
+	moved, err := r.moved()
 	return "", 0, false, moved, err
 }
 
-// afterShapeRead runs between a lookup's read of the format 3 index's
-// shape and its read of the shard that shape picks: a hook for the tests,
-// which split the shard there.
-var afterShapeRead = func() {}
+// lookupShapes keeps each partition's format 3 index shape as this
+// process's lookups last read it (FarPullKeyed, FarKeyLookup), so that the
+// next lookup reads the shard it picks in its first round trip.
+var lookupShapes FarShapes
 
-// shapeMoved reports whether the format 3 index's shape, read again (mc)
-// after a lookup read the shard that shape picked, is another. A split in
-// between may have moved the entry the lookup did not find, so a miss is
-// only a miss when the shape stayed (splits only move it on).
-func shapeMoved(mc *redis.SliceCmd, shape fpShape) (bool, error) {
-	vals, err := mc.Result()
+// lookupShape is the shape in vals (iL, iS), kept in lookupShapes.
+func lookupShape(sh Shard, vals []any) (fpShape, error) {
+	shape, err := fpShapeOf(vals)
+	if err == nil {
+		lookupShapes.store(sh, shape)
+	}
+	return shape, err
+}
+
+// fpRead is a lookup's read of an entry in the format 3 index: the shard
+// that shape picks and the side table, then the shape again.
+type fpRead struct {
+	shape                  fpShape
+	shard, fp, side, field string
+	sc, cc                 *redis.StringCmd
+	after                  *redis.SliceCmd
+}
+
+// uuidRead is the read of the entry of far field field.
+func uuidRead(sh Shard, shape fpShape, field string) *fpRead {
+	h := fpHash(field)
+	return &fpRead{shape: shape, shard: sh.fpIndex(shape.shard(h)), fp: fpField(h), side: sh.fpSide(), field: field}
+}
+
+// keyRead is the read of the entry of business key key.
+func keyRead(sh Shard, shape fpShape, key string) *fpRead {
+	k := shape.keyAt(sh, key)
+	shard := k.a
+	if k.low < shape.S {
+		shard = k.b
+	}
+	return &fpRead{shape: shape, shard: shard, fp: k.fp, side: sh.fpKeySide(), field: key}
+}
+
+// queue adds the read to pipe (none for a nil r).
+func (r *fpRead) queue(ctx context.Context, pipe redis.Pipeliner, sh Shard) {
+	if r != nil {
+		r.sc = pipe.HGet(ctx, r.shard, r.fp)
+		r.cc = pipe.HGet(ctx, r.side, r.field)
+		r.after = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields...)
+	}
+}
+
+// read makes the read in a round trip of its own, after the shape was read.
+func (r *fpRead) read(ctx context.Context, c Cmds, sh Shard) {
+	afterShapeRead()
+	pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		r.queue(ctx, pipe, sh)
+		return nil
+	}))
+}
+
+// ifAt is r when it read by shape (read beside the shape, from the shape
+// the process knew), else nil.
+func (r *fpRead) ifAt(shape fpShape) *fpRead {
+	if r == nil || r.shape.L != shape.L || r.shape.S != shape.S {
+		return nil
+	}
+	return r
+}
+
+// moved reports whether the shape, read again after the entry, is not
+// the one the read was made by. A split in between may have moved the
+// entry the read did not find, so a miss is only a miss when the shape
+// stayed (splits only move it on).
+func (r *fpRead) moved() (bool, error) {
+	vals, err := r.after.Result()
 	if err != nil {
 		return false, err
 	}
 	now, err := fpShapeOf(vals)
-	return now.L != shape.L || now.S != shape.S || now.Set != shape.Set, err
+	return now.L != r.shape.L || now.S != r.shape.S || !now.Set, err
 }
+
+// afterShapeRead runs between a lookup's read of the format 3 index's
+// shape and a read of the shard that shape picks in a round trip of its
+// own: a hook for the tests, which split the shard there.
+var afterShapeRead = func() {}
 
 // FarPullMany is FarPull (not peeking) for many UUIDs of a partition, on
 // two pipelines: the far index lookups, then farpull.lua for those found.
@@ -476,11 +544,18 @@ func FarKeyHolder(ctx context.Context, c Cmds, sh Shard, key string) (uuid strin
 // another key's (for FarArg.KeyElsewhere).
 func FarKeyLookup(ctx context.Context, c Cmds, sh Shard, key string) (uuid, other string, err error) {
 	for range 5 {
+		// as FarPullKeyed: the shard the shape this process knew picks
+		// comes along
 		var hc *redis.StringCmd
 		var mc *redis.SliceCmd
+		var pre *fpRead
+		if known := lookupShapes.load(sh); known.Set {
+			pre = keyRead(sh, known, key)
+		}
 		pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			hc = pipe.HGet(ctx, sh.Bkeys(), key)
 			mc = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields[0], fpShapeFields[1], "nk")
+			pre.queue(ctx, pipe, sh)
 			return nil
 		}))
 		h, err := hc.Result()
@@ -495,11 +570,16 @@ func FarKeyLookup(ctx context.Context, c Cmds, sh Shard, key string) (uuid, othe
 		if err != nil {
 			return "", "", err
 		}
-		shape, err := fpShapeOf(vals[:2])
+		shape, err := lookupShape(sh, vals[:2])
 		if nk, _ := vals[2].(string); err != nil || !shape.Set || nk == "" {
 			return "", "", err
 		}
-		uuid, other, again, err := farKeyLookup3(ctx, c, sh, shape, key)
+		r := pre.ifAt(shape)
+		if r == nil {
+			r = keyRead(sh, shape, key)
+			r.read(ctx, c, sh)
+		}
+		uuid, other, again, err := farKeyLookup3(ctx, c, sh, r, key)
 		if err != nil || !again {
 			return uuid, other, err
 		}
@@ -507,30 +587,16 @@ func FarKeyLookup(ctx context.Context, c Cmds, sh Shard, key string) (uuid, othe
 	return "", "", fmt.Errorf("the far holder of business key %q kept moving while it was looked up", key)
 }
 
-// farKeyLookup3 is FarKeyLookup in the format 3 index of shape shape:
-// again when the entry moved meanwhile.
-func farKeyLookup3(ctx context.Context, c Cmds, sh Shard, shape fpShape, key string) (uuid, other string, again bool, err error) {
-	k := shape.keyAt(sh, key)
-	shard := k.a
-	if k.low < shape.S {
-		shard = k.b
-	}
-	var sc, cc *redis.StringCmd
-	var mc2 *redis.SliceCmd
-	afterShapeRead()
-	pipeFailed(c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		sc = pipe.HGet(ctx, shard, k.fp)
-		cc = pipe.HGet(ctx, sh.fpKeySide(), key)
-		mc2 = pipe.HMGet(ctx, sh.FarMeta(), fpShapeFields...)
-		return nil
-	}))
+// farKeyLookup3 is FarKeyLookup in the format 3 index, from read r of the
+// key's entry: again when the entry moved meanwhile.
+func farKeyLookup3(ctx context.Context, c Cmds, sh Shard, r *fpRead, key string) (uuid, other string, again bool, err error) {
 	now := (time.Now().UnixMilli() - farEpoch) / FarWidth.Milliseconds()
 	// The side table's entry is the key's for sure; the shard's, when a
 	// key's, may be another key's of the same fingerprint.
 	for _, e := range []struct {
 		cmd *redis.StringCmd
 		at  farAt
-	}{{cc, farAt{index: sh.fpKeySide(), field: key, mode: "s", byKey: key}}, {sc, farAt{index: shard, field: k.fp, mode: "3", byKey: key}}} {
+	}{{r.cc, farAt{index: sh.fpKeySide(), field: key, mode: "s", byKey: key}}, {r.sc, farAt{index: r.shard, field: r.fp, mode: "3", byKey: key}}} {
 		loc, err := e.cmd.Result()
 		if err == redis.Nil {
 			continue
@@ -562,7 +628,7 @@ func farKeyLookup3(ctx context.Context, c Cmds, sh Shard, shape fpShape, key str
 			other = place
 		}
 	}
-	moved, err := shapeMoved(mc2, shape)
+	moved, err := r.moved()
 	return "", other, moved, err
 }
 

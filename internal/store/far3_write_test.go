@@ -1,13 +1,16 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -350,6 +353,7 @@ func TestFar3_LookupDuringSplit(t *testing.T) {
 	}
 	t.Cleanup(func() { afterShapeRead = func() {} })
 
+	lookupShapes.store(e.sh, fpShape{}) // no shape known: a round trip for the shard
 	_, _, found, err := FarPull(e.ctx, e.c, e.sh, id, true)
 	require.NoError(t, err)
 	require.True(t, found, "a message whose entry a split moved was not found")
@@ -360,10 +364,67 @@ func TestFar3_LookupDuringSplit(t *testing.T) {
 	require.NoError(t, e.c.Rename(e.ctx, e.sh.fpIndex(1<<11), e.sh.fpIndex(0)).Err())
 	require.NoError(t, e.c.HSet(e.ctx, e.sh.FarMeta(), "iS", 0).Err())
 	splits = 0
+	lookupShapes.store(e.sh, fpShape{})
 	holder, _, err := FarKeyLookup(e.ctx, e.c, e.sh, key)
 	require.NoError(t, err)
 	require.Equal(t, id, holder, "a holder whose key's entry a split moved was not found")
 	require.Equal(t, 1, splits)
+}
+
+// A lookup reads the shard that the shape this process last read picks in
+// its first round trip, beside the shape: one round trip less while the
+// shape stays, and the same answer when it moved since (read again).
+func TestFar3_LookupShapeKnown(t *testing.T) {
+	e := newFar3Env(t, fpShape{L: 11, S: 0})
+	id, keyed, key := watermill.NewUUID(), watermill.NewUUID(), "order-known"
+	e.put(id, 10*time.Second, "", false)
+	e.put(keyed, 20*time.Second, key, false)
+	var trips atomic.Int64
+	e.c.AddHook(tripCounter{&trips})
+	// each lookup's round trips from a shape known (cached) or not
+	measure := func(known fpShape, lookup func()) int64 {
+		t.Helper()
+		lookupShapes.store(e.sh, known)
+		before := trips.Load()
+		lookup()
+		return trips.Load() - before
+	}
+	pull := func() {
+		_, _, found, err := FarPull(e.ctx, e.c, e.sh, id, true)
+		require.NoError(t, err)
+		require.True(t, found)
+	}
+	holder := func() {
+		h, _, err := FarKeyLookup(e.ctx, e.c, e.sh, key)
+		require.NoError(t, err)
+		require.Equal(t, keyed, h)
+	}
+	for _, lookup := range []func(){pull, holder} {
+		lookup() // the scripts loaded
+		cold := measure(fpShape{}, lookup)
+		t.Logf("round trips of a lookup, the shape not known: %d", cold)
+		require.Equal(t, cold-1, measure(fpShape{L: 11, Set: true}, lookup), "the shape known: the shard read in the first round trip")
+		measure(fpShape{}, lookup) // keeps the shape it read
+		require.Equal(t, cold-1, measure(lookupShapes.load(e.sh), lookup), "the shape the lookup before kept")
+		require.Equal(t, cold, measure(fpShape{L: 11, S: 5, Set: true}, lookup), "a shape known wrong: read again")
+	}
+}
+
+// tripCounter counts a client's round trips: commands and pipelines.
+type tripCounter struct{ n *atomic.Int64 }
+
+func (tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
 }
 
 // A format 3 element keeps Watermill's until metadata as its place and its
