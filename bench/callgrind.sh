@@ -52,7 +52,8 @@ for w in "${works[@]}" ; do
 	farpub) for x in far2 far3; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
 	fill) for x in fill2 fill2-first fill3 fill3-first; do total[$x]=$(count "$x"); done ;;
 	unpack | pull | look) for x in far2 far3 "${w}2" "${w}3"; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
-	near | cold) for x in far3 "$w$([ "$w" = cold ] && echo 3)"; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
+	near) for x in far3 near; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
+	cold) for x in far3 cold3; do [ -n "${total[$x]:-}" ] || total[$x]=$(count "$x"); done ;;
 	*) total[$w]=$(count "$w") ;;
 	esac
 done
