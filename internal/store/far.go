@@ -409,18 +409,18 @@ type fpRead struct {
 
 // uuidRead is the read of the entry of far field field.
 func uuidRead(sh Shard, shape fpShape, field string) *fpRead {
-	h := fpHash(field)
-	return &fpRead{shape: shape, shard: sh.fpIndex(shape.shard(h)), fp: fpField(h), side: sh.fpSide(), field: field}
+	return newFpRead(sh, shape, fpHash(field), sh.fpSide(), field)
 }
 
 // keyRead is the read of the entry of business key key.
 func keyRead(sh Shard, shape fpShape, key string) *fpRead {
-	k := shape.keyAt(sh, key)
-	shard := k.a
-	if k.low < shape.S {
-		shard = k.b
-	}
-	return &fpRead{shape: shape, shard: shard, fp: k.fp, side: sh.fpKeySide(), field: key}
+	return newFpRead(sh, shape, fpKeyHash(key), sh.fpKeySide(), key)
+}
+
+// newFpRead is the read of the entry of hash h, whose side table side
+// names it field.
+func newFpRead(sh Shard, shape fpShape, h uint64, side, field string) *fpRead {
+	return &fpRead{shape: shape, shard: sh.fpIndex(shape.shard(h)), fp: fpField(h), side: side, field: field}
 }
 
 // queue adds the read to pipe (none for a nil r).
