@@ -34,6 +34,7 @@ type acks struct {
 	ready   []string      // ids in the ready stream
 	redo    []string      // ids in the redelivery stream
 	since   time.Time     // when the oldest queued ack was queued; zero while none is
+	frees   bool          // redo holds a grouped message's id, whose ack frees its group's slot (see ackLoop)
 	m       *subMetrics   // the subscription's; nil without metrics
 	wake    chan struct{} // wakes the acker; capacity 1
 	flushMu sync.Mutex
@@ -53,7 +54,9 @@ type acks struct {
 // none comes, they are written at the next multiple of ackEvery, gathered
 // with those of the process's other waiting subscriptions into one
 // pipeline: over many topics, each at a low rate, that saves most of a
-// round trip per message.
+// round trip per message. An ack that frees a group's slot (a grouped
+// message's, see fair.lua) is written at once instead: the group's next
+// message waits for it.
 //
 // Queued entries are still pending in Redis, so until their flush succeeds
 // they count as held: lease renewal keeps them, and the queue is flushed
@@ -74,6 +77,7 @@ func (q *acks) queue(e entry) {
 	}
 	if e.redo {
 		q.redo = append(q.redo, e.msg.ID)
+		q.frees = q.frees || e.msg.Grouped()
 	} else {
 		q.ready = append(q.ready, e.msg.ID)
 	}
@@ -117,33 +121,7 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 			return
 		case <-sub.acks.wake:
 		}
-		// Flushes happen at multiples of ackEvery on the clock, the same
-		// instants for every subscription of the process: the hub's lanes
-		// then carry the acks of many subscriptions in one pipeline.
-		t.Reset(time.Until(time.Now().Truncate(ackEvery).Add(ackEvery)))
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		// A subscription waiting for its bell sends its queued acks with
-		// its next read (readNew), when a message comes within ackLinger
-		// of the oldest: a round trip saved per message at a low rate.
-		// The wait ends early when the subscription stops waiting, else
-		// at a multiple of ackEvery, the instants of the other waiting
-		// subscriptions' flushes.
-		for sub.reads.isWaiting() && ctx.Err() == nil {
-			d := ackLinger - sub.acks.queuedFor()
-			if d <= 0 {
-				break
-			}
-			t.Reset(time.Until(time.Now().Add(d - 1).Truncate(ackEvery).Add(ackEvery)))
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			case <-sub.reads.unwaited:
-			}
-			t.Stop()
-		}
+		sub.awaitAckWrite(ctx, t)
 		if gate := sub.s.AckGate; gate != nil {
 			gate(ctx)
 		}
@@ -153,13 +131,63 @@ func (sub *subscription) ackLoop(ctx context.Context) {
 		// for those of others (see store.Gated.Gathering): over many topics
 		// each at a low rate, one round trip then carries the acks of
 		// several. Not the others': a read waits for a flush under way
-		// (see startWrite), and a busy subscription reads again soon.
+		// (see startWrite), and a busy subscription reads again soon. Nor
+		// those that free a group's slot (see awaitAckWrite).
 		c := sub.s.redis
-		if sub.reads.isWaiting() {
+		if !sub.acks.freesSlot() && sub.reads.isWaiting() {
 			c = sub.s.ackRedis
 		}
 		_ = sub.drainAcksVia(ctx, c)
 	}
+}
+
+// awaitAckWrite waits, with t, until the queued acks are to be written
+// (see the top of this file). An ack that frees a group's slot ends the
+// wait: the group's next message waits for it, and the subscription that
+// is to read that message may be waiting for the bell the ack rings
+// (ack.lua), so riding on its next read would wait ackLinger for nothing.
+func (sub *subscription) awaitAckWrite(ctx context.Context, t *time.Timer) {
+	// Flushes happen at multiples of ackEvery on the clock, the same
+	// instants for every subscription of the process: the hub's lanes
+	// then carry the acks of many subscriptions in one pipeline.
+	if !sub.waitAcks(ctx, t, time.Now().Truncate(ackEvery).Add(ackEvery), nil) {
+		return
+	}
+	// A subscription waiting for its bell sends its queued acks with its
+	// next read (readNew), when a message comes within ackLinger of the
+	// oldest: a round trip saved per message at a low rate. The wait ends
+	// early when the subscription stops waiting, else at a multiple of
+	// ackEvery, the instants of the other waiting subscriptions' flushes.
+	for sub.reads.isWaiting() {
+		d := ackLinger - sub.acks.queuedFor()
+		if d <= 0 {
+			return
+		}
+		if !sub.waitAcks(ctx, t, time.Now().Add(d-1).Truncate(ackEvery).Add(ackEvery), sub.reads.unwaited) {
+			return
+		}
+	}
+}
+
+// waitAcks waits, with t, until at and reports true; false, at once, when
+// an ack that frees a group's slot is queued, end is woken or ctx ends.
+func (sub *subscription) waitAcks(ctx context.Context, t *time.Timer, at time.Time, end <-chan struct{}) bool {
+	defer t.Stop()
+	for !sub.acks.freesSlot() {
+		t.Reset(time.Until(at))
+		select {
+		case <-ctx.Done():
+			return false
+		case <-end:
+			return false
+		case <-t.C:
+			return true
+		case <-sub.acks.wake:
+			// another ack queued: the loop checks whether it frees a slot;
+			// the write after the wait takes it in any case
+		}
+	}
+	return false
 }
 
 // ackEvery is how often a subscription's ack queue is flushed while acks
@@ -175,6 +203,13 @@ const (
 	ackEvery  = 5 * time.Millisecond
 	ackLinger = 50 * time.Millisecond
 )
+
+// freesSlot reports whether an ack queued frees a group's slot.
+func (q *acks) freesSlot() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.frees
+}
 
 // queuedFor is how long the oldest queued ack has waited (ackLinger:
 // none waits).
@@ -260,6 +295,9 @@ func (q *acks) dequeue(ready, redo int) int {
 	q.m.acksWritten(ready, redo)
 	q.ready = shift(q.ready, ready)
 	q.redo = shift(q.redo, redo)
+	if len(q.redo) == 0 {
+		q.frees = false
+	}
 	left := len(q.ready) + len(q.redo)
 	if left == 0 {
 		q.since = time.Time{}

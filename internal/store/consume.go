@@ -383,6 +383,14 @@ type Entry struct {
 	Values map[string]any
 }
 
+// Grouped reports whether the entry is a grouped message's (field k, see
+// lib.lua's entry_of): its ack gives its group's slot back (ack.lua),
+// which the group's next message may be waiting for.
+func (e Entry) Grouped() bool {
+	_, ok := e.Values["k"]
+	return ok
+}
+
 // Batch is what one read took from one stream: Stream is the key.
 type Batch struct {
 	Stream  string
