@@ -34,7 +34,7 @@ type acks struct {
 	ready   []string      // ids in the ready stream
 	redo    []string      // ids in the redelivery stream
 	since   time.Time     // when the oldest queued ack was queued; zero while none is
-	frees   bool          // redo holds a grouped message's id, whose ack frees its group's slot (see ackLoop)
+	frees   bool          // redo holds a grouped message's id, whose ack frees its group's slot (see awaitAckWrite)
 	m       *subMetrics   // the subscription's; nil without metrics
 	wake    chan struct{} // wakes the acker; capacity 1
 	flushMu sync.Mutex
