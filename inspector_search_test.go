@@ -262,11 +262,16 @@ func TestSearch_CancelWhereResumes(t *testing.T) {
 	require.NotEmpty(t, p.Cursor)
 	assert.Equal(t, last, p)
 	assert.EqualValues(t, 1000, p.Scanned, "one batch")
-	assert.EqualValues(t, 500, p.Done)
+	// Which 1,000 the batch read depends on the tiers: a message the
+	// publisher placed by a clock Redis's passed by more than the tests'
+	// far slack (250 ms; under -race on 2 busy cores) waits in the waiting
+	// set, read after the far tier. So not exactly half of them are even.
+	assert.Equal(t, p.Matched, p.Done)
+	assert.Greater(t, p.Done, int64(0))
 
 	q, err := env.insp.CancelWhere(context.Background(), env.topic, f, redisdelay.BulkOptions{Cursor: p.Cursor})
 	require.NoError(t, err)
-	assert.EqualValues(t, n/2-500, q.Done, "the rest")
+	assert.EqualValues(t, n/2-p.Done, q.Done, "the rest")
 	assert.Equal(t, q.Matched, q.Done)
 	assert.EqualValues(t, n/2, topicStats(t, env.insp, env.topic).Waiting)
 	left, _ := searchAll(t, env.insp, env.topic, f, 100)
