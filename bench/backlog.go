@@ -130,11 +130,33 @@ type Lookups struct {
 	ReschedP99 float64 `json:"reschedule_p99_ms"`
 	CancelP50  float64 `json:"cancel_p50_ms"`
 	CancelP99  float64 `json:"cancel_p99_ms"`
+	// Server: the same percentiles of the time Redis spent executing each
+	// call's commands (SLOWLOG at a threshold of 0, summed over the call),
+	// which tells Redis's share of a tail from the client's, the network
+	// stack's and the host's (this VM's steal).
+	Server *LookupServer `json:"server,omitempty"`
+}
+
+// LookupServer holds server-side percentiles (ms) and the commands a call.
+type LookupServer struct {
+	FindP50    float64 `json:"find_p50_ms"`
+	FindP99    float64 `json:"find_p99_ms"`
+	ReschedP50 float64 `json:"reschedule_p50_ms"`
+	ReschedP99 float64 `json:"reschedule_p99_ms"`
+	CancelP50  float64 `json:"cancel_p50_ms"`
+	CancelP99  float64 `json:"cancel_p99_ms"`
+	// Commands a call, as SLOWLOG counts them (a script run is one).
+	FindCommands, ReschedCommands, CancelCommands float64
 }
 
 func (l *Lookups) String() string {
-	return fmt.Sprintf("%d far messages: Find p50 %.2f, p99 %.2f ms; Reschedule p50 %.2f, p99 %.2f ms; Cancel p50 %.2f, p99 %.2f ms",
+	s := fmt.Sprintf("%d far messages: Find p50 %.2f, p99 %.2f ms; Reschedule p50 %.2f, p99 %.2f ms; Cancel p50 %.2f, p99 %.2f ms",
 		l.N, l.FindP50, l.FindP99, l.ReschedP50, l.ReschedP99, l.CancelP50, l.CancelP99)
+	if v := l.Server; v != nil {
+		s += fmt.Sprintf("; in Redis: Find p50 %.3f, p99 %.3f ms (%.1f commands); Reschedule p50 %.3f, p99 %.3f ms (%.1f); Cancel p50 %.3f, p99 %.3f ms (%.1f)",
+			v.FindP50, v.FindP99, v.FindCommands, v.ReschedP50, v.ReschedP99, v.ReschedCommands, v.CancelP50, v.CancelP99, v.CancelCommands)
+	}
+	return s
 }
 
 // fillSample, when set (during a ladder's fill), keeps the UUID of one
@@ -173,6 +195,18 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 		return nil, err
 	}
 	var find, cancel, resched []float64
+	// Every command is logged while the lookups run (nothing else does),
+	// and the log is read and emptied between two calls, outside the
+	// timed part: each call's server time is the sum of its commands'.
+	if err := b.admin.ConfigSet(b.ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
+		return nil, err
+	}
+	defer b.admin.ConfigSet(b.ctx, "slowlog-log-slower-than", strconv.FormatInt(slowlogThreshold.Microseconds(), 10))
+	if err := b.admin.SlowLogReset(b.ctx).Err(); err != nil {
+		return nil, err
+	}
+	server := map[*[]float64]*[]float64{&find: {}, &cancel: {}, &resched: {}}
+	commands := map[*[]float64]int{}
 	timed := func(into *[]float64, what, id string, f func() (bool, error)) error {
 		t0 := time.Now()
 		ok, err := f()
@@ -180,7 +214,24 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 		if err == nil && !ok {
 			err = fmt.Errorf("%s did not find %s", what, id)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		pipe := b.admin.Pipeline()
+		logs := pipe.SlowLogGet(b.ctx, -1)
+		pipe.SlowLogReset(b.ctx)
+		if _, err := pipe.Exec(b.ctx); err != nil {
+			return err
+		}
+		var took time.Duration
+		for _, l := range logs.Val() {
+			if len(l.Args) > 0 && !strings.EqualFold(l.Args[0], "slowlog") {
+				took += l.Duration
+				commands[into]++
+			}
+		}
+		*server[into] = append(*server[into], float64(took.Microseconds())/1e3)
+		return nil
 	}
 	for _, id := range ids {
 		if err := timed(&find, "FindWaiting", id, func() (bool, error) {
@@ -206,12 +257,18 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 	if len(resched) == 0 {
 		return nil, fmt.Errorf("a sample of %d far messages is too small", len(ids))
 	}
-	for _, v := range [][]float64{find, cancel, resched} {
+	for _, v := range [][]float64{find, cancel, resched, *server[&find], *server[&cancel], *server[&resched]} {
 		slices.Sort(v)
 	}
+	sf, sc, sr := *server[&find], *server[&cancel], *server[&resched]
+	per := func(into *[]float64) float64 { return float64(commands[into]) / float64(len(*into)) }
 	return &Lookups{N: len(ids), FindP50: percentile(find, 0.5), FindP99: percentile(find, 0.99),
 		ReschedP50: percentile(resched, 0.5), ReschedP99: percentile(resched, 0.99),
-		CancelP50: percentile(cancel, 0.5), CancelP99: percentile(cancel, 0.99)}, nil
+		CancelP50: percentile(cancel, 0.5), CancelP99: percentile(cancel, 0.99),
+		Server: &LookupServer{FindP50: percentile(sf, 0.5), FindP99: percentile(sf, 0.99),
+			ReschedP50: percentile(sr, 0.5), ReschedP99: percentile(sr, 0.99),
+			CancelP50: percentile(sc, 0.5), CancelP99: percentile(sc, 0.99),
+			FindCommands: per(&find), ReschedCommands: per(&resched), CancelCommands: per(&cancel)}}, nil
 }
 
 func (p *FarProbe) String() string {
