@@ -402,6 +402,7 @@ func lookupShape(sh Shard, vals []any) (fpShape, error) {
 // that shape picks and the side table, then the shape again.
 type fpRead struct {
 	shape                  fpShape
+	h                      uint64 // the entry's hash: shape.shard(h) is shard's number
 	shard, fp, side, field string
 	sc, cc                 *redis.StringCmd
 	after                  *redis.SliceCmd
@@ -420,7 +421,7 @@ func keyRead(sh Shard, shape fpShape, key string) *fpRead {
 // newFpRead is the read of the entry of hash h, whose side table side
 // names it field.
 func newFpRead(sh Shard, shape fpShape, h uint64, side, field string) *fpRead {
-	return &fpRead{shape: shape, shard: sh.fpIndex(shape.shard(h)), fp: fpField(h), side: side, field: field}
+	return &fpRead{shape: shape, h: h, shard: sh.fpIndex(shape.shard(h)), fp: fpField(h), side: side, field: field}
 }
 
 // queue adds the read to pipe (none for a nil r).
@@ -441,26 +442,30 @@ func (r *fpRead) read(ctx context.Context, c Cmds, sh Shard) {
 	}))
 }
 
-// ifAt is r when it read by shape (read beside the shape, from the shape
-// the process knew), else nil.
+// ifAt is r when it read the shard shape picks for its entry (read beside
+// the shape, by the shape the process knew), else nil.
 func (r *fpRead) ifAt(shape fpShape) *fpRead {
-	if r == nil || r.shape.L != shape.L || r.shape.S != shape.S {
+	if r == nil || r.shape.shard(r.h) != shape.shard(r.h) {
 		return nil
 	}
 	return r
 }
 
-// moved reports whether the shape, read again after the entry, is not
-// the one the read was made by. A split in between may have moved the
-// entry the read did not find, so a miss is only a miss when the shape
-// stayed (splits only move it on).
+// moved reports whether the shape, read again after the entry, picks
+// another shard for it than the read did: a split in between moved the
+// entry the read did not find. A miss is a miss when the entry's shard
+// stayed, however many other shards split meanwhile: a split moves only
+// the entries of the shard it splits, and only on, so a shard that is the
+// entry's under the shapes before and after the read was its shard all
+// along. (Comparing whole shapes made lookups fail with "kept moving"
+// during a busy fill, where nearly every publish call splits a shard.)
 func (r *fpRead) moved() (bool, error) {
 	vals, err := r.after.Result()
 	if err != nil {
 		return false, err
 	}
 	now, err := fpShapeOf(vals)
-	return now.L != r.shape.L || now.S != r.shape.S || !now.Set, err
+	return !now.Set || now.shard(r.h) != r.shape.shard(r.h), err
 }
 
 // afterShapeRead runs between a lookup's read of the format 3 index's

@@ -375,8 +375,17 @@ func TestFar3_LookupDuringSplit(t *testing.T) {
 // its first round trip, beside the shape: one round trip less while the
 // shape stays, and the same answer when it moved since (read again).
 func TestFar3_LookupShapeKnown(t *testing.T) {
-	e := newFar3Env(t, fpShape{L: 11, S: 0})
-	id, keyed, key := watermill.NewUUID(), watermill.NewUUID(), "order-known"
+	e := newFar3Env(t, fpShape{L: 11, S: 1})
+	// entries outside shard 0 (split), whose bit 11 picks another shard
+	// at L 12
+	placed := func(h uint64) bool { return h&(1<<11-1) >= 1 && h&(1<<11) != 0 }
+	id, keyed, key := watermill.NewUUID(), watermill.NewUUID(), ""
+	for !placed(fpHash(farField(id))) {
+		id = watermill.NewUUID()
+	}
+	for i := 0; key == "" || !placed(fpKeyHash(key)); i++ {
+		key = fmt.Sprintf("order-known-%d", i)
+	}
 	e.put(id, 10*time.Second, "", false)
 	e.put(keyed, 20*time.Second, key, false)
 	var trips atomic.Int64
@@ -403,11 +412,51 @@ func TestFar3_LookupShapeKnown(t *testing.T) {
 		lookup() // the scripts loaded
 		cold := measure(fpShape{}, lookup)
 		t.Logf("round trips of a lookup, the shape not known: %d", cold)
-		require.Equal(t, cold-1, measure(fpShape{L: 11, Set: true}, lookup), "the shape known: the shard read in the first round trip")
+		require.Equal(t, cold-1, measure(fpShape{L: 11, S: 1, Set: true}, lookup), "the shape known: the shard read in the first round trip")
 		measure(fpShape{}, lookup) // keeps the shape it read
 		require.Equal(t, cold-1, measure(lookupShapes.load(e.sh), lookup), "the shape the lookup before kept")
-		require.Equal(t, cold, measure(fpShape{L: 11, S: 5, Set: true}, lookup), "a shape known wrong: read again")
+		require.Equal(t, cold-1, measure(fpShape{L: 11, Set: true}, lookup), "a shape from before another shard split: the entry's shard all the same")
+		require.Equal(t, cold, measure(fpShape{L: 12, Set: true}, lookup), "a shape that picks another shard: read again")
 	}
+}
+
+// A lookup that misses (a UUID or key not in the far tier) while
+// publishes split other shards answers "not found" at once: only a split
+// of the entry's own shard can have moved it. (Comparing whole shapes, a
+// busy fill's splits made every try look moved, and the lookup failed
+// with "kept moving", failing the Publish whose duplicate check asked for
+// it; found by the backlog ladder's 50M fill.)
+func TestFar3_LookupMissBesideSplits(t *testing.T) {
+	e := newFar3Env(t, fpShape{L: 11, S: 0})
+	// shards below 8 split during the lookups; these entries are above
+	var id, key string
+	for id == "" || fpHash(farField(id))&(1<<11-1) < 8 {
+		id = watermill.NewUUID()
+	}
+	for i := 0; key == "" || fpKeyHash(key)&(1<<11-1) < 8; i++ {
+		key = fmt.Sprintf("order-absent-%d", i)
+	}
+	e.put(watermill.NewUUID(), 10*time.Second, "", false) // an index exists
+	require.NoError(t, e.c.HSet(e.ctx, e.sh.FarMeta(), "nk", 1).Err())
+	splits := 0
+	afterShapeRead = func() {
+		// another shard splits (it holds nothing to move here)
+		splits++
+		require.NoError(t, e.c.HIncrBy(e.ctx, e.sh.FarMeta(), "iS", 1).Err())
+	}
+	t.Cleanup(func() { afterShapeRead = func() {} })
+
+	lookupShapes.store(e.sh, fpShape{}) // a round trip for the shard: the hook's
+	_, _, found, err := FarPull(e.ctx, e.c, e.sh, id, true)
+	require.NoError(t, err)
+	require.False(t, found)
+	require.Equal(t, 1, splits, "one try")
+
+	lookupShapes.store(e.sh, fpShape{})
+	holder, _, err := FarKeyLookup(e.ctx, e.c, e.sh, key)
+	require.NoError(t, err)
+	require.Empty(t, holder)
+	require.Equal(t, 2, splits, "one try")
 }
 
 // tripCounter counts a client's round trips: commands and pipelines.
