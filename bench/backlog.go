@@ -123,13 +123,8 @@ type FarProbe struct {
 // tier) and Publisher.Cancel of N messages sampled from the backlog's
 // fills, each found.
 type Lookups struct {
-	N          int     `json:"n"`
-	FindP50    float64 `json:"find_p50_ms"`
-	FindP99    float64 `json:"find_p99_ms"`
-	ReschedP50 float64 `json:"reschedule_p50_ms"`
-	ReschedP99 float64 `json:"reschedule_p99_ms"`
-	CancelP50  float64 `json:"cancel_p50_ms"`
-	CancelP99  float64 `json:"cancel_p99_ms"`
+	N int `json:"n"`
+	LookupPercentiles
 	// Server: the same percentiles of the time Redis spent executing each
 	// call's commands (SLOWLOG at a threshold of 0, summed over the call),
 	// which tells Redis's share of a tail from the client's, the network
@@ -137,14 +132,29 @@ type Lookups struct {
 	Server *LookupServer `json:"server,omitempty"`
 }
 
-// LookupServer holds server-side percentiles (ms) and the commands a call.
-type LookupServer struct {
+// LookupPercentiles are p50 and p99 (ms) of each lookup.
+type LookupPercentiles struct {
 	FindP50    float64 `json:"find_p50_ms"`
 	FindP99    float64 `json:"find_p99_ms"`
 	ReschedP50 float64 `json:"reschedule_p50_ms"`
 	ReschedP99 float64 `json:"reschedule_p99_ms"`
 	CancelP50  float64 `json:"cancel_p50_ms"`
 	CancelP99  float64 `json:"cancel_p99_ms"`
+}
+
+// lookupPercentiles sorts each sample and takes its percentiles.
+func lookupPercentiles(find, resched, cancel []float64) LookupPercentiles {
+	for _, v := range [][]float64{find, resched, cancel} {
+		slices.Sort(v)
+	}
+	return LookupPercentiles{FindP50: percentile(find, 0.5), FindP99: percentile(find, 0.99),
+		ReschedP50: percentile(resched, 0.5), ReschedP99: percentile(resched, 0.99),
+		CancelP50: percentile(cancel, 0.5), CancelP99: percentile(cancel, 0.99)}
+}
+
+// LookupServer is Lookups.Server.
+type LookupServer struct {
+	LookupPercentiles
 	// Commands a call (a script run is one, whatever it runs).
 	FindCommands, ReschedCommands, CancelCommands float64
 }
@@ -259,17 +269,9 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 	if len(resched) == 0 {
 		return nil, fmt.Errorf("a sample of %d far messages is too small", len(ids))
 	}
-	for _, v := range [][]float64{find, cancel, resched, *server[&find], *server[&cancel], *server[&resched]} {
-		slices.Sort(v)
-	}
-	sf, sc, sr := *server[&find], *server[&cancel], *server[&resched]
 	per := func(into *[]float64) float64 { return float64(commands[into]) / float64(len(*into)) }
-	return &Lookups{N: len(ids), FindP50: percentile(find, 0.5), FindP99: percentile(find, 0.99),
-		ReschedP50: percentile(resched, 0.5), ReschedP99: percentile(resched, 0.99),
-		CancelP50: percentile(cancel, 0.5), CancelP99: percentile(cancel, 0.99),
-		Server: &LookupServer{FindP50: percentile(sf, 0.5), FindP99: percentile(sf, 0.99),
-			ReschedP50: percentile(sr, 0.5), ReschedP99: percentile(sr, 0.99),
-			CancelP50: percentile(sc, 0.5), CancelP99: percentile(sc, 0.99),
+	return &Lookups{N: len(ids), LookupPercentiles: lookupPercentiles(find, resched, cancel),
+		Server: &LookupServer{LookupPercentiles: lookupPercentiles(*server[&find], *server[&resched], *server[&cancel]),
 			FindCommands: per(&find), ReschedCommands: per(&resched), CancelCommands: per(&cancel)}}, nil
 }
 
