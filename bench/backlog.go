@@ -204,7 +204,12 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 	if err != nil {
 		return nil, err
 	}
-	var find, cancel, resched []float64
+	// each lookup's client and Redis times (ms) and its commands
+	type sample struct {
+		client, server []float64
+		commands       int
+	}
+	var find, cancel, resched sample
 	// Every command is logged while the lookups run (nothing else does),
 	// and the log is read and emptied between two calls, outside the
 	// timed part: each call's server time is the sum of its commands'.
@@ -215,12 +220,10 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 	if err := b.admin.SlowLogReset(b.ctx).Err(); err != nil {
 		return nil, err
 	}
-	server := map[*[]float64]*[]float64{&find: {}, &cancel: {}, &resched: {}}
-	commands := map[*[]float64]int{}
-	timed := func(into *[]float64, what, id string, f func() (bool, error)) error {
+	timed := func(into *sample, what, id string, f func() (bool, error)) error {
 		t0 := time.Now()
 		ok, err := f()
-		*into = append(*into, float64(time.Since(t0).Microseconds())/1e3)
+		into.client = append(into.client, float64(time.Since(t0).Microseconds())/1e3)
 		if err == nil && !ok {
 			err = fmt.Errorf("%s did not find %s", what, id)
 		}
@@ -239,10 +242,10 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 			// "?:0": the script's own entry already counts their time.
 			if len(l.Args) > 0 && !strings.EqualFold(l.Args[0], "slowlog") && l.ClientAddr != "?:0" {
 				took += l.Duration
-				commands[into]++
+				into.commands++
 			}
 		}
-		*server[into] = append(*server[into], float64(took.Microseconds())/1e3)
+		into.server = append(into.server, float64(took.Microseconds())/1e3)
 		return nil
 	}
 	for _, id := range ids {
@@ -266,13 +269,13 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 			return nil, err
 		}
 	}
-	if len(resched) == 0 {
+	if len(resched.client) == 0 {
 		return nil, fmt.Errorf("a sample of %d far messages is too small", len(ids))
 	}
-	per := func(into *[]float64) float64 { return float64(commands[into]) / float64(len(*into)) }
-	return &Lookups{N: len(ids), LookupPercentiles: lookupPercentiles(find, resched, cancel),
-		Server: &LookupServer{LookupPercentiles: lookupPercentiles(*server[&find], *server[&resched], *server[&cancel]),
-			FindCommands: per(&find), ReschedCommands: per(&resched), CancelCommands: per(&cancel)}}, nil
+	per := func(s sample) float64 { return float64(s.commands) / float64(len(s.client)) }
+	return &Lookups{N: len(ids), LookupPercentiles: lookupPercentiles(find.client, resched.client, cancel.client),
+		Server: &LookupServer{LookupPercentiles: lookupPercentiles(find.server, resched.server, cancel.server),
+			FindCommands: per(find), ReschedCommands: per(resched), CancelCommands: per(cancel)}}, nil
 }
 
 func (p *FarProbe) String() string {
