@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -130,6 +131,14 @@ type Lookups struct {
 	// which tells Redis's share of a tail from the client's, the network
 	// stack's and the host's (this VM's steal).
 	Server *LookupServer `json:"server,omitempty"`
+	// PingP50 and PingP99 (ms) are of a PING timed on the same client
+	// after each lookup: the floor this host puts under any round trip,
+	// so a lookup's tail is told from the host's stalls in the same run
+	// (this VM reports no steal time in /proc/stat).
+	PingP50 float64 `json:"ping_p50_ms,omitempty"`
+	PingP99 float64 `json:"ping_p99_ms,omitempty"`
+	// GCs the bench process ran during the lookups (a stop of its own).
+	GCs uint32 `json:"gcs"`
 }
 
 // LookupPercentiles are p50 and p99 (ms) of each lookup.
@@ -165,6 +174,9 @@ func (l *Lookups) String() string {
 	if v := l.Server; v != nil {
 		s += fmt.Sprintf("; in Redis: Find p50 %.3f, p99 %.3f ms (%.1f commands); Reschedule p50 %.3f, p99 %.3f ms (%.1f); Cancel p50 %.3f, p99 %.3f ms (%.1f)",
 			v.FindP50, v.FindP99, v.FindCommands, v.ReschedP50, v.ReschedP99, v.ReschedCommands, v.CancelP50, v.CancelP99, v.CancelCommands)
+	}
+	if l.PingP99 > 0 {
+		s += fmt.Sprintf("; a PING after each: p50 %.3f, p99 %.3f ms; %d GCs of the bench", l.PingP50, l.PingP99, l.GCs)
 	}
 	return s
 }
@@ -210,6 +222,9 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 		commands       int
 	}
 	var find, cancel, resched sample
+	var ping []float64
+	var gc0 runtime.MemStats
+	runtime.ReadMemStats(&gc0)
 	// Every command is logged while the lookups run (nothing else does),
 	// and the log is read and emptied between two calls, outside the
 	// timed part: each call's server time is the sum of its commands'.
@@ -230,6 +245,11 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 		if err != nil {
 			return err
 		}
+		t0 = time.Now()
+		if err := client.Ping(b.ctx).Err(); err != nil {
+			return err
+		}
+		ping = append(ping, float64(time.Since(t0).Microseconds())/1e3)
 		pipe := b.admin.Pipeline()
 		logs := pipe.SlowLogGet(b.ctx, -1)
 		pipe.SlowLogReset(b.ctx)
@@ -240,7 +260,8 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 		for _, l := range logs.Val() {
 			// Redis 7 logs the commands a script runs too, as the client
 			// "?:0": the script's own entry already counts their time.
-			if len(l.Args) > 0 && !strings.EqualFold(l.Args[0], "slowlog") && l.ClientAddr != "?:0" {
+			// The PING is the floor's, not the call's.
+			if len(l.Args) > 0 && !strings.EqualFold(l.Args[0], "slowlog") && !strings.EqualFold(l.Args[0], "ping") && l.ClientAddr != "?:0" {
 				took += l.Duration
 				into.commands++
 			}
@@ -272,10 +293,14 @@ func (b *bench) lookups(client *redis.Client, ids []string) (*Lookups, error) {
 	if len(resched.client) == 0 {
 		return nil, fmt.Errorf("a sample of %d far messages is too small", len(ids))
 	}
+	var gc1 runtime.MemStats
+	runtime.ReadMemStats(&gc1)
+	slices.Sort(ping)
 	per := func(s sample) float64 { return float64(s.commands) / float64(len(s.client)) }
 	return &Lookups{N: len(ids), LookupPercentiles: lookupPercentiles(find.client, resched.client, cancel.client),
 		Server: &LookupServer{LookupPercentiles: lookupPercentiles(find.server, resched.server, cancel.server),
-			FindCommands: per(find), ReschedCommands: per(resched), CancelCommands: per(cancel)}}, nil
+			FindCommands: per(find), ReschedCommands: per(resched), CancelCommands: per(cancel)},
+		PingP50: percentile(ping, 0.5), PingP99: percentile(ping, 0.99), GCs: gc1.NumGC - gc0.NumGC}, nil
 }
 
 func (p *FarProbe) String() string {
