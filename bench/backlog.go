@@ -111,9 +111,9 @@ type FarProbe struct {
 	// publisher.go); the percentiles are of their SLOWLOG times.
 	Calls int `json:"calls"`
 	// Unlogged runs took less than probeSlowlogUsec, so SLOWLOG did not
-	// log them (a run that only answers "run again" with the index's new
-	// shape, or the Publisher's announce.lua): the percentiles count each
-	// at that bound.
+	// log them (most likely a run that only answers "run again" with the
+	// index's new shape, or the Publisher's announce.lua): the percentiles
+	// count each at that bound.
 	Unlogged     int     `json:"unlogged,omitempty"`
 	Publishes    int     `json:"publishes"` // Publish calls of 500
 	P50Ms        float64 `json:"p50_ms"`
