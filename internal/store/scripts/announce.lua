@@ -68,7 +68,7 @@ if legacyFor > 0 then
 end
 
 local st = redis.call('HMGET', levels, 'read', 'since', 'write', 'pin', 'settle', 'legacy', 'scanner', 'scanuntil')
-local oldest = redis.call('ZRANGE', plevels, 0, 0, 'WITHSCORES')
+local oldest = redis.call('ZRANGE', plevels, '0', '0', 'WITHSCORES')
 local read = tonumber(oldest[2])
 local live = redis.call('ZCARD', procs)
 local legacy = tonumber(st[6]) or 0

@@ -57,7 +57,7 @@ if #ARGV == 6 then
     local score = (now_ceil_ms() + tonumber(ARGV[first + 1])) * 1024 + redis.call('INCR', seq) % 1024
     redis.call('ZADD', waiting, string.format('%d', score), id)
     stored = true
-    mustWake = redis.call('ZRANGE', waiting, 0, 0)[1] == id
+    mustWake = redis.call('ZRANGE', waiting, '0', '0')[1] == id
   end
   status[1] = (not old or old == body) and 0 or id
 else
@@ -102,7 +102,7 @@ else
     if #adding == 1 then
       seqNo = redis.call('INCR', seq) - 1
     else
-      seqNo = redis.call('INCRBY', seq, tostring(#adding)) - #adding
+      seqNo = redis.call('INCRBY', seq, string.format('%d', #adding)) - #adding
     end
     local h, z = {}, {}
     for _, a in ipairs(adding) do
@@ -115,7 +115,7 @@ else
     redis.call('ZADD', waiting, unpack(z))
     stored = true
     -- the earliest due time moved earlier when the head is now one of ours
-    mustWake = accepted[redis.call('ZRANGE', waiting, 0, 0)[1]] ~= nil
+    mustWake = accepted[redis.call('ZRANGE', waiting, '0', '0')[1]] ~= nil
   end
 end
 -- 2 for reg, 1 for dormant: one command for both (as append.lua)

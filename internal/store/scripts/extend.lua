@@ -43,7 +43,7 @@ for s, key in ipairs({stream, rstream}) do
   for i = first, last, 500 do
     local ids = {unpack(ARGV, i, math.min(i + 499, last))}
     ids[#ids + 1] = 'JUSTID'
-    redis.call('XCLAIM', key, group, consumer, 0, unpack(ids))
+    redis.call('XCLAIM', key, group, consumer, '0', unpack(ids))
   end
   -- The first (held + 1) pending entries include an unheld one whenever
   -- there is one. A stream without the group has nothing pending.

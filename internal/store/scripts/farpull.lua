@@ -145,12 +145,12 @@ else
   redis.call('HDEL', index, field)
 end
 ff_remove(fmeta, ff, 1, dk)
-if redis.call('HINCRBY', fmeta, lf, -1) <= 0 then
+if redis.call('HINCRBY', fmeta, lf, '-1') <= 0 then
   redis.call('DEL', bucket)
   redis.call('ZREM', far, b)
   redis.call('HDEL', fmeta, pf, lf)
 end
-local head = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')[2]
+local head = redis.call('ZRANGE', waiting, '0', '0', 'WITHSCORES')[2]
 redis.call('ZADD', waiting, score, uuid)
 redis.call('HSET', bodies, uuid, body)
 far_restore(bkeys, bkeyof, prio, uuid, full, key, isPrio, v3)

@@ -45,7 +45,7 @@ local blocks = ff_blocks(n, per, least, most)
 -- and fm from now on counts as n does: a far message added or removed
 -- by a process of the previous version (which sets no bits) makes them
 -- differ again, and the filter untrusted
-redis.call('HSET', fmeta, 'fr', blocks, 'ft', token .. ' ' .. now_ms(), 'fj', 0, 'fm', n)
+redis.call('HSET', fmeta, 'fr', blocks, 'ft', token .. ' ' .. now_ms(), 'fj', '0', 'fm', n)
 if mode == '3' then
   redis.call('HSET', fmeta, 'fq', '3')
 else

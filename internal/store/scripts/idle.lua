@@ -40,7 +40,7 @@ for k = 8, #KEYS, 2 do
 end
 
 if redis.call('EXISTS', stream) == 1 then
-  local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)[1]
+  local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', '1')[1]
   local groups = redis.call('XINFO', 'GROUPS', stream)
   if #groups == 0 and retention > 0 and last then
     -- the newest entry expires last (trimming is approximate: an older

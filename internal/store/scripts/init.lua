@@ -39,7 +39,7 @@ for _, key in ipairs({stream, rstream}) do
 end
 local stored = tonumber(redis.call('HGET', meta, 'vis'))
 redis.call('HSET', meta, 'max', max, 'vis', vis, 'deadmax', deadmax, 'idle', idle, 'backoff', backoff,
-  'gcap', gcap, 'grate', grate, 'gv', 1)
+  'gcap', gcap, 'grate', grate, 'gv', '1')
 -- a shorter visibility timeout too: schedulers pace their reclaims by the
 -- stored one (see reclaim.lua's oldest), and sweep again when woken so
 if created == 1 or (stored and tonumber(vis) < stored) then

@@ -32,7 +32,7 @@ if #expired > 0 then
   redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
   redis.call('HDEL', owned, unpack(expired))
 end
-local live = redis.call('ZRANGE', members, 0, -1)
+local live = redis.call('ZRANGE', members, '0', '-1')
 local fewest = -1
 if #live > 0 then
   local counts = redis.call('HMGET', owned, unpack(live))

@@ -37,7 +37,7 @@ local found = 0
 if redis.call('LLEN', fring) > 0 or redis.call('LLEN', fprio) > 0 then
   found = 2
 else
-  local sleeper = redis.call('ZRANGE', fwait, 0, 0, 'WITHSCORES')[2]
+  local sleeper = redis.call('ZRANGE', fwait, '0', '0', 'WITHSCORES')[2]
   if sleeper then
     local t = redis.call('TIME')
     if tonumber(sleeper) <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
@@ -63,7 +63,7 @@ local function unread(key)
       if lag then
         return lag > 0
       end
-      local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
+      local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', '1')[1]
       return last ~= nil and after(last[1], f['last-delivered-id'])
     end
   end

@@ -193,8 +193,8 @@ local function resume_fanout(fanout, rstreams, stream, budget)
       if budget == 0 then
         return false, budget, added
       end
-      redis.call('XADD', rs, '*', 'm', body, 'a', 1)
-      redis.call('HSET', fanout, rs, 1)
+      redis.call('XADD', rs, '*', 'm', body, 'a', '1')
+      redis.call('HSET', fanout, rs, '1')
       budget = budget - 1
       added = true
     end
@@ -218,14 +218,14 @@ local PROBE_LAST = '3'
 -- grouped messages kept while the topic had no consumer group go back to
 -- the waiting set, due (moved on below), a bounded number per call
 if rare and #rstreams > 0 and redis.call('EXISTS', gorphan) == 1 then
-  local back = redis.call('ZRANGE', gorphan, 0, math.min(limit, 1000) - 1, 'WITHSCORES')
+  local back = redis.call('ZRANGE', gorphan, '0', math.min(limit, 1000) - 1, 'WITHSCORES')
   local z = {}
   for i = 1, #back, 2 do
     z[#z + 1] = back[i + 1]
     z[#z + 1] = back[i]
   end
   redis.call('ZADD', waiting, unpack(z))
-  redis.call('ZREMRANGEBYRANK', gorphan, 0, #back / 2 - 1)
+  redis.call('ZREMRANGEBYRANK', gorphan, '0', #back / 2 - 1)
   earlier(0)
 end
 
@@ -290,7 +290,7 @@ for pass = 0, ng do
     local whole = after == nil and #probe < 2 * PROBE
     if after == nil and not whole then
       -- more may be due than the probe took
-      ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', 0, left)
+      ids = redis.call('ZRANGEBYSCORE', set, '-inf', maxScore, 'LIMIT', '0', string.format('%d', left))
     elseif #ids > left then
       ids = {unpack(ids, 1, left)}
       after, whole = nil, false
@@ -351,7 +351,7 @@ for pass = 0, ng do
               if high[k] and string.byte(gk, 1) ~= 1 then where = 'prio' end
               fair_push(c, gk, 1, body, where)
             else
-              redis.call('XADD', rs, '*', 'm', body, 'a', 1)
+              redis.call('XADD', rs, '*', 'm', body, 'a', '1')
             end
           end
           left = math.max(left - #rstreams, 0)
@@ -365,7 +365,7 @@ for pass = 0, ng do
         elseif high[k] and #rstreams > 0 then
           if #rstreams <= left then
             for _, rs in ipairs(rstreams) do
-              redis.call('XADD', rs, '*', 'm', body, 'a', 1)
+              redis.call('XADD', rs, '*', 'm', body, 'a', '1')
             end
             left = left - #rstreams
           else
@@ -462,7 +462,7 @@ for pass = 0, ng do
     end
   until true end
   -- groups asleep under the rate limit: the head alone, as for the sets
-  local sleeper = busy and redis.call('ZRANGE', KEYS[13 + 8 * (retry - 1) + 7], 0, 0, 'WITHSCORES')[2]
+  local sleeper = busy and redis.call('ZRANGE', KEYS[13 + 8 * (retry - 1) + 7], '0', '0', 'WITHSCORES')[2]
   if sleeper then
     local w = tonumber(sleeper) * 1000 - nowUs
     if w <= 0 then
@@ -481,7 +481,7 @@ end
 -- (format 1's first: it holds what processes of the previous version wrote)
 local far, farFormat = -1, 0
 for f = 1, rare and 2 or 0 do
-  local fhead = redis.call('ZRANGE', f == 1 and far1 or far2, 0, 0, 'WITHSCORES')
+  local fhead = redis.call('ZRANGE', f == 1 and far1 or far2, '0', '0', 'WITHSCORES')
   if fhead[1] then
     local w = tonumber(fhead[2]) * 1000 - nowUs
     if w > 0 then

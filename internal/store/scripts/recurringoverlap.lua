@@ -150,7 +150,7 @@ end
 -- its ready-stream entry, looked for where the last call stopped
 if entry == '?' then
   if upto == '-' then
-    local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)[1]
+    local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', '1')[1]
     upto = newest and newest[1] or '0-0'
   end
   local start = from
@@ -221,7 +221,7 @@ for i = 1, #names do
   if n > 0 then
     local oldest = tonumber(from)
     local candidates = {}
-    for _, m in ipairs(redis.call('ZRANGE', retry, 0, -1)) do
+    for _, m in ipairs(redis.call('ZRANGE', retry, '0', '-1')) do
       local ms = tonumber(string.match(m, '^%d+:[mr](%d+)%-'))
       if ms == nil or ms >= oldest then
         candidates[#candidates + 1] = m

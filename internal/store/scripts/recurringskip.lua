@@ -14,6 +14,6 @@
 local claims, skips = KEYS[1], KEYS[2]
 local member, id, tick = ARGV[1], ARGV[2], ARGV[3]
 redis.call('ZREM', claims, member)
-local n = redis.call('HINCRBY', skips, id, 1)
+local n = redis.call('HINCRBY', skips, id, '1')
 redis.call('HSET', skips, id .. '@last', tick)
 return n

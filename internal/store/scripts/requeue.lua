@@ -39,7 +39,7 @@ for _, e in ipairs(entries) do
     c = c or fair_open(fq, fring, fprio, fwait, meta)
     fair_push(c, g, 1, body, 'back')
   else
-    redis.call('XADD', rstream, '*', 'm', body, 'a', 1)
+    redis.call('XADD', rstream, '*', 'm', body, 'a', '1')
   end
   redis.call('XDEL', dead, e[1])
 end

@@ -29,7 +29,7 @@ end
 if not redis.call('ZSCORE', waiting, id) then
   return 0
 end
-local head = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')[2]
+local head = redis.call('ZRANGE', waiting, '0', '0', 'WITHSCORES')[2]
 local seqNo = redis.call('INCR', seq)
 local score = (at or now_ceil_ms() + delay) * 1024 + seqNo % 1024
 redis.call('ZADD', waiting, 'XX', score, id)

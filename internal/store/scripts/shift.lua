@@ -23,7 +23,7 @@ local min = '-inf'
 if cursor ~= '' then
   min = '(' .. cursor
 end
-local zs = redis.call('ZRANGE', set, min, '+inf', 'BYSCORE', 'LIMIT', 0, batch, 'WITHSCORES')
+local zs = redis.call('ZRANGE', set, min, '+inf', 'BYSCORE', 'LIMIT', '0', batch, 'WITHSCORES')
 if #zs == 0 then
   return {0, ''}
 end

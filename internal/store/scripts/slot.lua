@@ -43,7 +43,7 @@ end
 if op == 'renew' then
   return 0
 end
-local stale = redis.call('ZRANGEBYSCORE', seen, '-inf', now - 3000, 'LIMIT', 0, 1000)
+local stale = redis.call('ZRANGEBYSCORE', seen, '-inf', now - 3000, 'LIMIT', '0', '1000')
 if #stale > 0 then
   redis.call('ZREM', queue, unpack(stale))
   redis.call('ZREM', seen, unpack(stale))
@@ -59,8 +59,8 @@ if free > 0 and redis.call('ZRANK', queue, member) < free then
   redis.call('PEXPIRE', running, lease + 10000)
   held = 1
 end
-redis.call('PEXPIRE', queue, 10000)
-redis.call('PEXPIRE', seen, 10000)
+redis.call('PEXPIRE', queue, '10000')
+redis.call('PEXPIRE', seen, '10000')
 if lapsed > 0 and held == 0 then
   redis.pcall('PUBLISH', running, '')
 end

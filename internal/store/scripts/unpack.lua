@@ -102,7 +102,7 @@ if n == 0 then
   end
   return {-1, 0, 0}
 end
-local els = redis.call('LRANGE', bucket, 0, n - 1)
+local els = redis.call('LRANGE', bucket, '0', n - 1)
 if #els ~= n then
   return {-1, 0, 0}
 end
@@ -147,7 +147,7 @@ for i = 1, n do
       local id = ARGV[j + 1]
       -- the tiers never hold one UUID twice; should they, the waiting one stays
       if redis.call('HSETNX', bodies, id, body) == 1 then
-        z[#z + 1] = score
+        z[#z + 1] = string.format('%d', score) -- (as publish.lua's scores)
         z[#z + 1] = id
         moved = moved + 1
         far_restore(bkeys, bkeyof, prio, id, field, key, isPrio, string.byte(e, 1) == 3)
@@ -163,7 +163,7 @@ end
 -- Counters are written as values (see ff_remove), and before LTRIM: a
 -- script that fails after it would leave the popped count behind the list.
 ff_remove(fmeta, ff, live, keyed)
-redis.call('LTRIM', bucket, n, -1)
+redis.call('LTRIM', bucket, n, '-1')
 if redis.call('EXISTS', bucket) == 0 then
   redis.call('ZREM', far, b)
   redis.call('HDEL', fmeta, pf, lf)

@@ -90,7 +90,7 @@ for i = 1, n do
   if e then
     score, body, key, isPrio = far_decode(tonumber(v), tonumber(start), e)
   end
-  if score and redis.call('LREM', fpark, 1, entry) == 1 then
+  if score and redis.call('LREM', fpark, '1', entry) == 1 then
     local shard = KEYS[tonumber(ARGV[j + 3])]
     if tonumber(ARGV[j + 5]) < splitS then
       shard = KEYS[tonumber(ARGV[j + 4])]
@@ -107,7 +107,7 @@ for i = 1, n do
     local id = ARGV[j + 2]
     -- the tiers never hold one UUID twice; should they, the waiting one stays
     if redis.call('HSETNX', bodies, id, body) == 1 then
-      z[#z + 1] = score
+      z[#z + 1] = string.format('%d', score) -- (as publish.lua's scores)
       z[#z + 1] = id
       moved = moved + 1
       far_restore(bkeys, bkeyof, prio, id, field, key, isPrio, true)

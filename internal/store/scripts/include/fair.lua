@@ -184,7 +184,7 @@ end
 -- catch up: fair_close deletes it). Returns when the next one may go on
 -- (ms; -1: none).
 local function fair_wake(c, now, count)
-  for _, g in ipairs(redis.call('ZRANGEBYSCORE', c.fwait, '-inf', now, 'LIMIT', 0, count)) do
+  for _, g in ipairs(redis.call('ZRANGEBYSCORE', c.fwait, '-inf', now, 'LIMIT', '0', count)) do
     redis.call('ZREM', c.fwait, g)
     local s = fair_get(c, g)
     if s[2] == 2 then
@@ -192,7 +192,7 @@ local function fair_wake(c, now, count)
       fair_place(c, g, s)
     end
   end
-  return tonumber(redis.call('ZRANGE', c.fwait, 0, 0, 'WITHSCORES')[2]) or -1
+  return tonumber(redis.call('ZRANGE', c.fwait, '0', '0', 'WITHSCORES')[2]) or -1
 end
 
 -- Moves up to count (at most 256) messages round-robin across the groups into the
@@ -257,7 +257,7 @@ local function fair_pick(c, rstream, count, now)
       if s[2] == 1 then s[2] = 0 end
     end
   end
-  local wake = redis.call('ZRANGE', c.fwait, 0, 0, 'WITHSCORES')[2]
+  local wake = redis.call('ZRANGE', c.fwait, '0', '0', 'WITHSCORES')[2]
   local more = redis.call('LLEN', c.ring) > 0 or redis.call('LLEN', c.fprio) > 0
   return taken, more, tonumber(wake) or -1
 end

@@ -101,6 +101,6 @@ local function far_restore(bkeys, bkeyof, prio, id, field, key, isPrio, v3)
     end
   end
   if isPrio then
-    redis.call('HSET', prio, id, 1)
+    redis.call('HSET', prio, id, '1')
   end
 end

@@ -72,9 +72,9 @@ end
 -- ("<attempt>:" and a unique suffix) names it there.
 local function retry_later(retry, rbodies, wake, member, delay, body)
   local score = (now_ceil_ms() + delay) * 1024
-  local head = redis.call('ZRANGE', retry, 0, 0, 'WITHSCORES')[2]
+  local head = redis.call('ZRANGE', retry, '0', '0', 'WITHSCORES')[2]
   redis.call('HSET', rbodies, member, body)
-  redis.call('ZADD', retry, score, member)
+  redis.call('ZADD', retry, string.format('%d', score), member)
   if head == nil or score < tonumber(head) then
     redis.call('PUBLISH', wake, 'r')
   end
@@ -86,7 +86,7 @@ end
 -- makes the retry member unique.
 local function requeue(retry, rbodies, rstream, bell, wake, member_suffix, attempt, delay, body)
   if delay <= 0 then
-    redis.call('XADD', rstream, '*', 'm', body, 'a', attempt)
+    redis.call('XADD', rstream, '*', 'm', body, 'a', string.format('%d', attempt))
     ring(bell)
     return
   end
@@ -99,11 +99,11 @@ end
 -- counted in the group's meta hash and returned, so callers can log them.
 local function bury(dead, meta, limit, body, attempts, reason, group)
   if group then
-    redis.call('XADD', dead, '*', 'm', body, 'a', attempts, 'r', reason, 'k', group)
+    redis.call('XADD', dead, '*', 'm', body, 'a', string.format('%d', attempts), 'r', reason, 'k', group)
   else
-    redis.call('XADD', dead, '*', 'm', body, 'a', attempts, 'r', reason)
+    redis.call('XADD', dead, '*', 'm', body, 'a', string.format('%d', attempts), 'r', reason)
   end
-  redis.call('HINCRBY', meta, 'dead_total', 1)
+  redis.call('HINCRBY', meta, 'dead_total', '1')
   if limit > 0 then
     local n = redis.call('XTRIM', dead, 'MAXLEN', limit)
     if n > 0 then
